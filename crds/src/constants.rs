@@ -1,0 +1,69 @@
+//! Names, labels and defaults shared by the operator, the initializers and the tests.
+//!
+//! See `docs/contracts.md` for the seams these names form between the parts.
+
+/// API group of the `Initializer` resource.
+pub const GROUP: &str = "initializer.dev";
+/// API version of the `Initializer` resource.
+pub const VERSION: &str = "v1alpha1";
+/// Kind of the `Initializer` resource.
+pub const KIND: &str = "Initializer";
+/// Plural resource name of the `Initializer` resource.
+pub const PLURAL: &str = "initializers";
+/// Name of the `Initializer` CustomResourceDefinition.
+pub const CRD_NAME: &str = "initializers.initializer.dev";
+
+/// Field manager for every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "initializer-operator";
+/// Finalizer that removes the webhook configuration before the workload may go.
+pub const FINALIZER: &str = "initializer.dev/cleanup";
+
+/// Label on every pod the operator deploys; managed webhooks never intercept pods carrying it.
+pub const EXCLUDE_LABEL: &str = "initializer.dev/excluded";
+/// Value of [`EXCLUDE_LABEL`].
+pub const EXCLUDE_LABEL_VALUE: &str = "true";
+/// Standard label naming the tool that manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`] on everything the operator creates.
+pub const MANAGED_BY_VALUE: &str = "initializer-operator";
+/// Label naming the `Initializer` an object belongs to.
+pub const INITIALIZER_LABEL: &str = "initializer.dev/initializer";
+/// Label the API server sets on every namespace, holding its name.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Namespaces no initializer may ever intercept, besides the operator's own.
+pub const SYSTEM_NAMESPACES: [&str; 2] = ["kube-system", "kube-node-lease"];
+
+/// Port the initializer process listens on (HTTPS).
+pub const INITIALIZER_PORT: u16 = 8443;
+/// Name of the HTTPS port on the initializer's container and Service.
+pub const INITIALIZER_PORT_NAME: &str = "https";
+/// Port of the initializer's Service.
+pub const SERVICE_PORT: u16 = 443;
+/// Path the admission webhook is served on.
+pub const WEBHOOK_PATH: &str = "/initialize";
+/// Liveness path of every initializer.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Readiness path of every initializer.
+pub const READYZ_PATH: &str = "/readyz";
+/// Metrics path of every initializer.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// Where the serving certificate Secret is mounted in initializer pods.
+pub const TLS_DIR: &str = "/etc/initializer/tls";
+/// Where the configuration is mounted in initializer pods.
+pub const CONFIG_DIR: &str = "/etc/initializer/config";
+/// File name of the configuration inside [`CONFIG_DIR`].
+pub const CONFIG_FILE: &str = "config.yaml";
+/// Env var naming the TLS directory.
+pub const TLS_DIR_ENV: &str = "TLS_DIR";
+/// Env var naming the configuration directory.
+pub const CONFIG_DIR_ENV: &str = "CONFIG_DIR";
+/// Env var holding the pod's IP (downward API), used as the listen address.
+pub const POD_IP_ENV: &str = "POD_IP";
+/// Env var naming the annotation that gates the initializer (`spec.annotation.name`).
+pub const ANNOTATION_ENV: &str = "INITIALIZER_ANNOTATION";
+/// Env var, `"true"` when objects without the gate annotation must be left alone.
+pub const REQUIRE_ANNOTATION_ENV: &str = "INITIALIZER_REQUIRE_ANNOTATION";
+/// Env var holding the Initializer's name, for logs and metrics.
+pub const INITIALIZER_NAME_ENV: &str = "INITIALIZER_NAME";

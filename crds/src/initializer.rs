@@ -1,0 +1,470 @@
+//! The `Initializer` resource: what to deploy, what it intercepts, and how its health is judged.
+//!
+//! The schema refuses what it can say on its own (ranges, enums, required fields, and CEL rules
+//! for resources and namespaces that must never be intercepted); the operator's validator
+//! refuses the rest (for example the operator's own namespace, which only it knows).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::preset::PresetConfig;
+
+/// Default number of initializer pods.
+pub const DEFAULT_REPLICAS: i32 = 2;
+/// Default webhook timeout, in seconds.
+pub const DEFAULT_TIMEOUT_SECONDS: i32 = 5;
+/// Default probe period, in seconds.
+pub const DEFAULT_PERIOD_SECONDS: i32 = 1;
+/// Default number of consecutive failed probes before deregistering.
+pub const DEFAULT_FAILURE_THRESHOLD: i32 = 2;
+/// Default number of consecutive good probes before registering again.
+pub const DEFAULT_SUCCESS_THRESHOLD: i32 = 3;
+/// Default latency budget of one probe, in milliseconds.
+pub const DEFAULT_LATENCY_BUDGET_MILLIS: i32 = 500;
+
+/// Resources an initializer must never intercept: intercepting them could lock the cluster out
+/// of its own admission configuration, leader election, auditing or authentication.
+pub const PROTECTED_RESOURCES: [&str; 16] = [
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+    "leases",
+    "events",
+    "tokenreviews",
+    "tokenrequests",
+    "serviceaccounts/token",
+    "subjectaccessreviews",
+    "selfsubjectaccessreviews",
+    "localsubjectaccessreviews",
+    "selfsubjectrulesreviews",
+    "initializers",
+];
+
+/// API groups that a wildcard resource rule must not reach, for the same reason.
+pub const PROTECTED_GROUPS: [&str; 7] = [
+    "*",
+    "",
+    "admissionregistration.k8s.io",
+    "coordination.k8s.io",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+];
+
+/// An initializer: code that mutates or rejects objects before Kubernetes creates them.
+///
+/// The operator deploys `image` (or the built-in preset initializer when only `preset` is given),
+/// and registers a MutatingWebhookConfiguration for `rules` only while the initializer is ready
+/// and answering; it removes the configuration as soon as the initializer stops answering.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[kube(
+    group = "initializer.dev",
+    version = "v1alpha1",
+    kind = "Initializer",
+    plural = "initializers",
+    shortname = "init",
+    category = "admission",
+    status = "InitializerStatus",
+    derive = "PartialEq",
+    doc = "An initializer: mutates or rejects objects before Kubernetes creates them, registered only while it is ready and answering.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Registered", type_ = "boolean", json_path = ".status.registered"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Probe-ms",
+        type_ = "integer",
+        json_path = ".status.lastProbeLatencyMillis",
+        description = "latency of the last probe through the API server, in milliseconds"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("has(self.image) || has(self.preset)").message("spec.image or spec.preset is required"))]
+#[x_kube(validation = Rule::new("!has(self.health) || !has(self.health.latencyBudgetMillis) || self.health.latencyBudgetMillis <= self.timeoutSeconds * 1000").message("spec.health.latencyBudgetMillis must not exceed spec.timeoutSeconds"))]
+#[serde(rename_all = "camelCase")]
+pub struct InitializerSpec {
+    /// Container image of the initializer. When omitted, `preset` is required and the operator
+    /// runs the built-in preset initializer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
+
+    /// Arguments passed to the initializer's container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+
+    /// Extra environment variables for the initializer's container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+
+    /// Compute resources of the initializer's container. Defaults to small requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Number of initializer pods.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 10))]
+    pub replicas: i32,
+
+    /// Namespace the initializer's workload runs in. Defaults to the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+
+    /// Configuration mounted into the initializer as `config.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigSource>,
+
+    /// Declarative injection for the built-in preset initializer (used when `image` is omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<PresetConfig>,
+
+    /// Which requests are intercepted, as in admission registration.
+    #[schemars(length(min = 1, max = 16))]
+    pub rules: Vec<InterceptRule>,
+
+    /// Which namespaces are intercepted. The operator's namespace and the system namespaces are
+    /// always excluded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<NamespaceScope>,
+
+    /// Label selector on the intercepted objects themselves. Pods the operator deploys are
+    /// always excluded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_selector: Option<LabelSelector>,
+
+    /// Annotation gate, passed to the initializer (`INITIALIZER_ANNOTATION`,
+    /// `INITIALIZER_REQUIRE_ANNOTATION`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation: Option<AnnotationGate>,
+
+    /// What the API server does when the initializer cannot be reached while registered.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+
+    /// How long the API server waits for the initializer, in seconds.
+    #[serde(default = "default_timeout_seconds")]
+    #[schemars(range(min = 1, max = 30))]
+    pub timeout_seconds: i32,
+
+    /// Whether the initializer is called again when a later webhook changed the object.
+    #[serde(default)]
+    pub reinvocation_policy: ReinvocationPolicy,
+
+    /// How the initializer's health is judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthPolicy>,
+
+    /// Deregister and stay deregistered while true (break-glass). The workload keeps running.
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+/// Where the initializer's `config.yaml` comes from. Exactly one of the fields is set.
+#[derive(KubeSchema, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.inline) != has(self.configMapRef)").message("exactly one of inline and configMapRef is required"))]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigSource {
+    /// The configuration itself (usually YAML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+    /// A key of a ConfigMap in the initializer's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<ConfigMapKey>,
+}
+
+/// A key of a ConfigMap.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKey {
+    /// Name of the ConfigMap.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in the ConfigMap; defaults to `config.yaml`.
+    #[serde(default = "default_config_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// One admission rule: which operations on which resources are intercepted.
+#[derive(KubeSchema, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[x_kube(validation = protected_resources_rule())]
+#[x_kube(validation = wildcard_groups_rule())]
+#[serde(rename_all = "camelCase")]
+pub struct InterceptRule {
+    /// API groups; `""` is the core group.
+    #[schemars(length(min = 1, max = 16), inner(length(max = 253)))]
+    pub api_groups: Vec<String>,
+    /// API versions.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 63)))]
+    pub api_versions: Vec<String>,
+    /// Resources (plural, lowercase), optionally with a subresource (`pods/status`).
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 253)))]
+    pub resources: Vec<String>,
+    /// Operations; defaults to CREATE.
+    #[serde(default = "default_operations")]
+    #[schemars(length(min = 1, max = 5))]
+    pub operations: Vec<Operation>,
+    /// Whether cluster-scoped, namespaced or all objects are intercepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
+}
+
+/// An admission operation.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Operation {
+    /// Object creation.
+    #[serde(rename = "CREATE")]
+    Create,
+    /// Object update.
+    #[serde(rename = "UPDATE")]
+    Update,
+    /// Object deletion.
+    #[serde(rename = "DELETE")]
+    Delete,
+    /// Connect requests (exec, proxy, port-forward).
+    #[serde(rename = "CONNECT")]
+    Connect,
+    /// Every operation.
+    #[serde(rename = "*")]
+    All,
+}
+
+impl Operation {
+    /// The name admission registration uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+            Operation::All => "*",
+        }
+    }
+}
+
+/// Scope of an admission rule.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Scope {
+    /// Cluster-scoped objects only.
+    Cluster,
+    /// Namespaced objects only.
+    Namespaced,
+    /// Both.
+    #[serde(rename = "*")]
+    All,
+}
+
+impl Scope {
+    /// The name admission registration uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Cluster => "Cluster",
+            Scope::Namespaced => "Namespaced",
+            Scope::All => "*",
+        }
+    }
+}
+
+/// Which namespaces are intercepted. All present fields must match.
+#[derive(KubeSchema, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[x_kube(validation = Rule::new("!has(self.include) || !self.include.exists(n, n in ['kube-system', 'kube-node-lease'])").message("namespaces.include must not name kube-system or kube-node-lease"))]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceScope {
+    /// Label selector on the namespace's labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Only these namespaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    pub include: Vec<String>,
+    /// Never these namespaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    pub exclude: Vec<String>,
+}
+
+/// Annotation gate, as in the sidecar tutorial.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotationGate {
+    /// The annotation's name.
+    #[schemars(length(min = 1, max = 317))]
+    pub name: String,
+    /// When true, only objects carrying the annotation are touched; when false, objects whose
+    /// annotation is `"false"` are left alone and all others are touched.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// What the API server does when the initializer cannot be reached while registered.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Reject the request (until the operator deregisters the initializer).
+    #[default]
+    Fail,
+    /// Let the request through unchanged.
+    Ignore,
+}
+
+/// Whether the initializer is called again when a later webhook changed the object.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum ReinvocationPolicy {
+    /// Call once.
+    #[default]
+    Never,
+    /// Call again if a later webhook changed the object.
+    IfNeeded,
+}
+
+/// How the operator judges the initializer's health.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthPolicy {
+    /// Seconds between active probes.
+    #[serde(default = "default_period_seconds")]
+    #[schemars(range(min = 1, max = 300))]
+    pub period_seconds: i32,
+    /// Consecutive failed probes before the configuration is removed.
+    #[serde(default = "default_failure_threshold")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_threshold: i32,
+    /// Consecutive good probes before the configuration is registered again.
+    #[serde(default = "default_success_threshold")]
+    #[schemars(range(min = 1, max = 100))]
+    pub success_threshold: i32,
+    /// A probe slower than this counts as failed, in milliseconds.
+    #[serde(default = "default_latency_budget_millis")]
+    #[schemars(range(min = 10, max = 30000))]
+    pub latency_budget_millis: i32,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        Self {
+            period_seconds: DEFAULT_PERIOD_SECONDS,
+            failure_threshold: DEFAULT_FAILURE_THRESHOLD,
+            success_threshold: DEFAULT_SUCCESS_THRESHOLD,
+            latency_budget_millis: DEFAULT_LATENCY_BUDGET_MILLIS,
+        }
+    }
+}
+
+impl InitializerSpec {
+    /// The health policy in force: the spec's, or the defaults.
+    pub fn health_policy(&self) -> HealthPolicy {
+        self.health.clone().unwrap_or_default()
+    }
+}
+
+/// The lifecycle phase, as shown by `kubectl get initializers`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Phase {
+    /// Accepted, nothing deployed yet.
+    #[default]
+    Pending,
+    /// The workload is deployed and not yet ready and answering.
+    Deploying,
+    /// The configuration is registered: the initializer intercepts requests.
+    Registered,
+    /// The initializer stopped answering; the configuration is removed (fail open).
+    Unresponsive,
+    /// `spec.suspend` is true; the configuration is removed.
+    Suspended,
+    /// The spec was refused; nothing is registered.
+    Invalid,
+}
+
+/// Observed state of an `Initializer`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializerStatus {
+    /// Lifecycle phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// `Valid`, `Available`, `Responding`, `Registered`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready initializer pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Whether the webhook configuration is registered now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered: Option<bool>,
+    /// Name of the registered MutatingWebhookConfiguration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuration_name: Option<String>,
+    /// When the last active probe ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
+    /// Latency of the last active probe, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_latency_millis: Option<i64>,
+    /// Expiry of the serving certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_not_after: Option<Time>,
+    /// Extra detail by key, for humans (for example the last probe error).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub details: BTreeMap<String, String>,
+}
+
+/// CEL rule refusing [`PROTECTED_RESOURCES`] in an [`InterceptRule`].
+fn protected_resources_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "!self.resources.exists(r, r in {})",
+        cel_string_list(&PROTECTED_RESOURCES)
+    ))
+    .message("rules must not intercept admission registration, leases, events, token or access reviews, or Initializers")
+}
+
+/// CEL rule refusing wildcard resources in [`PROTECTED_GROUPS`] (and our own group).
+fn wildcard_groups_rule() -> kube::core::Rule {
+    let mut groups = PROTECTED_GROUPS.to_vec();
+    groups.push(crate::constants::GROUP);
+    kube::core::Rule::new(format!(
+        "!(self.resources.exists(r, r == '*' || r == '*/*') && self.apiGroups.exists(g, g in {}))",
+        cel_string_list(&groups)
+    ))
+    .message("wildcard resources must not reach the core, admission registration, coordination, events, authentication, authorization or initializer.dev groups")
+}
+
+/// A CEL list literal of strings: `['a', 'b']`.
+fn cel_string_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|item| format!("'{item}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+fn default_replicas() -> i32 {
+    DEFAULT_REPLICAS
+}
+fn default_timeout_seconds() -> i32 {
+    DEFAULT_TIMEOUT_SECONDS
+}
+fn default_period_seconds() -> i32 {
+    DEFAULT_PERIOD_SECONDS
+}
+fn default_failure_threshold() -> i32 {
+    DEFAULT_FAILURE_THRESHOLD
+}
+fn default_success_threshold() -> i32 {
+    DEFAULT_SUCCESS_THRESHOLD
+}
+fn default_latency_budget_millis() -> i32 {
+    DEFAULT_LATENCY_BUDGET_MILLIS
+}
+fn default_config_key() -> String {
+    crate::constants::CONFIG_FILE.to_string()
+}
+fn default_operations() -> Vec<Operation> {
+    vec![Operation::Create]
+}

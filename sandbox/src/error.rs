@@ -1,0 +1,179 @@
+//! Errors: [`Error`] for the library's own failures, [`ApiError`] for answers the REST API gives
+//! as `metav1.Status` bodies.
+
+use serde_json::{Value, json};
+
+/// Failures of the sandbox itself (startup, files, TLS).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CA or serving certificate could not be made.
+    #[error("failed to generate certificates: {0}")]
+    GenerateCertificates(String),
+    /// The TLS configuration could not be built.
+    #[error("failed to configure tls: {0}")]
+    ConfigureTls(String),
+    /// The listening socket could not be opened.
+    #[error("failed to bind {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A file in the state directory could not be written or read.
+    #[error("failed to access {path}: {source}")]
+    StateFile {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The client for the sandbox's own API could not be built.
+    #[error("failed to build client: {0}")]
+    BuildClient(String),
+    /// The workload controllers failed to start.
+    #[error("failed to start workloads: {0}")]
+    StartWorkloads(String),
+    /// A snapshot could not be encoded or decoded.
+    #[error("failed to process snapshot: {0}")]
+    Snapshot(String),
+}
+
+/// An API error answered as a `metav1.Status` with the real API server's code and reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// `reason` (`NotFound`, `AlreadyExists`, `Conflict`, `Invalid`, ...).
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// `details`, if any.
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    /// A bare error.
+    pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
+        ApiError { code, reason: reason.to_string(), message: message.into(), details: None }
+    }
+
+    /// 404 `"<resource>" "<name>" not found`.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        let qualified = qualified(group, plural);
+        ApiError {
+            code: 404,
+            reason: "NotFound".into(),
+            message: format!("{qualified} \"{name}\" not found"),
+            details: Some(json!({"name": name, "group": group, "kind": plural})),
+        }
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        let qualified = qualified(group, plural);
+        ApiError {
+            code: 409,
+            reason: "AlreadyExists".into(),
+            message: format!("{qualified} \"{name}\" already exists"),
+            details: Some(json!({"name": name, "group": group, "kind": plural})),
+        }
+    }
+
+    /// 409 Conflict for a stale resourceVersion.
+    pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
+        let qualified = qualified(group, plural);
+        ApiError {
+            code: 409,
+            reason: "Conflict".into(),
+            message: format!(
+                "Operation cannot be fulfilled on {qualified} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ),
+            details: Some(json!({"name": name, "group": group, "kind": plural})),
+        }
+    }
+
+    /// 422 Invalid with field causes `(field, message)`.
+    pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
+        let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+        let gk = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let message = if text.len() == 1 {
+            format!("{gk} \"{name}\" is invalid: {}", text[0])
+        } else {
+            format!("{gk} \"{name}\" is invalid: [{}]", text.join(", "))
+        };
+        let causes: Vec<Value> =
+            causes.into_iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect();
+        ApiError {
+            code: 422,
+            reason: "Invalid".into(),
+            message,
+            details: Some(json!({"name": name, "group": group, "kind": kind, "causes": causes})),
+        }
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        ApiError::new(405, "MethodNotAllowed", message)
+    }
+
+    /// 410 Expired for a resourceVersion older than the kept history.
+    pub fn expired(message: impl Into<String>) -> Self {
+        ApiError::new(410, "Expired", message)
+    }
+
+    /// 415 UnsupportedMediaType.
+    pub fn unsupported_media(content_type: &str) -> Self {
+        ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {content_type:?}"))
+    }
+
+    /// 500 InternalError.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(500, "InternalError", message)
+    }
+
+    /// The `metav1.Status` body.
+    pub fn to_status(&self) -> Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            s["details"] = d.clone();
+        }
+        s
+    }
+
+    /// Parses a `metav1.Status` (from admission denials or faults) back into an error.
+    pub fn from_status(status: &Value) -> Self {
+        let code = status.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
+        ApiError {
+            code,
+            reason: status.get("reason").and_then(Value::as_str).unwrap_or("").to_string(),
+            message: status.get("message").and_then(Value::as_str).unwrap_or("").to_string(),
+            details: status.get("details").cloned(),
+        }
+    }
+}
+
+fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.reason, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
