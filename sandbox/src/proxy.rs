@@ -1,31 +1,631 @@
 //! The API server's service proxy: `/api/v1/namespaces/NS/services/[https:]NAME[:PORT]/proxy/...`
 //! forwarded to a ready endpoint of the Service.
+//!
+//! Also the pieces admission and the pod runner share with it: resolving a Service port to a
+//! ready endpoint through its EndpointSlices, TLS client configurations (verified against a CA
+//! bundle, or not verified at all as the API server's proxy and the kubelet's probes do), and
+//! one HTTP/1.1 exchange over a fresh connection.
+
+use std::sync::Arc;
 
 use axum::body::Body;
+use http_body_util::BodyExt as _;
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
 
-use crate::view::ClusterView;
+use crate::view::{ClusterView, ResourceRef};
 
-/// Forwards `request` to a ready endpoint of the Service named by `service_ref`
-/// (`https:NAME:PORT`, `NAME:PORT`, `NAME:https`, `NAME`) in `namespace`, at `path_and_query`.
-pub async fn forward(
-    _view: &dyn ClusterView,
+const SERVICES: ResourceRef<'static> = ResourceRef {
+    group: "",
+    version: "v1",
+    resource: "services",
+};
+const ENDPOINT_SLICES: ResourceRef<'static> = ResourceRef {
+    group: "discovery.k8s.io",
+    version: "v1",
+    resource: "endpointslices",
+};
+
+/// The label linking an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Which port of a Service a caller means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServicePort {
+    /// By `port` number (webhooks: `clientConfig.service.port`, default 443).
+    Number(i32),
+    /// By port name.
+    Name(String),
+    /// Not given: the Service's only (or unnamed) port.
+    Unspecified,
+}
+
+/// Why a Service has no usable endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The Service does not exist.
+    #[error("service \"{0}\" not found")]
+    ServiceNotFound(String),
+    /// The Service has no such port.
+    #[error("failed to find port {port} on service \"{service}\"")]
+    NoSuchPort {
+        /// Service name.
+        service: String,
+        /// The port asked for.
+        port: String,
+    },
+    /// No endpoint is ready.
+    #[error("no endpoints available for service \"{0}\"")]
+    NoEndpoints(String),
+}
+
+/// Resolves a Service port to a ready endpoint `(ip, port)`, picking one at random when several
+/// are ready.
+pub fn resolve_endpoint(
+    view: &dyn ClusterView,
     namespace: &str,
-    service_ref: &str,
-    _path_and_query: &str,
-    _request: http::Request<Body>,
+    service: &str,
+    port: &ServicePort,
+) -> Result<(String, u16), ResolveError> {
+    let svc = view
+        .get(SERVICES, Some(namespace), service)
+        .ok_or_else(|| ResolveError::ServiceNotFound(service.to_owned()))?;
+    let ports = svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let port_name = |p: &Value| {
+        p.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let found = match port {
+        ServicePort::Number(n) => ports
+            .iter()
+            .find(|p| p.get("port").and_then(Value::as_i64) == Some(i64::from(*n))),
+        ServicePort::Name(name) => ports.iter().find(|p| port_name(p) == *name),
+        ServicePort::Unspecified => {
+            ports
+                .iter()
+                .find(|p| port_name(p).is_empty())
+                .or(if ports.len() == 1 {
+                    ports.first()
+                } else {
+                    None
+                })
+        }
+    };
+    let Some(svc_port) = found else {
+        let asked = match port {
+            ServicePort::Number(n) => n.to_string(),
+            ServicePort::Name(n) => n.clone(),
+            ServicePort::Unspecified => "\"\"".into(),
+        };
+        return Err(ResolveError::NoSuchPort {
+            service: service.to_owned(),
+            port: asked,
+        });
+    };
+    let svc_port_name = port_name(svc_port);
+    let numeric_target = match svc_port.get("targetPort") {
+        Some(Value::Number(n)) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+        Some(Value::String(s)) => s.parse::<u16>().ok(),
+        None => svc_port
+            .get("port")
+            .and_then(Value::as_u64)
+            .and_then(|n| u16::try_from(n).ok()),
+        _ => None,
+    };
+    let mut candidates = Vec::new();
+    for slice in view.list(ENDPOINT_SLICES, Some(namespace)) {
+        if slice
+            .pointer(&format!(
+                "/metadata/labels/{}",
+                SERVICE_NAME_LABEL.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            != Some(service)
+        {
+            continue;
+        }
+        let slice_port = slice
+            .get("ports")
+            .and_then(Value::as_array)
+            .and_then(|ps| ps.iter().find(|p| port_name(p) == svc_port_name))
+            .and_then(|p| p.get("port"))
+            .and_then(Value::as_u64)
+            .and_then(|n| u16::try_from(n).ok())
+            .or(numeric_target);
+        let Some(target) = slice_port else { continue };
+        for endpoint in slice
+            .get("endpoints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            // An absent `ready` means ready, as consumers of EndpointSlices treat it.
+            if endpoint
+                .pointer("/conditions/ready")
+                .and_then(Value::as_bool)
+                == Some(false)
+            {
+                continue;
+            }
+            if let Some(addr) = endpoint.pointer("/addresses/0").and_then(Value::as_str) {
+                candidates.push((addr.to_owned(), target));
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Err(ResolveError::NoEndpoints(service.to_owned()));
+    }
+    let pick = rand::random_range(0..candidates.len());
+    Ok(candidates.swap_remove(pick))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A TLS client configuration trusting exactly the PEM certificates in `ca_pem` (none when it
+/// holds none: every server is then refused).
+pub fn verified_tls_config(ca_pem: &[u8]) -> Result<rustls::ClientConfig, rustls::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    let mut reader = ca_pem;
+    for cert in rustls_pemfile::certs(&mut reader).flatten() {
+        // A malformed certificate in the bundle is skipped, like Go's AppendCertsFromPEM does.
+        let _ = roots.add(cert);
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// Accepts any server certificate: what `InsecureSkipVerify` does in the API server's service
+/// proxy and the kubelet's HTTPS probes. Signatures are still checked so the handshake is sound.
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS client configuration that does not verify the server's certificate.
+pub fn insecure_tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
+    let provider = provider();
+    Ok(
+        rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+            .with_no_client_auth(),
+    )
+}
+
+/// Why an HTTP exchange failed, worded as Go's net/http and crypto/tls word it (the API server's
+/// messages embed these).
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// TCP connect failed.
+    #[error("dial tcp {addr}: {reason}")]
+    Dial {
+        /// The address dialled.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The TLS handshake failed.
+    #[error("{0}")]
+    Tls(String),
+    /// Sending the request or reading the response failed.
+    #[error("{0}")]
+    Http(String),
+}
+
+fn dial_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connect: connection refused".into(),
+        std::io::ErrorKind::TimedOut => "i/o timeout".into(),
+        _ => format!("connect: {e}"),
+    }
+}
+
+fn tls_reason(e: &std::io::Error) -> String {
+    use rustls::CertificateError as C;
+    let Some(err) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => "EOF".into(),
+            _ => format!("tls: {e}"),
+        };
+    };
+    match err {
+        rustls::Error::InvalidCertificate(C::UnknownIssuer) => {
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority".into()
+        }
+        rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            "tls: failed to verify certificate: x509: certificate is not valid for the requested name".into()
+        }
+        rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. }) => {
+            "tls: failed to verify certificate: x509: certificate has expired or is not yet valid".into()
+        }
+        other => format!("tls: {other}"),
+    }
+}
+
+/// Whether a request goes over plain TCP or TLS.
+#[derive(Clone)]
+pub enum Transport {
+    /// Plain HTTP.
+    Plain,
+    /// HTTPS with this configuration and server name.
+    Tls(Arc<rustls::ClientConfig>, String),
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Plain => f.write_str("Plain"),
+            Self::Tls(_, name) => write!(f, "Tls({name})"),
+        }
+    }
+}
+
+/// Sends one request over a fresh HTTP/1.1 connection to `addr` and returns the response with its
+/// body still streaming. The caller bounds the time it takes.
+pub async fn exchange(
+    addr: &str,
+    transport: &Transport,
+    request: http::Request<Body>,
+) -> Result<http::Response<hyper::body::Incoming>, ExchangeError> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| ExchangeError::Dial {
+            addr: addr.to_owned(),
+            reason: dial_reason(&e),
+        })?;
+    let _ = tcp.set_nodelay(true);
+    match transport {
+        Transport::Plain => send(TokioIo::new(tcp), request).await,
+        Transport::Tls(config, server_name) => {
+            let name = ServerName::try_from(server_name.clone()).map_err(|e| {
+                ExchangeError::Tls(format!("tls: invalid server name {server_name:?}: {e}"))
+            })?;
+            let tls = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name, tcp)
+                .await
+                .map_err(|e| ExchangeError::Tls(tls_reason(&e)))?;
+            send(TokioIo::new(tls), request).await
+        }
+    }
+}
+
+async fn send<T>(
+    io: TokioIo<T>,
+    request: http::Request<Body>,
+) -> Result<http::Response<hyper::body::Incoming>, ExchangeError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| ExchangeError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        // The connection ends when the response body is dropped or read to the end.
+        let _ = conn.await;
+    });
+    sender.send_request(request).await.map_err(|e| {
+        if e.is_incomplete_message() || e.is_canceled() {
+            ExchangeError::Http("EOF".into())
+        } else {
+            ExchangeError::Http(e.to_string())
+        }
+    })
+}
+
+/// A `metav1.Status` failure response.
+pub fn status_response(
+    code: http::StatusCode,
+    reason: &str,
+    message: String,
 ) -> http::Response<Body> {
-    let status = serde_json::json!({
+    let status = json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": format!("no endpoints available for service \"{service_ref}\" in namespace \"{namespace}\""),
-        "reason": "ServiceUnavailable",
-        "code": 503,
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
     });
-    http::Response::builder()
-        .status(http::StatusCode::SERVICE_UNAVAILABLE)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Body::from(status.to_string()))
-        .unwrap_or_default()
+    let mut response = http::Response::new(Body::from(status.to_string()));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Parses the URL's service reference: `[scheme:]NAME[:PORT]`.
+fn parse_service_ref(service_ref: &str) -> (bool, String, ServicePort) {
+    let parts: Vec<&str> = service_ref.split(':').collect();
+    let (https, name, port) = match parts.as_slice() {
+        [name] => (false, *name, ""),
+        [scheme @ ("http" | "https"), name] if !name.is_empty() => (*scheme == "https", *name, ""),
+        [name, port] => (false, *name, *port),
+        [scheme, name, port] => (*scheme == "https", *name, *port),
+        _ => (false, service_ref, ""),
+    };
+    let port = if port.is_empty() {
+        ServicePort::Unspecified
+    } else if let Ok(n) = port.parse::<i32>() {
+        ServicePort::Number(n)
+    } else {
+        ServicePort::Name(port.to_owned())
+    };
+    (https, name.to_owned(), port)
+}
+
+/// Headers that describe one hop and are not forwarded.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "authorization",
+];
+
+/// Forwards `request` to a ready endpoint of the Service named by `service_ref`
+/// (`https:NAME:PORT`, `NAME:PORT`, `NAME:https`, `NAME`) in `namespace`, at `path_and_query`.
+///
+/// Method, headers (less hop-by-hop ones and `Authorization`) and body are forwarded; for `https:`
+/// the backend's certificate is not verified. 503 when no endpoint is ready, 502 when the
+/// backend cannot be reached.
+pub async fn forward(
+    view: &dyn ClusterView,
+    namespace: &str,
+    service_ref: &str,
+    path_and_query: &str,
+    request: http::Request<Body>,
+) -> http::Response<Body> {
+    let (https, name, port) = parse_service_ref(service_ref);
+    let (ip, target_port) = match resolve_endpoint(view, namespace, &name, &port) {
+        Ok(e) => e,
+        Err(ResolveError::ServiceNotFound(_)) => {
+            return status_response(
+                http::StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("services \"{name}\" not found"),
+            );
+        }
+        Err(e) => {
+            return status_response(
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                e.to_string(),
+            );
+        }
+    };
+    let addr = format!("{ip}:{target_port}");
+    let transport = if https {
+        match insecure_tls_config() {
+            Ok(c) => Transport::Tls(Arc::new(c), ip.clone()),
+            Err(e) => {
+                return status_response(
+                    http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    format!("failed to build tls configuration: {e}"),
+                );
+            }
+        }
+    } else {
+        Transport::Plain
+    };
+    let path_and_query = if path_and_query.starts_with('/') {
+        path_and_query.to_owned()
+    } else {
+        format!("/{path_and_query}")
+    };
+    let (parts, body) = request.into_parts();
+    let mut builder = http::Request::builder()
+        .method(parts.method)
+        .uri(path_and_query.as_str());
+    for (key, value) in &parts.headers {
+        if !HOP_BY_HOP.contains(&key.as_str()) && key != http::header::HOST {
+            builder = builder.header(key, value);
+        }
+    }
+    builder = builder.header(http::header::HOST, addr.as_str());
+    let outgoing = match builder.body(body) {
+        Ok(r) => r,
+        Err(e) => {
+            return status_response(
+                http::StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("failed to build proxied request: {e}"),
+            );
+        }
+    };
+    match exchange(&addr, &transport, outgoing).await {
+        Ok(response) => {
+            let (mut parts, body) = response.into_parts();
+            for h in HOP_BY_HOP {
+                parts.headers.remove(*h);
+            }
+            http::Response::from_parts(parts, Body::new(body.map_err(axum::Error::new)))
+        }
+        Err(e) => status_response(
+            http::StatusCode::BAD_GATEWAY,
+            "ServiceUnavailable",
+            format!("error trying to reach service: {e}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn service_refs_parse_like_the_api_server_does() {
+        assert_eq!(
+            parse_service_ref("https:web:443"),
+            (true, "web".into(), ServicePort::Number(443))
+        );
+        assert_eq!(
+            parse_service_ref("web:8080"),
+            (false, "web".into(), ServicePort::Number(8080))
+        );
+        assert_eq!(
+            parse_service_ref("web:https"),
+            (false, "web".into(), ServicePort::Name("https".into()))
+        );
+        assert_eq!(
+            parse_service_ref("web"),
+            (false, "web".into(), ServicePort::Unspecified)
+        );
+        assert_eq!(
+            parse_service_ref("https:web:"),
+            (true, "web".into(), ServicePort::Unspecified)
+        );
+    }
+
+    /// A view holding a fixed set of objects keyed by resource plural.
+    #[derive(Default)]
+    struct Objects(HashMap<&'static str, Vec<Value>>);
+
+    impl ClusterView for Objects {
+        fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Vec<Value> {
+            self.0
+                .get(resource.resource)
+                .into_iter()
+                .flatten()
+                .filter(|o| {
+                    namespace.is_none()
+                        || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
+                })
+                .cloned()
+                .collect()
+        }
+        fn get(
+            &self,
+            resource: ResourceRef<'_>,
+            namespace: Option<&str>,
+            name: &str,
+        ) -> Option<Value> {
+            self.list(resource, namespace)
+                .into_iter()
+                .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
+        }
+    }
+
+    fn view(ready: &[(&str, bool)]) -> Objects {
+        let mut v = Objects::default();
+        v.0.insert(
+            "services",
+            vec![json!({"metadata": {"name": "web", "namespace": "a"},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": "https"}, {"name": "metrics", "port": 9090, "targetPort": 9090}]}})],
+        );
+        let endpoints: Vec<Value> = ready
+            .iter()
+            .map(|(ip, r)| json!({"addresses": [ip], "conditions": {"ready": r}}))
+            .collect();
+        v.0.insert(
+            "endpointslices",
+            vec![json!({"metadata": {"name": "web-x", "namespace": "a", "labels": {SERVICE_NAME_LABEL: "web"}},
+                "ports": [{"name": "https", "port": 8443}, {"name": "metrics", "port": 9090}], "endpoints": endpoints})],
+        );
+        v
+    }
+
+    #[test]
+    fn resolution_picks_a_ready_endpoint_and_the_slice_port() {
+        let v = view(&[("127.1.0.1", false), ("127.1.0.2", true)]);
+        assert_eq!(
+            resolve_endpoint(&v, "a", "web", &ServicePort::Number(443)).unwrap(),
+            ("127.1.0.2".into(), 8443)
+        );
+        assert_eq!(
+            resolve_endpoint(&v, "a", "web", &ServicePort::Name("metrics".into())).unwrap(),
+            ("127.1.0.2".into(), 9090)
+        );
+    }
+
+    #[test]
+    fn resolution_reports_missing_service_port_and_endpoints() {
+        let v = view(&[("127.1.0.1", false)]);
+        assert_eq!(
+            resolve_endpoint(&v, "a", "web", &ServicePort::Number(443)),
+            Err(ResolveError::NoEndpoints("web".into()))
+        );
+        assert_eq!(
+            resolve_endpoint(&v, "a", "nope", &ServicePort::Number(443)),
+            Err(ResolveError::ServiceNotFound("nope".into()))
+        );
+        assert!(matches!(
+            resolve_endpoint(&v, "a", "web", &ServicePort::Number(1)),
+            Err(ResolveError::NoSuchPort { .. })
+        ));
+        assert!(matches!(
+            resolve_endpoint(&v, "b", "web", &ServicePort::Number(443)),
+            Err(ResolveError::ServiceNotFound(_))
+        ));
+    }
 }

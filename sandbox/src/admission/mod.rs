@@ -1,12 +1,42 @@
-//! Admission: calls the matching mutating, then validating, webhooks for a write.
+//! Admission: calls the matching mutating, then validating, webhooks for a write, over real HTTPS.
 //!
-//! Placeholder interface agreed between the API server and the admission module; the admission
-//! owner replaces the body. The API server calls [`Admission::admit`] for every create and update
-//! (and delete where rules ask for it) after defaulting and before validation and storage.
+//! The API server calls [`Admission::admit`] for every create, update and delete (dry runs
+//! included) after defaulting and before validation and storage. What it does, as
+//! k8s.io/apiserver's webhook dispatchers do:
+//!
+//! - Mutating webhooks run in order (configurations sorted by name, webhooks in their listed
+//!   order), each seeing the object as earlier ones patched it; then validating webhooks run on
+//!   the final object. The real API server calls validating webhooks in parallel; the sandbox
+//!   calls them one after another and stops at the first refusal (same outcome, more latency).
+//! - A webhook is called when one of its rules matches (see [`rules`]), its `namespaceSelector`
+//!   matches the namespace's labels (a Namespace's own labels for Namespace objects; cluster-scoped
+//!   objects always match) and its `objectSelector` matches the new or the old object's labels.
+//!   `matchConditions` (CEL) are not evaluated: a webhook with conditions is called as if they held.
+//! - `reinvocationPolicy: IfNeeded`: when a webhook changed the object after an `IfNeeded` webhook
+//!   ran, those earlier webhooks run once more, in order, at the end of the mutating pass.
+//! - Failures: a call that fails (no endpoint, refused connection, TLS error, timeout, invalid
+//!   response) rejects the request with a 500 `InternalError` under `failurePolicy: Fail` (the
+//!   default) and is skipped under `Ignore`. A refusal (`allowed: false`) returns the webhook's
+//!   status (code at least 400, message `admission webhook "NAME" denied the request: MSG`).
+//! - Dry runs reach only webhooks with `sideEffects: None` or `NoneOnDryRun`; others refuse the
+//!   request with 400, as the real server does.
 
+pub mod call;
+pub mod review;
+pub mod rules;
+pub mod selector;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, RuleWithOperations, ValidatingWebhook, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use crate::view::ClusterView;
+use crate::view::{ClusterView, ResourceRef};
+use rules::MatchPolicy;
 
 /// The operation being admitted, as AdmissionReview spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,9 +107,339 @@ pub enum Outcome {
 #[derive(Clone, Debug, Default)]
 pub struct Admission {}
 
+const MUTATING: ResourceRef<'static> = ResourceRef {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    resource: "mutatingwebhookconfigurations",
+};
+const VALIDATING: ResourceRef<'static> = ResourceRef {
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    resource: "validatingwebhookconfigurations",
+};
+const NAMESPACES: ResourceRef<'static> = ResourceRef {
+    group: "",
+    version: "v1",
+    resource: "namespaces",
+};
+
+/// Default `timeoutSeconds` in admissionregistration/v1.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One webhook, from either kind of configuration, with defaults applied.
+#[derive(Clone, Debug)]
+struct Hook {
+    name: String,
+    rules: Vec<RuleWithOperations>,
+    namespace_selector: LabelSelector,
+    object_selector: LabelSelector,
+    match_policy: MatchPolicy,
+    fail_open: bool,
+    side_effects: String,
+    timeout: Duration,
+    reinvoke_if_needed: bool,
+    client: WebhookClientConfig,
+}
+
+fn timeout_of(seconds: Option<i32>) -> Duration {
+    seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_TIMEOUT, Duration::from_secs)
+}
+
+impl From<MutatingWebhook> for Hook {
+    fn from(w: MutatingWebhook) -> Self {
+        Self {
+            match_policy: MatchPolicy::parse(w.match_policy.as_deref()),
+            fail_open: w.failure_policy.as_deref() == Some("Ignore"),
+            timeout: timeout_of(w.timeout_seconds),
+            reinvoke_if_needed: w.reinvocation_policy.as_deref() == Some("IfNeeded"),
+            name: w.name,
+            rules: w.rules.unwrap_or_default(),
+            namespace_selector: w.namespace_selector.unwrap_or_default(),
+            object_selector: w.object_selector.unwrap_or_default(),
+            side_effects: w.side_effects,
+            client: w.client_config,
+        }
+    }
+}
+
+impl From<ValidatingWebhook> for Hook {
+    fn from(w: ValidatingWebhook) -> Self {
+        Self {
+            match_policy: MatchPolicy::parse(w.match_policy.as_deref()),
+            fail_open: w.failure_policy.as_deref() == Some("Ignore"),
+            timeout: timeout_of(w.timeout_seconds),
+            reinvoke_if_needed: false,
+            name: w.name,
+            rules: w.rules.unwrap_or_default(),
+            namespace_selector: w.namespace_selector.unwrap_or_default(),
+            object_selector: w.object_selector.unwrap_or_default(),
+            side_effects: w.side_effects,
+            client: w.client_config,
+        }
+    }
+}
+
+/// The webhooks of every configuration of one kind, configurations sorted by name.
+fn load_hooks<W>(view: &dyn ClusterView, resource: ResourceRef<'_>) -> Vec<Hook>
+where
+    W: serde::de::DeserializeOwned + Into<Hook>,
+{
+    let mut configs = view.list(resource, None);
+    configs.sort_by(|a, b| {
+        let name = |o: &Value| {
+            o.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        name(a).cmp(&name(b))
+    });
+    let mut hooks = Vec::new();
+    for config in configs {
+        let config_name = config
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        for webhook in config
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            match serde_json::from_value::<W>(webhook.clone()) {
+                Ok(w) => hooks.push(w.into()),
+                Err(e) => tracing::warn!(
+                    configuration = config_name,
+                    error = %e,
+                    "skipping a webhook the sandbox cannot read"
+                ),
+            }
+        }
+    }
+    hooks
+}
+
+/// A request-unique id shaped like a UUID.
+fn new_uid() -> String {
+    let n: u128 = rand::random();
+    let h = format!("{n:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// Why a webhook was not simply allowed.
+enum Stop {
+    /// Reject the request with this status.
+    Deny(Value),
+}
+
 impl Admission {
     /// Runs mutating then validating webhooks that match `attrs`.
-    pub async fn admit(&self, _view: &dyn ClusterView, attrs: Attributes) -> Outcome {
-        Outcome::Allowed { object: attrs.object, warnings: Vec::new() }
+    pub async fn admit(&self, view: &dyn ClusterView, attrs: Attributes) -> Outcome {
+        if rules::is_exempt(&attrs) {
+            return Outcome::Allowed {
+                object: attrs.object,
+                warnings: Vec::new(),
+            };
+        }
+        let mutating = load_hooks::<MutatingWebhook>(view, MUTATING);
+        let validating = load_hooks::<ValidatingWebhook>(view, VALIDATING);
+        if mutating.is_empty() && validating.is_empty() {
+            return Outcome::Allowed {
+                object: attrs.object,
+                warnings: Vec::new(),
+            };
+        }
+        let uid = new_uid();
+        let mut run = Run {
+            view,
+            attrs: &attrs,
+            uid: &uid,
+            object: attrs.object.clone(),
+            warnings: Vec::new(),
+        };
+        match run.all(&mutating, &validating).await {
+            Ok(()) => Outcome::Allowed {
+                object: run.object,
+                warnings: run.warnings,
+            },
+            Err(Stop::Deny(status)) => Outcome::Denied(status),
+        }
+    }
+}
+
+/// One admission run: the object as patched so far and the warnings collected.
+struct Run<'a> {
+    view: &'a dyn ClusterView,
+    attrs: &'a Attributes,
+    uid: &'a str,
+    object: Option<Value>,
+    warnings: Vec<String>,
+}
+
+impl Run<'_> {
+    async fn all(&mut self, mutating: &[Hook], validating: &[Hook]) -> Result<(), Stop> {
+        // Indices of IfNeeded webhooks invoked since the last change, and of those to reinvoke.
+        let mut invoked_reinvocable: Vec<usize> = Vec::new();
+        let mut reinvoke: BTreeSet<usize> = BTreeSet::new();
+        for (i, hook) in mutating.iter().enumerate() {
+            if !self.matches(hook)? {
+                continue;
+            }
+            if self.call(hook, true).await? {
+                reinvoke.extend(invoked_reinvocable.drain(..));
+            }
+            if hook.reinvoke_if_needed {
+                invoked_reinvocable.push(i);
+            }
+        }
+        for i in reinvoke {
+            let hook = &mutating[i];
+            if self.matches(hook)? {
+                self.call(hook, true).await?;
+            }
+        }
+        for hook in validating {
+            if self.matches(hook)? {
+                self.call(hook, false).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn matches(&self, hook: &Hook) -> Result<bool, Stop> {
+        let attrs = self.attrs;
+        if !rules::any_rule_matches(&hook.rules, hook.match_policy, attrs) {
+            return Ok(false);
+        }
+        let selector_error =
+            |e: selector::InvalidSelector| Stop::Deny(review::internal_error(&e.to_string()));
+        if let Some(labels) = self.namespace_labels()
+            && !selector::matches(&hook.namespace_selector, &labels).map_err(selector_error)?
+        {
+            return Ok(false);
+        }
+        let object_matches = |obj: Option<&Value>| -> Result<bool, Stop> {
+            match obj {
+                Some(o) => selector::matches(&hook.object_selector, &selector::labels_of(o))
+                    .map_err(selector_error),
+                None => Ok(false),
+            }
+        };
+        let empty = hook
+            .object_selector
+            .match_labels
+            .as_ref()
+            .is_none_or(|m| m.is_empty())
+            && hook
+                .object_selector
+                .match_expressions
+                .as_ref()
+                .is_none_or(|m| m.is_empty());
+        if !empty
+            && !object_matches(self.object.as_ref())?
+            && !object_matches(attrs.old_object.as_ref())?
+        {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// The labels the `namespaceSelector` is matched against; `None` when it does not apply
+    /// (cluster-scoped objects other than Namespaces).
+    fn namespace_labels(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        let attrs = self.attrs;
+        let is_namespace = attrs.group.is_empty() && attrs.resource == "namespaces";
+        if is_namespace
+            && attrs.subresource.is_empty()
+            && matches!(attrs.operation, Operation::Create | Operation::Update)
+        {
+            return Some(
+                self.object
+                    .as_ref()
+                    .map(selector::labels_of)
+                    .unwrap_or_default(),
+            );
+        }
+        let name = match attrs.namespace.as_deref().filter(|n| !n.is_empty()) {
+            Some(ns) => ns,
+            None if is_namespace => attrs.name.as_str(),
+            None => return None,
+        };
+        Some(
+            self.view
+                .get(NAMESPACES, None, name)
+                .as_ref()
+                .map(selector::labels_of)
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Calls one webhook; returns whether it changed the object.
+    async fn call(&mut self, hook: &Hook, mutating: bool) -> Result<bool, Stop> {
+        if self.attrs.dry_run && !matches!(hook.side_effects.as_str(), "None" | "NoneOnDryRun") {
+            return Err(Stop::Deny(review::bad_request(format!(
+                "admission webhook {:?} does not support dry run",
+                hook.name
+            ))));
+        }
+        let body = review::request(self.uid, self.attrs, self.object.as_ref());
+        let started = std::time::Instant::now();
+        let verdict = call::post(
+            self.view,
+            &hook.client,
+            hook.timeout,
+            body.to_string().into_bytes(),
+        )
+        .await
+        .and_then(|bytes| {
+            review::parse_response(self.uid, &bytes).map_err(|e| call::CallFailure(e.to_string()))
+        });
+        let verdict = match verdict {
+            Ok(Ok(v)) => v,
+            Ok(Err(bad_patch)) => {
+                return Err(Stop::Deny(review::internal_error(&bad_patch.to_string())));
+            }
+            Err(failure) => {
+                let message = format!("failed calling webhook {:?}: {failure}", hook.name);
+                if hook.fail_open {
+                    tracing::warn!(webhook = %hook.name, elapsed_ms = started.elapsed().as_millis() as u64, "{message}; failurePolicy Ignore, continuing");
+                    return Ok(false);
+                }
+                tracing::warn!(webhook = %hook.name, elapsed_ms = started.elapsed().as_millis() as u64, "{message}; failurePolicy Fail, rejecting");
+                return Err(Stop::Deny(review::internal_error(&message)));
+            }
+        };
+        tracing::debug!(webhook = %hook.name, allowed = verdict.allowed, elapsed_ms = started.elapsed().as_millis() as u64, "webhook answered");
+        self.warnings.extend(verdict.warnings);
+        if !verdict.allowed {
+            return Err(Stop::Deny(review::denial(
+                &hook.name,
+                verdict.status.as_ref(),
+            )));
+        }
+        let (Some(patch), true, Some(object)) = (verdict.patch, mutating, self.object.as_ref())
+        else {
+            return Ok(false);
+        };
+        let mut patched = object.clone();
+        if let Err(e) = json_patch::patch(&mut patched, &patch) {
+            return Err(Stop::Deny(review::internal_error(&format!(
+                "failed calling webhook {:?}: failed to apply patch: {e}",
+                hook.name
+            ))));
+        }
+        let changed = Some(&patched) != self.object.as_ref();
+        self.object = Some(patched);
+        Ok(changed)
     }
 }

@@ -42,7 +42,9 @@ pub struct WorkloadHandle {
 
 /// Starts the workload controllers and the pod runner.
 pub async fn start(ctx: WorkloadContext) -> anyhow::Result<WorkloadHandle> {
-    Ok(WorkloadHandle { shutdown: ctx.shutdown.child_token() })
+    Ok(WorkloadHandle {
+        shutdown: ctx.shutdown.child_token(),
+    })
 }
 
 impl WorkloadHandle {

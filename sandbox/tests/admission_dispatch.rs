@@ -1,0 +1,630 @@
+//! Admission against a real HTTPS webhook server and an in-memory view: the fastest tier, calling
+//! `Admission::admit` directly.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod admission_support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use admission_support::{
+    Ca, FakeView, WebhookServer, allow, mutating_config, pod_create, validating_config,
+};
+use initializer_sandbox::admission::{Admission, Outcome};
+use serde_json::{Value, json};
+
+const NS: &str = "webhooks";
+const SVC: &str = "hook";
+const SVC_DNS: &str = "hook.webhooks.svc";
+
+fn allowed(outcome: Outcome) -> (Value, Vec<String>) {
+    match outcome {
+        Outcome::Allowed { object, warnings } => (object.unwrap(), warnings),
+        Outcome::Denied(status) => panic!("expected allowed, got denied: {status}"),
+    }
+}
+
+fn denied(outcome: Outcome) -> Value {
+    match outcome {
+        Outcome::Allowed { object, .. } => panic!("expected denied, got allowed: {object:?}"),
+        Outcome::Denied(status) => status,
+    }
+}
+
+async fn setup(script: admission_support::Script) -> (Ca, WebhookServer, FakeView) {
+    let ca = Ca::new("webhook-ca");
+    let server = WebhookServer::start("127.0.0.1", &ca, &[SVC_DNS], script).await;
+    let view = FakeView::default();
+    view.namespace("team", json!({"env": "test"}));
+    view.namespace(NS, json!({}));
+    view.service_at(NS, SVC, server.addr);
+    (ca, server, view)
+}
+
+#[tokio::test]
+async fn mutating_webhook_patch_is_applied_and_warnings_are_returned() {
+    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+        (allow(r, Some(json!([{"op": "add", "path": "/metadata/annotations", "value": {"mutated": "yes"}}])), &["be careful"]), Duration::ZERO)
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    let (object, warnings) = allowed(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(object["metadata"]["annotations"]["mutated"], "yes");
+    assert_eq!(warnings, vec!["be careful".to_owned()]);
+    assert_eq!(server.calls(), 1);
+    let review = server.reviews.lock().unwrap()[0].clone();
+    assert_eq!(review["request"]["operation"], "CREATE");
+    assert_eq!(review["request"]["namespace"], "team");
+    assert_eq!(review["request"]["kind"]["kind"], "Pod");
+    assert_eq!(review["request"]["userInfo"]["username"], "admin");
+    assert_eq!(review["request"]["object"]["metadata"]["name"], "p");
+}
+
+#[tokio::test]
+async fn denial_carries_the_webhooks_message_and_code() {
+    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
+        (json!({"uid": r["request"]["uid"], "allowed": false, "status": {"code": 403, "message": "pods must say please"}}), Duration::ZERO)
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(
+        status["message"],
+        "admission webhook \"m.example.com\" denied the request: pods must say please"
+    );
+    assert_eq!(status["code"], 403);
+    assert_eq!(status["status"], "Failure");
+}
+
+#[tokio::test]
+async fn validating_webhook_sees_the_mutated_object_and_can_deny() {
+    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+        if r["request"]["object"]["metadata"]["labels"]["mutated"] == "true" {
+            (json!({"uid": r["request"]["uid"], "allowed": false, "status": {"message": "saw the mutation"}}), Duration::ZERO)
+        } else {
+            (allow(r, Some(json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "true"}])), &[]), Duration::ZERO)
+        }
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    view.add(
+        "validatingwebhookconfigurations",
+        validating_config("v", "v.example.com", NS, SVC, &ca, json!({})),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(
+        status["message"],
+        "admission webhook \"v.example.com\" denied the request: saw the mutation"
+    );
+    assert_eq!(status["code"], 400);
+    assert_eq!(server.calls(), 2);
+}
+
+#[tokio::test]
+async fn configurations_run_in_name_order_sharing_one_uid() {
+    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+        let trail = r["request"]["object"]["metadata"]["annotations"]["trail"].as_str().unwrap_or_default().to_owned();
+        (allow(r, Some(json!([{"op": "add", "path": "/metadata/annotations", "value": {"trail": format!("{trail}x")}}])), &[]), Duration::ZERO)
+    }))
+    .await;
+    for name in ["zeta", "alpha", "mid"] {
+        let mut config = mutating_config(
+            name,
+            &format!("{name}.example.com"),
+            NS,
+            SVC,
+            &ca,
+            json!({}),
+        );
+        config["webhooks"][0]["clientConfig"]["service"]["path"] = json!(format!("/{name}"));
+        view.add("mutatingwebhookconfigurations", config);
+    }
+    let (object, _) = allowed(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    // Each webhook saw the previous one's patch.
+    assert_eq!(object["metadata"]["annotations"]["trail"], "xxx");
+    assert_eq!(
+        *server.paths.lock().unwrap(),
+        vec!["/alpha", "/mid", "/zeta"]
+    );
+    let reviews = server.reviews.lock().unwrap().clone();
+    let uid = reviews[0]["request"]["uid"].clone();
+    assert!(uid.as_str().is_some_and(|u| u.len() == 36));
+    assert!(reviews.iter().all(|r| r["request"]["uid"] == uid));
+}
+
+#[tokio::test]
+async fn failure_policy_fail_rejects_with_the_api_servers_message_when_the_server_is_down() {
+    let ca = Ca::new("ca");
+    let view = FakeView::default();
+    view.namespace("team", json!({}));
+    // A port nothing listens on: bind, read the port, close.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    view.service_at(NS, SVC, closed);
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config(
+            "m",
+            "m.example.com",
+            NS,
+            SVC,
+            &ca,
+            json!({"timeoutSeconds": 5}),
+        ),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(status["code"], 500);
+    assert_eq!(status["reason"], "InternalError");
+    assert_eq!(
+        status["message"],
+        format!(
+            "Internal error occurred: failed calling webhook \"m.example.com\": failed to call webhook: Post \"https://hook.webhooks.svc:443/mutate?timeout=5s\": dial tcp {closed}: connect: connection refused"
+        )
+    );
+}
+
+#[tokio::test]
+async fn failure_policy_fail_rejects_when_the_service_has_no_endpoints() {
+    let ca = Ca::new("ca");
+    let view = FakeView::default();
+    view.namespace("team", json!({}));
+    view.add(
+        "services",
+        json!({"metadata": {"name": SVC, "namespace": NS}, "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443}]}}),
+    );
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: failed calling webhook \"m.example.com\": failed to call webhook: Post \"https://hook.webhooks.svc:443/mutate?timeout=10s\": no endpoints available for service \"hook\""
+    );
+}
+
+#[tokio::test]
+async fn failure_policy_ignore_proceeds_unchanged_when_the_server_is_down() {
+    let ca = Ca::new("ca");
+    let view = FakeView::default();
+    view.namespace("team", json!({}));
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    view.service_at(NS, SVC, closed);
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config(
+            "m",
+            "m.example.com",
+            NS,
+            SVC,
+            &ca,
+            json!({"failurePolicy": "Ignore"}),
+        ),
+    );
+    let attrs = pod_create("team", "p", json!({"a": "b"}));
+    let original = attrs.object.clone().unwrap();
+    let (object, _) = allowed(Admission::default().admit(&view, attrs).await);
+    assert_eq!(object, original);
+}
+
+async fn timed_admission(policy: &str, timeout_seconds: u64) -> (Outcome, Duration) {
+    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
+        (allow(r, None, &[]), Duration::from_secs(30))
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config(
+            "m",
+            "m.example.com",
+            NS,
+            SVC,
+            &ca,
+            json!({"failurePolicy": policy, "timeoutSeconds": timeout_seconds}),
+        ),
+    );
+    let started = Instant::now();
+    let outcome = Admission::default()
+        .admit(&view, pod_create("team", "p", json!({})))
+        .await;
+    (outcome, started.elapsed())
+}
+
+#[tokio::test]
+async fn timeout_seconds_is_honoured_within_ten_percent_under_fail() {
+    let (outcome, elapsed) = timed_admission("Fail", 2).await;
+    println!("timeoutSeconds=2 (Fail): admission took {elapsed:?}");
+    let status = denied(outcome);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("?timeout=2s\": context deadline exceeded"),
+        "{status}"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(1800) && elapsed <= Duration::from_millis(2200),
+        "took {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn timeout_seconds_is_honoured_within_ten_percent_under_ignore() {
+    let (outcome, elapsed) = timed_admission("Ignore", 1).await;
+    println!("timeoutSeconds=1 (Ignore): admission took {elapsed:?}");
+    allowed(outcome);
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed <= Duration::from_millis(1100),
+        "took {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn ca_bundle_check_rejects_a_server_signed_by_another_ca() {
+    let (_ca, _server, view) =
+        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    let other = Ca::new("someone-else");
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &other, json!({})),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert!(
+        status["message"].as_str().unwrap().ends_with(
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        ),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn server_certificate_must_name_the_service() {
+    let ca = Ca::new("ca");
+    let server = WebhookServer::start(
+        "127.0.0.1",
+        &ca,
+        &["other.webhooks.svc"],
+        Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO)),
+    )
+    .await;
+    let view = FakeView::default();
+    view.namespace("team", json!({}));
+    view.service_at(NS, SVC, server.addr);
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("x509: certificate is not valid"),
+        "{status}"
+    );
+    assert_eq!(server.calls(), 0);
+}
+
+#[tokio::test]
+async fn namespace_selector_is_matched_against_the_namespaces_labels() {
+    let (ca, server, view) =
+        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    view.namespace("prod", json!({"env": "prod"}));
+    view.namespace("kube-system", json!({}));
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({"namespaceSelector": {
+            "matchLabels": {"env": "test"},
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}})),
+    );
+    let admission = Admission::default();
+    allowed(
+        admission
+            .admit(&view, pod_create("prod", "p", json!({})))
+            .await,
+    );
+    allowed(
+        admission
+            .admit(&view, pod_create("kube-system", "p", json!({})))
+            .await,
+    );
+    assert_eq!(server.calls(), 0);
+    allowed(
+        admission
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(server.calls(), 1);
+}
+
+#[tokio::test]
+async fn object_selector_excludes_labelled_objects() {
+    let (ca, server, view) =
+        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({"objectSelector": {
+            "matchExpressions": [{"key": "initializer.dev/excluded", "operator": "DoesNotExist"}]}})),
+    );
+    let admission = Admission::default();
+    allowed(
+        admission
+            .admit(
+                &view,
+                pod_create("team", "own", json!({"initializer.dev/excluded": "true"})),
+            )
+            .await,
+    );
+    assert_eq!(server.calls(), 0);
+    allowed(
+        admission
+            .admit(&view, pod_create("team", "other", json!({"app": "x"})))
+            .await,
+    );
+    assert_eq!(server.calls(), 1);
+}
+
+#[tokio::test]
+async fn rules_that_do_not_match_the_request_skip_the_webhook() {
+    let (ca, server, view) =
+        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({"rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"], "operations": ["CREATE"]}]})),
+    );
+    allowed(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(server.calls(), 0);
+}
+
+#[tokio::test]
+async fn if_needed_webhook_is_reinvoked_once_after_a_later_webhook_changes_the_object() {
+    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+        let labels = &r["request"]["object"]["metadata"]["labels"];
+        // "/first" adds label a when absent; "/second" adds label b when absent.
+        let patch = if labels.get("a").is_none() {
+            Some(json!([{"op": "add", "path": "/metadata/labels/a", "value": "1"}]))
+        } else if labels.get("b").is_none() {
+            Some(json!([{"op": "add", "path": "/metadata/labels/b", "value": "1"}]))
+        } else {
+            None
+        };
+        (allow(r, patch, &[]), Duration::ZERO)
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config(
+            "a-first",
+            "first.example.com",
+            NS,
+            SVC,
+            &ca,
+            json!({"reinvocationPolicy": "IfNeeded"}),
+        ),
+    );
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("b-second", "second.example.com", NS, SVC, &ca, json!({})),
+    );
+    let (object, _) = allowed(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(object["metadata"]["labels"], json!({"a": "1", "b": "1"}));
+    // first, second, then first again because second changed the object.
+    assert_eq!(server.calls(), 3);
+}
+
+#[tokio::test]
+async fn if_needed_webhook_is_not_reinvoked_when_nothing_changes_after_it() {
+    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+        let labels = &r["request"]["object"]["metadata"]["labels"];
+        let patch = labels
+            .get("a")
+            .is_none()
+            .then(|| json!([{"op": "add", "path": "/metadata/labels/a", "value": "1"}]));
+        (allow(r, patch, &[]), Duration::ZERO)
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config(
+            "a-first",
+            "first.example.com",
+            NS,
+            SVC,
+            &ca,
+            json!({"reinvocationPolicy": "IfNeeded"}),
+        ),
+    );
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("b-second", "second.example.com", NS, SVC, &ca, json!({})),
+    );
+    allowed(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(server.calls(), 2);
+}
+
+#[tokio::test]
+async fn response_for_another_uid_is_a_failed_call() {
+    let (ca, _server, view) = setup(Arc::new(|_: &Value| {
+        (json!({"uid": "not-yours", "allowed": true}), Duration::ZERO)
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("received invalid webhook response: expected response.uid="),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn dry_run_is_refused_by_a_webhook_with_side_effects() {
+    let (ca, server, view) =
+        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config(
+            "m",
+            "m.example.com",
+            NS,
+            SVC,
+            &ca,
+            json!({"sideEffects": "Some"}),
+        ),
+    );
+    let mut attrs = pod_create("team", "p", json!({}));
+    attrs.dry_run = true;
+    let status = denied(Admission::default().admit(&view, attrs).await);
+    assert_eq!(status["code"], 400);
+    assert_eq!(
+        status["message"],
+        "admission webhook \"m.example.com\" does not support dry run"
+    );
+    assert_eq!(server.calls(), 0);
+}
+
+#[tokio::test]
+async fn dry_run_reaches_a_side_effect_free_webhook_flagged_as_dry_run() {
+    let (ca, server, view) =
+        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    let mut attrs = pod_create("team", "p", json!({}));
+    attrs.dry_run = true;
+    allowed(Admission::default().admit(&view, attrs).await);
+    assert_eq!(server.reviews.lock().unwrap()[0]["request"]["dryRun"], true);
+}
+
+#[tokio::test]
+async fn url_client_config_is_called_with_its_host_verified() {
+    let ca = Ca::new("ca");
+    let server = WebhookServer::start(
+        "127.0.0.1",
+        &ca,
+        &["127.0.0.1"],
+        Arc::new(|r: &Value| {
+            (
+                allow(
+                    r,
+                    Some(json!([{"op": "add", "path": "/metadata/labels/url", "value": "yes"}])),
+                    &[],
+                ),
+                Duration::ZERO,
+            )
+        }),
+    )
+    .await;
+    let view = FakeView::default();
+    view.namespace("team", json!({}));
+    let mut config = mutating_config("m", "m.example.com", NS, SVC, &ca, json!({}));
+    config["webhooks"][0]["clientConfig"] = json!({"url": format!("https://127.0.0.1:{}/mutate", server.addr.port()), "caBundle": ca.bundle()});
+    view.add("mutatingwebhookconfigurations", config);
+    let (object, _) = allowed(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(object["metadata"]["labels"]["url"], "yes");
+}
+
+#[tokio::test]
+async fn patch_that_cannot_apply_is_an_internal_error_even_under_ignore() {
+    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
+        (
+            allow(
+                r,
+                Some(json!([{"op": "replace", "path": "/no/such/path", "value": 1}])),
+                &[],
+            ),
+            Duration::ZERO,
+        )
+    }))
+    .await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config(
+            "m",
+            "m.example.com",
+            NS,
+            SVC,
+            &ca,
+            json!({"failurePolicy": "Ignore"}),
+        ),
+    );
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(status["code"], 500);
+}

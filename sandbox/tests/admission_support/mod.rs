@@ -1,0 +1,332 @@
+//! Test helpers for admission: a CA that issues serving certificates, a small HTTPS admission
+//! webhook server with a scripted handler, and an in-memory `ClusterView`.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use http_body_util::BodyExt as _;
+use hyper_util::rt::TokioIo;
+use initializer_sandbox::view::{ClusterView, ResourceRef};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use serde_json::{Value, json};
+
+/// A certificate authority for tests.
+pub struct Ca {
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    pub fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        Self {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A serving certificate and key (PEM) for `names`.
+    pub fn issue(&self, names: &[&str]) -> (String, String) {
+        let params =
+            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+                .unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// The `caBundle` value for a webhook configuration.
+    pub fn bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.pem)
+    }
+}
+
+/// What the scripted webhook answers for one review: the `response` object and a delay.
+pub type Script = Arc<dyn Fn(&Value) -> (Value, Duration) + Send + Sync>;
+
+/// A running HTTPS admission webhook server.
+pub struct WebhookServer {
+    pub addr: SocketAddr,
+    pub calls: Arc<AtomicUsize>,
+    /// Every AdmissionReview request received, in order.
+    pub reviews: Arc<Mutex<Vec<Value>>>,
+    /// The request path of every call, in order.
+    pub paths: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for WebhookServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl WebhookServer {
+    /// Serves on `ip` (port chosen by the OS) with a certificate from `ca` for `names`.
+    pub async fn start(ip: &str, ca: &Ca, names: &[&str], script: Script) -> Self {
+        let (cert_pem, key_pem) = ca.issue(names);
+        let certs = rustls_pemfile::certs(&mut cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
+            .unwrap()
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let reviews = Arc::new(Mutex::new(Vec::new()));
+        let paths = Arc::new(Mutex::new(Vec::new()));
+        let (calls2, reviews2, paths2) = (calls.clone(), reviews.clone(), paths.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let (script, calls, reviews, paths) = (
+                    script.clone(),
+                    calls2.clone(),
+                    reviews2.clone(),
+                    paths2.clone(),
+                );
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let (script, calls, reviews, paths) = (
+                                script.clone(),
+                                calls.clone(),
+                                reviews.clone(),
+                                paths.clone(),
+                            );
+                            async move {
+                                calls.fetch_add(1, Ordering::SeqCst);
+                                paths.lock().unwrap().push(req.uri().path().to_owned());
+                                let body = req.into_body().collect().await.unwrap().to_bytes();
+                                let review: Value = serde_json::from_slice(&body).unwrap();
+                                reviews.lock().unwrap().push(review.clone());
+                                let (response, delay) = script(&review);
+                                tokio::time::sleep(delay).await;
+                                let answer = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+                                Ok::<_, std::convert::Infallible>(
+                                    http::Response::builder()
+                                        .header("content-type", "application/json")
+                                        .body(http_body_util::Full::new(bytes::Bytes::from(
+                                            answer.to_string(),
+                                        )))
+                                        .unwrap(),
+                                )
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            calls,
+            reviews,
+            paths,
+            task,
+        }
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+/// Allows with an optional JSON patch (operations as JSON) and warnings.
+pub fn allow(review: &Value, patch: Option<Value>, warnings: &[&str]) -> Value {
+    let mut r = json!({"uid": review["request"]["uid"], "allowed": true, "warnings": warnings});
+    if let Some(p) = patch {
+        r["patchType"] = json!("JSONPatch");
+        r["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(p.to_string()));
+    }
+    r
+}
+
+/// An in-memory view keyed by resource plural.
+#[derive(Default)]
+pub struct FakeView {
+    objects: Mutex<BTreeMap<&'static str, Vec<Value>>>,
+}
+
+impl FakeView {
+    pub fn add(&self, resource: &'static str, object: Value) {
+        self.objects
+            .lock()
+            .unwrap()
+            .entry(resource)
+            .or_default()
+            .push(object);
+    }
+
+    pub fn clear(&self, resource: &'static str) {
+        self.objects.lock().unwrap().remove(resource);
+    }
+
+    /// A namespace with labels (and `kubernetes.io/metadata.name`, as the API server sets).
+    pub fn namespace(&self, name: &str, labels: Value) {
+        let mut l = labels;
+        l["kubernetes.io/metadata.name"] = json!(name);
+        self.add("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": l}}));
+    }
+
+    /// A Service `name` in `ns` with port 443 → target 8443, and a ready endpoint at `addr`.
+    pub fn service_at(&self, ns: &str, name: &str, addr: SocketAddr) {
+        self.add(
+            "services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": "https"}]}}),
+        );
+        self.add(
+            "endpointslices",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("{name}-abc"), "namespace": ns, "labels": {"kubernetes.io/service-name": name}},
+                "addressType": "IPv4",
+                "ports": [{"name": "https", "port": addr.port(), "protocol": "TCP"}],
+                "endpoints": [{"addresses": [addr.ip().to_string()], "conditions": {"ready": true}}]}),
+        );
+    }
+}
+
+impl ClusterView for FakeView {
+    fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Vec<Value> {
+        let objects = self.objects.lock().unwrap();
+        objects
+            .get(resource.resource)
+            .into_iter()
+            .flatten()
+            .filter(|o| {
+                namespace.is_none()
+                    || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn get(&self, resource: ResourceRef<'_>, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.list(resource, namespace)
+            .into_iter()
+            .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
+    }
+}
+
+/// A MutatingWebhookConfiguration `config` with one webhook for pod creates, calling service
+/// `svc` in `ns` at `/mutate`. `extra` is merged into the webhook.
+pub fn mutating_config(
+    config: &str,
+    webhook: &str,
+    ns: &str,
+    svc: &str,
+    ca: &Ca,
+    extra: Value,
+) -> Value {
+    configuration(
+        "MutatingWebhookConfiguration",
+        config,
+        webhook,
+        ns,
+        svc,
+        ca,
+        extra,
+    )
+}
+
+/// Same, validating.
+pub fn validating_config(
+    config: &str,
+    webhook: &str,
+    ns: &str,
+    svc: &str,
+    ca: &Ca,
+    extra: Value,
+) -> Value {
+    configuration(
+        "ValidatingWebhookConfiguration",
+        config,
+        webhook,
+        ns,
+        svc,
+        ca,
+        extra,
+    )
+}
+
+fn configuration(
+    kind: &str,
+    config: &str,
+    webhook: &str,
+    ns: &str,
+    svc: &str,
+    ca: &Ca,
+    extra: Value,
+) -> Value {
+    let mut hook = json!({
+        "name": webhook,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "clientConfig": {"service": {"name": svc, "namespace": ns, "path": "/mutate", "port": 443}, "caBundle": ca.bundle()},
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
+    });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        hook[k] = v;
+    }
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": config}, "webhooks": [hook]})
+}
+
+/// Pod-create attributes in `ns` for a pod with `labels`.
+pub fn pod_create(
+    ns: &str,
+    name: &str,
+    labels: Value,
+) -> initializer_sandbox::admission::Attributes {
+    initializer_sandbox::admission::Attributes {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Pod".into(),
+        resource: "pods".into(),
+        subresource: String::new(),
+        namespace: Some(ns.into()),
+        name: name.into(),
+        operation: initializer_sandbox::admission::Operation::Create,
+        object: Some(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+        ),
+        old_object: None,
+        dry_run: false,
+        user: initializer_sandbox::admission::UserInfo {
+            username: "admin".into(),
+            groups: vec!["system:masters".into()],
+        },
+    }
+}
