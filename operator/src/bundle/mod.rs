@@ -1,0 +1,168 @@
+//! The OLM registry+v1 bundle: generated from code, written to `bundles/initializer-operator`,
+//! and checked offline against the rules OLM's validators apply.
+//!
+//! The bundle is the one definition of how the operator is installed: OLM reads it, and
+//! `initializer-operator install --bundle DIR` reads the same files (see [`crate::install`]).
+//! [`generate`] and [`validate::check`] are pure; [`Bundle::read`] and [`Bundle::write`] are the
+//! only functions that touch the filesystem.
+
+// The crate's Error carries kube::Error inline; these functions run once per command.
+#![allow(clippy::result_large_err)]
+
+pub mod csv;
+pub mod generate;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub use generate::generate;
+pub use validate::{BundleViolation, check, validate};
+
+use crate::error::Error;
+
+/// OLM package name.
+pub const PACKAGE: &str = "initializer-operator";
+/// The channel every version is published to (and the default channel).
+pub const CHANNEL: &str = "alpha";
+/// Where the bundle is committed, relative to the workspace root.
+pub const BUNDLE_DIR: &str = "bundles/initializer-operator";
+/// The ClusterServiceVersion, relative to the bundle directory.
+pub const CSV_FILE: &str = "manifests/initializer-operator.clusterserviceversion.yaml";
+/// The owned CRD, relative to the bundle directory (same file name as in `crds/manifests/`).
+pub const CRD_FILE: &str = "manifests/initializer.dev_initializers.yaml";
+/// The bundle annotations, relative to the bundle directory.
+pub const ANNOTATIONS_FILE: &str = "metadata/annotations.yaml";
+/// The bundle image's Dockerfile, relative to the bundle directory (its build context).
+pub const DOCKERFILE: &str = "bundle.Dockerfile";
+/// The scorecard configuration, relative to the bundle directory.
+pub const SCORECARD_FILE: &str = "tests/scorecard/config.yaml";
+/// Directories OLM reads wholesale: stale files in them are removed by [`Bundle::write`].
+pub const GENERATED_DIRS: [&str; 3] = ["manifests", "metadata", "tests/scorecard"];
+
+/// A bundle as a set of text files, keyed by path relative to the bundle directory (with `/`
+/// separators).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bundle {
+    /// File contents by relative path.
+    pub files: BTreeMap<String, String>,
+}
+
+impl Bundle {
+    /// Reads every file below `dir`. Files that are not UTF-8 are an error: a bundle is text.
+    pub fn read(dir: &Path) -> Result<Self, Error> {
+        let mut files = BTreeMap::new();
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(current) = pending.pop() {
+            let entries = std::fs::read_dir(&current).map_err(|source| Error::BundleRead {
+                path: current.clone(),
+                source,
+            })?;
+            for entry in entries {
+                let entry = entry.map_err(|source| Error::BundleRead {
+                    path: current.clone(),
+                    source,
+                })?;
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).map_err(|source| Error::BundleRead {
+                    path: path.clone(),
+                    source,
+                })?;
+                files.insert(relative_name(dir, &path), text);
+            }
+        }
+        Ok(Self { files })
+    }
+
+    /// Writes every file below `dir`, creating directories as needed, and removes files in
+    /// [`GENERATED_DIRS`] that are not part of the bundle (a renamed manifest must not linger
+    /// as a second CSV).
+    pub fn write(&self, dir: &Path) -> Result<(), Error> {
+        for (name, text) in &self.files {
+            let path = dir.join(name);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|source| Error::BundleWrite {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
+            }
+            std::fs::write(&path, text).map_err(|source| Error::BundleWrite {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        for generated in GENERATED_DIRS {
+            let sub = dir.join(generated);
+            let Ok(entries) = std::fs::read_dir(&sub) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_file() && !self.files.contains_key(&relative_name(dir, &path)) {
+                    std::fs::remove_file(&path)
+                        .map_err(|source| Error::BundleWrite { path, source })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The text of one file, if present.
+    pub fn file(&self, name: &str) -> Option<&str> {
+        self.files.get(name).map(String::as_str)
+    }
+
+    /// Files directly below `manifests/`, by relative path.
+    pub fn manifests(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.files
+            .iter()
+            .filter(|(name, _)| {
+                name.strip_prefix("manifests/")
+                    .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+            })
+            .map(|(name, text)| (name.as_str(), text.as_str()))
+    }
+}
+
+/// `path` relative to `dir`, with `/` separators whatever the platform.
+fn relative_name(dir: &Path, path: &Path) -> String {
+    let relative: PathBuf = path.strip_prefix(dir).unwrap_or(path).to_path_buf();
+    relative
+        .components()
+        .map(|part| part.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_bundle_reads_back_identically_and_stale_manifests_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        std::fs::write(
+            dir.path().join("manifests/old.clusterserviceversion.yaml"),
+            "x",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("README.md"), "kept").unwrap();
+        let bundle = generate().unwrap();
+        bundle.write(dir.path()).unwrap();
+        let mut read = Bundle::read(dir.path()).unwrap();
+        assert_eq!(read.files.remove("README.md").as_deref(), Some("kept"));
+        assert_eq!(read, bundle);
+    }
+
+    #[test]
+    fn manifests_lists_only_files_directly_in_the_manifests_directory() {
+        let bundle = generate().unwrap();
+        let names: Vec<&str> = bundle.manifests().map(|(name, _)| name).collect();
+        assert_eq!(names, vec![CSV_FILE, CRD_FILE]);
+    }
+}

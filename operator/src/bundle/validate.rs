@@ -1,0 +1,870 @@
+//! Offline validation of a registry+v1 bundle: the rules OLM's bundle and OperatorHub validators
+//! apply, plus typed deserialization of every embedded Kubernetes object, without any OLM tool.
+//!
+//! [`check`] is pure and reports every violation it finds, not just the first; [`validate`]
+//! reads a directory and calls it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::path::Path;
+
+use base64::Engine as _;
+use initializer_crds::Initializer;
+use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::Value;
+
+use super::generate::CAPABILITIES;
+use super::{ANNOTATIONS_FILE, Bundle, DOCKERFILE};
+
+/// Largest allowed bundle, gzip-compressed: what fits in the ConfigMap OLM unpacks it into.
+pub const MAX_COMPRESSED_BYTES: usize = 1024 * 1024;
+
+/// Kinds OLM accepts in a bundle's `manifests/` directory.
+pub const ALLOWED_KINDS: [&str; 20] = [
+    "ClusterServiceVersion",
+    "CustomResourceDefinition",
+    "Secret",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ConfigMap",
+    "ServiceAccount",
+    "Service",
+    "Role",
+    "RoleBinding",
+    "PrometheusRule",
+    "ServiceMonitor",
+    "PodDisruptionBudget",
+    "PriorityClass",
+    "VerticalPodAutoscaler",
+    "ConsoleYAMLSample",
+    "ConsoleQuickStart",
+    "ConsoleCLIDownload",
+    "ConsoleLink",
+    "NetworkPolicy",
+];
+
+/// OperatorHub's categories.
+pub const CATEGORIES: [&str; 17] = [
+    "AI/Machine Learning",
+    "Application Runtime",
+    "Big Data",
+    "Cloud Provider",
+    "Database",
+    "Developer Tools",
+    "Drivers and plugins",
+    "Integration & Delivery",
+    "Logging & Tracing",
+    "Modernization & Migration",
+    "Monitoring",
+    "Networking",
+    "Observability",
+    "OpenShift Optional",
+    "Security",
+    "Storage",
+    "Streaming & Messaging",
+];
+
+/// Icon media types OLM displays.
+pub const ICON_MEDIA_TYPES: [&str; 4] = ["image/gif", "image/jpeg", "image/png", "image/svg+xml"];
+
+/// The four OperatorGroup shapes every CSV must state.
+pub const INSTALL_MODE_TYPES: [&str; 4] = [
+    "OwnNamespace",
+    "SingleNamespace",
+    "MultiNamespace",
+    "AllNamespaces",
+];
+
+/// Annotation keys and, where fixed, their required value.
+const REQUIRED_ANNOTATIONS: [(&str, Option<&str>); 6] = [
+    (
+        "operators.operatorframework.io.bundle.mediatype.v1",
+        Some("registry+v1"),
+    ),
+    (
+        "operators.operatorframework.io.bundle.manifests.v1",
+        Some("manifests/"),
+    ),
+    (
+        "operators.operatorframework.io.bundle.metadata.v1",
+        Some("metadata/"),
+    ),
+    ("operators.operatorframework.io.bundle.package.v1", None),
+    ("operators.operatorframework.io.bundle.channels.v1", None),
+    (
+        "operators.operatorframework.io.bundle.channel.default.v1",
+        None,
+    ),
+];
+const PACKAGE_KEY: &str = "operators.operatorframework.io.bundle.package.v1";
+const CHANNELS_KEY: &str = "operators.operatorframework.io.bundle.channels.v1";
+const DEFAULT_CHANNEL_KEY: &str = "operators.operatorframework.io.bundle.channel.default.v1";
+
+/// CSV metadata annotations OperatorHub requires.
+const REQUIRED_CSV_ANNOTATIONS: [&str; 7] = [
+    "capabilities",
+    "categories",
+    "containerImage",
+    "createdAt",
+    "description",
+    "repository",
+    "support",
+];
+
+/// One broken rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BundleViolation {
+    /// A required file is absent.
+    #[error("{path} is missing")]
+    FileMissing {
+        /// Path relative to the bundle directory.
+        path: String,
+    },
+    /// A file does not parse.
+    #[error("{path} does not parse: {message}")]
+    Unparseable {
+        /// Path relative to the bundle directory.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A required bundle annotation is absent.
+    #[error("annotation {key} is missing from {ANNOTATIONS_FILE}")]
+    AnnotationMissing {
+        /// The annotation key.
+        key: String,
+    },
+    /// A bundle annotation has the wrong value.
+    #[error("annotation {key} is {found:?}, expected {expected}")]
+    AnnotationValue {
+        /// The annotation key.
+        key: String,
+        /// What the file says.
+        found: String,
+        /// What it must say.
+        expected: String,
+    },
+    /// A `bundle.Dockerfile` label differs from the annotation of the same key.
+    #[error("{DOCKERFILE} label {key} is {label:?} but the annotation is {annotation:?}")]
+    DockerfileLabel {
+        /// The label / annotation key.
+        key: String,
+        /// The label's value, if any.
+        label: Option<String>,
+        /// The annotation's value, if any.
+        annotation: Option<String>,
+    },
+    /// A manifest's kind is not one OLM accepts in a bundle.
+    #[error("{path} has kind {kind}, which a bundle may not contain")]
+    KindNotAllowed {
+        /// Path relative to the bundle directory.
+        path: String,
+        /// The kind found.
+        kind: String,
+    },
+    /// There is not exactly one ClusterServiceVersion.
+    #[error("the bundle has {found} ClusterServiceVersions, expected exactly one")]
+    CsvCount {
+        /// How many there are.
+        found: usize,
+    },
+    /// The CSV's name is not `<package>.v<version>`.
+    #[error("the CSV is named {name:?}, expected {expected:?}")]
+    CsvName {
+        /// The name found.
+        name: String,
+        /// `<package>.v<version>`.
+        expected: String,
+    },
+    /// A field OperatorHub requires is absent or empty.
+    #[error("the CSV's {field} is missing or empty")]
+    MissingField {
+        /// Dotted path of the field.
+        field: String,
+    },
+    /// A version field is not semantic versioning.
+    #[error("the CSV's {field} {value:?} is not a semantic version: {message}")]
+    Semver {
+        /// Dotted path of the field.
+        field: String,
+        /// Its value.
+        value: String,
+        /// Why it does not parse.
+        message: String,
+    },
+    /// `capabilities` is not one of OLM's levels.
+    #[error("capabilities {found:?} is not one of {CAPABILITIES:?}")]
+    Capability {
+        /// The value found.
+        found: String,
+    },
+    /// A category is not on OperatorHub's list.
+    #[error("category {found:?} is not an OperatorHub category")]
+    Category {
+        /// The category found.
+        found: String,
+    },
+    /// The icon has a media type consoles cannot show.
+    #[error("icon media type {found:?} is not one of {ICON_MEDIA_TYPES:?}")]
+    IconMediaType {
+        /// The media type found.
+        found: String,
+    },
+    /// The icon is not valid base64.
+    #[error("icon data is not valid base64: {message}")]
+    IconData {
+        /// The decoder's message.
+        message: String,
+    },
+    /// `installModes` does not state each mode once, or does not support AllNamespaces.
+    #[error("installModes are invalid: {message}")]
+    InstallModes {
+        /// What is wrong.
+        message: String,
+    },
+    /// The install strategy is not `deployment`.
+    #[error("install strategy {found:?} is not \"deployment\"")]
+    InstallStrategy {
+        /// The strategy found.
+        found: String,
+    },
+    /// An embedded object does not deserialize into its Kubernetes type.
+    #[error("{path} is not a valid {type_name}: {message}")]
+    EmbeddedObject {
+        /// Where the object is.
+        path: String,
+        /// The Kubernetes type it must be.
+        type_name: String,
+        /// The deserializer's message.
+        message: String,
+    },
+    /// A container of the install strategy has no CPU or memory request.
+    #[error("container {container} of deployment {deployment} has no {resource} request")]
+    MissingRequests {
+        /// Deployment name.
+        deployment: String,
+        /// Container name.
+        container: String,
+        /// `cpu` or `memory`.
+        resource: String,
+    },
+    /// A ServiceAccount manifest duplicates one the CSV's install strategy creates.
+    #[error("service account {name} is both a manifest and in the CSV's permissions")]
+    DuplicateServiceAccount {
+        /// The service account's name.
+        name: String,
+    },
+    /// An owned CRD has no matching CRD file.
+    #[error("owned CRD {name} has no matching CRD manifest: {message}")]
+    OwnedCrd {
+        /// The CRD's name.
+        name: String,
+        /// What does not match.
+        message: String,
+    },
+    /// A CRD file is not listed as owned.
+    #[error("CRD {name} is in the bundle but not owned by the CSV")]
+    CrdNotOwned {
+        /// The CRD's name.
+        name: String,
+    },
+    /// The CRD file differs from what `crdgen` produces.
+    #[error("{path} differs from crdgen's output: run `make bundle`")]
+    CrdDrift {
+        /// Path relative to the bundle directory.
+        path: String,
+    },
+    /// `alm-examples` is missing or not a JSON array.
+    #[error("alm-examples is invalid: {message}")]
+    AlmExamples {
+        /// What is wrong.
+        message: String,
+    },
+    /// An example is not of an owned kind.
+    #[error("alm-examples has a {api_version} {kind}, which the CSV does not own")]
+    AlmExampleNotOwned {
+        /// The example's apiVersion.
+        api_version: String,
+        /// The example's kind.
+        kind: String,
+    },
+    /// `containerImage` is not the image the install strategy runs.
+    #[error("containerImage {annotation:?} is not an image of the install strategy ({images:?})")]
+    ContainerImage {
+        /// The annotation's value.
+        annotation: String,
+        /// The install strategy's images.
+        images: Vec<String>,
+    },
+    /// The bundle is too large for OLM to unpack.
+    #[error("the bundle is {compressed_bytes} bytes gzip-compressed, over {MAX_COMPRESSED_BYTES}")]
+    TooLarge {
+        /// Compressed size.
+        compressed_bytes: usize,
+    },
+}
+
+/// Validates the bundle in `dir`; every violation found is returned.
+pub fn validate(dir: &Path) -> Result<(), Vec<BundleViolation>> {
+    let bundle = Bundle::read(dir).map_err(|err| {
+        vec![BundleViolation::Unparseable {
+            path: dir.display().to_string(),
+            message: err.to_string(),
+        }]
+    })?;
+    let violations = check(&bundle);
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(violations)
+    }
+}
+
+/// Checks every rule against `bundle` and returns every violation.
+pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
+    let mut out = Vec::new();
+    let annotations = check_annotations(bundle, &mut out);
+    check_dockerfile(bundle, &annotations, &mut out);
+
+    let mut csvs = Vec::new();
+    let mut crds = Vec::new();
+    let mut service_accounts = Vec::new();
+    for (path, text) in bundle.manifests() {
+        let value: Value = match serde_yaml::from_str(text) {
+            Ok(value) => value,
+            Err(err) => {
+                out.push(BundleViolation::Unparseable {
+                    path: path.to_string(),
+                    message: err.to_string(),
+                });
+                continue;
+            }
+        };
+        let kind = str_at(&value, &["kind"]).to_string();
+        if !ALLOWED_KINDS.contains(&kind.as_str()) {
+            out.push(BundleViolation::KindNotAllowed {
+                path: path.to_string(),
+                kind: kind.clone(),
+            });
+        }
+        match kind.as_str() {
+            "ClusterServiceVersion" => csvs.push((path, value)),
+            "CustomResourceDefinition" => {
+                match serde_json::from_value::<CustomResourceDefinition>(value) {
+                    Ok(crd) => crds.push((path, text, crd)),
+                    Err(err) => out.push(embedded(path, "CustomResourceDefinition", &err)),
+                }
+            }
+            "ServiceAccount" => {
+                service_accounts.push(str_at(&value, &["metadata", "name"]).to_string())
+            }
+            _ => {}
+        }
+    }
+    if csvs.len() != 1 {
+        out.push(BundleViolation::CsvCount { found: csvs.len() });
+    }
+    if let Some((path, csv)) = csvs.first() {
+        let package = annotations
+            .get(PACKAGE_KEY)
+            .map(String::as_str)
+            .unwrap_or("");
+        check_csv(path, csv, package, &mut out);
+        check_install(path, csv, &service_accounts, &mut out);
+        check_owned_crds(csv, &crds, &mut out);
+    }
+    check_crd_drift(&crds, &mut out);
+    check_size(bundle, &mut out);
+    out
+}
+
+/// Annotation keys and values; returns the annotations for the checks that need them.
+fn check_annotations(bundle: &Bundle, out: &mut Vec<BundleViolation>) -> BTreeMap<String, String> {
+    let Some(text) = bundle.file(ANNOTATIONS_FILE) else {
+        out.push(BundleViolation::FileMissing {
+            path: ANNOTATIONS_FILE.to_string(),
+        });
+        return BTreeMap::new();
+    };
+    #[derive(serde::Deserialize)]
+    struct File {
+        annotations: BTreeMap<String, String>,
+    }
+    let annotations = match serde_yaml::from_str::<File>(text) {
+        Ok(file) => file.annotations,
+        Err(err) => {
+            out.push(BundleViolation::Unparseable {
+                path: ANNOTATIONS_FILE.to_string(),
+                message: err.to_string(),
+            });
+            return BTreeMap::new();
+        }
+    };
+    for (key, expected) in REQUIRED_ANNOTATIONS {
+        match (annotations.get(key), expected) {
+            (None, _) => out.push(BundleViolation::AnnotationMissing {
+                key: key.to_string(),
+            }),
+            (Some(found), Some(expected)) if found != expected => {
+                out.push(BundleViolation::AnnotationValue {
+                    key: key.to_string(),
+                    found: found.clone(),
+                    expected: expected.to_string(),
+                })
+            }
+            (Some(found), None) if found.trim().is_empty() => {
+                out.push(BundleViolation::AnnotationValue {
+                    key: key.to_string(),
+                    found: found.clone(),
+                    expected: "a non-empty value".to_string(),
+                })
+            }
+            _ => {}
+        }
+    }
+    if let (Some(channels), Some(default)) = (
+        annotations.get(CHANNELS_KEY),
+        annotations.get(DEFAULT_CHANNEL_KEY),
+    ) && !channels.split(',').any(|channel| channel.trim() == default)
+    {
+        out.push(BundleViolation::AnnotationValue {
+            key: DEFAULT_CHANNEL_KEY.to_string(),
+            found: default.clone(),
+            expected: format!("one of the channels {channels:?}"),
+        });
+    }
+    annotations
+}
+
+/// `bundle.Dockerfile`'s operator-framework labels equal the annotations.
+fn check_dockerfile(
+    bundle: &Bundle,
+    annotations: &BTreeMap<String, String>,
+    out: &mut Vec<BundleViolation>,
+) {
+    let Some(text) = bundle.file(DOCKERFILE) else {
+        out.push(BundleViolation::FileMissing {
+            path: DOCKERFILE.to_string(),
+        });
+        return;
+    };
+    let labels: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("LABEL "))
+        .flat_map(|rest| rest.split_whitespace())
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.trim_matches('"').to_string()))
+        .filter(|(key, _)| key.starts_with("operators.operatorframework.io."))
+        .collect();
+    let keys: BTreeSet<&String> = labels.keys().chain(annotations.keys()).collect();
+    for key in keys {
+        let (label, annotation) = (labels.get(key), annotations.get(key));
+        if label != annotation {
+            out.push(BundleViolation::DockerfileLabel {
+                key: key.clone(),
+                label: label.cloned(),
+                annotation: annotation.cloned(),
+            });
+        }
+    }
+}
+
+/// Name, OperatorHub fields, semver, capabilities, categories, icon, install modes, examples.
+fn check_csv(path: &str, csv: &Value, package: &str, out: &mut Vec<BundleViolation>) {
+    let version = str_at(csv, &["spec", "version"]);
+    let name = str_at(csv, &["metadata", "name"]);
+    let expected = format!("{package}.v{version}");
+    if name != expected {
+        out.push(BundleViolation::CsvName {
+            name: name.to_string(),
+            expected,
+        });
+    }
+    for field in [
+        "displayName",
+        "description",
+        "version",
+        "maturity",
+        "provider",
+        "maintainers",
+        "links",
+        "keywords",
+        "icon",
+    ] {
+        if is_empty(csv.pointer(&format!("/spec/{field}"))) {
+            out.push(BundleViolation::MissingField {
+                field: format!("spec.{field}"),
+            });
+        }
+    }
+    let annotations = csv.pointer("/metadata/annotations");
+    for key in REQUIRED_CSV_ANNOTATIONS {
+        if is_empty(annotations.and_then(|map| map.get(key))) {
+            out.push(BundleViolation::MissingField {
+                field: format!("metadata.annotations.{key}"),
+            });
+        }
+    }
+    for (field, value) in [
+        ("spec.version", Some(version)),
+        (
+            "spec.minKubeVersion",
+            csv.pointer("/spec/minKubeVersion").and_then(Value::as_str),
+        ),
+    ] {
+        if let Some(value) = value.filter(|value| !value.is_empty())
+            && let Err(err) = semver::Version::parse(value)
+        {
+            out.push(BundleViolation::Semver {
+                field: field.to_string(),
+                value: value.to_string(),
+                message: err.to_string(),
+            });
+        }
+    }
+    let annotation = |key: &str| {
+        annotations
+            .and_then(|map| map.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    let capability = annotation("capabilities");
+    if !capability.is_empty() && !CAPABILITIES.contains(&capability) {
+        out.push(BundleViolation::Capability {
+            found: capability.to_string(),
+        });
+    }
+    for category in annotation("categories").split(',').map(str::trim) {
+        if !category.is_empty() && !CATEGORIES.contains(&category) {
+            out.push(BundleViolation::Category {
+                found: category.to_string(),
+            });
+        }
+    }
+    for icon in array_at(csv, &["spec", "icon"]) {
+        let mediatype = str_at(icon, &["mediatype"]);
+        if !ICON_MEDIA_TYPES.contains(&mediatype) {
+            out.push(BundleViolation::IconMediaType {
+                found: mediatype.to_string(),
+            });
+        }
+        if let Err(err) =
+            base64::engine::general_purpose::STANDARD.decode(str_at(icon, &["base64data"]))
+        {
+            out.push(BundleViolation::IconData {
+                message: err.to_string(),
+            });
+        }
+    }
+    check_install_modes(csv, out);
+    check_examples(path, csv, annotation("alm-examples"), out);
+}
+
+fn check_install_modes(csv: &Value, out: &mut Vec<BundleViolation>) {
+    let modes = array_at(csv, &["spec", "installModes"]);
+    let mut seen: BTreeMap<&str, Vec<bool>> = BTreeMap::new();
+    for mode in modes {
+        let type_ = str_at(mode, &["type"]);
+        if !INSTALL_MODE_TYPES.contains(&type_) {
+            out.push(BundleViolation::InstallModes {
+                message: format!("unknown install mode {type_:?}"),
+            });
+        }
+        seen.entry(type_).or_default().push(
+            mode.get("supported")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        );
+    }
+    for type_ in INSTALL_MODE_TYPES {
+        let count = seen.get(type_).map_or(0, Vec::len);
+        if count != 1 {
+            out.push(BundleViolation::InstallModes {
+                message: format!("{type_} is stated {count} times, expected once"),
+            });
+        }
+    }
+    if seen.get("AllNamespaces") != Some(&vec![true]) {
+        out.push(BundleViolation::InstallModes {
+            message: "AllNamespaces must be supported: Initializers are cluster-scoped".to_string(),
+        });
+    }
+}
+
+/// `alm-examples`: a JSON array of objects of owned kinds, each a valid object of its type.
+fn check_examples(path: &str, csv: &Value, examples: &str, out: &mut Vec<BundleViolation>) {
+    if examples.is_empty() {
+        out.push(BundleViolation::AlmExamples {
+            message: "the annotation is missing".to_string(),
+        });
+        return;
+    }
+    let examples: Vec<Value> = match serde_json::from_str(examples) {
+        Ok(examples) => examples,
+        Err(err) => {
+            out.push(BundleViolation::AlmExamples {
+                message: format!("not a JSON array: {err}"),
+            });
+            return;
+        }
+    };
+    if examples.is_empty() {
+        out.push(BundleViolation::AlmExamples {
+            message: "no example".to_string(),
+        });
+    }
+    let owned: Vec<(String, String)> =
+        array_at(csv, &["spec", "customresourcedefinitions", "owned"])
+            .iter()
+            .map(|crd| {
+                let name = str_at(crd, &["name"]);
+                let group = name.split_once('.').map_or("", |(_, group)| group);
+                (
+                    format!("{group}/{}", str_at(crd, &["version"])),
+                    str_at(crd, &["kind"]).to_string(),
+                )
+            })
+            .collect();
+    for (index, example) in examples.iter().enumerate() {
+        let api_version = str_at(example, &["apiVersion"]).to_string();
+        let kind = str_at(example, &["kind"]).to_string();
+        if !owned.contains(&(api_version.clone(), kind.clone())) {
+            out.push(BundleViolation::AlmExampleNotOwned { api_version, kind });
+            continue;
+        }
+        if kind == initializer_crds::constants::KIND
+            && let Err(err) = serde_json::from_value::<Initializer>(example.clone())
+        {
+            out.push(embedded(
+                &format!("{path} alm-examples[{index}]"),
+                "Initializer",
+                &err,
+            ));
+        }
+    }
+}
+
+/// Install strategy, embedded Deployment specs and RBAC, requests, service accounts, image.
+fn check_install(
+    path: &str,
+    csv: &Value,
+    service_account_manifests: &[String],
+    out: &mut Vec<BundleViolation>,
+) {
+    let strategy = str_at(csv, &["spec", "install", "strategy"]);
+    if strategy != super::csv::DEPLOYMENT_STRATEGY {
+        out.push(BundleViolation::InstallStrategy {
+            found: strategy.to_string(),
+        });
+    }
+    let mut images = Vec::new();
+    let deployments = array_at(csv, &["spec", "install", "spec", "deployments"]);
+    if deployments.is_empty() {
+        out.push(BundleViolation::MissingField {
+            field: "spec.install.spec.deployments".to_string(),
+        });
+    }
+    for (index, deployment) in deployments.iter().enumerate() {
+        let name = str_at(deployment, &["name"]).to_string();
+        let spec_value = deployment.get("spec").cloned().unwrap_or(Value::Null);
+        let spec = match serde_json::from_value::<DeploymentSpec>(spec_value) {
+            Ok(spec) => spec,
+            Err(err) => {
+                out.push(embedded(
+                    &format!("{path} spec.install.spec.deployments[{index}].spec"),
+                    "DeploymentSpec",
+                    &err,
+                ));
+                continue;
+            }
+        };
+        let pod = spec.template.spec.unwrap_or_default();
+        for container in pod.init_containers.iter().flatten().chain(&pod.containers) {
+            images.extend(container.image.clone());
+            let requests = container
+                .resources
+                .as_ref()
+                .and_then(|resources| resources.requests.as_ref());
+            for resource in ["cpu", "memory"] {
+                if !requests.is_some_and(|requests| requests.contains_key(resource)) {
+                    out.push(BundleViolation::MissingRequests {
+                        deployment: name.clone(),
+                        container: container.name.clone(),
+                        resource: resource.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    for field in ["permissions", "clusterPermissions"] {
+        for (index, permission) in array_at(csv, &["spec", "install", "spec", field])
+            .iter()
+            .enumerate()
+        {
+            let account = str_at(permission, &["serviceAccountName"]);
+            if account.is_empty() {
+                out.push(BundleViolation::MissingField {
+                    field: format!("spec.install.spec.{field}[{index}].serviceAccountName"),
+                });
+            }
+            if service_account_manifests.iter().any(|name| name == account) {
+                out.push(BundleViolation::DuplicateServiceAccount {
+                    name: account.to_string(),
+                });
+            }
+            let rules = permission.get("rules").cloned().unwrap_or(Value::Null);
+            if let Err(err) = serde_json::from_value::<Vec<PolicyRule>>(rules) {
+                out.push(embedded(
+                    &format!("{path} spec.install.spec.{field}[{index}].rules"),
+                    "PolicyRule",
+                    &err,
+                ));
+            }
+        }
+    }
+    let container_image = csv
+        .pointer("/metadata/annotations/containerImage")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !container_image.is_empty()
+        && !images.is_empty()
+        && !images.iter().any(|image| image == container_image)
+    {
+        out.push(BundleViolation::ContainerImage {
+            annotation: container_image.to_string(),
+            images,
+        });
+    }
+}
+
+/// Owned CRDs each match a CRD file (name, kind, served version), and every CRD file is owned.
+fn check_owned_crds(
+    csv: &Value,
+    crds: &[(&str, &str, CustomResourceDefinition)],
+    out: &mut Vec<BundleViolation>,
+) {
+    let owned = array_at(csv, &["spec", "customresourcedefinitions", "owned"]);
+    for description in owned {
+        let name = str_at(description, &["name"]);
+        let Some((_, _, crd)) = crds
+            .iter()
+            .find(|(_, _, crd)| crd.metadata.name.as_deref() == Some(name))
+        else {
+            out.push(BundleViolation::OwnedCrd {
+                name: name.to_string(),
+                message: "no CRD file has this name".to_string(),
+            });
+            continue;
+        };
+        let kind = str_at(description, &["kind"]);
+        if crd.spec.names.kind != kind {
+            out.push(BundleViolation::OwnedCrd {
+                name: name.to_string(),
+                message: format!("kind {kind} differs from the CRD's {}", crd.spec.names.kind),
+            });
+        }
+        let version = str_at(description, &["version"]);
+        if !crd
+            .spec
+            .versions
+            .iter()
+            .any(|served| served.name == version && served.served)
+        {
+            out.push(BundleViolation::OwnedCrd {
+                name: name.to_string(),
+                message: format!("the CRD serves no version {version}"),
+            });
+        }
+    }
+    for (_, _, crd) in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        if !owned
+            .iter()
+            .any(|description| str_at(description, &["name"]) == name)
+        {
+            out.push(BundleViolation::CrdNotOwned { name });
+        }
+    }
+}
+
+/// The Initializer CRD file equals `crdgen`'s output byte for byte.
+fn check_crd_drift(
+    crds: &[(&str, &str, CustomResourceDefinition)],
+    out: &mut Vec<BundleViolation>,
+) {
+    let Ok(generated) = initializer_crds::crd_yaml() else {
+        return;
+    };
+    for (path, text, crd) in crds {
+        if crd.metadata.name.as_deref() == Some(initializer_crds::constants::CRD_NAME)
+            && *text != generated
+        {
+            out.push(BundleViolation::CrdDrift {
+                path: path.to_string(),
+            });
+        }
+    }
+}
+
+/// The gzip-compressed bundle fits in [`MAX_COMPRESSED_BYTES`].
+fn check_size(bundle: &Bundle, out: &mut Vec<BundleViolation>) {
+    let size = compressed_size(bundle);
+    if size > MAX_COMPRESSED_BYTES {
+        out.push(BundleViolation::TooLarge {
+            compressed_bytes: size,
+        });
+    }
+}
+
+/// Size of every file of the bundle gzip-compressed together, as OLM measures it.
+pub fn compressed_size(bundle: &Bundle) -> usize {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    for text in bundle.files.values() {
+        // Writing into a Vec cannot fail.
+        let _ = encoder.write_all(text.as_bytes());
+    }
+    encoder.finish().map_or(usize::MAX, |bytes| bytes.len())
+}
+
+fn embedded(path: &str, type_name: &str, err: &serde_json::Error) -> BundleViolation {
+    BundleViolation::EmbeddedObject {
+        path: path.to_string(),
+        type_name: type_name.to_string(),
+        message: err.to_string(),
+    }
+}
+
+fn str_at<'a>(value: &'a Value, path: &[&str]) -> &'a str {
+    path.iter()
+        .try_fold(value, |value, key| value.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn array_at<'a>(value: &'a Value, path: &[&str]) -> &'a [Value] {
+    path.iter()
+        .try_fold(value, |value, key| value.get(key))
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+fn is_empty(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => true,
+        Some(Value::String(text)) => text.trim().is_empty(),
+        Some(Value::Array(items)) => items.is_empty(),
+        Some(Value::Object(map)) => map.is_empty(),
+        Some(_) => false,
+    }
+}
+
+/// One line per violation, for error messages.
+pub fn summary(violations: &[BundleViolation]) -> String {
+    violations
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}

@@ -1,0 +1,243 @@
+//! The operator's own workload: its Namespace, ServiceAccount and Deployment.
+//!
+//! These definitions are the single source of how the operator runs. The bundle generator puts
+//! the Deployment into the ClusterServiceVersion's install strategy; `install --bundle` reads it
+//! back from there, so OLM, kind and the sandbox all run exactly this.
+
+use std::collections::BTreeMap;
+
+use initializer_crds::{constants, images};
+use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, EnvVar, Namespace, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, ServiceAccount,
+    WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi_ext::{
+    ContainerExt, ContainerPortExt, EnvVarExt, LabelSelectorExt, NamespaceExt, PodSpecExt,
+    ProbeExt, ResourceBuilder, ServiceAccountExt,
+};
+
+/// Name of the operator's Deployment, ServiceAccount and RBAC objects.
+pub const OPERATOR_NAME: &str = images::OPERATOR;
+/// Namespace the operator is installed into unless told otherwise.
+pub const DEFAULT_NAMESPACE: &str = "initializer-system";
+/// Port of the operator's health and metrics listener (plain HTTP).
+pub const HTTP_PORT: i32 = 8080;
+/// Name of [`HTTP_PORT`] on the operator's container.
+pub const HTTP_PORT_NAME: &str = "http";
+/// Operator replicas: two, so a rollout or a lost node never stops reconciliation.
+pub const REPLICAS: i32 = 2;
+/// Env var holding the operator's namespace (downward API `metadata.namespace`).
+pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
+/// Env var holding the operator pod's name (downward API `metadata.name`), its leader identity.
+pub const POD_NAME_ENV: &str = "POD_NAME";
+/// The standard `app.kubernetes.io/name` label.
+pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+/// The standard `app.kubernetes.io/component` label.
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// The uid of distroless' `nonroot` user, which every image runs as.
+pub const NONROOT_UID: i64 = 65532;
+
+/// Labels that select the operator's pods. They never change between versions, because a
+/// Deployment's selector is immutable.
+pub fn selector_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME_LABEL.to_string(), OPERATOR_NAME.to_string()),
+        (COMPONENT_LABEL.to_string(), "operator".to_string()),
+    ])
+}
+
+/// Labels on the operator's pods: the selector labels, plus the exclusion label so that no
+/// initializer ever intercepts the operator's own pods.
+pub fn pod_labels() -> BTreeMap<String, String> {
+    let mut labels = selector_labels();
+    labels.insert(
+        constants::EXCLUDE_LABEL.to_string(),
+        constants::EXCLUDE_LABEL_VALUE.to_string(),
+    );
+    labels
+}
+
+/// The operator's namespace.
+pub fn namespace(name: &str) -> Namespace {
+    Namespace::new(name)
+}
+
+/// The operator's ServiceAccount in `namespace`.
+pub fn service_account(namespace: &str) -> ServiceAccount {
+    ServiceAccount::new(OPERATOR_NAME).namespace(namespace)
+}
+
+/// The arguments the operator container runs with.
+pub fn operator_args() -> Vec<String> {
+    vec![
+        "run".to_string(),
+        "--preset-image".to_string(),
+        images::image(images::PRESET_INITIALIZER),
+    ]
+}
+
+/// The operator's container: the `run` command, health and metrics on [`HTTP_PORT`], small
+/// requests, a read-only root filesystem and no privileges at all.
+pub fn operator_container() -> Container {
+    Container::new(OPERATOR_NAME)
+        .image(images::image(images::OPERATOR))
+        .image_pull_policy("IfNotPresent")
+        .args(operator_args())
+        .env([
+            EnvVar::metadata_namespace(POD_NAMESPACE_ENV),
+            EnvVar::metadata_name(POD_NAME_ENV),
+            EnvVar::status_pod_ip(constants::POD_IP_ENV),
+            EnvVar::value("RUST_LOG", "info"),
+        ])
+        .ports([ContainerPort::tcp(HTTP_PORT).name(HTTP_PORT_NAME)])
+        .liveness_probe(
+            Probe::http_get(constants::HEALTHZ_PATH, HTTP_PORT_NAME)
+                .initial_delay_seconds(5)
+                .period_seconds(10)
+                .timeout_seconds(2)
+                .failure_threshold(3),
+        )
+        .readiness_probe(
+            Probe::http_get(constants::READYZ_PATH, HTTP_PORT_NAME)
+                .period_seconds(5)
+                .timeout_seconds(2)
+                .failure_threshold(2),
+        )
+        .resource_requests([
+            ("cpu".to_string(), Quantity("50m".to_string())),
+            ("memory".to_string(), Quantity("64Mi".to_string())),
+        ])
+        .resource_limits([
+            ("cpu".to_string(), Quantity("500m".to_string())),
+            ("memory".to_string(), Quantity("256Mi".to_string())),
+        ])
+        .allow_privilege_escalation(false)
+        .read_only_root_filesystem(true)
+        .run_as_non_root(true)
+        .run_as_user(NONROOT_UID)
+        .drop_capabilities(["ALL"])
+}
+
+/// The operator's pod: non-root with the runtime's default seccomp profile, spread across nodes
+/// when it can be.
+pub fn operator_pod_spec() -> PodSpec {
+    let mut spec = PodSpec::container(operator_container())
+        .service_account_name(OPERATOR_NAME)
+        .termination_grace_period_seconds(10)
+        .affinity(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    WeightedPodAffinityTerm {
+                        weight: 100,
+                        pod_affinity_term: PodAffinityTerm {
+                            label_selector: Some(LabelSelector::match_labels(selector_labels())),
+                            topology_key: "kubernetes.io/hostname".to_string(),
+                            ..PodAffinityTerm::default()
+                        },
+                    },
+                ]),
+                ..PodAntiAffinity::default()
+            }),
+            ..Affinity::default()
+        });
+    spec.security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(NONROOT_UID),
+        run_as_group: Some(NONROOT_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    });
+    spec
+}
+
+/// The operator's Deployment spec, as it goes into the ClusterServiceVersion.
+pub fn deployment_spec() -> DeploymentSpec {
+    DeploymentSpec {
+        replicas: Some(REPLICAS),
+        revision_history_limit: Some(3),
+        selector: LabelSelector::match_labels(selector_labels()),
+        strategy: Some(DeploymentStrategy {
+            type_: Some("RollingUpdate".to_string()),
+            rolling_update: Some(RollingUpdateDeployment {
+                max_unavailable: Some(IntOrString::Int(1)),
+                max_surge: Some(IntOrString::Int(1)),
+            }),
+        }),
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(pod_labels()),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(operator_pod_spec()),
+        },
+        ..DeploymentSpec::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_pods_are_selected_by_the_deployment_and_excluded_from_interception() {
+        let spec = deployment_spec();
+        let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+        for (key, value) in spec.selector.match_labels.unwrap() {
+            assert_eq!(pod_labels.get(&key), Some(&value), "selector label {key}");
+        }
+        assert_eq!(
+            pod_labels.get(constants::EXCLUDE_LABEL).map(String::as_str),
+            Some(constants::EXCLUDE_LABEL_VALUE)
+        );
+    }
+
+    #[test]
+    fn operator_container_runs_unprivileged_with_requests_and_probes() {
+        let container = operator_container();
+        let security = container.security_context.unwrap();
+        assert_eq!(security.run_as_non_root, Some(true));
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        let requests = container.resources.unwrap().requests.unwrap();
+        assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+        let liveness = container.liveness_probe.unwrap().http_get.unwrap();
+        assert_eq!(liveness.path.as_deref(), Some(constants::HEALTHZ_PATH));
+        let readiness = container.readiness_probe.unwrap().http_get.unwrap();
+        assert_eq!(readiness.path.as_deref(), Some(constants::READYZ_PATH));
+    }
+
+    #[test]
+    fn operator_reads_its_namespace_and_name_from_the_downward_api() {
+        let env = operator_container().env.unwrap();
+        for (name, path) in [
+            (POD_NAMESPACE_ENV, "metadata.namespace"),
+            (POD_NAME_ENV, "metadata.name"),
+        ] {
+            let var = env.iter().find(|var| var.name == name).unwrap();
+            let field = var.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+            assert_eq!(field.field_path, path);
+        }
+    }
+
+    #[test]
+    fn operator_runs_two_replicas_under_its_service_account() {
+        let spec = deployment_spec();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(
+            spec.template.spec.unwrap().service_account_name.as_deref(),
+            Some(OPERATOR_NAME)
+        );
+        assert_eq!(
+            service_account("ns").metadata.namespace.as_deref(),
+            Some("ns")
+        );
+    }
+}
