@@ -55,7 +55,12 @@ pub struct ApiError {
 impl ApiError {
     /// A bare error.
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
-        ApiError { code, reason: reason.to_string(), message: message.into(), details: None }
+        ApiError {
+            code,
+            reason: reason.to_string(),
+            message: message.into(),
+            details: None,
+        }
     }
 
     /// 404 `"<resource>" "<name>" not found`.
@@ -96,14 +101,20 @@ impl ApiError {
     /// 422 Invalid with field causes `(field, message)`.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
         let text: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
-        let gk = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let gk = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         let message = if text.len() == 1 {
             format!("{gk} \"{name}\" is invalid: {}", text[0])
         } else {
             format!("{gk} \"{name}\" is invalid: [{}]", text.join(", "))
         };
-        let causes: Vec<Value> =
-            causes.into_iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect();
+        let causes: Vec<Value> = causes
+            .into_iter()
+            .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
+            .collect();
         ApiError {
             code: 422,
             reason: "Invalid".into(),
@@ -129,7 +140,13 @@ impl ApiError {
 
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media(content_type: &str) -> Self {
-        ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {content_type:?}"))
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {content_type:?}"
+            ),
+        )
     }
 
     /// 500 InternalError.
@@ -156,18 +173,34 @@ impl ApiError {
 
     /// Parses a `metav1.Status` (from admission denials or faults) back into an error.
     pub fn from_status(status: &Value) -> Self {
-        let code = status.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
+        let code = status
+            .get("code")
+            .and_then(Value::as_u64)
+            .and_then(|c| u16::try_from(c).ok())
+            .unwrap_or(500);
         ApiError {
             code,
-            reason: status.get("reason").and_then(Value::as_str).unwrap_or("").to_string(),
-            message: status.get("message").and_then(Value::as_str).unwrap_or("").to_string(),
+            reason: status
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            message: status
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
             details: status.get("details").cloned(),
         }
     }
 }
 
 fn qualified(group: &str, plural: &str) -> String {
-    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
 }
 
 impl std::fmt::Display for ApiError {

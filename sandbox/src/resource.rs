@@ -54,17 +54,34 @@ pub struct ResourceType {
 impl ResourceType {
     /// `group/version`, or `version` for the core group.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     /// `plural.group` (or just `plural` for core), as error messages name resources.
     pub fn qualified(&self) -> String {
-        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 
     /// The verbs discovery advertises.
     pub fn verbs(&self) -> Vec<&'static str> {
-        vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
     }
 }
 
@@ -109,7 +126,16 @@ fn builtin(
 /// The built-in kinds the sandbox serves.
 pub fn builtins() -> Vec<ResourceType> {
     let mut all = vec![
-        builtin("", "v1", "Namespace", "namespaces", false, true, &["ns"], vec![col("Status", "string", ".status.phase", 0)]),
+        builtin(
+            "",
+            "v1",
+            "Namespace",
+            "namespaces",
+            false,
+            true,
+            &["ns"],
+            vec![col("Status", "string", ".status.phase", 0)],
+        ),
         builtin("", "v1", "Pod", "pods", true, true, &["po"], Vec::new()),
         builtin(
             "",
@@ -125,10 +151,46 @@ pub fn builtins() -> Vec<ResourceType> {
                 col("Selector", "string", ".spec.selector", 1),
             ],
         ),
-        builtin("", "v1", "Endpoints", "endpoints", true, false, &["ep"], Vec::new()),
-        builtin("", "v1", "ConfigMap", "configmaps", true, false, &["cm"], Vec::new()),
-        builtin("", "v1", "Secret", "secrets", true, false, &[], vec![col("Type", "string", ".type", 0)]),
-        builtin("", "v1", "ServiceAccount", "serviceaccounts", true, false, &["sa"], Vec::new()),
+        builtin(
+            "",
+            "v1",
+            "Endpoints",
+            "endpoints",
+            true,
+            false,
+            &["ep"],
+            Vec::new(),
+        ),
+        builtin(
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            true,
+            false,
+            &["cm"],
+            Vec::new(),
+        ),
+        builtin(
+            "",
+            "v1",
+            "Secret",
+            "secrets",
+            true,
+            false,
+            &[],
+            vec![col("Type", "string", ".type", 0)],
+        ),
+        builtin(
+            "",
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            true,
+            false,
+            &["sa"],
+            Vec::new(),
+        ),
         builtin(
             "",
             "v1",
@@ -144,7 +206,16 @@ pub fn builtins() -> Vec<ResourceType> {
                 col("Message", "string", ".message", 0),
             ],
         ),
-        builtin("apps", "v1", "Deployment", "deployments", true, true, &["deploy"], Vec::new()),
+        builtin(
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            true,
+            true,
+            &["deploy"],
+            Vec::new(),
+        ),
         builtin(
             "apps",
             "v1",
@@ -180,7 +251,12 @@ pub fn builtins() -> Vec<ResourceType> {
             vec![
                 col("Min Available", "string", ".spec.minAvailable", 0),
                 col("Max Unavailable", "string", ".spec.maxUnavailable", 0),
-                col("Allowed Disruptions", "integer", ".status.disruptionsAllowed", 0),
+                col(
+                    "Allowed Disruptions",
+                    "integer",
+                    ".status.disruptionsAllowed",
+                    0,
+                ),
             ],
         ),
         builtin(
@@ -201,7 +277,11 @@ pub fn builtins() -> Vec<ResourceType> {
             true,
             false,
             &["ev"],
-            vec![col("Type", "string", ".type", 0), col("Reason", "string", ".reason", 0), col("Note", "string", ".note", 0)],
+            vec![
+                col("Type", "string", ".type", 0),
+                col("Reason", "string", ".reason", 0),
+                col("Note", "string", ".note", 0),
+            ],
         ),
         builtin(
             "admissionregistration.k8s.io",
@@ -223,9 +303,36 @@ pub fn builtins() -> Vec<ResourceType> {
             &[],
             Vec::new(),
         ),
-        builtin("rbac.authorization.k8s.io", "v1", "Role", "roles", true, false, &[], Vec::new()),
-        builtin("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, false, &[], vec![col("Role", "string", ".roleRef.name", 0)]),
-        builtin("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, false, &[], Vec::new()),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "Role",
+            "roles",
+            true,
+            false,
+            &[],
+            Vec::new(),
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+            true,
+            false,
+            &[],
+            vec![col("Role", "string", ".roleRef.name", 0)],
+        ),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+            false,
+            false,
+            &[],
+            Vec::new(),
+        ),
         builtin(
             "rbac.authorization.k8s.io",
             "v1",
@@ -248,8 +355,16 @@ pub fn builtins() -> Vec<ResourceType> {
         ),
     ];
     for r in &mut all {
-        if matches!(r.kind.as_str(), "Pod" | "Service" | "Deployment" | "ReplicaSet" | "ConfigMap" | "Secret" | "ServiceAccount")
-            && r.group != "events.k8s.io"
+        if matches!(
+            r.kind.as_str(),
+            "Pod"
+                | "Service"
+                | "Deployment"
+                | "ReplicaSet"
+                | "ConfigMap"
+                | "Secret"
+                | "ServiceAccount"
+        ) && r.group != "events.k8s.io"
         {
             r.categories = vec!["all".to_string()];
         }
@@ -279,23 +394,28 @@ impl Registry {
 
     /// Adds or replaces a resource type.
     pub fn insert(&mut self, r: ResourceType) {
-        self.by_path.insert((r.group.clone(), r.version.clone(), r.plural.clone()), r);
+        self.by_path
+            .insert((r.group.clone(), r.version.clone(), r.plural.clone()), r);
     }
 
     /// Removes every version of a custom resource `plural.group`.
     pub fn remove_custom(&mut self, group: &str, plural: &str) {
-        self.by_path.retain(|(g, _, p), r| !(r.custom && g == group && p == plural));
+        self.by_path
+            .retain(|(g, _, p), r| !(r.custom && g == group && p == plural));
     }
 
     /// The type served at `/apis/group/version/plural`.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
-        self.by_path.get(&(group.to_string(), version.to_string(), plural.to_string()))
+        self.by_path
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
     }
 
     /// The type of `kind` in `apiVersion`.
     pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&ResourceType> {
         let (group, version) = split_api_version(api_version);
-        self.by_path.values().find(|r| r.group == group && r.version == version && r.kind == kind)
+        self.by_path
+            .values()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
     }
 
     /// The storage version's type for `plural.group`.
@@ -331,7 +451,7 @@ impl Registry {
             }
         }
         for (_, vs) in &mut out {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         out
     }
@@ -347,7 +467,9 @@ pub fn split_api_version(api_version: &str) -> (&str, &str) {
 
 /// Kubernetes version ordering: GA > beta > alpha, higher numbers first.
 pub fn version_priority(v: &str) -> (u8, u32, u32) {
-    let Some(rest) = v.strip_prefix('v') else { return (0, 0, 0) };
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
     let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
     let major: u32 = digits.parse().unwrap_or(0);
     let tail = &rest[digits.len()..];
@@ -371,15 +493,22 @@ mod tests {
     #[test]
     fn ga_versions_sort_before_beta_and_alpha() {
         let mut v = vec!["v1alpha1", "v1", "v2beta1", "v1beta2", "v2"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         assert_eq!(v, vec!["v2", "v1", "v2beta1", "v1beta2", "v1alpha1"]);
     }
 
     #[test]
     fn registry_finds_builtins_by_path_and_kind() {
         let reg = Registry::with_builtins();
-        assert_eq!(reg.get("apps", "v1", "deployments").map(|r| r.kind.as_str()), Some("Deployment"));
-        assert_eq!(reg.by_kind("v1", "Pod").map(|r| r.plural.as_str()), Some("pods"));
+        assert_eq!(
+            reg.get("apps", "v1", "deployments")
+                .map(|r| r.kind.as_str()),
+            Some("Deployment")
+        );
+        assert_eq!(
+            reg.by_kind("v1", "Pod").map(|r| r.plural.as_str()),
+            Some("pods")
+        );
         assert!(reg.get("", "v1", "deployments").is_none());
     }
 }

@@ -44,7 +44,11 @@ fn split_top_level(s: &str) -> Vec<String> {
         }
     }
     parts.push(cur);
-    parts.into_iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()
+    parts
+        .into_iter()
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn parse_set(s: &str) -> Result<BTreeSet<String>, ApiError> {
@@ -52,8 +56,16 @@ fn parse_set(s: &str) -> Result<BTreeSet<String>, ApiError> {
         .trim()
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| ApiError::bad_request(format!("unable to parse requirement: expected a set in parentheses, got {s:?}")))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement: expected a set in parentheses, got {s:?}"
+            ))
+        })?;
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 impl LabelSelector {
@@ -64,17 +76,28 @@ impl LabelSelector {
             if let Some(key) = part.strip_prefix('!') {
                 reqs.push(Requirement::DoesNotExist(key.trim().to_string()));
             } else if let Some((k, v)) = part.split_once("!=") {
-                reqs.push(Requirement::NotIn(k.trim().to_string(), BTreeSet::from([v.trim().to_string()])));
+                reqs.push(Requirement::NotIn(
+                    k.trim().to_string(),
+                    BTreeSet::from([v.trim().to_string()]),
+                ));
             } else if let Some((k, v)) = part.split_once("==") {
-                reqs.push(Requirement::In(k.trim().to_string(), BTreeSet::from([v.trim().to_string()])));
+                reqs.push(Requirement::In(
+                    k.trim().to_string(),
+                    BTreeSet::from([v.trim().to_string()]),
+                ));
             } else if let Some((k, v)) = part.split_once('=') {
-                reqs.push(Requirement::In(k.trim().to_string(), BTreeSet::from([v.trim().to_string()])));
+                reqs.push(Requirement::In(
+                    k.trim().to_string(),
+                    BTreeSet::from([v.trim().to_string()]),
+                ));
             } else if let Some((k, rest)) = part.split_once(" notin ") {
                 reqs.push(Requirement::NotIn(k.trim().to_string(), parse_set(rest)?));
             } else if let Some((k, rest)) = part.split_once(" in ") {
                 reqs.push(Requirement::In(k.trim().to_string(), parse_set(rest)?));
             } else if part.contains(' ') || part.contains('(') {
-                return Err(ApiError::bad_request(format!("unable to parse requirement: {part:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "unable to parse requirement: {part:?}"
+                )));
             } else {
                 reqs.push(Requirement::Exists(part));
             }
@@ -87,7 +110,10 @@ impl LabelSelector {
         let mut reqs = Vec::new();
         if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
             for (k, v) in m {
-                reqs.push(Requirement::In(k.clone(), BTreeSet::from([v.as_str()?.to_string()])));
+                reqs.push(Requirement::In(
+                    k.clone(),
+                    BTreeSet::from([v.as_str()?.to_string()]),
+                ));
             }
         }
         if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
@@ -96,7 +122,11 @@ impl LabelSelector {
                 let values: BTreeSet<String> = e
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|vs| vs.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 reqs.push(match e.get("operator")?.as_str()? {
                     "In" => Requirement::In(key, values),
@@ -138,7 +168,9 @@ impl FieldSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, true, v)
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector: '{part}'; can't understand '{part}'")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: '{part}'; can't understand '{part}'"
+                )));
             };
             terms.push((k.trim().to_string(), eq, v.trim().to_string()));
         }
@@ -171,7 +203,10 @@ mod tests {
 
     #[test]
     fn label_selector_supports_every_operator() {
-        let sel = LabelSelector::parse("app=web,tier!=db,env in (prod, staging),zone notin (a),team,!legacy").unwrap();
+        let sel = LabelSelector::parse(
+            "app=web,tier!=db,env in (prod, staging),zone notin (a),team,!legacy",
+        )
+        .unwrap();
         let good = json!({"app": "web", "tier": "fe", "env": "prod", "zone": "b", "team": "x"});
         assert!(sel.matches(Some(&good)));
         let mut bad = good.clone();

@@ -27,7 +27,10 @@ pub struct ResKey {
 impl ResKey {
     /// Builds a key.
     pub fn new(group: &str, plural: &str) -> Self {
-        ResKey { group: group.to_string(), plural: plural.to_string() }
+        ResKey {
+            group: group.to_string(),
+            plural: plural.to_string(),
+        }
     }
 }
 
@@ -66,6 +69,8 @@ pub struct Change {
     pub kind: EventType,
     /// The object after the change (before it, with the new resourceVersion, for deletes).
     pub object: Arc<Value>,
+    /// The object before an update.
+    pub prev: Option<Arc<Value>>,
 }
 
 type Objects = BTreeMap<(String, String), Arc<Value>>;
@@ -88,13 +93,18 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("rv", &self.inner.read().rv).finish_non_exhaustive()
+        f.debug_struct("Store")
+            .field("rv", &self.inner.read().rv)
+            .finish_non_exhaustive()
     }
 }
 
 /// The resourceVersion of a stored object.
 pub fn object_rv(obj: &Value) -> u64 {
-    obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 fn set_rv(obj: &mut Value, rv: u64) {
@@ -117,7 +127,11 @@ impl Store {
     pub fn new(registry: Registry, history_limit: usize) -> Self {
         let (tx, _) = broadcast::channel(16_384);
         Store {
-            inner: RwLock::new(Inner { rv: 1, objects: HashMap::new(), history: VecDeque::new() }),
+            inner: RwLock::new(Inner {
+                rv: 1,
+                objects: HashMap::new(),
+                history: VecDeque::new(),
+            }),
             registry: RwLock::new(registry),
             tx,
             history_limit,
@@ -143,7 +157,11 @@ impl Store {
     /// One object.
     pub fn get(&self, key: &ResKey, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let inner = self.inner.read();
-        inner.objects.get(key)?.get(&(namespace.to_string(), name.to_string())).cloned()
+        inner
+            .objects
+            .get(key)?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// Objects of a resource, in one namespace or all (`None`), sorted by namespace and name,
@@ -167,7 +185,11 @@ impl Store {
     /// Every stored object with its resource key.
     pub fn all(&self) -> Vec<(ResKey, Arc<Value>)> {
         let inner = self.inner.read();
-        inner.objects.iter().flat_map(|(k, objs)| objs.values().map(move |v| (k.clone(), v.clone()))).collect()
+        inner
+            .objects
+            .iter()
+            .flat_map(|(k, objs)| objs.values().map(move |v| (k.clone(), v.clone())))
+            .collect()
     }
 
     /// Number of stored objects.
@@ -188,28 +210,51 @@ impl Store {
         }
         // No receivers is normal.
         let _ = self.tx.send(change);
-        self.changed.notify_waiters();
+        self.changed.notify_one();
     }
 
     /// Stores a new object; 409 AlreadyExists if the name is taken.
     pub fn create(&self, key: &ResKey, mut obj: Value) -> Result<Arc<Value>, ApiError> {
         let (ns, name) = names(&obj);
         let mut inner = self.inner.write();
-        if inner.objects.get(key).is_some_and(|o| o.contains_key(&(ns.clone(), name.clone()))) {
+        if inner
+            .objects
+            .get(key)
+            .is_some_and(|o| o.contains_key(&(ns.clone(), name.clone())))
+        {
             return Err(ApiError::already_exists(&key.group, &key.plural, &name));
         }
         inner.rv += 1;
         let rv = inner.rv;
         set_rv(&mut obj, rv);
         let obj = Arc::new(obj);
-        inner.objects.entry(key.clone()).or_default().insert((ns.clone(), name), obj.clone());
-        self.record(&mut inner, Change { rv, key: key.clone(), namespace: ns, kind: EventType::Added, object: obj.clone() });
+        inner
+            .objects
+            .entry(key.clone())
+            .or_default()
+            .insert((ns.clone(), name), obj.clone());
+        self.record(
+            &mut inner,
+            Change {
+                rv,
+                key: key.clone(),
+                namespace: ns,
+                kind: EventType::Added,
+                object: obj.clone(),
+                prev: None,
+            },
+        );
         Ok(obj)
     }
 
     /// Replaces an object whose stored resourceVersion is `expected_rv`; 409 Conflict otherwise,
     /// 404 if it is gone.
-    pub fn update(&self, key: &ResKey, mut obj: Value, expected_rv: u64) -> Result<Arc<Value>, ApiError> {
+    pub fn update(
+        &self,
+        key: &ResKey,
+        mut obj: Value,
+        expected_rv: u64,
+    ) -> Result<Arc<Value>, ApiError> {
         let (ns, name) = names(&obj);
         let mut inner = self.inner.write();
         let current = inner
@@ -220,17 +265,38 @@ impl Store {
         if object_rv(current) != expected_rv {
             return Err(ApiError::conflict(&key.group, &key.plural, &name));
         }
+        let prev = Some(current.clone());
         inner.rv += 1;
         let rv = inner.rv;
         set_rv(&mut obj, rv);
         let obj = Arc::new(obj);
-        inner.objects.entry(key.clone()).or_default().insert((ns.clone(), name), obj.clone());
-        self.record(&mut inner, Change { rv, key: key.clone(), namespace: ns, kind: EventType::Modified, object: obj.clone() });
+        inner
+            .objects
+            .entry(key.clone())
+            .or_default()
+            .insert((ns.clone(), name), obj.clone());
+        self.record(
+            &mut inner,
+            Change {
+                rv,
+                key: key.clone(),
+                namespace: ns,
+                kind: EventType::Modified,
+                object: obj.clone(),
+                prev,
+            },
+        );
         Ok(obj)
     }
 
     /// Removes an object whose stored resourceVersion is `expected_rv` (any when `None`).
-    pub fn remove(&self, key: &ResKey, namespace: &str, name: &str, expected_rv: Option<u64>) -> Result<Arc<Value>, ApiError> {
+    pub fn remove(
+        &self,
+        key: &ResKey,
+        namespace: &str,
+        name: &str,
+        expected_rv: Option<u64>,
+    ) -> Result<Arc<Value>, ApiError> {
         let mut inner = self.inner.write();
         let k = (namespace.to_string(), name.to_string());
         let current = inner
@@ -251,7 +317,14 @@ impl Store {
         let obj = Arc::new(obj);
         self.record(
             &mut inner,
-            Change { rv, key: key.clone(), namespace: namespace.to_string(), kind: EventType::Deleted, object: obj.clone() },
+            Change {
+                rv,
+                key: key.clone(),
+                namespace: namespace.to_string(),
+                kind: EventType::Deleted,
+                object: obj.clone(),
+                prev: None,
+            },
         );
         Ok(obj)
     }
@@ -264,7 +337,12 @@ impl Store {
         if rv + 1 < oldest_kept && rv < inner.rv {
             return WatchStart::Expired(oldest_kept.saturating_sub(1));
         }
-        let events: Vec<Arc<Change>> = inner.history.iter().filter(|c| c.rv > rv).cloned().collect();
+        let events: Vec<Arc<Change>> = inner
+            .history
+            .iter()
+            .filter(|c| c.rv > rv)
+            .cloned()
+            .collect();
         WatchStart::Resumed(events, self.tx.subscribe())
     }
 
@@ -290,8 +368,16 @@ impl Store {
 
 /// Namespace (empty when cluster-scoped) and name of an object.
 pub fn names(obj: &Value) -> (String, String) {
-    let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let ns = obj
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     (ns, name)
 }
 
@@ -311,8 +397,14 @@ mod tests {
         let a = store.create(&key, cm("a")).unwrap();
         let b = store.update(&key, cm("a"), object_rv(&a)).unwrap();
         assert!(object_rv(&b) > object_rv(&a));
-        assert_eq!(store.update(&key, cm("a"), object_rv(&a)).unwrap_err().code, 409);
-        assert_eq!(store.create(&key, cm("a")).unwrap_err().reason, "AlreadyExists");
+        assert_eq!(
+            store.update(&key, cm("a"), object_rv(&a)).unwrap_err().code,
+            409
+        );
+        assert_eq!(
+            store.create(&key, cm("a")).unwrap_err().reason,
+            "AlreadyExists"
+        );
     }
 
     #[test]
@@ -323,7 +415,10 @@ mod tests {
         for i in 0..5 {
             store.create(&key, cm(&format!("b{i}"))).unwrap();
         }
-        assert!(matches!(store.watch_from(object_rv(&first)), WatchStart::Expired(_)));
+        assert!(matches!(
+            store.watch_from(object_rv(&first)),
+            WatchStart::Expired(_)
+        ));
         let now = store.current_rv();
         match store.watch_from(now - 2) {
             WatchStart::Resumed(events, _) => assert_eq!(events.len(), 2),

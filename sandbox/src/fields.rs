@@ -1,0 +1,839 @@
+//! Field sets and managed fields: what server-side apply tracks.
+//!
+//! A field set is a set of paths into an object. Path elements follow the `fieldsV1` encoding:
+//! `f:name` for a map field, `k:{"name":"x"}` for an element of an associative list (identified
+//! by its key fields), `v:"x"` for an element of a set-like list. Atomic lists are leaves.
+//! Which lists are associative comes from the CRD schema (`x-kubernetes-list-type`) or, for
+//! built-in kinds, from a table of the merge keys Kubernetes declares for them.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value, json};
+
+/// One step of a path.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PathElem {
+    /// A field of a map.
+    Field(String),
+    /// An associative-list element identified by its key fields (a JSON object).
+    Key(String),
+    /// A set-list element (its JSON value).
+    Value(String),
+}
+
+/// A path into an object.
+pub type Path = Vec<PathElem>;
+
+/// A set of paths.
+pub type FieldSet = BTreeSet<Path>;
+
+/// How a list merges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListType {
+    /// Replaced whole.
+    Atomic,
+    /// Elements are scalars merged as a set.
+    Set,
+    /// Elements are maps identified by these key fields.
+    Map(Vec<String>),
+}
+
+/// Where list types come from: a structural schema (custom resources) or the built-in table.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape<'a> {
+    /// Built-in kind: merge keys by field name.
+    Builtin,
+    /// Custom resource with this OpenAPI v3 schema (`None`: everything atomic).
+    Schema(Option<&'a Value>),
+}
+
+fn field_names(path: &[PathElem]) -> impl Iterator<Item = &str> {
+    path.iter().filter_map(|p| match p {
+        PathElem::Field(f) => Some(f.as_str()),
+        _ => None,
+    })
+}
+
+fn builtin_list_type(path: &[PathElem]) -> ListType {
+    let Some(PathElem::Field(last)) = path.last() else {
+        return ListType::Atomic;
+    };
+    let in_container = field_names(path)
+        .any(|f| matches!(f, "containers" | "initContainers" | "ephemeralContainers"));
+    let keys = |k: &[&str]| ListType::Map(k.iter().map(|s| s.to_string()).collect());
+    match last.as_str() {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "webhooks" => keys(&["name"]),
+        "volumeMounts" => keys(&["mountPath"]),
+        "volumeDevices" => keys(&["devicePath"]),
+        "ports" if in_container => keys(&["containerPort", "protocol"]),
+        "ports" if field_names(path).any(|f| f == "spec") && path.len() == 2 => {
+            keys(&["port", "protocol"])
+        }
+        "conditions" => keys(&["type"]),
+        "ownerReferences" => keys(&["uid"]),
+        "finalizers" => ListType::Set,
+        "hostAliases" => keys(&["ip"]),
+        "topologySpreadConstraints" => keys(&["topologyKey", "whenUnsatisfiable"]),
+        _ => ListType::Atomic,
+    }
+}
+
+fn schema_at<'a>(schema: &'a Value, path: &[PathElem]) -> Option<&'a Value> {
+    let mut cur = schema;
+    for p in path {
+        cur = match p {
+            PathElem::Field(f) => cur
+                .get("properties")
+                .and_then(|props| props.get(f))
+                .or_else(|| cur.get("additionalProperties").filter(|a| a.is_object()))?,
+            PathElem::Key(_) | PathElem::Value(_) => cur.get("items")?,
+        };
+    }
+    Some(cur)
+}
+
+impl Shape<'_> {
+    /// The list type at `path`.
+    pub fn list_type(&self, path: &[PathElem]) -> ListType {
+        match self {
+            Shape::Builtin => {
+                if matches!(path.first(), Some(PathElem::Field(f)) if f == "metadata") {
+                    return builtin_list_type(path);
+                }
+                builtin_list_type(path)
+            }
+            Shape::Schema(schema) => {
+                if matches!(path.first(), Some(PathElem::Field(f)) if f == "metadata") {
+                    return builtin_list_type(path);
+                }
+                let Some(s) = schema.and_then(|s| schema_at(s, path)) else {
+                    return ListType::Atomic;
+                };
+                match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                    Some("set") => ListType::Set,
+                    Some("map") => ListType::Map(
+                        s.get("x-kubernetes-list-map-keys")
+                            .and_then(Value::as_array)
+                            .map(|ks| {
+                                ks.iter()
+                                    .filter_map(|k| k.as_str().map(str::to_string))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    ),
+                    _ => ListType::Atomic,
+                }
+            }
+        }
+    }
+}
+
+/// The key identifying an associative-list element: its key fields as canonical JSON.
+pub fn element_key(elem: &Value, keys: &[String]) -> String {
+    let mut m = Map::new();
+    for k in keys {
+        if let Some(v) = elem.get(k) {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(m).to_string()
+}
+
+/// Every path of `obj` under `path`.
+pub fn collect(shape: Shape<'_>, value: &Value, path: &mut Path, out: &mut FieldSet) {
+    match value {
+        Value::Object(m) => {
+            if m.is_empty() {
+                if !path.is_empty() {
+                    out.insert(path.clone());
+                }
+                return;
+            }
+            for (k, v) in m {
+                path.push(PathElem::Field(k.clone()));
+                collect(shape, v, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => match shape.list_type(path) {
+            ListType::Atomic => {
+                out.insert(path.clone());
+            }
+            ListType::Set => {
+                for v in items {
+                    path.push(PathElem::Value(v.to_string()));
+                    out.insert(path.clone());
+                    path.pop();
+                }
+                if items.is_empty() {
+                    out.insert(path.clone());
+                }
+            }
+            ListType::Map(keys) => {
+                for v in items {
+                    path.push(PathElem::Key(element_key(v, &keys)));
+                    out.insert(path.clone());
+                    if v.is_object() {
+                        collect(shape, v, path, out);
+                    }
+                    path.pop();
+                }
+                if items.is_empty() {
+                    out.insert(path.clone());
+                }
+            }
+        },
+        _ => {
+            out.insert(path.clone());
+        }
+    }
+}
+
+/// Metadata fields no manager owns.
+const UNTRACKED_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "generateName",
+];
+
+/// Which part of an object a field set covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything except status (main resource of a kind with a status subresource).
+    MainWithoutStatus,
+    /// Everything (kinds without a status subresource).
+    Whole,
+    /// Only status (the status subresource).
+    Status,
+}
+
+/// The tracked field set of an object.
+pub fn field_set(shape: Shape<'_>, obj: &Value, scope: Scope) -> FieldSet {
+    let mut out = FieldSet::new();
+    let Some(m) = obj.as_object() else { return out };
+    for (k, v) in m {
+        match (k.as_str(), scope) {
+            ("apiVersion" | "kind", _) => continue,
+            ("status", Scope::MainWithoutStatus) => continue,
+            ("status", _) => {}
+            (_, Scope::Status) => continue,
+            _ => {}
+        }
+        let mut path = vec![PathElem::Field(k.clone())];
+        if k == "metadata" {
+            if let Some(md) = v.as_object() {
+                for (mk, mv) in md {
+                    if UNTRACKED_METADATA.contains(&mk.as_str()) {
+                        continue;
+                    }
+                    path.push(PathElem::Field(mk.clone()));
+                    collect(shape, mv, &mut path, &mut out);
+                    path.pop();
+                }
+            }
+            continue;
+        }
+        collect(shape, v, &mut path, &mut out);
+    }
+    out
+}
+
+fn find_elem<'a>(
+    items: &'a [Value],
+    elem: &PathElem,
+    shape: Shape<'_>,
+    list_path: &[PathElem],
+) -> Option<(usize, &'a Value)> {
+    match elem {
+        PathElem::Key(k) => {
+            let ListType::Map(keys) = shape.list_type(list_path) else {
+                return None;
+            };
+            items
+                .iter()
+                .enumerate()
+                .find(|(_, v)| element_key(v, &keys) == *k)
+        }
+        PathElem::Value(s) => items.iter().enumerate().find(|(_, v)| v.to_string() == *s),
+        PathElem::Field(_) => None,
+    }
+}
+
+/// The value at `path`, if present.
+pub fn value_at<'a>(shape: Shape<'_>, obj: &'a Value, path: &[PathElem]) -> Option<&'a Value> {
+    let mut cur = obj;
+    for (i, p) in path.iter().enumerate() {
+        cur = match p {
+            PathElem::Field(f) => cur.get(f)?,
+            _ => find_elem(cur.as_array()?, p, shape, &path[..i])?.1,
+        };
+    }
+    Some(cur)
+}
+
+/// Removes the value at `path`, if present.
+pub fn remove_at(shape: Shape<'_>, obj: &mut Value, path: &[PathElem]) {
+    let Some((last, parent_path)) = path.split_last() else {
+        return;
+    };
+    let mut cur = obj;
+    for (i, p) in parent_path.iter().enumerate() {
+        let next = match p {
+            PathElem::Field(f) => cur.get_mut(f),
+            _ => {
+                let idx = cur
+                    .as_array()
+                    .and_then(|items| find_elem(items, p, shape, &path[..i]).map(|(i, _)| i));
+                match idx {
+                    Some(idx) => cur.get_mut(idx),
+                    None => None,
+                }
+            }
+        };
+        let Some(next) = next else { return };
+        cur = next;
+    }
+    match last {
+        PathElem::Field(f) => {
+            if let Some(m) = cur.as_object_mut() {
+                m.remove(f);
+            }
+        }
+        _ => {
+            let idx = cur
+                .as_array()
+                .and_then(|items| find_elem(items, last, shape, parent_path).map(|(i, _)| i));
+            if let (Some(idx), Some(items)) = (idx, cur.as_array_mut()) {
+                items.remove(idx);
+            }
+        }
+    }
+}
+
+/// Merges an applied configuration into `live`: maps recursively, associative lists by key,
+/// set lists by value, everything else replaced.
+pub fn merge_applied(shape: Shape<'_>, live: &mut Value, applied: &Value, path: &mut Path) {
+    match (live, applied) {
+        (Value::Object(l), Value::Object(a)) => {
+            for (k, av) in a {
+                path.push(PathElem::Field(k.clone()));
+                match l.get_mut(k) {
+                    Some(lv) if !av.is_null() => merge_applied(shape, lv, av, path),
+                    _ => {
+                        l.insert(k.clone(), av.clone());
+                    }
+                }
+                path.pop();
+            }
+        }
+        (Value::Array(l), Value::Array(a)) => match shape.list_type(path) {
+            ListType::Atomic => *l = a.clone(),
+            ListType::Set => {
+                for v in a {
+                    if !l.contains(v) {
+                        l.push(v.clone());
+                    }
+                }
+            }
+            ListType::Map(keys) => {
+                for av in a {
+                    let k = element_key(av, &keys);
+                    match l.iter_mut().find(|lv| element_key(lv, &keys) == k) {
+                        Some(lv) => {
+                            path.push(PathElem::Key(k));
+                            merge_applied(shape, lv, av, path);
+                            path.pop();
+                        }
+                        None => l.push(av.clone()),
+                    }
+                }
+            }
+        },
+        (l, a) => *l = a.clone(),
+    }
+}
+
+/// Encodes a field set as `fieldsV1`.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = json!({});
+    for path in set {
+        let mut cur = &mut root;
+        for p in path {
+            let key = match p {
+                PathElem::Field(f) => format!("f:{f}"),
+                PathElem::Key(k) => format!("k:{k}"),
+                PathElem::Value(v) => format!("v:{v}"),
+            };
+            if !cur.is_object() {
+                *cur = json!({});
+            }
+            cur = &mut cur[key.as_str()];
+            if cur.is_null() {
+                *cur = json!({});
+            }
+        }
+        if matches!(path.last(), Some(PathElem::Key(_))) {
+            cur["."] = json!({});
+        }
+    }
+    // Intermediate nodes that are members themselves need a "." marker too.
+    fn mark(node: &mut Value, path: &mut Path, set: &FieldSet) {
+        let Some(m) = node.as_object_mut() else {
+            return;
+        };
+        let keys: Vec<String> = m.keys().filter(|k| k.as_str() != ".").cloned().collect();
+        for k in keys {
+            let elem = match k.split_at(2) {
+                ("f:", r) => PathElem::Field(r.to_string()),
+                ("k:", r) => PathElem::Key(r.to_string()),
+                ("v:", r) => PathElem::Value(r.to_string()),
+                _ => continue,
+            };
+            path.push(elem);
+            if let Some(child) = m.get_mut(&k) {
+                let has_children = child
+                    .as_object()
+                    .is_some_and(|c| c.keys().any(|x| x != "."));
+                if has_children
+                    && set.contains(path)
+                    && let Some(c) = child.as_object_mut()
+                {
+                    c.insert(".".into(), json!({}));
+                }
+                mark(child, path, set);
+            }
+            path.pop();
+        }
+    }
+    mark(&mut root, &mut Vec::new(), set);
+    root
+}
+
+/// Decodes `fieldsV1`.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    fn walk(node: &Value, path: &mut Path, out: &mut FieldSet) {
+        let Some(m) = node.as_object() else { return };
+        if !path.is_empty() && (m.is_empty() || m.contains_key(".")) {
+            out.insert(path.clone());
+        }
+        for (k, child) in m {
+            if k == "." || k.len() < 2 {
+                continue;
+            }
+            let elem = match k.split_at(2) {
+                ("f:", r) => PathElem::Field(r.to_string()),
+                ("k:", r) => PathElem::Key(r.to_string()),
+                ("v:", r) => PathElem::Value(r.to_string()),
+                _ => continue,
+            };
+            path.push(elem);
+            walk(child, path, out);
+            path.pop();
+        }
+    }
+    let mut out = FieldSet::new();
+    walk(v, &mut Vec::new(), &mut out);
+    out
+}
+
+/// A path as conflict messages print it: `.spec.replicas`, `.spec.containers[name="x"].image`.
+pub fn display_path(path: &[PathElem]) -> String {
+    let mut s = String::new();
+    for p in path {
+        match p {
+            PathElem::Field(f) => {
+                s.push('.');
+                s.push_str(f);
+            }
+            PathElem::Key(k) => {
+                let inner: Vec<String> = serde_json::from_str::<Map<String, Value>>(k)
+                    .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
+                    .unwrap_or_default();
+                s.push_str(&format!("[{}]", inner.join(",")));
+            }
+            PathElem::Value(v) => s.push_str(&format!("[={v}]")),
+        }
+    }
+    s
+}
+
+/// One entry of `metadata.managedFields`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManagedEntry {
+    /// Manager name.
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    /// API version the fields were written through.
+    pub api_version: String,
+    /// Last time the entry changed (RFC 3339).
+    pub time: String,
+    /// Subresource (`status`) or empty.
+    pub subresource: String,
+    /// Owned fields.
+    pub fields: FieldSet,
+}
+
+/// Reads `metadata.managedFields`.
+pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
+    let Some(entries) = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            ManagedEntry {
+                manager: s("manager"),
+                operation: s("operation"),
+                api_version: s("apiVersion"),
+                time: s("time"),
+                subresource: s("subresource"),
+                fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// Writes `metadata.managedFields`, dropping entries that own nothing.
+pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
+    let list: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let mut v = json!({
+                "manager": e.manager,
+                "operation": e.operation,
+                "apiVersion": e.api_version,
+                "time": e.time,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": to_fields_v1(&e.fields),
+            });
+            if !e.subresource.is_empty() {
+                v["subresource"] = json!(e.subresource);
+            }
+            v
+        })
+        .collect();
+    if !list.is_empty() && obj.is_object() && !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    if let Some(md) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if list.is_empty() {
+            md.remove("managedFields");
+        } else {
+            md.insert("managedFields".into(), Value::Array(list));
+        }
+    }
+}
+
+/// A field owned by another manager with a different value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conflict {
+    /// The other manager.
+    pub manager: String,
+    /// The API version its entry names.
+    pub api_version: String,
+    /// The field.
+    pub path: Path,
+}
+
+/// Inputs of one server-side apply.
+#[derive(Debug)]
+pub struct ApplyRequest<'a> {
+    /// List types.
+    pub shape: Shape<'a>,
+    /// What part of the object is applied.
+    pub scope: Scope,
+    /// The field manager.
+    pub manager: &'a str,
+    /// The request's API version.
+    pub api_version: &'a str,
+    /// `force=true`.
+    pub force: bool,
+    /// Now, RFC 3339.
+    pub now: &'a str,
+}
+
+/// Server-side apply of `applied` onto `live` (an empty object on create). Returns the merged
+/// object with updated managedFields, or the conflicts.
+pub fn apply(
+    req: &ApplyRequest<'_>,
+    live: &Value,
+    applied: &Value,
+) -> Result<Value, Vec<Conflict>> {
+    let shape = req.shape;
+    let mut applied = applied.clone();
+    // Only the applied scope's part of the configuration takes effect.
+    if let Some(m) = applied.as_object_mut() {
+        match req.scope {
+            Scope::MainWithoutStatus => {
+                m.remove("status");
+            }
+            Scope::Status => {
+                m.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+            }
+            Scope::Whole => {}
+        }
+        if req.scope == Scope::Status
+            && let Some(md) = m.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            md.retain(|k, _| UNTRACKED_METADATA.contains(&k.as_str()));
+        }
+    }
+    let applied_set = field_set(shape, &applied, req.scope);
+    let mut entries = read_managed(live);
+    let subresource = if req.scope == Scope::Status {
+        "status"
+    } else {
+        ""
+    };
+    let is_mine = |e: &ManagedEntry| {
+        e.manager == req.manager && e.operation == "Apply" && e.subresource == subresource
+    };
+
+    let mut conflicts = Vec::new();
+    for e in entries.iter().filter(|e| !is_mine(e)) {
+        for p in e.fields.intersection(&applied_set) {
+            if matches!(p.last(), Some(PathElem::Key(_))) {
+                continue;
+            }
+            if value_at(shape, live, p) != value_at(shape, &applied, p) {
+                conflicts.push(Conflict {
+                    manager: e.manager.clone(),
+                    api_version: e.api_version.clone(),
+                    path: p.clone(),
+                });
+            }
+        }
+    }
+    if !conflicts.is_empty() && !req.force {
+        return Err(conflicts);
+    }
+    // Forced: the conflicting fields change hands.
+    for c in &conflicts {
+        for e in entries
+            .iter_mut()
+            .filter(|e| e.manager == c.manager && !is_mine(e))
+        {
+            e.fields.remove(&c.path);
+        }
+    }
+    let previous: FieldSet = entries
+        .iter()
+        .filter(|e| is_mine(e))
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    let others: FieldSet = entries
+        .iter()
+        .filter(|e| !is_mine(e))
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    let mut merged = live.clone();
+    if !merged.is_object() {
+        merged = json!({});
+    }
+    // Deepest first, so removing a list element does not hide its fields' removal.
+    let mut removed: Vec<&Path> = previous
+        .difference(&applied_set)
+        .filter(|p| !others.contains(*p))
+        .collect();
+    removed.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in removed {
+        // A field kept alive through a child owned by someone else stays.
+        if others.iter().any(|o| o.len() > p.len() && o.starts_with(p)) {
+            continue;
+        }
+        remove_at(shape, &mut merged, p);
+    }
+    let mut applied_body = applied.clone();
+    if let Some(md) = applied_body
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+    {
+        md.retain(|k, _| {
+            !UNTRACKED_METADATA.contains(&k.as_str()) || k == "name" || k == "namespace"
+        });
+    }
+    merge_applied(shape, &mut merged, &applied_body, &mut Vec::new());
+    entries.retain(|e| !is_mine(e));
+    entries.push(ManagedEntry {
+        manager: req.manager.to_string(),
+        operation: "Apply".into(),
+        api_version: req.api_version.to_string(),
+        time: req.now.to_string(),
+        subresource: subresource.to_string(),
+        fields: applied_set,
+    });
+    write_managed(&mut merged, &entries);
+    Ok(merged)
+}
+
+/// Records a non-apply write by `manager`: fields whose value changed become the manager's
+/// (operation `Update`) and leave every other manager; removed fields leave everyone.
+pub fn record_update(
+    shape: Shape<'_>,
+    scope: Scope,
+    manager: &str,
+    api_version: &str,
+    now: &str,
+    old: &Value,
+    new: &mut Value,
+) {
+    let old_set = field_set(shape, old, scope);
+    let new_set = field_set(shape, new, scope);
+    let changed: FieldSet = new_set
+        .iter()
+        .filter(|p| value_at(shape, old, p) != value_at(shape, new, p) || !old_set.contains(*p))
+        .cloned()
+        .collect();
+    let removed: FieldSet = old_set.difference(&new_set).cloned().collect();
+    let mut entries = read_managed(old);
+    if changed.is_empty() && removed.is_empty() {
+        write_managed(new, &entries);
+        return;
+    }
+    let subresource = if scope == Scope::Status { "status" } else { "" };
+    for e in entries.iter_mut() {
+        // Entries of the other scope are untouched.
+        if (e.subresource == "status") != (scope == Scope::Status) && scope != Scope::Whole {
+            continue;
+        }
+        e.fields
+            .retain(|p| !changed.contains(p) && !removed.contains(p));
+    }
+    match entries
+        .iter_mut()
+        .find(|e| e.manager == manager && e.operation == "Update" && e.subresource == subresource)
+    {
+        Some(e) => {
+            e.fields.extend(changed);
+            e.fields.retain(|p| new_set.contains(p));
+            e.time = now.to_string();
+            e.api_version = api_version.to_string();
+        }
+        None => entries.push(ManagedEntry {
+            manager: manager.to_string(),
+            operation: "Update".into(),
+            api_version: api_version.to_string(),
+            time: now.to_string(),
+            subresource: subresource.to_string(),
+            fields: changed,
+        }),
+    }
+    write_managed(new, &entries);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req<'a>(manager: &'a str, force: bool) -> ApplyRequest<'a> {
+        ApplyRequest {
+            shape: Shape::Builtin,
+            scope: Scope::Whole,
+            manager,
+            api_version: "v1",
+            force,
+            now: "2026-01-01T00:00:00Z",
+        }
+    }
+
+    #[test]
+    fn fields_v1_round_trips_with_list_elements() {
+        let obj = json!({"spec": {"containers": [{"name": "a", "image": "x"}], "replicas": 1}, "metadata": {"labels": {"a": "b"}}});
+        let set = field_set(Shape::Builtin, &obj, Scope::Whole);
+        let v1 = to_fields_v1(&set);
+        assert_eq!(
+            v1["f:spec"]["f:containers"]["k:{\"name\":\"a\"}"]["."],
+            json!({})
+        );
+        assert_eq!(from_fields_v1(&v1), set);
+    }
+
+    #[test]
+    fn fields_a_manager_stops_applying_are_removed() {
+        let live = json!({});
+        let first = apply(
+            &req("m", false),
+            &live,
+            &json!({"data": {"a": "1", "b": "2"}}),
+        )
+        .unwrap();
+        let second = apply(&req("m", false), &first, &json!({"data": {"a": "1"}})).unwrap();
+        assert_eq!(second["data"], json!({"a": "1"}));
+    }
+
+    #[test]
+    fn applying_a_field_another_manager_set_differently_conflicts_unless_forced() {
+        let first = apply(&req("one", false), &json!({}), &json!({"data": {"a": "1"}})).unwrap();
+        let conflicts =
+            apply(&req("two", false), &first, &json!({"data": {"a": "2"}})).unwrap_err();
+        assert_eq!(conflicts[0].manager, "one");
+        assert_eq!(display_path(&conflicts[0].path), ".data.a");
+        let forced = apply(&req("two", true), &first, &json!({"data": {"a": "2"}})).unwrap();
+        assert_eq!(forced["data"]["a"], "2");
+        let owners = read_managed(&forced);
+        assert!(owners.iter().all(|e| e.manager == "two"), "{owners:?}");
+    }
+
+    #[test]
+    fn same_value_is_shared_without_conflict() {
+        let first = apply(&req("one", false), &json!({}), &json!({"data": {"a": "1"}})).unwrap();
+        let second = apply(&req("two", false), &first, &json!({"data": {"a": "1"}})).unwrap();
+        assert_eq!(read_managed(&second).len(), 2);
+    }
+
+    #[test]
+    fn containers_merge_by_name() {
+        let first = apply(
+            &req("one", false),
+            &json!({}),
+            &json!({"spec": {"containers": [{"name": "a", "image": "x"}]}}),
+        )
+        .unwrap();
+        let second = apply(
+            &req("two", false),
+            &first,
+            &json!({"spec": {"containers": [{"name": "b", "image": "y"}]}}),
+        )
+        .unwrap();
+        assert_eq!(second["spec"]["containers"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_update_takes_ownership_of_changed_fields() {
+        let first = apply(&req("one", false), &json!({}), &json!({"data": {"a": "1"}})).unwrap();
+        let mut changed = first.clone();
+        changed["data"]["a"] = json!("2");
+        record_update(
+            Shape::Builtin,
+            Scope::Whole,
+            "editor",
+            "v1",
+            "t",
+            &first,
+            &mut changed,
+        );
+        let entries = read_managed(&changed);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].manager, "editor");
+    }
+}

@@ -1,0 +1,400 @@
+//! Server-side Table output (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`), as
+//! `kubectl get` requests it: Name, the kind's columns (a CRD's `additionalPrinterColumns`), Age.
+
+use serde_json::{Value, json};
+
+use crate::resource::{Column, ResourceType};
+
+/// Evaluates the simple JSONPath forms printer columns use: `.a.b`, `.a[0].b`,
+/// `.a[?(@.type=="Ready")].status`, with an optional `{...}` wrapper.
+pub fn eval_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let p = path.trim().trim_start_matches('{').trim_end_matches('}');
+    let p = p.strip_prefix('$').unwrap_or(p);
+    let mut cur = obj;
+    let mut rest = p;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let field = &r[..end];
+            if !field.is_empty() {
+                cur = cur.get(field)?;
+            }
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let inner = &r[..end];
+            rest = &r[end + 1..];
+            if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                let (field, want) = filter.split_once("==")?;
+                let want = want.trim().trim_matches(|c| c == '"' || c == '\'');
+                cur = cur
+                    .as_array()?
+                    .iter()
+                    .find(|e| e.get(field.trim()).and_then(Value::as_str) == Some(want))?;
+            } else if let Ok(i) = inner.parse::<usize>() {
+                cur = cur.get(i)?;
+            } else {
+                let key = inner.trim_matches(|c| c == '"' || c == '\'');
+                cur = cur.get(key)?;
+            }
+        } else {
+            return None;
+        }
+    }
+    Some(cur)
+}
+
+/// A duration as kubectl prints ages: `5s`, `3m2s`, `4h`, `2d5h`.
+pub fn human_duration(secs: i64) -> String {
+    let s = secs.max(0);
+    if s < 120 {
+        format!("{s}s")
+    } else if s < 600 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else if s < 3 * 3600 {
+        let (m, r) = (s / 60, (s % 3600) / 60);
+        if s < 3600 {
+            format!("{m}m")
+        } else {
+            format!("{}h{}m", s / 3600, r)
+        }
+    } else if s < 48 * 3600 {
+        format!("{}h", s / 3600)
+    } else {
+        format!("{}d", s / 86400)
+    }
+}
+
+fn age(obj: &Value) -> Value {
+    let Some(ts) = obj
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+    else {
+        return json!("<unknown>");
+    };
+    match ts.parse::<jiff::Timestamp>() {
+        Ok(t) => json!(human_duration(
+            jiff::Timestamp::now().as_second() - t.as_second()
+        )),
+        Err(_) => json!("<unknown>"),
+    }
+}
+
+fn cell(obj: &Value, c: &Column) -> Value {
+    let Some(v) = eval_path(obj, &c.json_path) else {
+        return Value::Null;
+    };
+    match c.type_.as_str() {
+        "date" => match v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok()) {
+            Some(t) => json!(human_duration(
+                jiff::Timestamp::now().as_second() - t.as_second()
+            )),
+            None => v.clone(),
+        },
+        "integer" | "number" | "boolean" => v.clone(),
+        _ => match v {
+            Value::String(_) => v.clone(),
+            Value::Null => Value::Null,
+            other => json!(other.to_string()),
+        },
+    }
+}
+
+fn builtin_cells(rt: &ResourceType, obj: &Value) -> Option<(Vec<Column>, Vec<Value>)> {
+    let c = |name: &str, t: &str| Column {
+        name: name.into(),
+        type_: t.into(),
+        json_path: String::new(),
+        priority: 0,
+        description: String::new(),
+    };
+    match (rt.group.as_str(), rt.kind.as_str()) {
+        ("", "Pod") => {
+            let statuses = obj
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let total = obj
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let ready = statuses
+                .iter()
+                .filter(|s| s["ready"].as_bool() == Some(true))
+                .count();
+            let restarts: i64 = statuses
+                .iter()
+                .filter_map(|s| s["restartCount"].as_i64())
+                .sum();
+            let waiting = statuses
+                .iter()
+                .find_map(|s| s.pointer("/state/waiting/reason").and_then(Value::as_str));
+            let mut status = obj
+                .pointer("/status/phase")
+                .and_then(Value::as_str)
+                .unwrap_or("Pending")
+                .to_string();
+            if let Some(w) = waiting {
+                status = w.to_string();
+            }
+            if obj.pointer("/metadata/deletionTimestamp").is_some() {
+                status = "Terminating".into();
+            }
+            Some((
+                vec![
+                    c("Ready", "string"),
+                    c("Status", "string"),
+                    c("Restarts", "string"),
+                ],
+                vec![
+                    json!(format!("{ready}/{total}")),
+                    json!(status),
+                    json!(restarts.to_string()),
+                ],
+            ))
+        }
+        ("apps", "Deployment") => {
+            let want = obj
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let n = |p: &str| obj.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+            Some((
+                vec![
+                    c("Ready", "string"),
+                    c("Up-to-date", "integer"),
+                    c("Available", "integer"),
+                ],
+                vec![
+                    json!(format!("{}/{want}", n("/status/readyReplicas"))),
+                    json!(n("/status/updatedReplicas")),
+                    json!(n("/status/availableReplicas")),
+                ],
+            ))
+        }
+        ("", "ConfigMap") | ("", "Secret") => {
+            let n = obj
+                .get("data")
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len())
+                + obj
+                    .get("binaryData")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len());
+            Some((vec![c("Data", "integer")], vec![json!(n)]))
+        }
+        ("admissionregistration.k8s.io", _) => {
+            let n = obj
+                .get("webhooks")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            Some((vec![c("Webhooks", "integer")], vec![json!(n)]))
+        }
+        ("", "Endpoints") => {
+            let mut eps = Vec::new();
+            for s in obj
+                .get("subsets")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let port = s.pointer("/ports/0/port").and_then(Value::as_i64);
+                for a in s
+                    .get("addresses")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let ip = a["ip"].as_str().unwrap_or("");
+                    eps.push(match port {
+                        Some(p) => format!("{ip}:{p}"),
+                        None => ip.to_string(),
+                    });
+                }
+            }
+            Some((
+                vec![c("Endpoints", "string")],
+                vec![json!(if eps.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    eps.join(",")
+                })],
+            ))
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            let ports: Vec<String> = obj
+                .get("ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["port"].as_i64().map(|n| n.to_string()))
+                .collect();
+            let addrs: Vec<String> = obj
+                .get("endpoints")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect();
+            Some((
+                vec![c("Ports", "string"), c("Endpoints", "string")],
+                vec![json!(ports.join(",")), json!(addrs.join(","))],
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn column_def(c: &Column, format: &str) -> Value {
+    json!({"name": c.name, "type": c.type_, "format": format, "description": c.description, "priority": c.priority})
+}
+
+/// The Table for `items` of `rt`. `include` is `None`, `Metadata` (default) or `Object`.
+pub fn to_table(rt: &ResourceType, items: &[Value], list_meta: Value, include: &str) -> Value {
+    let name_col = Column {
+        name: "Name".into(),
+        type_: "string".into(),
+        json_path: ".metadata.name".into(),
+        priority: 0,
+        description: "Name must be unique within a namespace.".into(),
+    };
+    let age_col = Column {
+        name: "Age".into(),
+        type_: "date".into(),
+        json_path: ".metadata.creationTimestamp".into(),
+        priority: 0,
+        description: "CreationTimestamp of the object.".into(),
+    };
+    let has_custom_age = rt
+        .columns
+        .iter()
+        .any(|c| c.name.eq_ignore_ascii_case("age"));
+    let builtin_defs = items
+        .first()
+        .and_then(|o| builtin_cells(rt, o))
+        .map(|(cols, _)| cols)
+        .or_else(|| builtin_cells(rt, &json!({})).map(|(cols, _)| cols));
+    let mut defs = vec![column_def(&name_col, "name")];
+    if let Some(cols) = &builtin_defs {
+        defs.extend(cols.iter().map(|c| column_def(c, "")));
+    }
+    defs.extend(rt.columns.iter().map(|c| column_def(c, "")));
+    if !has_custom_age {
+        defs.push(column_def(&age_col, ""));
+    }
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|obj| {
+            let mut cells = vec![
+                obj.pointer("/metadata/name")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            ];
+            if builtin_defs.is_some()
+                && let Some((_, vals)) = builtin_cells(rt, obj)
+            {
+                cells.extend(vals);
+            }
+            cells.extend(rt.columns.iter().map(|c| cell(obj, c)));
+            if !has_custom_age {
+                cells.push(age(obj));
+            }
+            let mut row = json!({"cells": cells});
+            match include {
+                "None" => {}
+                "Object" => row["object"] = obj.clone(),
+                _ => {
+                    row["object"] = json!({
+                        "kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                    })
+                }
+            }
+            row
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": defs,
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::Registry;
+
+    #[test]
+    fn jsonpath_supports_fields_indexes_and_filters() {
+        let obj = json!({"status": {"conditions": [{"type": "A", "status": "False"}, {"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            eval_path(&obj, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(&json!("True"))
+        );
+        assert_eq!(
+            eval_path(&obj, ".status.conditions[0].type"),
+            Some(&json!("A"))
+        );
+        assert_eq!(eval_path(&obj, "{.status.missing}"), None);
+    }
+
+    #[test]
+    fn crd_columns_appear_between_name_and_age() {
+        let mut rt = Registry::with_builtins()
+            .get("", "v1", "configmaps")
+            .unwrap()
+            .clone();
+        rt.columns = vec![Column {
+            name: "Phase".into(),
+            type_: "string".into(),
+            json_path: ".status.phase".into(),
+            priority: 0,
+            description: String::new(),
+        }];
+        rt.kind = "Thing".into();
+        rt.group = "x.dev".into();
+        let t = to_table(
+            &rt,
+            &[json!({"metadata": {"name": "a"}, "status": {"phase": "Ready"}})],
+            json!({}),
+            "None",
+        );
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, vec!["Name", "Phase", "Age"]);
+        assert_eq!(t["rows"][0]["cells"][1], "Ready");
+    }
+
+    #[test]
+    fn pod_rows_show_readiness_and_restarts() {
+        let rt = Registry::with_builtins()
+            .get("", "v1", "pods")
+            .unwrap()
+            .clone();
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}]}});
+        let t = to_table(&rt, &[pod], json!({}), "None");
+        assert_eq!(t["rows"][0]["cells"][1], "1/1");
+        assert_eq!(t["rows"][0]["cells"][2], "Running");
+        assert_eq!(t["rows"][0]["cells"][3], "2");
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(200), "3m20s");
+        assert_eq!(human_duration(7200), "2h0m");
+        assert_eq!(human_duration(90000), "25h");
+        assert_eq!(human_duration(300000), "3d");
+    }
+}
