@@ -1,0 +1,763 @@
+//! `initializer-operator install --bundle DIR` and `uninstall`: the bundle installed without OLM
+//! (kind, the sandbox, any cluster), from exactly the files OLM would read.
+//!
+//! [`plan`] turns a bundle into the objects to apply and is pure; [`install`] and [`uninstall`]
+//! are the IO shell. Everything the installer creates carries
+//! `app.kubernetes.io/managed-by: initializer-operator-installer`, and it never overwrites or
+//! deletes an object without that label.
+
+// The crate's Error carries kube::Error inline; these functions run once per command.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use initializer_crds::{Initializer, constants};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::bundle::csv::{ClusterServiceVersion, StrategyDeploymentPermissions};
+use crate::bundle::{self, Bundle, BundleViolation};
+use crate::error::Error;
+use crate::manifest;
+
+/// Field manager of every server-side apply the installer makes.
+pub const FIELD_MANAGER: &str = "initializer-operator-installer";
+/// Value of `app.kubernetes.io/managed-by` on everything the installer creates.
+pub const MANAGED_BY_VALUE: &str = "initializer-operator-installer";
+/// How often the installer looks again while it waits.
+const POLL: Duration = Duration::from_millis(500);
+
+/// Flags of `initializer-operator install`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct InstallArgs {
+    /// The registry+v1 bundle directory to install.
+    #[arg(long, default_value = bundle::BUNDLE_DIR)]
+    pub bundle: PathBuf,
+    /// Namespace the operator runs in (created when missing).
+    #[arg(long, default_value = manifest::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// How long to wait for the CRDs and the operator to become available, in seconds.
+    #[arg(long, default_value_t = 180)]
+    pub timeout: u64,
+}
+
+/// Flags of `initializer-operator uninstall`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct UninstallArgs {
+    /// Keep every Initializer, its workload, the CRD and the namespace; only the operator goes.
+    /// Webhook configurations are still removed, so nothing blocks creates meanwhile.
+    #[arg(long)]
+    pub keep_initializers: bool,
+    /// Keep the CustomResourceDefinitions.
+    #[arg(long)]
+    pub keep_crds: bool,
+    /// How long to wait for Initializers to be cleaned up by the operator, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+}
+
+/// Every object an install applies, in the order it applies them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InstallPlan {
+    /// The operator's namespace.
+    pub namespace: String,
+    /// Owned CRDs, from the bundle's manifests.
+    pub crds: Vec<CustomResourceDefinition>,
+    /// The namespace object (applied only when absent or installed by us).
+    pub namespace_object: Namespace,
+    /// Service accounts named by the install strategy.
+    pub service_accounts: Vec<ServiceAccount>,
+    /// One ClusterRole per service account with `clusterPermissions`.
+    pub cluster_roles: Vec<ClusterRole>,
+    /// Binds each ClusterRole to its service account.
+    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
+    /// One Role per service account with `permissions`, in the namespace.
+    pub roles: Vec<Role>,
+    /// Binds each Role to its service account.
+    pub role_bindings: Vec<RoleBinding>,
+    /// The install strategy's Deployments, in the namespace.
+    pub deployments: Vec<Deployment>,
+}
+
+/// Labels on everything the installer creates.
+pub fn installer_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        constants::MANAGED_BY_LABEL.to_string(),
+        MANAGED_BY_VALUE.to_string(),
+    )])
+}
+
+/// True when the object carries the installer's label.
+pub fn installed_by_us(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|labels| labels.get(constants::MANAGED_BY_LABEL))
+        .is_some_and(|value| value == MANAGED_BY_VALUE)
+}
+
+fn meta(name: &str, namespace: Option<&str>, extra: &BTreeMap<String, String>) -> ObjectMeta {
+    let mut labels = extra.clone();
+    labels.extend(installer_labels());
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(labels),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Turns a bundle into the objects to apply in `namespace`. Refuses a bundle that breaks any
+/// registry+v1 rule; a CRD that differs from this binary's `crdgen` output is accepted, so an
+/// older or newer bundle can still be installed.
+pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
+    let violations: Vec<BundleViolation> = bundle::check(bundle)
+        .into_iter()
+        .filter(|violation| !matches!(violation, BundleViolation::CrdDrift { .. }))
+        .collect();
+    if !violations.is_empty() {
+        return Err(Error::BundleInvalid(bundle::validate::summary(&violations)));
+    }
+    let mut csv: Option<ClusterServiceVersion> = None;
+    let mut crds = Vec::new();
+    for (path, text) in bundle.manifests() {
+        let kind = serde_yaml::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|value| {
+                value
+                    .get("kind")
+                    .and_then(|k| k.as_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        let parse_error =
+            |err: serde_yaml::Error| Error::InstallPlan(format!("failed to read {path}: {err}"));
+        match kind.as_str() {
+            "ClusterServiceVersion" => csv = Some(serde_yaml::from_str(text).map_err(parse_error)?),
+            "CustomResourceDefinition" => {
+                let mut crd: CustomResourceDefinition =
+                    serde_yaml::from_str(text).map_err(parse_error)?;
+                crd.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .extend(installer_labels());
+                crds.push(crd);
+            }
+            other => {
+                return Err(Error::InstallPlan(format!(
+                    "failed to install {path}: kind {other} is not installed without OLM"
+                )));
+            }
+        }
+    }
+    let csv = csv.ok_or_else(|| Error::InstallPlan("failed to find the CSV".to_string()))?;
+    let strategy = csv.spec.install.spec;
+    let no_labels = BTreeMap::new();
+
+    let mut accounts: Vec<String> = strategy
+        .deployments
+        .iter()
+        .filter_map(|deployment| {
+            deployment
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|pod| pod.service_account_name.clone())
+        })
+        .chain(
+            strategy
+                .permissions
+                .iter()
+                .chain(&strategy.cluster_permissions)
+                .map(|permission| permission.service_account_name.clone()),
+        )
+        .collect();
+    accounts.sort();
+    accounts.dedup();
+    let service_accounts = accounts
+        .iter()
+        .map(|name| ServiceAccount {
+            metadata: meta(name, Some(namespace), &no_labels),
+            ..ServiceAccount::default()
+        })
+        .collect();
+
+    let subject = |account: &str| Subject {
+        kind: "ServiceAccount".to_string(),
+        name: account.to_string(),
+        namespace: Some(namespace.to_string()),
+        ..Subject::default()
+    };
+    let role_ref = |kind: &str, name: &str| RoleRef {
+        api_group: "rbac.authorization.k8s.io".to_string(),
+        kind: kind.to_string(),
+        name: name.to_string(),
+    };
+    let mut cluster_roles = Vec::new();
+    let mut cluster_role_bindings = Vec::new();
+    for (account, rules) in rules_by_account(&strategy.cluster_permissions) {
+        cluster_roles.push(ClusterRole {
+            metadata: meta(&account, None, &no_labels),
+            rules: Some(rules),
+            ..ClusterRole::default()
+        });
+        cluster_role_bindings.push(ClusterRoleBinding {
+            metadata: meta(&account, None, &no_labels),
+            role_ref: role_ref("ClusterRole", &account),
+            subjects: Some(vec![subject(&account)]),
+        });
+    }
+    let mut roles = Vec::new();
+    let mut role_bindings = Vec::new();
+    for (account, rules) in rules_by_account(&strategy.permissions) {
+        roles.push(Role {
+            metadata: meta(&account, Some(namespace), &no_labels),
+            rules: Some(rules),
+        });
+        role_bindings.push(RoleBinding {
+            metadata: meta(&account, Some(namespace), &no_labels),
+            role_ref: role_ref("Role", &account),
+            subjects: Some(vec![subject(&account)]),
+        });
+    }
+    let deployments = strategy
+        .deployments
+        .into_iter()
+        .map(|deployment| Deployment {
+            metadata: meta(&deployment.name, Some(namespace), &deployment.label),
+            spec: Some(deployment.spec),
+            status: None,
+        })
+        .collect();
+    Ok(InstallPlan {
+        namespace: namespace.to_string(),
+        crds,
+        namespace_object: Namespace {
+            metadata: meta(namespace, None, &no_labels),
+            ..Namespace::default()
+        },
+        service_accounts,
+        cluster_roles,
+        cluster_role_bindings,
+        roles,
+        role_bindings,
+        deployments,
+    })
+}
+
+/// The rules of every permission entry, merged per service account, in name order.
+fn rules_by_account(
+    permissions: &[StrategyDeploymentPermissions],
+) -> BTreeMap<String, Vec<PolicyRule>> {
+    let mut merged: BTreeMap<String, Vec<PolicyRule>> = BTreeMap::new();
+    for permission in permissions {
+        merged
+            .entry(permission.service_account_name.clone())
+            .or_default()
+            .extend(permission.rules.iter().cloned());
+    }
+    merged
+}
+
+/// Reads the bundle in `args.bundle` and installs it; returns once the operator is available.
+pub async fn run_install(client: Client, args: &InstallArgs) -> Result<(), Error> {
+    let bundle = Bundle::read(&args.bundle)?;
+    let plan = plan(&bundle, &args.namespace)?;
+    install(client, &plan, Duration::from_secs(args.timeout)).await
+}
+
+/// Applies `plan`: CRDs (then waits until they are established), namespace, service accounts,
+/// RBAC, Deployments (then waits until they are available).
+pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in &plan.crds {
+        apply(&crds, crd, "CustomResourceDefinition").await?;
+    }
+    for crd in &plan.crds {
+        let name = crd.name_any();
+        wait_until(
+            deadline,
+            &format!("CustomResourceDefinition {name} to be established"),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    let crd = crds.get_opt(&name).await.map_err(|source| Error::Get {
+                        kind: "CustomResourceDefinition",
+                        name: name.clone(),
+                        source,
+                    })?;
+                    Ok(crd.as_ref().is_some_and(crd_established))
+                }
+            },
+        )
+        .await?;
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces
+        .get_opt(&plan.namespace)
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Namespace",
+            name: plan.namespace.clone(),
+            source,
+        })? {
+        // A namespace made by someone else is used as it is, and never deleted by uninstall.
+        Some(existing) if !installed_by_us(&existing.metadata) => {}
+        _ => apply(&namespaces, &plan.namespace_object, "Namespace").await?,
+    }
+    let service_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &plan.namespace);
+    for account in &plan.service_accounts {
+        apply(&service_accounts, account, "ServiceAccount").await?;
+    }
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    for role in &plan.cluster_roles {
+        apply(&cluster_roles, role, "ClusterRole").await?;
+    }
+    let cluster_role_bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    for binding in &plan.cluster_role_bindings {
+        apply(&cluster_role_bindings, binding, "ClusterRoleBinding").await?;
+    }
+    let roles: Api<Role> = Api::namespaced(client.clone(), &plan.namespace);
+    for role in &plan.roles {
+        apply(&roles, role, "Role").await?;
+    }
+    let role_bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &plan.namespace);
+    for binding in &plan.role_bindings {
+        apply(&role_bindings, binding, "RoleBinding").await?;
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &plan.namespace);
+    for deployment in &plan.deployments {
+        apply(&deployments, deployment, "Deployment").await?;
+    }
+    for deployment in &plan.deployments {
+        let name = deployment.name_any();
+        wait_until(
+            deadline,
+            &format!("Deployment {name} to be available"),
+            || {
+                let deployments = deployments.clone();
+                let name = name.clone();
+                async move {
+                    let current =
+                        deployments
+                            .get_opt(&name)
+                            .await
+                            .map_err(|source| Error::Get {
+                                kind: "Deployment",
+                                name: name.clone(),
+                                source,
+                            })?;
+                    Ok(current.as_ref().is_some_and(deployment_available))
+                }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Removes what [`install`] created, webhook configurations and Initializers first.
+///
+/// 1. Managed MutatingWebhookConfigurations are deleted at once: creates fail open from here on.
+/// 2. Initializers are deleted (unless `keep_initializers`), and the operator, still running,
+///    runs their finalizers; uninstall waits until they are gone.
+/// 3. The operator's Deployments, then webhook configurations again (the operator may have
+///    registered one in between), RBAC and service accounts.
+/// 4. The namespace and the CRDs, unless kept.
+pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let by_us = ListParams::default().labels(&format!(
+        "{}={MANAGED_BY_VALUE}",
+        constants::MANAGED_BY_LABEL
+    ));
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    delete_webhook_configurations(&webhooks).await?;
+
+    if !args.keep_initializers {
+        let initializers: Api<Initializer> = Api::all(client.clone());
+        if crd_exists(&client).await? {
+            for initializer in list(&initializers, &ListParams::default(), "Initializer").await? {
+                delete(&initializers, &initializer.name_any(), "Initializer").await?;
+            }
+            wait_until(deadline, "every Initializer's finalizer to finish", || {
+                let initializers = initializers.clone();
+                async move {
+                    Ok(list(&initializers, &ListParams::default(), "Initializer")
+                        .await?
+                        .is_empty())
+                }
+            })
+            .await?;
+        }
+    }
+
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    for deployment in list(&deployments, &by_us, "Deployment").await? {
+        let namespaced: Api<Deployment> =
+            Api::namespaced(client.clone(), &deployment.namespace().unwrap_or_default());
+        delete(&namespaced, &deployment.name_any(), "Deployment").await?;
+    }
+    delete_webhook_configurations(&webhooks).await?;
+    delete_labelled::<ClusterRoleBinding>(
+        &client,
+        |_: &str| Api::all(client.clone()),
+        &by_us,
+        "ClusterRoleBinding",
+    )
+    .await?;
+    delete_labelled::<ClusterRole>(
+        &client,
+        |_: &str| Api::all(client.clone()),
+        &by_us,
+        "ClusterRole",
+    )
+    .await?;
+    delete_labelled::<RoleBinding>(
+        &client,
+        |ns: &str| Api::namespaced(client.clone(), ns),
+        &by_us,
+        "RoleBinding",
+    )
+    .await?;
+    delete_labelled::<Role>(
+        &client,
+        |ns: &str| Api::namespaced(client.clone(), ns),
+        &by_us,
+        "Role",
+    )
+    .await?;
+    delete_labelled::<ServiceAccount>(
+        &client,
+        |ns: &str| Api::namespaced(client.clone(), ns),
+        &by_us,
+        "ServiceAccount",
+    )
+    .await?;
+    if !args.keep_initializers {
+        delete_labelled::<Namespace>(
+            &client,
+            |_: &str| Api::all(client.clone()),
+            &by_us,
+            "Namespace",
+        )
+        .await?;
+        if !args.keep_crds {
+            delete_labelled::<CustomResourceDefinition>(
+                &client,
+                |_: &str| Api::all(client.clone()),
+                &by_us,
+                "CustomResourceDefinition",
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// True when the CRD reports `Established=True`.
+pub fn crd_established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}
+
+/// True when the Deployment has seen its latest spec and reports `Available=True` with every
+/// desired replica available.
+pub fn deployment_available(deployment: &Deployment) -> bool {
+    let Some(status) = deployment.status.as_ref() else {
+        return false;
+    };
+    let desired = deployment
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.replicas)
+        .unwrap_or(1);
+    let observed = match (deployment.metadata.generation, status.observed_generation) {
+        (Some(generation), Some(observed)) => observed >= generation,
+        _ => true,
+    };
+    observed
+        && status.available_replicas.unwrap_or(0) >= desired
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+}
+
+async fn crd_exists(client: &Client) -> Result<bool, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.get_opt(constants::CRD_NAME)
+        .await
+        .map(|crd| crd.is_some())
+        .map_err(|source| Error::Get {
+            kind: "CustomResourceDefinition",
+            name: constants::CRD_NAME.to_string(),
+            source,
+        })
+}
+
+/// Deletes every webhook configuration the operator manages (labelled by the operator).
+async fn delete_webhook_configurations(
+    webhooks: &Api<MutatingWebhookConfiguration>,
+) -> Result<(), Error> {
+    let managed = ListParams::default().labels(&format!(
+        "{}={}",
+        constants::MANAGED_BY_LABEL,
+        constants::MANAGED_BY_VALUE
+    ));
+    for webhook in list(webhooks, &managed, "MutatingWebhookConfiguration").await? {
+        delete(
+            webhooks,
+            &webhook.name_any(),
+            "MutatingWebhookConfiguration",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Deletes every object of kind `K` carrying the installer's label, in any namespace;
+/// `api_for(namespace)` gives the Api to delete through (namespace `""` for cluster scope).
+async fn delete_labelled<K>(
+    client: &Client,
+    api_for: impl Fn(&str) -> Api<K>,
+    by_us: &ListParams,
+    kind: &'static str,
+) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let all: Api<K> = Api::all_with(client.clone(), &K::DynamicType::default());
+    for object in list(&all, by_us, kind).await? {
+        // The label selector already chose these; checking again guards against a server
+        // that ignores selectors.
+        if !installed_by_us(object.meta()) {
+            continue;
+        }
+        let api = api_for(object.meta().namespace.as_deref().unwrap_or(""));
+        delete(&api, &object.name_any(), kind).await?;
+    }
+    Ok(())
+}
+
+/// Server-side applies `object`, refusing to take over one the installer did not create.
+async fn apply<K>(api: &Api<K>, object: &K, kind: &'static str) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let name = object.name_any();
+    let existing = api.get_opt(&name).await.map_err(|source| Error::Get {
+        kind,
+        name: name.clone(),
+        source,
+    })?;
+    if existing.is_some_and(|existing| !installed_by_us(existing.meta())) {
+        return Err(Error::NotInstalledByUs { kind, name });
+    }
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map_err(|source| Error::Apply {
+        kind,
+        name: name.clone(),
+        source,
+    })?;
+    tracing::info!(kind, name, "applied");
+    Ok(())
+}
+
+async fn list<K>(api: &Api<K>, params: &ListParams, kind: &'static str) -> Result<Vec<K>, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    api.list(params)
+        .await
+        .map(|list| list.items)
+        .map_err(|source| Error::List { kind, source })
+}
+
+/// Deletes `name`; an object already gone is fine.
+async fn delete<K>(api: &Api<K>, name: &str, kind: &'static str) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            tracing::info!(kind, name, "deleted");
+            Ok(())
+        }
+        Err(err) if crate::error::is_not_found(&err) => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind,
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Polls `done` until it says true or `deadline` passes.
+async fn wait_until<F, Fut>(deadline: Instant, what: &str, mut done: F) -> Result<(), Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, Error>>,
+{
+    loop {
+        let last_error = match done().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => None,
+            // Transient API errors while waiting are retried until the deadline.
+            Err(err) => Some(err.to_string()),
+        };
+        if Instant::now() >= deadline {
+            return Err(Error::Wait {
+                what: what.to_string(),
+                reason: last_error.unwrap_or_else(|| "timed out".to_string()),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generated_plan() -> InstallPlan {
+        plan(&bundle::generate().unwrap(), "initializer-system").unwrap()
+    }
+
+    #[test]
+    fn plan_installs_the_crd_rbac_and_the_operator_deployment_from_the_bundle() {
+        let plan = generated_plan();
+        assert_eq!(plan.crds.len(), 1);
+        assert_eq!(plan.crds[0].name_any(), constants::CRD_NAME);
+        assert_eq!(plan.service_accounts.len(), 1);
+        assert_eq!(plan.service_accounts[0].name_any(), manifest::OPERATOR_NAME);
+        assert_eq!(plan.cluster_roles.len(), 1);
+        assert_eq!(
+            plan.cluster_roles[0].rules.as_ref().unwrap(),
+            &crate::rbac::cluster_rules()
+        );
+        assert_eq!(plan.deployments.len(), 1);
+        assert_eq!(
+            plan.deployments[0].spec.as_ref().unwrap(),
+            &manifest::deployment_spec()
+        );
+    }
+
+    #[test]
+    fn every_planned_object_carries_the_installer_label() {
+        let plan = generated_plan();
+        let metas = plan
+            .crds
+            .iter()
+            .map(|o| &o.metadata)
+            .chain(std::iter::once(&plan.namespace_object.metadata))
+            .chain(plan.service_accounts.iter().map(|o| &o.metadata))
+            .chain(plan.cluster_roles.iter().map(|o| &o.metadata))
+            .chain(plan.cluster_role_bindings.iter().map(|o| &o.metadata))
+            .chain(plan.roles.iter().map(|o| &o.metadata))
+            .chain(plan.role_bindings.iter().map(|o| &o.metadata))
+            .chain(plan.deployments.iter().map(|o| &o.metadata));
+        for meta in metas {
+            assert!(installed_by_us(meta), "{:?} is not labelled", meta.name);
+        }
+    }
+
+    #[test]
+    fn namespaced_objects_go_into_the_requested_namespace_and_bindings_name_it() {
+        let plan = plan(&bundle::generate().unwrap(), "elsewhere").unwrap();
+        assert_eq!(plan.namespace_object.name_any(), "elsewhere");
+        for account in &plan.service_accounts {
+            assert_eq!(account.namespace().as_deref(), Some("elsewhere"));
+        }
+        for deployment in &plan.deployments {
+            assert_eq!(deployment.namespace().as_deref(), Some("elsewhere"));
+        }
+        for binding in &plan.cluster_role_bindings {
+            let subject = &binding.subjects.as_ref().unwrap()[0];
+            assert_eq!(subject.namespace.as_deref(), Some("elsewhere"));
+            assert_eq!(binding.role_ref.name, binding.name_any());
+        }
+    }
+
+    #[test]
+    fn deployment_labels_come_from_the_csv_and_pod_labels_stay_untouched() {
+        let plan = generated_plan();
+        let deployment = &plan.deployments[0];
+        let labels = deployment.labels();
+        for (key, value) in manifest::selector_labels() {
+            assert_eq!(labels.get(&key), Some(&value));
+        }
+        let pod_labels = deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap();
+        assert!(!pod_labels.contains_key(constants::MANAGED_BY_LABEL));
+    }
+
+    #[test]
+    fn plan_refuses_an_invalid_bundle() {
+        let mut bundle = bundle::generate().unwrap();
+        bundle.files.remove(bundle::ANNOTATIONS_FILE);
+        let err = plan(&bundle, "ns").unwrap_err();
+        assert!(matches!(err, Error::BundleInvalid(ref text) if text.contains("annotations")));
+    }
+
+    #[test]
+    fn plan_accepts_a_crd_that_differs_from_this_binarys_crdgen() {
+        let mut bundle = bundle::generate().unwrap();
+        let crd = bundle.files.get_mut(bundle::CRD_FILE).unwrap();
+        crd.push_str("# from another version\n");
+        assert!(plan(&bundle, "ns").is_ok());
+    }
+
+    #[test]
+    fn availability_needs_every_replica_and_the_available_condition() {
+        let mut deployment = generated_plan().deployments.remove(0);
+        assert!(!deployment_available(&deployment));
+        let status: k8s_openapi::api::apps::v1::DeploymentStatus =
+            serde_json::from_value(serde_json::json!({
+                "availableReplicas": 1,
+                "conditions": [{"type": "Available", "status": "True"}],
+            }))
+            .unwrap();
+        deployment.status = Some(status);
+        assert!(!deployment_available(&deployment), "one of two replicas");
+        deployment.status.as_mut().unwrap().available_replicas = Some(2);
+        assert!(deployment_available(&deployment));
+    }
+}
