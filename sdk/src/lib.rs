@@ -1,1 +1,123 @@
-//! placeholder
+//! Write Kubernetes initializers (mutating admission webhooks) as typed Rust functions.
+//!
+//! An initializer is a set of handlers, one per kind, each changing an object in place or
+//! refusing it. The SDK serves the admission protocol over HTTPS, computes the JSON patch from
+//! what the handler changed, reloads the certificate and configuration when their files
+//! change, answers for handlers that panic or run too long, and reports health and metrics.
+//!
+//! ```no_run
+//! use clap::Parser;
+//! use k8s_openapi::api::core::v1::Container;
+//! use kube_initializer::mutate::{self, PodSpecHolder};
+//! use kube_initializer::{Denial, Initialize, Initializer, Review, ServeArgs};
+//! use serde::Deserialize;
+//!
+//! /// `config.yaml`: the sidecars to inject.
+//! #[derive(Deserialize)]
+//! struct Config {
+//!     containers: Vec<Container>,
+//! }
+//!
+//! #[derive(Clone)]
+//! struct Sidecar;
+//!
+//! // One generic implementation serves Pods, Deployments, StatefulSets, ...
+//! impl<K: PodSpecHolder> Initialize<K, Config> for Sidecar {
+//!     fn initialize(&self, obj: &mut K, review: &Review<Config>) -> Result<(), Denial> {
+//!         if let Some(spec) = obj.pod_spec_mut() {
+//!             for container in &review.config().containers {
+//!                 mutate::add_container(spec, container); // idempotent
+//!             }
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     serve: ServeArgs, // --listen, --tls-dir, --config-dir, --annotation, ...
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), kube_initializer::Error> {
+//!     let args = Args::parse();
+//!     Initializer::<Config>::with_config("sidecar")
+//!         .handle_pod_kinds(Sidecar)
+//!         .run(args.serve) // HTTPS until SIGTERM, then drains
+//!         .await
+//! }
+//! ```
+//!
+//! Testing the same initializer needs no socket and no cluster, see [`testing`]:
+//!
+//! ```
+//! # use k8s_openapi::api::core::v1::{Container, Pod};
+//! # use kube_initializer::mutate::{self, PodSpecHolder};
+//! # use kube_initializer::{Denial, Initialize, Initializer, Review};
+//! # #[derive(serde::Deserialize)] struct Config { containers: Vec<Container> }
+//! # #[derive(Clone)] struct Sidecar;
+//! # impl<K: PodSpecHolder> Initialize<K, Config> for Sidecar {
+//! #     fn initialize(&self, obj: &mut K, review: &Review<Config>) -> Result<(), Denial> {
+//! #         if let Some(spec) = obj.pod_spec_mut() {
+//! #             for c in &review.config().containers { mutate::add_container(spec, c); }
+//! #         }
+//! #         Ok(())
+//! #     }
+//! # }
+//! use kube_initializer::testing::{Tester, review};
+//!
+//! let config = Config { containers: vec![Container { name: "sidecar-nginx".into(), ..Default::default() }] };
+//! let tester = Tester::new(Initializer::with_config("sidecar").config(config).handle_pod_kinds(Sidecar));
+//! let pod: Pod = serde_json::from_value(serde_json::json!({
+//!     "metadata": {"name": "nginx"},
+//!     "spec": {"containers": [{"name": "nginx", "image": "nginx:1.8.1"}]}
+//! })).unwrap();
+//!
+//! let answer = tester.call_blocking(&review(&pod)).unwrap();
+//! assert!(answer.allowed());
+//! let patched: Pod = answer.patched().unwrap();
+//! assert_eq!(patched.spec.unwrap().containers[1].name, "sidecar-nginx");
+//!
+//! // Idempotent: the patched object needs no further patch.
+//! let again = tester.call_blocking(&review(&answer.patched::<Pod>().unwrap())).unwrap();
+//! assert!(again.patch().is_none());
+//! ```
+//!
+//! What the server guarantees:
+//! - every well-formed `AdmissionReview` gets a well-formed answer with the same uid, also for
+//!   kinds without a handler (admitted unchanged) and for dry runs;
+//! - a handler that panics, overruns its [budget](Initializer::budget) or gets an object it
+//!   cannot decode is answered by the [`FailurePolicy`] (admit with a warning, or refuse with
+//!   code 500), and the server keeps serving;
+//! - malformed reviews get HTTP 400, bodies over the size limit (3 MiB) HTTP 413;
+//! - `/readyz` answers 200 only once the certificate and the configuration are loaded;
+//!   `/healthz` answers 200 while the process serves; `/metrics` is Prometheus text;
+//! - SIGTERM stops accepting and drains in-flight requests.
+
+pub mod client;
+pub mod config;
+mod error;
+pub mod gate;
+mod handler;
+mod initializer;
+pub mod metrics;
+pub mod mutate;
+mod review;
+mod server;
+pub mod testing;
+pub mod tls;
+
+pub use error::Error;
+pub use gate::{AnnotationGate, NamespaceGate};
+pub use handler::Initialize;
+pub use initializer::{
+    DEFAULT_BUDGET, DEFAULT_MAX_REQUEST_BYTES, FailurePolicy, Initializer, Rejection,
+};
+pub use review::{
+    Denial, Operation, REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, Status,
+    Verdict,
+};
+pub use server::{
+    DEFAULT_CONFIG_DIR, DEFAULT_PORT, DEFAULT_TLS_DIR, INITIALIZE_PATH, ServeArgs, Server, router,
+};

@@ -1,0 +1,289 @@
+//! A small HTTPS client for admission endpoints: one keep-alive HTTP/1.1 connection, trusting a
+//! given CA or (for load tests against anything) no one. Used by the socket-level tests and by
+//! the load generator.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use rustls::DigitallySignedStruct;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use crate::error::Error;
+
+/// Whom the client trusts.
+#[derive(Clone, Debug)]
+pub enum Trust {
+    /// Certificates signed by these PEM-encoded CAs.
+    CaPem(Vec<u8>),
+    /// Any certificate: for load tests only.
+    Insecure,
+}
+
+/// A parsed `https://host:port/path` URL.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Host name or IP, used for SNI and verification.
+    pub host: String,
+    /// Port (443 by default).
+    pub port: u16,
+    /// Path and query.
+    pub path: String,
+}
+
+impl Target {
+    /// Parse an `https://` URL.
+    pub fn parse(url: &str) -> Result<Self, Error> {
+        let fail = |m: &str| Error::Request {
+            url: url.to_owned(),
+            message: m.to_owned(),
+        };
+        let rest = url
+            .strip_prefix("https://")
+            .ok_or_else(|| fail("failed to parse the URL: it must start with https://"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = if let Some(stripped) = authority.strip_prefix('[') {
+            let (h, p) = stripped
+                .split_once(']')
+                .ok_or_else(|| fail("failed to parse the IPv6 host"))?;
+            (h, p.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            }
+        };
+        let port = match port {
+            Some(p) => p.parse().map_err(|_| fail("failed to parse the port"))?,
+            None => 443,
+        };
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+            path: path.to_owned(),
+        })
+    }
+}
+
+/// Build a TLS connector for `trust`.
+pub fn connector(trust: &Trust) -> Result<TlsConnector, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(Error::BuildTls)?;
+    let config = match trust {
+        Trust::CaPem(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+                let cert = cert.map_err(|e| Error::LoadTls {
+                    dir: "CA".into(),
+                    message: e.to_string(),
+                })?;
+                roots.add(cert).map_err(Error::BuildTls)?;
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        Trust::Insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnything(provider)))
+            .with_no_client_auth(),
+    };
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// One keep-alive connection to an endpoint.
+pub struct Connection {
+    url: String,
+    target: Target,
+    sender: http1::SendRequest<Full<Bytes>>,
+    peer_certificate: Option<CertificateDer<'static>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+/// A response: status and body.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// HTTP status code.
+    pub status: u16,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Connection {
+    /// Connect (TCP, TLS, HTTP/1.1 handshake) to `url`.
+    pub async fn open(url: &str, connector: &TlsConnector) -> Result<Self, Error> {
+        let fail = |m: String| Error::Request {
+            url: url.to_owned(),
+            message: m,
+        };
+        let target = Target::parse(url)?;
+        let tcp = TcpStream::connect((target.host.as_str(), target.port))
+            .await
+            .map_err(|e| fail(format!("failed to connect: {e}")))?;
+        tcp.set_nodelay(true)
+            .map_err(|e| fail(format!("failed to set TCP_NODELAY: {e}")))?;
+        let name = ServerName::try_from(target.host.clone())
+            .map_err(|e| fail(format!("failed to use the host as a server name: {e}")))?;
+        let tls = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| fail(format!("failed the TLS handshake: {e}")))?;
+        let peer_certificate = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.clone().into_owned());
+        let (sender, connection) = http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| fail(format!("failed the HTTP handshake: {e}")))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "client connection ended");
+            }
+        });
+        Ok(Self {
+            url: url.to_owned(),
+            target,
+            sender,
+            peer_certificate,
+        })
+    }
+
+    /// The server's end-entity certificate as presented at the handshake.
+    pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.peer_certificate.as_ref()
+    }
+
+    /// Send a request with `method` and `body` to `path` (the URL's path when `None`).
+    pub async fn request(
+        &mut self,
+        method: &str,
+        path: Option<&str>,
+        body: Bytes,
+    ) -> Result<Reply, Error> {
+        let fail = |m: String| Error::Request {
+            url: self.url.clone(),
+            message: m,
+        };
+        let path = path.unwrap_or(&self.target.path);
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(
+                http::header::HOST,
+                format!("{}:{}", self.target.host, self.target.port),
+            )
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|e| fail(format!("failed to build the request: {e}")))?;
+        self.sender
+            .ready()
+            .await
+            .map_err(|e| fail(format!("failed to reuse the connection: {e}")))?;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .map_err(|e| fail(format!("failed to send: {e}")))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| fail(format!("failed to read the response: {e}")))?
+            .to_bytes();
+        Ok(Reply { status, body })
+    }
+
+    /// POST `body` to the URL's path.
+    pub async fn post(&mut self, body: Bytes) -> Result<Reply, Error> {
+        self.request("POST", None, body).await
+    }
+}
+
+#[derive(Debug)]
+struct AcceptAnything(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnything {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_into_host_port_and_path() {
+        let t = Target::parse("https://127.0.0.1:8443/initialize").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("127.0.0.1", 8443, "/initialize")
+        );
+        let t = Target::parse("https://example.com").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("example.com", 443, "/")
+        );
+        let t = Target::parse("https://[::1]:9443/x").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 9443));
+        assert!(Target::parse("http://x").is_err());
+        assert!(Target::parse("https://x:notaport/").is_err());
+    }
+}

@@ -1,0 +1,250 @@
+//! Typed configuration loaded from `config.yaml` in the mounted configuration directory and
+//! reloaded when its content changes. A new file that does not parse is logged and ignored:
+//! the configuration in force stays.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+
+/// Name of the main configuration file inside the configuration directory (matches the
+/// operator's process contract).
+pub const CONFIG_FILE: &str = "config.yaml";
+
+/// What a poll of the configuration file did.
+#[derive(Debug)]
+pub enum Reload {
+    /// Nothing new to read.
+    Unchanged,
+    /// A new configuration is in force.
+    Applied,
+    /// The file is missing; the default (if any) is in force.
+    Missing,
+    /// The new content was refused; the previous configuration stays.
+    Rejected(Error),
+}
+
+/// The configuration in force, shared by the server and every request.
+pub struct ConfigStore<C> {
+    current: RwLock<Option<Arc<C>>>,
+    path: Mutex<Option<PathBuf>>,
+    default: Option<Arc<C>>,
+    last_seen: Mutex<Option<Vec<u8>>>,
+}
+
+impl<C> std::fmt::Debug for ConfigStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigStore")
+            .field("path", &self.path())
+            .field("loaded", &self.is_loaded())
+            .finish()
+    }
+}
+
+impl<C> ConfigStore<C> {
+    /// The file this store reads, if any.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.path
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The configuration in force, `None` until the first successful load.
+    pub fn current(&self) -> Option<Arc<C>> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// True once a configuration is in force.
+    pub fn is_loaded(&self) -> bool {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+}
+
+impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
+    /// A store holding a fixed value: nothing is read from disk.
+    pub fn fixed(value: C) -> Self {
+        Self {
+            current: RwLock::new(Some(Arc::new(value))),
+            path: Mutex::new(None),
+            default: None,
+            last_seen: Mutex::new(None),
+        }
+    }
+
+    /// A store read from a file; `default` is used while the file does not exist (without
+    /// it, the store is not loaded until the file appears).
+    pub fn from_file(path: impl Into<PathBuf>, default: Option<C>) -> Self {
+        let default = default.map(Arc::new);
+        Self {
+            current: RwLock::new(None),
+            path: Mutex::new(Some(path.into())),
+            default,
+            last_seen: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn unloaded(default: Option<C>) -> Self {
+        Self {
+            current: RwLock::new(None),
+            path: Mutex::new(None),
+            default: default.map(Arc::new),
+            last_seen: Mutex::new(None),
+        }
+    }
+
+    /// Whether the store reads a file (as opposed to holding a fixed value).
+    pub fn is_fixed(&self) -> bool {
+        self.path().is_none() && self.default.is_none() && self.is_loaded()
+    }
+
+    pub(crate) fn set_path(&self, path: PathBuf) {
+        *self.path.lock().unwrap_or_else(PoisonError::into_inner) = Some(path);
+    }
+
+    /// Read the file and apply it if its content changed and parses. Blocking (small file).
+    pub fn poll(&self) -> Reload {
+        let Some(path) = self.path() else {
+            let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+            if current.is_none() && self.default.is_some() {
+                current.clone_from(&self.default);
+                return Reload::Missing;
+            }
+            return Reload::Unchanged;
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut last = self
+                    .last_seen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                *last = None;
+                let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+                if current.is_none() {
+                    current.clone_from(&self.default);
+                }
+                return Reload::Missing;
+            }
+            Err(source) => return Reload::Rejected(Error::ReadFile { path, source }),
+        };
+        let mut last = self
+            .last_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.as_deref() == Some(bytes.as_slice()) {
+            return Reload::Unchanged;
+        }
+        *last = Some(bytes.clone());
+        drop(last);
+        match parse(&path, &bytes) {
+            Ok(value) => {
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Arc::new(value));
+                Reload::Applied
+            }
+            Err(e) => Reload::Rejected(e),
+        }
+    }
+
+    /// Poll and log what happened.
+    pub(crate) fn poll_and_log(&self) {
+        match self.poll() {
+            Reload::Applied => tracing::info!(path = ?self.path(), "configuration loaded"),
+            Reload::Rejected(e) => {
+                tracing::error!(error = %e, "configuration refused; the previous one stays in force")
+            }
+            Reload::Unchanged | Reload::Missing => {}
+        }
+    }
+}
+
+/// Parse configuration text; an empty file means an empty mapping.
+pub fn parse<C: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<C, Error> {
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::ParseConfig {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    serde_yaml::from_str(text).map_err(|e| Error::ParseConfig {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Cfg {
+        image: String,
+        #[serde(default)]
+        replicas: u32,
+    }
+
+    #[test]
+    fn valid_change_applies_and_invalid_change_keeps_the_old_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CONFIG_FILE);
+        let store: ConfigStore<Cfg> = ConfigStore::from_file(&path, None);
+        assert!(matches!(store.poll(), Reload::Missing));
+        assert!(!store.is_loaded());
+
+        std::fs::write(&path, "image: nginx:1.8.1\n").unwrap();
+        assert!(matches!(store.poll(), Reload::Applied));
+        assert_eq!(store.current().unwrap().image, "nginx:1.8.1");
+        assert!(matches!(store.poll(), Reload::Unchanged));
+
+        std::fs::write(&path, "image: [not, a, string\n").unwrap();
+        assert!(matches!(
+            store.poll(),
+            Reload::Rejected(Error::ParseConfig { .. })
+        ));
+        assert_eq!(store.current().unwrap().image, "nginx:1.8.1");
+
+        std::fs::write(&path, "image: envoy\nreplicas: 2\n").unwrap();
+        assert!(matches!(store.poll(), Reload::Applied));
+        assert_eq!(
+            *store.current().unwrap(),
+            Cfg {
+                image: "envoy".into(),
+                replicas: 2
+            }
+        );
+    }
+
+    #[test]
+    fn missing_file_uses_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConfigStore::from_file(
+            dir.path().join(CONFIG_FILE),
+            Some(Cfg {
+                image: "d".into(),
+                replicas: 0,
+            }),
+        );
+        assert!(matches!(store.poll(), Reload::Missing));
+        assert_eq!(store.current().unwrap().image, "d");
+    }
+
+    #[test]
+    fn empty_file_is_an_empty_mapping() {
+        #[derive(Debug, Deserialize, Default)]
+        struct AllDefault {
+            #[serde(default)]
+            names: Vec<String>,
+        }
+        let parsed: AllDefault = parse(Path::new("x"), b"  \n").unwrap();
+        assert!(parsed.names.is_empty());
+    }
+}

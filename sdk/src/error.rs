@@ -1,0 +1,59 @@
+//! The one error type of the SDK: every fallible step outside a handler reports through it.
+
+use std::path::PathBuf;
+
+/// What went wrong while loading, serving or testing an initializer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading a file (certificate, key, configuration) failed.
+    #[error("failed to read {path}: {source}")]
+    ReadFile {
+        /// The file that could not be read.
+        path: PathBuf,
+        /// The underlying IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificate or key could not be parsed or do not belong together.
+    #[error("failed to load the TLS certificate and key from {dir}: {message}")]
+    LoadTls {
+        /// The TLS directory.
+        dir: PathBuf,
+        /// Why the pair was refused.
+        message: String,
+    },
+    /// The configuration file is not valid for the initializer's configuration type.
+    #[error("failed to parse the configuration {path}: {message}")]
+    ParseConfig {
+        /// The configuration file.
+        path: PathBuf,
+        /// The parser's explanation.
+        message: String,
+    },
+    /// The TLS server configuration could not be built.
+    #[error("failed to build the TLS server configuration: {0}")]
+    BuildTls(#[source] rustls::Error),
+    /// Binding the listen address failed.
+    #[error("failed to bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The underlying IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Installing the termination signal handlers failed.
+    #[error("failed to install the signal handlers: {0}")]
+    Signal(#[source] std::io::Error),
+    /// Serializing or deserializing JSON failed (testing helpers, client).
+    #[error("failed to encode or decode JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// An HTTPS request made by the client helper failed.
+    #[error("failed to send the request to {url}: {message}")]
+    Request {
+        /// Where the request went.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+}

@@ -1,0 +1,98 @@
+//! The handler trait an author implements per kind, and its type-erased form the server calls.
+//!
+//! The patch is the JSON diff between the typed object serialized before and after the handler
+//! ran. Diffing typed against typed (not the raw request against the typed result) means fields
+//! the Rust types do not know about are never touched by the patch.
+
+use std::marker::PhantomData;
+
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::mutate;
+use crate::review::{Denial, Review};
+
+/// Mutate (or refuse) one kind of object. Implement it once per kind, or generically over
+/// kinds (for example over every [`PodSpecHolder`](crate::mutate::PodSpecHolder)).
+///
+/// The handler runs on a blocking thread with a time budget: it may do synchronous work, but
+/// it should be quick, since every matching create in the cluster waits for it. It must be
+/// idempotent: run on its own output it must change nothing (the API server may reinvoke it).
+pub trait Initialize<K, C = ()>: Send + Sync + 'static {
+    /// Change `obj` in place, or refuse it with a [`Denial`].
+    fn initialize(&self, obj: &mut K, review: &Review<C>) -> Result<(), Denial>;
+}
+
+impl<K, C, F> Initialize<K, C> for F
+where
+    F: Fn(&mut K, &Review<C>) -> Result<(), Denial> + Send + Sync + 'static,
+{
+    fn initialize(&self, obj: &mut K, review: &Review<C>) -> Result<(), Denial> {
+        self(obj, review)
+    }
+}
+
+/// What a handler run produced.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Unchanged,
+    Patched(json_patch::Patch),
+    Denied(Denial),
+}
+
+/// A handler run that failed outside the handler's own logic.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Decode(String),
+    Encode(String),
+}
+
+/// A handler with its kind erased, callable with the untyped object.
+pub(crate) trait ErasedHandler<C>: Send + Sync {
+    fn call(
+        &self,
+        object: Value,
+        review: &Review<C>,
+        mark: Option<&str>,
+    ) -> Result<Outcome, Failure>;
+}
+
+pub(crate) struct Typed<K, H> {
+    pub(crate) handler: H,
+    pub(crate) kind: PhantomData<fn() -> K>,
+}
+
+impl<K, C, H> ErasedHandler<C> for Typed<K, H>
+where
+    K: Resource + DeserializeOwned + Serialize + 'static,
+    H: Initialize<K, C>,
+{
+    fn call(
+        &self,
+        object: Value,
+        review: &Review<C>,
+        mark: Option<&str>,
+    ) -> Result<Outcome, Failure> {
+        let mut obj: K =
+            serde_json::from_value(object).map_err(|e| Failure::Decode(e.to_string()))?;
+        let before = serde_json::to_value(&obj).map_err(|e| Failure::Encode(e.to_string()))?;
+        if let Err(denial) = self.handler.initialize(&mut obj, review) {
+            return Ok(Outcome::Denied(denial));
+        }
+        let after = serde_json::to_value(&obj).map_err(|e| Failure::Encode(e.to_string()))?;
+        let mut patch = json_patch::diff(&before, &after);
+        if let (Some(name), false) = (mark, patch.0.is_empty())
+            && mutate::mark_initialized(obj.meta_mut(), name)
+        {
+            let marked = serde_json::to_value(&obj).map_err(|e| Failure::Encode(e.to_string()))?;
+            patch = json_patch::diff(&before, &marked);
+        }
+        Ok(if patch.0.is_empty() {
+            Outcome::Unchanged
+        } else {
+            Outcome::Patched(patch)
+        })
+    }
+}

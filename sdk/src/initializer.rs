@@ -1,0 +1,420 @@
+//! The initializer: handlers registered by kind, the gates and policies around them, and the
+//! one function that turns a review's bytes into a response's bytes. The HTTPS server and the
+//! `testing` module both call [`Initializer::review_json`], so tests exercise the real path.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+use kube::core::GroupVersionKind;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::config::ConfigStore;
+use crate::gate::AnnotationGate;
+use crate::handler::{ErasedHandler, Failure, Initialize, Outcome, Typed};
+use crate::metrics::Metrics;
+use crate::review::{
+    REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, ReviewIn, Status, Verdict,
+};
+
+/// Largest request body accepted by default: 3 MiB, like the API server's own limit.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+/// Default handler budget: the default webhook timeout (5 s) minus 500 ms of margin.
+pub const DEFAULT_BUDGET: Duration = Duration::from_millis(4_500);
+
+/// What to answer when a handler panics, overruns its budget or cannot decode the object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Admit the object unchanged, with a warning (fail open). The default.
+    #[default]
+    Allow,
+    /// Refuse the object with code 500 (fail closed), for policies that guard security.
+    Deny,
+}
+
+/// A request refused with an HTTP error because it is not a valid admission review.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// HTTP status (400 or 413).
+    pub status: u16,
+    /// Why, for the caller.
+    pub message: String,
+    /// Metric label.
+    pub reason: &'static str,
+}
+
+impl Rejection {
+    pub(crate) fn new(status: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            reason,
+        }
+    }
+}
+
+struct Entry<C> {
+    gvk: GroupVersionKind,
+    handler: Arc<dyn ErasedHandler<C>>,
+}
+
+/// An initializer: typed handlers per kind plus the policies the server enforces around them.
+///
+/// `C` is the configuration type read from `config.yaml` (`()` for none).
+pub struct Initializer<C = ()> {
+    pub(crate) name: Arc<str>,
+    handlers: Vec<Entry<C>>,
+    pub(crate) config: Arc<ConfigStore<C>>,
+    failure_policy: FailurePolicy,
+    pub(crate) budget: Duration,
+    pub(crate) max_request_bytes: usize,
+    pub(crate) annotation_gate: Option<AnnotationGate>,
+    pub(crate) gate_set: bool,
+    mark_initialized: bool,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl<C> std::fmt::Debug for Initializer<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Initializer")
+            .field("name", &self.name)
+            .field(
+                "kinds",
+                &self.handlers.iter().map(|e| &e.gvk).collect::<Vec<_>>(),
+            )
+            .field("failure_policy", &self.failure_policy)
+            .field("budget", &self.budget)
+            .field("annotation_gate", &self.annotation_gate)
+            .finish()
+    }
+}
+
+impl Initializer<()> {
+    /// An initializer without configuration.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self::with_store(name, ConfigStore::fixed(()))
+    }
+}
+
+impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
+    /// An initializer whose configuration of type `C` is read from `config.yaml` in the
+    /// configuration directory when served (see [`ServeArgs`](crate::ServeArgs)).
+    pub fn with_config(name: impl Into<String>) -> Self {
+        Self::with_store(name, ConfigStore::unloaded(None))
+    }
+
+    fn with_store(name: impl Into<String>, store: ConfigStore<C>) -> Self {
+        Self {
+            name: Arc::from(name.into()),
+            handlers: Vec::new(),
+            config: Arc::new(store),
+            failure_policy: FailurePolicy::default(),
+            budget: DEFAULT_BUDGET,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            annotation_gate: None,
+            gate_set: false,
+            mark_initialized: false,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// Use a fixed configuration value instead of a file (tests, or compiled-in settings).
+    pub fn config(mut self, value: C) -> Self {
+        self.config = Arc::new(ConfigStore::fixed(value));
+        self
+    }
+
+    /// The configuration used while `config.yaml` does not exist (without it, the initializer
+    /// is not ready until the file appears).
+    pub fn config_default(mut self, value: C) -> Self {
+        self.config = Arc::new(ConfigStore::unloaded(Some(value)));
+        self
+    }
+
+    /// Register `handler` for kind `K` (group, version and kind from `K`).
+    pub fn handle<K>(mut self, handler: impl Initialize<K, C>) -> Self
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Serialize + 'static,
+    {
+        let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
+        let typed = Typed::<K, _> {
+            handler,
+            kind: PhantomData,
+        };
+        self.handlers.retain(|e| e.gvk != gvk);
+        self.handlers.push(Entry {
+            gvk,
+            handler: Arc::new(typed),
+        });
+        self
+    }
+
+    /// Register one handler for Pods and every kind with a pod template: Deployment,
+    /// StatefulSet, DaemonSet, ReplicaSet, Job and CronJob.
+    pub fn handle_pod_kinds<H>(self, handler: H) -> Self
+    where
+        H: Clone
+            + Initialize<Pod, C>
+            + Initialize<Deployment, C>
+            + Initialize<StatefulSet, C>
+            + Initialize<DaemonSet, C>
+            + Initialize<ReplicaSet, C>
+            + Initialize<Job, C>
+            + Initialize<CronJob, C>,
+    {
+        self.handle::<Pod>(handler.clone())
+            .handle::<Deployment>(handler.clone())
+            .handle::<StatefulSet>(handler.clone())
+            .handle::<DaemonSet>(handler.clone())
+            .handle::<ReplicaSet>(handler.clone())
+            .handle::<Job>(handler.clone())
+            .handle::<CronJob>(handler)
+    }
+
+    /// What to answer when a handler fails (default [`FailurePolicy::Allow`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure_policy = policy;
+        self
+    }
+
+    /// How long a handler may run before the failure policy answers (default 4.5 s). Keep it
+    /// under the webhook's `timeoutSeconds`.
+    pub fn budget(mut self, budget: Duration) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Largest accepted request body (default 3 MiB).
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
+        self
+    }
+
+    /// Skip objects the annotation gate does not admit, before any handler runs. Without a
+    /// call, the server takes the gate from its arguments (`--annotation`,
+    /// `INITIALIZER_ANNOTATION`).
+    pub fn annotation_gate(mut self, gate: Option<AnnotationGate>) -> Self {
+        self.annotation_gate = gate;
+        self.gate_set = true;
+        self
+    }
+
+    /// Append this initializer's name to `initializer.dev/initialized-by` on every object a
+    /// handler changed.
+    pub fn mark_initialized(mut self, mark: bool) -> Self {
+        self.mark_initialized = mark;
+        self
+    }
+
+    /// The initializer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kinds with a handler.
+    pub fn kinds(&self) -> impl Iterator<Item = &GroupVersionKind> {
+        self.handlers.iter().map(|e| &e.gvk)
+    }
+
+    /// The configuration store.
+    pub fn config_store(&self) -> &Arc<ConfigStore<C>> {
+        &self.config
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Answer a review given as bytes: the response document, or a rejection for bytes that
+    /// are not a valid review. Counts the metrics.
+    pub async fn review_json(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {
+        let start = Instant::now();
+        match self.review(body).await {
+            Ok((kind, response)) => {
+                let (json, patch_len) = response.to_json();
+                self.metrics
+                    .observe(&kind, response.verdict, start.elapsed(), patch_len);
+                Ok(json)
+            }
+            Err(rejection) => {
+                self.metrics.observe_invalid(rejection.reason);
+                Err(rejection)
+            }
+        }
+    }
+
+    /// Answer a review given as bytes, returning the kind it was for and the response.
+    pub async fn review(&self, body: &[u8]) -> Result<(String, Response), Rejection> {
+        if body.len() > self.max_request_bytes {
+            return Err(too_large(self.max_request_bytes));
+        }
+        let parsed: ReviewIn = serde_json::from_slice(body).map_err(|e| {
+            Rejection::new(
+                400,
+                "malformed",
+                format!("failed to parse the AdmissionReview: {e}"),
+            )
+        })?;
+        if parsed.api_version != REVIEW_API_VERSION || parsed.kind != REVIEW_KIND {
+            return Err(Rejection::new(
+                400,
+                "unsupported",
+                format!(
+                    "failed to accept the review: expected apiVersion {REVIEW_API_VERSION} and kind {REVIEW_KIND}, got {:?} and {:?}",
+                    parsed.api_version, parsed.kind
+                ),
+            ));
+        }
+        let Some(mut request) = parsed.request else {
+            return Err(Rejection::new(
+                400,
+                "malformed",
+                "failed to accept the review: it has no request",
+            ));
+        };
+        if request.uid.is_empty() {
+            return Err(Rejection::new(
+                400,
+                "malformed",
+                "failed to accept the review: request.uid is empty",
+            ));
+        }
+        let object = request.object.take();
+        let old_object = request.old_object.take();
+        let info = RequestInfo {
+            uid: request.uid,
+            kind: request.kind,
+            resource: request.resource,
+            sub_resource: request.sub_resource,
+            name: request.name,
+            namespace: request.namespace,
+            operation: request.operation,
+            user_info: request.user_info,
+            dry_run: request.dry_run.unwrap_or(false),
+        };
+        let kind = info.kind.kind.clone();
+        let uid = info.uid.clone();
+
+        // Nothing to mutate (DELETE, CONNECT), no handler for this kind, or gated out: admit.
+        let Some(object) = object else {
+            return Ok((kind, Response::allow(uid)));
+        };
+        let Some(entry) = self.handlers.iter().find(|e| e.gvk == info.kind) else {
+            return Ok((kind, Response::allow(uid)));
+        };
+        if let Some(gate) = &self.annotation_gate
+            && !gate.admits_json(&object)
+        {
+            return Ok((kind, Response::allow(uid)));
+        }
+        let Some(config) = self.config.current() else {
+            return Ok((
+                kind,
+                self.failed(uid, "its configuration is not loaded yet".into()),
+            ));
+        };
+
+        let review = Review::new(Arc::new(info), old_object, config, Arc::clone(&self.name));
+        let handler = Arc::clone(&entry.handler);
+        let mark = self.mark_initialized.then(|| Arc::clone(&self.name));
+        // A blocking thread keeps a stuck or slow synchronous handler off the async workers;
+        // the timeout answers for it, the join error catches its panic.
+        let task = tokio::task::spawn_blocking(move || {
+            let outcome = handler.call(object, &review, mark.as_deref());
+            (outcome, review.take_warnings())
+        });
+        let response = match tokio::time::timeout(self.budget, task).await {
+            Err(_) => {
+                tracing::warn!(%uid, kind, budget = ?self.budget, "handler overran its budget");
+                self.failed(
+                    uid,
+                    format!("its handler did not answer within {:?}", self.budget),
+                )
+            }
+            Ok(Err(join)) => {
+                let what = match join.try_into_panic() {
+                    Ok(payload) => panic_message(payload.as_ref()),
+                    Err(e) => e.to_string(),
+                };
+                tracing::error!(%uid, kind, panic = what, "handler panicked");
+                self.failed(uid, format!("its handler panicked: {what}"))
+            }
+            Ok(Ok((Err(failure), _))) => {
+                let what = match failure {
+                    Failure::Decode(e) => format!("failed to decode the {kind}: {e}"),
+                    Failure::Encode(e) => format!("failed to encode the {kind}: {e}"),
+                };
+                tracing::warn!(%uid, kind, error = what, "handler could not run");
+                self.failed(uid, what)
+            }
+            Ok(Ok((Ok(outcome), warnings))) => {
+                let mut response = Response::allow(uid);
+                response.warnings = warnings;
+                match outcome {
+                    Outcome::Unchanged => {}
+                    Outcome::Patched(patch) => {
+                        response.patch = Some(patch);
+                        response.verdict = Verdict::Patched;
+                    }
+                    Outcome::Denied(denial) => {
+                        response.allowed = false;
+                        response.verdict = Verdict::Denied;
+                        response.status = Some(Status {
+                            code: denial.code,
+                            message: denial.message,
+                        });
+                    }
+                }
+                response
+            }
+        };
+        Ok((kind, response))
+    }
+
+    fn failed(&self, uid: String, what: String) -> Response {
+        let mut response = Response::allow(uid);
+        response.verdict = Verdict::Error;
+        let message = format!("initializer {} failed: {what}", self.name);
+        match self.failure_policy {
+            FailurePolicy::Allow => {
+                response
+                    .warnings
+                    .push(format!("{message}; the object was admitted unchanged"));
+            }
+            FailurePolicy::Deny => {
+                response.allowed = false;
+                response.status = Some(Status { code: 500, message });
+            }
+        }
+        response
+    }
+
+    /// True once the configuration is loaded.
+    pub fn config_loaded(&self) -> bool {
+        self.config.is_loaded()
+    }
+}
+
+pub(crate) fn too_large(limit: usize) -> Rejection {
+    Rejection::new(
+        413,
+        "too_large",
+        format!("failed to accept the review: the body is larger than {limit} bytes"),
+    )
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,131 @@
+//! Prometheus metrics: requests and latency per kind and verdict, patch sizes, refused requests.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::review::Verdict;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    kind: String,
+    verdict: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs to about 1.6 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+fn size_histogram() -> Histogram {
+    // 64 B to 128 KiB.
+    Histogram::new(exponential_buckets(64.0, 2.0, 12))
+}
+
+/// The initializer's metrics and their registry.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
+    patch_bytes: Family<KindLabels, Histogram, fn() -> Histogram>,
+    invalid: Family<ReasonLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Fresh metrics registered under the `initializer` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("initializer");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RequestLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        let patch_bytes = Family::<KindLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            size_histogram,
+        );
+        let invalid = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "Admission reviews answered, by kind and verdict",
+            requests.clone(),
+        );
+        registry.register(
+            "admission_duration_seconds",
+            "Time from the review's arrival to its answer, by kind and verdict",
+            latency.clone(),
+        );
+        registry.register(
+            "patch_bytes",
+            "Size of the JSON patches returned, by kind",
+            patch_bytes.clone(),
+        );
+        registry.register(
+            "invalid_requests",
+            "Requests refused with an HTTP error because they are not valid admission reviews",
+            invalid.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            latency,
+            patch_bytes,
+            invalid,
+        }
+    }
+
+    /// Count one answered review.
+    pub fn observe(&self, kind: &str, verdict: Verdict, elapsed: Duration, patch_len: usize) {
+        let labels = RequestLabels {
+            kind: kind.to_owned(),
+            verdict: verdict.as_str(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.latency
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if patch_len > 0 {
+            self.patch_bytes
+                .get_or_create(&KindLabels { kind: labels.kind })
+                .observe(patch_len as f64);
+        }
+    }
+
+    /// Count one refused (HTTP error) request.
+    pub fn observe_invalid(&self, reason: &'static str) {
+        self.invalid.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

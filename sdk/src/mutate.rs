@@ -1,0 +1,458 @@
+//! Idempotent helpers for the usual mutations. Each returns `true` when it changed something,
+//! and does nothing when what it would add is already there, so a reinvoked handler never
+//! duplicates a container, volume, mount or variable.
+//!
+//! [`PodSpecHolder`] gives one view of Pods and of every kind with a pod template, so one
+//! handler serves `Pod`, `Deployment`, `StatefulSet`, `DaemonSet`, `ReplicaSet`, `Job` and
+//! `CronJob` alike.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, Pod, PodSpec, PodTemplate, PodTemplateSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Annotation listing, comma-separated, the initializers that changed an object.
+pub const INITIALIZED_BY_ANNOTATION: &str = "initializer.dev/initialized-by";
+
+/// An object that carries a pod spec: a Pod itself or a workload with a pod template.
+pub trait PodSpecHolder {
+    /// The pod spec, if the object has one (a malformed or minimal object may not).
+    fn pod_spec(&self) -> Option<&PodSpec>;
+    /// The pod spec, mutable.
+    fn pod_spec_mut(&mut self) -> Option<&mut PodSpec>;
+    /// The metadata the pods will carry: the Pod's own, or the template's (created if absent
+    /// while the template exists).
+    fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta>;
+}
+
+impl PodSpecHolder for Pod {
+    fn pod_spec(&self) -> Option<&PodSpec> {
+        self.spec.as_ref()
+    }
+    fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
+        self.spec.as_mut()
+    }
+    fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
+        Some(&mut self.metadata)
+    }
+}
+
+impl PodSpecHolder for PodTemplateSpec {
+    fn pod_spec(&self) -> Option<&PodSpec> {
+        self.spec.as_ref()
+    }
+    fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
+        self.spec.as_mut()
+    }
+    fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
+        Some(self.metadata.get_or_insert_with(ObjectMeta::default))
+    }
+}
+
+impl PodSpecHolder for Option<PodTemplateSpec> {
+    fn pod_spec(&self) -> Option<&PodSpec> {
+        self.as_ref().and_then(PodSpecHolder::pod_spec)
+    }
+    fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
+        self.as_mut().and_then(PodSpecHolder::pod_spec_mut)
+    }
+    fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
+        self.as_mut().and_then(PodSpecHolder::pod_meta_mut)
+    }
+}
+
+macro_rules! template_holder {
+    ($($kind:ty),*) => {$(
+        impl PodSpecHolder for $kind {
+            fn pod_spec(&self) -> Option<&PodSpec> {
+                self.spec.as_ref().and_then(|s| s.template.pod_spec())
+            }
+            fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
+                self.spec.as_mut().and_then(|s| s.template.pod_spec_mut())
+            }
+            fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
+                self.spec.as_mut().and_then(|s| s.template.pod_meta_mut())
+            }
+        }
+    )*};
+}
+
+template_holder!(Deployment, StatefulSet, DaemonSet, ReplicaSet, Job);
+
+impl PodSpecHolder for CronJob {
+    fn pod_spec(&self) -> Option<&PodSpec> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.job_template.spec.as_ref())
+            .and_then(|s| s.template.pod_spec())
+    }
+    fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
+        self.spec
+            .as_mut()
+            .and_then(|s| s.job_template.spec.as_mut())
+            .and_then(|s| s.template.pod_spec_mut())
+    }
+    fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
+        self.spec
+            .as_mut()
+            .and_then(|s| s.job_template.spec.as_mut())
+            .and_then(|s| s.template.pod_meta_mut())
+    }
+}
+
+impl PodSpecHolder for PodTemplate {
+    fn pod_spec(&self) -> Option<&PodSpec> {
+        self.template.as_ref().and_then(|t| t.pod_spec())
+    }
+    fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
+        self.template.as_mut().and_then(|t| t.pod_spec_mut())
+    }
+    fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
+        self.template.as_mut().and_then(|t| t.pod_meta_mut())
+    }
+}
+
+/// Append `container` unless a container with its name exists.
+pub fn add_container(spec: &mut PodSpec, container: &Container) -> bool {
+    if spec.containers.iter().any(|c| c.name == container.name) {
+        return false;
+    }
+    spec.containers.push(container.clone());
+    true
+}
+
+/// Append `container` to the init containers unless one with its name exists.
+pub fn add_init_container(spec: &mut PodSpec, container: &Container) -> bool {
+    let inits = spec.init_containers.get_or_insert_with(Vec::new);
+    if inits.iter().any(|c| c.name == container.name) {
+        return false;
+    }
+    inits.push(container.clone());
+    true
+}
+
+/// Add `volume` unless a volume with its name exists.
+pub fn add_volume(spec: &mut PodSpec, volume: &Volume) -> bool {
+    let volumes = spec.volumes.get_or_insert_with(Vec::new);
+    if volumes.iter().any(|v| v.name == volume.name) {
+        return false;
+    }
+    volumes.push(volume.clone());
+    true
+}
+
+/// Add `mount` to one container unless it already mounts something at that path.
+pub fn add_volume_mount(container: &mut Container, mount: &VolumeMount) -> bool {
+    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+    if mounts.iter().any(|m| m.mount_path == mount.mount_path) {
+        return false;
+    }
+    mounts.push(mount.clone());
+    true
+}
+
+/// Add `mount` to every container (not init containers) that lacks that mount path.
+pub fn add_volume_mount_to_all(spec: &mut PodSpec, mount: &VolumeMount) -> bool {
+    let mut changed = false;
+    for container in &mut spec.containers {
+        changed |= add_volume_mount(container, mount);
+    }
+    changed
+}
+
+/// Add `var` to one container unless a variable with its name is already set there.
+pub fn add_env_var(container: &mut Container, var: &EnvVar) -> bool {
+    let env = container.env.get_or_insert_with(Vec::new);
+    if env.iter().any(|e| e.name == var.name) {
+        return false;
+    }
+    env.push(var.clone());
+    true
+}
+
+/// Set `var` in one container, replacing a variable of the same name.
+pub fn set_env_var(container: &mut Container, var: &EnvVar) -> bool {
+    let env = container.env.get_or_insert_with(Vec::new);
+    match env.iter_mut().find(|e| e.name == var.name) {
+        Some(existing) if existing == var => false,
+        Some(existing) => {
+            *existing = var.clone();
+            true
+        }
+        None => {
+            env.push(var.clone());
+            true
+        }
+    }
+}
+
+/// Add `var` to every container (not init containers) that does not set it.
+pub fn add_env_var_to_all(spec: &mut PodSpec, var: &EnvVar) -> bool {
+    let mut changed = false;
+    for container in &mut spec.containers {
+        changed |= add_env_var(container, var);
+    }
+    changed
+}
+
+fn set_entry(
+    map: &mut Option<BTreeMap<String, String>>,
+    key: &str,
+    value: &str,
+    overwrite: bool,
+) -> bool {
+    let map = map.get_or_insert_with(BTreeMap::new);
+    match map.get(key) {
+        Some(existing) if existing == value || !overwrite => false,
+        _ => {
+            map.insert(key.to_owned(), value.to_owned());
+            true
+        }
+    }
+}
+
+/// Set a label, replacing another value.
+pub fn set_label(meta: &mut ObjectMeta, key: &str, value: &str) -> bool {
+    set_entry(&mut meta.labels, key, value, true)
+}
+
+/// Add a label unless the object already has that label (with any value).
+pub fn add_label(meta: &mut ObjectMeta, key: &str, value: &str) -> bool {
+    set_entry(&mut meta.labels, key, value, false)
+}
+
+/// Set an annotation, replacing another value.
+pub fn set_annotation(meta: &mut ObjectMeta, key: &str, value: &str) -> bool {
+    set_entry(&mut meta.annotations, key, value, true)
+}
+
+/// Add an annotation unless the object already has it (with any value).
+pub fn add_annotation(meta: &mut ObjectMeta, key: &str, value: &str) -> bool {
+    set_entry(&mut meta.annotations, key, value, false)
+}
+
+/// True when [`INITIALIZED_BY_ANNOTATION`] lists `initializer`.
+pub fn is_initialized_by(meta: &ObjectMeta, initializer: &str) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(INITIALIZED_BY_ANNOTATION))
+        .is_some_and(|v| v.split(',').any(|n| n.trim() == initializer))
+}
+
+/// Append `initializer` to [`INITIALIZED_BY_ANNOTATION`] unless it is listed already.
+pub fn mark_initialized(meta: &mut ObjectMeta, initializer: &str) -> bool {
+    if initializer.is_empty() || is_initialized_by(meta, initializer) {
+        return false;
+    }
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    let value = match annotations.get(INITIALIZED_BY_ANNOTATION) {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing},{initializer}"),
+        _ => initializer.to_owned(),
+    };
+    annotations.insert(INITIALIZED_BY_ANNOTATION.to_owned(), value);
+    true
+}
+
+/// True when any container (not init container) declares `port` as a container port.
+pub fn exposes_port(spec: &PodSpec, port: i32) -> bool {
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .any(|p| p.container_port == port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerPort, SecretVolumeSource};
+
+    fn nginx_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "nginx", "labels": {"app": "nginx"}},
+            "spec": {"containers": [{"name": "nginx", "image": "nginx:1.8.1",
+                "ports": [{"containerPort": 80}]}]}
+        }))
+        .unwrap()
+    }
+
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("nginx:1.8.1".into()),
+            ..Container::default()
+        }
+    }
+
+    #[test]
+    fn add_container_appends_once_by_name() {
+        let mut pod = nginx_pod();
+        let spec = pod.pod_spec_mut().unwrap();
+        assert!(add_container(spec, &container("sidecar-nginx")));
+        assert!(!add_container(spec, &container("sidecar-nginx")));
+        assert!(!add_container(spec, &container("nginx")));
+        let names: Vec<_> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["nginx", "sidecar-nginx"]);
+    }
+
+    #[test]
+    fn add_init_container_appends_once_by_name() {
+        let mut pod = nginx_pod();
+        let spec = pod.pod_spec_mut().unwrap();
+        assert!(add_init_container(spec, &container("init")));
+        assert!(!add_init_container(spec, &container("init")));
+        assert_eq!(spec.init_containers.as_ref().unwrap().len(), 1);
+        assert_eq!(spec.containers.len(), 1);
+    }
+
+    #[test]
+    fn add_volume_adds_once_by_name() {
+        let mut pod = nginx_pod();
+        let spec = pod.pod_spec_mut().unwrap();
+        let volume = Volume {
+            name: "certs".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("test-certs".into()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        };
+        assert!(add_volume(spec, &volume));
+        assert!(!add_volume(spec, &volume));
+        assert_eq!(spec.volumes.as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn volume_mounts_are_added_to_containers_lacking_the_path() {
+        let mut pod = nginx_pod();
+        let spec = pod.pod_spec_mut().unwrap();
+        add_container(spec, &container("second"));
+        let mount = VolumeMount {
+            name: "certs".into(),
+            mount_path: "/etc/certs".into(),
+            ..VolumeMount::default()
+        };
+        add_volume_mount(&mut spec.containers[1], &mount);
+        assert!(add_volume_mount_to_all(spec, &mount));
+        assert!(!add_volume_mount_to_all(spec, &mount));
+        for c in &spec.containers {
+            assert_eq!(c.volume_mounts.as_ref().unwrap().len(), 1, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn env_vars_are_added_once_and_set_replaces() {
+        let mut c = container("app");
+        let var = |v: &str| EnvVar {
+            name: "MODE".into(),
+            value: Some(v.into()),
+            ..EnvVar::default()
+        };
+        assert!(add_env_var(&mut c, &var("a")));
+        assert!(!add_env_var(&mut c, &var("b")));
+        assert_eq!(c.env.as_ref().unwrap()[0].value.as_deref(), Some("a"));
+        assert!(set_env_var(&mut c, &var("b")));
+        assert!(!set_env_var(&mut c, &var("b")));
+        assert_eq!(c.env.as_ref().unwrap().len(), 1);
+        assert_eq!(c.env.as_ref().unwrap()[0].value.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn env_vars_reach_every_container() {
+        let mut pod = nginx_pod();
+        let spec = pod.pod_spec_mut().unwrap();
+        add_container(spec, &container("second"));
+        let var = EnvVar {
+            name: "A".into(),
+            value: Some("1".into()),
+            ..EnvVar::default()
+        };
+        assert!(add_env_var_to_all(spec, &var));
+        assert!(!add_env_var_to_all(spec, &var));
+        assert!(
+            spec.containers
+                .iter()
+                .all(|c| c.env.as_ref().unwrap().len() == 1)
+        );
+    }
+
+    #[test]
+    fn labels_and_annotations_set_or_add() {
+        let mut meta = ObjectMeta::default();
+        assert!(add_label(&mut meta, "app", "x"));
+        assert!(!add_label(&mut meta, "app", "y"));
+        assert!(set_label(&mut meta, "app", "y"));
+        assert!(!set_label(&mut meta, "app", "y"));
+        assert_eq!(meta.labels.as_ref().unwrap()["app"], "y");
+        assert!(add_annotation(&mut meta, "a", "1"));
+        assert!(!add_annotation(&mut meta, "a", "2"));
+        assert!(set_annotation(&mut meta, "a", "2"));
+        assert_eq!(meta.annotations.as_ref().unwrap()["a"], "2");
+    }
+
+    #[test]
+    fn marking_initialized_appends_each_name_once() {
+        let mut meta = ObjectMeta::default();
+        assert!(!is_initialized_by(&meta, "sidecar"));
+        assert!(mark_initialized(&mut meta, "sidecar"));
+        assert!(!mark_initialized(&mut meta, "sidecar"));
+        assert!(mark_initialized(&mut meta, "proxy"));
+        assert!(is_initialized_by(&meta, "sidecar"));
+        assert!(is_initialized_by(&meta, "proxy"));
+        assert_eq!(
+            meta.annotations.unwrap()[INITIALIZED_BY_ANNOTATION],
+            "sidecar,proxy"
+        );
+    }
+
+    #[test]
+    fn deployments_and_cronjobs_expose_their_template() {
+        let mut deployment: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "nginx"},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "nginx"}]}}}
+        }))
+        .unwrap();
+        assert!(add_container(
+            deployment.pod_spec_mut().unwrap(),
+            &container("s")
+        ));
+        assert!(set_label(deployment.pod_meta_mut().unwrap(), "a", "b"));
+        assert_eq!(deployment.pod_spec().unwrap().containers.len(), 2);
+        let tmpl = deployment.spec.unwrap().template;
+        assert_eq!(tmpl.metadata.unwrap().labels.unwrap()["a"], "b");
+
+        let mut cron: CronJob = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template":
+                {"spec": {"containers": [{"name": "job"}]}}}}}
+        }))
+        .unwrap();
+        assert!(add_container(cron.pod_spec_mut().unwrap(), &container("s")));
+        assert_eq!(cron.pod_spec().unwrap().containers.len(), 2);
+    }
+
+    #[test]
+    fn objects_without_a_pod_spec_offer_none() {
+        let mut deployment = Deployment::default();
+        assert!(deployment.pod_spec_mut().is_none());
+        assert!(deployment.pod_meta_mut().is_none());
+        let mut pod = Pod::default();
+        assert!(pod.pod_spec_mut().is_none());
+    }
+
+    #[test]
+    fn exposes_port_looks_at_container_ports() {
+        let mut pod = nginx_pod();
+        assert!(exposes_port(pod.pod_spec().unwrap(), 80));
+        assert!(!exposes_port(pod.pod_spec().unwrap(), 8080));
+        pod.spec.as_mut().unwrap().containers[0].ports = Some(vec![ContainerPort {
+            container_port: 8080,
+            ..ContainerPort::default()
+        }]);
+        assert!(!exposes_port(pod.pod_spec().unwrap(), 80));
+    }
+}

@@ -1,0 +1,337 @@
+//! The AdmissionReview wire format (`admission.k8s.io/v1`) and what a handler sees of a request.
+//!
+//! A review is parsed exactly once into [`RequestIn`]; the object stays a `serde_json::Value`
+//! until the handler for its kind deserializes it. Responses are written by [`Response::to_json`].
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use base64::Engine as _;
+use k8s_openapi::api::authentication::v1::UserInfo;
+pub use kube::core::admission::Operation;
+use kube::core::{GroupVersionKind, GroupVersionResource};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `apiVersion` of every review this SDK accepts and answers.
+pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
+/// `kind` of every review this SDK accepts and answers.
+pub const REVIEW_KIND: &str = "AdmissionReview";
+
+/// An incoming review, parsed once.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReviewIn {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub request: Option<RequestIn>,
+}
+
+/// An incoming request with the objects still untyped.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RequestIn {
+    pub uid: String,
+    pub kind: GroupVersionKind,
+    pub resource: GroupVersionResource,
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    #[serde(default)]
+    pub user_info: UserInfo,
+    #[serde(default)]
+    pub object: Option<Value>,
+    #[serde(default)]
+    pub old_object: Option<Value>,
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+/// The parts of a request a handler can read, without the objects.
+#[derive(Clone, Debug)]
+pub struct RequestInfo {
+    /// The request's uid, echoed in the response.
+    pub uid: String,
+    /// Group, version and kind of the object as the API server sent it.
+    pub kind: GroupVersionKind,
+    /// The resource being requested.
+    pub resource: GroupVersionResource,
+    /// The subresource, if any (`status`, `scale`, ...).
+    pub sub_resource: Option<String>,
+    /// The object's name; empty on creates that use `generateName`.
+    pub name: String,
+    /// The namespace, `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// What is being done.
+    pub operation: Operation,
+    /// Who is doing it.
+    pub user_info: UserInfo,
+    /// True when the request will not be persisted (a dry run or a health probe).
+    pub dry_run: bool,
+}
+
+/// A handler's view of one admission request: who, what, where, the configuration in force
+/// for this request, and a place to put warnings.
+#[derive(Debug)]
+pub struct Review<C = ()> {
+    info: Arc<RequestInfo>,
+    old_object: Option<Value>,
+    config: Arc<C>,
+    initializer: Arc<str>,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl<C> Review<C> {
+    pub(crate) fn new(
+        info: Arc<RequestInfo>,
+        old_object: Option<Value>,
+        config: Arc<C>,
+        initializer: Arc<str>,
+    ) -> Self {
+        Self {
+            info,
+            old_object,
+            config,
+            initializer,
+            warnings: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Everything about the request except the objects.
+    pub fn info(&self) -> &RequestInfo {
+        &self.info
+    }
+
+    /// The operation: `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub fn operation(&self) -> &Operation {
+        &self.info.operation
+    }
+
+    /// The request's namespace, `None` for cluster-scoped objects.
+    pub fn namespace(&self) -> Option<&str> {
+        self.info.namespace.as_deref()
+    }
+
+    /// The object's name (empty on creates with `generateName`).
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// The user making the request.
+    pub fn user_info(&self) -> &UserInfo {
+        &self.info.user_info
+    }
+
+    /// True for dry runs (including the operator's health probes): do nothing with side effects.
+    pub fn dry_run(&self) -> bool {
+        self.info.dry_run
+    }
+
+    /// The configuration in force for this request; it never changes during one request.
+    pub fn config(&self) -> &C {
+        &self.config
+    }
+
+    /// The configuration as a shared pointer, to keep it beyond the request.
+    pub fn config_arc(&self) -> Arc<C> {
+        Arc::clone(&self.config)
+    }
+
+    /// This initializer's name (from `INITIALIZER_NAME` or the builder).
+    pub fn initializer(&self) -> &str {
+        &self.initializer
+    }
+
+    /// The object before the update, typed; `None` on creates. Deserialized on each call.
+    pub fn old_object<K: DeserializeOwned>(&self) -> Option<Result<K, serde_json::Error>> {
+        self.old_object.as_ref().map(K::deserialize)
+    }
+
+    /// The object before the update, untyped; `None` on creates.
+    pub fn old_object_raw(&self) -> Option<&Value> {
+        self.old_object.as_ref()
+    }
+
+    /// Attach a warning, shown by kubectl to the user who made the request.
+    pub fn warn(&self, message: impl Into<String>) {
+        self.warnings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(message.into());
+    }
+
+    pub(crate) fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A handler's refusal: the object is not admitted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// HTTP-style status code shown to the user (403 unless set).
+    pub code: u16,
+    /// Why, in words the user can act on.
+    pub message: String,
+}
+
+impl Denial {
+    /// A refusal with code 403 (Forbidden).
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            code: 403,
+            message: message.into(),
+        }
+    }
+
+    /// The same refusal with another code, e.g. 400 for an invalid object or 422.
+    pub fn with_code(mut self, code: u16) -> Self {
+        self.code = code;
+        self
+    }
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for Denial {}
+
+/// How a request was answered, as counted in the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Admitted unchanged.
+    Allowed,
+    /// Admitted with a patch.
+    Patched,
+    /// Refused by the handler.
+    Denied,
+    /// The handler failed (panic, timeout, undecodable object) and the failure policy answered.
+    Error,
+}
+
+impl Verdict {
+    /// The label value used in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Patched => "patched",
+            Verdict::Denied => "denied",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+/// The status attached to a refused (or failed) request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// HTTP-style code.
+    pub code: u16,
+    /// Message shown to the user.
+    pub message: String,
+}
+
+/// The answer to one review, before it is written as JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Response {
+    /// The request's uid.
+    pub uid: String,
+    /// Whether the object is admitted.
+    pub allowed: bool,
+    /// The JSON patch to apply, `None` when nothing changes.
+    pub patch: Option<json_patch::Patch>,
+    /// Why the request was refused, or what failed.
+    pub status: Option<Status>,
+    /// Warnings for the user.
+    pub warnings: Vec<String>,
+    /// How the request was answered.
+    pub verdict: Verdict,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct StatusOut<'a> {
+    status: &'static str,
+    code: u16,
+    message: &'a str,
+}
+
+impl Response {
+    /// An admitting answer without a patch.
+    pub fn allow(uid: impl Into<String>) -> Self {
+        Self {
+            uid: uid.into(),
+            allowed: true,
+            patch: None,
+            status: None,
+            warnings: Vec::new(),
+            verdict: Verdict::Allowed,
+        }
+    }
+
+    /// The patch serialized as JSON, as it goes (base64-encoded) into the response.
+    pub fn patch_json(&self) -> Option<Vec<u8>> {
+        self.patch.as_ref().and_then(|p| serde_json::to_vec(p).ok())
+    }
+
+    /// The full `AdmissionReview` response document, and the size of the patch in bytes.
+    pub fn to_json(&self) -> (Vec<u8>, usize) {
+        let patch = self.patch_json();
+        let patch_len = patch.as_ref().map_or(0, Vec::len);
+        let out = ReviewOut {
+            api_version: REVIEW_API_VERSION,
+            kind: REVIEW_KIND,
+            response: ResponseOut {
+                uid: &self.uid,
+                allowed: self.allowed,
+                patch_type: patch.as_ref().map(|_| "JSONPatch"),
+                patch: patch.map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+                status: self.status.as_ref().map(|s| StatusOut {
+                    status: if self.allowed { "Success" } else { "Failure" },
+                    code: s.code,
+                    message: &s.message,
+                }),
+                warnings: &self.warnings,
+            },
+        };
+        // Serializing these plain structs cannot fail; fall back to an allow-all document anyway.
+        let body = serde_json::to_vec(&out).unwrap_or_else(|_| {
+            format!(
+                r#"{{"apiVersion":"{REVIEW_API_VERSION}","kind":"{REVIEW_KIND}","response":{{"uid":{},"allowed":true}}}}"#,
+                Value::String(self.uid.clone())
+            )
+            .into_bytes()
+        });
+        (body, patch_len)
+    }
+}

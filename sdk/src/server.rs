@@ -1,0 +1,391 @@
+//! The HTTPS server: `POST /initialize`, `GET /healthz`, `GET /readyz`, `GET /metrics` on one
+//! listener, certificate and configuration reload, graceful shutdown.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::CONFIG_FILE;
+use crate::error::Error;
+use crate::gate::AnnotationGate;
+use crate::initializer::{Initializer, too_large};
+use crate::tls::CertStore;
+
+/// Default port (matches the operator's process contract).
+pub const DEFAULT_PORT: u16 = 8443;
+/// Default TLS directory (matches the operator's process contract).
+pub const DEFAULT_TLS_DIR: &str = "/etc/initializer/tls";
+/// Default configuration directory (matches the operator's process contract).
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/initializer/config";
+/// Path of the admission endpoint.
+pub const INITIALIZE_PATH: &str = "/initialize";
+
+/// The standard flags and environment of an initializer process. Flatten it into a binary's
+/// own `clap` arguments with `#[command(flatten)]`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: $POD_IP:8443, or 0.0.0.0:8443 without POD_IP].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Directory holding tls.crt and tls.key, reloaded when they change.
+    #[arg(long, env = "TLS_DIR", default_value = DEFAULT_TLS_DIR)]
+    pub tls_dir: PathBuf,
+    /// Directory holding config.yaml, reloaded when it changes.
+    #[arg(long, env = "CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
+    pub config_dir: PathBuf,
+    /// Gate annotation: objects whose annotation is "false" are left alone.
+    #[arg(long, env = "INITIALIZER_ANNOTATION")]
+    pub annotation: Option<String>,
+    /// Leave alone every object that does not carry the gate annotation.
+    #[arg(long, env = "INITIALIZER_REQUIRE_ANNOTATION", value_parser = clap::builder::FalseyValueParser::new(), default_missing_value = "true", num_args = 0..=1)]
+    pub require_annotation: bool,
+    /// Name of this initializer (logs, metrics, initialized-by annotation).
+    #[arg(long, env = "INITIALIZER_NAME")]
+    pub name: Option<String>,
+    /// The webhook's timeoutSeconds; the handler budget becomes this minus 500 ms.
+    #[arg(long, env = "INITIALIZER_TIMEOUT_SECONDS")]
+    pub timeout_seconds: Option<u64>,
+    /// How often the TLS and configuration files are checked for changes, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub reload_interval_ms: u64,
+    /// How long in-flight requests may take to finish on shutdown, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl ServeArgs {
+    /// Arguments for a server on `listen` with the given directories and nothing else set.
+    pub fn new(
+        listen: SocketAddr,
+        tls_dir: impl Into<PathBuf>,
+        config_dir: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            listen: Some(listen),
+            tls_dir: tls_dir.into(),
+            config_dir: config_dir.into(),
+            annotation: None,
+            require_annotation: false,
+            name: None,
+            timeout_seconds: None,
+            reload_interval_ms: 1000,
+            shutdown_grace_seconds: 20,
+        }
+    }
+
+    /// The address to listen on: `--listen`, else `$POD_IP:8443`, else `0.0.0.0:8443`.
+    pub fn listen_addr(&self) -> SocketAddr {
+        if let Some(addr) = self.listen {
+            return addr;
+        }
+        let ip = std::env::var("POD_IP")
+            .ok()
+            .and_then(|ip| ip.trim().parse::<IpAddr>().ok())
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        SocketAddr::new(ip, DEFAULT_PORT)
+    }
+
+    /// The annotation gate these arguments describe.
+    pub fn annotation_gate(&self) -> Option<AnnotationGate> {
+        self.annotation
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| AnnotationGate::new(n, self.require_annotation))
+    }
+}
+
+struct AppState<C> {
+    initializer: Initializer<C>,
+    tls: Arc<CertStore>,
+}
+
+/// The HTTP routes of an initializer, without TLS or a socket.
+pub fn router<C: DeserializeOwned + Send + Sync + 'static>(
+    initializer: Initializer<C>,
+    tls: Arc<CertStore>,
+) -> Router {
+    let state = Arc::new(AppState { initializer, tls });
+    Router::new()
+        .route(INITIALIZE_PATH, post(initialize::<C>))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz::<C>))
+        .route("/metrics", get(metrics::<C>))
+        .with_state(state)
+}
+
+async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
+    State(state): State<Arc<AppState<C>>>,
+    request: Request<Body>,
+) -> Response {
+    let limit = state.initializer.max_request_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return rejection(too_large(limit), &state);
+    }
+    let body = match axum::body::to_bytes(request.into_body(), limit).await {
+        Ok(b) => b,
+        Err(_) => return rejection(too_large(limit), &state),
+    };
+    match state.initializer.review_json(&body).await {
+        Ok(json) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            json,
+        )
+            .into_response(),
+        Err(rejected) => plain(rejected.status, rejected.message),
+    }
+}
+
+fn rejection<C>(rejected: crate::initializer::Rejection, state: &AppState<C>) -> Response {
+    state.initializer.metrics.observe_invalid(rejected.reason);
+    plain(rejected.status, rejected.message)
+}
+
+fn plain(status: u16, message: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, message).into_response()
+}
+
+async fn readyz<C: DeserializeOwned + Send + Sync + 'static>(
+    State(state): State<Arc<AppState<C>>>,
+) -> Response {
+    let tls = state.tls.is_loaded();
+    let config = state.initializer.config_loaded();
+    if tls && config {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        let mut missing = Vec::new();
+        if !tls {
+            missing.push("serving certificate");
+        }
+        if !config {
+            missing.push("configuration");
+        }
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not loaded: {}", missing.join(", ")),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics<C: DeserializeOwned + Send + Sync + 'static>(
+    State(state): State<Arc<AppState<C>>>,
+) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )],
+        state.initializer.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Server {
+    local_addr: SocketAddr,
+    tls: Arc<CertStore>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// The address the server listens on (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The certificate store (to check what is in force).
+    pub fn cert_store(&self) -> &Arc<CertStore> {
+        &self.tls
+    }
+
+    /// Stop accepting connections, let in-flight requests finish, and return when done.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "server task failed");
+        }
+    }
+}
+
+impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
+    /// Apply the arguments (name, gate, budget, config dir), bind, and serve in the background.
+    pub async fn bind(mut self, args: &ServeArgs) -> Result<Server, Error> {
+        if let Some(name) = args.name.as_deref().filter(|n| !n.is_empty()) {
+            self.name = Arc::from(name);
+        }
+        if !self.gate_set {
+            self.annotation_gate = args.annotation_gate();
+        }
+        if let Some(seconds) = args.timeout_seconds {
+            self.budget = Duration::from_secs(seconds)
+                .saturating_sub(Duration::from_millis(500))
+                .max(Duration::from_millis(100));
+        }
+        if !self.config.is_fixed() {
+            self.config.set_path(args.config_dir.join(CONFIG_FILE));
+        }
+        let tls = Arc::new(CertStore::new(&args.tls_dir));
+        tls.poll_and_log();
+        self.config.poll_and_log();
+
+        let addr = args.listen_addr();
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| Error::Bind { addr, source })?;
+        let acceptor = TlsAcceptor::from(Arc::new(tls.server_config()?));
+        let shutdown = CancellationToken::new();
+
+        let interval = Duration::from_millis(args.reload_interval_ms.max(10));
+        let config = Arc::clone(&self.config);
+        let watched_tls = Arc::clone(&tls);
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = ticker.tick() => {
+                        let (tls, config) = (Arc::clone(&watched_tls), Arc::clone(&config));
+                        let polled = tokio::task::spawn_blocking(move || {
+                            tls.poll_and_log();
+                            config.poll_and_log();
+                        });
+                        if let Err(e) = polled.await {
+                            tracing::error!(error = %e, "reload poll failed");
+                        }
+                    }
+                }
+            }
+        });
+
+        tracing::info!(%local_addr, initializer = %self.name, kinds = ?self.kinds().collect::<Vec<_>>(), "serving");
+        let app = router(self, Arc::clone(&tls));
+        let grace = Duration::from_secs(args.shutdown_grace_seconds);
+        let task = tokio::spawn(accept_loop(
+            listener,
+            acceptor,
+            app,
+            shutdown.clone(),
+            grace,
+        ));
+        Ok(Server {
+            local_addr,
+            tls,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Serve until SIGTERM or SIGINT, then drain in-flight requests and return.
+    pub async fn run(self, args: ServeArgs) -> Result<(), Error> {
+        let server = self.bind(&args).await?;
+        shutdown_signal().await?;
+        tracing::info!("shutting down: draining in-flight requests");
+        server.shutdown().await;
+        Ok(())
+    }
+}
+
+async fn shutdown_signal() -> Result<(), Error> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(Error::Signal)?;
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r.map_err(Error::Signal)?,
+    }
+    Ok(())
+}
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    app: Router,
+    shutdown: CancellationToken,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "failed to accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "failed to set TCP_NODELAY");
+        }
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(connection).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "in-flight requests did not finish within the grace period"
+        );
+    }
+}

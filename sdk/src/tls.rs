@@ -1,0 +1,154 @@
+//! The serving certificate, reloaded when `tls.crt` or `tls.key` change.
+//!
+//! [`CertStore`] is a rustls certificate resolver: every handshake reads the pair in force, a
+//! poll swaps in a new pair atomically once both files parse and belong together. Established
+//! connections keep the certificate they were opened with; nothing restarts.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::error::Error;
+
+/// File name of the certificate chain in the TLS directory (a `kubernetes.io/tls` Secret).
+pub const CERT_FILE: &str = "tls.crt";
+/// File name of the private key in the TLS directory.
+pub const KEY_FILE: &str = "tls.key";
+
+/// The certificate in force and where it comes from.
+pub struct CertStore {
+    dir: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+    last_seen: Mutex<Option<(Vec<u8>, Vec<u8>)>>,
+}
+
+impl std::fmt::Debug for CertStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertStore")
+            .field("dir", &self.dir)
+            .field("loaded", &self.is_loaded())
+            .finish()
+    }
+}
+
+/// What a poll of the TLS directory did.
+#[derive(Debug)]
+pub enum CertReload {
+    /// The files did not change.
+    Unchanged,
+    /// A new certificate is in force.
+    Applied,
+    /// The new files were refused; the previous certificate stays.
+    Rejected(Error),
+}
+
+impl CertStore {
+    /// A store reading `dir/tls.crt` and `dir/tls.key`; nothing is loaded until [`Self::poll`].
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            current: RwLock::new(None),
+            last_seen: Mutex::new(None),
+        }
+    }
+
+    /// True once a certificate is in force.
+    pub fn is_loaded(&self) -> bool {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The certificate in force.
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Read both files; swap in the pair when it changed and is valid. Blocking (small files).
+    pub fn poll(&self) -> CertReload {
+        let read = |name: &str| {
+            let path = self.dir.join(name);
+            std::fs::read(&path).map_err(|source| Error::ReadFile { path, source })
+        };
+        let (cert, key) = match (read(CERT_FILE), read(KEY_FILE)) {
+            (Ok(c), Ok(k)) => (c, k),
+            (Err(e), _) | (_, Err(e)) => return CertReload::Rejected(e),
+        };
+        let mut last = self
+            .last_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.as_ref().is_some_and(|(c, k)| *c == cert && *k == key) {
+            return CertReload::Unchanged;
+        }
+        *last = Some((cert.clone(), key.clone()));
+        drop(last);
+        match certified_key(&self.dir, &cert, &key, &self.provider) {
+            Ok(ck) => {
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(ck));
+                CertReload::Applied
+            }
+            Err(e) => CertReload::Rejected(e),
+        }
+    }
+
+    pub(crate) fn poll_and_log(&self) {
+        match self.poll() {
+            CertReload::Applied => tracing::info!(dir = ?self.dir, "serving certificate loaded"),
+            CertReload::Rejected(e) => {
+                tracing::warn!(error = %e, "serving certificate not (re)loaded; the previous one stays in force")
+            }
+            CertReload::Unchanged => {}
+        }
+    }
+
+    /// A rustls server configuration that resolves through this store, offering HTTP/2 and
+    /// HTTP/1.1.
+    pub fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, Error> {
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()
+            .map_err(Error::BuildTls)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current()
+    }
+}
+
+fn certified_key(
+    dir: &Path,
+    cert: &[u8],
+    key: &[u8],
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, Error> {
+    let fail = |message: String| Error::LoadTls {
+        dir: dir.to_owned(),
+        message,
+    };
+    let chain = rustls_pemfile::certs(&mut &cert[..])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(format!("failed to parse {CERT_FILE}: {e}")))?;
+    if chain.is_empty() {
+        return Err(fail(format!("failed to find a certificate in {CERT_FILE}")));
+    }
+    let key = rustls_pemfile::private_key(&mut &key[..])
+        .map_err(|e| fail(format!("failed to parse {KEY_FILE}: {e}")))?
+        .ok_or_else(|| fail(format!("failed to find a private key in {KEY_FILE}")))?;
+    CertifiedKey::from_der(chain, key, provider)
+        .map_err(|e| fail(format!("failed to pair the certificate and key: {e}")))
+}

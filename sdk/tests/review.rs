@@ -1,0 +1,479 @@
+//! Component tests: reviews through the server's router, without a socket.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use kube_initializer::mutate::{self, PodSpecHolder};
+use kube_initializer::testing::{Tester, review};
+use kube_initializer::{AnnotationGate, Denial, FailurePolicy, Initializer, Operation, Review};
+use serde_json::json;
+
+fn nginx_pod() -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nginx", "namespace": "default", "labels": {"app": "nginx"}},
+        "spec": {"containers": [{"name": "nginx", "image": "nginx:1.8.1",
+            "imagePullPolicy": "IfNotPresent", "ports": [{"containerPort": 80}]}]}
+    }))
+    .unwrap()
+}
+
+fn sidecar() -> Container {
+    Container {
+        name: "sidecar-nginx".into(),
+        image: Some("nginx:1.8.1".into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        ..Container::default()
+    }
+}
+
+fn add_sidecar(pod: &mut Pod, _: &Review) -> Result<(), Denial> {
+    if let Some(spec) = pod.pod_spec_mut() {
+        mutate::add_container(spec, &sidecar());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn handler_that_changes_nothing_yields_no_patch() {
+    let tester = Tester::new(Initializer::new("noop").handle(|_: &mut Pod, _: &Review| Ok(())));
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(answer.allowed());
+    assert!(answer.patch().is_none());
+    assert!(answer.response().get("patchType").is_none());
+}
+
+#[tokio::test]
+async fn handler_change_becomes_a_patch_that_reproduces_it() {
+    let tester = Tester::new(Initializer::new("sidecar").handle(add_sidecar));
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(answer.allowed());
+    assert_eq!(answer.response()["patchType"], "JSONPatch");
+    let patch = serde_json::to_value(answer.patch().unwrap()).unwrap();
+    assert_eq!(patch[0]["op"], "add");
+    assert_eq!(patch[0]["path"], "/spec/containers/1");
+    let patched: Pod = answer.patched().unwrap();
+    let names: Vec<_> = patched
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["nginx", "sidecar-nginx"]);
+}
+
+#[tokio::test]
+async fn reinvocation_on_the_patched_object_yields_no_patch() {
+    let tester = Tester::new(
+        Initializer::new("sidecar")
+            .handle(add_sidecar)
+            .mark_initialized(true),
+    );
+    let first = tester.call(&review(&nginx_pod())).await.unwrap();
+    let patched: Pod = first.patched().unwrap();
+    assert!(mutate::is_initialized_by(&patched.metadata, "sidecar"));
+    let second = tester.call(&review(&patched)).await.unwrap();
+    assert!(second.allowed());
+    assert!(second.patch().is_none());
+}
+
+#[tokio::test]
+async fn fields_unknown_to_the_types_are_never_removed() {
+    let tester = Tester::new(Initializer::new("sidecar").handle(add_sidecar));
+    let mut builder = review(&nginx_pod());
+    let mut doc = builder.to_json();
+    doc["request"]["object"]["spec"]["futureField"] = json!({"x": 1});
+    let http = tester
+        .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(http.status, 200);
+    let response: serde_json::Value = serde_json::from_str(&http.body).unwrap();
+    let patch = String::from_utf8(
+        base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            response["response"]["patch"].as_str().unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(!patch.contains("remove"), "{patch}");
+    builder = builder.uid("x");
+    assert_eq!(builder.to_json()["request"]["uid"], "x");
+}
+
+#[tokio::test]
+async fn denial_carries_code_and_message() {
+    let tester = Tester::new(
+        Initializer::new("guard").handle(|_: &mut Secret, _: &Review| {
+            Err(Denial::new("key password is too short").with_code(422))
+        }),
+    );
+    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap();
+    let answer = tester.call(&review(&secret)).await.unwrap();
+    assert!(!answer.allowed());
+    assert_eq!(answer.code(), Some(422));
+    assert_eq!(answer.message(), Some("key password is too short"));
+    assert!(answer.patch().is_none());
+}
+
+#[tokio::test]
+async fn warnings_reach_the_response_whether_or_not_the_object_changes() {
+    let tester = Tester::new(
+        Initializer::new("warner").handle(|pod: &mut Pod, r: &Review| {
+            r.warn("image uses a mutable tag");
+            if pod.metadata.name.as_deref() == Some("change") {
+                mutate::set_label(&mut pod.metadata, "a", "b");
+            }
+            Ok(())
+        }),
+    );
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert_eq!(answer.warnings(), ["image uses a mutable tag"]);
+    let mut pod = nginx_pod();
+    pod.metadata.name = Some("change".into());
+    let answer = tester.call(&review(&pod)).await.unwrap();
+    assert_eq!(answer.warnings(), ["image uses a mutable tag"]);
+    assert!(answer.patch().is_some());
+}
+
+#[tokio::test]
+async fn handler_sees_operation_namespace_user_dry_run_and_old_object() {
+    let tester = Tester::new(Initializer::new("ctx").handle(|pod: &mut Pod, r: &Review| {
+        assert_eq!(r.operation(), &Operation::Update);
+        assert_eq!(r.namespace(), Some("team-a"));
+        assert_eq!(r.user_info().username.as_deref(), Some("bob"));
+        assert!(r.dry_run());
+        let old: Pod = r.old_object().unwrap().unwrap();
+        mutate::set_label(
+            &mut pod.metadata,
+            "old-name",
+            old.metadata.name.as_deref().unwrap_or(""),
+        );
+        Ok(())
+    }));
+    let mut old = nginx_pod();
+    old.metadata.name = Some("before".into());
+    let answer = tester
+        .call(
+            &review(&nginx_pod())
+                .update(&old)
+                .namespace(Some("team-a"))
+                .user("bob")
+                .dry_run(true),
+        )
+        .await
+        .unwrap();
+    let patched: Pod = answer.patched().unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["old-name"], "before");
+}
+
+#[tokio::test]
+async fn kinds_without_a_handler_are_admitted_unchanged_with_the_same_uid() {
+    let tester = Tester::new(Initializer::new("pods-only").handle(add_sidecar));
+    let deployment: Deployment =
+        serde_json::from_value(json!({"metadata": {"name": "d"}})).unwrap();
+    let answer = tester
+        .call(&review(&deployment).uid("probe-1").dry_run(true))
+        .await
+        .unwrap();
+    assert!(answer.allowed());
+    assert_eq!(answer.uid(), "probe-1");
+    assert!(answer.patch().is_none());
+}
+
+#[tokio::test]
+async fn deletes_without_an_object_are_admitted() {
+    let tester = Tester::new(Initializer::new("sidecar").handle(add_sidecar));
+    let answer = tester.call(&review(&nginx_pod()).delete()).await.unwrap();
+    assert!(answer.allowed());
+    assert!(answer.patch().is_none());
+}
+
+#[tokio::test]
+async fn panicking_handler_is_admitted_under_the_allow_policy_and_the_server_keeps_serving() {
+    let tester = Tester::new(
+        Initializer::new("boom").handle(|pod: &mut Pod, _: &Review| {
+            if pod.metadata.name.as_deref() == Some("boom") {
+                panic!("handler bug");
+            }
+            mutate::set_label(&mut pod.metadata, "ok", "true");
+            Ok(())
+        }),
+    );
+    let mut pod = nginx_pod();
+    pod.metadata.name = Some("boom".into());
+    let answer = tester.call(&review(&pod)).await.unwrap();
+    assert!(answer.allowed());
+    assert!(answer.patch().is_none());
+    assert!(
+        answer.warnings()[0].contains("handler bug"),
+        "{:?}",
+        answer.warnings()
+    );
+    let next = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(next.patch().is_some());
+}
+
+#[tokio::test]
+async fn panicking_handler_is_refused_under_the_deny_policy() {
+    let tester = Tester::new(
+        Initializer::new("boom")
+            .failure_policy(FailurePolicy::Deny)
+            .handle(|_: &mut Pod, _: &Review| -> Result<(), Denial> { panic!("handler bug") }),
+    );
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(!answer.allowed());
+    assert_eq!(answer.code(), Some(500));
+    assert!(answer.message().unwrap().contains("panicked: handler bug"));
+}
+
+#[tokio::test]
+async fn slow_handler_is_answered_within_its_budget() {
+    let budget = Duration::from_millis(200);
+    let tester = Tester::new(Initializer::new("slow").budget(budget).handle(
+        |_: &mut Pod, _: &Review| {
+            std::thread::sleep(Duration::from_secs(3));
+            Ok(())
+        },
+    ));
+    let start = Instant::now();
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    let elapsed = start.elapsed();
+    assert!(answer.allowed());
+    assert!(
+        answer.warnings()[0].contains("did not answer within"),
+        "{:?}",
+        answer.warnings()
+    );
+    // Generous margin for a loaded 2-core machine; the handler itself sleeps 3 s.
+    assert!(
+        elapsed < budget + Duration::from_millis(1_000),
+        "answered after {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn stuck_handlers_do_not_block_other_requests() {
+    let tester = Tester::new(
+        Initializer::new("stuck")
+            .budget(Duration::from_secs(10))
+            .handle(|pod: &mut Pod, _: &Review| {
+                if pod.metadata.name.as_deref() == Some("stuck") {
+                    std::thread::sleep(Duration::from_secs(3));
+                }
+                Ok(())
+            }),
+    );
+    let mut stuck = nginx_pod();
+    stuck.metadata.name = Some("stuck".into());
+    let stuck_review = review(&stuck);
+    let t = tester.clone();
+    let background = tokio::spawn(async move { t.call(&stuck_review).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(answer.allowed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "blocked for {:?}",
+        start.elapsed()
+    );
+    background.abort();
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_400_with_a_message() {
+    let tester = Tester::new(Initializer::new("x").handle(add_sidecar));
+    let http = tester
+        .send("POST", "/initialize", b"{not json".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(http.status, 400);
+    assert!(
+        http.body.contains("failed to parse the AdmissionReview"),
+        "{}",
+        http.body
+    );
+}
+
+#[tokio::test]
+async fn review_without_request_or_uid_is_a_400() {
+    let tester = Tester::new(Initializer::new("x").handle(add_sidecar));
+    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"});
+    let http = tester
+        .send("POST", "/initialize", serde_json::to_vec(&body).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(http.status, 400);
+    assert!(http.body.contains("no request"), "{}", http.body);
+    let mut doc = review(&nginx_pod()).to_json();
+    doc["request"]["uid"] = json!("");
+    let http = tester
+        .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(http.status, 400);
+    assert!(http.body.contains("uid"), "{}", http.body);
+}
+
+#[tokio::test]
+async fn wrong_api_version_or_kind_of_the_review_is_a_400() {
+    let tester = Tester::new(Initializer::new("x").handle(add_sidecar));
+    for (api_version, kind) in [
+        ("admission.k8s.io/v1beta1", "AdmissionReview"),
+        ("admission.k8s.io/v1", "Pod"),
+    ] {
+        let mut doc = review(&nginx_pod()).to_json();
+        doc["apiVersion"] = json!(api_version);
+        doc["kind"] = json!(kind);
+        let http = tester
+            .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(http.status, 400, "{api_version} {kind}");
+        assert!(
+            http.body
+                .contains("expected apiVersion admission.k8s.io/v1"),
+            "{}",
+            http.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn oversized_request_is_a_413_with_a_message() {
+    let tester = Tester::new(
+        Initializer::new("x")
+            .max_request_bytes(1024)
+            .handle(add_sidecar),
+    );
+    let mut pod = nginx_pod();
+    mutate::set_annotation(&mut pod.metadata, "big", &"x".repeat(2048));
+    let http = tester
+        .send("POST", "/initialize", review(&pod).to_bytes())
+        .await
+        .unwrap();
+    assert_eq!(http.status, 413);
+    assert!(
+        http.body.contains("larger than 1024 bytes"),
+        "{}",
+        http.body
+    );
+}
+
+#[tokio::test]
+async fn undecodable_object_is_answered_by_the_failure_policy() {
+    let tester = Tester::new(
+        Initializer::new("x")
+            .failure_policy(FailurePolicy::Deny)
+            .handle(add_sidecar),
+    );
+    let mut doc = review(&nginx_pod()).to_json();
+    doc["request"]["object"]["spec"]["containers"] = json!("not a list");
+    let http = tester
+        .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(http.status, 200);
+    let response: serde_json::Value = serde_json::from_str(&http.body).unwrap();
+    assert_eq!(response["response"]["allowed"], false);
+    assert!(
+        response["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed to decode the Pod")
+    );
+}
+
+#[tokio::test]
+async fn annotation_gate_skips_objects_before_the_handler_runs() {
+    let tester = Tester::new(
+        Initializer::new("sidecar")
+            .annotation_gate(Some(AnnotationGate::new(
+                "initializer.kubernetes.io/sidecar",
+                true,
+            )))
+            .handle(add_sidecar),
+    );
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(answer.patch().is_none());
+    let mut annotated = nginx_pod();
+    mutate::set_annotation(
+        &mut annotated.metadata,
+        "initializer.kubernetes.io/sidecar",
+        "true",
+    );
+    let answer = tester.call(&review(&annotated)).await.unwrap();
+    assert!(answer.patch().is_some());
+}
+
+#[tokio::test]
+async fn unloaded_configuration_is_answered_by_the_failure_policy() {
+    #[derive(serde::Deserialize)]
+    struct Cfg {
+        #[allow(dead_code)]
+        image: String,
+    }
+    let tester = Tester::new(
+        Initializer::<Cfg>::with_config("cfg").handle(|_: &mut Pod, _: &Review<Cfg>| Ok(())),
+    );
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(answer.allowed());
+    assert!(
+        answer.warnings()[0].contains("configuration is not loaded"),
+        "{:?}",
+        answer.warnings()
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_kind_and_verdict_and_patch_sizes() {
+    let tester = Tester::new(Initializer::new("sidecar").handle(add_sidecar));
+    tester.call(&review(&nginx_pod())).await.unwrap();
+    tester
+        .send("POST", "/initialize", b"nope".to_vec())
+        .await
+        .unwrap();
+    let metrics = tester.send("GET", "/metrics", Vec::new()).await.unwrap();
+    assert_eq!(metrics.status, 200);
+    let text = metrics.body;
+    assert!(
+        text.contains(r#"initializer_admission_requests_total{kind="Pod",verdict="patched"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"initializer_admission_duration_seconds_count{kind="Pod",verdict="patched"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"initializer_patch_bytes_count{kind="Pod"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"initializer_invalid_requests_total{reason="malformed"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn healthz_is_ok_and_readyz_waits_for_the_certificate() {
+    let tester = Tester::new(Initializer::new("x"));
+    assert_eq!(
+        tester
+            .send("GET", "/healthz", Vec::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let ready = tester.send("GET", "/readyz", Vec::new()).await.unwrap();
+    assert_eq!(ready.status, 503);
+    assert!(ready.body.contains("serving certificate"), "{}", ready.body);
+}
