@@ -1,0 +1,852 @@
+//! One pod as local processes: the kubelet's pod worker.
+//!
+//! The worker materializes volumes, starts each container's executable (from the image map),
+//! runs its probes, restarts it per `restartPolicy` with backoff (1 s doubling to 60 s; the real
+//! kubelet uses 10 s to 5 min), reports status (phase, conditions, container states), and on
+//! deletion sends SIGTERM, waits the grace period, sends SIGKILL and removes the pod object.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::cache::Caches;
+use super::env::{self, HOST_IP};
+use super::imagemap::ImageMap;
+use super::probe::{self, Timing, Tracker};
+use super::process::{self, Exit, Launch, Running};
+use super::volume::{self, Mounts, Source};
+
+/// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
+const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest restart delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// A container that ran this long resets its backoff.
+const BACKOFF_RESET: Duration = Duration::from_secs(60);
+/// How often a pod waiting on an image, a Secret or a ConfigMap tries again.
+const RETRY: Duration = Duration::from_secs(2);
+/// Grace period when the sandbox itself stops.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// What every pod worker shares: the API client, caches, paths, and the running processes.
+pub struct Node {
+    /// Client for the sandbox's API.
+    pub client: Client,
+    /// Watch-fed caches.
+    pub caches: Caches,
+    /// Root of pods' volumes and logs.
+    pub state_dir: PathBuf,
+    /// The image map file.
+    pub image_map: Option<PathBuf>,
+    /// Kubeconfig given to every container.
+    pub kubeconfig: PathBuf,
+    /// Process groups of the running containers, per pod `(namespace, name)`.
+    pub groups: Mutex<HashMap<(String, String), BTreeMap<String, i32>>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("state_dir", &self.state_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// A container's state as containerStatuses shows it.
+#[derive(Clone, Debug, PartialEq)]
+enum State {
+    Waiting {
+        reason: String,
+        message: String,
+    },
+    Running {
+        started_at: String,
+    },
+    Terminated {
+        exit: Exit,
+        reason: String,
+        started_at: String,
+        finished_at: String,
+    },
+}
+
+impl State {
+    fn to_json(&self) -> Value {
+        match self {
+            Self::Waiting { reason, message } if message.is_empty() => {
+                json!({"waiting": {"reason": reason}})
+            }
+            Self::Waiting { reason, message } => {
+                json!({"waiting": {"reason": reason, "message": message}})
+            }
+            Self::Running { started_at } => json!({"running": {"startedAt": started_at}}),
+            Self::Terminated {
+                exit,
+                reason,
+                started_at,
+                finished_at,
+            } => {
+                let mut t = json!({"exitCode": exit.code, "reason": reason, "startedAt": started_at, "finishedAt": finished_at});
+                if let Some(sig) = exit.signal {
+                    t["signal"] = json!(sig);
+                }
+                json!({"terminated": t})
+            }
+        }
+    }
+}
+
+/// One container of the pod.
+struct Slot {
+    spec: Container,
+    generation: u64,
+    running: Option<Running>,
+    started_instant: Option<Instant>,
+    program: Option<PathBuf>,
+    state: State,
+    last_state: Option<State>,
+    restart_count: i32,
+    ready: bool,
+    readiness: Tracker,
+    liveness: Tracker,
+    probes: Vec<tokio::task::JoinHandle<()>>,
+    next_start: Option<Instant>,
+    backoff: Duration,
+    pull_failures: u32,
+    done: bool,
+}
+
+impl Slot {
+    fn new(spec: Container) -> Self {
+        Self {
+            spec,
+            generation: 0,
+            running: None,
+            started_instant: None,
+            program: None,
+            state: State::Waiting {
+                reason: "ContainerCreating".into(),
+                message: String::new(),
+            },
+            last_state: None,
+            restart_count: 0,
+            ready: false,
+            readiness: Tracker::default(),
+            liveness: Tracker::default(),
+            probes: Vec::new(),
+            next_start: Some(Instant::now()),
+            backoff: INITIAL_BACKOFF,
+            pull_failures: 0,
+            done: false,
+        }
+    }
+
+    fn stop_probes(&mut self) {
+        for p in self.probes.drain(..) {
+            p.abort();
+        }
+    }
+}
+
+enum Event {
+    Exited {
+        idx: usize,
+        generation: u64,
+        exit: Exit,
+    },
+    Probe {
+        idx: usize,
+        generation: u64,
+        liveness: bool,
+        result: Result<(), String>,
+    },
+}
+
+/// The pod's directory under the state directory.
+pub fn pod_dir(state_dir: &Path, namespace: &str, name: &str) -> PathBuf {
+    state_dir.join("pods").join(format!("{namespace}_{name}"))
+}
+
+/// A container's log file: `<state>/logs/<namespace>_<pod>/<container>.log`.
+pub fn log_path(state_dir: &Path, namespace: &str, name: &str, container: &str) -> PathBuf {
+    state_dir
+        .join("logs")
+        .join(format!("{namespace}_{name}"))
+        .join(format!("{container}.log"))
+}
+
+struct Worker {
+    node: Arc<Node>,
+    namespace: String,
+    name: String,
+    uid: String,
+    ip: Ipv4Addr,
+    slots: Vec<Slot>,
+    events: mpsc::UnboundedSender<Event>,
+    volume_dirs: BTreeMap<String, PathBuf>,
+    published: BTreeMap<String, Source>,
+    volumes_error: Option<String>,
+    start_time: String,
+    transitions: HashMap<&'static str, (bool, String)>,
+    last_status: Option<Value>,
+    report_failed: bool,
+}
+
+/// Runs the pod until it is deleted (then removes it) or `cancel` fires (sandbox shutdown, or
+/// the pod object vanished).
+pub async fn run(
+    node: Arc<Node>,
+    pod: Arc<Pod>,
+    ip: Ipv4Addr,
+    cancel: CancellationToken,
+    shutdown: CancellationToken,
+) {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let dir = pod_dir(&node.state_dir, &namespace, &name);
+    let volume_dirs = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .map(|v| {
+            let path = match &v.host_path {
+                Some(h) => PathBuf::from(&h.path),
+                None => dir.join("volumes").join(&v.name),
+            };
+            (v.name.clone(), path)
+        })
+        .collect();
+    let mut w = Worker {
+        node: node.clone(),
+        namespace,
+        name,
+        uid,
+        ip,
+        slots: containers.into_iter().map(Slot::new).collect(),
+        events: tx,
+        volume_dirs,
+        published: BTreeMap::new(),
+        volumes_error: None,
+        start_time: now(),
+        transitions: HashMap::new(),
+        last_status: None,
+        report_failed: false,
+    };
+    let mut changes = node.caches.subscribe();
+    loop {
+        let current = node
+            .caches
+            .pod(&w.namespace, &w.name)
+            .filter(|p| p.metadata.uid.as_deref() == Some(w.uid.as_str()));
+        let Some(pod) = current else {
+            let grace = if shutdown.is_cancelled() {
+                SHUTDOWN_GRACE
+            } else {
+                grace_of(&pod)
+            };
+            w.terminate(&mut rx, grace).await;
+            break;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            let grace = pod
+                .metadata
+                .deletion_grace_period_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .map_or_else(|| grace_of(&pod), Duration::from_secs);
+            w.terminate(&mut rx, grace).await;
+            w.finalize_deletion().await;
+            break;
+        }
+        w.sync_volumes(&pod);
+        w.start_due(&pod);
+        w.report(&pod).await;
+        let next = w
+            .slots
+            .iter()
+            .filter(|s| s.running.is_none() && !s.done)
+            .filter_map(|s| s.next_start)
+            .min();
+        let mut sleep = next.map_or(Duration::from_secs(3600), |n| {
+            n.saturating_duration_since(Instant::now())
+        });
+        if w.report_failed {
+            sleep = sleep.min(Duration::from_millis(500));
+        }
+        tokio::select! {
+            () = cancel.cancelled() => {
+                let grace = if shutdown.is_cancelled() { SHUTDOWN_GRACE } else { grace_of(&pod) };
+                w.terminate(&mut rx, grace).await;
+                break;
+            }
+            changed = changes.changed() => {
+                if changed.is_err() { break; }
+            }
+            Some(event) = rx.recv() => w.handle(event, &pod),
+            () = tokio::time::sleep(sleep) => {}
+        }
+        // Apply every event already queued before reporting, so one report covers them.
+        while let Ok(event) = rx.try_recv() {
+            w.handle(event, &pod);
+        }
+    }
+    w.node
+        .groups
+        .lock()
+        .map(|mut g| g.remove(&(w.namespace.clone(), w.name.clone())))
+        .ok();
+}
+
+fn grace_of(pod: &Pod) -> Duration {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(Duration::from_secs(30), Duration::from_secs)
+}
+
+impl Worker {
+    fn key(&self) -> (String, String) {
+        (self.namespace.clone(), self.name.clone())
+    }
+
+    fn register_groups(&self) {
+        let groups: BTreeMap<String, i32> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.running.as_ref().map(|r| (s.spec.name.clone(), r.pgid)))
+            .collect();
+        if let Ok(mut g) = self.node.groups.lock() {
+            g.insert(self.key(), groups);
+        }
+    }
+
+    fn sync_volumes(&mut self, pod: &Pod) {
+        let ip = self.ip.to_string();
+        let mut error = None;
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let Some(dir) = self.volume_dirs.get(&v.name).cloned() else {
+                continue;
+            };
+            match volume::desired(pod, &ip, v, &self.node.caches) {
+                Ok(source) => {
+                    if self.published.get(&v.name) == Some(&source) {
+                        continue;
+                    }
+                    let written = match &source {
+                        Source::Files(files) => volume::write_atomically(&dir, files).map(|_| ()),
+                        Source::EmptyDir => std::fs::create_dir_all(&dir),
+                        Source::HostPath(_) => Ok(()),
+                    };
+                    match written {
+                        Ok(()) => {
+                            self.published.insert(v.name.clone(), source);
+                        }
+                        Err(e) => error = Some(format!("failed to write volume {:?}: {e}", v.name)),
+                    }
+                }
+                Err(e) => {
+                    error = Some(format!(
+                        "MountVolume.SetUp failed for volume {:?} : {e}",
+                        v.name
+                    ))
+                }
+            }
+        }
+        self.volumes_error = error;
+    }
+
+    fn start_due(&mut self, pod: &Pod) {
+        let now_i = Instant::now();
+        for idx in 0..self.slots.len() {
+            let slot = &self.slots[idx];
+            if slot.running.is_some() || slot.done || slot.next_start.is_none_or(|t| t > now_i) {
+                continue;
+            }
+            self.try_start(idx, pod);
+        }
+        self.register_groups();
+    }
+
+    fn try_start(&mut self, idx: usize, pod: &Pod) {
+        let image = self.slots[idx].spec.image.clone().unwrap_or_default();
+        let map = match &self.node.image_map {
+            Some(file) => ImageMap::load(file),
+            None => Ok(ImageMap::default()),
+        };
+        let program = match &map {
+            Ok(m) => m.resolve(&image).map(Path::to_path_buf),
+            Err(_) => None,
+        };
+        let slot = &mut self.slots[idx];
+        let Some(program) = program else {
+            slot.pull_failures += 1;
+            let why = match (&map, &self.node.image_map) {
+                (Err(e), _) => e.to_string(),
+                (Ok(_), Some(file)) => {
+                    format!("image is not in the sandbox image map {}", file.display())
+                }
+                (Ok(_), None) => "the sandbox has no image map".into(),
+            };
+            slot.state = if slot.pull_failures == 1 {
+                State::Waiting {
+                    reason: "ErrImagePull".into(),
+                    message: format!("Failed to pull image {image:?}: {why}"),
+                }
+            } else {
+                State::Waiting {
+                    reason: "ImagePullBackOff".into(),
+                    message: format!("Back-off pulling image {image:?}: {why}"),
+                }
+            };
+            let delay = RETRY
+                .saturating_mul(slot.pull_failures.min(15))
+                .min(MAX_BACKOFF);
+            slot.next_start = Some(Instant::now() + delay);
+            return;
+        };
+        slot.pull_failures = 0;
+        if let Some(e) = &self.volumes_error {
+            slot.state = State::Waiting {
+                reason: "ContainerCreating".into(),
+                message: e.clone(),
+            };
+            slot.next_start = Some(Instant::now() + RETRY);
+            return;
+        }
+        let ip = self.ip.to_string();
+        let mut env = match env::container_env(pod, &slot.spec, &ip, &self.node.caches) {
+            Ok(e) => e,
+            Err(e) => {
+                slot.state = State::Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message: e,
+                };
+                slot.next_start = Some(Instant::now() + RETRY);
+                return;
+            }
+        };
+        let mounts = Mounts::of(&slot.spec, &self.volume_dirs);
+        for v in env.values_mut() {
+            *v = mounts.rewrite(v);
+        }
+        let command = slot.spec.command.clone().unwrap_or_default();
+        let args = slot.spec.args.clone().unwrap_or_default();
+        // The image's executable is the entrypoint: command[0] names it unless it is itself a
+        // mapped executable; command[1..] and args follow.
+        let (program, mut argv) = match command.split_first() {
+            Some((first, rest)) => {
+                let first_path = PathBuf::from(mounts.rewrite(&env::expand(first, &env)));
+                let program = match &map {
+                    Ok(m) if m.contains_executable(&first_path) => first_path,
+                    _ => program,
+                };
+                (program, rest.to_vec())
+            }
+            None => (program, Vec::new()),
+        };
+        argv.extend(args);
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| mounts.rewrite(&env::expand(a, &env)))
+            .collect();
+        let dir = pod_dir(&self.node.state_dir, &self.namespace, &self.name);
+        let cwd = match slot.spec.working_dir.as_deref().filter(|w| !w.is_empty()) {
+            Some(w) => PathBuf::from(mounts.rewrite(w)),
+            None => dir.clone(),
+        };
+        let _ = std::fs::create_dir_all(&dir);
+        let mut full_env = process::base_env(&self.name, &self.node.kubeconfig);
+        full_env.extend(env);
+        let launch = Launch {
+            program: program.clone(),
+            args: argv,
+            env: full_env,
+            cwd,
+            log: log_path(
+                &self.node.state_dir,
+                &self.namespace,
+                &self.name,
+                &slot.spec.name,
+            ),
+        };
+        slot.generation += 1;
+        let generation = slot.generation;
+        let events = self.events.clone();
+        let spawned = process::spawn(&launch, move |exit| {
+            let _ = events.send(Event::Exited {
+                idx,
+                generation,
+                exit,
+            });
+        });
+        match spawned {
+            Ok(running) => {
+                tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, program = %program.display(), pid = running.pgid, "container started");
+                slot.running = Some(running);
+                slot.started_instant = Some(Instant::now());
+                slot.program = Some(program);
+                slot.state = State::Running { started_at: now() };
+                slot.next_start = None;
+                slot.readiness = Tracker::default();
+                slot.liveness = Tracker::default();
+                slot.ready = slot.spec.readiness_probe.is_none();
+                self.spawn_probes(idx);
+            }
+            Err(e) => {
+                slot.state = State::Waiting {
+                    reason: "RunContainerError".into(),
+                    message: format!(
+                        "failed to start container {:?}: {}: {e}",
+                        slot.spec.name,
+                        program.display()
+                    ),
+                };
+                slot.next_start = Some(Instant::now() + slot.backoff);
+                slot.backoff = (slot.backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+
+    fn spawn_probes(&mut self, idx: usize) {
+        let slot = &mut self.slots[idx];
+        let generation = slot.generation;
+        let ip = self.ip.to_string();
+        for (liveness, probe) in [
+            (false, slot.spec.readiness_probe.clone()),
+            (true, slot.spec.liveness_probe.clone()),
+        ] {
+            let Some(probe) = probe else { continue };
+            let timing = Timing::of(&probe);
+            let container = slot.spec.clone();
+            let events = self.events.clone();
+            let ip = ip.clone();
+            slot.probes.push(tokio::spawn(async move {
+                tokio::time::sleep(timing.initial_delay).await;
+                let mut ticker = tokio::time::interval(timing.period);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticker.tick().await;
+                    let result = probe::run(&probe, &container, &ip, timing.timeout).await;
+                    if events
+                        .send(Event::Probe {
+                            idx,
+                            generation,
+                            liveness,
+                            result,
+                        })
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }));
+        }
+    }
+
+    fn handle(&mut self, event: Event, pod: &Pod) {
+        match event {
+            Event::Exited {
+                idx,
+                generation,
+                exit,
+            } => {
+                let Some(slot) = self.slots.get_mut(idx) else {
+                    return;
+                };
+                if slot.generation != generation {
+                    return;
+                }
+                slot.stop_probes();
+                slot.running = None;
+                slot.ready = false;
+                let started_at = match &slot.state {
+                    State::Running { started_at } => started_at.clone(),
+                    _ => now(),
+                };
+                let terminated = State::Terminated {
+                    exit,
+                    reason: if exit.code == 0 {
+                        "Completed".into()
+                    } else {
+                        "Error".into()
+                    },
+                    started_at,
+                    finished_at: now(),
+                };
+                tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, code = exit.code, "container exited");
+                let policy = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.restart_policy.clone())
+                    .unwrap_or_else(|| "Always".into());
+                let restart = match policy.as_str() {
+                    "Never" => false,
+                    "OnFailure" => exit.code != 0,
+                    _ => true,
+                };
+                if !restart {
+                    slot.state = terminated;
+                    slot.done = true;
+                    slot.next_start = None;
+                } else {
+                    if slot
+                        .started_instant
+                        .is_some_and(|s| s.elapsed() >= BACKOFF_RESET)
+                    {
+                        slot.backoff = INITIAL_BACKOFF;
+                    }
+                    let delay = slot.backoff;
+                    slot.backoff = (slot.backoff * 2).min(MAX_BACKOFF);
+                    slot.last_state = Some(terminated);
+                    slot.restart_count += 1;
+                    slot.state = State::Waiting {
+                        reason: "CrashLoopBackOff".into(),
+                        message: format!(
+                            "back-off {}s restarting failed container={} pod={}_{}({})",
+                            delay.as_secs(),
+                            slot.spec.name,
+                            self.name,
+                            self.namespace,
+                            self.uid
+                        ),
+                    };
+                    slot.next_start = Some(Instant::now() + delay);
+                }
+                self.register_groups();
+            }
+            Event::Probe {
+                idx,
+                generation,
+                liveness,
+                result,
+            } => {
+                let Some(slot) = self.slots.get_mut(idx) else {
+                    return;
+                };
+                if slot.generation != generation || slot.running.is_none() {
+                    return;
+                }
+                let probe = if liveness {
+                    slot.spec.liveness_probe.as_ref()
+                } else {
+                    slot.spec.readiness_probe.as_ref()
+                };
+                let Some(timing) = probe.map(Timing::of) else {
+                    return;
+                };
+                if let Err(message) = &result {
+                    tracing::debug!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, liveness, %message, "probe failed");
+                }
+                let tracker = if liveness {
+                    &mut slot.liveness
+                } else {
+                    &mut slot.readiness
+                };
+                let verdict = tracker.record(result.is_ok(), &timing);
+                match (liveness, verdict) {
+                    (false, Some(ready)) => slot.ready = ready,
+                    (true, Some(false)) => {
+                        tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, "liveness probe failed; restarting container");
+                        slot.ready = false;
+                        slot.stop_probes();
+                        if let Some(r) = slot.running.as_mut() {
+                            r.stop(grace_of(pod));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Stops every container (SIGTERM, SIGKILL after `grace`) and waits for them to end.
+    async fn terminate(&mut self, rx: &mut mpsc::UnboundedReceiver<Event>, grace: Duration) {
+        for slot in &mut self.slots {
+            slot.stop_probes();
+            slot.done = true;
+            if let Some(r) = slot.running.as_mut() {
+                r.stop(grace);
+            }
+        }
+        let deadline = Instant::now() + grace + Duration::from_secs(2);
+        while self.slots.iter().any(|s| s.running.is_some()) {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(Event::Exited {
+                    idx, generation, ..
+                })) => {
+                    if let Some(slot) = self.slots.get_mut(idx)
+                        && slot.generation == generation
+                    {
+                        slot.running = None;
+                    }
+                }
+                Ok(Some(Event::Probe { .. })) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if let Ok(mut g) = self.node.groups.lock() {
+            g.remove(&self.key());
+        }
+    }
+
+    /// Removes the pod object once its processes are gone, as the kubelet does.
+    async fn finalize_deletion(&self) {
+        let api: Api<Pod> = Api::namespaced(self.node.client.clone(), &self.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(self.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        if let Err(e) = api.delete(&self.name, &params).await
+            && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+        {
+            tracing::warn!(pod = %format!("{}/{}", self.namespace, self.name), error = %e, "failed to remove the terminated pod");
+        }
+    }
+
+    fn condition(&mut self, kind: &'static str, status: bool) -> String {
+        let entry = self
+            .transitions
+            .entry(kind)
+            .or_insert_with(|| (status, now()));
+        if entry.0 != status {
+            *entry = (status, now());
+        }
+        entry.1.clone()
+    }
+
+    fn status(&mut self) -> Value {
+        let ip = self.ip.to_string();
+        let all_ready = !self.slots.is_empty() && self.slots.iter().all(|s| s.ready);
+        let unready: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|s| !s.ready)
+            .map(|s| s.spec.name.clone())
+            .collect();
+        let all_done = !self.slots.is_empty() && self.slots.iter().all(|s| s.done);
+        let ever_started = self.slots.iter().any(|s| s.generation > 0);
+        let phase = if all_done {
+            let ok = self
+                .slots
+                .iter()
+                .all(|s| matches!(&s.state, State::Terminated { exit, .. } if exit.code == 0));
+            if ok { "Succeeded" } else { "Failed" }
+        } else if ever_started {
+            "Running"
+        } else {
+            "Pending"
+        };
+        let scheduled = self.condition("PodScheduled", true);
+        let initialized = self.condition("Initialized", true);
+        let sandbox = self.condition("PodReadyToStartContainers", true);
+        let containers_ready = self.condition("ContainersReady", all_ready);
+        let ready = self.condition("Ready", all_ready);
+        let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
+        let cond = |kind: &str, status: bool, time: &str| {
+            let mut c = json!({"type": kind, "status": if status { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": time});
+            if !status {
+                c["reason"] = json!(if all_done {
+                    "PodCompleted"
+                } else {
+                    "ContainersNotReady"
+                });
+                c["message"] = json!(unready_message);
+            }
+            c
+        };
+        let statuses: Vec<Value> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let mut st = json!({
+                    "name": s.spec.name,
+                    "image": s.spec.image.clone().unwrap_or_default(),
+                    "imageID": s.program.as_ref().map(|p| format!("sandbox://{}", p.display())).unwrap_or_default(),
+                    "ready": s.ready,
+                    "started": s.running.is_some(),
+                    "restartCount": s.restart_count,
+                    "state": s.state.to_json(),
+                    "lastState": s.last_state.as_ref().map_or(json!({}), State::to_json),
+                });
+                if let Some(r) = &s.running {
+                    st["containerID"] = json!(format!("sandbox://{}", r.pgid));
+                }
+                st
+            })
+            .collect();
+        json!({
+            "phase": phase,
+            "conditions": [
+                cond("PodReadyToStartContainers", true, &sandbox),
+                cond("Initialized", true, &initialized),
+                cond("Ready", all_ready, &ready),
+                cond("ContainersReady", all_ready, &containers_ready),
+                cond("PodScheduled", true, &scheduled),
+            ],
+            "hostIP": HOST_IP,
+            "hostIPs": [{"ip": HOST_IP}],
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "startTime": self.start_time,
+            "qosClass": "BestEffort",
+            "containerStatuses": statuses,
+        })
+    }
+
+    async fn report(&mut self, pod: &Pod) {
+        let status = self.status();
+        if self.last_status.as_ref() == Some(&status) {
+            return;
+        }
+        let current = serde_json::to_value(&pod.status).unwrap_or(Value::Null);
+        if current == status {
+            self.last_status = Some(status);
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.node.client.clone(), &self.namespace);
+        match api
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+        {
+            Ok(_) => {
+                self.last_status = Some(status);
+                self.report_failed = false;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                self.report_failed = true;
+                tracing::warn!(pod = %format!("{}/{}", self.namespace, self.name), error = %e, "failed to write pod status");
+            }
+        }
+    }
+}
