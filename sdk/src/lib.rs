@@ -109,6 +109,9 @@ pub mod testing;
 pub mod tls;
 
 pub use error::Error;
+
+/// Result with the SDK's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub use gate::{AnnotationGate, NamespaceGate};
 pub use handler::Initialize;
 pub use initializer::{
