@@ -4,6 +4,9 @@
 //! for resources and namespaces that must never be intercepted); the operator's validator
 //! refuses the rest (for example the operator's own namespace, which only it knows).
 
+// The lint mistakes `type_` repeated across separate `printcolumn(...)` groups for a duplicate.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};

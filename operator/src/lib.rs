@@ -1,1 +1,20 @@
-//! placeholder
+//! initializer-operator: deploys initializers and registers them with the API server only while
+//! they are ready and answering.
+//!
+//! The pure core ([`validate`], [`selector`], [`build`], [`health`], [`status`], [`tls`]) never
+//! touches a client and holds most of the logic and tests; the IO shell ([`apply`],
+//! [`controller`], [`supervisor`], [`leader`], [`server`]) is kept thin.
+
+pub mod build;
+pub mod error;
+pub mod health;
+pub mod selector;
+pub mod status;
+pub mod tls;
+pub mod validate;
+
+pub use error::{Error, Result};
+pub mod bundle;
+pub mod install;
+pub mod manifest;
+pub mod rbac;

@@ -1,0 +1,335 @@
+//! The operator's one error type: a variant per step that can fail, with the policy that decides
+//! whether a failure waits for a change to the Initializer or is retried with backoff.
+
+use std::time::Duration;
+
+/// Everything that can go wrong while reconciling, probing or electing a leader.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The stored Initializer has no name (never true of a real object).
+    #[error("failed to read the initializer's name")]
+    MissingName,
+
+    /// Making or reading the certificates failed.
+    #[error("failed to prepare TLS material: {0}")]
+    Tls(String),
+
+    /// Reading an object from the API server failed.
+    #[error("failed to read {kind} {name}: {source}")]
+    Get {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Name of the object.
+        name: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// Server-side apply of a desired object failed.
+    #[error("failed to apply {kind} {name}: {source}")]
+    Apply {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Name of the object.
+        name: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// Creating or updating the webhook configuration failed.
+    #[error("failed to register webhook configuration {name}: {source}")]
+    Register {
+        /// Name of the configuration.
+        name: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// Deleting the webhook configuration failed.
+    #[error("failed to deregister webhook configuration {name}: {source}")]
+    Deregister {
+        /// Name of the configuration.
+        name: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// The webhook configuration is still present after it was deleted; cleanup waits for it.
+    #[error("failed to finish cleanup: webhook configuration {0} still exists")]
+    CleanupPending(String),
+
+    /// Writing the Initializer's status failed.
+    #[error("failed to patch the status of initializer {name}: {source}")]
+    Status {
+        /// Name of the Initializer.
+        name: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// Listing or deleting orphaned configurations failed.
+    #[error("failed to remove orphaned configurations: {0}")]
+    Orphans(#[source] Box<kube::Error>),
+
+    /// Adding or removing the finalizer failed.
+    #[error("failed to run the finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+
+    /// Serializing a desired object failed.
+    #[error("failed to serialize {what}: {reason}")]
+    Serialize {
+        /// What was being serialized.
+        what: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
+
+    /// Acquiring or renewing the leader Lease failed.
+    #[error("failed to hold the leader lease: {0}")]
+    Lease(#[source] Box<kube::Error>),
+
+    /// Reading a bundle directory failed.
+    #[error("failed to read the bundle at {path}: {source}")]
+    BundleRead {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What the filesystem said.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Writing a bundle file failed.
+    #[error("failed to write the bundle at {path}: {source}")]
+    BundleWrite {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What the filesystem said.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Generating the bundle failed.
+    #[error("failed to generate the bundle: {0}")]
+    BundleGenerate(String),
+
+    /// The bundle breaks registry+v1 rules.
+    #[error("failed to validate the bundle: {0}")]
+    BundleInvalid(String),
+
+    /// The bundle's install strategy cannot be turned into objects to apply.
+    #[error("failed to plan the install: {0}")]
+    InstallPlan(String),
+
+    /// An object the installer would apply or delete exists without the installer's label.
+    #[error("failed to install: {kind} {name} exists and was not created by the installer")]
+    NotInstalledByUs {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Name of the object.
+        name: String,
+    },
+
+    /// Listing objects failed.
+    #[error("failed to list {kind}: {source}")]
+    List {
+        /// Kind of the objects.
+        kind: &'static str,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// Deleting an object failed.
+    #[error("failed to delete {kind} {name}: {source}")]
+    Delete {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Name of the object.
+        name: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// An object did not reach the awaited state in time.
+    #[error("failed to wait for {what}: {reason}")]
+    Wait {
+        /// What was awaited.
+        what: String,
+        /// Why waiting stopped.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// A short, stable label for the `reconcile_errors_total` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::MissingName => "missing_name",
+            Error::Tls(_) => "tls",
+            Error::Get { .. } => "get",
+            Error::Apply { .. } => "apply",
+            Error::Register { .. } => "register",
+            Error::Deregister { .. } => "deregister",
+            Error::CleanupPending(_) => "cleanup_pending",
+            Error::Status { .. } => "status",
+            Error::Orphans(_) => "orphans",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
+                _ => "finalizer",
+            },
+            Error::Serialize { .. } => "serialize",
+            Error::Lease(_) => "lease",
+            Error::BundleRead { .. } => "bundle_read",
+            Error::BundleWrite { .. } => "bundle_write",
+            Error::BundleGenerate(_) => "bundle_generate",
+            Error::BundleInvalid(_) => "bundle_invalid",
+            Error::InstallPlan(_) => "install_plan",
+            Error::NotInstalledByUs { .. } => "not_installed_by_us",
+            Error::List { .. } => "list",
+            Error::Delete { .. } => "delete",
+            Error::Wait { .. } => "wait",
+        }
+    }
+
+    /// True when retrying cannot help until the Initializer changes: the object itself is
+    /// unusable, or the API server rejected what we built from it as invalid.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::MissingName | Error::Serialize { .. } | Error::BundleGenerate(_) => true,
+            Error::Apply { source, .. } | Error::Register { source, .. } => {
+                api_code(source).is_some_and(|code| code == 400 || code == 422)
+            }
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_permanent(),
+                kube::runtime::finalizer::Error::UnnamedObject => true,
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// How long to wait before retrying a transient failure. Cleanup waiting for the API server
+    /// to finish a deletion retries quickly; everything else backs off a little.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Error::CleanupPending(_) => Duration::from_millis(500),
+            Error::Finalizer(inner)
+                if matches!(
+                    inner.as_ref(),
+                    kube::runtime::finalizer::Error::CleanupFailed(Error::CleanupPending(_))
+                ) =>
+            {
+                Duration::from_millis(500)
+            }
+            Error::Apply { source, .. } if api_code(source) == Some(409) => Duration::from_secs(1),
+            _ => Duration::from_secs(5),
+        }
+    }
+}
+
+/// The HTTP status code of an API error, if the error came from the API server.
+pub fn api_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// True when the API server answered 404 Not Found.
+pub fn is_not_found(err: &kube::Error) -> bool {
+    api_code(err) == Some(404)
+}
+
+/// The operator's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: "test".into(),
+            reason: "Test".into(),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn invalid_objects_wait_for_a_change_to_the_initializer() {
+        let err = Error::Apply {
+            kind: "Deployment",
+            name: "x".into(),
+            source: Box::new(api_error(422)),
+        };
+        assert!(err.is_permanent());
+        assert_eq!(err.metric_label(), "apply");
+    }
+
+    #[test]
+    fn conflicts_and_server_errors_are_retried() {
+        for code in [409, 500, 503, 403] {
+            let err = Error::Apply {
+                kind: "Service",
+                name: "x".into(),
+                source: Box::new(api_error(code)),
+            };
+            assert!(!err.is_permanent(), "code {code} should be retried");
+        }
+    }
+
+    #[test]
+    fn pending_cleanup_is_retried_quickly() {
+        let err = Error::CleanupPending("cfg".into());
+        assert!(!err.is_permanent());
+        assert!(err.retry_after() < Duration::from_secs(1));
+        let wrapped = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::CleanupFailed(
+            Error::CleanupPending("cfg".into()),
+        )));
+        assert!(wrapped.retry_after() < Duration::from_secs(1));
+        assert_eq!(wrapped.metric_label(), "cleanup_pending");
+    }
+
+    #[test]
+    fn finalizer_errors_take_the_policy_of_the_inner_error() {
+        let inner = Error::Register {
+            name: "cfg".into(),
+            source: Box::new(api_error(400)),
+        };
+        let wrapped = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::ApplyFailed(
+            inner,
+        )));
+        assert!(wrapped.is_permanent());
+        assert_eq!(wrapped.metric_label(), "register");
+        let unnamed = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::UnnamedObject));
+        assert!(unnamed.is_permanent());
+    }
+
+    #[test]
+    fn missing_names_are_permanent_and_lease_failures_are_not() {
+        assert!(Error::MissingName.is_permanent());
+        assert!(!Error::Lease(Box::new(api_error(500))).is_permanent());
+        assert!(!Error::Tls("x".into()).is_permanent());
+    }
+
+    #[test]
+    fn messages_say_what_failed() {
+        let err = Error::Deregister {
+            name: "cfg".into(),
+            source: Box::new(api_error(500)),
+        };
+        assert!(
+            err.to_string()
+                .starts_with("failed to deregister webhook configuration cfg")
+        );
+    }
+}

@@ -1,0 +1,519 @@
+//! Pure computation of an Initializer's whole status from what the operator observed: phase,
+//! the four conditions with reasons and messages, and the figures shown by `kubectl get`. The
+//! IO shell writes the result as one patch.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use initializer_crds::{InitializerStatus, Phase};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::health::{Snapshot, State};
+use crate::validate::{Refusal, describe};
+
+/// Condition: the spec passed validation.
+pub const VALID: &str = "Valid";
+/// Condition: the Deployment is available.
+pub const AVAILABLE: &str = "Available";
+/// Condition: the initializer answers probes correctly within its budget.
+pub const RESPONDING: &str = "Responding";
+/// Condition: the webhook configuration is registered.
+pub const REGISTERED: &str = "Registered";
+
+/// What the Deployment's status says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadObservation {
+    /// Desired replicas.
+    pub replicas: i32,
+    /// Ready replicas.
+    pub ready_replicas: i32,
+    /// Available replicas.
+    pub available_replicas: i32,
+    /// The `Available` condition is true and at least one replica is available.
+    pub available: bool,
+    /// The Deployment's own explanation when it is not available.
+    pub message: Option<String>,
+}
+
+/// Reads the relevant figures from a Deployment.
+pub fn observe_workload(deployment: &Deployment) -> WorkloadObservation {
+    let status = deployment.status.clone().unwrap_or_default();
+    let condition = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Available");
+    let available_replicas = status.available_replicas.unwrap_or(0);
+    WorkloadObservation {
+        replicas: deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1),
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        available_replicas,
+        available: available_replicas >= 1 && condition.is_some_and(|c| c.status == "True"),
+        message: condition.and_then(|c| c.message.clone()),
+    }
+}
+
+/// The outcome of the last active probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeRecord {
+    /// When it ran.
+    pub at: Timestamp,
+    /// How long it took.
+    pub latency: Duration,
+    /// Whether it counted as a success.
+    pub ok: bool,
+    /// What happened, for humans.
+    pub message: String,
+}
+
+/// Everything the status is computed from.
+#[derive(Clone, Debug)]
+pub struct Observation<'a> {
+    /// `metadata.generation` of the Initializer.
+    pub generation: Option<i64>,
+    /// Refusals, when the spec is invalid.
+    pub refusals: &'a [Refusal],
+    /// `spec.suspend`.
+    pub suspended: bool,
+    /// The Deployment, once it exists.
+    pub workload: Option<WorkloadObservation>,
+    /// The health machine, once it runs.
+    pub health: Option<Snapshot>,
+    /// The last probe.
+    pub probe: Option<ProbeRecord>,
+    /// Whether the configuration exists now.
+    pub registered: bool,
+    /// Name of the configuration (registered or not).
+    pub configuration_name: &'a str,
+    /// Expiry of the serving certificate.
+    pub certificate_not_after: Option<Timestamp>,
+    /// The time of this computation.
+    pub now: Timestamp,
+    /// The status before, to keep `lastTransitionTime` of unchanged conditions.
+    pub previous: Option<&'a InitializerStatus>,
+}
+
+/// The phase for an observation.
+pub fn phase(o: &Observation<'_>) -> Phase {
+    if !o.refusals.is_empty() {
+        Phase::Invalid
+    } else if o.suspended {
+        Phase::Suspended
+    } else if o.registered {
+        Phase::Registered
+    } else if o.health.is_some_and(|h| h.state == State::Unresponsive) {
+        Phase::Unresponsive
+    } else if o.workload.is_some() {
+        Phase::Deploying
+    } else {
+        Phase::Pending
+    }
+}
+
+/// Computes the whole status.
+pub fn compute(o: &Observation<'_>) -> InitializerStatus {
+    let invalid = !o.refusals.is_empty();
+    let mut conditions = vec![valid_condition(o)];
+    if invalid {
+        for type_ in [AVAILABLE, RESPONDING, REGISTERED] {
+            let reason = if type_ == REGISTERED {
+                "Invalid"
+            } else {
+                "NotDeployed"
+            };
+            let status = if type_ == REGISTERED {
+                "False"
+            } else {
+                "Unknown"
+            };
+            conditions.push(condition(
+                o,
+                type_,
+                status,
+                reason,
+                "the spec was refused".into(),
+            ));
+        }
+    } else {
+        conditions.push(available_condition(o));
+        conditions.push(responding_condition(o));
+        conditions.push(registered_condition(o));
+    }
+    let mut details = BTreeMap::new();
+    if let Some(p) = o.probe.as_ref().filter(|p| !p.ok) {
+        details.insert("lastProbeError".to_string(), p.message.clone());
+    }
+    if let Some(hold) = o.health.and_then(|h| h.hold_down).filter(|_| !o.registered) {
+        details.insert("holdDownSeconds".to_string(), hold.as_secs().to_string());
+    }
+    InitializerStatus {
+        phase: Some(phase(o)),
+        conditions,
+        observed_generation: o.generation,
+        ready_replicas: o.workload.as_ref().map(|w| w.ready_replicas),
+        registered: Some(o.registered),
+        configuration_name: Some(o.configuration_name.to_string()),
+        last_probe_time: o.probe.as_ref().map(|p| Time(p.at)),
+        last_probe_latency_millis: o
+            .probe
+            .as_ref()
+            .map(|p| i64::try_from(p.latency.as_millis()).unwrap_or(i64::MAX)),
+        certificate_not_after: o.certificate_not_after.map(Time),
+        details,
+    }
+}
+
+fn condition(
+    o: &Observation<'_>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let since = o
+        .previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(o.now));
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: o.generation,
+        last_transition_time: since,
+    }
+}
+
+fn valid_condition(o: &Observation<'_>) -> Condition {
+    if o.refusals.is_empty() {
+        condition(o, VALID, "True", "Accepted", "the spec is valid".into())
+    } else {
+        condition(o, VALID, "False", "Refused", describe(o.refusals))
+    }
+}
+
+fn available_condition(o: &Observation<'_>) -> Condition {
+    match &o.workload {
+        None => condition(
+            o,
+            AVAILABLE,
+            "False",
+            "NotDeployed",
+            "the Deployment does not exist yet".into(),
+        ),
+        Some(w) if w.available => condition(
+            o,
+            AVAILABLE,
+            "True",
+            "MinimumReplicasAvailable",
+            format!("{} of {} replicas ready", w.ready_replicas, w.replicas),
+        ),
+        Some(w) => condition(
+            o,
+            AVAILABLE,
+            "False",
+            "DeploymentUnavailable",
+            w.message.clone().unwrap_or_else(|| {
+                format!("{} of {} replicas ready", w.ready_replicas, w.replicas)
+            }),
+        ),
+    }
+}
+
+fn responding_condition(o: &Observation<'_>) -> Condition {
+    if o.health.is_some_and(|h| h.endpoints == Some(0)) {
+        return condition(
+            o,
+            RESPONDING,
+            "False",
+            "NoReadyEndpoints",
+            "the Service has no ready endpoint".into(),
+        );
+    }
+    match &o.probe {
+        None => condition(
+            o,
+            RESPONDING,
+            "Unknown",
+            "NotProbed",
+            "no probe has run yet".into(),
+        ),
+        Some(p) if p.ok => condition(
+            o,
+            RESPONDING,
+            "True",
+            "ProbeSucceeded",
+            format!("answered a dry-run review in {} ms", p.latency.as_millis()),
+        ),
+        Some(p) => condition(o, RESPONDING, "False", "ProbeFailed", p.message.clone()),
+    }
+}
+
+fn registered_condition(o: &Observation<'_>) -> Condition {
+    let name = o.configuration_name;
+    if o.registered {
+        return condition(
+            o,
+            REGISTERED,
+            "True",
+            "Registered",
+            format!("MutatingWebhookConfiguration {name} is registered"),
+        );
+    }
+    if o.suspended {
+        return condition(
+            o,
+            REGISTERED,
+            "False",
+            "Suspended",
+            "spec.suspend is true: the configuration stays removed".into(),
+        );
+    }
+    match o.health.map(|h| h.state) {
+        Some(State::Unresponsive) => condition(
+            o,
+            REGISTERED,
+            "False",
+            "Unresponsive",
+            format!(
+                "{name} was removed because the initializer stopped answering; it is registered again after enough good probes"
+            ),
+        ),
+        _ => condition(
+            o,
+            REGISTERED,
+            "False",
+            "WaitingForReadiness",
+            "waiting for an available Deployment and enough good probes".into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn snapshot(state: State, endpoints: Option<u32>) -> Snapshot {
+        Snapshot {
+            state,
+            ok_streak: 0,
+            fail_streak: 0,
+            endpoints,
+            available: true,
+            hold_down: None,
+        }
+    }
+
+    fn ready() -> WorkloadObservation {
+        WorkloadObservation {
+            replicas: 2,
+            ready_replicas: 2,
+            available_replicas: 2,
+            available: true,
+            message: None,
+        }
+    }
+
+    fn good_probe() -> ProbeRecord {
+        ProbeRecord {
+            at: now(),
+            latency: Duration::from_millis(12),
+            ok: true,
+            message: "ok".into(),
+        }
+    }
+
+    fn base() -> Observation<'static> {
+        Observation {
+            generation: Some(3),
+            refusals: &[],
+            suspended: false,
+            workload: None,
+            health: None,
+            probe: None,
+            registered: false,
+            configuration_name: "initializer-sidecar",
+            certificate_not_after: None,
+            now: now(),
+            previous: None,
+        }
+    }
+
+    fn cond<'a>(s: &'a InitializerStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_new_initializer_is_pending_with_unknown_health() {
+        let s = compute(&base());
+        assert_eq!(s.phase, Some(Phase::Pending));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(cond(&s, VALID).status, "True");
+        assert_eq!(cond(&s, AVAILABLE).reason, "NotDeployed");
+        assert_eq!(cond(&s, RESPONDING).status, "Unknown");
+        assert_eq!(cond(&s, REGISTERED).reason, "WaitingForReadiness");
+        assert_eq!(s.registered, Some(false));
+        assert_eq!(s.conditions.len(), 4);
+    }
+
+    #[test]
+    fn a_refused_spec_is_invalid_and_says_why() {
+        let refusals = [Refusal {
+            field: "spec.rules[0].resources".into(),
+            message: "leases must never be intercepted".into(),
+        }];
+        let o = Observation {
+            refusals: &refusals,
+            ..base()
+        };
+        let s = compute(&o);
+        assert_eq!(s.phase, Some(Phase::Invalid));
+        let valid = cond(&s, VALID);
+        assert_eq!(
+            (valid.status.as_str(), valid.reason.as_str()),
+            ("False", "Refused")
+        );
+        assert!(valid.message.contains("spec.rules[0].resources: leases"));
+        assert_eq!(cond(&s, REGISTERED).reason, "Invalid");
+        assert_eq!(cond(&s, REGISTERED).status, "False");
+    }
+
+    #[test]
+    fn a_deploying_initializer_reports_replicas_and_probe_failures() {
+        let o = Observation {
+            workload: Some(WorkloadObservation {
+                ready_replicas: 0,
+                available_replicas: 0,
+                available: false,
+                message: Some("Deployment does not have minimum availability.".into()),
+                replicas: 2,
+            }),
+            health: Some(snapshot(State::Waiting, Some(1))),
+            probe: Some(ProbeRecord {
+                ok: false,
+                message: "failed to reach the initializer: 503".into(),
+                ..good_probe()
+            }),
+            ..base()
+        };
+        let s = compute(&o);
+        assert_eq!(s.phase, Some(Phase::Deploying));
+        assert_eq!(s.ready_replicas, Some(0));
+        assert_eq!(cond(&s, AVAILABLE).reason, "DeploymentUnavailable");
+        assert!(cond(&s, AVAILABLE).message.contains("minimum availability"));
+        assert_eq!(cond(&s, RESPONDING).reason, "ProbeFailed");
+        assert_eq!(
+            s.details["lastProbeError"],
+            "failed to reach the initializer: 503"
+        );
+    }
+
+    #[test]
+    fn a_registered_initializer_shows_probe_latency_and_certificate_expiry() {
+        let expiry = now() + jiff::SignedDuration::from_hours(24 * 365);
+        let o = Observation {
+            workload: Some(ready()),
+            health: Some(snapshot(State::Registered, Some(2))),
+            probe: Some(good_probe()),
+            registered: true,
+            certificate_not_after: Some(expiry),
+            ..base()
+        };
+        let s = compute(&o);
+        assert_eq!(s.phase, Some(Phase::Registered));
+        assert_eq!(s.last_probe_latency_millis, Some(12));
+        assert_eq!(s.last_probe_time, Some(Time(now())));
+        assert_eq!(s.certificate_not_after, Some(Time(expiry)));
+        assert_eq!(s.configuration_name.as_deref(), Some("initializer-sidecar"));
+        for t in [VALID, AVAILABLE, RESPONDING, REGISTERED] {
+            assert_eq!(cond(&s, t).status, "True", "{t}");
+        }
+        assert!(s.details.is_empty());
+    }
+
+    #[test]
+    fn an_unresponsive_initializer_is_not_registered_and_not_responding() {
+        let o = Observation {
+            workload: Some(ready()),
+            health: Some(snapshot(State::Unresponsive, Some(0))),
+            probe: Some(good_probe()),
+            ..base()
+        };
+        let s = compute(&o);
+        assert_eq!(s.phase, Some(Phase::Unresponsive));
+        assert_eq!(cond(&s, RESPONDING).reason, "NoReadyEndpoints");
+        assert_eq!(cond(&s, REGISTERED).reason, "Unresponsive");
+    }
+
+    #[test]
+    fn a_suspended_initializer_keeps_its_workload_and_says_so() {
+        let o = Observation {
+            suspended: true,
+            workload: Some(ready()),
+            health: Some(snapshot(State::Suspended, Some(2))),
+            probe: Some(good_probe()),
+            ..base()
+        };
+        let s = compute(&o);
+        assert_eq!(s.phase, Some(Phase::Suspended));
+        assert_eq!(cond(&s, AVAILABLE).status, "True");
+        assert_eq!(cond(&s, REGISTERED).reason, "Suspended");
+    }
+
+    #[test]
+    fn unchanged_conditions_keep_their_transition_time() {
+        let earlier = now() - jiff::SignedDuration::from_hours(1);
+        let first = compute(&Observation {
+            now: earlier,
+            ..base()
+        });
+        let second = compute(&Observation {
+            previous: Some(&first),
+            workload: Some(ready()),
+            ..base()
+        });
+        assert_eq!(cond(&second, VALID).last_transition_time, Time(earlier));
+        assert_eq!(cond(&second, AVAILABLE).last_transition_time, Time(now()));
+    }
+
+    #[test]
+    fn the_workload_is_available_only_with_the_condition_and_a_replica() {
+        let mut d = Deployment {
+            spec: Some(DeploymentSpec {
+                replicas: Some(2),
+                ..Default::default()
+            }),
+            status: Some(DeploymentStatus {
+                available_replicas: Some(1),
+                ready_replicas: Some(1),
+                conditions: Some(vec![DeploymentCondition {
+                    type_: "Available".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let w = observe_workload(&d);
+        assert!(w.available);
+        assert_eq!((w.replicas, w.ready_replicas), (2, 1));
+        d.status.as_mut().unwrap().available_replicas = Some(0);
+        assert!(!observe_workload(&d).available);
+        d.status = None;
+        assert!(!observe_workload(&d).available);
+    }
+}

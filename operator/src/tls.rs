@@ -1,0 +1,358 @@
+//! Certificates for the initializer's HTTPS endpoint: a long-lived CA (kept in its own Secret,
+//! never mounted) and a serving certificate for the Service's DNS names, rotated well before it
+//! expires. No IO here; only key generation draws randomness.
+//!
+//! The CA's PEM is the webhook configuration's `caBundle`.
+
+use jiff::{SignedDuration, Timestamp};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use x509_parser::extensions::GeneralName;
+
+use crate::error::{Error, Result};
+
+/// Lifetime of the CA: ten years.
+pub const CA_LIFETIME: SignedDuration = SignedDuration::from_hours(24 * 3652);
+/// Lifetime of a serving certificate: one year.
+pub const SERVING_LIFETIME: SignedDuration = SignedDuration::from_hours(24 * 365);
+/// Certificates are backdated by this much to tolerate clock skew between machines.
+const BACKDATE: SignedDuration = SignedDuration::from_mins(5);
+
+/// The CA certificate and key, as PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Ca {
+    /// Certificate (PEM).
+    pub cert_pem: String,
+    /// Private key (PEM).
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca")
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything the desired objects need: the CA and a serving certificate it signed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsMaterial {
+    /// The CA.
+    pub ca: Ca,
+    /// Serving certificate (PEM).
+    pub cert_pem: String,
+    /// Serving key (PEM).
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("ca", &self.ca)
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What matters about a certificate for rotation decisions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertInfo {
+    /// Start of validity.
+    pub not_before: Timestamp,
+    /// End of validity.
+    pub not_after: Timestamp,
+    /// DNS subject alternative names.
+    pub dns_names: Vec<String>,
+    /// DER of the issuer's distinguished name.
+    pub issuer: Vec<u8>,
+    /// DER of the subject's distinguished name.
+    pub subject: Vec<u8>,
+}
+
+/// The DNS names the serving certificate must cover for Service `service` in `namespace`.
+pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+        format!("{service}.{namespace}"),
+        service.to_string(),
+    ]
+}
+
+/// Reads validity, names and issuer from a PEM certificate.
+pub fn inspect(cert_pem: &str) -> Result<CertInfo> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes())
+        .map_err(|e| Error::Tls(format!("failed to read PEM: {e}")))?;
+    let cert = pem
+        .parse_x509()
+        .map_err(|e| Error::Tls(format!("failed to parse certificate: {e}")))?;
+    let ts = |t: i64| {
+        Timestamp::from_second(t).map_err(|e| Error::Tls(format!("failed to read validity: {e}")))
+    };
+    let mut dns = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let GeneralName::DNSName(n) = name {
+                dns.push((*n).to_string());
+            }
+        }
+    }
+    Ok(CertInfo {
+        not_before: ts(cert.validity().not_before.timestamp())?,
+        not_after: ts(cert.validity().not_after.timestamp())?,
+        dns_names: dns,
+        issuer: cert.issuer().as_raw().to_vec(),
+        subject: cert.subject().as_raw().to_vec(),
+    })
+}
+
+/// True when less than a third of the certificate's lifetime remains at `now`.
+pub fn nearly_expired(info: &CertInfo, now: Timestamp) -> bool {
+    let life = info.not_after.duration_since(info.not_before);
+    let left = info.not_after.duration_since(now);
+    left.as_secs() * 3 < life.as_secs()
+}
+
+/// True when the CA must be replaced: unreadable or with less than a third of its life left.
+pub fn ca_needs_rotation(ca: &Ca, now: Timestamp) -> bool {
+    KeyPair::from_pem(&ca.key_pem).is_err()
+        || inspect(&ca.cert_pem)
+            .ok()
+            .is_none_or(|info| nearly_expired(&info, now))
+}
+
+/// True when the serving certificate must be reissued: unreadable, less than a third of its life
+/// left, different DNS names, or not issued by the current CA.
+pub fn needs_rotation(material: &TlsMaterial, now: Timestamp, names: &[String]) -> bool {
+    let Ok(info) = inspect(&material.cert_pem) else {
+        return true;
+    };
+    let Ok(ca) = inspect(&material.ca.cert_pem) else {
+        return true;
+    };
+    let mut have = info.dns_names.clone();
+    have.sort();
+    let mut want = names.to_vec();
+    want.sort();
+    KeyPair::from_pem(&material.key_pem).is_err()
+        || nearly_expired(&info, now)
+        || have != want
+        || info.issuer != ca.subject
+}
+
+fn offset(t: Timestamp) -> Result<time::OffsetDateTime> {
+    time::OffsetDateTime::from_unix_timestamp(t.as_second())
+        .map_err(|e| Error::Tls(format!("failed to convert time: {e}")))
+}
+
+fn rcgen_err(what: &str) -> impl Fn(rcgen::Error) -> Error + '_ {
+    move |e| Error::Tls(format!("failed to {what}: {e}"))
+}
+
+/// Makes a new CA valid from `now` for [`CA_LIFETIME`]. Its common name carries a random suffix
+/// so that a replaced CA never has the same subject as the one before.
+pub fn new_ca(now: Timestamp) -> Result<Ca> {
+    let key = KeyPair::generate().map_err(rcgen_err("generate the CA key"))?;
+    let mut params =
+        CertificateParams::new(Vec::<String>::new()).map_err(rcgen_err("prepare the CA"))?;
+    let suffix: u64 = rand::random();
+    params.distinguished_name.push(
+        DnType::CommonName,
+        format!("initializer-operator CA {suffix:016x}"),
+    );
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = offset(now - BACKDATE)?;
+    params.not_after = offset(now + CA_LIFETIME)?;
+    let cert = params.self_signed(&key).map_err(rcgen_err("sign the CA"))?;
+    Ok(Ca {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// Issues a serving certificate for `names`, signed by `ca`, valid from `now` for
+/// [`SERVING_LIFETIME`].
+pub fn issue(ca: &Ca, names: &[String], now: Timestamp) -> Result<TlsMaterial> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem).map_err(rcgen_err("read the CA key"))?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)
+        .map_err(rcgen_err("read the CA certificate"))?;
+    let key = KeyPair::generate().map_err(rcgen_err("generate the serving key"))?;
+    let mut params = CertificateParams::new(names.to_vec())
+        .map_err(rcgen_err("prepare the serving certificate"))?;
+    if let Some(first) = names.first() {
+        params
+            .distinguished_name
+            .push(DnType::CommonName, first.clone());
+    }
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.not_before = offset(now - BACKDATE)?;
+    params.not_after = offset(now + SERVING_LIFETIME)?;
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(rcgen_err("sign the serving certificate"))?;
+    Ok(TlsMaterial {
+        ca: ca.clone(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// Keeps what is still good and replaces what is not: the CA when it is missing or nearly
+/// expired, the serving certificate when [`needs_rotation`] says so (which a new CA implies).
+pub fn ensure(
+    ca: Option<Ca>,
+    serving: Option<(String, String)>,
+    names: &[String],
+    now: Timestamp,
+) -> Result<TlsMaterial> {
+    let ca = match ca {
+        Some(ca) if !ca_needs_rotation(&ca, now) => ca,
+        _ => new_ca(now)?,
+    };
+    if let Some((cert_pem, key_pem)) = serving {
+        let current = TlsMaterial {
+            ca: ca.clone(),
+            cert_pem,
+            key_pem,
+        };
+        if !needs_rotation(&current, now, names) {
+            return Ok(current);
+        }
+    }
+    issue(&ca, names, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn names() -> Vec<String> {
+        dns_names("sidecar", "initializer-system")
+    }
+
+    #[test]
+    fn a_fresh_certificate_covers_the_service_names_and_is_signed_by_the_ca() {
+        let ca = new_ca(now()).unwrap();
+        let m = issue(&ca, &names(), now()).unwrap();
+        let info = inspect(&m.cert_pem).unwrap();
+        assert_eq!(info.dns_names, names());
+        assert!(
+            info.dns_names
+                .contains(&"sidecar.initializer-system.svc".to_string())
+        );
+        assert_eq!(info.issuer, inspect(&ca.cert_pem).unwrap().subject);
+        let life = info.not_after.duration_since(now());
+        assert!(life > SignedDuration::from_hours(24 * 364));
+        assert!(!needs_rotation(&m, now(), &names()));
+    }
+
+    #[test]
+    fn certificates_rotate_when_less_than_a_third_of_their_life_remains() {
+        let ca = new_ca(now()).unwrap();
+        let m = issue(&ca, &names(), now()).unwrap();
+        assert!(!needs_rotation(
+            &m,
+            now() + SignedDuration::from_hours(24 * 200),
+            &names()
+        ));
+        assert!(needs_rotation(
+            &m,
+            now() + SignedDuration::from_hours(24 * 250),
+            &names()
+        ));
+        assert!(needs_rotation(
+            &m,
+            now() + SignedDuration::from_hours(24 * 400),
+            &names()
+        ));
+    }
+
+    #[test]
+    fn certificates_rotate_when_the_names_change() {
+        let ca = new_ca(now()).unwrap();
+        let m = issue(&ca, &names(), now()).unwrap();
+        assert!(needs_rotation(
+            &m,
+            now(),
+            &dns_names("sidecar", "elsewhere")
+        ));
+    }
+
+    #[test]
+    fn certificates_rotate_when_the_ca_changes() {
+        let m = issue(&new_ca(now()).unwrap(), &names(), now()).unwrap();
+        let other = TlsMaterial {
+            ca: new_ca(now()).unwrap(),
+            ..m.clone()
+        };
+        assert!(needs_rotation(&other, now(), &names()));
+    }
+
+    #[test]
+    fn garbage_is_replaced_rather_than_trusted() {
+        let m = TlsMaterial {
+            ca: Ca {
+                cert_pem: "not a cert".into(),
+                key_pem: "not a key".into(),
+            },
+            cert_pem: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into(),
+            key_pem: String::new(),
+        };
+        assert!(needs_rotation(&m, now(), &names()));
+        assert!(ca_needs_rotation(&m.ca, now()));
+        let fixed = ensure(Some(m.ca), Some((m.cert_pem, m.key_pem)), &names(), now()).unwrap();
+        assert!(!needs_rotation(&fixed, now(), &names()));
+    }
+
+    #[test]
+    fn ensure_keeps_good_material_and_rotates_the_rest() {
+        let first = ensure(None, None, &names(), now()).unwrap();
+        let kept = ensure(
+            Some(first.ca.clone()),
+            Some((first.cert_pem.clone(), first.key_pem.clone())),
+            &names(),
+            now() + SignedDuration::from_hours(24 * 30),
+        )
+        .unwrap();
+        assert_eq!(kept, first);
+        let rotated = ensure(
+            Some(first.ca.clone()),
+            Some((first.cert_pem.clone(), first.key_pem.clone())),
+            &names(),
+            now() + SignedDuration::from_hours(24 * 300),
+        )
+        .unwrap();
+        assert_eq!(rotated.ca, first.ca);
+        assert_ne!(rotated.cert_pem, first.cert_pem);
+    }
+
+    #[test]
+    fn the_ca_is_replaced_near_the_end_of_its_life() {
+        let ca = new_ca(now()).unwrap();
+        assert!(!ca_needs_rotation(
+            &ca,
+            now() + SignedDuration::from_hours(24 * 365 * 5)
+        ));
+        assert!(ca_needs_rotation(
+            &ca,
+            now() + SignedDuration::from_hours(24 * 365 * 7)
+        ));
+    }
+}

@@ -1,0 +1,808 @@
+//! Pure validation of an Initializer: what the schema cannot say (or what an older API server
+//! did not enforce) is refused here, before anything is deployed or registered.
+//!
+//! [`validate`] turns a spec into a [`Validated`] plan (workload namespace, derived object names,
+//! the configuration to mount) or the complete list of [`Refusal`]s, never just the first.
+
+use std::fmt;
+
+use initializer_crds::constants::{GROUP, SYSTEM_NAMESPACES};
+use initializer_crds::{
+    ConfigSource, HealthPolicy, InitializerSpec, PROTECTED_GROUPS, PROTECTED_RESOURCES,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+/// Longest base name derived from an Initializer's name; the longest suffix (`-config`) keeps
+/// every derived name within a DNS-1035 label (63), and Deployment pod names stay readable.
+pub const MAX_BASE_NAME: usize = 50;
+
+/// One reason a spec is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The offending field, as a JSON path below the object (`spec.rules[0].resources`).
+    pub field: String,
+    /// Why, for humans.
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Joins refusals into one message for a condition or an Event.
+pub fn describe(refusals: &[Refusal]) -> String {
+    refusals
+        .iter()
+        .map(Refusal::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Names of everything derived from one Initializer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    /// The Initializer's own name.
+    pub initializer: String,
+    /// Deployment, Service and PodDisruptionBudget name (a DNS-1035 label).
+    pub base: String,
+    /// Value of the `initializer.dev/initializer` label (at most 63 characters).
+    pub label: String,
+    /// The serving certificate Secret (`kubernetes.io/tls`).
+    pub tls_secret: String,
+    /// The CA Secret (never mounted).
+    pub ca_secret: String,
+    /// The ConfigMap holding `config.yaml`.
+    pub config_map: String,
+    /// The MutatingWebhookConfiguration.
+    pub configuration: String,
+    /// The webhook's name inside the configuration (three or more DNS segments).
+    pub webhook: String,
+}
+
+/// Derives every object name from an Initializer's name. Names that are not DNS-1035 labels or
+/// are too long are shortened with a stable hash of the full name, so they never collide.
+pub fn names(initializer: &str) -> Names {
+    let is_label = initializer.len() <= MAX_BASE_NAME
+        && initializer.starts_with(|c: char| c.is_ascii_lowercase())
+        && initializer
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !initializer.ends_with('-');
+    let base = if is_label {
+        initializer.to_string()
+    } else {
+        let mut sanitized: String = initializer
+            .chars()
+            .map(|c| {
+                if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        if !sanitized.starts_with(|c: char| c.is_ascii_lowercase()) {
+            sanitized.insert_str(0, "i-");
+        }
+        let prefix: String = sanitized.chars().take(MAX_BASE_NAME - 9).collect();
+        format!(
+            "{}-{:08x}",
+            prefix.trim_end_matches('-'),
+            fnv1a(initializer) as u32
+        )
+    };
+    let label = if initializer.len() <= 63 {
+        initializer.to_string()
+    } else {
+        base.clone()
+    };
+    Names {
+        initializer: initializer.to_string(),
+        tls_secret: format!("{base}-tls"),
+        ca_secret: format!("{base}-ca"),
+        config_map: format!("{base}-config"),
+        configuration: format!("initializer-{base}"),
+        webhook: format!("{base}.initializers.{GROUP}"),
+        label,
+        base,
+    }
+}
+
+/// 64-bit FNV-1a: small, stable across Rust releases (unlike `DefaultHasher`).
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Where the initializer's `config.yaml` comes from, once validated.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigPlan {
+    /// No configuration: an empty `config.yaml`.
+    Empty,
+    /// The operator writes this text as `config.yaml`.
+    Text(String),
+    /// The user's ConfigMap, key projected to `config.yaml`.
+    ConfigMapRef {
+        /// Name of the ConfigMap (in the workload namespace).
+        name: String,
+        /// Key inside it.
+        key: String,
+    },
+}
+
+/// A spec that passed validation, with everything derived from it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Validated {
+    /// The spec as given.
+    pub spec: InitializerSpec,
+    /// Derived names.
+    pub names: Names,
+    /// Namespace the workload runs in.
+    pub namespace: String,
+    /// The operator's own namespace (always excluded from interception).
+    pub operator_namespace: String,
+    /// The health policy in force.
+    pub health: HealthPolicy,
+    /// The configuration to mount.
+    pub config: ConfigPlan,
+    /// The user's image, or `None` for the built-in preset initializer.
+    pub image: Option<String>,
+}
+
+/// Validates a spec for the Initializer `name`, with the operator running in
+/// `operator_namespace`. Returns every refusal, not just the first.
+pub fn validate(
+    spec: &InitializerSpec,
+    operator_namespace: &str,
+    name: &str,
+) -> Result<Validated, Vec<Refusal>> {
+    let mut refusals = Vec::new();
+    if name.is_empty() {
+        refusals.push(Refusal::new("metadata.name", "a name is required"));
+    }
+    let namespace = spec
+        .namespace
+        .clone()
+        .unwrap_or_else(|| operator_namespace.to_string());
+    check_namespace(spec, &namespace, &mut refusals);
+    check_rules(spec, &mut refusals);
+    check_scope(spec, operator_namespace, &namespace, &mut refusals);
+    check_numbers(spec, &mut refusals);
+    let image = check_image(spec, &mut refusals);
+    let config = check_config(spec, &mut refusals);
+    if let Some(selector) = &spec.object_selector {
+        check_selector(selector, "spec.objectSelector", &mut refusals);
+    }
+    if let Some(gate) = &spec.annotation
+        && gate.name.trim().is_empty()
+    {
+        refusals.push(Refusal::new(
+            "spec.annotation.name",
+            "the annotation name must not be empty",
+        ));
+    }
+    match (refusals.is_empty(), config) {
+        (true, Some(config)) => Ok(Validated {
+            spec: spec.clone(),
+            names: names(name),
+            namespace,
+            operator_namespace: operator_namespace.to_string(),
+            health: spec.health_policy(),
+            config,
+            image,
+        }),
+        _ => Err(refusals),
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn check_namespace(spec: &InitializerSpec, namespace: &str, refusals: &mut Vec<Refusal>) {
+    if spec.namespace.is_some() && !is_dns_label(namespace) {
+        refusals.push(Refusal::new(
+            "spec.namespace",
+            format!("{namespace:?} is not a valid namespace name"),
+        ));
+    }
+    if SYSTEM_NAMESPACES.contains(&namespace) {
+        refusals.push(Refusal::new(
+            "spec.namespace",
+            format!("the initializer's workload must not run in the system namespace {namespace}"),
+        ));
+    }
+}
+
+fn check_rules(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
+    if spec.rules.is_empty() {
+        refusals.push(Refusal::new(
+            "spec.rules",
+            "at least one rule is required: an initializer must intercept something",
+        ));
+    }
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let field = format!("spec.rules[{i}]");
+        for (what, list) in [
+            ("apiGroups", &rule.api_groups),
+            ("apiVersions", &rule.api_versions),
+            ("resources", &rule.resources),
+        ] {
+            if list.is_empty() {
+                refusals.push(Refusal::new(
+                    format!("{field}.{what}"),
+                    "must name at least one entry (use \"*\" for all)",
+                ));
+            }
+        }
+        if rule.operations.is_empty() {
+            refusals.push(Refusal::new(
+                format!("{field}.operations"),
+                "must name at least one operation",
+            ));
+        }
+        for resource in &rule.resources {
+            let base = resource.split('/').next().unwrap_or(resource);
+            if PROTECTED_RESOURCES.contains(&resource.as_str())
+                || PROTECTED_RESOURCES.contains(&base)
+            {
+                refusals.push(Refusal::new(
+                    format!("{field}.resources"),
+                    format!(
+                        "{resource} must never be intercepted: doing so could lock the cluster out of its admission configuration, leader election, events, authentication or Initializers"
+                    ),
+                ));
+            }
+            if base == "*" {
+                for group in &rule.api_groups {
+                    if PROTECTED_GROUPS.contains(&group.as_str()) || group == GROUP {
+                        let shown = if group.is_empty() { "core" } else { group };
+                        refusals.push(Refusal::new(
+                            format!("{field}.resources"),
+                            format!(
+                                "wildcard resources must not reach the {shown} API group, which holds objects that must never be intercepted"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_scope(
+    spec: &InitializerSpec,
+    operator_namespace: &str,
+    workload_namespace: &str,
+    refusals: &mut Vec<Refusal>,
+) {
+    let Some(scope) = &spec.namespaces else {
+        return;
+    };
+    for (i, ns) in scope.include.iter().enumerate() {
+        let field = format!("spec.namespaces.include[{i}]");
+        if SYSTEM_NAMESPACES.contains(&ns.as_str()) {
+            refusals.push(Refusal::new(
+                field,
+                format!("the system namespace {ns} must never be intercepted"),
+            ));
+        } else if ns == operator_namespace {
+            refusals.push(Refusal::new(
+                field,
+                format!("the operator's namespace {ns} must never be intercepted"),
+            ));
+        } else if ns == workload_namespace {
+            refusals.push(Refusal::new(
+                field,
+                format!("the initializer's own namespace {ns} is never intercepted"),
+            ));
+        }
+    }
+    if let Some(selector) = &scope.selector {
+        check_selector(selector, "spec.namespaces.selector", refusals);
+    }
+}
+
+fn check_selector(selector: &LabelSelector, field: &str, refusals: &mut Vec<Refusal>) {
+    for (i, expr) in selector.match_expressions.iter().flatten().enumerate() {
+        let here = format!("{field}.matchExpressions[{i}]");
+        match expr.operator.as_str() {
+            "In" | "NotIn" => {
+                if expr.values.as_ref().is_none_or(Vec::is_empty) {
+                    refusals.push(Refusal::new(
+                        here.clone(),
+                        format!("operator {} needs at least one value", expr.operator),
+                    ));
+                }
+            }
+            "Exists" | "DoesNotExist" => {
+                if expr.values.as_ref().is_some_and(|v| !v.is_empty()) {
+                    refusals.push(Refusal::new(
+                        here.clone(),
+                        format!("operator {} takes no values", expr.operator),
+                    ));
+                }
+            }
+            other => refusals.push(Refusal::new(
+                here.clone(),
+                format!("unknown operator {other:?} (use In, NotIn, Exists or DoesNotExist)"),
+            )),
+        }
+        if expr.key.is_empty() {
+            refusals.push(Refusal::new(
+                format!("{field}.matchExpressions[{i}].key"),
+                "the key must not be empty",
+            ));
+        }
+    }
+}
+
+fn check_numbers(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
+    if spec.replicas < 1 {
+        refusals.push(Refusal::new(
+            "spec.replicas",
+            format!("must be at least 1, got {}", spec.replicas),
+        ));
+    }
+    if !(1..=30).contains(&spec.timeout_seconds) {
+        refusals.push(Refusal::new(
+            "spec.timeoutSeconds",
+            format!("must be between 1 and 30, got {}", spec.timeout_seconds),
+        ));
+    }
+    let health = spec.health_policy();
+    let ranges = [
+        ("periodSeconds", health.period_seconds, 1, 300),
+        ("failureThreshold", health.failure_threshold, 1, 100),
+        ("successThreshold", health.success_threshold, 1, 100),
+        (
+            "latencyBudgetMillis",
+            health.latency_budget_millis,
+            10,
+            30_000,
+        ),
+    ];
+    for (field, value, min, max) in ranges {
+        if !(min..=max).contains(&value) {
+            refusals.push(Refusal::new(
+                format!("spec.health.{field}"),
+                format!("must be between {min} and {max}, got {value}"),
+            ));
+        }
+    }
+    if i64::from(health.latency_budget_millis) > i64::from(spec.timeout_seconds) * 1000 {
+        refusals.push(Refusal::new(
+            "spec.health.latencyBudgetMillis",
+            format!(
+                "{} ms exceeds the webhook timeout of {} s: a probe that passes could still time out the API server",
+                health.latency_budget_millis, spec.timeout_seconds
+            ),
+        ));
+    }
+}
+
+fn check_image(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) -> Option<String> {
+    match (&spec.image, &spec.preset) {
+        (Some(image), _) if image.trim().is_empty() || image.contains(char::is_whitespace) => {
+            refusals.push(Refusal::new(
+                "spec.image",
+                format!("{image:?} is not an image reference"),
+            ));
+            None
+        }
+        (Some(image), _) => Some(image.clone()),
+        (None, Some(_)) => None,
+        (None, None) => {
+            refusals.push(Refusal::new(
+                "spec.image",
+                "spec.image or spec.preset is required",
+            ));
+            None
+        }
+    }
+}
+
+fn check_config(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) -> Option<ConfigPlan> {
+    match (&spec.config, &spec.preset) {
+        (Some(_), Some(_)) => {
+            refusals.push(Refusal::new(
+                "spec.config",
+                "spec.config and spec.preset both provide config.yaml: give only one",
+            ));
+            None
+        }
+        (None, Some(preset)) => match serde_yaml::to_string(preset) {
+            Ok(text) => Some(ConfigPlan::Text(text)),
+            Err(err) => {
+                refusals.push(Refusal::new(
+                    "spec.preset",
+                    format!("cannot be written as YAML: {err}"),
+                ));
+                None
+            }
+        },
+        (None, None) => Some(ConfigPlan::Empty),
+        (Some(source), None) => config_source(source, refusals),
+    }
+}
+
+fn config_source(source: &ConfigSource, refusals: &mut Vec<Refusal>) -> Option<ConfigPlan> {
+    match (&source.inline, &source.config_map_ref) {
+        (Some(text), None) => Some(ConfigPlan::Text(text.clone())),
+        (None, Some(key)) => {
+            let mut ok = true;
+            if key.name.is_empty() {
+                refusals.push(Refusal::new(
+                    "spec.config.configMapRef.name",
+                    "the ConfigMap name must not be empty",
+                ));
+                ok = false;
+            }
+            if key.key.is_empty() || key.key.contains('/') {
+                refusals.push(Refusal::new(
+                    "spec.config.configMapRef.key",
+                    format!("{:?} is not a ConfigMap key", key.key),
+                ));
+                ok = false;
+            }
+            ok.then(|| ConfigPlan::ConfigMapRef {
+                name: key.name.clone(),
+                key: key.key.clone(),
+            })
+        }
+        _ => {
+            refusals.push(Refusal::new(
+                "spec.config",
+                "exactly one of inline and configMapRef is required",
+            ));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use initializer_crds::{
+        AnnotationGate, ConfigMapKey, Initializer, InterceptRule, NamespaceScope, Operation,
+        PresetConfig,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    /// The sidecar example from the reference walkthrough, as an Initializer.
+    pub(crate) const SIDECAR_YAML: &str = r#"
+apiVersion: initializer.dev/v1alpha1
+kind: Initializer
+metadata:
+  name: sidecar
+spec:
+  image: ghcr.io/initializer-dev/sidecar-initializer:0.1.0
+  args: ["--annotation", "initializer.kubernetes.io/sidecar"]
+  rules:
+    - apiGroups: ["apps"]
+      apiVersions: ["v1"]
+      resources: ["deployments"]
+  annotation:
+    name: initializer.kubernetes.io/sidecar
+    required: true
+  config:
+    inline: |
+      containers:
+        - name: sidecar-nginx
+          image: nginx:1.25
+          ports:
+            - containerPort: 80
+          volumeMounts:
+            - name: shared-data
+              mountPath: /usr/share/nginx/html
+      volumes:
+        - name: shared-data
+          emptyDir: {}
+"#;
+
+    pub(crate) fn sidecar() -> Initializer {
+        serde_yaml::from_str(SIDECAR_YAML).unwrap()
+    }
+
+    fn refused(spec: &InitializerSpec) -> Vec<Refusal> {
+        validate(spec, "initializer-system", "sidecar").unwrap_err()
+    }
+
+    fn refused_field(spec: &InitializerSpec, field: &str) -> bool {
+        refused(spec).iter().any(|r| r.field.starts_with(field))
+    }
+
+    #[test]
+    fn the_sidecar_example_is_accepted() {
+        let v = validate(&sidecar().spec, "initializer-system", "sidecar").unwrap();
+        assert_eq!(v.namespace, "initializer-system");
+        assert_eq!(v.names.base, "sidecar");
+        assert_eq!(v.names.configuration, "initializer-sidecar");
+        assert_eq!(
+            v.image.as_deref(),
+            Some("ghcr.io/initializer-dev/sidecar-initializer:0.1.0")
+        );
+        assert!(matches!(&v.config, ConfigPlan::Text(t) if t.contains("sidecar-nginx")));
+        assert_eq!(v.spec.replicas, 2);
+    }
+
+    #[test]
+    fn every_protected_resource_is_refused() {
+        for resource in PROTECTED_RESOURCES {
+            let mut spec = sidecar().spec;
+            spec.rules[0].resources = vec![resource.to_string()];
+            assert!(
+                refused_field(&spec, "spec.rules[0].resources"),
+                "{resource} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn subresources_of_protected_resources_are_refused() {
+        let mut spec = sidecar().spec;
+        spec.rules[0].resources = vec!["leases/status".into()];
+        assert!(refused_field(&spec, "spec.rules[0].resources"));
+    }
+
+    #[test]
+    fn wildcards_over_protected_groups_are_refused() {
+        for group in PROTECTED_GROUPS.iter().copied().chain([GROUP]) {
+            let mut spec = sidecar().spec;
+            spec.rules[0].api_groups = vec![group.to_string()];
+            spec.rules[0].resources = vec!["*".into()];
+            assert!(
+                refused_field(&spec, "spec.rules[0].resources"),
+                "{group:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn wildcards_over_an_ordinary_group_are_accepted() {
+        let mut spec = sidecar().spec;
+        spec.rules[0].resources = vec!["*".into()];
+        assert!(validate(&spec, "initializer-system", "sidecar").is_ok());
+    }
+
+    #[test]
+    fn empty_rules_are_refused() {
+        let mut spec = sidecar().spec;
+        spec.rules.clear();
+        assert!(refused_field(&spec, "spec.rules"));
+        let mut spec = sidecar().spec;
+        spec.rules = vec![InterceptRule::default()];
+        let fields: Vec<String> = refused(&spec).into_iter().map(|r| r.field).collect();
+        for what in ["apiGroups", "apiVersions", "resources", "operations"] {
+            assert!(
+                fields.contains(&format!("spec.rules[0].{what}")),
+                "{what}: {fields:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn system_and_operator_namespaces_in_include_are_refused() {
+        for ns in ["kube-system", "kube-node-lease", "initializer-system"] {
+            let mut spec = sidecar().spec;
+            spec.namespaces = Some(NamespaceScope {
+                include: vec!["team-a".into(), ns.into()],
+                ..Default::default()
+            });
+            let refusals = refused(&spec);
+            assert_eq!(refusals.len(), 1, "{ns}: {refusals:?}");
+            assert_eq!(refusals[0].field, "spec.namespaces.include[1]");
+        }
+    }
+
+    #[test]
+    fn the_workload_namespace_in_include_is_refused() {
+        let mut spec = sidecar().spec;
+        spec.namespace = Some("sidecars".into());
+        spec.namespaces = Some(NamespaceScope {
+            include: vec!["sidecars".into()],
+            ..Default::default()
+        });
+        assert!(refused_field(&spec, "spec.namespaces.include[0]"));
+    }
+
+    #[test]
+    fn workloads_in_system_namespaces_are_refused_but_the_operator_namespace_is_fine() {
+        for ns in SYSTEM_NAMESPACES {
+            let mut spec = sidecar().spec;
+            spec.namespace = Some(ns.into());
+            assert!(refused_field(&spec, "spec.namespace"), "{ns}");
+        }
+        let mut spec = sidecar().spec;
+        spec.namespace = Some("initializer-system".into());
+        assert!(validate(&spec, "initializer-system", "sidecar").is_ok());
+        spec.namespace = Some("Not_A_Namespace".into());
+        assert!(refused_field(&spec, "spec.namespace"));
+    }
+
+    #[test]
+    fn zero_replicas_are_refused() {
+        let mut spec = sidecar().spec;
+        spec.replicas = 0;
+        assert!(refused_field(&spec, "spec.replicas"));
+    }
+
+    #[test]
+    fn out_of_range_timeouts_are_refused() {
+        for t in [0, 31, -1] {
+            let mut spec = sidecar().spec;
+            spec.timeout_seconds = t;
+            assert!(refused_field(&spec, "spec.timeoutSeconds"), "{t}");
+        }
+    }
+
+    #[test]
+    fn out_of_range_health_values_are_refused() {
+        type Change = fn(&mut HealthPolicy);
+        let cases: [(&str, Change); 4] = [
+            ("periodSeconds", |h| h.period_seconds = 0),
+            ("failureThreshold", |h| h.failure_threshold = 0),
+            ("successThreshold", |h| h.success_threshold = 101),
+            ("latencyBudgetMillis", |h| h.latency_budget_millis = 5),
+        ];
+        for (field, change) in cases {
+            let mut spec = sidecar().spec;
+            let mut health = HealthPolicy::default();
+            change(&mut health);
+            spec.health = Some(health);
+            assert!(
+                refused_field(&spec, &format!("spec.health.{field}")),
+                "{field}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_latency_budget_longer_than_the_timeout_is_refused() {
+        let mut spec = sidecar().spec;
+        spec.timeout_seconds = 1;
+        spec.health = Some(HealthPolicy {
+            latency_budget_millis: 1500,
+            ..Default::default()
+        });
+        let refusals = refused(&spec);
+        assert_eq!(refusals.len(), 1);
+        assert!(refusals[0].message.contains("exceeds the webhook timeout"));
+    }
+
+    #[test]
+    fn a_spec_without_image_or_preset_is_refused() {
+        let mut spec = sidecar().spec;
+        spec.image = None;
+        spec.config = None;
+        assert!(refused_field(&spec, "spec.image"));
+        spec.image = Some("   ".into());
+        assert!(refused_field(&spec, "spec.image"));
+    }
+
+    #[test]
+    fn a_preset_alone_runs_the_built_in_initializer_with_the_preset_as_config() {
+        let mut spec = sidecar().spec;
+        spec.image = None;
+        spec.config = None;
+        spec.preset = Some(PresetConfig::default());
+        let v = validate(&spec, "initializer-system", "sidecar").unwrap();
+        assert_eq!(v.image, None);
+        let ConfigPlan::Text(text) = v.config else {
+            panic!("preset should be written as text");
+        };
+        let back: PresetConfig = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(back, PresetConfig::default());
+    }
+
+    #[test]
+    fn invalid_config_sources_are_refused() {
+        let mut spec = sidecar().spec;
+        spec.config = Some(ConfigSource::default());
+        assert!(refused_field(&spec, "spec.config"));
+        spec.config = Some(ConfigSource {
+            inline: Some("a: 1".into()),
+            config_map_ref: Some(ConfigMapKey {
+                name: "x".into(),
+                key: "config.yaml".into(),
+            }),
+        });
+        assert!(refused_field(&spec, "spec.config"));
+        spec.config = Some(ConfigSource {
+            inline: None,
+            config_map_ref: Some(ConfigMapKey {
+                name: String::new(),
+                key: "a/b".into(),
+            }),
+        });
+        assert_eq!(refused(&spec).len(), 2);
+        spec.config = Some(ConfigSource::default());
+        spec.preset = Some(PresetConfig::default());
+        assert!(refused_field(&spec, "spec.config"));
+    }
+
+    #[test]
+    fn a_config_map_reference_is_planned_as_a_projection() {
+        let mut spec = sidecar().spec;
+        spec.config = Some(ConfigSource {
+            inline: None,
+            config_map_ref: Some(ConfigMapKey {
+                name: "sidecar-cfg".into(),
+                key: "sidecar.yaml".into(),
+            }),
+        });
+        let v = validate(&spec, "initializer-system", "sidecar").unwrap();
+        assert_eq!(
+            v.config,
+            ConfigPlan::ConfigMapRef {
+                name: "sidecar-cfg".into(),
+                key: "sidecar.yaml".into()
+            }
+        );
+    }
+
+    #[test]
+    fn malformed_selectors_and_empty_annotations_are_refused() {
+        let mut spec = sidecar().spec;
+        spec.object_selector = Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "team".into(),
+                operator: "Like".into(),
+                values: None,
+            }]),
+            match_labels: None,
+        });
+        spec.annotation = Some(AnnotationGate {
+            name: " ".into(),
+            required: false,
+        });
+        let fields: Vec<String> = refused(&spec).into_iter().map(|r| r.field).collect();
+        assert!(fields.contains(&"spec.objectSelector.matchExpressions[0]".to_string()));
+        assert!(fields.contains(&"spec.annotation.name".to_string()));
+    }
+
+    #[test]
+    fn every_refusal_is_reported_at_once() {
+        let mut spec = sidecar().spec;
+        spec.replicas = 0;
+        spec.timeout_seconds = 31;
+        spec.rules[0].resources = vec!["leases".into()];
+        spec.rules[0].operations = vec![Operation::Create];
+        assert_eq!(refused(&spec).len(), 3);
+        assert!(describe(&refused(&spec)).contains("spec.replicas"));
+    }
+
+    #[test]
+    fn long_or_dotted_names_are_shortened_with_a_stable_hash() {
+        let long = "a".repeat(200);
+        let n = names(&long);
+        assert!(n.base.len() <= MAX_BASE_NAME);
+        assert!(n.config_map.len() <= 63);
+        assert!(n.label.len() <= 63);
+        assert_eq!(n, names(&long));
+        assert_ne!(names(&"a".repeat(201)).base, n.base);
+        let dotted = names("sidecar.example.com");
+        assert!(dotted.base.starts_with("sidecar-example-com-"));
+        assert_eq!(dotted.label, "sidecar.example.com");
+        let digit = names("1st");
+        assert!(digit.base.starts_with("i-1st-"));
+        assert_eq!(names("sidecar").base, "sidecar");
+    }
+}
