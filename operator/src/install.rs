@@ -6,9 +6,6 @@
 //! `app.kubernetes.io/managed-by: initializer-operator-installer`, and it never overwrites or
 //! deletes an object without that label.
 
-// The crate's Error carries kube::Error inline; these functions run once per command.
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::PathBuf;
@@ -300,7 +297,7 @@ pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> R
                     let crd = crds.get_opt(&name).await.map_err(|source| Error::Get {
                         kind: "CustomResourceDefinition",
                         name: name.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
                     Ok(crd.as_ref().is_some_and(crd_established))
                 }
@@ -315,7 +312,7 @@ pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> R
         .map_err(|source| Error::Get {
             kind: "Namespace",
             name: plan.namespace.clone(),
-            source,
+            source: Box::new(source),
         })? {
         // A namespace made by someone else is used as it is, and never deleted by uninstall.
         Some(existing) if !installed_by_us(&existing.metadata) => {}
@@ -361,7 +358,7 @@ pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> R
                             .map_err(|source| Error::Get {
                                 kind: "Deployment",
                                 name: name.clone(),
-                                source,
+                                source: Box::new(source),
                             })?;
                     Ok(current.as_ref().is_some_and(deployment_available))
                 }
@@ -514,7 +511,7 @@ async fn crd_exists(client: &Client) -> Result<bool, Error> {
         .map_err(|source| Error::Get {
             kind: "CustomResourceDefinition",
             name: constants::CRD_NAME.to_string(),
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -572,7 +569,7 @@ where
     let existing = api.get_opt(&name).await.map_err(|source| Error::Get {
         kind,
         name: name.clone(),
-        source,
+        source: Box::new(source),
     })?;
     if existing.is_some_and(|existing| !installed_by_us(existing.meta())) {
         return Err(Error::NotInstalledByUs { kind, name });
@@ -586,7 +583,7 @@ where
     .map_err(|source| Error::Apply {
         kind,
         name: name.clone(),
-        source,
+        source: Box::new(source),
     })?;
     tracing::info!(kind, name, "applied");
     Ok(())
@@ -599,7 +596,10 @@ where
     api.list(params)
         .await
         .map(|list| list.items)
-        .map_err(|source| Error::List { kind, source })
+        .map_err(|source| Error::List {
+            kind,
+            source: Box::new(source),
+        })
 }
 
 /// Deletes `name`; an object already gone is fine.
@@ -616,7 +616,7 @@ where
         Err(source) => Err(Error::Delete {
             kind,
             name: name.to_string(),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -660,9 +660,18 @@ mod tests {
         assert_eq!(plan.service_accounts.len(), 1);
         assert_eq!(plan.service_accounts[0].name_any(), manifest::OPERATOR_NAME);
         assert_eq!(plan.cluster_roles.len(), 1);
+        assert_eq!(plan.roles.len(), 1);
+        let mut granted: Vec<PolicyRule> = plan.roles[0].rules.clone().unwrap();
+        granted.extend(plan.cluster_roles[0].rules.clone().unwrap());
+        let mut expected = crate::rbac::cluster_rules();
+        let key = |rule: &PolicyRule| format!("{rule:?}");
+        granted.sort_by_key(key);
+        expected.sort_by_key(key);
+        assert_eq!(granted, expected);
+        let lease_rule = &plan.roles[0].rules.as_ref().unwrap()[0];
         assert_eq!(
-            plan.cluster_roles[0].rules.as_ref().unwrap(),
-            &crate::rbac::cluster_rules()
+            lease_rule.resources.as_deref(),
+            Some(&["leases".to_string()][..])
         );
         assert_eq!(plan.deployments.len(), 1);
         assert_eq!(

@@ -139,6 +139,7 @@ pub fn cluster_service_version(
     })?;
     let alm_examples = serde_json::to_string_pretty(&vec![example])
         .map_err(|err| Error::BundleGenerate(format!("failed to serialize alm-examples: {err}")))?;
+    let (namespaced, cluster_wide) = split_rules(cluster_rules);
     let operator_image = images::image(images::OPERATOR);
     let metadata_annotations: BTreeMap<String, String> = [
         ("alm-examples", alm_examples.as_str()),
@@ -216,10 +217,13 @@ pub fn cluster_service_version(
                         label: manifest::selector_labels(),
                         spec: manifest::deployment_spec(),
                     }],
-                    permissions: Vec::new(),
+                    permissions: vec![StrategyDeploymentPermissions {
+                        service_account_name: manifest::OPERATOR_NAME.to_string(),
+                        rules: namespaced,
+                    }],
                     cluster_permissions: vec![StrategyDeploymentPermissions {
                         service_account_name: manifest::OPERATOR_NAME.to_string(),
-                        rules: cluster_rules,
+                        rules: cluster_wide,
                     }],
                 },
             },
@@ -243,6 +247,15 @@ pub fn cluster_service_version(
                 })
                 .collect(),
         },
+    })
+}
+
+/// Splits the operator's rules into those only needed in its own namespace (the leader-election
+/// Lease, which lives there) and those needed cluster-wide, so the Lease rule becomes a Role.
+pub fn split_rules(rules: Vec<PolicyRule>) -> (Vec<PolicyRule>, Vec<PolicyRule>) {
+    rules.into_iter().partition(|rule| {
+        rule.api_groups.as_deref() == Some(&["coordination.k8s.io".to_string()][..])
+            && rule.resources.as_deref() == Some(&["leases".to_string()][..])
     })
 }
 

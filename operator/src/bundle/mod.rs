@@ -6,9 +6,6 @@
 //! [`generate`] and [`validate::check`] are pure; [`Bundle::read`] and [`Bundle::write`] are the
 //! only functions that touch the filesystem.
 
-// The crate's Error carries kube::Error inline; these functions run once per command.
-#![allow(clippy::result_large_err)]
-
 pub mod csv;
 pub mod generate;
 pub mod validate;
