@@ -1,0 +1,594 @@
+//! The committed OLM bundle is valid, matches what the generator produces, and the offline
+//! validator catches each rule when a copy of the bundle is broken on purpose.
+
+// Test helpers outside #[test] functions may fail loudly too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+use initializer_operator::bundle::{
+    self, Bundle, BundleViolation, CRD_FILE, CSV_FILE, DOCKERFILE, validate,
+};
+use serde_json::{Value, json};
+
+const ANNOTATIONS: &str = "metadata/annotations.yaml";
+const MEDIATYPE: &str = "operators.operatorframework.io.bundle.mediatype.v1";
+
+fn committed_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(bundle::BUNDLE_DIR)
+}
+
+/// A copy of the committed bundle in a temporary directory.
+struct Copy {
+    dir: tempfile::TempDir,
+}
+
+impl Copy {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Bundle::read(&committed_dir())
+            .unwrap()
+            .write(dir.path())
+            .unwrap();
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn text(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap()
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        let path = self.path(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Edits a YAML file as JSON.
+    fn edit(&self, name: &str, change: impl FnOnce(&mut Value)) {
+        let mut value: Value = serde_yaml::from_str(&self.text(name)).unwrap();
+        change(&mut value);
+        self.write(name, &serde_yaml::to_string(&value).unwrap());
+    }
+
+    fn edit_csv(&self, change: impl FnOnce(&mut Value)) {
+        self.edit(CSV_FILE, change);
+    }
+
+    fn set(&self, name: &str, pointer: &str, new: Value) {
+        self.edit(name, |value| *value.pointer_mut(pointer).unwrap() = new);
+    }
+
+    fn violations(&self) -> Vec<BundleViolation> {
+        validate(self.dir.path()).expect_err("the broken bundle must not validate")
+    }
+}
+
+fn assert_reports(violations: &[BundleViolation], expected: impl Fn(&BundleViolation) -> bool) {
+    assert!(
+        violations.iter().any(expected),
+        "expected violation not reported; got {violations:#?}"
+    );
+}
+
+// The committed bundle.
+
+#[test]
+fn committed_bundle_passes_every_rule() {
+    if let Err(violations) = validate(&committed_dir()) {
+        panic!("the committed bundle is invalid: {violations:#?}");
+    }
+}
+
+#[test]
+fn committed_bundle_equals_what_the_generator_produces() {
+    let committed = Bundle::read(&committed_dir()).unwrap();
+    let generated = bundle::generate().unwrap();
+    for (name, text) in &generated.files {
+        assert!(
+            committed.file(name) == Some(text.as_str()),
+            "{name} drifted from the generator: run `make bundle`"
+        );
+    }
+    let extra: Vec<&String> = committed
+        .files
+        .keys()
+        .filter(|name| !generated.files.contains_key(*name))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "files the generator does not produce: {extra:?}"
+    );
+}
+
+#[test]
+fn generating_twice_gives_identical_bytes() {
+    assert_eq!(bundle::generate().unwrap(), bundle::generate().unwrap());
+}
+
+#[test]
+fn bundle_crd_is_byte_identical_to_the_committed_crd_manifest() {
+    let crds_manifest = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(initializer_crds::CRD_MANIFEST_PATH),
+    )
+    .unwrap();
+    let bundle = Bundle::read(&committed_dir()).unwrap();
+    assert!(bundle.file(CRD_FILE) == Some(crds_manifest.as_str()));
+}
+
+#[test]
+fn alm_example_is_the_sidecar_fixture_shown_in_the_readme() {
+    let fixture: Value = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    let csv: Value =
+        serde_yaml::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
+    let examples: Vec<Value> = serde_json::from_str(
+        csv["metadata"]["annotations"]["alm-examples"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(examples, vec![fixture.clone()]);
+    assert_eq!(
+        fixture["spec"]["image"].as_str(),
+        Some(initializer_crds::images::image("sidecar-initializer").as_str())
+    );
+}
+
+// One broken copy per rule.
+
+#[test]
+fn missing_annotations_file_is_reported() {
+    let copy = Copy::new();
+    std::fs::remove_file(copy.path(ANNOTATIONS)).unwrap();
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::FileMissing { path } if path == ANNOTATIONS),
+    );
+}
+
+#[test]
+fn unparseable_manifest_is_reported() {
+    let copy = Copy::new();
+    copy.write(CSV_FILE, "kind: [unclosed\n");
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::Unparseable { path, .. } if path == CSV_FILE),
+    );
+}
+
+#[test]
+fn missing_mediatype_annotation_is_reported() {
+    let copy = Copy::new();
+    copy.edit(ANNOTATIONS, |value| {
+        value["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(MEDIATYPE);
+    });
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::AnnotationMissing { key } if key == MEDIATYPE),
+    );
+}
+
+#[test]
+fn wrong_mediatype_annotation_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        ANNOTATIONS,
+        &format!("/annotations/{MEDIATYPE}"),
+        json!("helm"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::AnnotationValue { key, found, .. } if key == MEDIATYPE && found == "helm"),
+    );
+}
+
+#[test]
+fn default_channel_outside_the_channels_is_reported() {
+    let copy = Copy::new();
+    let key = "operators.operatorframework.io.bundle.channel.default.v1";
+    copy.set(ANNOTATIONS, &format!("/annotations/{key}"), json!("stable"));
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::AnnotationValue { key: k, found, .. } if k == key && found == "stable"),
+    );
+}
+
+#[test]
+fn dockerfile_label_differing_from_its_annotation_is_reported() {
+    let copy = Copy::new();
+    let text = copy.text(DOCKERFILE).replace(
+        "bundle.package.v1=initializer-operator",
+        "bundle.package.v1=someone-else",
+    );
+    copy.write(DOCKERFILE, &text);
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::DockerfileLabel { label: Some(label), .. } if label == "someone-else"),
+    );
+}
+
+#[test]
+fn second_csv_is_reported() {
+    let copy = Copy::new();
+    copy.write(
+        "manifests/copy.clusterserviceversion.yaml",
+        &copy.text(CSV_FILE),
+    );
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::CsvCount { found: 2 })
+    });
+}
+
+#[test]
+fn missing_csv_is_reported() {
+    let copy = Copy::new();
+    std::fs::remove_file(copy.path(CSV_FILE)).unwrap();
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::CsvCount { found: 0 })
+    });
+}
+
+#[test]
+fn csv_name_without_the_package_and_version_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/metadata/name",
+        json!("initializer-operator-0.1.0"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::CsvName { name, .. } if name == "initializer-operator-0.1.0"),
+    );
+}
+
+#[test]
+fn missing_display_name_is_reported() {
+    let copy = Copy::new();
+    copy.edit_csv(|csv| {
+        csv["spec"].as_object_mut().unwrap().remove("displayName");
+    });
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::MissingField { field } if field == "spec.displayName"),
+    );
+}
+
+#[test]
+fn missing_support_annotation_is_reported() {
+    let copy = Copy::new();
+    copy.edit_csv(|csv| {
+        csv["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove("support");
+    });
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::MissingField { field } if field == "metadata.annotations.support"),
+    );
+}
+
+#[test]
+fn version_that_is_not_semver_is_reported() {
+    let copy = Copy::new();
+    copy.set(CSV_FILE, "/spec/version", json!("0.1"));
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::Semver { field, .. } if field == "spec.version"),
+    );
+}
+
+#[test]
+fn min_kube_version_that_is_not_semver_is_reported() {
+    let copy = Copy::new();
+    copy.set(CSV_FILE, "/spec/minKubeVersion", json!("1.31"));
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::Semver { field, .. } if field == "spec.minKubeVersion"),
+    );
+}
+
+#[test]
+fn unknown_capability_level_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/metadata/annotations/capabilities",
+        json!("Fully Automatic"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::Capability { found } if found == "Fully Automatic"),
+    );
+}
+
+#[test]
+fn unknown_category_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/metadata/annotations/categories",
+        json!("Developer Tools, Magic"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::Category { found } if found == "Magic"),
+    );
+}
+
+#[test]
+fn icon_media_type_consoles_cannot_show_is_reported() {
+    let copy = Copy::new();
+    copy.set(CSV_FILE, "/spec/icon/0/mediatype", json!("image/bmp"));
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::IconMediaType { found } if found == "image/bmp"),
+    );
+}
+
+#[test]
+fn icon_that_is_not_base64_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/spec/icon/0/base64data",
+        json!("<svg>not encoded</svg>"),
+    );
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::IconData { .. })
+    });
+}
+
+#[test]
+fn unsupported_all_namespaces_install_mode_is_reported() {
+    let copy = Copy::new();
+    copy.set(CSV_FILE, "/spec/installModes/3/supported", json!(false));
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::InstallModes { .. })
+    });
+}
+
+#[test]
+fn missing_install_mode_is_reported() {
+    let copy = Copy::new();
+    copy.edit_csv(|csv| {
+        csv["spec"]["installModes"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+    });
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::InstallModes { message } if message.contains("OwnNamespace")),
+    );
+}
+
+#[test]
+fn install_strategy_other_than_deployment_is_reported() {
+    let copy = Copy::new();
+    copy.set(CSV_FILE, "/spec/install/strategy", json!("helm"));
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::InstallStrategy { found } if found == "helm"),
+    );
+}
+
+#[test]
+fn deployment_spec_that_is_not_a_deployment_spec_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/spec/install/spec/deployments/0/spec/replicas",
+        json!("two"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "DeploymentSpec"),
+    );
+}
+
+#[test]
+fn cluster_permission_rules_that_are_not_policy_rules_are_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/spec/install/spec/clusterPermissions/0/rules/0/verbs",
+        json!("get"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "PolicyRule"),
+    );
+}
+
+#[test]
+fn crd_that_is_not_a_crd_is_reported() {
+    let copy = Copy::new();
+    copy.set(CRD_FILE, "/spec/versions", json!("v1alpha1"));
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "CustomResourceDefinition"),
+    );
+}
+
+#[test]
+fn alm_example_that_is_not_a_valid_initializer_is_reported() {
+    let copy = Copy::new();
+    copy.edit_csv(|csv| {
+        let examples = csv["metadata"]["annotations"]["alm-examples"]
+            .as_str()
+            .unwrap();
+        let mut examples: Value = serde_json::from_str(examples).unwrap();
+        examples[0]["spec"]["replicas"] = json!("two");
+        csv["metadata"]["annotations"]["alm-examples"] = json!(examples.to_string());
+    });
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "Initializer"),
+    );
+}
+
+#[test]
+fn container_without_a_cpu_request_is_reported() {
+    let copy = Copy::new();
+    copy.edit_csv(|csv| {
+        csv.pointer_mut(
+            "/spec/install/spec/deployments/0/spec/template/spec/containers/0/resources/requests",
+        )
+        .unwrap()
+        .as_object_mut()
+        .unwrap()
+        .remove("cpu");
+    });
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::MissingRequests { resource, .. } if resource == "cpu"),
+    );
+}
+
+#[test]
+fn service_account_manifest_duplicating_the_csv_is_reported() {
+    let copy = Copy::new();
+    copy.write(
+        "manifests/service-account.yaml",
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: initializer-operator\n",
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::DuplicateServiceAccount { name } if name == "initializer-operator"),
+    );
+}
+
+#[test]
+fn kind_a_bundle_may_not_contain_is_reported() {
+    let copy = Copy::new();
+    copy.write(
+        "manifests/deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: sneaky\n",
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::KindNotAllowed { kind, .. } if kind == "Deployment"),
+    );
+}
+
+#[test]
+fn owned_crd_without_a_crd_file_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/spec/customresourcedefinitions/owned/0/name",
+        json!("others.initializer.dev"),
+    );
+    let violations = copy.violations();
+    assert_reports(
+        &violations,
+        |v| matches!(v, BundleViolation::OwnedCrd { name, .. } if name == "others.initializer.dev"),
+    );
+    assert_reports(
+        &violations,
+        |v| matches!(v, BundleViolation::CrdNotOwned { name } if name == "initializers.initializer.dev"),
+    );
+}
+
+#[test]
+fn owned_crd_version_the_crd_does_not_serve_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/spec/customresourcedefinitions/owned/0/version",
+        json!("v9"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::OwnedCrd { message, .. } if message.contains("v9")),
+    );
+}
+
+#[test]
+fn crd_differing_from_crdgen_is_reported() {
+    let copy = Copy::new();
+    let text = copy.text(CRD_FILE) + "# edited by hand\n";
+    copy.write(CRD_FILE, &text);
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::CrdDrift { path } if path == CRD_FILE),
+    );
+}
+
+#[test]
+fn alm_examples_that_are_not_json_are_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/metadata/annotations/alm-examples",
+        json!("[{not json"),
+    );
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::AlmExamples { .. })
+    });
+}
+
+#[test]
+fn alm_example_of_a_kind_not_owned_is_reported() {
+    let copy = Copy::new();
+    let example = json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]);
+    copy.set(
+        CSV_FILE,
+        "/metadata/annotations/alm-examples",
+        json!(example.to_string()),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::AlmExampleNotOwned { kind, .. } if kind == "ConfigMap"),
+    );
+}
+
+#[test]
+fn container_image_annotation_not_run_by_the_install_strategy_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/metadata/annotations/containerImage",
+        json!("example.com/other:1.0.0"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::ContainerImage { annotation, .. } if annotation == "example.com/other:1.0.0"),
+    );
+}
+
+#[test]
+fn bundle_over_one_mebibyte_compressed_is_reported() {
+    let copy = Copy::new();
+    // Incompressible data: a xorshift stream, hex encoded.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut data = String::with_capacity(3 << 20);
+    while data.len() < 3 << 20 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        data.push_str(&format!("{state:016x}"));
+    }
+    copy.write(
+        "manifests/big.configmap.yaml",
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  blob: {data}\n"
+        ),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::TooLarge { compressed_bytes } if *compressed_bytes > bundle::validate::MAX_COMPRESSED_BYTES),
+    );
+}
