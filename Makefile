@@ -37,10 +37,31 @@ fmt:
 ## generate: rewrite every generated file (CRD YAML, bundle)
 generate:
 	$(CARGO) run -q -p initializer-crds --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
+	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
 
 ## verify-generated: fail when a committed generated file differs from what the code produces
 verify-generated:
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(CARGO) run -q -p initializer-crds --bin crdgen > "$$tmp/crd.yaml"; \
 	diff -u crds/manifests/initializer.dev_initializers.yaml "$$tmp/crd.yaml" \
-	  || { echo "generated files drifted: run 'make generate'"; exit 1; }
+	  || { echo "generated files drifted: run 'make generate'"; exit 1; }; \
+	$(CARGO) run -q -p initializer-operator -- bundle --out "$$tmp/bundle" >/dev/null; \
+	diff -ru $(BUNDLE_DIR) "$$tmp/bundle" \
+	  || { echo "the bundle drifted: run 'make bundle'"; exit 1; }
+
+## bundle: regenerate the OLM bundle (CRD from crdgen, CSV from the operator's definitions)
+BUNDLE_DIR := bundles/initializer-operator
+bundle:
+	$(CARGO) run -q -p initializer-crds --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
+	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
+
+## docker-build: one image per binary, ghcr.io/initializer-dev/<binary>:<version>, and the bundle image
+DOCKER ?= docker
+REGISTRY ?= ghcr.io/initializer-dev
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+BINARIES := initializer-operator preset-initializer sidecar-initializer test-certs-initializer proxy-initializer secret-guard-initializer
+docker-build:
+	for binary in $(BINARIES); do \
+	  $(DOCKER) build -f images/Dockerfile --build-arg BINARY=$$binary -t $(REGISTRY)/$$binary:$(VERSION) . ; \
+	done
+	$(DOCKER) build -f $(BUNDLE_DIR)/bundle.Dockerfile -t $(REGISTRY)/initializer-operator-bundle:v$(VERSION) $(BUNDLE_DIR)

@@ -141,6 +141,56 @@ fn alm_example_is_the_sidecar_fixture_shown_in_the_readme() {
     );
 }
 
+#[test]
+fn readme_permissions_table_lists_every_rule_the_bundle_grants() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let csv: Value =
+        serde_yaml::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
+    let strategy = &csv["spec"]["install"]["spec"];
+    let mut rows = 0;
+    for field in ["permissions", "clusterPermissions"] {
+        for permission in strategy[field].as_array().unwrap() {
+            for rule in permission["rules"].as_array().unwrap() {
+                let join = |key: &str| {
+                    rule[key]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|item| match item.as_str().unwrap() {
+                            "" => "core",
+                            other => other,
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let row = format!(
+                    "| {} | {} | {} |",
+                    join("apiGroups"),
+                    join("resources"),
+                    join("verbs")
+                );
+                assert!(
+                    readme.contains(&row),
+                    "README.md has no permissions row {row}"
+                );
+                rows += 1;
+            }
+        }
+    }
+    let table_rows = readme
+        .lines()
+        .skip_while(|line| !line.starts_with("| API group |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .count();
+    assert_eq!(
+        table_rows, rows,
+        "the README lists rules the bundle does not grant"
+    );
+}
+
 // One broken copy per rule.
 
 #[test]
