@@ -10,17 +10,32 @@ use tokio_util::task::TaskTracker;
 use super::pod::{self, Node};
 
 /// Loopback addresses for pods: `127.1.0.1` to `127.1.255.254`, handed out round-robin so an
-/// address is not reused right after its pod goes away.
-#[derive(Debug, Default)]
+/// address is not reused right after its pod goes away. Each pool starts at a random place, so
+/// sandboxes running side by side (parallel tests) rarely hand out the same address.
+#[derive(Debug)]
 pub struct IpPool {
     used: BTreeSet<u32>,
     cursor: u32,
+}
+
+impl Default for IpPool {
+    fn default() -> Self {
+        Self::starting_after(rand::random_range(0..POOL_SIZE))
+    }
 }
 
 const POOL_BASE: u32 = u32::from_be_bytes([127, 1, 0, 0]);
 const POOL_SIZE: u32 = 1 << 16;
 
 impl IpPool {
+    /// A pool whose first address follows offset `cursor` within `127.1.0.0/16`.
+    pub fn starting_after(cursor: u32) -> Self {
+        Self {
+            used: BTreeSet::new(),
+            cursor: cursor % POOL_SIZE,
+        }
+    }
+
     /// A free address, if any remain.
     pub fn allocate(&mut self) -> Option<Ipv4Addr> {
         for _ in 0..POOL_SIZE {
@@ -90,7 +105,7 @@ mod tests {
 
     #[test]
     fn addresses_are_unique_loopback_and_skip_network_and_broadcast() {
-        let mut pool = IpPool::default();
+        let mut pool = IpPool::starting_after(0);
         let a = pool.allocate().unwrap();
         let b = pool.allocate().unwrap();
         assert_ne!(a, b);

@@ -1,0 +1,284 @@
+//! Workloads through the sandbox's API: Deployments get pods that run as processes with their own
+//! loopback address, probes drive readiness, EndpointSlices follow, pods can be frozen and
+//! killed, unmapped images wait like a real cluster shows.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod workload_support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use workload_support::{Env, app_deployment, app_service, http, is_ready, pod_ip, wait_for};
+
+const T: Duration = Duration::from_secs(20);
+
+async fn ready_pods(env: &Env, ns: &str, app: &str, n: usize) -> Vec<Pod> {
+    wait_for(&format!("{n} ready pods of {app}"), T, || async {
+        let pods = env.pods(ns, &format!("app={app}")).await;
+        (pods.len() == n && pods.iter().all(is_ready)).then_some(pods)
+    })
+    .await
+}
+
+async fn slice_ready(env: &Env, ns: &str, svc: &str) -> Vec<(String, bool)> {
+    let api: Api<EndpointSlice> = Api::namespaced(env.client.clone(), ns);
+    let slices = api
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={svc}")))
+        .await
+        .unwrap()
+        .items;
+    let mut out: Vec<(String, bool)> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .map(|e| {
+            (
+                e.addresses[0].clone(),
+                e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn deployment_gets_ready_pods_with_distinct_loopback_addresses_and_status() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Deployment = env
+        .create("apps", app_deployment("web", 2, json!([]), json!([])))
+        .await;
+    let pods = ready_pods(&env, "apps", "web", 2).await;
+    let ips: BTreeSet<String> = pods.iter().map(pod_ip).collect();
+    assert_eq!(ips.len(), 2, "{ips:?}");
+    for ip in &ips {
+        assert!(ip.starts_with("127.1."), "{ip}");
+        let (status, body) = http("GET", &format!("{ip}:8080"), "/healthz", "")
+            .await
+            .unwrap();
+        assert_eq!((status, body.as_str()), (200, "ok"));
+    }
+    let pod = &pods[0];
+    let status = pod.status.clone().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let cs = &status.container_statuses.unwrap()[0];
+    assert!(cs.ready && cs.state.as_ref().unwrap().running.is_some());
+    let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Deployment", "web", Some(true))
+    );
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "apps");
+    let d = wait_for("deployment status to settle", T, || async {
+        let d = deployments.get("web").await.unwrap();
+        (d.status.as_ref().and_then(|s| s.available_replicas) == Some(2)).then_some(d)
+    })
+    .await;
+    let s = d.status.unwrap();
+    assert_eq!(
+        (s.replicas, s.updated_replicas, s.ready_replicas),
+        (Some(2), Some(2), Some(2))
+    );
+    assert_eq!(s.observed_generation, d.metadata.generation);
+    let conditions = s.conditions.unwrap();
+    let available = conditions.iter().find(|c| c.type_ == "Available").unwrap();
+    assert_eq!(
+        (available.status.as_str(), available.reason.as_deref()),
+        ("True", Some("MinimumReplicasAvailable"))
+    );
+    let progressing = conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap();
+    assert_eq!(
+        progressing.reason.as_deref(),
+        Some("NewReplicaSetAvailable")
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn endpoint_slices_follow_readiness_through_freeze_and_thaw() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Deployment = env
+        .create("apps", app_deployment("web", 2, json!([]), json!([])))
+        .await;
+    let _: Service = env.create("apps", app_service("web")).await;
+    let pods = ready_pods(&env, "apps", "web", 2).await;
+    wait_for("two ready endpoints", T, || async {
+        let eps = slice_ready(&env, "apps", "web").await;
+        (eps.len() == 2 && eps.iter().all(|e| e.1)).then_some(())
+    })
+    .await;
+    let frozen = &pods[0];
+    let frozen_name = frozen.metadata.name.clone().unwrap();
+    let frozen_ip = pod_ip(frozen);
+    let handle = env.sandbox.workloads().unwrap();
+    handle.freeze("apps", &frozen_name).await.unwrap();
+    let frozen_at = Instant::now();
+    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    wait_for("the frozen pod to turn unready", T, || async {
+        let p = pod_api.get(&frozen_name).await.unwrap();
+        (!is_ready(&p)).then_some(())
+    })
+    .await;
+    let pod_unready_after = frozen_at.elapsed();
+    let unready_seen = Instant::now();
+    wait_for("the frozen pod's endpoint to turn unready", T, || async {
+        let eps = slice_ready(&env, "apps", "web").await;
+        eps.iter()
+            .any(|(ip, ready)| *ip == frozen_ip && !ready)
+            .then_some(())
+    })
+    .await;
+    println!(
+        "freeze → pod unready: {pod_unready_after:?}; pod unready → endpoint unready (incl. 50 ms polling): {:?}",
+        unready_seen.elapsed()
+    );
+    // Frozen, it still counts as Running: it is hung, not dead.
+    let p = pod_api.get(&frozen_name).await.unwrap();
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
+    assert!(
+        http("GET", &format!("{frozen_ip}:8080"), "/healthz", "")
+            .await
+            .is_err()
+    );
+    handle.thaw("apps", &frozen_name).await.unwrap();
+    wait_for("the thawed pod's endpoint to be ready again", T, || async {
+        let eps = slice_ready(&env, "apps", "web").await;
+        (eps.len() == 2 && eps.iter().all(|e| e.1)).then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn killed_container_is_restarted_and_counted() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Deployment = env
+        .create("apps", app_deployment("web", 1, json!([]), json!([])))
+        .await;
+    let pod = ready_pods(&env, "apps", "web", 1).await.remove(0);
+    let name = pod.metadata.name.clone().unwrap();
+    let before = env
+        .sandbox
+        .workloads()
+        .unwrap()
+        .process_groups("apps", &name);
+    env.sandbox
+        .workloads()
+        .unwrap()
+        .kill("apps", &name)
+        .await
+        .unwrap();
+    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let restarted = wait_for("a restart", T, || async {
+        let p = pod_api.get(&name).await.unwrap();
+        let cs = p.status.as_ref()?.container_statuses.as_ref()?[0].clone();
+        (cs.restart_count == 1 && cs.ready).then_some(cs)
+    })
+    .await;
+    let last = restarted.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 137);
+    assert_eq!(last.signal, Some(9));
+    let after = env
+        .sandbox
+        .workloads()
+        .unwrap()
+        .process_groups("apps", &name);
+    assert_ne!(before, after, "a new process runs");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn image_missing_from_the_map_waits_with_err_image_pull() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Pod = env
+        .create(
+            "apps",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lost"},
+                "spec": {"containers": [{"name": "c", "image": "registry.example.com/not-mapped:2.0"}]}}),
+        )
+        .await;
+    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let waiting = wait_for("an image pull failure", T, || async {
+        let p = pod_api.get("lost").await.unwrap();
+        let status = p.status?;
+        let w = status.container_statuses?[0].state.clone()?.waiting?;
+        Some((status.phase, w))
+    })
+    .await;
+    assert_eq!(waiting.0.as_deref(), Some("Pending"));
+    let reason = waiting.1.reason.unwrap();
+    assert!(
+        reason == "ErrImagePull" || reason == "ImagePullBackOff",
+        "{reason}"
+    );
+    assert!(
+        waiting
+            .1
+            .message
+            .unwrap()
+            .contains("\"registry.example.com/not-mapped:2.0\"")
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn deleted_pod_is_terminated_removed_and_replaced() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Deployment = env
+        .create("apps", app_deployment("web", 1, json!([]), json!([])))
+        .await;
+    let pod = ready_pods(&env, "apps", "web", 1).await.remove(0);
+    let name = pod.metadata.name.clone().unwrap();
+    let ip = pod_ip(&pod);
+    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    pod_api.delete(&name, &Default::default()).await.unwrap();
+    wait_for("the old process to stop answering", T, || async {
+        http("GET", &format!("{ip}:8080"), "/healthz", "")
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    let replacement = ready_pods(&env, "apps", "web", 1).await.remove(0);
+    assert_ne!(replacement.metadata.name.unwrap(), name);
+    wait_for("the old pod object to be gone", T, || async {
+        matches!(pod_api.get(&name).await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_every_pod_process() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Deployment = env
+        .create("apps", app_deployment("web", 2, json!([]), json!([])))
+        .await;
+    let pods = ready_pods(&env, "apps", "web", 2).await;
+    let ips: Vec<String> = pods.iter().map(pod_ip).collect();
+    let started = Instant::now();
+    env.stop().await;
+    println!("shutdown with 2 pods took {:?}", started.elapsed());
+    for ip in ips {
+        assert!(
+            http("GET", &format!("{ip}:8080"), "/healthz", "")
+                .await
+                .is_err(),
+            "{ip} still answers"
+        );
+    }
+}
