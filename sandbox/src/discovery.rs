@@ -139,12 +139,46 @@ pub fn openapi_v3_index(reg: &Registry) -> Value {
     json!({"paths": paths})
 }
 
-/// `/openapi/v3/...`: a valid document with no schemas (clients then skip schema validation).
-pub fn openapi_v3_empty(title: &str) -> Value {
+/// `/openapi/v3/api/v1` or `/openapi/v3/apis/GROUP/VERSION`: a document with one PATCH
+/// operation per resource that declares the `fieldValidation` query parameter, and no schemas.
+///
+/// kubectl reads exactly that to decide that the server validates fields itself, and then
+/// skips client-side schema validation (which would need full schemas).
+pub fn openapi_v3_group_version(reg: &Registry, group: &str, version: &str) -> Value {
+    let mut paths = serde_json::Map::new();
+    for r in reg
+        .all()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let prefix = if group.is_empty() {
+            "/api/v1".to_string()
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let path = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", r.plural)
+        };
+        let op = |verb: &str| {
+            json!({
+                "operationId": format!("{verb}{}", r.kind),
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": r.kind},
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                    {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                    {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}}
+                ],
+                "responses": {"200": {"description": "OK"}}
+            })
+        };
+        paths.insert(path, json!({"patch": op("patch"), "put": op("put")}));
+    }
     json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": title},
-        "paths": {},
+        "info": {"title": "Kubernetes", "version": "v1.31.0"},
+        "paths": paths,
         "components": {"schemas": {}},
     })
 }

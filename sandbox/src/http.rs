@@ -104,14 +104,35 @@ async fn handle(
             )),
         },
         ["apis", group, version] => resource_list_response(api, group, version),
-        ["openapi", "v2"] => json_response(200, &discovery::openapi_v2_empty(), &[]),
+        ["openapi", "v2"] => {
+            // Only JSON is served; a client asking for protobuf is told there is none.
+            let proto = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.contains("protobuf"));
+            if proto {
+                error_response(&ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ))
+            } else {
+                json_response(200, &discovery::openapi_v2_empty(), &[])
+            }
+        }
         ["openapi", "v3"] => json_response(
             200,
             &discovery::openapi_v3_index(&api.store.registry()),
             &[],
         ),
-        ["openapi", "v3", rest @ ..] => {
-            json_response(200, &discovery::openapi_v3_empty(&rest.join("/")), &[])
+        ["openapi", "v3", "api", "v1"] => {
+            let doc = discovery::openapi_v3_group_version(&api.store.registry(), "", "v1");
+            json_response(200, &doc, &[])
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            let doc = discovery::openapi_v3_group_version(&api.store.registry(), group, version);
+            json_response(200, &doc, &[])
         }
         ["sandbox", "v1", rest @ ..] => {
             let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
