@@ -77,16 +77,20 @@ impl AnnotationGate {
 /// excluded, with prefixes for both.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NamespaceGate {
-    /// Namespaces to include; `*` at the end of an entry makes it a prefix. Empty means all.
+    /// Namespaces to include; `prefix*` and `*suffix` patterns work. Empty means all.
     pub include: Vec<String>,
     /// Namespaces to leave alone, same syntax; wins over `include`.
     pub exclude: Vec<String>,
 }
 
-fn name_matches(pattern: &str, name: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => pattern == name,
+/// Whether `name` matches `pattern`: exact, `prefix*`, or `*suffix`.
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        name.starts_with(prefix)
+    } else if let Some(suffix) = pattern.strip_prefix('*') {
+        name.ends_with(suffix)
+    } else {
+        pattern == name
     }
 }
 
@@ -170,6 +174,7 @@ mod tests {
         assert!(gate.admits(Some("test-a")));
         assert!(!gate.admits(Some("test-private")));
         assert!(!gate.admits(Some("default")));
+        assert!(NamespaceGate { include: vec!["*-test".into()], exclude: vec![] }.admits(Some("web-test")));
         assert!(!gate.admits(None));
         assert!(NamespaceGate::default().admits(Some("anything")));
         assert!(NamespaceGate::default().admits(None));

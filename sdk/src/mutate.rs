@@ -27,6 +27,8 @@ pub trait PodSpecHolder {
     /// The metadata the pods will carry: the Pod's own, or the template's (created if absent
     /// while the template exists).
     fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta>;
+    /// The metadata the pods will carry, if present.
+    fn pod_meta(&self) -> Option<&ObjectMeta>;
 }
 
 impl PodSpecHolder for Pod {
@@ -38,6 +40,9 @@ impl PodSpecHolder for Pod {
     }
     fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
         Some(&mut self.metadata)
+    }
+    fn pod_meta(&self) -> Option<&ObjectMeta> {
+        Some(&self.metadata)
     }
 }
 
@@ -51,6 +56,9 @@ impl PodSpecHolder for PodTemplateSpec {
     fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
         Some(self.metadata.get_or_insert_with(ObjectMeta::default))
     }
+    fn pod_meta(&self) -> Option<&ObjectMeta> {
+        self.metadata.as_ref()
+    }
 }
 
 impl PodSpecHolder for Option<PodTemplateSpec> {
@@ -62,6 +70,9 @@ impl PodSpecHolder for Option<PodTemplateSpec> {
     }
     fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
         self.as_mut().and_then(PodSpecHolder::pod_meta_mut)
+    }
+    fn pod_meta(&self) -> Option<&ObjectMeta> {
+        self.as_ref().and_then(PodSpecHolder::pod_meta)
     }
 }
 
@@ -76,6 +87,9 @@ macro_rules! template_holder {
             }
             fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
                 self.spec.as_mut().and_then(|s| s.template.pod_meta_mut())
+            }
+            fn pod_meta(&self) -> Option<&ObjectMeta> {
+                self.spec.as_ref().and_then(|s| s.template.pod_meta())
             }
         }
     )*};
@@ -102,6 +116,12 @@ impl PodSpecHolder for CronJob {
             .and_then(|s| s.job_template.spec.as_mut())
             .and_then(|s| s.template.pod_meta_mut())
     }
+    fn pod_meta(&self) -> Option<&ObjectMeta> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.job_template.spec.as_ref())
+            .and_then(|s| s.template.pod_meta())
+    }
 }
 
 impl PodSpecHolder for PodTemplate {
@@ -113,6 +133,9 @@ impl PodSpecHolder for PodTemplate {
     }
     fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
         self.template.as_mut().and_then(|t| t.pod_meta_mut())
+    }
+    fn pod_meta(&self) -> Option<&ObjectMeta> {
+        self.template.as_ref().and_then(|t| t.pod_meta())
     }
 }
 

@@ -1,0 +1,176 @@
+//! The tutorial's scenarios: the nginx Deployments with and without the annotation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use clap::Parser;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube_initializer::testing::{Tester, review, tutorial};
+use kube_initializer::{AnnotationGate, ServeArgs};
+use sidecar_initializer::{SidecarConfig, initializer};
+
+fn config() -> SidecarConfig {
+    serde_yaml::from_str(tutorial::SIDECAR_CONFIG).unwrap()
+}
+
+fn containers(d: &Deployment) -> Vec<String> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+fn gated() -> Tester {
+    Tester::new(
+        initializer()
+            .config(config())
+            .annotation_gate(Some(AnnotationGate::new(
+                tutorial::SIDECAR_ANNOTATION,
+                true,
+            ))),
+    )
+}
+
+#[tokio::test]
+async fn the_tutorial_config_injects_sidecar_nginx_into_the_nginx_deployment() {
+    let tester = Tester::new(initializer().config(config()));
+    let answer = tester
+        .call(&review(&tutorial::nginx_deployment()))
+        .await
+        .unwrap();
+    let patched: Deployment = answer.patched().unwrap();
+    assert_eq!(containers(&patched), ["nginx", "sidecar-nginx"]);
+    let sidecar = &patched.spec.unwrap().template.spec.unwrap().containers[1];
+    assert_eq!(sidecar.image.as_deref(), Some("nginx:1.8.1"));
+    assert_eq!(sidecar.image_pull_policy.as_deref(), Some("IfNotPresent"));
+}
+
+#[tokio::test]
+async fn injection_is_idempotent_under_reinvocation() {
+    let tester = Tester::new(initializer().config(config()));
+    let first: Deployment = tester
+        .call(&review(&tutorial::nginx_deployment()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    let again = tester.call(&review(&first)).await.unwrap();
+    assert!(again.allowed());
+    assert!(again.patch().is_none());
+}
+
+#[tokio::test]
+async fn pods_get_the_sidecar_too() {
+    let tester = Tester::new(initializer().config(config()));
+    let patched: Pod = tester
+        .call(&review(&tutorial::nginx_pod()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    assert_eq!(patched.spec.unwrap().containers.len(), 2);
+}
+
+#[tokio::test]
+async fn with_require_annotation_the_plain_nginx_deployment_is_left_alone() {
+    let answer = gated()
+        .call(&review(&tutorial::nginx_deployment()))
+        .await
+        .unwrap();
+    assert!(answer.allowed());
+    assert!(answer.patch().is_none());
+}
+
+#[tokio::test]
+async fn with_require_annotation_the_annotated_deployment_gets_the_sidecar() {
+    let answer = gated()
+        .call(&review(&tutorial::nginx_with_annotation()))
+        .await
+        .unwrap();
+    let patched: Deployment = answer.patched().unwrap();
+    assert_eq!(containers(&patched), ["nginx", "sidecar-nginx"]);
+}
+
+#[tokio::test]
+async fn volumes_in_the_config_are_added_once() {
+    let yaml = format!(
+        "{}volumes:\n- name: shared\n  emptyDir: {{}}\n",
+        tutorial::SIDECAR_CONFIG
+    );
+    let cfg: SidecarConfig = serde_yaml::from_str(&yaml).unwrap();
+    let tester = Tester::new(initializer().config(cfg));
+    let patched: Deployment = tester
+        .call(&review(&tutorial::nginx_deployment()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    let volumes = patched
+        .spec
+        .clone()
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap();
+    assert_eq!(volumes.len(), 1);
+    assert!(
+        tester
+            .call(&review(&patched))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn other_kinds_are_admitted_unchanged() {
+    let tester = Tester::new(initializer().config(config()));
+    let secret: Secret =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "s"}})).unwrap();
+    let answer = tester.call(&review(&secret).dry_run(true)).await.unwrap();
+    assert!(answer.allowed());
+    assert!(answer.patch().is_none());
+}
+
+#[test]
+fn the_tutorial_flags_parse_into_a_required_annotation_gate() {
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let args = Args::parse_from([
+        "sidecar-initializer",
+        "--annotation=initializer.kubernetes.io/sidecar",
+        "--require-annotation",
+    ]);
+    assert_eq!(
+        args.serve.annotation_gate(),
+        Some(AnnotationGate::new(
+            "initializer.kubernetes.io/sidecar",
+            true
+        ))
+    );
+    let args = Args::parse_from([
+        "sidecar-initializer",
+        "--annotation",
+        "a",
+        "--require-annotation=false",
+    ]);
+    assert_eq!(
+        args.serve.annotation_gate(),
+        Some(AnnotationGate::new("a", false))
+    );
+    let args = Args::parse_from(["sidecar-initializer"]);
+    assert_eq!(args.serve.annotation_gate(), None);
+}
