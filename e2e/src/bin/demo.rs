@@ -1,0 +1,365 @@
+//! `make run`: the safety story on the embedded sandbox, told step by step.
+//!
+//! Starts the sandbox (no cluster needed), installs the operator from the bundle, applies the
+//! tutorial's sidecar Initializer and nginx Deployment, shows the injected pod, freezes the
+//! initializer and shows creates succeeding once the operator has deregistered it, then thaws it
+//! and shows it registered again. It then waits, so you can look around with kubectl, until
+//! Ctrl-C, when it stops the sandbox and every process it runs.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use initializer_crds::Initializer;
+use initializer_e2e::env::Env;
+use initializer_e2e::fixtures::{self, Health};
+use initializer_e2e::load::CreateLoad;
+use initializer_e2e::ops;
+use initializer_e2e::wait::{self, Check};
+use initializer_e2e::watch::{Change, Recorder};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+const INITIALIZER: &str = "sidecar";
+const WORKLOAD_NS: &str = "initializer-demo";
+const APPS_NS: &str = "demo";
+const DEMO_LABEL: (&str, &str) = ("initializer.dev/demo", "true");
+const FIELD_MANAGER: &str = "initializer-demo";
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DEMO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    say("starting the sandbox and installing the operator from the bundle ...");
+    let env = tokio::select! {
+        env = Env::start() => env?,
+        _ = tokio::signal::ctrl_c() => {
+            say("interrupted");
+            return Ok(());
+        }
+    };
+    let outcome = tokio::select! {
+        outcome = story(&env) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            say("interrupted");
+            Ok(())
+        }
+    };
+    if let Err(err) = &outcome {
+        eprintln!("\ndemo failed: {err:#}");
+        eprintln!("the sandbox is still up for a look (Ctrl-C to stop it):");
+        explain(&env);
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    say("stopping the sandbox and every process it runs ...");
+    env.shutdown().await;
+    say("stopped");
+    outcome
+}
+
+async fn story(env: &Env) -> anyhow::Result<()> {
+    let client = env.client();
+    explain(env);
+
+    step("1. the tutorial's sidecar initializer, as an Initializer");
+    apply_namespace(&client, WORKLOAD_NS, None).await?;
+    apply_namespace(&client, APPS_NS, Some(DEMO_LABEL)).await?;
+    let target = (DEMO_LABEL.0.to_string(), DEMO_LABEL.1.to_string());
+    let initializer =
+        fixtures::sidecar_initializer(INITIALIZER, WORKLOAD_NS, &target, Health::default())?;
+    let configurations: Recorder<MutatingWebhookConfiguration> =
+        Recorder::start(Api::all(client.clone()), watcher::Config::default(), |c| {
+            ops::belongs_to(c, INITIALIZER)
+        });
+    let applied = Instant::now();
+    Api::<Initializer>::all(client.clone())
+        .patch(
+            INITIALIZER,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&initializer),
+        )
+        .await
+        .context("failed to apply the sidecar Initializer")?;
+    say(&format!(
+        "applied Initializer {INITIALIZER}: image {}, Deployments annotated {} in namespaces labelled {}={}",
+        initializer.spec.image.clone().unwrap_or_default(),
+        fixtures::SIDECAR_ANNOTATION,
+        DEMO_LABEL.0,
+        DEMO_LABEL.1
+    ));
+    let (configuration, registered) = ops::wait_registered(&client, INITIALIZER, TIMEOUT).await?;
+    say(&format!(
+        "registered {:.1}s later, once its pods were ready and answering: MutatingWebhookConfiguration {}",
+        (registered - applied).as_secs_f64(),
+        configuration.name_any()
+    ));
+    print_pods(&client, WORKLOAD_NS).await?;
+
+    step("2. the tutorial's nginx Deployment gets the sidecar");
+    let nginx = fixtures::nginx_deployment("nginx", true, 1)?;
+    let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
+        .patch(
+            "nginx",
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&nginx),
+        )
+        .await
+        .context("failed to apply the nginx Deployment")?;
+    say(&format!(
+        "Deployment nginx created with containers {:?}",
+        fixtures::template_containers(&created)
+    ));
+    wait_app_pod(&client, "nginx").await?;
+    print_pods(&client, APPS_NS).await?;
+
+    step("3. the initializer hangs: every pod frozen (it accepts connections and never answers)");
+    let pods = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER).await?;
+    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let template = fixtures::nginx_deployment("web", true, 0)?;
+    let load = CreateLoad::start(
+        Api::<Deployment>::namespaced(client.clone(), APPS_NS),
+        Duration::from_millis(500),
+        move |n| {
+            let mut deployment = template.clone();
+            deployment.metadata.name = Some(format!("web-{n}"));
+            deployment
+        },
+        fixtures::has_sidecar,
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let frozen_at = Instant::now();
+    for pod in &names {
+        env.backend.freeze_pod(WORKLOAD_NS, pod).await?;
+    }
+    say(&format!(
+        "froze {}; creating an annotated Deployment every 0.5s",
+        names.join(", ")
+    ));
+    let mut printed = 0;
+    let mut removed: Option<Instant> = None;
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if removed.is_none()
+            && let Some(seen) =
+                configurations.first_after(frozen_at, |s| s.change == Change::Deleted)
+        {
+            removed = Some(seen.at);
+            say(&format!(
+                "+{:.1}s the operator removed the configuration: the initializer is out of the path (fail open)",
+                (seen.at - frozen_at).as_secs_f64()
+            ));
+        }
+        let mut attempts = load.attempts();
+        attempts.sort_by_key(|a| a.finished);
+        for attempt in attempts.iter().skip(printed) {
+            let when = attempt
+                .finished
+                .saturating_duration_since(frozen_at)
+                .as_secs_f64();
+            let took = (attempt.finished - attempt.started).as_secs_f64();
+            match &attempt.outcome {
+                Ok(true) => say(&format!(
+                    "+{when:.1}s create ok, sidecar injected ({took:.2}s)"
+                )),
+                Ok(false) => say(&format!(
+                    "+{when:.1}s create ok, not injected: initializer deregistered ({took:.2}s)"
+                )),
+                Err(message) => say(&format!(
+                    "+{when:.1}s create failed after {took:.2}s: {message}"
+                )),
+            }
+        }
+        printed = attempts.len();
+        let ok_after = removed.is_some_and(|at| {
+            attempts
+                .iter()
+                .filter(|a| a.started > at && a.succeeded())
+                .count()
+                >= 3
+        });
+        if ok_after || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let attempts = load.stop().await;
+    let failed = attempts.iter().filter(|a| !a.succeeded()).count();
+    say(&format!(
+        "{failed} of {} creates failed, all before the deregistration",
+        attempts.len()
+    ));
+    if let Ok(initializer) = ops::initializer(&client, INITIALIZER).await {
+        say(&format!(
+            "Initializer status: {}",
+            ops::describe(&initializer)
+        ));
+    }
+
+    step("4. the initializer recovers: pods thawed");
+    let thawed_at = Instant::now();
+    let live: Vec<String> = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    for pod in names.iter().filter(|p| live.contains(p)) {
+        env.backend.thaw_pod(WORKLOAD_NS, pod).await?;
+    }
+    let back = configurations
+        .wait_for("the configuration to come back", thawed_at, TIMEOUT, |s| {
+            s.change == Change::Added
+        })
+        .await?;
+    say(&format!(
+        "+{:.1}s registered again, after {} good probes in a row",
+        (back.at - thawed_at).as_secs_f64(),
+        initializer.spec.health_policy().success_threshold
+    ));
+    let after = fixtures::nginx_deployment("nginx-after", true, 1)?;
+    let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
+        .patch(
+            "nginx-after",
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&after),
+        )
+        .await?;
+    say(&format!(
+        "Deployment nginx-after created with containers {:?}",
+        fixtures::template_containers(&created)
+    ));
+    wait_app_pod(&client, "nginx-after").await?;
+    print_pods(&client, APPS_NS).await?;
+
+    step("done: the sandbox keeps running until Ctrl-C");
+    explain(env);
+    say("  kubectl get initializers");
+    say(&format!("  kubectl get pods -n {APPS_NS}"));
+    say("  kubectl get mutatingwebhookconfigurations");
+    tokio::signal::ctrl_c()
+        .await
+        .context("failed to wait for Ctrl-C")?;
+    Ok(())
+}
+
+fn say(line: &str) {
+    println!("{line}");
+}
+
+fn step(title: &str) {
+    println!("\n== {title}");
+}
+
+fn explain(env: &Env) {
+    say(&format!("kubeconfig: {}", env.kubeconfig_path().display()));
+    say(&format!(
+        "  export KUBECONFIG={}",
+        env.kubeconfig_path().display()
+    ));
+}
+
+async fn apply_namespace(
+    client: &Client,
+    name: &str,
+    label: Option<(&str, &str)>,
+) -> anyhow::Result<()> {
+    let labels: BTreeMap<&str, &str> = label.into_iter().collect();
+    let namespace: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels},
+    }))?;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&namespace),
+        )
+        .await
+        .with_context(|| format!("failed to apply namespace {name}"))?;
+    Ok(())
+}
+
+/// Waits for a pod of the Deployment `name` (the tutorial's pods are labelled `app: nginx`).
+async fn wait_app_pod(client: &Client, name: &str) -> anyhow::Result<()> {
+    let prefix = format!("{name}-");
+    wait::until(
+        format!("a running pod of Deployment {name}"),
+        TIMEOUT,
+        || async {
+            let pods = Api::<Pod>::namespaced(client.clone(), APPS_NS)
+                .list(&ListParams::default())
+                .await?;
+            let running = pods.items.iter().any(|p| {
+                p.name_any().starts_with(&prefix)
+                    && p.name_any()[prefix.len()..]
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-')
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            });
+            Ok(if running {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{} pod(s)", pods.items.len()))
+            })
+        },
+    )
+    .await
+}
+
+/// Prints pods like `kubectl get pods -o custom-columns=NAME,READY,STATUS,CONTAINERS`.
+async fn print_pods(client: &Client, namespace: &str) -> anyhow::Result<()> {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?;
+    let mut rows = vec![[
+        "NAME".to_string(),
+        "READY".to_string(),
+        "STATUS".to_string(),
+        "CONTAINERS".to_string(),
+    ]];
+    for pod in &pods.items {
+        let containers = fixtures::container_names(pod.spec.as_ref());
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default();
+        let ready = statuses.iter().filter(|s| s.ready).count();
+        let waiting = statuses
+            .iter()
+            .find_map(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone());
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        rows.push([
+            pod.name_any(),
+            format!("{ready}/{}", containers.len()),
+            waiting.unwrap_or(phase),
+            containers.join(","),
+        ]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    println!("$ kubectl get pods -n {namespace}");
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", cells.join("   ").trim_end());
+    }
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! The cluster backend: a kubeconfig context (`E2E_CLUSTER=kind` or `E2E_KUBECONTEXT=<ctx>`).
+//!
+//! Pod control on kind is done where it is honest: on the node. Every kind node is a container
+//! of the host's engine, so `docker exec <node> crictl inspect` gives the host PID of each of the
+//! pod's containers, and `docker exec <node> kill -STOP <pid>` freezes it exactly as the sandbox
+//! does: the process stays, its listening socket keeps accepting connections into the backlog,
+//! and nothing answers. Signals from inside the pod would not do (PID 1 of a PID namespace
+//! ignores SIGSTOP and SIGKILL sent from within it), and a NetworkPolicy would refuse connections
+//! instead of hanging them. Kill is SIGKILL the same way, so the kubelet restarts the container as
+//! it would after a crash. Other clusters get a clear error for freeze and kill.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use tokio::process::Command;
+
+use crate::backend::Backend;
+
+/// A cluster reached through a kubeconfig context.
+pub struct ClusterBackend {
+    name: String,
+    kind: bool,
+    client: Client,
+    // Holds the kubeconfig copy whose current context is the chosen one; removed on drop.
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    docker: String,
+}
+
+impl ClusterBackend {
+    /// Connects to `context` (or the current context) of the default kubeconfig.
+    pub async fn connect(context: Option<String>, kind: bool) -> anyhow::Result<Self> {
+        let mut kubeconfig = Kubeconfig::read()
+            .context("failed to read the kubeconfig (KUBECONFIG or ~/.kube/config)")?;
+        let context = match context {
+            Some(context) => context,
+            None => kubeconfig.current_context.clone().context(
+                "failed to find a current context in the kubeconfig: set E2E_KUBECONTEXT",
+            )?,
+        };
+        if !kubeconfig.contexts.iter().any(|c| c.name == context) {
+            bail!("failed to find the context {context:?} in the kubeconfig");
+        }
+        kubeconfig.current_context = Some(context.clone());
+        // Child processes (the installer) must talk to the same cluster: give them a kubeconfig
+        // whose current context is the chosen one.
+        let dir = tempfile::Builder::new()
+            .prefix("initializer-e2e-kubeconfig")
+            .tempdir()
+            .context("failed to create a directory for the kubeconfig")?;
+        let path = dir.path().join("kubeconfig");
+        let body =
+            serde_yaml::to_string(&kubeconfig).context("failed to serialize the kubeconfig")?;
+        std::fs::write(&path, body)
+            .with_context(|| format!("failed to write {}", path.display()))?;
+        let options = KubeConfigOptions {
+            context: Some(context.clone()),
+            ..Default::default()
+        };
+        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .with_context(|| format!("failed to load the kubeconfig context {context:?}"))?;
+        let client = Client::try_from(config).context("failed to build a client")?;
+        Ok(Self {
+            name: if kind {
+                format!("kind ({context})")
+            } else {
+                context
+            },
+            kind,
+            client,
+            _dir: dir,
+            kubeconfig: path,
+            docker: std::env::var("E2E_DOCKER").unwrap_or_else(|_| "docker".to_string()),
+        })
+    }
+
+    /// Sends `signal` to every container process of the pod, through its kind node.
+    async fn signal_pod(&self, namespace: &str, name: &str, signal: &str) -> anyhow::Result<()> {
+        if !self.kind {
+            bail!(
+                "failed to {signal} pod {namespace}/{name}: pod control needs a kind cluster \
+                 (processes are signalled on the node); set E2E_CLUSTER=kind"
+            );
+        }
+        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get(name)
+            .await
+            .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.node_name.clone())
+            .with_context(|| {
+                format!("failed to {signal} pod {namespace}/{name}: it has no node")
+            })?;
+        let ids: Vec<String> = pod
+            .status
+            .iter()
+            .flat_map(|status| status.container_statuses.iter().flatten())
+            .filter_map(|status| status.container_id.as_deref())
+            .map(|id| id.rsplit("://").next().unwrap_or(id).to_string())
+            .collect();
+        if ids.is_empty() {
+            bail!("failed to {signal} pod {namespace}/{name}: no container has started");
+        }
+        for id in ids {
+            let pid = self
+                .node_exec(
+                    &node,
+                    &[
+                        "crictl",
+                        "inspect",
+                        "--output",
+                        "go-template",
+                        "--template",
+                        "{{.info.pid}}",
+                        &id,
+                    ],
+                )
+                .await?;
+            let pid = pid.trim();
+            if pid.is_empty() || pid == "0" {
+                // The container is not running (it exited and waits for its restart).
+                continue;
+            }
+            self.node_exec(&node, &["kill", &format!("-{signal}"), pid])
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn node_exec(&self, node: &str, args: &[&str]) -> anyhow::Result<String> {
+        let output = Command::new(&self.docker)
+            .arg("exec")
+            .arg(node)
+            .args(args)
+            .output()
+            .await
+            .with_context(|| {
+                format!(
+                    "failed to run {} exec {node} {}",
+                    self.docker,
+                    args.join(" ")
+                )
+            })?;
+        if !output.status.success() {
+            bail!(
+                "failed to run {} exec {node} {}: {}",
+                self.docker,
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+impl Backend for ClusterBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    fn freeze_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.signal_pod(namespace, name, "STOP").boxed()
+    }
+
+    fn thaw_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.signal_pod(namespace, name, "CONT").boxed()
+    }
+
+    fn kill_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.signal_pod(namespace, name, "KILL").boxed()
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        async {}.boxed()
+    }
+}

@@ -1,0 +1,313 @@
+//! What scenarios ask of an Initializer and its workload: its configuration, its pods, its
+//! conditions, and waits for the states a user would check with kubectl.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use initializer_crds::{Initializer, Phase, constants};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+
+use crate::wait::{self, Check};
+
+/// Whether a webhook configuration belongs to the Initializer `name`: it carries
+/// `initializer.dev/initializer=<name>`, or it is managed by the operator and calls a Service
+/// named after the Initializer.
+pub fn belongs_to(configuration: &MutatingWebhookConfiguration, name: &str) -> bool {
+    let labels = configuration.labels();
+    if labels
+        .get(constants::INITIALIZER_LABEL)
+        .is_some_and(|value| value == name)
+    {
+        return true;
+    }
+    let managed = labels
+        .get(constants::MANAGED_BY_LABEL)
+        .is_some_and(|value| value == constants::MANAGED_BY_VALUE);
+    managed
+        && configuration.webhooks.iter().flatten().any(|webhook| {
+            webhook
+                .client_config
+                .service
+                .as_ref()
+                .is_some_and(|service| service.name == name)
+        })
+}
+
+/// Every webhook configuration of the Initializer `name`.
+pub async fn configurations_of(
+    client: &Client,
+    name: &str,
+) -> anyhow::Result<Vec<MutatingWebhookConfiguration>> {
+    let list = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("failed to list MutatingWebhookConfigurations")?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|c| belongs_to(c, name))
+        .collect())
+}
+
+/// Every webhook configuration managed by the operator.
+pub async fn managed_configurations(
+    client: &Client,
+) -> anyhow::Result<Vec<MutatingWebhookConfiguration>> {
+    let selector = format!(
+        "{}={}",
+        constants::MANAGED_BY_LABEL,
+        constants::MANAGED_BY_VALUE
+    );
+    let list = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .context("failed to list managed MutatingWebhookConfigurations")?;
+    Ok(list.items)
+}
+
+/// The Initializer `name`.
+pub async fn initializer(client: &Client, name: &str) -> anyhow::Result<Initializer> {
+    Api::<Initializer>::all(client.clone())
+        .get(name)
+        .await
+        .with_context(|| format!("failed to get Initializer {name}"))
+}
+
+/// The condition `type_` of an Initializer.
+pub fn condition<'a>(initializer: &'a Initializer, type_: &str) -> Option<&'a Condition> {
+    initializer
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The phase, conditions and detail of an Initializer in one line, for messages.
+pub fn describe(initializer: &Initializer) -> String {
+    let Some(status) = initializer.status.as_ref() else {
+        return "no status".to_string();
+    };
+    let conditions: Vec<String> = status
+        .conditions
+        .iter()
+        .map(|c| format!("{}={} ({}: {})", c.type_, c.status, c.reason, c.message))
+        .collect();
+    format!(
+        "phase {:?}, registered {:?}, ready {:?}, conditions [{}]",
+        status.phase,
+        status.registered,
+        status.ready_replicas,
+        conditions.join("; ")
+    )
+}
+
+/// Whether the status says the Initializer is registered.
+pub fn status_registered(initializer: &Initializer) -> bool {
+    initializer
+        .status
+        .as_ref()
+        .is_some_and(|s| s.registered == Some(true))
+}
+
+/// Waits until the Initializer is registered: its status says so and its configuration exists.
+/// Returns the configuration and when it was first seen.
+pub async fn wait_registered(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<(MutatingWebhookConfiguration, Instant)> {
+    wait::until(
+        format!("Initializer {name} to be registered"),
+        timeout,
+        || async {
+            let initializer = initializer(client, name).await?;
+            let mut configurations = configurations_of(client, name).await?;
+            Ok(
+                match (status_registered(&initializer), configurations.pop()) {
+                    (true, Some(configuration)) => Check::Done((configuration, Instant::now())),
+                    (_, configuration) => Check::Pending(format!(
+                        "{}; configuration {}",
+                        describe(&initializer),
+                        configuration.map_or("absent".to_string(), |c| c.name_any())
+                    )),
+                },
+            )
+        },
+    )
+    .await
+}
+
+/// Waits until the Initializer has no configuration and its status says it is not registered.
+pub async fn wait_deregistered(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Instant> {
+    wait::until(
+        format!("Initializer {name} to be deregistered"),
+        timeout,
+        || async {
+            let initializer = initializer(client, name).await?;
+            let configurations = configurations_of(client, name).await?;
+            Ok(
+                if configurations.is_empty() && !status_registered(&initializer) {
+                    Check::Done(Instant::now())
+                } else {
+                    Check::Pending(format!(
+                        "{}; {} configuration(s)",
+                        describe(&initializer),
+                        configurations.len()
+                    ))
+                },
+            )
+        },
+    )
+    .await
+}
+
+/// Waits until the Initializer reaches `phase`.
+pub async fn wait_phase(
+    client: &Client,
+    name: &str,
+    phase: Phase,
+    timeout: Duration,
+) -> anyhow::Result<Initializer> {
+    wait::until(
+        format!("Initializer {name} to reach phase {phase:?}"),
+        timeout,
+        || async {
+            let initializer = initializer(client, name).await?;
+            Ok(
+                if initializer.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+                    Check::Done(initializer)
+                } else {
+                    Check::Pending(describe(&initializer))
+                },
+            )
+        },
+    )
+    .await
+}
+
+/// The namespace an Initializer's workload runs in.
+pub fn workload_namespace(initializer: &Initializer, operator_namespace: &str) -> String {
+    initializer
+        .spec
+        .namespace
+        .clone()
+        .unwrap_or_else(|| operator_namespace.to_string())
+}
+
+fn initializer_selector(name: &str) -> String {
+    format!("{}={name}", constants::INITIALIZER_LABEL)
+}
+
+/// The Initializer's Deployment.
+pub async fn workload_deployment(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<Deployment>> {
+    let list = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&initializer_selector(name)))
+        .await
+        .with_context(|| format!("failed to list Deployments in {namespace}"))?;
+    Ok(list.items.into_iter().next())
+}
+
+/// The Initializer's pods that are not being deleted.
+pub async fn workload_pods(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Vec<Pod>> {
+    let list = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&initializer_selector(name)))
+        .await
+        .with_context(|| format!("failed to list pods in {namespace}"))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+/// Whether a pod's Ready condition is True.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// Waits until at least `count` of the Initializer's pods are ready, and returns them.
+pub async fn wait_pods_ready(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    count: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Pod>> {
+    wait::until(
+        format!("{count} ready pod(s) of Initializer {name} in {namespace}"),
+        timeout,
+        || async {
+            let pods = workload_pods(client, namespace, name).await?;
+            let ready: Vec<Pod> = pods.iter().filter(|p| pod_ready(p)).cloned().collect();
+            Ok(if ready.len() >= count {
+                Check::Done(ready)
+            } else {
+                Check::Pending(format!(
+                    "{} pod(s), {} ready: {}",
+                    pods.len(),
+                    ready.len(),
+                    pod_states(&pods)
+                ))
+            })
+        },
+    )
+    .await
+}
+
+/// `name=phase/ready` for each pod, for messages.
+pub fn pod_states(pods: &[Pod]) -> String {
+    let states: Vec<String> = pods
+        .iter()
+        .map(|pod| {
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            format!(
+                "{}={phase}/{}",
+                pod.name_any(),
+                if pod_ready(pod) { "ready" } else { "unready" }
+            )
+        })
+        .collect();
+    states.join(", ")
+}
+
+/// Whether a Deployment reports at least one available replica and the `Available` condition.
+pub fn deployment_available(deployment: &Deployment) -> bool {
+    let Some(status) = deployment.status.as_ref() else {
+        return false;
+    };
+    status.available_replicas.unwrap_or(0) >= 1
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+}

@@ -1,0 +1,86 @@
+//! Where the workspace, the cargo target directory and our built binaries are.
+//!
+//! The suite runs the binaries `cargo build --workspace --bins` produced (`make e2e` builds them
+//! first), found under `$CARGO_TARGET_DIR/debug` or `<workspace>/target/debug`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use initializer_crds::images;
+
+/// The workspace root: the parent of this crate's manifest directory.
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// The cargo target directory: `$CARGO_TARGET_DIR` (relative paths resolved against the
+/// workspace root), else `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                workspace_root().join(dir)
+            }
+        }
+        _ => workspace_root().join("target"),
+    }
+}
+
+/// Directory holding the debug binaries.
+pub fn bin_dir() -> PathBuf {
+    target_dir().join("debug")
+}
+
+/// Every binary the suite runs: the operator and each initializer.
+pub fn shipped_binaries() -> Vec<&'static str> {
+    let mut binaries = vec![images::OPERATOR, images::PRESET_INITIALIZER];
+    binaries.extend(images::EXAMPLE_INITIALIZERS);
+    binaries
+}
+
+/// Path of one built binary, or a clear error naming the command that builds it.
+pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let path = bin_dir().join(name);
+    if !path.is_file() {
+        bail!(
+            "failed to find the binary {name} at {}: build every binary first with \
+             `cargo build --workspace --bins` (`make e2e` does it), with the same CARGO_TARGET_DIR",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Checks that every shipped binary is built, naming all that are missing at once.
+pub fn require_binaries() -> anyhow::Result<()> {
+    let missing: Vec<&str> = shipped_binaries()
+        .into_iter()
+        .filter(|name| !bin_dir().join(name).is_file())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "failed to find the binaries {} in {}: build every binary first with \
+             `cargo build --workspace --bins` (`make e2e` does it), with the same CARGO_TARGET_DIR",
+            missing.join(", "),
+            bin_dir().display()
+        );
+    }
+    Ok(())
+}
+
+/// The operator's bundle directory.
+pub fn bundle_dir() -> PathBuf {
+    workspace_root()
+        .join("bundles")
+        .join("initializer-operator")
+}
+
+/// Reads a file under the workspace root, with the path in the error.
+pub fn read_workspace_file(relative: &str) -> anyhow::Result<String> {
+    let path = workspace_root().join(relative);
+    std::fs::read_to_string(&path).with_context(|| format!("failed to read {}", path.display()))
+}

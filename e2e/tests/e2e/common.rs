@@ -1,0 +1,176 @@
+//! What several scenarios share: a registered sidecar initializer in its own namespaces, pod
+//! control over all of its pods, a stream of creates, and the health budget.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use initializer_crds::{HealthPolicy, Initializer};
+use initializer_e2e::fixtures::{self, Health};
+use initializer_e2e::load::CreateLoad;
+use initializer_e2e::ops;
+use initializer_e2e::runner::Ctx;
+use initializer_e2e::watch::Recorder;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+/// How long an Initializer may take from apply to registered (pods start, probes pass).
+pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long any single awaited transition may take before the scenario fails.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Interval between creates of the background load.
+pub const LOAD_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A sidecar initializer that is registered, with everything a scenario needs to poke at it.
+pub struct Sidecar {
+    /// The Initializer's name.
+    pub name: String,
+    /// The Initializer as applied.
+    pub initializer: Initializer,
+    /// Where its workload runs.
+    pub workload_ns: String,
+    /// A namespace it selects.
+    pub target_ns: String,
+    /// Every change of its webhook configuration since before it was applied.
+    pub configurations: Recorder<MutatingWebhookConfiguration>,
+}
+
+impl Sidecar {
+    /// The health policy in force.
+    pub fn health(&self) -> HealthPolicy {
+        self.initializer.spec.health_policy()
+    }
+
+    /// The names of its live pods.
+    pub async fn pods(&self, ctx: &Ctx) -> anyhow::Result<Vec<String>> {
+        let pods = ops::workload_pods(&ctx.client(), &self.workload_ns, &self.name).await?;
+        Ok(pods.iter().map(|p| p.name_any()).collect())
+    }
+}
+
+/// Watches the webhook configurations of the Initializer `name`.
+pub fn record_configurations(ctx: &Ctx, name: &str) -> Recorder<MutatingWebhookConfiguration> {
+    let name = name.to_string();
+    Recorder::start(
+        Api::all(ctx.client()),
+        watcher::Config::default(),
+        move |c| ops::belongs_to(c, &name),
+    )
+}
+
+/// Applies the tutorial's sidecar initializer in fresh namespaces and waits until it is
+/// registered and all its pods are ready. Records the time to registered in the row.
+pub async fn registered_sidecar(ctx: &Ctx, role: &str, health: Health) -> anyhow::Result<Sidecar> {
+    let workload_ns = ctx.scope.namespace(&format!("{role}-init"), &[]).await?;
+    let target_ns = ctx.scope.target_namespace(&format!("{role}-apps")).await?;
+    let name = ctx.scope.name(role);
+    let initializer =
+        fixtures::sidecar_initializer(&name, &workload_ns, &ctx.scope.target_selector(), health)?;
+    let configurations = record_configurations(ctx, &name);
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;
+    let registered = configurations
+        .wait_for("the configuration to appear", applied, STEP_TIMEOUT, |s| {
+            s.change == initializer_e2e::watch::Change::Added
+        })
+        .await?
+        .at;
+    ctx.row
+        .update(|row| row.to_registered = Some(registered - applied));
+    let replicas = usize::try_from(initializer.spec.replicas).unwrap_or(1);
+    ops::wait_pods_ready(&ctx.client(), &workload_ns, &name, replicas, STEP_TIMEOUT).await?;
+    Ok(Sidecar {
+        name,
+        initializer,
+        workload_ns,
+        target_ns,
+        configurations,
+    })
+}
+
+/// Freezes every pod of the sidecar initializer; returns their names.
+pub async fn freeze_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<String>> {
+    let pods = sidecar.pods(ctx).await?;
+    anyhow::ensure!(
+        !pods.is_empty(),
+        "failed to freeze: Initializer {} has no pods",
+        sidecar.name
+    );
+    for pod in &pods {
+        ctx.env
+            .backend
+            .freeze_pod(&sidecar.workload_ns, pod)
+            .await?;
+    }
+    Ok(pods)
+}
+
+/// Thaws the given pods of the sidecar initializer (ones that are gone are skipped).
+pub async fn thaw_all(ctx: &Ctx, sidecar: &Sidecar, pods: &[String]) -> anyhow::Result<()> {
+    let live = sidecar.pods(ctx).await?;
+    for pod in pods.iter().filter(|p| live.contains(p)) {
+        ctx.env.backend.thaw_pod(&sidecar.workload_ns, pod).await?;
+    }
+    Ok(())
+}
+
+/// Kills every pod of the sidecar initializer; returns their names.
+pub async fn kill_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<String>> {
+    let pods = sidecar.pods(ctx).await?;
+    anyhow::ensure!(
+        !pods.is_empty(),
+        "failed to kill: Initializer {} has no pods",
+        sidecar.name
+    );
+    for pod in &pods {
+        ctx.env.backend.kill_pod(&sidecar.workload_ns, pod).await?;
+    }
+    Ok(pods)
+}
+
+/// Creates an annotated nginx Deployment (no replicas) in `namespace` every [`LOAD_INTERVAL`];
+/// an attempt counts as mutated when the sidecar was injected.
+pub fn deployment_load(ctx: &Ctx, namespace: &str, prefix: &str) -> anyhow::Result<CreateLoad> {
+    let prefix = format!("{prefix}-{}", ctx.scope.id());
+    let template = fixtures::nginx_deployment(&prefix, true, 0)?;
+    Ok(CreateLoad::start(
+        Api::<Deployment>::namespaced(ctx.client(), namespace),
+        LOAD_INTERVAL,
+        move |n| {
+            let mut deployment = template.clone();
+            deployment.metadata.name = Some(format!("{prefix}-{n}"));
+            deployment
+        },
+        fixtures::has_sidecar,
+    ))
+}
+
+/// Creates one annotated (or not) nginx Deployment and returns what the API server stored.
+pub async fn create_nginx(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    annotated: bool,
+) -> anyhow::Result<Deployment> {
+    let deployment = fixtures::nginx_deployment(name, annotated, 1)?;
+    Api::<Deployment>::namespaced(ctx.client(), namespace)
+        .create(&Default::default(), &deployment)
+        .await
+        .with_context(|| format!("failed to create Deployment {namespace}/{name}"))
+}
+
+/// How long the operator may take to notice a hung initializer by probing: `failureThreshold`
+/// probes, `periodSeconds` apart, each allowed the latency budget.
+pub fn probe_budget(health: &HealthPolicy) -> Duration {
+    let period = Duration::from_secs(u64::try_from(health.period_seconds).unwrap_or(1));
+    let failures = u32::try_from(health.failure_threshold).unwrap_or(1);
+    let latency = Duration::from_millis(u64::try_from(health.latency_budget_millis).unwrap_or(500));
+    period * failures + latency
+}
+
+/// `elapsed` as seconds, for messages.
+pub fn s(elapsed: Duration) -> String {
+    initializer_e2e::wait::secs(elapsed)
+}

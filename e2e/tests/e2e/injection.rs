@@ -1,0 +1,216 @@
+//! Injection as a user sees it: the tutorial's sidecar, and the classic examples.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail, ensure};
+use initializer_crds::images;
+use initializer_e2e::fixtures::{self, Health, SIDECAR_CONTAINER};
+use initializer_e2e::ops;
+use initializer_e2e::runner::Ctx;
+use initializer_e2e::wait::{self, Check};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT};
+
+/// The tutorial: the nginx Deployment gets the sidecar in a selected namespace when annotated;
+/// without the annotation, or outside the selected namespaces, it is untouched.
+pub async fn tutorial_sidecar_is_injected_only_where_asked(ctx: Ctx) -> anyhow::Result<()> {
+    let sidecar = common::registered_sidecar(&ctx, "sidecar", Health::default()).await?;
+    let outside = ctx.scope.outside_namespace("elsewhere").await?;
+
+    let annotated = common::create_nginx(&ctx, &sidecar.target_ns, "nginx", true).await?;
+    ensure!(
+        fixtures::has_sidecar(&annotated),
+        "the annotated nginx Deployment in {} was not injected: containers {:?}",
+        sidecar.target_ns,
+        fixtures::template_containers(&annotated)
+    );
+    ensure!(
+        fixtures::template_containers(&annotated) == ["nginx", SIDECAR_CONTAINER],
+        "the injected Deployment should have nginx then {SIDECAR_CONTAINER}: {:?}",
+        fixtures::template_containers(&annotated)
+    );
+
+    // What `kubectl get pods` shows: the nginx pod runs with two containers.
+    let client = ctx.client();
+    let namespace = sidecar.target_ns.clone();
+    let pod = wait::until(
+        "a pod of the injected nginx Deployment",
+        STEP_TIMEOUT,
+        || async {
+            let pods = Api::<Pod>::namespaced(client.clone(), &namespace)
+                .list(&ListParams::default().labels("app=nginx"))
+                .await?;
+            Ok(match pods.items.into_iter().next() {
+                Some(pod) => Check::Done(pod),
+                None => Check::Pending("no pod yet".to_string()),
+            })
+        },
+    )
+    .await?;
+    let containers = fixtures::container_names(pod.spec.as_ref());
+    ensure!(
+        containers.iter().any(|c| c == SIDECAR_CONTAINER),
+        "pod {} of the injected Deployment lacks the sidecar: {containers:?}",
+        pod.name_any()
+    );
+
+    let plain = common::create_nginx(&ctx, &sidecar.target_ns, "nginx-plain", false).await?;
+    ensure!(
+        fixtures::template_containers(&plain) == ["nginx"],
+        "a Deployment without the annotation was touched although the annotation is required: {:?}",
+        fixtures::template_containers(&plain)
+    );
+
+    let elsewhere = common::create_nginx(&ctx, &outside, "nginx", true).await?;
+    ensure!(
+        fixtures::template_containers(&elsewhere) == ["nginx"],
+        "a Deployment in {outside}, outside the selected namespaces, was touched: {:?}",
+        fixtures::template_containers(&elsewhere)
+    );
+    Ok(())
+}
+
+/// Applies an example initializer (by binary name) for `rules` in the scope's target
+/// namespaces and waits until it is registered.
+async fn registered_example(
+    ctx: &Ctx,
+    role: &str,
+    binary: &str,
+    rules: Value,
+    extra: Value,
+) -> anyhow::Result<String> {
+    let workload_ns = ctx.scope.namespace(&format!("{role}-init"), &[]).await?;
+    let name = ctx.scope.name(role);
+    let mut spec = json!({
+        "image": images::image(binary),
+        "namespace": workload_ns,
+        "rules": rules,
+        "namespaces": fixtures::target_namespaces(&ctx.scope.target_selector()),
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let initializer = fixtures::initializer(&name, spec)?;
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    let (_, registered) = ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT)
+        .await
+        .with_context(|| format!("the {binary} example never registered"))?;
+    ctx.row
+        .update(|row| row.to_registered = Some(registered - applied));
+    Ok(name)
+}
+
+fn pod_rules() -> Value {
+    json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}])
+}
+
+async fn create_pod(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    port: Option<i32>,
+) -> anyhow::Result<Pod> {
+    let mut container = json!({"name": "app", "image": "nginx:1.8.1"});
+    if let Some(port) = port {
+        container["ports"] = json!([{"containerPort": port}]);
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container]},
+    }))?;
+    Api::<Pod>::namespaced(ctx.client(), namespace)
+        .create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("failed to create pod {namespace}/{name}"))
+}
+
+/// The secret-guard example refuses a Secret with a value shorter than 20 characters, and the
+/// client sees its message naming the key; a long value is accepted.
+pub async fn secret_guard_denial_reaches_the_client(ctx: Ctx) -> anyhow::Result<()> {
+    registered_example(
+        &ctx,
+        "guard",
+        "secret-guard-initializer",
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}]),
+        json!({}),
+    )
+    .await?;
+    let target = ctx.scope.target_namespace("apps").await?;
+    let secrets = Api::<Secret>::namespaced(ctx.client(), &target);
+    let short = fixtures::secret("weak", "password", "hunter2");
+    match secrets.create(&PostParams::default(), &short).await {
+        Ok(_) => bail!("a Secret whose value `password` has 7 characters was accepted"),
+        Err(kube::Error::Api(status)) => {
+            ensure!(
+                status.message.contains("password"),
+                "the denial should name the key `password`; the client saw: {} ({} {})",
+                status.message,
+                status.code,
+                status.reason
+            );
+            ensure!(
+                (400..500).contains(&status.code),
+                "a denial should be a 4xx, got {}",
+                status.code
+            );
+        }
+        Err(err) => bail!("creating a weak Secret failed in an unexpected way: {err}"),
+    }
+    let strong = fixtures::secret("strong", "password", "correct-horse-battery-staple");
+    secrets
+        .create(&PostParams::default(), &strong)
+        .await
+        .context("a Secret whose values are all 20 characters or more was refused")?;
+    Ok(())
+}
+
+/// The proxy example injects a proxy sidecar into pods exposing container port 80, and leaves
+/// other pods alone.
+pub async fn proxy_sidecar_goes_to_pods_exposing_port_80(ctx: Ctx) -> anyhow::Result<()> {
+    registered_example(&ctx, "proxy", "proxy-initializer", pod_rules(), json!({})).await?;
+    let target = ctx.scope.target_namespace("apps").await?;
+    let web = create_pod(&ctx, &target, "web", Some(80)).await?;
+    let web_containers = fixtures::container_names(web.spec.as_ref());
+    ensure!(
+        web_containers.len() == 2,
+        "a pod exposing port 80 should get a proxy sidecar: {web_containers:?}"
+    );
+    let worker = create_pod(&ctx, &target, "worker", Some(9000)).await?;
+    let worker_containers = fixtures::container_names(worker.spec.as_ref());
+    ensure!(
+        worker_containers == ["app"],
+        "a pod without port 80 was touched: {worker_containers:?}"
+    );
+    Ok(())
+}
+
+/// The test-certs example mounts test certificates into pods in test namespaces only.
+pub async fn test_certificates_go_to_pods_in_test_namespaces(ctx: Ctx) -> anyhow::Result<()> {
+    registered_example(
+        &ctx,
+        "certs",
+        "test-certs-initializer",
+        pod_rules(),
+        json!({}),
+    )
+    .await?;
+    let test_ns = ctx.scope.target_namespace("test").await?;
+    let pod = create_pod(&ctx, &test_ns, "app", None).await?;
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default();
+    ensure!(
+        !volumes.is_empty(),
+        "a pod in the test namespace {test_ns} got no certificate volume"
+    );
+    Ok(())
+}

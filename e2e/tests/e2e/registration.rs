@@ -1,0 +1,284 @@
+//! Registration: never before the initializer is ready and answering, and never for its own
+//! pods or the system namespaces.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use initializer_crds::{Phase, images};
+use initializer_e2e::fixtures::{self, Health};
+use initializer_e2e::ops;
+use initializer_e2e::runner::Ctx;
+use initializer_e2e::wait;
+use initializer_e2e::watch::{Change, Recorder};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
+
+/// How long after its pods are ready an Initializer must be registered: the success threshold
+/// of probes, a period apart, is three seconds by default; the rest is margin for a busy machine.
+const REGISTERED_AFTER_READY: Duration = Duration::from_secs(20);
+
+/// Applying an Initializer never yields a configuration while its Deployment is unavailable;
+/// it is registered within a bounded time once its pods are ready.
+pub async fn initializer_is_registered_only_after_its_pods_are_ready(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let client = ctx.client();
+
+    // 1. An initializer whose image cannot run: its Deployment never becomes available, so
+    //    nothing may ever be registered.
+    let stuck_ns = ctx.scope.namespace("stuck-init", &[]).await?;
+    let stuck = ctx.scope.name("stuck");
+    let mut spec = fixtures::sidecar_initializer(
+        &stuck,
+        &stuck_ns,
+        &ctx.scope.target_selector(),
+        Health::default(),
+    )?;
+    spec.spec.image = Some(format!(
+        "{}/no-such-initializer:{}",
+        images::REGISTRY,
+        images::TAG
+    ));
+    let stuck_configs = common::record_configurations(&ctx, &stuck);
+    let stuck_applied = Instant::now();
+    ctx.scope.create_initializer(&spec).await?;
+    wait::holds_for(
+        "no configuration for an initializer whose pods cannot start",
+        Duration::from_secs(10),
+        || async {
+            let initializer = ops::initializer(&client, &stuck).await?;
+            let configurations = ops::configurations_of(&client, &stuck).await?;
+            Ok(
+                if configurations.is_empty() && !ops::status_registered(&initializer) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{}; {} configuration(s)",
+                        ops::describe(&initializer),
+                        configurations.len()
+                    ))
+                },
+            )
+        },
+    )
+    .await?;
+    ensure!(
+        stuck_configs.additions_since(stuck_applied) == 0,
+        "a configuration appeared for the initializer that cannot start: {}",
+        stuck_configs.summary()
+    );
+    let phase = ops::initializer(&client, &stuck)
+        .await?
+        .status
+        .and_then(|s| s.phase);
+    ensure!(
+        matches!(phase, Some(Phase::Pending) | Some(Phase::Deploying)),
+        "an initializer whose pods cannot start should be Pending or Deploying, not {phase:?}"
+    );
+
+    // 2. A working initializer: watch its Deployment and its configuration and check the order.
+    let workload_ns = ctx.scope.namespace("init", &[]).await?;
+    let name = ctx.scope.name("sidecar");
+    let initializer = fixtures::sidecar_initializer(
+        &name,
+        &workload_ns,
+        &ctx.scope.target_selector(),
+        Health::default(),
+    )?;
+    let deployments: Recorder<Deployment> = Recorder::start(
+        Api::namespaced(client.clone(), &workload_ns),
+        watcher::Config::default(),
+        |_| true,
+    );
+    let configurations = common::record_configurations(&ctx, &name);
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
+    let added = configurations
+        .wait_for("the configuration to appear", applied, STEP_TIMEOUT, |s| {
+            s.change == Change::Added
+        })
+        .await?;
+    ctx.row
+        .update(|row| row.to_registered = Some(added.at - applied));
+    let available = deployments
+        .first_after(applied, |s| ops::deployment_available(&s.object))
+        .with_context(|| {
+            format!(
+                "the configuration appeared {} after apply, but the Deployment was never seen available \
+                 before it; deployments: {}; configurations: {}",
+                s(added.at - applied),
+                deployments.summary(),
+                configurations.summary()
+            )
+        })?;
+    if available.at > added.at {
+        bail!(
+            "the configuration appeared {} before the Deployment was available; deployments: {}; configurations: {}",
+            s(available.at - added.at),
+            deployments.summary(),
+            configurations.summary()
+        );
+    }
+    let after_ready = added.at - available.at;
+    ensure!(
+        after_ready <= REGISTERED_AFTER_READY,
+        "registered {} after the Deployment became available (bound {})",
+        s(after_ready),
+        s(REGISTERED_AFTER_READY)
+    );
+    let initializer = ops::initializer(&client, &name).await?;
+    ensure!(
+        initializer.status.as_ref().and_then(|s| s.phase) == Some(Phase::Registered),
+        "registered initializer reports {}",
+        ops::describe(&initializer)
+    );
+    for type_ in ["Valid", "Available", "Responding", "Registered"] {
+        let condition = ops::condition(&initializer, type_);
+        ensure!(
+            condition.is_some_and(|c| c.status == "True"),
+            "condition {type_} of a registered initializer should be True: {}",
+            ops::describe(&initializer)
+        );
+    }
+    eprintln!(
+        "initializer_is_registered_only_after_its_pods_are_ready: available after {}, registered {} later",
+        s(available.at - applied),
+        s(after_ready)
+    );
+    Ok(())
+}
+
+/// An Initializer whose rules match every pod keeps working when its own pods are deleted and
+/// recreated (no deadlock), and pods in the system namespaces and the operator's namespace are
+/// never sent to it.
+pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let workload_ns = ctx.scope.namespace("init", &[]).await?;
+    let target_ns = ctx.scope.target_namespace("apps").await?;
+    let name = ctx.scope.name("all-pods");
+    let mark = format!("e2e.initializer.dev/seen-by-{}", ctx.scope.id());
+    let initializer = fixtures::initializer(
+        &name,
+        json!({
+            "namespace": workload_ns,
+            "preset": {"inject": {"annotations": {mark.clone(): "true"}}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+        }),
+    )?;
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    let (_, registered) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
+    ctx.row
+        .update(|row| row.to_registered = Some(registered - applied));
+    let pods = ops::wait_pods_ready(&client, &workload_ns, &name, 2, STEP_TIMEOUT).await?;
+    let marked = |pod: &Pod| pod.annotations().contains_key(&mark);
+
+    // A pod in a selected namespace is intercepted: the preset's annotation proves it.
+    let probe = create_pod(&client, &target_ns, "probe").await?;
+    ensure!(
+        marked(&probe),
+        "a pod in {target_ns} was not intercepted: annotations {:?}",
+        probe.annotations()
+    );
+
+    // Its own pods carry the exclusion label and were never intercepted.
+    for pod in &pods {
+        ensure!(
+            !marked(pod),
+            "the initializer's own pod {} was intercepted",
+            pod.name_any()
+        );
+    }
+
+    // Delete every pod of the initializer at once: the replacements must start (they are not
+    // intercepted, so no deadlock) and the initializer must come back.
+    let deleted = Instant::now();
+    let pod_api = Api::<Pod>::namespaced(client.clone(), &workload_ns);
+    for pod in &pods {
+        pod_api
+            .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    let old: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let replacements = wait::until(
+        "replacement pods of the initializer to be ready",
+        STEP_TIMEOUT,
+        || async {
+            let pods = ops::workload_pods(&client, &workload_ns, &name).await?;
+            let fresh: Vec<Pod> = pods
+                .into_iter()
+                .filter(|p| !old.contains(&p.name_any()))
+                .collect();
+            let ready = fresh.iter().filter(|p| ops::pod_ready(p)).count();
+            Ok(if ready >= 2 {
+                wait::Check::Done(fresh)
+            } else {
+                wait::Check::Pending(format!("replacements: {}", ops::pod_states(&fresh)))
+            })
+        },
+    )
+    .await?;
+    for pod in &replacements {
+        ensure!(
+            !marked(pod),
+            "the replacement pod {} was intercepted by its own initializer",
+            pod.name_any()
+        );
+    }
+    let (_, back) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
+    eprintln!(
+        "own pods replaced and registered again {} after deletion",
+        s(back - deleted)
+    );
+    let after = create_pod(&client, &target_ns, "after").await?;
+    ensure!(
+        marked(&after),
+        "after its pods were replaced, a pod in {target_ns} was not intercepted"
+    );
+
+    // System namespaces and the operator's namespace are never intercepted.
+    let namespaces = Api::<Namespace>::all(client.clone());
+    for namespace in [
+        "kube-system",
+        "kube-node-lease",
+        ctx.env.operator_namespace.as_str(),
+    ] {
+        if namespaces.get_opt(namespace).await?.is_none() {
+            bail!(
+                "namespace {namespace} does not exist; the API server should create the system namespaces"
+            );
+        }
+        let pod = create_pod(&client, namespace, &format!("e2e-probe-{}", ctx.scope.id())).await?;
+        let intercepted = marked(&pod);
+        Api::<Pod>::namespaced(client.clone(), namespace)
+            .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+            .await?;
+        ensure!(
+            !intercepted,
+            "a pod in {namespace} was sent to the initializer: annotations {:?}",
+            pod.annotations()
+        );
+    }
+    Ok(())
+}
+
+async fn create_pod(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Pod> {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "e2e-probe"}, "annotations": BTreeMap::<String, String>::new()},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]},
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("failed to create pod {namespace}/{name}"))
+}
