@@ -93,10 +93,11 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
     }
 
     pub(crate) fn unloaded(default: Option<C>) -> Self {
+        let default = default.map(Arc::new);
         Self {
-            current: RwLock::new(None),
+            current: RwLock::new(default.clone()),
             path: Mutex::new(None),
-            default: default.map(Arc::new),
+            default,
             last_seen: Mutex::new(None),
         }
     }

@@ -1,0 +1,25 @@
+//! `proxy-initializer`: inject a proxy sidecar (see the crate docs and README).
+
+use clap::Parser;
+use kube_initializer::ServeArgs;
+
+/// Inject a proxy sidecar into pods exposing port 80 or carrying the proxy annotation.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    proxy_initializer::initializer().run(args.serve).await?;
+    Ok(())
+}

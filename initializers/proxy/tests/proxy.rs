@@ -1,0 +1,137 @@
+//! Pods with and without port 80, with and without the annotation, on the tutorial's objects.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube_initializer::mutate;
+use kube_initializer::testing::{Tester, review, tutorial};
+use proxy_initializer::{DEFAULT_ANNOTATION, ProxyConfig, initializer};
+
+fn tester() -> Tester {
+    Tester::new(initializer().config(ProxyConfig::default()))
+}
+
+fn names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+fn pod_on_port(port: i32) -> Pod {
+    let mut pod = tutorial::nginx_pod();
+    pod.spec.as_mut().unwrap().containers[0]
+        .ports
+        .as_mut()
+        .unwrap()[0]
+        .container_port = port;
+    pod
+}
+
+#[tokio::test]
+async fn the_nginx_pod_on_port_80_gets_the_proxy() {
+    let patched: Pod = tester()
+        .call(&review(&tutorial::nginx_pod()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    assert_eq!(names(&patched), ["nginx", "proxy"]);
+}
+
+#[tokio::test]
+async fn a_pod_without_port_80_or_annotation_is_left_alone() {
+    let answer = tester().call(&review(&pod_on_port(8080))).await.unwrap();
+    assert!(answer.allowed());
+    assert!(answer.patch().is_none());
+}
+
+#[tokio::test]
+async fn the_annotation_asks_for_the_proxy_without_port_80() {
+    let mut pod = pod_on_port(8080);
+    mutate::set_annotation(&mut pod.metadata, DEFAULT_ANNOTATION, "true");
+    let patched: Pod = tester()
+        .call(&review(&pod))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    assert_eq!(names(&patched), ["nginx", "proxy"]);
+}
+
+#[tokio::test]
+async fn the_annotation_set_to_false_refuses_the_proxy_even_on_port_80() {
+    let mut pod = tutorial::nginx_pod();
+    mutate::set_annotation(&mut pod.metadata, DEFAULT_ANNOTATION, "false");
+    assert!(
+        tester()
+            .call(&review(&pod))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn deployments_get_the_proxy_in_their_template_once() {
+    let tester = tester();
+    let patched: Deployment = tester
+        .call(&review(&tutorial::nginx_deployment()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    let containers = &patched
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers;
+    assert_eq!(containers[1].name, "proxy");
+    assert!(
+        tester
+            .call(&review(&patched))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn the_proxy_container_comes_from_the_config() {
+    let config: ProxyConfig =
+        serde_yaml::from_str("container:\n  name: my-proxy\n  image: haproxy:2\nport: 8080\n")
+            .unwrap();
+    let tester = Tester::new(initializer().config(config));
+    let patched: Pod = tester
+        .call(&review(&pod_on_port(8080)))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    assert_eq!(names(&patched), ["nginx", "my-proxy"]);
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_pod()))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn without_a_config_file_the_defaults_apply() {
+    let tester = Tester::new(initializer());
+    let patched: Pod = tester.call(&review(&tutorial::nginx_pod())).await.unwrap().patched().unwrap();
+    assert_eq!(names(&patched), ["nginx", "proxy"]);
+}
