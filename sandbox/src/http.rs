@@ -32,6 +32,49 @@ pub struct AppState {
     pub workloads: Arc<OnceLock<WorkloadHandle>>,
     /// How often watches with bookmarks get one.
     pub bookmark_interval: Duration,
+    /// The state directory (pods' logs are under `logs/`).
+    pub state_dir: std::path::PathBuf,
+}
+
+/// `GET pods/NAME/log`: the container's log file, whole or its last `tailLines` lines.
+/// `follow` is not supported: the current content is returned.
+fn pod_log(state: &AppState, t: &Target, q: &HashMap<String, String>) -> Response<Body> {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let name = t.name.clone().unwrap_or_default();
+    let pod = match state.api.get(&t.rt, Some(&ns), &name) {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    let container = match q.get("container") {
+        Some(c) => c.clone(),
+        None => pod
+            .pointer("/spec/containers/0/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+    };
+    let path = state
+        .state_dir
+        .join("logs")
+        .join(format!("{ns}_{name}"))
+        .join(format!("{container}.log"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let text = match q.get("tailLines").and_then(|n| n.parse::<usize>().ok()) {
+        Some(n) => {
+            let lines: Vec<&str> = text.lines().collect();
+            let start = lines.len().saturating_sub(n);
+            let mut out = lines[start..].join("\n");
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out
+        }
+        None => text,
+    };
+    let mut resp = Response::new(Body::from(text));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    resp
 }
 
 /// The axum router serving everything.
@@ -256,6 +299,22 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
+fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
+}
+
+/// An object reduced to `PartialObjectMetadata`, as metadata-only clients ask for it.
+fn partial_metadata(obj: &Value) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
 fn list_options(q: &HashMap<String, String>) -> Result<ListOptions, ApiError> {
     Ok(ListOptions {
         labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?,
@@ -356,6 +415,9 @@ async fn resource_request(
         Some(FaultAction::Delay { millis }) => tokio::time::sleep(faults::delay(millis)).await,
         None => {}
     }
+    if t.rt.group.is_empty() && t.rt.plural == "pods" && t.sub == "log" && verb == "get" {
+        return pod_log(state, &t, &q);
+    }
     if !(t.sub.is_empty() || t.sub == "status" && t.rt.status_subresource) {
         return error_response(&ApiError::new(
             404,
@@ -396,6 +458,9 @@ async fn resource_request(
                         Vec::new(),
                     ));
                 }
+                if wants_metadata(&headers) {
+                    return Ok((200, partial_metadata(&obj), Vec::new()));
+                }
                 Ok((200, obj, Vec::new()))
             }
             "list" => {
@@ -412,6 +477,21 @@ async fn resource_request(
                         table::to_table(&t.rt, &items, list["metadata"].clone(), include),
                         Vec::new(),
                     ));
+                }
+                if wants_metadata(&headers) {
+                    let items: Vec<Value> = list["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(partial_metadata)
+                        .collect();
+                    let out = json!({
+                        "apiVersion": "meta.k8s.io/v1",
+                        "kind": "PartialObjectMetadataList",
+                        "metadata": list["metadata"].clone(),
+                        "items": items,
+                    });
+                    return Ok((200, out, Vec::new()));
                 }
                 Ok((200, list, Vec::new()))
             }
@@ -496,7 +576,7 @@ async fn resource_request(
         }
     });
     if verb == "watch" {
-        return watch_response(state, &t, &q);
+        return watch_response(state, &t, &q, wants_metadata(&headers));
     }
     match result {
         Ok((code, body, warnings)) => json_response(code, &body, &warnings),
@@ -546,6 +626,14 @@ impl WatchFilter {
     }
 }
 
+fn shape_out(rt: &ResourceType, obj: &Value, metadata_only: bool) -> Value {
+    if metadata_only {
+        partial_metadata(obj)
+    } else {
+        ApiServer::served(rt, obj)
+    }
+}
+
 fn event_line(kind: &str, obj: &Value) -> Bytes {
     let mut s = json!({"type": kind, "object": obj}).to_string();
     s.push('\n');
@@ -563,7 +651,12 @@ fn bookmark(rt: &ResourceType, rv: u64, initial_end: bool) -> Bytes {
     )
 }
 
-fn watch_response(state: &AppState, t: &Target, q: &HashMap<String, String>) -> Response<Body> {
+fn watch_response(
+    state: &AppState,
+    t: &Target,
+    q: &HashMap<String, String>,
+    metadata_only: bool,
+) -> Response<Body> {
     let api = state.api.clone();
     let (labels, fields) = match (
         LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or("")),
@@ -604,7 +697,7 @@ fn watch_response(state: &AppState, t: &Target, q: &HashMap<String, String>) -> 
             .store
             .list_and_subscribe(&filter.key, filter.namespace.as_deref());
         for obj in items.iter().filter(|o| filter.matches(o)) {
-            initial.push(event_line("ADDED", &ApiServer::served(&rt, obj)));
+            initial.push(event_line("ADDED", &shape_out(&rt, obj, metadata_only)));
         }
         if send_initial && bookmarks {
             initial.push(bookmark(&rt, rv, true));
@@ -633,7 +726,7 @@ fn watch_response(state: &AppState, t: &Target, q: &HashMap<String, String>) -> 
                 last_rv = from;
                 for c in events {
                     if let Some((kind, obj)) = filter.event(&c) {
-                        initial.push(event_line(kind, &ApiServer::served(&rt, &obj)));
+                        initial.push(event_line(kind, &shape_out(&rt, &obj, metadata_only)));
                     }
                     last_rv = c.rv;
                 }
@@ -660,7 +753,7 @@ fn watch_response(state: &AppState, t: &Target, q: &HashMap<String, String>) -> 
                         }
                         last_rv = c.rv;
                         if let Some((kind, obj)) = filter.event(&c)
-                            && tx.send(Ok(event_line(kind, &ApiServer::served(&rt, &obj)))).await.is_err()
+                            && tx.send(Ok(event_line(kind, &shape_out(&rt, &obj, metadata_only)))).await.is_err()
                         {
                             return;
                         }

@@ -165,6 +165,7 @@ impl Sandbox {
             api: api.clone(),
             workloads: workloads.clone(),
             bookmark_interval: config.bookmark_interval,
+            state_dir: state_dir.clone(),
         };
         let app = router(state);
         let shutdown = CancellationToken::new();

@@ -1175,3 +1175,54 @@ async fn snapshots_restore_objects_into_a_new_sandbox() {
     let cms2: Api<ConfigMap> = Api::default_namespaced(restored.client());
     assert!(cms2.get_opt("kept").await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn metadata_only_lists_and_watches_serve_partial_object_metadata() {
+    let sb = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
+    cms.create(&PostParams::default(), &cm("a", json!({"x": "1"})))
+        .await
+        .unwrap();
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].metadata.labels.as_ref().unwrap()["x"], "1");
+    let mut events =
+        kube::runtime::metadata_watcher(cms.clone(), watcher::Config::default()).boxed();
+    cms.create(&PostParams::default(), &cm("b", json!({})))
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    while !names.contains(&"b".to_string()) {
+        let ev = tokio::time::timeout(Duration::from_secs(5), events.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let watcher::Event::Apply(m) | watcher::Event::InitApply(m) = ev {
+            names.push(m.metadata.name.unwrap());
+        }
+    }
+}
+
+#[tokio::test]
+async fn pod_logs_are_read_from_the_state_directory() {
+    let sb = start().await;
+    let pods: Api<Pod> = Api::default_namespaced(sb.client());
+    let pod: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+    )
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let dir = sb.handle.pod_log_dir().join("default_p");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("c.log"), "one\ntwo\nthree\n").unwrap();
+    assert_eq!(
+        pods.logs("p", &Default::default()).await.unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    let tail = kube::api::LogParams {
+        tail_lines: Some(1),
+        ..Default::default()
+    };
+    assert_eq!(pods.logs("p", &tail).await.unwrap(), "three\n");
+}
