@@ -281,6 +281,16 @@ pub async fn run_install(client: Client, args: &InstallArgs) -> Result<(), Error
 /// RBAC, Deployments (then waits until they are available).
 pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> Result<(), Error> {
     let deadline = Instant::now() + timeout;
+    apply_plan(&client, plan, deadline).await?;
+    wait_available(&client, plan, deadline).await
+}
+
+/// Applies every object of `plan`, waiting for the CRDs to be established before anything else.
+pub async fn apply_plan(
+    client: &Client,
+    plan: &InstallPlan,
+    deadline: Instant,
+) -> Result<(), Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in &plan.crds {
         apply(&crds, crd, "CustomResourceDefinition").await?;
@@ -342,6 +352,16 @@ pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> R
     for deployment in &plan.deployments {
         apply(&deployments, deployment, "Deployment").await?;
     }
+    Ok(())
+}
+
+/// Waits until every Deployment of `plan` is available.
+pub async fn wait_available(
+    client: &Client,
+    plan: &InstallPlan,
+    deadline: Instant,
+) -> Result<(), Error> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &plan.namespace);
     for deployment in &plan.deployments {
         let name = deployment.name_any();
         wait_until(

@@ -37,6 +37,26 @@ pub const SCORECARD_FILE: &str = "tests/scorecard/config.yaml";
 /// Directories OLM reads wholesale: stale files in them are removed by [`Bundle::write`].
 pub const GENERATED_DIRS: [&str; 3] = ["manifests", "metadata", "tests/scorecard"];
 
+/// Flags of `initializer-operator bundle`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BundleArgs {
+    /// Directory to write the bundle to.
+    #[arg(long, default_value = BUNDLE_DIR)]
+    pub out: PathBuf,
+    /// Only validate the bundle already in `--out`; write nothing.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `initializer-operator bundle`: writes the generated bundle to `args.out` (or, with
+/// `--check`, validates what is there) and validates the result.
+pub fn run(args: &BundleArgs) -> Result<(), Error> {
+    if !args.check {
+        generate()?.write(&args.out)?;
+    }
+    validate(&args.out).map_err(|violations| Error::BundleInvalid(validate::summary(&violations)))
+}
+
 /// A bundle as a set of text files, keyed by path relative to the bundle directory (with `/`
 /// separators).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

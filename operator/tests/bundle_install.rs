@@ -1,0 +1,307 @@
+//! `install --bundle` and `uninstall` against the embedded sandbox: what is applied, what is
+//! refused, and that uninstall removes exactly what the installer created.
+
+// Test helpers outside #[test] functions may fail loudly too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use initializer_crds::{constants, images};
+use initializer_operator::bundle::{self, Bundle};
+use initializer_operator::error::Error;
+use initializer_operator::install::{self, InstallPlan, UninstallArgs, installed_by_us};
+use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::time::Instant;
+
+const NAMESPACE: &str = "initializer-system";
+const OPERATOR: &str = "initializer-operator";
+
+fn committed_plan() -> InstallPlan {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(bundle::BUNDLE_DIR);
+    install::plan(&Bundle::read(&dir).unwrap(), NAMESPACE).unwrap()
+}
+
+/// A sandbox without workload controllers: objects are stored, nothing runs.
+async fn control_plane_only() -> (tempfile::TempDir, SandboxHandle) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.workloads = false;
+    (dir, Sandbox::start(config).await.unwrap())
+}
+
+async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.unwrap().is_some()
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(30)
+}
+
+fn uninstall_args() -> UninstallArgs {
+    UninstallArgs {
+        keep_initializers: false,
+        keep_crds: false,
+        timeout: 30,
+    }
+}
+
+#[tokio::test]
+async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+
+    let crd = Api::<CustomResourceDefinition>::all(client.clone())
+        .get(constants::CRD_NAME)
+        .await
+        .unwrap();
+    assert!(install::crd_established(&crd));
+    assert!(installed_by_us(&crd.metadata));
+    let namespace = Api::<Namespace>::all(client.clone())
+        .get(NAMESPACE)
+        .await
+        .unwrap();
+    assert!(installed_by_us(&namespace.metadata));
+    let account = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert!(installed_by_us(&account.metadata));
+    let role = Api::<ClusterRole>::all(client.clone())
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert_eq!(
+        role.rules,
+        committed_plan().cluster_roles[0].rules,
+        "ClusterRole rules are the CSV's clusterPermissions"
+    );
+    let binding = Api::<ClusterRoleBinding>::all(client.clone())
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert_eq!(
+        binding.subjects.unwrap()[0].namespace.as_deref(),
+        Some(NAMESPACE)
+    );
+    assert!(
+        exists(
+            &Api::<Role>::namespaced(client.clone(), NAMESPACE),
+            OPERATOR
+        )
+        .await
+    );
+    assert!(
+        exists(
+            &Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE),
+            OPERATOR
+        )
+        .await
+    );
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert!(installed_by_us(&deployment.metadata));
+    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some(images::image(images::OPERATOR).as_str())
+    );
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn installing_twice_is_a_no_op_that_succeeds() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    let plan = committed_plan();
+    install::apply_plan(&client, &plan, deadline())
+        .await
+        .unwrap();
+    install::apply_plan(&client, &plan, deadline())
+        .await
+        .unwrap();
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn install_refuses_to_take_over_a_cluster_role_it_did_not_create() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    let foreign: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": OPERATOR},
+        "rules": [],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let err = install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NotInstalledByUs { kind: "ClusterRole", ref name } if name == OPERATOR),
+        "{err}"
+    );
+    let untouched = Api::<ClusterRole>::all(client.clone())
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert!(!installed_by_us(&untouched.metadata));
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn uninstall_removes_what_install_created_and_nothing_else() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    // Someone else's ClusterRole with a managed-by label of another tool.
+    let bystander: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "bystander", "labels": {constants::MANAGED_BY_LABEL: "helm"}},
+        "rules": [],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &bystander)
+        .await
+        .unwrap();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+
+    install::uninstall(client.clone(), &uninstall_args())
+        .await
+        .unwrap();
+
+    assert!(exists(&Api::<ClusterRole>::all(client.clone()), "bystander").await);
+    assert!(!exists(&Api::<ClusterRole>::all(client.clone()), OPERATOR).await);
+    assert!(!exists(&Api::<ClusterRoleBinding>::all(client.clone()), OPERATOR).await);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    assert!(!exists(&deployments, OPERATOR).await);
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
+    assert!(!exists(&accounts, OPERATOR).await);
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    assert!(!exists(&crds, constants::CRD_NAME).await);
+    let namespace = Api::<Namespace>::all(client.clone())
+        .get_opt(NAMESPACE)
+        .await
+        .unwrap();
+    assert!(
+        namespace.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "the installer's namespace is deleted"
+    );
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn uninstall_keeps_a_namespace_the_installer_did_not_create() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    let namespace: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE},
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+    let kept = Api::<Namespace>::all(client.clone())
+        .get(NAMESPACE)
+        .await
+        .unwrap();
+    assert!(
+        !installed_by_us(&kept.metadata),
+        "install leaves it unlabelled"
+    );
+
+    install::uninstall(client.clone(), &uninstall_args())
+        .await
+        .unwrap();
+
+    let kept = Api::<Namespace>::all(client.clone())
+        .get(NAMESPACE)
+        .await
+        .unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn uninstall_deletes_managed_webhook_configurations_and_keeps_crds_when_asked() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    for (name, manager) in [
+        ("managed", constants::MANAGED_BY_VALUE),
+        ("foreign", "someone-else"),
+    ] {
+        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name, "labels": {constants::MANAGED_BY_LABEL: manager}},
+            "webhooks": [],
+        }))
+        .unwrap();
+        webhooks
+            .patch(
+                name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&config),
+            )
+            .await
+            .unwrap();
+    }
+
+    let mut args = uninstall_args();
+    args.keep_crds = true;
+    install::uninstall(client.clone(), &args).await.unwrap();
+
+    assert!(!exists(&webhooks, "managed").await);
+    assert!(exists(&webhooks, "foreign").await);
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    assert!(exists(&crds, constants::CRD_NAME).await);
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn install_times_out_with_a_clear_error_when_the_operator_never_becomes_available() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client: Client = sandbox.client();
+    let err = install::install(client, &committed_plan(), Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("failed to wait for Deployment initializer-operator to be available"),
+        "{err}"
+    );
+    sandbox.shutdown().await;
+}
