@@ -282,3 +282,74 @@ async fn shutdown_ends_every_pod_process() {
         );
     }
 }
+
+fn one_shot(name: &str, image: &str, policy: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": policy, "containers": [{"name": "c", "image": image}]}})
+}
+
+#[tokio::test]
+async fn restart_policy_decides_between_completion_and_crash_loop() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Pod = env
+        .create("apps", one_shot("ok", "example.com/true", "Never"))
+        .await;
+    let _: Pod = env
+        .create("apps", one_shot("bad", "example.com/false", "OnFailure"))
+        .await;
+    let _: Pod = env
+        .create("apps", one_shot("fails-once", "example.com/false", "Never"))
+        .await;
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let phase = |name: &'static str, want: &'static str| {
+        let api = api.clone();
+        async move {
+            wait_for(&format!("{name} to reach {want}"), T, || async {
+                let p = api.get(name).await.ok()?;
+                (p.status?.phase.as_deref() == Some(want)).then_some(())
+            })
+            .await
+        }
+    };
+    phase("ok", "Succeeded").await;
+    phase("fails-once", "Failed").await;
+    let crash = wait_for("a crash loop", T, || async {
+        let p = api.get("bad").await.ok()?;
+        let cs = p.status?.container_statuses?.remove(0);
+        (cs.restart_count >= 2).then_some(cs)
+    })
+    .await;
+    assert_eq!(crash.last_state.unwrap().terminated.unwrap().exit_code, 1);
+    let p = api.get("bad").await.unwrap();
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn failing_liveness_probe_restarts_the_container() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Pod = env
+        .create(
+            "apps",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sick"},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "app", "image": workload_support::IMAGE,
+                    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                    "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2},
+                }]}}),
+        )
+        .await;
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let cs = wait_for("a liveness restart", T, || async {
+        let p = api.get("sick").await.ok()?;
+        let cs = p.status?.container_statuses?.remove(0);
+        (cs.restart_count >= 1).then_some(cs)
+    })
+    .await;
+    let last = cs.last_state.unwrap().terminated.unwrap();
+    // SIGTERM ends the app: 128 + 15.
+    assert_eq!((last.exit_code, last.signal), (143, Some(15)));
+    env.stop().await;
+}
