@@ -353,3 +353,33 @@ async fn failing_liveness_probe_restarts_the_container() {
     assert_eq!((last.exit_code, last.signal), (143, Some(15)));
     env.stop().await;
 }
+
+#[test]
+fn dropping_the_sandbox_without_shutdown_leaves_no_process_behind() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let ips: Vec<String> = runtime.block_on(async {
+        let env = Env::start().await;
+        env.namespace("apps").await;
+        let _: Deployment = env
+            .create("apps", app_deployment("web", 2, json!([]), json!([])))
+            .await;
+        let pods = ready_pods(&env, "apps", "web", 2).await;
+        // No shutdown: the handle goes out of scope here, and dropping the runtime below drops
+        // every task, as a panicking sandbox would.
+        pods.iter().map(pod_ip).collect()
+    });
+    drop(runtime);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for ip in ips {
+        let addr: std::net::SocketAddr = format!("{ip}:8080").parse().unwrap();
+        loop {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                Err(_) => break,
+                Ok(_) if Instant::now() > deadline => {
+                    panic!("{addr} still answers after the sandbox was dropped")
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+}
