@@ -1,0 +1,214 @@
+//! The preset on the tutorial's objects: selection by kind, labels, annotation, namespace;
+//! idempotent injection of every field.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use initializer_crds::PresetConfig;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube_initializer::mutate;
+use kube_initializer::testing::{Tester, review, tutorial};
+use preset_initializer::initializer;
+
+const PRESET: &str = "
+inject:
+  containers:
+  - name: sidecar-nginx
+    image: nginx:1.8.1
+  initContainers:
+  - name: init
+    image: busybox
+  volumes:
+  - name: shared
+    emptyDir: {}
+  volumeMounts:
+  - name: shared
+    mountPath: /shared
+  env:
+  - name: MODE
+    value: preset
+  labels:
+    preset: \"true\"
+  annotations:
+    example.com/preset: applied
+";
+
+fn preset(selector: &str) -> PresetConfig {
+    serde_yaml::from_str(&format!("{PRESET}{selector}")).unwrap()
+}
+
+fn tester(selector: &str) -> Tester {
+    Tester::new(initializer().config(preset(selector)))
+}
+
+fn container<'a>(containers: &'a [Container], name: &str) -> &'a Container {
+    containers.iter().find(|c| c.name == name).unwrap()
+}
+
+#[tokio::test]
+async fn everything_is_injected_into_the_nginx_deployment() {
+    let answer = tester("")
+        .call(&review(&tutorial::nginx_deployment()))
+        .await
+        .unwrap();
+    let d: Deployment = answer.patched().unwrap();
+    assert_eq!(d.metadata.labels.as_ref().unwrap()["preset"], "true");
+    assert_eq!(
+        d.metadata.annotations.as_ref().unwrap()["example.com/preset"],
+        "applied"
+    );
+    assert!(mutate::is_initialized_by(&d.metadata, "preset"));
+    let template = d.spec.unwrap().template;
+    assert_eq!(
+        template.metadata.as_ref().unwrap().labels.as_ref().unwrap()["preset"],
+        "true"
+    );
+    let spec = template.spec.unwrap();
+    let nginx = container(&spec.containers, "nginx");
+    assert_eq!(
+        nginx.volume_mounts.as_ref().unwrap()[0].mount_path,
+        "/shared"
+    );
+    assert_eq!(
+        nginx.env.as_ref().unwrap()[0].value.as_deref(),
+        Some("preset")
+    );
+    let sidecar = container(&spec.containers, "sidecar-nginx");
+    assert!(
+        sidecar.volume_mounts.is_none() && sidecar.env.is_none(),
+        "injected containers are left as given"
+    );
+    assert_eq!(spec.init_containers.unwrap()[0].name, "init");
+    assert_eq!(spec.volumes.unwrap()[0].name, "shared");
+}
+
+#[tokio::test]
+async fn reinvocation_on_the_injected_object_changes_nothing() {
+    let tester = tester("");
+    let d: Deployment = tester
+        .call(&review(&tutorial::nginx_deployment()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    let again = tester.call(&review(&d)).await.unwrap();
+    assert!(again.patch().is_none(), "{:?}", again.patch());
+    let p: Pod = tester
+        .call(&review(&tutorial::nginx_pod()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    assert!(tester.call(&review(&p)).await.unwrap().patch().is_none());
+}
+
+#[tokio::test]
+async fn existing_values_are_left_as_they_are() {
+    let mut d = tutorial::nginx_deployment();
+    mutate::set_label(&mut d.metadata, "preset", "mine");
+    let patched: Deployment = tester("")
+        .call(&review(&d))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["preset"], "mine");
+}
+
+#[tokio::test]
+async fn kinds_narrow_the_selection() {
+    let tester = tester("selector:\n  kinds: [Deployment]\n");
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_deployment()))
+            .await
+            .unwrap()
+            .patch()
+            .is_some()
+    );
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_pod()))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn the_label_selector_narrows_the_selection() {
+    let tester = tester("selector:\n  labels:\n    matchLabels:\n      envoy: \"true\"\n");
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_deployment()))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_with_annotation()))
+            .await
+            .unwrap()
+            .patch()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn the_annotation_narrows_the_selection() {
+    let tester = tester(&format!(
+        "selector:\n  annotation: {}\n",
+        tutorial::SIDECAR_ANNOTATION
+    ));
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_deployment()))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_with_annotation()))
+            .await
+            .unwrap()
+            .patch()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn namespaces_narrow_the_selection() {
+    let tester = tester("selector:\n  namespaces: [team-a]\n");
+    let d = tutorial::nginx_deployment();
+    assert!(tester.call(&review(&d)).await.unwrap().patch().is_none());
+    assert!(
+        tester
+            .call(&review(&d).namespace(Some("team-a")))
+            .await
+            .unwrap()
+            .patch()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn the_config_the_operator_writes_round_trips() {
+    let written = serde_yaml::to_string(&preset("selector:\n  kinds: [Pod]\n")).unwrap();
+    let read: PresetConfig = serde_yaml::from_str(&written).unwrap();
+    assert_eq!(read, preset("selector:\n  kinds: [Pod]\n"));
+    let empty: PresetConfig = serde_yaml::from_str("{}").unwrap();
+    let tester = Tester::new(initializer().config(empty));
+    assert!(
+        tester
+            .call(&review(&tutorial::nginx_pod()))
+            .await
+            .unwrap()
+            .patch()
+            .is_none()
+    );
+}
