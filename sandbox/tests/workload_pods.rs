@@ -383,3 +383,32 @@ fn dropping_the_sandbox_without_shutdown_leaves_no_process_behind() {
         }
     }
 }
+
+#[tokio::test]
+async fn deleting_a_deployment_removes_its_pods_and_their_processes() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Deployment = env
+        .create("apps", app_deployment("web", 2, json!([]), json!([])))
+        .await;
+    let pods = ready_pods(&env, "apps", "web", 2).await;
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "apps");
+    deployments
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    wait_for("the pods to be collected", T, || async {
+        env.pods("apps", "app=web").await.is_empty().then_some(())
+    })
+    .await;
+    for ip in pods.iter().map(pod_ip) {
+        wait_for(&format!("{ip} to stop answering"), T, || async {
+            http("GET", &format!("{ip}:8080"), "/healthz", "")
+                .await
+                .is_err()
+                .then_some(())
+        })
+        .await;
+    }
+    env.stop().await;
+}
