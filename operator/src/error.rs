@@ -113,6 +113,20 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// Connecting to the API server failed.
+    #[error("failed to connect to the API server: {0}")]
+    Client(#[source] Box<kube::Error>),
+
+    /// Serving the operator's own endpoints failed.
+    #[error("failed to serve on {addr}: {source}")]
+    Serve {
+        /// The listen address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Generating the bundle failed.
     #[error("failed to generate the bundle: {0}")]
     BundleGenerate(String),
@@ -188,6 +202,8 @@ impl Error {
             Error::Lease(_) => "lease",
             Error::BundleRead { .. } => "bundle_read",
             Error::BundleWrite { .. } => "bundle_write",
+            Error::Client(_) => "client",
+            Error::Serve { .. } => "serve",
             Error::BundleGenerate(_) => "bundle_generate",
             Error::BundleInvalid(_) => "bundle_invalid",
             Error::InstallPlan(_) => "install_plan",

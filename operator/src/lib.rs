@@ -14,7 +14,15 @@ pub mod tls;
 pub mod validate;
 
 pub use error::{Error, Result};
+pub mod apply;
 pub mod bundle;
+pub mod controller;
 pub mod install;
+pub mod leader;
 pub mod manifest;
+pub mod metrics;
+pub mod probe;
 pub mod rbac;
+pub mod run;
+pub mod server;
+pub mod supervisor;

@@ -1,1 +1,54 @@
-fn main() {}
+//! `initializer-operator`: the operator's binary. Each subcommand is one enum variant and one
+//! match arm; the work lives in the library.
+
+use clap::{Parser, Subcommand};
+
+/// Deploys initializers and registers them only while they are ready and answering.
+#[derive(Parser, Debug)]
+#[command(name = "initializer-operator", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the operator (reconcile Initializers, probe them, register and deregister).
+    Run(initializer_operator::run::RunArgs),
+    /// Print the Initializer CustomResourceDefinition as YAML.
+    Crd,
+    /// Install a registry+v1 bundle without OLM into the current cluster.
+    Install(initializer_operator::install::InstallArgs),
+    /// Remove what `install` created (webhook configurations and Initializers first).
+    Uninstall(initializer_operator::install::UninstallArgs),
+    /// Write the generated OLM bundle (or check it with --check) and validate it.
+    Bundle(initializer_operator::bundle::BundleArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => initializer_operator::run::run(args).await?,
+        Command::Crd => print!("{}", initializer_crds::crd_yaml()?),
+        Command::Install(args) => {
+            let client = kube::Client::try_default().await?;
+            initializer_operator::install::run_install(client, &args).await?;
+            println!(
+                "installed {} into namespace {}",
+                args.bundle.display(),
+                args.namespace
+            );
+        }
+        Command::Uninstall(args) => {
+            let client = kube::Client::try_default().await?;
+            initializer_operator::install::uninstall(client, &args).await?;
+            println!("uninstalled");
+        }
+        Command::Bundle(args) => {
+            initializer_operator::bundle::run(&args)?;
+            println!("bundle {} is valid", args.out.display());
+        }
+    }
+    Ok(())
+}

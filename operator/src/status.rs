@@ -13,6 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::health::{Snapshot, State};
 use crate::validate::{Refusal, describe};
 
+/// The last probe's time and latency are refreshed in the status at most this often, so that
+/// probes alone do not turn into a stream of status writes.
+pub const PROBE_STATUS_REFRESH: Duration = Duration::from_secs(30);
+
 /// Condition: the spec passed validation.
 pub const VALID: &str = "Valid";
 /// Condition: the Deployment is available.
@@ -297,6 +301,26 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
     }
 }
 
+/// True when writing `next` over `previous` would change only the last probe's time and
+/// latency, and those were refreshed recently.
+pub fn only_probe_figures_changed(
+    previous: Option<&InitializerStatus>,
+    next: &InitializerStatus,
+    now: Timestamp,
+) -> bool {
+    let Some(previous) = previous else {
+        return false;
+    };
+    let mut same = next.clone();
+    same.last_probe_time = previous.last_probe_time.clone();
+    same.last_probe_latency_millis = previous.last_probe_latency_millis;
+    let recent = previous.last_probe_time.as_ref().is_some_and(|t| {
+        now.duration_since(t.0).as_secs()
+            < i64::try_from(PROBE_STATUS_REFRESH.as_secs()).unwrap_or(i64::MAX)
+    });
+    &same == previous && recent
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,5 +539,24 @@ mod tests {
         assert!(!observe_workload(&d).available);
         d.status = None;
         assert!(!observe_workload(&d).available);
+    }
+
+    #[test]
+    fn probe_figures_alone_are_written_only_when_stale() {
+        let now = now();
+        let previous = InitializerStatus {
+            last_probe_time: Some(Time(now - jiff::SignedDuration::from_secs(5))),
+            last_probe_latency_millis: Some(10),
+            ..Default::default()
+        };
+        let mut next = previous.clone();
+        next.last_probe_time = Some(Time(now));
+        next.last_probe_latency_millis = Some(12);
+        assert!(only_probe_figures_changed(Some(&previous), &next, now));
+        let later = now + jiff::SignedDuration::from_secs(40);
+        assert!(!only_probe_figures_changed(Some(&previous), &next, later));
+        next.registered = Some(true);
+        assert!(!only_probe_figures_changed(Some(&previous), &next, now));
+        assert!(!only_probe_figures_changed(None, &next, now));
     }
 }

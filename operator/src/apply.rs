@@ -1,0 +1,188 @@
+//! The IO shell that writes desired objects: server-side apply with one field manager, reading
+//! the existing certificates, and the [`Registrar`] that registers and removes the webhook
+//! configuration.
+
+use std::fmt::Debug;
+use std::future::Future;
+
+use initializer_crds::constants::FIELD_MANAGER;
+use initializer_crds::{Initializer, InitializerStatus};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::build::Desired;
+use crate::error::{Error, Result, is_not_found};
+use crate::tls::Ca;
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// Server-side applies one namespaced object and returns what the API server stored.
+pub async fn apply_namespaced<K>(client: &Client, obj: &K) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let name = obj.name_any();
+    let namespace = obj.namespace().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    api.patch(&name, &apply_params(), &Patch::Apply(obj))
+        .await
+        .map_err(|source| Error::Apply {
+            kind: <K as k8s_openapi::Resource>::KIND,
+            name,
+            source: Box::new(source),
+        })
+}
+
+/// Applies the workload (Secrets, ConfigMap, Service, PodDisruptionBudget, Deployment, in an
+/// order that lets the pods start with everything they mount) and returns the stored
+/// Deployment, whose status says whether it is available.
+pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deployment> {
+    apply_namespaced(client, &desired.ca_secret).await?;
+    apply_namespaced(client, &desired.tls_secret).await?;
+    if let Some(cm) = &desired.config_map {
+        apply_namespaced(client, cm).await?;
+    }
+    apply_namespaced(client, &desired.service).await?;
+    apply_namespaced(client, &desired.pdb).await?;
+    apply_namespaced(client, &desired.deployment).await
+}
+
+/// Reads the existing CA and serving certificate, if any, so they are kept until rotation.
+pub async fn read_tls(
+    client: &Client,
+    namespace: &str,
+    ca_secret: &str,
+    tls_secret: &str,
+) -> Result<(Option<Ca>, Option<(String, String)>)> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let get = |name: &str| {
+        let api = api.clone();
+        let name = name.to_string();
+        async move {
+            api.get_opt(&name).await.map_err(|source| Error::Get {
+                kind: "Secret",
+                name,
+                source: Box::new(source),
+            })
+        }
+    };
+    let text = |s: &Secret, key: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+    };
+    let ca = get(ca_secret).await?.and_then(|s| {
+        Some(Ca {
+            cert_pem: text(&s, "ca.crt")?,
+            key_pem: text(&s, "ca.key")?,
+        })
+    });
+    let serving = get(tls_secret)
+        .await?
+        .and_then(|s| Some((text(&s, "tls.crt")?, text(&s, "tls.key")?)));
+    Ok((ca, serving))
+}
+
+/// Writes an Initializer's whole status with server-side apply on the status subresource (fields
+/// the operator no longer sets are removed).
+pub async fn apply_status(client: &Client, name: &str, status: &InitializerStatus) -> Result<()> {
+    let api: Api<Initializer> = Api::all(client.clone());
+    let patch = serde_json::json!({
+        "apiVersion": Initializer::api_version(&()),
+        "kind": Initializer::kind(&()),
+        "status": status,
+    });
+    api.patch_status(name, &apply_params(), &Patch::Apply(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Status {
+            name: name.to_string(),
+            source: Box::new(source),
+        })
+}
+
+/// Registers and removes an initializer's admission configuration. The webhook backend is the
+/// only one today; a legacy `InitializerConfiguration` backend can implement the same trait.
+pub trait Registrar: Send + Sync {
+    /// The configuration type this backend registers.
+    type Configuration: Send + Sync;
+
+    /// Creates or updates the configuration.
+    fn register(&self, desired: &Self::Configuration) -> impl Future<Output = Result<()>> + Send;
+
+    /// Deletes the configuration `name`; true when something was deleted.
+    fn deregister(&self, name: &str) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Whether the configuration `name` exists now.
+    fn is_registered(&self, name: &str) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// Registers `MutatingWebhookConfiguration`s.
+#[derive(Clone)]
+pub struct WebhookRegistrar {
+    client: Client,
+}
+
+impl WebhookRegistrar {
+    /// A registrar using `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    fn api(&self) -> Api<MutatingWebhookConfiguration> {
+        Api::all(self.client.clone())
+    }
+}
+
+impl Registrar for WebhookRegistrar {
+    type Configuration = MutatingWebhookConfiguration;
+
+    async fn register(&self, desired: &MutatingWebhookConfiguration) -> Result<()> {
+        let name = desired.name_any();
+        self.api()
+            .patch(&name, &apply_params(), &Patch::Apply(desired))
+            .await
+            .map(|_| ())
+            .map_err(|source| Error::Register {
+                name,
+                source: Box::new(source),
+            })
+    }
+
+    async fn deregister(&self, name: &str) -> Result<bool> {
+        match self.api().delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(source) => Err(Error::Deregister {
+                name: name.to_string(),
+                source: Box::new(source),
+            }),
+        }
+    }
+
+    async fn is_registered(&self, name: &str) -> Result<bool> {
+        self.api()
+            .get_opt(name)
+            .await
+            .map(|found| found.is_some())
+            .map_err(|source| Error::Get {
+                kind: "MutatingWebhookConfiguration",
+                name: name.to_string(),
+                source: Box::new(source),
+            })
+    }
+}

@@ -1,0 +1,388 @@
+//! The reconciler: validate → build (pure) → apply → supervise → status (pure, one patch),
+//! wrapped in the finalizer that removes the webhook configuration before the workload may go,
+//! plus the sweep that removes configurations whose Initializer no longer exists.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use initializer_crds::constants::{
+    FINALIZER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
+use initializer_crds::{Initializer, InitializerStatus};
+use jiff::Timestamp;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ListParams;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::apply::{self, Registrar, WebhookRegistrar};
+use crate::build::{self, Settings};
+use crate::error::{Error, Result};
+use crate::health::HealthConfig;
+use crate::metrics::Metrics;
+use crate::probe;
+use crate::status::{self, Observation};
+use crate::supervisor::{Supervisor, Target};
+use crate::tls;
+use crate::validate::{self, describe, validate};
+
+/// How often every Initializer is reconciled even when nothing changed (certificate rotation,
+/// status refresh).
+pub const RESYNC: Duration = Duration::from_secs(60);
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// What the builder needs beyond the spec.
+    pub settings: Settings,
+    /// The operator's own namespace.
+    pub operator_namespace: String,
+    /// Health supervision.
+    pub supervisor: Supervisor,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("operator_namespace", &self.operator_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn publish(ctx: &Context, obj: &Initializer, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        warn!(error = %e, reason, "failed to publish event");
+    }
+}
+
+/// Reconciles one Initializer.
+pub async fn reconcile(obj: Arc<Initializer>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    if obj.metadata.name.is_none() {
+        return Err(Error::MissingName);
+    }
+    let api: Api<Initializer> = Api::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            FinalizerEvent::Apply(obj) => apply(&obj, &ctx).await,
+            FinalizerEvent::Cleanup(obj) => cleanup(&obj, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+/// What to do after a failed reconcile: wait for a change when retrying cannot help, otherwise
+/// retry with the error's backoff.
+pub fn error_policy(obj: Arc<Initializer>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_failed(err);
+    warn!(initializer = %obj.name_any(), error = %err, permanent = err.is_permanent(), "reconcile failed");
+    if err.is_permanent() {
+        Action::await_change()
+    } else {
+        Action::requeue(err.retry_after())
+    }
+}
+
+async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
+    let name = obj.name_any();
+    let names = validate::names(&name);
+    let now = Timestamp::now();
+    let validated = match validate(&obj.spec, &ctx.operator_namespace, &name) {
+        Ok(v) => v,
+        Err(refusals) => {
+            ctx.supervisor.stop(&name);
+            WebhookRegistrar::new(ctx.client.clone())
+                .deregister(&names.configuration)
+                .await?;
+            let previous = obj.status.as_ref();
+            let already = previous.is_some_and(|s| {
+                s.observed_generation == obj.metadata.generation
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == status::VALID && c.status == "False")
+            });
+            if !already {
+                publish(ctx, obj, EventType::Warning, "Refused", describe(&refusals)).await;
+            }
+            let status = status::compute(&Observation {
+                generation: obj.metadata.generation,
+                refusals: &refusals,
+                suspended: obj.spec.suspend,
+                workload: None,
+                health: None,
+                probe: None,
+                registered: false,
+                configuration_name: &names.configuration,
+                certificate_not_after: None,
+                now,
+                previous,
+            });
+            write_status(ctx, obj, status).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let (ca, serving) = apply::read_tls(
+        &ctx.client,
+        &validated.namespace,
+        &names.ca_secret,
+        &names.tls_secret,
+    )
+    .await?;
+    let material = tls::ensure(
+        ca,
+        serving,
+        &tls::dns_names(&names.base, &validated.namespace),
+        now,
+    )?;
+    let expiry = tls::inspect(&material.cert_pem).ok().map(|i| i.not_after);
+    let owner = obj.controller_owner_ref(&());
+    let desired = build::build(&validated, &material, &ctx.settings, owner.as_ref());
+    let deployment = apply::apply_workload(&ctx.client, &desired).await?;
+    let workload = status::observe_workload(&deployment);
+    let health = validated.health.clone();
+    let budget = Duration::from_millis(u64::try_from(health.latency_budget_millis).unwrap_or(500));
+    let period = Duration::from_secs(u64::try_from(health.period_seconds).unwrap_or(1));
+    if obj.spec.suspend
+        && obj
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_none_or(|p| p != initializer_crds::Phase::Suspended)
+    {
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "Suspended",
+            "spec.suspend is true: the configuration is removed and stays removed; the workload keeps running".into(),
+        )
+        .await;
+    }
+    let report = ctx
+        .supervisor
+        .sync(Target {
+            initializer: name.clone(),
+            reference: obj.object_ref(&()),
+            namespace: validated.namespace.clone(),
+            service: names.base.clone(),
+            probe: probe::target_for(&validated.spec.rules),
+            period,
+            budget,
+            health: HealthConfig::from_policy(&health),
+            webhook: desired.webhook.clone(),
+            available: workload.available,
+            suspended: obj.spec.suspend,
+            generation: obj.metadata.generation,
+            workload,
+            certificate_not_after: expiry,
+            stored_status: obj.status.clone(),
+        })
+        .await?;
+    tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn write_status(ctx: &Context, obj: &Initializer, status: InitializerStatus) -> Result<()> {
+    if status::only_probe_figures_changed(obj.status.as_ref(), &status, Timestamp::now()) {
+        return Ok(());
+    }
+    apply::apply_status(&ctx.client, &obj.name_any(), &status).await
+}
+
+async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
+    let name = obj.name_any();
+    let names = validate::names(&name);
+    ctx.supervisor.stop(&name);
+    let registrar = WebhookRegistrar::new(ctx.client.clone());
+    if registrar.deregister(&names.configuration).await? {
+        ctx.metrics.deregistered(&name, "Deleted", None);
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "Deregistered",
+            format!(
+                "removed {} before the workload is deleted",
+                names.configuration
+            ),
+        )
+        .await;
+    }
+    // The finalizer stays until the API server confirms the configuration is gone, so no
+    // create ever meets a configuration whose initializer has already been deleted.
+    if registrar.is_registered(&names.configuration).await? {
+        return Err(Error::CleanupPending(names.configuration));
+    }
+    info!(initializer = %name, "cleaned up");
+    Ok(Action::await_change())
+}
+
+/// Names of managed configurations that belong to no existing Initializer.
+pub fn orphans(
+    configurations: &[MutatingWebhookConfiguration],
+    initializers: &[String],
+) -> Vec<String> {
+    let labels: Vec<String> = initializers
+        .iter()
+        .map(|n| validate::names(n).label)
+        .collect();
+    configurations
+        .iter()
+        .filter(|c| {
+            c.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+                && c.labels()
+                    .get(INITIALIZER_LABEL)
+                    .is_none_or(|owner| !labels.contains(owner))
+        })
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+fn managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// Deletes every managed configuration whose Initializer no longer exists; returns their names.
+pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let found = configs
+        .list(&ListParams::default().labels(&managed_selector()))
+        .await
+        .map_err(|e| Error::Orphans(Box::new(e)))?;
+    if found.items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    let names: Vec<String> = initializers
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::Orphans(Box::new(e)))?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let registrar = WebhookRegistrar::new(client.clone());
+    let orphaned = orphans(&found.items, &names);
+    for name in &orphaned {
+        registrar.deregister(name).await?;
+        info!(configuration = %name, "removed orphaned configuration");
+    }
+    Ok(orphaned)
+}
+
+/// Removes orphans at start, whenever a managed configuration changes, and every minute (an
+/// Initializer removed without its finalizer leaves no event on the configuration).
+pub async fn watch_orphans(client: Client, shutdown: CancellationToken) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut events = watcher(api, watcher::Config::default().labels(&managed_selector()))
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let mut sweep = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = sweep.tick() => {}
+            event = events.next() => {
+                if event.is_none() {
+                    return;
+                }
+            }
+        }
+        if let Err(e) = remove_orphans(&client).await {
+            warn!(error = %e, "orphan sweep failed");
+        }
+    }
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let client = ctx.client.clone();
+    let owned = watcher::Config::default().labels(&managed_selector());
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    let stop = shutdown.clone();
+    Controller::new(initializers, watcher::Config::default())
+        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
+        .owns(Api::<Service>::all(client.clone()), owned.clone())
+        .owns(Api::<Secret>::all(client.clone()), owned.clone())
+        .owns(Api::<ConfigMap>::all(client.clone()), owned.clone())
+        .owns(Api::<PodDisruptionBudget>::all(client.clone()), owned)
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile result");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    fn config(name: &str, owner: Option<&str>, managed: bool) -> MutatingWebhookConfiguration {
+        let mut labels = BTreeMap::new();
+        if managed {
+            labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string());
+        }
+        if let Some(owner) = owner {
+            labels.insert(INITIALIZER_LABEL.to_string(), owner.to_string());
+        }
+        MutatingWebhookConfiguration {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            webhooks: None,
+        }
+    }
+
+    #[test]
+    fn configurations_without_an_initializer_are_orphans() {
+        let long = "x".repeat(100);
+        let configs = [
+            config("initializer-sidecar", Some("sidecar"), true),
+            config("initializer-gone", Some("gone"), true),
+            config("initializer-nolabel", None, true),
+            config("someone-elses", Some("gone"), false),
+            config(
+                "initializer-long",
+                Some(&validate::names(&long).label),
+                true,
+            ),
+        ];
+        let found = orphans(&configs, &["sidecar".to_string(), long]);
+        assert_eq!(found, ["initializer-gone", "initializer-nolabel"]);
+    }
+}

@@ -1,0 +1,257 @@
+//! `initializer-operator run`: wires the client, the operator's endpoints, leader election, the
+//! controller, the health supervisor and the orphan sweep together.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use initializer_crds::images::{self, PRESET_INITIALIZER};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::build::Settings;
+use crate::controller::{self, Context};
+use crate::error::{Error, Result};
+use crate::leader::{LeaderConfig, LeaderElector};
+use crate::metrics::Metrics;
+use crate::server::{self, Health};
+use crate::supervisor::Supervisor;
+
+/// Flags of `initializer-operator run`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// The operator's own namespace: never intercepted, and the default namespace of every
+    /// initializer's workload.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "initializer-system")]
+    pub namespace: String,
+    /// Image of the built-in preset initializer (for Initializers with only `spec.preset`).
+    #[arg(long, env = "PRESET_IMAGE", default_value_t = images::image(PRESET_INITIALIZER))]
+    pub preset_image: String,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Log as JSON lines.
+    #[arg(long, env = "LOG_JSON")]
+    pub log_json: bool,
+    /// Run leader election (the default); only the leader reconciles and probes.
+    #[arg(long, overrides_with = "no_leader_election")]
+    pub leader_election: bool,
+    /// Lead without election (a single replica).
+    #[arg(long, overrides_with = "leader_election")]
+    pub no_leader_election: bool,
+    /// Name of the leader Lease.
+    #[arg(long, env = "LEASE_NAME", default_value = "initializer-operator")]
+    pub lease_name: String,
+    /// Namespace of the leader Lease (defaults to `--namespace`).
+    #[arg(long, env = "LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Seconds a Lease holds without renewal.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+    /// This replica's identity (the pod name); defaults to the host name.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Service account the operator runs as, shown to initializers as the probe's user.
+    #[arg(
+        long,
+        env = "SERVICE_ACCOUNT_NAME",
+        default_value = "initializer-operator"
+    )]
+    pub service_account: String,
+}
+
+impl RunArgs {
+    fn identity(&self) -> String {
+        self.pod_name
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("initializer-operator-{:08x}", rand::random::<u32>()))
+    }
+
+    fn elect(&self) -> bool {
+        !self.no_leader_election
+    }
+}
+
+/// Installs the `tracing` subscriber (JSON lines with `json`); `RUST_LOG` filters.
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // A subscriber set earlier (tests) wins; that is fine.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Runs the operator until SIGINT/SIGTERM.
+pub async fn run(args: RunArgs) -> Result<()> {
+    init_tracing(args.log_json);
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::Client(Box::new(e)))?;
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        info!("shutting down");
+        stop.cancel();
+    });
+    run_with(client, args, shutdown).await
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+        match term {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Runs the operator with `client` until `shutdown` (used by `run` and by tests).
+pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken) -> Result<()> {
+    let metrics = Metrics::shared();
+    let ready = Arc::new(AtomicBool::new(false));
+    let health = Health {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    };
+    let addr = args.metrics_addr;
+    let listener_stop = shutdown.clone();
+    let server = tokio::spawn(async move { server::serve(addr, health, listener_stop).await });
+
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| Error::Client(Box::new(e)))?;
+    info!(server = %version.git_version, namespace = %args.namespace, "connected");
+    ready.store(true, Ordering::Relaxed);
+
+    let identity = args.identity();
+    let (leading_tx, mut leading) = watch::channel(!args.elect());
+    if args.elect() {
+        let config = LeaderConfig::new(
+            &args.lease_name,
+            args.lease_namespace.as_deref().unwrap_or(&args.namespace),
+            &identity,
+            Duration::from_secs(args.lease_duration_seconds.max(3)),
+        );
+        let elector = LeaderElector::new(client.clone(), config);
+        tokio::spawn(elector.run(leading_tx, shutdown.clone()));
+    } else {
+        drop(leading_tx);
+    }
+
+    loop {
+        if !*leading.borrow_and_update() {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = leading.changed() => {
+                    if changed.is_err() && !*leading.borrow() {
+                        shutdown.cancelled().await;
+                        break;
+                    }
+                    continue;
+                }
+            }
+        }
+        metrics.leader.set(1);
+        let term = shutdown.child_token();
+        let lead = tokio::spawn(lead(
+            client.clone(),
+            args.clone(),
+            identity.clone(),
+            metrics.clone(),
+            term.clone(),
+        ));
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = leading.changed() => {
+                    if changed.is_err() {
+                        // No elector (leader election off): lead until shutdown.
+                        shutdown.cancelled().await;
+                        break;
+                    }
+                    if !*leading.borrow() {
+                        warn!("lost the leader lease: stopping the controllers");
+                        break;
+                    }
+                }
+            }
+        }
+        term.cancel();
+        let _ = lead.await;
+        metrics.leader.set(0);
+        if shutdown.is_cancelled() {
+            break;
+        }
+    }
+    match server.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(Error::Serve { addr, source }),
+        Err(_) => Ok(()),
+    }
+}
+
+async fn lead(
+    client: Client,
+    args: RunArgs,
+    identity: String,
+    metrics: Arc<Metrics>,
+    term: CancellationToken,
+) {
+    info!(%identity, "leading: starting the controllers");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "initializer-operator".into(),
+            instance: Some(identity),
+        },
+    );
+    let supervisor = Supervisor::new(
+        client.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        format!(
+            "system:serviceaccount:{}:{}",
+            args.namespace, args.service_account
+        ),
+    );
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder,
+        metrics,
+        settings: Settings {
+            preset_image: args.preset_image.clone(),
+        },
+        operator_namespace: args.namespace.clone(),
+        supervisor: supervisor.clone(),
+    });
+    tokio::join!(
+        controller::run(ctx, term.clone()),
+        controller::watch_orphans(client, term.clone()),
+    );
+    supervisor.stop_all();
+    info!("controllers stopped");
+}
