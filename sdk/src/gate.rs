@@ -174,7 +174,13 @@ mod tests {
         assert!(gate.admits(Some("test-a")));
         assert!(!gate.admits(Some("test-private")));
         assert!(!gate.admits(Some("default")));
-        assert!(NamespaceGate { include: vec!["*-test".into()], exclude: vec![] }.admits(Some("web-test")));
+        assert!(
+            NamespaceGate {
+                include: vec!["*-test".into()],
+                exclude: vec![]
+            }
+            .admits(Some("web-test"))
+        );
         assert!(!gate.admits(None));
         assert!(NamespaceGate::default().admits(Some("anything")));
         assert!(NamespaceGate::default().admits(None));

@@ -101,6 +101,7 @@ mod error;
 pub mod gate;
 mod handler;
 mod initializer;
+pub mod load;
 pub mod metrics;
 pub mod mutate;
 mod review;

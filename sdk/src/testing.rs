@@ -448,7 +448,10 @@ spec:
         fn tutorial_fixtures_parse() {
             assert_eq!(nginx_deployment().metadata.name.as_deref(), Some("nginx"));
             let annotated = nginx_with_annotation();
-            assert_eq!(annotated.metadata.annotations.unwrap()[SIDECAR_ANNOTATION], "true");
+            assert_eq!(
+                annotated.metadata.annotations.unwrap()[SIDECAR_ANNOTATION],
+                "true"
+            );
             assert_eq!(nginx_pod().spec.unwrap().containers[0].name, "nginx");
             let config: serde_yaml::Value = serde_yaml::from_str(SIDECAR_CONFIG).unwrap();
             assert_eq!(config["containers"][0]["name"], "sidecar-nginx");

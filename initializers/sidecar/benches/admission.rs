@@ -1,0 +1,190 @@
+//! Benchmarks of the sidecar initializer on the tutorial's nginx Pod (prints figures; no
+//! assertions): the in-process path step by step, then the full server over HTTPS on loopback
+//! under load.
+//!
+//! `cargo bench -p sidecar-initializer --bench admission` (set `BENCH_SECONDS` to change the
+//! length of each load run, default 10).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::Pod;
+use kube_initializer::client::Trust;
+use kube_initializer::load::{LoadSpec, run};
+use kube_initializer::mutate::{self, PodSpecHolder};
+use kube_initializer::testing::{Tester, review, tutorial};
+use kube_initializer::{Response, ServeArgs};
+use serde_json::Value;
+use sidecar_initializer::{SidecarConfig, initializer};
+
+fn per_op(label: &str, iterations: u32, mut f: impl FnMut()) {
+    for _ in 0..iterations / 10 {
+        f();
+    }
+    let start = Instant::now();
+    for _ in 0..iterations {
+        f();
+    }
+    let ns = start.elapsed().as_nanos() as f64 / f64::from(iterations);
+    println!("  {label:<58} {ns:>9.0} ns/op");
+}
+
+fn config() -> SidecarConfig {
+    serde_yaml::from_str(tutorial::SIDECAR_CONFIG).unwrap()
+}
+
+fn in_process(runtime: &tokio::runtime::Runtime) {
+    let body = review(&tutorial::nginx_pod()).to_bytes();
+    let config = config();
+    println!(
+        "in-process, the tutorial's nginx Pod ({} byte review) with the sidecar initializer:",
+        body.len()
+    );
+    let n = 20_000;
+
+    per_op("parse review bytes into serde_json::Value", n, || {
+        black_box(serde_json::from_slice::<Value>(black_box(&body)).unwrap());
+    });
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    let object = doc["request"]["object"].clone();
+    per_op(
+        "clone the object Value (baseline for the next line)",
+        n,
+        || {
+            black_box(object.clone());
+        },
+    );
+    per_op(
+        "deserialize Pod from the owned object Value (+clone)",
+        n,
+        || {
+            black_box(serde_json::from_value::<Pod>(object.clone()).unwrap());
+        },
+    );
+    let pod: Pod = serde_json::from_value(object.clone()).unwrap();
+    per_op(
+        "serialize Pod to Value (done twice: before and after)",
+        n,
+        || {
+            black_box(serde_json::to_value(black_box(&pod)).unwrap());
+        },
+    );
+    per_op("run the handler (add_container) on a cloned Pod", n, || {
+        let mut p = pod.clone();
+        mutate::add_container(p.pod_spec_mut().unwrap(), &config.containers[0]);
+        black_box(p);
+    });
+    let before = serde_json::to_value(&pod).unwrap();
+    let mut patched = pod.clone();
+    mutate::add_container(patched.pod_spec_mut().unwrap(), &config.containers[0]);
+    let after = serde_json::to_value(&patched).unwrap();
+    per_op("json_patch::diff(before, after)", n, || {
+        black_box(json_patch::diff(black_box(&before), black_box(&after)));
+    });
+    let mut response = Response::allow("00000000-0000-0000-0000-000000000001");
+    response.patch = Some(json_patch::diff(&before, &after));
+    per_op(
+        "serialize the response (patch JSON + base64 + review)",
+        n,
+        || {
+            black_box(response.to_json());
+        },
+    );
+    per_op("tokio spawn_blocking round trip (empty closure)", n, || {
+        runtime.block_on(async { tokio::task::spawn_blocking(|| 1).await.unwrap() });
+    });
+    let init = initializer().config(config.clone());
+    per_op(
+        "Initializer::review_json: the whole path (bytes in, bytes out)",
+        n,
+        || {
+            black_box(runtime.block_on(init.review_json(&body)).unwrap());
+        },
+    );
+    let tester = Tester::new(initializer().config(config.clone()));
+    per_op("through the axum router (Tester, no socket)", n, || {
+        black_box(
+            runtime
+                .block_on(tester.send("POST", "/initialize", body.clone()))
+                .unwrap(),
+        );
+    });
+}
+
+fn over_https(seconds: f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("config.yaml"), tutorial::SIDECAR_CONFIG).unwrap();
+
+    // The server gets its own runtime (as its own process would), the load generator another.
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let args = ServeArgs::new(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        dir.path(),
+        dir.path(),
+    );
+    let server = server_rt.block_on(initializer().bind(&args)).unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}/initialize",
+        server.local_addr().port()
+    );
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = Bytes::from(review(&tutorial::nginx_pod()).to_bytes());
+
+    println!("\nfull server over HTTPS on loopback ({url}), {seconds} s per run:");
+    let runs: [(&str, Option<f64>, usize); 4] = [
+        ("open loop 1000 req/s, 16 connections", Some(1000.0), 16),
+        ("open loop 1000 req/s, 2 connections", Some(1000.0), 2),
+        ("open loop 3000 req/s, 16 connections", Some(3000.0), 16),
+        ("closed loop, 32 concurrent", None, 32),
+    ];
+    for (label, rate, connections) in runs {
+        let spec = LoadSpec {
+            url: url.clone(),
+            trust: Trust::Insecure,
+            body: body.clone(),
+            rate,
+            connections,
+            duration: Duration::from_secs_f64(seconds),
+            warmup: Duration::from_secs(1),
+        };
+        let report = client_rt.block_on(run(&spec)).unwrap();
+        println!("  {label:<40} {}", report.summary());
+        if let Some(e) = report.first_error {
+            println!("    first error: {e}");
+        }
+    }
+    server_rt.block_on(server.shutdown());
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing and wants it quick.
+    let benching = std::env::args().any(|a| a == "--bench");
+    if !benching {
+        println!("run with `cargo bench` for figures");
+        return;
+    }
+    let seconds: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10.0);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    in_process(&runtime);
+    drop(runtime);
+    over_https(seconds);
+}
