@@ -412,3 +412,37 @@ async fn deleting_a_deployment_removes_its_pods_and_their_processes() {
     }
     env.stop().await;
 }
+
+#[tokio::test]
+async fn startup_probe_gates_readiness_and_restarts_a_container_that_never_starts() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let pod = |name: &str, startup_port: i32| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "app", "image": workload_support::IMAGE,
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "startupProbe": {"tcpSocket": {"port": startup_port}, "periodSeconds": 1, "failureThreshold": 2},
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
+        }]}})
+    };
+    let _: Pod = env.create("apps", pod("starts", 8080)).await;
+    let _: Pod = env.create("apps", pod("never", 9)).await;
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let cs = wait_for("the started pod to be ready", T, || async {
+        let p = api.get("starts").await.ok()?;
+        let cs = p.status?.container_statuses?.remove(0);
+        cs.ready.then_some(cs)
+    })
+    .await;
+    assert_eq!(cs.started, Some(true));
+    let cs = wait_for("a startup restart", T, || async {
+        let p = api.get("never").await.ok()?;
+        let cs = p.status?.container_statuses?.remove(0);
+        (cs.restart_count >= 1).then_some(cs)
+    })
+    .await;
+    assert!(!cs.ready);
+    assert_eq!(cs.last_state.unwrap().terminated.unwrap().exit_code, 143);
+    env.stop().await;
+}

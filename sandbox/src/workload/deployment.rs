@@ -528,6 +528,10 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 exp.pending.clear();
                 exp.deleting.clear();
                 let plan = plan(&deploy, &active, old_terminating);
+                if plan.create == 0 {
+                    // Nothing left to create: an earlier failure no longer applies.
+                    failures.remove(&uid);
+                }
                 let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 for _ in 0..plan.create {
                     let pod = new_pod(&deploy, &plan.hash);

@@ -124,6 +124,8 @@ struct Slot {
     ready: bool,
     readiness: Tracker,
     liveness: Tracker,
+    startup: Tracker,
+    started: bool,
     probes: Vec<tokio::task::JoinHandle<()>>,
     next_start: Option<Instant>,
     backoff: Duration,
@@ -148,6 +150,8 @@ impl Slot {
             ready: false,
             readiness: Tracker::default(),
             liveness: Tracker::default(),
+            startup: Tracker::default(),
+            started: false,
             probes: Vec::new(),
             next_start: Some(Instant::now()),
             backoff: INITIAL_BACKOFF,
@@ -163,6 +167,14 @@ impl Slot {
     }
 }
 
+/// Which probe a result is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ProbeKind {
+    Startup,
+    Readiness,
+    Liveness,
+}
+
 enum Event {
     Exited {
         idx: usize,
@@ -172,7 +184,7 @@ enum Event {
     Probe {
         idx: usize,
         generation: u64,
-        liveness: bool,
+        kind: ProbeKind,
         result: Result<(), String>,
     },
 }
@@ -511,8 +523,14 @@ impl Worker {
                 slot.next_start = None;
                 slot.readiness = Tracker::default();
                 slot.liveness = Tracker::default();
-                slot.ready = slot.spec.readiness_probe.is_none();
-                self.spawn_probes(idx);
+                slot.startup = Tracker::default();
+                slot.started = slot.spec.startup_probe.is_none();
+                slot.ready = slot.started && slot.spec.readiness_probe.is_none();
+                if slot.started {
+                    self.spawn_probes(idx, &[ProbeKind::Readiness, ProbeKind::Liveness]);
+                } else {
+                    self.spawn_probes(idx, &[ProbeKind::Startup]);
+                }
             }
             Err(e) => {
                 slot.state = State::Waiting {
@@ -529,14 +547,17 @@ impl Worker {
         }
     }
 
-    fn spawn_probes(&mut self, idx: usize) {
+    fn spawn_probes(&mut self, idx: usize, kinds: &[ProbeKind]) {
         let slot = &mut self.slots[idx];
         let generation = slot.generation;
         let ip = self.ip.to_string();
-        for (liveness, probe) in [
-            (false, slot.spec.readiness_probe.clone()),
-            (true, slot.spec.liveness_probe.clone()),
-        ] {
+        for kind in kinds {
+            let kind = *kind;
+            let probe = match kind {
+                ProbeKind::Startup => slot.spec.startup_probe.clone(),
+                ProbeKind::Readiness => slot.spec.readiness_probe.clone(),
+                ProbeKind::Liveness => slot.spec.liveness_probe.clone(),
+            };
             let Some(probe) = probe else { continue };
             let timing = Timing::of(&probe);
             let container = slot.spec.clone();
@@ -549,15 +570,15 @@ impl Worker {
                 loop {
                     ticker.tick().await;
                     let result = probe::run(&probe, &container, &ip, timing.timeout).await;
-                    if events
-                        .send(Event::Probe {
-                            idx,
-                            generation,
-                            liveness,
-                            result,
-                        })
-                        .is_err()
-                    {
+                    let passed = result.is_ok();
+                    let event = Event::Probe {
+                        idx,
+                        generation,
+                        kind,
+                        result,
+                    };
+                    // A startup probe ends with its first success.
+                    if events.send(event).is_err() || (kind == ProbeKind::Startup && passed) {
                         break;
                     }
                 }
@@ -639,7 +660,7 @@ impl Worker {
             Event::Probe {
                 idx,
                 generation,
-                liveness,
+                kind,
                 result,
             } => {
                 let Some(slot) = self.slots.get_mut(idx) else {
@@ -648,27 +669,32 @@ impl Worker {
                 if slot.generation != generation || slot.running.is_none() {
                     return;
                 }
-                let probe = if liveness {
-                    slot.spec.liveness_probe.as_ref()
-                } else {
-                    slot.spec.readiness_probe.as_ref()
+                let probe = match kind {
+                    ProbeKind::Startup => slot.spec.startup_probe.as_ref(),
+                    ProbeKind::Readiness => slot.spec.readiness_probe.as_ref(),
+                    ProbeKind::Liveness => slot.spec.liveness_probe.as_ref(),
                 };
                 let Some(timing) = probe.map(Timing::of) else {
                     return;
                 };
                 if let Err(message) = &result {
-                    tracing::debug!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, liveness, %message, "probe failed");
+                    tracing::debug!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, ?kind, %message, "probe failed");
                 }
-                let tracker = if liveness {
-                    &mut slot.liveness
-                } else {
-                    &mut slot.readiness
+                let tracker = match kind {
+                    ProbeKind::Startup => &mut slot.startup,
+                    ProbeKind::Readiness => &mut slot.readiness,
+                    ProbeKind::Liveness => &mut slot.liveness,
                 };
                 let verdict = tracker.record(result.is_ok(), &timing);
-                match (liveness, verdict) {
-                    (false, Some(ready)) => slot.ready = ready,
-                    (true, Some(false)) => {
-                        tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, "liveness probe failed; restarting container");
+                match (kind, verdict) {
+                    (ProbeKind::Readiness, Some(ready)) => slot.ready = ready,
+                    (ProbeKind::Startup, _) if result.is_ok() => {
+                        slot.started = true;
+                        slot.ready = slot.spec.readiness_probe.is_none();
+                        self.spawn_probes(idx, &[ProbeKind::Readiness, ProbeKind::Liveness]);
+                    }
+                    (ProbeKind::Startup | ProbeKind::Liveness, Some(false)) => {
+                        tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, ?kind, "probe failed too often; restarting container");
                         slot.ready = false;
                         slot.stop_probes();
                         if let Some(r) = slot.running.as_mut() {
@@ -789,7 +815,7 @@ impl Worker {
                     "image": s.spec.image.clone().unwrap_or_default(),
                     "imageID": s.program.as_ref().map(|p| format!("sandbox://{}", p.display())).unwrap_or_default(),
                     "ready": s.ready,
-                    "started": s.running.is_some(),
+                    "started": s.running.is_some() && s.started,
                     "restartCount": s.restart_count,
                     "state": s.state.to_json(),
                     "lastState": s.last_state.as_ref().map_or(json!({}), State::to_json),

@@ -1,4 +1,4 @@
-//! Readiness and liveness probes as the kubelet runs them: `httpGet` (HTTP, or HTTPS without
+//! Startup, readiness and liveness probes as the kubelet runs them: `httpGet` (HTTP, or HTTPS without
 //! verifying the certificate), `tcpSocket`; `exec` is not supported and always succeeds (the
 //! sandbox cannot run a command inside a process). `grpc` likewise.
 
