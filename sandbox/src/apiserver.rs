@@ -767,6 +767,15 @@ impl ApiServer {
                 created: false,
             });
         }
+        if unchanged(current, &obj) {
+            // A write that changes nothing is not stored: no new resourceVersion, no watch event
+            // (controllers that apply on every reconcile would otherwise wake themselves).
+            return Ok(Written {
+                object: Self::served(rt, current),
+                warnings,
+                created: false,
+            });
+        }
         let stored = self.store.update(&Self::key(rt), obj, object_rv(current))?;
         self.after_write(rt, &stored);
         let stored = self.finalize_if_done(rt, stored);
@@ -1235,6 +1244,25 @@ impl ApiServer {
             json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": deleted}),
         )
     }
+}
+
+/// Whether `new` equals `current` apart from resourceVersion and managed-field timestamps.
+fn unchanged(current: &Value, new: &Value) -> bool {
+    let normalize = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            md.remove("resourceVersion");
+            if let Some(entries) = md.get_mut("managedFields").and_then(Value::as_array_mut) {
+                for e in entries.iter_mut() {
+                    if let Some(m) = e.as_object_mut() {
+                        m.remove("time");
+                    }
+                }
+            }
+        }
+        v
+    };
+    normalize(current) == normalize(new)
 }
 
 fn patch_has_rv(kind: PatchKind, body: &Value) -> bool {

@@ -140,6 +140,10 @@ pub fn element_key(elem: &Value, keys: &[String]) -> String {
     for k in keys {
         if let Some(v) = elem.get(k) {
             m.insert(k.clone(), v.clone());
+        } else if k == "protocol" {
+            // The API server defaults ports' protocol, so an applied port without one is the
+            // same element as the stored TCP port.
+            m.insert(k.clone(), Value::String("TCP".into()));
         }
     }
     Value::Object(m).to_string()
@@ -816,6 +820,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(second["spec"]["containers"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn ports_without_protocol_are_the_defaulted_tcp_ports() {
+        let applied = json!({"spec": {"ports": [{"port": 443, "targetPort": 8443}]}});
+        let first = apply(&req("op", false), &json!({}), &applied).unwrap();
+        let mut live = first.clone();
+        live["spec"]["ports"][0]["protocol"] = json!("TCP");
+        let second = apply(&req("op", false), &live, &applied).unwrap();
+        assert_eq!(second["spec"]["ports"].as_array().unwrap().len(), 1);
     }
 
     #[test]

@@ -1226,3 +1226,43 @@ async fn pod_logs_are_read_from_the_state_directory() {
     };
     assert_eq!(pods.logs("p", &tail).await.unwrap(), "three\n");
 }
+
+#[tokio::test]
+async fn reapplying_the_same_configuration_stores_nothing_new() {
+    let sb = start().await;
+    let client = sb.client();
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::default_namespaced(client.clone());
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+        "spec": {"selector": {"app": "x"}, "ports": [{"name": "https", "port": 443, "targetPort": 8443}]}});
+    let pp = PatchParams::apply("operator").force();
+    let first = svcs
+        .patch("s", &pp, &Patch::Apply(svc.clone()))
+        .await
+        .unwrap();
+    let second = svcs.patch("s", &pp, &Patch::Apply(svc)).await.unwrap();
+    assert_eq!(
+        first.metadata.resource_version,
+        second.metadata.resource_version
+    );
+    let ports = second.spec.unwrap().ports.unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+
+    let deps: Api<Deployment> = Api::default_namespaced(client);
+    let dep = serde_json::to_value(deployment("web")).unwrap();
+    let a = deps
+        .patch("web", &pp, &Patch::Apply(dep.clone()))
+        .await
+        .unwrap();
+    deps.patch_status(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    let b = deps.patch("web", &pp, &Patch::Apply(dep)).await.unwrap();
+    assert_eq!(b.metadata.generation, Some(1));
+    assert_eq!(b.status.unwrap().replicas, Some(1));
+    assert_ne!(a.metadata.resource_version, b.metadata.resource_version);
+}
