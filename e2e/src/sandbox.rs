@@ -7,10 +7,12 @@
 //! `sandbox up` in another process.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use kube::Client;
 
 use crate::backend::Backend;
@@ -20,23 +22,38 @@ use crate::images;
 pub struct SandboxBackend {
     client: Client,
     kubeconfig: PathBuf,
+    handle: Mutex<Option<SandboxHandle>>,
+    // Removed when the backend is dropped, after the sandbox has stopped.
     state_dir: tempfile::TempDir,
 }
 
 impl SandboxBackend {
     /// Starts a sandbox with a fresh state directory and the image map of our binaries.
     pub async fn start() -> anyhow::Result<Self> {
-        let state_dir = tempfile::Builder::new()
+        let mut state_dir = tempfile::Builder::new()
             .prefix("initializer-e2e-sandbox")
             .tempdir()
             .context("failed to create the sandbox's state directory")?;
+        // Pod logs live there: keep them for a post-mortem when asked.
+        if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
+            state_dir.disable_cleanup(true);
+            eprintln!(
+                "e2e: keeping the sandbox's state directory {}",
+                state_dir.path().display()
+            );
+        }
         let image_map = images::write_image_map(state_dir.path())?;
-        let _ = image_map;
-        bail!(
-            "failed to start the sandbox: the initializer-sandbox library does not export \
-             Sandbox::start yet (issue 4); state directory was {}",
-            state_dir.path().display()
-        )
+        let mut config = SandboxConfig::new(state_dir.path());
+        config.image_map = Some(image_map);
+        let handle = Sandbox::start(config)
+            .await
+            .context("failed to start the sandbox")?;
+        Ok(Self {
+            client: handle.client(),
+            kubeconfig: handle.kubeconfig_path().to_path_buf(),
+            handle: Mutex::new(Some(handle)),
+            state_dir,
+        })
     }
 
     /// The sandbox's state directory (pod logs and volumes live under it).
@@ -105,6 +122,12 @@ impl Backend for SandboxBackend {
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        async {}.boxed()
+        let handle = self.handle.lock().ok().and_then(|mut handle| handle.take());
+        async move {
+            if let Some(handle) = handle {
+                handle.shutdown().await;
+            }
+        }
+        .boxed()
     }
 }
