@@ -247,10 +247,16 @@ impl Sandbox {
                 kubeconfig_path,
                 shutdown: shutdown.child_token(),
             };
-            let w = workload::start(ctx)
-                .await
-                .map_err(|e| Error::StartWorkloads(e.to_string()))?;
-            let _ = workloads.set(w);
+            match workload::start(ctx).await {
+                Ok(w) => {
+                    let _ = workloads.set(w);
+                }
+                Err(e) => {
+                    // Nothing may outlive a failed start.
+                    shutdown.cancel();
+                    return Err(Error::StartWorkloads(e.to_string()));
+                }
+            }
         }
         Ok(handle)
     }
