@@ -35,6 +35,10 @@ pub const REPLICAS: i32 = 2;
 pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 /// Env var holding the operator pod's name (downward API `metadata.name`), its leader identity.
 pub const POD_NAME_ENV: &str = "POD_NAME";
+/// Env var naming the operator's service account (downward API `spec.serviceAccountName`).
+pub const SERVICE_ACCOUNT_ENV: &str = "SERVICE_ACCOUNT_NAME";
+/// Env var holding the operator's health and metrics listen address.
+pub const METRICS_ADDR_ENV: &str = "METRICS_ADDR";
 /// The standard `app.kubernetes.io/name` label.
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 /// The standard `app.kubernetes.io/component` label.
@@ -92,6 +96,12 @@ pub fn operator_container() -> Container {
             EnvVar::metadata_namespace(POD_NAMESPACE_ENV),
             EnvVar::metadata_name(POD_NAME_ENV),
             EnvVar::status_pod_ip(constants::POD_IP_ENV),
+            EnvVar::spec_service_account_name(SERVICE_ACCOUNT_ENV),
+            // Each replica listens on its own pod IP: on the sandbox all pods share one host.
+            EnvVar::value(
+                METRICS_ADDR_ENV,
+                format!("$({}):{HTTP_PORT}", constants::POD_IP_ENV),
+            ),
             EnvVar::value("RUST_LOG", "info"),
         ])
         .ports([ContainerPort::tcp(HTTP_PORT).name(HTTP_PORT_NAME)])
@@ -225,6 +235,15 @@ mod tests {
             let field = var.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
             assert_eq!(field.field_path, path);
         }
+    }
+
+    #[test]
+    fn operator_listens_on_its_own_pod_ip_defined_before_it_is_referenced() {
+        let env = operator_container().env.unwrap();
+        let position = |name: &str| env.iter().position(|var| var.name == name).unwrap();
+        let addr = &env[position(METRICS_ADDR_ENV)];
+        assert_eq!(addr.value.as_deref(), Some("$(POD_IP):8080"));
+        assert!(position(constants::POD_IP_ENV) < position(METRICS_ADDR_ENV));
     }
 
     #[test]

@@ -305,3 +305,40 @@ async fn install_times_out_with_a_clear_error_when_the_operator_never_becomes_av
     );
     sandbox.shutdown().await;
 }
+
+#[tokio::test]
+#[ignore = "needs the operator's `run` command serving /readyz on the sandbox; covered by the e2e suite"]
+async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let image_map = dir.path().join("images.yaml");
+    std::fs::write(
+        &image_map,
+        format!(
+            "{}/{}: {}\n",
+            images::REGISTRY,
+            images::OPERATOR,
+            env!("CARGO_BIN_EXE_initializer-operator")
+        ),
+    )
+    .unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.image_map = Some(image_map);
+    let sandbox = Sandbox::start(config).await.unwrap();
+    let client = sandbox.client();
+
+    install::install(client.clone(), &committed_plan(), Duration::from_secs(120))
+        .await
+        .unwrap();
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert!(install::deployment_available(&deployment));
+
+    install::uninstall(client.clone(), &uninstall_args())
+        .await
+        .unwrap();
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    assert!(!exists(&deployments, OPERATOR).await);
+    sandbox.shutdown().await;
+}
