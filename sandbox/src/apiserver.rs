@@ -368,11 +368,12 @@ impl ApiServer {
     fn normalize(&self, rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
         defaults::apply(&rt.group, &rt.kind, obj);
         let name = meta_str(obj, "name").unwrap_or("").to_string();
-        if rt.custom {
-            let causes = crd::process(rt.schema.as_ref(), obj);
-            if !causes.is_empty() {
-                return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
-            }
+        if rt.custom
+            && let Some(schema) = rt.schema.as_ref()
+        {
+            // Validation waits until after mutating admission.
+            crd::prune(schema, obj, true);
+            crd::apply_defaults(schema, obj);
         }
         if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
             let types = crd::resource_types(obj);
@@ -559,7 +560,7 @@ impl ApiServer {
         let mut obj = admitted.unwrap_or(obj);
         obj["apiVersion"] = json!(rt.api_version());
         if rt.custom {
-            let causes = crd::process(rt.schema.as_ref(), &mut obj);
+            let causes = crd::process(rt.schema.as_ref(), &mut obj, None);
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
             }
@@ -719,7 +720,8 @@ impl ApiServer {
         let mut obj = admitted.unwrap_or(obj);
         if rt.custom {
             let name = meta_str(&obj, "name").unwrap_or("").to_string();
-            let causes = crd::process(rt.schema.as_ref(), &mut obj);
+            let old = Self::served(rt, current);
+            let causes = crd::process(rt.schema.as_ref(), &mut obj, Some(&old));
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
             }

@@ -1,10 +1,11 @@
 //! CustomResourceDefinitions: the resource types a CRD registers, the status the API server gives
 //! it, and structural-schema work on custom objects (pruning, defaulting, validation).
 //!
-//! CEL rules (`x-kubernetes-validations`) are not evaluated: see the README's deviations.
+//! CEL rules (`x-kubernetes-validations`) are evaluated with the subset in [`crate::cel`].
 
 use serde_json::{Map, Value, json};
 
+use crate::cel;
 use crate::resource::{Column, ResourceType};
 
 /// The resource types (one per served version) a CRD defines; empty for a malformed CRD.
@@ -183,7 +184,13 @@ fn type_name(v: &Value) -> &'static str {
 
 /// Structural validation: types, required, enum, bounds, lengths, patterns. Returns
 /// `(field path, message)` causes as the API server words them.
-pub fn validate(schema: &Value, value: &Value, path: &str, out: &mut Vec<(String, String)>) {
+pub fn validate(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    out: &mut Vec<(String, String)>,
+) {
     let field = if path.is_empty() {
         "<root>".to_string()
     } else {
@@ -280,6 +287,7 @@ pub fn validate(schema: &Value, value: &Value, path: &str, out: &mut Vec<(String
             ));
         }
     }
+    check_rules(schema, value, old, path, &field, out);
     match value {
         Value::Object(m) => {
             for r in schema["required"]
@@ -308,11 +316,11 @@ pub fn validate(schema: &Value, value: &Value, path: &str, out: &mut Vec<(String
                     format!("{path}.{k}")
                 };
                 if let Some(s) = props.and_then(|p| p.get(k)) {
-                    validate(s, v, &child, out);
+                    validate(s, v, old.and_then(|o| o.get(k)), &child, out);
                 } else if let Some(ap) =
                     schema.get("additionalProperties").filter(|a| a.is_object())
                 {
-                    validate(ap, v, &child, out);
+                    validate(ap, v, old.and_then(|o| o.get(k)), &child, out);
                 }
             }
         }
@@ -345,7 +353,8 @@ pub fn validate(schema: &Value, value: &Value, path: &str, out: &mut Vec<(String
             }
             if let Some(s) = schema.get("items") {
                 for (i, v) in items.iter().enumerate() {
-                    validate(s, v, &format!("{path}[{i}]"), out);
+                    // Old list elements are not correlated: transition rules inside lists are skipped.
+                    validate(s, v, None, &format!("{path}[{i}]"), out);
                 }
             }
         }
@@ -353,15 +362,65 @@ pub fn validate(schema: &Value, value: &Value, path: &str, out: &mut Vec<(String
     }
 }
 
+/// Evaluates the node's `x-kubernetes-validations` (CEL subset, see [`crate::cel`]); transition
+/// rules (using `oldSelf`) only when there is an old value.
+fn check_rules(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    field: &str,
+    out: &mut Vec<(String, String)>,
+) {
+    let Some(rules) = schema["x-kubernetes-validations"].as_array() else {
+        return;
+    };
+    for r in rules {
+        let Some(src) = r["rule"].as_str() else {
+            continue;
+        };
+        if cel::Program::uses_old_self(src) && old.is_none() {
+            continue;
+        }
+        let message = r["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("failed rule: {src}"));
+        let at = match r["fieldPath"].as_str() {
+            Some(fp) if path.is_empty() => fp.trim_start_matches('.').to_string(),
+            Some(fp) => format!("{path}{fp}"),
+            None => field.to_string(),
+        };
+        match cel::compile(src).and_then(|p| p.check(value, old)) {
+            Ok(true) => {}
+            Ok(false) => out.push((
+                at,
+                format!("Invalid value: \"{}\": {message}", type_name(value)),
+            )),
+            Err(e) => out.push((
+                at,
+                format!(
+                    "Invalid value: \"{}\": rule evaluation failed for {src:?}: {e}",
+                    type_name(value)
+                ),
+            )),
+        }
+    }
+}
+
 /// Prunes, defaults and validates a custom object against its version's schema.
-pub fn process(schema: Option<&Value>, obj: &mut Value) -> Vec<(String, String)> {
+pub fn process(
+    schema: Option<&Value>,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Vec<(String, String)> {
     let Some(schema) = schema else {
         return Vec::new();
     };
     prune(schema, obj, true);
     apply_defaults(schema, obj);
     let mut causes = Vec::new();
-    validate(schema, obj, "", &mut causes);
+    validate(schema, obj, old, "", &mut causes);
     causes
 }
 
@@ -395,7 +454,7 @@ mod tests {
     #[test]
     fn defaults_fill_absent_fields() {
         let mut obj = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"}, "spec": {"image": "i"}});
-        assert!(process(Some(&schema()), &mut obj).is_empty());
+        assert!(process(Some(&schema()), &mut obj, None).is_empty());
         assert_eq!(obj["spec"]["replicas"], 2);
         assert_eq!(obj["spec"]["policy"], "Fail");
     }
@@ -403,7 +462,7 @@ mod tests {
     #[test]
     fn unknown_fields_are_pruned_but_preserved_where_declared() {
         let mut obj = json!({"metadata": {}, "spec": {"image": "i", "bogus": 1}, "status": {"anything": 1}, "extra": true});
-        process(Some(&schema()), &mut obj);
+        process(Some(&schema()), &mut obj, None);
         assert!(obj["spec"].get("bogus").is_none());
         assert!(obj.get("extra").is_none());
         assert_eq!(obj["status"]["anything"], 1);
@@ -412,7 +471,7 @@ mod tests {
     #[test]
     fn violations_are_reported_with_field_paths() {
         let mut obj = json!({"spec": {"replicas": 11, "policy": "Maybe"}});
-        let causes = process(Some(&schema()), &mut obj);
+        let causes = process(Some(&schema()), &mut obj, None);
         let fields: Vec<&str> = causes.iter().map(|(f, _)| f.as_str()).collect();
         assert!(fields.contains(&"spec.image"), "{causes:?}");
         assert!(fields.contains(&"spec.replicas"), "{causes:?}");

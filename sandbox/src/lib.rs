@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod apiserver;
+pub mod cel;
 pub mod crd;
 pub mod defaults;
 pub mod discovery;
