@@ -412,7 +412,7 @@ pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error
             for initializer in list(&initializers, &ListParams::default(), "Initializer").await? {
                 delete(&initializers, &initializer.name_any(), "Initializer").await?;
             }
-            wait_until(deadline, "every Initializer's finalizer to finish", || {
+            let waited = wait_until(deadline, "every Initializer's finalizer to finish", || {
                 let initializers = initializers.clone();
                 async move {
                     Ok(list(&initializers, &ListParams::default(), "Initializer")
@@ -420,7 +420,22 @@ pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error
                         .is_empty())
                 }
             })
-            .await?;
+            .await;
+            if let Err(Error::Wait { what, .. }) = waited {
+                let left: Vec<String> = list(&initializers, &ListParams::default(), "Initializer")
+                    .await?
+                    .iter()
+                    .map(ResourceExt::name_any)
+                    .collect();
+                return Err(Error::Wait {
+                    what,
+                    reason: format!(
+                        "still present: {}; the operator runs their finalizers, so it must be running (see `kubectl -n <namespace> get deployment initializer-operator`)",
+                        left.join(", ")
+                    ),
+                });
+            }
+            waited?;
         }
     }
 

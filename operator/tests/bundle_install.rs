@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use initializer_crds::{constants, images};
+use initializer_crds::{Initializer, constants, images};
 use initializer_operator::bundle::{self, Bundle};
 use initializer_operator::error::Error;
 use initializer_operator::install::{self, InstallPlan, UninstallArgs, installed_by_us};
@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -292,6 +292,36 @@ async fn uninstall_deletes_managed_webhook_configurations_and_keeps_crds_when_as
 }
 
 #[tokio::test]
+async fn uninstall_stops_and_names_initializers_whose_finalizers_never_run() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+    let mut sidecar: Initializer = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    sidecar.metadata.finalizers = Some(vec![constants::FINALIZER.to_string()]);
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &sidecar)
+        .await
+        .unwrap();
+
+    let mut args = uninstall_args();
+    args.timeout = 2;
+    let err = install::uninstall(client.clone(), &args).await.unwrap_err();
+
+    assert!(
+        matches!(err, Error::Wait { ref reason, .. } if reason.contains("still present: sidecar")),
+        "{err}"
+    );
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    assert!(
+        exists(&deployments, OPERATOR).await,
+        "the operator stays while its finalizers are pending"
+    );
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
 async fn install_times_out_with_a_clear_error_when_the_operator_never_becomes_available() {
     let (_dir, sandbox) = control_plane_only().await;
     let client: Client = sandbox.client();
@@ -334,10 +364,37 @@ async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
         .await
         .unwrap();
     assert!(install::deployment_available(&deployment));
+    // An Initializer the running operator takes under its finalizer.
+    let initializers = Api::<Initializer>::all(client.clone());
+    let sidecar: Initializer = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    initializers
+        .create(&PostParams::default(), &sidecar)
+        .await
+        .unwrap();
+    let finalized = Instant::now() + Duration::from_secs(60);
+    loop {
+        let current = initializers.get("sidecar").await.unwrap();
+        if current
+            .finalizers()
+            .iter()
+            .any(|f| f == constants::FINALIZER)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < finalized,
+            "the operator never added its finalizer"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     install::uninstall(client.clone(), &uninstall_args())
         .await
         .unwrap();
+    assert!(
+        !exists(&initializers, "sidecar").await,
+        "cleaned up by the operator"
+    );
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     assert!(!exists(&deployments, OPERATOR).await);
     sandbox.shutdown().await;
