@@ -361,10 +361,12 @@ fn verb_of(method: &Method, t: &Target, q: &HashMap<String, String>) -> &'static
         Method::GET if t.name.is_none() && truthy(q, "watch") => "watch",
         Method::GET if t.name.is_none() => "list",
         Method::GET => "get",
-        Method::POST => "create",
+        Method::POST if t.name.is_none() => "create",
+        Method::PUT | Method::PATCH if t.name.is_none() => "unknown",
         Method::PUT => "update",
         Method::PATCH => "patch",
         Method::DELETE if t.name.is_none() => "deletecollection",
+        Method::DELETE if !t.sub.is_empty() => "unknown",
         Method::DELETE => "delete",
         _ => "unknown",
     }

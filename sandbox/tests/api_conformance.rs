@@ -1311,3 +1311,103 @@ async fn the_library_starts_a_sandbox_in_under_a_second() {
     sb.client().apiserver_version().await.unwrap();
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
 }
+
+#[tokio::test]
+async fn methods_a_url_does_not_support_are_method_not_allowed() {
+    let sb = start().await;
+    let client = sb.client();
+    let body = Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}));
+    let (code, status) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps/a",
+        None,
+        Some("application/json"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (405, Some("MethodNotAllowed"))
+    );
+    let (code, _) = raw(
+        &client,
+        "PUT",
+        "/api/v1/namespaces/default/configmaps",
+        None,
+        Some("application/json"),
+        body,
+    )
+    .await;
+    assert_eq!(code, 405);
+}
+
+#[tokio::test]
+async fn delete_collection_removes_only_selected_objects() {
+    let sb = start().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
+    cms.create(&PostParams::default(), &cm("a", json!({"drop": "yes"})))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("b", json!({"drop": "yes"})))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("c", json!({})))
+        .await
+        .unwrap();
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("drop=yes"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap())
+        .collect();
+    assert_eq!(left, vec!["c"]);
+}
+
+#[tokio::test]
+async fn every_served_crd_version_reads_the_same_objects() {
+    let sb = start().await;
+    let client = sb.client();
+    let mut crd = widget_crd();
+    let mut beta = crd["spec"]["versions"][0].clone();
+    beta["name"] = json!("v1beta1");
+    beta["storage"] = json!(false);
+    crd["spec"]["versions"].as_array_mut().unwrap().push(beta);
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(crd).unwrap(),
+    )
+    .await
+    .unwrap();
+    let beta_api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("example.dev", "v1beta1", "Widget"),
+            "widgets",
+        ),
+    );
+    let w: DynamicObject = serde_json::from_value(json!({"apiVersion": "example.dev/v1beta1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"color": "red"}})).unwrap();
+    beta_api.create(&PostParams::default(), &w).await.unwrap();
+    let v1 = Api::<DynamicObject>::namespaced_with(client, "default", &widget_resource())
+        .get("w")
+        .await
+        .unwrap();
+    assert_eq!(v1.types.unwrap().api_version, "example.dev/v1");
+    assert_eq!(v1.data["spec"]["color"], "red");
+}
