@@ -19,6 +19,7 @@ use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -84,6 +85,13 @@ pub async fn reconcile(obj: Arc<Initializer>, ctx: Arc<Context>) -> Result<Actio
         return Err(Error::MissingName);
     }
     let api: Api<Initializer> = Api::all(ctx.client.clone());
+    if obj.meta().deletion_timestamp.is_none() && !obj.finalizers().iter().any(|f| f == FINALIZER) {
+        // Added here with a merge patch guarded by the resourceVersion rather than by the
+        // finalizer helper's JSON patch, whose `test` of an absent list some API servers (the
+        // sandbox) refuse. The update wakes the controller again.
+        add_finalizer(&api, &obj).await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
     let result = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             FinalizerEvent::Apply(obj) => apply(&obj, &ctx).await,
@@ -96,6 +104,25 @@ pub async fn reconcile(obj: Arc<Initializer>, ctx: Arc<Context>) -> Result<Actio
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     result
+}
+
+async fn add_finalizer(api: &Api<Initializer>, obj: &Initializer) -> Result<()> {
+    let mut finalizers = obj.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let patch = serde_json::json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": obj.resource_version(),
+        }
+    });
+    api.patch(
+        &obj.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| Error::Finalizer(Box::new(kube::runtime::finalizer::Error::AddFinalizer(e))))
 }
 
 /// What to do after a failed reconcile: wait for a change when retrying cannot help, otherwise
@@ -322,18 +349,41 @@ pub async fn watch_orphans(client: Client, shutdown: CancellationToken) {
     }
 }
 
+/// The Initializer owning `child`, from its owner references.
+pub fn owner_of<K: Resource>(child: K) -> Option<ObjectRef<Initializer>> {
+    child
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Initializer" && o.api_version == Initializer::api_version(&()))
+        .map(|o| ObjectRef::new(&o.name))
+}
+
 /// Runs the controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let client = ctx.client.clone();
     let owned = watcher::Config::default().labels(&managed_selector());
     let initializers: Api<Initializer> = Api::all(client.clone());
     let stop = shutdown.clone();
+    // `owns` would map a namespaced child to a namespaced reference, which never matches the
+    // cluster-scoped Initializer; map through the owner reference's name instead.
     Controller::new(initializers, watcher::Config::default())
-        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-        .owns(Api::<Service>::all(client.clone()), owned.clone())
-        .owns(Api::<Secret>::all(client.clone()), owned.clone())
-        .owns(Api::<ConfigMap>::all(client.clone()), owned.clone())
-        .owns(Api::<PodDisruptionBudget>::all(client.clone()), owned)
+        .watches(
+            Api::<Deployment>::all(client.clone()),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(Api::<Service>::all(client.clone()), owned.clone(), owner_of)
+        .watches(Api::<Secret>::all(client.clone()), owned.clone(), owner_of)
+        .watches(
+            Api::<ConfigMap>::all(client.clone()),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            owned,
+            owner_of,
+        )
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -366,6 +416,24 @@ mod tests {
             },
             webhooks: None,
         }
+    }
+
+    #[test]
+    fn children_map_to_their_cluster_scoped_initializer() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let mut d = Deployment::default();
+        d.metadata.namespace = Some("ops".into());
+        assert!(owner_of(d.clone()).is_none());
+        d.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "initializer.dev/v1alpha1".into(),
+            kind: "Initializer".into(),
+            name: "sidecar".into(),
+            uid: "u".into(),
+            ..Default::default()
+        }]);
+        let r = owner_of(d).unwrap();
+        assert_eq!(r.name, "sidecar");
+        assert_eq!(r.namespace, None);
     }
 
     #[test]

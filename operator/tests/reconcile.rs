@@ -1,0 +1,418 @@
+//! Reconcile tests: the real operator (`run_with`: controller, supervisor, leader election)
+//! against the sandbox, deploying a real SDK-built initializer (examples/test_initializer.rs)
+//! as local processes, and registering, deregistering and cleaning up for real.
+
+// Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use initializer_crds::constants::{
+    EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
+use initializer_crds::{Initializer, Phase};
+use initializer_operator::run::{RunArgs, run_with};
+use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "initializer-system";
+const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+struct Env {
+    sandbox: SandboxHandle,
+    client: Client,
+    stop: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+fn test_initializer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let debug = exe.parent().unwrap().parent().unwrap();
+    let path = debug.join("examples").join("test_initializer");
+    assert!(path.exists(), "{} is built by cargo test", path.display());
+    path
+}
+
+async fn start() -> Env {
+    initializer_operator::run::init_tracing(false);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("images.yaml");
+    std::fs::write(
+        &map,
+        format!(
+            "ghcr.io/initializer-dev/secret-guard-initializer: {}\n",
+            test_initializer().display()
+        ),
+    )
+    .unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.image_map = Some(map);
+    let sandbox = Sandbox::start(config).await.unwrap();
+    let client = sandbox.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &Initializer::crd())
+        .await
+        .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    wait_for("the Initializer API", Duration::from_secs(10), || {
+        let api = initializers.clone();
+        async move { api.list(&ListParams::default()).await.is_ok() }
+    })
+    .await;
+    let stop = CancellationToken::new();
+    let cli = Cli::parse_from([
+        "run",
+        "--namespace",
+        NS,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--leader-election",
+        "--lease-duration-seconds",
+        "3",
+        "--pod-name",
+        "operator-test-0",
+    ]);
+    tokio::spawn(run_with(client.clone(), cli.run, stop.clone()));
+    Env {
+        sandbox,
+        client,
+        stop,
+        _dir: dir,
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if check().await {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+fn guard(name: &str) -> Initializer {
+    serde_json::from_value(json!({
+        "apiVersion": "initializer.dev/v1alpha1",
+        "kind": "Initializer",
+        "metadata": {"name": name},
+        "spec": {
+            "image": IMAGE,
+            "replicas": 1,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+            "health": {"periodSeconds": 1, "failureThreshold": 2, "successThreshold": 2, "latencyBudgetMillis": 1000},
+        }
+    }))
+    .unwrap()
+}
+
+async fn configuration(client: &Client, name: &str) -> Option<MutatingWebhookConfiguration> {
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+async fn phase(client: &Client, name: &str) -> Option<Phase> {
+    Api::<Initializer>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|i| i.status)
+        .and_then(|s| s.phase)
+}
+
+async fn events_with_reason(client: &Client, reason: &str) -> usize {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .count()
+}
+
+fn short_secret(name: &str) -> Secret {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "type": "Opaque",
+        "stringData": {"password": "short"},
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cleaned_up_on_delete()
+{
+    let env = start().await;
+    let client = env.client.clone();
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("guard"))
+        .await
+        .unwrap();
+
+    // Registered only once the Deployment is available and the probes answer.
+    let took = wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-guard").await.is_some() }
+    })
+    .await;
+    println!("registered {took:?} after creation");
+    let config = configuration(&client, "initializer-guard").await.unwrap();
+    assert_eq!(config.labels()[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
+    assert_eq!(config.labels()[INITIALIZER_LABEL], "guard");
+    let hook = &config.webhooks.as_ref().unwrap()[0];
+    assert!(hook.client_config.ca_bundle.is_some());
+    assert_eq!(
+        hook.object_selector
+            .as_ref()
+            .unwrap()
+            .match_expressions
+            .as_ref()
+            .unwrap()[0]
+            .key,
+        EXCLUDE_LABEL
+    );
+    wait_for("phase Registered", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "guard").await == Some(Phase::Registered) }
+    })
+    .await;
+    let init = api.get("guard").await.unwrap();
+    assert!(
+        init.finalizers()
+            .contains(&"initializer.dev/cleanup".to_string())
+    );
+    let status = init.status.unwrap();
+    assert_eq!(status.registered, Some(true));
+    assert!(status.certificate_not_after.is_some());
+    assert!(
+        status.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        status.conditions
+    );
+    assert!(events_with_reason(&client, "Registered").await >= 1);
+
+    // The registration is real: the API server calls the initializer, which refuses short secrets.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let refused = secrets
+        .create(&PostParams::default(), &short_secret("too-short"))
+        .await;
+    assert!(refused.is_err(), "the guard should refuse a short secret");
+
+    // Freeze the initializer: the configuration goes (fail open) and creates pass again.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = pods
+        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=guard")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let workloads = env.sandbox.workloads().unwrap();
+    workloads.freeze(NS, &pod.name_any()).await.unwrap();
+    let took = wait_for(
+        "deregistration after a freeze",
+        Duration::from_secs(20),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-guard").await.is_none() }
+        },
+    )
+    .await;
+    println!("deregistered {took:?} after the freeze");
+    wait_for("phase Unresponsive", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "guard").await == Some(Phase::Unresponsive) }
+    })
+    .await;
+    secrets
+        .create(
+            &PostParams::default(),
+            &short_secret("passes-while-deregistered"),
+        )
+        .await
+        .unwrap();
+    assert!(events_with_reason(&client, "Deregistered").await >= 1);
+
+    // Thaw: registered again after enough good probes.
+    workloads.thaw(NS, &pod.name_any()).await.unwrap();
+    wait_for(
+        "registration after the thaw",
+        Duration::from_secs(60),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-guard").await.is_some() }
+        },
+    )
+    .await;
+
+    // Suspend: removed and stays removed, the workload keeps running.
+    api.patch(
+        "guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true}})),
+    )
+    .await
+    .unwrap();
+    wait_for("deregistration on suspend", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-guard").await.is_none() }
+    })
+    .await;
+    wait_for("phase Suspended", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "guard").await == Some(Phase::Suspended) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        configuration(&client, "initializer-guard").await.is_none(),
+        "re-registered while suspended"
+    );
+    assert_eq!(
+        pods.list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=guard")))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    // Delete: the finalizer removes the configuration, then lets the Initializer go.
+    api.patch(
+        "guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": false}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "registration after resuming",
+        Duration::from_secs(60),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-guard").await.is_some() }
+        },
+    )
+    .await;
+    api.delete("guard", &DeleteParams::default()).await.unwrap();
+    wait_for(
+        "the Initializer to be gone",
+        Duration::from_secs(20),
+        || {
+            let a = api.clone();
+            async move { a.get_opt("guard").await.unwrap().is_none() }
+        },
+    )
+    .await;
+    assert!(configuration(&client, "initializer-guard").await.is_none());
+    env.stop.cancel();
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_spec_is_marked_invalid_and_never_registered() {
+    let env = start().await;
+    let client = env.client.clone();
+    let api: Api<Initializer> = Api::all(client.clone());
+    let mut bad = guard("bad");
+    bad.spec.namespaces = Some(initializer_crds::NamespaceScope {
+        include: vec![NS.to_string()],
+        ..Default::default()
+    });
+    api.create(&PostParams::default(), &bad).await.unwrap();
+    wait_for("phase Invalid", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move { phase(&c, "bad").await == Some(Phase::Invalid) }
+    })
+    .await;
+    let status = api.get("bad").await.unwrap().status.unwrap();
+    let valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Valid")
+        .unwrap();
+    assert_eq!(valid.status, "False");
+    assert!(
+        valid.message.contains("operator's namespace"),
+        "{}",
+        valid.message
+    );
+    assert!(events_with_reason(&client, "Refused").await >= 1);
+    assert!(configuration(&client, "initializer-bad").await.is_none());
+    assert!(
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
+            .get_opt("bad")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing is deployed for a refused spec"
+    );
+    env.stop.cancel();
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_managed_configuration_without_an_initializer_is_removed() {
+    let env = start().await;
+    let client = env.client.clone();
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let orphan: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {
+            "name": "initializer-gone",
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "gone"},
+        },
+        "webhooks": [],
+    }))
+    .unwrap();
+    let foreign: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": "someone-elses"},
+        "webhooks": [],
+    }))
+    .unwrap();
+    configs
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    configs
+        .create(&PostParams::default(), &orphan)
+        .await
+        .unwrap();
+    wait_for("the orphan to be removed", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-gone").await.is_none() }
+    })
+    .await;
+    assert!(configuration(&client, "someone-elses").await.is_some());
+    env.stop.cancel();
+    env.sandbox.shutdown().await;
+}
