@@ -337,7 +337,6 @@ async fn install_times_out_with_a_clear_error_when_the_operator_never_becomes_av
 }
 
 #[tokio::test]
-#[ignore = "needs the operator's `run` command serving /readyz on the sandbox; covered by the e2e suite"]
 async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
     let dir = tempfile::tempdir().unwrap();
     let image_map = dir.path().join("images.yaml");
@@ -388,9 +387,9 @@ async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    install::uninstall(client.clone(), &uninstall_args())
-        .await
-        .unwrap();
+    let mut args = uninstall_args();
+    args.timeout = 90;
+    install::uninstall(client.clone(), &args).await.unwrap();
     assert!(
         !exists(&initializers, "sidecar").await,
         "cleaned up by the operator"
