@@ -9,7 +9,9 @@ use std::marker::PhantomData;
 use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::gate::AnnotationGate;
 
 use crate::mutate;
 use crate::review::{Denial, Review};
@@ -37,6 +39,8 @@ where
 /// What a handler run produced.
 #[derive(Debug)]
 pub(crate) enum Outcome {
+    /// The annotation gate left the object alone; the handler did not run.
+    Skipped,
     Unchanged,
     Patched(json_patch::Patch),
     Denied(Denial),
@@ -53,8 +57,9 @@ pub(crate) enum Failure {
 pub(crate) trait ErasedHandler<C>: Send + Sync {
     fn call(
         &self,
-        object: Value,
+        object: &RawValue,
         review: &Review<C>,
+        gate: Option<&AnnotationGate>,
         mark: Option<&str>,
     ) -> Result<Outcome, Failure>;
 }
@@ -71,12 +76,17 @@ where
 {
     fn call(
         &self,
-        object: Value,
+        object: &RawValue,
         review: &Review<C>,
+        gate: Option<&AnnotationGate>,
         mark: Option<&str>,
     ) -> Result<Outcome, Failure> {
+        // Straight from the request's bytes into the typed object: no intermediate Value tree.
         let mut obj: K =
-            serde_json::from_value(object).map_err(|e| Failure::Decode(e.to_string()))?;
+            serde_json::from_str(object.get()).map_err(|e| Failure::Decode(e.to_string()))?;
+        if gate.is_some_and(|g| !g.admits(obj.meta().annotations.as_ref())) {
+            return Ok(Outcome::Skipped);
+        }
         let before = serde_json::to_value(&obj).map_err(|e| Failure::Encode(e.to_string()))?;
         if let Err(denial) = self.handler.initialize(&mut obj, review) {
             return Ok(Outcome::Denied(denial));

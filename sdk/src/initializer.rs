@@ -308,11 +308,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         let Some(entry) = self.handlers.iter().find(|e| e.gvk == info.kind) else {
             return Ok((kind, Response::allow(uid)));
         };
-        if let Some(gate) = &self.annotation_gate
-            && !gate.admits_json(&object)
-        {
-            return Ok((kind, Response::allow(uid)));
-        }
         let Some(config) = self.config.current() else {
             return Ok((
                 kind,
@@ -323,10 +318,11 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         let review = Review::new(Arc::new(info), old_object, config, Arc::clone(&self.name));
         let handler = Arc::clone(&entry.handler);
         let mark = self.mark_initialized.then(|| Arc::clone(&self.name));
+        let gate = self.annotation_gate.clone();
         // A blocking thread keeps a stuck or slow synchronous handler off the async workers;
         // the timeout answers for it, the join error catches its panic.
         let task = tokio::task::spawn_blocking(move || {
-            let outcome = handler.call(object, &review, mark.as_deref());
+            let outcome = handler.call(&object, &review, gate.as_ref(), mark.as_deref());
             (outcome, review.take_warnings())
         });
         let response = match tokio::time::timeout(self.budget, task).await {
@@ -357,7 +353,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                 let mut response = Response::allow(uid);
                 response.warnings = warnings;
                 match outcome {
-                    Outcome::Unchanged => {}
+                    Outcome::Skipped | Outcome::Unchanged => {}
                     Outcome::Patched(patch) => {
                         response.patch = Some(patch);
                         response.verdict = Verdict::Patched;

@@ -12,6 +12,7 @@ use kube::core::{GroupVersionKind, GroupVersionResource};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// `apiVersion` of every review this SDK accepts and answers.
 pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
@@ -47,9 +48,9 @@ pub(crate) struct RequestIn {
     #[serde(default)]
     pub user_info: UserInfo,
     #[serde(default)]
-    pub object: Option<Value>,
+    pub object: Option<Box<RawValue>>,
     #[serde(default)]
-    pub old_object: Option<Value>,
+    pub old_object: Option<Box<RawValue>>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }
@@ -82,7 +83,7 @@ pub struct RequestInfo {
 #[derive(Debug)]
 pub struct Review<C = ()> {
     info: Arc<RequestInfo>,
-    old_object: Option<Value>,
+    old_object: Option<Box<RawValue>>,
     config: Arc<C>,
     initializer: Arc<str>,
     warnings: Mutex<Vec<String>>,
@@ -91,7 +92,7 @@ pub struct Review<C = ()> {
 impl<C> Review<C> {
     pub(crate) fn new(
         info: Arc<RequestInfo>,
-        old_object: Option<Value>,
+        old_object: Option<Box<RawValue>>,
         config: Arc<C>,
         initializer: Arc<str>,
     ) -> Self {
@@ -151,12 +152,14 @@ impl<C> Review<C> {
 
     /// The object before the update, typed; `None` on creates. Deserialized on each call.
     pub fn old_object<K: DeserializeOwned>(&self) -> Option<Result<K, serde_json::Error>> {
-        self.old_object.as_ref().map(K::deserialize)
+        self.old_object
+            .as_ref()
+            .map(|raw| serde_json::from_str(raw.get()))
     }
 
-    /// The object before the update, untyped; `None` on creates.
-    pub fn old_object_raw(&self) -> Option<&Value> {
-        self.old_object.as_ref()
+    /// The object before the update as JSON text; `None` on creates.
+    pub fn old_object_raw(&self) -> Option<&RawValue> {
+        self.old_object.as_deref()
     }
 
     /// Attach a warning, shown by kubectl to the user who made the request.

@@ -289,7 +289,21 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             }
         });
 
-        tracing::info!(%local_addr, initializer = %self.name, kinds = ?self.kinds().collect::<Vec<_>>(), "serving");
+        let kinds: Vec<String> = self
+            .kinds()
+            .map(|k| match k.group.as_str() {
+                "" => format!("{}/{}", k.version, k.kind),
+                g => format!("{g}/{}/{}", k.version, k.kind),
+            })
+            .collect();
+        tracing::info!(
+            %local_addr,
+            initializer = %self.name,
+            ?kinds,
+            annotation_gate = ?self.annotation_gate,
+            budget = ?self.budget,
+            "serving"
+        );
         let app = router(self, Arc::clone(&tls));
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
         let task = tokio::spawn(accept_loop(

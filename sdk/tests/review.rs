@@ -477,3 +477,52 @@ async fn healthz_is_ok_and_readyz_waits_for_the_certificate() {
     assert_eq!(ready.status, 503);
     assert!(ready.body.contains("serving certificate"), "{}", ready.body);
 }
+
+#[tokio::test]
+async fn the_operators_dry_run_probe_gets_a_well_formed_answer_for_the_same_uid() {
+    // The shape the operator's active probe sends: dry run, null oldObject, CreateOptions.
+    let probe = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "7c0e2a4e-probe",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "requestKind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "requestResource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "name": "initializer-operator-probe",
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:initializer-system:initializer-operator"},
+            "object": {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "initializer-operator-probe", "namespace": "default"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "p"}},
+                    "template": {"metadata": {"labels": {"app": "p"}},
+                        "spec": {"containers": [{"name": "probe", "image": "probe"}]}}}},
+            "oldObject": null,
+            "dryRun": true,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "dryRun": ["All"]}
+        }
+    });
+    let seen_dry_run = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = seen_dry_run.clone();
+    let tester = Tester::new(Initializer::new("sidecar").handle(
+        move |d: &mut Deployment, r: &Review| {
+            flag.store(r.dry_run(), std::sync::atomic::Ordering::SeqCst);
+            mutate::set_label(&mut d.metadata, "seen", "true");
+            Ok(())
+        },
+    ));
+    let http = tester
+        .send("POST", "/initialize", serde_json::to_vec(&probe).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(http.status, 200, "{}", http.body);
+    let answer: serde_json::Value = serde_json::from_str(&http.body).unwrap();
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(answer["kind"], "AdmissionReview");
+    assert_eq!(answer["response"]["uid"], "7c0e2a4e-probe");
+    assert_eq!(answer["response"]["allowed"], true);
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+    assert!(seen_dry_run.load(std::sync::atomic::Ordering::SeqCst));
+}

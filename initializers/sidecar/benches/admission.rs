@@ -46,20 +46,43 @@ fn in_process(runtime: &tokio::runtime::Runtime) {
     );
     let n = 20_000;
 
-    per_op("parse review bytes into serde_json::Value", n, || {
-        black_box(serde_json::from_slice::<Value>(black_box(&body)).unwrap());
-    });
-    let doc: Value = serde_json::from_slice(&body).unwrap();
-    let object = doc["request"]["object"].clone();
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow)]
+        request: Request<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        object: &'a serde_json::value::RawValue,
+    }
     per_op(
-        "clone the object Value (baseline for the next line)",
+        "parse the review, object kept as raw JSON text (what the SDK does)",
         n,
         || {
-            black_box(object.clone());
+            let envelope = serde_json::from_slice::<Envelope>(black_box(&body)).unwrap();
+            black_box(envelope.request.object.get().len());
+        },
+    );
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    let object = doc["request"]["object"].clone();
+    let object_text = serde_json::to_string(&object).unwrap();
+    per_op(
+        "deserialize Pod from the raw JSON text (what the SDK does)",
+        n,
+        || {
+            black_box(serde_json::from_str::<Pod>(black_box(&object_text)).unwrap());
         },
     );
     per_op(
-        "deserialize Pod from the owned object Value (+clone)",
+        "(replaced) parse the whole review into serde_json::Value",
+        n,
+        || {
+            black_box(serde_json::from_slice::<Value>(black_box(&body)).unwrap());
+        },
+    );
+    per_op(
+        "(replaced) deserialize Pod from a Value (incl. its clone)",
         n,
         || {
             black_box(serde_json::from_value::<Pod>(object.clone()).unwrap());
