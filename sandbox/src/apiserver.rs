@@ -1074,6 +1074,56 @@ impl ApiServer {
         })
     }
 
+    /// Writes the `scale` subresource: `body` is the new Scale (PUT) or a patch of the current
+    /// one; only `spec.replicas` is taken, with the Scale's resourceVersion as a precondition.
+    pub async fn set_scale(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        kind: Option<PatchKind>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        let current = self.current(rt, ns, name)?;
+        let mut scale = scale_of(&current);
+        match kind {
+            None => scale = body,
+            Some(PatchKind::Json) => patch::json(&mut scale, &body)?,
+            Some(PatchKind::Apply) => {
+                return Err(ApiError::unsupported_media("application/apply-patch+yaml"));
+            }
+            Some(_) => patch::merge(&mut scale, &body),
+        }
+        let replicas = scale
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .filter(|r| *r >= 0)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    vec![(
+                        "spec.replicas".into(),
+                        "Invalid value: must be a non-negative integer".into(),
+                    )],
+                )
+            })?;
+        let mut p = json!({"spec": {"replicas": replicas}});
+        if let Some(rv) = scale
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            p["metadata"] = json!({"resourceVersion": rv});
+        }
+        let written = self
+            .patch(rt, ns, name, "", PatchKind::Merge, p, opts)
+            .await?;
+        Ok(scale_of(&written.object))
+    }
+
     /// DELETE: immediate removal, or a deletionTimestamp while finalizers remain.
     pub async fn delete(
         &self,
@@ -1246,6 +1296,36 @@ impl ApiServer {
             json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": deleted}),
         )
     }
+}
+
+/// The `autoscaling/v1` Scale of a Deployment or ReplicaSet.
+pub fn scale_of(obj: &Value) -> Value {
+    let md = &obj["metadata"];
+    let selector = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            let mut parts: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect();
+            parts.sort();
+            parts.join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": md["name"], "namespace": md["namespace"], "uid": md["uid"],
+            "resourceVersion": md["resourceVersion"], "creationTimestamp": md["creationTimestamp"],
+        },
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {
+            "replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector,
+        },
+    })
 }
 
 /// Whether `new` equals `current` apart from resourceVersion and managed-field timestamps.

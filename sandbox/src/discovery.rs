@@ -98,6 +98,13 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if r.group == "apps" && matches!(r.plural.as_str(), "deployments" | "replicasets") {
+            resources.push(json!({
+                "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": true,
+                "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if r.group.is_empty() && r.plural == "services" {
             resources.push(json!({
                 "name": "services/proxy", "singularName": "", "namespaced": true, "kind": "ServiceProxyOptions",

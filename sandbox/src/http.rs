@@ -420,6 +420,13 @@ async fn resource_request(
     if t.rt.group.is_empty() && t.rt.plural == "pods" && t.sub == "log" && verb == "get" {
         return pod_log(state, &t, &q);
     }
+    if t.sub == "scale"
+        && t.rt.group == "apps"
+        && matches!(t.rt.plural.as_str(), "deployments" | "replicasets")
+        && matches!(verb, "get" | "update" | "patch")
+    {
+        return scale_request(state, &t, verb, &q, req).await;
+    }
     if !(t.sub.is_empty() || t.sub == "status" && t.rt.status_subresource) {
         return error_response(&ApiError::new(
             404,
@@ -582,6 +589,55 @@ async fn resource_request(
     }
     match result {
         Ok((code, body, warnings)) => json_response(code, &body, &warnings),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn scale_request(
+    state: &AppState,
+    t: &Target,
+    verb: &str,
+    q: &HashMap<String, String>,
+    req: Request<Body>,
+) -> Response<Body> {
+    let api = &state.api;
+    let ns = t.namespace.as_deref();
+    let name = t.name.as_deref().unwrap_or("");
+    if verb == "get" {
+        return match api.get(&t.rt, ns, name) {
+            Ok(obj) => json_response(200, &crate::apiserver::scale_of(&obj), &[]),
+            Err(e) => error_response(&e),
+        };
+    }
+    let headers = req.headers().clone();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    let bytes = match axum::body::to_bytes(req.into_body(), 1024 * 1024).await {
+        Ok(b) => b,
+        Err(e) => {
+            return error_response(&ApiError::bad_request(format!("failed to read body: {e}")));
+        }
+    };
+    let kind = if verb == "patch" {
+        match PatchKind::from_content_type(&content_type) {
+            Some(k) => Some(k),
+            None => return error_response(&ApiError::unsupported_media(&content_type)),
+        }
+    } else {
+        None
+    };
+    let body = match parse_body(&bytes, "json") {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    match api
+        .set_scale(&t.rt, ns, name, kind, body, &write_options(q, &headers))
+        .await
+    {
+        Ok(scale) => json_response(200, &scale, &[]),
         Err(e) => error_response(&e),
     }
 }

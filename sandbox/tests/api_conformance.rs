@@ -1411,3 +1411,25 @@ async fn every_served_crd_version_reads_the_same_objects() {
     assert_eq!(v1.types.unwrap().api_version, "example.dev/v1");
     assert_eq!(v1.data["spec"]["color"], "red");
 }
+
+#[tokio::test]
+async fn the_scale_subresource_reads_and_sets_replicas() {
+    let sb = start().await;
+    let deps: Api<Deployment> = Api::default_namespaced(sb.client());
+    deps.create(&PostParams::default(), &deployment("web"))
+        .await
+        .unwrap();
+    let scale = deps.get_scale("web").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(1));
+    assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=web"));
+    deps.patch_scale(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .unwrap();
+    let d = deps.get("web").await.unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(4));
+    assert_eq!(d.metadata.generation, Some(2));
+}

@@ -238,7 +238,7 @@ async fn kubectl_creates_gets_and_deletes() {
 
 #[tokio::test]
 #[cfg_attr(not(has_kubectl), ignore = "kubectl not installed")]
-async fn kubectl_patches_with_merge_json_and_strategic() {
+async fn kubectl_patches_with_merge_json_and_strategic_and_scales() {
     let sb = start().await;
     ok(
         &sb,
@@ -297,6 +297,9 @@ async fn kubectl_patches_with_merge_json_and_strategic() {
     assert_eq!(containers[0]["image"], "example/web:1");
     assert_eq!(containers[0]["env"][0]["name"], "MODE");
     assert_eq!(d["metadata"]["generation"], 3);
+    ok(&sb, &["scale", "deployment", "web", "--replicas=5"], None).await;
+    let replicas = ok(&sb, &["get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"], None).await;
+    assert_eq!(replicas, "5");
     let table = ok(&sb, &["get", "deployments"], None).await;
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
