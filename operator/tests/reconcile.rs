@@ -416,3 +416,130 @@ async fn a_managed_configuration_without_an_initializer_is_removed() {
     env.stop.cancel();
     env.sandbox.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes() {
+    let env = start().await;
+    let client = env.client.clone();
+    let api: Api<Initializer> = Api::all(client.clone());
+    let mut fast = guard("fast");
+    // Probes every 10 s with two failures needed: only the endpoints can remove it within 5 s.
+    fast.spec.health = Some(initializer_crds::HealthPolicy {
+        period_seconds: 10,
+        failure_threshold: 2,
+        success_threshold: 1,
+        latency_budget_millis: 1000,
+    });
+    api.create(&PostParams::default(), &fast).await.unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-fast").await.is_some() }
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = pods
+        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=fast")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    env.sandbox
+        .workloads()
+        .unwrap()
+        .kill(NS, &pod.name_any())
+        .await
+        .unwrap();
+    let took = wait_for(
+        "deregistration after the kill",
+        Duration::from_secs(5),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-fast").await.is_none() }
+        },
+    )
+    .await;
+    println!("deregistered {took:?} after the last ready endpoint was killed");
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Deregistered")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("ready endpoint"))),
+        "the removal should be attributed to the endpoints"
+    );
+    env.stop.cancel();
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_takes_over_when_the_leader_stops() {
+    let env = start().await;
+    let client = env.client.clone();
+    let second_stop = CancellationToken::new();
+    let cli = Cli::parse_from([
+        "run",
+        "--namespace",
+        NS,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--leader-election",
+        "--lease-duration-seconds",
+        "3",
+        "--pod-name",
+        "operator-test-1",
+    ]);
+    tokio::spawn(run_with(client.clone(), cli.run, second_stop.clone()));
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), NS);
+    let holder = || {
+        let leases = leases.clone();
+        async move {
+            leases
+                .get_opt("initializer-operator")
+                .await
+                .unwrap()
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity)
+        }
+    };
+    wait_for("a leader", Duration::from_secs(10), || {
+        let h = holder();
+        async move { h.await.is_some() }
+    })
+    .await;
+    let first = holder().await.unwrap();
+    // Only the leader reconciles: an Initializer created now is handled exactly once.
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &guard("led"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-led").await.is_some() }
+    })
+    .await;
+    if first == "operator-test-0" {
+        env.stop.cancel();
+    } else {
+        second_stop.cancel();
+    }
+    let took = wait_for("the other replica to lead", Duration::from_secs(15), || {
+        let h = holder();
+        let first = first.clone();
+        async move { h.await.is_some_and(|now| now != first) }
+    })
+    .await;
+    println!("leadership moved {took:?} after the leader stopped");
+    // The new leader adopts the registration instead of removing a healthy initializer.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(configuration(&client, "initializer-led").await.is_some());
+    env.stop.cancel();
+    second_stop.cancel();
+    env.sandbox.shutdown().await;
+}
