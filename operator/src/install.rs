@@ -14,7 +14,7 @@ use std::time::Duration;
 use initializer_crds::{Initializer, constants};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -441,9 +441,26 @@ pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error
 
     let deployments: Api<Deployment> = Api::all(client.clone());
     for deployment in list(&deployments, &by_us, "Deployment").await? {
-        let namespaced: Api<Deployment> =
-            Api::namespaced(client.clone(), &deployment.namespace().unwrap_or_default());
+        let namespace = deployment.namespace().unwrap_or_default();
+        let namespaced: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
         delete(&namespaced, &deployment.name_any(), "Deployment").await?;
+        // A terminating operator pod could still register a configuration: wait for the pods to
+        // be gone before the final sweep.
+        let Some(selector) = pod_selector(&deployment) else {
+            continue;
+        };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let params = ListParams::default().labels(&selector);
+        wait_until(
+            deadline,
+            &format!("the pods of Deployment {} to stop", deployment.name_any()),
+            || {
+                let pods = pods.clone();
+                let params = params.clone();
+                async move { Ok(list(&pods, &params, "Pod").await?.is_empty()) }
+            },
+        )
+        .await?;
     }
     delete_webhook_configurations(&webhooks).await?;
     delete_labelled::<ClusterRoleBinding>(
@@ -500,6 +517,18 @@ pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error
         }
     }
     Ok(())
+}
+
+/// The Deployment's `matchLabels` as a label selector string, if it has any.
+fn pod_selector(deployment: &Deployment) -> Option<String> {
+    let labels = deployment.spec.as_ref()?.selector.match_labels.as_ref()?;
+    (!labels.is_empty()).then(|| {
+        labels
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    })
 }
 
 /// True when the CRD reports `Established=True`.

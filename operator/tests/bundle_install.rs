@@ -14,10 +14,10 @@ use initializer_operator::install::{self, InstallPlan, UninstallArgs, installed_
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::time::Instant;
@@ -396,5 +396,21 @@ async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
     );
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     assert!(!exists(&deployments, OPERATOR).await);
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=initializer-operator"))
+        .await
+        .unwrap();
+    assert!(
+        pods.items.is_empty(),
+        "operator pods are gone before uninstall returns"
+    );
+    let webhooks = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        webhooks.items.is_empty(),
+        "no webhook configuration is left"
+    );
     sandbox.shutdown().await;
 }
