@@ -1,0 +1,162 @@
+//! Reconcile benchmark: prints the time per reconcile of one Initializer against the sandbox
+//! (steady state: every object already applied, so each reconcile is reads plus no-op
+//! server-side applies), and the time of the pure validate + build step.
+//!
+//! Run with `cargo bench -p initializer-operator --bench reconcile`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use initializer_crds::Initializer;
+use initializer_operator::build::{Settings, build};
+use initializer_operator::controller::{Context, reconcile};
+use initializer_operator::metrics::Metrics;
+use initializer_operator::supervisor::Supervisor;
+use initializer_operator::{tls, validate};
+use initializer_sandbox::{Sandbox, SandboxConfig};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, CustomResourceExt};
+use serde_json::json;
+
+const NS: &str = "initializer-system";
+
+fn sidecar() -> Initializer {
+    serde_json::from_value(json!({
+        "apiVersion": "initializer.dev/v1alpha1",
+        "kind": "Initializer",
+        "metadata": {"name": "sidecar"},
+        "spec": {
+            "image": "ghcr.io/initializer-dev/sidecar-initializer:0.1.0",
+            "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}],
+            "annotation": {"name": "initializer.kubernetes.io/sidecar", "required": true},
+            "config": {"inline": "containers:\n  - name: sidecar-nginx\n    image: nginx:1.25\n"},
+        }
+    }))
+    .unwrap()
+}
+
+fn summary(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let n = samples.len();
+    let mean = samples.iter().sum::<Duration>() / u32::try_from(n).unwrap();
+    println!(
+        "{name}: n={n} mean={:.3} ms p50={:.3} ms p95={:.3} ms max={:.3} ms",
+        mean.as_secs_f64() * 1e3,
+        samples[n / 2].as_secs_f64() * 1e3,
+        samples[n * 95 / 100].as_secs_f64() * 1e3,
+        samples[n - 1].as_secs_f64() * 1e3,
+    );
+}
+
+fn pure() {
+    let init = sidecar();
+    let material = tls::ensure(
+        None,
+        None,
+        &tls::dns_names("sidecar", NS),
+        jiff::Timestamp::now(),
+    )
+    .unwrap();
+    let settings = Settings {
+        preset_image: "ghcr.io/initializer-dev/preset-initializer:0.1.0".into(),
+    };
+    let mut samples = Vec::new();
+    for _ in 0..2000 {
+        let started = Instant::now();
+        let v = validate::validate(&init.spec, NS, "sidecar").unwrap();
+        let desired = build(&v, &material, &settings, None);
+        std::hint::black_box(desired);
+        samples.push(started.elapsed());
+    }
+    summary("validate+build (pure)", samples);
+    let mut samples = Vec::new();
+    let names = tls::dns_names("sidecar", NS);
+    for _ in 0..200 {
+        let started = Instant::now();
+        let kept = tls::needs_rotation(&material, jiff::Timestamp::now(), &names);
+        std::hint::black_box(kept);
+        samples.push(started.elapsed());
+    }
+    summary("tls rotation check (parse two certificates)", samples);
+}
+
+async fn against_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    // No pods: the benchmark measures the reconcile, not process start-up.
+    config.workloads = false;
+    let sandbox = Sandbox::start(config).await.unwrap();
+    let client = sandbox.client();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &Initializer::crd())
+        .await
+        .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let api: Api<Initializer> = Api::all(client.clone());
+    while api.list(&ListParams::default()).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    api.create(&PostParams::default(), &sidecar())
+        .await
+        .unwrap();
+    let metrics = Metrics::shared();
+    let recorder = Recorder::new(client.clone(), Reporter::from("initializer-operator-bench"));
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: recorder.clone(),
+        metrics: metrics.clone(),
+        settings: Settings {
+            preset_image: "ghcr.io/initializer-dev/preset-initializer:0.1.0".into(),
+        },
+        operator_namespace: NS.into(),
+        supervisor: Supervisor::new(client.clone(), recorder, metrics, "bench".into()),
+    });
+    // First reconciles: add the finalizer, create every object, make the certificates.
+    for _ in 0..3 {
+        let obj = api.get("sidecar").await.unwrap();
+        let started = Instant::now();
+        reconcile(Arc::new(obj), ctx.clone()).await.unwrap();
+        println!(
+            "warm-up reconcile: {:.3} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    let mut samples = Vec::new();
+    for _ in 0..100 {
+        let obj = api.get("sidecar").await.unwrap();
+        let started = Instant::now();
+        reconcile(Arc::new(obj), ctx.clone()).await.unwrap();
+        samples.push(started.elapsed());
+    }
+    summary(
+        "reconcile of one Initializer against the sandbox (steady state)",
+        samples,
+    );
+    ctx.supervisor.stop_all();
+    sandbox.shutdown().await;
+}
+
+fn main() {
+    // `cargo test --benches` passes --bench-less flags; only measure when benchmarking.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    pure();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(against_sandbox());
+}
