@@ -1,0 +1,116 @@
+//! The image scheme is one: `make docker-build` builds exactly the binaries named in
+//! `initializer_crds::images`, each binary is a workspace package of the same name (what
+//! `images/Dockerfile` builds with `--package "$BINARY" --bin "$BINARY"`), and the bundle's
+//! images come from the same constants.
+
+// Test helpers outside #[test] functions may fail loudly too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use initializer_crds::images;
+use initializer_operator::bundle::{self, CSV_FILE};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn scheme_binaries() -> BTreeSet<String> {
+    [images::OPERATOR, images::PRESET_INITIALIZER]
+        .into_iter()
+        .chain(images::EXAMPLE_INITIALIZERS)
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn make_docker_build_builds_every_binary_of_the_image_scheme() {
+    let makefile = std::fs::read_to_string(root().join("Makefile")).unwrap();
+    let line = makefile
+        .lines()
+        .find_map(|line| line.strip_prefix("BINARIES :="))
+        .expect("the Makefile defines BINARIES");
+    let binaries: BTreeSet<String> = line.split_whitespace().map(String::from).collect();
+    assert_eq!(binaries, scheme_binaries());
+    assert!(makefile.contains("images/Dockerfile"));
+}
+
+#[test]
+fn every_image_binary_is_a_workspace_package_with_a_binary_of_the_same_name() {
+    let mut manifests = vec![root().join("operator/Cargo.toml")];
+    for entry in std::fs::read_dir(root().join("initializers")).unwrap() {
+        manifests.push(entry.unwrap().path().join("Cargo.toml"));
+    }
+    let mut packages = BTreeSet::new();
+    for manifest in manifests {
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let value: toml_like::Manifest = toml_like::parse(&text);
+        let implicit_bin =
+            value.bins.is_empty() && manifest.parent().unwrap().join("src/main.rs").exists();
+        if value.bins.contains(&value.package) || implicit_bin {
+            packages.insert(value.package);
+        }
+    }
+    for binary in scheme_binaries() {
+        assert!(
+            packages.contains(&binary),
+            "no workspace package builds a binary named {binary}"
+        );
+    }
+}
+
+#[test]
+fn dockerfile_builds_the_package_and_binary_named_by_its_build_argument() {
+    let dockerfile = std::fs::read_to_string(root().join("images/Dockerfile")).unwrap();
+    assert!(dockerfile.contains("ARG BINARY"));
+    assert!(dockerfile.contains(r#"--package "${BINARY}" --bin "${BINARY}""#));
+    assert!(dockerfile.contains("gcr.io/distroless/cc-debian12:nonroot"));
+    assert!(dockerfile.contains("USER 65532:65532"));
+}
+
+#[test]
+fn bundle_images_follow_the_scheme() {
+    let bundle = bundle::generate().unwrap();
+    let csv = bundle.file(CSV_FILE).unwrap();
+    for binary in [images::OPERATOR, images::PRESET_INITIALIZER] {
+        assert!(
+            csv.contains(&format!("image: {}", images::image(binary))),
+            "{binary} is not a related image"
+        );
+    }
+    assert!(csv.contains(&format!(
+        "containerImage: {}",
+        images::image(images::OPERATOR)
+    )));
+}
+
+/// Just enough of a Cargo.toml reader for package and binary names.
+mod toml_like {
+    pub struct Manifest {
+        pub package: String,
+        pub bins: Vec<String>,
+    }
+
+    pub fn parse(text: &str) -> Manifest {
+        let mut section = String::new();
+        let mut package = String::new();
+        let mut bins = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_string();
+                continue;
+            }
+            let Some(value) = line.strip_prefix("name = ") else {
+                continue;
+            };
+            let value = value.trim_matches('"').to_string();
+            match section.as_str() {
+                "[package]" => package = value,
+                "[[bin]]" => bins.push(value),
+                _ => {}
+            }
+        }
+        Manifest { package, bins }
+    }
+}
