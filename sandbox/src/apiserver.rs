@@ -31,6 +31,8 @@ pub struct WriteOptions {
     pub dry_run: bool,
     /// `force=true` (apply).
     pub force: bool,
+    /// `fieldValidation`: `Strict`, `Warn` (default) or `Ignore`; applies to custom resources.
+    pub field_validation: Option<String>,
 }
 
 impl WriteOptions {
@@ -365,14 +367,34 @@ impl ApiServer {
     }
 
     /// Defaults, custom schema work and validation shared by create and update.
-    fn normalize(&self, rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    fn normalize(
+        &self,
+        rt: &ResourceType,
+        obj: &mut Value,
+        field_validation: &str,
+    ) -> Result<Vec<String>, ApiError> {
         defaults::apply(&rt.group, &rt.kind, obj);
         let name = meta_str(obj, "name").unwrap_or("").to_string();
+        let mut warnings = Vec::new();
         if rt.custom
             && let Some(schema) = rt.schema.as_ref()
         {
             // Validation waits until after mutating admission.
-            crd::prune(schema, obj, true);
+            let removed = crd::prune(schema, obj, true);
+            match field_validation {
+                "Strict" if !removed.is_empty() => {
+                    let fields: Vec<String> = removed
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "strict decoding error: {}",
+                        fields.join(", ")
+                    )));
+                }
+                "Ignore" => {}
+                _ => warnings.extend(removed.iter().map(|f| format!("unknown field \"{f}\""))),
+            }
             crd::apply_defaults(schema, obj);
         }
         if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
@@ -413,7 +435,7 @@ impl ApiServer {
                 obj["spec"]["clusterIPs"] = json!([ip]);
             }
         }
-        Ok(())
+        Ok(warnings)
     }
 
     /// CREATE.
@@ -546,8 +568,12 @@ impl ApiServer {
         if rt.group.is_empty() && rt.kind == "Namespace" {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
         }
-        self.normalize(rt, &mut obj)?;
-        let (admitted, warnings) = self
+        let prune_warnings = self.normalize(
+            rt,
+            &mut obj,
+            opts.field_validation.as_deref().unwrap_or("Warn"),
+        )?;
+        let (admitted, mut warnings) = self
             .admit(
                 rt,
                 "",
@@ -557,6 +583,7 @@ impl ApiServer {
                 opts.dry_run,
             )
             .await?;
+        warnings.splice(0..0, prune_warnings);
         let mut obj = admitted.unwrap_or(obj);
         obj["apiVersion"] = json!(rt.api_version());
         if rt.custom {
@@ -706,8 +733,12 @@ impl ApiServer {
         opts: &WriteOptions,
         record_manager: bool,
     ) -> Result<Written, ApiError> {
-        self.normalize(rt, &mut obj)?;
-        let (admitted, warnings) = self
+        let prune_warnings = self.normalize(
+            rt,
+            &mut obj,
+            opts.field_validation.as_deref().unwrap_or("Warn"),
+        )?;
+        let (admitted, mut warnings) = self
             .admit(
                 rt,
                 sub,
@@ -717,6 +748,7 @@ impl ApiServer {
                 opts.dry_run,
             )
             .await?;
+        warnings.splice(0..0, prune_warnings);
         let mut obj = admitted.unwrap_or(obj);
         if rt.custom {
             let name = meta_str(&obj, "name").unwrap_or("").to_string();

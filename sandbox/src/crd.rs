@@ -100,37 +100,56 @@ fn preserves_unknown(schema: &Value) -> bool {
 }
 
 /// Removes fields the schema does not declare (unless it preserves unknown fields), as the
-/// real API server prunes custom objects.
-pub fn prune(schema: &Value, value: &mut Value, root: bool) {
+/// real API server prunes custom objects; returns the removed fields' paths.
+pub fn prune(schema: &Value, value: &mut Value, root: bool) -> Vec<String> {
+    let mut removed = Vec::new();
+    prune_at(schema, value, root, "", &mut removed);
+    removed
+}
+
+fn join(path: &str, k: &str) -> String {
+    if path.is_empty() {
+        k.to_string()
+    } else {
+        format!("{path}.{k}")
+    }
+}
+
+fn prune_at(schema: &Value, value: &mut Value, root: bool, path: &str, removed: &mut Vec<String>) {
     match value {
         Value::Object(m) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                 if !preserves_unknown(schema) && schema.get("additionalProperties").is_none() {
                     m.retain(|k, _| {
-                        props.contains_key(k)
-                            || (root && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+                        let keep = props.contains_key(k)
+                            || (root && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
+                        if !keep {
+                            removed.push(join(path, k));
+                        }
+                        keep
                     });
                 }
                 for (k, v) in m.iter_mut() {
                     if let Some(s) = props.get(k) {
-                        prune(s, v, false);
+                        prune_at(s, v, false, &join(path, k), removed);
                     }
                 }
             } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                for v in m.values_mut() {
-                    prune(ap, v, false);
+                for (k, v) in m.iter_mut() {
+                    prune_at(ap, v, false, &join(path, k), removed);
                 }
             } else if !preserves_unknown(schema)
                 && !root
                 && schema.get("type").and_then(Value::as_str) == Some("object")
             {
+                removed.extend(m.keys().map(|k| join(path, k)));
                 m.clear();
             }
         }
         Value::Array(items) => {
             if let Some(s) = schema.get("items") {
-                for v in items {
-                    prune(s, v, false);
+                for (i, v) in items.iter_mut().enumerate() {
+                    prune_at(s, v, false, &format!("{path}[{i}]"), removed);
                 }
             }
         }
@@ -417,7 +436,7 @@ pub fn process(
     let Some(schema) = schema else {
         return Vec::new();
     };
-    prune(schema, obj, true);
+    let _ = prune(schema, obj, true);
     apply_defaults(schema, obj);
     let mut causes = Vec::new();
     validate(schema, obj, old, "", &mut causes);
@@ -457,6 +476,13 @@ mod tests {
         assert!(process(Some(&schema()), &mut obj, None).is_empty());
         assert_eq!(obj["spec"]["replicas"], 2);
         assert_eq!(obj["spec"]["policy"], "Fail");
+    }
+
+    #[test]
+    fn pruning_reports_what_it_removed() {
+        let mut obj = json!({"spec": {"image": "i", "bogus": 1, "x": {"y": 1}}});
+        let removed = prune(&schema(), &mut obj, true);
+        assert_eq!(removed, vec!["spec.bogus", "spec.x"]);
     }
 
     #[test]

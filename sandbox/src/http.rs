@@ -334,6 +334,7 @@ fn write_options(q: &HashMap<String, String>, headers: &HeaderMap) -> WriteOptio
             .to_string(),
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
         force: truthy(q, "force"),
+        field_validation: q.get("fieldValidation").cloned(),
     }
 }
 

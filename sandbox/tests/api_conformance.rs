@@ -1433,3 +1433,35 @@ async fn the_scale_subresource_reads_and_sets_replicas() {
     assert_eq!(d.spec.unwrap().replicas, Some(4));
     assert_eq!(d.metadata.generation, Some(2));
 }
+
+#[tokio::test]
+async fn strict_field_validation_refuses_unknown_fields_of_custom_resources() {
+    let sb = start().await;
+    let widgets = install_widgets(&sb.client()).await;
+    let w = json!({
+        "apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "w"},
+        "spec": {"color": "red", "colour": "typo"}
+    });
+    let strict = PatchParams {
+        field_validation: Some(kube::api::ValidationDirective::Strict),
+        ..PatchParams::apply("tester")
+    };
+    let err = widgets
+        .patch("w", &strict, &Patch::Apply(&w))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&err).0, 400);
+    if let kube::Error::Api(s) = &err {
+        assert!(
+            s.message.contains("unknown field \"spec.colour\""),
+            "{}",
+            s.message
+        );
+    }
+    let created = widgets
+        .patch("w", &PatchParams::apply("tester"), &Patch::Apply(&w))
+        .await
+        .unwrap();
+    assert!(created.data["spec"].get("colour").is_none());
+    assert_eq!(created.data["spec"]["color"], "red");
+}
