@@ -90,11 +90,15 @@ impl ServeArgs {
 
     /// The address to listen on: `--listen`, else `$POD_IP:8443`, else `0.0.0.0:8443`.
     pub fn listen_addr(&self) -> SocketAddr {
+        self.listen_addr_with(std::env::var("POD_IP").ok().as_deref())
+    }
+
+    /// The address to listen on given the value of `POD_IP`.
+    pub fn listen_addr_with(&self, pod_ip: Option<&str>) -> SocketAddr {
         if let Some(addr) = self.listen {
             return addr;
         }
-        let ip = std::env::var("POD_IP")
-            .ok()
+        let ip = pod_ip
             .and_then(|ip| ip.trim().parse::<IpAddr>().ok())
             .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         SocketAddr::new(ip, DEFAULT_PORT)
@@ -401,5 +405,41 @@ async fn accept_loop(
             ?grace,
             "in-flight requests did not finish within the grace period"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_address_follows_flag_then_pod_ip_then_all_interfaces() {
+        let mut args = ServeArgs::new(SocketAddr::from(([127, 0, 0, 1], 9443)), "/t", "/c");
+        assert_eq!(
+            args.listen_addr_with(Some("10.0.0.7")).to_string(),
+            "127.0.0.1:9443"
+        );
+        args.listen = None;
+        assert_eq!(
+            args.listen_addr_with(Some("10.0.0.7")).to_string(),
+            "10.0.0.7:8443"
+        );
+        assert_eq!(
+            args.listen_addr_with(Some("fd00::7")).to_string(),
+            "[fd00::7]:8443"
+        );
+        assert_eq!(
+            args.listen_addr_with(Some("garbage")).to_string(),
+            "0.0.0.0:8443"
+        );
+        assert_eq!(args.listen_addr_with(None).to_string(), "0.0.0.0:8443");
+    }
+
+    #[test]
+    fn an_empty_annotation_means_no_gate() {
+        let mut args = ServeArgs::new(SocketAddr::from(([127, 0, 0, 1], 0)), "/t", "/c");
+        args.annotation = Some("  ".into());
+        args.require_annotation = true;
+        assert_eq!(args.annotation_gate(), None);
     }
 }
