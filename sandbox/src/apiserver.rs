@@ -431,8 +431,10 @@ impl ApiServer {
             {
                 let n = self.next_ip.fetch_add(1, Ordering::Relaxed);
                 let ip = format!("10.96.{}.{}", (n >> 8) & 0xff, n & 0xff);
-                obj["spec"]["clusterIP"] = json!(ip);
-                obj["spec"]["clusterIPs"] = json!([ip]);
+                if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.insert("clusterIP".into(), json!(ip));
+                    spec.insert("clusterIPs".into(), json!([ip]));
+                }
             }
         }
         Ok(warnings)
@@ -938,6 +940,9 @@ impl ApiServer {
                 "PATCH, application/apply-patch+yaml requests must include a fieldManager",
             ));
         }
+        if kind == PatchKind::Apply && !body.is_object() {
+            return Err(ApiError::bad_request("an apply patch must be an object"));
+        }
         if kind == PatchKind::Strategic && rt.custom {
             return Err(ApiError::unsupported_media(
                 "application/strategic-merge-patch+json",
@@ -1284,7 +1289,7 @@ impl ApiServer {
             md.insert("finalizers".into(), json!(finalizers));
         }
         if is_namespace {
-            obj["status"]["phase"] = json!("Terminating");
+            obj["status"] = json!({"phase": "Terminating"});
         }
         let stored = self
             .store

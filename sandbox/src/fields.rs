@@ -371,6 +371,17 @@ pub fn merge_applied(shape: Shape<'_>, live: &mut Value, applied: &Value, path: 
     }
 }
 
+/// Decodes one `fieldsV1` key (`f:`, `k:`, `v:`); `None` for anything else.
+fn parse_elem(k: &str) -> Option<PathElem> {
+    if let Some(r) = k.strip_prefix("f:") {
+        Some(PathElem::Field(r.to_string()))
+    } else if let Some(r) = k.strip_prefix("k:") {
+        Some(PathElem::Key(r.to_string()))
+    } else {
+        k.strip_prefix("v:").map(|r| PathElem::Value(r.to_string()))
+    }
+}
+
 /// Encodes a field set as `fieldsV1`.
 pub fn to_fields_v1(set: &FieldSet) -> Value {
     let mut root = json!({});
@@ -401,12 +412,7 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
         };
         let keys: Vec<String> = m.keys().filter(|k| k.as_str() != ".").cloned().collect();
         for k in keys {
-            let elem = match k.split_at(2) {
-                ("f:", r) => PathElem::Field(r.to_string()),
-                ("k:", r) => PathElem::Key(r.to_string()),
-                ("v:", r) => PathElem::Value(r.to_string()),
-                _ => continue,
-            };
+            let Some(elem) = parse_elem(&k) else { continue };
             path.push(elem);
             if let Some(child) = m.get_mut(&k) {
                 let has_children = child
@@ -435,15 +441,7 @@ pub fn from_fields_v1(v: &Value) -> FieldSet {
             out.insert(path.clone());
         }
         for (k, child) in m {
-            if k == "." || k.len() < 2 {
-                continue;
-            }
-            let elem = match k.split_at(2) {
-                ("f:", r) => PathElem::Field(r.to_string()),
-                ("k:", r) => PathElem::Key(r.to_string()),
-                ("v:", r) => PathElem::Value(r.to_string()),
-                _ => continue,
-            };
+            let Some(elem) = parse_elem(&k) else { continue };
             path.push(elem);
             walk(child, path, out);
             path.pop();
@@ -758,6 +756,12 @@ mod tests {
             force,
             now: "2026-01-01T00:00:00Z",
         }
+    }
+
+    #[test]
+    fn malformed_fields_v1_keys_are_ignored() {
+        let set = from_fields_v1(&json!({"é": {}, "f": {}, "f:ok": {}}));
+        assert_eq!(set.len(), 1);
     }
 
     #[test]

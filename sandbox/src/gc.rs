@@ -146,7 +146,7 @@ pub async fn pass(api: &ApiServer) {
                 .collect();
             if contents.is_empty() {
                 let mut n = (**obj).clone();
-                n["spec"]["finalizers"] = json!([]);
+                n["spec"] = json!({"finalizers": []});
                 let _ = api.system_update(key, n, object_rv(obj));
             } else {
                 for (ckey, c) in contents {

@@ -1465,3 +1465,69 @@ async fn strict_field_validation_refuses_unknown_fields_of_custom_resources() {
     assert!(created.data["spec"].get("colour").is_none());
     assert_eq!(created.data["spec"]["color"], "red");
 }
+
+#[tokio::test]
+async fn malformed_bodies_are_bad_requests_and_change_nothing() {
+    let sb = start().await;
+    let client = sb.client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("a", json!({})))
+        .await
+        .unwrap();
+    let url = "/api/v1/namespaces/default/configmaps/a";
+    for (ct, body) in [
+        (
+            "application/apply-patch+yaml",
+            json!(["not", "an", "object"]),
+        ),
+        ("application/merge-patch+json", json!("replace-everything")),
+        ("application/strategic-merge-patch+json", json!(42)),
+        (
+            "application/json-patch+json",
+            json!([{"op": "replace", "path": "", "value": [1]}]),
+        ),
+    ] {
+        let (code, status) = raw(
+            &client,
+            "PATCH",
+            &format!("{url}?fieldManager=t"),
+            None,
+            Some(ct),
+            Some(body),
+        )
+        .await;
+        assert!(code == 400 || code == 422, "{ct}: {code} {status}");
+    }
+    let (code, _) = raw(
+        &client,
+        "PUT",
+        url,
+        None,
+        Some("application/json"),
+        Some(json!({"metadata": {"name": "a", "managedFields": [{"fieldsV1": {"é": {}}}]}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": "nonsense"});
+    let (code, _) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        None,
+        Some("application/json"),
+        Some(svc),
+    )
+    .await;
+    assert!(code < 500, "{code}");
+    let (code, _) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        None,
+        Some("application/json"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(cms.get("a").await.is_ok());
+}
