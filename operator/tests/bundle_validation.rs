@@ -521,6 +521,20 @@ fn service_account_manifest_duplicating_the_csv_is_reported() {
 }
 
 #[test]
+fn deployment_service_account_without_permissions_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        CSV_FILE,
+        "/spec/install/spec/deployments/0/spec/template/spec/serviceAccountName",
+        json!("nobody"),
+    );
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::UnknownServiceAccount { name, .. } if name == "nobody"),
+    );
+}
+
+#[test]
 fn kind_a_bundle_may_not_contain_is_reported() {
     let copy = Copy::new();
     copy.write(

@@ -256,6 +256,17 @@ pub enum BundleViolation {
         /// The service account's name.
         name: String,
     },
+    /// A Deployment runs as a service account that no permissions entry names, so OLM would
+    /// not create it.
+    #[error(
+        "deployment {deployment} runs as service account {name}, which no permissions entry names"
+    )]
+    UnknownServiceAccount {
+        /// Deployment name.
+        deployment: String,
+        /// The service account.
+        name: String,
+    },
     /// An owned CRD has no matching CRD file.
     #[error("owned CRD {name} has no matching CRD manifest: {message}")]
     OwnedCrd {
@@ -681,6 +692,18 @@ fn check_install(
             }
         };
         let pod = spec.template.spec.unwrap_or_default();
+        if let Some(account) = pod.service_account_name.as_deref()
+            && !["permissions", "clusterPermissions"].iter().any(|field| {
+                array_at(csv, &["spec", "install", "spec", field])
+                    .iter()
+                    .any(|permission| str_at(permission, &["serviceAccountName"]) == account)
+            })
+        {
+            out.push(BundleViolation::UnknownServiceAccount {
+                deployment: name.clone(),
+                name: account.to_string(),
+            });
+        }
         for container in pod.init_containers.iter().flatten().chain(&pod.containers) {
             images.extend(container.image.clone());
             let requests = container
