@@ -441,7 +441,7 @@ pub fn from_fields_v1(v: &Value) -> FieldSet {
             out.insert(path.clone());
         }
         for (k, child) in m {
-            let Some(elem) = parse_elem(&k) else { continue };
+            let Some(elem) = parse_elem(k) else { continue };
             path.push(elem);
             walk(child, path, out);
             path.pop();
