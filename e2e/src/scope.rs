@@ -74,7 +74,17 @@ impl Scope {
 
     /// Creates a namespace named for `role` with extra `labels`, removed on cleanup.
     pub async fn namespace(&self, role: &str, labels: &[(&str, &str)]) -> anyhow::Result<String> {
-        let name = self.name(role);
+        self.namespace_named(&self.name(role), labels).await
+    }
+
+    /// Creates a namespace with exactly this `name` (which should contain the scope's id) and
+    /// extra `labels`, removed on cleanup.
+    pub async fn namespace_named(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<String> {
+        let name = name.to_string();
         let mut all: BTreeMap<String, String> =
             BTreeMap::from([(SCOPE_LABEL.to_string(), self.id.clone())]);
         for (key, value) in labels {

@@ -15,6 +15,12 @@ use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
 
 /// Slack on top of a computed budget for a busy two-core machine.
 const MARGIN: Duration = Duration::from_secs(3);
+/// How long the flapping initializer is frozen each time: past the default failure threshold
+/// (two probes a second apart, plus the latency budget).
+const FLAP_DOWN: Duration = Duration::from_secs(4);
+/// How long it answers each time: short of the default success threshold (three probes a
+/// second apart).
+const FLAP_UP: Duration = Duration::from_millis(1500);
 
 /// Freeze every initializer pod (it accepts connections and never answers): the operator
 /// removes the configuration within the health budget, and creates succeed again right after.
@@ -264,14 +270,16 @@ pub async fn recovered_initializer_is_registered_again_without_a_storm(
         "injection did not resume after recovery"
     );
 
-    // Flapping: frozen and thawed faster than the success threshold can be met. At most one
-    // deregistration and no registration may come of it.
+    // Flapping: frozen long enough to fail the failure threshold, thawed too briefly to meet
+    // the success threshold, again and again. Exactly one deregistration (the first freeze) and
+    // no registration may come of it; registering on every good probe would be a storm.
     let flap_start = Instant::now();
-    for _ in 0..6 {
+    let cycles = 4;
+    for _ in 0..cycles {
         let pods = common::freeze_all(&ctx, &sidecar).await?;
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        tokio::time::sleep(FLAP_DOWN).await;
         common::thaw_all(&ctx, &sidecar, &pods).await?;
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        tokio::time::sleep(FLAP_UP).await;
     }
     let flap_end = Instant::now();
     let registrations = sidecar
@@ -293,9 +301,11 @@ pub async fn recovered_initializer_is_registered_again_without_a_storm(
         s(flap_end - flap_start)
     );
     ensure!(
-        registrations == 0 && deregistrations <= 1,
-        "6 freeze/thaw cycles of 1.2s each caused {registrations} registration(s) and {deregistrations} \
-         deregistration(s): a storm; {}",
+        registrations == 0 && deregistrations == 1,
+        "{cycles} cycles of {} frozen and {} thawed caused {registrations} registration(s) and \
+         {deregistrations} deregistration(s), expected none and one; {}",
+        s(FLAP_DOWN),
+        s(FLAP_UP),
         sidecar.configurations.summary()
     );
     // And it settles: registered again after the flapping stops.

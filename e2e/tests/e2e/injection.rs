@@ -191,7 +191,8 @@ pub async fn proxy_sidecar_goes_to_pods_exposing_port_80(ctx: Ctx) -> anyhow::Re
     Ok(())
 }
 
-/// The test-certs example mounts test certificates into pods in test namespaces only.
+/// The test-certs example mounts test certificates into pods in test namespaces (by name:
+/// `test`, `test-*`, `*-test`) and leaves pods in other namespaces alone.
 pub async fn test_certificates_go_to_pods_in_test_namespaces(ctx: Ctx) -> anyhow::Result<()> {
     registered_example(
         &ctx,
@@ -201,16 +202,50 @@ pub async fn test_certificates_go_to_pods_in_test_namespaces(ctx: Ctx) -> anyhow
         json!({}),
     )
     .await?;
-    let test_ns = ctx.scope.target_namespace("test").await?;
+    let (label, id) = ctx.scope.target_selector();
+    let test_ns = ctx
+        .scope
+        .namespace_named(
+            &format!("{}-test", ctx.scope.name("apps")),
+            &[(&label, &id)],
+        )
+        .await?;
+    let other_ns = ctx.scope.target_namespace("apps").await?;
     let pod = create_pod(&ctx, &test_ns, "app", None).await?;
-    let volumes = pod
+    let spec = pod.spec.clone().unwrap_or_default();
+    let volumes: Vec<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.clone())
+        .collect();
+    ensure!(
+        volumes.iter().any(|v| v == "test-certs"),
+        "a pod in the test namespace {test_ns} got no test-certs volume: volumes {volumes:?}"
+    );
+    let mounts: Vec<String> = spec.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.mount_path.clone())
+        .collect();
+    ensure!(
+        mounts.iter().any(|m| m == "/etc/test-certs"),
+        "the container in {test_ns} does not mount the certificates at /etc/test-certs: {mounts:?}"
+    );
+    let other = create_pod(&ctx, &other_ns, "app", None).await?;
+    let other_volumes = other
         .spec
         .as_ref()
         .and_then(|s| s.volumes.clone())
         .unwrap_or_default();
     ensure!(
-        !volumes.is_empty(),
-        "a pod in the test namespace {test_ns} got no certificate volume"
+        other_volumes.is_empty(),
+        "a pod in {other_ns}, not a test namespace, got volumes {:?}",
+        other_volumes
+            .iter()
+            .map(|v| v.name.clone())
+            .collect::<Vec<_>>()
     );
     Ok(())
 }

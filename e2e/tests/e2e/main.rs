@@ -29,63 +29,20 @@ macro_rules! scenario {
     };
 }
 
-/// Why the scenarios cannot run yet.
-const NEEDS_SANDBOX: &str =
-    "needs the sandbox (issue 4): initializer-sandbox does not export Sandbox::start yet";
-
 const SCENARIOS: &[Scenario] = &[
-    scenario!(
-        registration::initializer_is_registered_only_after_its_pods_are_ready,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        injection::tutorial_sidecar_is_injected_only_where_asked,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        injection::secret_guard_denial_reaches_the_client,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        injection::proxy_sidecar_goes_to_pods_exposing_port_80,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        injection::test_certificates_go_to_pods_in_test_namespaces,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        registration::own_pods_and_system_namespaces_are_never_intercepted,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        failure::hung_initializer_is_deregistered_within_budget,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        failure::crashed_initializer_is_deregistered_by_its_endpoints,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        failure::recovered_initializer_is_registered_again_without_a_storm,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        lifecycle::deletion_removes_the_configuration_before_the_workload,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        lifecycle::suspended_initializer_stays_deregistered_until_resumed,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        lifecycle::bad_input_is_refused_and_registers_nothing,
-        ignore = NEEDS_SANDBOX
-    ),
-    scenario!(
-        lifecycle::operator_killed_mid_rollout_converges_without_duplicates_or_orphans,
-        ignore = NEEDS_SANDBOX
-    ),
+    scenario!(registration::initializer_is_registered_only_after_its_pods_are_ready),
+    scenario!(injection::tutorial_sidecar_is_injected_only_where_asked),
+    scenario!(injection::secret_guard_denial_reaches_the_client),
+    scenario!(injection::proxy_sidecar_goes_to_pods_exposing_port_80),
+    scenario!(injection::test_certificates_go_to_pods_in_test_namespaces),
+    scenario!(registration::own_pods_and_system_namespaces_are_never_intercepted),
+    scenario!(failure::hung_initializer_is_deregistered_within_budget),
+    scenario!(failure::crashed_initializer_is_deregistered_by_its_endpoints),
+    scenario!(failure::recovered_initializer_is_registered_again_without_a_storm),
+    scenario!(lifecycle::deletion_removes_the_configuration_before_the_workload),
+    scenario!(lifecycle::suspended_initializer_stays_deregistered_until_resumed),
+    scenario!(lifecycle::bad_input_is_refused_and_registers_nothing),
+    scenario!(lifecycle::operator_killed_mid_rollout_converges_without_duplicates_or_orphans),
 ];
 
 fn main() -> ExitCode {
