@@ -191,6 +191,25 @@ fn readme_permissions_table_lists_every_rule_the_bundle_grants() {
     );
 }
 
+#[test]
+fn readme_initializer_example_is_the_sidecar_fixture() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let block = readme
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .find(|block| block.contains("kind: Initializer") && block.contains("name: sidecar"))
+        .expect("the README shows the sidecar Initializer");
+    let shown: Value = serde_yaml::from_str(block).unwrap();
+    let fixture: Value = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    assert_eq!(
+        shown, fixture,
+        "README.md and examples/sidecar-initializer.yaml differ"
+    );
+}
+
 // One broken copy per rule.
 
 #[test]
