@@ -38,7 +38,7 @@ use crate::validate::{self, describe, validate};
 
 /// How often every Initializer is reconciled even when nothing changed (certificate rotation,
 /// status refresh).
-pub const RESYNC: Duration = Duration::from_secs(60);
+pub const RESYNC: Duration = Duration::from_secs(30);
 
 /// What every reconcile shares.
 pub struct Context {

@@ -15,7 +15,7 @@ use crate::validate::{Refusal, describe};
 
 /// The last probe's time and latency are refreshed in the status at most this often, so that
 /// probes alone do not turn into a stream of status writes.
-pub const PROBE_STATUS_REFRESH: Duration = Duration::from_secs(30);
+pub const PROBE_STATUS_REFRESH: Duration = Duration::from_secs(25);
 
 /// Condition: the spec passed validation.
 pub const VALID: &str = "Valid";

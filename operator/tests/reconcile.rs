@@ -215,12 +215,40 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
     let status = init.status.unwrap();
     assert_eq!(status.registered, Some(true));
     assert!(status.certificate_not_after.is_some());
+    println!(
+        "last probe through the API server: {:?} ms",
+        status.last_probe_latency_millis
+    );
+    assert!(status.last_probe_latency_millis.is_some());
     assert!(
         status.conditions.iter().all(|c| c.status == "True"),
         "{:?}",
         status.conditions
     );
     assert!(events_with_reason(&client, "Registered").await >= 1);
+
+    // A spec change reaches the registered configuration.
+    api.patch(
+        "guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"timeoutSeconds": 7}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the new timeout in the configuration",
+        Duration::from_secs(10),
+        || {
+            let c = client.clone();
+            async move {
+                configuration(&c, "initializer-guard")
+                    .await
+                    .and_then(|c| c.webhooks)
+                    .is_some_and(|w| w[0].timeout_seconds == Some(7))
+            }
+        },
+    )
+    .await;
 
     // The registration is real: the API server calls the initializer, which refuses short secrets.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
