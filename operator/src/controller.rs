@@ -325,18 +325,25 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
 }
 
 /// Removes orphans at start, whenever a managed configuration changes, and every minute (an
-/// Initializer removed without its finalizer leaves no event on the configuration).
-pub async fn watch_orphans(client: Client, shutdown: CancellationToken) {
+/// Initializer removed without its finalizer leaves no event on the configuration); the
+/// minute sweep also stops supervising Initializers that no longer exist.
+pub async fn watch_orphans(client: Client, supervisor: Supervisor, shutdown: CancellationToken) {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let mut events = watcher(api, watcher::Config::default().labels(&managed_selector()))
         .default_backoff()
         .applied_objects()
         .boxed();
     let mut sweep = tokio::time::interval(Duration::from_secs(60));
+    let initializers: Api<Initializer> = Api::all(client.clone());
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = sweep.tick() => {}
+            _ = sweep.tick() => {
+                if let Ok(list) = initializers.list(&ListParams::default()).await {
+                    let names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
+                    supervisor.retain(&names);
+                }
+            }
             event = events.next() => {
                 if event.is_none() {
                     return;

@@ -250,7 +250,7 @@ async fn lead(
     });
     tokio::join!(
         controller::run(ctx, term.clone()),
-        controller::watch_orphans(client, term.clone()),
+        controller::watch_orphans(client, supervisor.clone(), term.clone()),
     );
     supervisor.stop_all();
     info!("controllers stopped");

@@ -180,6 +180,12 @@ impl Supervisor {
         self.entries().clear();
     }
 
+    /// Stops supervising every Initializer not named in `existing` (deleted while the
+    /// controller could not see it).
+    pub fn retain(&self, existing: &[String]) {
+        self.entries().retain(|name, _| existing.contains(name));
+    }
+
     /// Names of the supervised Initializers.
     pub fn supervised(&self) -> Vec<String> {
         self.entries().keys().cloned().collect()
