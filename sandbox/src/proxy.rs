@@ -327,7 +327,7 @@ pub async fn exchange(
     addr: &str,
     transport: &Transport,
     request: http::Request<Body>,
-) -> Result<http::Response<hyper::body::Incoming>, ExchangeError> {
+) -> Result<http::Response<ExchangeBody>, ExchangeError> {
     let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| ExchangeError::Dial {
@@ -350,27 +350,48 @@ pub async fn exchange(
     }
 }
 
+/// Aborts the connection task when dropped: with the exchange future (a caller's timeout) or
+/// with the response body, so a backend that never answers (a frozen pod) holds no task and no
+/// socket after its caller gave up.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A response body that keeps its connection alive for as long as it exists.
+pub type ExchangeBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, hyper::Error>;
+
 async fn send<T>(
     io: TokioIo<T>,
     request: http::Request<Body>,
-) -> Result<http::Response<hyper::body::Incoming>, ExchangeError>
+) -> Result<http::Response<ExchangeBody>, ExchangeError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| ExchangeError::Http(e.to_string()))?;
-    tokio::spawn(async move {
-        // The connection ends when the response body is dropped or read to the end.
+    let task = tokio::spawn(async move {
         let _ = conn.await;
     });
-    sender.send_request(request).await.map_err(|e| {
+    let guard = AbortOnDrop(task.abort_handle());
+    let response = sender.send_request(request).await.map_err(|e| {
         if e.is_incomplete_message() || e.is_canceled() {
             ExchangeError::Http("EOF".into())
         } else {
             ExchangeError::Http(e.to_string())
         }
-    })
+    })?;
+    Ok(response.map(move |body| {
+        body.map_frame(move |frame| {
+            let _keep = &guard;
+            frame
+        })
+        .boxed_unsync()
+    }))
 }
 
 /// A `metav1.Status` failure response.
@@ -627,5 +648,35 @@ mod tests {
             resolve_endpoint(&v, "b", "web", &ServicePort::Number(443)),
             Err(ResolveError::ServiceNotFound(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_caller_giving_up_closes_the_connection_to_a_silent_backend() {
+        use tokio::io::AsyncReadExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let request = http::Request::get("/").body(Body::empty()).unwrap();
+        let call = tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            exchange(&addr, &Transport::Plain, request),
+        );
+        let (accepted, timed_out) = tokio::join!(listener.accept(), call);
+        assert!(timed_out.is_err(), "the backend never answers");
+        let (mut socket, _) = accepted.unwrap();
+        // Drain the request, then expect EOF: the client side was closed.
+        let mut buf = vec![0u8; 4096];
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+            loop {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "the connection stayed open after the caller gave up"
+        );
     }
 }
