@@ -544,6 +544,15 @@ spec:
     }
 
     #[test]
+    fn the_committed_sidecar_example_is_accepted() {
+        let example: Initializer =
+            serde_yaml::from_str(include_str!("../../examples/sidecar-initializer.yaml")).unwrap();
+        let v = validate(&example.spec, "initializer-system", "sidecar").unwrap();
+        assert!(matches!(v.config, ConfigPlan::Text(ref t) if t.contains("sidecar-nginx")));
+        assert_eq!(v.spec.annotation.unwrap().name, "initializer.dev/sidecar");
+    }
+
+    #[test]
     fn every_protected_resource_is_refused() {
         for resource in PROTECTED_RESOURCES {
             let mut spec = sidecar().spec;
