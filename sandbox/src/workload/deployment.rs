@@ -127,6 +127,22 @@ pub fn plan(deploy: &Deployment, active: &[Arc<Pod>], old_terminating: bool) -> 
     let name = |p: &&Arc<Pod>| p.metadata.name.clone().unwrap_or_default();
     let mut delete = Vec::new();
     let mut create = 0usize;
+    if spec.paused == Some(true) {
+        // Paused: scale only, from the current template, without rolling anything out.
+        let total = i32::try_from(active.len()).unwrap_or(i32::MAX);
+        if total < desired {
+            create = (desired - total) as usize;
+        } else if total > desired {
+            let mut extra: Vec<&Arc<Pod>> = active.iter().collect();
+            extra.sort_by_key(|p| (is_ready(p), has_hash(p)));
+            delete.extend(extra.iter().take((total - desired) as usize).map(name));
+        }
+        return Plan {
+            create,
+            delete,
+            hash,
+        };
+    }
     let new_len = i32::try_from(new.len()).unwrap_or(i32::MAX);
     // Too many current pods: remove the unready, then the youngest.
     if new_len > desired {
@@ -314,7 +330,23 @@ pub fn status(
         .and_then(|s| u64::try_from(s).ok())
         .unwrap_or(600);
     let prev_progress = prev_cond("Progressing");
-    let progressing_cond = if complete {
+    let progressing_cond = if spec.paused == Some(true) {
+        let transition = match &prev_progress {
+            Some(c) if c["reason"] == "DeploymentPaused" => c["lastTransitionTime"]
+                .as_str()
+                .unwrap_or(&now_s)
+                .to_owned(),
+            _ => now_s.clone(),
+        };
+        let update = match &prev_progress {
+            Some(c) if c["reason"] == "DeploymentPaused" => {
+                c["lastUpdateTime"].as_str().unwrap_or(&now_s).to_owned()
+            }
+            _ => now_s.clone(),
+        };
+        json!({"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused", "message": "Deployment is paused",
+            "lastUpdateTime": update, "lastTransitionTime": transition})
+    } else if complete {
         condition(
             "Progressing",
             true,
@@ -823,5 +855,23 @@ mod tests {
         assert_eq!(s["conditions"][0]["reason"], "MinimumReplicasUnavailable");
         assert_eq!(s["conditions"][1]["reason"], "ReplicaSetUpdated");
         assert_eq!(s["conditions"][2]["reason"], "FailedCreate");
+    }
+
+    #[test]
+    fn paused_deployment_scales_without_rolling_out() {
+        let mut d = deployment(3, "img:2", 1, 0);
+        d.spec.as_mut().unwrap().paused = Some(true);
+        let p = plan(&d, &[pod("o1", "old", true), pod("o2", "old", true)], false);
+        assert_eq!((p.create, p.delete.len()), (1, 0));
+        d.spec.as_mut().unwrap().replicas = Some(1);
+        let p = plan(
+            &d,
+            &[pod("o1", "old", true), pod("o2", "old", false)],
+            false,
+        );
+        assert_eq!((p.create, p.delete.clone()), (0, vec!["o2".to_owned()]));
+        let s = status(&d, &[pod("o1", "old", true)], None, jiff::Timestamp::now());
+        assert_eq!(s["conditions"][1]["reason"], "DeploymentPaused");
+        assert_eq!(s["conditions"][1]["status"], "Unknown");
     }
 }
