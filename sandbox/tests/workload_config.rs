@@ -184,9 +184,30 @@ async fn container_sees_rewritten_args_and_env_and_refreshed_secret_files() {
     assert_eq!(info["env"]["TOKEN"], "t-1");
     assert_eq!(info["env"]["SETTING"], "a: 1\n");
     assert_eq!(info["env"]["POD_NAMESPACE"], "apps");
+    // The pod's kubeconfig: the sandbox's cluster and credentials, its own namespace.
+    let kubeconfig = std::path::PathBuf::from(info["env"]["KUBECONFIG"].as_str().unwrap());
+    assert_ne!(kubeconfig, env.sandbox.kubeconfig_path());
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
+    assert_eq!(config["contexts"][0]["context"]["namespace"], "apps");
+    let shared: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(env.sandbox.kubeconfig_path()).unwrap())
+            .unwrap();
+    assert_eq!(config["clusters"], shared["clusters"]);
+    let pod_client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(pod_client.default_namespace(), "apps");
+    let own: Api<Pod> = Api::default_namespaced(pod_client);
     assert_eq!(
-        info["env"]["KUBECONFIG"],
-        env.sandbox.kubeconfig_path().display().to_string()
+        own.get("p").await.unwrap().metadata.name.as_deref(),
+        Some("p")
     );
     let (_, token) = http("GET", &addr, &format!("/read?{creds_dir}/token"), "")
         .await

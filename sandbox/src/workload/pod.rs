@@ -213,6 +213,7 @@ struct Worker {
     volume_dirs: BTreeMap<String, PathBuf>,
     published: BTreeMap<String, Source>,
     volumes_error: Option<String>,
+    kubeconfig: PathBuf,
     start_time: String,
     transitions: HashMap<&'static str, (bool, String)>,
     last_status: Option<Value>,
@@ -261,6 +262,7 @@ pub async fn run(
         volume_dirs,
         published: BTreeMap::new(),
         volumes_error: None,
+        kubeconfig: pod_kubeconfig(&node.kubeconfig, &dir, &pod),
         start_time: now(),
         transitions: HashMap::new(),
         last_status: None,
@@ -328,6 +330,53 @@ pub async fn run(
         .lock()
         .map(|mut g| g.remove(&(w.namespace.clone(), w.name.clone())))
         .ok();
+}
+
+/// Writes the pod's kubeconfig: the sandbox's, with the context namespace set to the pod's
+/// namespace (an in-cluster client defaults to its own namespace) and the user named after the
+/// pod's service account. Credentials stay the sandbox's. Falls back to the shared file when it
+/// cannot be read or written.
+fn pod_kubeconfig(shared: &Path, pod_dir: &Path, pod: &Pod) -> PathBuf {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let rewrite = || -> Option<PathBuf> {
+        let text = std::fs::read_to_string(shared).ok()?;
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+        let user = serde_yaml::Value::from(format!("system:serviceaccount:{ns}:{sa}"));
+        let old_user = config["contexts"][0]["context"]["user"].clone();
+        for context in config.get_mut("contexts")?.as_sequence_mut()? {
+            if let Some(c) = context
+                .get_mut("context")
+                .and_then(serde_yaml::Value::as_mapping_mut)
+            {
+                c.insert("namespace".into(), ns.clone().into());
+                c.insert("user".into(), user.clone());
+            }
+        }
+        for entry in config.get_mut("users")?.as_sequence_mut()? {
+            if entry.get("name") == Some(&old_user)
+                && let Some(m) = entry.as_mapping_mut()
+            {
+                m.insert("name".into(), user.clone());
+            }
+        }
+        let text = serde_yaml::to_string(&config).ok()?;
+        std::fs::create_dir_all(pod_dir).ok()?;
+        let path = pod_dir.join("kubeconfig");
+        std::fs::write(&path, text).ok()?;
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .ok()?;
+        Some(path)
+    };
+    rewrite().unwrap_or_else(|| shared.to_path_buf())
 }
 
 fn grace_of(pod: &Pod) -> Duration {
@@ -489,7 +538,7 @@ impl Worker {
             None => dir.clone(),
         };
         let _ = std::fs::create_dir_all(&dir);
-        let mut full_env = process::base_env(&self.name, &self.node.kubeconfig);
+        let mut full_env = process::base_env(&self.name, &self.kubeconfig);
         full_env.extend(env);
         let launch = Launch {
             program: program.clone(),
