@@ -46,17 +46,23 @@ where
         })
 }
 
-/// Applies the workload (Secrets, ConfigMap, Service, PodDisruptionBudget, Deployment, in an
-/// order that lets the pods start with everything they mount) and returns the stored
-/// Deployment, whose status says whether it is available.
+/// Applies the workload and returns the stored Deployment, whose status says whether it is
+/// available. The Secrets, ConfigMap, Service and PodDisruptionBudget go first and together;
+/// the Deployment last, so its pods start with everything they mount.
 pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deployment> {
-    apply_namespaced(client, &desired.ca_secret).await?;
-    apply_namespaced(client, &desired.tls_secret).await?;
-    if let Some(cm) = &desired.config_map {
-        apply_namespaced(client, cm).await?;
-    }
-    apply_namespaced(client, &desired.service).await?;
-    apply_namespaced(client, &desired.pdb).await?;
+    let config_map = async {
+        match &desired.config_map {
+            Some(cm) => apply_namespaced(client, cm).await.map(|_| ()),
+            None => Ok(()),
+        }
+    };
+    futures::try_join!(
+        apply_namespaced(client, &desired.ca_secret),
+        apply_namespaced(client, &desired.tls_secret),
+        config_map,
+        apply_namespaced(client, &desired.service),
+        apply_namespaced(client, &desired.pdb),
+    )?;
     apply_namespaced(client, &desired.deployment).await
 }
 
@@ -85,15 +91,14 @@ pub async fn read_tls(
             .and_then(|d| d.get(key))
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
     };
-    let ca = get(ca_secret).await?.and_then(|s| {
+    let (ca, serving) = futures::try_join!(get(ca_secret), get(tls_secret))?;
+    let ca = ca.and_then(|s| {
         Some(Ca {
             cert_pem: text(&s, "ca.crt")?,
             key_pem: text(&s, "ca.key")?,
         })
     });
-    let serving = get(tls_secret)
-        .await?
-        .and_then(|s| Some((text(&s, "tls.crt")?, text(&s, "tls.key")?)));
+    let serving = serving.and_then(|s| Some((text(&s, "tls.crt")?, text(&s, "tls.key")?)));
     Ok((ca, serving))
 }
 
