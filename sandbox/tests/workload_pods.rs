@@ -252,6 +252,18 @@ async fn deleted_pod_is_terminated_removed_and_replaced() {
             .then_some(())
     })
     .await;
+    let files = env.sandbox.state_dir().join(format!("pods/apps_{name}"));
+    wait_for("the old pod's files to be removed", T, || async {
+        (!files.exists()).then_some(())
+    })
+    .await;
+    assert!(
+        env.sandbox
+            .state_dir()
+            .join(format!("logs/apps_{name}/app.log"))
+            .exists(),
+        "logs stay"
+    );
     let replacement = ready_pods(&env, "apps", "web", 1).await.remove(0);
     assert_ne!(replacement.metadata.name.unwrap(), name);
     wait_for("the old pod object to be gone", T, || async {

@@ -281,6 +281,9 @@ pub async fn run(
                 grace_of(&pod)
             };
             w.terminate(&mut rx, grace).await;
+            if !shutdown.is_cancelled() {
+                w.remove_files();
+            }
             break;
         };
         if pod.metadata.deletion_timestamp.is_some() {
@@ -290,6 +293,7 @@ pub async fn run(
                 .and_then(|s| u64::try_from(s).ok())
                 .map_or_else(|| grace_of(&pod), Duration::from_secs);
             w.terminate(&mut rx, grace).await;
+            w.remove_files();
             w.finalize_deletion().await;
             break;
         }
@@ -312,6 +316,9 @@ pub async fn run(
             () = cancel.cancelled() => {
                 let grace = if shutdown.is_cancelled() { SHUTDOWN_GRACE } else { grace_of(&pod) };
                 w.terminate(&mut rx, grace).await;
+                if !shutdown.is_cancelled() {
+                    w.remove_files();
+                }
                 break;
             }
             changed = changes.changed() => {
@@ -783,6 +790,17 @@ impl Worker {
         }
         if let Ok(mut g) = self.node.groups.lock() {
             g.remove(&self.key());
+        }
+    }
+
+    /// Removes the pod's volumes and kubeconfig (not its logs) once it is gone for good. Host
+    /// paths are outside the pod's directory and stay.
+    fn remove_files(&self) {
+        let dir = pod_dir(&self.node.state_dir, &self.namespace, &self.name);
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "failed to remove the pod's files");
         }
     }
 
