@@ -128,7 +128,7 @@ fn guard(name: &str) -> Initializer {
             "image": IMAGE,
             "replicas": 1,
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
-            "health": {"periodSeconds": 1, "failureThreshold": 2, "successThreshold": 2, "latencyBudgetMillis": 1000},
+            "health": {"periodSeconds": 1, "failureThreshold": 2, "successThreshold": 2, "latencyBudgetMillis": 500},
         }
     }))
     .unwrap()
