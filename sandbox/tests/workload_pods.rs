@@ -117,6 +117,16 @@ async fn endpoint_slices_follow_readiness_through_freeze_and_thaw() {
         (eps.len() == 2 && eps.iter().all(|e| e.1)).then_some(())
     })
     .await;
+    let endpoints: Api<k8s_openapi::api::core::v1::Endpoints> =
+        Api::namespaced(env.client.clone(), "apps");
+    let e = wait_for("the v1 Endpoints", T, || async {
+        endpoints.get("web").await.ok()
+    })
+    .await;
+    assert_eq!(
+        e.subsets.unwrap()[0].addresses.as_ref().map(Vec::len),
+        Some(2)
+    );
     let frozen = &pods[0];
     let frozen_name = frozen.metadata.name.clone().unwrap();
     let frozen_ip = pod_ip(frozen);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -26,6 +26,8 @@ pub struct Caches {
     pub services: Store<Service>,
     /// Every EndpointSlice.
     pub endpoint_slices: Store<EndpointSlice>,
+    /// Every v1 Endpoints.
+    pub endpoints: Store<Endpoints>,
     /// Every Secret.
     pub secrets: Store<Secret>,
     /// Every ConfigMap.
@@ -81,6 +83,7 @@ impl Caches {
             deployments: feed(client, changes.clone(), shutdown),
             services: feed(client, changes.clone(), shutdown),
             endpoint_slices: feed(client, changes.clone(), shutdown),
+            endpoints: feed(client, changes.clone(), shutdown),
             secrets: feed(client, changes.clone(), shutdown),
             config_maps: feed(client, changes.clone(), shutdown),
             changes,
@@ -94,6 +97,7 @@ impl Caches {
         self.deployments.wait_until_ready().await.map_err(e)?;
         self.services.wait_until_ready().await.map_err(e)?;
         self.endpoint_slices.wait_until_ready().await.map_err(e)?;
+        self.endpoints.wait_until_ready().await.map_err(e)?;
         self.secrets.wait_until_ready().await.map_err(e)?;
         self.config_maps.wait_until_ready().await.map_err(e)?;
         Ok(())

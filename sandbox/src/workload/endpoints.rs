@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, PostParams};
@@ -122,6 +124,47 @@ pub fn desired(service: &Service, pods: &[Arc<Pod>]) -> Option<Value> {
     }))
 }
 
+/// The v1 Endpoints object mirroring a desired slice: ready addresses, not-ready addresses,
+/// ports. Named like the Service and owned by it.
+pub fn desired_endpoints(service: &Service, slice: &Value) -> Value {
+    let address = |e: &Value| json!({"ip": e["addresses"][0], "nodeName": e["nodeName"], "targetRef": e["targetRef"]});
+    let endpoints = slice["endpoints"].as_array().cloned().unwrap_or_default();
+    let ready: Vec<Value> = endpoints
+        .iter()
+        .filter(|e| e["conditions"]["ready"] == true)
+        .map(address)
+        .collect();
+    let not_ready: Vec<Value> = endpoints
+        .iter()
+        .filter(|e| e["conditions"]["ready"] != true)
+        .map(address)
+        .collect();
+    let mut subset = serde_json::Map::new();
+    if !ready.is_empty() {
+        subset.insert("addresses".into(), json!(ready));
+    }
+    if !not_ready.is_empty() {
+        subset.insert("notReadyAddresses".into(), json!(not_ready));
+    }
+    subset.insert("ports".into(), slice["ports"].clone());
+    let subsets = if ready.is_empty() && not_ready.is_empty() {
+        json!([])
+    } else {
+        json!([subset])
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {
+            "name": service.metadata.name,
+            "namespace": service.metadata.namespace,
+            "labels": service.metadata.labels.clone().unwrap_or_default(),
+            "ownerReferences": slice["metadata"]["ownerReferences"],
+        },
+        "subsets": subsets,
+    })
+}
+
 /// Whether the stored slice already says what `wanted` says.
 fn same(stored: &EndpointSlice, wanted: &Value) -> bool {
     let Ok(stored) = serde_json::to_value(stored) else {
@@ -151,12 +194,51 @@ fn managed(slice: &EndpointSlice) -> bool {
         == Some(MANAGED_BY)
 }
 
+/// Creates `wanted` or replaces `existing` with it; `Ok(false)` when nothing needed writing.
+async fn write<K>(
+    api: &Api<K>,
+    existing: Option<&K>,
+    wanted: Value,
+    same: impl Fn(&K, &Value) -> bool,
+) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    if existing.is_some_and(|e| same(e, &wanted)) {
+        return Ok(false);
+    }
+    let mut body = wanted;
+    if let Some(e) = existing {
+        body["metadata"]["resourceVersion"] = json!(e.meta().resource_version);
+    }
+    let obj: K = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+    let name = obj.meta().name.clone().unwrap_or_default();
+    match existing {
+        Some(_) => api.replace(&name, &PostParams::default(), &obj).await?,
+        None => api.create(&PostParams::default(), &obj).await?,
+    };
+    Ok(true)
+}
+
+fn same_endpoints(stored: &Endpoints, wanted: &Value) -> bool {
+    let Ok(wanted) = serde_json::from_value::<Endpoints>(wanted.clone()) else {
+        return false;
+    };
+    let norm =
+        |s: &Option<Vec<k8s_openapi::api::core::v1::EndpointSubset>>| s.clone().unwrap_or_default();
+    norm(&stored.subsets) == norm(&wanted.subsets)
+        && stored.metadata.labels.clone().unwrap_or_default()
+            == wanted.metadata.labels.unwrap_or_default()
+}
+
 /// Runs the controller until `shutdown`.
 pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
     let mut changes = caches.subscribe();
     loop {
         let pods = caches.pods.state();
         let slices = caches.endpoint_slices.state();
+        let all_endpoints = caches.endpoints.state();
+        let mut retry = false;
         let mut wanted_names: HashSet<(String, String)> = HashSet::new();
         for service in caches.services.state() {
             let Some(wanted) = desired(&service, &pods) else {
@@ -173,34 +255,23 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 s.metadata.namespace.as_deref() == Some(ns.as_str())
                     && s.metadata.name.as_deref() == Some(name.as_str())
             });
-            let result = match existing {
-                Some(s) if same(s, &wanted) => continue,
-                Some(s) => {
-                    let mut body = wanted.clone();
-                    body["metadata"]["resourceVersion"] = json!(s.metadata.resource_version);
-                    match serde_json::from_value::<EndpointSlice>(body) {
-                        Ok(obj) => api
-                            .replace(&name, &PostParams::default(), &obj)
-                            .await
-                            .map(|_| ()),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "failed to build endpointslice");
-                            continue;
-                        }
-                    }
-                }
-                None => match serde_json::from_value::<EndpointSlice>(wanted) {
-                    Ok(obj) => api.create(&PostParams::default(), &obj).await.map(|_| ()),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "failed to build endpointslice");
-                        continue;
-                    }
-                },
-            };
-            if let Err(e) = result {
-                // A conflict resolves itself on the next change; anything else is worth a line.
+            let endpoints = desired_endpoints(&service, &wanted);
+            if let Err(e) = write(&api, existing.map(AsRef::as_ref), wanted, same).await {
+                // A conflict resolves itself on the next change; retry soon in any case.
                 tracing::debug!(slice = %format!("{ns}/{name}"), error = %e, "failed to write endpointslice");
-                caches.poke();
+                retry = true;
+            }
+            let svc_name = service.metadata.name.clone().unwrap_or_default();
+            let api: Api<Endpoints> = Api::namespaced(client.clone(), &ns);
+            let existing = all_endpoints.iter().find(|e| {
+                e.metadata.namespace.as_deref() == Some(ns.as_str())
+                    && e.metadata.name.as_deref() == Some(svc_name.as_str())
+            });
+            if let Err(e) =
+                write(&api, existing.map(AsRef::as_ref), endpoints, same_endpoints).await
+            {
+                tracing::debug!(endpoints = %format!("{ns}/{svc_name}"), error = %e, "failed to write endpoints");
+                retry = true;
             }
         }
         for slice in slices.iter().filter(|s| managed(s)) {
@@ -215,9 +286,15 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 }
             }
         }
+        let backoff = tokio::time::sleep(if retry {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(3600)
+        });
         tokio::select! {
             () = shutdown.cancelled() => break,
             changed = changes.changed() => if changed.is_err() { break },
+            () = backoff => {}
         }
     }
 }
@@ -325,5 +402,27 @@ mod tests {
         assert!(same(&stored, &wanted));
         let other = desired(&service(), &[pod("p1", "127.1.0.2", false, "web")]).unwrap();
         assert!(!same(&stored, &other));
+    }
+
+    #[test]
+    fn endpoints_split_ready_and_not_ready_addresses() {
+        let svc = service();
+        let slice = desired(
+            &svc,
+            &[
+                pod("p1", "127.1.0.2", true, "web"),
+                pod("p2", "127.1.0.1", false, "web"),
+            ],
+        )
+        .unwrap();
+        let e = desired_endpoints(&svc, &slice);
+        assert_eq!(e["metadata"]["name"], "web");
+        assert_eq!(e["subsets"][0]["addresses"][0]["ip"], "127.1.0.2");
+        assert_eq!(e["subsets"][0]["notReadyAddresses"][0]["ip"], "127.1.0.1");
+        assert_eq!(e["subsets"][0]["ports"][0]["port"], 8443);
+        let parsed: Endpoints = serde_json::from_value(e.clone()).unwrap();
+        assert!(same_endpoints(&parsed, &e));
+        let empty = desired_endpoints(&svc, &desired(&svc, &[]).unwrap());
+        assert_eq!(empty["subsets"], json!([]));
     }
 }
