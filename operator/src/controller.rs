@@ -175,23 +175,33 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             return Ok(Action::await_change());
         }
     };
-    let (ca, serving) = apply::read_tls(
-        &ctx.client,
-        &validated.namespace,
-        &names.ca_secret,
-        &names.tls_secret,
-    )
-    .await?;
-    let material = tls::ensure(
-        ca,
-        serving,
-        &tls::dns_names(&names.base, &validated.namespace),
-        now,
-    )?;
+    let deployed = async {
+        let (ca, serving) = apply::read_tls(
+            &ctx.client,
+            &validated.namespace,
+            &names.ca_secret,
+            &names.tls_secret,
+        )
+        .await?;
+        let material = tls::ensure(
+            ca,
+            serving,
+            &tls::dns_names(&names.base, &validated.namespace),
+            now,
+        )?;
+        let owner = obj.controller_owner_ref(&());
+        let desired = build::build(&validated, &material, &ctx.settings, owner.as_ref());
+        let deployment = apply::apply_workload(&ctx.client, &desired).await?;
+        Ok::<_, Error>((material, desired, deployment))
+    };
+    let (material, desired, deployment) = match deployed.await {
+        Ok(done) => done,
+        Err(err) => {
+            report_failure(ctx, obj, &names.configuration, &err).await;
+            return Err(err);
+        }
+    };
     let expiry = tls::inspect(&material.cert_pem).ok().map(|i| i.not_after);
-    let owner = obj.controller_owner_ref(&());
-    let desired = build::build(&validated, &material, &ctx.settings, owner.as_ref());
-    let deployment = apply::apply_workload(&ctx.client, &desired).await?;
     let workload = status::observe_workload(&deployment);
     let health = validated.health.clone();
     let budget = Duration::from_millis(u64::try_from(health.latency_budget_millis).unwrap_or(500));
@@ -234,6 +244,32 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         .await?;
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
     Ok(Action::requeue(RESYNC))
+}
+
+/// Puts a failure to deploy into the status (`details.lastError`) so it is visible with
+/// `kubectl describe`, not only in the operator's log; the registration is left as it is.
+async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, err: &Error) {
+    let mut status = obj.status.clone().unwrap_or_else(|| {
+        status::compute(&Observation {
+            generation: obj.metadata.generation,
+            refusals: &[],
+            suspended: obj.spec.suspend,
+            workload: None,
+            health: None,
+            probe: None,
+            registered: false,
+            configuration_name: configuration,
+            certificate_not_after: None,
+            now: Timestamp::now(),
+            previous: None,
+        })
+    });
+    status
+        .details
+        .insert("lastError".to_string(), err.to_string());
+    if let Err(e) = write_status(ctx, obj, status).await {
+        warn!(error = %e, "failed to report the failure in the status");
+    }
 }
 
 async fn write_status(ctx: &Context, obj: &Initializer, status: InitializerStatus) -> Result<()> {

@@ -571,3 +571,27 @@ async fn a_second_replica_takes_over_when_the_leader_stops() {
     second_stop.cancel();
     env.sandbox.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status() {
+    let env = start().await;
+    let client = env.client.clone();
+    let api: Api<Initializer> = Api::all(client.clone());
+    let mut lost = guard("lost");
+    lost.spec.namespace = Some("no-such-namespace".into());
+    api.create(&PostParams::default(), &lost).await.unwrap();
+    wait_for("the error in the status", Duration::from_secs(20), || {
+        let a = api.clone();
+        async move {
+            a.get("lost").await.unwrap().status.is_some_and(|s| {
+                s.details
+                    .get("lastError")
+                    .is_some_and(|e| e.contains("failed to"))
+            })
+        }
+    })
+    .await;
+    assert!(configuration(&client, "initializer-lost").await.is_none());
+    env.stop.cancel();
+    env.sandbox.shutdown().await;
+}
