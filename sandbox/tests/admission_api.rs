@@ -289,5 +289,26 @@ async fn excluded_pods_start_while_a_failing_webhook_blocks_everything_else() {
             .contains("failed calling webhook \"hook.example.com\"")
     );
     assert!(env.pods("team", "app=other").await.is_empty());
+    // The configuration goes (fail open): the blocked Deployment gets its pod.
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
+    configs.delete("hook", &Default::default()).await.unwrap();
+    wait_for(
+        "the unblocked pod to be ready",
+        Duration::from_secs(40),
+        || async {
+            let pods = env.pods("team", "app=other").await;
+            (pods.len() == 1 && is_ready(&pods[0])).then_some(())
+        },
+    )
+    .await;
+    let d = deployments.get("other").await.unwrap();
+    assert!(
+        d.status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .iter()
+            .all(|c| c.type_ != "ReplicaFailure")
+    );
     env.stop().await;
 }

@@ -29,6 +29,11 @@ use crate::admission::selector;
 /// The label that ties a pod to its template.
 pub const TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 
+/// First delay after a failed pod create.
+const CREATE_BACKOFF_START: Duration = Duration::from_secs(1);
+/// Longest delay between failed pod creates.
+const CREATE_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 /// How long a create or delete may stay unobserved before the controller stops waiting for it.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -496,6 +501,9 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
     let mut changes = caches.subscribe();
     let mut expectations: HashMap<String, Expectations> = HashMap::new();
     let mut failures: HashMap<String, String> = HashMap::new();
+    // After a failed create: when to try again, and the next delay (1 s doubling to 30 s), as the
+    // real controller rate-limits a failing ReplicaSet.
+    let mut create_backoff: HashMap<String, (Instant, Duration)> = HashMap::new();
     loop {
         let pods = caches.pods.state();
         for deploy in caches.deployments.state() {
@@ -565,12 +573,16 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                     failures.remove(&uid);
                 }
                 let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                for _ in 0..plan.create {
+                let may_create = create_backoff
+                    .get(&uid)
+                    .is_none_or(|(at, _)| Instant::now() >= *at);
+                for _ in 0..if may_create { plan.create } else { 0 } {
                     let pod = new_pod(&deploy, &plan.hash);
                     let pod_name = pod.metadata.name.clone().unwrap_or_default();
                     match pod_api.create(&PostParams::default(), &pod).await {
                         Ok(_) => {
                             failures.remove(&uid);
+                            create_backoff.remove(&uid);
                             exp.pending.insert(pod_name);
                         }
                         Err(e) => {
@@ -580,6 +592,13 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                             };
                             tracing::warn!(deployment = %format!("{ns}/{}", deploy.metadata.name.as_deref().unwrap_or_default()), %message, "failed to create pod");
                             failures.insert(uid.clone(), message);
+                            let delay = create_backoff
+                                .get(&uid)
+                                .map_or(CREATE_BACKOFF_START, |(_, d)| *d);
+                            create_backoff.insert(
+                                uid.clone(),
+                                (Instant::now() + delay, (delay * 2).min(CREATE_BACKOFF_MAX)),
+                            );
                             break;
                         }
                     }
@@ -632,6 +651,7 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
             .collect();
         expectations.retain(|k, _| live.contains(k));
         failures.retain(|k, _| live.contains(k));
+        create_backoff.retain(|k, _| live.contains(k));
         // Waiting expectations and minReadySeconds need a look again without a watch event.
         let recheck = tokio::time::sleep(Duration::from_secs(1));
         tokio::select! {
