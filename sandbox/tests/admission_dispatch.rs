@@ -628,3 +628,71 @@ async fn patch_that_cannot_apply_is_an_internal_error_even_under_ignore() {
     );
     assert_eq!(status["code"], 500);
 }
+
+#[tokio::test]
+async fn validating_webhooks_are_called_in_parallel() {
+    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+        (allow(r, None, &[]), Duration::from_secs(1))
+    }))
+    .await;
+    for name in ["v1", "v2"] {
+        view.add(
+            "validatingwebhookconfigurations",
+            validating_config(
+                name,
+                &format!("{name}.example.com"),
+                NS,
+                SVC,
+                &ca,
+                json!({}),
+            ),
+        );
+    }
+    let started = Instant::now();
+    allowed(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    let took = started.elapsed();
+    println!("two validating webhooks answering after 1 s each: admission took {took:?}");
+    assert_eq!(server.calls(), 2);
+    // One after the other would take two seconds.
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_millis(1800),
+        "took {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn first_validating_refusal_in_configuration_order_decides() {
+    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
+        (
+            json!({"uid": r["request"]["uid"], "allowed": false, "status": {"message": "no"}}),
+            Duration::ZERO,
+        )
+    }))
+    .await;
+    for name in ["b", "a"] {
+        view.add(
+            "validatingwebhookconfigurations",
+            validating_config(
+                name,
+                &format!("{name}.example.com"),
+                NS,
+                SVC,
+                &ca,
+                json!({}),
+            ),
+        );
+    }
+    let status = denied(
+        Admission::default()
+            .admit(&view, pod_create("team", "p", json!({})))
+            .await,
+    );
+    assert_eq!(
+        status["message"],
+        "admission webhook \"a.example.com\" denied the request: no"
+    );
+}

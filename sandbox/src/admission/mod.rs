@@ -6,8 +6,8 @@
 //!
 //! - Mutating webhooks run in order (configurations sorted by name, webhooks in their listed
 //!   order), each seeing the object as earlier ones patched it; then validating webhooks run on
-//!   the final object. The real API server calls validating webhooks in parallel; the sandbox
-//!   calls them one after another and stops at the first refusal (same outcome, more latency).
+//!   the final object, all at once as in the real API server; the first refusal in
+//!   configuration order decides.
 //! - A webhook is called when one of its rules matches (see [`rules`]), its `namespaceSelector`
 //!   matches the namespace's labels (a Namespace's own labels for Namespace objects; cluster-scoped
 //!   objects always match) and its `objectSelector` matches the new or the old object's labels.
@@ -295,7 +295,7 @@ impl Run<'_> {
             if !self.matches(hook)? {
                 continue;
             }
-            if self.call(hook, true).await? {
+            if self.call(hook).await? {
                 reinvoke.extend(invoked_reinvocable.drain(..));
             }
             if hook.reinvoke_if_needed {
@@ -305,12 +305,21 @@ impl Run<'_> {
         for i in reinvoke {
             let hook = &mutating[i];
             if self.matches(hook)? {
-                self.call(hook, true).await?;
+                self.call(hook).await?;
             }
         }
+        // Validating webhooks see the final object and run in parallel, as in the real server;
+        // the first refusal in configuration order decides.
+        let mut matching = Vec::new();
         for hook in validating {
             if self.matches(hook)? {
-                self.call(hook, false).await?;
+                matching.push(hook);
+            }
+        }
+        let verdicts = futures::future::join_all(matching.iter().map(|h| self.invoke(h))).await;
+        for (hook, verdict) in matching.into_iter().zip(verdicts) {
+            if let Some(verdict) = verdict? {
+                self.apply(hook, verdict, false)?;
             }
         }
         Ok(())
@@ -384,8 +393,16 @@ impl Run<'_> {
         )
     }
 
-    /// Calls one webhook; returns whether it changed the object.
-    async fn call(&mut self, hook: &Hook, mutating: bool) -> Result<bool, Stop> {
+    /// Calls one mutating webhook and applies its answer; returns whether it changed the object.
+    async fn call(&mut self, hook: &Hook) -> Result<bool, Stop> {
+        match self.invoke(hook).await? {
+            Some(verdict) => self.apply(hook, verdict, true),
+            None => Ok(false),
+        }
+    }
+
+    /// Calls one webhook; `None` when the call failed and `failurePolicy: Ignore` skips it.
+    async fn invoke(&self, hook: &Hook) -> Result<Option<review::Verdict>, Stop> {
         if self.attrs.dry_run && !matches!(hook.side_effects.as_str(), "None" | "NoneOnDryRun") {
             return Err(Stop::Deny(review::bad_request(format!(
                 "admission webhook {:?} does not support dry run",
@@ -404,22 +421,33 @@ impl Run<'_> {
         .and_then(|bytes| {
             review::parse_response(self.uid, &bytes).map_err(|e| call::CallFailure(e.to_string()))
         });
-        let verdict = match verdict {
-            Ok(Ok(v)) => v,
-            Ok(Err(bad_patch)) => {
-                return Err(Stop::Deny(review::internal_error(&bad_patch.to_string())));
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match verdict {
+            Ok(Ok(v)) => {
+                tracing::debug!(webhook = %hook.name, allowed = v.allowed, elapsed_ms, "webhook answered");
+                Ok(Some(v))
             }
+            Ok(Err(bad_patch)) => Err(Stop::Deny(review::internal_error(&bad_patch.to_string()))),
             Err(failure) => {
                 let message = format!("failed calling webhook {:?}: {failure}", hook.name);
                 if hook.fail_open {
-                    tracing::warn!(webhook = %hook.name, elapsed_ms = started.elapsed().as_millis() as u64, "{message}; failurePolicy Ignore, continuing");
-                    return Ok(false);
+                    tracing::warn!(webhook = %hook.name, elapsed_ms, "{message}; failurePolicy Ignore, continuing");
+                    return Ok(None);
                 }
-                tracing::warn!(webhook = %hook.name, elapsed_ms = started.elapsed().as_millis() as u64, "{message}; failurePolicy Fail, rejecting");
-                return Err(Stop::Deny(review::internal_error(&message)));
+                tracing::warn!(webhook = %hook.name, elapsed_ms, "{message}; failurePolicy Fail, rejecting");
+                Err(Stop::Deny(review::internal_error(&message)))
             }
-        };
-        tracing::debug!(webhook = %hook.name, allowed = verdict.allowed, elapsed_ms = started.elapsed().as_millis() as u64, "webhook answered");
+        }
+    }
+
+    /// Applies a webhook's answer: warnings, refusal, and (for mutating webhooks) the patch.
+    /// Returns whether the object changed.
+    fn apply(
+        &mut self,
+        hook: &Hook,
+        verdict: review::Verdict,
+        mutating: bool,
+    ) -> Result<bool, Stop> {
         self.warnings.extend(verdict.warnings);
         if !verdict.allowed {
             return Err(Stop::Deny(review::denial(
