@@ -301,8 +301,8 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
     }
 }
 
-/// True when writing `next` over `previous` would change only the last probe's time and
-/// latency, and those were refreshed recently.
+/// True when `next` need not be written over `previous`: nothing changed, or only the last
+/// probe's time and latency changed and those were refreshed recently.
 pub fn only_probe_figures_changed(
     previous: Option<&InitializerStatus>,
     next: &InitializerStatus,
@@ -311,6 +311,9 @@ pub fn only_probe_figures_changed(
     let Some(previous) = previous else {
         return false;
     };
+    if next == previous {
+        return true;
+    }
     let mut same = next.clone();
     same.last_probe_time = previous.last_probe_time.clone();
     same.last_probe_latency_millis = previous.last_probe_latency_millis;
@@ -558,5 +561,7 @@ mod tests {
         next.registered = Some(true);
         assert!(!only_probe_figures_changed(Some(&previous), &next, now));
         assert!(!only_probe_figures_changed(None, &next, now));
+        let unprobed = InitializerStatus::default();
+        assert!(only_probe_figures_changed(Some(&unprobed), &unprobed.clone(), now));
     }
 }
