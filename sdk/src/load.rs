@@ -1,7 +1,7 @@
 //! A load generator for any HTTPS endpoint that serves AdmissionReview: open loop at a fixed
-//! rate (latency measured from each request's scheduled time, so a slow server cannot hide
-//! its queueing) or closed loop at a fixed concurrency. Used by the `initializer-load` binary
-//! and the benchmarks.
+//! rate (a request delayed because the previous answer was late is timed from its scheduled
+//! slot, so a slow server cannot hide its queueing) or closed loop at a fixed concurrency.
+//! Used by the `initializer-load` binary and the benchmarks.
 
 use std::time::{Duration, Instant};
 
@@ -117,14 +117,24 @@ pub async fn run(spec: &LoadSpec) -> Result<Report, Error> {
                     iv.mul_f64(i as f64 / connections as f64)
                 });
             loop {
-                let scheduled = match interval {
+                // When the previous answer came after this request's slot, the wait counts
+                // (the server made it late); when the worker idled, timing starts at the send,
+                // so the timer's millisecond granularity is not charged to the server.
+                let (scheduled, started) = match interval {
                     Some(iv) => {
-                        tokio::time::sleep_until(next.into()).await;
-                        let s = next;
+                        let slot = next;
                         next += iv;
-                        s
+                        if Instant::now() < slot {
+                            tokio::time::sleep_until(slot.into()).await;
+                            (slot, Instant::now())
+                        } else {
+                            (slot, slot)
+                        }
                     }
-                    None => Instant::now(),
+                    None => {
+                        let now = Instant::now();
+                        (now, now)
+                    }
                 };
                 if scheduled >= end {
                     break;
@@ -137,7 +147,7 @@ pub async fn run(spec: &LoadSpec) -> Result<Report, Error> {
                         if measured {
                             result.ok += 1;
                             result.latencies.push(
-                                u64::try_from((done - scheduled).as_nanos()).unwrap_or(u64::MAX),
+                                u64::try_from((done - started).as_nanos()).unwrap_or(u64::MAX),
                             );
                         }
                     }

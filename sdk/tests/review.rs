@@ -526,3 +526,34 @@ async fn the_operators_dry_run_probe_gets_a_well_formed_answer_for_the_same_uid(
     assert_eq!(answer["response"]["patchType"], "JSONPatch");
     assert!(seen_dry_run.load(std::sync::atomic::Ordering::SeqCst));
 }
+
+#[tokio::test]
+async fn inline_handlers_patch_and_their_panics_are_still_caught() {
+    let tester = Tester::new(Initializer::new("inline").inline_handlers(true).handle(
+        |pod: &mut Pod, _: &Review| {
+            if pod.metadata.name.as_deref() == Some("boom") {
+                panic!("inline bug");
+            }
+            if let Some(spec) = pod.pod_spec_mut() {
+                mutate::add_container(spec, &sidecar());
+            }
+            Ok(())
+        },
+    ));
+    let patched: Pod = tester
+        .call(&review(&nginx_pod()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    assert_eq!(patched.spec.unwrap().containers.len(), 2);
+    let mut boom = nginx_pod();
+    boom.metadata.name = Some("boom".into());
+    let answer = tester.call(&review(&boom)).await.unwrap();
+    assert!(answer.allowed());
+    assert!(
+        answer.warnings()[0].contains("inline bug"),
+        "{:?}",
+        answer.warnings()
+    );
+}

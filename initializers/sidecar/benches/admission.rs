@@ -138,7 +138,7 @@ fn in_process(runtime: &tokio::runtime::Runtime) {
     });
 }
 
-fn over_https(seconds: f64) {
+fn over_https(seconds: f64, inline: bool) {
     let dir = tempfile::tempdir().unwrap();
     let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     std::fs::write(dir.path().join("tls.crt"), cert.cert.pem()).unwrap();
@@ -155,7 +155,9 @@ fn over_https(seconds: f64) {
         dir.path(),
         dir.path(),
     );
-    let server = server_rt.block_on(initializer().bind(&args)).unwrap();
+    let server = server_rt
+        .block_on(initializer().inline_handlers(inline).bind(&args))
+        .unwrap();
     let url = format!(
         "https://127.0.0.1:{}/initialize",
         server.local_addr().port()
@@ -166,7 +168,12 @@ fn over_https(seconds: f64) {
         .unwrap();
     let body = Bytes::from(review(&tutorial::nginx_pod()).to_bytes());
 
-    println!("\nfull server over HTTPS on loopback ({url}), {seconds} s per run:");
+    let mode = if inline {
+        "inline handlers"
+    } else {
+        "handlers on the blocking pool (default)"
+    };
+    println!("\nfull server over HTTPS on loopback ({url}), {mode}, {seconds} s per run:");
     let runs: [(&str, Option<f64>, usize); 4] = [
         ("open loop 1000 req/s, 16 connections", Some(1000.0), 16),
         ("open loop 1000 req/s, 2 connections", Some(1000.0), 2),
@@ -209,5 +216,6 @@ fn main() {
         .unwrap();
     in_process(&runtime);
     drop(runtime);
-    over_https(seconds);
+    over_https(seconds, false);
+    over_https(seconds, true);
 }
