@@ -12,8 +12,6 @@ pub mod selector;
 pub mod status;
 pub mod tls;
 pub mod validate;
-
-pub use error::{Error, Result};
 pub mod apply;
 pub mod bundle;
 pub mod controller;
@@ -26,3 +24,5 @@ pub mod rbac;
 pub mod run;
 pub mod server;
 pub mod supervisor;
+
+pub use error::{Error, Result};
