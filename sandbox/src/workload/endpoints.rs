@@ -54,6 +54,7 @@ fn container_port(pod: &Pod, name: &str) -> Option<i32> {
 pub fn desired(service: &Service, pods: &[Arc<Pod>]) -> Option<Value> {
     let spec = service.spec.as_ref()?;
     let sel = spec.selector.clone().unwrap_or_default();
+    let publish_not_ready = spec.publish_not_ready_addresses == Some(true);
     if sel.is_empty() {
         return None;
     }
@@ -100,7 +101,8 @@ pub fn desired(service: &Service, pods: &[Arc<Pod>]) -> Option<Value> {
         .iter()
         .map(|p| {
             let terminating = p.metadata.deletion_timestamp.is_some();
-            let ready = pod_ready(p) && !terminating;
+            // publishNotReadyAddresses: every address counts as ready, as in the real controller.
+            let ready = (pod_ready(p) || publish_not_ready) && !terminating;
             json!({
                 "addresses": [p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default()],
                 "conditions": {"ready": ready, "serving": pod_ready(p), "terminating": terminating},
@@ -424,5 +426,13 @@ mod tests {
         assert!(same_endpoints(&parsed, &e));
         let empty = desired_endpoints(&svc, &desired(&svc, &[]).unwrap());
         assert_eq!(empty["subsets"], json!([]));
+    }
+
+    #[test]
+    fn publish_not_ready_addresses_marks_every_endpoint_ready() {
+        let mut svc = service();
+        svc.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
+        let s = desired(&svc, &[pod("p1", "127.1.0.2", false, "web")]).unwrap();
+        assert_eq!(s["endpoints"][0]["conditions"]["ready"], true);
     }
 }
