@@ -5,16 +5,12 @@
 //! touches a client and holds most of the logic and tests; the IO shell ([`apply`],
 //! [`controller`], [`supervisor`], [`leader`], [`server`]) is kept thin.
 
-pub mod build;
-pub mod error;
-pub mod health;
-pub mod selector;
-pub mod status;
-pub mod tls;
-pub mod validate;
 pub mod apply;
+pub mod build;
 pub mod bundle;
 pub mod controller;
+pub mod error;
+pub mod health;
 pub mod install;
 pub mod leader;
 pub mod manifest;
@@ -22,7 +18,11 @@ pub mod metrics;
 pub mod probe;
 pub mod rbac;
 pub mod run;
+pub mod selector;
 pub mod server;
+pub mod status;
 pub mod supervisor;
+pub mod tls;
+pub mod validate;
 
 pub use error::{Error, Result};
