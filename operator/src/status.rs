@@ -562,6 +562,10 @@ mod tests {
         assert!(!only_probe_figures_changed(Some(&previous), &next, now));
         assert!(!only_probe_figures_changed(None, &next, now));
         let unprobed = InitializerStatus::default();
-        assert!(only_probe_figures_changed(Some(&unprobed), &unprobed.clone(), now));
+        assert!(only_probe_figures_changed(
+            Some(&unprobed),
+            &unprobed.clone(),
+            now
+        ));
     }
 }
