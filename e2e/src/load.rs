@@ -89,6 +89,10 @@ impl CreateLoad {
                         .await;
                         let outcome = match result {
                             Ok(Ok(created)) => Ok(mutated(&created)),
+                            Ok(Err(kube::Error::Api(status))) => Err(format!(
+                                "{} {}: {}",
+                                status.code, status.reason, status.message
+                            )),
                             Ok(Err(err)) => Err(err.to_string()),
                             Err(_) => {
                                 Err(format!("no answer within {}s", CREATE_TIMEOUT.as_secs()))

@@ -98,11 +98,12 @@ pub fn describe(initializer: &Initializer) -> String {
         .iter()
         .map(|c| format!("{}={} ({}: {})", c.type_, c.status, c.reason, c.message))
         .collect();
+    let shown = |value: Option<String>| value.unwrap_or_else(|| "-".to_string());
     format!(
-        "phase {:?}, registered {:?}, ready {:?}, conditions [{}]",
-        status.phase,
-        status.registered,
-        status.ready_replicas,
+        "phase {}, registered {}, ready {}, conditions [{}]",
+        shown(status.phase.map(|p| format!("{p:?}"))),
+        shown(status.registered.map(|r| r.to_string())),
+        shown(status.ready_replicas.map(|r| r.to_string())),
         conditions.join("; ")
     )
 }

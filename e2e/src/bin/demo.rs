@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DEMO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -162,24 +162,7 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         }
         let mut attempts = load.attempts();
         attempts.sort_by_key(|a| a.finished);
-        for attempt in attempts.iter().skip(printed) {
-            let when = attempt
-                .finished
-                .saturating_duration_since(frozen_at)
-                .as_secs_f64();
-            let took = (attempt.finished - attempt.started).as_secs_f64();
-            match &attempt.outcome {
-                Ok(true) => say(&format!(
-                    "+{when:.1}s create ok, sidecar injected ({took:.2}s)"
-                )),
-                Ok(false) => say(&format!(
-                    "+{when:.1}s create ok, not injected: initializer deregistered ({took:.2}s)"
-                )),
-                Err(message) => say(&format!(
-                    "+{when:.1}s create failed after {took:.2}s: {message}"
-                )),
-            }
-        }
+        print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
         printed = attempts.len();
         let ok_after = removed.is_some_and(|at| {
             attempts
@@ -193,10 +176,15 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let attempts = load.stop().await;
-    let failed = attempts.iter().filter(|a| !a.succeeded()).count();
+    say("waiting for the creates still in flight ...");
+    let mut attempts = load.stop().await;
+    attempts.sort_by_key(|a| a.finished);
+    print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
+    let failed: Vec<_> = attempts.iter().filter(|a| !a.succeeded()).collect();
+    let after = removed.map_or(0, |at| failed.iter().filter(|a| a.started >= at).count());
     say(&format!(
-        "{failed} of {} creates failed, all before the deregistration",
+        "{} of {} creates failed, {after} of them started after the deregistration",
+        failed.len(),
         attempts.len()
     ));
     if let Ok(initializer) = ops::initializer(&client, INITIALIZER).await {
@@ -250,6 +238,28 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         .await
         .context("failed to wait for Ctrl-C")?;
     Ok(())
+}
+
+/// Prints each create's outcome, timed from the freeze.
+fn print_attempts(attempts: &[initializer_e2e::load::Attempt], frozen_at: Instant) {
+    for attempt in attempts {
+        let started = attempt
+            .started
+            .saturating_duration_since(frozen_at)
+            .as_secs_f64();
+        let took = (attempt.finished - attempt.started).as_secs_f64();
+        match &attempt.outcome {
+            Ok(true) => say(&format!(
+                "+{started:.1}s create ok, sidecar injected ({took:.2}s)"
+            )),
+            Ok(false) => say(&format!(
+                "+{started:.1}s create ok, not injected: initializer deregistered ({took:.2}s)"
+            )),
+            Err(message) => say(&format!(
+                "+{started:.1}s create failed after {took:.2}s: {message}"
+            )),
+        }
+    }
 }
 
 fn say(line: &str) {
