@@ -226,6 +226,9 @@ impl Supervisor {
         self.ensure_tasks(&entry, &target);
         let mut st = entry.state.lock().await;
         st.machine.set_config(target.health);
+        // The reconciler just read the stored status: compare with that, so that anything
+        // written by others (a deploy failure in `details.lastError`) is replaced.
+        st.written = target.stored_status.clone();
         st.target = target.clone();
         let now = Instant::now();
         for input in [

@@ -592,6 +592,25 @@ async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status() {
     })
     .await;
     assert!(configuration(&client, "initializer-lost").await.is_none());
+    // Once the namespace exists the workload deploys and the error goes from the status.
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "no-such-namespace"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_for("the error to clear", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move {
+            a.get("lost")
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| !s.details.contains_key("lastError"))
+        }
+    })
+    .await;
     env.stop.cancel();
     env.sandbox.shutdown().await;
 }
