@@ -468,3 +468,21 @@ async fn startup_probe_gates_readiness_and_restarts_a_container_that_never_start
     assert_eq!(cs.last_state.unwrap().terminated.unwrap().exit_code, 143);
     env.stop().await;
 }
+
+#[tokio::test]
+async fn mapped_executable_that_cannot_start_waits_with_run_container_error() {
+    let env = Env::start().await;
+    env.namespace("apps").await;
+    let _: Pod = env
+        .create("apps", one_shot("gone", "example.com/gone:1", "Always"))
+        .await;
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let waiting = wait_for("a start failure", T, || async {
+        let p = api.get("gone").await.ok()?;
+        p.status?.container_statuses?[0].state.clone()?.waiting
+    })
+    .await;
+    assert_eq!(waiting.reason.as_deref(), Some("RunContainerError"));
+    assert!(waiting.message.unwrap().contains("/nonexistent/bin/gone"));
+    env.stop().await;
+}

@@ -28,7 +28,7 @@ impl Env {
         std::fs::write(
             &map,
             format!(
-                "example.com/testapp: {}\nexample.com/true: /bin/true\nexample.com/false: /bin/false\n",
+                "example.com/testapp: {}\nexample.com/true: /bin/true\nexample.com/false: /bin/false\nexample.com/gone: /nonexistent/bin/gone\n",
                 env!("CARGO_BIN_EXE_sandbox-testapp")
             ),
         )
