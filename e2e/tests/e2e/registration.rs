@@ -83,7 +83,11 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
         "an initializer whose pods cannot start should be Pending or Deploying, not {phase:?}"
     );
 
-    // 2. A working initializer: watch its Deployment and its configuration and check the order.
+    // 2. An initializer whose pods become ready but stop answering at once: its probe fails
+    //    while its Deployment is available, so it must not be registered until it answers.
+    probe_failure_blocks_registration(&ctx).await?;
+
+    // 3. A working initializer: watch its Deployment and its configuration and check the order.
     let workload_ns = ctx.scope.namespace("init", &[]).await?;
     let name = ctx.scope.name("sidecar");
     let initializer = fixtures::sidecar_initializer(
@@ -152,6 +156,88 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
         "initializer_is_registered_only_after_its_pods_are_ready: available after {}, registered {} later",
         s(available.at - applied),
         s(after_ready)
+    );
+    Ok(())
+}
+
+/// Freezes an initializer's pods the moment its Deployment is seen available (a success
+/// threshold of five probes leaves seconds before it could register), checks that nothing is
+/// registered while they do not answer, then thaws them and checks it registers only then.
+async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let workload_ns = ctx.scope.namespace("mute-init", &[]).await?;
+    let name = ctx.scope.name("mute");
+    let health = Health {
+        success_threshold: Some(5),
+        ..Health::default()
+    };
+    let initializer =
+        fixtures::sidecar_initializer(&name, &workload_ns, &ctx.scope.target_selector(), health)?;
+    let deployments: Recorder<Deployment> = Recorder::start(
+        Api::namespaced(client.clone(), &workload_ns),
+        watcher::Config::default(),
+        |_| true,
+    );
+    let configurations = common::record_configurations(ctx, &name);
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    deployments
+        .wait_for(
+            "the Deployment to be available",
+            applied,
+            REGISTER_TIMEOUT,
+            |s| ops::deployment_available(&s.object),
+        )
+        .await?;
+    let frozen_at = Instant::now();
+    let pods: Vec<String> = ops::workload_pods(&client, &workload_ns, &name)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    for pod in &pods {
+        ctx.env.backend.freeze_pod(&workload_ns, pod).await?;
+    }
+    ensure!(
+        configurations.additions_since(applied) == 0,
+        "the configuration appeared before the initializer had answered five probes: {}",
+        configurations.summary()
+    );
+    let held = wait::holds_for(
+        "no configuration while the probe fails",
+        Duration::from_secs(8),
+        || async {
+            let configurations = ops::configurations_of(&client, &name).await?;
+            Ok(if configurations.is_empty() {
+                Ok(())
+            } else {
+                Err("a configuration appeared".to_string())
+            })
+        },
+    )
+    .await;
+    let live: Vec<String> = ops::workload_pods(&client, &workload_ns, &name)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    for pod in pods.iter().filter(|p| live.contains(p)) {
+        ctx.env.backend.thaw_pod(&workload_ns, pod).await?;
+    }
+    held.with_context(|| format!("configurations: {}", configurations.summary()))?;
+    let thawed_at = Instant::now();
+    let added = configurations
+        .wait_for(
+            "the configuration once the initializer answers",
+            thawed_at,
+            REGISTER_TIMEOUT,
+            |s| s.change == Change::Added,
+        )
+        .await?;
+    eprintln!(
+        "probe failing from {} after apply: nothing registered; registered {} after the thaw",
+        s(frozen_at - applied),
+        s(added.at - thawed_at)
     );
     Ok(())
 }
