@@ -1,6 +1,7 @@
 //! Workload and admission figures: time from a Deployment's creation to a ready pod, time from a
 //! pod turning unready to its EndpointSlice endpoint turning unready, and the cost of one
-//! admission webhook call on a create.
+//! admission webhook call on a create, and a 100-replica Deployment's time to all ready with the
+//! CPU the sandbox spent on it and on 10 s of probing afterwards.
 //!
 //! Run with `cargo bench -p initializer-sandbox --bench workloads` (prints figures; asserts
 //! nothing).
@@ -20,6 +21,22 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
+
+/// CPU seconds (user + system) this process has used.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
@@ -277,6 +294,39 @@ async fn main() {
     println!(
         "ConfigMap create, one webhook (new TLS connection per call): {}",
         summary(hooked)
+    );
+
+    // 4. A 100-replica Deployment: time to all ready, CPU for that, CPU for 10 s of probing.
+    let cpu = cpu_seconds();
+    let t = Instant::now();
+    let mut big = deployment("big", "/nonexistent");
+    if let Some(spec) = big.spec.as_mut() {
+        spec.replicas = Some(100);
+    }
+    deployments
+        .create(&PostParams::default(), &big)
+        .await
+        .unwrap();
+    loop {
+        let list = pods
+            .list(&ListParams::default().labels("app=big"))
+            .await
+            .unwrap();
+        if list.items.len() == 100 && list.items.iter().all(ready) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "100-replica deployment → all ready: {} (sandbox CPU {:.2} s, polling included)",
+        ms(t.elapsed()),
+        cpu_seconds() - cpu
+    );
+    let cpu = cpu_seconds();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    println!(
+        "100 pods idle for 10 s, readiness probe every 1 s: sandbox CPU {:.2} s",
+        cpu_seconds() - cpu
     );
 
     sandbox.shutdown().await;

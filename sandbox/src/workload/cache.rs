@@ -33,6 +33,7 @@ pub struct Caches {
     /// Every ConfigMap.
     pub config_maps: Store<ConfigMap>,
     changes: watch::Sender<u64>,
+    config_changes: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Caches {
@@ -41,7 +42,12 @@ impl std::fmt::Debug for Caches {
     }
 }
 
-fn feed<K>(client: &Client, changes: watch::Sender<u64>, shutdown: &CancellationToken) -> Store<K>
+fn feed<K>(
+    client: &Client,
+    changes: watch::Sender<u64>,
+    also: Option<watch::Sender<u64>>,
+    shutdown: &CancellationToken,
+) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -64,7 +70,12 @@ where
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 event = stream.next() => match event {
-                    Some(Ok(_)) => { changes.send_modify(|n| *n = n.wrapping_add(1)); }
+                    Some(Ok(_)) => {
+                        if let Some(also) = &also {
+                            also.send_modify(|n| *n = n.wrapping_add(1));
+                        }
+                        changes.send_modify(|n| *n = n.wrapping_add(1));
+                    }
                     Some(Err(e)) => tracing::debug!(error = %e, kind = K::kind(&()).as_ref(), "watch failed; retrying"),
                     None => break,
                 },
@@ -78,15 +89,18 @@ impl Caches {
     /// Starts the watches; they end when `shutdown` is cancelled.
     pub fn start(client: &Client, shutdown: &CancellationToken) -> Self {
         let (changes, _) = watch::channel(0u64);
+        let (config_changes, _) = watch::channel(0u64);
+        let config = Some(config_changes.clone());
         Self {
-            pods: feed(client, changes.clone(), shutdown),
-            deployments: feed(client, changes.clone(), shutdown),
-            services: feed(client, changes.clone(), shutdown),
-            endpoint_slices: feed(client, changes.clone(), shutdown),
-            endpoints: feed(client, changes.clone(), shutdown),
-            secrets: feed(client, changes.clone(), shutdown),
-            config_maps: feed(client, changes.clone(), shutdown),
+            pods: feed(client, changes.clone(), None, shutdown),
+            deployments: feed(client, changes.clone(), None, shutdown),
+            services: feed(client, changes.clone(), None, shutdown),
+            endpoint_slices: feed(client, changes.clone(), None, shutdown),
+            endpoints: feed(client, changes.clone(), None, shutdown),
+            secrets: feed(client, changes.clone(), config.clone(), shutdown),
+            config_maps: feed(client, changes.clone(), config, shutdown),
             changes,
+            config_changes,
         }
     }
 
@@ -106,6 +120,11 @@ impl Caches {
     /// A receiver that sees a new value after every change to any cache.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// The number of Secret and ConfigMap changes seen so far (a counter that only moves on).
+    pub fn config_generation(&self) -> u64 {
+        *self.config_changes.borrow()
     }
 
     /// Wakes every subscriber (after a local change that no watch reports, such as a probe).

@@ -218,6 +218,12 @@ struct Worker {
     transitions: HashMap<&'static str, (bool, String)>,
     last_status: Option<Value>,
     report_failed: bool,
+    /// Something happened since the last report (an exit, a probe result, a start attempt).
+    dirty: bool,
+    /// The pod's resourceVersion and the config generation at the last look, so wake-ups for
+    /// other objects' changes cost nothing.
+    seen_version: Option<String>,
+    seen_config: Option<u64>,
 }
 
 /// Runs the pod until it is deleted (then removes it) or `cancel` fires (sandbox shutdown, or
@@ -267,6 +273,9 @@ pub async fn run(
         transitions: HashMap::new(),
         last_status: None,
         report_failed: false,
+        dirty: true,
+        seen_version: None,
+        seen_config: None,
     };
     let mut changes = node.caches.subscribe();
     loop {
@@ -297,9 +306,20 @@ pub async fn run(
             w.finalize_deletion().await;
             break;
         }
-        w.sync_volumes(&pod);
-        w.start_due(&pod);
-        w.report(&pod).await;
+        let config = node.caches.config_generation();
+        let pod_changed = pod.metadata.resource_version != w.seen_version;
+        if pod_changed || w.seen_config != Some(config) || w.volumes_error.is_some() {
+            w.sync_volumes(&pod);
+            w.seen_config = Some(config);
+        }
+        w.seen_version = pod.metadata.resource_version.clone();
+        if w.start_due(&pod) {
+            w.dirty = true;
+        }
+        if w.dirty || pod_changed || w.report_failed {
+            w.report(&pod).await;
+            w.dirty = false;
+        }
         let next = w
             .slots
             .iter()
@@ -324,12 +344,16 @@ pub async fn run(
             changed = changes.changed() => {
                 if changed.is_err() { break; }
             }
-            Some(event) = rx.recv() => w.handle(event, &pod),
+            Some(event) = rx.recv() => {
+                w.handle(event, &pod);
+                w.dirty = true;
+            }
             () = tokio::time::sleep(sleep) => {}
         }
         // Apply every event already queued before reporting, so one report covers them.
         while let Ok(event) = rx.try_recv() {
             w.handle(event, &pod);
+            w.dirty = true;
         }
     }
     w.node
@@ -445,16 +469,22 @@ impl Worker {
         self.volumes_error = error;
     }
 
-    fn start_due(&mut self, pod: &Pod) {
+    /// Starts the containers whose time has come; returns whether it tried any.
+    fn start_due(&mut self, pod: &Pod) -> bool {
         let now_i = Instant::now();
+        let mut tried = false;
         for idx in 0..self.slots.len() {
             let slot = &self.slots[idx];
             if slot.running.is_some() || slot.done || slot.next_start.is_none_or(|t| t > now_i) {
                 continue;
             }
             self.try_start(idx, pod);
+            tried = true;
         }
-        self.register_groups();
+        if tried {
+            self.register_groups();
+        }
+        tried
     }
 
     fn try_start(&mut self, idx: usize, pod: &Pod) {
