@@ -162,6 +162,19 @@ pub fn main(scenarios: &[Scenario]) -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    // One suite at a time per target directory: under `cargo nextest` every scenario is its own
+    // process, and scenarios measuring fail-open times must not share two cores with others.
+    let _lock = if selected.iter().any(|s| args.runs(s)) {
+        match lock_suite() {
+            Ok(lock) => Some(lock),
+            Err(err) => {
+                eprintln!("e2e: {err:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -272,6 +285,28 @@ async fn run(args: &Args, selected: &[&Scenario]) -> ExitCode {
     } else {
         ExitCode::from(101)
     }
+}
+
+/// Takes the suite's lock file (`<target>/e2e.lock`), waiting while another run holds it.
+fn lock_suite() -> anyhow::Result<std::fs::File> {
+    use anyhow::Context;
+    let path = crate::paths::target_dir().join("e2e.lock");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("failed to open the suite's lock file {}", path.display()))?;
+    if file.try_lock().is_err() {
+        eprintln!("e2e: another run holds {}; waiting for it", path.display());
+        file.lock()
+            .with_context(|| format!("failed to lock {}", path.display()))?;
+    }
+    Ok(file)
 }
 
 fn backend_label() -> String {
