@@ -128,6 +128,17 @@ fn in_process(runtime: &tokio::runtime::Runtime) {
             black_box(runtime.block_on(init.review_json(&body)).unwrap());
         },
     );
+    let inline = initializer().config(config.clone()).inline_handlers(true);
+    per_op("the whole path with inline_handlers(true)", n, || {
+        black_box(runtime.block_on(inline.review_json(&body)).unwrap());
+    });
+    per_op(
+        "runtime.block_on of a ready future (bench overhead)",
+        n,
+        || {
+            black_box(runtime.block_on(async { 1 }));
+        },
+    );
     let tester = Tester::new(initializer().config(config.clone()));
     per_op("through the axum router (Tester, no socket)", n, || {
         black_box(
