@@ -68,14 +68,16 @@ async fn spawn_process(dir: &std::path::Path) -> (std::process::Child, Duration,
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let mut kubeconfig = None;
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        if let Some(p) = line.strip_prefix("kubeconfig: ") {
-            kubeconfig = Some(p.to_string());
-            break;
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Keep draining stdout so the child never writes into a closed pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(p) = line.strip_prefix("kubeconfig: ") {
+                let _ = tx.send(p.to_string());
+            }
         }
-    }
+    });
+    let kubeconfig = rx.recv_timeout(Duration::from_secs(30)).ok();
     let kc = kube::config::Kubeconfig::read_from(kubeconfig.unwrap()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await

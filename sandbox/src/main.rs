@@ -161,14 +161,17 @@ async fn main() -> anyhow::Result<()> {
             let handle = Sandbox::start(config)
                 .await
                 .context("failed to start the sandbox")?;
-            println!("sandbox serving at {}", handle.url());
-            println!("kubeconfig: {}", handle.kubeconfig_path().display());
-            println!("pod logs: {}", handle.pod_log_dir().display());
-            println!("started in {} ms", started.elapsed().as_millis());
-            println!(
+            say(format!("sandbox serving at {}", handle.url()));
+            say(format!(
+                "kubeconfig: {}",
+                handle.kubeconfig_path().display()
+            ));
+            say(format!("pod logs: {}", handle.pod_log_dir().display()));
+            say(format!("started in {} ms", started.elapsed().as_millis()));
+            say(format!(
                 "use: export KUBECONFIG={}",
                 handle.kubeconfig_path().display()
-            );
+            ));
             wait_for_signal().await?;
             eprintln!("shutting down");
             if let Some(path) = snapshot {
@@ -238,6 +241,14 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Prints a line; a closed stdout (the reader went away) must not stop the server.
+fn say(line: String) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
