@@ -445,8 +445,20 @@ impl ApiServer {
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.create_inner(rt, ns, obj, opts, None).await
+    }
+
+    /// Create; `managed` replaces the managed fields a plain create records (apply-create).
+    async fn create_inner(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
         mut obj: Value,
         opts: &WriteOptions,
+        managed: Option<Value>,
     ) -> Result<Written, ApiError> {
         if !obj.is_object() {
             return Err(ApiError::bad_request(
@@ -597,16 +609,21 @@ impl ApiServer {
         if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
             obj["status"] = crd::established_status(&obj, &now());
         }
-        let scope = main_scope(rt);
-        fields::record_update(
-            shape(rt),
-            scope,
-            &opts.manager(),
-            &rt.api_version(),
-            &now(),
-            &json!({}),
-            &mut obj,
-        );
+        match managed {
+            Some(m) if m.as_array().is_some_and(|a| !a.is_empty()) => {
+                metadata_mut(&mut obj).insert("managedFields".into(), m);
+            }
+            Some(_) => {}
+            None => fields::record_update(
+                shape(rt),
+                main_scope(rt),
+                &opts.manager(),
+                &rt.api_version(),
+                &now(),
+                &json!({}),
+                &mut obj,
+            ),
+        }
         if opts.dry_run {
             return Ok(Written {
                 object: Self::served(rt, &obj),
@@ -1068,7 +1085,13 @@ impl ApiServer {
         let mut merged =
             fields::apply(&req, &json!({}), &body).map_err(|c| conflict_error(rt, name, &c))?;
         metadata_mut(&mut merged).insert("name".into(), json!(name));
-        let managed = merged.pointer("/metadata/managedFields").cloned();
+        // An apply that owns no field leaves no entry (as an empty field set is dropped).
+        let managed = Some(
+            merged
+                .pointer("/metadata/managedFields")
+                .cloned()
+                .unwrap_or_else(|| json!([])),
+        );
         // Create records managers itself; keep the Apply entry instead.
         let mut written = self
             .create_with_managed(rt, ns, merged, opts, managed)
@@ -1085,30 +1108,7 @@ impl ApiServer {
         opts: &WriteOptions,
         managed: Option<Value>,
     ) -> Result<Written, ApiError> {
-        let Some(managed) = managed else {
-            return self.create(rt, ns, obj, opts).await;
-        };
-        let mut dry = opts.clone();
-        dry.dry_run = true;
-        // Run the full create once as dry run to get the exact object, then store it with the
-        // apply entry as its managed fields.
-        let preview = self.create(rt, ns, obj, &dry).await?;
-        let mut final_obj = preview.object;
-        metadata_mut(&mut final_obj).insert("managedFields".into(), managed);
-        if opts.dry_run {
-            return Ok(Written {
-                object: final_obj,
-                warnings: preview.warnings,
-                created: true,
-            });
-        }
-        let stored = self.store.create(&Self::key(rt), final_obj)?;
-        self.after_write(rt, &stored);
-        Ok(Written {
-            object: Self::served(rt, &stored),
-            warnings: preview.warnings,
-            created: true,
-        })
+        self.create_inner(rt, ns, obj, opts, managed).await
     }
 
     /// Writes the `scale` subresource: `body` is the new Scale (PUT) or a patch of the current

@@ -1531,3 +1531,24 @@ async fn malformed_bodies_are_bad_requests_and_change_nothing() {
     assert_eq!(code, 400);
     assert!(cms.get("a").await.is_ok());
 }
+
+#[tokio::test]
+async fn apply_creating_a_namespace_behaves_like_a_create() {
+    let sb = start().await;
+    let client = sb.client();
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "applied", "labels": {"team": "a"}}});
+    let created = nss
+        .patch("applied", &PatchParams::apply("tester"), &Patch::Apply(ns))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.metadata.labels.unwrap()["kubernetes.io/metadata.name"],
+        "applied"
+    );
+    let mf = created.metadata.managed_fields.unwrap();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client, "applied");
+    assert!(sas.get_opt("default").await.unwrap().is_some());
+}
