@@ -24,7 +24,7 @@ use crate::backend::Backend;
 /// A cluster reached through a kubeconfig context.
 pub struct ClusterBackend {
     name: String,
-    kind: bool,
+    control: PodControl,
     client: Client,
     // Holds the kubeconfig copy whose current context is the chosen one; removed on drop.
     _dir: tempfile::TempDir,
@@ -66,13 +66,25 @@ impl ClusterBackend {
             .await
             .with_context(|| format!("failed to load the kubeconfig context {context:?}"))?;
         let client = Client::try_from(config).context("failed to build a client")?;
+        let version = client
+            .apiserver_version()
+            .await
+            .with_context(|| format!("failed to reach the API server of context {context:?}"))?;
+        // A sandbox started elsewhere (`sandbox up`) controls its pods through its own API.
+        let control = if version.git_version.ends_with("-sandbox") {
+            PodControl::SandboxApi
+        } else if kind {
+            PodControl::KindNodes
+        } else {
+            PodControl::Unsupported
+        };
         Ok(Self {
-            name: if kind {
-                format!("kind ({context})")
-            } else {
-                context
+            name: match control {
+                PodControl::KindNodes => format!("kind ({context})"),
+                PodControl::SandboxApi => format!("sandbox ({context})"),
+                PodControl::Unsupported => context,
             },
-            kind,
+            control,
             client,
             _dir: dir,
             kubeconfig: path,
@@ -80,13 +92,22 @@ impl ClusterBackend {
         })
     }
 
-    /// Sends `signal` to every container process of the pod, through its kind node.
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to every container process of the pod.
     async fn signal_pod(&self, namespace: &str, name: &str, signal: &str) -> anyhow::Result<()> {
-        if !self.kind {
-            bail!(
+        match self.control {
+            PodControl::KindNodes => {}
+            PodControl::SandboxApi => {
+                let action = match signal {
+                    "STOP" => "freeze",
+                    "CONT" => "thaw",
+                    _ => "kill",
+                };
+                return crate::sandbox::pod_action(&self.client, namespace, name, action).await;
+            }
+            PodControl::Unsupported => bail!(
                 "failed to {signal} pod {namespace}/{name}: pod control needs a kind cluster \
-                 (processes are signalled on the node); set E2E_CLUSTER=kind"
-            );
+                 (processes are signalled on the node) or a sandbox; set E2E_CLUSTER=kind"
+            ),
         }
         let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
             .get(name)
@@ -159,6 +180,17 @@ impl ClusterBackend {
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
+}
+
+/// How pods of this cluster are frozen, thawed and killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PodControl {
+    /// Signals sent on the kind node (`docker exec`).
+    KindNodes,
+    /// The sandbox's `/sandbox/v1/pods` API.
+    SandboxApi,
+    /// Neither: scenarios that freeze or kill fail with a clear message.
+    Unsupported,
 }
 
 impl Backend for ClusterBackend {
