@@ -153,6 +153,23 @@ where
     }
 }
 
+impl<K: Resource> Seen<K> {
+    /// The object's resourceVersion as a number, when it is one.
+    pub fn resource_version(&self) -> Option<u64> {
+        self.object.meta().resource_version.as_deref()?.parse().ok()
+    }
+
+    /// Whether this change happened before `other` on the server: by resourceVersion when
+    /// both are numbers (one counter on the sandbox, etcd's revision on a cluster), else by
+    /// when the harness received them (two watch streams may deliver slightly out of order).
+    pub fn before<O: Resource>(&self, other: &Seen<O>) -> bool {
+        match (self.resource_version(), other.resource_version()) {
+            (Some(mine), Some(theirs)) => mine < theirs,
+            _ => self.at <= other.at,
+        }
+    }
+}
+
 impl<K> Drop for Recorder<K> {
     fn drop(&mut self) {
         self.task.abort();

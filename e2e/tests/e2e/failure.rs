@@ -17,7 +17,7 @@ use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
 const MARGIN: Duration = Duration::from_secs(3);
 /// How long the flapping initializer is frozen each time: past the default failure threshold
 /// (two probes a second apart, plus the latency budget).
-const FLAP_DOWN: Duration = Duration::from_secs(4);
+const FLAP_DOWN: Duration = Duration::from_secs(5);
 /// How long it answers each time: short of the default success threshold (three probes a
 /// second apart).
 const FLAP_UP: Duration = Duration::from_millis(1500);

@@ -85,8 +85,10 @@ pub async fn deletion_removes_the_configuration_before_the_workload(
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let attempts = load.stop().await;
-    let removed = removed?.at;
-    let workload_going = workload_going?.at;
+    let removed_seen = removed?;
+    let workload_seen = workload_going?;
+    let removed = removed_seen.at;
+    let workload_going = workload_seen.at;
     gone?;
     let failed = load::count_in(&attempts, deleted_at, None);
     ctx.row.update(|row| {
@@ -94,9 +96,11 @@ pub async fn deletion_removes_the_configuration_before_the_workload(
         row.failed_creates_failure = Some(failed);
     });
     ensure!(
-        removed <= workload_going,
-        "the workload started going {} before the configuration was removed; configurations: {}; deployments: {}",
-        s(removed - workload_going),
+        removed_seen.before(&workload_seen),
+        "the workload started going before the configuration was removed (resourceVersions {:?} \
+         and {:?}); configurations: {}; deployments: {}",
+        removed_seen.resource_version(),
+        workload_seen.resource_version(),
         sidecar.configurations.summary(),
         deployments.summary()
     );
@@ -104,10 +108,11 @@ pub async fn deletion_removes_the_configuration_before_the_workload(
         s.change == Change::Deleted || s.object.metadata.deletion_timestamp.is_some()
     }) {
         ensure!(
-            removed <= pod_going.at,
-            "pod {} started going {} before the configuration was removed",
+            removed_seen.before(&pod_going),
+            "pod {} started going before the configuration was removed (resourceVersions {:?} and {:?})",
             pod_going.name,
-            s(removed - pod_going.at)
+            removed_seen.resource_version(),
+            pod_going.resource_version()
         );
     }
     ensure!(
@@ -121,7 +126,7 @@ pub async fn deletion_removes_the_configuration_before_the_workload(
         "{}: configuration removed {} after the delete, workload going {} after it; {} creates, none failed",
         sidecar.name,
         s(removed - deleted_at),
-        s(workload_going - removed),
+        s(workload_going.saturating_duration_since(removed)),
         failed.total
     );
     Ok(())
