@@ -132,6 +132,11 @@ async fn the_proxy_container_comes_from_the_config() {
 #[tokio::test]
 async fn without_a_config_file_the_defaults_apply() {
     let tester = Tester::new(initializer());
-    let patched: Pod = tester.call(&review(&tutorial::nginx_pod())).await.unwrap().patched().unwrap();
+    let patched: Pod = tester
+        .call(&review(&tutorial::nginx_pod()))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
     assert_eq!(names(&patched), ["nginx", "proxy"]);
 }
