@@ -145,11 +145,7 @@ pub fn builtins() -> Vec<ResourceType> {
             true,
             true,
             &["svc"],
-            vec![
-                col("Type", "string", ".spec.type", 0),
-                col("Cluster-IP", "string", ".spec.clusterIP", 0),
-                col("Selector", "string", ".spec.selector", 1),
-            ],
+            Vec::new(),
         ),
         builtin(
             "",

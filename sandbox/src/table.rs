@@ -173,6 +173,47 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Option<(Vec<Column>, Vec<Val
                 ],
             ))
         }
+        ("", "Service") => {
+            let ports: Vec<String> = obj
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let port = p["port"].as_i64().unwrap_or(0);
+                    let proto = p["protocol"].as_str().unwrap_or("TCP");
+                    match p["nodePort"].as_i64() {
+                        Some(np) => format!("{port}:{np}/{proto}"),
+                        None => format!("{port}/{proto}"),
+                    }
+                })
+                .collect();
+            let ports = if ports.is_empty() {
+                "<none>".to_string()
+            } else {
+                ports.join(",")
+            };
+            let s = |p: &str| {
+                obj.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("<none>")
+                    .to_string()
+            };
+            Some((
+                vec![
+                    c("Type", "string"),
+                    c("Cluster-IP", "string"),
+                    c("External-IP", "string"),
+                    c("Port(s)", "string"),
+                ],
+                vec![
+                    json!(s("/spec/type")),
+                    json!(s("/spec/clusterIP")),
+                    json!("<none>"),
+                    json!(ports),
+                ],
+            ))
+        }
         ("", "ConfigMap") | ("", "Secret") => {
             let n = obj
                 .get("data")
@@ -387,6 +428,36 @@ mod tests {
         assert_eq!(t["rows"][0]["cells"][1], "1/1");
         assert_eq!(t["rows"][0]["cells"][2], "Running");
         assert_eq!(t["rows"][0]["cells"][3], "2");
+    }
+
+    #[test]
+    fn service_rows_list_ports_with_protocols() {
+        let rt = Registry::with_builtins()
+            .get("", "v1", "services")
+            .unwrap()
+            .clone();
+        let svc = json!({"metadata": {"name": "s"}, "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
+            "ports": [{"port": 443, "protocol": "TCP"}]}});
+        let t = to_table(&rt, &[svc], json!({}), "None");
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "Name",
+                "Type",
+                "Cluster-IP",
+                "External-IP",
+                "Port(s)",
+                "Age"
+            ]
+        );
+        assert_eq!(t["rows"][0]["cells"][2], "10.96.0.1");
+        assert_eq!(t["rows"][0]["cells"][4], "443/TCP");
     }
 
     #[test]
