@@ -42,6 +42,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Building the async runtime failed.
+    #[error("failed to build the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
     /// Installing the termination signal handlers failed.
     #[error("failed to install the signal handlers: {0}")]
     Signal(#[source] std::io::Error),

@@ -39,13 +39,11 @@
 //!     serve: ServeArgs, // --listen, --tls-dir, --config-dir, --annotation, ...
 //! }
 //!
-//! #[tokio::main]
-//! async fn main() -> Result<(), kube_initializer::Error> {
+//! fn main() -> Result<(), kube_initializer::Error> {
 //!     let args = Args::parse();
-//!     Initializer::<Config>::with_config("sidecar")
-//!         .handle_pod_kinds(Sidecar)
-//!         .run(args.serve) // HTTPS until SIGTERM, then drains
-//!         .await
+//!     let initializer = Initializer::<Config>::with_config("sidecar").handle_pod_kinds(Sidecar);
+//!     // HTTPS until SIGTERM, then drains; block_on never waits on a hung handler at exit.
+//!     kube_initializer::block_on(initializer.run(args.serve))?
 //! }
 //! ```
 //!
@@ -123,5 +121,6 @@ pub use review::{
     Verdict,
 };
 pub use server::{
-    DEFAULT_CONFIG_DIR, DEFAULT_PORT, DEFAULT_TLS_DIR, INITIALIZE_PATH, ServeArgs, Server, router,
+    DEFAULT_CONFIG_DIR, DEFAULT_PORT, DEFAULT_TLS_DIR, INITIALIZE_PATH, ServeArgs, Server,
+    block_on, router,
 };

@@ -335,6 +335,19 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     }
 }
 
+/// Run `future` (typically [`Initializer::run`]) on a new multi-threaded runtime, then shut the
+/// runtime down without waiting more than a second for handler threads still stuck past their
+/// budget: a hung handler must not keep the process alive after SIGTERM. For `main`.
+pub fn block_on<F: Future>(future: F) -> Result<F::Output, Error> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    let output = runtime.block_on(future);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(output)
+}
+
 async fn shutdown_signal() -> Result<(), Error> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signal)?;
@@ -433,6 +446,24 @@ mod tests {
             "0.0.0.0:8443"
         );
         assert_eq!(args.listen_addr_with(None).to_string(), "0.0.0.0:8443");
+    }
+
+    #[test]
+    fn block_on_returns_although_a_handler_thread_is_stuck() {
+        let start = std::time::Instant::now();
+        let out = block_on(async {
+            drop(tokio::task::spawn_blocking(|| {
+                std::thread::sleep(Duration::from_secs(30))
+            }));
+            7
+        })
+        .unwrap();
+        assert_eq!(out, 7);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]

@@ -11,8 +11,7 @@ struct Args {
     serve: ServeArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -20,6 +19,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
-    preset_initializer::initializer().run(args.serve).await?;
+    // The SDK's block_on does not wait for handler threads stuck past their budget.
+    kube_initializer::block_on(preset_initializer::initializer().run(args.serve))??;
     Ok(())
 }

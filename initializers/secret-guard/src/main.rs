@@ -18,8 +18,7 @@ struct Args {
     serve: ServeArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -31,8 +30,7 @@ async fn main() -> anyhow::Result<()> {
         min_length: args.min_length,
         types: args.types,
     };
-    secret_guard_initializer::initializer(guard)
-        .run(args.serve)
-        .await?;
+    // The SDK's block_on does not wait for handler threads stuck past their budget.
+    kube_initializer::block_on(secret_guard_initializer::initializer(guard).run(args.serve))??;
     Ok(())
 }

@@ -13,8 +13,7 @@ struct Args {
     serve: ServeArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -22,6 +21,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
-    sidecar_initializer::initializer().run(args.serve).await?;
+    // The SDK's block_on does not wait for handler threads stuck past their budget.
+    kube_initializer::block_on(sidecar_initializer::initializer().run(args.serve))??;
     Ok(())
 }

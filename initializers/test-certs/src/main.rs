@@ -20,8 +20,7 @@ struct Args {
     serve: ServeArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -29,6 +28,11 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    // The SDK's block_on does not wait for handler threads stuck past their budget.
+    kube_initializer::block_on(serve(args))?
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
     let handler = if args.watch_namespaces {
         let client = kube::Client::try_default().await?;
         let (store, writer) = reflector::store::<Namespace>();
