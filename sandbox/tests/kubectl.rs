@@ -298,7 +298,18 @@ async fn kubectl_patches_with_merge_json_and_strategic_and_scales() {
     assert_eq!(containers[0]["env"][0]["name"], "MODE");
     assert_eq!(d["metadata"]["generation"], 3);
     ok(&sb, &["scale", "deployment", "web", "--replicas=5"], None).await;
-    let replicas = ok(&sb, &["get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"], None).await;
+    let replicas = ok(
+        &sb,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    )
+    .await;
     assert_eq!(replicas, "5");
     let table = ok(&sb, &["get", "deployments"], None).await;
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
