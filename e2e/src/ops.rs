@@ -8,6 +8,7 @@ use initializer_crds::{Initializer, Phase, constants};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
@@ -311,4 +312,40 @@ pub fn deployment_available(deployment: &Deployment) -> bool {
             .iter()
             .flatten()
             .any(|c| c.type_ == "Available" && c.status == "True")
+}
+
+/// Waits for a Warning Event about the Initializer `name` (what `kubectl describe` shows), and
+/// returns its reason and note.
+pub async fn wait_warning_event(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<(String, String)> {
+    wait::until(
+        format!("a Warning Event about Initializer {name}"),
+        timeout,
+        || async {
+            let events = Api::<Event>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .context("failed to list Events")?;
+            let about: Vec<&Event> = events
+                .items
+                .iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .collect();
+            Ok(
+                match about.iter().find(|e| e.type_.as_deref() == Some("Warning")) {
+                    Some(event) => Check::Done((
+                        event.reason.clone().unwrap_or_default(),
+                        event.note.clone().unwrap_or_default(),
+                    )),
+                    None => {
+                        Check::Pending(format!("{} event(s) about it, none a Warning", about.len()))
+                    }
+                },
+            )
+        },
+    )
+    .await
 }

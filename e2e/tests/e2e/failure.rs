@@ -47,6 +47,9 @@ pub async fn hung_initializer_is_deregistered_within_budget(ctx: Ctx) -> anyhow:
         load::errors(&attempts)
     );
     report_fail_open(&ctx, &sidecar, &attempts, frozen_at, deregistered_at)?;
+    let (reason, note) =
+        ops::wait_warning_event(&ctx.client(), &sidecar.name, STEP_TIMEOUT).await?;
+    eprintln!("{}: Warning Event {reason}: {note}", sidecar.name);
     let initializer = ops::initializer(&ctx.client(), &sidecar.name).await?;
     let responding = ops::condition(&initializer, "Responding");
     ensure!(

@@ -324,7 +324,10 @@ pub async fn bad_input_is_refused_and_registers_nothing(ctx: Ctx) -> anyhow::Res
             "an Initializer that {what} is Valid=False but {}",
             ops::describe(&initializer)
         );
-        report.push(format!("{what}: Valid=False ({invalid})"));
+        let (event, _) = ops::wait_warning_event(&client, name, STEP_TIMEOUT).await?;
+        report.push(format!(
+            "{what}: Valid=False ({invalid}), Warning Event {event}"
+        ));
     }
     let names: Vec<String> = accepted.iter().map(|(name, _)| name.clone()).collect();
     wait::holds_for(
