@@ -30,7 +30,10 @@ mod tests {
     fn image_names_follow_registry_binary_tag() {
         assert_eq!(
             image(OPERATOR),
-            format!("ghcr.io/initializer-dev/initializer-operator:{}", env!("CARGO_PKG_VERSION"))
+            format!(
+                "ghcr.io/initializer-dev/initializer-operator:{}",
+                env!("CARGO_PKG_VERSION")
+            )
         );
     }
 }

@@ -79,7 +79,11 @@ pub const PROTECTED_GROUPS: [&str; 7] = [
     derive = "PartialEq",
     doc = "An initializer: mutates or rejects objects before Kubernetes creates them, registered only while it is ready and answering.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Registered", type_ = "boolean", json_path = ".status.registered"),
+    printcolumn(
+        name = "Registered",
+        type_ = "boolean",
+        json_path = ".status.registered"
+    ),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(
         name = "Probe-ms",
@@ -87,7 +91,11 @@ pub const PROTECTED_GROUPS: [&str; 7] = [
         json_path = ".status.lastProbeLatencyMillis",
         description = "latency of the last probe through the API server, in milliseconds"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("has(self.image) || has(self.preset)").message("spec.image or spec.preset is required"))]
 #[x_kube(validation = Rule::new("!has(self.health) || !has(self.health.latencyBudgetMillis) || self.health.latencyBudgetMillis <= self.timeoutSeconds * 1000").message("spec.health.latencyBudgetMillis must not exceed spec.timeoutSeconds"))]
