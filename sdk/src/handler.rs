@@ -5,6 +5,9 @@
 //! the Rust types do not know about are never touched by the patch.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use kube::Resource;
 use serde::Serialize;
@@ -69,6 +72,34 @@ pub(crate) struct Typed<K, H> {
     pub(crate) kind: PhantomData<fn() -> K>,
 }
 
+fn decode<K: DeserializeOwned>(object: &RawValue) -> Result<K, Failure> {
+    // Straight from the request's bytes into the typed object: no intermediate Value tree.
+    serde_json::from_str(object.get()).map_err(|e| Failure::Decode(e.to_string()))
+}
+
+fn encode<K: Serialize>(obj: &K) -> Result<serde_json::Value, Failure> {
+    serde_json::to_value(obj).map_err(|e| Failure::Encode(e.to_string()))
+}
+
+/// The patch from `before` to `obj`, marking the object as initialized when it changed.
+fn finish<K: Resource + Serialize>(
+    before: &serde_json::Value,
+    obj: &mut K,
+    mark: Option<&str>,
+) -> Result<Outcome, Failure> {
+    let mut patch = json_patch::diff(before, &encode(obj)?);
+    if let (Some(name), false) = (mark, patch.0.is_empty())
+        && mutate::mark_initialized(obj.meta_mut(), name)
+    {
+        patch = json_patch::diff(before, &encode(obj)?);
+    }
+    Ok(if patch.0.is_empty() {
+        Outcome::Unchanged
+    } else {
+        Outcome::Patched(patch)
+    })
+}
+
 impl<K, C, H> ErasedHandler<C> for Typed<K, H>
 where
     K: Resource + DeserializeOwned + Serialize + 'static,
@@ -81,28 +112,70 @@ where
         gate: Option<&AnnotationGate>,
         mark: Option<&str>,
     ) -> Result<Outcome, Failure> {
-        // Straight from the request's bytes into the typed object: no intermediate Value tree.
-        let mut obj: K =
-            serde_json::from_str(object.get()).map_err(|e| Failure::Decode(e.to_string()))?;
+        let mut obj: K = decode(object)?;
         if gate.is_some_and(|g| !g.admits(obj.meta().annotations.as_ref())) {
             return Ok(Outcome::Skipped);
         }
-        let before = serde_json::to_value(&obj).map_err(|e| Failure::Encode(e.to_string()))?;
+        let before = encode(&obj)?;
         if let Err(denial) = self.handler.initialize(&mut obj, review) {
             return Ok(Outcome::Denied(denial));
         }
-        let after = serde_json::to_value(&obj).map_err(|e| Failure::Encode(e.to_string()))?;
-        let mut patch = json_patch::diff(&before, &after);
-        if let (Some(name), false) = (mark, patch.0.is_empty())
-            && mutate::mark_initialized(obj.meta_mut(), name)
-        {
-            let marked = serde_json::to_value(&obj).map_err(|e| Failure::Encode(e.to_string()))?;
-            patch = json_patch::diff(&before, &marked);
-        }
-        Ok(if patch.0.is_empty() {
-            Outcome::Unchanged
-        } else {
-            Outcome::Patched(patch)
+        finish(&before, &mut obj, mark)
+    }
+}
+
+/// The asynchronous form of [`Initialize`], for handlers that must await something (an API
+/// call, a lookup). Runs as a tokio task under the same budget and panic policy; a handler that
+/// overruns the budget is cancelled at its next `.await`.
+pub trait InitializeAsync<K, C = ()>: Send + Sync + 'static {
+    /// Change `obj` in place, or refuse it with a [`Denial`].
+    fn initialize(
+        &self,
+        obj: &mut K,
+        review: &Review<C>,
+    ) -> impl Future<Output = Result<(), Denial>> + Send;
+}
+
+/// An asynchronous handler with its kind erased.
+pub(crate) trait ErasedAsyncHandler<C>: Send + Sync {
+    fn call(
+        self: Arc<Self>,
+        object: Box<RawValue>,
+        review: Arc<Review<C>>,
+        gate: Option<AnnotationGate>,
+        mark: Option<Arc<str>>,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>>;
+}
+
+impl<K, C, H> ErasedAsyncHandler<C> for Typed<K, H>
+where
+    K: Resource + DeserializeOwned + Serialize + Send + 'static,
+    C: Send + Sync + 'static,
+    H: InitializeAsync<K, C>,
+{
+    fn call(
+        self: Arc<Self>,
+        object: Box<RawValue>,
+        review: Arc<Review<C>>,
+        gate: Option<AnnotationGate>,
+        mark: Option<Arc<str>>,
+    ) -> BoxFuture<'static, Result<Outcome, Failure>> {
+        Box::pin(async move {
+            let mut obj: K = decode(&object)?;
+            if gate.is_some_and(|g| !g.admits(obj.meta().annotations.as_ref())) {
+                return Ok(Outcome::Skipped);
+            }
+            let before = encode(&obj)?;
+            if let Err(denial) = self.handler.initialize(&mut obj, &review).await {
+                return Ok(Outcome::Denied(denial));
+            }
+            finish(&before, &mut obj, mark.as_deref())
         })
     }
+}
+
+/// A registered handler of either kind.
+pub(crate) enum AnyHandler<C> {
+    Sync(Arc<dyn ErasedHandler<C>>),
+    Async(Arc<dyn ErasedAsyncHandler<C>>),
 }

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::ConfigStore;
 use crate::gate::AnnotationGate;
-use crate::handler::{ErasedHandler, Failure, Initialize, Outcome, Typed};
+use crate::handler::{AnyHandler, Failure, Initialize, InitializeAsync, Outcome, Typed};
 use crate::metrics::Metrics;
 use crate::review::{
     REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, ReviewIn, Status, Verdict,
@@ -60,7 +60,7 @@ impl Rejection {
 
 struct Entry<C> {
     gvk: GroupVersionKind,
-    handler: Arc<dyn ErasedHandler<C>>,
+    handler: AnyHandler<C>,
 }
 
 /// An initializer: typed handlers per kind plus the policies the server enforces around them.
@@ -151,7 +151,26 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self.handlers.retain(|e| e.gvk != gvk);
         self.handlers.push(Entry {
             gvk,
-            handler: Arc::new(typed),
+            handler: AnyHandler::Sync(Arc::new(typed)),
+        });
+        self
+    }
+
+    /// Register an asynchronous `handler` for kind `K`: it runs as a tokio task (not on the
+    /// blocking pool) under the same budget and failure policy.
+    pub fn handle_async<K>(mut self, handler: impl InitializeAsync<K, C>) -> Self
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Serialize + Send + 'static,
+    {
+        let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
+        let typed = Typed::<K, _> {
+            handler,
+            kind: PhantomData,
+        };
+        self.handlers.retain(|e| e.gvk != gvk);
+        self.handlers.push(Entry {
+            gvk,
+            handler: AnyHandler::Async(Arc::new(typed)),
         });
         self
     }
@@ -326,29 +345,45 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         };
 
         let review = Review::new(Arc::new(info), old_object, config, Arc::clone(&self.name));
-        let handler = Arc::clone(&entry.handler);
         let mark = self.mark_initialized.then(|| Arc::clone(&self.name));
         let gate = self.annotation_gate.clone();
-        let run = move || {
-            let outcome = handler.call(&object, &review, gate.as_ref(), mark.as_deref());
-            (outcome, review.take_warnings())
-        };
-        let ran = if self.inline_handlers {
-            // Trusted-fast handlers: no thread handoff; panics are caught, the budget is not
-            // enforced.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
-                .map_err(|payload| panic_message(payload.as_ref()))
-                .map(Ok)
-        } else {
-            // A blocking thread keeps a stuck or slow synchronous handler off the async
-            // workers; the timeout answers for it, the join error catches its panic.
-            match tokio::time::timeout(self.budget, tokio::task::spawn_blocking(run)).await {
-                Err(_) => Ok(Err(())),
-                Ok(Err(join)) => Err(match join.try_into_panic() {
-                    Ok(payload) => panic_message(payload.as_ref()),
-                    Err(e) => e.to_string(),
-                }),
-                Ok(Ok(done)) => Ok(Ok(done)),
+        let ran = match &entry.handler {
+            AnyHandler::Sync(handler) => {
+                let handler = Arc::clone(handler);
+                let run = move || {
+                    let outcome = handler.call(&object, &review, gate.as_ref(), mark.as_deref());
+                    (outcome, review.take_warnings())
+                };
+                if self.inline_handlers {
+                    // Trusted-fast handlers: no thread handoff; panics are caught, the budget
+                    // is not enforced.
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+                        .map_err(|payload| panic_message(payload.as_ref()))
+                        .map(Ok)
+                } else {
+                    // A blocking thread keeps a stuck or slow synchronous handler off the async
+                    // workers; the timeout answers for it, the join error catches its panic.
+                    let task = tokio::task::spawn_blocking(run);
+                    match tokio::time::timeout(self.budget, task).await {
+                        Err(_) => Ok(Err(())),
+                        Ok(Err(join)) => Err(join_failure(join)),
+                        Ok(Ok(done)) => Ok(Ok(done)),
+                    }
+                }
+            }
+            AnyHandler::Async(handler) => {
+                let review = Arc::new(review);
+                let future = Arc::clone(handler).call(object, Arc::clone(&review), gate, mark);
+                let task = tokio::spawn(future);
+                let abort = task.abort_handle();
+                match tokio::time::timeout(self.budget, task).await {
+                    Err(_) => {
+                        abort.abort();
+                        Ok(Err(()))
+                    }
+                    Ok(Err(join)) => Err(join_failure(join)),
+                    Ok(Ok(outcome)) => Ok(Ok((outcome, review.take_warnings()))),
+                }
             }
         };
         let response = match ran {
@@ -425,6 +460,13 @@ pub(crate) fn too_large(limit: usize) -> Rejection {
         "too_large",
         format!("failed to accept the review: the body is larger than {limit} bytes"),
     )
+}
+
+fn join_failure(join: tokio::task::JoinError) -> String {
+    match join.try_into_panic() {
+        Ok(payload) => panic_message(payload.as_ref()),
+        Err(e) => e.to_string(),
+    }
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

@@ -82,6 +82,9 @@
 //! assert!(again.patch().is_none());
 //! ```
 //!
+//! Handlers that must await something implement [`InitializeAsync`] instead and register with
+//! [`Initializer::handle_async`].
+//!
 //! What the server guarantees:
 //! - every well-formed `AdmissionReview` gets a well-formed answer with the same uid, also for
 //!   kinds without a handler (admitted unchanged) and for dry runs;
@@ -112,7 +115,7 @@ pub use error::Error;
 /// Result with the SDK's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub use gate::{AnnotationGate, NamespaceGate};
-pub use handler::Initialize;
+pub use handler::{Initialize, InitializeAsync};
 pub use initializer::{
     DEFAULT_BUDGET, DEFAULT_MAX_REQUEST_BYTES, FailurePolicy, Initializer, Rejection,
 };

@@ -557,3 +557,61 @@ async fn inline_handlers_patch_and_their_panics_are_still_caught() {
         answer.warnings()
     );
 }
+
+struct AsyncLabeller;
+
+impl kube_initializer::InitializeAsync<Pod> for AsyncLabeller {
+    async fn initialize(&self, pod: &mut Pod, review: &Review) -> Result<(), Denial> {
+        match pod.metadata.name.as_deref() {
+            Some("slow") => tokio::time::sleep(Duration::from_secs(5)).await,
+            Some("boom") => panic!("async bug"),
+            Some("deny") => return Err(Denial::new("not today")),
+            _ => tokio::task::yield_now().await,
+        }
+        review.warn("looked up asynchronously");
+        mutate::set_label(&mut pod.metadata, "async", "true");
+        Ok(())
+    }
+}
+
+fn named(name: &str) -> Pod {
+    let mut pod = nginx_pod();
+    pod.metadata.name = Some(name.into());
+    pod
+}
+
+#[tokio::test]
+async fn async_handlers_patch_warn_and_deny() {
+    let tester = Tester::new(Initializer::new("async").handle_async::<Pod>(AsyncLabeller));
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert_eq!(answer.warnings(), ["looked up asynchronously"]);
+    let patched: Pod = answer.patched().unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["async"], "true");
+    let denied = tester.call(&review(&named("deny"))).await.unwrap();
+    assert!(!denied.allowed());
+    assert_eq!(denied.message(), Some("not today"));
+}
+
+#[tokio::test]
+async fn async_handlers_are_cancelled_at_the_budget_and_their_panics_caught() {
+    let budget = Duration::from_millis(200);
+    let tester = Tester::new(
+        Initializer::new("async")
+            .budget(budget)
+            .failure_policy(FailurePolicy::Deny)
+            .handle_async::<Pod>(AsyncLabeller),
+    );
+    let start = Instant::now();
+    let slow = tester.call(&review(&named("slow"))).await.unwrap();
+    assert!(
+        start.elapsed() < budget + Duration::from_millis(1_000),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(!slow.allowed());
+    assert!(slow.message().unwrap().contains("did not answer within"));
+    let boom = tester.call(&review(&named("boom"))).await.unwrap();
+    assert_eq!(boom.code(), Some(500));
+    assert!(boom.message().unwrap().contains("async bug"));
+    assert!(tester.call(&review(&nginx_pod())).await.unwrap().allowed());
+}
