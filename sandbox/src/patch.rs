@@ -42,16 +42,31 @@ pub fn merge(target: &mut Value, patch: &Value) {
 }
 
 /// Applies an RFC 6902 JSON patch.
+///
+/// Like kube-apiserver (evanphx/json-patch), a `test` that a member is `null` passes when the
+/// member is absent: kube-runtime's `finalizer()` sends exactly that before adding the first
+/// finalizer. The patch applies as a whole or not at all.
 pub fn json(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-    json_patch::patch(target, &ops).map_err(|e| {
-        ApiError::new(
-            422,
-            "Invalid",
-            format!("the server rejected our request due to an error in our request: {e}"),
-        )
-    })
+    let mut patched = target.clone();
+    for op in ops.0 {
+        if let json_patch::PatchOperation::Test(test) = &op
+            && test.value.is_null()
+            && patched.pointer(test.path.as_str()).is_none()
+        {
+            continue;
+        }
+        json_patch::patch(&mut patched, &[op]).map_err(|e| {
+            ApiError::new(
+                422,
+                "Invalid",
+                format!("the server rejected our request due to an error in our request: {e}"),
+            )
+        })?;
+    }
+    *target = patched;
+    Ok(())
 }
 
 /// Applies a strategic merge patch to a built-in kind's object.
@@ -231,6 +246,28 @@ mod tests {
         let mut obj = json!({"spec": {"args": ["a", "b"]}});
         strategic(&mut obj, &json!({"spec": {"args": ["c"]}})).unwrap();
         assert_eq!(obj["spec"]["args"], json!(["c"]));
+    }
+
+    #[test]
+    fn json_patch_test_for_null_passes_on_an_absent_member_as_kube_apiserver_does() {
+        let mut obj = json!({"metadata": {"name": "a"}});
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["x"]}
+        ]);
+        json(&mut obj, &patch).unwrap();
+        assert_eq!(obj["metadata"]["finalizers"], json!(["x"]));
+    }
+
+    #[test]
+    fn failed_json_patch_changes_nothing() {
+        let mut obj = json!({"metadata": {"name": "a"}});
+        let patch = json!([
+            {"op": "add", "path": "/metadata/labels", "value": {"a": "1"}},
+            {"op": "test", "path": "/metadata/name", "value": "b"}
+        ]);
+        assert_eq!(json(&mut obj, &patch).unwrap_err().code, 422);
+        assert_eq!(obj, json!({"metadata": {"name": "a"}}));
     }
 
     #[test]
