@@ -7,6 +7,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,6 +19,9 @@ use kube_initializer::testing::review;
 use kube_initializer::{Denial, Initializer, Review, ServeArgs, Server};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// Set when the handler starts on the object named "slow" (the shutdown test waits for it).
+static SLOW_STARTED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, Deserialize)]
 struct Config {
@@ -37,6 +41,7 @@ fn sidecar(pod: &mut Pod, review: &Review<Config>) -> Result<(), Denial> {
         panic!("handler bug");
     }
     if pod.metadata.name.as_deref() == Some("slow") {
+        SLOW_STARTED.store(true, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(600));
     }
     if let Some(spec) = pod.pod_spec_mut() {
@@ -261,7 +266,11 @@ async fn shutdown_drains_in_flight_requests_and_refuses_new_connections() {
     let server = start(tls.path(), cfg.path()).await;
     let mut conn = connect(&server, &pki.ca_pem).await.unwrap();
     let in_flight = tokio::spawn(async move { injected_image(&mut conn, "slow").await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = eventually(Duration::from_secs(10), || async {
+        SLOW_STARTED.load(Ordering::SeqCst)
+    })
+    .await;
+    assert!(started, "the slow request never reached the handler");
     let addr = server.local_addr();
     server.shutdown().await;
     assert_eq!(in_flight.await.unwrap().as_deref(), Some("envoy:1"));
