@@ -96,6 +96,8 @@
 //!   `/healthz` answers 200 while the process serves; `/metrics` is Prometheus text;
 //! - SIGTERM stops accepting and drains in-flight requests.
 
+#![warn(missing_docs)]
+
 pub mod client;
 pub mod config;
 mod error;
