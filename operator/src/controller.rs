@@ -85,13 +85,6 @@ pub async fn reconcile(obj: Arc<Initializer>, ctx: Arc<Context>) -> Result<Actio
         return Err(Error::MissingName);
     }
     let api: Api<Initializer> = Api::all(ctx.client.clone());
-    if obj.meta().deletion_timestamp.is_none() && !obj.finalizers().iter().any(|f| f == FINALIZER) {
-        // Added here with a merge patch guarded by the resourceVersion rather than by the
-        // finalizer helper's JSON patch, whose `test` of an absent list some API servers (the
-        // sandbox) refuse. The update wakes the controller again.
-        add_finalizer(&api, &obj).await?;
-        return Ok(Action::requeue(Duration::from_millis(100)));
-    }
     let result = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             FinalizerEvent::Apply(obj) => apply(&obj, &ctx).await,
@@ -104,25 +97,6 @@ pub async fn reconcile(obj: Arc<Initializer>, ctx: Arc<Context>) -> Result<Actio
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     result
-}
-
-async fn add_finalizer(api: &Api<Initializer>, obj: &Initializer) -> Result<()> {
-    let mut finalizers = obj.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_string());
-    let patch = serde_json::json!({
-        "metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": obj.resource_version(),
-        }
-    });
-    api.patch(
-        &obj.name_any(),
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| Error::Finalizer(Box::new(kube::runtime::finalizer::Error::AddFinalizer(e))))
 }
 
 /// What to do after a failed reconcile: wait for a change when retrying cannot help, otherwise
