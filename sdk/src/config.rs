@@ -32,6 +32,7 @@ pub struct ConfigStore<C> {
     path: Mutex<Option<PathBuf>>,
     default: Option<Arc<C>>,
     last_seen: Mutex<Option<Vec<u8>>>,
+    last_error: Mutex<Option<String>>,
 }
 
 impl<C> std::fmt::Debug for ConfigStore<C> {
@@ -77,6 +78,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
             path: Mutex::new(None),
             default: None,
             last_seen: Mutex::new(None),
+            last_error: Mutex::new(None),
         }
     }
 
@@ -89,6 +91,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
             path: Mutex::new(Some(path.into())),
             default,
             last_seen: Mutex::new(None),
+            last_error: Mutex::new(None),
         }
     }
 
@@ -99,6 +102,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
             path: Mutex::new(None),
             default,
             last_seen: Mutex::new(None),
+            last_error: Mutex::new(None),
         }
     }
 
@@ -157,13 +161,29 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
     }
 
     /// Poll and log what happened.
-    pub(crate) fn poll_and_log(&self) {
+    /// Poll and log what happened (each distinct error once); returns `"applied"` or
+    /// `"rejected"` when something new happened.
+    pub(crate) fn poll_and_log(&self) -> Option<&'static str> {
+        let mut last_error = self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         match self.poll() {
-            Reload::Applied => tracing::info!(path = ?self.path(), "configuration loaded"),
-            Reload::Rejected(e) => {
-                tracing::error!(error = %e, "configuration refused; the previous one stays in force")
+            Reload::Applied => {
+                *last_error = None;
+                tracing::info!(path = ?self.path(), "configuration loaded");
+                Some("applied")
             }
-            Reload::Unchanged | Reload::Missing => {}
+            Reload::Rejected(e) => {
+                let message = e.to_string();
+                if last_error.as_deref() == Some(message.as_str()) {
+                    return None;
+                }
+                tracing::error!(error = %message, "configuration refused; the previous one stays in force");
+                *last_error = Some(message);
+                Some("rejected")
+            }
+            Reload::Unchanged | Reload::Missing => None,
         }
     }
 }

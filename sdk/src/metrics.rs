@@ -22,6 +22,12 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    what: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -43,6 +49,7 @@ pub struct Metrics {
     latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
     patch_bytes: Family<KindLabels, Histogram, fn() -> Histogram>,
     invalid: Family<ReasonLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -69,6 +76,12 @@ impl Metrics {
             size_histogram,
         );
         let invalid = Family::<ReasonLabels, Counter>::default();
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "reloads",
+            "Certificate and configuration files read after a change, by what and result",
+            reloads.clone(),
+        );
         registry.register(
             "admission_requests",
             "Admission reviews answered, by kind and verdict",
@@ -95,6 +108,7 @@ impl Metrics {
             latency,
             patch_bytes,
             invalid,
+            reloads,
         }
     }
 
@@ -113,6 +127,14 @@ impl Metrics {
                 .get_or_create(&KindLabels { kind: labels.kind })
                 .observe(patch_len as f64);
         }
+    }
+
+    /// Count one reload of `what` (`certificate` or `configuration`) with `result`
+    /// (`applied` or `rejected`).
+    pub fn observe_reload(&self, what: &'static str, result: &'static str) {
+        self.reloads
+            .get_or_create(&ReloadLabels { what, result })
+            .inc();
     }
 
     /// Count one refused (HTTP error) request.

@@ -256,8 +256,14 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             self.config.set_path(args.config_dir.join(CONFIG_FILE));
         }
         let tls = Arc::new(CertStore::new(&args.tls_dir));
-        tls.poll_and_log();
-        self.config.poll_and_log();
+        let metrics = Arc::clone(&self.metrics);
+        let record = move |what: &'static str, result: Option<&'static str>| {
+            if let Some(result) = result {
+                metrics.observe_reload(what, result);
+            }
+        };
+        record("certificate", tls.poll_and_log());
+        record("configuration", self.config.poll_and_log());
 
         let addr = args.listen_addr();
         let listener = TcpListener::bind(addr)
@@ -281,9 +287,10 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                     _ = stop.cancelled() => break,
                     _ = ticker.tick() => {
                         let (tls, config) = (Arc::clone(&watched_tls), Arc::clone(&config));
+                        let record = record.clone();
                         let polled = tokio::task::spawn_blocking(move || {
-                            tls.poll_and_log();
-                            config.poll_and_log();
+                            record("certificate", tls.poll_and_log());
+                            record("configuration", config.poll_and_log());
                         });
                         if let Err(e) = polled.await {
                             tracing::error!(error = %e, "reload poll failed");

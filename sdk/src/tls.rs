@@ -24,6 +24,7 @@ pub struct CertStore {
     provider: Arc<CryptoProvider>,
     current: RwLock<Option<Arc<CertifiedKey>>>,
     last_seen: Mutex<Option<(Vec<u8>, Vec<u8>)>>,
+    last_error: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -54,6 +55,7 @@ impl CertStore {
             provider: Arc::new(rustls::crypto::ring::default_provider()),
             current: RwLock::new(None),
             last_seen: Mutex::new(None),
+            last_error: Mutex::new(None),
         }
     }
 
@@ -101,13 +103,29 @@ impl CertStore {
         }
     }
 
-    pub(crate) fn poll_and_log(&self) {
+    /// Poll and log what happened (each distinct error once); returns `"applied"` or
+    /// `"rejected"` when something new happened.
+    pub(crate) fn poll_and_log(&self) -> Option<&'static str> {
+        let mut last_error = self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         match self.poll() {
-            CertReload::Applied => tracing::info!(dir = ?self.dir, "serving certificate loaded"),
-            CertReload::Rejected(e) => {
-                tracing::warn!(error = %e, "serving certificate not (re)loaded; the previous one stays in force")
+            CertReload::Applied => {
+                *last_error = None;
+                tracing::info!(dir = ?self.dir, "serving certificate loaded");
+                Some("applied")
             }
-            CertReload::Unchanged => {}
+            CertReload::Rejected(e) => {
+                let message = e.to_string();
+                if last_error.as_deref() == Some(message.as_str()) {
+                    return None;
+                }
+                tracing::warn!(error = %message, "serving certificate not (re)loaded; the previous one stays in force");
+                *last_error = Some(message);
+                Some("rejected")
+            }
+            CertReload::Unchanged => None,
         }
     }
 
@@ -151,4 +169,23 @@ fn certified_key(
         .ok_or_else(|| fail(format!("failed to find a private key in {KEY_FILE}")))?;
     CertifiedKey::from_der(chain, key, provider)
         .map_err(|e| fail(format!("failed to pair the certificate and key: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_files_are_reported_once_not_at_every_poll() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path());
+        assert_eq!(store.poll_and_log(), Some("rejected"));
+        assert_eq!(store.poll_and_log(), None);
+        assert!(!store.is_loaded());
+        std::fs::write(dir.path().join(CERT_FILE), "not a certificate").unwrap();
+        std::fs::write(dir.path().join(KEY_FILE), "not a key").unwrap();
+        assert_eq!(store.poll_and_log(), Some("rejected"));
+        assert_eq!(store.poll_and_log(), None);
+        assert!(!store.is_loaded());
+    }
 }

@@ -224,6 +224,24 @@ async fn configuration_changes_apply_and_an_invalid_change_keeps_the_old_one() {
         .await
         .unwrap();
     assert_eq!(ready.status, 200);
+    let metrics = conn
+        .request("GET", Some("/metrics"), Bytes::new())
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.contains(r#"initializer_reloads_total{what="configuration",result="applied"} 2"#),
+        "{text}"
+    );
+    // Logged and counted once, though the bad file is read again at every poll.
+    assert!(
+        text.contains(r#"initializer_reloads_total{what="configuration",result="rejected"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"initializer_reloads_total{what="certificate",result="applied"} 1"#),
+        "{text}"
+    );
     server.shutdown().await;
 }
 
