@@ -30,9 +30,20 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// Directory holding the debug binaries.
+/// Directory holding the debug binaries: `$CARGO_TARGET_DIR/debug` when set; else the
+/// directory of the running executable (or its parent, for test binaries under `deps/`) when it
+/// holds the operator; else `<workspace>/target/debug`.
 pub fn bin_dir() -> PathBuf {
-    target_dir().join("debug")
+    if std::env::var_os("CARGO_TARGET_DIR").is_some_and(|dir| !dir.is_empty()) {
+        return target_dir().join("debug");
+    }
+    let beside_us = std::env::current_exe().ok().and_then(|exe| {
+        let dir = exe.parent()?.to_path_buf();
+        [dir.clone(), dir.parent()?.to_path_buf()]
+            .into_iter()
+            .find(|candidate| candidate.join(images::OPERATOR).is_file())
+    });
+    beside_us.unwrap_or_else(|| target_dir().join("debug"))
 }
 
 /// Every binary the suite runs: the operator and each initializer.
