@@ -4,9 +4,10 @@
 #   1. create the cluster from e2e/kind/kind-config.yaml (its own kubeconfig, not yours)
 #   2. build every image with `make docker-build` and load each into the cluster
 #   3. build the binaries (the installer and the test binary run on this machine)
-#   4. run the same test binary as `make e2e` with E2E_CLUSTER=kind; it installs the operator
-#      from the bundle with `initializer-operator install --bundle bundles/initializer-operator`,
-#      the same code path as on the sandbox, then runs every scenario
+#   4. install the operator from the bundle (`initializer-operator install --bundle
+#      bundles/initializer-operator`), then run the same test binary as `make e2e` with
+#      E2E_CLUSTER=kind: it applies the same install (idempotent, the code path the sandbox
+#      uses) and runs every scenario
 #   5. delete the cluster (always, on success, failure or Ctrl-C; E2E_KEEP_CLUSTER=1 keeps it)
 #
 # Needs docker (with a running engine), kind and kubectl. Pods are frozen and killed by
@@ -99,6 +100,10 @@ done
 log "building binaries"
 (cd "$root" && "$cargo" build --workspace --bins)
 
+log "installing the operator from the bundle"
+(cd "$root" && "$cargo" run -q -p initializer-operator -- install --bundle bundles/initializer-operator)
+
+# The suite runs the same install again (it is idempotent), exactly as it does on the sandbox.
 log "running the suite against kind-$cluster"
 (cd "$root" && E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" \
   "$cargo" test -p initializer-e2e --test e2e -- "$@")
