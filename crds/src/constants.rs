@@ -65,5 +65,7 @@ pub const POD_IP_ENV: &str = "POD_IP";
 pub const ANNOTATION_ENV: &str = "INITIALIZER_ANNOTATION";
 /// Env var, `"true"` when objects without the gate annotation must be left alone.
 pub const REQUIRE_ANNOTATION_ENV: &str = "INITIALIZER_REQUIRE_ANNOTATION";
+/// Env var holding the webhook's `timeoutSeconds`; the SDK answers every review before it.
+pub const TIMEOUT_SECONDS_ENV: &str = "INITIALIZER_TIMEOUT_SECONDS";
 /// Env var holding the Initializer's name, for logs and metrics.
 pub const INITIALIZER_NAME_ENV: &str = "INITIALIZER_NAME";

@@ -8,7 +8,7 @@ use initializer_crds::constants::{
     ANNOTATION_ENV, CONFIG_DIR, CONFIG_DIR_ENV, CONFIG_FILE, EXCLUDE_LABEL, EXCLUDE_LABEL_VALUE,
     HEALTHZ_PATH, INITIALIZER_LABEL, INITIALIZER_NAME_ENV, INITIALIZER_PORT, INITIALIZER_PORT_NAME,
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_IP_ENV, READYZ_PATH, REQUIRE_ANNOTATION_ENV,
-    SERVICE_PORT, TLS_DIR, TLS_DIR_ENV, WEBHOOK_PATH,
+    SERVICE_PORT, TIMEOUT_SECONDS_ENV, TLS_DIR, TLS_DIR_ENV, WEBHOOK_PATH,
 };
 use initializer_crds::{FailurePolicy, ReinvocationPolicy};
 use k8s_openapi::ByteString;
@@ -199,6 +199,7 @@ pub fn container_env(v: &Validated) -> Vec<EnvVar> {
         env(TLS_DIR_ENV, TLS_DIR),
         env(CONFIG_DIR_ENV, CONFIG_DIR),
         env(INITIALIZER_NAME_ENV, v.names.initializer.clone()),
+        env(TIMEOUT_SECONDS_ENV, v.spec.timeout_seconds.to_string()),
     ];
     if let Some(gate) = &v.spec.annotation {
         vars.push(env(ANNOTATION_ENV, gate.name.clone()));
@@ -682,6 +683,7 @@ pub(crate) mod tests {
         assert_eq!(get(TLS_DIR_ENV).value.as_deref(), Some(TLS_DIR));
         assert_eq!(get(CONFIG_DIR_ENV).value.as_deref(), Some(CONFIG_DIR));
         assert_eq!(get(INITIALIZER_NAME_ENV).value.as_deref(), Some("sidecar"));
+        assert_eq!(get(TIMEOUT_SECONDS_ENV).value.as_deref(), Some("5"));
         assert_eq!(
             get(ANNOTATION_ENV).value.as_deref(),
             Some("initializer.kubernetes.io/sidecar")
