@@ -29,14 +29,16 @@ build:
 	$(CARGO) build --workspace --bins
 
 ## test: lint, generated-file drift, every test tier (unit, component, e2e on the sandbox)
-test: lint verify-generated unit
+test: lint verify-generated unit e2e
 
-## unit: all tests in the workspace, plus doctests
+## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
+## own in `make e2e`, so its timings are not taken while other tests load the machine)
 unit: build
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --workspace --no-fail-fast
+	$(CARGO) nextest run --workspace --no-fail-fast -E 'not binary_id(initializer-e2e::e2e)'
 else
-	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e
+	$(CARGO) test -p initializer-e2e --lib --bins
 endif
 	$(CARGO) test --workspace --doc
 
