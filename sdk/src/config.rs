@@ -3,11 +3,12 @@
 //! the configuration in force stays.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
+use crate::reload::{Offered, Reloadable};
 
 /// Name of the main configuration file inside the configuration directory (matches the
 /// operator's process contract).
@@ -28,11 +29,9 @@ pub enum Reload {
 
 /// The configuration in force, shared by the server and every request.
 pub struct ConfigStore<C> {
-    current: RwLock<Option<Arc<C>>>,
+    value: Reloadable<C>,
     path: Mutex<Option<PathBuf>>,
     default: Option<Arc<C>>,
-    last_seen: Mutex<Option<Vec<u8>>>,
-    last_error: Mutex<Option<String>>,
 }
 
 impl<C> std::fmt::Debug for ConfigStore<C> {
@@ -55,18 +54,12 @@ impl<C> ConfigStore<C> {
 
     /// The configuration in force, `None` until the first successful load.
     pub fn current(&self) -> Option<Arc<C>> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.value.current()
     }
 
     /// True once a configuration is in force.
     pub fn is_loaded(&self) -> bool {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        self.value.is_loaded()
     }
 }
 
@@ -74,35 +67,28 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
     /// A store holding a fixed value: nothing is read from disk.
     pub fn fixed(value: C) -> Self {
         Self {
-            current: RwLock::new(Some(Arc::new(value))),
+            value: Reloadable::new(Some(Arc::new(value))),
             path: Mutex::new(None),
             default: None,
-            last_seen: Mutex::new(None),
-            last_error: Mutex::new(None),
         }
     }
 
     /// A store read from a file; `default` is used while the file does not exist (without
     /// it, the store is not loaded until the file appears).
     pub fn from_file(path: impl Into<PathBuf>, default: Option<C>) -> Self {
-        let default = default.map(Arc::new);
         Self {
-            current: RwLock::new(None),
+            value: Reloadable::new(None),
             path: Mutex::new(Some(path.into())),
-            default,
-            last_seen: Mutex::new(None),
-            last_error: Mutex::new(None),
+            default: default.map(Arc::new),
         }
     }
 
     pub(crate) fn unloaded(default: Option<C>) -> Self {
         let default = default.map(Arc::new);
         Self {
-            current: RwLock::new(default.clone()),
+            value: Reloadable::new(default.clone()),
             path: Mutex::new(None),
             default,
-            last_seen: Mutex::new(None),
-            last_error: Mutex::new(None),
         }
     }
 
@@ -118,73 +104,42 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
     /// Read the file and apply it if its content changed and parses. Blocking (small file).
     pub fn poll(&self) -> Reload {
         let Some(path) = self.path() else {
-            let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-            if current.is_none() && self.default.is_some() {
-                current.clone_from(&self.default);
-                return Reload::Missing;
-            }
-            return Reload::Unchanged;
+            return if self.value.fill_if_empty(self.default.clone()) {
+                Reload::Missing
+            } else {
+                Reload::Unchanged
+            };
         };
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut last = self
-                    .last_seen
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                *last = None;
-                let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-                if current.is_none() {
-                    current.clone_from(&self.default);
-                }
+                self.value.forget_seen();
+                self.value.fill_if_empty(self.default.clone());
                 return Reload::Missing;
             }
             Err(source) => return Reload::Rejected(Error::ReadFile { path, source }),
         };
-        let mut last = self
-            .last_seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if last.as_deref() == Some(bytes.as_slice()) {
-            return Reload::Unchanged;
-        }
-        *last = Some(bytes.clone());
-        drop(last);
-        match parse(&path, &bytes) {
-            Ok(value) => {
-                *self.current.write().unwrap_or_else(PoisonError::into_inner) =
-                    Some(Arc::new(value));
-                Reload::Applied
-            }
-            Err(e) => Reload::Rejected(e),
+        match self.value.offer(bytes, |bytes| parse(&path, bytes)) {
+            Offered::Unchanged => Reload::Unchanged,
+            Offered::Applied => Reload::Applied,
+            Offered::Rejected(e) => Reload::Rejected(e),
         }
     }
 
-    /// Poll and log what happened.
     /// Poll and log what happened (each distinct error once); returns `"applied"` or
     /// `"rejected"` when something new happened.
     pub(crate) fn poll_and_log(&self) -> Option<&'static str> {
-        let mut last_error = self
-            .last_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match self.poll() {
-            Reload::Applied => {
-                *last_error = None;
-                tracing::info!(path = ?self.path(), "configuration loaded");
-                Some("applied")
-            }
-            Reload::Rejected(e) => {
-                let message = e.to_string();
-                if last_error.as_deref() == Some(message.as_str()) {
-                    return None;
-                }
+        self.value.poll_and_log(
+            || match self.poll() {
+                Reload::Applied => Some(Ok(())),
+                Reload::Rejected(e) => Some(Err(e)),
+                Reload::Unchanged | Reload::Missing => None,
+            },
+            || tracing::info!(path = ?self.path(), "configuration loaded"),
+            |message| {
                 tracing::error!(error = %message, "configuration refused; the previous one stays in force");
-                *last_error = Some(message);
-                Some("rejected")
-            }
-            Reload::Unchanged | Reload::Missing => None,
-        }
+            },
+        )
     }
 }
 

@@ -107,6 +107,7 @@ mod initializer;
 pub mod load;
 pub mod metrics;
 pub mod mutate;
+mod reload;
 mod review;
 mod server;
 pub mod testing;

@@ -5,13 +5,14 @@
 //! connections keep the certificate they were opened with; nothing restarts.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::error::Error;
+use crate::reload::{Offered, Reloadable};
 
 /// File name of the certificate chain in the TLS directory (a `kubernetes.io/tls` Secret).
 pub const CERT_FILE: &str = "tls.crt";
@@ -22,9 +23,8 @@ pub const KEY_FILE: &str = "tls.key";
 pub struct CertStore {
     dir: PathBuf,
     provider: Arc<CryptoProvider>,
-    current: RwLock<Option<Arc<CertifiedKey>>>,
-    last_seen: Mutex<Option<(Vec<u8>, Vec<u8>)>>,
-    last_error: Mutex<Option<String>>,
+    /// The pair in force, from the (certificate, key) bytes seen last.
+    value: Reloadable<CertifiedKey, (Vec<u8>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -53,26 +53,18 @@ impl CertStore {
         Self {
             dir: dir.into(),
             provider: Arc::new(rustls::crypto::ring::default_provider()),
-            current: RwLock::new(None),
-            last_seen: Mutex::new(None),
-            last_error: Mutex::new(None),
+            value: Reloadable::new(None),
         }
     }
 
     /// True once a certificate is in force.
     pub fn is_loaded(&self) -> bool {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        self.value.is_loaded()
     }
 
     /// The certificate in force.
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.value.current()
     }
 
     /// Read both files; swap in the pair when it changed and is valid. Blocking (small files).
@@ -81,52 +73,33 @@ impl CertStore {
             let path = self.dir.join(name);
             std::fs::read(&path).map_err(|source| Error::ReadFile { path, source })
         };
-        let (cert, key) = match (read(CERT_FILE), read(KEY_FILE)) {
+        let pair = match (read(CERT_FILE), read(KEY_FILE)) {
             (Ok(c), Ok(k)) => (c, k),
             (Err(e), _) | (_, Err(e)) => return CertReload::Rejected(e),
         };
-        let mut last = self
-            .last_seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if last.as_ref().is_some_and(|(c, k)| *c == cert && *k == key) {
-            return CertReload::Unchanged;
-        }
-        *last = Some((cert.clone(), key.clone()));
-        drop(last);
-        match certified_key(&self.dir, &cert, &key, &self.provider) {
-            Ok(ck) => {
-                *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(ck));
-                CertReload::Applied
-            }
-            Err(e) => CertReload::Rejected(e),
+        let parse =
+            |(cert, key): &(Vec<u8>, Vec<u8>)| certified_key(&self.dir, cert, key, &self.provider);
+        match self.value.offer(pair, parse) {
+            Offered::Unchanged => CertReload::Unchanged,
+            Offered::Applied => CertReload::Applied,
+            Offered::Rejected(e) => CertReload::Rejected(e),
         }
     }
 
     /// Poll and log what happened (each distinct error once); returns `"applied"` or
     /// `"rejected"` when something new happened.
     pub(crate) fn poll_and_log(&self) -> Option<&'static str> {
-        let mut last_error = self
-            .last_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match self.poll() {
-            CertReload::Applied => {
-                *last_error = None;
-                tracing::info!(dir = ?self.dir, "serving certificate loaded");
-                Some("applied")
-            }
-            CertReload::Rejected(e) => {
-                let message = e.to_string();
-                if last_error.as_deref() == Some(message.as_str()) {
-                    return None;
-                }
+        self.value.poll_and_log(
+            || match self.poll() {
+                CertReload::Applied => Some(Ok(())),
+                CertReload::Rejected(e) => Some(Err(e)),
+                CertReload::Unchanged => None,
+            },
+            || tracing::info!(dir = ?self.dir, "serving certificate loaded"),
+            |message| {
                 tracing::warn!(error = %message, "serving certificate not (re)loaded; the previous one stays in force");
-                *last_error = Some(message);
-                Some("rejected")
-            }
-            CertReload::Unchanged => None,
-        }
+            },
+        )
     }
 
     /// A rustls server configuration that resolves through this store, offering HTTP/2 and
