@@ -42,8 +42,9 @@
 //! fn main() -> Result<(), kube_initializer::Error> {
 //!     let args = Args::parse();
 //!     let initializer = Initializer::<Config>::with_config("sidecar").handle_pod_kinds(Sidecar);
-//!     // HTTPS until SIGTERM, then drains; block_on never waits on a hung handler at exit.
-//!     kube_initializer::block_on(initializer.run(args.serve))?
+//!     // Logs to stderr (RUST_LOG), serves HTTPS until SIGTERM, then drains; never waits on a
+//!     // hung handler at exit.
+//!     kube_initializer::run_main(initializer.run(args.serve))
 //! }
 //! ```
 //!
@@ -100,6 +101,8 @@
 
 pub mod client;
 pub mod config;
+#[cfg(feature = "init-tracing")]
+mod entry;
 mod error;
 pub mod gate;
 mod handler;
@@ -113,6 +116,8 @@ mod server;
 pub mod testing;
 pub mod tls;
 
+#[cfg(feature = "init-tracing")]
+pub use entry::{init_tracing, run_main};
 pub use error::Error;
 
 /// Result with the SDK's [`Error`].

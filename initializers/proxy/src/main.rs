@@ -12,14 +12,6 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
-    // The SDK's block_on does not wait for handler threads stuck past their budget.
-    kube_initializer::block_on(proxy_initializer::initializer().run(args.serve))??;
-    Ok(())
+    kube_initializer::run_main(proxy_initializer::initializer().run(args.serve))
 }

@@ -19,18 +19,10 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
     let guard = SecretGuard {
         min_length: args.min_length,
         types: args.types,
     };
-    // The SDK's block_on does not wait for handler threads stuck past their budget.
-    kube_initializer::block_on(secret_guard_initializer::initializer(guard).run(args.serve))??;
-    Ok(())
+    kube_initializer::run_main(secret_guard_initializer::initializer(guard).run(args.serve))
 }
