@@ -21,8 +21,6 @@ pub struct Env {
     pub backend: Arc<dyn Backend>,
     /// The operator's namespace.
     pub operator_namespace: String,
-    /// How the operator was installed.
-    pub install_method: String,
     /// How long starting the backend took.
     pub backend_startup: Duration,
     /// How long installing the operator took (until it was available).
@@ -52,24 +50,23 @@ impl Env {
             backend.kubeconfig_path().display()
         );
         let started = Instant::now();
-        let installed = match install::install(&backend.client(), backend.kubeconfig_path()).await {
-            Ok(installed) => installed,
-            Err(err) => {
-                backend.shutdown().await;
-                return Err(err);
-            }
-        };
+        let operator_namespace =
+            match install::install(&backend.client(), backend.kubeconfig_path()).await {
+                Ok(namespace) => namespace,
+                Err(err) => {
+                    backend.shutdown().await;
+                    return Err(err);
+                }
+            };
         let install_time = started.elapsed();
         eprintln!(
-            "e2e: operator available in namespace {} after {:.2}s ({})",
-            installed.namespace,
-            install_time.as_secs_f64(),
-            installed.method
+            "e2e: operator installed from the bundle, available in namespace {} after {:.2}s",
+            operator_namespace,
+            install_time.as_secs_f64()
         );
         Ok(Self {
             backend,
-            operator_namespace: installed.namespace,
-            install_method: installed.method,
+            operator_namespace,
             backend_startup,
             install_time,
         })
