@@ -17,20 +17,32 @@ pub trait Backend: Send + Sync {
     /// A client with cluster-admin rights.
     fn client(&self) -> kube::Client;
 
+    /// Freezes, thaws or kills every container process of the pod (see [`PodAction`]).
+    fn control_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        action: PodAction,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
     /// Makes every container of the pod stop answering while it stays `Running` and keeps
     /// accepting connections: SIGSTOP to its processes.
     fn freeze_pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.control_pod(namespace, name, PodAction::Freeze)
+    }
 
     /// Resumes a frozen pod (SIGCONT).
     fn thaw_pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.control_pod(namespace, name, PodAction::Thaw)
+    }
 
     /// Kills every process of the pod (SIGKILL); the pod's restart policy then applies, as when
     /// an initializer crashes.
@@ -38,10 +50,43 @@ pub trait Backend: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.control_pod(namespace, name, PodAction::Kill)
+    }
 
     /// Stops whatever the backend started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// What to do to a pod's processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodAction {
+    /// SIGSTOP: the hung initializer.
+    Freeze,
+    /// SIGCONT: recovery from a freeze.
+    Thaw,
+    /// SIGKILL: the crashed initializer.
+    Kill,
+}
+
+impl PodAction {
+    /// The verb of the sandbox's `/sandbox/v1/pods/{ns}/{name}/{verb}` API.
+    pub fn verb(self) -> &'static str {
+        match self {
+            PodAction::Freeze => "freeze",
+            PodAction::Thaw => "thaw",
+            PodAction::Kill => "kill",
+        }
+    }
+
+    /// The signal sent to the pod's processes, as `kill -SIGNAL` spells it.
+    pub fn signal(self) -> &'static str {
+        match self {
+            PodAction::Freeze => "STOP",
+            PodAction::Thaw => "CONT",
+            PodAction::Kill => "KILL",
+        }
+    }
 }
 
 /// Which backend the environment asks for.

@@ -19,7 +19,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use tokio::process::Command;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, PodAction};
 
 /// A cluster reached through a kubeconfig context.
 pub struct ClusterBackend {
@@ -92,16 +92,18 @@ impl ClusterBackend {
         })
     }
 
-    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to every container process of the pod.
-    async fn signal_pod(&self, namespace: &str, name: &str, signal: &str) -> anyhow::Result<()> {
+    /// Freezes, thaws or kills every container process of the pod: on a kind node by signalling
+    /// it, on a sandbox through its API.
+    async fn signal_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        action: PodAction,
+    ) -> anyhow::Result<()> {
+        let signal = action.signal();
         match self.control {
             PodControl::KindNodes => {}
             PodControl::SandboxApi => {
-                let action = match signal {
-                    "STOP" => "freeze",
-                    "CONT" => "thaw",
-                    _ => "kill",
-                };
                 return crate::sandbox::pod_action(&self.client, namespace, name, action).await;
             }
             PodControl::Unsupported => bail!(
@@ -206,28 +208,13 @@ impl Backend for ClusterBackend {
         self.client.clone()
     }
 
-    fn freeze_pod<'a>(
+    fn control_pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
+        action: PodAction,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.signal_pod(namespace, name, "STOP").boxed()
-    }
-
-    fn thaw_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.signal_pod(namespace, name, "CONT").boxed()
-    }
-
-    fn kill_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.signal_pod(namespace, name, "KILL").boxed()
+        self.signal_pod(namespace, name, action).boxed()
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

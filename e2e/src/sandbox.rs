@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use kube::Client;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, PodAction};
 use crate::images;
 
 /// The embedded sandbox, owned by this process.
@@ -60,19 +60,16 @@ impl SandboxBackend {
     pub fn state_dir(&self) -> &Path {
         self.state_dir.path()
     }
-
-    async fn pod_action(&self, namespace: &str, name: &str, action: &str) -> anyhow::Result<()> {
-        pod_action(&self.client, namespace, name, action).await
-    }
 }
 
-/// Asks the sandbox to `freeze`, `thaw` or `kill` a pod, over its HTTPS API.
+/// Asks the sandbox to freeze, thaw or kill a pod, over its HTTPS API.
 pub async fn pod_action(
     client: &Client,
     namespace: &str,
     name: &str,
-    action: &str,
+    action: PodAction,
 ) -> anyhow::Result<()> {
+    let action = action.verb();
     let request = http::Request::post(format!("/sandbox/v1/pods/{namespace}/{name}/{action}"))
         .body(Vec::new())
         .with_context(|| {
@@ -97,28 +94,13 @@ impl Backend for SandboxBackend {
         self.client.clone()
     }
 
-    fn freeze_pod<'a>(
+    fn control_pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
+        action: PodAction,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.pod_action(namespace, name, "freeze").boxed()
-    }
-
-    fn thaw_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.pod_action(namespace, name, "thaw").boxed()
-    }
-
-    fn kill_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.pod_action(namespace, name, "kill").boxed()
+        pod_action(&self.client, namespace, name, action).boxed()
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
