@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use initializer_crds::constants::{
-    EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, TIMEOUT_SECONDS_ENV,
 };
 use initializer_crds::{Initializer, Phase};
 use initializer_operator::run::{RunArgs, run_with};
@@ -117,6 +117,26 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+fn has_timeout_env(pod: &Pod, value: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|spec| &spec.containers)
+        .any(|container| {
+            container
+                .env
+                .iter()
+                .flatten()
+                .any(|env| env.name == TIMEOUT_SECONDS_ENV && env.value.as_deref() == Some(value))
+        })
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .iter()
+        .flat_map(|status| status.conditions.iter().flatten())
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
 }
 
 fn guard(name: &str) -> Initializer {
@@ -257,10 +277,31 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
         .await;
     assert!(refused.is_err(), "the guard should refuse a short secret");
 
-    // Freeze the initializer: the configuration goes (fail open) and creates pass again.
+    // The new timeout reaches the initializer too (INITIALIZER_TIMEOUT_SECONDS), which rolls
+    // the Deployment: wait until the one pod left is the updated, ready one before freezing it.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = format!("{INITIALIZER_LABEL}=guard");
+    wait_for(
+        "the rollout of the new timeout to the initializer",
+        Duration::from_secs(30),
+        || {
+            let p = pods.clone();
+            let selector = selector.clone();
+            async move {
+                let items = p
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .unwrap()
+                    .items;
+                items.len() == 1 && has_timeout_env(&items[0], "7") && is_ready(&items[0])
+            }
+        },
+    )
+    .await;
+
+    // Freeze the initializer: the configuration goes (fail open) and creates pass again.
     let pod = pods
-        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=guard")))
+        .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
         .items
