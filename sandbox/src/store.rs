@@ -202,6 +202,35 @@ impl Store {
         self.len() == 0
     }
 
+    /// Gives `obj` the next resourceVersion and records the change for watchers; the caller
+    /// stores or removes the object under the same write lock.
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        key: &ResKey,
+        namespace: String,
+        kind: EventType,
+        mut obj: Value,
+        prev: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        inner.rv += 1;
+        let rv = inner.rv;
+        set_rv(&mut obj, rv);
+        let obj = Arc::new(obj);
+        self.record(
+            inner,
+            Change {
+                rv,
+                key: key.clone(),
+                namespace,
+                kind,
+                object: obj.clone(),
+                prev,
+            },
+        );
+        obj
+    }
+
     fn record(&self, inner: &mut Inner, change: Change) {
         let change = Arc::new(change);
         inner.history.push_back(change.clone());
@@ -214,7 +243,7 @@ impl Store {
     }
 
     /// Stores a new object; 409 AlreadyExists if the name is taken.
-    pub fn create(&self, key: &ResKey, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+    pub fn create(&self, key: &ResKey, obj: Value) -> Result<Arc<Value>, ApiError> {
         let (ns, name) = names(&obj);
         let mut inner = self.inner.write();
         if inner
@@ -224,26 +253,12 @@ impl Store {
         {
             return Err(ApiError::already_exists(&key.group, &key.plural, &name));
         }
-        inner.rv += 1;
-        let rv = inner.rv;
-        set_rv(&mut obj, rv);
-        let obj = Arc::new(obj);
+        let obj = self.commit(&mut inner, key, ns.clone(), EventType::Added, obj, None);
         inner
             .objects
             .entry(key.clone())
             .or_default()
-            .insert((ns.clone(), name), obj.clone());
-        self.record(
-            &mut inner,
-            Change {
-                rv,
-                key: key.clone(),
-                namespace: ns,
-                kind: EventType::Added,
-                object: obj.clone(),
-                prev: None,
-            },
-        );
+            .insert((ns, name), obj.clone());
         Ok(obj)
     }
 
@@ -252,7 +267,7 @@ impl Store {
     pub fn update(
         &self,
         key: &ResKey,
-        mut obj: Value,
+        obj: Value,
         expected_rv: u64,
     ) -> Result<Arc<Value>, ApiError> {
         let (ns, name) = names(&obj);
@@ -266,26 +281,12 @@ impl Store {
             return Err(ApiError::conflict(&key.group, &key.plural, &name));
         }
         let prev = Some(current.clone());
-        inner.rv += 1;
-        let rv = inner.rv;
-        set_rv(&mut obj, rv);
-        let obj = Arc::new(obj);
+        let obj = self.commit(&mut inner, key, ns.clone(), EventType::Modified, obj, prev);
         inner
             .objects
             .entry(key.clone())
             .or_default()
-            .insert((ns.clone(), name), obj.clone());
-        self.record(
-            &mut inner,
-            Change {
-                rv,
-                key: key.clone(),
-                namespace: ns,
-                kind: EventType::Modified,
-                object: obj.clone(),
-                prev,
-            },
-        );
+            .insert((ns, name), obj.clone());
         Ok(obj)
     }
 
@@ -307,26 +308,18 @@ impl Store {
         if expected_rv.is_some_and(|rv| rv != object_rv(current)) {
             return Err(ApiError::conflict(&key.group, &key.plural, name));
         }
-        let mut obj = (**current).clone();
+        let obj = (**current).clone();
         if let Some(o) = inner.objects.get_mut(key) {
             o.remove(&k);
         }
-        inner.rv += 1;
-        let rv = inner.rv;
-        set_rv(&mut obj, rv);
-        let obj = Arc::new(obj);
-        self.record(
+        Ok(self.commit(
             &mut inner,
-            Change {
-                rv,
-                key: key.clone(),
-                namespace: namespace.to_string(),
-                kind: EventType::Deleted,
-                object: obj.clone(),
-                prev: None,
-            },
-        );
-        Ok(obj)
+            key,
+            namespace.to_string(),
+            EventType::Deleted,
+            obj,
+            None,
+        ))
     }
 
     /// Changes after `rv` from history plus a receiver of later ones, atomically.
