@@ -14,8 +14,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::NODE_NAME;
 use super::cache::Caches;
-use super::env::NODE_NAME;
 use crate::admission::selector;
 use crate::proxy::SERVICE_NAME_LABEL;
 

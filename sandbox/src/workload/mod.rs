@@ -2,50 +2,39 @@
 //! clients over the sandbox's own HTTPS API.
 //!
 //! [`start`] launches the Deployment controller ([`deployment`]), the EndpointSlice controller
-//! ([`endpoints`]) and the pod runner ([`kubelet`], [`pod`]); the returned [`WorkloadHandle`]
-//! controls running pods (freeze, thaw, kill) and ends every child process on
+//! ([`endpoints`]) and the node agent ([`initializer_node`], re-exported here as [`node`]) that
+//! runs the pods; the three meet the API server only through the Kubernetes API. The returned
+//! [`WorkloadHandle`] controls running pods (freeze, thaw, kill) and ends every child process on
 //! [`WorkloadHandle::shutdown`].
 
 pub mod cache;
 pub mod deployment;
 pub mod endpoints;
-pub mod env;
-pub mod imagemap;
-pub mod kubelet;
-pub mod pod;
-pub mod probe;
-pub mod process;
-pub mod volume;
 
-use std::collections::{BTreeMap, HashMap};
+pub use initializer_node as node;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
+use initializer_node::{NodeConfig, NodeHandle};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use process::GroupSignal;
+/// The name of the sandbox's one node: what the downward API answers for `spec.nodeName` and
+/// EndpointSlices record as `nodeName`.
+pub const NODE_NAME: &str = "sandbox";
+/// The node's address (`status.hostIP`).
+pub const HOST_IP: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// Where pods' addresses come from: loopback addresses, so their servers need no network setup.
+pub const POD_CIDR: &str = "127.1.0.0/16";
 
-/// Failures of the workload side.
+/// Failures of the sandbox's controllers.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The image map could not be read or parsed.
-    #[error("failed to load image map: {0}")]
-    ImageMap(String),
     /// A watch ended before its first listing.
     #[error("failed to watch the api: {0}")]
     Watch(String),
-    /// The pod has no running process to signal.
-    #[error("failed to signal pod {0}: it has no running container")]
-    NotRunning(String),
-    /// Sending a signal failed.
-    #[error("failed to signal pod {pod}: {source}")]
-    Signal {
-        /// `namespace/name`.
-        pod: String,
-        /// Cause.
-        source: std::io::Error,
-    },
 }
 
 /// What the workload controllers need from the sandbox.
@@ -77,33 +66,31 @@ impl std::fmt::Debug for WorkloadContext {
 #[derive(Clone, Debug)]
 pub struct WorkloadHandle {
     shutdown: CancellationToken,
-    node: Arc<pod::Node>,
+    node: NodeHandle,
     tracker: TaskTracker,
 }
 
-/// Starts the workload controllers and the pod runner; returns once their caches are filled.
+/// Starts the node agent and the workload controllers; returns once their caches are filled.
 pub async fn start(ctx: WorkloadContext) -> anyhow::Result<WorkloadHandle> {
-    if let Some(map) = &ctx.image_map {
-        // Refuse a broken map at startup rather than at every pod.
-        imagemap::ImageMap::load(map)?;
-    }
     let shutdown = ctx.shutdown.child_token();
-    let caches = cache::Caches::start(&ctx.client, &shutdown);
-    caches.ready().await?;
-    let node = Arc::new(pod::Node {
+    let node = initializer_node::start(NodeConfig {
         client: ctx.client.clone(),
-        caches: caches.clone(),
+        node_name: NODE_NAME.to_owned(),
+        host_ip: HOST_IP,
+        pod_addresses: POD_CIDR.parse()?,
         state_dir: ctx.state_dir.clone(),
         image_map: ctx.image_map.clone(),
         kubeconfig: ctx.kubeconfig_path.clone(),
-        groups: Mutex::new(HashMap::new()),
-    });
+        shutdown: shutdown.clone(),
+    })
+    .await?;
+    let caches = cache::Caches::start(&ctx.client, &shutdown);
+    if let Err(e) = caches.ready().await {
+        node.shutdown().await;
+        shutdown.cancel();
+        return Err(e.into());
+    }
     let tracker = TaskTracker::new();
-    tracker.spawn(kubelet::run(
-        node.clone(),
-        shutdown.clone(),
-        tracker.clone(),
-    ));
     tracker.spawn(deployment::run(
         ctx.client.clone(),
         caches.clone(),
@@ -118,56 +105,38 @@ pub async fn start(ctx: WorkloadContext) -> anyhow::Result<WorkloadHandle> {
 }
 
 impl WorkloadHandle {
-    fn groups(&self, namespace: &str, name: &str) -> Result<BTreeMap<String, i32>, Error> {
-        let groups = self
-            .node
-            .groups
-            .lock()
-            .ok()
-            .and_then(|g| g.get(&(namespace.to_owned(), name.to_owned())).cloned())
-            .unwrap_or_default();
-        if groups.is_empty() {
-            return Err(Error::NotRunning(format!("{namespace}/{name}")));
-        }
-        Ok(groups)
-    }
-
-    fn signal(&self, namespace: &str, name: &str, signal: GroupSignal) -> Result<(), Error> {
-        for pgid in self.groups(namespace, name)?.values() {
-            process::signal_group(*pgid, signal).map_err(|source| Error::Signal {
-                pod: format!("{namespace}/{name}"),
-                source,
-            })?;
-        }
-        Ok(())
+    /// The node agent running the pods.
+    pub fn node(&self) -> &NodeHandle {
+        &self.node
     }
 
     /// Stops every process of the pod (SIGSTOP to its process groups): it stays Running and
     /// stops answering.
     pub async fn freeze(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
-        Ok(self.signal(namespace, name, GroupSignal::Stop)?)
+        Ok(self.node.freeze(namespace, name).await?)
     }
 
     /// Resumes a frozen pod (SIGCONT).
     pub async fn thaw(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
-        Ok(self.signal(namespace, name, GroupSignal::Continue)?)
+        Ok(self.node.thaw(namespace, name).await?)
     }
 
     /// Kills the pod's processes (SIGKILL); the restart policy then applies.
     pub async fn kill(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
-        Ok(self.signal(namespace, name, GroupSignal::Kill)?)
+        Ok(self.node.kill(namespace, name).await?)
     }
 
     /// The process group ids of the pod's running containers, by container name.
     pub fn process_groups(&self, namespace: &str, name: &str) -> BTreeMap<String, i32> {
-        self.groups(namespace, name).unwrap_or_default()
+        self.node.process_groups(namespace, name)
     }
 
-    /// Stops the controllers and ends every child process (SIGTERM, then SIGKILL after a grace
-    /// period of [`pod::SHUTDOWN_GRACE`]); returns when all are gone.
+    /// Stops the controllers and the node, ending every child process (SIGTERM, then SIGKILL
+    /// after a grace period of [`node::pod::SHUTDOWN_GRACE`]); returns when all are gone.
     pub async fn shutdown(&self) {
         self.shutdown.cancel();
         self.tracker.close();
+        self.node.shutdown().await;
         self.tracker.wait().await;
     }
 }

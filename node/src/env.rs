@@ -6,10 +6,17 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 
-/// The node name every pod runs on.
-pub const NODE_NAME: &str = "sandbox";
-/// The node's address (`status.hostIP`).
-pub const HOST_IP: &str = "127.0.0.1";
+/// Where a pod runs: what the downward API answers for `spec.nodeName`, `status.hostIP(s)` and
+/// `status.podIP(s)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement<'a> {
+    /// The node's name.
+    pub node_name: &'a str,
+    /// The node's address.
+    pub host_ip: &'a str,
+    /// The pod's address.
+    pub pod_ip: &'a str,
+}
 
 /// Where Secrets and ConfigMaps are read from.
 pub trait Lookup: Send + Sync {
@@ -19,8 +26,8 @@ pub trait Lookup: Send + Sync {
     fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>>;
 }
 
-/// The value of a downward-API field path, or `None` when the sandbox does not know it.
-pub fn field_value(pod: &Pod, pod_ip: &str, path: &str) -> Option<String> {
+/// The value of a downward-API field path, or `None` when the node does not know it.
+pub fn field_value(pod: &Pod, at: &Placement<'_>, path: &str) -> Option<String> {
     let meta = &pod.metadata;
     let keyed = |prefix: &str| -> Option<String> {
         path.strip_prefix(prefix)?
@@ -53,12 +60,12 @@ pub fn field_value(pod: &Pod, pod_ip: &str, path: &str) -> Option<String> {
         "metadata.uid" => meta.uid.clone().unwrap_or_default(),
         "metadata.labels" => format_map(meta.labels.as_ref()),
         "metadata.annotations" => format_map(meta.annotations.as_ref()),
-        "spec.nodeName" => NODE_NAME.into(),
+        "spec.nodeName" => at.node_name.into(),
         "spec.serviceAccountName" => spec
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_else(|| "default".into()),
-        "status.podIP" | "status.podIPs" => pod_ip.into(),
-        "status.hostIP" | "status.hostIPs" => HOST_IP.into(),
+        "status.podIP" | "status.podIPs" => at.pod_ip.into(),
+        "status.hostIP" | "status.hostIPs" => at.host_ip.into(),
         _ => return None,
     })
 }
@@ -137,7 +144,7 @@ fn config_map_value(cm: &ConfigMap, key: &str) -> Option<String> {
 pub fn container_env(
     pod: &Pod,
     container: &Container,
-    pod_ip: &str,
+    at: &Placement<'_>,
     lookup: &dyn Lookup,
 ) -> Result<BTreeMap<String, String>, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -175,7 +182,7 @@ pub fn container_env(
             None => expand(var.value.as_deref().unwrap_or_default(), &env),
             Some(from) => {
                 if let Some(f) = &from.field_ref {
-                    match field_value(pod, pod_ip, &f.field_path) {
+                    match field_value(pod, at, &f.field_path) {
                         Some(v) => v,
                         None => return Err(format!("unsupported fieldPath {:?}", f.field_path)),
                     }
@@ -212,7 +219,7 @@ pub fn container_env(
                         None => return Err(format!("configmap {:?} not found", r.name)),
                     }
                 } else {
-                    // resourceFieldRef: the sandbox sets no resource limits.
+                    // resourceFieldRef: the node sets no resource limits.
                     String::new()
                 }
             }
@@ -268,35 +275,50 @@ mod tests {
         }
     }
 
+    fn at(pod_ip: &str) -> Placement<'_> {
+        Placement {
+            node_name: "sandbox",
+            host_ip: "127.0.0.1",
+            pod_ip,
+        }
+    }
+
     #[test]
     fn downward_api_fields_resolve() {
         let p = pod();
         assert_eq!(
-            field_value(&p, "127.1.0.3", "status.podIP").as_deref(),
+            field_value(&p, &at("127.1.0.3"), "status.podIP").as_deref(),
             Some("127.1.0.3")
         );
-        assert_eq!(field_value(&p, "", "metadata.name").as_deref(), Some("p"));
         assert_eq!(
-            field_value(&p, "", "metadata.namespace").as_deref(),
+            field_value(&p, &at(""), "status.hostIP").as_deref(),
+            Some("127.0.0.1")
+        );
+        assert_eq!(
+            field_value(&p, &at(""), "metadata.name").as_deref(),
+            Some("p")
+        );
+        assert_eq!(
+            field_value(&p, &at(""), "metadata.namespace").as_deref(),
             Some("ns")
         );
         assert_eq!(
-            field_value(&p, "", "metadata.labels['app']").as_deref(),
+            field_value(&p, &at(""), "metadata.labels['app']").as_deref(),
             Some("web")
         );
         assert_eq!(
-            field_value(&p, "", "metadata.labels").as_deref(),
+            field_value(&p, &at(""), "metadata.labels").as_deref(),
             Some("app=\"web\"\n")
         );
         assert_eq!(
-            field_value(&p, "", "spec.serviceAccountName").as_deref(),
+            field_value(&p, &at(""), "spec.serviceAccountName").as_deref(),
             Some("default")
         );
         assert_eq!(
-            field_value(&p, "", "spec.nodeName").as_deref(),
-            Some(NODE_NAME)
+            field_value(&p, &at(""), "spec.nodeName").as_deref(),
+            Some("sandbox")
         );
-        assert_eq!(field_value(&p, "", "status.nonsense"), None);
+        assert_eq!(field_value(&p, &at(""), "status.nonsense"), None);
     }
 
     #[test]
@@ -340,12 +362,13 @@ mod tests {
                 ..Default::default()
             },
         ]);
-        let env = container_env(&pod(), &c, "127.1.0.9", &One(Some(Arc::new(secret)))).unwrap();
+        let env =
+            container_env(&pod(), &c, &at("127.1.0.9"), &One(Some(Arc::new(secret)))).unwrap();
         assert_eq!(env["A"], "a");
         assert_eq!(env["POD_IP"], "127.1.0.9");
         assert_eq!(env["B"], "a-127.1.0.9");
         assert_eq!(env["T"], "s3cret");
-        let err = container_env(&pod(), &c, "127.1.0.9", &One(None)).unwrap_err();
+        let err = container_env(&pod(), &c, &at("127.1.0.9"), &One(None)).unwrap_err();
         assert_eq!(err, "secret \"s\" not found");
     }
 }

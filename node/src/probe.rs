@@ -1,16 +1,16 @@
 //! Startup, readiness and liveness probes as the kubelet runs them: `httpGet` (HTTP, or HTTPS without
 //! verifying the certificate), `tcpSocket`; `exec` is not supported and always succeeds (the
-//! sandbox cannot run a command inside a process). `grpc` likewise.
+//! node cannot run a command inside a process). `grpc` likewise.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use http_body_util::BodyExt as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty};
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::proxy::{Transport, exchange, insecure_tls_config};
+use crate::exchange::{Transport, exchange, insecure_tls_config};
 
 /// A probe's timing and thresholds, defaults applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +138,9 @@ pub async fn run(
         for header in h.http_headers.iter().flatten() {
             request = request.header(header.name.as_str(), header.value.as_str());
         }
-        let request = request.body(Body::empty()).map_err(|e| e.to_string())?;
+        let request = request
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
         let scheme = if https { "https" } else { "http" };
         let url = format!("{scheme}://{addr}{path}");
         let attempt = async {

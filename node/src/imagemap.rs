@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::Error;
+use crate::Error;
 
 /// A loaded image map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -19,12 +19,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::cache::Caches;
-use super::env::{self, HOST_IP};
-use super::imagemap::ImageMap;
-use super::probe::{self, Timing, Tracker};
-use super::process::{self, Exit, Launch, Running};
-use super::volume::{self, Mounts, Source};
+use crate::cache::Caches;
+use crate::env::{self, Placement};
+use crate::imagemap::ImageMap;
+use crate::probe::{self, Timing, Tracker};
+use crate::process::{self, Exit, Launch, Running};
+use crate::volume::{self, Mounts, Source};
 
 /// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -34,15 +34,20 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const BACKOFF_RESET: Duration = Duration::from_secs(60);
 /// How often a pod waiting on an image, a Secret or a ConfigMap tries again.
 const RETRY: Duration = Duration::from_secs(2);
-/// Grace period when the sandbox itself stops.
+/// Grace period when the node itself stops.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
-/// What every pod worker shares: the API client, caches, paths, and the running processes.
+/// What every pod worker shares: the API client, caches, the node's identity, paths, and the
+/// running processes.
 pub struct Node {
-    /// Client for the sandbox's API.
+    /// Client for the API server.
     pub client: Client,
     /// Watch-fed caches.
     pub caches: Caches,
+    /// The node's name (`spec.nodeName` in the downward API).
+    pub node_name: String,
+    /// The node's address (`status.hostIP`).
+    pub host_ip: String,
     /// Root of pods' volumes and logs.
     pub state_dir: PathBuf,
     /// The image map file.
@@ -56,6 +61,8 @@ pub struct Node {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
+            .field("node_name", &self.node_name)
+            .field("host_ip", &self.host_ip)
             .field("state_dir", &self.state_dir)
             .finish_non_exhaustive()
     }
@@ -226,8 +233,8 @@ struct Worker {
     seen_config: Option<u64>,
 }
 
-/// Runs the pod until it is deleted (then removes it) or `cancel` fires (sandbox shutdown, or
-/// the pod object vanished).
+/// Runs the pod until it is deleted (then removes it) or `cancel` fires (node shutdown, or the
+/// pod object vanished or no longer runs here).
 pub async fn run(
     node: Arc<Node>,
     pod: Arc<Pod>,
@@ -363,10 +370,10 @@ pub async fn run(
         .ok();
 }
 
-/// Writes the pod's kubeconfig: the sandbox's, with the context namespace set to the pod's
-/// namespace (an in-cluster client defaults to its own namespace) and the user named after the
-/// pod's service account. Credentials stay the sandbox's. Falls back to the shared file when it
-/// cannot be read or written.
+/// Writes the pod's kubeconfig: the node's shared one, with the context namespace set to the
+/// pod's namespace (an in-cluster client defaults to its own namespace) and the user named after
+/// the pod's service account. Credentials stay the shared file's. Falls back to the shared file
+/// when it cannot be read or written.
 fn pod_kubeconfig(shared: &Path, pod_dir: &Path, pod: &Pod) -> PathBuf {
     let ns = pod
         .metadata
@@ -410,6 +417,15 @@ fn pod_kubeconfig(shared: &Path, pod_dir: &Path, pod: &Pod) -> PathBuf {
     rewrite().unwrap_or_else(|| shared.to_path_buf())
 }
 
+/// Where a pod with address `pod_ip` runs on `node`.
+fn placement<'a>(node: &'a Node, pod_ip: &'a str) -> Placement<'a> {
+    Placement {
+        node_name: &node.node_name,
+        host_ip: &node.host_ip,
+        pod_ip,
+    }
+}
+
 fn grace_of(pod: &Pod) -> Duration {
     pod.spec
         .as_ref()
@@ -441,7 +457,7 @@ impl Worker {
             let Some(dir) = self.volume_dirs.get(&v.name).cloned() else {
                 continue;
             };
-            match volume::desired(pod, &ip, v, &self.node.caches) {
+            match volume::desired(pod, &placement(&self.node, &ip), v, &self.node.caches) {
                 Ok(source) => {
                     if self.published.get(&v.name) == Some(&source) {
                         continue;
@@ -534,7 +550,8 @@ impl Worker {
             return;
         }
         let ip = self.ip.to_string();
-        let mut env = match env::container_env(pod, &slot.spec, &ip, &self.node.caches) {
+        let at = placement(&self.node, &ip);
+        let mut env = match env::container_env(pod, &slot.spec, &at, &self.node.caches) {
             Ok(e) => e,
             Err(e) => {
                 slot.state = State::Waiting {
@@ -932,8 +949,8 @@ impl Worker {
                 cond("ContainersReady", all_ready, &containers_ready),
                 cond("PodScheduled", true, &scheduled),
             ],
-            "hostIP": HOST_IP,
-            "hostIPs": [{"ip": HOST_IP}],
+            "hostIP": self.node.host_ip,
+            "hostIPs": [{"ip": self.node.host_ip}],
             "podIP": ip,
             "podIPs": [{"ip": ip}],
             "startTime": self.start_time,

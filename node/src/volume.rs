@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
 };
 
-use super::env::{Lookup, field_value};
+use crate::env::{Lookup, Placement, field_value};
 
 /// A volume's files: relative path → (content, mode).
 pub type Files = BTreeMap<String, (Vec<u8>, u32)>;
@@ -138,7 +138,7 @@ fn config_map_entries(c: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
 
 fn downward_files(
     pod: &Pod,
-    pod_ip: &str,
+    at: &Placement<'_>,
     items: &[DownwardAPIVolumeFile],
     default_mode: u32,
 ) -> Files {
@@ -148,7 +148,7 @@ fn downward_files(
             let value = item
                 .field_ref
                 .as_ref()
-                .and_then(|f| field_value(pod, pod_ip, &f.field_path))
+                .and_then(|f| field_value(pod, at, &f.field_path))
                 .unwrap_or_default();
             (
                 item.path.clone(),
@@ -173,7 +173,7 @@ pub enum Source {
 /// pod in `ContainerCreating`).
 pub fn desired(
     pod: &Pod,
-    pod_ip: &str,
+    at: &Placement<'_>,
     volume: &Volume,
     lookup: &dyn Lookup,
 ) -> Result<Source, String> {
@@ -216,7 +216,7 @@ pub fn desired(
         let mode = mode_of(d.default_mode, 0o644);
         return Ok(Source::Files(downward_files(
             pod,
-            pod_ip,
+            at,
             d.items.as_deref().unwrap_or_default(),
             mode,
         )));
@@ -256,7 +256,7 @@ pub fn desired(
             if let Some(d) = &source.downward_api {
                 files.extend(downward_files(
                     pod,
-                    pod_ip,
+                    at,
                     d.items.as_deref().unwrap_or_default(),
                     mode,
                 ));
@@ -272,7 +272,7 @@ pub fn desired(
     if let Some(h) = &volume.host_path {
         return Ok(Source::HostPath(PathBuf::from(&h.path)));
     }
-    // emptyDir, and every kind the sandbox cannot provide, is an empty directory.
+    // emptyDir, and every kind the node cannot provide, is an empty directory.
     Ok(Source::EmptyDir)
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::sync::oneshot;
 
-/// Signals the sandbox sends to a pod's process groups.
+/// Signals the node sends to a pod's process groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupSignal {
     /// SIGSTOP: freeze.
@@ -40,7 +40,7 @@ pub fn signal_group(pgid: i32, signal: GroupSignal) -> std::io::Result<()> {
 }
 
 /// Kills the process group when dropped, so that no child outlives a supervisor that is
-/// aborted or a sandbox that panics.
+/// aborted or a process embedding the node that panics.
 #[derive(Debug)]
 struct GroupGuard(Option<i32>);
 

@@ -1,0 +1,214 @@
+//! initializer-node: a node agent that runs pods as local processes, against any Kubernetes API
+//! server (the sandbox's, or a real kube-apiserver).
+//!
+//! [`start`] fills watch caches of Pods, Secrets and ConfigMaps ([`cache`]), then runs the pod
+//! runner ([`kubelet`]): one worker per pod bound to this node (or to no node), which
+//! materializes its volumes ([`volume`]), starts each container's executable from the image map
+//! ([`imagemap`], [`process`]) with the kubelet's environment ([`env`](mod@env)), runs its
+//! probes ([`probe`]) and reports its status through the API ([`pod`]). The returned
+//! [`NodeHandle`] controls running pods (freeze, thaw, kill) and ends every child process on
+//! [`NodeHandle::shutdown`]. Everything the agent knows about the cluster comes through the
+//! Kubernetes API. See `README.md`.
+
+pub mod cache;
+pub mod env;
+pub mod exchange;
+pub mod imagemap;
+pub mod kubelet;
+pub mod pod;
+pub mod probe;
+pub mod process;
+pub mod volume;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use kubelet::PodAddresses;
+use process::GroupSignal;
+
+/// Failures of the node agent.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The image map could not be read or parsed.
+    #[error("failed to load image map: {0}")]
+    ImageMap(String),
+    /// The pod address range is not a usable IPv4 CIDR.
+    #[error("failed to parse the pod address range {0}")]
+    PodAddresses(String),
+    /// A watch ended before its first listing.
+    #[error("failed to watch the api: {0}")]
+    Watch(String),
+    /// The pod has no running process to signal.
+    #[error("failed to signal pod {0}: it has no running container")]
+    NotRunning(String),
+    /// Sending a signal failed.
+    #[error("failed to signal pod {pod}: {source}")]
+    Signal {
+        /// `namespace/name`.
+        pod: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// How to run a node: the API server to follow, the node's identity and addresses, and where its
+/// pods' files go.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// A client for the API server; it must be allowed to watch Pods, Secrets and ConfigMaps in
+    /// every namespace, write pods' status and delete pods.
+    pub client: kube::Client,
+    /// The node's name: pods whose `spec.nodeName` is unset or equal to it run here, and the
+    /// downward API answers it for `spec.nodeName`.
+    pub node_name: String,
+    /// The node's address: `status.hostIP` of its pods.
+    pub host_ip: IpAddr,
+    /// The range pods' addresses (`status.podIP`) come from; each pod's servers listen on its
+    /// own address.
+    pub pod_addresses: PodAddresses,
+    /// Root of pods' files: `pods/<namespace>_<pod>/` (volumes, kubeconfig) and
+    /// `logs/<namespace>_<pod>/<container>.log`.
+    pub state_dir: PathBuf,
+    /// The image map file (image reference → executable), if any; read again at every container
+    /// start, refused at [`start`] if it does not parse.
+    pub image_map: Option<PathBuf>,
+    /// The kubeconfig given to every pod (a per-pod copy with the pod's namespace, through
+    /// `KUBECONFIG`).
+    pub kubeconfig: PathBuf,
+    /// Cancelling it stops the node as [`NodeHandle::shutdown`] does, without waiting.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("node_name", &self.node_name)
+            .field("host_ip", &self.host_ip)
+            .field("pod_addresses", &self.pod_addresses)
+            .field("state_dir", &self.state_dir)
+            .field("image_map", &self.image_map)
+            .field("kubeconfig", &self.kubeconfig)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Controls a running node: its pods' processes, and its shutdown.
+#[derive(Clone, Debug)]
+pub struct NodeHandle {
+    shutdown: CancellationToken,
+    node: Arc<pod::Node>,
+    tracker: TaskTracker,
+}
+
+/// Starts the node agent; returns once its caches are filled and its tasks run.
+pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
+    if let Some(map) = &config.image_map {
+        // Refuse a broken map at startup rather than at every pod.
+        imagemap::ImageMap::load(map)?;
+    }
+    let shutdown = config.shutdown.child_token();
+    let caches = cache::Caches::start(&config.client, &shutdown);
+    if let Err(e) = caches.ready().await {
+        shutdown.cancel();
+        return Err(e.into());
+    }
+    let node = Arc::new(pod::Node {
+        client: config.client,
+        caches,
+        node_name: config.node_name,
+        host_ip: config.host_ip.to_string(),
+        state_dir: config.state_dir,
+        image_map: config.image_map,
+        kubeconfig: config.kubeconfig,
+        groups: Mutex::new(HashMap::new()),
+    });
+    let tracker = TaskTracker::new();
+    spawn_tasks(&node, config.pod_addresses, &shutdown, &tracker);
+    Ok(NodeHandle {
+        shutdown,
+        node,
+        tracker,
+    })
+}
+
+/// Spawns the agent's long-running tasks on `tracker`. Each runs until `shutdown` is cancelled,
+/// and [`NodeHandle::shutdown`] waits for all of them: today the pod runner; registering the
+/// Node object, renewing its Lease and the like belong here as well.
+fn spawn_tasks(
+    node: &Arc<pod::Node>,
+    pod_addresses: PodAddresses,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+) {
+    tracker.spawn(kubelet::run(
+        node.clone(),
+        pod_addresses,
+        shutdown.clone(),
+        tracker.clone(),
+    ));
+}
+
+impl NodeHandle {
+    fn groups(&self, namespace: &str, name: &str) -> Result<BTreeMap<String, i32>, Error> {
+        let groups = self
+            .node
+            .groups
+            .lock()
+            .ok()
+            .and_then(|g| g.get(&(namespace.to_owned(), name.to_owned())).cloned())
+            .unwrap_or_default();
+        if groups.is_empty() {
+            return Err(Error::NotRunning(format!("{namespace}/{name}")));
+        }
+        Ok(groups)
+    }
+
+    fn signal(&self, namespace: &str, name: &str, signal: GroupSignal) -> Result<(), Error> {
+        for pgid in self.groups(namespace, name)?.values() {
+            process::signal_group(*pgid, signal).map_err(|source| Error::Signal {
+                pod: format!("{namespace}/{name}"),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The node's name.
+    pub fn node_name(&self) -> &str {
+        &self.node.node_name
+    }
+
+    /// Stops every process of the pod (SIGSTOP to its process groups): it stays Running and
+    /// stops answering.
+    pub async fn freeze(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        self.signal(namespace, name, GroupSignal::Stop)
+    }
+
+    /// Resumes a frozen pod (SIGCONT).
+    pub async fn thaw(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        self.signal(namespace, name, GroupSignal::Continue)
+    }
+
+    /// Kills the pod's processes (SIGKILL); the restart policy then applies.
+    pub async fn kill(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        self.signal(namespace, name, GroupSignal::Kill)
+    }
+
+    /// The process group ids of the pod's running containers, by container name.
+    pub fn process_groups(&self, namespace: &str, name: &str) -> BTreeMap<String, i32> {
+        self.groups(namespace, name).unwrap_or_default()
+    }
+
+    /// Stops the node's tasks and ends every child process (SIGTERM, then SIGKILL after a grace
+    /// period of [`pod::SHUTDOWN_GRACE`]); returns when all are gone.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
