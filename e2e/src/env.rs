@@ -13,6 +13,7 @@ use crate::backend::{Backend, BackendChoice};
 use crate::cluster::ClusterBackend;
 use crate::install::{self, OPERATOR_POD_SELECTOR};
 use crate::paths;
+use crate::real::RealBackend;
 use crate::sandbox::SandboxBackend;
 
 /// A backend with the operator installed.
@@ -30,12 +31,20 @@ pub struct Env {
 impl Env {
     /// Starts (or connects to) the backend the environment asks for and installs the operator.
     pub async fn start() -> anyhow::Result<Self> {
-        let choice = BackendChoice::from_env()?;
+        Self::start_with(BackendChoice::from_env()?).await
+    }
+
+    /// Starts (or connects to) the given backend and installs the operator.
+    pub async fn start_with(choice: BackendChoice) -> anyhow::Result<Self> {
         let started = Instant::now();
         let backend: Arc<dyn Backend> = match choice {
             BackendChoice::Sandbox => {
                 paths::require_binaries()?;
                 Arc::new(SandboxBackend::start().await?)
+            }
+            BackendChoice::Real => {
+                paths::require_binaries()?;
+                Arc::new(RealBackend::start().await?)
             }
             BackendChoice::Cluster { context, kind } => {
                 paths::binary(initializer_crds::images::OPERATOR)?;

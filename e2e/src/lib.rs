@@ -19,6 +19,7 @@ pub mod kind;
 pub mod load;
 pub mod ops;
 pub mod paths;
+pub mod real;
 pub mod runner;
 pub mod sandbox;
 pub mod scope;

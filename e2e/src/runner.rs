@@ -326,9 +326,17 @@ async fn run_one(env: Arc<Env>, scenario: &Scenario) -> (Row, Result<(), String>
         scope: scope.clone(),
         row: row.clone(),
     };
+    let backend = ctx.env.backend.clone();
     let task = tokio::spawn((scenario.body)(ctx));
     let abort = task.abort_handle();
-    let result = match tokio::time::timeout(SCENARIO_TIMEOUT, task).await {
+    let outcome = tokio::select! {
+        outcome = tokio::time::timeout(SCENARIO_TIMEOUT, task) => outcome,
+        failure = backend.failure() => {
+            abort.abort();
+            Ok(Ok(Err(failure.context("the backend failed during the scenario"))))
+        }
+    };
+    let result = match outcome {
         Ok(Ok(Ok(()))) => Ok(()),
         Ok(Ok(Err(err))) => Err(format!("{err:#}")),
         Ok(Err(join)) if join.is_panic() => Err(panic_message(join.into_panic())),

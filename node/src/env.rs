@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Pod, Secret, ServiceAccountTokenProjection,
+};
 
 /// Where a pod runs: what the downward API answers for `spec.nodeName`, `status.hostIP(s)` and
 /// `status.podIP(s)`.
@@ -18,12 +20,22 @@ pub struct Placement<'a> {
     pub pod_ip: &'a str,
 }
 
-/// Where Secrets and ConfigMaps are read from.
+/// Where Secrets, ConfigMaps and service-account tokens are read from.
 pub trait Lookup: Send + Sync {
     /// A Secret, if it exists.
     fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>>;
     /// A ConfigMap, if it exists.
     fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>>;
+    /// The token of a projected `serviceAccountToken` source: `Err` while it is not issued.
+    /// By default a placeholder, for an API server without per-service-account identities
+    /// (the sandbox).
+    fn service_account_token(
+        &self,
+        _pod: &Pod,
+        _source: &ServiceAccountTokenProjection,
+    ) -> Result<Vec<u8>, String> {
+        Ok(b"sandbox".to_vec())
+    }
 }
 
 /// The value of a downward-API field path, or `None` when the node does not know it.

@@ -125,13 +125,16 @@ impl IpPool {
     }
 }
 
-/// Whether the node named `node_name` runs `pod`: its `spec.nodeName` is unset (an API server
-/// without a scheduler, such as the sandbox, leaves it so) or names this node.
-pub fn runs_here(pod: &Pod, node_name: &str) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_none_or(|n| n.is_empty() || n == node_name)
+/// Whether the node named `node_name` runs `pod`: its `spec.nodeName` names this node, or it
+/// is unset and the node takes unbound pods (an API server without a scheduler, such as the
+/// sandbox, leaves it so; on a real API server the node binds pods first, see [`binding`]).
+///
+/// [`binding`]: crate::binding
+pub fn runs_here(pod: &Pod, node_name: &str, takes_unbound: bool) -> bool {
+    match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        Some(bound) if !bound.is_empty() => bound == node_name,
+        _ => takes_unbound,
+    }
 }
 
 /// Runs a worker for every pod that [`runs_here`] until `shutdown`, each with an address from
@@ -148,7 +151,7 @@ pub async fn run(
     let mut workers: HashMap<String, CancellationToken> = HashMap::new();
     loop {
         let mut pods = node.caches.pods.state();
-        pods.retain(|p| runs_here(p, &node.node_name));
+        pods.retain(|p| runs_here(p, &node.node_name, !node.register));
         let live: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
         for p in pods {
             let Some(uid) = p.metadata.uid.clone() else {
@@ -253,10 +256,15 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(runs_here(&pod(None), "node-a"));
-        assert!(runs_here(&pod(Some("")), "node-a"));
-        assert!(runs_here(&pod(Some("node-a")), "node-a"));
-        assert!(!runs_here(&pod(Some("node-b")), "node-a"));
-        assert!(runs_here(&Pod::default(), "node-a"));
+        assert!(runs_here(&pod(None), "node-a", true));
+        assert!(runs_here(&pod(Some("")), "node-a", true));
+        assert!(runs_here(&pod(Some("node-a")), "node-a", true));
+        assert!(!runs_here(&pod(Some("node-b")), "node-a", true));
+        assert!(runs_here(&Pod::default(), "node-a", true));
+        // A registered node runs only what is bound to it.
+        assert!(!runs_here(&pod(None), "node-a", false));
+        assert!(!runs_here(&pod(Some("")), "node-a", false));
+        assert!(runs_here(&pod(Some("node-a")), "node-a", false));
+        assert!(!runs_here(&Pod::default(), "node-a", false));
     }
 }

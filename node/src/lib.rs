@@ -10,7 +10,9 @@
 //! [`NodeHandle::shutdown`]. Everything the agent knows about the cluster comes through the
 //! Kubernetes API. See `README.md`.
 
+pub mod binding;
 pub mod cache;
+pub mod credentials;
 pub mod env;
 pub mod exchange;
 pub mod imagemap;
@@ -18,6 +20,8 @@ pub mod kubelet;
 pub mod pod;
 pub mod probe;
 pub mod process;
+pub mod registration;
+pub mod token;
 pub mod volume;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use credentials::PodCredentials;
 pub use kubelet::PodAddresses;
 use process::GroupSignal;
 
@@ -77,9 +82,13 @@ pub struct NodeConfig {
     /// The image map file (image reference → executable), if any; read again at every container
     /// start, refused at [`start`] if it does not parse.
     pub image_map: Option<PathBuf>,
-    /// The kubeconfig given to every pod (a per-pod copy with the pod's namespace, through
-    /// `KUBECONFIG`).
-    pub kubeconfig: PathBuf,
+    /// How pods reach the API server (through `KUBECONFIG`): a shared kubeconfig on the
+    /// sandbox; their own service-account tokens, issued by TokenRequest, on a real API server.
+    pub pod_credentials: PodCredentials,
+    /// Register as a Node (with a Lease renewed every 10 s) and bind unbound pods to it, as on
+    /// a real API server; then only pods bound to this node run here. Off on the sandbox, which
+    /// has no Node objects and runs every pod unbound.
+    pub register: bool,
     /// Cancelling it stops the node as [`NodeHandle::shutdown`] does, without waiting.
     pub shutdown: CancellationToken,
 }
@@ -92,7 +101,8 @@ impl std::fmt::Debug for NodeConfig {
             .field("pod_addresses", &self.pod_addresses)
             .field("state_dir", &self.state_dir)
             .field("image_map", &self.image_map)
-            .field("kubeconfig", &self.kubeconfig)
+            .field("pod_credentials", &self.pod_credentials)
+            .field("register", &self.register)
             .finish_non_exhaustive()
     }
 }
@@ -117,6 +127,31 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         shutdown.cancel();
         return Err(e.into());
     }
+    let tokens = matches!(
+        config.pod_credentials,
+        PodCredentials::ServiceAccount { .. }
+    )
+    .then(|| token::Tokens::new(config.client.clone()));
+    let identity = if config.register {
+        // The node reports the API server's version as its own, as a kubelet of the same
+        // release would.
+        let version = config
+            .client
+            .apiserver_version()
+            .await
+            .map(|v| v.git_version)
+            .unwrap_or_default();
+        let (cpus, memory_kib) = registration::machine_capacity();
+        Some(registration::NodeIdentity {
+            name: config.node_name.clone(),
+            host_ip: config.host_ip,
+            version,
+            cpus,
+            memory_kib,
+        })
+    } else {
+        None
+    };
     let node = Arc::new(pod::Node {
         client: config.client,
         caches,
@@ -124,11 +159,19 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
         host_ip: config.host_ip.to_string(),
         state_dir: config.state_dir,
         image_map: config.image_map,
-        kubeconfig: config.kubeconfig,
+        credentials: config.pod_credentials,
+        tokens,
+        register: config.register,
         groups: Mutex::new(HashMap::new()),
     });
+    if let Some(identity) = &identity {
+        // Registered before anything runs, so the first pods find their node.
+        registration::heartbeat(&node.client, identity)
+            .await
+            .map_err(|e| anyhow::anyhow!("failed to register node {}: {e}", identity.name))?;
+    }
     let tracker = TaskTracker::new();
-    spawn_tasks(&node, config.pod_addresses, &shutdown, &tracker);
+    spawn_tasks(&node, identity, config.pod_addresses, &shutdown, &tracker);
     Ok(NodeHandle {
         shutdown,
         node,
@@ -136,15 +179,24 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
     })
 }
 
-/// Spawns the agent's long-running tasks on `tracker`. Each runs until `shutdown` is cancelled,
-/// and [`NodeHandle::shutdown`] waits for all of them: today the pod runner; registering the
-/// Node object, renewing its Lease and the like belong here as well.
+/// Spawns the agent's long-running tasks on `tracker`: the pod runner and, on a registered
+/// node, the heartbeat (Node status and Lease) and the binder. Each runs until `shutdown` is
+/// cancelled, and [`NodeHandle::shutdown`] waits for all of them.
 fn spawn_tasks(
     node: &Arc<pod::Node>,
+    identity: Option<registration::NodeIdentity>,
     pod_addresses: PodAddresses,
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
 ) {
+    if let Some(identity) = identity {
+        tracker.spawn(registration::run(
+            node.client.clone(),
+            identity,
+            shutdown.clone(),
+        ));
+        tracker.spawn(binding::run(node.clone(), shutdown.clone()));
+    }
     tracker.spawn(kubelet::run(
         node.clone(),
         pod_addresses,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Parser;
-use initializer_node::{NodeConfig, PodAddresses};
+use initializer_node::{NodeConfig, PodAddresses, PodCredentials};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -37,6 +37,15 @@ struct Cli {
     /// Image map: YAML mapping image references to local executables.
     #[arg(long)]
     images: Option<PathBuf>,
+    /// Register a Node with the API server, renew its Lease and bind unbound pods to it (a real
+    /// API server, which has no scheduler here). Then only pods bound to this node run.
+    #[arg(long)]
+    register_node: bool,
+    /// The API server's URL as pods reach it. Given, each pod gets a kubeconfig with its own
+    /// service-account token (TokenRequest, bound to the pod) and the cluster's CA from its
+    /// `kube-api-access` volume; without it, every pod gets a copy of the node's kubeconfig.
+    #[arg(long)]
+    api_server: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
@@ -120,7 +129,11 @@ async fn main() -> anyhow::Result<()> {
         pod_addresses: cli.pod_cidr,
         state_dir: state_dir.clone(),
         image_map,
-        kubeconfig: pod_kubeconfig,
+        pod_credentials: match cli.api_server {
+            Some(server) => PodCredentials::ServiceAccount { server },
+            None => PodCredentials::Shared(pod_kubeconfig),
+        },
+        register: cli.register_node,
         shutdown: CancellationToken::new(),
     })
     .await

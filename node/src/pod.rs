@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Pod, Secret, ServiceAccountTokenProjection,
+};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -20,10 +22,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::Caches;
-use crate::env::{self, Placement};
+use crate::credentials::{self, PodCredentials};
+use crate::env::{self, Lookup, Placement};
 use crate::imagemap::ImageMap;
 use crate::probe::{self, Timing, Tracker};
 use crate::process::{self, Exit, Launch, Running};
+use crate::token::{TokenKey, Tokens};
 use crate::volume::{self, Mounts, Source};
 
 /// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
@@ -52,8 +56,12 @@ pub struct Node {
     pub state_dir: PathBuf,
     /// The image map file.
     pub image_map: Option<PathBuf>,
-    /// Kubeconfig given to every container.
-    pub kubeconfig: PathBuf,
+    /// How pods reach the API server.
+    pub credentials: PodCredentials,
+    /// Service-account tokens issued to pods (`None`: placeholders, on the sandbox).
+    pub tokens: Option<Tokens>,
+    /// Whether this node is registered (and so runs only the pods bound to it).
+    pub register: bool,
     /// Process groups of the running containers, per pod `(namespace, name)`.
     pub groups: Mutex<HashMap<(String, String), BTreeMap<String, i32>>>,
 }
@@ -252,7 +260,7 @@ pub async fn run(
         .unwrap_or_default();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let dir = pod_dir(&node.state_dir, &namespace, &name);
-    let volume_dirs = pod
+    let volume_dirs: BTreeMap<String, PathBuf> = pod
         .spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
@@ -264,6 +272,12 @@ pub async fn run(
             (v.name.clone(), path)
         })
         .collect();
+    let kubeconfig = match &node.credentials {
+        PodCredentials::Shared(shared) => pod_kubeconfig(shared, &dir, &pod),
+        PodCredentials::ServiceAccount { server } => {
+            service_account_kubeconfig_file(server, &dir, &pod, &volume_dirs)
+        }
+    };
     let mut w = Worker {
         node: node.clone(),
         namespace,
@@ -275,7 +289,7 @@ pub async fn run(
         volume_dirs,
         published: BTreeMap::new(),
         volumes_error: None,
-        kubeconfig: pod_kubeconfig(&node.kubeconfig, &dir, &pod),
+        kubeconfig,
         start_time: now(),
         transitions: HashMap::new(),
         last_status: None,
@@ -315,7 +329,18 @@ pub async fn run(
         }
         let config = node.caches.config_generation();
         let pod_changed = pod.metadata.resource_version != w.seen_version;
-        if pod_changed || w.seen_config != Some(config) || w.volumes_error.is_some() {
+        let tokens_changed = match &node.tokens {
+            Some(tokens) => tokens.ensure(&pod).await.unwrap_or_else(|e| {
+                tracing::warn!(pod = %format!("{}/{}", w.namespace, w.name), error = %e, "failed to get a service-account token");
+                false
+            }),
+            None => false,
+        };
+        if pod_changed
+            || tokens_changed
+            || w.seen_config != Some(config)
+            || w.volumes_error.is_some()
+        {
             w.sync_volumes(&pod);
             w.seen_config = Some(config);
         }
@@ -338,6 +363,12 @@ pub async fn run(
         });
         if w.report_failed {
             sleep = sleep.min(Duration::from_millis(500));
+        }
+        if w.volumes_error.is_some() {
+            sleep = sleep.min(RETRY);
+        }
+        if let Some(refresh) = node.tokens.as_ref().and_then(|t| t.next_refresh(&pod)) {
+            sleep = sleep.min(refresh.saturating_duration_since(Instant::now()));
         }
         tokio::select! {
             () = cancel.cancelled() => {
@@ -368,6 +399,60 @@ pub async fn run(
         .lock()
         .map(|mut g| g.remove(&(w.namespace.clone(), w.name.clone())))
         .ok();
+}
+
+/// Writes the pod's kubeconfig for its own service account (see [`crate::credentials`]); falls
+/// back to an anonymous one in the pod's directory.
+fn service_account_kubeconfig_file(
+    server: &str,
+    pod_dir: &Path,
+    pod: &Pod,
+    volume_dirs: &BTreeMap<String, PathBuf>,
+) -> PathBuf {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let token_dir = credentials::token_volume(pod).and_then(|name| volume_dirs.get(&name));
+    let text =
+        credentials::service_account_kubeconfig(server, namespace, token_dir.map(PathBuf::as_path));
+    let path = pod_dir.join("kubeconfig");
+    let written = std::fs::create_dir_all(pod_dir)
+        .and_then(|()| std::fs::write(&path, text))
+        .and_then(|()| {
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        });
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "failed to write the pod's kubeconfig");
+    }
+    path
+}
+
+/// What volumes are made of: the node's caches, and the tokens issued to its pods.
+struct NodeLookup<'a> {
+    caches: &'a Caches,
+    tokens: Option<&'a Tokens>,
+}
+
+impl Lookup for NodeLookup<'_> {
+    fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>> {
+        self.caches.secret(namespace, name)
+    }
+
+    fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
+        self.caches.config_map(namespace, name)
+    }
+
+    fn service_account_token(
+        &self,
+        pod: &Pod,
+        source: &ServiceAccountTokenProjection,
+    ) -> Result<Vec<u8>, String> {
+        let Some(tokens) = self.tokens else {
+            return Ok(b"sandbox".to_vec());
+        };
+        tokens
+            .get(&TokenKey::of(pod, source))
+            .map(String::into_bytes)
+            .ok_or_else(|| "the service-account token is not issued yet".to_owned())
+    }
 }
 
 /// Writes the pod's kubeconfig: the node's shared one, with the context namespace set to the
@@ -457,7 +542,11 @@ impl Worker {
             let Some(dir) = self.volume_dirs.get(&v.name).cloned() else {
                 continue;
             };
-            match volume::desired(pod, &placement(&self.node, &ip), v, &self.node.caches) {
+            let lookup = NodeLookup {
+                caches: &self.node.caches,
+                tokens: self.node.tokens.as_ref(),
+            };
+            match volume::desired(pod, &placement(&self.node, &ip), v, &lookup) {
                 Ok(source) => {
                     if self.published.get(&v.name) == Some(&source) {
                         continue;
@@ -843,6 +932,9 @@ impl Worker {
     /// Removes the pod's volumes and kubeconfig (not its logs) once it is gone for good. Host
     /// paths are outside the pod's directory and stay.
     fn remove_files(&self) {
+        if let Some(tokens) = &self.node.tokens {
+            tokens.forget(&self.namespace, &self.name);
+        }
         let dir = pod_dir(&self.node.state_dir, &self.namespace, &self.name);
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
@@ -927,7 +1019,7 @@ impl Worker {
                 let mut st = json!({
                     "name": s.spec.name,
                     "image": s.spec.image.clone().unwrap_or_default(),
-                    "imageID": s.program.as_ref().map(|p| format!("sandbox://{}", p.display())).unwrap_or_default(),
+                    "imageID": s.program.as_ref().map(|p| format!("process://{}", p.display())).unwrap_or_default(),
                     "ready": s.ready,
                     "started": s.running.is_some() && s.started,
                     "restartCount": s.restart_count,
@@ -935,7 +1027,7 @@ impl Worker {
                     "lastState": s.last_state.as_ref().map_or(json!({}), State::to_json),
                 });
                 if let Some(r) = &s.running {
-                    st["containerID"] = json!(format!("sandbox://{}", r.pgid));
+                    st["containerID"] = json!(format!("process://{}", r.pgid));
                 }
                 st
             })
@@ -954,7 +1046,6 @@ impl Worker {
             "podIP": ip,
             "podIPs": [{"ip": ip}],
             "startTime": self.start_time,
-            "qosClass": "BestEffort",
             "containerStatuses": statuses,
         })
     }

@@ -262,9 +262,8 @@ pub fn desired(
                 ));
             }
             if let Some(t) = &source.service_account_token {
-                // No per-service-account credentials: the token is a placeholder; pods reach the
-                // API through KUBECONFIG.
-                files.insert(t.path.clone(), (b"sandbox".to_vec(), mode));
+                let token = lookup.service_account_token(pod, t)?;
+                files.insert(t.path.clone(), (token, mode));
             }
         }
         return Ok(Source::Files(files));

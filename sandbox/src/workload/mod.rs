@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
-use initializer_node::{NodeConfig, NodeHandle};
+use initializer_node::{NodeConfig, NodeHandle, PodCredentials};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -80,7 +80,8 @@ pub async fn start(ctx: WorkloadContext) -> anyhow::Result<WorkloadHandle> {
         pod_addresses: POD_CIDR.parse()?,
         state_dir: ctx.state_dir.clone(),
         image_map: ctx.image_map.clone(),
-        kubeconfig: ctx.kubeconfig_path.clone(),
+        pod_credentials: PodCredentials::Shared(ctx.kubeconfig_path.clone()),
+        register: false,
         shutdown: shutdown.clone(),
     })
     .await?;

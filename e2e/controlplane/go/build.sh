@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the real control plane (etcd, kube-apiserver, kube-controller-manager) from the official
+# Go modules into a cache keyed by version, and prints the directory holding the binaries.
+#
+#   e2e/controlplane/go/build.sh                 # the pinned version (go.mod in this directory)
+#   K8S_VERSION=1.34.6 e2e/controlplane/go/build.sh   # any other release: one command away
+#
+# Returns at once when the binaries of that version are already built. Go's module and build
+# caches are reused, so a rebuild after a cache wipe of ours costs only the link.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+pinned="$(sed -n 's#^\tk8s.io/kubernetes v\([0-9.]*\).*#\1#p' "$here/go.mod")"
+version="${K8S_VERSION:-$pinned}"
+cache="${CONTROLPLANE_CACHE:-$here/../../../target/controlplane}"
+out="$cache/v$version"
+tools=(etcd kube-apiserver kube-controller-manager)
+
+if [[ -f "$out/.complete" ]]; then
+  echo "$out"
+  exit 0
+fi
+command -v go >/dev/null || { echo "go is required to build the control plane (Go >= 1.25)" >&2; exit 1; }
+
+# The module to build from: ours for the pinned version; for another one, a copy with every
+# k8s.io version moved and etcd taken from what that Kubernetes release requires.
+src="$here"
+if [[ "$version" != "$pinned" ]]; then
+  src="$cache/src-v$version"
+  mkdir -p "$src"
+  staging="0.${version#1.}"
+  mod="$(go mod download -json "k8s.io/kubernetes@v$version" 2>&1)" || {
+    echo "the Go module proxy refused k8s.io/kubernetes@v$version:" >&2; echo "$mod" >&2; exit 1; }
+  gomod="$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$mod")"
+  etcd="$(sed -n 's#^\tgo.etcd.io/etcd/server/v3 \(v[^ ]*\).*#\1#p' "$gomod")"
+  sed -e "s#^\tk8s.io/kubernetes v[0-9.]*#\tk8s.io/kubernetes v$version#" \
+      -e "s#^\t\(k8s.io/[a-z0-9-]*\) => \(k8s.io/[a-z0-9-]*\) v0[.0-9]*#\t\1 => \2 v$staging#" \
+      -e "s#^\tgo.etcd.io/etcd/server/v3 v[0-9.]*#\tgo.etcd.io/etcd/server/v3 ${etcd:-v3.6.5}#" \
+      "$here/go.mod" > "$src/go.mod"
+  cp "$here/go.sum" "$src/go.sum"
+  (cd "$src" && go mod tidy) || { echo "go mod tidy failed for Kubernetes v$version (see above for the module)" >&2; exit 1; }
+fi
+
+# Every module must be downloadable; name the one the proxy refuses instead of failing mid-build.
+if ! download="$(cd "$src" && go mod download -x all 2>&1)"; then
+  echo "could not download the control plane's modules for v$version:" >&2
+  grep -E 'reading|not found|refused|410|404|403|verifying' <<<"$download" | head -n 5 >&2 || tail -n 5 <<<"$download" >&2
+  exit 1
+fi
+
+mkdir -p "$out"
+minor="${version#1.}"; minor="${minor%%.*}"
+ldflags="-s -w \
+ -X k8s.io/component-base/version.gitVersion=v$version \
+ -X k8s.io/component-base/version.gitMajor=1 \
+ -X k8s.io/component-base/version.gitMinor=$minor \
+ -X k8s.io/component-base/version.gitTreeState=clean \
+ -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+packages=(go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
+for i in "${!tools[@]}"; do
+  echo "building ${tools[$i]} v$version" >&2
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/${tools[$i]}" "${packages[$i]}")
+done
+touch "$out/.complete"
+echo "$out"

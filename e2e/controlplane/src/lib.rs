@@ -1,0 +1,394 @@
+//! initializer-controlplane: the real Kubernetes control plane, for tests and for `make cluster`.
+//!
+//! etcd, kube-apiserver and kube-controller-manager, built from the official Go modules
+//! (`go/go.mod`, `make controlplane`), run as local processes inside a network namespace of
+//! their own, with the node agent (`initializer-node`) in place of the kubelet: it registers a
+//! Node, binds pods to it and runs them as processes. Everything runs inside the namespace;
+//! [`ControlPlane::kubeconfig_path`] reaches the API server through a port forward on
+//! `127.0.0.1`, so kubectl and the tests need no namespace of their own.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), initializer_controlplane::Error> {
+//! use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
+//! let config = ControlPlaneConfig::new("/tmp/cp", "target/debug/initializer-node");
+//! let cluster = ControlPlane::start(config).await?;
+//! let client = cluster.client(); // cluster-admin
+//! cluster.shutdown().await;      // every process and the namespace are gone
+//! # Ok(()) }
+//! ```
+
+pub mod binaries;
+pub mod component;
+pub mod forward;
+pub mod layout;
+pub mod netns;
+pub mod pki;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+use component::Component;
+use forward::Forward;
+use layout::{API_PORT, Layout, NODE_NAME};
+use netns::NetNs;
+
+/// How long the API server may take to answer `/readyz` (etcd included).
+const API_READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the node and the controllers may take once the API server is ready.
+const NODE_READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Failures of the control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The network namespace could not be made or prepared.
+    #[error("failed to create the control plane's network namespace: {message}")]
+    Netns {
+        /// The command, its error, and what to do.
+        message: String,
+    },
+    /// The Go build of the control plane failed.
+    #[error("failed to build the control plane: {0}")]
+    Build(String),
+    /// Certificates or keys could not be made.
+    #[error("failed to make the control plane's certificates: {0}")]
+    Certificates(String),
+    /// A file of the state directory could not be written or read.
+    #[error("failed to use {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A component could not be started.
+    #[error("failed to start {component} ({program}): {source}")]
+    Start {
+        /// etcd, kube-apiserver, ...
+        component: &'static str,
+        /// The executable.
+        program: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A component exited while the control plane was meant to be up.
+    #[error("{component} exited ({status}); its last log lines:\n{last_lines}")]
+    Died {
+        /// etcd, kube-apiserver, ...
+        component: &'static str,
+        /// The exit status.
+        status: String,
+        /// The end of its log.
+        last_lines: String,
+    },
+    /// The port forward could not listen.
+    #[error("failed to listen on 127.0.0.1:{port} for the API server: {source}")]
+    Forward {
+        /// The port asked for.
+        port: u16,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A client for the API server could not be made.
+    #[error("failed to build a client for the control plane: {0}")]
+    Client(String),
+    /// The control plane did not become ready in time.
+    #[error("timed out after {seconds}s waiting for {what}; last seen: {last}")]
+    NotReady {
+        /// What was awaited.
+        what: &'static str,
+        /// The timeout.
+        seconds: u64,
+        /// The last observation.
+        last: String,
+    },
+}
+
+impl Error {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct ControlPlaneConfig {
+    /// Certificates, kubeconfigs, etcd's data, logs (`logs/<component>.log`) and pods' files.
+    pub state_dir: PathBuf,
+    /// The node agent's executable (`initializer-node`).
+    pub node_binary: PathBuf,
+    /// The image map the node agent runs containers from.
+    pub image_map: Option<PathBuf>,
+    /// Where `target/controlplane/` is (the Go build's cache).
+    pub target_dir: PathBuf,
+    /// The local port of the forward (0: any free port).
+    pub port: u16,
+}
+
+impl ControlPlaneConfig {
+    /// Defaults: no image map, any port, the workspace's `target/`.
+    pub fn new(state_dir: impl Into<PathBuf>, node_binary: impl Into<PathBuf>) -> Self {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let workspace = manifest.ancestors().nth(2).unwrap_or(manifest);
+        Self {
+            state_dir: state_dir.into(),
+            node_binary: node_binary.into(),
+            image_map: None,
+            target_dir: workspace.join("target"),
+            port: 0,
+        }
+    }
+}
+
+/// How long starting took, for the notes and the timings table.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Startup {
+    /// From the first process started to the API server answering `/readyz`.
+    pub api_ready: Duration,
+    /// From the first process started to the node Ready and the `default` ServiceAccount made.
+    pub cluster_ready: Duration,
+}
+
+/// A running control plane.
+pub struct ControlPlane {
+    layout: Layout,
+    version: String,
+    components: Vec<Component>,
+    client: Client,
+    kubeconfig: PathBuf,
+    startup: Startup,
+    // Dropped last: the forward, then the namespace.
+    forward: Forward,
+    netns: Arc<NetNs>,
+}
+
+impl ControlPlane {
+    /// Builds the binaries if needed, makes the namespace and the certificates, and starts
+    /// etcd, the API server, the controller manager and the node agent; returns once the node
+    /// is Ready and the controllers have made the `default` ServiceAccount.
+    pub async fn start(config: ControlPlaneConfig) -> Result<Self, Error> {
+        let binaries = binaries::locate(&config.target_dir)?;
+        std::fs::create_dir_all(&config.state_dir).map_err(|e| Error::io(&config.state_dir, e))?;
+        let state_dir = std::fs::canonicalize(&config.state_dir)
+            .map_err(|e| Error::io(&config.state_dir, e))?;
+        let placeholder = Layout::new("", &state_dir);
+        let netns = Arc::new(NetNs::create(&placeholder.netns_setup())?);
+        let layout = Layout {
+            netns: netns.name().to_owned(),
+            ..placeholder
+        };
+        pki::write_all(&layout, NODE_NAME)?;
+        let target = SocketAddr::from((layout.host_ip, API_PORT));
+        let forward = Forward::start(netns.clone(), target, config.port).await?;
+        let outside = format!("https://{}", forward.local_addr());
+        let identities = pki::identities(NODE_NAME);
+        for identity in &identities {
+            let text = pki::kubeconfig(&layout, identity, &layout.api_url())?;
+            pki::write(&layout.kubeconfig(identity.file), &text)?;
+        }
+        let kubeconfig = layout.dir.join("kubeconfig");
+        let admin = pki::kubeconfig(&layout, &identities[0], &outside)?;
+        pki::write(&kubeconfig, &admin)?;
+        let client = client_for(&admin).await?;
+
+        let prefix = netns.exec_prefix();
+        let started = Instant::now();
+        let mut components = Vec::new();
+        let logs = layout.clone();
+        let start = |name, program: &Path, args: Vec<String>| {
+            Component::start(name, &prefix, program, &args, &logs.log(name))
+        };
+        components.push(start("etcd", &binaries.etcd, layout.etcd_args())?);
+        components.push(start(
+            "kube-apiserver",
+            &binaries.apiserver,
+            layout.apiserver_args(),
+        )?);
+        let mut plane = Self {
+            version: binaries.version.clone(),
+            components,
+            client,
+            kubeconfig,
+            startup: Startup::default(),
+            forward,
+            netns,
+            layout,
+        };
+        if let Err(err) = plane.wait_api_ready().await {
+            plane.shutdown_ref().await;
+            return Err(err);
+        }
+        plane.startup.api_ready = started.elapsed();
+        let more = [
+            start(
+                "kube-controller-manager",
+                &binaries.controller_manager,
+                plane.layout.controller_manager_args(),
+            ),
+            start(
+                "node",
+                &config.node_binary,
+                plane.layout.node_args(config.image_map.as_deref()),
+            ),
+        ];
+        for component in more {
+            match component {
+                Ok(component) => plane.components.push(component),
+                Err(err) => {
+                    plane.shutdown_ref().await;
+                    return Err(err);
+                }
+            }
+        }
+        if let Err(err) = plane.wait_cluster_ready().await {
+            plane.shutdown_ref().await;
+            return Err(err);
+        }
+        plane.startup.cluster_ready = started.elapsed();
+        Ok(plane)
+    }
+
+    /// A cluster-admin client, through the forward.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The cluster-admin kubeconfig, reaching the API server through the forward on
+    /// `127.0.0.1`: for kubectl and child processes.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Where the forward listens: `127.0.0.1:PORT`.
+    pub fn api_address(&self) -> SocketAddr {
+        self.forward.local_addr()
+    }
+
+    /// The Kubernetes version running.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The network namespace's name.
+    pub fn netns(&self) -> &str {
+        self.netns.name()
+    }
+
+    /// The state directory (logs under `logs/`, pods' files under `node/`).
+    pub fn state_dir(&self) -> &Path {
+        &self.layout.dir
+    }
+
+    /// How long starting took.
+    pub fn startup(&self) -> Startup {
+        self.startup
+    }
+
+    /// Each component's name, process id and resident memory in KiB.
+    pub fn memory(&self) -> Vec<(&'static str, u32, Option<u64>)> {
+        self.components
+            .iter()
+            .map(|c| (c.name(), c.pid(), c.rss_kib()))
+            .collect()
+    }
+
+    /// `Err(Error::Died { .. })` naming the first component that has exited.
+    pub fn check(&self) -> Result<(), Error> {
+        self.components.iter().try_for_each(Component::check)
+    }
+
+    /// Stops the node agent (which ends every pod), the controller manager, the API server and
+    /// etcd, then removes the namespace.
+    pub async fn shutdown(self) {
+        self.shutdown_ref().await;
+    }
+
+    async fn shutdown_ref(&self) {
+        for component in self.components.iter().rev() {
+            component.stop().await;
+        }
+    }
+
+    async fn wait_api_ready(&self) -> Result<(), Error> {
+        let started = Instant::now();
+        loop {
+            self.check()?;
+            let request = http_get("/readyz");
+            let last = match self.client.request_text(request).await {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(body) => body,
+                Err(e) => e.to_string(),
+            };
+            if started.elapsed() > API_READY_TIMEOUT {
+                return Err(Error::NotReady {
+                    what: "the API server's /readyz",
+                    seconds: API_READY_TIMEOUT.as_secs(),
+                    last,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_cluster_ready(&self) -> Result<(), Error> {
+        let started = Instant::now();
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), "default");
+        loop {
+            self.check()?;
+            let node = match nodes.get_opt(NODE_NAME).await {
+                Ok(Some(node)) if node_is_ready(&node) => "Ready".to_owned(),
+                Ok(Some(_)) => "not Ready".to_owned(),
+                Ok(None) => "not registered".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            let account = matches!(accounts.get_opt("default").await, Ok(Some(_)));
+            if node == "Ready" && account {
+                return Ok(());
+            }
+            let last = format!("node {NODE_NAME}: {node}; default ServiceAccount: {account}");
+            if started.elapsed() > NODE_READY_TIMEOUT {
+                return Err(Error::NotReady {
+                    what: "the node and the default ServiceAccount",
+                    seconds: NODE_READY_TIMEOUT.as_secs(),
+                    last,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Whether a Node reports `Ready=True`.
+pub fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+fn http_get(path: &'static str) -> http::Request<Vec<u8>> {
+    let mut request = http::Request::new(Vec::new());
+    *request.uri_mut() = http::Uri::from_static(path);
+    request
+}
+
+async fn client_for(kubeconfig: &str) -> Result<Client, Error> {
+    let parsed = Kubeconfig::from_yaml(kubeconfig).map_err(|e| Error::Client(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Client(e.to_string()))?;
+    Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
+}

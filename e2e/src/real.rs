@@ -1,0 +1,190 @@
+//! The real backend (`E2E_CLUSTER=real`): etcd, kube-apiserver and kube-controller-manager
+//! built from the official Go modules, with our node agent, in a network namespace of their own
+//! (`initializer-controlplane`). The test process stays outside and reaches the API server
+//! through the control plane's port forward.
+//!
+//! Pods are frozen, thawed and killed where that is honest: on the node. The node agent runs
+//! each container in a process group of its own and reports it as the container's id
+//! (`process://<pgid>`); the namespace separates networks, not processes, so the harness signals
+//! that group directly, as `docker exec <node> kill` does on kind.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Context, bail};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client};
+
+use crate::backend::{Backend, PodAction};
+use crate::{images, paths};
+
+/// The node agent's binary name.
+pub const NODE_BINARY: &str = "initializer-node";
+
+/// The real control plane, owned by this process.
+pub struct RealBackend {
+    name: String,
+    client: Client,
+    kubeconfig: PathBuf,
+    plane: Mutex<Option<ControlPlane>>,
+    // Removed when the backend is dropped, after the control plane has stopped.
+    _state_dir: tempfile::TempDir,
+}
+
+impl RealBackend {
+    /// Builds the control plane if needed and starts it, with the image map of our binaries.
+    pub async fn start() -> anyhow::Result<Self> {
+        let mut state_dir = tempfile::Builder::new()
+            .prefix("initializer-e2e-real")
+            .tempdir()
+            .context("failed to create the control plane's state directory")?;
+        if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
+            state_dir.disable_cleanup(true);
+            eprintln!(
+                "e2e: keeping the control plane's state directory {} (logs/, node/)",
+                state_dir.path().display()
+            );
+        }
+        let image_map = images::write_image_map(state_dir.path())?;
+        let mut config = ControlPlaneConfig::new(
+            state_dir.path().join("cluster"),
+            paths::binary(NODE_BINARY)?,
+        );
+        config.image_map = Some(image_map);
+        config.target_dir = paths::target_dir();
+        let plane = ControlPlane::start(config)
+            .await
+            .context("failed to start the real control plane")?;
+        let startup = plane.startup();
+        eprintln!(
+            "e2e: Kubernetes v{} in network namespace {}: API ready after {:.2}s, node ready after {:.2}s",
+            plane.version(),
+            plane.netns(),
+            startup.api_ready.as_secs_f64(),
+            startup.cluster_ready.as_secs_f64()
+        );
+        Ok(Self {
+            name: format!("real (Kubernetes v{})", plane.version()),
+            client: plane.client(),
+            kubeconfig: plane.kubeconfig_path().to_path_buf(),
+            plane: Mutex::new(Some(plane)),
+            _state_dir: state_dir,
+        })
+    }
+
+    /// Resident memory of each control-plane process, for the notes.
+    pub fn memory(&self) -> Vec<(&'static str, u32, Option<u64>)> {
+        self.plane
+            .lock()
+            .ok()
+            .and_then(|plane| plane.as_ref().map(ControlPlane::memory))
+            .unwrap_or_default()
+    }
+
+    async fn signal_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        action: PodAction,
+    ) -> anyhow::Result<()> {
+        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get(name)
+            .await
+            .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
+        let groups = process_groups(&pod);
+        if groups.is_empty() {
+            bail!(
+                "failed to {} pod {namespace}/{name}: no container is running",
+                action.verb()
+            );
+        }
+        for pgid in groups {
+            signal_group(pgid, action)
+                .with_context(|| format!("failed to {} pod {namespace}/{name}", action.verb()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The process groups of a pod's running containers, from their `process://<pgid>` ids.
+pub fn process_groups(pod: &Pod) -> Vec<i32> {
+    pod.status
+        .iter()
+        .flat_map(|status| status.container_statuses.iter().flatten())
+        .filter(|status| status.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .filter_map(|status| status.container_id.as_deref())
+        .filter_map(|id| id.strip_prefix("process://"))
+        .filter_map(|pgid| pgid.parse().ok())
+        .collect()
+}
+
+fn signal_group(pgid: i32, action: PodAction) -> anyhow::Result<()> {
+    use rustix::process::{Pid, Signal, kill_process_group};
+    let signal = match action {
+        PodAction::Freeze => Signal::STOP,
+        PodAction::Thaw => Signal::CONT,
+        PodAction::Kill => Signal::KILL,
+    };
+    let pid = Pid::from_raw(pgid).with_context(|| format!("invalid process group {pgid}"))?;
+    kill_process_group(pid, signal).with_context(|| {
+        format!(
+            "failed to send SIG{} to process group {pgid}",
+            action.signal()
+        )
+    })
+}
+
+impl Backend for RealBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    fn control_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        action: PodAction,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.signal_pod(namespace, name, action).boxed()
+    }
+
+    fn failure(&self) -> BoxFuture<'_, anyhow::Error> {
+        // Polled rather than awaited: the control plane sits behind a mutex (shutdown takes it
+        // out), so its exit futures cannot be held across awaits here.
+        async move {
+            loop {
+                let check = self
+                    .plane
+                    .lock()
+                    .ok()
+                    .and_then(|plane| plane.as_ref().map(ControlPlane::check));
+                if let Some(Err(err)) = check {
+                    return anyhow::Error::new(err);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        }
+        .boxed()
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        let plane = self.plane.lock().ok().and_then(|mut plane| plane.take());
+        async move {
+            if let Some(plane) = plane {
+                plane.shutdown().await;
+            }
+        }
+        .boxed()
+    }
+}
