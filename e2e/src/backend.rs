@@ -61,6 +61,12 @@ pub trait Backend: Send + Sync {
         Box::pin(futures::future::pending())
     }
 
+    /// Lines about the backend's own processes for the end of the run (the real control
+    /// plane: each component's resident memory); none by default.
+    fn resources(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Stops whatever the backend started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }

@@ -75,15 +75,6 @@ impl RealBackend {
         })
     }
 
-    /// Resident memory of each control-plane process, for the notes.
-    pub fn memory(&self) -> Vec<(&'static str, u32, Option<u64>)> {
-        self.plane
-            .lock()
-            .ok()
-            .and_then(|plane| plane.as_ref().map(ControlPlane::memory))
-            .unwrap_or_default()
-    }
-
     async fn signal_pod(
         &self,
         namespace: &str,
@@ -176,6 +167,25 @@ impl Backend for RealBackend {
             }
         }
         .boxed()
+    }
+
+    fn resources(&self) -> Vec<String> {
+        let memory = self
+            .plane
+            .lock()
+            .ok()
+            .and_then(|plane| plane.as_ref().map(ControlPlane::memory))
+            .unwrap_or_default();
+        memory
+            .into_iter()
+            .map(|(name, pid, rss)| match rss {
+                Some(kib) => format!(
+                    "{name} (pid {pid}): {:.0} MiB resident",
+                    kib as f64 / 1024.0
+                ),
+                None => format!("{name} (pid {pid}): exited"),
+            })
+            .collect()
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -253,7 +253,14 @@ async fn run(args: &Args, selected: &[&Scenario]) -> ExitCode {
         }
         rows.push(row);
     }
-    if let Some(env) = env {
+    if let Some(env) = &env {
+        let resources = env.backend.resources();
+        if !resources.is_empty() {
+            println!("\n{} at the end of the run:", env.backend.name());
+            for line in resources {
+                println!("  {line}");
+            }
+        }
         env.shutdown().await;
     }
     if rows.iter().any(|row| row.outcome != "ignored") {
