@@ -12,6 +12,7 @@ use crate::admission::{Admission, Attributes, Operation, Outcome, UserInfo};
 use crate::crd;
 use crate::defaults;
 use crate::error::ApiError;
+use crate::event;
 use crate::faults::Faults;
 use crate::fields::{self, ApplyRequest, Scope, Shape};
 use crate::patch::{self, PatchKind};
@@ -250,16 +251,27 @@ impl ApiServer {
             })
     }
 
-    fn key(rt: &ResourceType) -> ResKey {
-        ResKey::new(&rt.group, &rt.plural)
+    /// Where objects of `rt` are stored: by group and plural (all versions share storage, and
+    /// both Event APIs share the core one).
+    pub fn key(rt: &ResourceType) -> ResKey {
+        ResKey::new(event::storage_group(&rt.group, &rt.plural), &rt.plural)
     }
 
-    /// An object as served in `rt`'s version.
+    /// An object (stored, or already in some served shape) as served in `rt`'s version.
     pub fn served(rt: &ResourceType, obj: &Value) -> Value {
-        let mut v = obj.clone();
+        let mut v = event::convert_for(rt, obj).unwrap_or_else(|| obj.clone());
         v["apiVersion"] = json!(rt.api_version());
         v["kind"] = json!(rt.kind);
         v
+    }
+
+    /// An object served in `rt`'s version in the shape it is stored in.
+    fn stored_form(rt: &ResourceType, obj: Value) -> Value {
+        if event::is_converted(rt) {
+            event::to_core(&obj)
+        } else {
+            obj
+        }
     }
 
     fn ns_key(rt: &ResourceType, ns: Option<&str>) -> String {
@@ -301,7 +313,17 @@ impl ApiServer {
             {
                 continue;
             }
-            if !opts.labels.matches(obj.pointer("/metadata/labels")) || !opts.fields.matches(&obj) {
+            // Field selectors name the fields of the version asked for.
+            let served;
+            let fields_of = if event::is_converted(rt) {
+                served = Self::served(rt, &obj);
+                &served
+            } else {
+                &*obj
+            };
+            if !opts.labels.matches(obj.pointer("/metadata/labels"))
+                || !opts.fields.matches(fields_of)
+            {
                 continue;
             }
             if opts.limit > 0 && out.len() == opts.limit {
@@ -631,7 +653,9 @@ impl ApiServer {
                 created: true,
             });
         }
-        let stored = self.store.create(&Self::key(rt), obj)?;
+        let stored = self
+            .store
+            .create(&Self::key(rt), Self::stored_form(rt, obj))?;
         self.after_write(rt, &stored);
         if rt.group.is_empty() && rt.kind == "Namespace" {
             self.create_default_service_account(&name);
@@ -829,7 +853,11 @@ impl ApiServer {
                 created: false,
             });
         }
-        let stored = self.store.update(&Self::key(rt), obj, object_rv(current))?;
+        let stored = self.store.update(
+            &Self::key(rt),
+            Self::stored_form(rt, obj),
+            object_rv(current),
+        )?;
         self.after_write(rt, &stored);
         let stored = self.finalize_if_done(rt, stored);
         Ok(Written {
@@ -907,9 +935,16 @@ impl ApiServer {
         ns: Option<&str>,
         name: &str,
     ) -> Result<Arc<Value>, ApiError> {
-        self.store
+        let stored = self
+            .store
             .get(&Self::key(rt), &Self::ns_key(rt, ns), name)
-            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        // Writes work on the version asked for; `stored_form` converts back.
+        Ok(if event::is_converted(rt) {
+            Arc::new(Self::served(rt, &stored))
+        } else {
+            stored
+        })
     }
 
     /// UPDATE (PUT) of the main resource or the `status` subresource.
@@ -1259,9 +1294,11 @@ impl ApiServer {
                     .map_or(0, Vec::len)
             {
                 metadata_mut(&mut obj).insert("finalizers".into(), json!(finalizers));
-                let stored = self
-                    .store
-                    .update(&Self::key(rt), obj, object_rv(&current))?;
+                let stored = self.store.update(
+                    &Self::key(rt),
+                    Self::stored_form(rt, obj),
+                    object_rv(&current),
+                )?;
                 return Ok(Self::served(rt, &stored));
             }
             return Ok(Self::served(rt, &current));
@@ -1291,9 +1328,11 @@ impl ApiServer {
         if is_namespace {
             obj["status"] = json!({"phase": "Terminating"});
         }
-        let stored = self
-            .store
-            .update(&Self::key(rt), obj, object_rv(&current))?;
+        let stored = self.store.update(
+            &Self::key(rt),
+            Self::stored_form(rt, obj),
+            object_rv(&current),
+        )?;
         self.store.changed.notify_one();
         Ok(Self::served(rt, &stored))
     }

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::apiserver::{ApiServer, DeleteOptions, ListOptions, WriteOptions, Written};
 use crate::discovery;
 use crate::error::ApiError;
+use crate::event;
 use crate::faults::{self, FaultAction, FaultRule, RequestInfo};
 use crate::patch::PatchKind;
 use crate::resource::ResourceType;
@@ -648,6 +649,7 @@ fn written(w: Written) -> (u16, Value, Vec<String>) {
 }
 
 struct WatchFilter {
+    rt: ResourceType,
     key: ResKey,
     namespace: Option<String>,
     labels: LabelSelector,
@@ -656,7 +658,15 @@ struct WatchFilter {
 
 impl WatchFilter {
     fn matches(&self, obj: &Value) -> bool {
-        self.labels.matches(obj.pointer("/metadata/labels")) && self.fields.matches(obj)
+        if !self.labels.matches(obj.pointer("/metadata/labels")) {
+            return false;
+        }
+        // Field selectors name the fields of the version watched.
+        if event::is_converted(&self.rt) {
+            self.fields.matches(&ApiServer::served(&self.rt, obj))
+        } else {
+            self.fields.matches(obj)
+        }
     }
 
     fn event(&self, c: &Change) -> Option<(&'static str, Arc<Value>)> {
@@ -726,7 +736,8 @@ fn watch_response(
     };
     let rt = t.rt.clone();
     let filter = WatchFilter {
-        key: ResKey::new(&rt.group, &rt.plural),
+        rt: rt.clone(),
+        key: ApiServer::key(&rt),
         namespace: if rt.namespaced {
             t.namespace.clone()
         } else {

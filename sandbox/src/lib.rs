@@ -11,6 +11,7 @@ pub mod crd;
 pub mod defaults;
 pub mod discovery;
 pub mod error;
+pub mod event;
 pub mod faults;
 pub mod fields;
 pub mod gc;

@@ -195,12 +195,8 @@ pub fn builtins() -> Vec<ResourceType> {
             true,
             false,
             &["ev"],
-            vec![
-                col("Type", "string", ".type", 0),
-                col("Reason", "string", ".reason", 0),
-                col("Object", "string", ".involvedObject.name", 0),
-                col("Message", "string", ".message", 0),
-            ],
+            // Both Event APIs print kube-apiserver's event columns (`table::to_table`).
+            Vec::new(),
         ),
         builtin(
             "apps",
@@ -273,11 +269,8 @@ pub fn builtins() -> Vec<ResourceType> {
             true,
             false,
             &["ev"],
-            vec![
-                col("Type", "string", ".type", 0),
-                col("Reason", "string", ".reason", 0),
-                col("Note", "string", ".note", 0),
-            ],
+            // Both Event APIs print kube-apiserver's event columns (`table::to_table`).
+            Vec::new(),
         ),
         builtin(
             "admissionregistration.k8s.io",

@@ -292,8 +292,116 @@ fn column_def(c: &Column, format: &str) -> Value {
     json!({"name": c.name, "type": c.type_, "format": format, "description": c.description, "priority": c.priority})
 }
 
+fn row(cells: Vec<Value>, obj: &Value, include: &str) -> Value {
+    let mut row = json!({"cells": cells});
+    match include {
+        "None" => {}
+        "Object" => row["object"] = obj.clone(),
+        _ => {
+            row["object"] = json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+            })
+        }
+    }
+    row
+}
+
+fn since(ts: Option<&Value>) -> Option<String> {
+    let t = ts?.as_str()?.parse::<jiff::Timestamp>().ok()?;
+    Some(human_duration(
+        jiff::Timestamp::now().as_second() - t.as_second(),
+    ))
+}
+
+/// Events' columns, as kube-apiserver prints them for both Event APIs: Last Seen, Type, Reason,
+/// Object (`kind/name`), Message, and with `-o wide` Subobject, Source, First Seen, Count, Name.
+fn event_table(items: &[Value], list_meta: Value, include: &str) -> Value {
+    let defs: Vec<Value> = [
+        ("Last Seen", 0),
+        ("Type", 0),
+        ("Reason", 0),
+        ("Object", 0),
+        ("Subobject", 1),
+        ("Source", 1),
+        ("Message", 0),
+        ("First Seen", 1),
+        ("Count", 1),
+        ("Name", 1),
+    ]
+    .into_iter()
+    .map(|(name, priority)| {
+        let (type_, format) = match name {
+            "Count" => ("integer", ""),
+            "Name" => ("string", "name"),
+            _ => ("string", ""),
+        };
+        json!({"name": name, "type": type_, "format": format, "description": "", "priority": priority})
+    })
+    .collect();
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|served| {
+            let e = crate::event::to_core(served);
+            let s = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or("");
+            let first = since(e.get("firstTimestamp"))
+                .or_else(|| since(e.get("eventTime")))
+                .unwrap_or_else(|| "<unknown>".into());
+            let last = since(e.pointer("/series/lastObservedTime"))
+                .or_else(|| since(e.get("lastTimestamp")))
+                .unwrap_or_else(|| first.clone());
+            let pick = |a: &'static str, b: &'static str| match s(a) {
+                "" => s(b),
+                v => v,
+            };
+            let (component, host) = (
+                pick("/source/component", "/reportingComponent"),
+                pick("/source/host", "/reportingInstance"),
+            );
+            let source = if host.is_empty() {
+                component.to_string()
+            } else {
+                format!("{component}, {host}")
+            };
+            let count = e
+                .pointer("/series/count")
+                .or_else(|| e.get("count"))
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let cells = vec![
+                json!(last),
+                json!(s("/type")),
+                json!(s("/reason")),
+                json!(format!(
+                    "{}/{}",
+                    s("/involvedObject/kind").to_lowercase(),
+                    s("/involvedObject/name")
+                )),
+                json!(s("/involvedObject/fieldPath")),
+                json!(source),
+                json!(s("/message").trim()),
+                json!(first),
+                json!(count),
+                json!(s("/metadata/name")),
+            ];
+            row(cells, served, include)
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": defs,
+        "rows": rows,
+    })
+}
+
 /// The Table for `items` of `rt`. `include` is `None`, `Metadata` (default) or `Object`.
 pub fn to_table(rt: &ResourceType, items: &[Value], list_meta: Value, include: &str) -> Value {
+    if crate::event::is_event(rt) {
+        return event_table(items, list_meta, include);
+    }
     let name_col = Column {
         name: "Name".into(),
         type_: "string".into(),
@@ -342,19 +450,7 @@ pub fn to_table(rt: &ResourceType, items: &[Value], list_meta: Value, include: &
             if !has_custom_age {
                 cells.push(age(obj));
             }
-            let mut row = json!({"cells": cells});
-            match include {
-                "None" => {}
-                "Object" => row["object"] = obj.clone(),
-                _ => {
-                    row["object"] = json!({
-                        "kind": "PartialObjectMetadata",
-                        "apiVersion": "meta.k8s.io/v1",
-                        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-                    })
-                }
-            }
-            row
+            row(cells, obj, include)
         })
         .collect();
     json!({
@@ -458,6 +554,36 @@ mod tests {
         );
         assert_eq!(t["rows"][0]["cells"][2], "10.96.0.1");
         assert_eq!(t["rows"][0]["cells"][4], "443/TCP");
+    }
+
+    #[test]
+    fn events_of_both_apis_print_the_same_row() {
+        let reg = Registry::with_builtins();
+        let core = reg.get("", "v1", "events").unwrap().clone();
+        let new = reg.get("events.k8s.io", "v1", "events").unwrap().clone();
+        let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "e"}, "type": "Normal", "reason": "Synced", "note": "done",
+            "regarding": {"kind": "ConfigMap", "name": "c"}, "reportingController": "ctrl",
+            "reportingInstance": "ctrl-1", "series": {"count": 3}});
+        let a = to_table(&core, &[crate::event::to_core(&event)], json!({}), "None");
+        let b = to_table(&new, &[event], json!({}), "None");
+        assert_eq!(a, b);
+        let shown: Vec<&str> = a["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["priority"] == 0)
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(
+            shown,
+            vec!["Last Seen", "Type", "Reason", "Object", "Message"]
+        );
+        let cells = &a["rows"][0]["cells"];
+        assert_eq!(cells[3], "configmap/c");
+        assert_eq!(cells[5], "ctrl, ctrl-1");
+        assert_eq!(cells[6], "done");
+        assert_eq!(cells[8], 3);
     }
 
     #[test]
