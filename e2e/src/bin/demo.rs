@@ -1,4 +1,5 @@
-//! `make run`: the safety story on the embedded sandbox, told step by step.
+//! `make run`: the safety story on the embedded sandbox, told step by step (`make run
+//! CLUSTER=real`: the same story on the real control plane).
 //!
 //! Starts the sandbox (no cluster needed), installs the operator from the bundle, applies the
 //! tutorial's sidecar Initializer and nginx Deployment, shows the injected pod, freezes the
@@ -41,7 +42,10 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    say("starting the sandbox and installing the operator from the bundle ...");
+    say(&format!(
+        "starting the {} and installing the operator from the bundle ...",
+        backend_noun()
+    ));
     let env = tokio::select! {
         env = Env::start() => env?,
         _ = tokio::signal::ctrl_c() => {
@@ -58,11 +62,17 @@ async fn main() -> anyhow::Result<()> {
     };
     if let Err(err) = &outcome {
         eprintln!("\ndemo failed: {err:#}");
-        eprintln!("the sandbox is still up for a look (Ctrl-C to stop it):");
+        eprintln!(
+            "the {} is still up for a look (Ctrl-C to stop it):",
+            backend_noun()
+        );
         explain(&env);
         let _ = tokio::signal::ctrl_c().await;
     }
-    say("stopping the sandbox and every process it runs ...");
+    say(&format!(
+        "stopping the {} and every process it runs ...",
+        backend_noun()
+    ));
     env.shutdown().await;
     say("stopped");
     outcome
@@ -229,7 +239,10 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     wait_app_pod(&client, "nginx-after").await?;
     print_pods(&client, APPS_NS).await?;
 
-    step("done: the sandbox keeps running until Ctrl-C");
+    step(&format!(
+        "done: the {} keeps running until Ctrl-C",
+        backend_noun()
+    ));
     explain(env);
     say("  kubectl get initializers");
     say(&format!("  kubectl get pods -n {APPS_NS}"));
@@ -372,4 +385,13 @@ async fn print_pods(client: &Client, namespace: &str) -> anyhow::Result<()> {
         println!("{}", cells.join("   ").trim_end());
     }
     Ok(())
+}
+
+/// What the demo runs on, as the messages name it.
+fn backend_noun() -> &'static str {
+    match std::env::var("E2E_CLUSTER").as_deref() {
+        Ok("real") => "real control plane",
+        Ok("kind") => "cluster",
+        _ => "sandbox",
+    }
 }
