@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated bundle lint fmt docker-build build bench
+.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated bundle lint fmt docker-build build bench
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane. Ctrl-C stops it
@@ -47,20 +47,27 @@ e2e-kind-lint:
 build:
 	$(CARGO) build --workspace --bins
 
-## test: lint, generated-file drift, every test tier (unit, component, e2e on the sandbox and on
-## the real control plane)
-test: lint verify-generated unit e2e e2e-real
+## test: lint, generated-file drift, every test tier (unit, component, API conformance and e2e,
+## each on the sandbox and on the real control plane)
+test: lint verify-generated unit conformance e2e e2e-real
 
 ## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
-## own in `make e2e`, so its timings are not taken while other tests load the machine)
-unit: build
+## own in `make e2e`, so its timings are not taken while other tests load the machine; the
+## conformance suite shares one control plane across its tests, so it runs in one process too)
+unit: build controlplane
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --workspace --no-fail-fast -E 'not binary_id(initializer-e2e::e2e)'
+	$(CARGO) nextest run --workspace --no-fail-fast \
+	  -E 'not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance)'
 else
 	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e
-	$(CARGO) test -p initializer-e2e --lib --bins
+	$(CARGO) test -p initializer-e2e --lib --bins --test controlplane_faults
 endif
 	$(CARGO) test --workspace --doc
+
+## conformance: the API conformance tests (kube-rs and kubectl), one body per test, run on the
+## sandbox and on the real control plane
+conformance: build controlplane
+	$(CARGO) test -p initializer-e2e --test conformance
 
 ## lint: rustfmt and clippy with warnings as errors
 lint:

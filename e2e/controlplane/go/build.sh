@@ -58,7 +58,9 @@ ldflags="-s -w \
 packages=(go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
 for i in "${!tools[@]}"; do
   echo "building ${tools[$i]} v$version" >&2
+  started=$SECONDS
   (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/${tools[$i]}" "${packages[$i]}")
+  echo "built ${tools[$i]} in $((SECONDS - started)) s ($(du -m "$out/${tools[$i]}" | cut -f1) MiB)" >&2
 done
 touch "$out/.complete"
 echo "$out"
