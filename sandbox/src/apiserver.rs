@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::admission::{Admission, Attributes, Operation, Outcome, UserInfo};
 use crate::crd;
+use crate::decode;
 use crate::defaults;
 use crate::error::ApiError;
 use crate::event;
@@ -410,8 +411,10 @@ impl ApiServer {
                         .map(|f| format!("unknown field \"{f}\""))
                         .collect();
                     return Err(ApiError::bad_request(format!(
-                        "strict decoding error: {}",
-                        fields.join(", ")
+                        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                        fields.join(", "),
+                        kind = rt.kind,
+                        version = rt.version,
                     )));
                 }
                 "Ignore" => {}
@@ -490,6 +493,9 @@ impl ApiServer {
         check_kind(rt, &obj)?;
         obj["apiVersion"] = json!(rt.api_version());
         obj["kind"] = json!(rt.kind);
+        if !rt.custom {
+            decode::built_in(&rt.group, &rt.version, &rt.kind, &obj)?;
+        }
         let md = metadata_mut(&mut obj);
         if rt.namespaced {
             let url_ns = ns.unwrap_or("default");
@@ -585,7 +591,11 @@ impl ApiServer {
         }
         md.insert("uid".into(), json!(new_uid()));
         md.insert("creationTimestamp".into(), json!(now()));
-        md.insert("generation".into(), json!(1));
+        if defaults::has_generation(&rt.group, &rt.kind, rt.custom) {
+            md.insert("generation".into(), json!(1));
+        } else {
+            md.remove("generation");
+        }
         if rt.group.is_empty() && rt.kind == "Namespace" {
             let labels = md.entry("labels").or_insert_with(|| json!({}));
             if let Some(l) = labels.as_object_mut() {
@@ -671,7 +681,7 @@ impl ApiServer {
     fn create_default_service_account(&self, namespace: &str) {
         let sa = json!({
             "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": "default", "namespace": namespace, "uid": new_uid(), "creationTimestamp": now(), "generation": 1},
+            "metadata": {"name": "default", "namespace": namespace, "uid": new_uid(), "creationTimestamp": now()},
         });
         // Already there is fine.
         let _ = self.store.create(&ResKey::new("", "serviceaccounts"), sa);
@@ -757,6 +767,36 @@ impl ApiServer {
             }
         }
         md.remove("resourceVersion");
+        if cur_md.get("deletionTimestamp").is_some() {
+            let had = cur_md
+                .get("finalizers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let added: Vec<String> = md
+                .get("finalizers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|f| !had.contains(f))
+                .map(|f| format!("{:?}", f.as_str().unwrap_or_default()))
+                .collect();
+            if !added.is_empty() {
+                let name = cur_md.get("name").and_then(Value::as_str).unwrap_or("");
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    vec![(
+                        "metadata.finalizers".into(),
+                        format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                            added.join(", ")
+                        ),
+                    )],
+                ));
+            }
+        }
         if rt.group.is_empty() && rt.kind == "Namespace" {
             let name = cur_md.get("name").cloned().unwrap_or(Value::Null);
             let labels = md.entry("labels").or_insert_with(|| json!({}));
@@ -808,7 +848,9 @@ impl ApiServer {
             let conditions = current.get("status").cloned();
             obj["status"] = conditions.unwrap_or_else(|| crd::established_status(&obj, &now()));
         }
-        if spec_part(&obj) != spec_part(current) {
+        if spec_part(&obj) != spec_part(current)
+            && defaults::has_generation(&rt.group, &rt.kind, rt.custom)
+        {
             let g = current
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -958,6 +1000,12 @@ impl ApiServer {
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
         check_kind(rt, &body)?;
+        if !rt.custom && body.is_object() {
+            let mut typed = body.clone();
+            typed["apiVersion"] = json!(rt.api_version());
+            typed["kind"] = json!(rt.kind);
+            decode::built_in(&rt.group, &rt.version, &rt.kind, &typed)?;
+        }
         if let Some(body_name) = meta_str(&body, "name")
             && body_name != name
         {
@@ -988,12 +1036,34 @@ impl ApiServer {
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
         if kind == PatchKind::Apply && opts.field_manager.as_deref().is_none_or(str::is_empty) {
-            return Err(ApiError::bad_request(
-                "PATCH, application/apply-patch+yaml requests must include a fieldManager",
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                vec![(
+                    "fieldManager".into(),
+                    "Required value: is required for apply patch".into(),
+                )],
             ));
         }
         if kind == PatchKind::Apply && !body.is_object() {
             return Err(ApiError::bad_request("an apply patch must be an object"));
+        }
+        // kube-apiserver types an apply patch of a custom resource by its schema first, and a
+        // field the schema does not declare fails that, whatever `fieldValidation` says.
+        if kind == PatchKind::Apply
+            && let Some(schema) = rt.schema.as_ref().filter(|_| rt.custom)
+            && let Some(first) = crd::prune(schema, &mut body.clone(), true).first()
+        {
+            return Err(ApiError::new(
+                500,
+                "",
+                format!(
+                    "failed to create typed patch object (/{name}; {}, Kind={}): .{first}: field not declared in schema",
+                    rt.api_version(),
+                    rt.kind
+                ),
+            ));
         }
         if kind == PatchKind::Strategic && rt.custom {
             return Err(ApiError::unsupported_media(
@@ -1459,9 +1529,8 @@ fn conflict_error(rt: &ResourceType, name: &str, conflicts: &[fields::Conflict])
         .iter()
         .map(|c| {
             format!(
-                "conflict with \"{}\" using {}: {}",
-                c.manager,
-                c.api_version,
+                "conflict with {}: {}",
+                c.describe_manager(),
                 fields::display_path(&c.path)
             )
         })
@@ -1477,7 +1546,7 @@ fn conflict_error(rt: &ResourceType, name: &str, conflicts: &[fields::Conflict])
     };
     let causes: Vec<Value> = conflicts
         .iter()
-        .map(|c| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{}\" using {}", c.manager, c.api_version), "field": fields::display_path(&c.path)}))
+        .map(|c| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {}", c.describe_manager()), "field": fields::display_path(&c.path)}))
         .collect();
     ApiError {
         code: 409,

@@ -401,8 +401,8 @@ fn check_rules(
         if cel::Program::uses_old_self(src) && old.is_none() {
             continue;
         }
-        let message = r["message"]
-            .as_str()
+        let given = r["message"].as_str().filter(|m| !m.is_empty());
+        let message = given
             .map(str::to_string)
             .unwrap_or_else(|| format!("failed rule: {src}"));
         let at = match r["fieldPath"].as_str() {
@@ -412,15 +412,25 @@ fn check_rules(
         };
         match cel::compile(src).and_then(|p| p.check(value, old)) {
             Ok(true) => {}
+            // As kube-apiserver words them: the rule's reason picks the error type; an invalid
+            // scalar is shown, an object or list is not.
             Ok(false) => out.push((
                 at,
-                format!("Invalid value: \"{}\": {message}", type_name(value)),
+                match r["reason"].as_str() {
+                    Some("FieldValueForbidden") => format!("Forbidden: {message}"),
+                    Some("FieldValueRequired") => format!("Required value: {message}"),
+                    _ if value.is_object() || value.is_array() => {
+                        format!("Invalid value: {message}")
+                    }
+                    _ => format!("Invalid value: {value}: {message}"),
+                },
             )),
             Err(e) => out.push((
                 at,
                 format!(
-                    "Invalid value: \"{}\": rule evaluation failed for {src:?}: {e}",
-                    type_name(value)
+                    "Invalid value: \"{}\": {e} evaluating rule: {}",
+                    type_name(value),
+                    given.unwrap_or(src)
                 ),
             )),
         }

@@ -3,6 +3,21 @@
 
 use serde_json::{Value, json};
 
+/// Whether objects of a kind carry `metadata.generation`, as kube-apiserver's strategies set it:
+/// custom resources and the built-ins whose spec changes are observed by a controller.
+pub fn has_generation(group: &str, kind: &str, custom: bool) -> bool {
+    custom
+        || matches!(
+            (group, kind),
+            ("", "Pod")
+                | ("apps", _)
+                | ("discovery.k8s.io", "EndpointSlice")
+                | ("policy", "PodDisruptionBudget")
+                | ("admissionregistration.k8s.io", _)
+                | ("apiextensions.k8s.io", "CustomResourceDefinition")
+        )
+}
+
 fn set_if_absent(obj: &mut Value, key: &str, v: Value) {
     if let Some(m) = obj.as_object_mut() {
         m.entry(key.to_string()).or_insert(v);

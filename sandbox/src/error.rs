@@ -113,7 +113,7 @@ impl ApiError {
         };
         let causes: Vec<Value> = causes
             .into_iter()
-            .map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f}))
+            .map(|(f, m)| json!({"reason": cause_reason(&m), "message": m, "field": f}))
             .collect();
         ApiError {
             code: 422,
@@ -210,3 +210,22 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+/// The `StatusCause` reason of a field error, from the way its message starts (the same words
+/// kube-apiserver's `field.Error` types print).
+fn cause_reason(message: &str) -> &'static str {
+    const REASONS: [(&str, &str); 8] = [
+        ("Required value", "FieldValueRequired"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Not found", "FieldValueNotFound"),
+        ("Internal error", "InternalError"),
+    ];
+    REASONS
+        .iter()
+        .find(|(prefix, _)| message.starts_with(prefix))
+        .map_or("FieldValueInvalid", |(_, reason)| reason)
+}

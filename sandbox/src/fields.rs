@@ -551,10 +551,29 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
 pub struct Conflict {
     /// The other manager.
     pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
     /// The API version its entry names.
     pub api_version: String,
+    /// Its subresource (`status`), or empty.
+    pub subresource: String,
     /// The field.
     pub path: Path,
+}
+
+impl Conflict {
+    /// The other manager as kube-apiserver names it in conflict messages: `"name"`, plus
+    /// ` with subresource "status"`, plus ` using VERSION` for an Update entry.
+    pub fn describe_manager(&self) -> String {
+        let mut out = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            out.push_str(&format!(" with subresource {:?}", self.subresource));
+        }
+        if self.operation == "Update" {
+            out.push_str(&format!(" using {}", self.api_version));
+        }
+        out
+    }
 }
 
 /// Inputs of one server-side apply.
@@ -620,7 +639,9 @@ pub fn apply(
             if value_at(shape, live, p) != value_at(shape, &applied, p) {
                 conflicts.push(Conflict {
                     manager: e.manager.clone(),
+                    operation: e.operation.clone(),
                     api_version: e.api_version.clone(),
+                    subresource: e.subresource.clone(),
                     path: p.clone(),
                 });
             }

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod apiserver;
 pub mod cel;
 pub mod crd;
+pub mod decode;
 pub mod defaults;
 pub mod discovery;
 pub mod error;

@@ -183,6 +183,8 @@ fn merge_list(
         ListType::Map(keys) => {
             // Strategic merge identifies elements by the first (declared) merge key only.
             let key = keys.first().cloned().unwrap_or_default();
+            let server_order: Vec<Option<Value>> =
+                target.iter().map(|t| t.get(&key).cloned()).collect();
             for item in items {
                 let id = item.get(&key).cloned();
                 let pos = id
@@ -208,9 +210,45 @@ fn merge_list(
                     }
                 }
             }
+            let patch_order: Vec<Option<Value>> =
+                items.iter().map(|i| i.get(&key).cloned()).collect();
+            *target = element_order(std::mem::take(target), &key, &patch_order, &server_order);
         }
     }
     Ok(())
+}
+
+/// The order kube-apiserver gives a merged list (`normalizeElementOrder`): the elements the
+/// patch names, in the patch's order, with the server-only elements inserted among them by
+/// their order in the live list (so a new element goes before the old ones it does not follow).
+fn element_order(
+    merged: Vec<Value>,
+    key: &str,
+    patch_order: &[Option<Value>],
+    server_order: &[Option<Value>],
+) -> Vec<Value> {
+    let id = |v: &Value| v.get(key).cloned();
+    let (mut patched, server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|v| patch_order.contains(&id(v)));
+    patched.sort_by_key(|v| patch_order.iter().position(|p| *p == id(v)));
+    let index = |v: &Value| server_order.iter().position(|s| *s == id(v));
+    let mut out = Vec::with_capacity(patched.len() + server_only.len());
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        patched.into_iter().peekable(),
+    );
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!((index(l), index(r)), (Some(li), Some(ri)) if li < ri),
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        out.extend(next);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -230,6 +268,28 @@ mod tests {
         assert_eq!(cs.len(), 2);
         assert_eq!(cs[0]["image"], "z");
         assert_eq!(cs[0]["env"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn strategic_merge_puts_new_elements_first_as_kube_apiserver_does() {
+        let mut pod = json!({"spec": {"containers": [{"name": "a", "env": [
+            {"name": "A", "value": "1"}, {"name": "C", "value": "3"}
+        ]}]}});
+        let patch = json!({"spec": {"containers": [{"name": "a", "env": [
+            {"name": "B", "value": "2"}, {"name": "C", "value": "4"}
+        ]}]}});
+        strategic(&mut pod, &patch).unwrap();
+        let names: Vec<&str> = pod["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["B", "A", "C"]);
+        let mut pod = json!({"spec": {"containers": [{"name": "a", "env": [{"name": "A"}]}]}});
+        let patch = json!({"spec": {"containers": [{"name": "a", "env": [{"name": "B"}]}]}});
+        strategic(&mut pod, &patch).unwrap();
+        assert_eq!(pod["spec"]["containers"][0]["env"][0]["name"], "B");
     }
 
     #[test]

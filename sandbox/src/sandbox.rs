@@ -323,6 +323,12 @@ impl SandboxHandle {
         self.api.faults.clear()
     }
 
+    /// Forgets the change history, as an etcd compaction does: a watch from any earlier
+    /// resourceVersion then gets 410 `Expired`.
+    pub fn compact_history(&self) {
+        self.api.store.compact()
+    }
+
     /// Ends every open watch stream.
     pub fn drop_watches(&self) {
         self.api.faults.drop_watches()

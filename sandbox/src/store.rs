@@ -322,6 +322,11 @@ impl Store {
         ))
     }
 
+    /// Drops every recorded change: watches can resume only from the current version on.
+    pub fn compact(&self) {
+        self.inner.write().history.clear();
+    }
+
     /// Changes after `rv` from history plus a receiver of later ones, atomically.
     pub fn watch_from(&self, rv: u64) -> WatchStart {
         let inner = self.inner.read();

@@ -416,10 +416,12 @@ pub fn to_table(rt: &ResourceType, items: &[Value], list_meta: Value, include: &
         priority: 0,
         description: "CreationTimestamp of the object.".into(),
     };
+    // A CRD's additionalPrinterColumns replace the default Age column.
     let has_custom_age = rt
         .columns
         .iter()
-        .any(|c| c.name.eq_ignore_ascii_case("age"));
+        .any(|c| c.name.eq_ignore_ascii_case("age"))
+        || (rt.custom && !rt.columns.is_empty());
     let builtin_defs = items
         .first()
         .and_then(|o| builtin_cells(rt, o))
