@@ -1,0 +1,375 @@
+//! The sandbox answers to the real thing: one set of API-behaviour tests, run against the
+//! embedded sandbox and against the real control plane (etcd, kube-apiserver and
+//! kube-controller-manager from the Go modules, `initializer-controlplane`).
+//!
+//! Every body is an `async fn(&Target) -> anyhow::Result<()>` that states Kubernetes behaviour
+//! through kube-rs or kubectl, in a namespace of its own and with unique names for anything
+//! cluster-scoped. The runner runs each body on a fresh in-process sandbox, then starts ONE
+//! control plane and runs each body there, printing `test NAME (sandbox) ... ok` and
+//! `test NAME (real) ... ok` lines and a libtest-style summary.
+//!
+//! `cargo build -p initializer-node && cargo test -p initializer-e2e --test conformance`;
+//! `E2E_CONFORMANCE=sandbox` or `=real` runs one backend; filters, `--exact`, `--skip` and
+//! `--list` work as with any test binary. The real backend needs root (a network namespace) and
+//! the Go build (`make controlplane`); when it cannot start, every body fails with its error.
+//!
+//! What only the sandbox has (faults, `view()`, snapshots, startup time, pod logs from the state
+//! directory, bookmark interval) stays in `sandbox/tests/api_conformance.rs`. The differences this
+//! suite found are listed in `sandbox/README.md`, "Differences from kube-apiserver".
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod apply;
+mod crd;
+mod deletion;
+mod events;
+mod kubectl;
+mod objects;
+mod support;
+mod target;
+mod watch;
+
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
+use initializer_e2e::paths;
+use initializer_e2e::runner::{Args, Scenario};
+use initializer_sandbox::{Sandbox, SandboxConfig};
+use target::{Backend, History, Target};
+
+/// A body: Kubernetes behaviour stated against a target.
+type Run = for<'a> fn(&'a Target) -> BoxFuture<'a, anyhow::Result<()>>;
+
+/// One named body.
+struct Body {
+    name: &'static str,
+    run: Run,
+}
+
+macro_rules! body {
+    ($module:ident :: $name:ident) => {
+        Body {
+            name: stringify!($name),
+            run: |t| $module::$name(t).boxed(),
+        }
+    };
+}
+
+const BODIES: &[Body] = &[
+    body!(objects::default_namespaces_exist_with_their_name_label),
+    body!(objects::kube_rs_discovery_finds_builtin_groups),
+    body!(objects::created_objects_get_uid_timestamp_and_resource_version),
+    body!(objects::generation_is_kept_only_by_kinds_that_define_it),
+    body!(objects::generate_name_makes_unique_names),
+    body!(objects::creating_an_existing_name_is_already_exists),
+    body!(objects::getting_a_missing_object_is_not_found_with_a_status_body),
+    body!(objects::creating_in_a_missing_namespace_is_not_found),
+    body!(objects::replacing_with_a_stale_resource_version_is_a_conflict),
+    body!(objects::label_selectors_support_every_operator),
+    body!(objects::field_selectors_filter_by_name_and_namespace),
+    body!(objects::lists_page_with_limit_and_continue),
+    body!(objects::dry_run_writes_answer_like_real_ones_and_store_nothing),
+    body!(objects::the_kubeconfig_file_gives_a_working_client),
+    body!(objects::unknown_resources_and_methods_get_status_errors),
+    body!(objects::methods_a_url_does_not_support_are_method_not_allowed),
+    body!(objects::delete_collection_removes_only_selected_objects),
+    body!(objects::malformed_bodies_are_bad_requests_and_change_nothing),
+    body!(objects::metadata_only_lists_and_watches_serve_partial_object_metadata),
+    body!(objects::table_output_has_the_kinds_columns),
+    body!(objects::the_scale_subresource_reads_and_sets_replicas),
+    body!(watch::watch_resumes_after_a_resource_version),
+    body!(watch::watch_from_a_forgotten_version_is_gone),
+    body!(watch::streaming_lists_end_their_initial_events_with_a_bookmark),
+    body!(watch::watch_reports_objects_leaving_a_label_selector_as_deleted),
+    body!(watch::streaming_list_watchers_get_initial_events_then_changes),
+    body!(apply::merge_json_and_strategic_patches_apply),
+    body!(apply::a_failing_json_patch_test_is_rejected_and_changes_nothing),
+    body!(apply::server_side_apply_creates_and_removes_fields_the_manager_drops),
+    body!(apply::server_side_apply_conflicts_unless_forced),
+    body!(apply::server_side_apply_without_field_manager_is_invalid),
+    body!(apply::server_side_apply_to_the_status_subresource_touches_only_status),
+    body!(apply::generation_moves_on_spec_changes_only),
+    body!(apply::status_subresource_writes_only_status_and_main_writes_ignore_status),
+    body!(apply::reapplying_the_same_configuration_stores_nothing_new),
+    body!(apply::apply_creating_a_namespace_behaves_like_a_create),
+    body!(deletion::finalizers_hold_deletion_until_removed),
+    body!(deletion::garbage_collection_deletes_dependents_of_a_deleted_owner),
+    body!(deletion::foreground_deletion_removes_dependents_before_the_owner),
+    body!(deletion::orphan_deletion_keeps_dependents_and_strips_their_owner_reference),
+    body!(deletion::deleting_a_namespace_deletes_its_contents_then_itself),
+    body!(crd::a_crd_serves_its_resource_with_defaults_status_and_established_condition),
+    body!(crd::a_crd_schema_rejects_invalid_objects_as_invalid),
+    body!(crd::cel_validation_refusals_are_invalid_with_the_rule_message),
+    body!(crd::cel_transition_rules_compare_with_the_old_object),
+    body!(crd::deleting_a_crd_removes_its_objects_and_its_endpoint),
+    body!(crd::every_served_crd_version_reads_the_same_objects),
+    body!(crd::strict_field_validation_refuses_unknown_fields_of_custom_resources),
+    body!(crd::crd_tables_show_printer_columns),
+    body!(events::events_written_through_either_api_are_read_through_both),
+    body!(events::event_field_selectors_name_the_fields_of_the_version_asked_for),
+    body!(events::kubectl_shows_events_of_both_apis_in_get_and_describe),
+    body!(kubectl::kubectl_applies_server_side_and_gets_crd_printer_columns),
+    body!(kubectl::kubectl_server_side_apply_reports_conflicts_and_forces_them),
+    body!(kubectl::kubectl_creates_gets_and_deletes),
+    body!(kubectl::kubectl_patches_with_merge_json_and_strategic_and_scales),
+    body!(kubectl::kubectl_waits_for_a_condition_set_later),
+    body!(kubectl::kubectl_create_dry_run_server_stores_nothing),
+    body!(kubectl::kubectl_lists_api_resources_from_discovery),
+];
+
+/// The longest one body may run.
+const BODY_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Args::selects works on scenarios; a body is selected by the same rules.
+fn as_scenario(body: &Body) -> Scenario {
+    Scenario::new(body.name, |_| futures::future::ready(Ok(())).boxed())
+}
+
+fn backends() -> anyhow::Result<Vec<Backend>> {
+    match std::env::var("E2E_CONFORMANCE").as_deref() {
+        Err(_) | Ok("") | Ok("both") => Ok(vec![Backend::Sandbox, Backend::Real]),
+        Ok("sandbox") => Ok(vec![Backend::Sandbox]),
+        Ok("real") => Ok(vec![Backend::Real]),
+        Ok(other) => anyhow::bail!("E2E_CONFORMANCE={other}: expected sandbox, real or both"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse(std::env::args().skip(1));
+    let selected: Vec<&Body> = BODIES
+        .iter()
+        .filter(|b| args.selects(&as_scenario(b)))
+        .collect();
+    let backends = match backends() {
+        Ok(b) => b,
+        Err(err) => {
+            eprintln!("conformance: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.list {
+        for body in &selected {
+            println!("{}: test", body.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("E2E_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("conformance: failed to start the tokio runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(&selected, &backends))
+}
+
+/// One result line's outcome.
+struct Outcome {
+    name: String,
+    failure: Option<String>,
+}
+
+async fn run(selected: &[&Body], backends: &[Backend]) -> ExitCode {
+    let started = Instant::now();
+    let total = selected.len() * backends.len();
+    println!(
+        "\nrunning {total} test{}",
+        if total == 1 { "" } else { "s" }
+    );
+    let mut outcomes = Vec::new();
+    for &backend in backends {
+        if selected.is_empty() {
+            break;
+        }
+        match backend {
+            Backend::Sandbox => run_on_sandboxes(selected, &mut outcomes).await,
+            Backend::Real => run_on_real(selected, &mut outcomes).await,
+        }
+    }
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.failure.is_some()).collect();
+    if !failed.is_empty() {
+        println!("\nfailures:");
+        for outcome in &failed {
+            println!(
+                "\n---- {} ----\n{}",
+                outcome.name,
+                outcome.failure.as_deref().unwrap_or_default()
+            );
+        }
+        println!("\nfailures:");
+        for outcome in &failed {
+            println!("    {}", outcome.name);
+        }
+    }
+    let passed = outcomes.len() - failed.len();
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed; 0 ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len(),
+        (BODIES.len() - selected.len()) * backends.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(101)
+    }
+}
+
+fn report(body: &Body, backend: Backend, result: Result<(), String>, outcomes: &mut Vec<Outcome>) {
+    let name = format!("{} ({})", body.name, backend.label());
+    match &result {
+        Ok(()) => println!("test {name} ... ok"),
+        Err(message) => {
+            println!("test {name} ... FAILED");
+            eprintln!("---- {name} ----\n{message}\n");
+        }
+    }
+    outcomes.push(Outcome {
+        name,
+        failure: result.err(),
+    });
+}
+
+/// Each body on a sandbox of its own (they start in milliseconds).
+async fn run_on_sandboxes(selected: &[&Body], outcomes: &mut Vec<Outcome>) {
+    for body in selected {
+        let result = on_fresh_sandbox(body).await.map_err(|e| format!("{e:#}"));
+        report(body, Backend::Sandbox, result.and_then(|r| r), outcomes);
+    }
+}
+
+async fn on_fresh_sandbox(body: &Body) -> anyhow::Result<Result<(), String>> {
+    let dir = tempfile::Builder::new()
+        .prefix("initializer-conformance-sandbox")
+        .tempdir()
+        .context("failed to create the sandbox's state directory")?;
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.workloads = false;
+    let handle = Sandbox::start(config)
+        .await
+        .context("failed to start the sandbox")?;
+    let history = History::Sandbox(handle.api());
+    let result = run_body(
+        body,
+        handle.client(),
+        handle.kubeconfig_path().to_path_buf(),
+        history,
+    )
+    .await;
+    handle.shutdown().await;
+    Ok(result)
+}
+
+/// Every body on one real control plane; when it cannot start, every body fails with why.
+async fn run_on_real(selected: &[&Body], outcomes: &mut Vec<Outcome>) {
+    let state = match start_real().await {
+        Ok(state) => state,
+        Err(err) => {
+            let message = format!("the real control plane did not start: {err:#}");
+            for body in selected {
+                report(body, Backend::Real, Err(message.clone()), outcomes);
+            }
+            return;
+        }
+    };
+    let (plane, _state_dir) = state;
+    for body in selected {
+        let history = History::Real {
+            netns: plane.netns().to_string(),
+        };
+        let failed_plane = plane.check().err();
+        let result = match failed_plane {
+            Some(err) => Err(format!("the control plane is down: {err}")),
+            None => {
+                run_body(
+                    body,
+                    plane.client(),
+                    plane.kubeconfig_path().to_path_buf(),
+                    history,
+                )
+                .await
+            }
+        };
+        report(body, Backend::Real, result, outcomes);
+    }
+    plane.shutdown().await;
+}
+
+async fn start_real() -> anyhow::Result<(ControlPlane, tempfile::TempDir)> {
+    let mut state_dir = tempfile::Builder::new()
+        .prefix("initializer-conformance-real")
+        .tempdir()
+        .context("failed to create the control plane's state directory")?;
+    if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
+        state_dir.disable_cleanup(true);
+        eprintln!(
+            "conformance: keeping the control plane's state directory {}",
+            state_dir.path().display()
+        );
+    }
+    let mut config = ControlPlaneConfig::new(
+        state_dir.path().join("cluster"),
+        paths::binary(initializer_e2e::real::NODE_BINARY)?,
+    );
+    config.target_dir = paths::target_dir();
+    let plane = ControlPlane::start(config)
+        .await
+        .context("failed to start the real control plane")?;
+    eprintln!(
+        "conformance: Kubernetes v{} ready after {:.2}s",
+        plane.version(),
+        plane.startup().cluster_ready.as_secs_f64()
+    );
+    Ok((plane, state_dir))
+}
+
+/// Prepares the body's namespace, runs the body (a panic or a timeout is a failure), then
+/// cleans up whatever happened.
+async fn run_body(
+    body: &Body,
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    history: History,
+) -> Result<(), String> {
+    let target = Target::prepare(client, &kubeconfig, history, body.name)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let run = AssertUnwindSafe((body.run)(&target)).catch_unwind();
+    let result = match tokio::time::timeout(BODY_TIMEOUT, run).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(err))) => Err(format!("{err:#}")),
+        Ok(Err(panic)) => Err(panic_message(panic)),
+        Err(_) => Err(format!("the body took over {}s", BODY_TIMEOUT.as_secs())),
+    };
+    for warning in target.cleanup().await {
+        eprintln!("conformance: cleanup after {}: {warning}", body.name);
+    }
+    result
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        format!("panicked: {message}")
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        format!("panicked: {message}")
+    } else {
+        "panicked".to_string()
+    }
+}
