@@ -1,20 +1,24 @@
 //! Reconcile tests: the real operator (`run_with`: controller, supervisor, leader election)
-//! against the sandbox, deploying a real SDK-built initializer (examples/test_initializer.rs)
-//! as local processes, and registering, deregistering and cleaning up for real.
+//! deploying a real SDK-built initializer (examples/test_initializer.rs) as local processes, and
+//! registering, deregistering and cleaning up for real. Each test has one body and runs twice:
+//! on the sandbox (`<test>::on_sandbox`) and on the real control plane, kube-apiserver and
+//! kube-controller-manager from the Go modules (`<test>::on_real`; see `support`).
 
 // Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::panic)]
+
+mod support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use futures::future::BoxFuture;
 use initializer_crds::constants::{
     EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, TIMEOUT_SECONDS_ENV,
 };
 use initializer_crds::{Initializer, Phase};
 use initializer_operator::run::{RunArgs, run_with};
-use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -22,10 +26,50 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::json;
+use support::{Backend, TestCluster};
 use tokio_util::sync::CancellationToken;
 
 const NS: &str = "initializer-system";
+const IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
 const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
+
+/// Generates, for each test body `async fn name(cluster: &TestCluster)`, the tests
+/// `name::on_sandbox` and `name::on_real`.
+macro_rules! on_both_backends {
+    ($($test:ident),+ $(,)?) => {$(
+        mod $test {
+            use super::{Backend, run};
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_sandbox() {
+                run(Backend::Sandbox, |cluster| Box::pin(super::$test(cluster))).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_real() {
+                run(Backend::Real, |cluster| Box::pin(super::$test(cluster))).await;
+            }
+        }
+    )+};
+}
+
+on_both_backends!(
+    an_initializer_is_registered_when_answering_removed_when_frozen_and_cleaned_up_on_delete,
+    a_refused_spec_is_marked_invalid_and_never_registered,
+    a_managed_configuration_without_an_initializer_is_removed,
+    losing_every_ready_endpoint_deregisters_without_waiting_for_probes,
+    a_second_replica_takes_over_when_the_leader_stops,
+    a_workload_that_cannot_be_deployed_is_reported_in_the_status,
+);
+
+/// Runs one test body on `backend`, with the test initializer as the guard's image.
+async fn run<F>(backend: Backend, body: F)
+where
+    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
+{
+    initializer_operator::run::init_tracing(false);
+    support::run(backend, &[(IMAGE_REPOSITORY, test_initializer())], body).await;
+}
 
 #[derive(Parser)]
 struct Cli {
@@ -33,37 +77,51 @@ struct Cli {
     run: RunArgs,
 }
 
-struct Env {
-    sandbox: SandboxHandle,
-    client: Client,
+/// One operator replica running in this process; stopped when dropped, so a failing test stops
+/// it before its cluster goes.
+struct Operator {
     stop: CancellationToken,
-    _dir: tempfile::TempDir,
 }
 
+impl Operator {
+    /// Starts a replica with leader election and a 3 s lease, as pod `pod_name`.
+    fn spawn(client: &Client, pod_name: &str) -> Self {
+        let stop = CancellationToken::new();
+        let cli = Cli::parse_from([
+            "run",
+            "--namespace",
+            NS,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--leader-election",
+            "--lease-duration-seconds",
+            "3",
+            "--pod-name",
+            pod_name,
+        ]);
+        tokio::spawn(run_with(client.clone(), cli.run, stop.clone()));
+        Self { stop }
+    }
+
+    fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The SDK-built initializer the guard's image maps to (examples/test_initializer.rs).
 fn test_initializer() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let debug = exe.parent().unwrap().parent().unwrap();
-    let path = debug.join("examples").join("test_initializer");
-    assert!(path.exists(), "{} is built by cargo test", path.display());
-    path
+    support::built("initializer-operator", "--example", "test_initializer").unwrap()
 }
 
-async fn start() -> Env {
-    initializer_operator::run::init_tracing(false);
-    let dir = tempfile::tempdir().unwrap();
-    let map = dir.path().join("images.yaml");
-    std::fs::write(
-        &map,
-        format!(
-            "ghcr.io/initializer-dev/secret-guard-initializer: {}\n",
-            test_initializer().display()
-        ),
-    )
-    .unwrap();
-    let mut config = SandboxConfig::new(dir.path().join("state"));
-    config.image_map = Some(map);
-    let sandbox = Sandbox::start(config).await.unwrap();
-    let client = sandbox.client();
+/// Installs the CRD and the operator's namespace, and starts one operator replica.
+async fn start(cluster: &TestCluster) -> (Client, Operator) {
+    let client = cluster.client();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &Initializer::crd())
         .await
@@ -82,26 +140,8 @@ async fn start() -> Env {
         async move { api.list(&ListParams::default()).await.is_ok() }
     })
     .await;
-    let stop = CancellationToken::new();
-    let cli = Cli::parse_from([
-        "run",
-        "--namespace",
-        NS,
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--leader-election",
-        "--lease-duration-seconds",
-        "3",
-        "--pod-name",
-        "operator-test-0",
-    ]);
-    tokio::spawn(run_with(client.clone(), cli.run, stop.clone()));
-    Env {
-        sandbox,
-        client,
-        stop,
-        _dir: dir,
-    }
+    let operator = Operator::spawn(&client, "operator-test-0");
+    (client, operator)
 }
 
 async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
@@ -190,11 +230,10 @@ fn short_secret(name: &str) -> Secret {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cleaned_up_on_delete()
-{
-    let env = start().await;
-    let client = env.client.clone();
+async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cleaned_up_on_delete(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
     let api: Api<Initializer> = Api::all(client.clone());
     api.create(&PostParams::default(), &guard("guard"))
         .await
@@ -306,8 +345,7 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
         .unwrap()
         .items
         .remove(0);
-    let workloads = env.sandbox.workloads().unwrap();
-    workloads.freeze(NS, &pod.name_any()).await.unwrap();
+    cluster.freeze(NS, &pod.name_any()).await.unwrap();
     let took = wait_for(
         "deregistration after a freeze",
         Duration::from_secs(20),
@@ -333,7 +371,7 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
     assert!(events_with_reason(&client, "Deregistered").await >= 1);
 
     // Thaw: registered again after enough good probes.
-    workloads.thaw(NS, &pod.name_any()).await.unwrap();
+    cluster.thaw(NS, &pod.name_any()).await.unwrap();
     wait_for(
         "registration after the thaw",
         Duration::from_secs(60),
@@ -404,14 +442,10 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
     )
     .await;
     assert!(configuration(&client, "initializer-guard").await.is_none());
-    env.stop.cancel();
-    env.sandbox.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_spec_is_marked_invalid_and_never_registered() {
-    let env = start().await;
-    let client = env.client.clone();
+async fn a_refused_spec_is_marked_invalid_and_never_registered(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
     let api: Api<Initializer> = Api::all(client.clone());
     let mut bad = guard("bad");
     bad.spec.namespaces = Some(initializer_crds::NamespaceScope {
@@ -446,14 +480,10 @@ async fn a_refused_spec_is_marked_invalid_and_never_registered() {
             .is_none(),
         "nothing is deployed for a refused spec"
     );
-    env.stop.cancel();
-    env.sandbox.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_managed_configuration_without_an_initializer_is_removed() {
-    let env = start().await;
-    let client = env.client.clone();
+async fn a_managed_configuration_without_an_initializer_is_removed(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let orphan: MutatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {
@@ -482,14 +512,10 @@ async fn a_managed_configuration_without_an_initializer_is_removed() {
     })
     .await;
     assert!(configuration(&client, "someone-elses").await.is_some());
-    env.stop.cancel();
-    env.sandbox.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes() {
-    let env = start().await;
-    let client = env.client.clone();
+async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
     let api: Api<Initializer> = Api::all(client.clone());
     let mut fast = guard("fast");
     // Probes every 10 s with two failures needed: only the endpoints can remove it within 5 s.
@@ -512,12 +538,7 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes() {
         .unwrap()
         .items
         .remove(0);
-    env.sandbox
-        .workloads()
-        .unwrap()
-        .kill(NS, &pod.name_any())
-        .await
-        .unwrap();
+    cluster.kill(NS, &pod.name_any()).await.unwrap();
     let took = wait_for(
         "deregistration after the kill",
         Duration::from_secs(5),
@@ -542,28 +563,11 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes() {
                     .is_some_and(|n| n.contains("ready endpoint"))),
         "the removal should be attributed to the endpoints"
     );
-    env.stop.cancel();
-    env.sandbox.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_replica_takes_over_when_the_leader_stops() {
-    let env = start().await;
-    let client = env.client.clone();
-    let second_stop = CancellationToken::new();
-    let cli = Cli::parse_from([
-        "run",
-        "--namespace",
-        NS,
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--leader-election",
-        "--lease-duration-seconds",
-        "3",
-        "--pod-name",
-        "operator-test-1",
-    ]);
-    tokio::spawn(run_with(client.clone(), cli.run, second_stop.clone()));
+async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster) {
+    let (client, first_replica) = start(cluster).await;
+    let second_replica = Operator::spawn(&client, "operator-test-1");
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), NS);
     let holder = || {
@@ -594,9 +598,9 @@ async fn a_second_replica_takes_over_when_the_leader_stops() {
     })
     .await;
     if first == "operator-test-0" {
-        env.stop.cancel();
+        first_replica.stop();
     } else {
-        second_stop.cancel();
+        second_replica.stop();
     }
     let took = wait_for("the other replica to lead", Duration::from_secs(15), || {
         let h = holder();
@@ -608,15 +612,10 @@ async fn a_second_replica_takes_over_when_the_leader_stops() {
     // The new leader adopts the registration instead of removing a healthy initializer.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(configuration(&client, "initializer-led").await.is_some());
-    env.stop.cancel();
-    second_stop.cancel();
-    env.sandbox.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status() {
-    let env = start().await;
-    let client = env.client.clone();
+async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
     let api: Api<Initializer> = Api::all(client.clone());
     let mut lost = guard("lost");
     lost.spec.namespace = Some("no-such-namespace".into());
@@ -652,6 +651,4 @@ async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status() {
         }
     })
     .await;
-    env.stop.cancel();
-    env.sandbox.shutdown().await;
 }

@@ -1,0 +1,347 @@
+//! The cluster a component test runs against, behind one type so that each test has one body:
+//! the sandbox (our embedded API server, pods run by the node agent in-process) or the real
+//! control plane (etcd, kube-apiserver and kube-controller-manager built from the Go modules, in
+//! a network namespace, with the node agent `initializer-node` as the kubelet).
+//!
+//! [`run`] starts the cluster, runs the body, and shuts the cluster down whether the body passed
+//! or panicked, so no control-plane process outlives a failed test. On the real control plane a
+//! failing test keeps the state directory (the components' logs are under `logs/`) and says where.
+//!
+//! Pods are frozen, thawed and killed on the node in both cases: the sandbox's node agent signals
+//! the pod's process groups itself; on the real control plane the node agent reports each
+//! container's process group as its id (`process://<pgid>`), and the test signals that group
+//! (the namespace separates networks, not processes), as `e2e/src/real.rs` does.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+
+use anyhow::{Context, bail};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
+use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client};
+
+/// Which API server and controllers a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Our embedded API server with its built-in controllers (`initializer-sandbox`).
+    Sandbox,
+    /// kube-apiserver and kube-controller-manager from the Go modules (`initializer-controlplane`).
+    Real,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sandbox => "sandbox",
+            Backend::Real => "real control plane",
+        })
+    }
+}
+
+/// What is done to a pod's processes.
+#[derive(Clone, Copy, Debug)]
+enum PodSignal {
+    Freeze,
+    Thaw,
+    Kill,
+}
+
+impl PodSignal {
+    fn verb(self) -> &'static str {
+        match self {
+            PodSignal::Freeze => "freeze",
+            PodSignal::Thaw => "thaw",
+            PodSignal::Kill => "kill",
+        }
+    }
+}
+
+/// A running cluster with a cluster-admin client.
+pub struct TestCluster {
+    client: Client,
+    plane: Plane,
+    // Removed after the cluster has stopped, unless a failing test keeps it.
+    dir: tempfile::TempDir,
+}
+
+enum Plane {
+    Sandbox(SandboxHandle),
+    Real(ControlPlane),
+}
+
+impl TestCluster {
+    /// Starts `backend` with an image map of `images` (image repository → executable).
+    pub async fn start(backend: Backend, images: &[(&str, PathBuf)]) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("initializer-operator-test")
+            .tempdir()
+            .context("failed to create the cluster's state directory")?;
+        let map = dir.path().join("images.yaml");
+        let body: String = images
+            .iter()
+            .map(|(image, path)| format!("{image}: {}\n", path.display()))
+            .collect();
+        std::fs::write(&map, body).with_context(|| format!("failed to write {}", map.display()))?;
+        let state = dir.path().join("state");
+        let plane = match backend {
+            Backend::Sandbox => {
+                let mut config = SandboxConfig::new(state);
+                config.image_map = Some(map);
+                let sandbox = Sandbox::start(config)
+                    .await
+                    .context("failed to start the sandbox")?;
+                Plane::Sandbox(sandbox)
+            }
+            Backend::Real => {
+                let mut config = ControlPlaneConfig::new(state, node_binary()?);
+                config.image_map = Some(map);
+                let plane = ControlPlane::start(config)
+                    .await
+                    .context("failed to start the real control plane")?;
+                let startup = plane.startup();
+                eprintln!(
+                    "Kubernetes v{} in network namespace {}: node ready after {:.2}s",
+                    plane.version(),
+                    plane.netns(),
+                    startup.cluster_ready.as_secs_f64()
+                );
+                Plane::Real(plane)
+            }
+        };
+        let client = match &plane {
+            Plane::Sandbox(sandbox) => sandbox.client(),
+            Plane::Real(plane) => plane.client(),
+        };
+        Ok(Self { client, plane, dir })
+    }
+
+    /// A cluster-admin client.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Stops every process of the pod (SIGSTOP): it stays Running and stops answering.
+    pub async fn freeze(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        self.signal(namespace, name, PodSignal::Freeze).await
+    }
+
+    /// Resumes a frozen pod (SIGCONT).
+    pub async fn thaw(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        self.signal(namespace, name, PodSignal::Thaw).await
+    }
+
+    /// Kills the pod's processes (SIGKILL); its restart policy then applies.
+    pub async fn kill(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        self.signal(namespace, name, PodSignal::Kill).await
+    }
+
+    async fn signal(&self, namespace: &str, name: &str, signal: PodSignal) -> anyhow::Result<()> {
+        match &self.plane {
+            Plane::Sandbox(sandbox) => {
+                let workloads = sandbox
+                    .workloads()
+                    .context("the sandbox runs no workloads (no image map)")?;
+                match signal {
+                    PodSignal::Freeze => workloads.freeze(namespace, name).await,
+                    PodSignal::Thaw => workloads.thaw(namespace, name).await,
+                    PodSignal::Kill => workloads.kill(namespace, name).await,
+                }
+            }
+            Plane::Real(_) => {
+                let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
+                    .get(name)
+                    .await
+                    .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
+                let groups = process_groups(&pod);
+                if groups.is_empty() {
+                    bail!(
+                        "failed to {} pod {namespace}/{name}: no container is running",
+                        signal.verb()
+                    );
+                }
+                for pgid in groups {
+                    signal_group(pgid, signal).with_context(|| {
+                        format!("failed to {} pod {namespace}/{name}", signal.verb())
+                    })?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Stops the cluster and every pod. `keep_state` keeps the state directory (logs, pods'
+    /// files) of the real control plane for a failing test, and prints where it is.
+    pub async fn shutdown(self, keep_state: bool) {
+        match self.plane {
+            Plane::Sandbox(sandbox) => sandbox.shutdown().await,
+            Plane::Real(plane) => {
+                plane.shutdown().await;
+                if keep_state {
+                    let kept = self.dir.keep();
+                    eprintln!(
+                        "kept the real control plane's state directory {} (logs/, node/)",
+                        kept.join("state").display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Starts a cluster on `backend` with `images`, runs `body` on it, and shuts it down whether
+/// the body passed or panicked; then passes the panic on. A cluster that cannot start fails the
+/// test with the cluster's error: the real control plane is never skipped.
+pub async fn run<F>(backend: Backend, images: &[(&str, PathBuf)], body: F)
+where
+    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
+{
+    let started = std::time::Instant::now();
+    let cluster = match TestCluster::start(backend, images).await {
+        Ok(cluster) => cluster,
+        Err(err) => panic!("{err:#}"),
+    };
+    let outcome = AssertUnwindSafe(body(&cluster)).catch_unwind().await;
+    cluster.shutdown(outcome.is_err()).await;
+    // The harness names the thread after the test: `--nocapture` then gives per-test durations.
+    eprintln!(
+        "{}: {:.1}s on the {backend}",
+        std::thread::current().name().unwrap_or("test"),
+        started.elapsed().as_secs_f64()
+    );
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The node agent, `target/<profile>/initializer-node`.
+fn node_binary() -> anyhow::Result<PathBuf> {
+    built("initializer-node", "--bin", "initializer-node")
+}
+
+/// The executable of target `name` (`--bin` or `--example`) of `package`, built into the target
+/// directory and profile this test was built with, once per test process.
+///
+/// `cargo test --test <name>` builds neither examples nor other packages' binaries, and a binary
+/// left from an earlier `cargo build` may be stale; building here (a no-op when up to date) makes
+/// every test run what the sources say. The build lock is free while tests run, so this does not
+/// wait on the `cargo test` that started us.
+pub fn built(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
+    static BUILT: Mutex<BTreeMap<String, Result<PathBuf, String>>> = Mutex::new(BTreeMap::new());
+    let key = format!("{package} {kind} {name}");
+    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+    let result = built
+        .entry(key)
+        .or_insert_with(|| cargo_build(package, kind, name).map_err(|e| format!("{e:#}")));
+    result.clone().map_err(anyhow::Error::msg)
+}
+
+fn cargo_build(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("failed to find the test executable")?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("the test executable is not under target/<profile>/deps")?;
+    let target_dir = profile_dir
+        .parent()
+        .context("the test executable is not under target/<profile>/deps")?;
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev",
+        Some(other) => other,
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("the operator's manifest has no parent directory")?;
+    let mut command = Command::new(&cargo);
+    command
+        .args([
+            "build",
+            "--quiet",
+            "--package",
+            package,
+            kind,
+            name,
+            "--profile",
+            profile,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(workspace);
+    // Cargo gives the test the variables it sets for the operator's crate (CARGO_MANIFEST_DIR,
+    // CARGO_PKG_*, ...). Passed on, they change the fingerprints of build scripts that read them
+    // (ring's reads CARGO_MANIFEST_DIR), and every build here and in the shell would rebuild
+    // those dependencies again.
+    for (var, _) in std::env::vars_os() {
+        if var.to_str().is_some_and(set_by_cargo_for_the_test) {
+            command.env_remove(var);
+        }
+    }
+    let output = command
+        .output()
+        .with_context(|| format!("failed to run {}", Path::new(&cargo).display()))?;
+    if !output.status.success() {
+        bail!(
+            "failed to build {kind} {name} of {package} ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let path = match kind {
+        "--example" => profile_dir.join("examples").join(name),
+        _ => profile_dir.join(name),
+    };
+    if !path.is_file() {
+        bail!(
+            "cargo built {kind} {name} of {package} but {} is missing",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The process groups of a pod's running containers, from their `process://<pgid>` ids.
+fn process_groups(pod: &Pod) -> Vec<i32> {
+    pod.status
+        .iter()
+        .flat_map(|status| status.container_statuses.iter().flatten())
+        .filter(|status| status.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .filter_map(|status| status.container_id.as_deref())
+        .filter_map(|id| id.strip_prefix("process://"))
+        .filter_map(|pgid| pgid.parse().ok())
+        .collect()
+}
+
+fn signal_group(pgid: i32, signal: PodSignal) -> anyhow::Result<()> {
+    use rustix::process::{Pid, Signal, kill_process_group};
+    let sent = match signal {
+        PodSignal::Freeze => Signal::STOP,
+        PodSignal::Thaw => Signal::CONT,
+        PodSignal::Kill => Signal::KILL,
+    };
+    let pid = Pid::from_raw(pgid).with_context(|| format!("invalid process group {pgid}"))?;
+    kill_process_group(pid, sent)
+        .with_context(|| format!("failed to send {sent:?} to process group {pgid}"))
+}
+
+/// Whether cargo sets `var` for the crate under test (rather than the user for cargo).
+fn set_by_cargo_for_the_test(var: &str) -> bool {
+    var.starts_with("CARGO_PKG_")
+        || var.starts_with("CARGO_BIN_")
+        || matches!(
+            var,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
+}
