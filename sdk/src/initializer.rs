@@ -76,6 +76,7 @@ pub struct Initializer<C = ()> {
     pub(crate) annotation_gate: Option<AnnotationGate>,
     pub(crate) gate_set: bool,
     mark_initialized: bool,
+    pub(crate) generation: Option<i64>,
     inline_handlers: bool,
     pub(crate) metrics: Arc<Metrics>,
 }
@@ -119,7 +120,8 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             annotation_gate: None,
             gate_set: false,
-            mark_initialized: false,
+            mark_initialized: true,
+            generation: None,
             inline_handlers: false,
             metrics: Arc::new(Metrics::new()),
         }
@@ -225,11 +227,27 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self
     }
 
-    /// Append this initializer's name to `initializer.dev/initialized-by` on every object a
-    /// handler changed.
+    /// Whether to mark every object a handler changed: `<name>/<generation>` (or `<name>`
+    /// without a generation) in [`INITIALIZED_BY_ANNOTATION`](crate::mutate::INITIALIZED_BY_ANNOTATION).
+    /// On by default: after an outage the operator counts the objects created without the
+    /// mark, so that they can be recreated.
     pub fn mark_initialized(mut self, mark: bool) -> Self {
         self.mark_initialized = mark;
         self
+    }
+
+    /// The generation written into the mark (from `INITIALIZER_GENERATION` when served).
+    pub fn generation(mut self, generation: Option<i64>) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// The mark this initializer writes: `<name>/<generation>`, or `<name>`.
+    pub fn mark(&self) -> String {
+        match self.generation {
+            Some(generation) => format!("{}/{generation}", self.name),
+            None => self.name.to_string(),
+        }
     }
 
     /// Run handlers on the async worker that received the request instead of tokio's blocking
@@ -345,7 +363,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         };
 
         let review = Review::new(Arc::new(info), old_object, config, Arc::clone(&self.name));
-        let mark = self.mark_initialized.then(|| Arc::clone(&self.name));
+        let mark: Option<Arc<str>> = self.mark_initialized.then(|| Arc::from(self.mark()));
         let gate = self.annotation_gate.clone();
         let ran = match &entry.handler {
             AnyHandler::Sync(handler) => {

@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// Annotation listing, comma-separated, the initializers that changed an object.
+/// Annotation listing, comma-separated, the initializers that changed an object, each as
+/// `<name>/<generation>` (or `<name>`): the mark the operator looks for after an outage.
 pub const INITIALIZED_BY_ANNOTATION: &str = "initializer.dev/initialized-by";
 
 /// An object that carries a pod spec: a Pod itself or a workload with a pod template.
@@ -258,25 +259,49 @@ pub fn add_annotation(meta: &mut ObjectMeta, key: &str, value: &str) -> bool {
     set_entry(&mut meta.annotations, key, value, false)
 }
 
-/// True when [`INITIALIZED_BY_ANNOTATION`] lists `initializer`.
+/// The initializer named by one entry of [`INITIALIZED_BY_ANNOTATION`] (`name` or
+/// `name/generation`).
+fn entry_name(entry: &str) -> &str {
+    entry.trim().split('/').next().unwrap_or_default()
+}
+
+/// True when [`INITIALIZED_BY_ANNOTATION`] has an entry for `initializer` (any generation).
 pub fn is_initialized_by(meta: &ObjectMeta, initializer: &str) -> bool {
+    let name = entry_name(initializer);
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(INITIALIZED_BY_ANNOTATION))
-        .is_some_and(|v| v.split(',').any(|n| n.trim() == initializer))
+        .is_some_and(|v| v.split(',').any(|e| entry_name(e) == name))
 }
 
-/// Append `initializer` to [`INITIALIZED_BY_ANNOTATION`] unless it is listed already.
-pub fn mark_initialized(meta: &mut ObjectMeta, initializer: &str) -> bool {
-    if initializer.is_empty() || is_initialized_by(meta, initializer) {
+/// Records `mark` (`name` or `name/generation`) in [`INITIALIZED_BY_ANNOTATION`]: appended
+/// when the initializer has no entry yet, replacing its entry when the generation differs.
+pub fn mark_initialized(meta: &mut ObjectMeta, mark: &str) -> bool {
+    let mark = mark.trim();
+    let name = entry_name(mark);
+    if name.is_empty() {
         return false;
     }
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
-    let value = match annotations.get(INITIALIZED_BY_ANNOTATION) {
-        Some(existing) if !existing.trim().is_empty() => format!("{existing},{initializer}"),
-        _ => initializer.to_owned(),
-    };
-    annotations.insert(INITIALIZED_BY_ANNOTATION.to_owned(), value);
+    let existing = annotations
+        .get(INITIALIZED_BY_ANNOTATION)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if existing.iter().any(|e| e == mark) {
+        return false;
+    }
+    let mut entries: Vec<String> = existing;
+    match entries.iter_mut().find(|e| entry_name(e) == name) {
+        Some(entry) => *entry = mark.to_owned(),
+        None => entries.push(mark.to_owned()),
+    }
+    annotations.insert(INITIALIZED_BY_ANNOTATION.to_owned(), entries.join(","));
     true
 }
 
@@ -429,6 +454,22 @@ mod tests {
         assert_eq!(
             meta.annotations.unwrap()[INITIALIZED_BY_ANNOTATION],
             "sidecar,proxy"
+        );
+    }
+
+    #[test]
+    fn the_mark_carries_the_generation_and_a_new_one_replaces_the_old() {
+        let mut meta = ObjectMeta::default();
+        assert!(mark_initialized(&mut meta, "sidecar/3"));
+        assert!(!mark_initialized(&mut meta, "sidecar/3"));
+        assert!(mark_initialized(&mut meta, "proxy/1"));
+        assert!(mark_initialized(&mut meta, "sidecar/4"));
+        assert!(is_initialized_by(&meta, "sidecar"));
+        assert!(is_initialized_by(&meta, "sidecar/9"));
+        assert!(!is_initialized_by(&meta, "side"));
+        assert_eq!(
+            meta.annotations.unwrap()[INITIALIZED_BY_ANNOTATION],
+            "sidecar/4,proxy/1"
         );
     }
 

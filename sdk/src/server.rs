@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// The webhook's timeoutSeconds; the handler budget becomes this minus 500 ms.
     #[arg(long, env = "INITIALIZER_TIMEOUT_SECONDS")]
     pub timeout_seconds: Option<u64>,
+    /// The Initializer's generation the pods were deployed from, written into the mark on
+    /// every changed object (`<name>/<generation>`).
+    #[arg(long, env = "INITIALIZER_GENERATION")]
+    pub generation: Option<i64>,
     /// How often the TLS and configuration files are checked for changes, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub reload_interval_ms: u64,
@@ -83,6 +87,7 @@ impl ServeArgs {
             require_annotation: false,
             name: None,
             timeout_seconds: None,
+            generation: None,
             reload_interval_ms: 1000,
             shutdown_grace_seconds: 20,
         }
@@ -243,6 +248,9 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     pub async fn bind(mut self, args: &ServeArgs) -> Result<Server, Error> {
         if let Some(name) = args.name.as_deref().filter(|n| !n.is_empty()) {
             self.name = Arc::from(name);
+        }
+        if args.generation.is_some() {
+            self.generation = args.generation;
         }
         if !self.gate_set {
             self.annotation_gate = args.annotation_gate();
