@@ -69,3 +69,22 @@ pub const REQUIRE_ANNOTATION_ENV: &str = "INITIALIZER_REQUIRE_ANNOTATION";
 pub const TIMEOUT_SECONDS_ENV: &str = "INITIALIZER_TIMEOUT_SECONDS";
 /// Env var holding the Initializer's name, for logs and metrics.
 pub const INITIALIZER_NAME_ENV: &str = "INITIALIZER_NAME";
+/// Env var holding the workload generation: the Initializer's `metadata.generation` when the
+/// pod template last changed. The SDK writes it into the mark on every object it changes.
+pub const GENERATION_ENV: &str = "INITIALIZER_GENERATION";
+
+/// Annotation the SDK puts on every object an initializer changed: comma-separated
+/// `<initializer>/<generation>` entries (a bare `<initializer>` from older SDKs). After a
+/// fail-open window the operator counts the objects in scope that lack its entry.
+pub const INITIALIZED_BY_ANNOTATION: &str = "initializer.dev/initialized-by";
+
+/// Annotation on a webhook configuration the operator degraded (`failurePolicy: Ignore`, short
+/// timeout) because its initializer stopped answering.
+pub const DEGRADED_ANNOTATION: &str = "initializer.dev/degraded";
+/// `timeoutSeconds` of a degraded configuration (never more than the spec's).
+pub const DEGRADED_TIMEOUT_SECONDS: i32 = 1;
+
+/// Annotation on the initializer's Deployment: digest of its pod template.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "initializer.dev/template-hash";
+/// Annotation on the initializer's Deployment: the workload generation its pods were given.
+pub const WORKLOAD_GENERATION_ANNOTATION: &str = "initializer.dev/workload-generation";

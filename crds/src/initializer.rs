@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, MicroTime, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -176,6 +176,77 @@ pub struct InitializerSpec {
     /// Deregister and stay deregistered while true (break-glass). The workload keeps running.
     #[serde(default)]
     pub suspend: bool,
+
+    /// Validation rules (CEL, as in a ValidatingAdmissionPolicy) that the operator keeps in force
+    /// while the initializer is degraded or out of the path, so that what CEL can say stays
+    /// enforced during an outage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
+}
+
+/// A safety net for policies that CEL can state: while the initializer is degraded or
+/// deregistered, a ValidatingAdmissionPolicy with these validations and a binding with the
+/// Initializer's match scope (rules, namespaces, object selector, annotation gate) are in force.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Fallback {
+    /// CEL validations, as in a ValidatingAdmissionPolicy: a request is refused when any
+    /// expression evaluates to false (or fails to evaluate).
+    #[schemars(length(min = 1, max = 64))]
+    pub validations: Vec<FallbackValidation>,
+    /// Which requests the fallback checks; defaults to `spec.rules`. The same resources are
+    /// protected as in `spec.rules`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub rules: Vec<InterceptRule>,
+}
+
+/// One CEL validation of a [`Fallback`].
+#[derive(KubeSchema, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[x_kube(validation = Rule::new("self.expression.matches('\\\\S')").message("expression must not be blank"))]
+#[x_kube(validation = Rule::new("!has(self.message) || !self.message.contains('\\n')").message("message must not contain line breaks"))]
+#[serde(rename_all = "camelCase")]
+pub struct FallbackValidation {
+    /// A CEL expression over `object`, `oldObject`, `request`, `namespaceObject` and
+    /// `authorizer`; false refuses the request.
+    #[schemars(length(min = 1, max = 5000))]
+    pub expression: String,
+    /// What the client sees when the expression is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+    /// A CEL expression producing the message (a string), instead of `message`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 5000))]
+    pub message_expression: Option<String>,
+    /// The HTTP reason of the refusal; defaults to Invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<FallbackReason>,
+}
+
+/// The reason of a fallback refusal, as in a ValidatingAdmissionPolicy.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum FallbackReason {
+    /// 401.
+    Unauthorized,
+    /// 403.
+    Forbidden,
+    /// 422.
+    Invalid,
+    /// 413.
+    RequestEntityTooLarge,
+}
+
+impl FallbackReason {
+    /// The name admission registration uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FallbackReason::Unauthorized => "Unauthorized",
+            FallbackReason::Forbidden => "Forbidden",
+            FallbackReason::Invalid => "Invalid",
+            FallbackReason::RequestEntityTooLarge => "RequestEntityTooLarge",
+        }
+    }
 }
 
 /// Where the initializer's `config.yaml` comes from. Exactly one of the fields is set.
@@ -385,6 +456,10 @@ pub enum Phase {
     Deploying,
     /// The configuration is registered: the initializer intercepts requests.
     Registered,
+    /// A probe failed: the configuration is registered with `failurePolicy: Ignore` and a short
+    /// timeout (and the fallback, if any, is in force) until the initializer answers again or is
+    /// removed.
+    Degraded,
     /// The initializer stopped answering; the configuration is removed (fail open).
     Unresponsive,
     /// `spec.suspend` is true; the configuration is removed.
@@ -400,7 +475,8 @@ pub struct InitializerStatus {
     /// Lifecycle phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
-    /// `Valid`, `Available`, `Responding`, `Registered`.
+    /// `Valid`, `Available`, `Responding`, `Registered`, and `Degraded` (after the first
+    /// outage) and `FallbackInForce` (with `spec.fallback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The generation the status describes.
@@ -427,6 +503,56 @@ pub struct InitializerStatus {
     /// Extra detail by key, for humans (for example the last probe error).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub details: BTreeMap<String, String>,
+    /// The last time the initializer left the path, step by step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_outage: Option<Outage>,
+    /// Objects created while the initializer was out of the path that it never saw: counted
+    /// after each fail-open window, so they can be recreated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_initializations: Option<MissedInitializations>,
+}
+
+/// The steps of one outage, each with its time.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Outage {
+    /// The first failed probe (or the endpoints going to zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<MicroTime>,
+    /// The configuration was degraded to `failurePolicy: Ignore` and a short timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded_at: Option<MicroTime>,
+    /// The fallback policy and binding were created (in force once the API server has loaded
+    /// them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_installed_at: Option<MicroTime>,
+    /// The configuration was removed (fail open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deregistered_at: Option<MicroTime>,
+    /// The configuration was registered again with the spec's values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_at: Option<MicroTime>,
+}
+
+/// What slipped through one fail-open window.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MissedInitializations {
+    /// Objects in scope created in the window without the initializer's mark.
+    pub count: i64,
+    /// A few of them, as `namespace/name` (or `name`), with their resource.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
+    /// The window: from the first create that could pass unseen...
+    pub from: Time,
+    /// ...to the registration with the spec's values (plus the webhook timeout).
+    pub to: Time,
+    /// True when the scan stopped at its bound: the count is a lower bound.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// Resources that could not be counted, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unchecked: Vec<String>,
 }
 
 /// CEL rule refusing [`PROTECTED_RESOURCES`] in an [`InterceptRule`].

@@ -8,7 +8,9 @@ use std::future::Future;
 use initializer_crds::constants::FIELD_MANAGER;
 use initializer_crds::{Initializer, InitializerStatus};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -16,8 +18,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::build::Desired;
-use crate::error::{Error, Result, is_not_found};
+use crate::build::{Desired, FallbackPolicy};
+use crate::error::{Error, Result, api_code, is_not_found};
 use crate::tls::Ca;
 
 fn apply_params() -> PatchParams {
@@ -120,6 +122,131 @@ pub async fn apply_status(client: &Client, name: &str, status: &InitializerStatu
         })
 }
 
+/// Reads the Deployment `name`, if it exists (for the workload generation).
+pub async fn read_deployment(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Deployment>> {
+    Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Deployment",
+            name: name.to_string(),
+            source: Box::new(source),
+        })
+}
+
+/// What the API server made of the fallback policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FallbackCheck {
+    /// Accepted (applied, or would be).
+    Accepted,
+    /// The API server does not serve ValidatingAdmissionPolicy (the sandbox, or before 1.30).
+    Unsupported,
+    /// The API server refused it as invalid: its message (compile errors of the expressions).
+    Refused(String),
+}
+
+fn unserved(err: &kube::Error) -> bool {
+    api_code(err) == Some(404)
+}
+
+fn refused(err: &kube::Error) -> Option<String> {
+    match err {
+        kube::Error::Api(status) if status.code == 400 || status.code == 422 => {
+            Some(status.message.clone())
+        }
+        _ => None,
+    }
+}
+
+async fn apply_cluster<K>(client: &Client, obj: &K, params: &PatchParams) -> Result<FallbackCheck>
+where
+    K: Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let name = obj.name_any();
+    match Api::<K>::all(client.clone())
+        .patch(&name, params, &Patch::Apply(obj))
+        .await
+    {
+        Ok(_) => Ok(FallbackCheck::Accepted),
+        Err(e) if unserved(&e) => Ok(FallbackCheck::Unsupported),
+        Err(e) => match refused(&e) {
+            Some(message) => Ok(FallbackCheck::Refused(message)),
+            None => Err(Error::Apply {
+                kind: <K as k8s_openapi::Resource>::KIND,
+                name,
+                source: Box::new(e),
+            }),
+        },
+    }
+}
+
+async fn apply_fallback_with(
+    client: &Client,
+    fallback: &FallbackPolicy,
+    params: &PatchParams,
+) -> Result<FallbackCheck> {
+    match apply_cluster(client, &fallback.policy, params).await? {
+        FallbackCheck::Accepted => apply_cluster(client, &fallback.binding, params).await,
+        other => Ok(other),
+    }
+}
+
+/// Puts the fallback in force: the policy, then its binding (server-side apply).
+pub async fn apply_fallback(client: &Client, fallback: &FallbackPolicy) -> Result<FallbackCheck> {
+    apply_fallback_with(client, fallback, &apply_params()).await
+}
+
+/// Asks the API server to compile the fallback without storing it (a dry-run apply).
+pub async fn check_fallback(client: &Client, fallback: &FallbackPolicy) -> Result<FallbackCheck> {
+    apply_fallback_with(client, fallback, &apply_params().dry_run()).await
+}
+
+/// Lifts the fallback: the binding first, then the policy. True when something was deleted;
+/// an API server without ValidatingAdmissionPolicy has nothing to delete.
+pub async fn remove_fallback(client: &Client, name: &str) -> Result<bool> {
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let mut deleted = false;
+    for (kind, result) in [
+        (
+            "ValidatingAdmissionPolicyBinding",
+            bindings
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "ValidatingAdmissionPolicy",
+            policies
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Ok(()) => deleted = true,
+            Err(e) if is_not_found(&e) => {}
+            Err(source) => {
+                return Err(Error::Delete {
+                    kind,
+                    name: name.to_string(),
+                    source: Box::new(source),
+                });
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 /// Registers and removes an initializer's admission configuration. The webhook backend is the
 /// only one today; a legacy `InitializerConfiguration` backend can implement the same trait.
 pub trait Registrar: Send + Sync {
@@ -150,6 +277,15 @@ impl WebhookRegistrar {
 
     fn api(&self) -> Api<MutatingWebhookConfiguration> {
         Api::all(self.client.clone())
+    }
+
+    /// The configuration `name` as stored, if it exists.
+    pub async fn get(&self, name: &str) -> Result<Option<MutatingWebhookConfiguration>> {
+        self.api().get_opt(name).await.map_err(|source| Error::Get {
+            kind: "MutatingWebhookConfiguration",
+            name: name.to_string(),
+            source: Box::new(source),
+        })
     }
 }
 

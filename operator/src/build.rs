@@ -5,16 +5,20 @@
 use std::collections::BTreeMap;
 
 use initializer_crds::constants::{
-    ANNOTATION_ENV, CONFIG_DIR, CONFIG_DIR_ENV, CONFIG_FILE, EXCLUDE_LABEL, EXCLUDE_LABEL_VALUE,
-    HEALTHZ_PATH, INITIALIZER_LABEL, INITIALIZER_NAME_ENV, INITIALIZER_PORT, INITIALIZER_PORT_NAME,
+    ANNOTATION_ENV, CONFIG_DIR, CONFIG_DIR_ENV, CONFIG_FILE, DEGRADED_ANNOTATION,
+    DEGRADED_TIMEOUT_SECONDS, EXCLUDE_LABEL, EXCLUDE_LABEL_VALUE, GENERATION_ENV, HEALTHZ_PATH,
+    INITIALIZER_LABEL, INITIALIZER_NAME_ENV, INITIALIZER_PORT, INITIALIZER_PORT_NAME,
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_IP_ENV, READYZ_PATH, REQUIRE_ANNOTATION_ENV,
-    SERVICE_PORT, TIMEOUT_SECONDS_ENV, TLS_DIR, TLS_DIR_ENV, WEBHOOK_PATH,
+    SERVICE_PORT, TEMPLATE_HASH_ANNOTATION, TIMEOUT_SECONDS_ENV, TLS_DIR, TLS_DIR_ENV,
+    WEBHOOK_PATH, WORKLOAD_GENERATION_ANNOTATION,
 };
-use initializer_crds::{FailurePolicy, ReinvocationPolicy};
+use initializer_crds::{AnnotationGate, FailurePolicy, InterceptRule, ReinvocationPolicy};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    WebhookClientConfig,
+    MatchCondition, MatchResources, MutatingWebhook, MutatingWebhookConfiguration,
+    NamedRuleWithOperations, RuleWithOperations, ServiceReference, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation, WebhookClientConfig,
 };
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
@@ -64,6 +68,18 @@ pub struct Desired {
     pub pdb: PodDisruptionBudget,
     /// The configuration registered only while the initializer is healthy.
     pub webhook: MutatingWebhookConfiguration,
+    /// The fallback policy and its binding, in force only while the initializer is degraded or
+    /// out of the path (`None` without `spec.fallback`).
+    pub fallback: Option<FallbackPolicy>,
+}
+
+/// A ValidatingAdmissionPolicy and the binding that puts it in force.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FallbackPolicy {
+    /// The policy: the fallback's validations, the Initializer's match scope.
+    pub policy: ValidatingAdmissionPolicy,
+    /// The binding: `validationActions: [Deny]`.
+    pub binding: ValidatingAdmissionPolicyBinding,
 }
 
 /// Labels on every object derived from this Initializer.
@@ -114,6 +130,7 @@ pub fn build(
         service: service(v, owner),
         pdb: pdb(v, owner),
         webhook: webhook(v, &tls.ca.cert_pem),
+        fallback: fallback(v),
     }
 }
 
@@ -447,25 +464,25 @@ pub fn pdb(v: &Validated, owner: Option<&OwnerReference>) -> PodDisruptionBudget
     }
 }
 
+fn admission_rule(r: &InterceptRule) -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(r.api_groups.clone()),
+        api_versions: Some(r.api_versions.clone()),
+        resources: Some(r.resources.clone()),
+        operations: Some(
+            r.operations
+                .iter()
+                .map(|o| o.as_str().to_string())
+                .collect(),
+        ),
+        scope: Some(r.scope.map_or("*", |s| s.as_str()).to_string()),
+    }
+}
+
 /// The MutatingWebhookConfiguration, registered only while the initializer is healthy.
 pub fn webhook(v: &Validated, ca_pem: &str) -> MutatingWebhookConfiguration {
     let spec = &v.spec;
-    let rules = spec
-        .rules
-        .iter()
-        .map(|r| RuleWithOperations {
-            api_groups: Some(r.api_groups.clone()),
-            api_versions: Some(r.api_versions.clone()),
-            resources: Some(r.resources.clone()),
-            operations: Some(
-                r.operations
-                    .iter()
-                    .map(|o| o.as_str().to_string())
-                    .collect(),
-            ),
-            scope: Some(r.scope.map_or("*", |s| s.as_str()).to_string()),
-        })
-        .collect();
+    let rules = spec.rules.iter().map(admission_rule).collect();
     let mut metadata = meta(v, &v.names.configuration, None);
     metadata.namespace = None;
     MutatingWebhookConfiguration {
@@ -509,6 +526,185 @@ pub fn webhook(v: &Validated, ca_pem: &str) -> MutatingWebhookConfiguration {
             timeout_seconds: Some(spec.timeout_seconds),
             ..Default::default()
         }]),
+    }
+}
+
+/// The configuration degraded to fail open quickly while the initializer is in trouble:
+/// `failurePolicy: Ignore` and a one-second timeout (never more than the spec's), marked with
+/// [`DEGRADED_ANNOTATION`] so that a restarted operator knows what it found.
+pub fn degraded(webhook: &MutatingWebhookConfiguration) -> MutatingWebhookConfiguration {
+    let mut degraded = webhook.clone();
+    degraded
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(DEGRADED_ANNOTATION.to_string(), "true".to_string());
+    for hook in degraded.webhooks.iter_mut().flatten() {
+        hook.failure_policy = Some("Ignore".into());
+        hook.timeout_seconds = Some(
+            hook.timeout_seconds
+                .unwrap_or(DEGRADED_TIMEOUT_SECONDS)
+                .min(DEGRADED_TIMEOUT_SECONDS),
+        );
+    }
+    degraded
+}
+
+/// Whether a configuration found in the cluster is a degraded one.
+pub fn is_degraded(configuration: &MutatingWebhookConfiguration) -> bool {
+    configuration
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(DEGRADED_ANNOTATION))
+}
+
+/// A CEL string literal (annotation names hold no quotes or backslashes, but be safe).
+fn cel_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// The annotation gate as a match condition, so the fallback checks what the initializer
+/// would have checked: with `required`, objects carrying the annotation (not `"false"`);
+/// otherwise, objects whose annotation is not `"false"`.
+pub fn gate_condition(gate: &AnnotationGate) -> MatchCondition {
+    let name = cel_string(&gate.name);
+    let has = format!("has(object.metadata.annotations) && {name} in object.metadata.annotations");
+    let not_false = format!("object.metadata.annotations[{name}].trim() != 'false'");
+    let expression = if gate.required {
+        format!("object != null && {has} && {not_false}")
+    } else {
+        format!("object == null || !({has}) || {not_false}")
+    };
+    MatchCondition {
+        name: "initializer-annotation-gate".into(),
+        expression,
+    }
+}
+
+/// The fallback policy and binding: the spec's validations, matching what the webhook matches
+/// (the fallback's own rules or the spec's, the merged namespace and object selectors, the
+/// annotation gate). `failurePolicy: Fail`: a validation that cannot be evaluated refuses.
+pub fn fallback(v: &Validated) -> Option<FallbackPolicy> {
+    let spec = &v.spec;
+    let fallback = spec.fallback.as_ref()?;
+    let rules = if fallback.rules.is_empty() {
+        &spec.rules
+    } else {
+        &fallback.rules
+    };
+    let resource_rules = rules
+        .iter()
+        .map(|r| {
+            let rule = admission_rule(r);
+            NamedRuleWithOperations {
+                api_groups: rule.api_groups,
+                api_versions: rule.api_versions,
+                resources: rule.resources,
+                operations: rule.operations,
+                scope: rule.scope,
+                resource_names: None,
+            }
+        })
+        .collect();
+    let validations = fallback
+        .validations
+        .iter()
+        .map(|f| Validation {
+            expression: f.expression.clone(),
+            message: f.message.clone(),
+            message_expression: f.message_expression.clone(),
+            reason: f.reason.map(|r| r.as_str().to_string()),
+        })
+        .collect();
+    let mut metadata = meta(v, &v.names.fallback, None);
+    metadata.namespace = None;
+    let policy = ValidatingAdmissionPolicy {
+        metadata: metadata.clone(),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(selector::namespace_selector(
+                    spec.namespaces.as_ref(),
+                    &v.operator_namespace,
+                    &v.namespace,
+                )),
+                object_selector: Some(selector::object_selector(spec.object_selector.as_ref())),
+                resource_rules: Some(resource_rules),
+                exclude_resource_rules: None,
+            }),
+            match_conditions: spec.annotation.as_ref().map(|g| vec![gate_condition(g)]),
+            validations: Some(validations),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata,
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(v.names.fallback.clone()),
+            validation_actions: Some(vec!["Deny".into()]),
+            match_resources: None,
+            param_ref: None,
+        }),
+    };
+    Some(FallbackPolicy { policy, binding })
+}
+
+/// A stable digest of the pod template (FNV-1a of its JSON), to tell whether a new build
+/// changes what the pods run.
+pub fn template_hash(deployment: &Deployment) -> String {
+    let template = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| serde_json::to_vec(&s.template).ok())
+        .unwrap_or_default();
+    let hash = template.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+/// The generation the initializer's pods are told (and mark objects with): the Initializer's
+/// generation when the pod template last changed. A spec change that leaves the template alone
+/// (suspend, health, rules) keeps the running pods' generation, so it rolls nothing.
+pub fn workload_generation(existing: Option<&Deployment>, hash: &str, generation: i64) -> i64 {
+    let annotations = existing.and_then(|d| d.metadata.annotations.as_ref());
+    let same = annotations
+        .and_then(|a| a.get(TEMPLATE_HASH_ANNOTATION))
+        .is_some_and(|h| h == hash);
+    let stamped = annotations
+        .and_then(|a| a.get(WORKLOAD_GENERATION_ANNOTATION))
+        .and_then(|g| g.parse().ok());
+    match stamped {
+        Some(previous) if same => previous,
+        _ => generation,
+    }
+}
+
+/// Stamps the Deployment with the workload generation: `INITIALIZER_GENERATION` in the
+/// container, and the template hash (computed without it) and the generation as annotations
+/// of the Deployment (not of its pods).
+pub fn stamp_generation(deployment: &mut Deployment, hash: &str, generation: i64) {
+    let annotations = deployment
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(TEMPLATE_HASH_ANNOTATION.to_string(), hash.to_string());
+    annotations.insert(
+        WORKLOAD_GENERATION_ANNOTATION.to_string(),
+        generation.to_string(),
+    );
+    let containers = deployment
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+        .map(|p| p.containers.iter_mut());
+    for container in containers.into_iter().flatten() {
+        let vars = container.env.get_or_insert_with(Vec::new);
+        vars.retain(|e| e.name != GENERATION_ENV);
+        vars.push(env(GENERATION_ENV, generation.to_string()));
     }
 }
 
@@ -874,6 +1070,94 @@ pub(crate) mod tests {
             .clone()
             .unwrap();
         assert_eq!(obj[0].key, EXCLUDE_LABEL);
+    }
+
+    #[test]
+    fn the_degraded_configuration_fails_open_within_a_second_and_says_so() {
+        let d = desired();
+        assert!(!is_degraded(&d.webhook));
+        let degraded = degraded(&d.webhook);
+        assert!(is_degraded(&degraded));
+        let hook = &degraded.webhooks.as_ref().unwrap()[0];
+        assert_eq!(hook.failure_policy.as_deref(), Some("Ignore"));
+        assert_eq!(hook.timeout_seconds, Some(1));
+        let normal = &d.webhook.webhooks.as_ref().unwrap()[0];
+        assert_eq!(hook.rules, normal.rules);
+        assert_eq!(hook.namespace_selector, normal.namespace_selector);
+        assert_eq!(degraded.metadata.name, d.webhook.metadata.name);
+    }
+
+    #[test]
+    fn the_fallback_matches_what_the_webhook_matches_and_denies() {
+        assert!(desired().fallback.is_none());
+        let example: initializer_crds::Initializer =
+            serde_yaml::from_str(include_str!("../../examples/secret-guard-initializer.yaml"))
+                .unwrap();
+        let mut spec = example.spec;
+        spec.annotation = Some(AnnotationGate {
+            name: "guard.example/check".into(),
+            required: true,
+        });
+        let v = validate(&spec, "initializer-system", "secret-guard").unwrap();
+        let d = build(&v, &TLS, &settings(), None);
+        let fallback = d.fallback.unwrap();
+        let policy = fallback.policy.spec.unwrap();
+        assert_eq!(
+            fallback.policy.metadata.name.as_deref(),
+            Some("initializer-secret-guard-fallback")
+        );
+        assert!(fallback.policy.metadata.namespace.is_none());
+        assert_eq!(policy.failure_policy.as_deref(), Some("Fail"));
+        let hook = &d.webhook.webhooks.as_ref().unwrap()[0];
+        let constraints = policy.match_constraints.unwrap();
+        assert_eq!(constraints.namespace_selector, hook.namespace_selector);
+        assert_eq!(constraints.object_selector, hook.object_selector);
+        let rule = &constraints.resource_rules.unwrap()[0];
+        assert_eq!(
+            rule.resources.as_deref(),
+            Some(&["secrets".to_string()][..])
+        );
+        assert_eq!(
+            rule.operations.as_deref(),
+            Some(&["CREATE".to_string(), "UPDATE".to_string()][..])
+        );
+        let gate = &policy.match_conditions.unwrap()[0];
+        assert!(
+            gate.expression
+                .contains("'guard.example/check' in object.metadata.annotations")
+        );
+        let validation = &policy.validations.unwrap()[0];
+        assert!(validation.expression.contains(">= 27"));
+        assert_eq!(validation.reason.as_deref(), Some("Invalid"));
+        let binding = fallback.binding.spec.unwrap();
+        assert_eq!(
+            binding.policy_name.as_deref(),
+            Some("initializer-secret-guard-fallback")
+        );
+        assert_eq!(
+            binding.validation_actions.as_deref(),
+            Some(&["Deny".to_string()][..])
+        );
+    }
+
+    #[test]
+    fn the_workload_generation_changes_only_with_the_pod_template() {
+        let mut first = desired().deployment;
+        let hash = template_hash(&first);
+        assert_eq!(workload_generation(None, &hash, 1), 1);
+        stamp_generation(&mut first, &hash, 1);
+        // A later generation with the same template keeps the pods' generation.
+        assert_eq!(workload_generation(Some(&first), &hash, 4), 1);
+        let mut spec = sidecar().spec;
+        spec.args.push("--verbose".into());
+        let v = validate(&spec, "initializer-system", "sidecar").unwrap();
+        let changed = build(&v, &TLS, &settings(), None).deployment;
+        let new_hash = template_hash(&changed);
+        assert_ne!(new_hash, hash);
+        assert_eq!(workload_generation(Some(&first), &new_hash, 5), 5);
+        let env = pod_spec(&first).containers[0].env.clone().unwrap();
+        let generation = env.iter().find(|e| e.name == GENERATION_ENV).unwrap();
+        assert_eq!(generation.value.as_deref(), Some("1"));
     }
 
     #[test]

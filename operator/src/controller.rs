@@ -111,44 +111,72 @@ pub fn error_policy(obj: Arc<Initializer>, err: &Error, ctx: Arc<Context>) -> Ac
     }
 }
 
+/// Refuses a spec: nothing registered or supervised, `Valid=False` and a `Refused` Event (once
+/// per generation).
+async fn refuse(
+    obj: &Initializer,
+    ctx: &Context,
+    configuration: &str,
+    refusals: &[validate::Refusal],
+) -> Result<Action> {
+    let name = obj.name_any();
+    ctx.supervisor.stop(&name);
+    WebhookRegistrar::new(ctx.client.clone())
+        .deregister(configuration)
+        .await?;
+    let previous = obj.status.as_ref();
+    let already = previous.is_some_and(|s| {
+        s.observed_generation == obj.metadata.generation
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == status::VALID && c.status == "False")
+    });
+    if !already {
+        publish(ctx, obj, EventType::Warning, "Refused", describe(refusals)).await;
+    }
+    let status = status::compute(&Observation {
+        generation: obj.metadata.generation,
+        refusals,
+        suspended: obj.spec.suspend,
+        workload: None,
+        health: None,
+        probe: None,
+        registered: false,
+        configuration_name: configuration,
+        certificate_not_after: None,
+        now: Timestamp::now(),
+        previous,
+        degraded: false,
+        outage: previous.and_then(|s| s.last_outage.clone()),
+        fallback: None,
+        missed: previous.and_then(|s| s.missed_initializations.clone()),
+    });
+    write_status(ctx, obj, status).await?;
+    Ok(Action::await_change())
+}
+
 async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
     let names = validate::names(&name);
     let now = Timestamp::now();
     let validated = match validate(&obj.spec, &ctx.operator_namespace, &name) {
         Ok(v) => v,
-        Err(refusals) => {
-            ctx.supervisor.stop(&name);
-            WebhookRegistrar::new(ctx.client.clone())
-                .deregister(&names.configuration)
-                .await?;
-            let previous = obj.status.as_ref();
-            let already = previous.is_some_and(|s| {
-                s.observed_generation == obj.metadata.generation
-                    && s.conditions
-                        .iter()
-                        .any(|c| c.type_ == status::VALID && c.status == "False")
-            });
-            if !already {
-                publish(ctx, obj, EventType::Warning, "Refused", describe(&refusals)).await;
-            }
-            let status = status::compute(&Observation {
-                generation: obj.metadata.generation,
-                refusals: &refusals,
-                suspended: obj.spec.suspend,
-                workload: None,
-                health: None,
-                probe: None,
-                registered: false,
-                configuration_name: &names.configuration,
-                certificate_not_after: None,
-                now,
-                previous,
-            });
-            write_status(ctx, obj, status).await?;
-            return Ok(Action::await_change());
-        }
+        Err(refusals) => return refuse(obj, ctx, &names.configuration, &refusals).await,
     };
+    // The API server compiles the fallback exactly as it will when an outage puts it in force:
+    // ask it now (a dry run), so that an expression it refuses is refused before anything runs.
+    if let Some(fallback) = build::fallback(&validated)
+        && let Some(why) = ctx
+            .supervisor
+            .check_fallback(&name, obj.metadata.generation, &fallback)
+            .await?
+    {
+        let refusal = validate::Refusal {
+            field: "spec.fallback.validations".into(),
+            message: format!("the API server refused the fallback policy: {why}"),
+        };
+        return refuse(obj, ctx, &names.configuration, &[refusal]).await;
+    }
     let deployed = async {
         let (ca, serving) = apply::read_tls(
             &ctx.client,
@@ -164,7 +192,18 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             now,
         )?;
         let owner = obj.controller_owner_ref(&());
-        let desired = build::build(&validated, &material, &ctx.settings, owner.as_ref());
+        let mut desired = build::build(&validated, &material, &ctx.settings, owner.as_ref());
+        // The pods are told the generation that last changed what they run (they mark every
+        // object they change with it); other spec changes roll nothing.
+        let existing =
+            apply::read_deployment(&ctx.client, &validated.namespace, &names.base).await?;
+        let hash = build::template_hash(&desired.deployment);
+        let generation = build::workload_generation(
+            existing.as_ref(),
+            &hash,
+            obj.metadata.generation.unwrap_or(1),
+        );
+        build::stamp_generation(&mut desired.deployment, &hash, generation);
         let deployment = apply::apply_workload(&ctx.client, &desired).await?;
         Ok::<_, Error>((material, desired, deployment))
     };
@@ -208,6 +247,12 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             budget,
             health: HealthConfig::from_policy(&health),
             webhook: desired.webhook.clone(),
+            fallback: desired.fallback.clone(),
+            rules: validated.spec.rules.clone(),
+            gate: validated.spec.annotation.clone(),
+            timeout: Duration::from_secs(
+                u64::try_from(validated.spec.timeout_seconds).unwrap_or(5),
+            ),
             available: workload.available,
             suspended: obj.spec.suspend,
             generation: obj.metadata.generation,
@@ -236,6 +281,10 @@ async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, e
             certificate_not_after: None,
             now: Timestamp::now(),
             previous: None,
+            degraded: false,
+            outage: None,
+            fallback: None,
+            missed: None,
         })
     });
     status
@@ -271,6 +320,9 @@ async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
             ),
         )
         .await;
+    }
+    if apply::remove_fallback(&ctx.client, &names.fallback).await? {
+        info!(initializer = %name, "removed the fallback");
     }
     // The finalizer stays until the API server confirms the configuration is gone, so no
     // create ever meets a configuration whose initializer has already been deleted.

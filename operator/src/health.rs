@@ -1,26 +1,40 @@
 //! The health state machine of one Initializer: a pure type fed with probe results, ready
 //! endpoint counts, workload availability and the suspend flag, with the time passed in. It
-//! decides when the webhook configuration is registered and when it is removed.
+//! decides when the webhook configuration is registered, degraded, restored and removed, and
+//! when the next probe is due.
 //!
-//! Hysteresis keeps a flapping initializer from causing a register/deregister storm:
-//! registration needs `successThreshold` consecutive good probes (and an available workload),
-//! removal needs `failureThreshold` consecutive failed probes (or zero ready endpoints, at once),
-//! and after every removal a hold-down forbids registering again for a while. The hold-down
-//! starts at one probe period and doubles each time the initializer fails again soon after
-//! being registered, up to a cap; a long stable registration resets it.
+//! The path out is fast and graded: the first failed probe degrades the configuration
+//! (`failurePolicy: Ignore`, a short timeout) so that creates stop failing at once;
+//! `failureThreshold` consecutive failures (probed back to back) or zero ready endpoints remove
+//! it. The path back is quick but guarded: while waiting, the machine asks for probes every
+//! [`HealthConfig::fast_interval`], and `successThreshold` good probes in a row return it to
+//! the path.
+//!
+//! Hysteresis keeps a flapping initializer from causing a storm: returning needs
+//! `successThreshold` consecutive good probes (and an available workload), and every time the
+//! initializer leaves the path a hold-down forbids returning for a while, counted from when it
+//! left. The hold-down starts at one probe period and doubles each time the initializer fails
+//! again soon after returning, up to a cap; a long stable registration resets it.
 
 use std::time::{Duration, Instant};
 
 use initializer_crds::HealthPolicy;
+
+/// Interval between probes while waiting to register or to restore.
+pub const FAST_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Thresholds and timings of the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HealthConfig {
     /// Consecutive failed probes that deregister.
     pub failure_threshold: u32,
-    /// Consecutive good probes needed to register.
+    /// Consecutive good probes needed to register or restore.
     pub success_threshold: u32,
-    /// First hold-down after a removal.
+    /// Time between probes of a registered, healthy initializer.
+    pub period: Duration,
+    /// Time between probes while waiting to register or restore.
+    pub fast_interval: Duration,
+    /// First hold-down after leaving the path.
     pub base_hold_down: Duration,
     /// Largest hold-down.
     pub max_hold_down: Duration,
@@ -36,6 +50,8 @@ impl HealthConfig {
         Self {
             failure_threshold: u32::try_from(policy.failure_threshold.max(1)).unwrap_or(1),
             success_threshold: u32::try_from(policy.success_threshold.max(1)).unwrap_or(1),
+            period,
+            fast_interval: FAST_INTERVAL.min(period),
             base_hold_down: period,
             max_hold_down: (period * 64).min(Duration::from_secs(300)).max(period),
             stable_after: Duration::from_secs(600),
@@ -48,8 +64,10 @@ impl HealthConfig {
 pub enum State {
     /// Never registered yet (or resumed from suspension): waiting to be ready and answering.
     Waiting,
-    /// The configuration is registered.
+    /// The configuration is registered with the spec's values.
     Registered,
+    /// A probe failed: the configuration is registered, degraded to fail open quickly.
+    Degraded,
     /// The configuration was removed because the initializer stopped answering.
     Unresponsive,
     /// `spec.suspend` is true: removed and never registered again until it is false.
@@ -98,8 +116,16 @@ impl Cause {
 pub enum Action {
     /// Nothing.
     None,
-    /// Create or update the configuration.
+    /// Create or update the configuration with the spec's values.
     Register,
+    /// Patch the configuration to fail open quickly (`failurePolicy: Ignore`, short timeout).
+    /// `since` is the failed probe.
+    Degrade {
+        /// When the trouble started.
+        since: Instant,
+    },
+    /// Patch the degraded configuration back to the spec's values.
+    Restore,
     /// Delete the configuration. `since` is when the trouble was first seen (first failed probe
     /// or the endpoints going to zero), for the time-to-deregister metric.
     Deregister {
@@ -115,6 +141,7 @@ pub enum Action {
 pub struct Machine {
     config: HealthConfig,
     state: State,
+    before_register: State,
     ok_streak: u32,
     fail_streak: u32,
     endpoints: Option<u32>,
@@ -139,7 +166,7 @@ pub struct Snapshot {
     pub endpoints: Option<u32>,
     /// Whether the Deployment was last seen available.
     pub available: bool,
-    /// The hold-down in force after the last removal.
+    /// The hold-down in force after the last time the initializer left the path.
     pub hold_down: Option<Duration>,
 }
 
@@ -149,6 +176,7 @@ impl Machine {
         Self {
             config,
             state: State::Waiting,
+            before_register: State::Waiting,
             ok_streak: 0,
             fail_streak: 0,
             endpoints: None,
@@ -166,14 +194,25 @@ impl Machine {
         self.config = config;
     }
 
+    /// The thresholds and timings in force.
+    pub fn config(&self) -> HealthConfig {
+        self.config
+    }
+
     /// The current state.
     pub fn state(&self) -> State {
         self.state
     }
 
-    /// True when the configuration should exist now.
+    /// True when the configuration should exist now (with the spec's values or degraded).
     pub fn is_registered(&self) -> bool {
-        self.state == State::Registered
+        matches!(self.state, State::Registered | State::Degraded)
+    }
+
+    /// True while the initializer is out of the path after trouble: degraded, or removed and
+    /// not yet registered again.
+    pub fn in_outage(&self) -> bool {
+        matches!(self.state, State::Degraded | State::Unresponsive)
     }
 
     /// A read-only view.
@@ -189,20 +228,60 @@ impl Machine {
     }
 
     /// Adopts a configuration found registered (for example after an operator restart), so
-    /// that failures remove it; nothing happens while suspended.
-    pub fn adopt_registered(&mut self, now: Instant) {
+    /// that failures remove it; `degraded` when it was found degraded (it is then restored
+    /// after enough good probes). Nothing happens while suspended.
+    pub fn adopt_registered(&mut self, degraded: bool, now: Instant) {
         if !self.suspended {
-            self.state = State::Registered;
+            self.state = if degraded {
+                State::Degraded
+            } else {
+                State::Registered
+            };
             self.registered_at = Some(now);
             self.fail_streak = 0;
+            if degraded {
+                self.ok_streak = 0;
+                self.trouble_since.get_or_insert(now);
+            }
         }
     }
 
     /// Undoes a [`Action::Register`] the caller could not carry out; the next good probe retries.
     pub fn registration_failed(&mut self) {
         if self.state == State::Registered {
-            self.state = State::Waiting;
+            self.state = self.before_register;
             self.registered_at = None;
+        }
+    }
+
+    /// How long until the next probe is due, as seen at `now`: at once after a failure (the
+    /// caller keeps a small spacing), [`HealthConfig::fast_interval`] while waiting to register
+    /// or restore (slower while a long hold-down runs, so that the last
+    /// `successThreshold` fast probes end with it), one period when registered and healthy, and
+    /// one period while there is nothing to probe (no ready endpoint, suspended).
+    pub fn next_probe_in(&self, now: Instant) -> Duration {
+        let c = &self.config;
+        match self.state {
+            State::Registered | State::Suspended => c.period,
+            State::Degraded | State::Unresponsive if self.fail_streak > 0 => {
+                if self.state == State::Unresponsive && self.endpoints == Some(0) {
+                    c.period
+                } else {
+                    Duration::ZERO
+                }
+            }
+            State::Waiting | State::Degraded | State::Unresponsive => {
+                if self.endpoints == Some(0) {
+                    return c.period;
+                }
+                let lead = c.fast_interval * c.success_threshold;
+                match self.hold_until {
+                    Some(until) if until > now + lead => {
+                        (until - now - lead).clamp(c.fast_interval, c.period)
+                    }
+                    _ => c.fast_interval,
+                }
+            }
         }
     }
 
@@ -212,51 +291,59 @@ impl Machine {
             Input::ProbeSucceeded => {
                 self.ok_streak = self.ok_streak.saturating_add(1);
                 self.fail_streak = 0;
-                if self.state == State::Registered {
-                    self.trouble_since = None;
-                }
-                self.try_register(now)
+                self.try_return(now)
             }
             Input::ProbeFailed => {
                 self.fail_streak = self.fail_streak.saturating_add(1);
                 self.ok_streak = 0;
-                if self.trouble_since.is_none() {
-                    self.trouble_since = Some(now);
-                }
-                if self.state == State::Registered
-                    && self.fail_streak >= self.config.failure_threshold
-                {
-                    self.deregister(Cause::ProbesFailed, now)
-                } else {
-                    Action::None
+                match self.state {
+                    State::Registered => {
+                        self.trouble_since = Some(now);
+                        if self.fail_streak >= self.config.failure_threshold {
+                            self.leave(now);
+                            self.deregister(Cause::ProbesFailed, now)
+                        } else {
+                            self.leave(now);
+                            self.state = State::Degraded;
+                            Action::Degrade { since: now }
+                        }
+                    }
+                    State::Degraded if self.fail_streak >= self.config.failure_threshold => {
+                        self.deregister(Cause::ProbesFailed, now)
+                    }
+                    _ => Action::None,
                 }
             }
             Input::Endpoints(ready) => {
                 self.endpoints = Some(ready);
                 if ready == 0 {
                     self.ok_streak = 0;
-                    if self.state == State::Registered {
-                        // The endpoints going to zero is the trouble itself; a probe that failed
-                        // earlier does not make this removal look slower than it was.
-                        self.trouble_since = Some(now);
-                        return self.deregister(Cause::NoReadyEndpoints, now);
+                    match self.state {
+                        State::Registered => {
+                            // The endpoints going to zero is the trouble itself.
+                            self.trouble_since = Some(now);
+                            self.leave(now);
+                            self.deregister(Cause::NoReadyEndpoints, now)
+                        }
+                        State::Degraded => self.deregister(Cause::NoReadyEndpoints, now),
+                        _ => Action::None,
                     }
-                    Action::None
                 } else {
-                    self.try_register(now)
+                    self.try_return(now)
                 }
             }
             Input::Available(available) => {
                 self.available = available;
-                self.try_register(now)
+                self.try_return(now)
             }
             Input::Suspend(true) => {
                 self.suspended = true;
                 let was = self.state;
                 self.state = State::Suspended;
                 self.ok_streak = 0;
-                if was == State::Registered {
+                if matches!(was, State::Registered | State::Degraded) {
                     self.registered_at = None;
+                    self.trouble_since = None;
                     Action::Deregister {
                         cause: Cause::Suspended,
                         since: now,
@@ -277,24 +364,36 @@ impl Machine {
         }
     }
 
-    fn try_register(&mut self, now: Instant) -> Action {
-        let ready = self.state != State::Registered
-            && !self.suspended
+    /// Back into the path: register (from waiting or unresponsive) or restore (from degraded)
+    /// once the workload is available, an endpoint is ready, `successThreshold` good probes came
+    /// in a row and the hold-down is over.
+    fn try_return(&mut self, now: Instant) -> Action {
+        let ready = !self.suspended
             && self.available
             && self.endpoints != Some(0)
             && self.ok_streak >= self.config.success_threshold
             && self.hold_until.is_none_or(|until| now >= until);
-        if ready {
-            self.state = State::Registered;
-            self.registered_at = Some(now);
-            self.trouble_since = None;
-            Action::Register
-        } else {
-            Action::None
+        match self.state {
+            State::Waiting | State::Unresponsive if ready => {
+                self.before_register = self.state;
+                self.state = State::Registered;
+                self.registered_at = Some(now);
+                self.trouble_since = None;
+                Action::Register
+            }
+            State::Degraded if ready => {
+                self.state = State::Registered;
+                self.registered_at = Some(now);
+                self.trouble_since = None;
+                Action::Restore
+            }
+            _ => Action::None,
         }
     }
 
-    fn deregister(&mut self, cause: Cause, now: Instant) -> Action {
+    /// Leaving the path from a healthy registration: the hold-down for this outage, counted
+    /// from now, doubled when the initializer fails again soon after it came back.
+    fn leave(&mut self, now: Instant) {
         let stable = self
             .registered_at
             .is_some_and(|at| now.saturating_duration_since(at) >= self.config.stable_after);
@@ -304,6 +403,10 @@ impl Machine {
         };
         self.hold_down = Some(hold);
         self.hold_until = Some(now + hold);
+        self.registered_at = None;
+    }
+
+    fn deregister(&mut self, cause: Cause, now: Instant) -> Action {
         self.state = State::Unresponsive;
         self.registered_at = None;
         self.ok_streak = 0;
@@ -317,6 +420,7 @@ mod tests {
     use super::*;
 
     const SEC: Duration = Duration::from_secs(1);
+    const MS: Duration = Duration::from_millis(1);
 
     fn config() -> HealthConfig {
         HealthConfig::from_policy(&HealthPolicy::default())
@@ -330,11 +434,17 @@ mod tests {
         m
     }
 
-    /// Feeds `n` probes of one kind, one per second from `*t`, returning every action taken.
-    fn probes(m: &mut Machine, t: &mut Instant, ok: bool, n: u32) -> Vec<Action> {
+    /// Feeds `n` probes of one kind, `step` apart from `*t`, returning every action taken.
+    fn probes_every(
+        m: &mut Machine,
+        t: &mut Instant,
+        ok: bool,
+        n: u32,
+        step: Duration,
+    ) -> Vec<Action> {
         let mut actions = Vec::new();
         for _ in 0..n {
-            *t += SEC;
+            *t += step;
             let input = if ok {
                 Input::ProbeSucceeded
             } else {
@@ -348,11 +458,50 @@ mod tests {
         actions
     }
 
+    /// Feeds `n` probes of one kind, one per second.
+    fn probes(m: &mut Machine, t: &mut Instant, ok: bool, n: u32) -> Vec<Action> {
+        probes_every(m, t, ok, n, SEC)
+    }
+
+    /// Drives the machine the way the prober does: each probe comes when
+    /// [`Machine::next_probe_in`] says (at least `spacing` apart), and answers as `up(t)` says
+    /// (a failed probe takes `fail_takes`). Returns every action with its time, until `end`.
+    fn drive(
+        m: &mut Machine,
+        start: Instant,
+        end: Instant,
+        fail_takes: Duration,
+        up: impl Fn(Instant) -> bool,
+    ) -> Vec<(Instant, Action)> {
+        let spacing = 50 * MS;
+        let mut t = start;
+        let mut actions = Vec::new();
+        while t < end {
+            let ok = up(t);
+            let answered = if ok { t + 10 * MS } else { t + fail_takes };
+            let input = if ok {
+                Input::ProbeSucceeded
+            } else {
+                Input::ProbeFailed
+            };
+            let a = m.observe(input, answered);
+            if a != Action::None {
+                actions.push((answered, a));
+            }
+            t = (answered + m.next_probe_in(answered)).max(t + spacing);
+        }
+        actions
+    }
+
     fn registered(t0: Instant) -> (Machine, Instant) {
         let mut m = ready_machine(t0);
         let mut t = t0;
         assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Register]);
         (m, t)
+    }
+
+    fn is_deregister(a: &Action) -> bool {
+        matches!(a, Action::Deregister { .. })
     }
 
     #[test]
@@ -361,6 +510,7 @@ mod tests {
         assert_eq!((c.failure_threshold, c.success_threshold), (2, 3));
         assert_eq!(c.base_hold_down, SEC);
         assert_eq!(c.max_hold_down, 64 * SEC);
+        assert_eq!((c.period, c.fast_interval), (SEC, 100 * MS));
     }
 
     #[test]
@@ -379,6 +529,18 @@ mod tests {
     }
 
     #[test]
+    fn waiting_probes_come_fast_and_register_within_a_few_hundred_milliseconds() {
+        let t0 = Instant::now();
+        let mut m = ready_machine(t0);
+        assert_eq!(m.next_probe_in(t0), 100 * MS);
+        let actions = drive(&mut m, t0, t0 + SEC, 500 * MS, |_| true);
+        let (at, action) = actions[0];
+        assert_eq!(action, Action::Register);
+        assert!(at - t0 <= 400 * MS, "registered after {:?}", at - t0);
+        assert_eq!(m.next_probe_in(at), SEC, "steady period once registered");
+    }
+
+    #[test]
     fn an_unavailable_workload_is_never_registered_and_registers_once_available() {
         let t0 = Instant::now();
         let mut m = Machine::new(config());
@@ -388,21 +550,31 @@ mod tests {
     }
 
     #[test]
-    fn zero_ready_endpoints_block_registration() {
+    fn zero_ready_endpoints_block_registration_and_slow_the_probes() {
         let t0 = Instant::now();
         let mut m = ready_machine(t0);
         m.observe(Input::Endpoints(0), t0);
+        assert_eq!(m.next_probe_in(t0), SEC);
         let mut t = t0;
         assert!(probes(&mut m, &mut t, true, 10).is_empty());
         assert_eq!(m.observe(Input::Endpoints(1), t), Action::Register);
     }
 
     #[test]
-    fn one_failed_probe_is_tolerated_and_failure_threshold_failures_deregister() {
+    fn the_first_failed_probe_degrades_and_failure_threshold_failures_deregister() {
         let t0 = Instant::now();
         let (mut m, mut t) = registered(t0);
-        assert!(probes(&mut m, &mut t, false, 1).is_empty());
+        let actions = probes(&mut m, &mut t, false, 1);
         let first_failure = t;
+        assert_eq!(
+            actions,
+            [Action::Degrade {
+                since: first_failure
+            }]
+        );
+        assert_eq!(m.state(), State::Degraded);
+        assert!(m.is_registered());
+        assert_eq!(m.next_probe_in(t), Duration::ZERO, "probes again at once");
         let actions = probes(&mut m, &mut t, false, 1);
         assert_eq!(
             actions,
@@ -419,14 +591,96 @@ mod tests {
     }
 
     #[test]
-    fn a_good_probe_between_failures_resets_the_failure_streak() {
+    fn a_failure_threshold_of_one_deregisters_at_the_first_failure() {
+        let t0 = Instant::now();
+        let mut m = Machine::new(HealthConfig {
+            failure_threshold: 1,
+            ..config()
+        });
+        m.observe(Input::Available(true), t0);
+        m.observe(Input::Endpoints(1), t0);
+        let mut t = t0;
+        probes(&mut m, &mut t, true, 3);
+        assert!(m.is_registered());
+        let actions = probes(&mut m, &mut t, false, 1);
+        assert!(matches!(actions[..], [Action::Deregister { .. }]));
+    }
+
+    #[test]
+    fn a_hung_initializer_is_degraded_at_the_first_failure_and_removed_one_budget_later() {
+        // Probes every second; frozen from 10.3 s; a probe to a frozen initializer fails after
+        // the 500 ms budget.
+        let t0 = Instant::now();
+        let mut m = ready_machine(t0);
+        let frozen = t0 + 10 * SEC + 300 * MS;
+        let actions = drive(&mut m, t0, t0 + 14 * SEC, 500 * MS, |t| t < frozen);
+        let degraded = actions
+            .iter()
+            .find(|(_, a)| matches!(a, Action::Degrade { .. }))
+            .unwrap()
+            .0;
+        let removed = actions.iter().find(|(_, a)| is_deregister(a)).unwrap().0;
+        assert!(degraded - frozen <= 1500 * MS, "{:?}", degraded - frozen);
+        assert_eq!(
+            removed - degraded,
+            500 * MS,
+            "the second failure is probed at once"
+        );
+    }
+
+    #[test]
+    fn a_refused_connection_is_confirmed_within_the_retry_spacing() {
+        let t0 = Instant::now();
+        let (mut m, t) = registered(t0);
+        let down = t + 200 * MS;
+        let actions = drive(&mut m, t, t + 3 * SEC, 2 * MS, |at| at < down);
+        let degraded = actions[0].0;
+        let removed = actions.iter().find(|(_, a)| is_deregister(a)).unwrap().0;
+        assert!(removed - degraded <= 60 * MS, "{:?}", removed - degraded);
+    }
+
+    #[test]
+    fn a_degraded_initializer_is_restored_after_success_threshold_good_probes_and_the_hold_down() {
         let t0 = Instant::now();
         let (mut m, mut t) = registered(t0);
-        for _ in 0..10 {
-            assert!(probes(&mut m, &mut t, false, 1).is_empty());
-            assert!(probes(&mut m, &mut t, true, 1).is_empty());
+        let failed_at = t + SEC;
+        probes(&mut m, &mut t, false, 1);
+        let mut restored = None;
+        for i in 1..30u32 {
+            let now = failed_at + 100 * MS * i;
+            if m.observe(Input::ProbeSucceeded, now) == Action::Restore {
+                restored = Some(now);
+                break;
+            }
         }
-        assert!(m.is_registered());
+        let restored = restored.unwrap();
+        assert_eq!(
+            restored - failed_at,
+            SEC,
+            "not before the one-period hold-down"
+        );
+        assert_eq!(m.state(), State::Registered);
+    }
+
+    #[test]
+    fn alternating_probes_degrade_once_and_never_register_deregister_or_restore() {
+        let t0 = Instant::now();
+        let (mut m, mut t) = registered(t0);
+        let mut actions = Vec::new();
+        for _ in 0..1000 {
+            actions.extend(probes(&mut m, &mut t, false, 1));
+            actions.extend(probes(&mut m, &mut t, true, 1));
+        }
+        assert_eq!(actions.len(), 1, "{:?}", &actions[..actions.len().min(5)]);
+        assert!(matches!(actions[0], Action::Degrade { .. }));
+        let mut fresh = ready_machine(t0);
+        let mut t = t0;
+        let mut actions = Vec::new();
+        for _ in 0..1000 {
+            actions.extend(probes(&mut fresh, &mut t, true, 1));
+            actions.extend(probes(&mut fresh, &mut t, false, 1));
+        }
+        assert!(actions.is_empty(), "{actions:?}");
     }
 
     #[test]
@@ -446,6 +700,21 @@ mod tests {
     }
 
     #[test]
+    fn zero_ready_endpoints_remove_a_degraded_configuration() {
+        let t0 = Instant::now();
+        let (mut m, mut t) = registered(t0);
+        probes(&mut m, &mut t, false, 1);
+        let first = t;
+        assert_eq!(
+            m.observe(Input::Endpoints(0), t + 10 * MS),
+            Action::Deregister {
+                cause: Cause::NoReadyEndpoints,
+                since: first
+            }
+        );
+    }
+
+    #[test]
     fn an_unresponsive_initializer_registers_again_after_success_threshold_and_hold_down() {
         let t0 = Instant::now();
         let (mut m, mut t) = registered(t0);
@@ -456,50 +725,77 @@ mod tests {
     }
 
     #[test]
+    fn a_thawed_initializer_is_registered_again_within_a_second_of_leaving() {
+        // Frozen at 10.3 s; thawed the moment its configuration is removed.
+        let t0 = Instant::now();
+        let frozen = t0 + 10 * SEC + 300 * MS;
+        let mut first = ready_machine(t0);
+        let actions = drive(&mut first, t0, frozen + 3 * SEC, 500 * MS, |t| t < frozen);
+        let left = actions
+            .iter()
+            .find(|(_, a)| matches!(a, Action::Degrade { .. }))
+            .unwrap()
+            .0;
+        let removed = actions.iter().find(|(_, a)| is_deregister(a)).unwrap().0;
+        let mut m = ready_machine(t0);
+        let actions = drive(&mut m, t0, frozen + 5 * SEC, 500 * MS, |t| {
+            t < frozen || t >= removed
+        });
+        let back = actions
+            .iter()
+            .filter(|(at, a)| *a == Action::Register && *at > removed)
+            .map(|(at, _)| *at)
+            .next()
+            .unwrap();
+        assert!(back - removed <= SEC, "{:?}", back - removed);
+        assert!(
+            back - left >= SEC,
+            "the hold-down is kept: {:?}",
+            back - left
+        );
+    }
+
+    #[test]
     fn the_hold_down_delays_registration_even_with_enough_good_probes() {
         let t0 = Instant::now();
         let mut m = ready_machine(t0);
         let mut t = t0;
         // Force a long hold-down by flapping repeatedly.
         for _ in 0..4 {
-            m.adopt_registered(t);
+            m.adopt_registered(false, t);
             probes(&mut m, &mut t, false, 2);
         }
         let hold = m.snapshot().hold_down.unwrap();
         assert_eq!(hold, 8 * SEC);
-        // Good probes every 100 ms: success threshold is met long before the hold-down ends.
-        let deregistered_at = t;
+        // The hold-down counts from leaving the path, one probe before the removal.
+        let left_at = t - SEC;
         let mut registered_at = None;
         for i in 1..200u32 {
-            let now = deregistered_at + Duration::from_millis(100) * i;
+            let now = t + Duration::from_millis(100) * i;
             if m.observe(Input::ProbeSucceeded, now) == Action::Register {
                 registered_at = Some(now);
                 break;
             }
         }
         let registered_at = registered_at.unwrap();
-        assert!(registered_at >= deregistered_at + hold);
-        assert!(registered_at < deregistered_at + hold + SEC);
+        assert!(registered_at >= left_at + hold);
+        assert!(registered_at < left_at + hold + SEC);
     }
 
     #[test]
-    fn alternating_probes_never_cause_a_register_or_deregister() {
+    fn during_a_long_hold_down_probes_slow_down_and_speed_up_before_it_ends() {
         let t0 = Instant::now();
-        let (mut m, mut t) = registered(t0);
-        let mut actions = Vec::new();
-        for _ in 0..1000 {
-            actions.extend(probes(&mut m, &mut t, false, 1));
-            actions.extend(probes(&mut m, &mut t, true, 1));
-        }
-        assert!(actions.is_empty(), "{actions:?}");
-        let mut fresh = ready_machine(t0);
+        let mut m = ready_machine(t0);
         let mut t = t0;
-        let mut actions = Vec::new();
-        for _ in 0..1000 {
-            actions.extend(probes(&mut fresh, &mut t, true, 1));
-            actions.extend(probes(&mut fresh, &mut t, false, 1));
+        for _ in 0..4 {
+            m.adopt_registered(false, t);
+            probes(&mut m, &mut t, false, 2);
         }
-        assert!(actions.is_empty(), "{actions:?}");
+        m.observe(Input::ProbeSucceeded, t);
+        assert_eq!(m.next_probe_in(t), SEC);
+        let left_at = t - SEC;
+        let near_end = left_at + 8 * SEC - 200 * MS;
+        assert_eq!(m.next_probe_in(near_end), 100 * MS);
     }
 
     #[test]
@@ -517,7 +813,7 @@ mod tests {
                 }
             }
             for a in probes(&mut m, &mut t, false, 2) {
-                if matches!(a, Action::Deregister { .. }) {
+                if is_deregister(&a) {
                     holds.push(m.snapshot().hold_down.unwrap());
                 }
             }
@@ -535,12 +831,56 @@ mod tests {
     }
 
     #[test]
+    fn a_flapping_initializer_probed_fast_causes_no_storm() {
+        // Down 1.5 s, up 1.5 s, for ten minutes, driven by the prober's own timing: without the
+        // hold-down every up phase would register (200 registrations); with it, the returns
+        // thin out as the hold-down doubles, and degradations follow returns one for one.
+        let t0 = Instant::now();
+        let (mut m, t) = registered(t0);
+        let cycle = 3 * SEC;
+        let end = t + 600 * SEC;
+        let actions = drive(&mut m, t, end, 500 * MS, |at| {
+            (at - t).as_millis() % cycle.as_millis() >= 1500
+        });
+        let returns = actions
+            .iter()
+            .filter(|(_, a)| matches!(a, Action::Register | Action::Restore))
+            .count();
+        let leaves = actions
+            .iter()
+            .filter(|(_, a)| matches!(a, Action::Degrade { .. }))
+            .count();
+        assert!(returns <= 16, "{returns} returns in ten minutes");
+        assert!(
+            leaves <= returns + 1,
+            "{leaves} degradations, {returns} returns"
+        );
+        // Every return comes at least the hold-down after the initializer left the path.
+        let mut left = None;
+        let mut gaps = Vec::new();
+        for (at, action) in &actions {
+            match action {
+                Action::Degrade { .. } => left = Some(*at),
+                Action::Register | Action::Restore => gaps.push(*at - left.unwrap()),
+                _ => {}
+            }
+        }
+        for (i, gap) in gaps.iter().enumerate() {
+            let hold = (SEC * 2u32.pow(u32::try_from(i).unwrap().min(6))).min(64 * SEC);
+            assert!(
+                *gap >= hold,
+                "return {i} after {gap:?}, hold-down {hold:?}: {gaps:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_long_stable_registration_resets_the_hold_down() {
         let t0 = Instant::now();
         let mut m = ready_machine(t0);
         let mut t = t0;
         for _ in 0..5 {
-            m.adopt_registered(t);
+            m.adopt_registered(false, t);
             probes(&mut m, &mut t, false, 2);
         }
         assert_eq!(m.snapshot().hold_down, Some(16 * SEC));
@@ -566,13 +906,27 @@ mod tests {
         assert!(probes(&mut m, &mut t, true, 20).is_empty());
         assert_eq!(m.observe(Input::Endpoints(3), t), Action::None);
         assert_eq!(m.observe(Input::Available(true), t), Action::None);
-        m.adopt_registered(t);
+        m.adopt_registered(false, t);
         assert_eq!(
             m.state(),
             State::Suspended,
             "a found configuration is not adopted"
         );
         assert_eq!(m.observe(Input::Suspend(true), t), Action::None);
+    }
+
+    #[test]
+    fn suspending_a_degraded_initializer_removes_its_configuration() {
+        let t0 = Instant::now();
+        let (mut m, mut t) = registered(t0);
+        probes(&mut m, &mut t, false, 1);
+        assert!(matches!(
+            m.observe(Input::Suspend(true), t),
+            Action::Deregister {
+                cause: Cause::Suspended,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -600,26 +954,45 @@ mod tests {
     fn an_adopted_configuration_is_removed_when_probes_fail() {
         let t0 = Instant::now();
         let mut m = Machine::new(config());
-        m.adopt_registered(t0);
+        m.adopt_registered(false, t0);
         assert!(m.is_registered());
         let mut t = t0;
         let actions = probes(&mut m, &mut t, false, 2);
         assert!(matches!(
             actions[..],
-            [Action::Deregister {
-                cause: Cause::ProbesFailed,
-                ..
-            }]
+            [
+                Action::Degrade { .. },
+                Action::Deregister {
+                    cause: Cause::ProbesFailed,
+                    ..
+                }
+            ]
         ));
     }
 
     #[test]
-    fn a_failed_registration_is_retried_on_the_next_good_probe() {
+    fn an_adopted_degraded_configuration_is_restored_after_good_probes() {
+        let t0 = Instant::now();
+        let mut m = ready_machine(t0);
+        m.adopt_registered(true, t0);
+        assert_eq!(m.state(), State::Degraded);
+        let mut t = t0;
+        assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Restore]);
+    }
+
+    #[test]
+    fn a_failed_registration_is_retried_on_the_next_good_probe_and_keeps_the_outage() {
         let t0 = Instant::now();
         let (mut m, mut t) = registered(t0);
         m.registration_failed();
         assert_eq!(m.state(), State::Waiting);
         assert_eq!(probes(&mut m, &mut t, true, 1), [Action::Register]);
+        probes(&mut m, &mut t, false, 2);
+        t += 5 * SEC;
+        assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Register]);
+        m.registration_failed();
+        assert_eq!(m.state(), State::Unresponsive);
+        assert!(m.in_outage());
     }
 
     #[test]
@@ -628,7 +1001,7 @@ mod tests {
         let (mut m, mut t) = registered(t0);
         let first = t + SEC;
         let actions = probes(&mut m, &mut t, false, 2);
-        let Action::Deregister { since, .. } = actions[0] else {
+        let Action::Deregister { since, .. } = actions[1] else {
             panic!("expected a deregistration");
         };
         assert_eq!(since, first);
@@ -643,7 +1016,7 @@ mod tests {
             failure_threshold: 4,
             ..config()
         });
-        assert!(probes(&mut m, &mut t, false, 3).is_empty());
+        assert_eq!(probes(&mut m, &mut t, false, 3).len(), 1, "degraded only");
         assert_eq!(probes(&mut m, &mut t, false, 1).len(), 1);
     }
 }

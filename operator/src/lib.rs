@@ -1,13 +1,15 @@
 //! initializer-operator: deploys initializers and registers them with the API server only while
 //! they are ready and answering.
 //!
-//! The pure core ([`validate`], [`selector`], [`build`], [`health`], [`status`], [`tls`]) never
+//! The pure core ([`validate`], [`cel`], [`selector`], [`build`], [`health`], [`status`], [`tls`],
+//! the counting rules of [`missed`]) never
 //! touches a client and holds most of the logic and tests; the IO shell ([`apply`],
 //! [`controller`], [`supervisor`], [`leader`], [`server`]) is kept thin.
 
 pub mod apply;
 pub mod build;
 pub mod bundle;
+pub mod cel;
 pub mod controller;
 pub mod error;
 pub mod health;
@@ -15,6 +17,7 @@ pub mod install;
 pub mod leader;
 pub mod manifest;
 pub mod metrics;
+pub mod missed;
 pub mod probe;
 pub mod rbac;
 pub mod run;

@@ -197,6 +197,53 @@ pub fn proxy_path(namespace: &str, service: &str) -> String {
     )
 }
 
+/// Why a probe failed: the signals a failed probe carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// No answer within the latency budget (a hung or overloaded initializer).
+    TimedOut,
+    /// The connection was refused: nothing listens at the endpoint (crashed, or exiting).
+    Refused,
+    /// The connection was reset: the initializer went away mid-request.
+    Reset,
+    /// The API server found no ready endpoint for the Service.
+    NoEndpoints,
+    /// An answer came, but not a well-formed review for the same uid.
+    BadAnswer,
+    /// Anything else on the way (an API server error, TLS, DNS).
+    Unreachable,
+}
+
+impl Failure {
+    /// The `Responding` condition's reason for this failure.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Failure::TimedOut => "ProbeTimedOut",
+            Failure::Refused => "ConnectionRefused",
+            Failure::Reset => "ConnectionReset",
+            Failure::NoEndpoints => "NoReadyEndpoints",
+            Failure::BadAnswer => "BadAnswer",
+            Failure::Unreachable => "ProbeFailed",
+        }
+    }
+}
+
+/// Classifies a failure to reach the initializer from the error text: the API server's service
+/// proxy passes the dialer's error on (`connect: connection refused`, `connection reset by
+/// peer`, `no endpoints available for service`), and so does the sandbox.
+pub fn classify(message: &str) -> Failure {
+    let m = message.to_ascii_lowercase();
+    if m.contains("connection refused") {
+        Failure::Refused
+    } else if m.contains("connection reset") || m.contains("broken pipe") {
+        Failure::Reset
+    } else if m.contains("no endpoints available") || m.contains("no ready endpoint") {
+        Failure::NoEndpoints
+    } else {
+        Failure::Unreachable
+    }
+}
+
 /// The outcome of one probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
@@ -206,6 +253,8 @@ pub struct Outcome {
     pub latency: Duration,
     /// What happened.
     pub message: String,
+    /// Why it failed, when it did.
+    pub failure: Option<Failure>,
 }
 
 /// Sends one probe through the API server and judges it; a probe slower than `budget` fails.
@@ -225,6 +274,7 @@ pub async fn probe(
                 ok: false,
                 latency: Duration::ZERO,
                 message: format!("failed to serialize the probe: {e}"),
+                failure: Some(Failure::Unreachable),
             };
         }
     };
@@ -239,6 +289,7 @@ pub async fn probe(
                 ok: false,
                 latency: Duration::ZERO,
                 message: format!("failed to build the probe request: {e}"),
+                failure: Some(Failure::Unreachable),
             };
         }
     };
@@ -253,12 +304,17 @@ pub async fn probe(
                 "no answer within the latency budget of {} ms",
                 budget.as_millis()
             ),
+            failure: Some(Failure::TimedOut),
         },
-        Ok(Err(e)) => Outcome {
-            ok: false,
-            latency,
-            message: format!("failed to reach the initializer: {e}"),
-        },
+        Ok(Err(e)) => {
+            let message = format!("failed to reach the initializer: {e}");
+            Outcome {
+                ok: false,
+                latency,
+                failure: Some(classify(&message)),
+                message,
+            }
+        }
         Ok(Ok(text)) => match check_answer(text.as_bytes(), &uid) {
             Ok(allowed) => Outcome {
                 ok: true,
@@ -268,11 +324,13 @@ pub async fn probe(
                     latency.as_millis(),
                     if allowed { "allowed" } else { "denied" }
                 ),
+                failure: None,
             },
             Err(why) => Outcome {
                 ok: false,
                 latency,
                 message: format!("failed to get a well-formed answer: {why}"),
+                failure: Some(Failure::BadAnswer),
             },
         },
     }
@@ -366,6 +424,29 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    #[test]
+    fn refused_and_reset_connections_are_told_apart_from_the_rest() {
+        let refused = "failed to reach the initializer: ApiError: error trying to reach service: dial tcp 10.244.0.7:8443: connect: connection refused: ServiceUnavailable (ErrorResponse { status: \"Failure\", code: 503 })";
+        assert_eq!(classify(refused), Failure::Refused);
+        assert_eq!(
+            classify("error trying to reach service: Connection refused (os error 111)"),
+            Failure::Refused
+        );
+        assert_eq!(
+            classify("error trying to reach service: read tcp: connection reset by peer"),
+            Failure::Reset
+        );
+        assert_eq!(
+            classify("no endpoints available for service \"guard\""),
+            Failure::NoEndpoints
+        );
+        assert_eq!(
+            classify("certificate signed by unknown authority"),
+            Failure::Unreachable
+        );
+        assert_eq!(Failure::Refused.reason(), "ConnectionRefused");
     }
 
     #[test]

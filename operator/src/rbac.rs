@@ -70,6 +70,40 @@ pub const API_CALLS: &[ApiCall] = &[
         "mutatingwebhookconfigurations",
         "delete",
     ),
+    // apply::apply_fallback / check_fallback (server-side apply, also dry run) and
+    // apply::remove_fallback: the fallback policy and its binding.
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "create",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "patch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "delete",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "create",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "patch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "delete",
+    ),
+    // missed::count: namespaces' labels for the namespace selector (metadata only).
+    ("", "namespaces", "list"),
     // supervisor: the EndpointSlice watch and the probe through the service proxy (POST).
     ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
@@ -134,6 +168,19 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
             &["mutatingwebhookconfigurations"],
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
+        // The fallback: server-side apply creates (and, as a dry run, compiles) the policy and
+        // its binding while the initializer is out of the path; delete lifts them.
+        rule(
+            &["admissionregistration.k8s.io"],
+            &[
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+            ],
+            &["create", "patch", "delete"],
+        ),
+        // list: namespaces' labels, to count missed initializations in the namespaces the
+        // webhook selects.
+        rule(&[""], &["namespaces"], &["list"]),
         // list/watch: the fast path (zero ready endpoints deregisters at once).
         rule(
             &["discovery.k8s.io"],

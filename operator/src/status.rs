@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use initializer_crds::{InitializerStatus, Phase};
+use initializer_crds::{InitializerStatus, MissedInitializations, Outage, Phase};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::health::{Snapshot, State};
+use crate::probe::Failure;
 use crate::validate::{Refusal, describe};
 
 /// The last probe's time and latency are refreshed in the status at most this often, so that
@@ -25,6 +26,26 @@ pub const AVAILABLE: &str = "Available";
 pub const RESPONDING: &str = "Responding";
 /// Condition: the webhook configuration is registered.
 pub const REGISTERED: &str = "Registered";
+/// Condition: the initializer is out of the path as the spec has it (degraded to fail open, or
+/// removed); present from the first outage on.
+pub const DEGRADED: &str = "Degraded";
+/// Condition: the fallback policy is in force; present with `spec.fallback`.
+pub const FALLBACK_IN_FORCE: &str = "FallbackInForce";
+
+/// Where the fallback policy stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FallbackView {
+    /// Not installed: the initializer is healthy (or never left the path).
+    NotNeeded,
+    /// Created; the API server loads it within about a second.
+    Installing,
+    /// In force.
+    InForce,
+    /// The API server does not serve ValidatingAdmissionPolicy.
+    Unsupported,
+    /// It could not be installed: why.
+    Failed(String),
+}
 
 /// What the Deployment's status says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -74,6 +95,8 @@ pub struct ProbeRecord {
     pub ok: bool,
     /// What happened, for humans.
     pub message: String,
+    /// Why it failed, when it did.
+    pub failure: Option<Failure>,
 }
 
 /// Everything the status is computed from.
@@ -101,6 +124,14 @@ pub struct Observation<'a> {
     pub now: Timestamp,
     /// The status before, to keep `lastTransitionTime` of unchanged conditions.
     pub previous: Option<&'a InitializerStatus>,
+    /// Whether the configuration is registered degraded (fail open).
+    pub degraded: bool,
+    /// The last outage's steps.
+    pub outage: Option<Outage>,
+    /// The fallback, when the spec has one.
+    pub fallback: Option<FallbackView>,
+    /// What slipped through the last fail-open window.
+    pub missed: Option<MissedInitializations>,
 }
 
 /// The phase for an observation.
@@ -109,6 +140,8 @@ pub fn phase(o: &Observation<'_>) -> Phase {
         Phase::Invalid
     } else if o.suspended {
         Phase::Suspended
+    } else if o.registered && o.degraded {
+        Phase::Degraded
     } else if o.registered {
         Phase::Registered
     } else if o.health.is_some_and(|h| h.state == State::Unresponsive) {
@@ -148,6 +181,12 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         conditions.push(available_condition(o));
         conditions.push(responding_condition(o));
         conditions.push(registered_condition(o));
+        if let Some(c) = degraded_condition(o) {
+            conditions.push(c);
+        }
+        if let Some(c) = fallback_condition(o) {
+            conditions.push(c);
+        }
     }
     let mut details = BTreeMap::new();
     if let Some(p) = o.probe.as_ref().filter(|p| !p.ok) {
@@ -170,7 +209,99 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
             .map(|p| i64::try_from(p.latency.as_millis()).unwrap_or(i64::MAX)),
         certificate_not_after: o.certificate_not_after.map(Time),
         details,
+        last_outage: o.outage.clone(),
+        missed_initializations: o.missed.clone(),
     }
+}
+
+/// A step's time for messages: `12:00:01.234Z`.
+fn at(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>) -> String {
+    t.map_or_else(
+        || "-".to_string(),
+        |t| jiff::fmt::strtime::format("%H:%M:%S%.3fZ", t.0).unwrap_or_else(|_| t.0.to_string()),
+    )
+}
+
+fn degraded_condition(o: &Observation<'_>) -> Option<Condition> {
+    let state = o.health.map(|h| h.state);
+    let outage = o.outage.as_ref();
+    let name = o.configuration_name;
+    if o.registered && o.degraded {
+        return Some(condition(
+            o,
+            DEGRADED,
+            "True",
+            "FailOpen",
+            format!(
+                "a probe failed at {}; since {} {name} is registered with failurePolicy Ignore and timeoutSeconds 1, until the initializer answers again or is removed",
+                at(outage.and_then(|x| x.started_at.as_ref())),
+                at(outage.and_then(|x| x.degraded_at.as_ref())),
+            ),
+        ));
+    }
+    if !o.registered && state == Some(State::Unresponsive) {
+        return Some(condition(
+            o,
+            DEGRADED,
+            "True",
+            "Deregistered",
+            format!(
+                "trouble since {}, degraded at {}, {name} removed at {}: creates pass without the initializer",
+                at(outage.and_then(|x| x.started_at.as_ref())),
+                at(outage.and_then(|x| x.degraded_at.as_ref())),
+                at(outage.and_then(|x| x.deregistered_at.as_ref())),
+            ),
+        ));
+    }
+    let outage = outage?;
+    Some(condition(
+        o,
+        DEGRADED,
+        "False",
+        if o.registered {
+            "Restored"
+        } else {
+            "NotRegistered"
+        },
+        format!(
+            "the last outage: trouble at {}, degraded at {}, removed at {}, registered again with the spec's values at {}",
+            at(outage.started_at.as_ref()),
+            at(outage.degraded_at.as_ref()),
+            at(outage.deregistered_at.as_ref()),
+            at(outage.restored_at.as_ref()),
+        ),
+    ))
+}
+
+fn fallback_condition(o: &Observation<'_>) -> Option<Condition> {
+    let installed = at(o
+        .outage
+        .as_ref()
+        .and_then(|x| x.fallback_installed_at.as_ref()));
+    let (status, reason, message) = match o.fallback.as_ref()? {
+        FallbackView::InForce => (
+            "True",
+            "InForce",
+            format!("the fallback ValidatingAdmissionPolicy and its binding are in force (created at {installed})"),
+        ),
+        FallbackView::Installing => (
+            "False",
+            "Installing",
+            format!("the fallback was created at {installed}; the API server loads policies within about a second, and the configuration fails open only then"),
+        ),
+        FallbackView::NotNeeded => (
+            "False",
+            "NotNeeded",
+            "the initializer is in the path: the fallback is not installed".to_string(),
+        ),
+        FallbackView::Unsupported => (
+            "False",
+            "Unsupported",
+            "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy: nothing enforces the fallback while the initializer is out".to_string(),
+        ),
+        FallbackView::Failed(why) => ("False", "Failed", format!("failed to install the fallback: {why}")),
+    };
+    Some(condition(o, FALLBACK_IN_FORCE, status, reason, message))
 }
 
 fn condition(
@@ -257,7 +388,13 @@ fn responding_condition(o: &Observation<'_>) -> Condition {
             "ProbeSucceeded",
             format!("answered a dry-run review in {} ms", p.latency.as_millis()),
         ),
-        Some(p) => condition(o, RESPONDING, "False", "ProbeFailed", p.message.clone()),
+        Some(p) => condition(
+            o,
+            RESPONDING,
+            "False",
+            p.failure.map_or("ProbeFailed", Failure::reason),
+            p.message.clone(),
+        ),
     }
 }
 
@@ -360,6 +497,7 @@ mod tests {
             latency: Duration::from_millis(12),
             ok: true,
             message: "ok".into(),
+            failure: None,
         }
     }
 
@@ -376,6 +514,10 @@ mod tests {
             certificate_not_after: None,
             now: now(),
             previous: None,
+            degraded: false,
+            outage: None,
+            fallback: None,
+            missed: None,
         }
     }
 
@@ -483,6 +625,91 @@ mod tests {
         assert_eq!(s.phase, Some(Phase::Unresponsive));
         assert_eq!(cond(&s, RESPONDING).reason, "NoReadyEndpoints");
         assert_eq!(cond(&s, REGISTERED).reason, "Unresponsive");
+    }
+
+    fn outage() -> Outage {
+        let t = |s| {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                now() + jiff::SignedDuration::from_millis(s),
+            ))
+        };
+        Outage {
+            started_at: t(0),
+            degraded_at: t(12),
+            fallback_installed_at: t(10),
+            deregistered_at: t(510),
+            restored_at: None,
+        }
+    }
+
+    #[test]
+    fn a_degraded_initializer_is_registered_failing_open_with_its_steps_in_a_condition() {
+        let o = Observation {
+            workload: Some(ready()),
+            health: Some(snapshot(State::Degraded, Some(2))),
+            probe: Some(ProbeRecord {
+                ok: false,
+                failure: Some(Failure::TimedOut),
+                message: "no answer within the latency budget of 500 ms".into(),
+                ..good_probe()
+            }),
+            registered: true,
+            degraded: true,
+            outage: Some(outage()),
+            fallback: Some(FallbackView::Installing),
+            ..base()
+        };
+        let s = compute(&o);
+        assert_eq!(s.phase, Some(Phase::Degraded));
+        assert_eq!(s.registered, Some(true));
+        let degraded = cond(&s, DEGRADED);
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "FailOpen")
+        );
+        assert!(
+            degraded.message.contains("08:00:00.012Z"),
+            "{}",
+            degraded.message
+        );
+        assert_eq!(cond(&s, RESPONDING).reason, "ProbeTimedOut");
+        assert_eq!(cond(&s, FALLBACK_IN_FORCE).reason, "Installing");
+        assert_eq!(s.last_outage, Some(outage()));
+    }
+
+    #[test]
+    fn after_an_outage_the_degraded_condition_stays_false_with_the_steps() {
+        let mut restored = outage();
+        restored.restored_at = restored.deregistered_at.clone();
+        let o = Observation {
+            workload: Some(ready()),
+            health: Some(snapshot(State::Registered, Some(2))),
+            probe: Some(good_probe()),
+            registered: true,
+            outage: Some(restored),
+            fallback: Some(FallbackView::NotNeeded),
+            ..base()
+        };
+        let s = compute(&o);
+        assert_eq!(s.phase, Some(Phase::Registered));
+        assert_eq!(cond(&s, DEGRADED).reason, "Restored");
+        assert_eq!(cond(&s, DEGRADED).status, "False");
+        let unresponsive = compute(&Observation {
+            health: Some(snapshot(State::Unresponsive, Some(2))),
+            registered: false,
+            outage: Some(outage()),
+            fallback: Some(FallbackView::InForce),
+            ..o
+        });
+        assert_eq!(cond(&unresponsive, DEGRADED).reason, "Deregistered");
+        assert_eq!(cond(&unresponsive, FALLBACK_IN_FORCE).status, "True");
+        let fresh = compute(&base());
+        assert!(
+            fresh
+                .conditions
+                .iter()
+                .all(|c| c.type_ != DEGRADED && c.type_ != FALLBACK_IN_FORCE)
+        );
     }
 
     #[test]

@@ -1,33 +1,54 @@
 //! The health supervisor: per Initializer, a prober task (a dry-run AdmissionReview through the
-//! API server every period) and an EndpointSlice watcher (zero ready endpoints removes the
-//! configuration at once). Both feed the Initializer's [`Machine`] and carry out its actions
-//! through the [`Registrar`], under one lock per Initializer so that registration and removal
-//! never race. The reconciler calls [`Supervisor::sync`] with the latest target; the supervisor
-//! writes the status itself (under the same lock, so writes never reorder) on every sync and on
-//! every transition, so the status follows within one API call.
+//! API server, as often as the health machine asks) and an EndpointSlice watcher (zero ready
+//! endpoints removes the configuration at once). Both feed the Initializer's [`Machine`]; after
+//! every input the supervisor converges the cluster on what the machine wants (the
+//! configuration registered, degraded or absent; the fallback policy in force or not), under one
+//! lock per Initializer so that registration, degradation and removal never race. A step out of
+//! the path waits until the fallback, if any, is in force, so that what it enforces never has a
+//! gap. After a fail-open window it counts the objects that slipped through
+//! ([`crate::missed`]). The reconciler calls [`Supervisor::sync`] with the latest target; the
+//! supervisor writes the status itself (under the same lock, so writes never reorder) on every
+//! sync and on every transition, so the status follows within one API call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use initializer_crds::InitializerStatus;
+use initializer_crds::{
+    AnnotationGate, InitializerStatus, InterceptRule, MissedInitializations, Outage,
+};
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tracing::{debug, info, warn};
 
-use crate::apply::{self, Registrar, WebhookRegistrar};
+use crate::apply::{self, FallbackCheck, Registrar, WebhookRegistrar};
+use crate::build::{self, FallbackPolicy};
 use crate::error::Result;
-use crate::health::{Action, Cause, HealthConfig, Input, Machine, Snapshot};
+use crate::health::{Action, Cause, HealthConfig, Input, Machine, Snapshot, State};
 use crate::metrics::Metrics;
+use crate::missed;
 use crate::probe::{self, ProbeTarget};
-use crate::status::{self, Observation, ProbeRecord, WorkloadObservation};
+use crate::status::{self, FallbackView, Observation, ProbeRecord, WorkloadObservation};
+
+/// How long after the fallback policy and binding are created the API server enforces them:
+/// kube-apiserver reloads admission policies on a one-second tick once its informers have seen
+/// them (`policyRefreshInterval` in k8s.io/apiserver), plus margin.
+pub const FALLBACK_SETTLE: Duration = Duration::from_millis(1200);
+/// Smallest gap between two probes, so that an initializer refusing connections at once is
+/// probed again at once without spinning.
+pub const PROBE_SPACING: Duration = Duration::from_millis(50);
+/// Creates may land this long after the window closes (an API server still calling the old
+/// configuration); the count waits for them.
+const WINDOW_TAIL: Duration = Duration::from_secs(1);
 
 /// What the reconciler wants supervised for one Initializer.
 #[derive(Clone, Debug)]
@@ -50,6 +71,14 @@ pub struct Target {
     pub health: HealthConfig,
     /// The configuration to register.
     pub webhook: MutatingWebhookConfiguration,
+    /// The fallback to keep in force while the initializer is out of the path.
+    pub fallback: Option<FallbackPolicy>,
+    /// The rules, for counting missed initializations.
+    pub rules: Vec<InterceptRule>,
+    /// The annotation gate, for counting missed initializations.
+    pub gate: Option<AnnotationGate>,
+    /// The webhook's timeout.
+    pub timeout: Duration,
     /// Whether the Deployment is available.
     pub available: bool,
     /// `spec.suspend`.
@@ -64,8 +93,8 @@ pub struct Target {
     pub stored_status: Option<InitializerStatus>,
 }
 
-/// Namespace, Service, period, budget and probe target: what the tasks were started with.
-type TaskKey = (String, String, Duration, Duration, ProbeTarget);
+/// Namespace, Service, budget and probe target: what the tasks were started with.
+type TaskKey = (String, String, Duration, ProbeTarget);
 
 impl Target {
     fn configuration(&self) -> String {
@@ -77,7 +106,6 @@ impl Target {
         (
             self.namespace.clone(),
             self.service.clone(),
-            self.period,
             self.budget,
             self.probe.clone(),
         )
@@ -97,16 +125,95 @@ pub struct Report {
     pub status: InitializerStatus,
 }
 
+/// What the cluster holds for one Initializer's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// No configuration.
+    Absent,
+    /// Registered with the spec's values.
+    Normal,
+    /// Registered degraded: `failurePolicy: Ignore`, short timeout.
+    Degraded,
+}
+
+impl Presence {
+    fn of(state: State) -> Self {
+        match state {
+            State::Registered => Presence::Normal,
+            State::Degraded => Presence::Degraded,
+            State::Waiting | State::Unresponsive | State::Suspended => Presence::Absent,
+        }
+    }
+}
+
+/// The configuration to hold now: what the machine wants, except that a step out of the path
+/// (from the spec's values to degraded or absent) waits while the fallback is not ready yet.
+pub fn next_presence(applied: Presence, wanted: Presence, fallback_ready: bool) -> Presence {
+    if applied == Presence::Normal && wanted != Presence::Normal && !fallback_ready {
+        applied
+    } else {
+        wanted
+    }
+}
+
+/// The fallback as the supervisor runs it.
+#[derive(Clone, Debug, Default)]
+struct FallbackRun {
+    /// When the API server accepted the policy and binding.
+    installed_at: Option<Instant>,
+    /// What was applied.
+    applied: Option<FallbackPolicy>,
+    /// The API server does not serve ValidatingAdmissionPolicy.
+    unsupported: bool,
+    /// The last failure to install.
+    failed: Option<String>,
+}
+
+impl FallbackRun {
+    fn view(&self, now: Instant) -> FallbackView {
+        if self.unsupported {
+            FallbackView::Unsupported
+        } else if let Some(at) = self.installed_at {
+            if now >= at + FALLBACK_SETTLE {
+                FallbackView::InForce
+            } else {
+                FallbackView::Installing
+            }
+        } else if let Some(why) = &self.failed {
+            FallbackView::Failed(why.clone())
+        } else {
+            FallbackView::NotNeeded
+        }
+    }
+
+    /// Whether stepping out of the path may go ahead: the fallback is in force, or it cannot
+    /// be (unsupported, or refused: failing open comes first).
+    fn ready(&self, now: Instant) -> bool {
+        !matches!(
+            self.view(now),
+            FallbackView::Installing | FallbackView::NotNeeded
+        )
+    }
+}
+
 struct EntryState {
     machine: Machine,
     target: Target,
     last_probe: Option<ProbeRecord>,
     applied: Option<MutatingWebhookConfiguration>,
+    presence: Presence,
     written: Option<InitializerStatus>,
+    outage: Option<Outage>,
+    window_from: Option<Timestamp>,
+    fallback: FallbackRun,
+    missed: Option<MissedInitializations>,
+    deregister_cause: Option<(Cause, Instant)>,
+    degrade_since: Option<Instant>,
 }
 
 struct Entry {
     state: tokio::sync::Mutex<EntryState>,
+    wake: Arc<Notify>,
     tasks: Mutex<(Option<TaskKey>, Vec<AbortHandle>)>,
 }
 
@@ -127,6 +234,7 @@ struct Inner {
     metrics: Arc<Metrics>,
     probe_user: String,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
+    checked: Mutex<HashMap<String, (Option<i64>, Option<String>)>>,
 }
 
 /// Supervises the health of every Initializer this replica leads.
@@ -139,6 +247,11 @@ impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Supervisor").finish_non_exhaustive()
     }
+}
+
+fn micro_now() -> MicroTime {
+    let now = Timestamp::now();
+    MicroTime(Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now))
 }
 
 impl Supervisor {
@@ -157,6 +270,7 @@ impl Supervisor {
                 metrics,
                 probe_user,
                 entries: Mutex::new(HashMap::new()),
+                checked: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -191,37 +305,47 @@ impl Supervisor {
         self.entries().keys().cloned().collect()
     }
 
+    /// Asks the API server to compile an Initializer's fallback (a dry-run apply), once per
+    /// generation: `Ok(None)` when it was accepted or cannot be checked here (no
+    /// ValidatingAdmissionPolicy), `Ok(Some(why))` when it was refused.
+    pub async fn check_fallback(
+        &self,
+        initializer: &str,
+        generation: Option<i64>,
+        fallback: &FallbackPolicy,
+    ) -> Result<Option<String>> {
+        let cached = self
+            .inner
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(initializer)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, why)| why.clone());
+        if let Some(why) = cached {
+            return Ok(why);
+        }
+        let why = match apply::check_fallback(&self.inner.client, fallback).await? {
+            FallbackCheck::Refused(why) => Some(why),
+            FallbackCheck::Accepted | FallbackCheck::Unsupported => None,
+        };
+        self.inner
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(initializer.to_string(), (generation, why.clone()));
+        Ok(why)
+    }
+
     /// Updates the target of one Initializer (starting its tasks the first time), feeds the
-    /// workload's availability and the suspend flag to its machine, carries out the result, and
-    /// makes the cluster agree with the machine (re-applying a changed configuration, removing
-    /// one that must not exist).
+    /// workload's availability and the suspend flag to its machine, and converges the cluster
+    /// on the machine (re-applying a changed configuration, removing one that must not exist).
     pub async fn sync(&self, target: Target) -> Result<Report> {
         let configuration = target.configuration();
         let existing = self.entries().get(&target.initializer).cloned();
         let entry = match existing {
             Some(entry) => entry,
-            None => {
-                let mut machine = Machine::new(target.health);
-                // After an operator restart the configuration may already be registered: adopt
-                // it so failures remove it, instead of removing a healthy one.
-                if self.inner.registrar.is_registered(&configuration).await? {
-                    machine.adopt_registered(Instant::now());
-                }
-                let entry = Arc::new(Entry {
-                    state: tokio::sync::Mutex::new(EntryState {
-                        machine,
-                        target: target.clone(),
-                        last_probe: None,
-                        applied: None,
-                        written: None,
-                    }),
-                    tasks: Mutex::new((None, Vec::new())),
-                });
-                self.entries()
-                    .entry(target.initializer.clone())
-                    .or_insert(entry)
-                    .clone()
-            }
+            None => self.new_entry(&target).await?,
         };
         self.ensure_tasks(&entry, &target);
         let mut st = entry.state.lock().await;
@@ -236,28 +360,74 @@ impl Supervisor {
             Input::Available(target.available),
         ] {
             let action = st.machine.observe(input, now);
-            self.act(&mut st, action).await;
+            self.note(&mut st, action);
         }
+        // Someone else may have removed (or left) the configuration: the converge below puts
+        // it right.
         let exists = self.inner.registrar.is_registered(&configuration).await?;
-        if st.machine.is_registered() {
-            if !exists || st.applied.as_ref() != Some(&target.webhook) {
-                if let Err(e) = self.inner.registrar.register(&target.webhook).await {
-                    st.machine.registration_failed();
-                    return Err(e);
-                }
-                st.applied = Some(target.webhook.clone());
-            }
-        } else if exists {
-            self.inner.registrar.deregister(&configuration).await?;
+        if !exists {
+            st.presence = Presence::Absent;
             st.applied = None;
+        } else if st.presence == Presence::Absent {
+            st.presence = Presence::Normal;
         }
+        self.converge(&entry, &mut st).await?;
         let status = self.write_status(&mut st).await?;
         Ok(Report {
-            registered: st.machine.is_registered(),
+            registered: st.presence != Presence::Absent,
             snapshot: st.machine.snapshot(),
             probe: st.last_probe.clone(),
             status,
         })
+    }
+
+    async fn new_entry(&self, target: &Target) -> Result<Arc<Entry>> {
+        let configuration = target.configuration();
+        let mut machine = Machine::new(target.health);
+        // After an operator restart the configuration may already be registered (maybe
+        // degraded): adopt it so failures remove it, instead of removing a healthy one.
+        let found = self.inner.registrar.get(&configuration).await?;
+        let presence = match &found {
+            Some(c) if build::is_degraded(c) => Presence::Degraded,
+            Some(_) => Presence::Normal,
+            None => Presence::Absent,
+        };
+        if presence != Presence::Absent {
+            machine.adopt_registered(presence == Presence::Degraded, Instant::now());
+        }
+        let stored = target.stored_status.as_ref();
+        let fallback = FallbackRun::default();
+        if !machine.in_outage() {
+            // A fallback left by an earlier run is lifted; an outage in progress keeps it.
+            if let Err(e) =
+                apply::remove_fallback(&self.inner.client, &validate_fallback_name(target)).await
+            {
+                warn!(initializer = %target.initializer, error = %e, "failed to lift a stale fallback");
+            }
+        }
+        let entry = Arc::new(Entry {
+            state: tokio::sync::Mutex::new(EntryState {
+                machine,
+                target: target.clone(),
+                last_probe: None,
+                applied: None,
+                presence,
+                written: None,
+                outage: stored.and_then(|s| s.last_outage.clone()),
+                window_from: None,
+                fallback,
+                missed: stored.and_then(|s| s.missed_initializations.clone()),
+                deregister_cause: None,
+                degrade_since: None,
+            }),
+            wake: Arc::new(Notify::new()),
+            tasks: Mutex::new((None, Vec::new())),
+        });
+        Ok(self
+            .entries()
+            .entry(target.initializer.clone())
+            .or_insert(entry)
+            .clone())
     }
 
     /// Computes the status from everything known and writes it unless only the probe figures
@@ -266,6 +436,7 @@ impl Supervisor {
         let target = &st.target;
         let previous = st.written.as_ref().or(target.stored_status.as_ref());
         let configuration = target.configuration();
+        let now = Instant::now();
         let status = status::compute(&Observation {
             generation: target.generation,
             refusals: &[],
@@ -273,11 +444,15 @@ impl Supervisor {
             workload: Some(target.workload.clone()),
             health: Some(st.machine.snapshot()),
             probe: st.last_probe.clone(),
-            registered: st.machine.is_registered(),
+            registered: st.presence != Presence::Absent,
             configuration_name: &configuration,
             certificate_not_after: target.certificate_not_after,
             now: Timestamp::now(),
             previous,
+            degraded: st.presence == Presence::Degraded,
+            outage: st.outage.clone(),
+            fallback: target.fallback.as_ref().map(|_| st.fallback.view(now)),
+            missed: st.missed.clone(),
         });
         if !status::only_probe_figures_changed(previous, &status, Timestamp::now()) {
             apply::apply_status(&self.inner.client, &target.initializer, &status).await?;
@@ -305,7 +480,12 @@ impl Supervisor {
             t.abort();
         }
         let weak = Arc::downgrade(entry);
-        let prober = tokio::spawn(prober(self.clone(), weak.clone(), target.clone()));
+        let prober = tokio::spawn(prober(
+            self.clone(),
+            weak.clone(),
+            entry.wake.clone(),
+            target.clone(),
+        ));
         let watcher = tokio::spawn(endpoints(self.clone(), weak, target.clone()));
         tasks.1 = vec![prober.abort_handle(), watcher.abort_handle()];
         tasks.0 = Some(key);
@@ -330,32 +510,184 @@ impl Supervisor {
         }
     }
 
-    async fn act(&self, st: &mut EntryState, action: Action) {
-        let name = st.target.initializer.clone();
-        let configuration = st.target.configuration();
+    /// Remembers what an action needs for its Event once the cluster follows.
+    fn note(&self, st: &mut EntryState, action: Action) {
         match action {
-            Action::None => {}
-            Action::Register => {
-                match self.inner.registrar.register(&st.target.webhook).await {
-                    Ok(()) => {
-                        st.applied = Some(st.target.webhook.clone());
-                        self.inner.metrics.registered(&name);
-                        info!(initializer = %name, %configuration, "registered");
-                        self.publish(
-                        &st.target.reference,
-                        EventType::Normal,
-                        "Registered",
-                        format!("registered {configuration}: the initializer is available and answering"),
-                    )
-                    .await;
-                    }
-                    Err(e) => {
-                        warn!(initializer = %name, error = %e, "registration failed; retrying on the next good probe");
-                        st.machine.registration_failed();
-                    }
-                }
+            Action::Degrade { since } => {
+                st.degrade_since = Some(since);
+                st.outage = Some(Outage {
+                    started_at: Some(micro_now()),
+                    ..Outage::default()
+                });
             }
             Action::Deregister { cause, since } => {
+                st.deregister_cause = Some((cause, since));
+                if cause != Cause::Suspended
+                    && st.outage.as_ref().is_none_or(|o| o.restored_at.is_some())
+                {
+                    st.outage = Some(Outage {
+                        started_at: Some(micro_now()),
+                        ..Outage::default()
+                    });
+                }
+            }
+            Action::Register | Action::Restore | Action::None => {}
+        }
+    }
+
+    /// Makes the cluster hold what the machine wants: the fallback first (when the machine is
+    /// out of the path), then the configuration (a step out of the path waits for the
+    /// fallback to be in force), then the fallback lifted once the configuration is back.
+    async fn converge(&self, entry: &Arc<Entry>, st: &mut EntryState) -> Result<()> {
+        let now = Instant::now();
+        let name = st.target.initializer.clone();
+        let want_fallback = st.target.fallback.is_some() && st.machine.in_outage();
+        if want_fallback {
+            self.install_fallback(entry, st).await;
+        }
+        let wanted = Presence::of(st.machine.state());
+        let ready = !want_fallback || st.fallback.ready(now);
+        let next = next_presence(st.presence, wanted, ready);
+        if next != wanted {
+            debug!(initializer = %name, "waiting for the fallback to be in force before failing open");
+        }
+        self.apply_presence(st, next).await?;
+        let lift = !want_fallback
+            && (st.fallback.applied.is_some() || st.fallback.installed_at.is_some())
+            && (st.presence == Presence::Normal || !st.machine.in_outage());
+        if lift {
+            match apply::remove_fallback(&self.inner.client, &validate_fallback_name(&st.target))
+                .await
+            {
+                Ok(_) => {
+                    st.fallback = FallbackRun::default();
+                    info!(initializer = %name, "fallback lifted");
+                    self.publish(
+                        &st.target.reference,
+                        EventType::Normal,
+                        "FallbackRemoved",
+                        format!(
+                            "removed the fallback {}: the initializer is back in the path",
+                            validate_fallback_name(&st.target)
+                        ),
+                    )
+                    .await;
+                }
+                Err(e) => warn!(initializer = %name, error = %e, "failed to lift the fallback"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn install_fallback(&self, entry: &Arc<Entry>, st: &mut EntryState) {
+        let Some(fallback) = st.target.fallback.clone() else {
+            return;
+        };
+        if st.fallback.unsupported
+            || (st.fallback.installed_at.is_some()
+                && st.fallback.applied.as_ref() == Some(&fallback))
+        {
+            return;
+        }
+        let name = st.target.initializer.clone();
+        match apply::apply_fallback(&self.inner.client, &fallback).await {
+            Ok(FallbackCheck::Accepted) => {
+                let first = st.fallback.installed_at.is_none();
+                st.fallback.installed_at = Some(Instant::now());
+                st.fallback.applied = Some(fallback.clone());
+                st.fallback.failed = None;
+                if let Some(outage) = st.outage.as_mut() {
+                    outage.fallback_installed_at = Some(micro_now());
+                }
+                info!(initializer = %name, "fallback installed");
+                if first {
+                    self.publish(
+                        &st.target.reference,
+                        EventType::Normal,
+                        "FallbackInstalled",
+                        format!(
+                            "installed the fallback ValidatingAdmissionPolicy {} and its binding: its validations stay enforced while the initializer is out of the path",
+                            fallback.policy.name_any()
+                        ),
+                    )
+                    .await;
+                }
+                // Converge again once the API server enforces it.
+                tokio::spawn(
+                    self.clone()
+                        .reconverge_after(Arc::downgrade(entry), FALLBACK_SETTLE),
+                );
+            }
+            Ok(FallbackCheck::Unsupported) => {
+                st.fallback.unsupported = true;
+                warn!(initializer = %name, "the API server does not serve ValidatingAdmissionPolicy: no fallback");
+                self.publish(
+                    &st.target.reference,
+                    EventType::Warning,
+                    "FallbackUnsupported",
+                    "the API server does not serve ValidatingAdmissionPolicy: the fallback cannot be put in force".into(),
+                )
+                .await;
+            }
+            Ok(FallbackCheck::Refused(why)) => {
+                warn!(initializer = %name, %why, "the fallback was refused");
+                st.fallback.failed = Some(why);
+            }
+            Err(e) => {
+                warn!(initializer = %name, error = %e, "failed to install the fallback");
+                st.fallback.failed = Some(e.to_string());
+            }
+        }
+    }
+
+    /// Converges one entry again after `delay` (boxed: converging may schedule this again).
+    fn reconverge_after(
+        self,
+        entry: std::sync::Weak<Entry>,
+        delay: Duration,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            let Some(entry) = entry.upgrade() else {
+                return;
+            };
+            let mut st = entry.state.lock().await;
+            if let Err(e) = self.converge(&entry, &mut st).await {
+                warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
+            }
+            self.refresh_status(&mut st).await;
+        })
+    }
+
+    /// Applies one configuration state, with its Event and metrics.
+    async fn apply_presence(&self, st: &mut EntryState, next: Presence) -> Result<()> {
+        let name = st.target.initializer.clone();
+        let configuration = st.target.configuration();
+        let desired = match next {
+            Presence::Normal => Some(st.target.webhook.clone()),
+            Presence::Degraded => Some(build::degraded(&st.target.webhook)),
+            Presence::Absent => None,
+        };
+        let before = st.presence;
+        match desired {
+            Some(desired) => {
+                if st.presence == next && st.applied.as_ref() == Some(&desired) {
+                    return Ok(());
+                }
+                if let Err(e) = self.inner.registrar.register(&desired).await {
+                    warn!(initializer = %name, error = %e, "failed to apply the configuration");
+                    if next == Presence::Normal && before != Presence::Normal {
+                        st.machine.registration_failed();
+                    }
+                    return Err(e);
+                }
+                st.applied = Some(desired);
+                st.presence = next;
+            }
+            None => {
+                if st.presence == Presence::Absent {
+                    return Ok(());
+                }
                 let mut result = self.inner.registrar.deregister(&configuration).await;
                 for _ in 0..3 {
                     if result.is_ok() {
@@ -364,65 +696,243 @@ impl Supervisor {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     result = self.inner.registrar.deregister(&configuration).await;
                 }
+                result?;
+                st.applied = None;
+                st.presence = Presence::Absent;
+            }
+        }
+        self.transitioned(st, before, next).await;
+        Ok(())
+    }
+
+    /// Events, metrics, the outage's steps and the missed-initializations window, for one
+    /// change of the configuration.
+    async fn transitioned(&self, st: &mut EntryState, before: Presence, now_is: Presence) {
+        let name = st.target.initializer.clone();
+        let configuration = st.target.configuration();
+        let reference = st.target.reference.clone();
+        let outage_step = st.machine.in_outage()
+            || st
+                .deregister_cause
+                .is_some_and(|(c, _)| c != Cause::Suspended);
+        if before == Presence::Normal && now_is != Presence::Normal && outage_step {
+            st.window_from.get_or_insert_with(Timestamp::now);
+        }
+        match (before, now_is) {
+            (Presence::Normal, Presence::Degraded) => {
+                let took = st
+                    .degrade_since
+                    .take()
+                    .map(|s| s.elapsed())
+                    .unwrap_or_default();
+                if let Some(outage) = st.outage.as_mut() {
+                    outage.degraded_at = Some(micro_now());
+                }
+                info!(initializer = %name, %configuration, took_ms = took.as_millis() as u64, "degraded");
+                self.publish(
+                    &reference,
+                    EventType::Warning,
+                    "Degraded",
+                    format!(
+                        "a probe failed: {configuration} fails open now (failurePolicy Ignore, timeoutSeconds 1), {} ms after the failed probe; it is removed after {} failed probes in a row and restored after {} good ones",
+                        took.as_millis(),
+                        st.machine.config().failure_threshold,
+                        st.machine.config().success_threshold,
+                    ),
+                )
+                .await;
+            }
+            (_, Presence::Absent) => {
+                let (cause, since) = st
+                    .deregister_cause
+                    .take()
+                    .unwrap_or((Cause::ProbesFailed, Instant::now()));
                 let took = since.elapsed();
-                match result {
-                    Ok(_) => {
-                        st.applied = None;
-                        let measured = (cause != Cause::Suspended).then_some(took);
-                        self.inner
-                            .metrics
-                            .deregistered(&name, cause.reason(), measured);
-                        info!(initializer = %name, %configuration, cause = cause.reason(), took_ms = took.as_millis() as u64, "deregistered");
-                        let (type_, note) = match cause {
-                            Cause::Suspended => (
-                                EventType::Normal,
-                                format!("removed {configuration}: spec.suspend is true"),
-                            ),
-                            Cause::ProbesFailed => (
-                                EventType::Warning,
-                                format!(
-                                    "removed {configuration} (fail open) {} ms after the first failed probe: the initializer stopped answering",
-                                    took.as_millis()
-                                ),
-                            ),
-                            Cause::NoReadyEndpoints => (
-                                EventType::Warning,
-                                format!(
-                                    "removed {configuration} (fail open) {} ms after the Service lost its last ready endpoint",
-                                    took.as_millis()
-                                ),
-                            ),
-                        };
-                        self.publish(&st.target.reference, type_, "Deregistered", note)
-                            .await;
-                    }
-                    Err(e) => {
-                        // The next sync sees the configuration still there while the machine
-                        // says unregistered, and deletes it again.
-                        warn!(initializer = %name, error = %e, "failed to deregister");
-                    }
+                let measured = (cause != Cause::Suspended).then_some(took);
+                self.inner
+                    .metrics
+                    .deregistered(&name, cause.reason(), measured);
+                if cause != Cause::Suspended
+                    && let Some(outage) = st.outage.as_mut()
+                {
+                    outage.deregistered_at = Some(micro_now());
+                }
+                info!(initializer = %name, %configuration, cause = cause.reason(), took_ms = took.as_millis() as u64, "deregistered");
+                let (type_, note) = match cause {
+                    Cause::Suspended => (
+                        EventType::Normal,
+                        format!("removed {configuration}: spec.suspend is true"),
+                    ),
+                    Cause::ProbesFailed => (
+                        EventType::Warning,
+                        format!(
+                            "removed {configuration} (fail open) {} ms after the first failed probe: the initializer stopped answering",
+                            took.as_millis()
+                        ),
+                    ),
+                    Cause::NoReadyEndpoints => (
+                        EventType::Warning,
+                        format!(
+                            "removed {configuration} (fail open) {} ms after the Service lost its last ready endpoint",
+                            took.as_millis()
+                        ),
+                    ),
+                };
+                self.publish(&reference, type_, "Deregistered", note).await;
+            }
+            (from, Presence::Normal) => {
+                if from == Presence::Absent {
+                    self.inner.metrics.registered(&name);
+                }
+                let restored = from == Presence::Degraded;
+                if let Some(outage) = st.outage.as_mut().filter(|o| o.restored_at.is_none()) {
+                    outage.restored_at = Some(micro_now());
+                }
+                info!(initializer = %name, %configuration, restored, "registered");
+                let (reason, note) = if restored {
+                    (
+                        "Restored",
+                        format!(
+                            "restored {configuration} to the spec's failurePolicy and timeoutSeconds: the initializer answers again"
+                        ),
+                    )
+                } else {
+                    (
+                        "Registered",
+                        format!(
+                            "registered {configuration}: the initializer is available and answering"
+                        ),
+                    )
+                };
+                self.publish(&reference, EventType::Normal, reason, note)
+                    .await;
+                if let Some(from) = st.window_from.take() {
+                    self.count_missed(st, from);
                 }
             }
+            _ => {}
         }
     }
 
-    async fn observe(&self, entry: &Entry, input: Input, always_write: bool) {
+    /// Counts, once the window's tail has passed, the objects created in the window without the
+    /// initializer's mark; reports them in the status and an Event.
+    fn count_missed(&self, st: &EntryState, from: Timestamp) {
+        let tail = st.target.timeout + WINDOW_TAIL;
+        let to = Timestamp::now()
+            .checked_add(jiff::SignedDuration::try_from(tail).unwrap_or_default())
+            .unwrap_or_else(|_| Timestamp::now());
+        let scope = missed::Scope {
+            initializer: st.target.initializer.clone(),
+            namespace_selector: st
+                .target
+                .webhook
+                .webhooks
+                .iter()
+                .flatten()
+                .next()
+                .and_then(|w| w.namespace_selector.clone()),
+            object_selector: st
+                .target
+                .webhook
+                .webhooks
+                .iter()
+                .flatten()
+                .next()
+                .and_then(|w| w.object_selector.clone()),
+            gate: st.target.gate.clone(),
+            from,
+            to,
+        };
+        let rules = st.target.rules.clone();
+        let sup = self.clone();
+        let name = st.target.initializer.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(tail).await;
+            let report = missed::count(&sup.inner.client, &rules, &scope).await;
+            let Some(entry) = sup.entries().get(&name).cloned() else {
+                return;
+            };
+            let mut st = entry.state.lock().await;
+            info!(initializer = %name, count = report.count, "missed initializations counted");
+            let (type_, reason, note) = if report.count > 0 {
+                (
+                    EventType::Warning,
+                    "MissedInitializations",
+                    format!(
+                        "{}{} object(s) in scope were created without the initializer between {} and {}{}: recreate them to initialize them",
+                        if report.truncated { "at least " } else { "" },
+                        report.count,
+                        report.from.0,
+                        report.to.0,
+                        if report.examples.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", for example {}", report.examples.join(", "))
+                        }
+                    ),
+                )
+            } else {
+                (
+                    EventType::Normal,
+                    "NoMissedInitializations",
+                    format!(
+                        "no object in scope was created without the initializer between {} and {}",
+                        report.from.0, report.to.0
+                    ),
+                )
+            };
+            st.missed = Some(report);
+            sup.refresh_status(&mut st).await;
+            let reference = st.target.reference.clone();
+            drop(st);
+            sup.publish(&reference, type_, reason, note).await;
+        });
+    }
+
+    /// Feeds one input, converges, and writes the status when something changed; returns when
+    /// the next probe is due.
+    async fn observe(&self, entry: &Arc<Entry>, input: Input, always_write: bool) -> Duration {
         let mut st = entry.state.lock().await;
-        let before = st.machine.state();
-        let action = st.machine.observe(input, Instant::now());
-        self.act(&mut st, action).await;
-        if always_write || st.machine.state() != before {
+        let before = (st.machine.state(), st.presence);
+        let now = Instant::now();
+        let action = st.machine.observe(input, now);
+        self.note(&mut st, action);
+        if action != Action::None
+            || st.machine.in_outage()
+            || st.presence != Presence::of(st.machine.state())
+        {
+            if let Err(e) = self.converge(entry, &mut st).await {
+                warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
+            }
+        }
+        if always_write || (st.machine.state(), st.presence) != before {
             self.refresh_status(&mut st).await;
         }
+        st.machine.next_probe_in(Instant::now())
     }
 }
 
-async fn prober(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Target) {
-    let mut ticker = tokio::time::interval(target.period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// The fallback's name (the policy and the binding share it).
+fn validate_fallback_name(target: &Target) -> String {
+    format!("{}-fallback", target.configuration())
+}
+
+async fn prober(sup: Supervisor, entry: std::sync::Weak<Entry>, wake: Arc<Notify>, target: Target) {
     let mut last_ok = None;
+    let mut wait = Duration::ZERO;
+    let mut last_start: Option<Instant> = None;
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = wake.notified() => {}
+        }
+        if let Some(started) = last_start {
+            let since = started.elapsed();
+            if since < PROBE_SPACING {
+                tokio::time::sleep(PROBE_SPACING - since).await;
+            }
+        }
+        last_start = Some(Instant::now());
         let outcome = probe::probe(
             &sup.inner.client,
             &target.namespace,
@@ -446,6 +956,7 @@ async fn prober(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Target) 
                 latency: outcome.latency,
                 ok: outcome.ok,
                 message: outcome.message.clone(),
+                failure: outcome.failure,
             });
         }
         let input = if outcome.ok {
@@ -455,7 +966,7 @@ async fn prober(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Target) 
         };
         let flipped = last_ok != Some(outcome.ok);
         last_ok = Some(outcome.ok);
-        sup.observe(&entry, input, flipped).await;
+        wait = sup.observe(&entry, input, flipped).await;
     }
 }
 
@@ -516,6 +1027,10 @@ async fn endpoints(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Targe
         debug!(initializer = %target.initializer, ready, "ready endpoints");
         sup.observe(&entry, Input::Endpoints(ready), ready == 0)
             .await;
+        if ready > 0 {
+            // Probe the new endpoints now rather than at the end of a slow wait.
+            entry.wake.notify_one();
+        }
     }
 }
 
@@ -533,6 +1048,39 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_step_out_of_the_path_waits_for_the_fallback_and_nothing_else_does() {
+        use Presence::*;
+        assert_eq!(next_presence(Normal, Degraded, false), Normal);
+        assert_eq!(next_presence(Normal, Absent, false), Normal);
+        assert_eq!(next_presence(Normal, Degraded, true), Degraded);
+        assert_eq!(next_presence(Degraded, Absent, false), Absent);
+        assert_eq!(next_presence(Absent, Normal, false), Normal);
+        assert_eq!(next_presence(Degraded, Normal, false), Normal);
+    }
+
+    #[test]
+    fn the_fallback_is_ready_once_in_force_or_when_it_cannot_be() {
+        let now = Instant::now();
+        let mut run = FallbackRun::default();
+        assert!(!run.ready(now));
+        run.installed_at = Some(now);
+        assert_eq!(run.view(now), FallbackView::Installing);
+        assert!(!run.ready(now + Duration::from_millis(500)));
+        assert!(run.ready(now + FALLBACK_SETTLE));
+        assert_eq!(run.view(now + FALLBACK_SETTLE), FallbackView::InForce);
+        let unsupported = FallbackRun {
+            unsupported: true,
+            ..FallbackRun::default()
+        };
+        assert!(unsupported.ready(now));
+        let failed = FallbackRun {
+            failed: Some("forbidden".into()),
+            ..FallbackRun::default()
+        };
+        assert!(failed.ready(now));
     }
 
     #[test]

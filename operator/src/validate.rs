@@ -8,8 +8,11 @@ use std::fmt;
 
 use initializer_crds::constants::{GROUP, SYSTEM_NAMESPACES};
 use initializer_crds::{
-    ConfigSource, HealthPolicy, InitializerSpec, PROTECTED_GROUPS, PROTECTED_RESOURCES,
+    ConfigSource, HealthPolicy, InitializerSpec, InterceptRule, PROTECTED_GROUPS,
+    PROTECTED_RESOURCES,
 };
+
+use crate::cel;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Longest base name derived from an Initializer's name; the longest suffix (`-config`) keeps
@@ -68,6 +71,8 @@ pub struct Names {
     pub configuration: String,
     /// The webhook's name inside the configuration (three or more DNS segments).
     pub webhook: String,
+    /// The fallback ValidatingAdmissionPolicy and its binding.
+    pub fallback: String,
 }
 
 /// Derives every object name from an Initializer's name. Names that are not DNS-1035 labels or
@@ -113,6 +118,7 @@ pub fn names(initializer: &str) -> Names {
         ca_secret: format!("{base}-ca"),
         config_map: format!("{base}-config"),
         configuration: format!("initializer-{base}"),
+        fallback: format!("initializer-{base}-fallback"),
         webhook: format!("{base}.initializers.{GROUP}"),
         label,
         base,
@@ -178,6 +184,7 @@ pub fn validate(
         .unwrap_or_else(|| operator_namespace.to_string());
     check_namespace(spec, &namespace, &mut refusals);
     check_rules(spec, &mut refusals);
+    check_fallback(spec, &mut refusals);
     check_scope(spec, operator_namespace, &namespace, &mut refusals);
     check_numbers(spec, &mut refusals);
     let image = check_image(spec, &mut refusals);
@@ -238,8 +245,53 @@ fn check_rules(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
             "at least one rule is required: an initializer must intercept something",
         ));
     }
-    for (i, rule) in spec.rules.iter().enumerate() {
-        let field = format!("spec.rules[{i}]");
+    check_rule_list(&spec.rules, "spec.rules", refusals);
+}
+
+/// The fallback: its rules are protected like `spec.rules`, and every expression compiles.
+fn check_fallback(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
+    let Some(fallback) = &spec.fallback else {
+        return;
+    };
+    if fallback.validations.is_empty() {
+        refusals.push(Refusal::new(
+            "spec.fallback.validations",
+            "at least one validation is required",
+        ));
+    }
+    check_rule_list(&fallback.rules, "spec.fallback.rules", refusals);
+    for (i, validation) in fallback.validations.iter().enumerate() {
+        let field = format!("spec.fallback.validations[{i}]");
+        if let Err(e) = cel::check(&validation.expression, cel::VARIABLES) {
+            refusals.push(Refusal::new(
+                format!("{field}.expression"),
+                format!("does not compile: {e}"),
+            ));
+        }
+        if let Some(expression) = &validation.message_expression
+            && let Err(e) = cel::check(expression, cel::VARIABLES)
+        {
+            refusals.push(Refusal::new(
+                format!("{field}.messageExpression"),
+                format!("does not compile: {e}"),
+            ));
+        }
+        if validation
+            .message
+            .as_ref()
+            .is_some_and(|m| m.contains(['\n', '\r']))
+        {
+            refusals.push(Refusal::new(
+                format!("{field}.message"),
+                "must not contain line breaks",
+            ));
+        }
+    }
+}
+
+fn check_rule_list(rules: &[InterceptRule], prefix: &str, refusals: &mut Vec<Refusal>) {
+    for (i, rule) in rules.iter().enumerate() {
+        let field = format!("{prefix}[{i}]");
         for (what, list) in [
             ("apiGroups", &rule.api_groups),
             ("apiVersions", &rule.api_versions),
@@ -541,6 +593,60 @@ spec:
         );
         assert!(matches!(&v.config, ConfigPlan::Text(t) if t.contains("sidecar-nginx")));
         assert_eq!(v.spec.replicas, 2);
+    }
+
+    #[test]
+    fn the_secret_guard_example_and_its_fallback_are_accepted() {
+        let example: Initializer =
+            serde_yaml::from_str(include_str!("../../examples/secret-guard-initializer.yaml"))
+                .unwrap();
+        let v = validate(&example.spec, "initializer-system", "secret-guard").unwrap();
+        let fallback = v.spec.fallback.as_ref().unwrap();
+        assert_eq!(fallback.validations.len(), 1);
+        assert_eq!(v.names.fallback, "initializer-secret-guard-fallback");
+    }
+
+    #[test]
+    fn a_fallback_that_does_not_compile_or_names_protected_resources_is_refused() {
+        let mut spec = sidecar().spec;
+        spec.fallback = Some(initializer_crds::Fallback {
+            validations: vec![
+                initializer_crds::FallbackValidation {
+                    expression: "object.spec.replicas <".into(),
+                    ..Default::default()
+                },
+                initializer_crds::FallbackValidation {
+                    expression: "objekt.spec.replicas < 3".into(),
+                    message: Some("two\nlines".into()),
+                    message_expression: Some("'a' +".into()),
+                    reason: None,
+                },
+            ],
+            rules: vec![InterceptRule {
+                api_groups: vec!["admissionregistration.k8s.io".into()],
+                api_versions: vec!["v1".into()],
+                resources: vec!["validatingadmissionpolicies".into()],
+                operations: vec![initializer_crds::Operation::Create],
+                scope: None,
+            }],
+        });
+        let refusals = refused(&spec);
+        let fields: Vec<&str> = refusals.iter().map(|r| r.field.as_str()).collect();
+        assert!(
+            fields.contains(&"spec.fallback.validations[0].expression"),
+            "{refusals:?}"
+        );
+        assert!(
+            fields.contains(&"spec.fallback.validations[1].expression"),
+            "{refusals:?}"
+        );
+        assert!(fields.contains(&"spec.fallback.validations[1].messageExpression"));
+        assert!(fields.contains(&"spec.fallback.validations[1].message"));
+        assert!(
+            fields.contains(&"spec.fallback.rules[0].resources"),
+            "{refusals:?}"
+        );
+        assert!(describe(&refusals).contains("undeclared reference to \"objekt\""));
     }
 
     #[test]
