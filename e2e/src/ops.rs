@@ -349,3 +349,42 @@ pub async fn wait_warning_event(
     )
     .await
 }
+
+/// Whether a configuration is the degraded one the operator registers while its initializer is
+/// in trouble: `failurePolicy: Ignore` (the spec asks for `Fail`).
+pub fn is_degraded(configuration: &MutatingWebhookConfiguration) -> bool {
+    configuration
+        .webhooks
+        .iter()
+        .flatten()
+        .any(|w| w.failure_policy.as_deref() == Some("Ignore"))
+}
+
+/// Waits until the Initializer reports missed initializations for a window that ends after
+/// `after`, and returns them.
+pub async fn wait_missed(
+    client: &Client,
+    name: &str,
+    after: k8s_openapi::jiff::Timestamp,
+    timeout: Duration,
+) -> anyhow::Result<initializer_crds::MissedInitializations> {
+    wait::until(
+        format!("Initializer {name} to report missed initializations"),
+        timeout,
+        || async {
+            let initializer = initializer(client, name).await?;
+            let missed = initializer
+                .status
+                .as_ref()
+                .and_then(|s| s.missed_initializations.clone());
+            Ok(match missed {
+                Some(m) if m.to.0 > after => Check::Done(m),
+                other => Check::Pending(format!(
+                    "missed initializations {other:?}; {}",
+                    describe(&initializer)
+                )),
+            })
+        },
+    )
+    .await
+}

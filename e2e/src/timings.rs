@@ -33,6 +33,27 @@ pub struct Row {
     pub failed_creates_failure: Option<CreateCount>,
     /// Creates that failed between the recovery and the registration.
     pub failed_creates_recovery: Option<CreateCount>,
+    /// From the initializer's Deployment being available to its configuration being registered.
+    pub available_to_registered: Option<Duration>,
+    /// From the failure to creates no longer failing: the configuration degraded
+    /// (`failurePolicy: Ignore`) or removed, whichever came first.
+    pub creates_stop_failing: Option<Duration>,
+    /// From the failure to the configuration being degraded.
+    pub degraded: Option<Duration>,
+    /// From the failure to the fallback's binding being created (the API server enforces it
+    /// within about a second more).
+    pub fallback_in_force: Option<Duration>,
+    /// Missed initializations: as reported by the operator, and as counted by the harness.
+    pub missed: Option<Missed>,
+}
+
+/// Missed initializations of one window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Missed {
+    /// The count in the Initializer's status.
+    pub reported: i64,
+    /// The creates the harness saw pass without the initializer.
+    pub actual: usize,
 }
 
 /// A scenario's row, shared between the scenario (which fills it) and the runner.
@@ -61,31 +82,44 @@ impl RowHandle {
     }
 }
 
-const HEADERS: [&str; 8] = [
+const HEADERS: [&str; 13] = [
     "scenario",
     "outcome",
     "to registered",
+    "available→registered",
+    "creates stop failing",
+    "degraded",
+    "fallback in force",
     "failure→deregistered",
     "failure→create ok",
     "recovery→registered",
     "failed creates (failure)",
     "failed creates (recovery)",
+    "missed",
 ];
 
 /// The table as text, one line per scenario, columns aligned.
 pub fn render(rows: &[Row]) -> String {
-    let cells: Vec<[String; 8]> = rows
+    let cells: Vec<[String; 13]> = rows
         .iter()
         .map(|row| {
             [
                 row.scenario.clone(),
                 row.outcome.clone(),
                 duration(row.to_registered),
+                duration(row.available_to_registered),
+                duration(row.creates_stop_failing),
+                duration(row.degraded),
+                duration(row.fallback_in_force),
                 duration(row.failure_to_deregistered),
                 duration(row.failure_to_create_ok),
                 duration(row.recovery_to_registered),
                 count(row.failed_creates_failure),
                 count(row.failed_creates_recovery),
+                row.missed.map_or_else(
+                    || "-".to_string(),
+                    |m| format!("{}/{}", m.reported, m.actual),
+                ),
             ]
         })
         .collect();
@@ -144,6 +178,22 @@ mod tests {
         assert!(lines[0].starts_with("| scenario"));
         assert!(
             lines[2].contains("4.21s") && lines[2].contains("2.35s") && lines[2].contains("3/12")
+        );
+        let with_missed = render(&[Row {
+            missed: Some(Missed {
+                reported: 4,
+                actual: 4,
+            }),
+            degraded: Some(Duration::from_millis(870)),
+            ..Row::default()
+        }]);
+        assert!(with_missed.contains("| 4/4 |") && with_missed.contains("0.87s"));
+        assert!(
+            with_missed
+                .lines()
+                .next()
+                .unwrap()
+                .contains("creates stop failing")
         );
         assert!(lines[2].contains("| -"));
     }

@@ -269,6 +269,33 @@ pub async fn bad_input_is_refused_and_registers_nothing(ctx: Ctx) -> anyhow::Res
             "has neither image nor preset",
             json!({"rules": pods, "image": null}),
         ),
+        (
+            "fallback-cel",
+            "has a fallback expression that does not compile",
+            json!({"rules": pods, "fallback": {"validations": [
+                {"expression": "object.spec.containers.all(c, c.image.startsWith('registry.local/')"},
+            ]}}),
+        ),
+        (
+            "fallback-ref",
+            "has a fallback expression naming an undeclared variable",
+            json!({"rules": pods, "fallback": {"validations": [
+                {"expression": "objekt.spec.containers.size() < 5"},
+            ]}}),
+        ),
+        (
+            "fallback-blank",
+            "has a blank fallback expression",
+            json!({"rules": pods, "fallback": {"validations": [{"expression": "  "}]}}),
+        ),
+        (
+            "fallback-protected",
+            "has a fallback that names ValidatingAdmissionPolicies",
+            json!({"rules": pods, "fallback": {
+                "validations": [{"expression": "true"}],
+                "rules": rules("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies"),
+            }}),
+        ),
     ];
     let api =
         Api::<DynamicObject>::all_with(client.clone(), &ApiResource::erase::<Initializer>(&()));

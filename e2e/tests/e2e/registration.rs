@@ -21,8 +21,9 @@ use serde_json::json;
 use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
 
 /// How long after its pods are ready an Initializer must be registered: the success threshold
-/// of probes, a period apart, is three seconds by default; the rest is margin for a busy machine.
-const REGISTERED_AFTER_READY: Duration = Duration::from_secs(20);
+/// of probes, 100 ms apart while waiting, takes a few hundred milliseconds; the rest is margin
+/// for a busy machine.
+const REGISTERED_AFTER_READY: Duration = Duration::from_secs(5);
 
 /// Applying an Initializer never yields a configuration while its Deployment is unavailable;
 /// it is registered within a bounded time once its pods are ready.
@@ -132,6 +133,12 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
         );
     }
     let after_ready = added.at - available.at;
+    ctx.row
+        .update(|row| row.available_to_registered = Some(after_ready));
+    eprintln!(
+        "{name}: registered {} after its Deployment was available",
+        s(after_ready)
+    );
     ensure!(
         after_ready <= REGISTERED_AFTER_READY,
         "registered {} after the Deployment became available (bound {})",
