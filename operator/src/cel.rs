@@ -432,8 +432,8 @@ impl Parser {
                     && *self.peek() == Tok::Op(".")
                     && matches!(self.peek_at(1), Tok::Ident(_))
                     && *self.peek_at(2) == Tok::Op("(");
-                let known = self.scope.iter().any(|s| *s == name)
-                    || self.declared.iter().any(|d| *d == name)
+                let known = self.scope.contains(&name)
+                    || self.declared.contains(&name)
                     || TYPES.contains(&name.as_str())
                     || namespaced;
                 if !known {

@@ -246,6 +246,17 @@ impl Machine {
         }
     }
 
+    /// Adopts an outage found in progress (after an operator restart the configuration is
+    /// absent and the status said Unresponsive): the initializer stays out of the path, with
+    /// the base hold-down, until enough good probes come.
+    pub fn adopt_unresponsive(&mut self, now: Instant) {
+        if !self.suspended && self.state == State::Waiting {
+            self.state = State::Unresponsive;
+            self.hold_down = Some(self.config.base_hold_down);
+            self.hold_until = Some(now + self.config.base_hold_down);
+        }
+    }
+
     /// Undoes a [`Action::Register`] the caller could not carry out; the next good probe retries.
     pub fn registration_failed(&mut self) {
         if self.state == State::Registered {
@@ -978,6 +989,16 @@ mod tests {
         assert_eq!(m.state(), State::Degraded);
         let mut t = t0;
         assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Restore]);
+    }
+
+    #[test]
+    fn an_adopted_outage_stays_out_of_the_path_until_good_probes() {
+        let t0 = Instant::now();
+        let mut m = ready_machine(t0);
+        m.adopt_unresponsive(t0);
+        assert!(m.in_outage());
+        let mut t = t0;
+        assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Register]);
     }
 
     #[test]

@@ -227,6 +227,9 @@ impl Drop for Entry {
     }
 }
 
+/// The generation a fallback was compiled for, and the API server's refusal, if any.
+type FallbackChecked = (Option<i64>, Option<String>);
+
 struct Inner {
     client: Client,
     registrar: WebhookRegistrar,
@@ -234,7 +237,7 @@ struct Inner {
     metrics: Arc<Metrics>,
     probe_user: String,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
-    checked: Mutex<HashMap<String, (Option<i64>, Option<String>)>>,
+    checked: Mutex<HashMap<String, FallbackChecked>>,
 }
 
 /// Supervises the health of every Initializer this replica leads.
@@ -392,10 +395,13 @@ impl Supervisor {
             Some(_) => Presence::Normal,
             None => Presence::Absent,
         };
+        let stored = target.stored_status.as_ref();
         if presence != Presence::Absent {
             machine.adopt_registered(presence == Presence::Degraded, Instant::now());
+        } else if stored.and_then(|s| s.phase) == Some(initializer_crds::Phase::Unresponsive) {
+            // An outage in progress: keep its fallback in force until the initializer is back.
+            machine.adopt_unresponsive(Instant::now());
         }
-        let stored = target.stored_status.as_ref();
         let fallback = FallbackRun::default();
         if !machine.in_outage() {
             // A fallback left by an earlier run is lifted; an outage in progress keeps it.
@@ -897,13 +903,11 @@ impl Supervisor {
         let now = Instant::now();
         let action = st.machine.observe(input, now);
         self.note(&mut st, action);
-        if action != Action::None
+        let needed = action != Action::None
             || st.machine.in_outage()
-            || st.presence != Presence::of(st.machine.state())
-        {
-            if let Err(e) = self.converge(entry, &mut st).await {
-                warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
-            }
+            || st.presence != Presence::of(st.machine.state());
+        if needed && let Err(e) = self.converge(entry, &mut st).await {
+            warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
         }
         if always_write || (st.machine.state(), st.presence) != before {
             self.refresh_status(&mut st).await;
