@@ -88,7 +88,13 @@ async fn injected_image(conn: &mut Connection, name: &str) -> Option<String> {
     let patch = doc["response"]["patch"].as_str()?;
     let patch = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patch).unwrap();
     let patch: Value = serde_json::from_slice(&patch).unwrap();
-    patch[0]["value"]["image"].as_str().map(str::to_owned)
+    // The container's op (the SDK also marks the object in /metadata/annotations).
+    patch
+        .as_array()?
+        .iter()
+        .find(|op| op["path"] == "/spec/containers/1")?["value"]["image"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 #[tokio::test]
