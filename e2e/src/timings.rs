@@ -187,7 +187,7 @@ mod tests {
             degraded: Some(Duration::from_millis(870)),
             ..Row::default()
         }]);
-        assert!(with_missed.contains("| 4/4 |") && with_missed.contains("0.87s"));
+        assert!(with_missed.contains("| 4/4 ") && with_missed.contains("0.87s"));
         assert!(
             with_missed
                 .lines()

@@ -107,6 +107,15 @@ pub async fn freeze_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<Stri
     Ok(pods)
 }
 
+/// Sleeps a random part of one probe period. An outage does not wait for the prober: without
+/// this, a scenario that freezes a fixed time after registering always freezes just after a
+/// probe, and measures the worst case (a whole period before the next probe) every time.
+pub async fn random_phase(health: &HealthPolicy) {
+    let period = Duration::from_secs(u64::try_from(health.period_seconds).unwrap_or(1));
+    let offset = period.mul_f64(rand::random::<f64>());
+    tokio::time::sleep(offset).await;
+}
+
 /// Thaws the given pods of the sidecar initializer (ones that are gone are skipped).
 pub async fn thaw_all(ctx: &Ctx, sidecar: &Sidecar, pods: &[String]) -> anyhow::Result<()> {
     let live = sidecar.pods(ctx).await?;
