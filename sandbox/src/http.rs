@@ -141,7 +141,11 @@ async fn handle(
         ["api", "v1"] => resource_list_response(api, "", "v1"),
         ["apis", group] => match discovery::group(&api.store.registry(), group) {
             Some(d) => json_response(200, &d, &[]),
-            None => page_not_found(),
+            None => error_response(&ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )),
         },
         ["apis", group, version] => resource_list_response(api, group, version),
         ["openapi", "v2"] => {
@@ -182,11 +186,6 @@ async fn handle(
             let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
             resource_request(&state, "", "v1", &rest, query, req).await
         }
-        ["apis", group, version, ..]
-            if discovery::resource_list(&api.store.registry(), group, version).is_none() =>
-        {
-            page_not_found()
-        }
         ["apis", group, version, rest @ ..] => {
             let (g, v) = (group.to_string(), version.to_string());
             let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
@@ -203,20 +202,12 @@ async fn handle(
 fn resource_list_response(api: &ApiServer, group: &str, version: &str) -> Response<Body> {
     match discovery::resource_list(&api.store.registry(), group, version) {
         Some(d) => json_response(200, &d, &[]),
-        None => page_not_found(),
+        None => error_response(&ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )),
     }
-}
-
-/// What kube-apiserver answers for a group or version it does not serve: a plain-text 404 from
-/// its fallback handler, not a `Status`.
-fn page_not_found() -> Response<Body> {
-    let mut r = Response::new(Body::from("404 page not found\n"));
-    *r.status_mut() = StatusCode::NOT_FOUND;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
 }
 
 /// A parsed resource URL.
