@@ -168,14 +168,15 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
 }
 
 /// Freezes an initializer's pods the moment its Deployment is seen available (a success
-/// threshold of five probes leaves seconds before it could register), checks that nothing is
-/// registered while they do not answer, then thaws them and checks it registers only then.
+/// threshold of thirty probes, 100 ms apart while waiting, leaves three seconds before it could
+/// register), checks that nothing is registered while they do not answer, then thaws them and
+/// checks it registers only then.
 async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
     let workload_ns = ctx.scope.namespace("mute-init", &[]).await?;
     let name = ctx.scope.name("mute");
     let health = Health {
-        success_threshold: Some(5),
+        success_threshold: Some(30),
         ..Health::default()
     };
     let initializer =
@@ -207,7 +208,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
     }
     ensure!(
         configurations.additions_since(applied) == 0,
-        "the configuration appeared before the initializer had answered five probes: {}",
+        "the configuration appeared before the initializer had answered thirty probes: {}",
         configurations.summary()
     );
     let held = wait::holds_for(
