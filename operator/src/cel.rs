@@ -378,7 +378,12 @@ impl Parser {
         let mut first = true;
         while !self.eat(close) {
             if !first {
-                self.expect(",")?;
+                if !self.eat(",") {
+                    return self.fail(format!(
+                        "expected \",\" or {close:?}, found {}",
+                        describe(self.peek())
+                    ));
+                }
                 if self.eat(close) {
                     break;
                 }

@@ -321,7 +321,7 @@ async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
         )
         .await;
     }
-    if apply::remove_fallback(&ctx.client, &names.fallback).await? {
+    if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
         info!(initializer = %name, "removed the fallback");
     }
     // The finalizer stays until the API server confirms the configuration is gone, so no
@@ -331,6 +331,16 @@ async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
     }
     info!(initializer = %name, "cleaned up");
     Ok(Action::await_change())
+}
+
+/// Whether the Initializer has (or had, as its status shows) a fallback that may be installed.
+pub fn had_fallback(obj: &Initializer) -> bool {
+    obj.spec.fallback.is_some()
+        || obj.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == status::FALLBACK_IN_FORCE)
+        })
 }
 
 /// Names of managed configurations that belong to no existing Initializer.

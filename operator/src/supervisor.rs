@@ -403,7 +403,13 @@ impl Supervisor {
             machine.adopt_unresponsive(Instant::now());
         }
         let fallback = FallbackRun::default();
-        if !machine.in_outage() {
+        let had_fallback = target.fallback.is_some()
+            || stored.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == status::FALLBACK_IN_FORCE)
+            });
+        if had_fallback && !machine.in_outage() {
             // A fallback left by an earlier run is lifted; an outage in progress keeps it.
             if let Err(e) =
                 apply::remove_fallback(&self.inner.client, &validate_fallback_name(target)).await
