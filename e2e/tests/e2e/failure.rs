@@ -45,11 +45,14 @@ pub async fn hung_initializer_is_deregistered_within_budget(ctx: Ctx) -> anyhow:
     let frozen_wall = k8s_openapi::jiff::Timestamp::now();
     let frozen = common::freeze_all(&ctx, &sidecar).await?;
     let result = measure_fail_open(&ctx, &sidecar, frozen_at).await;
+    // The status while it is still frozen (once thawed it answers the next probe, 100 ms on).
+    let while_frozen = ops::initializer(&ctx.client(), &sidecar.name).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let attempts = load.stop().await;
     let thawed = common::thaw_all(&ctx, &sidecar, &frozen).await;
     let deregistered_at = result?;
     thawed?;
+    let initializer = while_frozen?;
 
     let baseline: Vec<&load::Attempt> =
         attempts.iter().filter(|a| a.finished < frozen_at).collect();
@@ -63,7 +66,6 @@ pub async fn hung_initializer_is_deregistered_within_budget(ctx: Ctx) -> anyhow:
     let (reason, note) =
         ops::wait_warning_event(&ctx.client(), &sidecar.name, STEP_TIMEOUT).await?;
     eprintln!("{}: Warning Event {reason}: {note}", sidecar.name);
-    let initializer = ops::initializer(&ctx.client(), &sidecar.name).await?;
     let responding = ops::condition(&initializer, "Responding");
     ensure!(
         responding.is_some_and(|c| c.status == "False"),
