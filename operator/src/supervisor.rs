@@ -673,6 +673,9 @@ impl Supervisor {
 
     /// Applies one configuration state, with its Event and metrics.
     async fn apply_presence(&self, st: &mut EntryState, next: Presence) -> Result<()> {
+        // Taken before the write: the API server cannot call the changed configuration before
+        // it is written, so an outage's window that starts here misses no create.
+        let write_started = Timestamp::now();
         let name = st.target.initializer.clone();
         let configuration = st.target.configuration();
         let desired = match next {
@@ -713,13 +716,19 @@ impl Supervisor {
                 st.presence = Presence::Absent;
             }
         }
-        self.transitioned(st, before, next).await;
+        self.transitioned(st, before, next, write_started).await;
         Ok(())
     }
 
     /// Events, metrics, the outage's steps and the missed-initializations window, for one
-    /// change of the configuration.
-    async fn transitioned(&self, st: &mut EntryState, before: Presence, now_is: Presence) {
+    /// change of the configuration written from `write_started` on.
+    async fn transitioned(
+        &self,
+        st: &mut EntryState,
+        before: Presence,
+        now_is: Presence,
+        write_started: Timestamp,
+    ) {
         let name = st.target.initializer.clone();
         let configuration = st.target.configuration();
         let reference = st.target.reference.clone();
@@ -728,7 +737,7 @@ impl Supervisor {
                 .deregister_cause
                 .is_some_and(|(c, _)| c != Cause::Suspended);
         if before == Presence::Normal && now_is != Presence::Normal && outage_step {
-            st.window_from.get_or_insert_with(Timestamp::now);
+            st.window_from.get_or_insert(write_started);
         }
         match (before, now_is) {
             (Presence::Normal, Presence::Degraded) => {
