@@ -86,6 +86,11 @@ impl RealBackend {
             .await
             .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
         let groups = process_groups(&pod);
+        // Nothing running has nothing frozen: a liveness probe may have restarted a frozen
+        // container meanwhile, as the kubelet does.
+        if groups.is_empty() && action == PodAction::Thaw {
+            return Ok(());
+        }
         if groups.is_empty() {
             bail!(
                 "failed to {} pod {namespace}/{name}: no container is running",

@@ -241,9 +241,14 @@ impl NodeHandle {
         self.signal(namespace, name, GroupSignal::Stop)
     }
 
-    /// Resumes a frozen pod (SIGCONT).
+    /// Resumes a frozen pod (SIGCONT). A pod with no running container has nothing frozen
+    /// (a liveness probe may have restarted a frozen container meanwhile, as a kubelet would):
+    /// that is not an error.
     pub async fn thaw(&self, namespace: &str, name: &str) -> Result<(), Error> {
-        self.signal(namespace, name, GroupSignal::Continue)
+        match self.signal(namespace, name, GroupSignal::Continue) {
+            Err(Error::NotRunning(_)) => Ok(()),
+            other => other,
+        }
     }
 
     /// Kills the pod's processes (SIGKILL); the restart policy then applies.
