@@ -37,17 +37,7 @@ pub struct RealBackend {
 impl RealBackend {
     /// Builds the control plane if needed and starts it, with the image map of our binaries.
     pub async fn start() -> anyhow::Result<Self> {
-        let mut state_dir = tempfile::Builder::new()
-            .prefix("initializer-e2e-real")
-            .tempdir()
-            .context("failed to create the control plane's state directory")?;
-        if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
-            state_dir.disable_cleanup(true);
-            eprintln!(
-                "e2e: keeping the control plane's state directory {} (logs/, node/)",
-                state_dir.path().display()
-            );
-        }
+        let state_dir = paths::state_dir("real", "cluster/logs/, cluster/node/")?;
         let image_map = images::write_image_map(state_dir.path())?;
         let mut config = ControlPlaneConfig::new(
             state_dir.path().join("cluster"),

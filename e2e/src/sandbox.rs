@@ -16,7 +16,7 @@ use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use kube::Client;
 
 use crate::backend::{Backend, PodAction};
-use crate::images;
+use crate::{images, paths};
 
 /// The embedded sandbox, owned by this process.
 pub struct SandboxBackend {
@@ -30,18 +30,7 @@ pub struct SandboxBackend {
 impl SandboxBackend {
     /// Starts a sandbox with a fresh state directory and the image map of our binaries.
     pub async fn start() -> anyhow::Result<Self> {
-        let mut state_dir = tempfile::Builder::new()
-            .prefix("initializer-e2e-sandbox")
-            .tempdir()
-            .context("failed to create the sandbox's state directory")?;
-        // Pod logs live there: keep them for a post-mortem when asked.
-        if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
-            state_dir.disable_cleanup(true);
-            eprintln!(
-                "e2e: keeping the sandbox's state directory {}",
-                state_dir.path().display()
-            );
-        }
+        let state_dir = paths::state_dir("sandbox", "pod logs under logs/")?;
         let image_map = images::write_image_map(state_dir.path())?;
         let mut config = SandboxConfig::new(state_dir.path());
         config.image_map = Some(image_map);
