@@ -210,15 +210,30 @@ async fn phase(client: &Client, name: &str) -> Option<Phase> {
         .and_then(|s| s.phase)
 }
 
-async fn events_with_reason(client: &Client, reason: &str) -> usize {
-    Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .count()
+/// Waits for an Event with `reason` whose note contains `note_part`. Events are written after
+/// the change they report, so a test that sees the change may still have to wait for them.
+async fn wait_for_event(client: &Client, reason: &str, note_part: &str) {
+    let events = Api::<Event>::namespaced(client.clone(), "default");
+    wait_for(
+        &format!("a {reason} event mentioning {note_part:?}"),
+        Duration::from_secs(10),
+        || {
+            let events = events.clone();
+            async move {
+                events
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .any(|e| {
+                        e.reason.as_deref() == Some(reason)
+                            && e.note.as_deref().is_some_and(|n| n.contains(note_part))
+                    })
+            }
+        },
+    )
+    .await;
 }
 
 fn short_secret(name: &str) -> Secret {
@@ -284,7 +299,7 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
         "{:?}",
         status.conditions
     );
-    assert!(events_with_reason(&client, "Registered").await >= 1);
+    wait_for_event(&client, "Registered", "").await;
 
     // A spec change reaches the registered configuration.
     api.patch(
@@ -368,7 +383,7 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
         )
         .await
         .unwrap();
-    assert!(events_with_reason(&client, "Deregistered").await >= 1);
+    wait_for_event(&client, "Deregistered", "").await;
 
     // Thaw: registered again after enough good probes.
     cluster.thaw(NS, &pod.name_any()).await.unwrap();
@@ -470,7 +485,7 @@ async fn a_refused_spec_is_marked_invalid_and_never_registered(cluster: &TestClu
         "{}",
         valid.message
     );
-    assert!(events_with_reason(&client, "Refused").await >= 1);
+    wait_for_event(&client, "Refused", "").await;
     assert!(configuration(&client, "initializer-bad").await.is_none());
     assert!(
         Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
@@ -531,13 +546,23 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(clus
         async move { configuration(&c, "initializer-fast").await.is_some() }
     })
     .await;
+    // Registration needs one ready endpoint, not a finished rollout: wait until the only pod
+    // left is the ready one, so that killing it leaves no endpoint behind.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod = pods
-        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=fast")))
-        .await
-        .unwrap()
-        .items
-        .remove(0);
+    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=fast"));
+    wait_for(
+        "one ready pod and no other",
+        Duration::from_secs(30),
+        || {
+            let (pods, selector) = (pods.clone(), selector.clone());
+            async move {
+                let items = pods.list(&selector).await.unwrap().items;
+                items.len() == 1 && is_ready(&items[0])
+            }
+        },
+    )
+    .await;
+    let pod = pods.list(&selector).await.unwrap().items.remove(0);
     cluster.kill(NS, &pod.name_any()).await.unwrap();
     let took = wait_for(
         "deregistration after the kill",
@@ -549,20 +574,7 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(clus
     )
     .await;
     println!("deregistered {took:?} after the last ready endpoint was killed");
-    let events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Deregistered")
-                && e.note
-                    .as_deref()
-                    .is_some_and(|n| n.contains("ready endpoint"))),
-        "the removal should be attributed to the endpoints"
-    );
+    wait_for_event(&client, "Deregistered", "ready endpoint").await;
 }
 
 async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster) {
