@@ -1,6 +1,6 @@
 //! A small HTTPS client for admission endpoints: one keep-alive HTTP/1.1 connection, trusting a
-//! given CA or (for load tests against anything) no one. Used by the socket-level tests and by
-//! the load generator.
+//! given CA (there is no way to skip verification). Used by the socket-level tests and by the
+//! load generator.
 
 use std::sync::Arc;
 
@@ -8,9 +8,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use rustls::DigitallySignedStruct;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -21,8 +19,6 @@ use crate::error::Error;
 pub enum Trust {
     /// Certificates signed by these PEM-encoded CAs.
     CaPem(Vec<u8>),
-    /// Any certificate: for load tests only.
-    Insecure,
 }
 
 /// A parsed `https://host:port/path` URL.
@@ -79,23 +75,16 @@ pub fn connector(trust: &Trust) -> Result<TlsConnector, Error> {
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(Error::BuildTls)?;
-    let config = match trust {
-        Trust::CaPem(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut &pem[..]) {
-                let cert = cert.map_err(|e| Error::LoadTls {
-                    dir: "CA".into(),
-                    message: e.to_string(),
-                })?;
-                roots.add(cert).map_err(Error::BuildTls)?;
-            }
-            builder.with_root_certificates(roots).with_no_client_auth()
-        }
-        Trust::Insecure => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnything(provider)))
-            .with_no_client_auth(),
-    };
+    let Trust::CaPem(pem) = trust;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        let cert = cert.map_err(|e| Error::LoadTls {
+            dir: "CA".into(),
+            message: e.to_string(),
+        })?;
+        roots.add(cert).map_err(Error::BuildTls)?;
+    }
+    let config = builder.with_root_certificates(roots).with_no_client_auth();
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
@@ -214,54 +203,6 @@ impl Connection {
     /// POST `body` to the URL's path.
     pub async fn post(&mut self, body: Bytes) -> Result<Reply, Error> {
         self.request("POST", None, body).await
-    }
-}
-
-#[derive(Debug)]
-struct AcceptAnything(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAnything {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -22,8 +22,10 @@ use crate::review::{
     REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, ReviewIn, Status, Verdict,
 };
 
-/// Largest request body accepted by default: 3 MiB, like the API server's own limit.
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+/// Largest request body accepted by default: 7 MiB. The API server accepts objects up to 3 MiB
+/// each, and an UPDATE's review carries two (`object` and `oldObject`) plus the request around
+/// them; controller-runtime's webhook server uses the same limit.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 7 * 1024 * 1024;
 /// Default handler budget: the default webhook timeout (5 s) minus 500 ms of margin.
 pub const DEFAULT_BUDGET: Duration = Duration::from_millis(4_500);
 
@@ -73,6 +75,7 @@ pub struct Initializer<C = ()> {
     failure_policy: FailurePolicy,
     pub(crate) budget: Duration,
     pub(crate) max_request_bytes: usize,
+    pub(crate) body_timeout: Duration,
     pub(crate) annotation_gate: Option<AnnotationGate>,
     pub(crate) gate_set: bool,
     mark_initialized: bool,
@@ -118,6 +121,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             failure_policy: FailurePolicy::default(),
             budget: DEFAULT_BUDGET,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            body_timeout: crate::server::DEFAULT_BODY_TIMEOUT,
             annotation_gate: None,
             gate_set: false,
             mark_initialized: true,
@@ -212,7 +216,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self
     }
 
-    /// Largest accepted request body (default 3 MiB).
+    /// Largest accepted request body (default 7 MiB: an UPDATE of two 3 MiB objects).
     pub fn max_request_bytes(mut self, bytes: usize) -> Self {
         self.max_request_bytes = bytes;
         self

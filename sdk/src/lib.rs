@@ -92,7 +92,11 @@
 //! - a handler that panics, overruns its [budget](Initializer::budget) or gets an object it
 //!   cannot decode is answered by the [`FailurePolicy`] (admit with a warning, or refuse with
 //!   code 500), and the server keeps serving;
-//! - malformed reviews get HTTP 400, bodies over the size limit (3 MiB) HTTP 413;
+//! - malformed reviews get HTTP 400, bodies over the size limit (7 MiB: an UPDATE of two
+//!   3 MiB objects) HTTP 413, bodies slower than the body timeout (10 s) HTTP 408;
+//! - a client gets 10 s for the TLS handshake and for each request head, and an idle
+//!   keep-alive connection is closed after 120 s; at most 256 connections are open at once,
+//!   further clients wait in the listen backlog (all set by [`ServeArgs`]);
 //! - `/readyz` answers 200 only once the certificate and the configuration are loaded;
 //!   `/healthz` answers 200 while the process serves; `/metrics` is Prometheus text;
 //! - SIGTERM stops accepting and drains in-flight requests.
@@ -101,6 +105,7 @@
 
 pub mod client;
 pub mod config;
+mod conn;
 #[cfg(feature = "init-tracing")]
 mod entry;
 mod error;
@@ -132,6 +137,7 @@ pub use review::{
     Verdict,
 };
 pub use server::{
-    DEFAULT_CONFIG_DIR, DEFAULT_PORT, DEFAULT_TLS_DIR, INITIALIZE_PATH, ServeArgs, Server,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_CONFIG_DIR, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT, DEFAULT_TLS_DIR, INITIALIZE_PATH, ServeArgs, Server,
     block_on, router,
 };

@@ -1,5 +1,7 @@
 //! The HTTPS server: `POST /initialize`, `GET /healthz`, `GET /readyz`, `GET /metrics` on one
-//! listener, certificate and configuration reload, graceful shutdown.
+//! listener, certificate and configuration reload, graceful shutdown, and the bounds that keep
+//! a slow or greedy client from starving it (handshake, header, body and idle timeouts, a cap on
+//! connections).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -12,15 +14,17 @@ use axum::extract::State;
 use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CONFIG_FILE;
+use crate::conn::{Activity, Limits, Tracked, Watched};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{Initializer, too_large};
@@ -34,6 +38,18 @@ pub const DEFAULT_TLS_DIR: &str = "/etc/initializer/tls";
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/initializer/config";
 /// Path of the admission endpoint.
 pub const INITIALIZE_PATH: &str = "/initialize";
+/// Default time a client has for the TLS handshake, and for a request head from its first byte
+/// (or from the handshake, for the first request): 10 s.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a client has to send a request body once its head arrived: 10 s.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time an idle keep-alive connection is kept: 120 s, longer than the API server's own
+/// idle timeout (90 s), so the API server closes first and never sends on a closing connection.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default cap on open connections. Beyond it the server stops accepting: new connections wait
+/// in the kernel's listen backlog until one closes. At most this many request bodies (each up
+/// to the request limit) are in memory at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// The standard flags and environment of an initializer process. Flatten it into a binary's
 /// own `clap` arguments with `#[command(flatten)]`.
@@ -70,6 +86,18 @@ pub struct ServeArgs {
     /// How long in-flight requests may take to finish on shutdown, in seconds.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
+    /// Time for the TLS handshake, and for a request head from its first byte, in milliseconds.
+    #[arg(long, env = "INITIALIZER_HEADER_TIMEOUT_MS", default_value_t = DEFAULT_HEADER_TIMEOUT.as_millis() as u64)]
+    pub header_timeout_ms: u64,
+    /// Time for a request body once its head arrived, in milliseconds (then HTTP 408).
+    #[arg(long, env = "INITIALIZER_BODY_TIMEOUT_MS", default_value_t = DEFAULT_BODY_TIMEOUT.as_millis() as u64)]
+    pub body_timeout_ms: u64,
+    /// How long an idle keep-alive connection is kept, in seconds.
+    #[arg(long, env = "INITIALIZER_IDLE_TIMEOUT_SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout_seconds: u64,
+    /// Most connections open at once; further clients wait in the listen backlog.
+    #[arg(long, env = "INITIALIZER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
 }
 
 impl ServeArgs {
@@ -90,6 +118,17 @@ impl ServeArgs {
             generation: None,
             reload_interval_ms: 1000,
             shutdown_grace_seconds: 20,
+            header_timeout_ms: DEFAULT_HEADER_TIMEOUT.as_millis() as u64,
+            body_timeout_ms: DEFAULT_BODY_TIMEOUT.as_millis() as u64,
+            idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT.as_secs(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            header: Duration::from_millis(self.header_timeout_ms.max(1)),
+            idle: Duration::from_secs(self.idle_timeout_seconds.max(1)),
         }
     }
 
@@ -151,9 +190,11 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
     if declared.is_some_and(|n| n > limit) {
         return rejection(too_large(limit), &state);
     }
-    let body = match axum::body::to_bytes(request.into_body(), limit).await {
-        Ok(b) => b,
-        Err(_) => return rejection(too_large(limit), &state),
+    let read = axum::body::to_bytes(request.into_body(), limit);
+    let body = match tokio::time::timeout(state.initializer.body_timeout, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return rejection(too_large(limit), &state),
+        Err(_) => return rejection(body_timed_out(state.initializer.body_timeout), &state),
     };
     match state.initializer.review_json(&body).await {
         Ok(json) => (
@@ -166,6 +207,14 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
             .into_response(),
         Err(rejected) => plain(rejected.status, rejected.message),
     }
+}
+
+fn body_timed_out(after: Duration) -> crate::initializer::Rejection {
+    crate::initializer::Rejection::new(
+        408,
+        "body_timeout",
+        format!("failed to read the request body within {after:?}"),
+    )
 }
 
 fn rejection<C>(rejected: crate::initializer::Rejection, state: &AppState<C>) -> Response {
@@ -263,6 +312,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         if !self.config.is_fixed() {
             self.config.set_path(args.config_dir.join(CONFIG_FILE));
         }
+        self.body_timeout = Duration::from_millis(args.body_timeout_ms.max(1));
         let tls = Arc::new(CertStore::new(&args.tls_dir));
         let metrics = Arc::clone(&self.metrics);
         let record = move |what: &'static str, result: Option<&'static str>| {
@@ -326,8 +376,12 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         let app = router(self, Arc::clone(&tls));
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
         let task = tokio::spawn(accept_loop(
-            listener,
-            acceptor,
+            Listener {
+                listener,
+                acceptor,
+                limits: args.limits(),
+                max_connections: args.max_connections.max(1),
+            },
             app,
             shutdown.clone(),
             grace,
@@ -373,18 +427,43 @@ async fn shutdown_signal() -> Result<(), Error> {
     Ok(())
 }
 
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn accept_loop(
+struct Listener {
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    limits: Limits,
+    max_connections: usize,
+}
+
+async fn accept_loop(
+    listener: Listener,
     app: Router,
     shutdown: CancellationToken,
     grace: Duration,
 ) {
+    let Listener {
+        listener,
+        acceptor,
+        limits,
+        max_connections,
+    } = listener;
     let graceful = GracefulShutdown::new();
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // HTTP/1.1 only (the API server calls webhooks over HTTP/1.1, kubernetes#82090): one
+    // header timeout then bounds every request, which HTTP/2's multiplexing would not allow.
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header)
+        .keep_alive(true);
+    let slots = Arc::new(Semaphore::new(max_connections));
     loop {
+        // Take a slot before accepting: at the cap, clients wait in the listen backlog.
+        let slot = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
         let (tcp, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -405,7 +484,8 @@ async fn accept_loop(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            let _slot = slot;
+            let tls = match tokio::time::timeout(limits.header, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -416,11 +496,17 @@ async fn accept_loop(
                     return;
                 }
             };
-            let connection = builder
-                .serve_connection_with_upgrades(TokioIo::new(tls), service)
-                .into_owned();
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let activity = Activity::new();
+            let io = TokioIo::new(Watched::new(tls, Arc::clone(&activity)));
+            let connection =
+                builder.serve_connection(io, Tracked::new(service, Arc::clone(&activity)));
+            tokio::select! {
+                ended = watcher.watch(connection) => if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                },
+                phase = activity.expired(limits) => {
+                    tracing::debug!(%peer, ?phase, "connection closed: the client was too slow or idle too long");
+                }
             }
         });
     }

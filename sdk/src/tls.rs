@@ -102,15 +102,15 @@ impl CertStore {
         )
     }
 
-    /// A rustls server configuration that resolves through this store, offering HTTP/2 and
-    /// HTTP/1.1.
+    /// A rustls server configuration that resolves through this store, offering HTTP/1.1 (what
+    /// the API server speaks to webhooks).
     pub fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, Error> {
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&self.provider))
             .with_safe_default_protocol_versions()
             .map_err(Error::BuildTls)?
             .with_no_client_auth()
             .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
     }
 }

@@ -300,3 +300,208 @@ async fn shutdown_drains_in_flight_requests_and_refuses_new_connections() {
     assert_eq!(in_flight.await.unwrap().as_deref(), Some("envoy:1"));
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+/// A running server with a certificate and a configuration, the limits set by `tune`.
+async fn serving(
+    tls: &Path,
+    cfg: &Path,
+    pki: &TestPki,
+    tune: impl FnOnce(&mut ServeArgs),
+) -> Server {
+    pki.write(tls);
+    std::fs::write(cfg.join("config.yaml"), "image: envoy:1\n").unwrap();
+    let mut args = args(tls, cfg);
+    tune(&mut args);
+    Initializer::<Config>::with_config("test")
+        .handle(sidecar)
+        .bind(&args)
+        .await
+        .unwrap()
+}
+
+/// A TLS stream to the server with nothing sent on it yet.
+async fn raw_tls(
+    server: &Server,
+    ca_pem: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let connector = connector(&Trust::CaPem(ca_pem.as_bytes().to_vec())).unwrap();
+    let tcp = tokio::net::TcpStream::connect(server.local_addr())
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_client_sending_its_headers_byte_by_byte_is_cut_off_while_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |a| a.header_timeout_ms = 500).await;
+
+    let (mut reader, mut writer) = tokio::io::split(raw_tls(&server, &pki.ca_pem).await);
+    let started = std::time::Instant::now();
+    // Forever, one byte every 50 ms: a head that never completes.
+    let dribble = tokio::spawn(async move {
+        let head = b"POST /initialize HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+        for byte in head.iter().copied().chain(std::iter::repeat(b'a')) {
+            if writer.write_all(&[byte]).await.is_err() || writer.flush().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let closed = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        let _ = reader.read_to_end(&mut buf).await;
+        (started.elapsed(), buf)
+    });
+
+    // Meanwhile another client is answered, on several requests.
+    let mut conn = connect(&server, &pki.ca_pem).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            injected_image(&mut conn, "nginx").await.as_deref(),
+            Some("envoy:1")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (after, answer) = tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the slow client was never cut off")
+        .unwrap();
+    assert!(
+        after >= Duration::from_millis(400) && after < Duration::from_secs(3),
+        "cut off after {after:?}"
+    );
+    // Either closed outright or answered with an error, never served.
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(!answer.contains(" 200 "), "{answer}");
+    dribble.abort();
+    assert_eq!(
+        injected_image(&mut conn, "after").await.as_deref(),
+        Some("envoy:1")
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_sends_nothing_after_the_handshake_is_cut_off() {
+    use tokio::io::AsyncReadExt;
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |a| a.header_timeout_ms = 500).await;
+    let mut silent = raw_tls(&server, &pki.ca_pem).await;
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "a silent client was never cut off");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_slower_than_the_body_timeout_gets_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |a| a.body_timeout_ms = 500).await;
+    let mut slow = raw_tls(&server, &pki.ca_pem).await;
+    slow.write_all(
+        b"POST /initialize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"apiVersion\"",
+    )
+    .await
+    .unwrap();
+    slow.flush().await.unwrap();
+    let mut buf = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf))
+        .await
+        .expect("a stalled body was never answered")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_until_one_closes() {
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |a| {
+        a.max_connections = 2;
+        a.header_timeout_ms = 20_000;
+    })
+    .await;
+    let first = connect(&server, &pki.ca_pem).await.unwrap();
+    let mut second = connect(&server, &pki.ca_pem).await.unwrap();
+
+    // The third is not accepted (its handshake does not finish) while two are open...
+    let third = tokio::spawn({
+        let ca = pki.ca_pem.clone();
+        let url = format!(
+            "https://127.0.0.1:{}/initialize",
+            server.local_addr().port()
+        );
+        async move { Connection::open(&url, &connector(&Trust::CaPem(ca.into_bytes())).unwrap()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!third.is_finished(), "a third connection was accepted");
+    // ... the open ones are still served ...
+    assert_eq!(
+        injected_image(&mut second, "nginx").await.as_deref(),
+        Some("envoy:1")
+    );
+    // ... and it is accepted as soon as one closes.
+    drop(first);
+    let mut third = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the waiting connection was never accepted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        injected_image(&mut third, "nginx").await.as_deref(),
+        Some("envoy:1")
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_update_review_of_two_3_mib_objects_is_answered_and_a_larger_one_gets_413() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |_| {}).await;
+    let config_map = |bytes: usize, value: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "big", "namespace": "default"},
+            "data": {"blob": value.repeat(bytes)}
+        }))
+        .unwrap()
+    };
+    // The API server stores objects up to 1.5 MiB (etcd) and accepts requests up to 3 MiB
+    // per object; an UPDATE's review carries both the object and the old object.
+    let three_mib = 3 * 1024 * 1024 - 1024;
+    let update = review(&config_map(three_mib, "a")).update(&config_map(three_mib, "b"));
+    let body = update.to_bytes();
+    assert!(body.len() > 2 * three_mib, "{}", body.len());
+    let mut conn = connect(&server, &pki.ca_pem).await.unwrap();
+    let reply = conn.post(Bytes::from(body)).await.unwrap();
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let doc: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(doc["response"]["allowed"], true);
+
+    let one_and_a_half_mib = 3 * 1024 * 1024 / 2;
+    let update =
+        review(&config_map(one_and_a_half_mib, "c")).update(&config_map(one_and_a_half_mib, "d"));
+    let reply = conn.post(Bytes::from(update.to_bytes())).await.unwrap();
+    assert_eq!(reply.status, 200);
+
+    let huge = review(&config_map(8 * 1024 * 1024, "e")).to_bytes();
+    let reply = conn.post(Bytes::from(huge)).await.unwrap();
+    assert_eq!(reply.status, 413);
+    server.shutdown().await;
+}

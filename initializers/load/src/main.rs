@@ -2,7 +2,7 @@
 //! latency percentiles.
 //!
 //! ```text
-//! initializer-load --url https://127.0.0.1:8443/initialize --insecure --rate 1000 --duration 10
+//! initializer-load --url https://127.0.0.1:8443/initialize --ca-file ca.crt --rate 1000 --duration 10
 //! initializer-load --url https://my-webhook:443/mutate --ca-file ca.crt --concurrency 32 --review review.json
 //! ```
 
@@ -37,12 +37,11 @@ struct Args {
     /// Seconds to send before measuring.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
-    /// PEM file with the CA that signed the server's certificate.
-    #[arg(long, conflicts_with = "insecure")]
-    ca_file: Option<PathBuf>,
-    /// Trust any certificate.
+    /// PEM file with the CA that signed the server's certificate (for a webhook, its
+    /// configuration's caBundle; a self-signed certificate is its own CA). There is no way to
+    /// skip verification.
     #[arg(long)]
-    insecure: bool,
+    ca_file: PathBuf,
     /// AdmissionReview JSON to send [default: a CREATE of the sidecar tutorial's nginx Pod].
     #[arg(long)]
     review: Option<PathBuf>,
@@ -51,11 +50,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let trust = match (&args.ca_file, args.insecure) {
-        (Some(path), _) => Trust::CaPem(std::fs::read(path)?),
-        (None, true) => Trust::Insecure,
-        (None, false) => anyhow::bail!("give --ca-file FILE or --insecure"),
-    };
+    let trust = Trust::CaPem(std::fs::read(&args.ca_file)?);
     let body = match &args.review {
         Some(path) => std::fs::read(path)?,
         None => review(&tutorial::nginx_pod()).to_bytes(),

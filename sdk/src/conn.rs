@@ -1,0 +1,307 @@
+//! What one client may hold: the phase a connection is in (waiting for a request head, running a
+//! request, idle between requests), the deadline each phase allows, and the IO and service
+//! wrappers that track the phase, so a slow client is cut off instead of holding a connection
+//! slot forever.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// The time bounds of one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// From the TCP accept to the end of the TLS handshake, and from the first byte of a
+    /// request (or the end of the handshake) to its complete head.
+    pub header: Duration,
+    /// Between the end of one answer and the first byte of the next request.
+    pub idle: Duration,
+}
+
+/// Where a connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting for a request head to complete (also right after the handshake).
+    Head,
+    /// At least one request is being answered; the handler's budget and the body timeout bound it.
+    Busy,
+    /// Between requests, nothing received yet.
+    Idle,
+}
+
+/// When a connection in `phase` since `since` is to be closed; `None` while a request runs.
+pub(crate) fn deadline(phase: Phase, since: Instant, limits: &Limits) -> Option<Instant> {
+    match phase {
+        Phase::Head => Some(since + limits.header),
+        Phase::Idle => Some(since + limits.idle),
+        Phase::Busy => None,
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    phase: Phase,
+    since: Instant,
+    in_flight: usize,
+}
+
+/// The phase of one connection, shared by its IO wrapper, its service and its watchdog.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl Activity {
+    /// A connection whose handshake just ended: the first request head is awaited.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                phase: Phase::Head,
+                since: Instant::now(),
+                in_flight: 0,
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    fn update(&self, change: impl FnOnce(&mut State) -> bool) {
+        let changed = change(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+
+    fn received(&self) {
+        self.update(|s| {
+            let starts = s.phase == Phase::Idle;
+            if starts {
+                s.phase = Phase::Head;
+                s.since = Instant::now();
+            }
+            starts
+        });
+    }
+
+    fn request_started(&self) {
+        self.update(|s| {
+            s.in_flight += 1;
+            s.phase = Phase::Busy;
+            false
+        });
+    }
+
+    fn request_ended(&self) {
+        self.update(|s| {
+            s.in_flight = s.in_flight.saturating_sub(1);
+            let idle = s.in_flight == 0;
+            if idle {
+                s.phase = Phase::Idle;
+                s.since = Instant::now();
+            }
+            idle
+        });
+    }
+
+    fn deadline(&self, limits: &Limits) -> Option<Instant> {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        deadline(s.phase, s.since, limits)
+    }
+
+    /// Returns once the connection has overstayed its phase's deadline.
+    pub async fn expired(&self, limits: Limits) -> Phase {
+        loop {
+            let changed = self.changed.notified();
+            match self.deadline(&limits) {
+                Some(at) if at <= Instant::now() => {
+                    return self
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .phase;
+                }
+                Some(at) => {
+                    tokio::select! {
+                        _ = changed => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+}
+
+/// An IO stream that marks the start of a request head when bytes arrive on an idle connection.
+pub(crate) struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T> Watched<T> {
+    /// Wrap `inner`, reporting to `activity`.
+    pub fn new(inner: T, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.received();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// A hyper service that marks each request busy from its head until its answer is produced.
+#[derive(Clone)]
+pub(crate) struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S> Tracked<S> {
+    /// Wrap `inner`, reporting to `activity`.
+    pub fn new(inner: S, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+/// Ends the request's busy phase when dropped, also when the answer is abandoned.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_ended();
+    }
+}
+
+impl<S, R> hyper::service::Service<R> for Tracked<S>
+where
+    S: hyper::service::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn call(&self, request: R) -> Self::Future {
+        self.activity.request_started();
+        let guard = InFlight(Arc::clone(&self.activity));
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let out = answer.await;
+            drop(guard);
+            out
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        header: Duration::from_secs(10),
+        idle: Duration::from_secs(120),
+    };
+
+    #[test]
+    fn each_phase_has_its_own_deadline_and_a_running_request_none() {
+        let t = Instant::now();
+        assert_eq!(
+            deadline(Phase::Head, t, &LIMITS),
+            Some(t + Duration::from_secs(10))
+        );
+        assert_eq!(
+            deadline(Phase::Idle, t, &LIMITS),
+            Some(t + Duration::from_secs(120))
+        );
+        assert_eq!(deadline(Phase::Busy, t, &LIMITS), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_on_an_idle_connection_start_the_header_clock() {
+        let activity = Activity::new();
+        activity.request_started();
+        activity.request_ended();
+        assert_eq!(
+            activity.deadline(&LIMITS),
+            Some(Instant::now() + LIMITS.idle)
+        );
+        tokio::time::advance(Duration::from_secs(60)).await;
+        activity.received();
+        assert_eq!(
+            activity.deadline(&LIMITS),
+            Some(Instant::now() + LIMITS.header)
+        );
+        // More bytes of the same head do not push the deadline back.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        activity.received();
+        assert_eq!(
+            activity.deadline(&LIMITS),
+            Some(Instant::now() + Duration::from_secs(5))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_expires_only_once_its_phase_overstays() {
+        let activity = Activity::new();
+        activity.request_started();
+        let watcher = tokio::spawn({
+            let activity = Arc::clone(&activity);
+            async move { activity.expired(LIMITS).await }
+        });
+        tokio::time::advance(Duration::from_secs(600)).await;
+        tokio::task::yield_now().await;
+        assert!(!watcher.is_finished(), "a running request never expires");
+        activity.request_ended();
+        tokio::time::advance(Duration::from_secs(119)).await;
+        tokio::task::yield_now().await;
+        assert!(!watcher.is_finished());
+        activity.received();
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(watcher.await.unwrap(), Phase::Head);
+    }
+}
