@@ -1,15 +1,31 @@
 //! The active probe: a synthetic dry-run AdmissionReview POSTed to the initializer's webhook
-//! path through the API server's service proxy. That path works in a cluster, from a laptop and
-//! on the sandbox, and it tests what the API server itself will do: reach the Service over HTTPS
-//! and get a well-formed answer for the same uid in time.
+//! path the way the API server calls a webhook. Every ready endpoint of the initializer's
+//! Service is dialled directly, over TLS trusting only the configuration's `caBundle`, with the
+//! server name `<service>.<namespace>.svc`; the answer must be a well-formed review for the same
+//! uid, within the latency budget. So a wrong `caBundle`, a certificate for another name or an
+//! expired one fail the probe exactly as they fail the API server's calls, and one hung pod
+//! among several fails the round (the API server would send it a share of the calls).
 //!
-//! Building the review and judging the answer are pure; [`probe`] is the only IO.
+//! Building the review, judging an answer, classifying an IO error and combining the endpoints'
+//! results are pure; [`probe`] is the only IO. How the TCP connection is opened is a
+//! [`Connector`]: a plain connect by default, another for a test that runs the operator outside
+//! the cluster's network.
 
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_util::rt::TokioIo;
 use initializer_crds::InterceptRule;
-use initializer_crds::constants::{SERVICE_PORT, WEBHOOK_PATH};
+use initializer_crds::constants::{INITIALIZER_PORT_NAME, SERVICE_PORT, WEBHOOK_PATH};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
+use tokio::net::TcpStream;
 
 /// Name of the synthetic object in every probe.
 pub const PROBE_OBJECT_NAME: &str = "initializer-operator-probe";
@@ -160,41 +176,84 @@ pub fn review(target: &ProbeTarget, uid: &str, user: &str) -> Value {
     })
 }
 
+/// The most of an answer a probe reads; a larger answer is a bad one.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Why a probe of one endpoint did not count as healthy: the signal, and what happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The kind of failure.
+    pub failure: Failure,
+    /// What happened, for the status and the log.
+    pub why: String,
+}
+
+impl Rejection {
+    fn new(failure: Failure, why: impl Into<String>) -> Self {
+        Self {
+            failure,
+            why: why.into(),
+        }
+    }
+}
+
 /// Checks an answer: a v1 AdmissionReview whose response has the same `uid` and says whether
-/// the request is allowed (denying the probe object is a correct answer too). Returns whether
-/// it was allowed.
-pub fn check_answer(body: &[u8], uid: &str) -> Result<bool, String> {
+/// the request is allowed. Denying the probe object is a correct answer too, unless the denial
+/// carries a server error code (`status.code` ≥ 500: the SDK's answer for a handler that
+/// panicked or overran under a fail-closed policy), which is what every real call would get.
+/// Returns whether it was allowed.
+pub fn check_answer(body: &[u8], uid: &str) -> Result<bool, Rejection> {
+    let bad = |why: String| Rejection::new(Failure::BadAnswer, why);
     let answer: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the answer is not JSON: {e}"))?;
+        serde_json::from_slice(body).map_err(|e| bad(format!("the answer is not JSON: {e}")))?;
     if answer.get("kind").and_then(Value::as_str) != Some("AdmissionReview") {
-        return Err("the answer is not an AdmissionReview".into());
+        return Err(bad("the answer is not an AdmissionReview".into()));
     }
     if answer.get("apiVersion").and_then(Value::as_str) != Some("admission.k8s.io/v1") {
-        return Err("the answer is not admission.k8s.io/v1".into());
+        return Err(bad("the answer is not admission.k8s.io/v1".into()));
     }
-    let response = answer.get("response").ok_or("the answer has no response")?;
+    let response = answer
+        .get("response")
+        .ok_or_else(|| bad("the answer has no response".into()))?;
     match response.get("uid").and_then(Value::as_str) {
         Some(got) if got == uid => {}
-        Some(got) => return Err(format!("the answer is for uid {got}, not {uid}")),
-        None => return Err("the answer has no uid".into()),
+        Some(got) => return Err(bad(format!("the answer is for uid {got}, not {uid}"))),
+        None => return Err(bad("the answer has no uid".into())),
     }
     let allowed = response
         .get("allowed")
         .and_then(Value::as_bool)
-        .ok_or("the answer does not say whether the request is allowed")?;
+        .ok_or_else(|| bad("the answer does not say whether the request is allowed".into()))?;
     if response.get("patch").is_some()
         && response.get("patchType").and_then(Value::as_str) != Some("JSONPatch")
     {
-        return Err("the answer has a patch without patchType JSONPatch".into());
+        return Err(bad(
+            "the answer has a patch without patchType JSONPatch".into()
+        ));
+    }
+    let status = response.get("status");
+    let code = status
+        .and_then(|s| s.get("code"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if !allowed && code >= 500 {
+        let message = status
+            .and_then(|s| s.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        return Err(Rejection::new(
+            Failure::InternalError,
+            format!(
+                "the initializer failed internally and denied the request (code {code}): {message}"
+            ),
+        ));
     }
     Ok(allowed)
 }
 
-/// The service proxy path of the webhook of Service `service` in `namespace`.
-pub fn proxy_path(namespace: &str, service: &str) -> String {
-    format!(
-        "/api/v1/namespaces/{namespace}/services/https:{service}:{SERVICE_PORT}/proxy{WEBHOOK_PATH}"
-    )
+/// The TLS server name the API server verifies for Service `service` in `namespace`.
+pub fn server_name(service: &str, namespace: &str) -> String {
+    format!("{service}.{namespace}.svc")
 }
 
 /// Why a probe failed: the signals a failed probe carries.
@@ -204,13 +263,18 @@ pub enum Failure {
     TimedOut,
     /// The connection was refused: nothing listens at the endpoint (crashed, or exiting).
     Refused,
-    /// The connection was reset: the initializer went away mid-request.
+    /// The connection was reset or closed: the initializer went away mid-request.
     Reset,
-    /// The API server found no ready endpoint for the Service.
+    /// The Service has no ready endpoint.
     NoEndpoints,
     /// An answer came, but not a well-formed review for the same uid.
     BadAnswer,
-    /// Anything else on the way (an API server error, TLS, DNS).
+    /// The serving certificate does not verify against the `caBundle` for the Service's name
+    /// (another CA, another name, expired), or the `caBundle` holds no certificate.
+    BadCertificate,
+    /// The initializer answered with a server error: an HTTP 5xx, or a denial with code ≥ 500.
+    InternalError,
+    /// Anything else on the way.
     Unreachable,
 }
 
@@ -223,33 +287,71 @@ impl Failure {
             Failure::Reset => "ConnectionReset",
             Failure::NoEndpoints => "NoReadyEndpoints",
             Failure::BadAnswer => "BadAnswer",
+            Failure::BadCertificate => "CertificateRejected",
+            Failure::InternalError => "InternalError",
             Failure::Unreachable => "ProbeFailed",
         }
     }
 }
 
-/// Classifies a failure to reach the initializer from the error text: the API server's service
-/// proxy passes the dialer's error on (`connect: connection refused`, `connection reset by
-/// peer`, `no endpoints available for service`), and so does the sandbox.
-pub fn classify(message: &str) -> Failure {
-    let m = message.to_ascii_lowercase();
-    if m.contains("connection refused") {
-        Failure::Refused
-    } else if m.contains("connection reset") || m.contains("broken pipe") {
-        Failure::Reset
-    } else if m.contains("no endpoints available") || m.contains("no ready endpoint") {
-        Failure::NoEndpoints
-    } else {
-        Failure::Unreachable
+/// Classifies an IO error on the way to an endpoint: a TLS error that rejects the certificate,
+/// or the error's kind.
+pub fn classify(error: &io::Error) -> Failure {
+    if let Some(tls) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        return match tls {
+            rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+                Failure::BadCertificate
+            }
+            _ => Failure::Unreachable,
+        };
+    }
+    match error.kind() {
+        io::ErrorKind::ConnectionRefused => Failure::Refused,
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::UnexpectedEof => Failure::Reset,
+        io::ErrorKind::TimedOut => Failure::TimedOut,
+        _ => Failure::Unreachable,
     }
 }
 
-/// The outcome of one probe.
+fn io_rejection(step: &str, error: &io::Error) -> Rejection {
+    Rejection::new(classify(error), format!("failed to {step}: {error}"))
+}
+
+/// Classifies an HTTP error: by the IO error under it when there is one.
+fn http_rejection(error: &(dyn std::error::Error + 'static)) -> Rejection {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return io_rejection("exchange the review", io);
+        }
+        if e.is::<http_body_util::LengthLimitError>() {
+            return Rejection::new(
+                Failure::BadAnswer,
+                format!("the answer is larger than {} KiB", MAX_ANSWER_BYTES / 1024),
+            );
+        }
+        source = e.source();
+    }
+    let failure = match error.downcast_ref::<hyper::Error>() {
+        Some(e) if e.is_incomplete_message() || e.is_canceled() => Failure::Reset,
+        Some(e) if e.is_parse() => Failure::BadAnswer,
+        _ => Failure::Unreachable,
+    };
+    Rejection::new(failure, format!("failed to exchange the review: {error}"))
+}
+
+/// The outcome of one probe round.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     /// Whether it counts as a success.
     pub ok: bool,
-    /// How long it took (the budget when it timed out).
+    /// How long it took: the slowest endpoint (the budget when one timed out).
     pub latency: Duration,
     /// What happened.
     pub message: String,
@@ -257,18 +359,212 @@ pub struct Outcome {
     pub failure: Option<Failure>,
 }
 
-/// Sends one probe through the API server and judges it; a probe slower than `budget` fails.
-pub async fn probe(
-    client: &kube::Client,
-    namespace: &str,
-    service: &str,
-    target: &ProbeTarget,
-    user: &str,
-    budget: Duration,
-) -> Outcome {
+/// What one endpoint did: its address, how long it took, and whether it allowed the probe.
+pub type EndpointResult = (SocketAddr, Duration, Result<bool, Rejection>);
+
+/// Combines the endpoints' results into the round's outcome: it fails when there is no
+/// endpoint or when any endpoint failed (the first failed endpoint, in address order, gives the
+/// reason and is named in the message).
+pub fn combine(results: &[EndpointResult]) -> Outcome {
+    let latency = results
+        .iter()
+        .map(|(_, latency, _)| *latency)
+        .max()
+        .unwrap_or_default();
+    if results.is_empty() {
+        return Outcome {
+            ok: false,
+            latency,
+            message: "the Service has no ready endpoint to probe".into(),
+            failure: Some(Failure::NoEndpoints),
+        };
+    }
+    let mut sorted: Vec<&EndpointResult> = results.iter().collect();
+    sorted.sort_by_key(|(addr, _, _)| *addr);
+    let failed: Vec<(&SocketAddr, &Rejection)> = sorted
+        .iter()
+        .filter_map(|(addr, _, r)| r.as_ref().err().map(|e| (addr, e)))
+        .collect();
+    if let Some((addr, first)) = failed.first() {
+        return Outcome {
+            ok: false,
+            latency,
+            message: format!(
+                "{} of {} ready endpoints failed; endpoint {addr}: {}",
+                failed.len(),
+                results.len(),
+                first.why
+            ),
+            failure: Some(first.failure),
+        };
+    }
+    let allowed = sorted.iter().all(|(_, _, r)| r.as_ref().is_ok_and(|a| *a));
+    Outcome {
+        ok: true,
+        latency,
+        message: format!(
+            "{} ready endpoint{} answered in {} ms ({})",
+            results.len(),
+            if results.len() == 1 { "" } else { "s" },
+            latency.as_millis(),
+            if allowed { "allowed" } else { "denied" }
+        ),
+        failure: None,
+    }
+}
+
+/// The ready endpoints of a slice as addresses to dial: each ready endpoint's addresses with the
+/// slice's port named like the Service's port (or its only port). An endpoint without a `ready`
+/// condition counts as ready, as the EndpointSlice API says consumers should treat it.
+pub fn ready_addresses(slice: &EndpointSlice) -> Vec<SocketAddr> {
+    let ports = slice.ports.iter().flatten();
+    let named = ports
+        .clone()
+        .find(|p| p.name.as_deref() == Some(INITIALIZER_PORT_NAME));
+    let only = (ports.clone().count() == 1)
+        .then(|| ports.clone().next())
+        .flatten();
+    let Some(port) = named
+        .or(only)
+        .and_then(|p| p.port)
+        .and_then(|p| u16::try_from(p).ok())
+    else {
+        return Vec::new();
+    };
+    slice
+        .endpoints
+        .iter()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| &e.addresses)
+        .filter_map(|a| a.parse::<IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect()
+}
+
+type ConnectFn = dyn Fn(SocketAddr) -> BoxFuture<'static, io::Result<TcpStream>> + Send + Sync;
+
+/// Opens the TCP connection to one endpoint. The default is a plain connect, right wherever the
+/// operator runs in the cluster's network; a test running the operator outside it passes one
+/// that connects from inside.
+#[derive(Clone)]
+pub struct Connector(Arc<ConnectFn>);
+
+impl Connector {
+    /// A connector that opens connections with `connect`.
+    pub fn new<F, Fut>(connect: F) -> Self
+    where
+        F: Fn(SocketAddr) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = io::Result<TcpStream>> + Send + 'static,
+    {
+        Self(Arc::new(move |addr| Box::pin(connect(addr))))
+    }
+
+    /// A plain TCP connect.
+    pub fn direct() -> Self {
+        Self::new(TcpStream::connect)
+    }
+
+    /// Opens a connection to `addr`.
+    pub async fn connect(&self, addr: SocketAddr) -> io::Result<TcpStream> {
+        (self.0)(addr).await
+    }
+}
+
+impl Default for Connector {
+    fn default() -> Self {
+        Self::direct()
+    }
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Connector")
+    }
+}
+
+/// A TLS client that trusts only the certificates of a `caBundle` and verifies the Service's
+/// name, as the API server does.
+#[derive(Clone)]
+pub struct TlsTarget {
+    config: Arc<rustls::ClientConfig>,
+    server_name: ServerName<'static>,
+    authority: String,
+}
+
+impl fmt::Debug for TlsTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsTarget")
+            .field("authority", &self.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsTarget {
+    /// Trusts every certificate in `ca_bundle` (PEM; a malformed one is skipped, as Go's
+    /// `AppendCertsFromPEM` does) and nothing else, for Service `service` in `namespace`.
+    pub fn new(ca_bundle: &[u8], service: &str, namespace: &str) -> Result<Self, Rejection> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject as _;
+        let bad = |why: String| Rejection::new(Failure::BadCertificate, why);
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_bundle).flatten() {
+            let _ = roots.add(cert);
+        }
+        if roots.is_empty() {
+            return Err(bad("the caBundle holds no usable certificate".into()));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(format!("failed to prepare TLS: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = server_name(service, namespace);
+        let server_name = ServerName::try_from(name.clone())
+            .map_err(|e| bad(format!("failed to use {name:?} as a TLS server name: {e}")))?;
+        Ok(Self {
+            config: Arc::new(config),
+            server_name,
+            authority: format!("{name}:{SERVICE_PORT}"),
+        })
+    }
+}
+
+/// Everything one probe round needs.
+#[derive(Clone, Copy, Debug)]
+pub struct Round<'a> {
+    /// The initializer's Service.
+    pub service: &'a str,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// The configuration's `caBundle` (PEM).
+    pub ca_bundle: &'a [u8],
+    /// The ready endpoints to probe.
+    pub endpoints: &'a [SocketAddr],
+    /// What the probe pretends to create.
+    pub target: &'a ProbeTarget,
+    /// The requesting user shown to the initializer.
+    pub user: &'a str,
+    /// A slower endpoint fails.
+    pub budget: Duration,
+}
+
+/// Probes every endpoint of `round` at once, each within the budget, and combines the results.
+pub async fn probe(connector: &Connector, round: &Round<'_>) -> Outcome {
+    let tls = match TlsTarget::new(round.ca_bundle, round.service, round.namespace) {
+        Ok(tls) => tls,
+        Err(rejection) => {
+            return Outcome {
+                ok: false,
+                latency: Duration::ZERO,
+                message: rejection.why,
+                failure: Some(rejection.failure),
+            };
+        }
+    };
     let uid = format!("{:032x}", rand::random::<u128>());
-    let body = match serde_json::to_vec(&review(target, &uid, user)) {
-        Ok(body) => body,
+    let body = match serde_json::to_vec(&review(round.target, &uid, round.user)) {
+        Ok(body) => bytes::Bytes::from(body),
         Err(e) => {
             return Outcome {
                 ok: false,
@@ -278,62 +574,102 @@ pub async fn probe(
             };
         }
     };
-    let request = match http::Request::post(proxy_path(namespace, service))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json")
-        .body(body)
-    {
-        Ok(r) => r,
-        Err(e) => {
-            return Outcome {
-                ok: false,
-                latency: Duration::ZERO,
-                message: format!("failed to build the probe request: {e}"),
-                failure: Some(Failure::Unreachable),
-            };
-        }
-    };
-    let started = Instant::now();
-    let result = tokio::time::timeout(budget, client.request_text(request)).await;
-    let latency = started.elapsed();
-    match result {
-        Err(_) => Outcome {
-            ok: false,
-            latency: budget,
-            message: format!(
-                "no answer within the latency budget of {} ms",
-                budget.as_millis()
-            ),
-            failure: Some(Failure::TimedOut),
-        },
-        Ok(Err(e)) => {
-            let message = format!("failed to reach the initializer: {e}");
-            Outcome {
-                ok: false,
-                latency,
-                failure: Some(classify(&message)),
-                message,
+    let mut endpoints = round.endpoints.to_vec();
+    endpoints.sort();
+    endpoints.dedup();
+    let budget = round.budget;
+    let calls = endpoints.iter().map(|addr| {
+        let (tls, body, uid) = (&tls, body.clone(), uid.as_str());
+        async move {
+            let started = Instant::now();
+            let result = tokio::time::timeout(budget, call(connector, tls, *addr, body, uid)).await;
+            match result {
+                Ok(result) => (*addr, started.elapsed(), result),
+                Err(_) => (
+                    *addr,
+                    budget,
+                    Err(Rejection::new(
+                        Failure::TimedOut,
+                        format!(
+                            "no answer within the latency budget of {} ms",
+                            budget.as_millis()
+                        ),
+                    )),
+                ),
             }
         }
-        Ok(Ok(text)) => match check_answer(text.as_bytes(), &uid) {
-            Ok(allowed) => Outcome {
-                ok: true,
-                latency,
-                message: format!(
-                    "answered in {} ms ({})",
-                    latency.as_millis(),
-                    if allowed { "allowed" } else { "denied" }
-                ),
-                failure: None,
-            },
-            Err(why) => Outcome {
-                ok: false,
-                latency,
-                message: format!("failed to get a well-formed answer: {why}"),
-                failure: Some(Failure::BadAnswer),
-            },
-        },
+    });
+    combine(&futures::future::join_all(calls).await)
+}
+
+/// One exchange with one endpoint: connect, TLS, POST over HTTP/1.1, read at most
+/// [`MAX_ANSWER_BYTES`], judge. Dropping it (the budget ran out) closes the connection.
+async fn call(
+    connector: &Connector,
+    tls: &TlsTarget,
+    addr: SocketAddr,
+    body: bytes::Bytes,
+    uid: &str,
+) -> Result<bool, Rejection> {
+    let tcp = connector
+        .connect(addr)
+        .await
+        .map_err(|e| io_rejection("connect", &e))?;
+    let _ = tcp.set_nodelay(true);
+    let stream = tokio_rustls::TlsConnector::from(tls.config.clone())
+        .connect(tls.server_name.clone(), tcp)
+        .await
+        .map_err(|e| io_rejection("complete the TLS handshake", &e))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| http_rejection(&e))?;
+    let request = http::Request::post(WEBHOOK_PATH)
+        .header(http::header::HOST, tls.authority.as_str())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, */*")
+        .body(Full::new(body))
+        .map_err(|e| {
+            Rejection::new(
+                Failure::Unreachable,
+                format!("failed to build the probe request: {e}"),
+            )
+        })?;
+    let exchange = async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| http_rejection(&e))?;
+        let status = response.status();
+        let answer = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(|e| http_rejection(e.as_ref()))?
+            .to_bytes();
+        if !status.is_success() {
+            let failure = if status.is_server_error() {
+                Failure::InternalError
+            } else {
+                Failure::BadAnswer
+            };
+            let text = String::from_utf8_lossy(&answer);
+            let text: String = text.trim().chars().take(200).collect();
+            return Err(Rejection::new(
+                failure,
+                format!("the initializer answered HTTP {}: {text}", status.as_u16()),
+            ));
+        }
+        check_answer(&answer, uid)
+    };
+    // The connection is driven here, not on a task of its own: when the budget runs out, the
+    // whole exchange is dropped and nothing is left waiting on a hung endpoint.
+    let mut conn = std::pin::pin!(conn);
+    let mut exchange = std::pin::pin!(exchange);
+    tokio::select! {
+        biased;
+        result = &mut exchange => return result,
+        _ = &mut conn => {}
     }
+    exchange.await
 }
 
 #[cfg(test)]
@@ -408,7 +744,7 @@ mod tests {
     }
 
     #[test]
-    fn malformed_answers_are_failures() {
+    fn malformed_answers_are_bad_answers() {
         let cases: [&[u8]; 6] = [
             b"not json",
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"Status"}"#,
@@ -418,8 +754,10 @@ mod tests {
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"abc","allowed":true,"patch":"W10="}}"#,
         ];
         for body in cases {
-            assert!(
-                check_answer(body, "abc").is_err(),
+            let rejected = check_answer(body, "abc").unwrap_err();
+            assert_eq!(
+                rejected.failure,
+                Failure::BadAnswer,
                 "{}",
                 String::from_utf8_lossy(body)
             );
@@ -427,33 +765,342 @@ mod tests {
     }
 
     #[test]
-    fn refused_and_reset_connections_are_told_apart_from_the_rest() {
-        let refused = "failed to reach the initializer: ApiError: error trying to reach service: dial tcp 10.244.0.7:8443: connect: connection refused: ServiceUnavailable (ErrorResponse { status: \"Failure\", code: 503 })";
-        assert_eq!(classify(refused), Failure::Refused);
+    fn a_denial_with_a_server_error_code_is_a_failure_and_other_denials_are_not() {
+        let panicked = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"abc","allowed":false,"status":{"code":500,"message":"the initializer panicked"}}}"#;
+        let rejected = check_answer(panicked, "abc").unwrap_err();
+        assert_eq!(rejected.failure, Failure::InternalError);
+        assert_eq!(rejected.failure.reason(), "InternalError");
+        assert!(rejected.why.contains("panicked"), "{}", rejected.why);
+        let overran = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"abc","allowed":false,"status":{"code":504}}}"#;
         assert_eq!(
-            classify("error trying to reach service: Connection refused (os error 111)"),
-            Failure::Refused
+            check_answer(overran, "abc").unwrap_err().failure,
+            Failure::InternalError
         );
-        assert_eq!(
-            classify("error trying to reach service: read tcp: connection reset by peer"),
-            Failure::Reset
-        );
-        assert_eq!(
-            classify("no endpoints available for service \"guard\""),
-            Failure::NoEndpoints
-        );
-        assert_eq!(
-            classify("certificate signed by unknown authority"),
-            Failure::Unreachable
-        );
-        assert_eq!(Failure::Refused.reason(), "ConnectionRefused");
+        let policy = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"abc","allowed":false,"status":{"code":403,"message":"too short"}}}"#;
+        assert_eq!(check_answer(policy, "abc"), Ok(false));
+        // An allowed answer is what every call gets, whatever code it carries.
+        let allowed = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"abc","allowed":true,"status":{"code":500}}}"#;
+        assert_eq!(check_answer(allowed, "abc"), Ok(true));
     }
 
     #[test]
-    fn the_proxy_path_names_the_https_port_and_the_webhook_path() {
+    fn io_errors_are_classified_by_kind_and_certificate_errors_apart() {
+        use io::ErrorKind::*;
+        let kind = |k: io::ErrorKind| classify(&io::Error::from(k));
+        assert_eq!(kind(ConnectionRefused), Failure::Refused);
+        assert_eq!(kind(ConnectionReset), Failure::Reset);
+        assert_eq!(kind(BrokenPipe), Failure::Reset);
+        assert_eq!(kind(UnexpectedEof), Failure::Reset);
+        assert_eq!(kind(TimedOut), Failure::TimedOut);
+        assert_eq!(kind(PermissionDenied), Failure::Unreachable);
+        let tls = |e: rustls::Error| classify(&io::Error::new(InvalidData, e));
         assert_eq!(
-            proxy_path("ops", "sidecar"),
-            "/api/v1/namespaces/ops/services/https:sidecar:443/proxy/initialize"
+            tls(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer
+            )),
+            Failure::BadCertificate
         );
+        assert_eq!(
+            tls(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Expired
+            )),
+            Failure::BadCertificate
+        );
+        assert_eq!(
+            tls(rustls::Error::AlertReceived(
+                rustls::AlertDescription::HandshakeFailure
+            )),
+            Failure::Unreachable
+        );
+        assert_eq!(Failure::Refused.reason(), "ConnectionRefused");
+        assert_eq!(Failure::BadCertificate.reason(), "CertificateRejected");
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_round_fails_when_any_endpoint_fails_and_names_it() {
+        let ms = Duration::from_millis;
+        let good = combine(&[
+            (addr("127.0.0.2:8443"), ms(3), Ok(true)),
+            (addr("127.0.0.3:8443"), ms(7), Ok(true)),
+        ]);
+        assert!(good.ok);
+        assert_eq!(good.latency, ms(7));
+        assert!(
+            good.message.contains("2 ready endpoints"),
+            "{}",
+            good.message
+        );
+        let hung = Rejection::new(Failure::TimedOut, "no answer within the latency budget");
+        let one_hung = combine(&[
+            (addr("127.0.0.2:8443"), ms(3), Ok(true)),
+            (addr("127.0.0.3:8443"), ms(500), Err(hung)),
+        ]);
+        assert!(!one_hung.ok);
+        assert_eq!(one_hung.failure, Some(Failure::TimedOut));
+        assert_eq!(one_hung.latency, ms(500));
+        assert!(
+            one_hung.message.contains("1 of 2") && one_hung.message.contains("127.0.0.3:8443"),
+            "{}",
+            one_hung.message
+        );
+        // The first failed endpoint in address order gives the reason, whatever the order.
+        let two_failed = combine(&[
+            (
+                addr("127.0.0.9:8443"),
+                ms(1),
+                Err(Rejection::new(Failure::Refused, "refused")),
+            ),
+            (
+                addr("127.0.0.4:8443"),
+                ms(1),
+                Err(Rejection::new(Failure::BadCertificate, "unknown issuer")),
+            ),
+        ]);
+        assert_eq!(two_failed.failure, Some(Failure::BadCertificate));
+        assert!(two_failed.message.contains("127.0.0.4:8443"));
+        let none = combine(&[]);
+        assert!(!none.ok);
+        assert_eq!(none.failure, Some(Failure::NoEndpoints));
+        let denied = combine(&[(addr("127.0.0.2:8443"), ms(3), Ok(false))]);
+        assert!(denied.ok && denied.message.contains("denied"));
+    }
+
+    #[test]
+    fn ready_endpoints_are_dialled_on_the_named_port() {
+        use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+        let endpoint = |ip: &str, ready: Option<bool>| Endpoint {
+            addresses: vec![ip.into()],
+            conditions: Some(EndpointConditions {
+                ready,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let port = |name: &str, port: i32| EndpointPort {
+            name: Some(name.into()),
+            port: Some(port),
+            ..Default::default()
+        };
+        let slice = EndpointSlice {
+            address_type: "IPv4".into(),
+            endpoints: vec![
+                endpoint("127.0.0.2", Some(true)),
+                endpoint("127.0.0.3", None),
+                endpoint("127.0.0.4", Some(false)),
+            ],
+            ports: Some(vec![port("metrics", 9090), port("https", 8443)]),
+            ..Default::default()
+        };
+        assert_eq!(
+            ready_addresses(&slice),
+            [addr("127.0.0.2:8443"), addr("127.0.0.3:8443")]
+        );
+        let unnamed = EndpointSlice {
+            ports: Some(vec![port("", 9443)]),
+            ..slice.clone()
+        };
+        assert_eq!(ready_addresses(&unnamed)[0], addr("127.0.0.2:9443"));
+        let portless = EndpointSlice {
+            ports: None,
+            ..slice
+        };
+        assert!(ready_addresses(&portless).is_empty());
+    }
+
+    #[test]
+    fn a_ca_bundle_without_a_certificate_is_rejected() {
+        let err = TlsTarget::new(b"not a certificate", "sidecar", "ops").unwrap_err();
+        assert_eq!(err.failure, Failure::BadCertificate);
+        assert_eq!(server_name("sidecar", "ops"), "sidecar.ops.svc");
+    }
+
+    /// A local initializer: TLS with `cert`/`key`, answering every review with `answer(uid)`,
+    /// after `delay`.
+    async fn serve(
+        cert_pem: &str,
+        key_pem: &str,
+        delay: Duration,
+        answer: fn(&str) -> Value,
+    ) -> SocketAddr {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+                .map(Result::unwrap)
+                .collect();
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let local = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |request: http::Request<hyper::body::Incoming>| async move {
+                            let body = request.into_body().collect().await?.to_bytes();
+                            let review: Value = serde_json::from_slice(&body).unwrap();
+                            let uid = review["request"]["uid"].as_str().unwrap().to_string();
+                            tokio::time::sleep(delay).await;
+                            let answer = serde_json::to_vec(&answer(&uid)).unwrap();
+                            Ok::<_, hyper::Error>(http::Response::new(Full::new(
+                                bytes::Bytes::from(answer),
+                            )))
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        local
+    }
+
+    fn allow(uid: &str) -> Value {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "response": {"uid": uid, "allowed": true}})
+    }
+
+    fn internal_error(uid: &str) -> Value {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "response": {"uid": uid, "allowed": false,
+                            "status": {"code": 500, "message": "the handler panicked"}}})
+    }
+
+    async fn round(bundle: &str, endpoints: &[SocketAddr], budget: Duration) -> Outcome {
+        let target = target_for(&[]);
+        probe(
+            &Connector::direct(),
+            &Round {
+                service: "sidecar",
+                namespace: "initializer-system",
+                ca_bundle: bundle.as_bytes(),
+                endpoints,
+                target: &target,
+                user: "system:serviceaccount:initializer-system:initializer-operator",
+                budget,
+            },
+        )
+        .await
+    }
+
+    fn names() -> Vec<String> {
+        crate::tls::dns_names("sidecar", "initializer-system")
+    }
+
+    #[tokio::test]
+    async fn the_probe_verifies_the_certificate_as_the_api_server_does() {
+        use crate::tls;
+        let now = jiff::Timestamp::now();
+        let budget = Duration::from_secs(2);
+        let ca = tls::new_ca(now).unwrap();
+        let good = tls::issue(&ca, &names(), now).unwrap();
+        let up = serve(&good.cert_pem, &good.key_pem, Duration::ZERO, allow).await;
+        let outcome = round(&ca.cert_pem, &[up], budget).await;
+        assert!(outcome.ok, "{outcome:?}");
+
+        // Another CA in the bundle.
+        let other = tls::new_ca(now).unwrap();
+        let outcome = round(&other.cert_pem, &[up], budget).await;
+        assert_eq!(
+            outcome.failure,
+            Some(Failure::BadCertificate),
+            "{outcome:?}"
+        );
+        // Both CAs in the bundle (a rotation under way): trusted.
+        let both = format!("{}{}", other.cert_pem, ca.cert_pem);
+        assert!(round(&both, &[up], budget).await.ok);
+
+        // A certificate for another name.
+        let wrong = tls::issue(&ca, &tls::dns_names("other", "initializer-system"), now).unwrap();
+        let wrong_name = serve(&wrong.cert_pem, &wrong.key_pem, Duration::ZERO, allow).await;
+        let outcome = round(&ca.cert_pem, &[wrong_name], budget).await;
+        assert_eq!(
+            outcome.failure,
+            Some(Failure::BadCertificate),
+            "{outcome:?}"
+        );
+
+        // An expired certificate.
+        let long_ago = now - jiff::SignedDuration::from_hours(24 * 400);
+        let old_ca = tls::new_ca(long_ago).unwrap();
+        let expired = tls::issue(&old_ca, &names(), long_ago).unwrap();
+        let stale = serve(&expired.cert_pem, &expired.key_pem, Duration::ZERO, allow).await;
+        let outcome = round(&old_ca.cert_pem, &[stale], budget).await;
+        assert_eq!(
+            outcome.failure,
+            Some(Failure::BadCertificate),
+            "{outcome:?}"
+        );
+        assert!(outcome.message.contains(&stale.to_string()), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn one_hung_endpoint_of_two_fails_the_round_within_the_budget() {
+        use crate::tls;
+        let now = jiff::Timestamp::now();
+        let ca = tls::new_ca(now).unwrap();
+        let m = tls::issue(&ca, &names(), now).unwrap();
+        let fast = serve(&m.cert_pem, &m.key_pem, Duration::ZERO, allow).await;
+        let hung = serve(&m.cert_pem, &m.key_pem, Duration::from_secs(30), allow).await;
+        let budget = Duration::from_millis(300);
+        let started = Instant::now();
+        let outcome = round(&ca.cert_pem, &[fast, hung], budget).await;
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(outcome.failure, Some(Failure::TimedOut), "{outcome:?}");
+        assert!(outcome.message.contains(&hung.to_string()), "{outcome:?}");
+        // Without endpoints there is nothing to probe.
+        let outcome = round(&ca.cert_pem, &[], budget).await;
+        assert_eq!(outcome.failure, Some(Failure::NoEndpoints));
+        // A closed port is refused.
+        let closed = {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap()
+        };
+        let outcome = round(&ca.cert_pem, &[closed], budget).await;
+        assert_eq!(outcome.failure, Some(Failure::Refused), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn a_server_error_denial_fails_the_probe() {
+        use crate::tls;
+        let now = jiff::Timestamp::now();
+        let ca = tls::new_ca(now).unwrap();
+        let m = tls::issue(&ca, &names(), now).unwrap();
+        let panicking = serve(&m.cert_pem, &m.key_pem, Duration::ZERO, internal_error).await;
+        let outcome = round(&ca.cert_pem, &[panicking], Duration::from_secs(2)).await;
+        assert_eq!(outcome.failure, Some(Failure::InternalError), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_cap_is_a_bad_answer() {
+        use crate::tls;
+        let now = jiff::Timestamp::now();
+        let ca = tls::new_ca(now).unwrap();
+        let m = tls::issue(&ca, &names(), now).unwrap();
+        let huge = serve(&m.cert_pem, &m.key_pem, Duration::ZERO, |uid| {
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                   "response": {"uid": uid, "allowed": true,
+                                "warnings": ["x".repeat(MAX_ANSWER_BYTES)]}})
+        })
+        .await;
+        let outcome = round(&ca.cert_pem, &[huge], Duration::from_secs(2)).await;
+        assert_eq!(outcome.failure, Some(Failure::BadAnswer), "{outcome:?}");
+        assert!(outcome.message.contains("64 KiB"), "{outcome:?}");
     }
 }

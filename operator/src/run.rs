@@ -18,6 +18,7 @@ use crate::controller::{self, Context};
 use crate::error::{Error, Result};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
+use crate::probe::Connector;
 use crate::server::{self, Health};
 use crate::supervisor::Supervisor;
 
@@ -62,6 +63,10 @@ pub struct RunArgs {
         default_value = "initializer-operator"
     )]
     pub service_account: String,
+    /// How the probes open their connections (not a flag): a plain connect unless a test
+    /// running the operator outside the cluster's network sets another.
+    #[arg(skip)]
+    pub probe_connector: Connector,
 }
 
 impl RunArgs {
@@ -237,7 +242,8 @@ async fn lead(
             "system:serviceaccount:{}:{}",
             args.namespace, args.service_account
         ),
-    );
+    )
+    .with_connector(args.probe_connector.clone());
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder,

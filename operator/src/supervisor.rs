@@ -11,6 +11,7 @@
 //! sync and on every transition, so the status follows within one API call.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tracing::{debug, info, warn};
 
@@ -36,7 +37,7 @@ use crate::error::Result;
 use crate::health::{Action, Cause, HealthConfig, Input, Machine, Snapshot, State};
 use crate::metrics::Metrics;
 use crate::missed;
-use crate::probe::{self, ProbeTarget};
+use crate::probe::{self, Connector, ProbeTarget, Round};
 use crate::status::{self, FallbackView, Observation, ProbeRecord, WorkloadObservation};
 
 /// How long after the fallback policy and binding are created the API server enforces them:
@@ -93,8 +94,11 @@ pub struct Target {
     pub stored_status: Option<InitializerStatus>,
 }
 
-/// Namespace, Service, budget and probe target: what the tasks were started with.
-type TaskKey = (String, String, Duration, ProbeTarget);
+/// Namespace, Service, budget, probe target and `caBundle`: what the tasks were started with.
+type TaskKey = (String, String, Duration, ProbeTarget, Vec<u8>);
+
+/// The ready endpoints the prober dials: `None` until the endpoint watch has listed them.
+type ReadyEndpoints = Option<Vec<SocketAddr>>;
 
 impl Target {
     fn configuration(&self) -> String {
@@ -108,7 +112,20 @@ impl Target {
             self.service.clone(),
             self.budget,
             self.probe.clone(),
+            self.ca_bundle(),
         )
+    }
+
+    /// The `caBundle` the API server verifies the initializer's certificate with.
+    fn ca_bundle(&self) -> Vec<u8> {
+        self.webhook
+            .webhooks
+            .iter()
+            .flatten()
+            .next()
+            .and_then(|w| w.client_config.ca_bundle.as_ref())
+            .map(|b| b.0.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -236,6 +253,7 @@ struct Inner {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     probe_user: String,
+    connector: Connector,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     checked: Mutex<HashMap<String, FallbackChecked>>,
 }
@@ -272,10 +290,23 @@ impl Supervisor {
                 recorder,
                 metrics,
                 probe_user,
+                connector: Connector::direct(),
                 entries: Mutex::new(HashMap::new()),
                 checked: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Opens the probes' connections with `connector` instead of a plain connect (a test runs
+    /// the operator outside the cluster's network). Call it before the supervisor is cloned.
+    pub fn with_connector(mut self, connector: Connector) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.connector = connector,
+            None => warn!(
+                "the probe connector was set after the supervisor was shared; kept the plain connect"
+            ),
+        }
+        self
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
@@ -492,13 +523,15 @@ impl Supervisor {
             t.abort();
         }
         let weak = Arc::downgrade(entry);
+        let (ready_tx, ready_rx) = watch::channel(None);
         let prober = tokio::spawn(prober(
             self.clone(),
             weak.clone(),
             entry.wake.clone(),
+            ready_rx,
             target.clone(),
         ));
-        let watcher = tokio::spawn(endpoints(self.clone(), weak, target.clone()));
+        let watcher = tokio::spawn(endpoints(self.clone(), weak, ready_tx, target.clone()));
         tasks.1 = vec![prober.abort_handle(), watcher.abort_handle()];
         tasks.0 = Some(key);
     }
@@ -936,7 +969,19 @@ fn validate_fallback_name(target: &Target) -> String {
     format!("{}-fallback", target.configuration())
 }
 
-async fn prober(sup: Supervisor, entry: std::sync::Weak<Entry>, wake: Arc<Notify>, target: Target) {
+async fn prober(
+    sup: Supervisor,
+    entry: std::sync::Weak<Entry>,
+    wake: Arc<Notify>,
+    mut ready: watch::Receiver<ReadyEndpoints>,
+    target: Target,
+) {
+    // Probing before the endpoints are known would fail for want of them, and degrade a
+    // registration adopted after a restart.
+    if ready.wait_for(Option::is_some).await.is_err() {
+        return;
+    }
+    let ca_bundle = target.ca_bundle();
     let mut last_ok = None;
     let mut wait = Duration::ZERO;
     let mut last_start: Option<Instant> = None;
@@ -952,13 +997,18 @@ async fn prober(sup: Supervisor, entry: std::sync::Weak<Entry>, wake: Arc<Notify
             }
         }
         last_start = Some(Instant::now());
+        let endpoints = ready.borrow_and_update().clone().unwrap_or_default();
         let outcome = probe::probe(
-            &sup.inner.client,
-            &target.namespace,
-            &target.service,
-            &target.probe,
-            &sup.inner.probe_user,
-            target.budget,
+            &sup.inner.connector,
+            &Round {
+                service: &target.service,
+                namespace: &target.namespace,
+                ca_bundle: &ca_bundle,
+                endpoints: &endpoints,
+                target: &target.probe,
+                user: &sup.inner.probe_user,
+                budget: target.budget,
+            },
         )
         .await;
         let Some(entry) = entry.upgrade() else {
@@ -1000,13 +1050,25 @@ pub fn ready_endpoints(slice: &EndpointSlice) -> u32 {
     u32::try_from(ready).unwrap_or(u32::MAX)
 }
 
-async fn endpoints(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Target) {
+/// One slice's ready endpoints: how many, and the addresses to probe.
+type SliceEndpoints = (u32, Vec<SocketAddr>);
+
+fn slice_endpoints(slice: &EndpointSlice) -> SliceEndpoints {
+    (ready_endpoints(slice), probe::ready_addresses(slice))
+}
+
+async fn endpoints(
+    sup: Supervisor,
+    entry: std::sync::Weak<Entry>,
+    ready_tx: watch::Sender<ReadyEndpoints>,
+    target: Target,
+) {
     let api: Api<EndpointSlice> = Api::namespaced(sup.inner.client.clone(), &target.namespace);
     let config = watcher::Config::default()
         .labels(&format!("kubernetes.io/service-name={}", target.service));
     let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut slices: HashMap<String, u32> = HashMap::new();
-    let mut initial: Option<HashMap<String, u32>> = None;
+    let mut slices: HashMap<String, SliceEndpoints> = HashMap::new();
+    let mut initial: Option<HashMap<String, SliceEndpoints>> = None;
     let mut listed = false;
     let mut last: Option<u32> = None;
     while let Some(event) = stream.next().await {
@@ -1014,7 +1076,7 @@ async fn endpoints(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Targe
             Ok(watcher::Event::Init) => initial = Some(HashMap::new()),
             Ok(watcher::Event::InitApply(s)) => {
                 if let Some(buffer) = initial.as_mut() {
-                    buffer.insert(s.name_any(), ready_endpoints(&s));
+                    buffer.insert(s.name_any(), slice_endpoints(&s));
                 }
             }
             Ok(watcher::Event::InitDone) => {
@@ -1022,7 +1084,7 @@ async fn endpoints(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Targe
                 listed = true;
             }
             Ok(watcher::Event::Apply(s)) => {
-                slices.insert(s.name_any(), ready_endpoints(&s));
+                slices.insert(s.name_any(), slice_endpoints(&s));
             }
             Ok(watcher::Event::Delete(s)) => {
                 slices.remove(&s.name_any());
@@ -1035,8 +1097,27 @@ async fn endpoints(sup: Supervisor, entry: std::sync::Weak<Entry>, target: Targe
         if !listed {
             continue;
         }
-        let ready: u32 = slices.values().sum();
+        let mut addresses: Vec<SocketAddr> = slices
+            .values()
+            .flat_map(|(_, a)| a.iter().copied())
+            .collect();
+        addresses.sort();
+        addresses.dedup();
+        let moved = ready_tx.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&addresses);
+            if changed {
+                *current = Some(addresses);
+            }
+            changed
+        });
+        let ready: u32 = slices.values().map(|(n, _)| n).sum();
         if last == Some(ready) {
+            if moved && ready > 0 {
+                // Other pods, as many: probe the new ones now.
+                if let Some(entry) = entry.upgrade() {
+                    entry.wake.notify_one();
+                }
+            }
             continue;
         }
         last = Some(ready);

@@ -60,6 +60,9 @@ on_both_backends!(
     losing_every_ready_endpoint_deregisters_without_waiting_for_probes,
     a_second_replica_takes_over_when_the_leader_stops,
     a_workload_that_cannot_be_deployed_is_reported_in_the_status,
+    a_certificate_the_api_server_would_reject_is_never_registered,
+    a_handler_that_panics_under_a_fail_closed_policy_is_never_registered,
+    one_hung_pod_of_two_is_caught_within_a_probe_period,
 );
 
 /// Runs one test body on `backend`, with the test initializer as the guard's image.
@@ -84,8 +87,9 @@ struct Operator {
 }
 
 impl Operator {
-    /// Starts a replica with leader election and a 3 s lease, as pod `pod_name`.
-    fn spawn(client: &Client, pod_name: &str) -> Self {
+    /// Starts a replica with leader election and a 3 s lease, as pod `pod_name`, probing the
+    /// pods from inside the cluster's network.
+    fn spawn(cluster: &TestCluster, pod_name: &str) -> Self {
         let stop = CancellationToken::new();
         let cli = Cli::parse_from([
             "run",
@@ -99,7 +103,9 @@ impl Operator {
             "--pod-name",
             pod_name,
         ]);
-        tokio::spawn(run_with(client.clone(), cli.run, stop.clone()));
+        let mut args = cli.run;
+        args.probe_connector = cluster.probe_connector();
+        tokio::spawn(run_with(cluster.client(), args, stop.clone()));
         Self { stop }
     }
 
@@ -140,7 +146,7 @@ async fn start(cluster: &TestCluster) -> (Client, Operator) {
         async move { api.list(&ListParams::default()).await.is_ok() }
     })
     .await;
-    let operator = Operator::spawn(&client, "operator-test-0");
+    let operator = Operator::spawn(cluster, "operator-test-0");
     (client, operator)
 }
 
@@ -579,7 +585,7 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(clus
 
 async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster) {
     let (client, first_replica) = start(cluster).await;
-    let second_replica = Operator::spawn(&client, "operator-test-1");
+    let second_replica = Operator::spawn(cluster, "operator-test-1");
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), NS);
     let holder = || {
@@ -663,4 +669,304 @@ async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &
         }
     })
     .await;
+}
+
+/// The certificate and key the test initializer serves instead of the mounted ones.
+const CERT_ENV: &str = "TEST_INITIALIZER_CERT_PEM";
+const KEY_ENV: &str = "TEST_INITIALIZER_KEY_PEM";
+
+/// The guard `name` with `env` set on its pods (the test initializer's switches).
+fn guard_with_env(name: &str, env: &[(&str, &str)]) -> Initializer {
+    let mut init = guard(name);
+    init.spec.env = env
+        .iter()
+        .map(|(name, value)| k8s_openapi::api::core::v1::EnvVar {
+            name: name.to_string(),
+            value: Some(value.to_string()),
+            ..Default::default()
+        })
+        .collect();
+    init
+}
+
+/// The `Responding` condition's reason and the last probe error of Initializer `name`.
+async fn responding(client: &Client, name: &str) -> Option<(String, String)> {
+    let status = Api::<Initializer>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()?
+        .status?;
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Responding")?
+        .reason
+        .clone();
+    let error = status
+        .details
+        .get("lastProbeError")
+        .cloned()
+        .unwrap_or_default();
+    Some((reason, error))
+}
+
+/// Waits until the probes of `name` fail with `reason` and an error containing `part`,
+/// checking all along that the configuration never appears.
+async fn wait_for_probe_failure(client: &Client, name: &str, reason: &str, part: &str) {
+    let configuration_name = format!("initializer-{name}");
+    let took = wait_for(
+        &format!("probes of {name} failing with {reason} ({part:?})"),
+        Duration::from_secs(90),
+        || {
+            let (c, configuration_name) = (client.clone(), configuration_name.clone());
+            async move {
+                assert!(
+                    configuration(&c, &configuration_name).await.is_none(),
+                    "{configuration_name} was registered although every call to it would fail"
+                );
+                responding(&c, name)
+                    .await
+                    .is_some_and(|(r, error)| r == reason && error.contains(part))
+            }
+        },
+    )
+    .await;
+    let (_, error) = responding(client, name).await.unwrap();
+    println!("{name}: {reason} after {took:?}: {error}");
+}
+
+/// Patches the env of the guard `name`'s pods.
+async fn set_guard_env(client: &Client, name: &str, env: &[(&str, &str)]) {
+    let env: Vec<_> = env
+        .iter()
+        .map(|(name, value)| json!({"name": name, "value": value}))
+        .collect();
+    Api::<Initializer>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"env": env}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: &TestCluster) {
+    use initializer_operator::{tls, validate};
+    let (client, _operator) = start(cluster).await;
+    let names = validate::names("pinned");
+    let dns = tls::dns_names(&names.base, NS);
+    let now = jiff::Timestamp::now();
+    // Signed by a CA the configuration's caBundle does not carry.
+    let stranger = tls::issue(&tls::new_ca(now).unwrap(), &dns, now).unwrap();
+    Api::<Initializer>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &guard_with_env(
+                "pinned",
+                &[(CERT_ENV, &stranger.cert_pem), (KEY_ENV, &stranger.key_pem)],
+            ),
+        )
+        .await
+        .unwrap();
+    wait_for_probe_failure(&client, "pinned", "CertificateRejected", "UnknownIssuer").await;
+
+    // The operator's CA, but a certificate for another name, then an expired one.
+    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(&names.ca_secret)
+        .await
+        .unwrap();
+    let data = secret.data.unwrap();
+    let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
+    let ca = tls::Ca {
+        cert_pem: text("ca.crt"),
+        key_pem: text("ca.key"),
+    };
+    let other_name = tls::issue(&ca, &tls::dns_names("someone-else", NS), now).unwrap();
+    set_guard_env(
+        &client,
+        "pinned",
+        &[
+            (CERT_ENV, &other_name.cert_pem),
+            (KEY_ENV, &other_name.key_pem),
+        ],
+    )
+    .await;
+    wait_for_probe_failure(
+        &client,
+        "pinned",
+        "CertificateRejected",
+        "not valid for name",
+    )
+    .await;
+    let long_ago = now - jiff::SignedDuration::from_hours(24 * 400);
+    let expired = tls::issue(&ca, &dns, long_ago).unwrap();
+    set_guard_env(
+        &client,
+        "pinned",
+        &[(CERT_ENV, &expired.cert_pem), (KEY_ENV, &expired.key_pem)],
+    )
+    .await;
+    wait_for_probe_failure(&client, "pinned", "CertificateRejected", "expired").await;
+
+    // Serving the operator's own certificate again, it is registered.
+    set_guard_env(&client, "pinned", &[]).await;
+    wait_for(
+        "registration with the operator's certificate",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-pinned").await.is_some() }
+        },
+    )
+    .await;
+}
+
+async fn a_handler_that_panics_under_a_fail_closed_policy_is_never_registered(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Initializer>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &guard_with_env("panicky", &[("TEST_INITIALIZER_MODE", "panic")]),
+        )
+        .await
+        .unwrap();
+    // The SDK denies with code 500 for a handler that panics under the guard's fail-closed
+    // policy: registered, it would refuse every Secret in the cluster.
+    wait_for_probe_failure(&client, "panicky", "InternalError", "panic").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        configuration(&client, "initializer-panicky")
+            .await
+            .is_none()
+    );
+}
+
+async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    let mut pair = guard("pair");
+    pair.spec.replicas = 2;
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &pair)
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-pair").await.is_some() }
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=pair"));
+    wait_for("two ready pods", Duration::from_secs(60), || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            let items = pods.list(&selector).await.unwrap().items;
+            items.len() == 2 && items.iter().all(is_ready)
+        }
+    })
+    .await;
+    // Both pods answered: the probe's latency with every endpoint dialled.
+    wait_for("a good probe of both pods", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move {
+            responding(&c, "pair")
+                .await
+                .is_some_and(|(reason, _)| reason == "ProbeSucceeded")
+        }
+    })
+    .await;
+    measure_probe_latency(cluster, &client, "pair").await;
+
+    let hung = pods.list(&selector).await.unwrap().items.remove(1);
+    let ip = hung.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    cluster.freeze(NS, &hung.name_any()).await.unwrap();
+    // The next probe round dials both and fails: the configuration steps out of the path
+    // (degraded, then removed) within a probe period and the latency budget, not by chance.
+    let took = wait_for(
+        "the configuration out of the path",
+        Duration::from_secs(3),
+        || {
+            let c = client.clone();
+            async move {
+                configuration(&c, "initializer-pair")
+                    .await
+                    .is_none_or(|c| initializer_operator::build::is_degraded(&c))
+            }
+        },
+    )
+    .await;
+    println!(
+        "one hung pod of two took the configuration out of the path {took:?} after the freeze"
+    );
+    let named = responding(&client, "pair").await.unwrap();
+    assert_eq!(named.0, "ProbeTimedOut", "{named:?}");
+    assert!(
+        named.1.contains(&format!("{ip}:")),
+        "the failed endpoint {ip} is named: {named:?}"
+    );
+    cluster.thaw(NS, &hung.name_any()).await.unwrap();
+}
+
+/// Prints the latency of the operator's probe (every ready endpoint dialled directly, TLS
+/// verified against the caBundle; the same code and connector the operator runs) next to that
+/// of the probe it replaced (a POST through the API server's service proxy), on the same
+/// cluster and pods.
+async fn measure_probe_latency(cluster: &TestCluster, client: &Client, name: &str) {
+    use initializer_operator::probe;
+    let slices =
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(client.clone(), NS)
+            .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+            .await
+            .unwrap()
+            .items;
+    let endpoints: Vec<_> = slices.iter().flat_map(probe::ready_addresses).collect();
+    let config = configuration(client, &format!("initializer-{name}"))
+        .await
+        .unwrap();
+    let bundle = config.webhooks.unwrap()[0]
+        .client_config
+        .ca_bundle
+        .clone()
+        .unwrap()
+        .0;
+    let target = probe::target_for(&guard(name).spec.rules);
+    let connector = cluster.probe_connector();
+    let mut direct = Vec::new();
+    for _ in 0..10 {
+        let outcome = probe::probe(
+            &connector,
+            &probe::Round {
+                service: name,
+                namespace: NS,
+                ca_bundle: &bundle,
+                endpoints: &endpoints,
+                target: &target,
+                user: "test",
+                budget: Duration::from_secs(2),
+            },
+        )
+        .await;
+        assert!(outcome.ok, "{outcome:?}");
+        direct.push(outcome.latency.as_millis());
+    }
+    let path = format!("/api/v1/namespaces/{NS}/services/https:{name}:443/proxy/initialize");
+    let mut proxied = Vec::new();
+    for i in 0..10 {
+        let body = serde_json::to_vec(&probe::review(&target, &format!("m{i}"), "test")).unwrap();
+        let request = http::Request::post(&path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .unwrap();
+        let started = Instant::now();
+        client.request_text(request).await.unwrap();
+        proxied.push(started.elapsed().as_millis());
+    }
+    direct.sort_unstable();
+    proxied.sort_unstable();
+    println!(
+        "probe latency (ms), sorted: direct to all {} endpoints {direct:?}; one endpoint through the API server's service proxy (before) {proxied:?}",
+        endpoints.len()
+    );
 }

@@ -282,6 +282,17 @@ impl ControlPlane {
         self.netns.name()
     }
 
+    /// Connects to an address inside the cluster's network (a pod's IP) from inside the network
+    /// namespace, as a process in the cluster would: for a client running on the host, such as
+    /// an operator under test. Blocking: the connect runs on a thread of its own.
+    pub fn connector(
+        &self,
+    ) -> impl Fn(SocketAddr) -> std::io::Result<std::net::TcpStream> + Clone + Send + Sync + 'static
+    {
+        let netns = self.netns.clone();
+        move |addr| netns::connect(&netns, addr)
+    }
+
     /// The state directory (logs under `logs/`, pods' files under `node/`).
     pub fn state_dir(&self) -> &Path {
         &self.layout.dir

@@ -23,6 +23,7 @@ use anyhow::{Context, bail};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
+use initializer_operator::probe::Connector;
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
@@ -125,6 +126,28 @@ impl TestCluster {
     /// A cluster-admin client.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// How an operator running in this test process reaches the pods: directly on the sandbox
+    /// (its pods listen on 127.x addresses), and from inside the network namespace on the real
+    /// control plane, as an operator running as a pod would.
+    pub fn probe_connector(&self) -> Connector {
+        match &self.plane {
+            Plane::Sandbox(_) => Connector::direct(),
+            Plane::Real(plane) => {
+                let connect = plane.connector();
+                Connector::new(move |addr| {
+                    let connect = connect.clone();
+                    async move {
+                        let stream = tokio::task::spawn_blocking(move || connect(addr))
+                            .await
+                            .map_err(std::io::Error::other)??;
+                        stream.set_nonblocking(true)?;
+                        tokio::net::TcpStream::from_std(stream)
+                    }
+                })
+            }
+        }
     }
 
     /// Stops every process of the pod (SIGSTOP): it stays Running and stops answering.
