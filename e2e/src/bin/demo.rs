@@ -3,9 +3,10 @@
 //!
 //! Starts the sandbox (no cluster needed), installs the operator from the bundle, applies the
 //! tutorial's sidecar Initializer and nginx Deployment, shows the injected pod, freezes the
-//! initializer and shows creates succeeding once the operator has deregistered it, then thaws it
-//! and shows it registered again. It then waits, so you can look around with kubectl, until
-//! Ctrl-C, when it stops the sandbox and every process it runs.
+//! initializer and shows creates succeeding once the operator has degraded it (fail open at
+//! once) and then deregistered it, then thaws it and shows it registered again. It then waits,
+//! so you can look around with kubectl, until Ctrl-C, when it stops the sandbox and every
+//! process it runs.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -157,9 +158,21 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         names.join(", ")
     ));
     let mut printed = 0;
+    let mut degraded: Option<Instant> = None;
     let mut removed: Option<Instant> = None;
     let deadline = Instant::now() + TIMEOUT;
     loop {
+        if degraded.is_none()
+            && let Some(seen) = configurations.first_after(frozen_at, |s| {
+                s.change == Change::Modified && ops::is_degraded(&s.object)
+            })
+        {
+            degraded = Some(seen.at);
+            say(&format!(
+                "+{:.1}s a probe failed: the operator degraded the configuration to failurePolicy Ignore, timeoutSeconds 1 (creates now pass after at most a second)",
+                (seen.at - frozen_at).as_secs_f64()
+            ));
+        }
         if removed.is_none()
             && let Some(seen) =
                 configurations.first_after(frozen_at, |s| s.change == Change::Deleted)
@@ -191,9 +204,10 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     attempts.sort_by_key(|a| a.finished);
     print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
     let failed: Vec<_> = attempts.iter().filter(|a| !a.succeeded()).collect();
-    let after = removed.map_or(0, |at| failed.iter().filter(|a| a.started >= at).count());
+    let out_of_path = degraded.or(removed);
+    let after = out_of_path.map_or(0, |at| failed.iter().filter(|a| a.started >= at).count());
     say(&format!(
-        "{} of {} creates failed, {after} of them started after the deregistration",
+        "{} of {} creates failed, {after} of them started after the operator took the initializer out of the path",
         failed.len(),
         attempts.len()
     ));
@@ -266,7 +280,7 @@ fn print_attempts(attempts: &[initializer_e2e::load::Attempt], frozen_at: Instan
                 "+{started:.1}s create ok, sidecar injected ({took:.2}s)"
             )),
             Ok(false) => say(&format!(
-                "+{started:.1}s create ok, not injected: initializer deregistered ({took:.2}s)"
+                "+{started:.1}s create ok, not injected: the initializer is out of the path ({took:.2}s)"
             )),
             Err(message) => say(&format!(
                 "+{started:.1}s create failed after {took:.2}s: {message}"
