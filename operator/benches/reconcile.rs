@@ -120,7 +120,13 @@ async fn against_sandbox() {
             preset_image: "ghcr.io/initializer-dev/preset-initializer:0.1.0".into(),
         },
         operator_namespace: NS.into(),
-        supervisor: Supervisor::new(client.clone(), recorder, metrics, "bench".into()),
+        supervisor: Supervisor::new(
+            client.clone(),
+            recorder,
+            metrics,
+            "bench".into(),
+            initializer_operator::leader::Leadership::unconditional(),
+        ),
     });
     // First reconciles: add the finalizer, create every object, make the certificates.
     for _ in 0..3 {

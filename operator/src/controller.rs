@@ -11,7 +11,9 @@ use initializer_crds::constants::{
 };
 use initializer_crds::{Initializer, InitializerStatus};
 use jiff::Timestamp;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -27,18 +29,21 @@ use tracing::{info, warn};
 
 use crate::apply::{self, Registrar, WebhookRegistrar};
 use crate::build::{self, Settings};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, api_code};
 use crate::health::HealthConfig;
 use crate::metrics::Metrics;
 use crate::probe;
 use crate::status::{self, Observation};
-use crate::supervisor::{Supervisor, Target};
+use crate::supervisor::{Supervisor, Target, is_ours};
 use crate::tls;
 use crate::validate::{self, describe, validate};
 
 /// How often every Initializer is reconciled even when nothing changed (certificate rotation,
 /// status refresh).
 pub const RESYNC: Duration = Duration::from_secs(30);
+/// A reconcile still running after this long is wedged (`/healthz` fails, the kubelet restarts
+/// the operator): every call it makes is bounded far below it.
+pub const RECONCILE_BOUND: Duration = Duration::from_secs(120);
 
 /// What every reconcile shares.
 pub struct Context {
@@ -84,6 +89,14 @@ pub async fn reconcile(obj: Arc<Initializer>, ctx: Arc<Context>) -> Result<Actio
     if obj.metadata.name.is_none() {
         return Err(Error::MissingName);
     }
+    let _step = ctx
+        .supervisor
+        .watchdog()
+        .start(format!("reconcile of {}", obj.name_any()), RECONCILE_BOUND);
+    // A replica that lost its lease (frozen, cut off) must not act on what it saw before.
+    ctx.supervisor
+        .leadership()
+        .check(|| format!("reconcile initializer {}", obj.name_any()))?;
     let api: Api<Initializer> = Api::all(ctx.client.clone());
     let result = finalizer(&api, FINALIZER, obj, |event| async {
         match event {
@@ -120,10 +133,8 @@ async fn refuse(
     refusals: &[validate::Refusal],
 ) -> Result<Action> {
     let name = obj.name_any();
-    ctx.supervisor.stop(&name);
-    WebhookRegistrar::new(ctx.client.clone())
-        .deregister(configuration)
-        .await?;
+    ctx.supervisor.stop(&name).await;
+    remove_configuration(ctx, &name, configuration).await?;
     let previous = obj.status.as_ref();
     let already = previous.is_some_and(|s| {
         s.observed_generation == obj.metadata.generation
@@ -155,10 +166,73 @@ async fn refuse(
     Ok(Action::await_change())
 }
 
+/// Removes this Initializer's configuration if it is there and ours (another object of the same
+/// name is never deleted); true when one was removed. Refused when this replica does not lead.
+async fn remove_configuration(
+    ctx: &Context,
+    initializer: &str,
+    configuration: &str,
+) -> Result<bool> {
+    ctx.supervisor
+        .leadership()
+        .check(|| format!("deregister {configuration}"))?;
+    let registrar = WebhookRegistrar::new(ctx.client.clone());
+    match registrar.get(configuration).await? {
+        Some(found) if is_ours(&found, &validate::names(initializer).label) => {
+            registrar.deregister(configuration).await
+        }
+        Some(_) => Err(Error::NotOurs {
+            kind: "MutatingWebhookConfiguration",
+            name: configuration.to_string(),
+        }),
+        None => Ok(false),
+    }
+}
+
+/// The break-glass switch comes first: with `spec.suspend` the configuration (and any
+/// fallback) is removed before anything that could fail (validation, the namespace, the
+/// Deployment), so a suspend always takes the initializer out of the path.
+async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
+    let name = obj.name_any();
+    let names = validate::names(&name);
+    let registered = WebhookRegistrar::new(ctx.client.clone())
+        .is_registered(&names.configuration)
+        .await?;
+    if registered {
+        ctx.supervisor.stop(&name).await;
+        if remove_configuration(ctx, &name, &names.configuration).await? {
+            ctx.metrics.deregistered(&name, "Suspended", None);
+            info!(initializer = %name, configuration = %names.configuration, "deregistered: suspended");
+        }
+    }
+    if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
+        info!(initializer = %name, "removed the fallback: suspended");
+    }
+    if obj
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_none_or(|p| p != initializer_crds::Phase::Suspended)
+    {
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "Suspended",
+            "spec.suspend is true: the configuration is removed and stays removed; the workload keeps running".into(),
+        )
+        .await;
+    }
+    Ok(())
+}
+
 async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
     let names = validate::names(&name);
     let now = Timestamp::now();
+    if obj.spec.suspend {
+        suspend_first(obj, ctx).await?;
+    }
     let validated = match validate(&obj.spec, &ctx.operator_namespace, &name) {
         Ok(v) => v,
         Err(refusals) => return refuse(obj, ctx, &names.configuration, &refusals).await,
@@ -209,6 +283,9 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     };
     let (material, desired, deployment) = match deployed.await {
         Ok(done) => done,
+        Err(err) if err.is_conflict() => {
+            return report_conflict(ctx, obj, &names.configuration, &err).await;
+        }
         Err(err) => {
             report_failure(ctx, obj, &names.configuration, &err).await;
             return Err(err);
@@ -219,23 +296,7 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let health = validated.health.clone();
     let budget = Duration::from_millis(u64::try_from(health.latency_budget_millis).unwrap_or(500));
     let period = Duration::from_secs(u64::try_from(health.period_seconds).unwrap_or(1));
-    if obj.spec.suspend
-        && obj
-            .status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_none_or(|p| p != initializer_crds::Phase::Suspended)
-    {
-        publish(
-            ctx,
-            obj,
-            EventType::Normal,
-            "Suspended",
-            "spec.suspend is true: the configuration is removed and stays removed; the workload keeps running".into(),
-        )
-        .await;
-    }
-    let report = ctx
+    let synced = ctx
         .supervisor
         .sync(Target {
             initializer: name.clone(),
@@ -260,16 +321,78 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             certificate_not_after: expiry,
             stored_status: obj.status.clone(),
         })
-        .await?;
+        .await;
+    let report = match synced {
+        Ok(report) => report,
+        Err(err) if err.is_conflict() => {
+            return report_conflict(ctx, obj, &names.configuration, &err).await;
+        }
+        Err(err) => return Err(err),
+    };
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Leaves someone else's object alone: supervision stops, this Initializer's own configuration
+/// (if any) is removed, since what it points at may no longer be ours, and the status carries a
+/// `Conflict` condition and `details.lastError`; a Warning Event names the object once. It is
+/// tried again at the next resync, so removing the other object resolves it.
+async fn report_conflict(
+    ctx: &Context,
+    obj: &Initializer,
+    configuration: &str,
+    err: &Error,
+) -> Result<Action> {
+    let name = obj.name_any();
+    warn!(initializer = %name, error = %err, "conflict: left the object alone");
+    ctx.supervisor.stop(&name).await;
+    match remove_configuration(ctx, &name, configuration).await {
+        Ok(_) | Err(Error::NotOurs { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let previous = obj.status.as_ref();
+    let now = Timestamp::now();
+    let mut status = status::compute(&Observation {
+        generation: obj.metadata.generation,
+        refusals: &[],
+        suspended: obj.spec.suspend,
+        workload: None,
+        health: None,
+        probe: None,
+        registered: false,
+        configuration_name: configuration,
+        certificate_not_after: None,
+        now,
+        previous,
+        degraded: false,
+        outage: previous.and_then(|s| s.last_outage.clone()),
+        fallback: None,
+        missed: previous.and_then(|s| s.missed_initializations.clone()),
+    });
+    status
+        .details
+        .insert("lastError".to_string(), err.to_string());
+    let status = status::with_conflict(status, err.to_string(), previous, now);
+    let known = previous.is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == status::CONFLICT && c.status == "True")
+    });
+    if !known {
+        publish(ctx, obj, EventType::Warning, "Conflict", err.to_string()).await;
+    }
+    write_status(ctx, obj, status).await?;
     Ok(Action::requeue(RESYNC))
 }
 
 /// Puts a failure to deploy into the status (`details.lastError`) so it is visible with
 /// `kubectl describe`, not only in the operator's log; the registration is left as it is.
 async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, err: &Error) {
-    let mut status = obj.status.clone().unwrap_or_else(|| {
-        status::compute(&Observation {
+    // A suspended Initializer's configuration is already gone (`suspend_first`): say so,
+    // rather than keep a stale phase beside the error.
+    let mut status = match obj.status.clone() {
+        Some(stored) if !obj.spec.suspend => stored,
+        stored => status::compute(&Observation {
             generation: obj.metadata.generation,
             refusals: &[],
             suspended: obj.spec.suspend,
@@ -280,13 +403,15 @@ async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, e
             configuration_name: configuration,
             certificate_not_after: None,
             now: Timestamp::now(),
-            previous: None,
+            previous: stored.as_ref(),
             degraded: false,
-            outage: None,
+            outage: stored.as_ref().and_then(|s| s.last_outage.clone()),
             fallback: None,
-            missed: None,
-        })
-    });
+            missed: stored
+                .as_ref()
+                .and_then(|s| s.missed_initializations.clone()),
+        }),
+    };
     status
         .details
         .insert("lastError".to_string(), err.to_string());
@@ -305,28 +430,39 @@ async fn write_status(ctx: &Context, obj: &Initializer, status: InitializerStatu
 async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
     let names = validate::names(&name);
-    ctx.supervisor.stop(&name);
-    let registrar = WebhookRegistrar::new(ctx.client.clone());
-    if registrar.deregister(&names.configuration).await? {
-        ctx.metrics.deregistered(&name, "Deleted", None);
-        publish(
-            ctx,
-            obj,
-            EventType::Normal,
-            "Deregistered",
-            format!(
-                "removed {} before the workload is deleted",
-                names.configuration
-            ),
-        )
-        .await;
+    ctx.supervisor.stop(&name).await;
+    match remove_configuration(ctx, &name, &names.configuration).await {
+        Ok(true) => {
+            ctx.metrics.deregistered(&name, "Deleted", None);
+            publish(
+                ctx,
+                obj,
+                EventType::Normal,
+                "Deregistered",
+                format!(
+                    "removed {} before the workload is deleted",
+                    names.configuration
+                ),
+            )
+            .await;
+        }
+        Ok(false) => {}
+        // Someone else's object of the same name: ours was never registered, nothing to wait for.
+        Err(Error::NotOurs { kind, name: other }) => {
+            warn!(initializer = %name, %kind, configuration = %other, "left alone: not created by the operator");
+        }
+        Err(e) => return Err(e),
     }
     if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
         info!(initializer = %name, "removed the fallback");
     }
     // The finalizer stays until the API server confirms the configuration is gone, so no
     // create ever meets a configuration whose initializer has already been deleted.
-    if registrar.is_registered(&names.configuration).await? {
+    let label = names.label.clone();
+    let left = WebhookRegistrar::new(ctx.client.clone())
+        .get(&names.configuration)
+        .await?;
+    if left.is_some_and(|found| is_ours(&found, &label)) {
         return Err(Error::CleanupPending(names.configuration));
     }
     info!(initializer = %name, "cleaned up");
@@ -343,16 +479,14 @@ pub fn had_fallback(obj: &Initializer) -> bool {
         })
 }
 
-/// Names of managed configurations that belong to no existing Initializer.
-pub fn orphans(
-    configurations: &[MutatingWebhookConfiguration],
-    initializers: &[String],
-) -> Vec<String> {
+/// Names of managed objects that belong to no existing Initializer (by the Initializer label
+/// they carry; a managed object without one belongs to none).
+pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<String> {
     let labels: Vec<String> = initializers
         .iter()
         .map(|n| validate::names(n).label)
         .collect();
-    configurations
+    objects
         .iter()
         .filter(|c| {
             c.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
@@ -368,14 +502,31 @@ fn managed_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
 
-/// Deletes every managed configuration whose Initializer no longer exists; returns their names.
+/// Deletes every managed configuration, and every fallback policy and binding, whose
+/// Initializer no longer exists (removed without its finalizer, or while an outage had its
+/// fallback in force); returns their names.
 pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let found = configs
         .list(&ListParams::default().labels(&managed_selector()))
         .await
         .map_err(|e| Error::Orphans(Box::new(e)))?;
-    if found.items.is_empty() {
+    // Only fallbacks carry the Initializer label; other managed policies (the guard on
+    // Initializers) belong to the operator itself.
+    let fallbacks =
+        ListParams::default().labels(&format!("{},{INITIALIZER_LABEL}", managed_selector()));
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let (policies, bindings) = match (
+        policies.list(&fallbacks).await,
+        bindings.list(&fallbacks).await,
+    ) {
+        (Ok(p), Ok(b)) => (p.items, b.items),
+        // An API server without ValidatingAdmissionPolicy has no fallbacks to sweep.
+        (Err(e), _) | (_, Err(e)) if matches!(api_code(&e), Some(404)) => (Vec::new(), Vec::new()),
+        (Err(e), _) | (_, Err(e)) => return Err(Error::Orphans(Box::new(e))),
+    };
+    if found.items.is_empty() && policies.is_empty() && bindings.is_empty() {
         return Ok(Vec::new());
     }
     let initializers: Api<Initializer> = Api::all(client.clone());
@@ -393,7 +544,15 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         registrar.deregister(name).await?;
         info!(configuration = %name, "removed orphaned configuration");
     }
-    Ok(orphaned)
+    let mut fallbacks = orphans(&policies, &names);
+    fallbacks.extend(orphans(&bindings, &names));
+    fallbacks.sort();
+    fallbacks.dedup();
+    for name in &fallbacks {
+        apply::remove_fallback(client, name).await?;
+        info!(fallback = %name, "removed orphaned fallback");
+    }
+    Ok(orphaned.into_iter().chain(fallbacks).collect())
 }
 
 /// Removes orphans at start, whenever a managed configuration changes, and every minute (an
@@ -531,5 +690,31 @@ mod tests {
         ];
         let found = orphans(&configs, &["sidecar".to_string(), long]);
         assert_eq!(found, ["initializer-gone", "initializer-nolabel"]);
+    }
+
+    #[test]
+    fn fallback_policies_of_a_gone_initializer_are_orphans_and_others_are_not() {
+        let policy = |name: &str, owner: &str| ValidatingAdmissionPolicy {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    [
+                        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+                        (INITIALIZER_LABEL.to_string(), owner.to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let found = orphans(
+            &[
+                policy("initializer-guard-fallback", "guard"),
+                policy("initializer-gone-fallback", "gone"),
+            ],
+            &["guard".to_string()],
+        );
+        assert_eq!(found, ["initializer-gone-fallback"]);
     }
 }

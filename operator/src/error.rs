@@ -93,6 +93,42 @@ pub enum Error {
     #[error("failed to hold the leader lease: {0}")]
     Lease(#[source] Box<kube::Error>),
 
+    /// This replica does not hold the leader Lease (any more), so it may not write.
+    #[error("failed to {action}: this replica no longer leads")]
+    NotLeading {
+        /// What was refused.
+        action: String,
+    },
+
+    /// Supervision of the Initializer stopped (deleted, refused, or this replica stepped down)
+    /// while a write was pending; the write is dropped.
+    #[error("failed to {action}: supervision stopped")]
+    SupervisionStopped {
+        /// What was dropped.
+        action: String,
+    },
+
+    /// An object the operator would create, change or delete exists and is not the one it made
+    /// for this Initializer; it is left alone.
+    #[error(
+        "failed to take over {kind} {name}: it exists and was not created by the operator for this Initializer"
+    )]
+    NotOurs {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Name of the object.
+        name: String,
+    },
+
+    /// An API call did not answer within its bound.
+    #[error("failed to {what}: no answer within {after:?}")]
+    TimedOut {
+        /// What was being done.
+        what: String,
+        /// The bound.
+        after: Duration,
+    },
+
     /// Reading a bundle directory failed.
     #[error("failed to read the bundle at {path}: {source}")]
     BundleRead {
@@ -200,6 +236,10 @@ impl Error {
             },
             Error::Serialize { .. } => "serialize",
             Error::Lease(_) => "lease",
+            Error::NotLeading { .. } => "not_leading",
+            Error::SupervisionStopped { .. } => "supervision_stopped",
+            Error::NotOurs { .. } => "not_ours",
+            Error::TimedOut { .. } => "timed_out",
             Error::BundleRead { .. } => "bundle_read",
             Error::BundleWrite { .. } => "bundle_write",
             Error::Client(_) => "client",
@@ -218,7 +258,10 @@ impl Error {
     /// unusable, or the API server rejected what we built from it as invalid.
     pub fn is_permanent(&self) -> bool {
         match self {
-            Error::MissingName | Error::Serialize { .. } | Error::BundleGenerate(_) => true,
+            Error::MissingName
+            | Error::Serialize { .. }
+            | Error::BundleGenerate(_)
+            | Error::NotOurs { .. } => true,
             Error::Apply { source, .. } | Error::Register { source, .. } => {
                 api_code(source).is_some_and(|code| code == 400 || code == 422)
             }
@@ -230,6 +273,12 @@ impl Error {
             },
             _ => false,
         }
+    }
+
+    /// True when an object the operator would create, change or delete belongs to someone
+    /// else: it is left alone and the Initializer reports a `Conflict`.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::NotOurs { .. })
     }
 
     /// How long to wait before retrying a transient failure. Cleanup waiting for the API server

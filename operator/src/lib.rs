@@ -27,5 +27,6 @@ pub mod status;
 pub mod supervisor;
 pub mod tls;
 pub mod validate;
+pub mod watchdog;
 
 pub use error::{Error, Result};

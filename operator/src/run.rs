@@ -16,11 +16,12 @@ use tracing::{info, warn};
 use crate::build::Settings;
 use crate::controller::{self, Context};
 use crate::error::{Error, Result};
-use crate::leader::{LeaderConfig, LeaderElector};
+use crate::leader::{LeaderConfig, LeaderElector, Leadership};
 use crate::metrics::Metrics;
 use crate::probe::Connector;
 use crate::server::{self, Health};
 use crate::supervisor::Supervisor;
+use crate::watchdog::Watchdog;
 
 /// Flags of `initializer-operator run`.
 #[derive(clap::Args, Clone, Debug)]
@@ -137,9 +138,11 @@ async fn wait_for_signal() {
 pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken) -> Result<()> {
     let metrics = Metrics::shared();
     let ready = Arc::new(AtomicBool::new(false));
+    let watchdog = Watchdog::new();
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
+        watchdog: watchdog.clone(),
     };
     let addr = args.metrics_addr;
     let listener_stop = shutdown.clone();
@@ -154,18 +157,23 @@ pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken
 
     let identity = args.identity();
     let (leading_tx, mut leading) = watch::channel(!args.elect());
-    if args.elect() {
+    let mut election = None;
+    let leadership = if args.elect() {
         let config = LeaderConfig::new(
             &args.lease_name,
             args.lease_namespace.as_deref().unwrap_or(&args.namespace),
             &identity,
             Duration::from_secs(args.lease_duration_seconds.max(3)),
         );
-        let elector = LeaderElector::new(client.clone(), config);
-        tokio::spawn(elector.run(leading_tx, shutdown.clone()));
+        let leadership = Leadership::elected(config.renew_deadline);
+        let elector = LeaderElector::new(client.clone(), config, leadership.clone());
+        let campaign = tokio::spawn(elector.clone().run(leading_tx, shutdown.clone()));
+        election = Some((elector, campaign));
+        leadership
     } else {
         drop(leading_tx);
-    }
+        Leadership::unconditional()
+    };
 
     loop {
         if !*leading.borrow_and_update() {
@@ -187,6 +195,8 @@ pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken
             args.clone(),
             identity.clone(),
             metrics.clone(),
+            leadership.clone(),
+            watchdog.clone(),
             term.clone(),
         ));
         loop {
@@ -212,6 +222,11 @@ pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken
             break;
         }
     }
+    // The controllers and supervisors have stopped: only now may another replica take over.
+    if let Some((elector, campaign)) = election {
+        let _ = campaign.await;
+        elector.release().await;
+    }
     match server.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(source)) => Err(Error::Serve { addr, source }),
@@ -224,6 +239,8 @@ async fn lead(
     args: RunArgs,
     identity: String,
     metrics: Arc<Metrics>,
+    leadership: Leadership,
+    watchdog: Watchdog,
     term: CancellationToken,
 ) {
     info!(%identity, "leading: starting the controllers");
@@ -242,8 +259,10 @@ async fn lead(
             "system:serviceaccount:{}:{}",
             args.namespace, args.service_account
         ),
+        leadership,
     )
-    .with_connector(args.probe_connector.clone());
+    .with_connector(args.probe_connector.clone())
+    .with_watchdog(watchdog);
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder,

@@ -12,6 +12,7 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::watchdog::Watchdog;
 
 /// What the endpoints report.
 #[derive(Clone, Debug)]
@@ -20,6 +21,8 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// Set once the operator reached the API server; `/readyz` answers 503 before.
     pub ready: Arc<AtomicBool>,
+    /// Steps in progress; `/healthz` answers 503 while one is overdue (a wedged loop).
+    pub watchdog: Watchdog,
 }
 
 /// The router (exposed for tests).
@@ -37,7 +40,20 @@ pub fn router(health: Health) -> Router {
                 )
             }),
         )
-        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(|State(h): State<Health>| async move {
+                let overdue = h.watchdog.overdue(std::time::Instant::now());
+                if overdue.is_empty() {
+                    (StatusCode::OK, "ok".to_string())
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("wedged: {}", overdue.join(", ")),
+                    )
+                }
+            }),
+        )
         .route(
             "/readyz",
             get(|State(h): State<Health>| async move {
@@ -87,6 +103,7 @@ mod tests {
         let h = Health {
             metrics: Metrics::shared(),
             ready: Arc::new(AtomicBool::new(false)),
+            watchdog: Watchdog::new(),
         };
         assert_eq!(call(&h, "/healthz").await.0, StatusCode::OK);
         assert_eq!(call(&h, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
@@ -96,5 +113,23 @@ mod tests {
         let (status, body) = call(&h, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("initializer_operator_reconciles_total 1"));
+    }
+
+    #[tokio::test]
+    async fn liveness_fails_while_a_step_is_overdue_and_names_it() {
+        let h = Health {
+            metrics: Metrics::shared(),
+            ready: Arc::new(AtomicBool::new(true)),
+            watchdog: Watchdog::new(),
+        };
+        let step = h
+            .watchdog
+            .start("reconcile of guard", std::time::Duration::ZERO);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let (status, body) = call(&h, "/healthz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("reconcile of guard"), "{body}");
+        drop(step);
+        assert_eq!(call(&h, "/healthz").await.0, StatusCode::OK);
     }
 }

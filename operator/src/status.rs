@@ -31,6 +31,9 @@ pub const REGISTERED: &str = "Registered";
 pub const DEGRADED: &str = "Degraded";
 /// Condition: the fallback policy is in force; present with `spec.fallback`.
 pub const FALLBACK_IN_FORCE: &str = "FallbackInForce";
+/// `True` while an object the operator would create for this Initializer exists and is not
+/// its own (it is left alone, so nothing is registered).
+pub const CONFLICT: &str = "Conflict";
 
 /// Where the fallback policy stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -327,6 +330,31 @@ fn condition(
     }
 }
 
+/// The status with a `Conflict` condition saying `message`: an object the operator would
+/// create exists and belongs to someone else, so nothing is registered until it goes.
+pub fn with_conflict(
+    mut status: InitializerStatus,
+    message: String,
+    previous: Option<&InitializerStatus>,
+    now: Timestamp,
+) -> InitializerStatus {
+    let since = previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == CONFLICT))
+        .filter(|c| c.status == "True")
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    status.conditions.retain(|c| c.type_ != CONFLICT);
+    status.conditions.push(Condition {
+        type_: CONFLICT.to_string(),
+        status: "True".to_string(),
+        reason: "NotOurs".to_string(),
+        message,
+        observed_generation: status.observed_generation,
+        last_transition_time: since,
+    });
+    status
+}
+
 fn valid_condition(o: &Observation<'_>) -> Condition {
     if o.refusals.is_empty() {
         condition(o, VALID, "True", "Accepted", "the spec is valid".into())
@@ -464,6 +492,22 @@ pub fn only_probe_figures_changed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conflict_is_one_condition_that_keeps_its_first_time() {
+        let first = Timestamp::from_second(1_800_000_000).unwrap();
+        let later = Timestamp::from_second(1_800_000_100).unwrap();
+        let once = with_conflict(InitializerStatus::default(), "taken".into(), None, first);
+        let twice = with_conflict(once.clone(), "still taken".into(), Some(&once), later);
+        let conflicts: Vec<_> = twice
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == CONFLICT)
+            .collect();
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!(conflicts[0].message, "still taken");
+        assert_eq!(conflicts[0].last_transition_time, Time(first));
+    }
     use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
 
     fn now() -> Timestamp {

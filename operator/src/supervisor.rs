@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_crds::{
     AnnotationGate, InitializerStatus, InterceptRule, MissedInitializations, Outage,
 };
@@ -29,16 +30,19 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::apply::{self, FallbackCheck, Registrar, WebhookRegistrar};
 use crate::build::{self, FallbackPolicy};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::health::{Action, Cause, HealthConfig, Input, Machine, Snapshot, State};
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::missed;
 use crate::probe::{self, Connector, ProbeTarget, Round};
 use crate::status::{self, FallbackView, Observation, ProbeRecord, WorkloadObservation};
+use crate::watchdog::Watchdog;
 
 /// How long after the fallback policy and binding are created the API server enforces them:
 /// kube-apiserver reloads admission policies on a one-second tick once its informers have seen
@@ -47,6 +51,16 @@ pub const FALLBACK_SETTLE: Duration = Duration::from_millis(1200);
 /// Smallest gap between two probes, so that an initializer refusing connections at once is
 /// probed again at once without spinning.
 pub const PROBE_SPACING: Duration = Duration::from_millis(50);
+/// Longest any one API call made under an Initializer's lock may take: a hung call must not
+/// hold the lock (and with it every probe, registration and removal) for longer.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// What a prober's step may take beyond its probe's budget before it counts as wedged: waiting
+/// for the Initializer's lock and converging, a handful of calls of at most [`CALL_TIMEOUT`].
+const PROBER_STEP_SLACK: Duration = Duration::from_secs(60);
+/// First delay before retrying a failed removal; doubles up to [`MAX_REMOVAL_RETRY`].
+const FIRST_REMOVAL_RETRY: Duration = Duration::from_millis(100);
+/// Longest delay between two attempts to remove a configuration that must go.
+const MAX_REMOVAL_RETRY: Duration = Duration::from_secs(5);
 /// Creates may land this long after the window closes (an API server still calling the old
 /// configuration); the count waits for them.
 const WINDOW_TAIL: Duration = Duration::from_secs(1);
@@ -103,6 +117,26 @@ type ReadyEndpoints = Option<Vec<SocketAddr>>;
 impl Target {
     fn configuration(&self) -> String {
         self.webhook.name_any()
+    }
+
+    /// The value of the Initializer label the configuration carries.
+    fn label(&self) -> String {
+        self.webhook
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(INITIALIZER_LABEL))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The configuration to hold for `presence`.
+    fn desired(&self, presence: Presence) -> Option<MutatingWebhookConfiguration> {
+        match presence {
+            Presence::Normal => Some(self.webhook.clone()),
+            Presence::Degraded => Some(build::degraded(&self.webhook)),
+            Presence::Absent => None,
+        }
     }
 
     /// What, when changed, needs the tasks restarted.
@@ -173,6 +207,79 @@ pub fn next_presence(applied: Presence, wanted: Presence, fallback_ready: bool) 
     }
 }
 
+/// The delay before the next attempt to remove a configuration, after one that failed.
+pub fn removal_retry(previous: Option<Duration>) -> Duration {
+    previous.map_or(FIRST_REMOVAL_RETRY, |d| (d * 2).min(MAX_REMOVAL_RETRY))
+}
+
+/// Whether a configuration found in the cluster is this Initializer's: it carries the
+/// operator's managed-by label and this Initializer's label. Anything else with the same name
+/// belongs to someone else and is neither taken over nor deleted.
+pub fn is_ours(found: &MutatingWebhookConfiguration, initializer_label: &str) -> bool {
+    let labels = found.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
+        && label(INITIALIZER_LABEL) == Some(initializer_label)
+}
+
+/// Whether the live configuration differs from what the operator wants in anything the
+/// operator sets (someone edited its selectors, failure policy or caBundle). Fields the API
+/// server defaults, and fields the operator does not set, are not compared.
+pub fn drifted(
+    desired: &MutatingWebhookConfiguration,
+    live: &MutatingWebhookConfiguration,
+) -> bool {
+    match (serde_json::to_value(desired), serde_json::to_value(live)) {
+        (Ok(desired), Ok(live)) => !contains(&live, &desired),
+        // Not comparable: re-applying is harmless.
+        _ => true,
+    }
+}
+
+/// Whether `live` holds every field of `wanted` with the same value (lists element by element).
+fn contains(live: &serde_json::Value, wanted: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (live, wanted) {
+        (Value::Object(live), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(key, value)| live.get(key).is_some_and(|l| contains(l, value))),
+        (Value::Array(live), Value::Array(wanted)) => {
+            live.len() == wanted.len() && live.iter().zip(wanted).all(|(l, w)| contains(l, w))
+        }
+        (live, wanted) => live == wanted,
+    }
+}
+
+/// Where the fail-open window of an outage found in progress (no `restoredAt`) started: at its
+/// first step out of the path, less a second for the write that made it (the step's time is
+/// taken when the write had finished; nothing admitted before that write began lacked the
+/// initializer).
+pub fn resumed_window(outage: &Outage) -> Option<Timestamp> {
+    if outage.restored_at.is_some() {
+        return None;
+    }
+    let first = [outage.degraded_at.as_ref(), outage.deregistered_at.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|t| t.0)
+        .min()?;
+    first.checked_sub(jiff::SignedDuration::from_secs(1)).ok()
+}
+
+/// Runs one API call with [`CALL_TIMEOUT`].
+async fn bounded<T>(
+    what: impl FnOnce() -> String,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::TimedOut {
+            what: what(),
+            after: CALL_TIMEOUT,
+        }),
+    }
+}
+
 /// The fallback as the supervisor runs it.
 #[derive(Clone, Debug, Default)]
 struct FallbackRun {
@@ -226,9 +333,16 @@ struct EntryState {
     missed: Option<MissedInitializations>,
     deregister_cause: Option<(Cause, Instant)>,
     degrade_since: Option<Instant>,
+    /// Cancelled when supervision stops: nothing is written after that.
+    stopped: CancellationToken,
+    /// The delay before the next attempt to remove the configuration, after a failed one.
+    removal_retry: Option<Duration>,
+    /// A retry of the removal is scheduled.
+    removal_retry_pending: bool,
 }
 
 struct Entry {
+    stopped: CancellationToken,
     state: tokio::sync::Mutex<EntryState>,
     wake: Arc<Notify>,
     tasks: Mutex<(Option<TaskKey>, Vec<AbortHandle>)>,
@@ -236,6 +350,7 @@ struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
+        self.stopped.cancel();
         if let Ok(tasks) = self.tasks.get_mut() {
             for t in &tasks.1 {
                 t.abort();
@@ -254,6 +369,9 @@ struct Inner {
     metrics: Arc<Metrics>,
     probe_user: String,
     connector: Connector,
+    leadership: Leadership,
+    watchdog: Watchdog,
+    prober_count: std::sync::atomic::AtomicU64,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     checked: Mutex<HashMap<String, FallbackChecked>>,
 }
@@ -276,12 +394,14 @@ fn micro_now() -> MicroTime {
 }
 
 impl Supervisor {
-    /// A supervisor probing as `probe_user` (shown to initializers as the requesting user).
+    /// A supervisor probing as `probe_user` (shown to initializers as the requesting user),
+    /// writing only while `leadership` says this replica leads.
     pub fn new(
         client: Client,
         recorder: Recorder,
         metrics: Arc<Metrics>,
         probe_user: String,
+        leadership: Leadership,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -291,6 +411,9 @@ impl Supervisor {
                 metrics,
                 probe_user,
                 connector: Connector::direct(),
+                leadership,
+                watchdog: Watchdog::new(),
+                prober_count: std::sync::atomic::AtomicU64::new(0),
                 entries: Mutex::new(HashMap::new()),
                 checked: Mutex::new(HashMap::new()),
             }),
@@ -317,21 +440,65 @@ impl Supervisor {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Stops supervising `initializer` (deleted or refused); its configuration is left to the
-    /// caller.
-    pub fn stop(&self, initializer: &str) {
-        self.entries().remove(initializer);
+    /// The supervisor reporting its probers' steps to `watchdog`. Call it on the supervisor
+    /// `new` returned, before it is cloned: a shared one keeps its own watchdog.
+    pub fn with_watchdog(mut self, watchdog: Watchdog) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.watchdog = watchdog,
+            None => warn!(
+                "the watchdog was set after the supervisor was shared; its probers report to their own"
+            ),
+        }
+        self
+    }
+
+    /// Where reconciles and probers report their steps in progress.
+    pub fn watchdog(&self) -> &Watchdog {
+        &self.inner.watchdog
+    }
+
+    /// Whether this replica may write now.
+    pub fn leadership(&self) -> &Leadership {
+        &self.inner.leadership
+    }
+
+    /// Stops supervising `initializer` (deleted or refused), and returns once any write in
+    /// flight for it has finished, so that the caller's own writes (removing the
+    /// configuration) come after it; its configuration is left to the caller.
+    pub async fn stop(&self, initializer: &str) {
+        let entry = self.entries().remove(initializer);
+        if let Some(entry) = entry {
+            entry.stopped.cancel();
+            // Every call made under the lock is bounded, so this wait is too.
+            drop(entry.state.lock().await);
+        }
     }
 
     /// Stops everything (this replica lost the lead).
     pub fn stop_all(&self) {
-        self.entries().clear();
+        for (_, entry) in self.entries().drain() {
+            entry.stopped.cancel();
+        }
     }
 
     /// Stops supervising every Initializer not named in `existing` (deleted while the
     /// controller could not see it).
     pub fn retain(&self, existing: &[String]) {
-        self.entries().retain(|name, _| existing.contains(name));
+        self.entries().retain(|name, entry| {
+            let keep = existing.contains(name);
+            if !keep {
+                entry.stopped.cancel();
+            }
+            keep
+        });
+    }
+
+    /// `Ok` while this supervision may write: it was not stopped, and this replica leads.
+    fn may_write(&self, st: &EntryState, action: impl FnOnce() -> String) -> Result<()> {
+        if st.stopped.is_cancelled() {
+            return Err(Error::SupervisionStopped { action: action() });
+        }
+        self.inner.leadership.check(action)
     }
 
     /// Names of the supervised Initializers.
@@ -375,7 +542,6 @@ impl Supervisor {
     /// workload's availability and the suspend flag to its machine, and converges the cluster
     /// on the machine (re-applying a changed configuration, removing one that must not exist).
     pub async fn sync(&self, target: Target) -> Result<Report> {
-        let configuration = target.configuration();
         let existing = self.entries().get(&target.initializer).cloned();
         let entry = match existing {
             Some(entry) => entry,
@@ -396,15 +562,9 @@ impl Supervisor {
             let action = st.machine.observe(input, now);
             self.note(&mut st, action);
         }
-        // Someone else may have removed (or left) the configuration: the converge below puts
-        // it right.
-        let exists = self.inner.registrar.is_registered(&configuration).await?;
-        if !exists {
-            st.presence = Presence::Absent;
-            st.applied = None;
-        } else if st.presence == Presence::Absent {
-            st.presence = Presence::Normal;
-        }
+        // Someone else may have removed, left or edited the configuration: the converge below
+        // puts it right.
+        self.observe_live(&mut st).await?;
         self.converge(&entry, &mut st).await?;
         let status = self.write_status(&mut st).await?;
         Ok(Report {
@@ -420,8 +580,14 @@ impl Supervisor {
         let mut machine = Machine::new(target.health);
         // After an operator restart the configuration may already be registered (maybe
         // degraded): adopt it so failures remove it, instead of removing a healthy one.
-        let found = self.inner.registrar.get(&configuration).await?;
+        let found = bounded(
+            || format!("read {configuration}"),
+            self.inner.registrar.get(&configuration),
+        )
+        .await?;
+        let label = target.label();
         let presence = match &found {
+            Some(c) if !is_ours(c, &label) => Presence::Absent,
             Some(c) if build::is_degraded(c) => Presence::Degraded,
             Some(_) => Presence::Normal,
             None => Presence::Absent,
@@ -448,7 +614,15 @@ impl Supervisor {
                 warn!(initializer = %target.initializer, error = %e, "failed to lift a stale fallback");
             }
         }
+        // An outage in progress when this replica took over: its window started before, and
+        // the count after recovery must cover it.
+        let window_from = stored
+            .and_then(|s| s.last_outage.as_ref())
+            .filter(|_| presence != Presence::Normal || machine.in_outage())
+            .and_then(resumed_window);
+        let stopped = CancellationToken::new();
         let entry = Arc::new(Entry {
+            stopped: stopped.clone(),
             state: tokio::sync::Mutex::new(EntryState {
                 machine,
                 target: target.clone(),
@@ -457,11 +631,16 @@ impl Supervisor {
                 presence,
                 written: None,
                 outage: stored.and_then(|s| s.last_outage.clone()),
-                window_from: None,
+                // An outage in progress when this replica took over: its window started
+                // before, and the count after recovery must cover it.
+                window_from,
                 fallback,
                 missed: stored.and_then(|s| s.missed_initializations.clone()),
                 deregister_cause: None,
                 degrade_since: None,
+                stopped,
+                removal_retry: None,
+                removal_retry_pending: false,
             }),
             wake: Arc::new(Notify::new()),
             tasks: Mutex::new((None, Vec::new())),
@@ -498,7 +677,14 @@ impl Supervisor {
             missed: st.missed.clone(),
         });
         if !status::only_probe_figures_changed(previous, &status, Timestamp::now()) {
-            apply::apply_status(&self.inner.client, &target.initializer, &status).await?;
+            self.may_write(st, || {
+                format!("write the status of initializer {}", target.initializer)
+            })?;
+            bounded(
+                || format!("write the status of initializer {}", target.initializer),
+                apply::apply_status(&self.inner.client, &target.initializer, &status),
+            )
+            .await?;
             st.written = Some(status.clone());
         }
         Ok(status)
@@ -550,8 +736,15 @@ impl Supervisor {
             action: "Reconcile".to_string(),
             secondary: None,
         };
-        if let Err(e) = self.inner.recorder.publish(&event, reference).await {
-            warn!(error = %e, reason, "failed to publish event");
+        if !self.inner.leadership.is_leading() {
+            return;
+        }
+        match tokio::time::timeout(CALL_TIMEOUT, self.inner.recorder.publish(&event, reference))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, reason, "failed to publish event"),
+            Err(_) => warn!(reason, "failed to publish event: no answer in time"),
         }
     }
 
@@ -596,14 +789,32 @@ impl Supervisor {
         if next != wanted {
             debug!(initializer = %name, "waiting for the fallback to be in force before failing open");
         }
-        self.apply_presence(st, next).await?;
+        match self.apply_presence(st, next).await {
+            Ok(()) => st.removal_retry = None,
+            Err(e) => {
+                if next == Presence::Absent {
+                    self.retry_removal(entry, st, &e);
+                }
+                return Err(e);
+            }
+        }
         let lift = !want_fallback
             && (st.fallback.applied.is_some() || st.fallback.installed_at.is_some())
             && (st.presence == Presence::Normal || !st.machine.in_outage());
         if lift {
-            match apply::remove_fallback(&self.inner.client, &validate_fallback_name(&st.target))
-                .await
-            {
+            let fallback_name = validate_fallback_name(&st.target);
+            let removed =
+                match self.may_write(st, || format!("remove the fallback {fallback_name}")) {
+                    Ok(()) => {
+                        bounded(
+                            || format!("remove the fallback {fallback_name}"),
+                            apply::remove_fallback(&self.inner.client, &fallback_name),
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
+            match removed {
                 Ok(_) => {
                     st.fallback = FallbackRun::default();
                     info!(initializer = %name, "fallback lifted");
@@ -635,7 +846,17 @@ impl Supervisor {
             return;
         }
         let name = st.target.initializer.clone();
-        match apply::apply_fallback(&self.inner.client, &fallback).await {
+        let policy = fallback.policy.name_any();
+        if let Err(e) = self.may_write(st, || format!("install the fallback {policy}")) {
+            debug!(initializer = %name, error = %e, "not installing the fallback");
+            return;
+        }
+        let applied = bounded(
+            || format!("install the fallback {policy}"),
+            apply::apply_fallback(&self.inner.client, &fallback),
+        )
+        .await;
+        match applied {
             Ok(FallbackCheck::Accepted) => {
                 let first = st.fallback.installed_at.is_none();
                 st.fallback.installed_at = Some(Instant::now());
@@ -685,6 +906,37 @@ impl Supervisor {
         }
     }
 
+    /// After a failed removal, converges again with backoff until the API server confirms the
+    /// configuration is gone (one retry pending at a time; none once supervision stopped or
+    /// when retrying cannot help).
+    fn retry_removal(&self, entry: &Arc<Entry>, st: &mut EntryState, failure: &Error) {
+        let hopeless = matches!(
+            failure,
+            Error::NotLeading { .. } | Error::SupervisionStopped { .. } | Error::NotOurs { .. }
+        );
+        if hopeless || st.stopped.is_cancelled() || st.removal_retry_pending {
+            return;
+        }
+        let delay = removal_retry(st.removal_retry);
+        st.removal_retry = Some(delay);
+        st.removal_retry_pending = true;
+        warn!(initializer = %st.target.initializer, error = %failure, retry_in_ms = delay.as_millis() as u64, "failed to remove the configuration; retrying");
+        let sup = self.clone();
+        let weak = Arc::downgrade(entry);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let Some(entry) = weak.upgrade() else {
+                return;
+            };
+            let mut st = entry.state.lock().await;
+            st.removal_retry_pending = false;
+            if let Err(e) = sup.converge(&entry, &mut st).await {
+                debug!(initializer = %st.target.initializer, error = %e, "removal retry failed");
+            }
+            sup.refresh_status(&mut st).await;
+        });
+    }
+
     /// Converges one entry again after `delay` (boxed: converging may schedule this again).
     fn reconverge_after(
         self,
@@ -704,6 +956,53 @@ impl Supervisor {
         })
     }
 
+    /// Reads the live configuration and records what the cluster holds: nothing, someone
+    /// else's object (an error: it is never taken over), or ours, edited or not (an edited one
+    /// is re-applied by the next converge).
+    async fn observe_live(&self, st: &mut EntryState) -> Result<()> {
+        let configuration = st.target.configuration();
+        let live = bounded(
+            || format!("read {configuration}"),
+            self.inner.registrar.get(&configuration),
+        )
+        .await?;
+        match live {
+            None => {
+                st.presence = Presence::Absent;
+                st.applied = None;
+            }
+            Some(found) if !is_ours(&found, &st.target.label()) => {
+                st.presence = Presence::Absent;
+                st.applied = None;
+                return Err(Error::NotOurs {
+                    kind: "MutatingWebhookConfiguration",
+                    name: configuration,
+                });
+            }
+            Some(found) => {
+                if st.presence == Presence::Absent {
+                    // Left by an earlier run or another replica: the converge removes it if
+                    // it must not be there.
+                    st.presence = if build::is_degraded(&found) {
+                        Presence::Degraded
+                    } else {
+                        Presence::Normal
+                    };
+                }
+                let desired = st.target.desired(st.presence);
+                if desired.as_ref().is_some_and(|d| drifted(d, &found)) {
+                    if st.applied.is_some() {
+                        info!(initializer = %st.target.initializer, %configuration, "the live configuration was changed by someone else: applying it again");
+                    }
+                    st.applied = None;
+                } else {
+                    st.applied = desired;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Applies one configuration state, with its Event and metrics.
     async fn apply_presence(&self, st: &mut EntryState, next: Presence) -> Result<()> {
         // Taken before the write: the API server cannot call the changed configuration before
@@ -711,18 +1010,23 @@ impl Supervisor {
         let write_started = Timestamp::now();
         let name = st.target.initializer.clone();
         let configuration = st.target.configuration();
-        let desired = match next {
-            Presence::Normal => Some(st.target.webhook.clone()),
-            Presence::Degraded => Some(build::degraded(&st.target.webhook)),
-            Presence::Absent => None,
-        };
         let before = st.presence;
-        match desired {
+        match st.target.desired(next) {
             Some(desired) => {
                 if st.presence == next && st.applied.as_ref() == Some(&desired) {
                     return Ok(());
                 }
-                if let Err(e) = self.inner.registrar.register(&desired).await {
+                self.may_write(st, || format!("register {configuration}"))?;
+                if st.applied.is_none() {
+                    // Never take over a configuration of the same name that is not ours.
+                    self.observe_live(st).await?;
+                }
+                let registered = bounded(
+                    || format!("register {configuration}"),
+                    self.inner.registrar.register(&desired),
+                )
+                .await;
+                if let Err(e) = registered {
                     warn!(initializer = %name, error = %e, "failed to apply the configuration");
                     if next == Presence::Normal && before != Presence::Normal {
                         st.machine.registration_failed();
@@ -736,15 +1040,16 @@ impl Supervisor {
                 if st.presence == Presence::Absent {
                     return Ok(());
                 }
-                let mut result = self.inner.registrar.deregister(&configuration).await;
-                for _ in 0..3 {
-                    if result.is_ok() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    result = self.inner.registrar.deregister(&configuration).await;
+                self.may_write(st, || format!("deregister {configuration}"))?;
+                // Never delete a configuration of the same name that is not ours.
+                self.observe_live(st).await?;
+                if st.presence != Presence::Absent {
+                    bounded(
+                        || format!("deregister {configuration}"),
+                        self.inner.registrar.deregister(&configuration),
+                    )
+                    .await?;
                 }
-                result?;
                 st.applied = None;
                 st.presence = Presence::Absent;
             }
@@ -951,9 +1256,19 @@ impl Supervisor {
         let now = Instant::now();
         let action = st.machine.observe(input, now);
         self.note(&mut st, action);
+        // A healthy registration is compared with the live object once per probe, so an edit
+        // by someone else is put right within a probe period. (A failing one is being changed
+        // anyway; its converge needs no extra call on the way to failing open.)
+        if input == Input::ProbeSucceeded
+            && st.presence != Presence::Absent
+            && let Err(e) = self.observe_live(&mut st).await
+        {
+            warn!(initializer = %st.target.initializer, error = %e, "failed to read the live configuration");
+        }
         let needed = action != Action::None
             || st.machine.in_outage()
-            || st.presence != Presence::of(st.machine.state());
+            || st.presence != Presence::of(st.machine.state())
+            || (st.presence != Presence::Absent && st.applied.is_none());
         if needed && let Err(e) = self.converge(entry, &mut st).await {
             warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
         }
@@ -982,6 +1297,10 @@ async fn prober(
         return;
     }
     let ca_bundle = target.ca_bundle();
+    let id = sup
+        .inner
+        .prober_count
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut last_ok = None;
     let mut wait = Duration::ZERO;
     let mut last_start: Option<Instant> = None;
@@ -997,6 +1316,12 @@ async fn prober(
             }
         }
         last_start = Some(Instant::now());
+        // The step from here to the next wait is bounded (the probe by its budget, the
+        // converge by its calls' bounds); one that outlives that is wedged.
+        let _step = sup.inner.watchdog.start(
+            format!("probing {} (#{id})", target.initializer),
+            target.budget + PROBER_STEP_SLACK,
+        );
         let endpoints = ready.borrow_and_update().clone().unwrap_or_default();
         let outcome = probe::probe(
             &sup.inner.connector,
@@ -1181,6 +1506,121 @@ mod tests {
             ..FallbackRun::default()
         };
         assert!(failed.ready(now));
+    }
+
+    fn configuration(labels: serde_json::Value) -> MutatingWebhookConfiguration {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "initializer-guard", "labels": labels},
+            "webhooks": [{
+                "name": "guard.initializer.dev",
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {"caBundle": "Q0E=", "service": {"name": "guard", "namespace": "ops"}},
+                "failurePolicy": "Fail",
+                "objectSelector": {"matchLabels": {"team": "a"}},
+                "sideEffects": "None",
+                "timeoutSeconds": 5,
+            }],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_configuration_with_our_labels_for_this_initializer_is_ours() {
+        let ours =
+            serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
+        assert!(is_ours(&configuration(ours), "guard"));
+        let other_initializer =
+            serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "other"});
+        assert!(!is_ours(&configuration(other_initializer), "guard"));
+        let unmanaged = serde_json::json!({INITIALIZER_LABEL: "guard"});
+        assert!(!is_ours(&configuration(unmanaged), "guard"));
+        assert!(!is_ours(&configuration(serde_json::json!({})), "guard"));
+    }
+
+    #[test]
+    fn defaults_added_by_the_api_server_are_no_drift_but_edits_of_our_fields_are() {
+        let labels =
+            serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
+        let desired = configuration(labels.clone());
+        let mut live = desired.clone();
+        // What the API server fills in, and metadata it owns.
+        live.metadata.resource_version = Some("42".into());
+        live.metadata.uid = Some("u-1".into());
+        live.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("added-by".into(), "someone".into());
+        let hook = &mut live.webhooks.as_mut().unwrap()[0];
+        hook.match_policy = Some("Equivalent".into());
+        hook.namespace_selector = Some(Default::default());
+        hook.reinvocation_policy = Some("Never".into());
+        assert!(!drifted(&desired, &live));
+
+        let edit =
+            |change: fn(&mut k8s_openapi::api::admissionregistration::v1::MutatingWebhook)| {
+                let mut edited = live.clone();
+                change(&mut edited.webhooks.as_mut().unwrap()[0]);
+                drifted(&desired, &edited)
+            };
+        assert!(edit(|h| h.failure_policy = Some("Ignore".into())));
+        assert!(edit(|h| h.object_selector = None));
+        assert!(edit(|h| h.object_selector = Some(Default::default())));
+        assert!(edit(|h| {
+            h.client_config.ca_bundle = Some(k8s_openapi::ByteString(b"other".to_vec()))
+        }));
+        assert!(edit(|h| h.timeout_seconds = Some(30)));
+        let mut no_hooks = live.clone();
+        no_hooks.webhooks = Some(Vec::new());
+        assert!(drifted(&desired, &no_hooks));
+    }
+
+    #[test]
+    fn an_outage_found_in_progress_resumes_its_window_from_its_first_step_out() {
+        let at = |s: i64| MicroTime(Timestamp::from_second(s).unwrap());
+        let degraded_then_removed = Outage {
+            started_at: Some(at(1_000)),
+            degraded_at: Some(at(1_001)),
+            deregistered_at: Some(at(1_003)),
+            ..Outage::default()
+        };
+        assert_eq!(
+            resumed_window(&degraded_then_removed),
+            Some(Timestamp::from_second(1_000).unwrap())
+        );
+        let removed_at_once = Outage {
+            deregistered_at: Some(at(2_000)),
+            ..Outage::default()
+        };
+        assert_eq!(
+            resumed_window(&removed_at_once),
+            Some(Timestamp::from_second(1_999).unwrap())
+        );
+        let over = Outage {
+            restored_at: Some(at(1_010)),
+            ..degraded_then_removed
+        };
+        assert_eq!(resumed_window(&over), None);
+        assert_eq!(
+            resumed_window(&Outage::default()),
+            None,
+            "never left the path"
+        );
+    }
+
+    #[test]
+    fn a_failed_removal_is_retried_sooner_first_and_never_more_rarely_than_every_five_seconds() {
+        let mut delays = Vec::new();
+        let mut last = None;
+        for _ in 0..10 {
+            let next = removal_retry(last);
+            delays.push(next);
+            last = Some(next);
+        }
+        assert_eq!(delays[0], Duration::from_millis(100));
+        assert_eq!(delays[1], Duration::from_millis(200));
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*delays.last().unwrap(), MAX_REMOVAL_RETRY);
     }
 
     #[test]

@@ -107,7 +107,13 @@ fn context(client: Client) -> Arc<Context> {
             preset_image: "example/preset:1".into(),
         },
         operator_namespace: "initializer-system".into(),
-        supervisor: Supervisor::new(client, recorder, metrics, "test".into()),
+        supervisor: Supervisor::new(
+            client,
+            recorder,
+            metrics,
+            "test".into(),
+            initializer_operator::leader::Leadership::unconditional(),
+        ),
     })
 }
 
