@@ -30,37 +30,205 @@ pub const DEFAULT_SUCCESS_THRESHOLD: i32 = 3;
 /// Default latency budget of one probe, in milliseconds.
 pub const DEFAULT_LATENCY_BUDGET_MILLIS: i32 = 500;
 
-/// Resources an initializer must never intercept: intercepting them could lock the cluster out
-/// of its own admission configuration, leader election, auditing or authentication.
-pub const PROTECTED_RESOURCES: [&str; 16] = [
-    "mutatingwebhookconfigurations",
-    "validatingwebhookconfigurations",
-    "mutatingadmissionpolicies",
-    "mutatingadmissionpolicybindings",
-    "validatingadmissionpolicies",
-    "validatingadmissionpolicybindings",
-    "leases",
-    "events",
-    "tokenreviews",
-    "tokenrequests",
-    "serviceaccounts/token",
-    "subjectaccessreviews",
-    "selfsubjectaccessreviews",
-    "localsubjectaccessreviews",
-    "selfsubjectrulesreviews",
-    "initializers",
+/// An API group with resources an initializer must never intercept: intercepting them could
+/// lock the cluster out of its own admission configuration, authorization, API surface, leader
+/// election, nodes, auditing or authentication, or let an initializer change Initializers.
+///
+/// [`PROTECTED`] is the one table both the operator's validator ([`protected_reached`]) and the
+/// CRD's CEL rule ([`protected_rule`]) are built from, so that they cannot disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProtectedGroup {
+    /// The API group; `""` is the core group.
+    pub group: &'static str,
+    /// True when every resource of the group is protected, whatever its name: a rule naming the
+    /// group is refused whatever resources it names.
+    pub whole: bool,
+    /// The protected resources, so that a rule for every group (`"*"`) naming one of them is
+    /// refused too: `name` protects the resource and all its subresources, `name/sub` that
+    /// subresource only.
+    pub resources: &'static [&'static str],
+}
+
+/// Every protected resource, by API group.
+pub const PROTECTED: &[ProtectedGroup] = &[
+    ProtectedGroup {
+        group: "",
+        whole: false,
+        resources: &["events", "nodes", "serviceaccounts/token"],
+    },
+    ProtectedGroup {
+        group: "admissionregistration.k8s.io",
+        whole: true,
+        resources: &[
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+        ],
+    },
+    ProtectedGroup {
+        group: "rbac.authorization.k8s.io",
+        whole: true,
+        resources: &[
+            "roles",
+            "rolebindings",
+            "clusterroles",
+            "clusterrolebindings",
+        ],
+    },
+    ProtectedGroup {
+        group: "apiextensions.k8s.io",
+        whole: true,
+        resources: &["customresourcedefinitions"],
+    },
+    ProtectedGroup {
+        group: "apiregistration.k8s.io",
+        whole: true,
+        resources: &["apiservices"],
+    },
+    ProtectedGroup {
+        group: "flowcontrol.apiserver.k8s.io",
+        whole: true,
+        resources: &["flowschemas", "prioritylevelconfigurations"],
+    },
+    ProtectedGroup {
+        group: "certificates.k8s.io",
+        whole: true,
+        resources: &["certificatesigningrequests", "clustertrustbundles"],
+    },
+    ProtectedGroup {
+        group: "coordination.k8s.io",
+        whole: true,
+        resources: &["leases", "leasecandidates"],
+    },
+    ProtectedGroup {
+        group: "events.k8s.io",
+        whole: true,
+        resources: &["events"],
+    },
+    ProtectedGroup {
+        group: "authentication.k8s.io",
+        whole: true,
+        resources: &["tokenreviews", "selfsubjectreviews"],
+    },
+    ProtectedGroup {
+        group: "authorization.k8s.io",
+        whole: true,
+        resources: &[
+            "subjectaccessreviews",
+            "selfsubjectaccessreviews",
+            "localsubjectaccessreviews",
+            "selfsubjectrulesreviews",
+        ],
+    },
+    ProtectedGroup {
+        group: crate::constants::GROUP,
+        whole: true,
+        resources: &[crate::constants::PLURAL],
+    },
 ];
 
-/// API groups that a wildcard resource rule must not reach, for the same reason.
-pub const PROTECTED_GROUPS: [&str; 7] = [
-    "*",
-    "",
-    "admissionregistration.k8s.io",
-    "coordination.k8s.io",
-    "events.k8s.io",
-    "authentication.k8s.io",
-    "authorization.k8s.io",
-];
+/// What the protected resources are, for messages.
+pub const PROTECTED_SUMMARY: &str = "admission registration (webhooks, policies and bindings), RBAC, CustomResourceDefinitions, APIServices, flow control, certificate signing requests, nodes, leases, events, token and access reviews, serviceaccounts/token, or Initializers";
+
+/// A CEL list literal of strings: `['a', 'b']`.
+fn cel_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let quoted: Vec<String> = items.map(|item| format!("'{item}'")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// The protected resources that an admission rule for `api_groups` reaches through its resource
+/// entry `resource` (`name`, `name/sub`, `*`, `*/sub`, `name/*` or `*/*`), matched the way the API
+/// server matches webhook rules: `*` is every resource but no subresource, `*/x` subresource `x`
+/// of every resource, `name/*` the resource and every subresource. A `*/x` entry is taken to reach
+/// every subresource-protected resource, since the table does not list which subresources exist.
+/// Returns `group/resource` descriptions; empty when nothing protected is reached.
+pub fn protected_reached(api_groups: &[String], resource: &str) -> Vec<String> {
+    let (res, sub) = match resource.split_once('/') {
+        Some((res, sub)) => (res, Some(sub)),
+        None => (resource, None),
+    };
+    let every_resource = res == "*";
+    let every_group = api_groups.iter().any(|g| g == "*");
+    let mut reached = Vec::new();
+    for protected in PROTECTED {
+        let named = api_groups.iter().any(|g| g == protected.group);
+        if !named && !every_group {
+            continue;
+        }
+        let shown = if protected.group.is_empty() {
+            "core"
+        } else {
+            protected.group
+        };
+        if protected.whole && (named || every_resource) {
+            reached.push(format!("{shown}/*"));
+            continue;
+        }
+        for entry in protected.resources {
+            let hit = match entry.split_once('/') {
+                None => every_resource || res == *entry,
+                Some((entry_res, entry_sub)) => {
+                    (every_resource || res == entry_res)
+                        && (sub == Some("*") || sub == Some(entry_sub))
+                }
+            };
+            if hit {
+                reached.push(format!("{shown}/{entry}"));
+            }
+        }
+    }
+    reached
+}
+
+/// The CEL rule on an [`InterceptRule`] refusing every resource [`protected_reached`] reaches,
+/// generated from [`PROTECTED`].
+pub fn protected_rule() -> kube::core::Rule {
+    let clauses: Vec<String> = PROTECTED
+        .iter()
+        .map(|protected| {
+            let group = format!("'{}' in self.apiGroups", protected.group);
+            let (plain, with_sub): (Vec<&str>, Vec<&str>) =
+                protected.resources.iter().partition(|e| !e.contains('/'));
+            let mut matches = Vec::new();
+            if protected.whole || !plain.is_empty() {
+                matches.push("r == '*' || r.startsWith('*/')".to_string());
+            }
+            if !plain.is_empty() {
+                matches.push(format!("r in {}", cel_list(plain.iter().copied())));
+                matches.extend(plain.iter().map(|e| format!("r.startsWith('{e}/')")));
+            }
+            for entry in with_sub {
+                if let Some((res, sub)) = entry.split_once('/') {
+                    let forms = [
+                        "*/*".to_string(),
+                        format!("*/{sub}"),
+                        format!("{res}/*"),
+                        entry.to_string(),
+                    ];
+                    matches.push(format!(
+                        "r in {}",
+                        cel_list(forms.iter().map(String::as_str))
+                    ));
+                }
+            }
+            let by_resource = format!(
+                "(('*' in self.apiGroups || {group}) && self.resources.exists(r, {}))",
+                matches.join(" || ")
+            );
+            if protected.whole {
+                format!("{group} || {by_resource}")
+            } else {
+                by_resource
+            }
+        })
+        .collect();
+    kube::core::Rule::new(format!("!({})", clauses.join(" || "))).message(
+        kube::core::Message::Message(format!("rules must not intercept {PROTECTED_SUMMARY}")),
+    )
+}
 
 /// An initializer: code that mutates or rejects objects before Kubernetes creates them.
 ///
@@ -277,8 +445,7 @@ pub struct ConfigMapKey {
 
 /// One admission rule: which operations on which resources are intercepted.
 #[derive(KubeSchema, Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[x_kube(validation = protected_resources_rule())]
-#[x_kube(validation = wildcard_groups_rule())]
+#[x_kube(validation = protected_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct InterceptRule {
     /// API groups; `""` is the core group.
@@ -294,9 +461,17 @@ pub struct InterceptRule {
     #[serde(default = "default_operations")]
     #[schemars(length(min = 1, max = 5))]
     pub operations: Vec<Operation>,
-    /// Whether cluster-scoped, namespaced or all objects are intercepted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Whether cluster-scoped, namespaced or all objects are intercepted; defaults to
+    /// `Namespaced`.
+    #[serde(default = "default_scope", skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
+}
+
+impl InterceptRule {
+    /// The scope in force: the rule's, or `Namespaced`.
+    pub fn effective_scope(&self) -> Scope {
+        self.scope.unwrap_or(Scope::Namespaced)
+    }
 }
 
 /// An admission operation.
@@ -555,32 +730,6 @@ pub struct MissedInitializations {
     pub unchecked: Vec<String>,
 }
 
-/// CEL rule refusing [`PROTECTED_RESOURCES`] in an [`InterceptRule`].
-fn protected_resources_rule() -> kube::core::Rule {
-    kube::core::Rule::new(format!(
-        "!self.resources.exists(r, r in {})",
-        cel_string_list(&PROTECTED_RESOURCES)
-    ))
-    .message("rules must not intercept admission registration, leases, events, token or access reviews, or Initializers")
-}
-
-/// CEL rule refusing wildcard resources in [`PROTECTED_GROUPS`] (and our own group).
-fn wildcard_groups_rule() -> kube::core::Rule {
-    let mut groups = PROTECTED_GROUPS.to_vec();
-    groups.push(crate::constants::GROUP);
-    kube::core::Rule::new(format!(
-        "!(self.resources.exists(r, r == '*' || r == '*/*') && self.apiGroups.exists(g, g in {}))",
-        cel_string_list(&groups)
-    ))
-    .message("wildcard resources must not reach the core, admission registration, coordination, events, authentication, authorization or initializer.dev groups")
-}
-
-/// A CEL list literal of strings: `['a', 'b']`.
-fn cel_string_list(items: &[&str]) -> String {
-    let quoted: Vec<String> = items.iter().map(|item| format!("'{item}'")).collect();
-    format!("[{}]", quoted.join(", "))
-}
-
 fn default_replicas() -> i32 {
     DEFAULT_REPLICAS
 }
@@ -602,6 +751,72 @@ fn default_latency_budget_millis() -> i32 {
 fn default_config_key() -> String {
     crate::constants::CONFIG_FILE.to_string()
 }
+fn default_scope() -> Option<Scope> {
+    Some(Scope::Namespaced)
+}
 fn default_operations() -> Vec<Operation> {
     vec![Operation::Create]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_without_a_scope_intercepts_namespaced_objects_only() {
+        let rule: InterceptRule = serde_json::from_value(serde_json::json!({
+            "apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"],
+        }))
+        .unwrap();
+        assert_eq!(rule.scope, Some(Scope::Namespaced));
+        assert_eq!(
+            InterceptRule::default().effective_scope(),
+            Scope::Namespaced
+        );
+        let crd = serde_json::to_value(<Initializer as kube::CustomResourceExt>::crd()).unwrap();
+        let scope = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["rules"]["items"]["properties"]["scope"];
+        assert_eq!(scope["default"], "Namespaced", "{scope}");
+    }
+
+    #[test]
+    fn protected_reached_follows_the_api_servers_wildcard_forms() {
+        let core = [String::new()];
+        assert_eq!(
+            protected_reached(&core, "serviceaccounts/*"),
+            ["core/serviceaccounts/token"]
+        );
+        assert!(
+            protected_reached(&core, "*/token").contains(&"core/serviceaccounts/token".to_string())
+        );
+        assert!(protected_reached(&core, "serviceaccounts").is_empty());
+        assert!(protected_reached(&core, "serviceaccounts/status").is_empty());
+        assert!(protected_reached(&core, "pods/*").is_empty());
+        assert_eq!(
+            protected_reached(&core, "*"),
+            ["core/events", "core/nodes"],
+            "`*` reaches no subresource"
+        );
+        assert_eq!(protected_reached(&core, "nodes/status"), ["core/nodes"]);
+        let every = ["*".to_string()];
+        let all = protected_reached(&every, "*/*");
+        assert!(all.contains(&"core/serviceaccounts/token".to_string()));
+        assert!(all.contains(&"admissionregistration.k8s.io/*".to_string()));
+        assert_eq!(
+            all.len(),
+            14,
+            "three core entries, eleven whole groups: {all:?}"
+        );
+        assert_eq!(
+            protected_reached(&every, "clusterroles"),
+            ["rbac.authorization.k8s.io/clusterroles"]
+        );
+        assert!(protected_reached(&every, "pods").is_empty());
+        let rbac = ["rbac.authorization.k8s.io".to_string()];
+        assert_eq!(
+            protected_reached(&rbac, "anything"),
+            ["rbac.authorization.k8s.io/*"]
+        );
+        assert!(protected_reached(&["apps".to_string()], "*/*").is_empty());
+    }
 }

@@ -475,7 +475,7 @@ fn admission_rule(r: &InterceptRule) -> RuleWithOperations {
                 .map(|o| o.as_str().to_string())
                 .collect(),
         ),
-        scope: Some(r.scope.map_or("*", |s| s.as_str()).to_string()),
+        scope: Some(r.effective_scope().as_str().to_string()),
     }
 }
 

@@ -8,8 +8,8 @@ use std::fmt;
 
 use initializer_crds::constants::{GROUP, SYSTEM_NAMESPACES};
 use initializer_crds::{
-    ConfigSource, HealthPolicy, InitializerSpec, InterceptRule, PROTECTED_GROUPS,
-    PROTECTED_RESOURCES,
+    ConfigSource, HealthPolicy, InitializerSpec, InterceptRule, Operation, PROTECTED_SUMMARY,
+    protected_reached,
 };
 
 use crate::cel;
@@ -289,52 +289,117 @@ fn check_fallback(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
     }
 }
 
+/// Refuses rules that reach a protected resource ([`initializer_crds::PROTECTED`], the table the
+/// CRD's CEL rule is generated from too), and rules the API server would refuse in a webhook
+/// configuration or a ValidatingAdmissionPolicy (admissionregistration validation: `*` alone in
+/// apiGroups, apiVersions and operations; no empty entries; the resource wildcard forms), so
+/// that registration never fails with a 422 the status would hide.
 fn check_rule_list(rules: &[InterceptRule], prefix: &str, refusals: &mut Vec<Refusal>) {
     for (i, rule) in rules.iter().enumerate() {
         let field = format!("{prefix}[{i}]");
-        for (what, list) in [
-            ("apiGroups", &rule.api_groups),
-            ("apiVersions", &rule.api_versions),
-            ("resources", &rule.resources),
-        ] {
-            if list.is_empty() {
-                refusals.push(Refusal::new(
-                    format!("{field}.{what}"),
-                    "must name at least one entry (use \"*\" for all)",
-                ));
+        check_rule_shape(rule, &field, refusals);
+        for resource in &rule.resources {
+            let reached = protected_reached(&rule.api_groups, resource);
+            if reached.is_empty() {
+                continue;
             }
-        }
-        if rule.operations.is_empty() {
+            const SHOWN: usize = 4;
+            let mut shown = reached
+                .iter()
+                .take(SHOWN)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if reached.len() > SHOWN {
+                shown.push_str(&format!(" and {} more", reached.len() - SHOWN));
+            }
             refusals.push(Refusal::new(
-                format!("{field}.operations"),
-                "must name at least one operation",
+                format!("{field}.resources"),
+                format!(
+                    "{resource:?} in API groups {:?} reaches {shown}: rules must not intercept {PROTECTED_SUMMARY}",
+                    rule.api_groups
+                ),
             ));
         }
-        for resource in &rule.resources {
-            let base = resource.split('/').next().unwrap_or(resource);
-            if PROTECTED_RESOURCES.contains(&resource.as_str())
-                || PROTECTED_RESOURCES.contains(&base)
-            {
-                refusals.push(Refusal::new(
-                    format!("{field}.resources"),
-                    format!(
-                        "{resource} must never be intercepted: doing so could lock the cluster out of its admission configuration, leader election, events, authentication or Initializers"
-                    ),
-                ));
-            }
-            if base == "*" {
-                for group in &rule.api_groups {
-                    if PROTECTED_GROUPS.contains(&group.as_str()) || group == GROUP {
-                        let shown = if group.is_empty() { "core" } else { group };
-                        refusals.push(Refusal::new(
-                            format!("{field}.resources"),
-                            format!(
-                                "wildcard resources must not reach the {shown} API group, which holds objects that must never be intercepted"
-                            ),
-                        ));
-                    }
-                }
-            }
+    }
+}
+
+/// The API server's own checks of one admission rule (`validateRuleWithOperations`). Where it
+/// depends on the order of entries (`*` before or after a plain resource), this refuses both.
+fn check_rule_shape(rule: &InterceptRule, field: &str, refusals: &mut Vec<Refusal>) {
+    let mut refuse = |what: &str, message: String| {
+        refusals.push(Refusal::new(format!("{field}.{what}"), message));
+    };
+    for (what, list) in [
+        ("apiGroups", &rule.api_groups),
+        ("apiVersions", &rule.api_versions),
+        ("resources", &rule.resources),
+    ] {
+        if list.is_empty() {
+            refuse(
+                what,
+                "must name at least one entry (use \"*\" for all)".into(),
+            );
+        }
+    }
+    for (what, list) in [
+        ("apiGroups", &rule.api_groups),
+        ("apiVersions", &rule.api_versions),
+    ] {
+        if list.len() > 1 && list.iter().any(|e| e == "*") {
+            refuse(
+                what,
+                format!("if \"*\" is present it must be the only entry, got {list:?}"),
+            );
+        }
+    }
+    for (what, list) in [
+        ("apiVersions", &rule.api_versions),
+        ("resources", &rule.resources),
+    ] {
+        if list.iter().any(String::is_empty) {
+            refuse(what, "entries must not be empty".into());
+        }
+    }
+    if rule.operations.is_empty() {
+        refuse("operations", "must name at least one operation".into());
+    }
+    if rule.operations.len() > 1 && rule.operations.contains(&Operation::All) {
+        refuse(
+            "operations",
+            "if \"*\" is present it must be the only operation".into(),
+        );
+    }
+    let resources = &rule.resources;
+    if resources.len() > 1 && resources.iter().any(|r| r == "*/*") {
+        refuse(
+            "resources",
+            format!("if \"*/*\" is present it must be the only entry, got {resources:?}"),
+        );
+    }
+    if resources.iter().any(|r| r == "*") && resources.iter().any(|r| r != "*" && !r.contains('/'))
+    {
+        refuse(
+            "resources",
+            format!("\"*\" already names every resource without a subresource, got {resources:?}"),
+        );
+    }
+    let split: Vec<(&str, &str)> = resources.iter().filter_map(|r| r.split_once('/')).collect();
+    for (i, (res, sub)) in split.iter().enumerate() {
+        if split[..i].contains(&(*res, *sub)) {
+            refuse("resources", format!("\"{res}/{sub}\" is named twice"));
+        }
+        if *sub != "*" && split.iter().any(|(r, s)| r == res && *s == "*") {
+            refuse(
+                "resources",
+                format!("\"{res}/*\" already names \"{res}/{sub}\""),
+            );
+        }
+        if *res != "*" && split.iter().any(|(r, s)| *r == "*" && s == sub) {
+            refuse(
+                "resources",
+                format!("\"*/{sub}\" already names \"{res}/{sub}\""),
+            );
         }
     }
 }
@@ -658,43 +723,296 @@ spec:
         assert_eq!(v.spec.annotation.unwrap().name, "initializer.dev/sidecar");
     }
 
+    fn rule(groups: &[&str], resources: &[&str]) -> InterceptRule {
+        InterceptRule {
+            api_groups: groups.iter().map(|g| g.to_string()).collect(),
+            api_versions: vec!["*".into()],
+            resources: resources.iter().map(|r| r.to_string()).collect(),
+            operations: vec![Operation::Create],
+            scope: None,
+        }
+    }
+
+    fn with_rule(groups: &[&str], resources: &[&str]) -> InitializerSpec {
+        let mut spec = sidecar().spec;
+        spec.rules = vec![rule(groups, resources)];
+        spec
+    }
+
+    fn accepted(groups: &[&str], resources: &[&str]) -> bool {
+        validate(
+            &with_rule(groups, resources),
+            "initializer-system",
+            "sidecar",
+        )
+        .is_ok()
+    }
+
     #[test]
-    fn every_protected_resource_is_refused() {
-        for resource in PROTECTED_RESOURCES {
-            let mut spec = sidecar().spec;
-            spec.rules[0].resources = vec![resource.to_string()];
-            assert!(
-                refused_field(&spec, "spec.rules[0].resources"),
-                "{resource} accepted"
-            );
+    fn every_protected_resource_is_refused_in_its_group_and_in_every_group() {
+        for protected in initializer_crds::PROTECTED {
+            for resource in protected.resources {
+                for group in [protected.group, "*"] {
+                    assert!(
+                        !accepted(&[group], &[resource]),
+                        "{group:?} {resource} accepted"
+                    );
+                }
+            }
         }
     }
 
     #[test]
-    fn subresources_of_protected_resources_are_refused() {
-        let mut spec = sidecar().spec;
-        spec.rules[0].resources = vec!["leases/status".into()];
-        assert!(refused_field(&spec, "spec.rules[0].resources"));
+    fn a_protected_group_is_refused_whatever_resource_it_names() {
+        for protected in initializer_crds::PROTECTED.iter().filter(|p| p.whole) {
+            assert!(
+                !accepted(&[protected.group], &["anything-new"]),
+                "{}",
+                protected.group
+            );
+        }
+        assert!(!accepted(&[GROUP], &["initializers/status"]));
     }
 
     #[test]
-    fn wildcards_over_protected_groups_are_refused() {
-        for group in PROTECTED_GROUPS.iter().copied().chain([GROUP]) {
-            let mut spec = sidecar().spec;
-            spec.rules[0].api_groups = vec![group.to_string()];
-            spec.rules[0].resources = vec!["*".into()];
+    fn wildcard_subresources_of_protected_parents_are_refused() {
+        for (groups, resource) in [
+            ([""], "serviceaccounts/*"),
+            ([""], "*/token"),
+            ([""], "*/*"),
+            (["*"], "*/*"),
+            (["*"], "serviceaccounts/*"),
+            (["*"], "*/token"),
+            ([""], "nodes/*"),
+            ([""], "*/status"),
+            (["coordination.k8s.io"], "leases/*"),
+            (["*"], "leases/status"),
+        ] {
+            let refusals = refused(&with_rule(&groups, &[resource]));
             assert!(
-                refused_field(&spec, "spec.rules[0].resources"),
-                "{group:?} accepted"
+                refusals.iter().any(|r| r.field == "spec.rules[0].resources"
+                    && r.message.contains("must not intercept")),
+                "{groups:?} {resource}: {refusals:?}"
             );
+        }
+        let refusals = refused(&with_rule(&[""], &["serviceaccounts/*"]));
+        assert!(
+            describe(&refusals).contains("core/serviceaccounts/token"),
+            "{refusals:?}"
+        );
+    }
+
+    #[test]
+    fn protected_cluster_scoped_resources_are_refused() {
+        for (group, resource) in [
+            ("", "nodes"),
+            ("", "nodes/status"),
+            ("certificates.k8s.io", "certificatesigningrequests"),
+            ("rbac.authorization.k8s.io", "clusterroles"),
+            ("rbac.authorization.k8s.io", "clusterrolebindings"),
+            ("apiextensions.k8s.io", "customresourcedefinitions"),
+            ("apiregistration.k8s.io", "apiservices"),
+            ("flowcontrol.apiserver.k8s.io", "flowschemas"),
+            (
+                "flowcontrol.apiserver.k8s.io",
+                "prioritylevelconfigurations",
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicybindings",
+            ),
+            ("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
+        ] {
+            assert!(!accepted(&[group], &[resource]), "{group}/{resource}");
+            assert!(!accepted(&["*"], &[resource]), "*/{resource}");
         }
     }
 
     #[test]
-    fn wildcards_over_an_ordinary_group_are_accepted() {
+    fn ordinary_rules_including_wildcards_outside_protected_groups_are_accepted() {
+        for (groups, resources) in [
+            (vec![""], vec!["serviceaccounts"]),
+            (vec![""], vec!["secrets", "configmaps"]),
+            (vec![""], vec!["pods/*"]),
+            (vec![""], vec!["pods", "pods/status"]),
+            (vec!["apps"], vec!["*"]),
+            (vec!["apps"], vec!["*/*"]),
+            (vec!["apps", "batch"], vec!["*", "deployments/scale"]),
+            (vec!["*"], vec!["pods"]),
+            (vec!["*"], vec!["deployments/scale"]),
+            (vec!["apps"], vec!["leases", "events", "nodes"]),
+        ] {
+            assert!(accepted(&groups, &resources), "{groups:?} {resources:?}");
+        }
+    }
+
+    #[test]
+    fn the_fallback_rules_are_checked_against_the_same_table() {
         let mut spec = sidecar().spec;
-        spec.rules[0].resources = vec!["*".into()];
-        assert!(validate(&spec, "initializer-system", "sidecar").is_ok());
+        spec.fallback = Some(initializer_crds::Fallback {
+            validations: vec![initializer_crds::FallbackValidation {
+                expression: "true".into(),
+                ..Default::default()
+            }],
+            rules: vec![
+                rule(&[""], &["serviceaccounts/*"]),
+                rule(&["*", "apps"], &["pods"]),
+            ],
+        });
+        let fields: Vec<String> = refused(&spec).into_iter().map(|r| r.field).collect();
+        assert!(fields.contains(&"spec.fallback.rules[0].resources".to_string()));
+        assert!(fields.contains(&"spec.fallback.rules[1].apiGroups".to_string()));
+    }
+
+    #[test]
+    fn rules_the_api_server_would_refuse_are_refused() {
+        let cases: Vec<(&str, InterceptRule)> = vec![
+            (
+                "apiVersions",
+                InterceptRule {
+                    api_versions: vec!["*".into(), "v1".into()],
+                    ..rule(&["apps"], &["deployments"])
+                },
+            ),
+            (
+                "apiVersions",
+                InterceptRule {
+                    api_versions: vec![String::new()],
+                    ..rule(&["apps"], &["deployments"])
+                },
+            ),
+            ("apiGroups", rule(&["*", "apps"], &["deployments"])),
+            (
+                "operations",
+                InterceptRule {
+                    operations: vec![Operation::All, Operation::Create],
+                    ..rule(&["apps"], &["deployments"])
+                },
+            ),
+            ("resources", rule(&["apps"], &["*/*", "deployments/status"])),
+            ("resources", rule(&["apps"], &["*", "deployments"])),
+            ("resources", rule(&["apps"], &["deployments", "*"])),
+            (
+                "resources",
+                rule(&["apps"], &["deployments/*", "deployments/status"]),
+            ),
+            (
+                "resources",
+                rule(&["apps"], &["deployments/status", "*/status"]),
+            ),
+            (
+                "resources",
+                rule(&["apps"], &["deployments/scale", "deployments/scale"]),
+            ),
+            ("resources", rule(&["apps"], &[""])),
+        ];
+        for (what, bad) in cases {
+            let mut spec = sidecar().spec;
+            spec.rules = vec![bad.clone()];
+            let refusals = refused(&spec);
+            assert!(
+                refusals
+                    .iter()
+                    .any(|r| r.field == format!("spec.rules[0].{what}")),
+                "{bad:?}: {refusals:?}"
+            );
+        }
+        for good in [
+            rule(&["apps"], &["*", "deployments/status"]),
+            rule(&["apps"], &["*/status", "deployments/scale"]),
+            rule(&["apps", "batch"], &["deployments", "jobs"]),
+            InterceptRule {
+                operations: vec![Operation::All],
+                ..rule(&["apps"], &["deployments"])
+            },
+        ] {
+            let mut spec = sidecar().spec;
+            spec.rules = vec![good.clone()];
+            assert!(
+                validate(&spec, "initializer-system", "sidecar").is_ok(),
+                "{good:?}"
+            );
+        }
+    }
+
+    /// The CRD's CEL rule and the validator come from one table: on every case, the CEL rule
+    /// (evaluated by the sandbox's CEL evaluator over the generated CRD schema) refuses exactly
+    /// when the validator finds a protected resource.
+    #[test]
+    fn the_crd_rule_and_the_validator_agree_on_protected_resources() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(Initializer::crd()).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut groups: Vec<&str> = vec!["*", "apps", "batch", "metrics.k8s.io"];
+        let mut resources: Vec<String> = [
+            "*",
+            "*/*",
+            "*/status",
+            "*/token",
+            "*/scale",
+            "pods",
+            "pods/*",
+            "pods/status",
+            "serviceaccounts",
+            "serviceaccounts/*",
+            "serviceaccounts/token",
+            "serviceaccounts/status",
+            "deployments",
+            "deployments/scale",
+            "secrets",
+            "anything",
+        ]
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+        for protected in initializer_crds::PROTECTED {
+            groups.push(protected.group);
+            for entry in protected.resources {
+                let res = entry.split('/').next().unwrap();
+                resources.extend([
+                    entry.to_string(),
+                    res.to_string(),
+                    format!("{res}/*"),
+                    format!("{res}/status"),
+                    format!("{res}x"),
+                ]);
+            }
+        }
+        resources.sort();
+        resources.dedup();
+        let mut refused_count = 0;
+        let mut cases = 0;
+        for group in &groups {
+            for resource in &resources {
+                let spec = with_rule(&[group], &[resource.as_str()]);
+                let by_validator = validate(&spec, "initializer-system", "sidecar")
+                    .err()
+                    .is_some_and(|refusals| {
+                        refusals
+                            .iter()
+                            .any(|r| r.message.contains("must not intercept"))
+                    });
+                let mut object = serde_json::to_value(Initializer::new("case", spec)).unwrap();
+                let causes = initializer_sandbox::crd::process(Some(schema), &mut object, None);
+                let by_cel = causes
+                    .iter()
+                    .any(|(_, message)| message.contains("must not intercept"));
+                assert!(
+                    causes.iter().all(|(_, m)| m.contains("must not intercept")),
+                    "{group:?} {resource}: {causes:?}"
+                );
+                assert_eq!(
+                    by_validator, by_cel,
+                    "{group:?} {resource}: validator {by_validator}, CEL {by_cel}"
+                );
+                refused_count += usize::from(by_cel);
+                cases += 1;
+            }
+        }
+        assert!(
+            refused_count > 100 && refused_count < cases,
+            "{refused_count}/{cases}"
+        );
     }
 
     #[test]
@@ -898,6 +1216,7 @@ spec:
         let mut spec = sidecar().spec;
         spec.replicas = 0;
         spec.timeout_seconds = 31;
+        spec.rules[0].api_groups = vec!["coordination.k8s.io".into()];
         spec.rules[0].resources = vec!["leases".into()];
         spec.rules[0].operations = vec![Operation::Create];
         assert_eq!(refused(&spec).len(), 3);

@@ -60,6 +60,7 @@ on_both_backends!(
     losing_every_ready_endpoint_deregisters_without_waiting_for_probes,
     a_second_replica_takes_over_when_the_leader_stops,
     a_workload_that_cannot_be_deployed_is_reported_in_the_status,
+    rules_the_api_server_would_refuse_are_marked_invalid_and_protected_ones_never_stored,
     a_certificate_the_api_server_would_reject_is_never_registered,
     a_handler_that_panics_under_a_fail_closed_policy_is_never_registered,
     one_hung_pod_of_two_is_caught_within_a_probe_period,
@@ -968,5 +969,59 @@ async fn measure_probe_latency(cluster: &TestCluster, client: &Client, name: &st
     println!(
         "probe latency (ms), sorted: direct to all {} endpoints {direct:?}; one endpoint through the API server's service proxy (before) {proxied:?}",
         endpoints.len()
+    );
+}
+
+async fn rules_the_api_server_would_refuse_are_marked_invalid_and_protected_ones_never_stored(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+
+    // The CRD's CEL rule refuses a wildcard reaching serviceaccounts/token at the API server.
+    let mut token = guard("token");
+    token.spec.rules[0].resources = vec!["serviceaccounts/*".into()];
+    match api.create(&PostParams::default(), &token).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(status.message.contains("must not intercept"), "{status:?}");
+        }
+        other => panic!("a rule reaching serviceaccounts/token was stored: {other:?}"),
+    }
+
+    // `*` beside another version passes the schema, but a webhook configuration with it would
+    // be refused with a 422: the operator refuses the spec first.
+    let mut versions = guard("versions");
+    versions.spec.rules[0].api_versions = vec!["*".into(), "v1".into()];
+    api.create(&PostParams::default(), &versions).await.unwrap();
+    wait_for("phase Invalid", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move { phase(&c, "versions").await == Some(Phase::Invalid) }
+    })
+    .await;
+    let status = api.get("versions").await.unwrap().status.unwrap();
+    let valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Valid")
+        .unwrap();
+    assert_eq!(valid.status, "False");
+    assert!(
+        valid.message.contains("spec.rules[0].apiVersions"),
+        "{}",
+        valid.message
+    );
+    assert!(
+        configuration(&client, "initializer-versions")
+            .await
+            .is_none()
+    );
+    assert!(
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
+            .get_opt("versions")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing is deployed for a refused spec"
     );
 }
