@@ -18,7 +18,9 @@ pub const FIELD_MANAGER: &str = "initializer-operator";
 /// Finalizer that removes the webhook configuration before the workload may go.
 pub const FINALIZER: &str = "initializer.dev/cleanup";
 
-/// Label on every pod the operator deploys; managed webhooks never intercept pods carrying it.
+/// Label on every pod the operator deploys, marking it as an initializer's own pod. It exempts
+/// nothing: anyone may set a label on their object, so managed webhooks exclude the initializer's
+/// pods by their namespace, never by this label.
 pub const EXCLUDE_LABEL: &str = "initializer.dev/excluded";
 /// Value of [`EXCLUDE_LABEL`].
 pub const EXCLUDE_LABEL_VALUE: &str = "true";

@@ -1,11 +1,14 @@
 //! Merges the user's selectors with the exclusions every managed webhook must carry: the system
-//! namespaces, the operator's and the initializer's own namespaces, and every object labelled
-//! with the exclusion label (the initializer's own pods).
+//! namespaces and the operator's and the initializer's own namespaces.
+//!
+//! Exclusion rests on namespaces alone, never on a label of the object: anyone who may create an
+//! object may label it, so a label that exempted objects would let every user opt out of every
+//! initializer. The initializer's own pods are excluded because they run in an excluded namespace.
 
 use std::collections::BTreeSet;
 
 use initializer_crds::NamespaceScope;
-use initializer_crds::constants::{EXCLUDE_LABEL, NAMESPACE_NAME_LABEL, SYSTEM_NAMESPACES};
+use initializer_crds::constants::{NAMESPACE_NAME_LABEL, SYSTEM_NAMESPACES};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 /// The webhook's `namespaceSelector`: the user's selector, plus `NotIn` for every namespace that
@@ -39,18 +42,10 @@ pub fn namespace_selector(
     selector
 }
 
-/// The webhook's `objectSelector`: the user's selector plus "the exclusion label does not exist".
+/// The webhook's `objectSelector`: the user's selector as given (empty: every object). Nothing
+/// is added: no label an object's author can set exempts it from interception.
 pub fn object_selector(user: Option<&LabelSelector>) -> LabelSelector {
-    let mut selector = user.cloned().unwrap_or_default();
-    selector
-        .match_expressions
-        .get_or_insert_with(Vec::new)
-        .push(LabelSelectorRequirement {
-            key: EXCLUDE_LABEL.to_string(),
-            operator: "DoesNotExist".to_string(),
-            values: None,
-        });
-    selector
+    user.cloned().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -114,18 +109,32 @@ mod tests {
     }
 
     #[test]
-    fn object_selector_always_excludes_labelled_objects() {
+    fn no_label_an_author_can_set_exempts_an_object() {
+        use initializer_crds::constants::EXCLUDE_LABEL;
         let none = object_selector(None);
-        let exprs = none.match_expressions.unwrap();
-        assert_eq!(exprs.len(), 1);
-        assert_eq!(exprs[0].key, EXCLUDE_LABEL);
-        assert_eq!(exprs[0].operator, "DoesNotExist");
+        assert_eq!(
+            none,
+            LabelSelector::default(),
+            "an empty selector matches every object"
+        );
         let user = LabelSelector {
             match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
-            match_expressions: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "Exists".into(),
+                values: None,
+            }]),
         };
-        let merged = object_selector(Some(&user));
-        assert_eq!(merged.match_labels, user.match_labels);
-        assert_eq!(merged.match_expressions.unwrap().len(), 1);
+        assert_eq!(object_selector(Some(&user)), user);
+        for selector in [none, object_selector(Some(&user))] {
+            assert!(
+                selector
+                    .match_expressions
+                    .iter()
+                    .flatten()
+                    .all(|r| r.key != EXCLUDE_LABEL),
+                "{selector:?}"
+            );
+        }
     }
 }
