@@ -104,10 +104,10 @@ pub const API_CALLS: &[ApiCall] = &[
     ),
     // missed::count: namespaces' labels for the namespace selector (metadata only).
     ("", "namespaces", "list"),
-    // supervisor: the EndpointSlice watch and the probe through the service proxy (POST).
+    // supervisor: the EndpointSlice watch (the probe dials the ready endpoints it lists
+    // directly, not through the API server).
     ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
-    ("", "services/proxy", "create"),
     // events::Recorder (creates, then patches a series).
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
@@ -181,14 +181,13 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
         // list: namespaces' labels, to count missed initializations in the namespaces the
         // webhook selects.
         rule(&[""], &["namespaces"], &["list"]),
-        // list/watch: the fast path (zero ready endpoints deregisters at once).
+        // list/watch: the fast path (zero ready endpoints deregisters at once) and the
+        // endpoints the probe dials.
         rule(
             &["discovery.k8s.io"],
             &["endpointslices"],
             &["get", "list", "watch"],
         ),
-        // create: the dry-run AdmissionReview probe is a POST through the service proxy.
-        rule(&[""], &["services/proxy"], &["get", "create"]),
         // create/patch: Events through kube's Recorder (patch updates a series).
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
         // Leader election on one Lease.
@@ -221,6 +220,21 @@ mod tests {
         let rules = cluster_rules();
         let missing: Vec<_> = API_CALLS.iter().filter(|c| !allows(&rules, **c)).collect();
         assert!(missing.is_empty(), "not allowed: {missing:?}");
+    }
+
+    #[test]
+    fn the_operator_cannot_reach_services_through_the_api_server() {
+        // The probe dials endpoints directly: the service proxy would let the operator send
+        // any request to any Service in the cluster.
+        let rules = cluster_rules();
+        for verb in ["get", "create"] {
+            assert!(!allows(&rules, ("", "services/proxy", verb)));
+        }
+        assert!(
+            !API_CALLS
+                .iter()
+                .any(|(_, resource, _)| *resource == "services/proxy")
+        );
     }
 
     #[test]
