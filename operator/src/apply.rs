@@ -1,11 +1,12 @@
 //! The IO shell that writes desired objects: server-side apply with one field manager, reading
 //! the existing certificates, and the [`Registrar`] that registers and removes the webhook
-//! configuration.
+//! configuration. A workload object that already exists is written only when it is this
+//! Initializer's ([`ownership`]): a user's object of the same name is never taken over.
 
 use std::fmt::Debug;
 use std::future::Future;
 
-use initializer_crds::constants::FIELD_MANAGER;
+use initializer_crds::constants::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_crds::{Initializer, InitializerStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -13,6 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -26,8 +28,80 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-/// Server-side applies one namespaced object and returns what the API server stored.
-pub async fn apply_namespaced<K>(client: &Client, obj: &K) -> Result<K>
+/// What the cluster holds under the name of an object the operator wants to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// Nothing: the operator creates it.
+    Absent,
+    /// This Initializer's object: the managed-by label and a controller owner reference with
+    /// the Initializer's UID. The operator may change it (and garbage collection deletes it).
+    Ours,
+    /// Someone else's object of the same name: never changed, adopted or deleted.
+    NotOurs,
+}
+
+/// Decides whether the live object `live` (if any) belongs to the Initializer with UID
+/// `owner_uid`. Without an owner UID nothing that exists can be proven ours.
+pub fn ownership(live: Option<&ObjectMeta>, owner_uid: Option<&str>) -> Ownership {
+    let Some(meta) = live else {
+        return Ownership::Absent;
+    };
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE);
+    let owned = owner_uid.is_some_and(|uid| {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.controller == Some(true) && r.uid == uid)
+    });
+    if labelled && owned {
+        Ownership::Ours
+    } else {
+        Ownership::NotOurs
+    }
+}
+
+/// The UID of the controller owner reference on a desired object (the Initializer's).
+fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+/// Reads the live object of `obj`'s name and refuses with [`Error::NotOurs`] when it is not
+/// this Initializer's (the owner on `obj` says which Initializer that is).
+pub async fn claim<K>(client: &Client, obj: &K) -> Result<Ownership>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let name = obj.name_any();
+    let kind = <K as k8s_openapi::Resource>::KIND;
+    let api: Api<K> = Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
+    let live = api.get_opt(&name).await.map_err(|source| Error::Get {
+        kind,
+        name: name.clone(),
+        source: Box::new(source),
+    })?;
+    match ownership(live.as_ref().map(|l| l.meta()), controller_uid(obj.meta())) {
+        Ownership::NotOurs => Err(Error::NotOurs { kind, name }),
+        claimed => Ok(claimed),
+    }
+}
+
+/// Server-side applies one namespaced object that [`claim`] found absent or ours, and returns
+/// what the API server stored. Only our own object is applied with `force`; a new one is
+/// applied without, so that an object someone else created in the meantime with other values
+/// makes the apply fail with a conflict instead of being taken over.
+pub async fn apply_claimed<K>(client: &Client, obj: &K, claimed: Ownership) -> Result<K>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + k8s_openapi::Resource
@@ -37,35 +111,71 @@ where
         + DeserializeOwned,
 {
     let name = obj.name_any();
-    let namespace = obj.namespace().unwrap_or_default();
-    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
-    api.patch(&name, &apply_params(), &Patch::Apply(obj))
+    let kind = <K as k8s_openapi::Resource>::KIND;
+    let params = match claimed {
+        Ownership::Ours => apply_params(),
+        Ownership::Absent => PatchParams::apply(FIELD_MANAGER),
+        Ownership::NotOurs => return Err(Error::NotOurs { kind, name }),
+    };
+    let api: Api<K> = Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
+    api.patch(&name, &params, &Patch::Apply(obj))
         .await
         .map_err(|source| Error::Apply {
-            kind: <K as k8s_openapi::Resource>::KIND,
+            kind,
             name,
             source: Box::new(source),
         })
 }
 
+/// Server-side applies one namespaced object unless an object of its name exists that is not
+/// this Initializer's ([`Error::NotOurs`]), and returns what the API server stored.
+pub async fn apply_namespaced<K>(client: &Client, obj: &K) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let claimed = claim(client, obj).await?;
+    apply_claimed(client, obj, claimed).await
+}
+
 /// Applies the workload and returns the stored Deployment, whose status says whether it is
-/// available. The Secrets, ConfigMap, Service and PodDisruptionBudget go first and together;
-/// the Deployment last, so its pods start with everything they mount.
+/// available. Every object is read first: when any of them exists and is not this
+/// Initializer's, nothing is written and the answer is [`Error::NotOurs`]. Then the Secrets,
+/// ConfigMap, Service and PodDisruptionBudget go together; the Deployment last, so its pods
+/// start with everything they mount.
 pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deployment> {
     let config_map = async {
         match &desired.config_map {
-            Some(cm) => apply_namespaced(client, cm).await.map(|_| ()),
-            None => Ok(()),
+            Some(cm) => claim(client, cm).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (ca, tls, cm, service, pdb, deployment) = futures::try_join!(
+        claim(client, &desired.ca_secret),
+        claim(client, &desired.tls_secret),
+        config_map,
+        claim(client, &desired.service),
+        claim(client, &desired.pdb),
+        claim(client, &desired.deployment),
+    )?;
+    let config_map = async {
+        match (&desired.config_map, cm) {
+            (Some(obj), Some(claimed)) => apply_claimed(client, obj, claimed).await.map(|_| ()),
+            _ => Ok(()),
         }
     };
     futures::try_join!(
-        apply_namespaced(client, &desired.ca_secret),
-        apply_namespaced(client, &desired.tls_secret),
+        apply_claimed(client, &desired.ca_secret, ca),
+        apply_claimed(client, &desired.tls_secret, tls),
         config_map,
-        apply_namespaced(client, &desired.service),
-        apply_namespaced(client, &desired.pdb),
+        apply_claimed(client, &desired.service, service),
+        apply_claimed(client, &desired.pdb, pdb),
     )?;
-    apply_namespaced(client, &desired.deployment).await
+    apply_claimed(client, &desired.deployment, deployment).await
 }
 
 /// Reads the existing CA and serving certificate, if any, so they are kept until rotation.
@@ -325,5 +435,99 @@ impl Registrar for WebhookRegistrar {
                 name: name.to_string(),
                 source: Box::new(source),
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use std::collections::BTreeMap;
+
+    const UID: &str = "11111111-2222-3333-4444-555555555555";
+
+    fn owner(uid: &str, controller: Option<bool>) -> OwnerReference {
+        OwnerReference {
+            api_version: "initializer.dev/v1alpha1".into(),
+            kind: "Initializer".into(),
+            name: "guard".into(),
+            uid: uid.into(),
+            controller,
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    fn meta(labelled: bool, owners: Vec<OwnerReference>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("guard-config".into()),
+            labels: labelled.then(|| {
+                BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string())])
+            }),
+            owner_references: (!owners.is_empty()).then_some(owners),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn nothing_there_is_created() {
+        assert_eq!(ownership(None, Some(UID)), Ownership::Absent);
+        assert_eq!(ownership(None, None), Ownership::Absent);
+    }
+
+    #[test]
+    fn our_label_and_a_controller_reference_to_this_initializer_make_it_ours() {
+        let live = meta(true, vec![owner(UID, Some(true))]);
+        assert_eq!(ownership(Some(&live), Some(UID)), Ownership::Ours);
+    }
+
+    #[test]
+    fn a_users_object_of_the_same_name_is_not_ours() {
+        assert_eq!(
+            ownership(Some(&meta(false, vec![])), Some(UID)),
+            Ownership::NotOurs
+        );
+    }
+
+    #[test]
+    fn the_label_alone_is_not_enough() {
+        // Anyone who can create a ConfigMap can set the label.
+        assert_eq!(
+            ownership(Some(&meta(true, vec![])), Some(UID)),
+            Ownership::NotOurs
+        );
+    }
+
+    #[test]
+    fn an_owner_reference_alone_is_not_enough() {
+        let live = meta(false, vec![owner(UID, Some(true))]);
+        assert_eq!(ownership(Some(&live), Some(UID)), Ownership::NotOurs);
+    }
+
+    #[test]
+    fn another_initializers_object_is_not_ours() {
+        // An Initializer deleted and recreated under the same name has a new UID.
+        let live = meta(true, vec![owner("another-uid", Some(true))]);
+        assert_eq!(ownership(Some(&live), Some(UID)), Ownership::NotOurs);
+    }
+
+    #[test]
+    fn a_reference_that_is_not_the_controller_is_not_enough() {
+        for controller in [None, Some(false)] {
+            let live = meta(true, vec![owner(UID, controller)]);
+            assert_eq!(ownership(Some(&live), Some(UID)), Ownership::NotOurs);
+        }
+    }
+
+    #[test]
+    fn without_an_owner_uid_nothing_existing_is_ours() {
+        let live = meta(true, vec![owner(UID, Some(true))]);
+        assert_eq!(ownership(Some(&live), None), Ownership::NotOurs);
+    }
+
+    #[test]
+    fn the_owner_uid_is_read_from_the_desired_objects_controller_reference() {
+        let desired = meta(true, vec![owner("other", None), owner(UID, Some(true))]);
+        assert_eq!(controller_uid(&desired), Some(UID));
+        assert_eq!(controller_uid(&meta(true, vec![])), None);
     }
 }

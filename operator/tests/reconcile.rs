@@ -65,6 +65,7 @@ on_both_backends!(
     a_certificate_the_api_server_would_reject_is_never_registered,
     a_handler_that_panics_under_a_fail_closed_policy_is_never_registered,
     one_hung_pod_of_two_is_caught_within_a_probe_period,
+    a_users_config_map_with_the_initializers_name_is_never_taken_over,
 );
 
 /// Runs one test body on `backend`, with the test initializer as the guard's image.
@@ -1087,4 +1088,73 @@ async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster
         },
     )
     .await;
+}
+
+async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (client, _operator) = start(cluster).await;
+    let name = initializer_operator::validate::names("borrowed").config_map;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    // A user's ConfigMap that happens to have the name the operator would give its own.
+    let theirs: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS, "labels": {"team": "platform"}},
+        "data": {"config.yaml": "theirs: true\n"},
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let untouched = |c: &ConfigMap| {
+        c.data
+            .as_ref()
+            .and_then(|d| d.get("config.yaml"))
+            .map(String::as_str)
+            == Some("theirs: true\n")
+            && c.owner_references().is_empty()
+            && c.labels().get("team").map(String::as_str) == Some("platform")
+            && !c.labels().contains_key(MANAGED_BY_LABEL)
+    };
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("borrowed"))
+        .await
+        .unwrap();
+    wait_for(
+        "the conflict in the status",
+        Duration::from_secs(60),
+        || {
+            let a = api.clone();
+            async move {
+                a.get("borrowed").await.unwrap().status.is_some_and(|s| {
+                    s.details
+                        .get("lastError")
+                        .is_some_and(|e| e.contains("not created by the operator"))
+                })
+            }
+        },
+    )
+    .await;
+    assert!(untouched(&config_maps.get(&name).await.unwrap()));
+    // Nothing of the workload was written either: the conflict is found before any apply.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), NS);
+    let base = initializer_operator::validate::names("borrowed").base;
+    assert!(deployments.get_opt(&base).await.unwrap().is_none());
+    assert!(
+        configuration(&client, "initializer-borrowed")
+            .await
+            .is_none()
+    );
+
+    api.delete("borrowed", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Initializer to go", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move { a.get_opt("borrowed").await.unwrap().is_none() }
+    })
+    .await;
+    // Long enough for garbage collection to have deleted it, had it been adopted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(untouched(&config_maps.get(&name).await.unwrap()));
 }
