@@ -1,10 +1,11 @@
 //! `initializer-operator install --bundle DIR` and `uninstall`: the bundle installed without OLM
 //! (kind, the sandbox, any cluster), from exactly the files OLM would read.
 //!
-//! [`plan`] turns a bundle into the objects to apply and is pure; [`install`] and [`uninstall`]
-//! are the IO shell. Everything the installer creates carries
+//! [`plan`] turns a bundle into the objects to apply and [`steps`] says what an uninstall does
+//! and in which order; both are pure; [`install`] and [`uninstall`] are the IO shell.
+//! Everything the installer creates carries
 //! `app.kubernetes.io/managed-by: initializer-operator-installer`, and it never overwrites or
-//! deletes an object without that label.
+//! deletes an object without that label, nor one of another install's namespace.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -12,9 +13,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use initializer_crds::{Initializer, constants};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -55,16 +59,79 @@ pub struct InstallArgs {
 /// Flags of `initializer-operator uninstall`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct UninstallArgs {
-    /// Keep every Initializer, its workload, the CRD and the namespace; only the operator goes.
-    /// Webhook configurations are still removed, so nothing blocks creates meanwhile.
+    /// Namespace the operator was installed in: only that install's objects are removed.
+    #[arg(long, default_value = manifest::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// Also delete every Initializer (the operator runs their finalizers first), then the
+    /// installer's namespace and the CRDs. Without it the Initializers, their workloads, the
+    /// namespace and the CRDs stay; only the operator goes, after its webhook configurations.
     #[arg(long)]
-    pub keep_initializers: bool,
-    /// Keep the CustomResourceDefinitions.
+    pub delete_initializers: bool,
+    /// With `--delete-initializers`, keep the CustomResourceDefinitions.
     #[arg(long)]
     pub keep_crds: bool,
-    /// How long to wait for Initializers to be cleaned up by the operator, in seconds.
+    /// How long to wait for Initializers to be cleaned up and the operator to stop, in seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+}
+
+impl UninstallArgs {
+    /// Uninstall the operator in `namespace`, keeping every Initializer and the CRDs.
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            delete_initializers: false,
+            keep_crds: false,
+            timeout: 120,
+        }
+    }
+}
+
+/// One step of an uninstall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UninstallStep {
+    /// Delete the operator-managed webhook configurations and fallback policies, so nothing
+    /// that can refuse a create outlives the operator's supervision.
+    Deregister,
+    /// Delete every Initializer and wait while the still-running operator runs the finalizers.
+    DeleteInitializers,
+    /// Delete the operator's Deployments and wait until their pods have stopped.
+    RemoveOperator,
+    /// Delete the installer's RBAC and service accounts.
+    RemovePermissions,
+    /// Delete the installer's namespace (never one it did not create).
+    RemoveNamespace,
+    /// Delete the installer's CustomResourceDefinitions.
+    RemoveCrds,
+}
+
+/// What an uninstall does, in order. It deregisters before anything else and again once the
+/// operator has stopped (a running operator may register again in between), and it deletes
+/// Initializers, the namespace that holds their workloads, and the CRDs only when asked to.
+pub fn steps(args: &UninstallArgs) -> Vec<UninstallStep> {
+    use UninstallStep::*;
+    let mut steps = vec![Deregister];
+    if args.delete_initializers {
+        steps.push(DeleteInitializers);
+    }
+    steps.extend([RemoveOperator, Deregister, RemovePermissions]);
+    if args.delete_initializers {
+        steps.push(RemoveNamespace);
+        if !args.keep_crds {
+            steps.push(RemoveCrds);
+        }
+    }
+    steps
+}
+
+/// True when a ClusterRoleBinding belongs to the install in `namespace`: every subject is a
+/// service account of that namespace.
+pub fn binds_install(binding: &ClusterRoleBinding, namespace: &str) -> bool {
+    let subjects = binding.subjects.as_deref().unwrap_or_default();
+    !subjects.is_empty()
+        && subjects
+            .iter()
+            .all(|s| s.kind == "ServiceAccount" && s.namespace.as_deref() == Some(namespace))
 }
 
 /// Every object an install applies, in the order it applies them.
@@ -88,6 +155,8 @@ pub struct InstallPlan {
     pub role_bindings: Vec<RoleBinding>,
     /// The install strategy's Deployments, in the namespace.
     pub deployments: Vec<Deployment>,
+    /// The bundle's PodDisruptionBudgets, in the namespace.
+    pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
 }
 
 /// Labels on everything the installer creates.
@@ -130,6 +199,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
     }
     let mut csv: Option<ClusterServiceVersion> = None;
     let mut crds = Vec::new();
+    let mut pod_disruption_budgets = Vec::new();
     for (path, text) in bundle.manifests() {
         let kind = serde_yaml::from_str::<serde_json::Value>(text)
             .ok()
@@ -152,6 +222,16 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                     .get_or_insert_default()
                     .extend(installer_labels());
                 crds.push(crd);
+            }
+            "PodDisruptionBudget" => {
+                let mut pdb: PodDisruptionBudget =
+                    serde_yaml::from_str(text).map_err(parse_error)?;
+                pdb.metadata.namespace = Some(namespace.to_string());
+                pdb.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .extend(installer_labels());
+                pod_disruption_budgets.push(pdb);
             }
             other => {
                 return Err(Error::InstallPlan(format!(
@@ -253,6 +333,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         roles,
         role_bindings,
         deployments,
+        pod_disruption_budgets,
     })
 }
 
@@ -352,6 +433,10 @@ pub async fn apply_plan(
     for deployment in &plan.deployments {
         apply(&deployments, deployment, "Deployment").await?;
     }
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &plan.namespace);
+    for pdb in &plan.pod_disruption_budgets {
+        apply(&budgets, pdb, "PodDisruptionBudget").await?;
+    }
     Ok(())
 }
 
@@ -389,67 +474,99 @@ pub async fn wait_available(
     Ok(())
 }
 
-/// Removes what [`install`] created, webhook configurations and Initializers first.
-///
-/// 1. Managed MutatingWebhookConfigurations are deleted at once: creates fail open from here on.
-/// 2. Initializers are deleted (unless `keep_initializers`), and the operator, still running,
-///    runs their finalizers; uninstall waits until they are gone.
-/// 3. The operator's Deployments, then webhook configurations again (the operator may have
-///    registered one in between), RBAC and service accounts.
-/// 4. The namespace and the CRDs, unless kept.
+/// Removes what [`install`] created in `args.namespace`, in the order [`steps`] gives:
+/// webhook configurations and fallback policies first, Initializers only when asked.
 pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let by_us = ListParams::default().labels(&format!(
-        "{}={MANAGED_BY_VALUE}",
-        constants::MANAGED_BY_LABEL
-    ));
-    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    delete_webhook_configurations(&webhooks).await?;
-
-    if !args.keep_initializers {
-        let initializers: Api<Initializer> = Api::all(client.clone());
-        if crd_exists(&client).await? {
-            for initializer in list(&initializers, &ListParams::default(), "Initializer").await? {
-                delete(&initializers, &initializer.name_any(), "Initializer").await?;
+    for step in steps(args) {
+        tracing::info!(?step, "uninstall");
+        match step {
+            UninstallStep::Deregister => deregister(&client).await?,
+            UninstallStep::DeleteInitializers => delete_initializers(&client, deadline).await?,
+            UninstallStep::RemoveOperator => {
+                remove_operator(&client, &args.namespace, deadline).await?
             }
-            let waited = wait_until(deadline, "every Initializer's finalizer to finish", || {
-                let initializers = initializers.clone();
-                async move {
-                    Ok(list(&initializers, &ListParams::default(), "Initializer")
-                        .await?
-                        .is_empty())
+            UninstallStep::RemovePermissions => {
+                remove_permissions(&client, &args.namespace).await?
+            }
+            UninstallStep::RemoveNamespace => {
+                let namespaces: Api<Namespace> = Api::all(client.clone());
+                if let Some(ns) = get_opt(&namespaces, &args.namespace, "Namespace").await?
+                    && installed_by_us(&ns.metadata)
+                {
+                    delete(&namespaces, &args.namespace, "Namespace").await?;
                 }
-            })
-            .await;
-            if let Err(Error::Wait { what, .. }) = waited {
-                let left: Vec<String> = list(&initializers, &ListParams::default(), "Initializer")
-                    .await?
-                    .iter()
-                    .map(ResourceExt::name_any)
-                    .collect();
-                return Err(Error::Wait {
-                    what,
-                    reason: format!(
-                        "still present: {}; the operator runs their finalizers, so it must be running (see `kubectl -n <namespace> get deployment initializer-operator`)",
-                        left.join(", ")
-                    ),
-                });
             }
-            waited?;
+            UninstallStep::RemoveCrds => {
+                delete_labelled::<CustomResourceDefinition>(
+                    &client,
+                    |_: &str| Api::all(client.clone()),
+                    &installer_selector(),
+                    "CustomResourceDefinition",
+                )
+                .await?
+            }
         }
     }
+    Ok(())
+}
 
-    let deployments: Api<Deployment> = Api::all(client.clone());
-    for deployment in list(&deployments, &by_us, "Deployment").await? {
-        let namespace = deployment.namespace().unwrap_or_default();
-        let namespaced: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
-        delete(&namespaced, &deployment.name_any(), "Deployment").await?;
-        // A terminating operator pod could still register a configuration: wait for the pods to
-        // be gone before the final sweep.
+fn installer_selector() -> ListParams {
+    ListParams::default().labels(&format!(
+        "{}={MANAGED_BY_VALUE}",
+        constants::MANAGED_BY_LABEL
+    ))
+}
+
+/// Deletes every Initializer and waits until the operator has run their finalizers.
+async fn delete_initializers(client: &Client, deadline: Instant) -> Result<(), Error> {
+    if !crd_exists(client).await? {
+        return Ok(());
+    }
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    for initializer in list(&initializers, &ListParams::default(), "Initializer").await? {
+        delete(&initializers, &initializer.name_any(), "Initializer").await?;
+    }
+    let waited = wait_until(deadline, "every Initializer's finalizer to finish", || {
+        let initializers = initializers.clone();
+        async move {
+            Ok(list(&initializers, &ListParams::default(), "Initializer")
+                .await?
+                .is_empty())
+        }
+    })
+    .await;
+    if let Err(Error::Wait { what, .. }) = waited {
+        let left: Vec<String> = list(&initializers, &ListParams::default(), "Initializer")
+            .await?
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        return Err(Error::Wait {
+            what,
+            reason: format!(
+                "still present: {}; the operator runs their finalizers, so it must be running (see `kubectl -n <namespace> get deployment initializer-operator`)",
+                left.join(", ")
+            ),
+        });
+    }
+    waited
+}
+
+/// Deletes the installer's Deployments in `namespace` and waits until their pods have stopped
+/// (a terminating operator pod could still register a configuration), then their
+/// PodDisruptionBudgets.
+async fn remove_operator(client: &Client, namespace: &str, deadline: Instant) -> Result<(), Error> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    for deployment in list(&deployments, &installer_selector(), "Deployment").await? {
+        if !installed_by_us(&deployment.metadata) {
+            continue;
+        }
+        delete(&deployments, &deployment.name_any(), "Deployment").await?;
         let Some(selector) = pod_selector(&deployment) else {
             continue;
         };
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let params = ListParams::default().labels(&selector);
         wait_until(
             deadline,
@@ -462,59 +579,78 @@ pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error
         )
         .await?;
     }
+    delete_in_namespace::<PodDisruptionBudget>(client, namespace, "PodDisruptionBudget").await
+}
+
+/// Deletes the installer's RBAC and service accounts of the install in `namespace`: the
+/// ClusterRoleBindings whose subjects are all of that namespace and the ClusterRoles they
+/// bind, and the Roles, RoleBindings and ServiceAccounts in it.
+async fn remove_permissions(client: &Client, namespace: &str) -> Result<(), Error> {
+    let by_us = installer_selector();
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let mut bound_roles = Vec::new();
+    for binding in list(&bindings, &by_us, "ClusterRoleBinding").await? {
+        if installed_by_us(&binding.metadata) && binds_install(&binding, namespace) {
+            delete(&bindings, &binding.name_any(), "ClusterRoleBinding").await?;
+            bound_roles.push(binding.role_ref.name.clone());
+        }
+    }
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    for name in bound_roles {
+        if let Some(role) = get_opt(&roles, &name, "ClusterRole").await?
+            && installed_by_us(&role.metadata)
+        {
+            delete(&roles, &name, "ClusterRole").await?;
+        }
+    }
+    delete_in_namespace::<RoleBinding>(client, namespace, "RoleBinding").await?;
+    delete_in_namespace::<Role>(client, namespace, "Role").await?;
+    delete_in_namespace::<ServiceAccount>(client, namespace, "ServiceAccount").await
+}
+
+async fn delete_in_namespace<K>(
+    client: &Client,
+    namespace: &str,
+    kind: &'static str,
+) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    for object in list(&api, &installer_selector(), kind).await? {
+        if installed_by_us(object.meta()) {
+            delete(&api, &object.name_any(), kind).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every webhook configuration the operator manages and every fallback policy and
+/// binding it put in force (labelled by the operator for an Initializer). An API server that
+/// does not serve ValidatingAdmissionPolicy has no fallbacks.
+pub async fn deregister(client: &Client) -> Result<(), Error> {
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     delete_webhook_configurations(&webhooks).await?;
-    delete_labelled::<ClusterRoleBinding>(
-        &client,
-        |_: &str| Api::all(client.clone()),
-        &by_us,
-        "ClusterRoleBinding",
-    )
-    .await?;
-    delete_labelled::<ClusterRole>(
-        &client,
-        |_: &str| Api::all(client.clone()),
-        &by_us,
-        "ClusterRole",
-    )
-    .await?;
-    delete_labelled::<RoleBinding>(
-        &client,
-        |ns: &str| Api::namespaced(client.clone(), ns),
-        &by_us,
-        "RoleBinding",
-    )
-    .await?;
-    delete_labelled::<Role>(
-        &client,
-        |ns: &str| Api::namespaced(client.clone(), ns),
-        &by_us,
-        "Role",
-    )
-    .await?;
-    delete_labelled::<ServiceAccount>(
-        &client,
-        |ns: &str| Api::namespaced(client.clone(), ns),
-        &by_us,
-        "ServiceAccount",
-    )
-    .await?;
-    if !args.keep_initializers {
-        delete_labelled::<Namespace>(
-            &client,
-            |_: &str| Api::all(client.clone()),
-            &by_us,
-            "Namespace",
+    let fallbacks = ListParams::default().labels(&format!(
+        "{}={},{}",
+        constants::MANAGED_BY_LABEL,
+        constants::MANAGED_BY_VALUE,
+        constants::INITIALIZER_LABEL,
+    ));
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    for binding in list_if_served(&bindings, &fallbacks, "ValidatingAdmissionPolicyBinding").await?
+    {
+        delete(
+            &bindings,
+            &binding.name_any(),
+            "ValidatingAdmissionPolicyBinding",
         )
         .await?;
-        if !args.keep_crds {
-            delete_labelled::<CustomResourceDefinition>(
-                &client,
-                |_: &str| Api::all(client.clone()),
-                &by_us,
-                "CustomResourceDefinition",
-            )
-            .await?;
-        }
+    }
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    for policy in list_if_served(&policies, &fallbacks, "ValidatingAdmissionPolicy").await? {
+        delete(&policies, &policy.name_any(), "ValidatingAdmissionPolicy").await?;
     }
     Ok(())
 }
@@ -653,6 +789,36 @@ where
     Ok(())
 }
 
+/// Lists like [`list`]; a kind the API server does not serve (404) has no objects.
+async fn list_if_served<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    kind: &'static str,
+) -> Result<Vec<K>, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.list(params).await {
+        Ok(list) => Ok(list.items),
+        Err(err) if crate::error::is_not_found(&err) => Ok(Vec::new()),
+        Err(source) => Err(Error::List {
+            kind,
+            source: Box::new(source),
+        }),
+    }
+}
+
+async fn get_opt<K>(api: &Api<K>, name: &str, kind: &'static str) -> Result<Option<K>, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    api.get_opt(name).await.map_err(|source| Error::Get {
+        kind,
+        name: name.to_string(),
+        source: Box::new(source),
+    })
+}
+
 async fn list<K>(api: &Api<K>, params: &ListParams, kind: &'static str) -> Result<Vec<K>, Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
@@ -742,6 +908,11 @@ mod tests {
             plan.deployments[0].spec.as_ref().unwrap(),
             &manifest::deployment_spec()
         );
+        assert_eq!(plan.pod_disruption_budgets.len(), 1);
+        assert_eq!(
+            plan.pod_disruption_budgets[0].spec,
+            manifest::pod_disruption_budget().spec
+        );
     }
 
     #[test]
@@ -757,7 +928,8 @@ mod tests {
             .chain(plan.cluster_role_bindings.iter().map(|o| &o.metadata))
             .chain(plan.roles.iter().map(|o| &o.metadata))
             .chain(plan.role_bindings.iter().map(|o| &o.metadata))
-            .chain(plan.deployments.iter().map(|o| &o.metadata));
+            .chain(plan.deployments.iter().map(|o| &o.metadata))
+            .chain(plan.pod_disruption_budgets.iter().map(|o| &o.metadata));
         for meta in metas {
             assert!(installed_by_us(meta), "{:?} is not labelled", meta.name);
         }
@@ -772,6 +944,9 @@ mod tests {
         }
         for deployment in &plan.deployments {
             assert_eq!(deployment.namespace().as_deref(), Some("elsewhere"));
+        }
+        for pdb in &plan.pod_disruption_budgets {
+            assert_eq!(pdb.namespace().as_deref(), Some("elsewhere"));
         }
         for binding in &plan.cluster_role_bindings {
             let subject = &binding.subjects.as_ref().unwrap()[0];
@@ -832,5 +1007,76 @@ mod tests {
         assert!(!deployment_available(&deployment), "one of two replicas");
         deployment.status.as_mut().unwrap().available_replicas = Some(2);
         assert!(deployment_available(&deployment));
+    }
+
+    #[test]
+    fn uninstall_keeps_initializers_their_namespace_and_the_crds_by_default() {
+        use UninstallStep::*;
+        assert_eq!(
+            steps(&UninstallArgs::new("ns")),
+            vec![Deregister, RemoveOperator, Deregister, RemovePermissions]
+        );
+    }
+
+    #[test]
+    fn initializers_namespace_and_crds_go_only_when_asked() {
+        use UninstallStep::*;
+        let mut args = UninstallArgs::new("ns");
+        args.delete_initializers = true;
+        assert_eq!(
+            steps(&args),
+            vec![
+                Deregister,
+                DeleteInitializers,
+                RemoveOperator,
+                Deregister,
+                RemovePermissions,
+                RemoveNamespace,
+                RemoveCrds
+            ]
+        );
+        args.keep_crds = true;
+        assert!(!steps(&args).contains(&RemoveCrds));
+        args.delete_initializers = false;
+        assert!(!steps(&args).contains(&DeleteInitializers));
+        assert!(!steps(&args).contains(&RemoveNamespace));
+    }
+
+    #[test]
+    fn every_uninstall_deregisters_before_it_touches_the_operator_or_an_initializer() {
+        for delete_initializers in [false, true] {
+            let mut args = UninstallArgs::new("ns");
+            args.delete_initializers = delete_initializers;
+            let steps = steps(&args);
+            assert_eq!(steps[0], UninstallStep::Deregister);
+            // And again after the operator has stopped, as the last word on registrations.
+            let stopped = steps
+                .iter()
+                .position(|s| *s == UninstallStep::RemoveOperator)
+                .unwrap();
+            assert_eq!(steps[stopped + 1], UninstallStep::Deregister);
+        }
+    }
+
+    #[test]
+    fn a_cluster_role_binding_belongs_to_the_install_whose_namespace_holds_every_subject() {
+        let binding = |subjects: serde_json::Value| -> ClusterRoleBinding {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "initializer-operator"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "initializer-operator"},
+                "subjects": subjects,
+            }))
+            .unwrap()
+        };
+        let sa = |ns: &str| serde_json::json!({"kind": "ServiceAccount", "name": "initializer-operator", "namespace": ns});
+        assert!(binds_install(&binding(serde_json::json!([sa("a")])), "a"));
+        assert!(!binds_install(&binding(serde_json::json!([sa("b")])), "a"));
+        assert!(!binds_install(
+            &binding(serde_json::json!([sa("a"), sa("b")])),
+            "a"
+        ));
+        assert!(!binds_install(&binding(serde_json::json!([])), "a"));
+        let group = serde_json::json!([{"kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io"}]);
+        assert!(!binds_install(&binding(group), "a"));
     }
 }

@@ -1,4 +1,5 @@
-//! The operator's own workload: its Namespace, ServiceAccount and Deployment.
+//! The operator's own workload: its Namespace, ServiceAccount, Deployment and
+//! PodDisruptionBudget.
 //!
 //! These definitions are the single source of how the operator runs. The bundle generator puts
 //! the Deployment into the ClusterServiceVersion's install strategy; `install --bundle` reads it
@@ -13,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, ServiceAccount,
     WeightedPodAffinityTerm,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -192,9 +194,43 @@ pub fn deployment_spec() -> DeploymentSpec {
     }
 }
 
+/// The operator's PodDisruptionBudget, a manifest of the bundle (OLM creates it in the
+/// install namespace): `maxUnavailable: 1`, so a drain keeps one of the two replicas running
+/// while it evicts the other, and never blocks on a single replica (`minAvailable: 1` would).
+pub fn pod_disruption_budget() -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(OPERATOR_NAME.to_string()),
+            labels: Some(selector_labels()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector::match_labels(selector_labels())),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_disruption_budget_selects_the_operator_and_never_blocks_a_drain() {
+        let spec = pod_disruption_budget().spec.unwrap();
+        assert_eq!(
+            spec.selector.as_ref().unwrap().match_labels,
+            deployment_spec().selector.match_labels
+        );
+        for replicas in 1..=REPLICAS {
+            assert!(
+                crate::bundle::validate::disruptions_allowed(&spec, replicas) >= 1,
+                "{replicas} replica(s)"
+            );
+        }
+    }
 
     #[test]
     fn operator_pods_are_selected_by_the_deployment_and_excluded_from_interception() {

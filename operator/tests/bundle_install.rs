@@ -15,6 +15,7 @@ use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -51,12 +52,12 @@ fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(30)
 }
 
+/// Uninstall everything, Initializers included.
 fn uninstall_args() -> UninstallArgs {
-    UninstallArgs {
-        keep_initializers: false,
-        keep_crds: false,
-        timeout: 30,
-    }
+    let mut args = UninstallArgs::new(NAMESPACE);
+    args.delete_initializers = true;
+    args.timeout = 30;
+    args
 }
 
 #[tokio::test]
@@ -123,6 +124,15 @@ async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
     assert_eq!(
         container.image.as_deref(),
         Some(images::image(images::OPERATOR).as_str())
+    );
+    let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE)
+        .get(OPERATOR)
+        .await
+        .unwrap();
+    assert!(installed_by_us(&pdb.metadata));
+    assert_eq!(
+        pdb.spec.unwrap().max_unavailable,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
     );
     sandbox.shutdown().await;
 }
@@ -202,6 +212,8 @@ async fn uninstall_removes_what_install_created_and_nothing_else() {
     assert!(!exists(&deployments, OPERATOR).await);
     let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
     assert!(!exists(&accounts, OPERATOR).await);
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE);
+    assert!(!exists(&budgets, OPERATOR).await);
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     assert!(!exists(&crds, constants::CRD_NAME).await);
     let namespace = Api::<Namespace>::all(client.clone())
@@ -411,6 +423,214 @@ async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
     assert!(
         webhooks.items.is_empty(),
         "no webhook configuration is left"
+    );
+    sandbox.shutdown().await;
+}
+
+fn managed_configuration(name: &str, manager: &str) -> MutatingWebhookConfiguration {
+    serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {constants::MANAGED_BY_LABEL: manager}},
+        "webhooks": [],
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn uninstall_keeps_initializers_the_crd_and_the_namespace_unless_asked() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+    let initializers = Api::<Initializer>::all(client.clone());
+    let sidecar: Initializer = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    initializers
+        .create(&PostParams::default(), &sidecar)
+        .await
+        .unwrap();
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    webhooks
+        .create(
+            &PostParams::default(),
+            &managed_configuration("initializer-sidecar", constants::MANAGED_BY_VALUE),
+        )
+        .await
+        .unwrap();
+
+    let mut args = UninstallArgs::new(NAMESPACE);
+    args.timeout = 30;
+    install::uninstall(client.clone(), &args).await.unwrap();
+
+    assert!(exists(&initializers, "sidecar").await);
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    assert!(exists(&crds, constants::CRD_NAME).await);
+    let namespace = Api::<Namespace>::all(client.clone())
+        .get(NAMESPACE)
+        .await
+        .unwrap();
+    assert!(namespace.metadata.deletion_timestamp.is_none());
+    // The operator and its registrations are gone all the same.
+    assert!(!exists(&webhooks, "initializer-sidecar").await);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+    assert!(!exists(&deployments, OPERATOR).await);
+    assert!(!exists(&Api::<ClusterRole>::all(client.clone()), OPERATOR).await);
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn uninstall_leaves_the_objects_of_an_install_in_another_namespace_alone() {
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+    // Another install's objects, with the installer's label, in namespace "elsewhere".
+    let installer = json!({constants::MANAGED_BY_LABEL: install::MANAGED_BY_VALUE});
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "elsewhere", "labels": installer}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), "elsewhere");
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "other-operator", "labels": installer}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let cluster_roles = Api::<ClusterRole>::all(client.clone());
+    cluster_roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "other-operator", "labels": installer}, "rules": []}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "other-operator", "labels": installer},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "other-operator"},
+                "subjects": [{"kind": "ServiceAccount", "name": "other-operator", "namespace": "elsewhere"}],
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    install::uninstall(client.clone(), &uninstall_args())
+        .await
+        .unwrap();
+
+    assert!(!exists(&cluster_roles, OPERATOR).await);
+    assert!(exists(&cluster_roles, "other-operator").await);
+    assert!(exists(&bindings, "other-operator").await);
+    assert!(exists(&accounts, "other-operator").await);
+    let elsewhere = Api::<Namespace>::all(client.clone())
+        .get("elsewhere")
+        .await
+        .unwrap();
+    assert!(elsewhere.metadata.deletion_timestamp.is_none());
+    sandbox.shutdown().await;
+}
+
+#[tokio::test]
+async fn uninstall_deletes_the_managed_configurations_before_the_operator() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{WatchEvent, WatchParams};
+    let (_dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    install::apply_plan(&client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    webhooks
+        .create(
+            &PostParams::default(),
+            &managed_configuration("initializer-guard", constants::MANAGED_BY_VALUE),
+        )
+        .await
+        .unwrap();
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
+
+    // The resourceVersion of each deletion: the API server orders every write by it.
+    async fn deleted_at<K>(api: Api<K>, name: &'static str, from: String) -> u64
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let mut events = api
+            .watch(&WatchParams::default(), &from)
+            .await
+            .unwrap()
+            .boxed();
+        while let Some(event) = events.try_next().await.unwrap() {
+            if let WatchEvent::Deleted(object) = event
+                && object.meta().name.as_deref() == Some(name)
+            {
+                return object
+                    .meta()
+                    .resource_version
+                    .clone()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+            }
+        }
+        panic!("the watch of {name} ended before its deletion");
+    }
+    let configuration_rv = webhooks
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let operator_rv = deployments
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let configuration = tokio::spawn(deleted_at(
+        webhooks.clone(),
+        "initializer-guard",
+        configuration_rv,
+    ));
+    let operator = tokio::spawn(deleted_at(deployments.clone(), OPERATOR, operator_rv));
+
+    install::uninstall(client.clone(), &UninstallArgs::new(NAMESPACE))
+        .await
+        .unwrap();
+
+    let within = Duration::from_secs(10);
+    let configuration = tokio::time::timeout(within, configuration)
+        .await
+        .unwrap()
+        .unwrap();
+    let operator = tokio::time::timeout(within, operator)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        configuration < operator,
+        "configuration deleted at {configuration}, operator at {operator}"
     );
     sandbox.shutdown().await;
 }

@@ -675,3 +675,66 @@ fn bundle_over_one_mebibyte_compressed_is_reported() {
         |v| matches!(v, BundleViolation::TooLarge { compressed_bytes } if *compressed_bytes > bundle::validate::MAX_COMPRESSED_BYTES),
     );
 }
+
+// The operator's PodDisruptionBudget.
+
+#[test]
+fn committed_bundle_gives_the_operator_a_disruption_budget_of_max_unavailable_one() {
+    let bundle = Bundle::read(&committed_dir()).unwrap();
+    let pdb: Value = serde_yaml::from_str(bundle.file(bundle::PDB_FILE).unwrap()).unwrap();
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["kind"], "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert!(pdb["spec"].get("minAvailable").is_none());
+    assert!(
+        pdb["metadata"].get("namespace").is_none(),
+        "OLM puts it in the install namespace"
+    );
+}
+
+#[test]
+fn a_disruption_budget_that_blocks_the_drain_of_a_single_replica_is_reported() {
+    let copy = Copy::new();
+    copy.edit(bundle::PDB_FILE, |pdb| {
+        pdb["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("maxUnavailable");
+        pdb["spec"]["minAvailable"] = json!(1);
+    });
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::PdbBlocksDrain { replicas: 1, .. })
+    });
+}
+
+#[test]
+fn a_disruption_budget_of_max_unavailable_zero_is_reported() {
+    let copy = Copy::new();
+    copy.set(bundle::PDB_FILE, "/spec/maxUnavailable", json!(0));
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::PdbBlocksDrain { .. })
+    });
+}
+
+#[test]
+fn a_disruption_budget_that_selects_no_operator_pod_is_reported() {
+    let copy = Copy::new();
+    copy.set(
+        bundle::PDB_FILE,
+        "/spec/selector/matchLabels",
+        json!({"app.kubernetes.io/name": "someone-else"}),
+    );
+    assert_reports(&copy.violations(), |v| {
+        matches!(v, BundleViolation::PdbSelectsNothing { .. })
+    });
+}
+
+#[test]
+fn a_disruption_budget_that_is_not_one_is_reported() {
+    let copy = Copy::new();
+    copy.set(bundle::PDB_FILE, "/spec/maxUnavailable", json!({"no": 1}));
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "PodDisruptionBudget"),
+    );
+}

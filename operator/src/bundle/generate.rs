@@ -1,6 +1,6 @@
 //! Builds the bundle's files from the operator's own definitions: the CRD from
-//! `initializer-crds`, the Deployment from [`crate::manifest`], the RBAC from [`crate::rbac`],
-//! and the example from `examples/sidecar-initializer.yaml`.
+//! `initializer-crds`, the Deployment and PodDisruptionBudget from [`crate::manifest`], the RBAC
+//! from [`crate::rbac`], and the example from `examples/sidecar-initializer.yaml`.
 //!
 //! Output is deterministic: `createdAt` comes from the release table, not the clock, and every
 //! map is sorted, so regenerating an unchanged tree changes no byte.
@@ -19,7 +19,8 @@ use super::csv::{
     StrategyDeploymentSpec, StrategyDetailsDeployment,
 };
 use super::{
-    ANNOTATIONS_FILE, Bundle, CHANNEL, CRD_FILE, CSV_FILE, DOCKERFILE, PACKAGE, SCORECARD_FILE,
+    ANNOTATIONS_FILE, Bundle, CHANNEL, CRD_FILE, CSV_FILE, DOCKERFILE, PACKAGE, PDB_FILE,
+    SCORECARD_FILE,
 };
 use crate::error::Error;
 use crate::manifest;
@@ -120,9 +121,12 @@ pub fn generate_with_rules(cluster_rules: Vec<PolicyRule>) -> Result<Bundle, Err
         .map_err(|err| yaml_error("the annotations", &err))?;
     let scorecard = serde_yaml::to_string(&scorecard_config())
         .map_err(|err| yaml_error("the scorecard configuration", &err))?;
+    let pdb = serde_yaml::to_string(&manifest::pod_disruption_budget())
+        .map_err(|err| yaml_error("the PodDisruptionBudget", &err))?;
     let files = BTreeMap::from([
         (CSV_FILE.to_string(), csv_yaml),
         (CRD_FILE.to_string(), crd),
+        (PDB_FILE.to_string(), pdb),
         (ANNOTATIONS_FILE.to_string(), annotations_yaml),
         (DOCKERFILE.to_string(), dockerfile(&annotations)),
         (SCORECARD_FILE.to_string(), scorecard),

@@ -28,6 +28,8 @@ pub const BUNDLE_DIR: &str = "bundles/initializer-operator";
 pub const CSV_FILE: &str = "manifests/initializer-operator.clusterserviceversion.yaml";
 /// The owned CRD, relative to the bundle directory (same file name as in `crds/manifests/`).
 pub const CRD_FILE: &str = "manifests/initializer.dev_initializers.yaml";
+/// The operator's PodDisruptionBudget, relative to the bundle directory.
+pub const PDB_FILE: &str = "manifests/initializer-operator.poddisruptionbudget.yaml";
 /// The bundle annotations, relative to the bundle directory.
 pub const ANNOTATIONS_FILE: &str = "metadata/annotations.yaml";
 /// The bundle image's Dockerfile, relative to the bundle directory (its build context).
@@ -180,6 +182,6 @@ mod tests {
     fn manifests_lists_only_files_directly_in_the_manifests_directory() {
         let bundle = generate().unwrap();
         let names: Vec<&str> = bundle.manifests().map(|(name, _)| name).collect();
-        assert_eq!(names, vec![CSV_FILE, CRD_FILE]);
+        assert_eq!(names, vec![CSV_FILE, PDB_FILE, CRD_FILE]);
     }
 }

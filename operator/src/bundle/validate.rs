@@ -11,8 +11,10 @@ use std::path::Path;
 use base64::Engine as _;
 use initializer_crds::Initializer;
 use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
 use super::generate::CAPABILITIES;
@@ -309,6 +311,24 @@ pub enum BundleViolation {
         /// The install strategy's images.
         images: Vec<String>,
     },
+    /// A PodDisruptionBudget selects none of the install strategy's pods.
+    #[error("PodDisruptionBudget {name} selects no pods of the install strategy's deployments")]
+    PdbSelectsNothing {
+        /// The PodDisruptionBudget's name.
+        name: String,
+    },
+    /// A PodDisruptionBudget would let no pod be evicted: a node drain would hang on it.
+    #[error(
+        "PodDisruptionBudget {name} allows no eviction with {replicas} replica(s) of deployment {deployment}: a drain would block"
+    )]
+    PdbBlocksDrain {
+        /// The PodDisruptionBudget's name.
+        name: String,
+        /// The deployment it selects.
+        deployment: String,
+        /// The replica count at which it blocks.
+        replicas: i32,
+    },
     /// The bundle is too large for OLM to unpack.
     #[error("the bundle is {compressed_bytes} bytes gzip-compressed, over {MAX_COMPRESSED_BYTES}")]
     TooLarge {
@@ -342,6 +362,7 @@ pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
     let mut csvs = Vec::new();
     let mut crds = Vec::new();
     let mut service_accounts = Vec::new();
+    let mut budgets = Vec::new();
     for (path, text) in bundle.manifests() {
         let value: Value = match serde_yaml::from_str(text) {
             Ok(value) => value,
@@ -371,6 +392,10 @@ pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
             "ServiceAccount" => {
                 service_accounts.push(str_at(&value, &["metadata", "name"]).to_string())
             }
+            "PodDisruptionBudget" => match serde_json::from_value::<PodDisruptionBudget>(value) {
+                Ok(pdb) => budgets.push(pdb),
+                Err(err) => out.push(embedded(path, "PodDisruptionBudget", &err)),
+            },
             _ => {}
         }
     }
@@ -385,6 +410,7 @@ pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
         check_csv(path, csv, package, &mut out);
         check_install(path, csv, &service_accounts, &mut out);
         check_owned_crds(csv, &crds, &mut out);
+        check_disruption_budgets(csv, &budgets, &mut out);
     }
     check_crd_drift(&crds, &mut out);
     check_size(bundle, &mut out);
@@ -601,6 +627,85 @@ fn check_install_modes(csv: &Value, out: &mut Vec<BundleViolation>) {
         out.push(BundleViolation::InstallModes {
             message: "AllNamespaces must be supported: Initializers are cluster-scoped".to_string(),
         });
+    }
+}
+
+/// How many pods a budget lets a drain evict when `replicas` healthy pods are expected, as the
+/// disruption controller computes it (percentages round up, as `GetScaledValueFromIntOrPercent`
+/// with `roundUp` does). A budget with neither field allows every eviction.
+pub fn disruptions_allowed(spec: &PodDisruptionBudgetSpec, replicas: i32) -> i32 {
+    let scaled = |value: &IntOrString| match value {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(text) => {
+            let percent: i64 = text
+                .strip_suffix('%')
+                .and_then(|p| p.trim().parse().ok())
+                .unwrap_or(0);
+            let scaled = (percent * i64::from(replicas) + 99).div_euclid(100);
+            i32::try_from(scaled).unwrap_or(i32::MAX)
+        }
+    };
+    let desired_healthy = match (&spec.min_available, &spec.max_unavailable) {
+        (Some(min), _) => scaled(min),
+        (None, Some(max)) => (replicas - scaled(max)).max(0),
+        (None, None) => 0,
+    };
+    (replicas - desired_healthy).max(0)
+}
+
+/// Each PodDisruptionBudget selects a deployment of the install strategy and lets a drain evict
+/// a pod at every replica count from one to the deployment's.
+fn check_disruption_budgets(
+    csv: &Value,
+    budgets: &[PodDisruptionBudget],
+    out: &mut Vec<BundleViolation>,
+) {
+    let deployments: Vec<(String, BTreeMap<String, String>, i32)> =
+        array_at(csv, &["spec", "install", "spec", "deployments"])
+            .iter()
+            .map(|deployment| {
+                let labels = deployment
+                    .pointer("/spec/template/metadata/labels")
+                    .and_then(|labels| serde_json::from_value(labels.clone()).ok())
+                    .unwrap_or_default();
+                let replicas = deployment
+                    .pointer("/spec/replicas")
+                    .and_then(Value::as_i64)
+                    .and_then(|r| i32::try_from(r).ok())
+                    .unwrap_or(1);
+                (str_at(deployment, &["name"]).to_string(), labels, replicas)
+            })
+            .collect();
+    for pdb in budgets {
+        let name = pdb.metadata.name.clone().unwrap_or_default();
+        let spec = pdb.spec.clone().unwrap_or_default();
+        let selector = spec.selector.clone().unwrap_or_default();
+        let wanted = selector.match_labels.clone().unwrap_or_default();
+        let selected: Vec<&(String, BTreeMap<String, String>, i32)> = deployments
+            .iter()
+            .filter(|(_, labels, _)| {
+                !wanted.is_empty()
+                    && selector
+                        .match_expressions
+                        .as_ref()
+                        .is_none_or(Vec::is_empty)
+                    && wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+            })
+            .collect();
+        if selected.is_empty() {
+            out.push(BundleViolation::PdbSelectsNothing { name: name.clone() });
+        }
+        for (deployment, _, replicas) in selected {
+            if let Some(blocked) =
+                (1..=(*replicas).max(1)).find(|n| disruptions_allowed(&spec, *n) < 1)
+            {
+                out.push(BundleViolation::PdbBlocksDrain {
+                    name: name.clone(),
+                    deployment: deployment.clone(),
+                    replicas: blocked,
+                });
+            }
+        }
     }
 }
 
@@ -890,4 +995,50 @@ pub fn summary(violations: &[BundleViolation]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(min: Option<IntOrString>, max: Option<IntOrString>) -> PodDisruptionBudgetSpec {
+        PodDisruptionBudgetSpec {
+            min_available: min,
+            max_unavailable: max,
+            ..PodDisruptionBudgetSpec::default()
+        }
+    }
+
+    #[test]
+    fn max_unavailable_one_lets_a_drain_evict_one_pod_whatever_the_replicas() {
+        let one = spec(None, Some(IntOrString::Int(1)));
+        assert_eq!(disruptions_allowed(&one, 1), 1);
+        assert_eq!(disruptions_allowed(&one, 2), 1);
+    }
+
+    #[test]
+    fn min_available_one_blocks_a_drain_of_a_single_replica() {
+        let one = spec(Some(IntOrString::Int(1)), None);
+        assert_eq!(disruptions_allowed(&one, 1), 0);
+        assert_eq!(disruptions_allowed(&one, 2), 1);
+    }
+
+    #[test]
+    fn percentages_round_up_as_the_disruption_controller_does() {
+        let half = |s: &str| IntOrString::String(s.to_string());
+        // minAvailable 50% of one pod is one pod: nothing may go.
+        assert_eq!(disruptions_allowed(&spec(Some(half("50%")), None), 1), 0);
+        // maxUnavailable 50% of one pod is one pod: it may go.
+        assert_eq!(disruptions_allowed(&spec(None, Some(half("50%"))), 1), 1);
+        assert_eq!(disruptions_allowed(&spec(None, Some(half("0%"))), 2), 0);
+        assert_eq!(disruptions_allowed(&spec(Some(half("0%")), None), 1), 1);
+    }
+
+    #[test]
+    fn max_unavailable_zero_blocks_every_drain() {
+        assert_eq!(
+            disruptions_allowed(&spec(None, Some(IntOrString::Int(0))), 2),
+            0
+        );
+    }
 }
