@@ -6,7 +6,9 @@
 use std::fmt::Debug;
 use std::future::Future;
 
-use initializer_crds::constants::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_crds::constants::{
+    FIELD_MANAGER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
 use initializer_crds::{Initializer, InitializerStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -15,7 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -310,8 +312,50 @@ async fn apply_fallback_with(
     }
 }
 
-/// Puts the fallback in force: the policy, then its binding (server-side apply).
+/// Whether a live fallback policy or binding is the one the operator put in force for the
+/// Initializer labelled `initializer_label`: the operator's managed-by label and that
+/// Initializer's label (cluster-scoped fallbacks carry no owner reference). With no label to
+/// compare, any Initializer's label will do.
+pub fn fallback_is_ours(live: &ObjectMeta, initializer_label: Option<&str>) -> bool {
+    let label = |key: &str| live.labels.as_ref().and_then(|l| l.get(key));
+    label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
+        && label(INITIALIZER_LABEL)
+            .is_some_and(|v| initializer_label.is_none_or(|expected| v == expected))
+}
+
+/// Refuses with [`Error::NotOurs`] when a cluster-scoped object of `obj`'s name exists and is
+/// not this Initializer's fallback.
+async fn claim_fallback<K>(client: &Client, obj: &K) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + k8s_openapi::Resource + Clone + Debug + DeserializeOwned,
+{
+    let name = obj.name_any();
+    let kind = <K as k8s_openapi::Resource>::KIND;
+    let live = Api::<K>::all(client.clone())
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Get {
+            kind,
+            name: name.clone(),
+            source: Box::new(source),
+        })?;
+    let expected = obj.labels().get(INITIALIZER_LABEL).map(String::as_str);
+    match live {
+        Some(live) if !fallback_is_ours(live.meta(), expected) => {
+            Err(Error::NotOurs { kind, name })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Puts the fallback in force: the policy, then its binding (server-side apply). A policy or
+/// binding of the same name that is not this Initializer's is never taken over
+/// ([`Error::NotOurs`]).
 pub async fn apply_fallback(client: &Client, fallback: &FallbackPolicy) -> Result<FallbackCheck> {
+    futures::try_join!(
+        claim_fallback(client, &fallback.policy),
+        claim_fallback(client, &fallback.binding),
+    )?;
     apply_fallback_with(client, fallback, &apply_params()).await
 }
 
@@ -320,41 +364,52 @@ pub async fn check_fallback(client: &Client, fallback: &FallbackPolicy) -> Resul
     apply_fallback_with(client, fallback, &apply_params().dry_run()).await
 }
 
-/// Lifts the fallback: the binding first, then the policy. True when something was deleted;
-/// an API server without ValidatingAdmissionPolicy has nothing to delete.
-pub async fn remove_fallback(client: &Client, name: &str) -> Result<bool> {
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let mut deleted = false;
-    for (kind, result) in [
-        (
-            "ValidatingAdmissionPolicyBinding",
-            bindings
-                .delete(name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        ),
-        (
-            "ValidatingAdmissionPolicy",
-            policies
-                .delete(name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        ),
-    ] {
-        match result {
-            Ok(()) => deleted = true,
-            Err(e) if is_not_found(&e) => {}
-            Err(source) => {
-                return Err(Error::Delete {
-                    kind,
-                    name: name.to_string(),
-                    source: Box::new(source),
-                });
-            }
-        }
+/// Deletes the cluster-scoped object `name` if it is an operator-made fallback, and only that
+/// very object (a UID precondition); true when it was deleted. Someone else's object of the
+/// same name is left alone.
+async fn remove_fallback_object<K>(client: &Client, name: &str) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + k8s_openapi::Resource + Clone + Debug + DeserializeOwned,
+{
+    let kind = <K as k8s_openapi::Resource>::KIND;
+    let api: Api<K> = Api::all(client.clone());
+    let live = api.get_opt(name).await.map_err(|source| Error::Get {
+        kind,
+        name: name.to_string(),
+        source: Box::new(source),
+    })?;
+    let Some(live) = live else {
+        return Ok(false);
+    };
+    if !fallback_is_ours(live.meta(), None) {
+        tracing::warn!(%kind, %name, "left alone: not a fallback the operator made");
+        return Ok(false);
     }
-    Ok(deleted)
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: live.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) || api_code(&e) == Some(409) => Ok(false),
+        Err(source) => Err(Error::Delete {
+            kind,
+            name: name.to_string(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// Lifts the fallback: the binding first, then the policy. True when something was deleted;
+/// an API server without ValidatingAdmissionPolicy has nothing to delete, and a policy or
+/// binding of the name that the operator did not make is never deleted.
+pub async fn remove_fallback(client: &Client, name: &str) -> Result<bool> {
+    let binding = remove_fallback_object::<ValidatingAdmissionPolicyBinding>(client, name).await?;
+    let policy = remove_fallback_object::<ValidatingAdmissionPolicy>(client, name).await?;
+    Ok(binding || policy)
 }
 
 /// Registers and removes an initializer's admission configuration. The webhook backend is the
@@ -522,6 +577,43 @@ mod tests {
     fn without_an_owner_uid_nothing_existing_is_ours() {
         let live = meta(true, vec![owner(UID, Some(true))]);
         assert_eq!(ownership(Some(&live), None), Ownership::NotOurs);
+    }
+
+    fn fallback_meta(labels: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("initializer-guard-fallback".into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_fallback_is_ours_with_the_operators_label_and_this_initializers() {
+        let ours = fallback_meta(&[
+            (MANAGED_BY_LABEL, MANAGED_BY_VALUE),
+            (INITIALIZER_LABEL, "guard"),
+        ]);
+        assert!(fallback_is_ours(&ours, Some("guard")));
+        assert!(fallback_is_ours(&ours, None));
+        assert!(!fallback_is_ours(&ours, Some("other")));
+    }
+
+    #[test]
+    fn an_administrators_policy_of_the_fallbacks_name_is_not_ours() {
+        assert!(!fallback_is_ours(&fallback_meta(&[]), None));
+        assert!(!fallback_is_ours(
+            &fallback_meta(&[(MANAGED_BY_LABEL, "helm"), (INITIALIZER_LABEL, "guard")]),
+            Some("guard")
+        ));
+        assert!(!fallback_is_ours(
+            &fallback_meta(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE)]),
+            None
+        ));
     }
 
     #[test]

@@ -1158,3 +1158,90 @@ async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(clust
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(untouched(&config_maps.get(&name).await.unwrap()));
 }
+
+/// Runs on the real control plane only: the sandbox serves no ValidatingAdmissionPolicy.
+mod a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone {
+    use super::{Backend, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "the sandbox serves no ValidatingAdmissionPolicy"]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(
+                super::a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster),
+            )
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(
+                super::a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster),
+            )
+        })
+        .await;
+    }
+}
+
+async fn a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster: &TestCluster) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
+    let (client, _operator) = start(cluster).await;
+    let name = initializer_operator::validate::names("fenced").fallback;
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    // An administrator's own policy that happens to have the name of the fallback.
+    let theirs: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"team": "platform"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["configmaps"],
+            }]},
+            "validations": [{"expression": "true"}],
+        },
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let untouched = |p: &ValidatingAdmissionPolicy| {
+        p.labels().get("team").map(String::as_str) == Some("platform")
+            && !p.labels().contains_key(MANAGED_BY_LABEL)
+            && p.spec
+                .as_ref()
+                .and_then(|s| s.validations.as_ref())
+                .is_some_and(|v| v.len() == 1 && v[0].expression == "true")
+    };
+    let mut fenced = guard("fenced");
+    fenced.spec.fallback = Some(
+        serde_json::from_value(
+            json!({"validations": [{"expression": "object.metadata.name != 'forbidden'"}]}),
+        )
+        .unwrap(),
+    );
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &fenced).await.unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-fenced").await.is_some() }
+    })
+    .await;
+    assert!(untouched(&policies.get(&name).await.unwrap()));
+
+    api.delete("fenced", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Initializer to go", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move { a.get_opt("fenced").await.unwrap().is_none() }
+    })
+    .await;
+    let kept = policies.get_opt(&name).await.unwrap();
+    assert!(
+        kept.as_ref().is_some_and(untouched),
+        "the administrator's policy was deleted or changed: {kept:?}"
+    );
+}
