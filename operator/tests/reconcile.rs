@@ -1134,6 +1134,16 @@ async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(clust
         },
     )
     .await;
+    let status = api.get("borrowed").await.unwrap().status.unwrap();
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Conflict" && c.status == "True" && c.message.contains(&name)),
+        "{:?}",
+        status.conditions
+    );
+    wait_for_event(&client, "Conflict", &name).await;
     assert!(untouched(&config_maps.get(&name).await.unwrap()));
     // Nothing of the workload was written either: the conflict is found before any apply.
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
