@@ -986,6 +986,40 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn while_the_ca_rotates_the_bundle_carries_the_old_and_the_new_ca() {
+        let later = jiff::Timestamp::from_second(1_800_000_000).unwrap()
+            + jiff::SignedDuration::from_hours(24 * 365 * 7);
+        let rotated = tls::ensure(
+            Some(TLS.ca.clone()),
+            Some((TLS.cert_pem.clone(), TLS.key_pem.clone())),
+            &tls::dns_names("sidecar", "initializer-system"),
+            later,
+        )
+        .unwrap();
+        let d = build(&validated(), &rotated, &settings(), None);
+        let hook = &d.webhook.webhooks.as_ref().unwrap()[0];
+        let bundle = String::from_utf8(hook.client_config.ca_bundle.clone().unwrap().0).unwrap();
+        let blocks = tls::certificate_blocks(&bundle);
+        assert_eq!(blocks.len(), 2, "{bundle}");
+        assert_eq!(format!("{}\n", blocks[0]), rotated.ca.current_pem());
+        assert_eq!(format!("{}\n", blocks[1]), TLS.ca.current_pem());
+        // The CA Secret keeps both, so that the next reconcile reads the rotation back.
+        let ca = d.ca_secret.data.as_ref().unwrap();
+        assert_eq!(ca["ca.crt"].0, bundle.as_bytes());
+        // Retired, the bundle is the new CA alone.
+        let retired = TlsMaterial {
+            ca: rotated.ca.retire_previous(),
+            ..rotated.clone()
+        };
+        let d = build(&validated(), &retired, &settings(), None);
+        let hook = &d.webhook.webhooks.as_ref().unwrap()[0];
+        assert_eq!(
+            hook.client_config.ca_bundle.as_ref().unwrap().0,
+            rotated.ca.current_pem().as_bytes()
+        );
+    }
+
+    #[test]
     fn service_and_pdb_select_the_initializer_pods() {
         let d = desired();
         let svc = d.service.spec.as_ref().unwrap();

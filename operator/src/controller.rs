@@ -259,6 +259,19 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             &names.tls_secret,
         )
         .await?;
+        // A CA replaced earlier leaves the bundle once every ready pod serves the new one's
+        // certificate (the probe saw it, with this very bundle).
+        let ca = ca.map(|ca| {
+            if ca.has_previous()
+                && ctx
+                    .supervisor
+                    .serves_current_ca(&name, ca.cert_pem.as_bytes())
+            {
+                ca.retire_previous()
+            } else {
+                ca
+            }
+        });
         let material = tls::ensure(
             ca,
             serving,

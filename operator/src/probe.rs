@@ -357,10 +357,23 @@ pub struct Outcome {
     pub message: String,
     /// Why it failed, when it did.
     pub failure: Option<Failure>,
+    /// Every endpoint answered with a certificate of the current CA: a replaced CA may leave
+    /// the `caBundle` (false when the round failed).
+    pub current_ca: bool,
 }
 
-/// What one endpoint did: its address, how long it took, and whether it allowed the probe.
-pub type EndpointResult = (SocketAddr, Duration, Result<bool, Rejection>);
+/// What an endpoint that answered well said, and with which certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// Whether it allowed the probe object.
+    pub allowed: bool,
+    /// Whether its certificate was signed by the current CA (the first of the `caBundle`),
+    /// rather than by one a rotation replaced.
+    pub current_ca: bool,
+}
+
+/// What one endpoint did: its address, how long it took, and its answer.
+pub type EndpointResult = (SocketAddr, Duration, Result<Answer, Rejection>);
 
 /// Combines the endpoints' results into the round's outcome: it fails when there is no
 /// endpoint or when any endpoint failed (the first failed endpoint, in address order, gives the
@@ -377,6 +390,7 @@ pub fn combine(results: &[EndpointResult]) -> Outcome {
             latency,
             message: "the Service has no ready endpoint to probe".into(),
             failure: Some(Failure::NoEndpoints),
+            current_ca: false,
         };
     }
     let mut sorted: Vec<&EndpointResult> = results.iter().collect();
@@ -396,9 +410,15 @@ pub fn combine(results: &[EndpointResult]) -> Outcome {
                 first.why
             ),
             failure: Some(first.failure),
+            current_ca: false,
         };
     }
-    let allowed = sorted.iter().all(|(_, _, r)| r.as_ref().is_ok_and(|a| *a));
+    let allowed = sorted
+        .iter()
+        .all(|(_, _, r)| r.as_ref().is_ok_and(|a| a.allowed));
+    let current_ca = sorted
+        .iter()
+        .all(|(_, _, r)| r.as_ref().is_ok_and(|a| a.current_ca));
     Outcome {
         ok: true,
         latency,
@@ -410,6 +430,7 @@ pub fn combine(results: &[EndpointResult]) -> Outcome {
             if allowed { "allowed" } else { "denied" }
         ),
         failure: None,
+        current_ca,
     }
 }
 
@@ -489,6 +510,8 @@ pub struct TlsTarget {
     config: Arc<rustls::ClientConfig>,
     server_name: ServerName<'static>,
     authority: String,
+    /// The subject of the bundle's first certificate (the current CA).
+    current_subject: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for TlsTarget {
@@ -522,11 +545,25 @@ impl TlsTarget {
         let name = server_name(service, namespace);
         let server_name = ServerName::try_from(name.clone())
             .map_err(|e| bad(format!("failed to use {name:?} as a TLS server name: {e}")))?;
+        let text = String::from_utf8_lossy(ca_bundle);
+        let current_subject = crate::tls::certificate_blocks(&text)
+            .first()
+            .and_then(|pem| crate::tls::inspect(pem).ok())
+            .map(|info| info.subject);
         Ok(Self {
             config: Arc::new(config),
             server_name,
             authority: format!("{name}:{SERVICE_PORT}"),
+            current_subject,
         })
+    }
+
+    /// Whether the leaf certificate `der` was issued by the current CA.
+    fn issued_by_current(&self, der: Option<&[u8]>) -> bool {
+        let issuer = der
+            .and_then(|der| x509_parser::parse_x509_certificate(der).ok())
+            .map(|(_, cert)| cert.issuer().as_raw().to_vec());
+        issuer.is_some() && issuer == self.current_subject
     }
 }
 
@@ -559,6 +596,7 @@ pub async fn probe(connector: &Connector, round: &Round<'_>) -> Outcome {
                 latency: Duration::ZERO,
                 message: rejection.why,
                 failure: Some(rejection.failure),
+                current_ca: false,
             };
         }
     };
@@ -571,6 +609,7 @@ pub async fn probe(connector: &Connector, round: &Round<'_>) -> Outcome {
                 latency: Duration::ZERO,
                 message: format!("failed to serialize the probe: {e}"),
                 failure: Some(Failure::Unreachable),
+                current_ca: false,
             };
         }
     };
@@ -610,7 +649,7 @@ async fn call(
     addr: SocketAddr,
     body: bytes::Bytes,
     uid: &str,
-) -> Result<bool, Rejection> {
+) -> Result<Answer, Rejection> {
     let tcp = connector
         .connect(addr)
         .await
@@ -620,6 +659,14 @@ async fn call(
         .connect(tls.server_name.clone(), tcp)
         .await
         .map_err(|e| io_rejection("complete the TLS handshake", &e))?;
+    let current_ca = tls.issued_by_current(
+        stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|der| der.as_ref()),
+    );
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| http_rejection(&e))?;
@@ -658,7 +705,10 @@ async fn call(
                 format!("the initializer answered HTTP {}: {text}", status.as_u16()),
             ));
         }
-        check_answer(&answer, uid)
+        check_answer(&answer, uid).map(|allowed| Answer {
+            allowed,
+            current_ca,
+        })
     };
     // The connection is driven here, not on a task of its own: when the budget runs out, the
     // whole exchange is dropped and nothing is left waiting on a hung endpoint.
@@ -820,12 +870,19 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn answered(allowed: bool) -> Result<Answer, Rejection> {
+        Ok(Answer {
+            allowed,
+            current_ca: true,
+        })
+    }
+
     #[test]
     fn a_round_fails_when_any_endpoint_fails_and_names_it() {
         let ms = Duration::from_millis;
         let good = combine(&[
-            (addr("127.0.0.2:8443"), ms(3), Ok(true)),
-            (addr("127.0.0.3:8443"), ms(7), Ok(true)),
+            (addr("127.0.0.2:8443"), ms(3), answered(true)),
+            (addr("127.0.0.3:8443"), ms(7), answered(true)),
         ]);
         assert!(good.ok);
         assert_eq!(good.latency, ms(7));
@@ -836,7 +893,7 @@ mod tests {
         );
         let hung = Rejection::new(Failure::TimedOut, "no answer within the latency budget");
         let one_hung = combine(&[
-            (addr("127.0.0.2:8443"), ms(3), Ok(true)),
+            (addr("127.0.0.2:8443"), ms(3), answered(true)),
             (addr("127.0.0.3:8443"), ms(500), Err(hung)),
         ]);
         assert!(!one_hung.ok);
@@ -865,8 +922,17 @@ mod tests {
         let none = combine(&[]);
         assert!(!none.ok);
         assert_eq!(none.failure, Some(Failure::NoEndpoints));
-        let denied = combine(&[(addr("127.0.0.2:8443"), ms(3), Ok(false))]);
-        assert!(denied.ok && denied.message.contains("denied"));
+        let denied = combine(&[(addr("127.0.0.2:8443"), ms(3), answered(false))]);
+        assert!(denied.ok && denied.message.contains("denied") && denied.current_ca);
+        let old_ca = Ok(Answer {
+            allowed: true,
+            current_ca: false,
+        });
+        let moving = combine(&[
+            (addr("127.0.0.2:8443"), ms(3), answered(true)),
+            (addr("127.0.0.3:8443"), ms(3), old_ca),
+        ]);
+        assert!(moving.ok && !moving.current_ca);
     }
 
     #[test]
@@ -1022,9 +1088,16 @@ mod tests {
             Some(Failure::BadCertificate),
             "{outcome:?}"
         );
-        // Both CAs in the bundle (a rotation under way): trusted.
+        // Both CAs in the bundle (a rotation under way): trusted, and the pod is known to
+        // serve a certificate of the replaced CA until it serves one of the current.
         let both = format!("{}{}", other.cert_pem, ca.cert_pem);
-        assert!(round(&both, &[up], budget).await.ok);
+        let moving = round(&both, &[up], budget).await;
+        assert!(moving.ok && !moving.current_ca, "{moving:?}");
+        let moved = tls::issue(&other, &names(), now).unwrap();
+        let moved = serve(&moved.cert_pem, &moved.key_pem, Duration::ZERO, allow).await;
+        let settled = round(&both, &[up, moved], budget).await;
+        assert!(settled.ok && !settled.current_ca, "{settled:?}");
+        assert!(round(&both, &[moved], budget).await.current_ca);
 
         // A certificate for another name.
         let wrong = tls::issue(&ca, &tls::dns_names("other", "initializer-system"), now).unwrap();

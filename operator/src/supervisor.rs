@@ -369,6 +369,9 @@ struct Inner {
     metrics: Arc<Metrics>,
     probe_user: String,
     connector: Connector,
+    /// Per Initializer: the `caBundle` of its last probe round, and whether every ready pod
+    /// served a certificate of the bundle's current CA.
+    served: Mutex<HashMap<String, (Vec<u8>, bool)>>,
     leadership: Leadership,
     watchdog: Watchdog,
     prober_count: std::sync::atomic::AtomicU64,
@@ -411,6 +414,7 @@ impl Supervisor {
                 metrics,
                 probe_user,
                 connector: Connector::direct(),
+                served: Mutex::new(HashMap::new()),
                 leadership,
                 watchdog: Watchdog::new(),
                 prober_count: std::sync::atomic::AtomicU64::new(0),
@@ -430,6 +434,18 @@ impl Supervisor {
             ),
         }
         self
+    }
+
+    /// Whether the last probe round of `initializer`, made with `ca_bundle`, found every ready
+    /// pod serving a certificate of the bundle's current CA: a CA it replaced may then leave the
+    /// bundle.
+    pub fn serves_current_ca(&self, initializer: &str, ca_bundle: &[u8]) -> bool {
+        self.inner
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(initializer)
+            .is_some_and(|(bundle, current)| *current && bundle == ca_bundle)
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
@@ -1342,6 +1358,14 @@ async fn prober(
         sup.inner
             .metrics
             .probe(&target.initializer, outcome.latency, outcome.ok);
+        sup.inner
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                target.initializer.clone(),
+                (ca_bundle.clone(), outcome.ok && outcome.current_ca),
+            );
         debug!(initializer = %target.initializer, ok = outcome.ok, latency_ms = outcome.latency.as_millis() as u64, message = %outcome.message, "probe");
         {
             let mut st = entry.state.lock().await;

@@ -2,7 +2,10 @@
 //! never mounted) and a serving certificate for the Service's DNS names, rotated well before it
 //! expires. No IO here; only key generation draws randomness.
 //!
-//! The CA's PEM is the webhook configuration's `caBundle`.
+//! The CA's PEM is the webhook configuration's `caBundle`. When the CA is replaced, the bundle
+//! carries the new CA and the one it replaced together, so that the API server (and the probe)
+//! trust the pods still serving a certificate of the old CA until they load the new one; the old
+//! CA leaves the bundle with [`Ca::retire_previous`] once every pod serves the new one.
 
 use jiff::{SignedDuration, Timestamp};
 use rcgen::{
@@ -23,10 +26,65 @@ const BACKDATE: SignedDuration = SignedDuration::from_mins(5);
 /// The CA certificate and key, as PEM.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Ca {
-    /// Certificate (PEM).
+    /// Certificate (PEM): the current CA's first, then, while a rotation is under way, the
+    /// certificate of the CA it replaced (still trusted, its key gone).
     pub cert_pem: String,
-    /// Private key (PEM).
+    /// Private key (PEM) of the current CA.
     pub key_pem: String,
+}
+
+/// The certificate blocks of a PEM text, each with its markers.
+pub fn certificate_blocks(pem: &str) -> Vec<&str> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut blocks = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        let end = start + len + END.len();
+        blocks.push(&rest[start..end]);
+        rest = &rest[end..];
+    }
+    blocks
+}
+
+impl Ca {
+    /// The current CA's certificate (PEM).
+    pub fn current_pem(&self) -> String {
+        certificate_blocks(&self.cert_pem)
+            .first()
+            .map_or_else(|| self.cert_pem.clone(), |b| format!("{b}\n"))
+    }
+
+    /// Whether the bundle still trusts a CA this one replaced.
+    pub fn has_previous(&self) -> bool {
+        certificate_blocks(&self.cert_pem).len() > 1
+    }
+
+    /// This CA trusting only itself: for once every pod serves a certificate it signed.
+    pub fn retire_previous(&self) -> Ca {
+        Ca {
+            cert_pem: self.current_pem(),
+            key_pem: self.key_pem.clone(),
+        }
+    }
+
+    /// A new CA replacing this one: `next`, trusting this one's certificate too while the
+    /// pods move to certificates of `next` (an unreadable or expired certificate is dropped).
+    pub fn replaced_by(&self, next: Ca, now: Timestamp) -> Ca {
+        let current = self.current_pem();
+        let usable = inspect(&current).is_ok_and(|info| info.not_after > now);
+        Ca {
+            cert_pem: if usable {
+                format!("{}{current}", next.cert_pem)
+            } else {
+                next.cert_pem
+            },
+            key_pem: next.key_pem,
+        }
+    }
 }
 
 impl std::fmt::Debug for Ca {
@@ -182,7 +240,7 @@ pub fn new_ca(now: Timestamp) -> Result<Ca> {
 /// [`SERVING_LIFETIME`].
 pub fn issue(ca: &Ca, names: &[String], now: Timestamp) -> Result<TlsMaterial> {
     let ca_key = KeyPair::from_pem(&ca.key_pem).map_err(rcgen_err("read the CA key"))?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)
+    let issuer = Issuer::from_ca_cert_pem(&ca.current_pem(), ca_key)
         .map_err(rcgen_err("read the CA certificate"))?;
     let key = KeyPair::generate().map_err(rcgen_err("generate the serving key"))?;
     let mut params = CertificateParams::new(names.to_vec())
@@ -211,7 +269,8 @@ pub fn issue(ca: &Ca, names: &[String], now: Timestamp) -> Result<TlsMaterial> {
 }
 
 /// Keeps what is still good and replaces what is not: the CA when it is missing or nearly
-/// expired, the serving certificate when [`needs_rotation`] says so (which a new CA implies).
+/// expired (a replaced CA stays in the bundle, see [`Ca::replaced_by`]), the serving certificate
+/// when [`needs_rotation`] says so (which a new CA implies).
 pub fn ensure(
     ca: Option<Ca>,
     serving: Option<(String, String)>,
@@ -220,7 +279,8 @@ pub fn ensure(
 ) -> Result<TlsMaterial> {
     let ca = match ca {
         Some(ca) if !ca_needs_rotation(&ca, now) => ca,
-        _ => new_ca(now)?,
+        Some(old) => old.replaced_by(new_ca(now)?, now),
+        None => new_ca(now)?,
     };
     if let Some((cert_pem, key_pem)) = serving {
         let current = TlsMaterial {
@@ -341,6 +401,62 @@ mod tests {
         .unwrap();
         assert_eq!(rotated.ca, first.ca);
         assert_ne!(rotated.cert_pem, first.cert_pem);
+    }
+
+    #[test]
+    fn a_replaced_ca_stays_in_the_bundle_until_retired() {
+        let first = ensure(None, None, &names(), now()).unwrap();
+        assert!(!first.ca.has_previous());
+        let later = now() + SignedDuration::from_hours(24 * 365 * 7);
+        let rotated = ensure(
+            Some(first.ca.clone()),
+            Some((first.cert_pem.clone(), first.key_pem.clone())),
+            &names(),
+            later,
+        )
+        .unwrap();
+        // Both CAs are trusted, the new one first; the serving certificate is the new CA's.
+        let blocks = certificate_blocks(&rotated.ca.cert_pem);
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(format!("{}\n", blocks[1]), first.ca.cert_pem);
+        assert_ne!(rotated.ca.current_pem(), first.ca.cert_pem);
+        let new_subject = inspect(&rotated.ca.current_pem()).unwrap().subject;
+        assert_eq!(inspect(&rotated.cert_pem).unwrap().issuer, new_subject);
+        // The next reconcile keeps it as it is, and issues from the current CA.
+        let kept = ensure(
+            Some(rotated.ca.clone()),
+            Some((rotated.cert_pem.clone(), rotated.key_pem.clone())),
+            &names(),
+            later,
+        )
+        .unwrap();
+        assert_eq!(kept, rotated);
+        let reissued = issue(&rotated.ca, &names(), later).unwrap();
+        assert_eq!(inspect(&reissued.cert_pem).unwrap().issuer, new_subject);
+        // Retired once every pod serves the new CA's certificate.
+        let retired = rotated.ca.retire_previous();
+        assert!(!retired.has_previous());
+        assert_eq!(retired.current_pem(), rotated.ca.current_pem());
+        // Another rotation replaces the oldest: the bundle never holds more than two.
+        let again = rotated.ca.replaced_by(new_ca(later).unwrap(), later);
+        assert_eq!(certificate_blocks(&again.cert_pem).len(), 2);
+        assert_eq!(
+            format!("{}\n", certificate_blocks(&again.cert_pem)[1]),
+            rotated.ca.current_pem()
+        );
+    }
+
+    #[test]
+    fn an_unreadable_or_expired_ca_is_not_kept_in_the_bundle() {
+        let garbage = Ca {
+            cert_pem: "not a cert".into(),
+            key_pem: "not a key".into(),
+        };
+        let next = new_ca(now()).unwrap();
+        assert_eq!(garbage.replaced_by(next.clone(), now()), next);
+        let old = new_ca(now()).unwrap();
+        let after_its_life = now() + CA_LIFETIME + SignedDuration::from_hours(24);
+        assert_eq!(old.replaced_by(next.clone(), after_its_life), next);
     }
 
     #[test]
