@@ -1255,3 +1255,86 @@ async fn a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster
         "the administrator's policy was deleted or changed: {kept:?}"
     );
 }
+
+/// Runs on the real control plane only: the sandbox serves no ValidatingAdmissionPolicy.
+mod uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies_alone {
+    use super::{Backend, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "the sandbox serves no ValidatingAdmissionPolicy"]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(super::uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies_alone(cluster))
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(super::uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies_alone(cluster))
+        })
+        .await;
+    }
+}
+
+async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies_alone(
+    cluster: &TestCluster,
+) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let client = cluster.client();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let ours = json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
+    let theirs = json!({"team": "platform"});
+    for (name, labels) in [("ours", &ours), ("theirs", &theirs)] {
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                    "resources": ["configmaps"],
+                }]},
+                "validations": [{"expression": "true"}],
+            },
+        }))
+        .unwrap();
+        policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        }))
+        .unwrap();
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "webhooks": [],
+        }))
+        .unwrap();
+        configs
+            .create(&PostParams::default(), &config)
+            .await
+            .unwrap();
+    }
+
+    initializer_operator::install::deregister(&client)
+        .await
+        .unwrap();
+
+    assert!(policies.get_opt("ours").await.unwrap().is_none());
+    assert!(bindings.get_opt("ours").await.unwrap().is_none());
+    assert!(configs.get_opt("ours").await.unwrap().is_none());
+    assert!(policies.get_opt("theirs").await.unwrap().is_some());
+    assert!(bindings.get_opt("theirs").await.unwrap().is_some());
+    assert!(configs.get_opt("theirs").await.unwrap().is_some());
+}
