@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod cel;
 pub mod controller;
 pub mod error;
+pub mod guard;
 pub mod health;
 pub mod install;
 pub mod leader;

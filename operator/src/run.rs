@@ -153,6 +153,7 @@ pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken
         .await
         .map_err(|e| Error::Client(Box::new(e)))?;
     info!(server = %version.git_version, namespace = %args.namespace, "connected");
+    tokio::spawn(crate::guard::keep_applied(client.clone(), shutdown.clone()));
     ready.store(true, Ordering::Relaxed);
 
     let identity = args.identity();

@@ -1338,3 +1338,172 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
     assert!(bindings.get_opt("theirs").await.unwrap().is_some());
     assert!(configs.get_opt("theirs").await.unwrap().is_some());
 }
+
+/// The guard on Initializers needs a ValidatingAdmissionPolicy with the `authorizer` variable and
+/// an API server that authorizes; the sandbox has neither (sandbox/README.md).
+mod only_those_who_may_create_webhook_configurations_may_create_initializers {
+    use super::{Backend, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "the sandbox serves no ValidatingAdmissionPolicy and enforces no authorization (sandbox/README.md)"]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(
+                super::only_those_who_may_create_webhook_configurations_may_create_initializers(
+                    cluster,
+                ),
+            )
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(
+                super::only_those_who_may_create_webhook_configurations_may_create_initializers(
+                    cluster,
+                ),
+            )
+        })
+        .await;
+    }
+}
+
+/// Creates `initializer` as `user` (impersonated by the admin client).
+async fn create_as(
+    client: &Client,
+    user: &str,
+    initializer: &Initializer,
+) -> Result<Initializer, kube::Error> {
+    let request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers");
+    let mut request = request
+        .create(
+            &PostParams::default(),
+            serde_json::to_vec(initializer).unwrap(),
+        )
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Impersonate-User", user.parse().unwrap());
+    client.request::<Initializer>(request).await
+}
+
+async fn only_those_who_may_create_webhook_configurations_may_create_initializers(
+    cluster: &TestCluster,
+) {
+    use initializer_operator::guard::{GUARD_MESSAGE, GUARD_NAME};
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+
+    let (client, _operator) = start(cluster).await;
+    // The operator applies the guard at startup, labelled as managed.
+    wait_for(
+        "the guard policy and binding",
+        Duration::from_secs(20),
+        || {
+            let c = client.clone();
+            async move {
+                let policy = Api::<ValidatingAdmissionPolicy>::all(c.clone())
+                    .get_opt(GUARD_NAME)
+                    .await
+                    .unwrap();
+                let binding = Api::<ValidatingAdmissionPolicyBinding>::all(c)
+                    .get_opt(GUARD_NAME)
+                    .await
+                    .unwrap();
+                policy.is_some_and(|p| p.labels()[MANAGED_BY_LABEL] == MANAGED_BY_VALUE)
+                    && binding.is_some()
+            }
+        },
+    )
+    .await;
+
+    // An editor of Initializers (what OLM aggregates into `edit` and `admin`) who may not create
+    // webhook configurations.
+    Api::<ClusterRole>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "initializer-editor"},
+                "rules": [{
+                    "apiGroups": ["initializer.dev"],
+                    "resources": ["initializers"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                }],
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "initializer-editor-alice"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "initializer-editor"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // Refused by the guard (not by RBAC: the message is the policy's). The API server loads a
+    // new policy within moments, so a create that passes is deleted and retried.
+    let api: Api<Initializer> = Api::all(client.clone());
+    wait_for(
+        "the guard to refuse the editor",
+        Duration::from_secs(20),
+        || {
+            let (client, api) = (client.clone(), api.clone());
+            async move {
+                match create_as(&client, "alice", &guard("by-alice")).await {
+                    Err(kube::Error::Api(_)) => true,
+                    Err(e) => panic!("failed to create as alice: {e}"),
+                    Ok(_) => {
+                        api.delete("by-alice", &DeleteParams::default())
+                            .await
+                            .unwrap();
+                        false
+                    }
+                }
+            }
+        },
+    )
+    .await;
+    match create_as(&client, "alice", &guard("by-alice")).await {
+        Err(kube::Error::Api(status)) => {
+            println!("refused: {} {}", status.code, status.message);
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
+        }
+        other => panic!("the editor created an Initializer: {other:?}"),
+    }
+
+    // An admin is admitted; the editor may not change its spec either.
+    api.create(&PostParams::default(), &guard("by-admin"))
+        .await
+        .unwrap();
+    let mut changed = api.get("by-admin").await.unwrap();
+    changed.spec.replicas = 2;
+    let mut request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .replace(
+            "by-admin",
+            &PostParams::default(),
+            serde_json::to_vec(&changed).unwrap(),
+        )
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Impersonate-User", "alice".parse().unwrap());
+    match client.request::<Initializer>(request).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
+        }
+        other => panic!("the editor changed an Initializer's spec: {other:?}"),
+    }
+}
