@@ -98,7 +98,7 @@ impl Default for Metrics {
         );
         registry.register(
             "probe_latency_seconds",
-            "Latency of the dry-run AdmissionReview probe through the API server",
+            "Latency of a dry-run AdmissionReview probe round (the slowest ready endpoint)",
             probe_latency.clone(),
         );
         registry.register("probe_failures", "Failed probes", probe_failures.clone());

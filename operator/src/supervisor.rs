@@ -1,6 +1,7 @@
-//! The health supervisor: per Initializer, a prober task (a dry-run AdmissionReview through the
-//! API server, as often as the health machine asks) and an EndpointSlice watcher (zero ready
-//! endpoints removes the configuration at once). Both feed the Initializer's [`Machine`]; after
+//! The health supervisor: per Initializer, a prober task (a dry-run AdmissionReview to every
+//! ready endpoint, as the API server calls a webhook, as often as the health machine asks) and an
+//! EndpointSlice watcher (it hands the prober the ready endpoints; zero ready endpoints removes
+//! the configuration at once). Both feed the Initializer's [`Machine`]; after
 //! every input the supervisor converges the cluster on what the machine wants (the
 //! configuration registered, degraded or absent; the fallback policy in force or not), under one
 //! lock per Initializer so that registration, degradation and removal never race. A step out of
