@@ -99,6 +99,22 @@ fn schema_at<'a>(schema: &'a Value, path: &[PathElem]) -> Option<&'a Value> {
 }
 
 impl Shape<'_> {
+    /// Whether the map at `path` is atomic: owned and replaced whole, never merged key by key.
+    /// In built-in kinds every selector is (`metav1.LabelSelector` is `structType=atomic`;
+    /// Service `selector` and PodSpec `nodeSelector` are `mapType=atomic`); in custom resources,
+    /// what the schema's `x-kubernetes-map-type: atomic` says.
+    pub fn is_atomic_map(&self, path: &[PathElem]) -> bool {
+        match self {
+            Shape::Builtin => matches!(
+                path.last(),
+                Some(PathElem::Field(f)) if f == "selector" || f.ends_with("Selector")
+            ),
+            Shape::Schema(schema) => schema.and_then(|s| schema_at(s, path)).is_some_and(|s| {
+                s.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+            }),
+        }
+    }
+
     /// The list type at `path`.
     pub fn list_type(&self, path: &[PathElem]) -> ListType {
         match self {
@@ -153,7 +169,7 @@ pub fn element_key(elem: &Value, keys: &[String]) -> String {
 pub fn collect(shape: Shape<'_>, value: &Value, path: &mut Path, out: &mut FieldSet) {
     match value {
         Value::Object(m) => {
-            if m.is_empty() {
+            if m.is_empty() || (!path.is_empty() && shape.is_atomic_map(path)) {
                 if !path.is_empty() {
                     out.insert(path.clone());
                 }
@@ -332,6 +348,9 @@ pub fn remove_at(shape: Shape<'_>, obj: &mut Value, path: &[PathElem]) {
 /// set lists by value, everything else replaced.
 pub fn merge_applied(shape: Shape<'_>, live: &mut Value, applied: &Value, path: &mut Path) {
     match (live, applied) {
+        (l @ Value::Object(_), a @ Value::Object(_)) if shape.is_atomic_map(path) => {
+            *l = a.clone();
+        }
         (Value::Object(l), Value::Object(a)) => {
             for (k, av) in a {
                 path.push(PathElem::Field(k.clone()));
@@ -855,6 +874,18 @@ mod tests {
         live["spec"]["ports"][0]["protocol"] = json!("TCP");
         let second = apply(&req("op", false), &live, &applied).unwrap();
         assert_eq!(second["spec"]["ports"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_applied_selector_replaces_the_whole_selector_as_it_is_atomic() {
+        let mut live =
+            json!({"spec": {"selector": {"matchLabels": {"app": "a", "added": "by-someone"}}}});
+        let applied = json!({"spec": {"selector": {"matchLabels": {"app": "a"}}}});
+        merge_applied(Shape::Builtin, &mut live, &applied, &mut Path::new());
+        assert_eq!(live, applied);
+        let mut set = FieldSet::new();
+        collect(Shape::Builtin, &applied, &mut Path::new(), &mut set);
+        assert_eq!(set.len(), 1, "one field: the selector itself, {set:?}");
     }
 
     #[test]
