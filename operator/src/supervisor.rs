@@ -238,16 +238,48 @@ pub fn drifted(
 }
 
 /// Whether `live` holds every field of `wanted` with the same value (lists element by element).
+/// Selectors are compared whole: a label requirement someone added narrows what is intercepted
+/// as surely as one they changed.
 fn contains(live: &serde_json::Value, wanted: &serde_json::Value) -> bool {
     use serde_json::Value;
     match (live, wanted) {
-        (Value::Object(live), Value::Object(wanted)) => wanted
-            .iter()
-            .all(|(key, value)| live.get(key).is_some_and(|l| contains(l, value))),
+        (Value::Object(live), Value::Object(wanted)) => wanted.iter().all(|(key, value)| {
+            let found = live.get(key).unwrap_or(&Value::Null);
+            if key == "namespaceSelector" || key == "objectSelector" {
+                without_empty(found) == without_empty(value)
+            } else {
+                live.contains_key(key) && contains(found, value)
+            }
+        }),
         (Value::Array(live), Value::Array(wanted)) => {
             live.len() == wanted.len() && live.iter().zip(wanted).all(|(l, w)| contains(l, w))
         }
         (live, wanted) => live == wanted,
+    }
+}
+
+/// The value with empty lists, empty objects and nulls left out (`{}`, `{"matchLabels": {}}`
+/// and no selector at all all select everything).
+fn without_empty(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), without_empty(v)))
+                .filter(|(_, v)| !is_empty(v))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_empty).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_empty(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Null => true,
+        serde_json::Value::Object(map) => map.is_empty(),
+        serde_json::Value::Array(items) => items.is_empty(),
+        _ => false,
     }
 }
 
@@ -1008,7 +1040,7 @@ impl Supervisor {
                 }
                 let desired = st.target.desired(st.presence);
                 if desired.as_ref().is_some_and(|d| drifted(d, &found)) {
-                    if st.applied.is_some() {
+                    if st.applied.as_ref().is_some_and(|a| drifted(a, &found)) {
                         info!(initializer = %st.target.initializer, %configuration, "the live configuration was changed by someone else: applying it again");
                     }
                     st.applied = None;
@@ -1591,6 +1623,30 @@ mod tests {
         assert!(edit(|h| h.failure_policy = Some("Ignore".into())));
         assert!(edit(|h| h.object_selector = None));
         assert!(edit(|h| h.object_selector = Some(Default::default())));
+        assert!(edit(|h| {
+            h.object_selector
+                .as_mut()
+                .unwrap()
+                .match_labels
+                .as_mut()
+                .unwrap()
+                .insert("also".into(), "this".into());
+        }));
+        // A selector that selects everything, however it is written, is the same selector.
+        let mut everything = desired.clone();
+        everything.webhooks.as_mut().unwrap()[0].object_selector = Some(Default::default());
+        let mut written_out = everything.clone();
+        written_out.webhooks.as_mut().unwrap()[0].object_selector = Some(
+            serde_json::from_value(serde_json::json!({"matchLabels": {}, "matchExpressions": []}))
+                .unwrap(),
+        );
+        assert!(!drifted(&everything, &written_out));
+        let mut narrowed = everything.clone();
+        narrowed.webhooks.as_mut().unwrap()[0].object_selector = Some(
+            serde_json::from_value(serde_json::json!({"matchLabels": {"nothing": "matches"}}))
+                .unwrap(),
+        );
+        assert!(drifted(&everything, &narrowed));
         assert!(edit(|h| {
             h.client_config.ca_bundle = Some(k8s_openapi::ByteString(b"other".to_vec()))
         }));

@@ -293,6 +293,20 @@ impl ControlPlane {
         move |addr| netns::connect(&netns, addr)
     }
 
+    /// A command that runs `program` inside the cluster's network namespace, as a process in
+    /// the cluster would run (pod IPs reachable), with `KUBECONFIG` set to a cluster-admin
+    /// kubeconfig that reaches the API server from there. `ip netns exec` execs the program,
+    /// so the child's pid is the program's.
+    pub fn command_inside(&self, program: &Path) -> std::process::Command {
+        let [ip, rest @ ..] = self.netns.exec_prefix();
+        let mut command = std::process::Command::new(ip);
+        command
+            .args(rest)
+            .arg(program)
+            .env("KUBECONFIG", self.layout.kubeconfig("admin"));
+        command
+    }
+
     /// The state directory (logs under `logs/`, pods' files under `node/`).
     pub fn state_dir(&self) -> &Path {
         &self.layout.dir
