@@ -62,10 +62,14 @@ on_both_backends!(
     a_workload_that_cannot_be_deployed_is_reported_in_the_status,
     a_secret_labelled_excluded_in_a_user_namespace_is_still_refused,
     rules_the_api_server_would_refuse_are_marked_invalid_and_protected_ones_never_stored,
+    suspend_removes_the_configuration_even_when_the_workload_cannot_be_applied,
+    an_edited_configuration_is_put_back_within_a_probe_period,
+    a_configuration_of_the_same_name_that_is_not_ours_is_left_alone,
+    an_old_leader_thawed_after_losing_its_lease_writes_nothing,
+    a_users_config_map_with_the_initializers_name_is_never_taken_over,
     a_certificate_the_api_server_would_reject_is_never_registered,
     a_handler_that_panics_under_a_fail_closed_policy_is_never_registered,
     one_hung_pod_of_two_is_caught_within_a_probe_period,
-    a_users_config_map_with_the_initializers_name_is_never_taken_over,
 );
 
 /// Runs one test body on `backend`, with the test initializer as the guard's image.
@@ -90,8 +94,9 @@ struct Operator {
 }
 
 impl Operator {
-    /// Starts a replica with leader election and a 3 s lease, as pod `pod_name`, probing the
-    /// pods from inside the cluster's network.
+    /// Starts a replica with leader election and the default 15 s lease, as pod `pod_name`,
+    /// probing the pods from inside the cluster's network. (A shorter lease makes a loaded
+    /// machine's slow renewals cost the leader its right to write, by design.)
     fn spawn(cluster: &TestCluster, pod_name: &str) -> Self {
         let stop = CancellationToken::new();
         let cli = Cli::parse_from([
@@ -102,7 +107,7 @@ impl Operator {
             "127.0.0.1:0",
             "--leader-election",
             "--lease-duration-seconds",
-            "3",
+            "15",
             "--pod-name",
             pod_name,
         ]);
@@ -130,6 +135,13 @@ fn test_initializer() -> PathBuf {
 
 /// Installs the CRD and the operator's namespace, and starts one operator replica.
 async fn start(cluster: &TestCluster) -> (Client, Operator) {
+    let client = install(cluster).await;
+    let operator = Operator::spawn(cluster, "operator-test-0");
+    (client, operator)
+}
+
+/// Installs the CRD and the operator's namespace.
+async fn install(cluster: &TestCluster) -> Client {
     let client = cluster.client();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &Initializer::crd())
@@ -149,8 +161,7 @@ async fn start(cluster: &TestCluster) -> (Client, Operator) {
         async move { api.list(&ListParams::default()).await.is_ok() }
     })
     .await;
-    let operator = Operator::spawn(cluster, "operator-test-0");
-    (client, operator)
+    client
 }
 
 async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
@@ -671,6 +682,460 @@ async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &
     .await;
 }
 
+async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("guard"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-guard").await.is_some() }
+    })
+    .await;
+    let hook = &configuration(&client, "initializer-guard")
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap()[0];
+    let rule = &hook.rules.as_ref().unwrap()[0];
+    assert_eq!(
+        rule.scope.as_deref(),
+        Some("Namespaced"),
+        "the default scope"
+    );
+    // Any author may set the label; it must not take the Secret past the guard. The API server
+    // loads a new configuration within moments, so a create that passes is deleted and retried.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
+    let mut labelled = short_secret("labelled");
+    labelled.metadata.namespace = Some("team-a".into());
+    labelled.metadata.labels = Some([(EXCLUDE_LABEL.to_string(), "x".to_string())].into());
+    wait_for(
+        "the guard to refuse a short Secret labelled excluded",
+        Duration::from_secs(20),
+        || {
+            let secrets = secrets.clone();
+            let labelled = labelled.clone();
+            async move {
+                match secrets.create(&PostParams::default(), &labelled).await {
+                    Err(kube::Error::Api(status)) => {
+                        assert!(
+                            status.message.contains("at least 20 characters"),
+                            "{status:?}"
+                        );
+                        true
+                    }
+                    Err(e) => panic!("failed to create the labelled Secret: {e}"),
+                    Ok(_) => {
+                        secrets
+                            .delete("labelled", &DeleteParams::default())
+                            .await
+                            .unwrap();
+                        false
+                    }
+                }
+            }
+        },
+    )
+    .await;
+}
+
+async fn suspend_removes_the_configuration_even_when_the_workload_cannot_be_applied(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("brake"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-brake").await.is_some() }
+    })
+    .await;
+    // The same change moves the workload to a namespace that does not exist: applying it
+    // fails, and the break-glass switch must still take the initializer out of the path.
+    api.patch(
+        "brake",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true, "namespace": "no-such-namespace"}})),
+    )
+    .await
+    .unwrap();
+    let took = wait_for("the suspend to remove it", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-brake").await.is_none() }
+    })
+    .await;
+    println!("suspended {took:?} after the change, with the workload failing to apply");
+    wait_for("phase Suspended", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "brake").await == Some(Phase::Suspended) }
+    })
+    .await;
+    wait_for_event(&client, "Suspended", "spec.suspend").await;
+    // It stays removed across resyncs and failures.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(configuration(&client, "initializer-brake").await.is_none());
+}
+
+async fn an_edited_configuration_is_put_back_within_a_probe_period(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &guard("edited"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-edited").await.is_some() }
+    })
+    .await;
+    let wanted = configuration(&client, "initializer-edited").await.unwrap();
+    let hook = |c: &MutatingWebhookConfiguration| c.webhooks.clone().unwrap().remove(0);
+    // Someone edits the live object as `kubectl edit` would (an update by another manager):
+    // fail open, match nothing, and trust another CA.
+    let mut edited = wanted.clone();
+    let webhook = &mut edited.webhooks.as_mut().unwrap()[0];
+    webhook.failure_policy = Some("Ignore".into());
+    webhook.object_selector =
+        Some(serde_json::from_value(json!({"matchLabels": {"nothing": "matches"}})).unwrap());
+    webhook.client_config.ca_bundle = Some(k8s_openapi::ByteString(b"not a CA".to_vec()));
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .replace("initializer-edited", &PostParams::default(), &edited)
+        .await
+        .unwrap();
+    let took = wait_for("the edit to be undone", Duration::from_secs(5), || {
+        let c = client.clone();
+        let wanted = hook(&wanted);
+        async move {
+            configuration(&c, "initializer-edited")
+                .await
+                .is_some_and(|now| {
+                    let now = hook(&now);
+                    now.failure_policy == wanted.failure_policy
+                        && now.object_selector == wanted.object_selector
+                        && now.client_config.ca_bundle == wanted.client_config.ca_bundle
+                })
+        }
+    })
+    .await;
+    println!("the edited configuration was put back {took:?} after the edit");
+}
+
+async fn a_configuration_of_the_same_name_that_is_not_ours_is_left_alone(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    // An administrator's own configuration that happens to have the name the operator would use.
+    let theirs: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": "initializer-theirs", "labels": {"team": "platform"}},
+        "webhooks": [],
+    }))
+    .unwrap();
+    configs
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("theirs"))
+        .await
+        .unwrap();
+    wait_for(
+        "the conflict in the status",
+        Duration::from_secs(60),
+        || {
+            let a = api.clone();
+            async move {
+                a.get("theirs").await.unwrap().status.is_some_and(|s| {
+                    s.details
+                        .get("lastError")
+                        .is_some_and(|e| e.contains("not created by the operator"))
+                })
+            }
+        },
+    )
+    .await;
+    let untouched = |c: &MutatingWebhookConfiguration| {
+        c.labels().get("team").map(String::as_str) == Some("platform")
+            && !c.labels().contains_key(MANAGED_BY_LABEL)
+            && c.webhooks.as_ref().is_none_or(Vec::is_empty)
+    };
+    assert!(untouched(&configs.get("initializer-theirs").await.unwrap()));
+    api.delete("theirs", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Initializer to go", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move { a.get_opt("theirs").await.unwrap().is_none() }
+    })
+    .await;
+    assert!(untouched(&configs.get("initializer-theirs").await.unwrap()));
+}
+
+/// One operator replica running as its own process, so that it can be frozen (SIGSTOP) past
+/// its lease like a paused VM or a stalled node; killed when dropped.
+struct ReplicaProcess {
+    child: std::process::Child,
+}
+
+impl ReplicaProcess {
+    fn spawn(cluster: &TestCluster, identity: &str) -> Self {
+        let binary =
+            support::built("initializer-operator", "--bin", "initializer-operator").unwrap();
+        let child = cluster
+            .command(&binary)
+            .args([
+                "run",
+                "--namespace",
+                NS,
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--leader-election",
+                "--lease-duration-seconds",
+                "3",
+                "--pod-name",
+                identity,
+            ])
+            .env("RUST_LOG", "info")
+            .spawn()
+            .unwrap();
+        Self { child }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} failed");
+    }
+}
+
+impl Drop for ReplicaProcess {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn lease_holder(client: &Client) -> Option<String> {
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), NS)
+        .get_opt("initializer-operator")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &TestCluster) {
+    let client = install(cluster).await;
+    let old = ReplicaProcess::spawn(cluster, "replica-old");
+    wait_for("the first replica to lead", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move { lease_holder(&c).await.as_deref() == Some("replica-old") }
+    })
+    .await;
+    let _new = ReplicaProcess::spawn(cluster, "replica-new");
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("stale"))
+        .await
+        .unwrap();
+    wait_for(
+        "registration by the leader",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-stale").await.is_some() }
+        },
+    )
+    .await;
+    // Frozen past its 3 s lease: the other replica takes over and suspends the initializer,
+    // which removes the configuration the frozen one still believes registered.
+    old.signal("-STOP");
+    wait_for("the other replica to lead", Duration::from_secs(15), || {
+        let c = client.clone();
+        async move { lease_holder(&c).await.as_deref() == Some("replica-new") }
+    })
+    .await;
+    api.patch(
+        "stale",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the new leader to remove it",
+        Duration::from_secs(15),
+        || {
+            let c = client.clone();
+            async move {
+                configuration(&c, "initializer-stale").await.is_none()
+                    && phase(&c, "stale").await == Some(Phase::Suspended)
+            }
+        },
+    )
+    .await;
+    old.signal("-CONT");
+    // Its probes and timers fire at once on waking, with the view from before the freeze (the
+    // configuration registered, not suspended): it must write neither the configuration nor
+    // the Initializer.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(4) {
+        assert!(
+            configuration(&client, "initializer-stale").await.is_none(),
+            "the thawed replica registered the configuration again"
+        );
+        assert_eq!(
+            phase(&client, "stale").await,
+            Some(Phase::Suspended),
+            "the thawed replica wrote its stale status"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(lease_holder(&client).await.as_deref(), Some("replica-new"));
+}
+
+async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (client, _operator) = start(cluster).await;
+    let name = initializer_operator::validate::names("borrowed").config_map;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    // A user's ConfigMap that happens to have the name the operator would give its own.
+    let theirs: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS, "labels": {"team": "platform"}},
+        "data": {"config.yaml": "theirs: true\n"},
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let untouched = |c: &ConfigMap| {
+        c.data
+            .as_ref()
+            .and_then(|d| d.get("config.yaml"))
+            .map(String::as_str)
+            == Some("theirs: true\n")
+            && c.owner_references().is_empty()
+            && c.labels().get("team").map(String::as_str) == Some("platform")
+            && !c.labels().contains_key(MANAGED_BY_LABEL)
+    };
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("borrowed"))
+        .await
+        .unwrap();
+    wait_for(
+        "the conflict in the status",
+        Duration::from_secs(60),
+        || {
+            let a = api.clone();
+            async move {
+                a.get("borrowed").await.unwrap().status.is_some_and(|s| {
+                    s.details
+                        .get("lastError")
+                        .is_some_and(|e| e.contains("not created by the operator"))
+                })
+            }
+        },
+    )
+    .await;
+    let status = api.get("borrowed").await.unwrap().status.unwrap();
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Conflict" && c.status == "True" && c.message.contains(&name)),
+        "{:?}",
+        status.conditions
+    );
+    wait_for_event(&client, "Conflict", &name).await;
+    assert!(untouched(&config_maps.get(&name).await.unwrap()));
+    // Nothing of the workload was written either: the conflict is found before any apply.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), NS);
+    let base = initializer_operator::validate::names("borrowed").base;
+    assert!(deployments.get_opt(&base).await.unwrap().is_none());
+    assert!(
+        configuration(&client, "initializer-borrowed")
+            .await
+            .is_none()
+    );
+
+    api.delete("borrowed", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Initializer to go", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move { a.get_opt("borrowed").await.unwrap().is_none() }
+    })
+    .await;
+    // Long enough for garbage collection to have deleted it, had it been adopted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(untouched(&config_maps.get(&name).await.unwrap()));
+}
+
+async fn rules_the_api_server_would_refuse_are_marked_invalid_and_protected_ones_never_stored(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+
+    // The CRD's CEL rule refuses a wildcard reaching serviceaccounts/token at the API server.
+    let mut token = guard("token");
+    token.spec.rules[0].resources = vec!["serviceaccounts/*".into()];
+    match api.create(&PostParams::default(), &token).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(status.message.contains("must not intercept"), "{status:?}");
+        }
+        other => panic!("a rule reaching serviceaccounts/token was stored: {other:?}"),
+    }
+
+    // `*` beside another version passes the schema, but a webhook configuration with it would
+    // be refused with a 422: the operator refuses the spec first.
+    let mut versions = guard("versions");
+    versions.spec.rules[0].api_versions = vec!["*".into(), "v1".into()];
+    api.create(&PostParams::default(), &versions).await.unwrap();
+    wait_for("phase Invalid", Duration::from_secs(20), || {
+        let c = client.clone();
+        async move { phase(&c, "versions").await == Some(Phase::Invalid) }
+    })
+    .await;
+    let status = api.get("versions").await.unwrap().status.unwrap();
+    let valid = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Valid")
+        .unwrap();
+    assert_eq!(valid.status, "False");
+    assert!(
+        valid.message.contains("spec.rules[0].apiVersions"),
+        "{}",
+        valid.message
+    );
+    assert!(
+        configuration(&client, "initializer-versions")
+            .await
+            .is_none()
+    );
+    assert!(
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
+            .get_opt("versions")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing is deployed for a refused spec"
+    );
+}
+
 /// The certificate and key the test initializer serves instead of the mounted ones.
 const CERT_ENV: &str = "TEST_INITIALIZER_CERT_PEM";
 const KEY_ENV: &str = "TEST_INITIALIZER_KEY_PEM";
@@ -971,114 +1436,132 @@ async fn measure_probe_latency(cluster: &TestCluster, client: &Client, name: &st
     );
 }
 
-async fn rules_the_api_server_would_refuse_are_marked_invalid_and_protected_ones_never_stored(
-    cluster: &TestCluster,
-) {
-    let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
+/// The guard on Initializers needs a ValidatingAdmissionPolicy with the `authorizer` variable and
+/// an API server that authorizes; the sandbox has neither (sandbox/README.md).
+mod only_those_who_may_create_webhook_configurations_may_create_initializers {
+    use super::{Backend, run};
 
-    // The CRD's CEL rule refuses a wildcard reaching serviceaccounts/token at the API server.
-    let mut token = guard("token");
-    token.spec.rules[0].resources = vec!["serviceaccounts/*".into()];
-    match api.create(&PostParams::default(), &token).await {
-        Err(kube::Error::Api(status)) => {
-            assert_eq!(status.code, 422, "{status:?}");
-            assert!(status.message.contains("must not intercept"), "{status:?}");
-        }
-        other => panic!("a rule reaching serviceaccounts/token was stored: {other:?}"),
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "the sandbox serves no ValidatingAdmissionPolicy and enforces no authorization (sandbox/README.md)"]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(
+                super::only_those_who_may_create_webhook_configurations_may_create_initializers(
+                    cluster,
+                ),
+            )
+        })
+        .await;
     }
 
-    // `*` beside another version passes the schema, but a webhook configuration with it would
-    // be refused with a 422: the operator refuses the spec first.
-    let mut versions = guard("versions");
-    versions.spec.rules[0].api_versions = vec!["*".into(), "v1".into()];
-    api.create(&PostParams::default(), &versions).await.unwrap();
-    wait_for("phase Invalid", Duration::from_secs(20), || {
-        let c = client.clone();
-        async move { phase(&c, "versions").await == Some(Phase::Invalid) }
-    })
-    .await;
-    let status = api.get("versions").await.unwrap().status.unwrap();
-    let valid = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Valid")
-        .unwrap();
-    assert_eq!(valid.status, "False");
-    assert!(
-        valid.message.contains("spec.rules[0].apiVersions"),
-        "{}",
-        valid.message
-    );
-    assert!(
-        configuration(&client, "initializer-versions")
-            .await
-            .is_none()
-    );
-    assert!(
-        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
-            .get_opt("versions")
-            .await
-            .unwrap()
-            .is_none(),
-        "nothing is deployed for a refused spec"
-    );
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(
+                super::only_those_who_may_create_webhook_configurations_may_create_initializers(
+                    cluster,
+                ),
+            )
+        })
+        .await;
+    }
 }
 
-async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster: &TestCluster) {
-    let (client, _operator) = start(cluster).await;
-    Api::<Namespace>::all(client.clone())
+/// Creates `initializer` as `user` (impersonated by the admin client).
+async fn create_as(
+    client: &Client,
+    user: &str,
+    initializer: &Initializer,
+) -> Result<Initializer, kube::Error> {
+    let request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers");
+    let mut request = request
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap(),
+            serde_json::to_vec(initializer).unwrap(),
+        )
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Impersonate-User", user.parse().unwrap());
+    client.request::<Initializer>(request).await
+}
+
+async fn only_those_who_may_create_webhook_configurations_may_create_initializers(
+    cluster: &TestCluster,
+) {
+    use initializer_operator::guard::{GUARD_MESSAGE, GUARD_NAME};
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+
+    let (client, _operator) = start(cluster).await;
+    // The operator applies the guard at startup, labelled as managed.
+    wait_for(
+        "the guard policy and binding",
+        Duration::from_secs(20),
+        || {
+            let c = client.clone();
+            async move {
+                let policy = Api::<ValidatingAdmissionPolicy>::all(c.clone())
+                    .get_opt(GUARD_NAME)
+                    .await
+                    .unwrap();
+                let binding = Api::<ValidatingAdmissionPolicyBinding>::all(c)
+                    .get_opt(GUARD_NAME)
+                    .await
+                    .unwrap();
+                policy.is_some_and(|p| p.labels()[MANAGED_BY_LABEL] == MANAGED_BY_VALUE)
+                    && binding.is_some()
+            }
+        },
+    )
+    .await;
+
+    // An editor of Initializers (what OLM aggregates into `edit` and `admin`) who may not create
+    // webhook configurations.
+    Api::<ClusterRole>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "initializer-editor"},
+                "rules": [{
+                    "apiGroups": ["initializer.dev"],
+                    "resources": ["initializers"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                }],
+            }))
+            .unwrap(),
         )
         .await
         .unwrap();
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("guard"))
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "initializer-editor-alice"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "initializer-editor"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+            }))
+            .unwrap(),
+        )
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-guard").await.is_some() }
-    })
-    .await;
-    let hook = &configuration(&client, "initializer-guard")
-        .await
-        .unwrap()
-        .webhooks
-        .unwrap()[0];
-    let rule = &hook.rules.as_ref().unwrap()[0];
-    assert_eq!(
-        rule.scope.as_deref(),
-        Some("Namespaced"),
-        "the default scope"
-    );
-    // Any author may set the label; it must not take the Secret past the guard. The API server
-    // loads a new configuration within moments, so a create that passes is deleted and retried.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
-    let mut labelled = short_secret("labelled");
-    labelled.metadata.namespace = Some("team-a".into());
-    labelled.metadata.labels = Some([(EXCLUDE_LABEL.to_string(), "x".to_string())].into());
+
+    // Refused by the guard (not by RBAC: the message is the policy's). The API server loads a
+    // new policy within moments, so a create that passes is deleted and retried.
+    let api: Api<Initializer> = Api::all(client.clone());
     wait_for(
-        "the guard to refuse a short Secret labelled excluded",
+        "the guard to refuse the editor",
         Duration::from_secs(20),
         || {
-            let secrets = secrets.clone();
-            let labelled = labelled.clone();
+            let (client, api) = (client.clone(), api.clone());
             async move {
-                match secrets.create(&PostParams::default(), &labelled).await {
-                    Err(kube::Error::Api(status)) => {
-                        assert!(
-                            status.message.contains("at least 20 characters"),
-                            "{status:?}"
-                        );
-                        true
-                    }
-                    Err(e) => panic!("failed to create the labelled Secret: {e}"),
+                match create_as(&client, "alice", &guard("by-alice")).await {
+                    Err(kube::Error::Api(_)) => true,
+                    Err(e) => panic!("failed to create as alice: {e}"),
                     Ok(_) => {
-                        secrets
-                            .delete("labelled", &DeleteParams::default())
+                        api.delete("by-alice", &DeleteParams::default())
                             .await
                             .unwrap();
                         false
@@ -1088,85 +1571,38 @@ async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster
         },
     )
     .await;
-}
+    match create_as(&client, "alice", &guard("by-alice")).await {
+        Err(kube::Error::Api(status)) => {
+            println!("refused: {} {}", status.code, status.message);
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
+        }
+        other => panic!("the editor created an Initializer: {other:?}"),
+    }
 
-async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let (client, _operator) = start(cluster).await;
-    let name = initializer_operator::validate::names("borrowed").config_map;
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    // A user's ConfigMap that happens to have the name the operator would give its own.
-    let theirs: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS, "labels": {"team": "platform"}},
-        "data": {"config.yaml": "theirs: true\n"},
-    }))
-    .unwrap();
-    config_maps
-        .create(&PostParams::default(), &theirs)
+    // An admin is admitted; the editor may not change its spec either.
+    api.create(&PostParams::default(), &guard("by-admin"))
         .await
         .unwrap();
-    let untouched = |c: &ConfigMap| {
-        c.data
-            .as_ref()
-            .and_then(|d| d.get("config.yaml"))
-            .map(String::as_str)
-            == Some("theirs: true\n")
-            && c.owner_references().is_empty()
-            && c.labels().get("team").map(String::as_str) == Some("platform")
-            && !c.labels().contains_key(MANAGED_BY_LABEL)
-    };
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("borrowed"))
-        .await
+    let mut changed = api.get("by-admin").await.unwrap();
+    changed.spec.replicas = 2;
+    let mut request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .replace(
+            "by-admin",
+            &PostParams::default(),
+            serde_json::to_vec(&changed).unwrap(),
+        )
         .unwrap();
-    wait_for(
-        "the conflict in the status",
-        Duration::from_secs(60),
-        || {
-            let a = api.clone();
-            async move {
-                a.get("borrowed").await.unwrap().status.is_some_and(|s| {
-                    s.details
-                        .get("lastError")
-                        .is_some_and(|e| e.contains("not created by the operator"))
-                })
-            }
-        },
-    )
-    .await;
-    let status = api.get("borrowed").await.unwrap().status.unwrap();
-    assert!(
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Conflict" && c.status == "True" && c.message.contains(&name)),
-        "{:?}",
-        status.conditions
-    );
-    wait_for_event(&client, "Conflict", &name).await;
-    assert!(untouched(&config_maps.get(&name).await.unwrap()));
-    // Nothing of the workload was written either: the conflict is found before any apply.
-    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-        Api::namespaced(client.clone(), NS);
-    let base = initializer_operator::validate::names("borrowed").base;
-    assert!(deployments.get_opt(&base).await.unwrap().is_none());
-    assert!(
-        configuration(&client, "initializer-borrowed")
-            .await
-            .is_none()
-    );
-
-    api.delete("borrowed", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the Initializer to go", Duration::from_secs(30), || {
-        let a = api.clone();
-        async move { a.get_opt("borrowed").await.unwrap().is_none() }
-    })
-    .await;
-    // Long enough for garbage collection to have deleted it, had it been adopted.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(untouched(&config_maps.get(&name).await.unwrap()));
+    request
+        .headers_mut()
+        .insert("Impersonate-User", "alice".parse().unwrap());
+    match client.request::<Initializer>(request).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
+        }
+        other => panic!("the editor changed an Initializer's spec: {other:?}"),
+    }
 }
 
 /// Runs on the real control plane only: the sandbox serves no ValidatingAdmissionPolicy.
@@ -1337,173 +1773,4 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
     assert!(policies.get_opt("theirs").await.unwrap().is_some());
     assert!(bindings.get_opt("theirs").await.unwrap().is_some());
     assert!(configs.get_opt("theirs").await.unwrap().is_some());
-}
-
-/// The guard on Initializers needs a ValidatingAdmissionPolicy with the `authorizer` variable and
-/// an API server that authorizes; the sandbox has neither (sandbox/README.md).
-mod only_those_who_may_create_webhook_configurations_may_create_initializers {
-    use super::{Backend, run};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "the sandbox serves no ValidatingAdmissionPolicy and enforces no authorization (sandbox/README.md)"]
-    async fn on_sandbox() {
-        run(Backend::Sandbox, |cluster| {
-            Box::pin(
-                super::only_those_who_may_create_webhook_configurations_may_create_initializers(
-                    cluster,
-                ),
-            )
-        })
-        .await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn on_real() {
-        run(Backend::Real, |cluster| {
-            Box::pin(
-                super::only_those_who_may_create_webhook_configurations_may_create_initializers(
-                    cluster,
-                ),
-            )
-        })
-        .await;
-    }
-}
-
-/// Creates `initializer` as `user` (impersonated by the admin client).
-async fn create_as(
-    client: &Client,
-    user: &str,
-    initializer: &Initializer,
-) -> Result<Initializer, kube::Error> {
-    let request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers");
-    let mut request = request
-        .create(
-            &PostParams::default(),
-            serde_json::to_vec(initializer).unwrap(),
-        )
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("Impersonate-User", user.parse().unwrap());
-    client.request::<Initializer>(request).await
-}
-
-async fn only_those_who_may_create_webhook_configurations_may_create_initializers(
-    cluster: &TestCluster,
-) {
-    use initializer_operator::guard::{GUARD_MESSAGE, GUARD_NAME};
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    };
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-
-    let (client, _operator) = start(cluster).await;
-    // The operator applies the guard at startup, labelled as managed.
-    wait_for(
-        "the guard policy and binding",
-        Duration::from_secs(20),
-        || {
-            let c = client.clone();
-            async move {
-                let policy = Api::<ValidatingAdmissionPolicy>::all(c.clone())
-                    .get_opt(GUARD_NAME)
-                    .await
-                    .unwrap();
-                let binding = Api::<ValidatingAdmissionPolicyBinding>::all(c)
-                    .get_opt(GUARD_NAME)
-                    .await
-                    .unwrap();
-                policy.is_some_and(|p| p.labels()[MANAGED_BY_LABEL] == MANAGED_BY_VALUE)
-                    && binding.is_some()
-            }
-        },
-    )
-    .await;
-
-    // An editor of Initializers (what OLM aggregates into `edit` and `admin`) who may not create
-    // webhook configurations.
-    Api::<ClusterRole>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "initializer-editor"},
-                "rules": [{
-                    "apiGroups": ["initializer.dev"],
-                    "resources": ["initializers"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                }],
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "initializer-editor-alice"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "initializer-editor"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-
-    // Refused by the guard (not by RBAC: the message is the policy's). The API server loads a
-    // new policy within moments, so a create that passes is deleted and retried.
-    let api: Api<Initializer> = Api::all(client.clone());
-    wait_for(
-        "the guard to refuse the editor",
-        Duration::from_secs(20),
-        || {
-            let (client, api) = (client.clone(), api.clone());
-            async move {
-                match create_as(&client, "alice", &guard("by-alice")).await {
-                    Err(kube::Error::Api(_)) => true,
-                    Err(e) => panic!("failed to create as alice: {e}"),
-                    Ok(_) => {
-                        api.delete("by-alice", &DeleteParams::default())
-                            .await
-                            .unwrap();
-                        false
-                    }
-                }
-            }
-        },
-    )
-    .await;
-    match create_as(&client, "alice", &guard("by-alice")).await {
-        Err(kube::Error::Api(status)) => {
-            println!("refused: {} {}", status.code, status.message);
-            assert_eq!(status.code, 403, "{status:?}");
-            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
-        }
-        other => panic!("the editor created an Initializer: {other:?}"),
-    }
-
-    // An admin is admitted; the editor may not change its spec either.
-    api.create(&PostParams::default(), &guard("by-admin"))
-        .await
-        .unwrap();
-    let mut changed = api.get("by-admin").await.unwrap();
-    changed.spec.replicas = 2;
-    let mut request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
-        .replace(
-            "by-admin",
-            &PostParams::default(),
-            serde_json::to_vec(&changed).unwrap(),
-        )
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("Impersonate-User", "alice".parse().unwrap());
-    match client.request::<Initializer>(request).await {
-        Err(kube::Error::Api(status)) => {
-            assert_eq!(status.code, 403, "{status:?}");
-            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
-        }
-        other => panic!("the editor changed an Initializer's spec: {other:?}"),
-    }
 }

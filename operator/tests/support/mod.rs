@@ -128,6 +128,20 @@ impl TestCluster {
         self.client.clone()
     }
 
+    /// A command running `program` where a process of the cluster runs, with a cluster-admin
+    /// `KUBECONFIG`: on the host for the sandbox, inside the network namespace for the real
+    /// control plane (so that it reaches pod IPs, as an operator in a pod does).
+    pub fn command(&self, program: &Path) -> Command {
+        match &self.plane {
+            Plane::Sandbox(sandbox) => {
+                let mut command = Command::new(program);
+                command.env("KUBECONFIG", sandbox.kubeconfig_path());
+                command
+            }
+            Plane::Real(plane) => plane.command_inside(program),
+        }
+    }
+
     /// How an operator running in this test process reaches the pods: directly on the sandbox
     /// (its pods listen on 127.x addresses), and from inside the network namespace on the real
     /// control plane, as an operator running as a pod would.
