@@ -102,6 +102,17 @@ pub const API_CALLS: &[ApiCall] = &[
         "validatingadmissionpolicybindings",
         "delete",
     ),
+    // controller::remove_orphans: fallbacks left by an Initializer that is gone.
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "list",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "list",
+    ),
     // missed::count: namespaces' labels for the namespace selector (metadata only).
     ("", "namespaces", "list"),
     // supervisor: the EndpointSlice watch (the probe dials the ready endpoints it lists
@@ -169,14 +180,16 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
         // The fallback: server-side apply creates (and, as a dry run, compiles) the policy and
-        // its binding while the initializer is out of the path; delete lifts them.
+        // its binding while the initializer is out of the path; delete lifts them, and list
+        // finds those an Initializer left behind. The guard on Initializers (guard.rs) is
+        // applied the same way at startup.
         rule(
             &["admissionregistration.k8s.io"],
             &[
                 "validatingadmissionpolicies",
                 "validatingadmissionpolicybindings",
             ],
-            &["create", "patch", "delete"],
+            &["list", "create", "patch", "delete"],
         ),
         // list: namespaces' labels, to count missed initializations in the namespaces the
         // webhook selects.
