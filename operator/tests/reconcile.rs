@@ -1584,13 +1584,13 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
     api.create(&PostParams::default(), &guard("by-admin"))
         .await
         .unwrap();
-    let mut changed = api.get("by-admin").await.unwrap();
-    changed.spec.replicas = 2;
+    // A merge patch carries no resourceVersion: the operator's own writes (its finalizer)
+    // cannot turn the refusal into a conflict.
     let mut request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
-        .replace(
+        .patch(
             "by-admin",
-            &PostParams::default(),
-            serde_json::to_vec(&changed).unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
         )
         .unwrap();
     request
