@@ -1175,13 +1175,19 @@ async fn responding(client: &Client, name: &str) -> Option<(String, String)> {
     Some((reason, error))
 }
 
-/// Waits until the probes of `name` fail with `reason` and an error containing `part`,
-/// checking all along that the configuration never appears.
-async fn wait_for_probe_failure(client: &Client, name: &str, reason: &str, part: &str) {
+/// Waits up to `timeout` until the probes of `name` fail with `reason` and an error containing
+/// `part`, checking all along that the configuration never appears.
+async fn wait_for_probe_failure(
+    client: &Client,
+    name: &str,
+    reason: &str,
+    part: &str,
+    timeout: Duration,
+) {
     let configuration_name = format!("initializer-{name}");
     let took = wait_for(
         &format!("probes of {name} failing with {reason} ({part:?})"),
-        Duration::from_secs(90),
+        timeout,
         || {
             let (c, configuration_name) = (client.clone(), configuration_name.clone());
             async move {
@@ -1234,7 +1240,14 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
         )
         .await
         .unwrap();
-    wait_for_probe_failure(&client, "pinned", "CertificateRejected", "UnknownIssuer").await;
+    wait_for_probe_failure(
+        &client,
+        "pinned",
+        "CertificateRejected",
+        "UnknownIssuer",
+        Duration::from_secs(90),
+    )
+    .await;
 
     // The operator's CA, but a certificate for another name, then an expired one.
     let secret = Api::<Secret>::namespaced(client.clone(), NS)
@@ -1262,6 +1275,7 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
         "pinned",
         "CertificateRejected",
         "not valid for name",
+        Duration::from_secs(90),
     )
     .await;
     let long_ago = now - jiff::SignedDuration::from_hours(24 * 400);
@@ -1272,7 +1286,14 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
         &[(CERT_ENV, &expired.cert_pem), (KEY_ENV, &expired.key_pem)],
     )
     .await;
-    wait_for_probe_failure(&client, "pinned", "CertificateRejected", "expired").await;
+    wait_for_probe_failure(
+        &client,
+        "pinned",
+        "CertificateRejected",
+        "expired",
+        Duration::from_secs(90),
+    )
+    .await;
 
     // Serving the operator's own certificate again, it is registered.
     set_guard_env(&client, "pinned", &[]).await;
@@ -1299,8 +1320,31 @@ async fn a_handler_that_panics_under_a_fail_closed_policy_is_never_registered(
         .await
         .unwrap();
     // The SDK denies with code 500 for a handler that panics under the guard's fail-closed
-    // policy: registered, it would refuse every Secret in the cluster.
-    wait_for_probe_failure(&client, "panicky", "InternalError", "panic").await;
+    // policy: registered, it would refuse every Secret in the cluster. The status says so
+    // within a few probes of the pod being ready, whatever the earlier probes said (no ready
+    // endpoint yet).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=panicky"));
+    wait_for("a ready pod", Duration::from_secs(60), || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            pods.list(&selector)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(is_ready)
+        }
+    })
+    .await;
+    wait_for_probe_failure(
+        &client,
+        "panicky",
+        "InternalError",
+        "panic",
+        Duration::from_secs(10),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         configuration(&client, "initializer-panicky")
