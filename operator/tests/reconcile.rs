@@ -1248,6 +1248,9 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
         Duration::from_secs(90),
     )
     .await;
+    // The path the probe used to take verifies nothing: through the API server's service
+    // proxy the same pod answers well, which is how a wrong caBundle used to pass.
+    assert!(answers_through_the_service_proxy(&client, "pinned").await);
 
     // The operator's CA, but a certificate for another name, then an expired one.
     let secret = Api::<Secret>::namespaced(client.clone(), NS)
@@ -1294,6 +1297,7 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
         Duration::from_secs(90),
     )
     .await;
+    assert!(answers_through_the_service_proxy(&client, "pinned").await);
 
     // Serving the operator's own certificate again, it is registered.
     set_guard_env(&client, "pinned", &[]).await;
@@ -1416,6 +1420,27 @@ async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestClust
         "the failed endpoint {ip} is named: {named:?}"
     );
     cluster.thaw(NS, &hung.name_any()).await.unwrap();
+}
+
+/// Whether the initializer `name` answers a probe review well when it is POSTed through the
+/// API server's service proxy (the probe's former path), with the test's client.
+async fn answers_through_the_service_proxy(client: &Client, name: &str) -> bool {
+    use initializer_operator::probe;
+    let target = probe::target_for(&guard(name).spec.rules);
+    let body = serde_json::to_vec(&probe::review(&target, "through-the-proxy", "test")).unwrap();
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{NS}/services/https:{name}:443/proxy/initialize"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(body)
+    .unwrap();
+    match client.request_text(request).await {
+        Ok(text) => probe::check_answer(text.as_bytes(), "through-the-proxy").is_ok(),
+        Err(e) => {
+            println!("the service proxy failed: {e}");
+            false
+        }
+    }
 }
 
 /// Prints the latency of the operator's probe (every ready endpoint dialled directly, TLS
