@@ -1098,6 +1098,38 @@ async fn rules_the_api_server_would_refuse_are_marked_invalid_and_protected_ones
         }
         other => panic!("a rule reaching serviceaccounts/token was stored: {other:?}"),
     }
+    // The API server's CEL evaluation of the generated rule agrees with the table the validator
+    // reads (dry runs: nothing is stored).
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    for (group, resource) in [
+        ("", "*/*"),
+        ("", "*"),
+        ("", "nodes/status"),
+        ("", "pods/*"),
+        ("", "serviceaccounts"),
+        ("*", "clusterroles"),
+        ("*", "*/token"),
+        ("*", "pods"),
+        ("*", "deployments/scale"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("flowcontrol.apiserver.k8s.io", "anything"),
+        ("apps", "*/*"),
+    ] {
+        let mut case = guard("case");
+        case.spec.rules[0].api_groups = vec![group.into()];
+        case.spec.rules[0].resources = vec![resource.into()];
+        let protected = !initializer_crds::protected_reached(&[group.into()], resource).is_empty();
+        match api.create(&dry_run, &case).await {
+            Err(kube::Error::Api(status)) if protected && status.code == 422 => {
+                assert!(status.message.contains("must not intercept"), "{status:?}")
+            }
+            Ok(_) if !protected => {}
+            other => panic!("{group:?} {resource}: protected {protected}, got {other:?}"),
+        }
+    }
 
     // `*` beside another version passes the schema, but a webhook configuration with it would
     // be refused with a 422: the operator refuses the spec first.
