@@ -48,11 +48,7 @@ pub fn ownership(live: Option<&ObjectMeta>, owner_uid: Option<&str>) -> Ownershi
     let Some(meta) = live else {
         return Ownership::Absent;
     };
-    let labelled = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == MANAGED_BY_VALUE);
+    let labelled = labelled_ours(meta);
     let owned = owner_uid.is_some_and(|uid| {
         meta.owner_references
             .iter()
@@ -180,7 +176,18 @@ pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deploy
     apply_claimed(client, &desired.deployment, deployment).await
 }
 
-/// Reads the existing CA and serving certificate, if any, so they are kept until rotation.
+/// Whether an object carries the operator's managed-by label. Secrets without it are not the
+/// operator's, so their keys are never used (the apply that follows refuses them).
+pub fn labelled_ours(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE)
+}
+
+/// Reads the existing CA and serving certificate, if any, so they are kept until rotation. A
+/// Secret of the name without the operator's label counts as absent: someone else's key is
+/// never used, and [`apply_workload`] reports the conflict.
 pub async fn read_tls(
     client: &Client,
     namespace: &str,
@@ -206,6 +213,10 @@ pub async fn read_tls(
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
     };
     let (ca, serving) = futures::try_join!(get(ca_secret), get(tls_secret))?;
+    let (ca, serving) = (
+        ca.filter(|s| labelled_ours(&s.metadata)),
+        serving.filter(|s| labelled_ours(&s.metadata)),
+    );
     let ca = ca.and_then(|s| {
         Some(Ca {
             cert_pem: text(&s, "ca.crt")?,
@@ -533,6 +544,12 @@ mod tests {
     fn our_label_and_a_controller_reference_to_this_initializer_make_it_ours() {
         let live = meta(true, vec![owner(UID, Some(true))]);
         assert_eq!(ownership(Some(&live), Some(UID)), Ownership::Ours);
+    }
+
+    #[test]
+    fn only_secrets_with_our_label_lend_their_keys() {
+        assert!(labelled_ours(&meta(true, vec![])));
+        assert!(!labelled_ours(&meta(false, vec![owner(UID, Some(true))])));
     }
 
     #[test]
