@@ -588,29 +588,51 @@ pub struct Round<'a> {
 
 /// Probes every endpoint of `round` at once, each within the budget, and combines the results.
 pub async fn probe(connector: &Connector, round: &Round<'_>) -> Outcome {
+    match probe_each(connector, round).await {
+        Ok(results) => combine(&results),
+        Err(outcome) => outcome,
+    }
+}
+
+/// Keeps the results of the endpoints still in `ready`: an endpoint that left the ready set
+/// while it was probed (a pod shutting down in a rollout) no longer receives the API server's
+/// calls, and its failure says nothing about the initializer.
+pub fn still_ready(results: Vec<EndpointResult>, ready: &[SocketAddr]) -> Vec<EndpointResult> {
+    results
+        .into_iter()
+        .filter(|(addr, _, _)| ready.contains(addr))
+        .collect()
+}
+
+/// Probes every endpoint of `round` at once, each within the budget: each endpoint's result,
+/// or the failed outcome when no endpoint could be tried (the `caBundle` holds no certificate).
+pub async fn probe_each(
+    connector: &Connector,
+    round: &Round<'_>,
+) -> Result<Vec<EndpointResult>, Outcome> {
     let tls = match TlsTarget::new(round.ca_bundle, round.service, round.namespace) {
         Ok(tls) => tls,
         Err(rejection) => {
-            return Outcome {
+            return Err(Outcome {
                 ok: false,
                 latency: Duration::ZERO,
                 message: rejection.why,
                 failure: Some(rejection.failure),
                 current_ca: false,
-            };
+            });
         }
     };
     let uid = format!("{:032x}", rand::random::<u128>());
     let body = match serde_json::to_vec(&review(round.target, &uid, round.user)) {
         Ok(body) => bytes::Bytes::from(body),
         Err(e) => {
-            return Outcome {
+            return Err(Outcome {
                 ok: false,
                 latency: Duration::ZERO,
                 message: format!("failed to serialize the probe: {e}"),
                 failure: Some(Failure::Unreachable),
                 current_ca: false,
-            };
+            });
         }
     };
     let mut endpoints = round.endpoints.to_vec();
@@ -638,7 +660,7 @@ pub async fn probe(connector: &Connector, round: &Round<'_>) -> Outcome {
             }
         }
     });
-    combine(&futures::future::join_all(calls).await)
+    Ok(futures::future::join_all(calls).await)
 }
 
 /// One exchange with one endpoint: connect, TLS, POST over HTTP/1.1, read at most
@@ -933,6 +955,23 @@ mod tests {
             (addr("127.0.0.3:8443"), ms(3), old_ca),
         ]);
         assert!(moving.ok && !moving.current_ca);
+    }
+
+    #[test]
+    fn an_endpoint_that_left_the_ready_set_while_probed_is_not_judged() {
+        let ms = Duration::from_millis;
+        let closed = Rejection::new(Failure::Reset, "connection closed before message completed");
+        let results = vec![
+            (addr("127.0.0.2:8443"), ms(3), answered(true)),
+            (addr("127.0.0.3:8443"), ms(3), Err(closed)),
+        ];
+        assert!(!combine(&results).ok);
+        let kept = still_ready(results.clone(), &[addr("127.0.0.2:8443")]);
+        assert_eq!(kept.len(), 1);
+        assert!(combine(&kept).ok);
+        // Still ready, its failure counts.
+        let both = [addr("127.0.0.2:8443"), addr("127.0.0.3:8443")];
+        assert!(!combine(&still_ready(results, &both)).ok);
     }
 
     #[test]

@@ -1372,19 +1372,30 @@ async fn prober(
             target.budget + PROBER_STEP_SLACK,
         );
         let endpoints = ready.borrow_and_update().clone().unwrap_or_default();
-        let outcome = probe::probe(
-            &sup.inner.connector,
-            &Round {
-                service: &target.service,
-                namespace: &target.namespace,
-                ca_bundle: &ca_bundle,
-                endpoints: &endpoints,
-                target: &target.probe,
-                user: &sup.inner.probe_user,
-                budget: target.budget,
-            },
-        )
-        .await;
+        let round = Round {
+            service: &target.service,
+            namespace: &target.namespace,
+            ca_bundle: &ca_bundle,
+            endpoints: &endpoints,
+            target: &target.probe,
+            user: &sup.inner.probe_user,
+            budget: target.budget,
+        };
+        let outcome = match probe::probe_each(&sup.inner.connector, &round).await {
+            Err(outcome) => outcome,
+            Ok(results) => {
+                // Judged against the endpoints ready now: one that left meanwhile (a pod
+                // shutting down in a rollout) no longer gets the API server's calls.
+                let now_ready = ready.borrow().clone().unwrap_or_default();
+                let results = probe::still_ready(results, &now_ready);
+                if results.is_empty() && !now_ready.is_empty() {
+                    // Every endpoint probed has gone: probe the ones that replaced them.
+                    wait = Duration::ZERO;
+                    continue;
+                }
+                probe::combine(&results)
+            }
+        };
         let Some(entry) = entry.upgrade() else {
             return;
         };

@@ -70,6 +70,7 @@ on_both_backends!(
     a_certificate_the_api_server_would_reject_is_never_registered,
     a_handler_that_panics_under_a_fail_closed_policy_is_never_registered,
     one_hung_pod_of_two_is_caught_within_a_probe_period,
+    a_replaced_ca_stays_trusted_until_every_pod_serves_the_new_one,
 );
 
 /// Runs one test body on `backend`, with the test initializer as the guard's image.
@@ -1452,6 +1453,111 @@ async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestClust
         "the failed endpoint {ip} is named: {named:?}"
     );
     cluster.thaw(NS, &hung.name_any()).await.unwrap();
+}
+
+async fn a_replaced_ca_stays_trusted_until_every_pod_serves_the_new_one(cluster: &TestCluster) {
+    use base64::Engine as _;
+    use initializer_operator::{tls, validate};
+    let (client, _operator) = start(cluster).await;
+    let names = validate::names("rotating");
+    let dns = tls::dns_names(&names.base, NS);
+    let now = jiff::Timestamp::now();
+    // A CA seven years into its ten (due for replacement), and pods serving its certificate.
+    let aged = tls::new_ca(now - jiff::SignedDuration::from_hours(24 * 365 * 7)).unwrap();
+    let served = tls::issue(&aged, &dns, now).unwrap();
+    Api::<Initializer>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &guard_with_env(
+                "rotating",
+                &[(CERT_ENV, &served.cert_pem), (KEY_ENV, &served.key_pem)],
+            ),
+        )
+        .await
+        .unwrap();
+    wait_for_probe_failure(
+        &client,
+        "rotating",
+        "CertificateRejected",
+        "UnknownIssuer",
+        Duration::from_secs(90),
+    )
+    .await;
+    // The operator finds the aged CA in its Secret, as after seven years of use: it replaces
+    // it, and the pods still serving the aged CA's certificate must keep working.
+    let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    let aged_data = json!({"data": {
+        "ca.crt": b64(&aged.cert_pem),
+        "ca.key": b64(&aged.key_pem),
+    }});
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let bundle = |c: MutatingWebhookConfiguration| {
+        let hook = c.webhooks.unwrap().remove(0);
+        String::from_utf8(hook.client_config.ca_bundle.unwrap().0).unwrap()
+    };
+    let took = wait_for(
+        "registration with the aged CA's certificate",
+        Duration::from_secs(60),
+        || {
+            let (c, secrets, aged_data) = (client.clone(), secrets.clone(), aged_data.clone());
+            let (ca_secret, aged_pem) = (names.ca_secret.clone(), aged.cert_pem.clone());
+            async move {
+                if configuration(&c, "initializer-rotating").await.is_some() {
+                    return true;
+                }
+                // A reconcile that read the Secret before the patch writes it back as it was:
+                // patch again until the operator has seen the aged CA.
+                let seen = secrets
+                    .get(&ca_secret)
+                    .await
+                    .unwrap()
+                    .data
+                    .is_some_and(|d| {
+                        d.get("ca.crt")
+                            .is_some_and(|b| String::from_utf8_lossy(&b.0).contains(&aged_pem))
+                    });
+                if !seen {
+                    secrets
+                        .patch(
+                            &ca_secret,
+                            &PatchParams::default(),
+                            &Patch::Merge(&aged_data),
+                        )
+                        .await
+                        .unwrap();
+                }
+                false
+            }
+        },
+    )
+    .await;
+    let rotated = bundle(
+        configuration(&client, "initializer-rotating")
+            .await
+            .unwrap(),
+    );
+    let blocks = tls::certificate_blocks(&rotated);
+    assert_eq!(blocks.len(), 2, "the new CA and the aged one: {rotated}");
+    assert_eq!(format!("{}\n", blocks[1]), aged.cert_pem);
+    let new_ca = format!("{}\n", blocks[0]);
+    println!("registered {took:?} after the CA was replaced, trusting both CAs");
+    // The pods move to the operator's certificate (signed by the new CA): once the probe sees
+    // every ready pod serving it, the aged CA leaves the bundle.
+    set_guard_env(&client, "rotating", &[]).await;
+    let took = wait_for(
+        "the aged CA to leave the bundle",
+        Duration::from_secs(90),
+        || {
+            let (c, new_ca) = (client.clone(), new_ca.clone());
+            async move {
+                configuration(&c, "initializer-rotating")
+                    .await
+                    .is_some_and(|config| bundle(config) == new_ca)
+            }
+        },
+    )
+    .await;
+    println!("the aged CA left the bundle {took:?} after the pods moved to the new certificate");
 }
 
 /// Whether the initializer `name` answers a probe review well when it is POSTed through the
