@@ -101,7 +101,8 @@ pub enum UninstallStep {
     RemovePermissions,
     /// Delete the installer's namespace (never one it did not create).
     RemoveNamespace,
-    /// Delete the installer's CustomResourceDefinitions.
+    /// Delete the installer's CustomResourceDefinitions, and the operator's guard policy on
+    /// Initializers with them (kept as long as Initializers can be created).
     RemoveCrds,
 }
 
@@ -504,7 +505,8 @@ pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error
                     &installer_selector(),
                     "CustomResourceDefinition",
                 )
-                .await?
+                .await?;
+                remove_guard(&client).await?
             }
         }
     }
@@ -622,6 +624,34 @@ where
         if installed_by_us(object.meta()) {
             delete(&api, &object.name_any(), kind).await?;
         }
+    }
+    Ok(())
+}
+
+/// Deletes the operator's guard on Initializers (its ValidatingAdmissionPolicy and binding), if
+/// it is there and carries the operator's label. An API server that does not serve
+/// ValidatingAdmissionPolicy has none.
+pub async fn remove_guard(client: &Client) -> Result<(), Error> {
+    let name = crate::guard::GUARD_NAME;
+    let operator_made = |meta: &ObjectMeta| {
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(constants::MANAGED_BY_LABEL))
+            .is_some_and(|v| v == constants::MANAGED_BY_VALUE)
+    };
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    if get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding")
+        .await?
+        .is_some_and(|b| operator_made(&b.metadata))
+    {
+        delete(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
+    }
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    if get_opt(&policies, name, "ValidatingAdmissionPolicy")
+        .await?
+        .is_some_and(|p| operator_made(&p.metadata))
+    {
+        delete(&policies, name, "ValidatingAdmissionPolicy").await?;
     }
     Ok(())
 }

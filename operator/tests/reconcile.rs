@@ -1980,4 +1980,32 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
     assert!(policies.get_opt("theirs").await.unwrap().is_some());
     assert!(bindings.get_opt("theirs").await.unwrap().is_some());
     assert!(configs.get_opt("theirs").await.unwrap().is_some());
+
+    // The guard on Initializers (no Initializer label) outlives deregistration, and goes with
+    // the CRDs.
+    let guard = initializer_operator::guard::GUARD_NAME;
+    policies
+        .create(
+            &PostParams::default(),
+            &initializer_operator::guard::policy(),
+        )
+        .await
+        .unwrap();
+    bindings
+        .create(
+            &PostParams::default(),
+            &initializer_operator::guard::binding(),
+        )
+        .await
+        .unwrap();
+    initializer_operator::install::deregister(&client)
+        .await
+        .unwrap();
+    assert!(policies.get_opt(guard).await.unwrap().is_some());
+    assert!(bindings.get_opt(guard).await.unwrap().is_some());
+    initializer_operator::install::remove_guard(&client)
+        .await
+        .unwrap();
+    assert!(policies.get_opt(guard).await.unwrap().is_none());
+    assert!(bindings.get_opt(guard).await.unwrap().is_none());
 }
