@@ -161,6 +161,7 @@ async fn refuse(
         outage: previous.and_then(|s| s.last_outage.clone()),
         fallback: None,
         missed: previous.and_then(|s| s.missed_initializations.clone()),
+        fail_closed: None,
     });
     write_status(ctx, obj, status).await?;
     Ok(Action::await_change())
@@ -381,6 +382,7 @@ async fn report_conflict(
         outage: previous.and_then(|s| s.last_outage.clone()),
         fallback: None,
         missed: previous.and_then(|s| s.missed_initializations.clone()),
+        fail_closed: None,
     });
     status
         .details
@@ -423,6 +425,7 @@ async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, e
             missed: stored
                 .as_ref()
                 .and_then(|s| s.missed_initializations.clone()),
+            fail_closed: None,
         }),
     };
     status

@@ -64,6 +64,10 @@ pub struct Metrics {
     pub unresponsive_to_deregistered: Histogram,
     /// 1 while this replica holds the leader Lease.
     pub leader: Gauge,
+    /// 1 while an Initializer's configuration is registered with `failurePolicy: Fail`: the
+    /// cluster's matching creates then depend on the initializer answering, and on this
+    /// operator to take it out of the path when it does not.
+    pub fail_closed: Family<InitializerLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -85,6 +89,7 @@ impl Default for Metrics {
         let deregistrations = Family::<DeregistrationLabels, Counter>::default();
         let unresponsive_to_deregistered = latency_histogram();
         let leader = Gauge::default();
+        let fail_closed = Family::<InitializerLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -118,6 +123,11 @@ impl Default for Metrics {
             unresponsive_to_deregistered.clone(),
         );
         registry.register("leader", "1 while this replica leads", leader.clone());
+        registry.register(
+            "fail_closed",
+            "1 while the Initializer's configuration is registered with failurePolicy Fail (creates it matches are refused whenever it cannot answer)",
+            fail_closed.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -129,6 +139,7 @@ impl Default for Metrics {
             deregistrations,
             unresponsive_to_deregistered,
             leader,
+            fail_closed,
         }
     }
 }
@@ -159,6 +170,15 @@ impl Metrics {
         if !ok {
             self.probe_failures.get_or_create(&labels).inc();
         }
+    }
+
+    /// Records whether `initializer`'s configuration is registered with `failurePolicy: Fail`.
+    pub fn set_fail_closed(&self, initializer: &str, in_force: bool) {
+        self.fail_closed
+            .get_or_create(&InitializerLabels {
+                initializer: initializer.to_string(),
+            })
+            .set(i64::from(in_force));
     }
 
     /// Counts a registration.

@@ -31,6 +31,10 @@ pub const REGISTERED: &str = "Registered";
 pub const DEGRADED: &str = "Degraded";
 /// Condition: the fallback policy is in force; present with `spec.fallback`.
 pub const FALLBACK_IN_FORCE: &str = "FallbackInForce";
+/// Present under `failurePolicy: Fail`: `True` while the spec's configuration is registered, so
+/// matching creates are refused whenever the initializer cannot answer; says how soon the
+/// operator takes a hung initializer out of the path, and that nothing does while it is down.
+pub const FAIL_CLOSED: &str = "FailClosed";
 /// `True` while an object the operator would create for this Initializer exists and is not
 /// its own (it is left alone, so nothing is registered).
 pub const CONFLICT: &str = "Conflict";
@@ -135,6 +139,17 @@ pub struct Observation<'a> {
     pub fallback: Option<FallbackView>,
     /// What slipped through the last fail-open window.
     pub missed: Option<MissedInitializations>,
+    /// Under `failurePolicy: Fail`, how soon a hung initializer is taken out of the path.
+    pub fail_closed: Option<FailClosedBounds>,
+}
+
+/// How soon, under `failurePolicy: Fail`, the operator takes a hung initializer out of the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailClosedBounds {
+    /// Degraded to fail open: one period and the latency budget.
+    pub degraded_within: Duration,
+    /// Removed: `failureThreshold` periods and the latency budget (capped by validation).
+    pub removed_within: Duration,
 }
 
 /// The phase for an observation.
@@ -190,6 +205,9 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         if let Some(c) = fallback_condition(o) {
             conditions.push(c);
         }
+        if let Some(c) = fail_closed_condition(o) {
+            conditions.push(c);
+        }
     }
     let mut details = BTreeMap::new();
     if let Some(p) = o.probe.as_ref().filter(|p| !p.ok) {
@@ -223,6 +241,34 @@ fn at(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>) -> 
         || "-".to_string(),
         |t| jiff::fmt::strtime::format("%H:%M:%S%.3fZ", t.0).unwrap_or_else(|_| t.0.to_string()),
     )
+}
+
+fn fail_closed_condition(o: &Observation<'_>) -> Option<Condition> {
+    let bounds = o.fail_closed?;
+    Some(if o.registered && !o.degraded {
+        condition(
+            o,
+            FAIL_CLOSED,
+            "True",
+            "Supervised",
+            format!(
+                "failurePolicy Fail is in force: a matching create is refused whenever the initializer cannot answer. While the operator runs, a hung initializer fails open within {:.1} s (degraded) and is removed within {:.1} s; while the operator is down nothing removes it (`initializer-operator uninstall` deregisters before it removes the operator)",
+                bounds.degraded_within.as_secs_f64(),
+                bounds.removed_within.as_secs_f64(),
+            ),
+        )
+    } else {
+        condition(
+            o,
+            FAIL_CLOSED,
+            "False",
+            "NotInForce",
+            format!(
+                "{} is not registered with failurePolicy Fail now: no create is refused for want of the initializer",
+                o.configuration_name
+            ),
+        )
+    })
 }
 
 fn degraded_condition(o: &Observation<'_>) -> Option<Condition> {
@@ -494,6 +540,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn under_fail_the_fail_closed_condition_says_how_soon_a_hung_initializer_leaves_the_path() {
+        let bounds = FailClosedBounds {
+            degraded_within: Duration::from_millis(1500),
+            removed_within: Duration::from_millis(2500),
+        };
+        let registered = Observation {
+            registered: true,
+            fail_closed: Some(bounds),
+            ..base()
+        };
+        let c = compute(&registered);
+        let fail_closed = c
+            .conditions
+            .iter()
+            .find(|c| c.type_ == FAIL_CLOSED)
+            .unwrap();
+        assert_eq!(fail_closed.status, "True");
+        assert!(
+            fail_closed.message.contains("within 1.5 s"),
+            "{}",
+            fail_closed.message
+        );
+        assert!(fail_closed.message.contains("removed within 2.5 s"));
+        assert!(fail_closed.message.contains("operator is down"));
+        let degraded = Observation {
+            degraded: true,
+            ..registered
+        };
+        let c = compute(&degraded);
+        let fail_closed = c
+            .conditions
+            .iter()
+            .find(|c| c.type_ == FAIL_CLOSED)
+            .unwrap();
+        assert_eq!(fail_closed.status, "False");
+        let ignore = Observation {
+            registered: true,
+            fail_closed: None,
+            ..base()
+        };
+        assert!(
+            !compute(&ignore)
+                .conditions
+                .iter()
+                .any(|c| c.type_ == FAIL_CLOSED)
+        );
+    }
+
+    #[test]
     fn a_conflict_is_one_condition_that_keeps_its_first_time() {
         let first = Timestamp::from_second(1_800_000_000).unwrap();
         let later = Timestamp::from_second(1_800_000_100).unwrap();
@@ -562,6 +657,7 @@ mod tests {
             outage: None,
             fallback: None,
             missed: None,
+            fail_closed: None,
         }
     }
 

@@ -131,6 +131,21 @@ impl Target {
             .unwrap_or_default()
     }
 
+    /// Under `failurePolicy: Fail`, how soon a hung initializer is taken out of the path: at the
+    /// first failed probe (a period and the budget), and at the failure threshold.
+    fn fail_closed_bounds(&self) -> Option<status::FailClosedBounds> {
+        let fail = self
+            .webhook
+            .webhooks
+            .iter()
+            .flatten()
+            .any(|w| w.failure_policy.as_deref() == Some("Fail"));
+        fail.then(|| status::FailClosedBounds {
+            degraded_within: self.period + self.budget,
+            removed_within: self.period * self.health.failure_threshold + self.budget,
+        })
+    }
+
     /// The configuration to hold for `presence`.
     fn desired(&self, presence: Presence) -> Option<MutatingWebhookConfiguration> {
         match presence {
@@ -516,6 +531,8 @@ impl Supervisor {
     /// configuration) come after it; its configuration is left to the caller.
     pub async fn stop(&self, initializer: &str) {
         let entry = self.entries().remove(initializer);
+        // Its configuration is the caller's to remove; either way no longer supervised here.
+        self.inner.metrics.set_fail_closed(initializer, false);
         if let Some(entry) = entry {
             entry.stopped.cancel();
             // Every call made under the lock is bounded, so this wait is too.
@@ -724,7 +741,15 @@ impl Supervisor {
             outage: st.outage.clone(),
             fallback: target.fallback.as_ref().map(|_| st.fallback.view(now)),
             missed: st.missed.clone(),
+            fail_closed: target.fail_closed_bounds(),
         });
+        self.inner.metrics.set_fail_closed(
+            &target.initializer,
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == status::FAIL_CLOSED && c.status == "True"),
+        );
         if !status::only_probe_figures_changed(previous, &status, Timestamp::now()) {
             self.may_write(st, || {
                 format!("write the status of initializer {}", target.initializer)
@@ -1350,7 +1375,9 @@ async fn prober(
         .inner
         .prober_count
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut last_ok = None;
+    // What the last probe said: a change of verdict or of reason is written to the status at
+    // once (a pod that stops refusing and starts panicking must not show the old reason).
+    let mut last: Option<(bool, Option<probe::Failure>)> = None;
     let mut wait = Duration::ZERO;
     let mut last_start: Option<Instant> = None;
     loop {
@@ -1426,9 +1453,10 @@ async fn prober(
         } else {
             Input::ProbeFailed
         };
-        let flipped = last_ok != Some(outcome.ok);
-        last_ok = Some(outcome.ok);
-        wait = sup.observe(&entry, input, flipped).await;
+        let said = (outcome.ok, outcome.failure);
+        let changed = last != Some(said);
+        last = Some(said);
+        wait = sup.observe(&entry, input, changed).await;
     }
 }
 

@@ -8,8 +8,8 @@ use std::fmt;
 
 use initializer_crds::constants::{GROUP, SYSTEM_NAMESPACES};
 use initializer_crds::{
-    ConfigSource, HealthPolicy, InitializerSpec, InterceptRule, Operation, PROTECTED_SUMMARY,
-    protected_reached,
+    ConfigSource, FailurePolicy, HealthPolicy, InitializerSpec, InterceptRule, Operation,
+    PROTECTED_SUMMARY, protected_reached,
 };
 
 use crate::cel;
@@ -504,6 +504,21 @@ fn check_numbers(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
             ));
         }
     }
+    // Under `Fail`, a hung initializer refuses matching creates until the operator takes it out
+    // of the path: cap how long that can take, so no spec can turn an outage into a long one.
+    let removal_millis =
+        i64::from(health.failure_threshold) * i64::from(health.period_seconds) * 1000
+            + i64::from(health.latency_budget_millis);
+    if spec.failure_policy == FailurePolicy::Fail && removal_millis > MAX_FAIL_CLOSED_MILLIS {
+        refusals.push(Refusal::new(
+            "spec.health",
+            format!(
+                "with failurePolicy Fail, failureThreshold × periodSeconds + latencyBudgetMillis must be at most {} s, got {:.1} s: a hung initializer would refuse matching creates that long",
+                MAX_FAIL_CLOSED_MILLIS / 1000,
+                removal_millis as f64 / 1000.0
+            ),
+        ));
+    }
     if i64::from(health.latency_budget_millis) > i64::from(spec.timeout_seconds) * 1000 {
         refusals.push(Refusal::new(
             "spec.health.latencyBudgetMillis",
@@ -514,6 +529,10 @@ fn check_numbers(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
         ));
     }
 }
+
+/// The longest a `Fail` configuration may take to be removed after its initializer hangs
+/// (`failureThreshold × periodSeconds + latencyBudgetMillis`), in milliseconds.
+pub const MAX_FAIL_CLOSED_MILLIS: i64 = 30_000;
 
 fn check_image(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) -> Option<String> {
     match (&spec.image, &spec.preset) {
@@ -1084,6 +1103,40 @@ spec:
             spec.timeout_seconds = t;
             assert!(refused_field(&spec, "spec.timeoutSeconds"), "{t}");
         }
+    }
+
+    #[test]
+    fn a_fail_closed_spec_that_would_take_long_to_fail_open_is_refused() {
+        let capped = |spec: &InitializerSpec| {
+            validate(spec, "initializer-system", "sidecar")
+                .err()
+                .is_some_and(|refusals| refusals.iter().any(|r| r.field == "spec.health"))
+        };
+        let mut spec = sidecar().spec;
+        spec.failure_policy = FailurePolicy::Fail;
+        spec.health = Some(HealthPolicy {
+            period_seconds: 10,
+            failure_threshold: 3,
+            success_threshold: 1,
+            latency_budget_millis: 500,
+        });
+        assert!(capped(&spec), "30.5 s under Fail");
+        spec.health = Some(HealthPolicy {
+            period_seconds: 10,
+            failure_threshold: 2,
+            success_threshold: 1,
+            latency_budget_millis: 1000,
+        });
+        assert!(!capped(&spec), "21 s is within the cap");
+        // Under Ignore a hung initializer only slows creates by timeoutSeconds: no cap.
+        spec.failure_policy = FailurePolicy::Ignore;
+        spec.health = Some(HealthPolicy {
+            period_seconds: 60,
+            failure_threshold: 5,
+            success_threshold: 1,
+            latency_budget_millis: 500,
+        });
+        assert!(!capped(&spec));
     }
 
     #[test]
