@@ -30,6 +30,12 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "initializer-operator";
 /// Label naming the `Initializer` an object belongs to.
 pub const INITIALIZER_LABEL: &str = "initializer.dev/initializer";
+/// Label an administrator sets (to [`WORKLOADS_LABEL_VALUE`]) on a namespace, besides the
+/// operator's own, where initializers' workloads may run. Whoever may create pods in such a
+/// namespace could join an initializer's Service, so only administrators should label one.
+pub const WORKLOADS_LABEL: &str = "initializer.dev/workloads";
+/// The value of [`WORKLOADS_LABEL`] that allows workloads.
+pub const WORKLOADS_LABEL_VALUE: &str = "true";
 /// Label the API server sets on every namespace, holding its name.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 

@@ -293,6 +293,10 @@ pub struct InitializerSpec {
     pub replicas: i32,
 
     /// Namespace the initializer's workload runs in. Defaults to the operator's namespace.
+    /// Another namespace is accepted only when an administrator labelled it
+    /// `initializer.dev/workloads: "true"` and bound the ClusterRole
+    /// `initializer-operator-workloads` there to the operator's ServiceAccount: whoever may
+    /// create pods in the workload namespace could join the initializer's Service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub namespace: Option<String>,
@@ -344,6 +348,13 @@ pub struct InitializerSpec {
     /// Deregister and stay deregistered while true (break-glass). The workload keeps running.
     #[serde(default)]
     pub suspend: bool,
+
+    /// Whether the initializer's pods get a Kubernetes API token. Each initializer runs as its
+    /// own ServiceAccount (named like the Initializer's workload, in its namespace) with
+    /// `automountServiceAccountToken: false`, unless this is true. Granting that account any
+    /// rights (a Role and RoleBinding) is the administrator's business.
+    #[serde(default)]
+    pub api_access: bool,
 
     /// Validation rules (CEL, as in a ValidatingAdmissionPolicy) that the operator keeps in force
     /// while the initializer is degraded or out of the path, so that what CEL can say stays

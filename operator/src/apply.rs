@@ -143,7 +143,7 @@ where
 /// Applies the workload and returns the stored Deployment, whose status says whether it is
 /// available. Every object is read first: when any of them exists and is not this
 /// Initializer's, nothing is written and the answer is [`Error::NotOurs`]. Then the Secrets,
-/// ConfigMap, Service and PodDisruptionBudget go together; the Deployment last, so its pods
+/// ServiceAccount, ConfigMap, Service and PodDisruptionBudget go together; the Deployment last, so its pods
 /// start with everything they mount.
 pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deployment> {
     let config_map = async {
@@ -152,8 +152,9 @@ pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deploy
             None => Ok(None),
         }
     };
-    let (ca, tls, cm, service, pdb, deployment) = futures::try_join!(
+    let (ca, account, tls, cm, service, pdb, deployment) = futures::try_join!(
         claim(client, &desired.ca_secret),
+        claim(client, &desired.service_account),
         claim(client, &desired.tls_secret),
         config_map,
         claim(client, &desired.service),
@@ -168,6 +169,7 @@ pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deploy
     };
     futures::try_join!(
         apply_claimed(client, &desired.ca_secret, ca),
+        apply_claimed(client, &desired.service_account, account),
         apply_claimed(client, &desired.tls_secret, tls),
         config_map,
         apply_claimed(client, &desired.service, service),
@@ -185,25 +187,55 @@ pub fn labelled_ours(meta: &ObjectMeta) -> bool {
         .is_some_and(|v| v == MANAGED_BY_VALUE)
 }
 
-/// Reads the existing CA and serving certificate, if any, so they are kept until rotation. A
-/// Secret of the name without the operator's label counts as absent: someone else's key is
-/// never used, and [`apply_workload`] reports the conflict.
+/// The certificates found for one Initializer.
+#[derive(Clone, Debug, Default)]
+pub struct FoundTls {
+    /// The CA to keep (from the operator's namespace, or else migrated from the workload's).
+    pub ca: Option<Ca>,
+    /// The serving certificate and key.
+    pub serving: Option<(String, String)>,
+    /// A CA Secret of the name in the workload namespace, labelled ours, left by a version that
+    /// kept the CA beside the workload: removed once the CA is in the operator's namespace.
+    pub stale_ca: Option<ObjectMeta>,
+}
+
+/// Which CA to keep: the one in the operator's namespace, else the one an earlier version left
+/// in the workload namespace (migrated, so the caBundle does not change).
+pub fn ca_to_keep(current: Option<Ca>, in_workload_namespace: Option<Ca>) -> Option<Ca> {
+    current.or(in_workload_namespace)
+}
+
+/// Reads the existing CA (in `ca_namespace`) and serving certificate (in `namespace`), if any,
+/// so they are kept until rotation. A Secret of the name without the operator's label counts as
+/// absent: someone else's key is never used, and [`apply_workload`] reports the conflict. When
+/// the CA lives apart from the workload, a CA Secret of ours still in the workload namespace
+/// is read too (migrated, then removed by [`remove_stale_ca`]).
 pub async fn read_tls(
     client: &Client,
+    ca_namespace: &str,
     namespace: &str,
     ca_secret: &str,
     tls_secret: &str,
-) -> Result<(Option<Ca>, Option<(String, String)>)> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let get = |name: &str| {
-        let api = api.clone();
+) -> Result<FoundTls> {
+    let get = |namespace: &str, name: &str| {
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
         let name = name.to_string();
         async move {
-            api.get_opt(&name).await.map_err(|source| Error::Get {
-                kind: "Secret",
-                name,
-                source: Box::new(source),
-            })
+            api.get_opt(&name)
+                .await
+                .map(|found| found.filter(|s| labelled_ours(&s.metadata)))
+                .map_err(|source| Error::Get {
+                    kind: "Secret",
+                    name,
+                    source: Box::new(source),
+                })
+        }
+    };
+    let stale = async {
+        if ca_namespace == namespace {
+            Ok(None)
+        } else {
+            get(namespace, ca_secret).await
         }
     };
     let text = |s: &Secret, key: &str| {
@@ -212,19 +244,54 @@ pub async fn read_tls(
             .and_then(|d| d.get(key))
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
     };
-    let (ca, serving) = futures::try_join!(get(ca_secret), get(tls_secret))?;
-    let (ca, serving) = (
-        ca.filter(|s| labelled_ours(&s.metadata)),
-        serving.filter(|s| labelled_ours(&s.metadata)),
-    );
-    let ca = ca.and_then(|s| {
+    let as_ca = |s: &Secret| {
         Some(Ca {
-            cert_pem: text(&s, "ca.crt")?,
-            key_pem: text(&s, "ca.key")?,
+            cert_pem: text(s, "ca.crt")?,
+            key_pem: text(s, "ca.key")?,
         })
-    });
+    };
+    let (ca, serving, stale) = futures::try_join!(
+        get(ca_namespace, ca_secret),
+        get(namespace, tls_secret),
+        stale
+    )?;
     let serving = serving.and_then(|s| Some((text(&s, "tls.crt")?, text(&s, "tls.key")?)));
-    Ok((ca, serving))
+    Ok(FoundTls {
+        ca: ca_to_keep(ca.as_ref().and_then(as_ca), stale.as_ref().and_then(as_ca)),
+        serving,
+        stale_ca: stale.map(|s| s.metadata),
+    })
+}
+
+/// Deletes the CA Secret an earlier version left in the workload namespace, once the CA is in
+/// the operator's namespace, and only when it is this Initializer's (label and controller
+/// reference with `owner_uid`; the delete is conditional on its UID). Returns whether it went.
+pub async fn remove_stale_ca(client: &Client, stale: &ObjectMeta, owner_uid: &str) -> Result<bool> {
+    if ownership(Some(stale), Some(owner_uid)) != Ownership::Ours {
+        return Ok(false);
+    }
+    let name = stale.name.clone().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(
+        client.clone(),
+        stale.namespace.as_deref().unwrap_or_default(),
+    );
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: stale.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => Ok(true),
+        // Gone, or replaced by another object of the name since it was read.
+        Err(e) if is_not_found(&e) || api_code(&e) == Some(409) => Ok(false),
+        Err(source) => Err(Error::Delete {
+            kind: "Secret",
+            name,
+            source: Box::new(source),
+        }),
+    }
 }
 
 /// Writes an Initializer's whole status with server-side apply on the status subresource (fields
@@ -532,6 +599,17 @@ mod tests {
             owner_references: (!owners.is_empty()).then_some(owners),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_ca_in_the_operator_namespace_wins_and_an_old_one_is_migrated() {
+        let ca = |n: &str| Ca {
+            cert_pem: format!("cert-{n}"),
+            key_pem: format!("key-{n}"),
+        };
+        assert_eq!(ca_to_keep(Some(ca("a")), Some(ca("b"))), Some(ca("a")));
+        assert_eq!(ca_to_keep(None, Some(ca("b"))), Some(ca("b")));
+        assert_eq!(ca_to_keep(None, None), None);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
     EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
+    Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
     TopologySpreadConstraint, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -37,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::selector;
 use crate::tls::TlsMaterial;
-use crate::validate::{ConfigPlan, Validated};
+use crate::validate::{self, ConfigPlan, Validated};
 
 /// Name of the initializer's container.
 pub const CONTAINER_NAME: &str = "initializer";
@@ -54,8 +54,10 @@ pub struct Settings {
 /// Every object one Initializer needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Desired {
-    /// The CA (never mounted).
+    /// The CA (never mounted), in the operator's namespace ([`validate::ca_namespace`]).
     pub ca_secret: Secret,
+    /// The ServiceAccount the initializer's pods run as.
+    pub service_account: ServiceAccount,
     /// The serving certificate, mounted at [`TLS_DIR`].
     pub tls_secret: Secret,
     /// The operator-written `config.yaml`; `None` when the spec references a ConfigMap.
@@ -124,6 +126,7 @@ pub fn build(
 ) -> Desired {
     Desired {
         ca_secret: ca_secret(v, tls, owner),
+        service_account: service_account(v, owner),
         tls_secret: tls_secret(v, tls, owner),
         config_map: config_map(v, owner),
         deployment: deployment(v, settings, owner),
@@ -134,10 +137,13 @@ pub fn build(
     }
 }
 
-/// The CA Secret: `ca.crt` and `ca.key`.
+/// The CA Secret: `ca.crt` and `ca.key`, in the operator's namespace whatever the workload's
+/// (a namespaced object may have a cluster-scoped owner, so it still goes with the Initializer).
 pub fn ca_secret(v: &Validated, tls: &TlsMaterial, owner: Option<&OwnerReference>) -> Secret {
+    let mut metadata = meta(v, &v.names.ca_secret, owner);
+    metadata.namespace = Some(validate::ca_namespace(v).to_string());
     Secret {
-        metadata: meta(v, &v.names.ca_secret, owner),
+        metadata,
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([
             (
@@ -149,6 +155,16 @@ pub fn ca_secret(v: &Validated, tls: &TlsMaterial, owner: Option<&OwnerReference
                 ByteString(tls.ca.key_pem.clone().into_bytes()),
             ),
         ])),
+        ..Default::default()
+    }
+}
+
+/// The initializer's own ServiceAccount (named like its Deployment). It mounts no token unless
+/// `spec.apiAccess`; what it may do is for the administrator to grant.
+pub fn service_account(v: &Validated, owner: Option<&OwnerReference>) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(v, &v.names.base, owner),
+        automount_service_account_token: Some(validate::automount_token(&v.spec)),
         ..Default::default()
     }
 }
@@ -370,6 +386,8 @@ pub fn deployment(
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    service_account_name: Some(v.names.base.clone()),
+                    automount_service_account_token: Some(validate::automount_token(&v.spec)),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         seccomp_profile: Some(SeccompProfile {
@@ -766,6 +784,7 @@ pub(crate) mod tests {
         let d = desired();
         for m in [
             &d.ca_secret.metadata,
+            &d.service_account.metadata,
             &d.tls_secret.metadata,
             &d.config_map.as_ref().unwrap().metadata,
             &d.deployment.metadata,
@@ -786,6 +805,66 @@ pub(crate) mod tests {
             d.webhook.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
             MANAGED_BY_VALUE
         );
+    }
+
+    #[test]
+    fn pods_run_as_their_own_service_account_with_no_token_unless_asked() {
+        let d = desired();
+        assert_eq!(d.service_account.metadata.name.as_deref(), Some("sidecar"));
+        assert_eq!(
+            d.service_account
+                .metadata
+                .owner_references
+                .as_ref()
+                .unwrap()[0]
+                .uid,
+            "uid-1"
+        );
+        assert_eq!(
+            d.service_account.automount_service_account_token,
+            Some(false)
+        );
+        let pod = pod_spec(&d.deployment);
+        assert_eq!(pod.service_account_name.as_deref(), Some("sidecar"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+
+        let mut v = validated();
+        v.spec.api_access = true;
+        let d = build(&v, &TLS, &settings(), Some(&owner()));
+        assert_eq!(
+            d.service_account.automount_service_account_token,
+            Some(true)
+        );
+        assert_eq!(
+            pod_spec(&d.deployment).automount_service_account_token,
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn the_ca_stays_in_the_operator_namespace_and_is_never_mounted() {
+        let mut v = validated();
+        v.namespace = "team-hooks".into();
+        let d = build(&v, &TLS, &settings(), Some(&owner()));
+        assert_eq!(
+            d.ca_secret.metadata.namespace.as_deref(),
+            Some("initializer-system")
+        );
+        for m in [
+            &d.tls_secret.metadata,
+            &d.service_account.metadata,
+            &d.deployment.metadata,
+        ] {
+            assert_eq!(m.namespace.as_deref(), Some("team-hooks"));
+        }
+        let mounted: Vec<_> = pod_spec(&d.deployment)
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(mounted, ["sidecar-tls"]);
+        assert!(!d.tls_secret.data.as_ref().unwrap().contains_key("ca.key"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -238,6 +238,11 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         Ok(v) => v,
         Err(refusals) => return refuse(obj, ctx, &names.configuration, &refusals).await,
     };
+    if let Some(refusal) = check_workload_namespace(ctx, &validated.namespace).await? {
+        refuse(obj, ctx, &names.configuration, &[refusal]).await?;
+        // Labelling the namespace changes no Initializer: look again at the next resync.
+        return Ok(Action::requeue(RESYNC));
+    }
     // The API server compiles the fallback exactly as it will when an outage puts it in force:
     // ask it now (a dry run), so that an expression it refuses is refused before anything runs.
     if let Some(fallback) = build::fallback(&validated)
@@ -253,13 +258,15 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         return refuse(obj, ctx, &names.configuration, &[refusal]).await;
     }
     let deployed = async {
-        let (ca, serving) = apply::read_tls(
+        let found = apply::read_tls(
             &ctx.client,
+            validate::ca_namespace(&validated),
             &validated.namespace,
             &names.ca_secret,
             &names.tls_secret,
         )
         .await?;
+        let (ca, serving) = (found.ca, found.serving);
         // A CA replaced earlier leaves the bundle once every ready pod serves the new one's
         // certificate (the probe saw it, with this very bundle).
         let ca = ca.map(|ca| {
@@ -293,6 +300,13 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         );
         build::stamp_generation(&mut desired.deployment, &hash, generation);
         let deployment = apply::apply_workload(&ctx.client, &desired).await?;
+        // The CA is now in the operator's namespace: the copy an earlier version kept beside
+        // the workload goes (only ours).
+        if let (Some(stale), Some(uid)) = (&found.stale_ca, obj.metadata.uid.as_deref())
+            && apply::remove_stale_ca(&ctx.client, stale, uid).await?
+        {
+            info!(initializer = %name, namespace = %validated.namespace, "moved the CA to the operator's namespace");
+        }
         Ok::<_, Error>((material, desired, deployment))
     };
     let (material, desired, deployment) = match deployed.await {
@@ -345,6 +359,35 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     };
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
     Ok(Action::requeue(RESYNC))
+}
+
+/// Reads the workload namespace (unless it is the operator's) and decides whether workloads
+/// may run there ([`validate::workload_namespace_refusal`]).
+async fn check_workload_namespace(
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Option<validate::Refusal>> {
+    if namespace == ctx.operator_namespace {
+        return Ok(None);
+    }
+    let found = Api::<Namespace>::all(ctx.client.clone())
+        .get_opt(namespace)
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Namespace",
+            name: namespace.to_string(),
+            source: Box::new(source),
+        })?;
+    let labels = found.map(|ns| ns.metadata.labels.unwrap_or_default());
+    let found = match &labels {
+        Some(labels) => validate::NamespaceFound::Labelled(labels),
+        None => validate::NamespaceFound::Missing,
+    };
+    Ok(validate::workload_namespace_refusal(
+        namespace,
+        &ctx.operator_namespace,
+        found,
+    ))
 }
 
 /// Leaves someone else's object alone: supervision stops, this Initializer's own configuration
@@ -612,9 +655,13 @@ pub fn owner_of<K: Resource>(child: K) -> Option<ObjectRef<Initializer>> {
         .map(|o| ObjectRef::new(&o.name))
 }
 
-/// Runs the controller until `shutdown`.
+/// Runs the controller until `shutdown`. The owned objects are watched in the operator's
+/// namespace only (its Role covers that namespace, and nothing wider is granted); workloads in
+/// labelled namespaces are reconciled at every [`RESYNC`], and their endpoints are watched by
+/// the supervisor.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let client = ctx.client.clone();
+    let ns = ctx.operator_namespace.clone();
     let owned = watcher::Config::default().labels(&managed_selector());
     let initializers: Api<Initializer> = Api::all(client.clone());
     let stop = shutdown.clone();
@@ -622,19 +669,32 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     // cluster-scoped Initializer; map through the owner reference's name instead.
     Controller::new(initializers, watcher::Config::default())
         .watches(
-            Api::<Deployment>::all(client.clone()),
-            owned.clone(),
-            owner_of,
-        )
-        .watches(Api::<Service>::all(client.clone()), owned.clone(), owner_of)
-        .watches(Api::<Secret>::all(client.clone()), owned.clone(), owner_of)
-        .watches(
-            Api::<ConfigMap>::all(client.clone()),
+            Api::<Deployment>::namespaced(client.clone(), &ns),
             owned.clone(),
             owner_of,
         )
         .watches(
-            Api::<PodDisruptionBudget>::all(client.clone()),
+            Api::<Service>::namespaced(client.clone(), &ns),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(
+            Api::<Secret>::namespaced(client.clone(), &ns),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(
+            Api::<ConfigMap>::namespaced(client.clone(), &ns),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(
+            Api::<ServiceAccount>::namespaced(client.clone(), &ns),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(
+            Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns),
             owned,
             owner_of,
         )

@@ -158,6 +158,9 @@ pub struct InstallPlan {
     pub deployments: Vec<Deployment>,
     /// The bundle's PodDisruptionBudgets, in the namespace.
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+    /// The bundle's own ClusterRoles (`initializer-operator-workloads`), bound by nothing until
+    /// an administrator binds one in a namespace labelled for workloads.
+    pub bundle_cluster_roles: Vec<ClusterRole>,
 }
 
 /// Labels on everything the installer creates.
@@ -201,6 +204,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
     let mut csv: Option<ClusterServiceVersion> = None;
     let mut crds = Vec::new();
     let mut pod_disruption_budgets = Vec::new();
+    let mut bundle_cluster_roles = Vec::new();
     for (path, text) in bundle.manifests() {
         let kind = serde_yaml::from_str::<serde_json::Value>(text)
             .ok()
@@ -233,6 +237,14 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                     .get_or_insert_default()
                     .extend(installer_labels());
                 pod_disruption_budgets.push(pdb);
+            }
+            "ClusterRole" => {
+                let mut role: ClusterRole = serde_yaml::from_str(text).map_err(parse_error)?;
+                role.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .extend(installer_labels());
+                bundle_cluster_roles.push(role);
             }
             other => {
                 return Err(Error::InstallPlan(format!(
@@ -335,6 +347,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         role_bindings,
         deployments,
         pod_disruption_budgets,
+        bundle_cluster_roles,
     })
 }
 
@@ -415,7 +428,7 @@ pub async fn apply_plan(
         apply(&service_accounts, account, "ServiceAccount").await?;
     }
     let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
-    for role in &plan.cluster_roles {
+    for role in plan.cluster_roles.iter().chain(&plan.bundle_cluster_roles) {
         apply(&cluster_roles, role, "ClusterRole").await?;
     }
     let cluster_role_bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
@@ -586,7 +599,8 @@ async fn remove_operator(client: &Client, namespace: &str, deadline: Instant) ->
 
 /// Deletes the installer's RBAC and service accounts of the install in `namespace`: the
 /// ClusterRoleBindings whose subjects are all of that namespace and the ClusterRoles they
-/// bind, and the Roles, RoleBindings and ServiceAccounts in it.
+/// bind, the bundle's workloads ClusterRole unless another install remains, and the Roles,
+/// RoleBindings and ServiceAccounts in it.
 async fn remove_permissions(client: &Client, namespace: &str) -> Result<(), Error> {
     let by_us = installer_selector();
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
@@ -603,6 +617,17 @@ async fn remove_permissions(client: &Client, namespace: &str) -> Result<(), Erro
             && installed_by_us(&role.metadata)
         {
             delete(&roles, &name, "ClusterRole").await?;
+        }
+    }
+    // The workloads ClusterRole is shared by every install (it names no namespace): it goes
+    // with the last one. The RoleBindings administrators made to it are theirs to remove.
+    let others = list(&bindings, &by_us, "ClusterRoleBinding").await?;
+    if others.iter().all(|b| !installed_by_us(&b.metadata)) {
+        let name = crate::rbac::WORKLOADS_CLUSTER_ROLE;
+        if let Some(role) = get_opt(&roles, name, "ClusterRole").await?
+            && installed_by_us(&role.metadata)
+        {
+            delete(&roles, name, "ClusterRole").await?;
         }
     }
     delete_in_namespace::<RoleBinding>(client, namespace, "RoleBinding").await?;
@@ -924,14 +949,23 @@ mod tests {
         let mut granted: Vec<PolicyRule> = plan.roles[0].rules.clone().unwrap();
         granted.extend(plan.cluster_roles[0].rules.clone().unwrap());
         let mut expected = crate::rbac::cluster_rules();
+        expected.extend(crate::rbac::namespace_rules());
         let key = |rule: &PolicyRule| format!("{rule:?}");
         granted.sort_by_key(key);
         expected.sort_by_key(key);
         assert_eq!(granted, expected);
-        let lease_rule = &plan.roles[0].rules.as_ref().unwrap()[0];
         assert_eq!(
-            lease_rule.resources.as_deref(),
-            Some(&["leases".to_string()][..])
+            plan.roles[0].rules.as_ref().unwrap(),
+            &crate::rbac::namespace_rules()
+        );
+        assert_eq!(plan.bundle_cluster_roles.len(), 1);
+        assert_eq!(
+            plan.bundle_cluster_roles[0].name_any(),
+            crate::rbac::WORKLOADS_CLUSTER_ROLE
+        );
+        assert_eq!(
+            plan.bundle_cluster_roles[0].rules.as_ref().unwrap(),
+            &crate::rbac::workload_rules()
         );
         assert_eq!(plan.deployments.len(), 1);
         assert_eq!(
@@ -955,6 +989,7 @@ mod tests {
             .chain(std::iter::once(&plan.namespace_object.metadata))
             .chain(plan.service_accounts.iter().map(|o| &o.metadata))
             .chain(plan.cluster_roles.iter().map(|o| &o.metadata))
+            .chain(plan.bundle_cluster_roles.iter().map(|o| &o.metadata))
             .chain(plan.cluster_role_bindings.iter().map(|o| &o.metadata))
             .chain(plan.roles.iter().map(|o| &o.metadata))
             .chain(plan.role_bindings.iter().map(|o| &o.metadata))

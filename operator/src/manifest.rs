@@ -1,5 +1,6 @@
 //! The operator's own workload: its Namespace, ServiceAccount, Deployment and
-//! PodDisruptionBudget.
+//! PodDisruptionBudget, and the ClusterRole an administrator binds in each namespace labelled
+//! for initializers' workloads.
 //!
 //! These definitions are the single source of how the operator runs. The bundle generator puts
 //! the Deployment into the ClusterServiceVersion's install strategy; `install --bundle` reads it
@@ -15,6 +16,7 @@ use k8s_openapi::api::core::v1::{
     WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -191,6 +193,22 @@ pub fn deployment_spec() -> DeploymentSpec {
             spec: Some(operator_pod_spec()),
         },
         ..DeploymentSpec::default()
+    }
+}
+
+/// The ClusterRole `initializer-operator-workloads`, a manifest of the bundle: the operator's
+/// rights in a namespace where initializers' workloads run ([`crate::rbac::workload_rules`]).
+/// It grants nothing until an administrator binds it in a namespace labelled
+/// `initializer.dev/workloads: "true"` with a RoleBinding to the operator's ServiceAccount.
+pub fn workloads_cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(crate::rbac::WORKLOADS_CLUSTER_ROLE.to_string()),
+            labels: Some(selector_labels()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(crate::rbac::workload_rules()),
+        aggregation_rule: None,
     }
 }
 

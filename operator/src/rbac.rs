@@ -1,44 +1,32 @@
-//! The least ClusterRole the operator needs, as `PolicyRule`s (the bundle generator turns them
-//! into the ClusterServiceVersion's `clusterPermissions`), and the list of every API call the
-//! operator makes, which a test checks the rules against.
+//! The operator's rights, least privilege, as `PolicyRule`s, and the list of every API call the
+//! operator makes, which a test keeps equal to the rules.
+//!
+//! - [`cluster_rules`] (the CSV's `clusterPermissions`, a ClusterRole): only what must be
+//!   cluster-wide: Initializers, webhook configurations, admission policies, reading
+//!   namespaces, Events.
+//! - [`namespace_rules`] (the CSV's `permissions`, a Role in the operator's namespace): the
+//!   workload objects, EndpointSlices and the leader-election Lease.
+//! - [`workload_rules`] (the ClusterRole [`WORKLOADS_CLUSTER_ROLE`] shipped in the bundle): the
+//!   Role's rules without the Lease, for an administrator to bind with a RoleBinding in each
+//!   namespace labelled for workloads.
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+
+pub use crate::validate::WORKLOADS_CLUSTER_ROLE;
 
 /// One API call the operator makes: (API group, resource, verb).
 pub type ApiCall = (&'static str, &'static str, &'static str);
 
-/// Every API call the operator makes, with where it is made. Keep in step with the code: a new
-/// call goes here first, and the test below then demands a rule for it.
-pub const API_CALLS: &[ApiCall] = &[
+/// Every cluster-wide API call the operator makes, with where it is made. Keep in step with the
+/// code: a new call goes here first, and the tests below then demand a rule for it (and refuse
+/// a rule no call needs).
+pub const CLUSTER_CALLS: &[ApiCall] = &[
     // controller: the Controller's reflector, the finalizer helper, status apply.
     ("initializer.dev", "initializers", "get"),
     ("initializer.dev", "initializers", "list"),
     ("initializer.dev", "initializers", "watch"),
     ("initializer.dev", "initializers", "patch"),
     ("initializer.dev", "initializers/status", "patch"),
-    // apply::apply_workload (server-side apply creates when missing) and the owned watches.
-    ("apps", "deployments", "get"),
-    ("apps", "deployments", "list"),
-    ("apps", "deployments", "watch"),
-    ("apps", "deployments", "create"),
-    ("apps", "deployments", "patch"),
-    ("", "services", "list"),
-    ("", "services", "watch"),
-    ("", "services", "create"),
-    ("", "services", "patch"),
-    ("", "configmaps", "list"),
-    ("", "configmaps", "watch"),
-    ("", "configmaps", "create"),
-    ("", "configmaps", "patch"),
-    ("", "secrets", "get"),
-    ("", "secrets", "list"),
-    ("", "secrets", "watch"),
-    ("", "secrets", "create"),
-    ("", "secrets", "patch"),
-    ("policy", "poddisruptionbudgets", "list"),
-    ("policy", "poddisruptionbudgets", "watch"),
-    ("policy", "poddisruptionbudgets", "create"),
-    ("policy", "poddisruptionbudgets", "patch"),
     // apply::WebhookRegistrar and controller::remove_orphans.
     (
         "admissionregistration.k8s.io",
@@ -70,8 +58,14 @@ pub const API_CALLS: &[ApiCall] = &[
         "mutatingwebhookconfigurations",
         "delete",
     ),
-    // apply::apply_fallback / check_fallback (server-side apply, also dry run) and
-    // apply::remove_fallback: the fallback policy and its binding.
+    // apply::apply_fallback / check_fallback (server-side apply, also dry run),
+    // apply::remove_fallback, guard::apply (at startup), and controller::remove_orphans
+    // (list: fallbacks left by an Initializer that is gone).
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "list",
+    ),
     (
         "admissionregistration.k8s.io",
         "validatingadmissionpolicies",
@@ -90,6 +84,11 @@ pub const API_CALLS: &[ApiCall] = &[
     (
         "admissionregistration.k8s.io",
         "validatingadmissionpolicybindings",
+        "list",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
         "create",
     ),
     (
@@ -102,27 +101,62 @@ pub const API_CALLS: &[ApiCall] = &[
         "validatingadmissionpolicybindings",
         "delete",
     ),
-    // controller::remove_orphans: fallbacks left by an Initializer that is gone.
-    (
-        "admissionregistration.k8s.io",
-        "validatingadmissionpolicies",
-        "list",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "validatingadmissionpolicybindings",
-        "list",
-    ),
-    // missed::count: namespaces' labels for the namespace selector (metadata only).
+    // controller::check_workload_namespace (is it labelled for workloads?) and missed::count
+    // (namespaces' labels for the namespace selector).
+    ("", "namespaces", "get"),
     ("", "namespaces", "list"),
-    // supervisor: the EndpointSlice watch (the probe dials the ready endpoints it lists
-    // directly, not through the API server).
-    ("discovery.k8s.io", "endpointslices", "list"),
-    ("discovery.k8s.io", "endpointslices", "watch"),
-    // events::Recorder (creates, then patches a series).
+    // events::Recorder (creates, then patches a series), in the namespace `default`, since
+    // Initializers are cluster-scoped.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
-    // leader: the Lease.
+];
+
+/// Every API call the operator makes in a namespace where workloads run (its own, and each
+/// labelled one), with where it is made.
+pub const WORKLOAD_CALLS: &[ApiCall] = &[
+    // apply::claim (get), apply::apply_claimed (server-side apply creates when missing), the
+    // Controller's owned-object watches in the operator's namespace (list, watch).
+    ("apps", "deployments", "get"),
+    ("apps", "deployments", "list"),
+    ("apps", "deployments", "watch"),
+    ("apps", "deployments", "create"),
+    ("apps", "deployments", "patch"),
+    ("", "services", "get"),
+    ("", "services", "list"),
+    ("", "services", "watch"),
+    ("", "services", "create"),
+    ("", "services", "patch"),
+    ("", "configmaps", "get"),
+    ("", "configmaps", "list"),
+    ("", "configmaps", "watch"),
+    ("", "configmaps", "create"),
+    ("", "configmaps", "patch"),
+    ("", "serviceaccounts", "get"),
+    ("", "serviceaccounts", "list"),
+    ("", "serviceaccounts", "watch"),
+    ("", "serviceaccounts", "create"),
+    ("", "serviceaccounts", "patch"),
+    // Secrets: also apply::read_tls (get), and apply::remove_stale_ca (delete: the CA an
+    // earlier version kept in the workload namespace, only ours).
+    ("", "secrets", "get"),
+    ("", "secrets", "list"),
+    ("", "secrets", "watch"),
+    ("", "secrets", "create"),
+    ("", "secrets", "patch"),
+    ("", "secrets", "delete"),
+    ("policy", "poddisruptionbudgets", "get"),
+    ("policy", "poddisruptionbudgets", "list"),
+    ("policy", "poddisruptionbudgets", "watch"),
+    ("policy", "poddisruptionbudgets", "create"),
+    ("policy", "poddisruptionbudgets", "patch"),
+    // supervisor: the EndpointSlice watch in the workload namespace (the probe dials the
+    // ready endpoints it lists directly, not through the API server).
+    ("discovery.k8s.io", "endpointslices", "list"),
+    ("discovery.k8s.io", "endpointslices", "watch"),
+];
+
+/// The API calls the operator makes only in its own namespace: leader election on one Lease.
+pub const OPERATOR_NAMESPACE_CALLS: &[ApiCall] = &[
     ("coordination.k8s.io", "leases", "get"),
     ("coordination.k8s.io", "leases", "create"),
     ("coordination.k8s.io", "leases", "update"),
@@ -138,7 +172,7 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
-/// The operator's ClusterRole rules.
+/// The operator's ClusterRole rules: only what must be cluster-wide.
 pub fn cluster_rules() -> Vec<PolicyRule> {
     vec![
         // get/list/watch: the Controller's cache; patch: the finalizer (JSON patch).
@@ -148,30 +182,7 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
             &["get", "list", "watch", "patch"],
         ),
         // patch: status is written by server-side apply on the status subresource.
-        rule(
-            &["initializer.dev"],
-            &["initializers/status"],
-            &["get", "patch"],
-        ),
-        // get: observe availability; list/watch: owned-object watch; create/patch: server-side
-        // apply (which creates when missing). No delete: garbage collection follows owners.
-        rule(
-            &["apps"],
-            &["deployments"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        // Same for the workload's Service, ConfigMap and TLS/CA Secrets (get: read the
-        // existing certificates before deciding on rotation).
-        rule(
-            &[""],
-            &["services", "configmaps", "secrets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
-        rule(
-            &["policy"],
-            &["poddisruptionbudgets"],
-            &["get", "list", "watch", "create", "patch"],
-        ),
+        rule(&["initializer.dev"], &["initializers/status"], &["patch"]),
         // Registration: create/patch to register, delete to deregister (fail open), get to
         // confirm deletion, list/watch to find orphans.
         rule(
@@ -191,25 +202,61 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
             ],
             &["list", "create", "patch", "delete"],
         ),
-        // list: namespaces' labels, to count missed initializations in the namespaces the
-        // webhook selects.
-        rule(&[""], &["namespaces"], &["list"]),
+        // get: is a workload namespace labelled for initializers; list: namespaces' labels, to
+        // count missed initializations in the namespaces the webhook selects.
+        rule(&[""], &["namespaces"], &["get", "list"]),
+        // create/patch: Events through kube's Recorder (patch updates a series).
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The rules for a namespace where workloads run: the workload objects (no delete but the
+/// migrated CA's: garbage collection follows owners) and the EndpointSlices the probe reads.
+pub fn workload_rules() -> Vec<PolicyRule> {
+    vec![
+        // get: claim (is it ours?); list/watch: the owned-object watches; create/patch:
+        // server-side apply (which creates when missing).
+        rule(
+            &["apps"],
+            &["deployments"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule(
+            &[""],
+            &["services", "configmaps", "serviceaccounts"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        // The TLS and CA Secrets; delete: the CA an earlier version kept beside the workload,
+        // once it is in the operator's namespace (only ours, by UID).
+        rule(
+            &[""],
+            &["secrets"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(
+            &["policy"],
+            &["poddisruptionbudgets"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
         // list/watch: the fast path (zero ready endpoints deregisters at once) and the
         // endpoints the probe dials.
         rule(
             &["discovery.k8s.io"],
             &["endpointslices"],
-            &["get", "list", "watch"],
-        ),
-        // create/patch: Events through kube's Recorder (patch updates a series).
-        rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-        // Leader election on one Lease.
-        rule(
-            &["coordination.k8s.io"],
-            &["leases"],
-            &["get", "create", "update"],
+            &["list", "watch"],
         ),
     ]
+}
+
+/// The Role in the operator's namespace: [`workload_rules`] plus the leader-election Lease.
+pub fn namespace_rules() -> Vec<PolicyRule> {
+    let mut rules = workload_rules();
+    rules.push(rule(
+        &["coordination.k8s.io"],
+        &["leases"],
+        &["get", "create", "update"],
+    ));
+    rules
 }
 
 /// True when `rules` allow `verb` on `resource` in `group`.
@@ -224,45 +271,117 @@ pub fn allows(rules: &[PolicyRule], (group, resource, verb): ApiCall) -> bool {
     })
 }
 
+/// Every (group, resource, verb) the rules grant, sorted (rules without wildcards).
+pub fn granted(rules: &[PolicyRule]) -> Vec<(String, String, String)> {
+    let mut out: Vec<_> = rules
+        .iter()
+        .flat_map(|r| {
+            let groups = r.api_groups.clone().unwrap_or_default();
+            let resources = r.resources.clone().unwrap_or_default();
+            groups.into_iter().flat_map(move |g| {
+                let verbs = r.verbs.clone();
+                resources.clone().into_iter().flat_map(move |res| {
+                    let g = g.clone();
+                    verbs
+                        .clone()
+                        .into_iter()
+                        .map(move |v| (g.clone(), res.clone(), v))
+                })
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn calls(lists: &[&[ApiCall]]) -> Vec<(String, String, String)> {
+        let mut out: Vec<_> = lists
+            .iter()
+            .flat_map(|l| l.iter())
+            .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     #[test]
-    fn the_cluster_role_covers_every_api_call_the_operator_makes() {
-        let rules = cluster_rules();
-        let missing: Vec<_> = API_CALLS.iter().filter(|c| !allows(&rules, **c)).collect();
-        assert!(missing.is_empty(), "not allowed: {missing:?}");
+    fn each_role_grants_exactly_the_calls_the_operator_makes_there() {
+        assert_eq!(granted(&cluster_rules()), calls(&[CLUSTER_CALLS]));
+        assert_eq!(granted(&workload_rules()), calls(&[WORKLOAD_CALLS]));
+        assert_eq!(
+            granted(&namespace_rules()),
+            calls(&[WORKLOAD_CALLS, OPERATOR_NAMESPACE_CALLS])
+        );
+    }
+
+    #[test]
+    fn workload_objects_and_secrets_are_never_granted_cluster_wide() {
+        let cluster = cluster_rules();
+        for resource in [
+            "secrets",
+            "configmaps",
+            "services",
+            "serviceaccounts",
+            "endpointslices",
+        ] {
+            for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+                for group in ["", "discovery.k8s.io"] {
+                    assert!(
+                        !allows(&cluster, (group, resource, verb)),
+                        "{resource} {verb}"
+                    );
+                }
+            }
+        }
+        for verb in ["get", "list", "create", "patch"] {
+            assert!(!allows(&cluster, ("apps", "deployments", verb)));
+            assert!(!allows(&cluster, ("policy", "poddisruptionbudgets", verb)));
+            assert!(!allows(&cluster, ("coordination.k8s.io", "leases", verb)));
+        }
+    }
+
+    #[test]
+    fn the_workloads_cluster_role_is_the_role_without_the_lease() {
+        let lease = ("coordination.k8s.io", "leases", "update");
+        assert!(allows(&namespace_rules(), lease));
+        assert!(!allows(&workload_rules(), lease));
+        let mut role = granted(&namespace_rules());
+        role.retain(|(_, resource, _)| resource != "leases");
+        assert_eq!(role, granted(&workload_rules()));
     }
 
     #[test]
     fn the_operator_cannot_reach_services_through_the_api_server() {
         // The probe dials endpoints directly: the service proxy would let the operator send
         // any request to any Service in the cluster.
-        let rules = cluster_rules();
-        for verb in ["get", "create"] {
-            assert!(!allows(&rules, ("", "services/proxy", verb)));
+        for rules in [cluster_rules(), namespace_rules()] {
+            for verb in ["get", "create"] {
+                assert!(!allows(&rules, ("", "services/proxy", verb)));
+            }
         }
-        assert!(
-            !API_CALLS
-                .iter()
-                .any(|(_, resource, _)| *resource == "services/proxy")
-        );
     }
 
     #[test]
-    fn the_cluster_role_uses_no_wildcards_and_never_deletes_workloads() {
-        let rules = cluster_rules();
-        for r in &rules {
+    fn no_rule_uses_wildcards_and_workloads_are_never_deleted() {
+        let all: Vec<PolicyRule> = cluster_rules()
+            .into_iter()
+            .chain(namespace_rules())
+            .collect();
+        for r in &all {
             for list in [&r.api_groups, &r.resources] {
                 assert!(!list.iter().flatten().any(|x| x == "*"), "{r:?}");
             }
             assert!(!r.verbs.iter().any(|v| v == "*"));
         }
-        assert!(!allows(&rules, ("apps", "deployments", "delete")));
-        assert!(!allows(&rules, ("", "secrets", "delete")));
+        assert!(!allows(&all, ("apps", "deployments", "delete")));
         assert!(allows(
-            &rules,
+            &all,
             (
                 "admissionregistration.k8s.io",
                 "mutatingwebhookconfigurations",

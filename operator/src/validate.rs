@@ -6,7 +6,11 @@
 
 use std::fmt;
 
-use initializer_crds::constants::{GROUP, SYSTEM_NAMESPACES};
+use std::collections::BTreeMap;
+
+use initializer_crds::constants::{
+    GROUP, SYSTEM_NAMESPACES, WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE,
+};
 use initializer_crds::{
     ConfigSource, FailurePolicy, HealthPolicy, InitializerSpec, InterceptRule, Operation,
     PROTECTED_SUMMARY, protected_reached,
@@ -212,6 +216,67 @@ pub fn validate(
         }),
         _ => Err(refusals),
     }
+}
+
+/// The ClusterRole an administrator binds in a labelled namespace so that the operator may run
+/// workloads there (shipped in the bundle, applied by `install`).
+pub const WORKLOADS_CLUSTER_ROLE: &str = "initializer-operator-workloads";
+
+/// What the cluster says about a workload namespace other than the operator's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamespaceFound<'a> {
+    /// The namespace exists with these labels.
+    Labelled(&'a BTreeMap<String, String>),
+    /// No such namespace (it cannot carry the label).
+    Missing,
+}
+
+/// Decides whether an initializer's workload may run in `namespace`: always in the operator's
+/// own namespace; elsewhere only in a namespace an administrator labelled
+/// [`WORKLOADS_LABEL`]`: "true"`, since whoever may create pods there could join the
+/// initializer's Service and receive the cluster's admission traffic. The refusal says how to
+/// allow it.
+pub fn workload_namespace_refusal(
+    namespace: &str,
+    operator_namespace: &str,
+    found: NamespaceFound<'_>,
+) -> Option<Refusal> {
+    if namespace == operator_namespace {
+        return None;
+    }
+    let why = match found {
+        NamespaceFound::Labelled(labels)
+            if labels.get(WORKLOADS_LABEL).map(String::as_str) == Some(WORKLOADS_LABEL_VALUE) =>
+        {
+            return None;
+        }
+        NamespaceFound::Labelled(_) => format!("namespace {namespace} is not labelled"),
+        NamespaceFound::Missing => format!("namespace {namespace} does not exist"),
+    };
+    Some(Refusal::new(
+        "spec.namespace",
+        format!(
+            "{why} {WORKLOADS_LABEL}={WORKLOADS_LABEL_VALUE}: workloads run only in the operator's namespace \
+             ({operator_namespace}) or in a namespace an administrator allowed with \
+             `kubectl label namespace {namespace} {WORKLOADS_LABEL}={WORKLOADS_LABEL_VALUE}` and \
+             `kubectl -n {namespace} create rolebinding initializer-operator-workloads \
+             --clusterrole={WORKLOADS_CLUSTER_ROLE} \
+             --serviceaccount={operator_namespace}:{account}`",
+            account = crate::manifest::OPERATOR_NAME,
+        ),
+    ))
+}
+
+/// Whether the initializer's pods get an API token mounted (`spec.apiAccess`); by default
+/// they run with none.
+pub fn automount_token(spec: &InitializerSpec) -> bool {
+    spec.api_access
+}
+
+/// The namespace that holds the CA Secret (and its private key): always the operator's, so no
+/// one who may only create pods in a workload namespace can mount it.
+pub fn ca_namespace(v: &Validated) -> &str {
+    &v.operator_namespace
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -663,6 +728,64 @@ spec:
 
     fn refused_field(spec: &InitializerSpec, field: &str) -> bool {
         refused(spec).iter().any(|r| r.field.starts_with(field))
+    }
+
+    #[test]
+    fn workloads_run_in_the_operator_namespace_or_a_labelled_one_only() {
+        let labelled = BTreeMap::from([(WORKLOADS_LABEL.to_string(), "true".to_string())]);
+        let other = BTreeMap::from([(WORKLOADS_LABEL.to_string(), "yes".to_string())]);
+        let none = BTreeMap::new();
+        let ops = "initializer-system";
+        assert_eq!(
+            workload_namespace_refusal(ops, ops, NamespaceFound::Missing),
+            None
+        );
+        assert_eq!(
+            workload_namespace_refusal(ops, ops, NamespaceFound::Labelled(&none)),
+            None
+        );
+        assert_eq!(
+            workload_namespace_refusal("team", ops, NamespaceFound::Labelled(&labelled)),
+            None
+        );
+        for (found, why) in [
+            (NamespaceFound::Labelled(&none), "is not labelled"),
+            (NamespaceFound::Labelled(&other), "is not labelled"),
+            (NamespaceFound::Missing, "does not exist"),
+        ] {
+            let refusal = workload_namespace_refusal("team", ops, found).unwrap();
+            assert_eq!(refusal.field, "spec.namespace");
+            for part in [
+                why,
+                "kubectl label namespace team initializer.dev/workloads=true",
+                "--clusterrole=initializer-operator-workloads",
+                "--serviceaccount=initializer-system:initializer-operator",
+            ] {
+                assert!(
+                    refusal.message.contains(part),
+                    "{part}: {}",
+                    refusal.message
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_token_is_mounted_only_when_the_spec_asks_for_api_access() {
+        let mut spec = with_rule(&[""], &["pods"]);
+        assert!(!automount_token(&spec));
+        spec.api_access = true;
+        assert!(automount_token(&spec));
+    }
+
+    #[test]
+    fn the_ca_lives_in_the_operator_namespace_whatever_the_workloads() {
+        let mut spec = with_rule(&[""], &["pods"]);
+        spec.image = Some("example/i:1".into());
+        spec.namespace = Some("team".into());
+        let v = validate(&spec, "initializer-system", "x").unwrap();
+        assert_eq!(v.namespace, "team");
+        assert_eq!(ca_namespace(&v), "initializer-system");
     }
 
     #[test]

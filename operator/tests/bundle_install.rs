@@ -93,6 +93,17 @@ async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
         committed_plan().cluster_roles[0].rules,
         "ClusterRole rules are the CSV's clusterPermissions"
     );
+    // The workloads ClusterRole from the bundle's manifests, for administrators to bind in the
+    // namespaces they allow: the Role's rules without the Lease.
+    let workloads = Api::<ClusterRole>::all(client.clone())
+        .get(initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE)
+        .await
+        .unwrap();
+    assert!(installed_by_us(&workloads.metadata));
+    assert_eq!(
+        workloads.rules,
+        Some(initializer_operator::rbac::workload_rules())
+    );
     let binding = Api::<ClusterRoleBinding>::all(client.clone())
         .get(OPERATOR)
         .await
@@ -207,6 +218,13 @@ async fn uninstall_removes_what_install_created_and_nothing_else() {
 
     assert!(exists(&Api::<ClusterRole>::all(client.clone()), "bystander").await);
     assert!(!exists(&Api::<ClusterRole>::all(client.clone()), OPERATOR).await);
+    assert!(
+        !exists(
+            &Api::<ClusterRole>::all(client.clone()),
+            initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE
+        )
+        .await
+    );
     assert!(!exists(&Api::<ClusterRoleBinding>::all(client.clone()), OPERATOR).await);
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     assert!(!exists(&deployments, OPERATOR).await);
@@ -540,6 +558,14 @@ async fn uninstall_leaves_the_objects_of_an_install_in_another_namespace_alone()
 
     assert!(!exists(&cluster_roles, OPERATOR).await);
     assert!(exists(&cluster_roles, "other-operator").await);
+    // The workloads ClusterRole is shared: it stays while another install remains.
+    assert!(
+        exists(
+            &cluster_roles,
+            initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE
+        )
+        .await
+    );
     assert!(exists(&bindings, "other-operator").await);
     assert!(exists(&accounts, "other-operator").await);
     let elsewhere = Api::<Namespace>::all(client.clone())

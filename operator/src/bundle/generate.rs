@@ -20,7 +20,7 @@ use super::csv::{
 };
 use super::{
     ANNOTATIONS_FILE, Bundle, CHANNEL, CRD_FILE, CSV_FILE, DOCKERFILE, PACKAGE, PDB_FILE,
-    SCORECARD_FILE,
+    SCORECARD_FILE, WORKLOADS_ROLE_FILE,
 };
 use crate::error::Error;
 use crate::manifest;
@@ -107,13 +107,17 @@ pub fn created_at(version: &str) -> Result<&'static str, Error> {
 
 /// Generates the whole bundle with the operator's RBAC from [`crate::rbac`].
 pub fn generate() -> Result<Bundle, Error> {
-    generate_with_rules(crate::rbac::cluster_rules())
+    generate_with_rules(crate::rbac::cluster_rules(), crate::rbac::namespace_rules())
 }
 
-/// Generates the whole bundle granting the operator `cluster_rules` cluster-wide.
-pub fn generate_with_rules(cluster_rules: Vec<PolicyRule>) -> Result<Bundle, Error> {
+/// Generates the whole bundle granting the operator `cluster_rules` cluster-wide and
+/// `namespace_rules` in its own namespace.
+pub fn generate_with_rules(
+    cluster_rules: Vec<PolicyRule>,
+    namespace_rules: Vec<PolicyRule>,
+) -> Result<Bundle, Error> {
     let crd = initializer_crds::crd_yaml().map_err(|err| yaml_error("the CRD", &err))?;
-    let csv = cluster_service_version(cluster_rules)?;
+    let csv = cluster_service_version(cluster_rules, namespace_rules)?;
     let csv_yaml =
         quote_created_at(&serde_yaml::to_string(&csv).map_err(|err| yaml_error("the CSV", &err))?);
     let annotations = annotations();
@@ -123,10 +127,13 @@ pub fn generate_with_rules(cluster_rules: Vec<PolicyRule>) -> Result<Bundle, Err
         .map_err(|err| yaml_error("the scorecard configuration", &err))?;
     let pdb = serde_yaml::to_string(&manifest::pod_disruption_budget())
         .map_err(|err| yaml_error("the PodDisruptionBudget", &err))?;
+    let workloads_role = serde_yaml::to_string(&manifest::workloads_cluster_role())
+        .map_err(|err| yaml_error("the workloads ClusterRole", &err))?;
     let files = BTreeMap::from([
         (CSV_FILE.to_string(), csv_yaml),
         (CRD_FILE.to_string(), crd),
         (PDB_FILE.to_string(), pdb),
+        (WORKLOADS_ROLE_FILE.to_string(), workloads_role),
         (ANNOTATIONS_FILE.to_string(), annotations_yaml),
         (DOCKERFILE.to_string(), dockerfile(&annotations)),
         (SCORECARD_FILE.to_string(), scorecard),
@@ -137,13 +144,13 @@ pub fn generate_with_rules(cluster_rules: Vec<PolicyRule>) -> Result<Bundle, Err
 /// The ClusterServiceVersion.
 pub fn cluster_service_version(
     cluster_rules: Vec<PolicyRule>,
+    namespace_rules: Vec<PolicyRule>,
 ) -> Result<ClusterServiceVersion, Error> {
     let example: serde_json::Value = serde_yaml::from_str(SIDECAR_EXAMPLE).map_err(|err| {
         Error::BundleGenerate(format!("failed to parse the sidecar example: {err}"))
     })?;
     let alm_examples = serde_json::to_string_pretty(&vec![example])
         .map_err(|err| Error::BundleGenerate(format!("failed to serialize alm-examples: {err}")))?;
-    let (namespaced, cluster_wide) = split_rules(cluster_rules);
     let operator_image = images::image(images::OPERATOR);
     let metadata_annotations: BTreeMap<String, String> = [
         ("alm-examples", alm_examples.as_str()),
@@ -223,11 +230,11 @@ pub fn cluster_service_version(
                     }],
                     permissions: vec![StrategyDeploymentPermissions {
                         service_account_name: manifest::OPERATOR_NAME.to_string(),
-                        rules: namespaced,
+                        rules: namespace_rules,
                     }],
                     cluster_permissions: vec![StrategyDeploymentPermissions {
                         service_account_name: manifest::OPERATOR_NAME.to_string(),
-                        rules: cluster_wide,
+                        rules: cluster_rules,
                     }],
                 },
             },
@@ -251,15 +258,6 @@ pub fn cluster_service_version(
                 })
                 .collect(),
         },
-    })
-}
-
-/// Splits the operator's rules into those only needed in its own namespace (the leader-election
-/// Lease, which lives there) and those needed cluster-wide, so the Lease rule becomes a Role.
-pub fn split_rules(rules: Vec<PolicyRule>) -> (Vec<PolicyRule>, Vec<PolicyRule>) {
-    rules.into_iter().partition(|rule| {
-        rule.api_groups.as_deref() == Some(&["coordination.k8s.io".to_string()][..])
-            && rule.resources.as_deref() == Some(&["leases".to_string()][..])
     })
 }
 
@@ -289,6 +287,7 @@ fn initializer_description() -> CrdDescription {
             resource("PodDisruptionBudget", "poddisruptionbudgets", "v1"),
             resource("Secret", "secrets", "v1"),
             resource("Service", "services", "v1"),
+            resource("ServiceAccount", "serviceaccounts", "v1"),
         ],
         spec_descriptors: vec![
             descriptor("image", "Image", "Container image of the initializer; omit it to run the built-in preset initializer.", &["urn:alm:descriptor:com.tectonic.ui:text"]),

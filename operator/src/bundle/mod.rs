@@ -30,6 +30,9 @@ pub const CSV_FILE: &str = "manifests/initializer-operator.clusterserviceversion
 pub const CRD_FILE: &str = "manifests/initializer.dev_initializers.yaml";
 /// The operator's PodDisruptionBudget, relative to the bundle directory.
 pub const PDB_FILE: &str = "manifests/initializer-operator.poddisruptionbudget.yaml";
+/// The ClusterRole an administrator binds in each namespace labelled for workloads, relative to
+/// the bundle directory.
+pub const WORKLOADS_ROLE_FILE: &str = "manifests/initializer-operator-workloads.clusterrole.yaml";
 /// The bundle annotations, relative to the bundle directory.
 pub const ANNOTATIONS_FILE: &str = "metadata/annotations.yaml";
 /// The bundle image's Dockerfile, relative to the bundle directory (its build context).
@@ -182,6 +185,9 @@ mod tests {
     fn manifests_lists_only_files_directly_in_the_manifests_directory() {
         let bundle = generate().unwrap();
         let names: Vec<&str> = bundle.manifests().map(|(name, _)| name).collect();
-        assert_eq!(names, vec![CSV_FILE, PDB_FILE, CRD_FILE]);
+        assert_eq!(
+            names,
+            vec![WORKLOADS_ROLE_FILE, CSV_FILE, PDB_FILE, CRD_FILE]
+        );
     }
 }
