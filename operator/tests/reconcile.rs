@@ -1446,12 +1446,21 @@ async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestClust
     println!(
         "one hung pod of two took the configuration out of the path {took:?} after the freeze"
     );
-    let named = responding(&client, "pair").await.unwrap();
-    assert_eq!(named.0, "ProbeTimedOut", "{named:?}");
-    assert!(
-        named.1.contains(&format!("{ip}:")),
-        "the failed endpoint {ip} is named: {named:?}"
-    );
+    // The status follows the configuration's change (it is written after it), naming the pod.
+    let endpoint = format!("{ip}:");
+    wait_for(
+        "the status to name the hung endpoint",
+        Duration::from_secs(5),
+        || {
+            let (c, endpoint) = (client.clone(), endpoint.clone());
+            async move {
+                responding(&c, "pair").await.is_some_and(|(reason, error)| {
+                    reason == "ProbeTimedOut" && error.contains(&endpoint)
+                })
+            }
+        },
+    )
+    .await;
     cluster.thaw(NS, &hung.name_any()).await.unwrap();
 }
 
