@@ -16,8 +16,10 @@ use clap::Parser;
 use futures::future::BoxFuture;
 use initializer_crds::constants::{
     EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, TIMEOUT_SECONDS_ENV,
+    WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE,
 };
 use initializer_crds::{Initializer, Phase};
+use initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE;
 use initializer_operator::run::{RunArgs, run_with};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
@@ -30,6 +32,8 @@ use support::{Backend, TestCluster};
 use tokio_util::sync::CancellationToken;
 
 const NS: &str = "initializer-system";
+/// The operator's service account, as the bundle names it.
+const OPERATOR_ACCOUNT: &str = initializer_operator::manifest::OPERATOR_NAME;
 const IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
 const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
 
@@ -71,6 +75,7 @@ on_both_backends!(
     a_handler_that_panics_under_a_fail_closed_policy_is_never_registered,
     one_hung_pod_of_two_is_caught_within_a_probe_period,
     a_replaced_ca_stays_trusted_until_every_pod_serves_the_new_one,
+    a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without_the_ca_key,
 );
 
 /// Runs one test body on `backend`, with the test initializer as the guard's image.
@@ -99,6 +104,11 @@ impl Operator {
     /// probing the pods from inside the cluster's network. (A shorter lease makes a loaded
     /// machine's slow renewals cost the leader its right to write, by design.)
     fn spawn(cluster: &TestCluster, pod_name: &str) -> Self {
+        Self::spawn_as(cluster, cluster.client(), pod_name)
+    }
+
+    /// Starts a replica as [`Operator::spawn`] does, making its API calls with `client`.
+    fn spawn_as(cluster: &TestCluster, client: Client, pod_name: &str) -> Self {
         let stop = CancellationToken::new();
         let cli = Cli::parse_from([
             "run",
@@ -114,7 +124,7 @@ impl Operator {
         ]);
         let mut args = cli.run;
         args.probe_connector = cluster.probe_connector();
-        tokio::spawn(run_with(cluster.client(), args, stop.clone()));
+        tokio::spawn(run_with(client, args, stop.clone()));
         Self { stop }
     }
 
@@ -647,8 +657,10 @@ async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster
 async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
     let api: Api<Initializer> = Api::all(client.clone());
+    // An allowed namespace that refuses new content (it is being deleted).
+    terminating_namespace(&client, "closing").await;
     let mut lost = guard("lost");
-    lost.spec.namespace = Some("no-such-namespace".into());
+    lost.spec.namespace = Some("closing".into());
     api.create(&PostParams::default(), &lost).await.unwrap();
     wait_for("the error in the status", Duration::from_secs(20), || {
         let a = api.clone();
@@ -662,14 +674,15 @@ async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &
     })
     .await;
     assert!(configuration(&client, "initializer-lost").await.is_none());
-    // Once the namespace exists the workload deploys and the error goes from the status.
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "no-such-namespace"}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    // Moved to a namespace that takes it, the workload deploys and the error goes.
+    allowed_namespace(&client, "open").await;
+    api.patch(
+        "lost",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"namespace": "open"}})),
+    )
+    .await
+    .unwrap();
     wait_for("the error to clear", Duration::from_secs(30), || {
         let a = api.clone();
         async move {
@@ -761,12 +774,14 @@ async fn suspend_removes_the_configuration_even_when_the_workload_cannot_be_appl
         async move { configuration(&c, "initializer-brake").await.is_some() }
     })
     .await;
-    // The same change moves the workload to a namespace that does not exist: applying it
-    // fails, and the break-glass switch must still take the initializer out of the path.
+    // The same change moves the workload to an allowed namespace that refuses new content:
+    // applying it fails, and the break-glass switch must still take the initializer out of
+    // the path.
+    terminating_namespace(&client, "closing").await;
     api.patch(
         "brake",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true, "namespace": "no-such-namespace"}})),
+        &Patch::Merge(json!({"spec": {"suspend": true, "namespace": "closing"}})),
     )
     .await
     .unwrap();
@@ -2017,4 +2032,379 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
         .unwrap();
     assert!(policies.get_opt(guard).await.unwrap().is_none());
     assert!(bindings.get_opt(guard).await.unwrap().is_none());
+}
+
+/// Creates namespace `name` labelled for initializers' workloads (as an administrator would).
+async fn labelled_namespace(client: &Client, name: &str) {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {
+                "name": name,
+                "labels": {WORKLOADS_LABEL: WORKLOADS_LABEL_VALUE},
+            }}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// Binds the operator's workloads ClusterRole (applied first if absent) in `namespace` to the
+/// operator's service account, as the README tells an administrator to.
+async fn bind_workloads_role(client: &Client, namespace: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+    let roles = Api::<ClusterRole>::all(client.clone());
+    if roles
+        .get_opt(WORKLOADS_CLUSTER_ROLE)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        roles
+            .create(
+                &PostParams::default(),
+                &initializer_operator::manifest::workloads_cluster_role(),
+            )
+            .await
+            .unwrap();
+    }
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "initializer-operator-workloads"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKLOADS_CLUSTER_ROLE},
+                "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": NS}],
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// A labelled namespace with the workloads ClusterRole bound there.
+async fn allowed_namespace(client: &Client, name: &str) {
+    labelled_namespace(client, name).await;
+    bind_workloads_role(client, name).await;
+}
+
+/// An allowed namespace that refuses new content: deleted, and held in `Terminating` by a
+/// finalizer of ours.
+async fn terminating_namespace(client: &Client, name: &str) {
+    let namespaces = Api::<Namespace>::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {
+                "name": name,
+                "labels": {WORKLOADS_LABEL: WORKLOADS_LABEL_VALUE},
+                "finalizers": ["test.initializer.dev/hold"],
+            }}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    namespaces
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+fn valid_condition(init: &Initializer) -> Option<(String, String)> {
+    init.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Valid")
+        .map(|c| (c.status.clone(), c.message.clone()))
+}
+
+async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without_the_ca_key(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    // Not labelled: refused, nothing deployed, and the message says how to allow it.
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-hooks"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut hooked = guard("hooked");
+    hooked.spec.namespace = Some("team-hooks".into());
+    api.create(&PostParams::default(), &hooked).await.unwrap();
+    wait_for("Valid=False", Duration::from_secs(20), || {
+        let a = api.clone();
+        async move {
+            valid_condition(&a.get("hooked").await.unwrap())
+                .is_some_and(|(status, _)| status == "False")
+        }
+    })
+    .await;
+    let (_, message) = valid_condition(&api.get("hooked").await.unwrap()).unwrap();
+    for part in [
+        "is not labelled",
+        "kubectl label namespace team-hooks initializer.dev/workloads=true",
+        "--clusterrole=initializer-operator-workloads",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    assert_eq!(phase(&client, "hooked").await, Some(Phase::Invalid));
+    wait_for_event(&client, "Refused", "is not labelled").await;
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "team-hooks");
+    assert!(deployments.get_opt("hooked").await.unwrap().is_none());
+    assert!(configuration(&client, "initializer-hooked").await.is_none());
+
+    // Labelled (and the workloads ClusterRole bound there): deployed and registered at the
+    // next resync, with no change to the Initializer.
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            "team-hooks",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {WORKLOADS_LABEL: WORKLOADS_LABEL_VALUE}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    bind_workloads_role(&client, "team-hooks").await;
+    let took = wait_for("registration", Duration::from_secs(120), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-hooked").await.is_some() }
+    })
+    .await;
+    println!("registered {took:?} after the namespace was labelled");
+
+    // The pods run as the initializer's own account, with no API token.
+    let account =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), "team-hooks")
+            .get("hooked")
+            .await
+            .unwrap();
+    assert_eq!(account.automount_service_account_token, Some(false));
+    assert_eq!(account.labels()[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
+    let pods = Api::<Pod>::namespaced(client.clone(), "team-hooks")
+        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=hooked")))
+        .await
+        .unwrap()
+        .items;
+    assert!(!pods.is_empty());
+    for pod in &pods {
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("hooked"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let mounts: Vec<&str> = spec
+            .containers
+            .iter()
+            .flat_map(|c| c.volume_mounts.iter().flatten())
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert!(
+            !mounts.iter().any(|m| m.contains("serviceaccount")),
+            "no token mounted: {mounts:?}"
+        );
+        let secrets: Vec<String> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(
+            secrets,
+            ["hooked-tls"],
+            "the pods mount the serving Secret only"
+        );
+    }
+
+    // The CA Secret (with its key) is in the operator's namespace only.
+    let in_workload = Api::<Secret>::namespaced(client.clone(), "team-hooks");
+    let in_operator = Api::<Secret>::namespaced(client.clone(), NS);
+    let ca = in_operator.get("hooked-ca").await.unwrap();
+    assert!(ca.data.as_ref().unwrap().contains_key("ca.key"));
+    assert!(in_workload.get_opt("hooked-ca").await.unwrap().is_none());
+    let serving = in_workload.get("hooked-tls").await.unwrap();
+    assert!(!serving.data.as_ref().unwrap().contains_key("ca.key"));
+
+    // A CA Secret an earlier version kept beside the workload is moved, keeping the caBundle.
+    let bundle = |c: MutatingWebhookConfiguration| {
+        c.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .clone()
+            .unwrap()
+    };
+    let before = bundle(configuration(&client, "initializer-hooked").await.unwrap());
+    let mut old = ca.clone();
+    old.metadata = kube::api::ObjectMeta {
+        name: Some("hooked-ca".into()),
+        namespace: Some("team-hooks".into()),
+        labels: ca.metadata.labels.clone(),
+        owner_references: ca.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    in_workload
+        .create(&PostParams::default(), &old)
+        .await
+        .unwrap();
+    in_operator
+        .delete("hooked-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    let took = wait_for("the CA to move", Duration::from_secs(60), || {
+        let (w, o) = (in_workload.clone(), in_operator.clone());
+        async move {
+            w.get_opt("hooked-ca").await.unwrap().is_none()
+                && o.get_opt("hooked-ca").await.unwrap().is_some()
+        }
+    })
+    .await;
+    println!("the CA moved to the operator's namespace {took:?} after the old layout appeared");
+    let moved = in_operator.get("hooked-ca").await.unwrap();
+    assert_eq!(moved.data, ca.data, "the same CA, not a new one");
+    assert_eq!(
+        bundle(configuration(&client, "initializer-hooked").await.unwrap()),
+        before
+    );
+}
+
+/// The operator with the bundle's RBAC only (its ServiceAccount, impersonated): it cannot
+/// deploy in a labelled namespace until the workloads ClusterRole is bound there. The sandbox
+/// enforces no authorization (sandbox/README.md).
+mod the_operators_own_rights_reach_a_labelled_namespace_only_once_bound {
+    use super::{Backend, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "the sandbox enforces no authorization (sandbox/README.md)"]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(
+                super::the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(cluster),
+            )
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(
+                super::the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(cluster),
+            )
+        })
+        .await;
+    }
+}
+
+/// A client that makes every call of `admin` as `user` (impersonation).
+fn impersonating(admin: &Client, user: &str) -> Client {
+    let user: http::HeaderValue = user.parse().unwrap();
+    let admin = admin.clone();
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let (admin, user) = (admin.clone(), user.clone());
+        async move {
+            request.headers_mut().insert("Impersonate-User", user);
+            admin.send(request).await
+        }
+    });
+    Client::new(service, "default")
+}
+
+async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
+    cluster: &TestCluster,
+) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let admin = install(cluster).await;
+    // The bundle's RBAC, as `install` applies it (not its Deployment: the operator runs here).
+    let plan =
+        initializer_operator::install::plan(&initializer_operator::bundle::generate().unwrap(), NS)
+            .unwrap();
+    let post = PostParams::default();
+    for account in &plan.service_accounts {
+        Api::namespaced(admin.clone(), NS)
+            .create(&post, account)
+            .await
+            .unwrap();
+    }
+    for role in plan.cluster_roles.iter().chain(&plan.bundle_cluster_roles) {
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&post, role)
+            .await
+            .unwrap();
+    }
+    for binding in &plan.cluster_role_bindings {
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&post, binding)
+            .await
+            .unwrap();
+    }
+    for role in &plan.roles {
+        Api::<Role>::namespaced(admin.clone(), NS)
+            .create(&post, role)
+            .await
+            .unwrap();
+    }
+    for binding in &plan.role_bindings {
+        Api::<RoleBinding>::namespaced(admin.clone(), NS)
+            .create(&post, binding)
+            .await
+            .unwrap();
+    }
+    let operator = impersonating(
+        &admin,
+        &format!("system:serviceaccount:{NS}:{OPERATOR_ACCOUNT}"),
+    );
+    let _operator = Operator::spawn_as(cluster, operator.clone(), "operator-test-0");
+    let api: Api<Initializer> = Api::all(admin.clone());
+
+    // In its own namespace it deploys and registers with the Role alone.
+    api.create(&post, &guard("home")).await.unwrap();
+    wait_for("registration at home", Duration::from_secs(120), || {
+        let c = admin.clone();
+        async move { configuration(&c, "initializer-home").await.is_some() }
+    })
+    .await;
+
+    // Labelled but not bound: the API server refuses the operator, and the status says so.
+    labelled_namespace(&admin, "team-hooks").await;
+    let mut away = guard("away");
+    away.spec.namespace = Some("team-hooks".into());
+    api.create(&post, &away).await.unwrap();
+    wait_for("the refusal in the status", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move {
+            a.get("away").await.unwrap().status.is_some_and(|s| {
+                s.details
+                    .get("lastError")
+                    .is_some_and(|e| e.contains("forbidden"))
+            })
+        }
+    })
+    .await;
+    let error = api.get("away").await.unwrap().status.unwrap().details["lastError"].clone();
+    println!("before the RoleBinding: {error}");
+    assert!(configuration(&admin, "initializer-away").await.is_none());
+    // Nothing of the operator's reaches there, and it cannot read that namespace's Secrets.
+    let secrets: Api<Secret> = Api::namespaced(operator.clone(), "team-hooks");
+    assert!(matches!(
+        secrets.list(&ListParams::default()).await,
+        Err(kube::Error::Api(status)) if status.code == 403
+    ));
+    let everywhere: Api<Secret> = Api::all(operator.clone());
+    assert!(matches!(
+        everywhere.list(&ListParams::default()).await,
+        Err(kube::Error::Api(status)) if status.code == 403
+    ));
+
+    // Bound: deployed and registered, with the bundle's rights only.
+    bind_workloads_role(&admin, "team-hooks").await;
+    let took = wait_for("registration away", Duration::from_secs(120), || {
+        let c = admin.clone();
+        async move { configuration(&c, "initializer-away").await.is_some() }
+    })
+    .await;
+    println!("registered {took:?} after the RoleBinding");
+    assert!(secrets.get_opt("away-tls").await.unwrap().is_some());
 }
