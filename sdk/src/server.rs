@@ -6,6 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -50,6 +51,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// in the kernel's listen backlog until one closes. At most this many request bodies (each up
 /// to the request limit) are in memory at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Default time to keep serving after SIGTERM, with `/readyz` failing, before the listener
+/// closes: 5 s, for the endpoint to leave the Service at the API server (the usual preStop delay).
+pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
 
 /// The standard flags and environment of an initializer process. Flatten it into a binary's
 /// own `clap` arguments with `#[command(flatten)]`.
@@ -86,6 +90,11 @@ pub struct ServeArgs {
     /// How long in-flight requests may take to finish on shutdown, in seconds.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
+    /// After SIGTERM, how long to keep serving (with `/readyz` failing) before the listener
+    /// closes, in seconds: the pod's endpoint takes a moment to leave the Service everywhere, and
+    /// a call that reaches a pod that stopped listening fails the API server's create.
+    #[arg(long, env = "INITIALIZER_SHUTDOWN_DELAY_SECONDS", default_value_t = DEFAULT_SHUTDOWN_DELAY.as_secs())]
+    pub shutdown_delay_seconds: u64,
     /// Time for the TLS handshake, and for a request head from its first byte, in milliseconds.
     #[arg(long, env = "INITIALIZER_HEADER_TIMEOUT_MS", default_value_t = DEFAULT_HEADER_TIMEOUT.as_millis() as u64)]
     pub header_timeout_ms: u64,
@@ -118,6 +127,7 @@ impl ServeArgs {
             generation: None,
             reload_interval_ms: 1000,
             shutdown_grace_seconds: 20,
+            shutdown_delay_seconds: DEFAULT_SHUTDOWN_DELAY.as_secs(),
             header_timeout_ms: DEFAULT_HEADER_TIMEOUT.as_millis() as u64,
             body_timeout_ms: DEFAULT_BODY_TIMEOUT.as_millis() as u64,
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT.as_secs(),
@@ -161,6 +171,7 @@ impl ServeArgs {
 struct AppState<C> {
     initializer: Initializer<C>,
     tls: Arc<CertStore>,
+    terminating: Arc<AtomicBool>,
 }
 
 /// The HTTP routes of an initializer, without TLS or a socket.
@@ -168,7 +179,20 @@ pub fn router<C: DeserializeOwned + Send + Sync + 'static>(
     initializer: Initializer<C>,
     tls: Arc<CertStore>,
 ) -> Router {
-    let state = Arc::new(AppState { initializer, tls });
+    routes(initializer, tls, Arc::new(AtomicBool::new(false)))
+}
+
+/// The routes, with `/readyz` failing once `terminating` is set.
+fn routes<C: DeserializeOwned + Send + Sync + 'static>(
+    initializer: Initializer<C>,
+    tls: Arc<CertStore>,
+    terminating: Arc<AtomicBool>,
+) -> Router {
+    let state = Arc::new(AppState {
+        initializer,
+        tls,
+        terminating,
+    });
     Router::new()
         .route(INITIALIZE_PATH, post(initialize::<C>))
         .route("/healthz", get(|| async { "ok" }))
@@ -230,6 +254,9 @@ fn plain(status: u16, message: String) -> Response {
 async fn readyz<C: DeserializeOwned + Send + Sync + 'static>(
     State(state): State<Arc<AppState<C>>>,
 ) -> Response {
+    if state.terminating.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
     let tls = state.tls.is_loaded();
     let config = state.initializer.config_loaded();
     if tls && config {
@@ -268,6 +295,7 @@ async fn metrics<C: DeserializeOwned + Send + Sync + 'static>(
 pub struct Server {
     local_addr: SocketAddr,
     tls: Arc<CertStore>,
+    terminating: Arc<AtomicBool>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -281,6 +309,12 @@ impl Server {
     /// The certificate store (to check what is in force).
     pub fn cert_store(&self) -> &Arc<CertStore> {
         &self.tls
+    }
+
+    /// Start terminating: `/readyz` fails from now on, so the pod leaves its Service's ready
+    /// endpoints, while every request is still served until [`Server::shutdown`].
+    pub fn begin_termination(&self) {
+        self.terminating.store(true, Ordering::Relaxed);
     }
 
     /// Stop accepting connections, let in-flight requests finish, and return when done.
@@ -373,7 +407,8 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             budget = ?self.budget,
             "serving"
         );
-        let app = router(self, Arc::clone(&tls));
+        let terminating = Arc::new(AtomicBool::new(false));
+        let app = routes(self, Arc::clone(&tls), Arc::clone(&terminating));
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
         let task = tokio::spawn(accept_loop(
             Listener {
@@ -389,15 +424,27 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         Ok(Server {
             local_addr,
             tls,
+            terminating,
             shutdown,
             task,
         })
     }
 
-    /// Serve until SIGTERM or SIGINT, then drain in-flight requests and return.
+    /// Serve until SIGTERM or SIGINT; then keep serving for the shutdown delay with `/readyz`
+    /// failing (a second signal cuts it short), then drain in-flight requests and return.
     pub async fn run(self, args: ServeArgs) -> Result<(), Error> {
         let server = self.bind(&args).await?;
         shutdown_signal().await?;
+        let delay = Duration::from_secs(args.shutdown_delay_seconds);
+        tracing::info!(
+            delay_seconds = delay.as_secs(),
+            "terminating: still serving while the endpoint leaves the Service"
+        );
+        server.begin_termination();
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            signal = shutdown_signal() => signal?,
+        }
         tracing::info!("shutting down: draining in-flight requests");
         server.shutdown().await;
         Ok(())

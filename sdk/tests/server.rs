@@ -301,6 +301,37 @@ async fn shutdown_drains_in_flight_requests_and_refuses_new_connections() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
 
+#[tokio::test]
+async fn a_terminating_server_fails_readiness_but_still_answers_reviews() {
+    let tls = tempfile::tempdir().unwrap();
+    let cfg = tempfile::tempdir().unwrap();
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |_| {}).await;
+    let mut conn = connect(&server, &pki.ca_pem).await.unwrap();
+    let ready = conn.request("GET", Some("/readyz"), Bytes::new()).await;
+    assert_eq!(ready.unwrap().status, 200);
+    // SIGTERM: the pod leaves its Service's ready endpoints, but a call already routed to it
+    // (the API server's, the operator's probe) must still be answered.
+    server.begin_termination();
+    let ready = conn.request("GET", Some("/readyz"), Bytes::new()).await;
+    let ready = ready.unwrap();
+    assert_eq!(ready.status, 503);
+    assert!(String::from_utf8_lossy(&ready.body).contains("shutting down"));
+    assert_eq!(
+        injected_image(&mut conn, "web").await.as_deref(),
+        Some("envoy:1")
+    );
+    let mut fresh = connect(&server, &pki.ca_pem).await.unwrap();
+    assert_eq!(
+        injected_image(&mut fresh, "web-2").await.as_deref(),
+        Some("envoy:1"),
+        "new connections are still accepted while terminating"
+    );
+    let addr = server.local_addr();
+    server.shutdown().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
 /// A running server with a certificate and a configuration, the limits set by `tune`.
 async fn serving(
     tls: &Path,
