@@ -894,6 +894,75 @@ async fn a_configuration_of_the_same_name_that_is_not_ours_is_left_alone(cluster
     assert!(untouched(&configs.get("initializer-theirs").await.unwrap()));
 }
 
+/// Failing the API server's deletes on purpose needs the sandbox's fault table.
+mod a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed {
+    use super::{Backend, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(
+                super::a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(cluster),
+            )
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "kube-apiserver has no fault injection, and admission cannot refuse deleting a webhook configuration"]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(
+                super::a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(cluster),
+            )
+        })
+        .await;
+    }
+}
+
+async fn a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &guard("stubborn"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-stubborn").await.is_some() }
+    })
+    .await;
+    // The next eight deletes of the configuration fail with a 500: more than any fixed number of
+    // quick retries absorbs.
+    cluster
+        .refuse_requests(
+            "delete",
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "initializer-stubborn",
+            8,
+        )
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = pods
+        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=stubborn")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    cluster.freeze(NS, &pod.name_any()).await.unwrap();
+    let took = wait_for(
+        "the removal to get through",
+        Duration::from_secs(30),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-stubborn").await.is_none() }
+        },
+    )
+    .await;
+    println!("removed {took:?} after the freeze, through eight refused deletes");
+    wait_for_event(&client, "Deregistered", "").await;
+}
+
 /// One operator replica running as its own process, so that it can be frozen (SIGSTOP) past
 /// its lease like a paused VM or a stalled node; killed when dropped.
 struct ReplicaProcess {

@@ -128,6 +128,36 @@ impl TestCluster {
         self.client.clone()
     }
 
+    /// Makes the API server refuse `times` requests of `verb` on `resource` (in `group`) named
+    /// `name` with a 500. Only the sandbox can: kube-apiserver has no fault injection.
+    pub fn refuse_requests(
+        &self,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        name: &str,
+        times: u32,
+    ) -> anyhow::Result<()> {
+        match &self.plane {
+            Plane::Sandbox(sandbox) => {
+                sandbox.add_fault(initializer_sandbox::FaultRule {
+                    verb: Some(verb.into()),
+                    group: Some(group.into()),
+                    resource: Some(resource.into()),
+                    name: Some(name.into()),
+                    action: Some(initializer_sandbox::FaultAction::Error {
+                        code: 500,
+                        message: Some("injected by the test".into()),
+                    }),
+                    times: Some(times),
+                    ..Default::default()
+                });
+                Ok(())
+            }
+            Plane::Real(_) => bail!("kube-apiserver has no fault injection"),
+        }
+    }
+
     /// A command running `program` where a process of the cluster runs, with a cluster-admin
     /// `KUBECONFIG`: on the host for the sandbox, inside the network namespace for the real
     /// control plane (so that it reaches pod IPs, as an operator in a pod does).
