@@ -12,12 +12,18 @@ use anyhow::Context;
 use initializer_crds::{Initializer, constants};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use rand::Rng;
 use serde_json::json;
 
 use crate::ops;
+
+/// The ClusterRole the operator's bundle ships for the namespaces allowed for workloads.
+pub const WORKLOADS_CLUSTER_ROLE: &str = "initializer-operator-workloads";
+/// The operator's service account, as its bundle names it.
+pub const OPERATOR_ACCOUNT: &str = "initializer-operator";
 
 /// Label on every namespace the suite creates, valued with the scope's id.
 pub const SCOPE_LABEL: &str = "e2e.initializer.dev/scope";
@@ -103,6 +109,34 @@ impl Scope {
             .create(&PostParams::default(), &namespace)
             .await
             .with_context(|| format!("failed to create namespace {name}"))?;
+        Ok(name)
+    }
+
+    /// Creates a namespace an administrator allowed for initializers' workloads: labelled
+    /// `initializer.dev/workloads: "true"`, with the bundle's `initializer-operator-workloads`
+    /// ClusterRole bound there to the operator's service account in `operator_namespace` (the
+    /// README's two commands). Removed, with the binding, on cleanup.
+    pub async fn workload_namespace(
+        &self,
+        role: &str,
+        operator_namespace: &str,
+    ) -> anyhow::Result<String> {
+        let name = self
+            .namespace(
+                role,
+                &[(constants::WORKLOADS_LABEL, constants::WORKLOADS_LABEL_VALUE)],
+            )
+            .await?;
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": WORKLOADS_CLUSTER_ROLE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKLOADS_CLUSTER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": operator_namespace}],
+        }))
+        .context("failed to build the workloads RoleBinding")?;
+        Api::<RoleBinding>::namespaced(self.client.clone(), &name)
+            .create(&PostParams::default(), &binding)
+            .await
+            .with_context(|| format!("failed to bind {WORKLOADS_CLUSTER_ROLE} in {name}"))?;
         Ok(name)
     }
 

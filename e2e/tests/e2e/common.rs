@@ -62,7 +62,10 @@ pub fn record_configurations(ctx: &Ctx, name: &str) -> Recorder<MutatingWebhookC
 /// Applies the tutorial's sidecar initializer in fresh namespaces and waits until it is
 /// registered and all its pods are ready. Records the time to registered in the row.
 pub async fn registered_sidecar(ctx: &Ctx, role: &str, health: Health) -> anyhow::Result<Sidecar> {
-    let workload_ns = ctx.scope.namespace(&format!("{role}-init"), &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace(&format!("{role}-init"), &ctx.env.operator_namespace)
+        .await?;
     let target_ns = ctx.scope.target_namespace(&format!("{role}-apps")).await?;
     let name = ctx.scope.name(role);
     let initializer =

@@ -459,7 +459,10 @@ pub async fn fallback_refuses_short_secrets_while_the_guard_is_down(
         "../../../examples/secret-guard-initializer.yaml"
     ))
     .context("failed to read examples/secret-guard-initializer.yaml")?;
-    let workload_ns = ctx.scope.namespace("guard-init", &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("guard-init", &ctx.env.operator_namespace)
+        .await?;
     let target_ns = ctx.scope.target_namespace("guard-apps").await?;
     let name = ctx.scope.name("guard");
     let initializer = fixtures::initializer(

@@ -83,7 +83,10 @@ async fn registered_example(
     rules: Value,
     extra: Value,
 ) -> anyhow::Result<String> {
-    let workload_ns = ctx.scope.namespace(&format!("{role}-init"), &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace(&format!("{role}-init"), &ctx.env.operator_namespace)
+        .await?;
     let name = ctx.scope.name(role);
     let mut spec = json!({
         "image": images::image(binary),

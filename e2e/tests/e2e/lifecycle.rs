@@ -225,7 +225,12 @@ pub async fn suspended_initializer_stays_deregistered_until_resumed(
 /// are refused by the schema or marked `Valid=False`, and nothing is registered for them.
 pub async fn bad_input_is_refused_and_registers_nothing(ctx: Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx.scope.namespace("init", &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("init", &ctx.env.operator_namespace)
+        .await?;
+    // A namespace nobody allowed for workloads (no initializer.dev/workloads label).
+    let unlabelled_ns = ctx.scope.outside_namespace("unlabelled-init").await?;
     let image = initializer_crds::images::image("sidecar-initializer");
     let pods = json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]);
     let rules = |group: &str, version: &str, resource: &str| json!([{"apiGroups": [group], "apiVersions": [version], "resources": [resource]}]);
@@ -259,6 +264,11 @@ pub async fn bad_input_is_refused_and_registers_nothing(ctx: Ctx) -> anyhow::Res
             "operator-ns",
             "targets the operator's namespace",
             json!({"rules": pods, "namespaces": {"include": [ctx.env.operator_namespace]}}),
+        ),
+        (
+            "unlabelled",
+            "runs its workload in a namespace not labelled for workloads",
+            json!({"rules": pods, "namespace": unlabelled_ns}),
         ),
         (
             "timeout",
@@ -447,7 +457,10 @@ pub async fn operator_killed_mid_rollout_converges_without_duplicates_or_orphans
     let client = ctx.client();
     let leaving = common::registered_sidecar(&ctx, "leaving", Health::default()).await?;
 
-    let workload_ns = ctx.scope.namespace("arriving-init", &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("arriving-init", &ctx.env.operator_namespace)
+        .await?;
     let name = ctx.scope.name("arriving");
     let arriving = fixtures::sidecar_initializer(
         &name,

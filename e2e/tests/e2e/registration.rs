@@ -34,7 +34,10 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
 
     // 1. An initializer whose image cannot run: its Deployment never becomes available, so
     //    nothing may ever be registered.
-    let stuck_ns = ctx.scope.namespace("stuck-init", &[]).await?;
+    let stuck_ns = ctx
+        .scope
+        .workload_namespace("stuck-init", &ctx.env.operator_namespace)
+        .await?;
     let stuck = ctx.scope.name("stuck");
     let mut spec = fixtures::sidecar_initializer(
         &stuck,
@@ -89,7 +92,10 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
     probe_failure_blocks_registration(&ctx).await?;
 
     // 3. A working initializer: watch its Deployment and its configuration and check the order.
-    let workload_ns = ctx.scope.namespace("init", &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("init", &ctx.env.operator_namespace)
+        .await?;
     let name = ctx.scope.name("sidecar");
     let initializer = fixtures::sidecar_initializer(
         &name,
@@ -173,7 +179,10 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
 /// checks it registers only then.
 async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx.scope.namespace("mute-init", &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("mute-init", &ctx.env.operator_namespace)
+        .await?;
     let name = ctx.scope.name("mute");
     let health = Health {
         success_threshold: Some(30),
@@ -255,7 +264,10 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
 /// never sent to it.
 pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx.scope.namespace("init", &[]).await?;
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("init", &ctx.env.operator_namespace)
+        .await?;
     let target_ns = ctx.scope.target_namespace("apps").await?;
     let name = ctx.scope.name("all-pods");
     let mark = format!("e2e.initializer.dev/seen-by-{}", ctx.scope.id());
