@@ -41,6 +41,22 @@ use crate::validate::{self, describe, validate};
 /// How often every Initializer is reconciled even when nothing changed (certificate rotation,
 /// status refresh).
 pub const RESYNC: Duration = Duration::from_secs(30);
+/// How soon an Initializer whose workload runs outside the operator's namespace is reconciled
+/// again while it is not registered: workload objects are watched in the operator's namespace
+/// only, so there its Deployment becoming available is seen by looking again.
+pub const UNWATCHED_POLL: Duration = Duration::from_secs(1);
+
+/// When to reconcile again after a pass that succeeded: at the resync, or soon while an
+/// Initializer whose workload the operator does not watch (`watched` false) waits to be
+/// registered (and is not suspended).
+pub fn requeue_after(watched: bool, registered: bool, suspended: bool) -> Duration {
+    if watched || registered || suspended {
+        RESYNC
+    } else {
+        UNWATCHED_POLL
+    }
+}
+
 /// A reconcile still running after this long is wedged (`/healthz` fails, the kubelet restarts
 /// the operator): every call it makes is bounded far below it.
 pub const RECONCILE_BOUND: Duration = Duration::from_secs(120);
@@ -358,7 +374,11 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         Err(err) => return Err(err),
     };
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(requeue_after(
+        validated.namespace == ctx.operator_namespace,
+        report.registered,
+        obj.spec.suspend,
+    )))
 }
 
 /// Reads the workload namespace (unless it is the operator's) and decides whether workloads
@@ -730,6 +750,14 @@ mod tests {
             },
             webhooks: None,
         }
+    }
+
+    #[test]
+    fn an_unwatched_workload_is_looked_at_again_soon_until_registered() {
+        assert_eq!(requeue_after(false, false, false), UNWATCHED_POLL);
+        assert_eq!(requeue_after(false, true, false), RESYNC);
+        assert_eq!(requeue_after(false, false, true), RESYNC);
+        assert_eq!(requeue_after(true, false, false), RESYNC);
     }
 
     #[test]

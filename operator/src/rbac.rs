@@ -27,6 +27,10 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     ("initializer.dev", "initializers", "watch"),
     ("initializer.dev", "initializers", "patch"),
     ("initializer.dev", "initializers/status", "patch"),
+    // apply::apply_claimed: every workload object carries a controller owner reference with
+    // blockOwnerDeletion to its Initializer, which OwnerReferencesPermissionEnforcement (on in
+    // OpenShift) allows only to whoever may update the Initializer's finalizers.
+    ("initializer.dev", "initializers/finalizers", "update"),
     // apply::WebhookRegistrar and controller::remove_orphans.
     (
         "admissionregistration.k8s.io",
@@ -60,7 +64,18 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     ),
     // apply::apply_fallback / check_fallback (server-side apply, also dry run),
     // apply::remove_fallback, guard::apply (at startup), and controller::remove_orphans
-    // (list: fallbacks left by an Initializer that is gone).
+    // (list: fallbacks left by an Initializer that is gone), and apply::claim_fallback /
+    // remove_fallback_object (get: is the live one ours?).
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "get",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "get",
+    ),
     (
         "admissionregistration.k8s.io",
         "validatingadmissionpolicies",
@@ -183,6 +198,13 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
         ),
         // patch: status is written by server-side apply on the status subresource.
         rule(&["initializer.dev"], &["initializers/status"], &["patch"]),
+        // update: owner references with blockOwnerDeletion on the workload objects, under
+        // OwnerReferencesPermissionEnforcement (OpenShift).
+        rule(
+            &["initializer.dev"],
+            &["initializers/finalizers"],
+            &["update"],
+        ),
         // Registration: create/patch to register, delete to deregister (fail open), get to
         // confirm deletion, list/watch to find orphans.
         rule(
@@ -200,7 +222,7 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
                 "validatingadmissionpolicies",
                 "validatingadmissionpolicybindings",
             ],
-            &["list", "create", "patch", "delete"],
+            &["get", "list", "create", "patch", "delete"],
         ),
         // get: is a workload namespace labelled for initializers; list: namespaces' labels, to
         // count missed initializations in the namespaces the webhook selects.
