@@ -67,6 +67,12 @@ impl Env {
                     return Err(err);
                 }
             };
+        // As an administrator who wants missed initializations counted (README, Permissions):
+        // the operator may list what the scenarios intercept.
+        if let Err(err) = install::grant_counting(&backend.client(), &operator_namespace).await {
+            backend.shutdown().await;
+            return Err(err);
+        }
         let install_time = started.elapsed();
         eprintln!(
             "e2e: operator installed from the bundle, available in namespace {} after {:.2}s",

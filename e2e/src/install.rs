@@ -121,6 +121,42 @@ pub async fn wait_available(client: &Client) -> anyhow::Result<String> {
     .await
 }
 
+/// The ClusterRole (and its binding) that lets the operator list what the scenarios intercept,
+/// so that it can count missed initializations; the bundle does not grant it.
+pub const COUNTING_ROLE: &str = "initializer-operator-count";
+
+/// Grants the operator's service account in `operator_namespace` list on Deployments, Pods and
+/// Secrets cluster-wide, as the README tells an administrator who wants missed initializations
+/// counted (without it the count says `unchecked`).
+pub async fn grant_counting(client: &Client, operator_namespace: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Patch, PatchParams};
+    let params = PatchParams::apply("initializer-e2e").force();
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": COUNTING_ROLE},
+        "rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["list"]},
+        ],
+    }))?;
+    Api::<ClusterRole>::all(client.clone())
+        .patch(COUNTING_ROLE, &params, &Patch::Apply(&role))
+        .await
+        .context("failed to apply the counting ClusterRole")?;
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": COUNTING_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": COUNTING_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_NAME, "namespace": operator_namespace}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(COUNTING_ROLE, &params, &Patch::Apply(&binding))
+        .await
+        .context("failed to apply the counting ClusterRoleBinding")?;
+    Ok(())
+}
+
 /// The operator's Deployment, wherever it was installed.
 pub async fn operator_deployment(client: &Client) -> anyhow::Result<Option<Deployment>> {
     let list = Api::<Deployment>::all(client.clone())

@@ -84,7 +84,18 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     explain(env);
 
     step("1. the tutorial's sidecar initializer, as an Initializer");
-    apply_namespace(&client, WORKLOAD_NS, None).await?;
+    // The workload namespace, allowed by an administrator as the README says: labelled, and the
+    // operator's workloads ClusterRole bound there.
+    apply_namespace(
+        &client,
+        WORKLOAD_NS,
+        Some((
+            initializer_crds::constants::WORKLOADS_LABEL,
+            initializer_crds::constants::WORKLOADS_LABEL_VALUE,
+        )),
+    )
+    .await?;
+    allow_workloads(&client, WORKLOAD_NS, &env.operator_namespace).await?;
     apply_namespace(&client, APPS_NS, Some(DEMO_LABEL)).await?;
     let target = (DEMO_LABEL.0.to_string(), DEMO_LABEL.1.to_string());
     let initializer =
@@ -322,6 +333,32 @@ async fn apply_namespace(
         )
         .await
         .with_context(|| format!("failed to apply namespace {name}"))?;
+    Ok(())
+}
+
+/// Binds the operator's `initializer-operator-workloads` ClusterRole in `namespace` to its
+/// service account in `operator_namespace`.
+async fn allow_workloads(
+    client: &Client,
+    namespace: &str,
+    operator_namespace: &str,
+) -> anyhow::Result<()> {
+    use initializer_e2e::scope::{OPERATOR_ACCOUNT, WORKLOADS_CLUSTER_ROLE};
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": WORKLOADS_CLUSTER_ROLE, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKLOADS_CLUSTER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": operator_namespace}],
+    }))?;
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .patch(
+            WORKLOADS_CLUSTER_ROLE,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .with_context(|| format!("failed to bind {WORKLOADS_CLUSTER_ROLE} in {namespace}"))?;
     Ok(())
 }
 
