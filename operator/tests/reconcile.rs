@@ -934,11 +934,17 @@ async fn a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(clust
     // The next eight deletes of the configuration fail with a 500: more than any fixed number of
     // quick retries absorbs.
     cluster
-        .refuse_requests(
-            "delete",
-            "admissionregistration.k8s.io",
-            "mutatingwebhookconfigurations",
-            "initializer-stubborn",
+        .inject(
+            (
+                "delete",
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "initializer-stubborn",
+            ),
+            initializer_sandbox::FaultAction::Error {
+                code: 500,
+                message: Some("injected by the test".into()),
+            },
             8,
         )
         .unwrap();
@@ -961,6 +967,100 @@ async fn a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(clust
     .await;
     println!("removed {took:?} after the freeze, through eight refused deletes");
     wait_for_event(&client, "Deregistered", "").await;
+}
+
+/// Holding a registration in flight needs the sandbox's fault table.
+mod deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_nothing {
+    use super::{Backend, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(
+                super::deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_nothing(
+                    cluster,
+                ),
+            )
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "kube-apiserver has no fault injection to hold a registration in flight"]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(
+                super::deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_nothing(
+                    cluster,
+                ),
+            )
+        })
+        .await;
+    }
+}
+
+async fn deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_nothing(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    // The registration (a server-side apply: a patch) takes 3 s to be answered.
+    cluster
+        .inject(
+            (
+                "patch",
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "initializer-inflight",
+            ),
+            initializer_sandbox::FaultAction::Delay { millis: 3000 },
+            1,
+        )
+        .unwrap();
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("inflight"))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=inflight"));
+    wait_for("a ready pod", Duration::from_secs(60), || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            pods.list(&selector)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(is_ready)
+        }
+    })
+    .await;
+    // Two good probes 100 ms apart start the registration; delete while it is held.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        configuration(&client, "initializer-inflight")
+            .await
+            .is_none()
+    );
+    api.delete("inflight", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Initializer to go", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move { a.get_opt("inflight").await.unwrap().is_none() }
+    })
+    .await;
+    // The registration that was in flight landed before the cleanup removed it: nothing is left,
+    // not even for a moment after the Initializer is gone.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(4) {
+        assert!(
+            configuration(&client, "initializer-inflight")
+                .await
+                .is_none(),
+            "a registration in flight outlived its Initializer"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// One operator replica running as its own process, so that it can be frozen (SIGSTOP) past

@@ -128,14 +128,13 @@ impl TestCluster {
         self.client.clone()
     }
 
-    /// Makes the API server refuse `times` requests of `verb` on `resource` (in `group`) named
-    /// `name` with a 500. Only the sandbox can: kube-apiserver has no fault injection.
-    pub fn refuse_requests(
+    /// Makes the next `times` requests of `verb` on `resource` (in `group`) named `name` suffer
+    /// `action` (an error, or a delay). Only the sandbox can: kube-apiserver has no fault
+    /// injection.
+    pub fn inject(
         &self,
-        verb: &str,
-        group: &str,
-        resource: &str,
-        name: &str,
+        (verb, group, resource, name): (&str, &str, &str, &str),
+        action: initializer_sandbox::FaultAction,
         times: u32,
     ) -> anyhow::Result<()> {
         match &self.plane {
@@ -145,10 +144,7 @@ impl TestCluster {
                     group: Some(group.into()),
                     resource: Some(resource.into()),
                     name: Some(name.into()),
-                    action: Some(initializer_sandbox::FaultAction::Error {
-                        code: 500,
-                        message: Some("injected by the test".into()),
-                    }),
+                    action: Some(action),
                     times: Some(times),
                     ..Default::default()
                 });
