@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use http::{Request, Response, StatusCode};
 use initializer_crds::Initializer;
+use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_operator::Error;
 use initializer_operator::build::Settings;
 use initializer_operator::controller::{Context, reconcile};
@@ -58,18 +59,24 @@ fn not_found() -> Response<Body> {
 }
 
 /// A mock API server where the configuration exists while `exists` is true (its deletion is
-/// still pending), recording every request as "METHOD path".
-fn mock(exists: Arc<AtomicBool>, log: Arc<Mutex<Vec<String>>>) -> Client {
+/// still pending), recording every request as "METHOD path". With `ours` it carries the
+/// operator's labels for this Initializer; without, it is someone else's of the same name.
+fn mock(exists: Arc<AtomicBool>, log: Arc<Mutex<Vec<String>>>, ours: bool) -> Client {
     let service = tower::service_fn(move |req: Request<Body>| {
         let exists = exists.clone();
         let log = log.clone();
         async move {
             let line = format!("{} {}", req.method(), req.uri().path());
             log.lock().unwrap().push(line.clone());
+            let labels = if ours {
+                json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"})
+            } else {
+                json!({"team": "platform"})
+            };
             let config = json!({
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": "initializer-guard"},
+                "metadata": {"name": "initializer-guard", "labels": labels},
             });
             let response = match (req.method().as_str(), req.uri().path()) {
                 ("DELETE" | "GET", CONFIG_PATH) if exists.load(Ordering::SeqCst) => {
@@ -121,7 +128,7 @@ fn context(client: Client) -> Arc<Context> {
 async fn cleanup_keeps_the_finalizer_until_the_configuration_is_gone() {
     let exists = Arc::new(AtomicBool::new(true));
     let log = Arc::new(Mutex::new(Vec::new()));
-    let ctx = context(mock(exists.clone(), log.clone()));
+    let ctx = context(mock(exists.clone(), log.clone(), true));
 
     // The deletion is pending: the configuration still answers GET.
     let err = reconcile(Arc::new(deleted_initializer()), ctx.clone())
@@ -136,8 +143,13 @@ async fn cleanup_keeps_the_finalizer_until_the_configuration_is_gone() {
     );
     assert!(!err.is_permanent());
     let first: Vec<String> = log.lock().unwrap().drain(..).collect();
-    assert_eq!(first[0], format!("DELETE {CONFIG_PATH}"));
-    assert!(first.contains(&format!("GET {CONFIG_PATH}")), "{first:?}");
+    // Read first (never delete what is not ours), then delete, then check it is gone.
+    assert_eq!(first[0], format!("GET {CONFIG_PATH}"), "{first:?}");
+    assert_eq!(first[1], format!("DELETE {CONFIG_PATH}"), "{first:?}");
+    assert!(
+        first[2..].contains(&format!("GET {CONFIG_PATH}")),
+        "{first:?}"
+    );
     assert!(
         !first.iter().any(|l| l.starts_with("PATCH")),
         "the finalizer must stay while the configuration exists: {first:?}"
@@ -152,9 +164,29 @@ async fn cleanup_keeps_the_finalizer_until_the_configuration_is_gone() {
     assert_eq!(
         second,
         [
-            format!("DELETE {CONFIG_PATH}"),
+            format!("GET {CONFIG_PATH}"),
             format!("GET {CONFIG_PATH}"),
             "PATCH /apis/initializer.dev/v1alpha1/initializers/guard".to_string(),
         ]
+    );
+}
+
+#[tokio::test]
+async fn cleanup_never_deletes_a_configuration_of_the_same_name_that_is_not_ours() {
+    let exists = Arc::new(AtomicBool::new(true));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let ctx = context(mock(exists, log.clone(), false));
+    // Ours was never registered: nothing to wait for, and theirs is left alone.
+    reconcile(Arc::new(deleted_initializer()), ctx)
+        .await
+        .unwrap();
+    let requests: Vec<String> = log.lock().unwrap().drain(..).collect();
+    assert!(
+        !requests.iter().any(|l| l.starts_with("DELETE")),
+        "{requests:?}"
+    );
+    assert!(
+        requests.contains(&"PATCH /apis/initializer.dev/v1alpha1/initializers/guard".to_string()),
+        "the finalizer is removed: {requests:?}"
     );
 }
