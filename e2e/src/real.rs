@@ -71,22 +71,29 @@ impl RealBackend {
         name: &str,
         action: PodAction,
     ) -> anyhow::Result<()> {
-        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
-            .get(name)
-            .await
-            .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
-        let groups = process_groups(&pod);
-        // Nothing running has nothing frozen: a liveness probe may have restarted a frozen
-        // container meanwhile, as the kubelet does.
-        if groups.is_empty() && action == PodAction::Thaw {
-            return Ok(());
-        }
-        if groups.is_empty() {
-            bail!(
-                "failed to {} pod {namespace}/{name}: no container is running",
-                action.verb()
-            );
-        }
+        let pods = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        // A container the liveness probe is restarting (stopping gracefully, then backing off)
+        // has nothing running for a few seconds, as under the kubelet: wait for it to run again.
+        let deadline = std::time::Instant::now() + RESTART_WAIT;
+        let groups = loop {
+            let pod = pods
+                .get(name)
+                .await
+                .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
+            let groups = process_groups(&pod);
+            // Nothing running has nothing frozen: a liveness probe may have restarted a frozen
+            // container meanwhile, as the kubelet does.
+            if !groups.is_empty() || action == PodAction::Thaw {
+                break groups;
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "failed to {} pod {namespace}/{name}: no container is running",
+                    action.verb()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
         for pgid in groups {
             signal_group(pgid, action)
                 .with_context(|| format!("failed to {} pod {namespace}/{name}", action.verb()))?;
@@ -94,6 +101,9 @@ impl RealBackend {
         Ok(())
     }
 }
+
+/// How long freezing or killing a pod waits for a container that is being restarted.
+const RESTART_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The process groups of a pod's running containers, from their `process://<pgid>` ids.
 pub fn process_groups(pod: &Pod) -> Vec<i32> {
