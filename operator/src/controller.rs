@@ -161,24 +161,7 @@ async fn refuse(
     if !already {
         publish(ctx, obj, EventType::Warning, "Refused", describe(refusals)).await;
     }
-    let status = status::compute(&Observation {
-        generation: obj.metadata.generation,
-        refusals,
-        suspended: obj.spec.suspend,
-        workload: None,
-        health: None,
-        probe: None,
-        registered: false,
-        configuration_name: configuration,
-        certificate_not_after: None,
-        now: Timestamp::now(),
-        previous,
-        degraded: false,
-        outage: previous.and_then(|s| s.last_outage.clone()),
-        fallback: None,
-        missed: previous.and_then(|s| s.missed_initializations.clone()),
-        fail_closed: None,
-    });
+    let status = unregistered_status(obj, refusals, configuration, Timestamp::now());
     write_status(ctx, obj, status).await?;
     Ok(Action::await_change())
 }
@@ -429,24 +412,7 @@ async fn report_conflict(
     }
     let previous = obj.status.as_ref();
     let now = Timestamp::now();
-    let mut status = status::compute(&Observation {
-        generation: obj.metadata.generation,
-        refusals: &[],
-        suspended: obj.spec.suspend,
-        workload: None,
-        health: None,
-        probe: None,
-        registered: false,
-        configuration_name: configuration,
-        certificate_not_after: None,
-        now,
-        previous,
-        degraded: false,
-        outage: previous.and_then(|s| s.last_outage.clone()),
-        fallback: None,
-        missed: previous.and_then(|s| s.missed_initializations.clone()),
-        fail_closed: None,
-    });
+    let mut status = unregistered_status(obj, &[], configuration, now);
     status
         .details
         .insert("lastError".to_string(), err.to_string());
@@ -463,6 +429,35 @@ async fn report_conflict(
     Ok(Action::requeue(RESYNC))
 }
 
+/// The status of an Initializer with nothing registered or supervised (refused, in conflict,
+/// or suspended while its workload failed), keeping its last outage and missed count.
+fn unregistered_status(
+    obj: &Initializer,
+    refusals: &[validate::Refusal],
+    configuration: &str,
+    now: Timestamp,
+) -> InitializerStatus {
+    let previous = obj.status.as_ref();
+    status::compute(&Observation {
+        generation: obj.metadata.generation,
+        refusals,
+        suspended: obj.spec.suspend,
+        workload: None,
+        health: None,
+        probe: None,
+        registered: false,
+        configuration_name: configuration,
+        certificate_not_after: None,
+        now,
+        previous,
+        degraded: false,
+        outage: previous.and_then(|s| s.last_outage.clone()),
+        fallback: None,
+        missed: previous.and_then(|s| s.missed_initializations.clone()),
+        fail_closed: None,
+    })
+}
+
 /// Puts a failure to deploy into the status (`details.lastError`) so it is visible with
 /// `kubectl describe`, not only in the operator's log; the registration is left as it is.
 async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, err: &Error) {
@@ -470,26 +465,7 @@ async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, e
     // rather than keep a stale phase beside the error.
     let mut status = match obj.status.clone() {
         Some(stored) if !obj.spec.suspend => stored,
-        stored => status::compute(&Observation {
-            generation: obj.metadata.generation,
-            refusals: &[],
-            suspended: obj.spec.suspend,
-            workload: None,
-            health: None,
-            probe: None,
-            registered: false,
-            configuration_name: configuration,
-            certificate_not_after: None,
-            now: Timestamp::now(),
-            previous: stored.as_ref(),
-            degraded: false,
-            outage: stored.as_ref().and_then(|s| s.last_outage.clone()),
-            fallback: None,
-            missed: stored
-                .as_ref()
-                .and_then(|s| s.missed_initializations.clone()),
-            fail_closed: None,
-        }),
+        _ => unregistered_status(obj, &[], configuration, Timestamp::now()),
     };
     status
         .details
