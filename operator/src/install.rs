@@ -17,14 +17,16 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -161,6 +163,34 @@ pub struct InstallPlan {
     /// The bundle's own ClusterRoles (`initializer-operator-workloads`), bound by nothing until
     /// an administrator binds one in a namespace labelled for workloads.
     pub bundle_cluster_roles: Vec<ClusterRole>,
+    /// The bundle's Services (the operator's metrics Service), in the namespace.
+    pub services: Vec<Service>,
+    /// The bundle's `PrometheusRule` and `ServiceMonitor` objects, in the namespace: applied
+    /// only where the API server serves `monitoring.coreos.com/v1` (see [`monitoring_split`]).
+    pub monitoring: Vec<serde_json::Value>,
+}
+
+/// Splits the plan's monitoring objects into those to apply and the kinds to skip, given the
+/// kinds the API server serves in `monitoring.coreos.com/v1` (`None` when it does not serve
+/// the group version at all: no prometheus-operator there, so nothing would ever read them).
+pub fn monitoring_split<'a>(
+    objects: &'a [serde_json::Value],
+    served: Option<&[String]>,
+) -> (Vec<&'a serde_json::Value>, Vec<String>) {
+    let mut apply = Vec::new();
+    let mut skipped = Vec::new();
+    for object in objects {
+        let kind = object
+            .get("kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        if served.is_some_and(|kinds| kinds.iter().any(|k| k == kind)) {
+            apply.push(object);
+        } else {
+            skipped.push(kind.to_string());
+        }
+    }
+    (apply, skipped)
 }
 
 /// Labels on everything the installer creates.
@@ -205,6 +235,8 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
     let mut crds = Vec::new();
     let mut pod_disruption_budgets = Vec::new();
     let mut bundle_cluster_roles = Vec::new();
+    let mut services = Vec::new();
+    let mut monitoring = Vec::new();
     for (path, text) in bundle.manifests() {
         let kind = serde_yaml::from_str::<serde_json::Value>(text)
             .ok()
@@ -245,6 +277,25 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                     .get_or_insert_default()
                     .extend(installer_labels());
                 bundle_cluster_roles.push(role);
+            }
+            "Service" => {
+                let mut service: Service = serde_yaml::from_str(text).map_err(parse_error)?;
+                service.metadata.namespace = Some(namespace.to_string());
+                service
+                    .metadata
+                    .labels
+                    .get_or_insert_default()
+                    .extend(installer_labels());
+                services.push(service);
+            }
+            "PrometheusRule" | "ServiceMonitor" => {
+                let mut object: serde_json::Value =
+                    serde_yaml::from_str(text).map_err(parse_error)?;
+                object["metadata"]["namespace"] = serde_json::json!(namespace);
+                for (key, value) in installer_labels() {
+                    object["metadata"]["labels"][key] = serde_json::json!(value);
+                }
+                monitoring.push(object);
             }
             other => {
                 return Err(Error::InstallPlan(format!(
@@ -348,6 +399,8 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         deployments,
         pod_disruption_budgets,
         bundle_cluster_roles,
+        services,
+        monitoring,
     })
 }
 
@@ -451,7 +504,65 @@ pub async fn apply_plan(
     for pdb in &plan.pod_disruption_budgets {
         apply(&budgets, pdb, "PodDisruptionBudget").await?;
     }
+    let services: Api<Service> = Api::namespaced(client.clone(), &plan.namespace);
+    for service in &plan.services {
+        apply(&services, service, "Service").await?;
+    }
+    let served = monitoring_kinds(client).await?;
+    let (to_apply, skipped) = monitoring_split(&plan.monitoring, served.as_deref());
+    if !skipped.is_empty() {
+        tracing::info!(
+            kinds = %skipped.join(", "),
+            "skipped: the API server does not serve {}",
+            crate::monitoring::MONITORING_API_VERSION
+        );
+    }
+    for object in to_apply {
+        let object: DynamicObject = serde_json::from_value(object.clone()).map_err(|err| {
+            Error::InstallPlan(format!("failed to read a monitoring object: {err}"))
+        })?;
+        let kind = object
+            .types
+            .as_ref()
+            .map(|t| t.kind.clone())
+            .unwrap_or_default();
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            crate::monitoring::MONITORING_GROUP,
+            "v1",
+            &kind,
+        ));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &plan.namespace, &resource);
+        let kind: &'static str = if kind == "PrometheusRule" {
+            "PrometheusRule"
+        } else {
+            "ServiceMonitor"
+        };
+        apply(&api, &object, kind).await?;
+    }
     Ok(())
+}
+
+/// The kinds the API server serves in `monitoring.coreos.com/v1`, or `None` when it does not
+/// serve that group version.
+async fn monitoring_kinds(client: &Client) -> Result<Option<Vec<String>>, Error> {
+    match client
+        .list_api_group_resources(crate::monitoring::MONITORING_API_VERSION)
+        .await
+    {
+        Ok(list) => Ok(Some(
+            list.resources
+                .into_iter()
+                .filter(|r| !r.name.contains('/'))
+                .map(|r| r.kind)
+                .collect(),
+        )),
+        Err(err) if crate::error::is_not_found(&err) => Ok(None),
+        Err(source) => Err(Error::List {
+            kind: "APIResourceList",
+            source: Box::new(source),
+        }),
+    }
 }
 
 /// Waits until every Deployment of `plan` is available.
@@ -594,7 +705,28 @@ async fn remove_operator(client: &Client, namespace: &str, deadline: Instant) ->
         )
         .await?;
     }
-    delete_in_namespace::<PodDisruptionBudget>(client, namespace, "PodDisruptionBudget").await
+    delete_in_namespace::<PodDisruptionBudget>(client, namespace, "PodDisruptionBudget").await?;
+    delete_in_namespace::<Service>(client, namespace, "Service").await?;
+    if let Some(kinds) = monitoring_kinds(client).await? {
+        for kind in kinds
+            .iter()
+            .filter(|k| ["PrometheusRule", "ServiceMonitor"].contains(&k.as_str()))
+        {
+            let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+                crate::monitoring::MONITORING_GROUP,
+                "v1",
+                kind,
+            ));
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &resource);
+            for object in list(&api, &installer_selector(), "monitoring object").await? {
+                if installed_by_us(&object.metadata) {
+                    delete(&api, &object.name_any(), "monitoring object").await?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the installer's RBAC and service accounts of the install in `namespace`: the

@@ -19,6 +19,7 @@ pub mod leader;
 pub mod manifest;
 pub mod metrics;
 pub mod missed;
+pub mod monitoring;
 pub mod probe;
 pub mod rbac;
 pub mod run;

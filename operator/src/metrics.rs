@@ -1,6 +1,7 @@
 //! Prometheus metrics of the operator, served on `/metrics`.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -68,6 +69,34 @@ pub struct Metrics {
     /// cluster's matching creates then depend on the initializer answering, and on this
     /// operator to take it out of the path when it does not.
     pub fail_closed: Family<InitializerLabels, Gauge>,
+    /// 1 while an Initializer's configuration exists (normal or degraded), 0 while it does not.
+    /// Exported by the leader only, for the Initializers it supervises.
+    pub registered: Family<InitializerLabels, Gauge>,
+    /// 1 while an Initializer's configuration is degraded (`failurePolicy: Ignore`, short
+    /// timeout) after a failed probe.
+    pub degraded: Family<InitializerLabels, Gauge>,
+    /// 1 while an Initializer is suspended (`spec.suspend`): deregistered on purpose.
+    pub suspended: Family<InitializerLabels, Gauge>,
+    /// Expiry of an Initializer's serving certificate, in Unix seconds.
+    pub certificate_expiry: Family<InitializerLabels, Gauge>,
+    /// An Initializer's probe latency budget (`spec.health.latencyBudgetMillis`), in seconds: a
+    /// slower probe fails.
+    pub probe_budget: Family<InitializerLabels, Gauge<f64, AtomicU64>>,
+}
+
+/// What the operator knows about one supervised Initializer, as its gauges show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InitializerGauges {
+    /// The configuration exists (normal or degraded).
+    pub registered: bool,
+    /// The configuration is degraded.
+    pub degraded: bool,
+    /// `spec.suspend` is true.
+    pub suspended: bool,
+    /// Expiry of the serving certificate, in Unix seconds, when known.
+    pub certificate_expiry: Option<i64>,
+    /// The probe latency budget.
+    pub probe_budget: Duration,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -90,6 +119,11 @@ impl Default for Metrics {
         let unresponsive_to_deregistered = latency_histogram();
         let leader = Gauge::default();
         let fail_closed = Family::<InitializerLabels, Gauge>::default();
+        let registered = Family::<InitializerLabels, Gauge>::default();
+        let degraded = Family::<InitializerLabels, Gauge>::default();
+        let suspended = Family::<InitializerLabels, Gauge>::default();
+        let certificate_expiry = Family::<InitializerLabels, Gauge>::default();
+        let probe_budget = Family::<InitializerLabels, Gauge<f64, AtomicU64>>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -128,6 +162,31 @@ impl Default for Metrics {
             "1 while the Initializer's configuration is registered with failurePolicy Fail (creates it matches are refused whenever it cannot answer)",
             fail_closed.clone(),
         );
+        registry.register(
+            "registered",
+            "1 while the Initializer's webhook configuration exists (normal or degraded); exported by the leader",
+            registered.clone(),
+        );
+        registry.register(
+            "degraded",
+            "1 while the Initializer's configuration is degraded to failurePolicy Ignore after a failed probe",
+            degraded.clone(),
+        );
+        registry.register(
+            "suspended",
+            "1 while the Initializer is suspended (spec.suspend): deregistered on purpose",
+            suspended.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "Expiry of the Initializer's serving certificate, in Unix seconds",
+            certificate_expiry.clone(),
+        );
+        registry.register(
+            "probe_budget_seconds",
+            "The Initializer's probe latency budget: a slower probe fails",
+            probe_budget.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -140,6 +199,11 @@ impl Default for Metrics {
             unresponsive_to_deregistered,
             leader,
             fail_closed,
+            registered,
+            degraded,
+            suspended,
+            certificate_expiry,
+            probe_budget,
         }
     }
 }
@@ -181,6 +245,48 @@ impl Metrics {
             .set(i64::from(in_force));
     }
 
+    /// Sets the gauges of one supervised Initializer.
+    pub fn observe_initializer(&self, initializer: &str, gauges: &InitializerGauges) {
+        let labels = InitializerLabels {
+            initializer: initializer.to_string(),
+        };
+        self.registered
+            .get_or_create(&labels)
+            .set(i64::from(gauges.registered));
+        self.degraded
+            .get_or_create(&labels)
+            .set(i64::from(gauges.degraded));
+        self.suspended
+            .get_or_create(&labels)
+            .set(i64::from(gauges.suspended));
+        match gauges.certificate_expiry {
+            Some(expiry) => {
+                self.certificate_expiry.get_or_create(&labels).set(expiry);
+            }
+            None => {
+                self.certificate_expiry.remove(&labels);
+            }
+        }
+        self.probe_budget
+            .get_or_create(&labels)
+            .set(gauges.probe_budget.as_secs_f64());
+    }
+
+    /// Drops the gauges of an Initializer this replica no longer supervises (deleted, refused,
+    /// or the lead went elsewhere): the replica that supervises it now exports them, and a
+    /// stale 1 or 0 here would contradict it.
+    pub fn forget_initializer(&self, initializer: &str) {
+        let labels = InitializerLabels {
+            initializer: initializer.to_string(),
+        };
+        self.fail_closed.remove(&labels);
+        self.registered.remove(&labels);
+        self.degraded.remove(&labels);
+        self.suspended.remove(&labels);
+        self.certificate_expiry.remove(&labels);
+        self.probe_budget.remove(&labels);
+    }
+
     /// Counts a registration.
     pub fn registered(&self, initializer: &str) {
         self.registrations
@@ -204,6 +310,34 @@ impl Metrics {
         }
     }
 
+    /// Every series name the exposition can carry, as Prometheus stores it: a counter `x` as
+    /// `x_total`, a histogram `x` as `x_bucket`, `x_sum` and `x_count`, a gauge as is. Read
+    /// from the `# TYPE` lines of a fresh registry in which every recording method has been
+    /// called once (a labelled family without series is not written at all). Alert rules and
+    /// the dashboard may query only these.
+    pub fn exported_names() -> std::collections::BTreeSet<String> {
+        let m = Self::default();
+        m.reconciles.inc();
+        m.reconcile_failed(&Error::CleanupPending(String::new()));
+        m.reconcile_duration.observe(0.0);
+        m.probe("x", Duration::ZERO, false);
+        m.registered("x");
+        m.deregistered("x", "ProbesFailed", Some(Duration::ZERO));
+        m.leader.set(0);
+        m.set_fail_closed("x", false);
+        m.observe_initializer(
+            "x",
+            &InitializerGauges {
+                registered: false,
+                degraded: false,
+                suspended: false,
+                certificate_expiry: Some(0),
+                probe_budget: Duration::ZERO,
+            },
+        );
+        series_names(&m.encode())
+    }
+
     /// The text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -211,6 +345,28 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The series names declared by the `# TYPE` lines of an OpenMetrics text exposition.
+pub fn series_names(exposition: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in exposition.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("#") || words.next() != Some("TYPE") {
+            continue;
+        }
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            "summary" => &["", "_sum", "_count"],
+            _ => &[""],
+        };
+        names.extend(suffixes.iter().map(|suffix| format!("{name}{suffix}")));
+    }
+    names
 }
 
 #[cfg(test)]
@@ -246,5 +402,75 @@ mod tests {
         assert!(text.contains(
             "initializer_operator_probe_latency_seconds_count{initializer=\"sidecar\"} 1"
         ));
+    }
+
+    #[test]
+    fn an_initializers_gauges_appear_and_go_when_it_is_forgotten() {
+        let m = Metrics::default();
+        m.observe_initializer(
+            "sidecar",
+            &InitializerGauges {
+                registered: true,
+                degraded: true,
+                suspended: false,
+                certificate_expiry: Some(1_800_000_000),
+                probe_budget: Duration::from_millis(500),
+            },
+        );
+        m.set_fail_closed("sidecar", true);
+        let text = m.encode();
+        for line in [
+            r#"initializer_operator_registered{initializer="sidecar"} 1"#,
+            r#"initializer_operator_degraded{initializer="sidecar"} 1"#,
+            r#"initializer_operator_suspended{initializer="sidecar"} 0"#,
+            r#"initializer_operator_certificate_expiry_timestamp_seconds{initializer="sidecar"} 1800000000"#,
+            r#"initializer_operator_probe_budget_seconds{initializer="sidecar"} 0.5"#,
+            r#"initializer_operator_fail_closed{initializer="sidecar"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        m.forget_initializer("sidecar");
+        let text = m.encode();
+        assert!(!text.contains(r#"initializer="sidecar""#), "{text}");
+    }
+
+    #[test]
+    fn an_unknown_certificate_expiry_exports_no_series_rather_than_zero() {
+        let m = Metrics::default();
+        let mut gauges = InitializerGauges {
+            registered: false,
+            degraded: false,
+            suspended: true,
+            certificate_expiry: Some(1_800_000_000),
+            probe_budget: Duration::from_secs(1),
+        };
+        m.observe_initializer("guard", &gauges);
+        gauges.certificate_expiry = None;
+        m.observe_initializer("guard", &gauges);
+        let text = m.encode();
+        assert!(
+            !text.contains(r#"certificate_expiry_timestamp_seconds{initializer="guard"}"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"initializer_operator_suspended{initializer="guard"} 1"#));
+    }
+
+    #[test]
+    fn exported_names_expand_counters_and_histograms_as_prometheus_stores_them() {
+        let names = Metrics::exported_names();
+        for name in [
+            "initializer_operator_reconcile_errors_total",
+            "initializer_operator_probe_latency_seconds_bucket",
+            "initializer_operator_probe_latency_seconds_count",
+            "initializer_operator_leader",
+            "initializer_operator_registered",
+            "initializer_operator_probe_budget_seconds",
+            "initializer_operator_certificate_expiry_timestamp_seconds",
+            "initializer_operator_deregistrations_total",
+        ] {
+            assert!(names.contains(name), "{name} missing from {names:?}");
+        }
+        assert!(!names.contains("initializer_operator_reconcile_errors"));
+        assert!(!names.contains("initializer_operator_probe_latency_seconds"));
     }
 }

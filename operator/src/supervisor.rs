@@ -39,7 +39,7 @@ use crate::build::{self, FallbackPolicy};
 use crate::error::{Error, Result};
 use crate::health::{Action, Cause, HealthConfig, Input, Machine, Snapshot, State};
 use crate::leader::Leadership;
-use crate::metrics::Metrics;
+use crate::metrics::{InitializerGauges, Metrics};
 use crate::missed;
 use crate::probe::{self, Connector, ProbeTarget, Round};
 use crate::status::{self, FallbackView, Observation, ProbeRecord, WorkloadObservation};
@@ -531,19 +531,20 @@ impl Supervisor {
     /// configuration) come after it; its configuration is left to the caller.
     pub async fn stop(&self, initializer: &str) {
         let entry = self.entries().remove(initializer);
-        // Its configuration is the caller's to remove; either way no longer supervised here.
-        self.inner.metrics.set_fail_closed(initializer, false);
         if let Some(entry) = entry {
             entry.stopped.cancel();
             // Every call made under the lock is bounded, so this wait is too.
             drop(entry.state.lock().await);
         }
+        // Its configuration is the caller's to remove; either way no longer supervised here.
+        self.inner.metrics.forget_initializer(initializer);
     }
 
     /// Stops everything (this replica lost the lead).
     pub fn stop_all(&self) {
-        for (_, entry) in self.entries().drain() {
+        for (name, entry) in self.entries().drain() {
             entry.stopped.cancel();
+            self.inner.metrics.forget_initializer(&name);
         }
     }
 
@@ -554,6 +555,7 @@ impl Supervisor {
             let keep = existing.contains(name);
             if !keep {
                 entry.stopped.cancel();
+                self.inner.metrics.forget_initializer(name);
             }
             keep
         });
@@ -749,6 +751,16 @@ impl Supervisor {
                 .conditions
                 .iter()
                 .any(|c| c.type_ == status::FAIL_CLOSED && c.status == "True"),
+        );
+        self.inner.metrics.observe_initializer(
+            &target.initializer,
+            &InitializerGauges {
+                registered: st.presence != Presence::Absent,
+                degraded: st.presence == Presence::Degraded,
+                suspended: target.suspended,
+                certificate_expiry: target.certificate_not_after.map(|t| t.as_second()),
+                probe_budget: target.budget,
+            },
         );
         if !status::only_probe_figures_changed(previous, &status, Timestamp::now()) {
             self.may_write(st, || {

@@ -129,7 +129,7 @@ pub fn generate_with_rules(
         .map_err(|err| yaml_error("the PodDisruptionBudget", &err))?;
     let workloads_role = serde_yaml::to_string(&manifest::workloads_cluster_role())
         .map_err(|err| yaml_error("the workloads ClusterRole", &err))?;
-    let files = BTreeMap::from([
+    let mut files = BTreeMap::from([
         (CSV_FILE.to_string(), csv_yaml),
         (CRD_FILE.to_string(), crd),
         (PDB_FILE.to_string(), pdb),
@@ -138,6 +138,7 @@ pub fn generate_with_rules(
         (DOCKERFILE.to_string(), dockerfile(&annotations)),
         (SCORECARD_FILE.to_string(), scorecard),
     ]);
+    files.extend(crate::monitoring::bundle_files()?);
     Ok(Bundle { files })
 }
 

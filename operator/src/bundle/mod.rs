@@ -187,7 +187,15 @@ mod tests {
         let names: Vec<&str> = bundle.manifests().map(|(name, _)| name).collect();
         assert_eq!(
             names,
-            vec![WORKLOADS_ROLE_FILE, CSV_FILE, PDB_FILE, CRD_FILE]
+            vec![
+                crate::monitoring::BUNDLE_SERVICE_FILE,
+                WORKLOADS_ROLE_FILE,
+                CSV_FILE,
+                PDB_FILE,
+                crate::monitoring::BUNDLE_RULE_FILE,
+                crate::monitoring::BUNDLE_SERVICE_MONITOR_FILE,
+                CRD_FILE,
+            ]
         );
     }
 }
