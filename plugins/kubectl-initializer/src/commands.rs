@@ -1,0 +1,601 @@
+//! The IO shell of every subcommand: connect, read what the decision needs, call the pure
+//! code, print. Errors go back to `main`, which prints them on stderr.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt as _;
+use initializer_crds::{Initializer, Phase};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::{Discovery, Scope};
+use kube::{Api, Client, Config, ResourceExt};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::cli::{Cli, Command, Switch};
+use crate::error::{Error, Result, is_not_found};
+use crate::output::{Format, structured};
+use crate::why::{OperatorFacts, Request, Verdict};
+use crate::{object, probe, status, why};
+
+/// The field manager of every write the plugin makes (the operator's is
+/// `initializer-operator`).
+pub const FIELD_MANAGER: &str = "kubectl-initializer";
+
+/// The label on the operator's pods, by which its namespace is found.
+pub const OPERATOR_POD_SELECTOR: &str = "app.kubernetes.io/name=initializer-operator";
+
+/// A client for the chosen kubeconfig and context, and the namespace in force.
+pub struct Connection {
+    /// The client.
+    pub client: Client,
+    /// `-n`, else the context's namespace, else `default`.
+    pub namespace: String,
+}
+
+/// Connects the kubectl way: `--kubeconfig`, else `KUBECONFIG` (a list of files, merged),
+/// else `~/.kube/config`; `--context`, else the current context.
+pub async fn connect(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<Connection> {
+    let file = match kubeconfig {
+        Some(path) => Kubeconfig::read_from(path),
+        None => Kubeconfig::read(),
+    }
+    .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..KubeConfigOptions::default()
+    };
+    let config = Config::from_custom_kubeconfig(file, &options)
+        .await
+        .map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    let namespace = namespace
+        .map(str::to_string)
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    Ok(Connection { client, namespace })
+}
+
+/// Runs the command line; returns what to print on stdout.
+pub async fn run(cli: Cli) -> Result<String> {
+    let conn = connect(
+        cli.kubeconfig.as_deref(),
+        cli.context.as_deref(),
+        cli.namespace.as_deref(),
+    )
+    .await?;
+    let format = cli.output;
+    let operator_namespace = cli.operator_namespace.clone();
+    match cli.command {
+        Command::Status { name } => status_command(&conn, name.as_deref(), format).await,
+        Command::Suspend(switch) => switch_command(&conn, &switch, true, format).await,
+        Command::Resume(switch) => switch_command(&conn, &switch, false, format).await,
+        Command::Probe { name, timeout } => {
+            probe_command(&conn, &name, timeout, operator_namespace, format).await
+        }
+        Command::Why {
+            object,
+            filename,
+            operation,
+        } => {
+            why_command(
+                &conn,
+                object.as_deref(),
+                filename.as_deref(),
+                &operation,
+                operator_namespace,
+                format,
+            )
+            .await
+        }
+    }
+}
+
+async fn get_initializer(client: &Client, name: &str) -> Result<Initializer> {
+    Api::<Initializer>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| {
+            if is_not_found(&e) {
+                Error::InitializerNotFound(name.to_string())
+            } else {
+                Error::api(format!("read Initializer {name}"), e)
+            }
+        })
+}
+
+async fn status_command(conn: &Connection, name: Option<&str>, format: Format) -> Result<String> {
+    let initializers = match name {
+        Some(name) => vec![get_initializer(&conn.client, name).await?],
+        None => {
+            Api::<Initializer>::all(conn.client.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| Error::api("list Initializers", e))?
+                .items
+        }
+    };
+    let now = jiff::Timestamp::now();
+    let rows: Vec<status::StatusRow> = initializers.iter().map(|i| status::row(i, now)).collect();
+    if let Some(out) = structured(format, &json!({"items": rows}))? {
+        return Ok(out);
+    }
+    if rows.is_empty() {
+        return Ok("No Initializers found.\n".to_string());
+    }
+    Ok(status::table(&rows))
+}
+
+/// Whether the operator has reported what `suspend` (or `resume`) asked for.
+pub fn switch_done(initializer: &Initializer, suspend: bool) -> bool {
+    let status = initializer.status.as_ref();
+    let observed = status.and_then(|s| s.observed_generation) >= initializer.metadata.generation;
+    let registered = status.and_then(|s| s.registered).unwrap_or(false);
+    let phase = status.and_then(|s| s.phase);
+    if suspend {
+        observed && phase == Some(Phase::Suspended) && !registered
+    } else {
+        observed && registered
+    }
+}
+
+async fn switch_command(
+    conn: &Connection,
+    switch: &Switch,
+    suspend: bool,
+    format: Format,
+) -> Result<String> {
+    let api = Api::<Initializer>::all(conn.client.clone());
+    let before = get_initializer(&conn.client, &switch.name).await?;
+    let verb = if suspend { "suspend" } else { "resume" };
+    let changed = before.spec.suspend != suspend;
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let mut current = api
+        .patch(
+            &switch.name,
+            &params,
+            &Patch::Merge(json!({"spec": {"suspend": suspend}})),
+        )
+        .await
+        .map_err(|e| Error::api(format!("{verb} Initializer {}", switch.name), e))?;
+    if switch.wait {
+        let started = Instant::now();
+        while !switch_done(&current, suspend) {
+            if started.elapsed() > switch.timeout {
+                let phase = current
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .map(|p| format!("{p:?}"))
+                    .unwrap_or_else(|| "unknown".to_string());
+                return Err(Error::Timeout(format!(
+                    "Initializer {} {} within {} s (phase {phase})",
+                    switch.name,
+                    if suspend {
+                        "suspended and deregistered"
+                    } else {
+                        "registered again"
+                    },
+                    switch.timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            current = get_initializer(&conn.client, &switch.name).await?;
+        }
+    }
+    if let Some(out) = structured(format, &current)? {
+        return Ok(out);
+    }
+    let done = match (suspend, changed) {
+        (true, true) => "suspended",
+        (false, true) => "resumed",
+        (_, false) => "unchanged",
+    };
+    let mut text = format!("initializer.initializer.dev/{} {done}\n", switch.name);
+    if switch.wait {
+        text.push_str(&format!(
+            "the operator reports phase {}, registered {}\n",
+            current
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_default(),
+            current
+                .status
+                .as_ref()
+                .and_then(|s| s.registered)
+                .unwrap_or(false)
+        ));
+    }
+    Ok(text)
+}
+
+/// The live configuration of `initializer`, if one is registered and is the operator's.
+async fn live_configuration(
+    client: &Client,
+    initializer: &Initializer,
+) -> Result<Option<MutatingWebhookConfiguration>> {
+    let name = initializer_operator::validate::names(&initializer.name_any()).configuration;
+    match Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&name)
+        .await
+    {
+        Ok(found) => Ok(found.filter(|c| initializer_operator::apply::labelled_ours(&c.metadata))),
+        Err(e) => Err(Error::api(
+            format!("read MutatingWebhookConfiguration {name}"),
+            e,
+        )),
+    }
+}
+
+/// The operator's namespace: the flag, else the one namespace its pods run in.
+async fn operator_facts(client: &Client, flag: Option<String>) -> Result<OperatorFacts> {
+    if flag.is_some() {
+        return Ok(OperatorFacts { namespace: flag });
+    }
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
+        .await
+        .map_err(|e| Error::api("list the operator's pods", e))?;
+    let namespaces: BTreeSet<String> = pods.items.iter().filter_map(|p| p.namespace()).collect();
+    Ok(OperatorFacts {
+        namespace: (namespaces.len() == 1)
+            .then(|| namespaces.into_iter().next())
+            .flatten(),
+    })
+}
+
+async fn probe_command(
+    conn: &Connection,
+    name: &str,
+    timeout: Option<Duration>,
+    operator_namespace: Option<String>,
+    format: Format,
+) -> Result<String> {
+    let initializer = get_initializer(&conn.client, name).await?;
+    let live = live_configuration(&conn.client, &initializer).await?;
+    let facts = if live.is_some() {
+        OperatorFacts::default()
+    } else {
+        operator_facts(&conn.client, operator_namespace).await?
+    };
+    let target =
+        probe::target(&initializer, live.as_ref(), facts.namespace.as_deref()).map_err(|why| {
+            Error::ProbeFailed {
+                name: name.to_string(),
+                why,
+            }
+        })?;
+    let uid = format!("{:032x}", rand::random::<u128>());
+    let body = serde_json::to_vec(&probe::synthetic_review(&initializer, &uid))
+        .map_err(|e| Error::Output(e.to_string()))?;
+    let budget = Duration::from_millis(
+        u64::try_from(initializer.spec.health_policy().latency_budget_millis).unwrap_or(500),
+    );
+    let wait = timeout.unwrap_or_else(|| {
+        Duration::from_secs(u64::try_from(initializer.spec.timeout_seconds).unwrap_or(5))
+    });
+    let request = http::Request::post(target.proxy_path())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::from(body))
+        .map_err(|e| Error::BadInput(e.to_string()))?;
+    let started = Instant::now();
+    let exchange = async {
+        let response = conn.client.send(request).await?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| kube::Error::Service(Box::new(e)))?
+            .to_bytes();
+        Ok::<_, kube::Error>((status, bytes))
+    };
+    let report = match tokio::time::timeout(wait, exchange).await {
+        Ok(Ok((status, bytes))) => probe::judge(
+            name,
+            &target,
+            Some(status),
+            &bytes,
+            &uid,
+            started.elapsed(),
+            budget,
+        ),
+        Ok(Err(e)) => {
+            return Err(Error::api(
+                format!("POST the probe to {}", target.proxy_path()),
+                e,
+            ));
+        }
+        Err(_) => probe::judge(name, &target, None, b"", &uid, started.elapsed(), budget),
+    };
+    let out = match structured(format, &report)? {
+        Some(out) => out,
+        None => probe::text(&report),
+    };
+    if report.ok {
+        Ok(out)
+    } else {
+        print!("{out}");
+        Err(Error::ProbeFailed {
+            name: name.to_string(),
+            why: report.message,
+        })
+    }
+}
+
+/// What `why` prints as JSON or YAML.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WhyReport {
+    object: String,
+    operation: String,
+    resource: String,
+    verdicts: Vec<Verdict>,
+}
+
+async fn why_command(
+    conn: &Connection,
+    target: Option<&str>,
+    filename: Option<&Path>,
+    operation: &str,
+    operator_namespace: Option<String>,
+    format: Format,
+) -> Result<String> {
+    let requests = match (target, filename) {
+        (Some(target), None) => vec![request_for_name(conn, target, operation).await?],
+        (None, Some(path)) => requests_from_file(conn, path, operation).await?,
+        _ => {
+            return Err(Error::BadInput(
+                "give the object as KIND/NAME or with -f FILE".to_string(),
+            ));
+        }
+    };
+    let initializers = Api::<Initializer>::all(conn.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::api("list Initializers", e))?
+        .items;
+    let mut lives = Vec::new();
+    for initializer in &initializers {
+        lives.push(live_configuration(&conn.client, initializer).await?);
+    }
+    let facts = if lives.iter().any(Option::is_none) {
+        operator_facts(&conn.client, operator_namespace).await?
+    } else {
+        OperatorFacts::default()
+    };
+    let mut reports = Vec::new();
+    for request in &requests {
+        let verdicts = initializers
+            .iter()
+            .zip(&lives)
+            .map(|(initializer, live)| {
+                let would = match live {
+                    Some(_) => Err(String::new()),
+                    None => why::would_register(initializer, &facts),
+                };
+                why::decide(
+                    initializer,
+                    live.as_ref(),
+                    would.as_ref().map_err(String::as_str),
+                    &facts,
+                    request,
+                )
+            })
+            .collect();
+        reports.push(WhyReport {
+            object: request.object_shown(),
+            operation: request.operation.clone(),
+            resource: request.resource_shown(),
+            verdicts,
+        });
+    }
+    let value = if reports.len() == 1 {
+        serde_json::to_value(&reports[0])
+    } else {
+        serde_json::to_value(&reports)
+    }
+    .map_err(|e| Error::Output(e.to_string()))?;
+    if let Some(out) = structured(format, &value)? {
+        return Ok(out);
+    }
+    Ok(reports
+        .iter()
+        .map(|r| why::text(&r.object, &r.operation, &r.resource, &r.verdicts))
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+async fn request_for_name(conn: &Connection, target: &str, operation: &str) -> Result<Request> {
+    let (query, name) = object::parse_kind_name(target)?;
+    let discovery = Discovery::new(conn.client.clone())
+        .run()
+        .await
+        .map_err(|e| Error::api("discover the server's resources", e))?;
+    let mut resources = Vec::new();
+    let mut scopes = Vec::new();
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            resources.push(resource);
+            scopes.push(caps.scope);
+        }
+    }
+    let resource = object::pick(&query, &resources)
+        .ok_or_else(|| Error::UnknownResource(query.clone()))?
+        .clone();
+    let namespaced = resources
+        .iter()
+        .zip(&scopes)
+        .find(|(r, _)| **r == resource)
+        .is_some_and(|(_, s)| *s == Scope::Namespaced);
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(conn.client.clone(), &conn.namespace, &resource)
+    } else {
+        Api::all_with(conn.client.clone(), &resource)
+    };
+    let shown = if namespaced {
+        format!(
+            "{} {name:?} in namespace {:?}",
+            resource.plural, conn.namespace
+        )
+    } else {
+        format!("{} {name:?}", resource.plural)
+    };
+    let found = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::api(format!("read {shown}"), e))?;
+    let found = found.ok_or(Error::ObjectNotFound(shown))?;
+    let value = serde_json::to_value(&found).map_err(|e| Error::Output(e.to_string()))?;
+    build_request(conn, &resource, namespaced, value, operation).await
+}
+
+async fn requests_from_file(
+    conn: &Connection,
+    path: &Path,
+    operation: &str,
+) -> Result<Vec<Request>> {
+    let source = path.display().to_string();
+    let text = if source == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| Error::BadInput(format!("{source}: {e}")))?;
+    let mut requests = Vec::new();
+    for item in object::parse_objects(&text, &source)? {
+        let api_version = item
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = item.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let (group, version) = object::group_version(api_version);
+        let gvk = GroupVersionKind::gvk(&group, &version, kind);
+        let (resource, caps) = kube::discovery::pinned_kind(&conn.client, &gvk)
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) || matches!(e, kube::Error::Discovery(_)) {
+                    Error::UnknownResource(format!("{kind} in {api_version}"))
+                } else {
+                    Error::api(format!("discover {kind} in {api_version}"), e)
+                }
+            })?;
+        let namespaced = caps.scope == Scope::Namespaced;
+        requests.push(build_request(conn, &resource, namespaced, item, operation).await?);
+    }
+    Ok(requests)
+}
+
+/// The request's attributes, with the namespace's labels read from the server.
+async fn build_request(
+    conn: &Connection,
+    resource: &ApiResource,
+    namespaced: bool,
+    mut value: Value,
+    operation: &str,
+) -> Result<Request> {
+    let namespace = namespaced.then(|| {
+        value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| conn.namespace.clone())
+    });
+    if let (Some(ns), Some(meta)) = (
+        &namespace,
+        value.get_mut("metadata").and_then(Value::as_object_mut),
+    ) {
+        meta.insert("namespace".to_string(), json!(ns));
+    }
+    let name = value
+        .pointer("/metadata/name")
+        .or_else(|| value.pointer("/metadata/generateName"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let namespace_labels = match &namespace {
+        Some(ns) => {
+            let found = Api::<Namespace>::all(conn.client.clone())
+                .get_opt(ns)
+                .await
+                .map_err(|e| Error::api(format!("read namespace {ns}"), e))?
+                .ok_or_else(|| Error::ObjectNotFound(format!("namespace {ns:?}")))?;
+            found.labels().clone()
+        }
+        None => Default::default(),
+    };
+    Ok(Request {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        resource: resource.plural.clone(),
+        subresource: String::new(),
+        kind: resource.kind.clone(),
+        namespaced,
+        namespace,
+        name,
+        operation: operation.to_string(),
+        object: value,
+        namespace_labels,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_status(generation: i64, observed: i64, phase: Phase, registered: bool) -> Initializer {
+        serde_json::from_value(json!({
+            "apiVersion": "initializer.dev/v1alpha1",
+            "kind": "Initializer",
+            "metadata": {"name": "s", "generation": generation},
+            "spec": {"image": "x:1", "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]},
+            "status": {"phase": phase, "registered": registered, "observedGeneration": observed},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn suspend_is_done_when_the_operator_saw_the_generation_and_deregistered() {
+        assert!(switch_done(
+            &with_status(2, 2, Phase::Suspended, false),
+            true
+        ));
+        assert!(!switch_done(
+            &with_status(2, 1, Phase::Suspended, false),
+            true
+        ));
+        assert!(!switch_done(
+            &with_status(2, 2, Phase::Registered, true),
+            true
+        ));
+    }
+
+    #[test]
+    fn resume_is_done_when_registered_for_the_current_generation() {
+        assert!(switch_done(
+            &with_status(3, 3, Phase::Registered, true),
+            false
+        ));
+        assert!(!switch_done(
+            &with_status(3, 2, Phase::Registered, true),
+            false
+        ));
+        assert!(!switch_done(
+            &with_status(3, 3, Phase::Deploying, false),
+            false
+        ));
+    }
+}

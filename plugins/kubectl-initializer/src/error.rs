@@ -1,0 +1,65 @@
+//! The plugin's errors: each says what failed and, for bad input, what to do instead. Every
+//! error is printed on stderr and ends the process with exit code 1.
+
+/// Everything that can go wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kubeconfig could not be read or has no such context.
+    #[error("failed to load the kubeconfig: {0}")]
+    Kubeconfig(String),
+    /// A call to the API server failed.
+    #[error("failed to {step}: {source}")]
+    Api {
+        /// What was being done.
+        step: String,
+        /// The client's error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// No Initializer has this name.
+    #[error(
+        "failed to find Initializer {0:?}: no such Initializer (`kubectl get initializers` lists them)"
+    )]
+    InitializerNotFound(String),
+    /// The object to explain does not exist.
+    #[error("failed to find {0}: it does not exist")]
+    ObjectNotFound(String),
+    /// The server serves no resource of this name or kind.
+    #[error("failed to find a resource type {0:?} on the server")]
+    UnknownResource(String),
+    /// The command line or an input file is wrong.
+    #[error("failed to read the input: {0}")]
+    BadInput(String),
+    /// The probe got no good answer (the report was printed).
+    #[error("failed to probe Initializer {name:?}: {why}")]
+    ProbeFailed {
+        /// The Initializer.
+        name: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// `--wait` ran out of time.
+    #[error("failed to see {0}")]
+    Timeout(String),
+    /// The result could not be rendered.
+    #[error("failed to render the output: {0}")]
+    Output(String),
+}
+
+impl Error {
+    /// An API error for `step`.
+    pub fn api(step: impl Into<String>, source: kube::Error) -> Self {
+        Error::Api {
+            step: step.into(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Whether a client error is the API server's 404.
+pub fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// The plugin's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
