@@ -1112,6 +1112,55 @@ mod tests {
     }
 
     #[test]
+    fn plan_carries_the_metrics_service_and_the_monitoring_objects_in_the_namespace() {
+        let plan = generated_plan();
+        assert_eq!(plan.services.len(), 1);
+        let service = &plan.services[0];
+        assert_eq!(service.name_any(), crate::monitoring::METRICS_SERVICE_NAME);
+        assert_eq!(service.namespace().as_deref(), Some("initializer-system"));
+        assert!(installed_by_us(&service.metadata));
+        let mut kinds: Vec<&str> = plan
+            .monitoring
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        kinds.sort();
+        assert_eq!(kinds, ["PrometheusRule", "ServiceMonitor"]);
+        for object in &plan.monitoring {
+            assert_eq!(object["metadata"]["namespace"], "initializer-system");
+            assert_eq!(
+                object["metadata"]["labels"][constants::MANAGED_BY_LABEL],
+                MANAGED_BY_VALUE
+            );
+            // The operator's own labels stay: the ServiceMonitor's selector relies on them.
+            assert_eq!(
+                object["metadata"]["labels"][manifest::NAME_LABEL],
+                manifest::OPERATOR_NAME
+            );
+        }
+    }
+
+    #[test]
+    fn monitoring_objects_are_skipped_where_prometheus_operator_is_not_installed() {
+        let plan = generated_plan();
+        let (apply, skipped) = monitoring_split(&plan.monitoring, None);
+        assert!(apply.is_empty());
+        skipped
+            .iter()
+            .for_each(|k| assert!(["PrometheusRule", "ServiceMonitor"].contains(&k.as_str())));
+        assert_eq!(skipped.len(), 2);
+        let only_monitors = ["ServiceMonitor".to_string(), "PodMonitor".to_string()];
+        let (apply, skipped) = monitoring_split(&plan.monitoring, Some(&only_monitors));
+        assert_eq!(apply.len(), 1);
+        assert_eq!(apply[0]["kind"], "ServiceMonitor");
+        assert_eq!(skipped, ["PrometheusRule"]);
+        let both = ["PrometheusRule".to_string(), "ServiceMonitor".to_string()];
+        let (apply, skipped) = monitoring_split(&plan.monitoring, Some(&both));
+        assert_eq!(apply.len(), 2);
+        assert!(skipped.is_empty());
+    }
+
+    #[test]
     fn every_planned_object_carries_the_installer_label() {
         let plan = generated_plan();
         let metas = plan
@@ -1126,7 +1175,8 @@ mod tests {
             .chain(plan.roles.iter().map(|o| &o.metadata))
             .chain(plan.role_bindings.iter().map(|o| &o.metadata))
             .chain(plan.deployments.iter().map(|o| &o.metadata))
-            .chain(plan.pod_disruption_budgets.iter().map(|o| &o.metadata));
+            .chain(plan.pod_disruption_budgets.iter().map(|o| &o.metadata))
+            .chain(plan.services.iter().map(|o| &o.metadata));
         for meta in metas {
             assert!(installed_by_us(meta), "{:?} is not labelled", meta.name);
         }
