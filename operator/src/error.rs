@@ -171,6 +171,20 @@ pub enum Error {
     #[error("failed to validate the bundle: {0}")]
     BundleInvalid(String),
 
+    /// Generating the Helm chart from the bundle failed.
+    #[error("failed to generate the Helm chart: {0}")]
+    ChartGenerate(String),
+
+    /// Writing a chart file failed.
+    #[error("failed to write the Helm chart at {path}: {source}")]
+    ChartWrite {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What the filesystem said.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// The bundle's install strategy cannot be turned into objects to apply.
     #[error("failed to plan the install: {0}")]
     InstallPlan(String),
@@ -246,6 +260,8 @@ impl Error {
             Error::Serve { .. } => "serve",
             Error::BundleGenerate(_) => "bundle_generate",
             Error::BundleInvalid(_) => "bundle_invalid",
+            Error::ChartGenerate(_) => "chart_generate",
+            Error::ChartWrite { .. } => "chart_write",
             Error::InstallPlan(_) => "install_plan",
             Error::NotInstalledByUs { .. } => "not_installed_by_us",
             Error::List { .. } => "list",
@@ -261,6 +277,7 @@ impl Error {
             Error::MissingName
             | Error::Serialize { .. }
             | Error::BundleGenerate(_)
+            | Error::ChartGenerate(_)
             | Error::NotOurs { .. } => true,
             Error::Apply { source, .. } | Error::Register { source, .. } => {
                 api_code(source).is_some_and(|code| code == 400 || code == 422)

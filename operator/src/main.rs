@@ -23,6 +23,8 @@ enum Command {
     Uninstall(initializer_operator::install::UninstallArgs),
     /// Write the generated OLM bundle (or check it with --check) and validate it.
     Bundle(initializer_operator::bundle::BundleArgs),
+    /// Write the Helm chart generated from the bundle.
+    Chart(initializer_operator::bundle::chart::ChartArgs),
     /// Write the Prometheus rules file and the alerts' runbook (or check them with --check).
     Monitoring(initializer_operator::monitoring::MonitoringArgs),
 }
@@ -50,6 +52,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Bundle(args) => {
             initializer_operator::bundle::run(&args)?;
             println!("bundle {} is valid", args.out.display());
+        }
+        Command::Chart(args) => {
+            initializer_operator::bundle::chart::run(&args)?;
+            println!("chart written to {}", args.out.display());
         }
         Command::Monitoring(args) => {
             initializer_operator::monitoring::run(&args)?;

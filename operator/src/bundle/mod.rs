@@ -6,6 +6,7 @@
 //! [`generate`] and [`validate::check`] are pure; [`Bundle::read`] and [`Bundle::write`] are the
 //! only functions that touch the filesystem.
 
+pub mod chart;
 pub mod csv;
 pub mod generate;
 pub mod validate;
