@@ -283,7 +283,7 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
                 params.reconcile_errors_for,
                 "initializer-operator reconciles keep failing with {{ $labels.error }}",
                 format!(
-                    "initializer-operator reconciles have failed with `{{{{ $labels.error }}}}` at {{{{ $value | humanize }}}} per second over {error_window} for {}: Initializers may not converge (workloads not updated, certificates not rotated).",
+                    "initializer-operator reconciles have failed with `{{{{ $labels.error }}}}` at {{{{ printf \"%.3f\" $value }}}} per second over {error_window} for {}: Initializers may not converge (workloads not updated, certificates not rotated).",
                     prometheus_duration(params.reconcile_errors_for)
                 ),
             ),
