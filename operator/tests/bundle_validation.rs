@@ -1,5 +1,6 @@
-//! The committed OLM bundle is valid, matches what the generator produces, and the offline
-//! validator catches each rule when a copy of the bundle is broken on purpose.
+//! The committed OLM bundle is valid, matches what the generator produces, and the project's own
+//! validator catches each of its rules (those the official suite lacks, see
+//! `initializer_operator::bundle::validate`) when a copy of the bundle is broken on purpose.
 
 // Test helpers outside #[test] functions may fail loudly too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -322,14 +323,14 @@ fn csv_name_without_the_package_and_version_is_reported() {
 }
 
 #[test]
-fn missing_display_name_is_reported() {
+fn missing_keywords_are_reported() {
     let copy = Copy::new();
     copy.edit_csv(|csv| {
-        csv["spec"].as_object_mut().unwrap().remove("displayName");
+        csv["spec"].as_object_mut().unwrap().remove("keywords");
     });
     assert_reports(
         &copy.violations(),
-        |v| matches!(v, BundleViolation::MissingField { field } if field == "spec.displayName"),
+        |v| matches!(v, BundleViolation::MissingField { field } if field == "spec.keywords"),
     );
 }
 
@@ -355,54 +356,6 @@ fn version_that_is_not_semver_is_reported() {
     assert_reports(
         &copy.violations(),
         |v| matches!(v, BundleViolation::Semver { field, .. } if field == "spec.version"),
-    );
-}
-
-#[test]
-fn min_kube_version_that_is_not_semver_is_reported() {
-    let copy = Copy::new();
-    copy.set(CSV_FILE, "/spec/minKubeVersion", json!("1.31"));
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::Semver { field, .. } if field == "spec.minKubeVersion"),
-    );
-}
-
-#[test]
-fn unknown_capability_level_is_reported() {
-    let copy = Copy::new();
-    copy.set(
-        CSV_FILE,
-        "/metadata/annotations/capabilities",
-        json!("Fully Automatic"),
-    );
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::Capability { found } if found == "Fully Automatic"),
-    );
-}
-
-#[test]
-fn unknown_category_is_reported() {
-    let copy = Copy::new();
-    copy.set(
-        CSV_FILE,
-        "/metadata/annotations/categories",
-        json!("Developer Tools, Magic"),
-    );
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::Category { found } if found == "Magic"),
-    );
-}
-
-#[test]
-fn icon_media_type_consoles_cannot_show_is_reported() {
-    let copy = Copy::new();
-    copy.set(CSV_FILE, "/spec/icon/0/mediatype", json!("image/bmp"));
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::IconMediaType { found } if found == "image/bmp"),
     );
 }
 
@@ -444,6 +397,21 @@ fn missing_install_mode_is_reported() {
 }
 
 #[test]
+fn install_mode_stated_twice_is_reported() {
+    let copy = Copy::new();
+    copy.edit_csv(|csv| {
+        csv["spec"]["installModes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "OwnNamespace", "supported": false}));
+    });
+    assert_reports(
+        &copy.violations(),
+        |v| matches!(v, BundleViolation::InstallModes { message } if message.contains("OwnNamespace is stated 2 times")),
+    );
+}
+
+#[test]
 fn install_strategy_other_than_deployment_is_reported() {
     let copy = Copy::new();
     copy.set(CSV_FILE, "/spec/install/strategy", json!("helm"));
@@ -464,20 +432,6 @@ fn deployment_spec_that_is_not_a_deployment_spec_is_reported() {
     assert_reports(
         &copy.violations(),
         |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "DeploymentSpec"),
-    );
-}
-
-#[test]
-fn cluster_permission_rules_that_are_not_policy_rules_are_reported() {
-    let copy = Copy::new();
-    copy.set(
-        CSV_FILE,
-        "/spec/install/spec/clusterPermissions/0/rules/0/verbs",
-        json!("get"),
-    );
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "PolicyRule"),
     );
 }
 
@@ -527,19 +481,6 @@ fn container_without_a_cpu_request_is_reported() {
 }
 
 #[test]
-fn service_account_manifest_duplicating_the_csv_is_reported() {
-    let copy = Copy::new();
-    copy.write(
-        "manifests/service-account.yaml",
-        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: initializer-operator\n",
-    );
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::DuplicateServiceAccount { name } if name == "initializer-operator"),
-    );
-}
-
-#[test]
 fn deployment_service_account_without_permissions_is_reported() {
     let copy = Copy::new();
     copy.set(
@@ -574,28 +515,9 @@ fn owned_crd_without_a_crd_file_is_reported() {
         "/spec/customresourcedefinitions/owned/0/name",
         json!("others.initializer.dev"),
     );
-    let violations = copy.violations();
-    assert_reports(
-        &violations,
-        |v| matches!(v, BundleViolation::OwnedCrd { name, .. } if name == "others.initializer.dev"),
-    );
-    assert_reports(
-        &violations,
-        |v| matches!(v, BundleViolation::CrdNotOwned { name } if name == "initializers.initializer.dev"),
-    );
-}
-
-#[test]
-fn owned_crd_version_the_crd_does_not_serve_is_reported() {
-    let copy = Copy::new();
-    copy.set(
-        CSV_FILE,
-        "/spec/customresourcedefinitions/owned/0/version",
-        json!("v9"),
-    );
     assert_reports(
         &copy.violations(),
-        |v| matches!(v, BundleViolation::OwnedCrd { message, .. } if message.contains("v9")),
+        |v| matches!(v, BundleViolation::OwnedCrd { name } if name == "others.initializer.dev"),
     );
 }
 
@@ -611,34 +533,6 @@ fn crd_differing_from_crdgen_is_reported() {
 }
 
 #[test]
-fn alm_examples_that_are_not_json_are_reported() {
-    let copy = Copy::new();
-    copy.set(
-        CSV_FILE,
-        "/metadata/annotations/alm-examples",
-        json!("[{not json"),
-    );
-    assert_reports(&copy.violations(), |v| {
-        matches!(v, BundleViolation::AlmExamples { .. })
-    });
-}
-
-#[test]
-fn alm_example_of_a_kind_not_owned_is_reported() {
-    let copy = Copy::new();
-    let example = json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]);
-    copy.set(
-        CSV_FILE,
-        "/metadata/annotations/alm-examples",
-        json!(example.to_string()),
-    );
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::AlmExampleNotOwned { kind, .. } if kind == "ConfigMap"),
-    );
-}
-
-#[test]
 fn container_image_annotation_not_run_by_the_install_strategy_is_reported() {
     let copy = Copy::new();
     copy.set(
@@ -649,30 +543,6 @@ fn container_image_annotation_not_run_by_the_install_strategy_is_reported() {
     assert_reports(
         &copy.violations(),
         |v| matches!(v, BundleViolation::ContainerImage { annotation, .. } if annotation == "example.com/other:1.0.0"),
-    );
-}
-
-#[test]
-fn bundle_over_one_mebibyte_compressed_is_reported() {
-    let copy = Copy::new();
-    // Incompressible data: a xorshift stream, hex encoded.
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut data = String::with_capacity(3 << 20);
-    while data.len() < 3 << 20 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        data.push_str(&format!("{state:016x}"));
-    }
-    copy.write(
-        "manifests/big.configmap.yaml",
-        &format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  blob: {data}\n"
-        ),
-    );
-    assert_reports(
-        &copy.violations(),
-        |v| matches!(v, BundleViolation::TooLarge { compressed_bytes } if *compressed_bytes > bundle::validate::MAX_COMPRESSED_BYTES),
     );
 }
 

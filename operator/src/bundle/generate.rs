@@ -183,7 +183,7 @@ pub fn cluster_service_version(
             description: DESCRIPTION.to_string(),
             version: VERSION.to_string(),
             min_kube_version: Some(MIN_KUBE_VERSION.to_string()),
-            maturity: CHANNEL.to_string(),
+            maturity: super::MATURITY.to_string(),
             provider: Provider {
                 name: "initializer-dev".to_string(),
                 url: Some("https://github.com/initializer-dev".to_string()),

@@ -21,8 +21,11 @@ use crate::error::Error;
 
 /// OLM package name.
 pub const PACKAGE: &str = "initializer-operator";
-/// The channel every version is published to (and the default channel).
-pub const CHANNEL: &str = "alpha";
+/// The channel every version is published to (and the default channel). OLM's channel naming
+/// convention (candidate, fast, stable): pre-1.0 releases go to `candidate`.
+pub const CHANNEL: &str = "candidate";
+/// The CSV's `spec.maturity`: how far the API is along, independent of the channel.
+pub const MATURITY: &str = "alpha";
 /// Where the bundle is committed, relative to the workspace root.
 pub const BUNDLE_DIR: &str = "bundles/initializer-operator";
 /// The ClusterServiceVersion, relative to the bundle directory.
