@@ -166,7 +166,9 @@ pub struct Verdict {
     pub once_registered: Option<bool>,
     /// What the verdict was evaluated against.
     pub basis: Basis,
-    /// Every reason it is not intercepted, most fundamental first; empty when intercepted.
+    /// Every reason it is not intercepted, most fundamental first; empty when intercepted. The
+    /// annotation gate is among them only when the API server calls (or, once registered, would
+    /// call) the initializer.
     pub reasons: Vec<Reason>,
     /// What else a reader should know (degraded configuration, conditions not evaluated).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -287,7 +289,9 @@ pub fn decide(
             }
         }
     }
-    if let Some(reason) = annotation_gate(spec, request) {
+    // The gate is the initializer's own check: it matters only when the API server calls it.
+    let called = known && reasons.iter().all(|r| r.kind == ReasonKind::NotRegistered);
+    if let Some(reason) = annotation_gate(spec, request).filter(|_| called) {
         reasons.push(reason);
     }
     reasons.sort_by_key(|r| r.kind);
@@ -857,7 +861,7 @@ mod tests {
     }
 
     #[test]
-    fn every_failing_check_is_reported_in_order() {
+    fn every_failing_check_of_the_api_server_is_reported_in_order() {
         let mut request = deployment("legacy", json!({"tier": "back"}), json!({}));
         request.operation = "DELETE".into();
         let v = judge(&sidecar(), &request);
@@ -867,8 +871,8 @@ mod tests {
                 ReasonKind::Rule,
                 ReasonKind::NamespaceSelector,
                 ReasonKind::ObjectSelector,
-                ReasonKind::AnnotationGate
-            ]
+            ],
+            "the annotation gate is not reported for an initializer the API server does not call"
         );
     }
 
@@ -896,6 +900,14 @@ mod tests {
         assert_eq!(
             kinds(&v),
             [ReasonKind::NotRegistered, ReasonKind::MandatoryExclusion]
+        );
+        assert_eq!(v.once_registered, Some(false));
+
+        let plain = deployment("shop", json!({"tier": "front"}), json!({}));
+        let v = decide(&init, None, Ok(&would), &facts(), &plain);
+        assert_eq!(
+            kinds(&v),
+            [ReasonKind::NotRegistered, ReasonKind::AnnotationGate]
         );
         assert_eq!(v.once_registered, Some(false));
 
