@@ -4,6 +4,7 @@
 //! This crate holds types only: no client, no runtime. The operator, the SDK's preset
 //! initializer, the bundle generator and the end-to-end suite all depend on it.
 
+pub mod apidoc;
 pub mod constants;
 pub mod images;
 pub mod initializer;
