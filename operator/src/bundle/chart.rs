@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use initializer_crds::constants;
 use serde::Serialize;
@@ -24,6 +25,7 @@ use super::Bundle;
 use crate::error::Error;
 use crate::install::{self, InstallPlan};
 use crate::manifest;
+use crate::monitoring::{self, AlertParameters};
 
 /// Where the chart is committed, relative to the workspace root.
 pub const CHART_DIR: &str = "charts/initializer-operator";
@@ -129,10 +131,16 @@ pub enum Hole {
     MetricsPort,
     /// Optional pod fields: `imagePullSecrets`, `nodeSelector`, `tolerations`.
     PodScheduling,
+    /// The ServiceMonitor's scrape interval.
+    ScrapeInterval,
+    /// Extra labels on the ServiceMonitor.
+    ServiceMonitorLabels,
+    /// Extra labels on the PrometheusRule.
+    RuleLabels,
 }
 
 /// Every hole, in a fixed order.
-pub const HOLES: [Hole; 12] = [
+pub const HOLES: [Hole; 15] = [
     Hole::Namespace,
     Hole::Labels,
     Hole::Replicas,
@@ -145,6 +153,9 @@ pub const HOLES: [Hole; 12] = [
     Hole::MetricsAddr,
     Hole::MetricsPort,
     Hole::PodScheduling,
+    Hole::ScrapeInterval,
+    Hole::ServiceMonitorLabels,
+    Hole::RuleLabels,
 ];
 
 /// How a hole is written in a template.
@@ -209,8 +220,26 @@ impl Hole {
                     })
                     .collect()
             }),
+            Hole::ScrapeInterval => {
+                inline("{{ .Values.metrics.serviceMonitor.interval | quote }}".to_string())
+            }
+            Hole::ServiceMonitorLabels => {
+                Shape::Block(|indent| extra_labels("metrics.serviceMonitor.labels", indent))
+            }
+            Hole::RuleLabels => {
+                Shape::Block(|indent| extra_labels("metrics.prometheusRule.labels", indent))
+            }
         }
     }
+}
+
+/// Lines adding the labels of a map value to a labels map at `indent`.
+fn extra_labels(value: &str, indent: usize) -> Vec<String> {
+    vec![
+        format!("{{{{- with .Values.{value} }}}}"),
+        format!("{{{{- toYaml . | nindent {indent} }}}}"),
+        "{{- end }}".to_string(),
+    ]
 }
 
 /// The env var that switches the operator's logs to JSON (`run --log-json`).
@@ -241,6 +270,8 @@ pub struct Defaults {
     pub log_level: String,
     /// Port of the health and metrics listener.
     pub metrics_port: i32,
+    /// The ServiceMonitor's scrape interval.
+    pub scrape_interval: String,
 }
 
 /// Splits `registry/repository:tag` at the tag's colon (a registry port is not a tag).
@@ -290,6 +321,18 @@ impl Defaults {
             .find(|port| port.name.as_deref() == Some(manifest::HTTP_PORT_NAME))
             .map(|port| port.container_port)
             .ok_or_else(|| missing("the metrics port"))?;
+        let scrape_interval = plan
+            .monitoring
+            .iter()
+            .find(|object| object["kind"] == json!("ServiceMonitor"))
+            .and_then(|monitor| monitor.pointer("/spec/endpoints/0/interval"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                Error::ChartGenerate(
+                    "failed to find the ServiceMonitor's interval in the bundle".to_string(),
+                )
+            })?
+            .to_string();
         let resources = serde_json::to_value(container.resources.clone().unwrap_or_default())
             .map_err(|err| json_error("the resources", &err))?;
         Ok(Self {
@@ -305,6 +348,7 @@ impl Defaults {
             resources,
             log_level,
             metrics_port,
+            scrape_interval,
         })
     }
 
@@ -313,7 +357,10 @@ impl Defaults {
     pub fn fill(&self, hole: Hole, namespace: &str) -> Value {
         match hole {
             Hole::Namespace => json!(namespace),
-            Hole::Labels | Hole::PodScheduling => json!({}),
+            Hole::Labels | Hole::PodScheduling | Hole::ServiceMonitorLabels | Hole::RuleLabels => {
+                json!({})
+            }
+            Hole::ScrapeInterval => json!(self.scrape_interval),
             Hole::Replicas => json!(self.replicas),
             Hole::Image => json!(format!("{}:{}", self.image_repository, self.image_tag)),
             Hole::PullPolicy => json!(self.pull_policy),
@@ -372,6 +419,8 @@ pub struct TemplateObject {
     pub file: String,
     /// The object, with [`Hole::token`] strings where values go.
     pub object: Value,
+    /// The template condition under which it is rendered, if any.
+    pub condition: Option<String>,
 }
 
 /// The namespace the plan is made for: the [`Hole::Namespace`] token, so that every place the
@@ -387,6 +436,7 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
         objects.push(TemplateObject {
             file: file.to_string(),
             object: object?,
+            condition: None,
         });
         Ok(())
     };
@@ -418,7 +468,204 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
     for pdb in &plan.pod_disruption_budgets {
         push("poddisruptionbudget.yaml", with_labels(pdb))?;
     }
+    for service in &plan.services {
+        push("metrics-service.yaml", with_labels(service))?;
+    }
+    for object in &plan.monitoring {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let (file, value, labels_hole) = match kind {
+            "ServiceMonitor" => (
+                "servicemonitor.yaml",
+                "serviceMonitor",
+                Hole::ServiceMonitorLabels,
+            ),
+            "PrometheusRule" => ("prometheusrule.yaml", "prometheusRule", Hole::RuleLabels),
+            other => {
+                return Err(Error::ChartGenerate(format!(
+                    "failed to template the bundle's {other}: the chart knows ServiceMonitor and PrometheusRule"
+                )));
+            }
+        };
+        let mut value_object = with_labels(object)?;
+        if let Some(labels) = value_object
+            .pointer_mut("/metadata/labels")
+            .and_then(Value::as_object_mut)
+        {
+            labels.insert(labels_hole.token(), json!(""));
+        }
+        match kind {
+            "ServiceMonitor" => set(
+                &mut value_object,
+                "/spec/endpoints/0/interval",
+                Value::String(Hole::ScrapeInterval.token()),
+            )?,
+            _ => open_rule_parameters(&mut value_object)?,
+        }
+        objects.push(TemplateObject {
+            file: file.to_string(),
+            object: value_object,
+            condition: Some(format!(
+                "and .Values.metrics.{value}.enabled (.Capabilities.APIVersions.Has \"{}/{kind}\")",
+                monitoring::MONITORING_API_VERSION
+            )),
+        });
+    }
     Ok(objects)
+}
+
+/// Alert parameters whose figures appear nowhere else in the rules, so that each can be
+/// replaced by its value wherever [`monitoring::prometheus_rule`] writes it.
+pub fn sentinel_parameters() -> AlertParameters {
+    let secs = Duration::from_secs;
+    AlertParameters {
+        deregistered_for: secs(1001),
+        degraded_for: secs(1002),
+        latency_budget_ratio: 0.4321,
+        latency_window: secs(1003),
+        latency_for: secs(1004),
+        expiry_warning: secs(77 * DAY),
+        no_leader_for: secs(1005),
+        reconcile_error_rate: 0.0321,
+        reconcile_error_window: secs(1006),
+        reconcile_errors_for: secs(1007),
+        runbook_base: "https://runbook.invalid/sentinel".to_string(),
+    }
+}
+
+const DAY: u64 = 24 * 3600;
+const RULE_VALUES: &str = ".Values.metrics.prometheusRule";
+
+/// One alert parameter of the chart: the text [`sentinel_parameters`] puts in the rules, the
+/// template text that replaces it, and what the default parameters put there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleParameter {
+    /// Text in the rules made with [`sentinel_parameters`].
+    pub sentinel: String,
+    /// Template text that replaces it.
+    pub template: String,
+    /// Text in the rules made with the default parameters.
+    pub default: String,
+}
+
+/// Every alert parameter's replacements.
+pub fn rule_parameters() -> Vec<RuleParameter> {
+    let sentinel = sentinel_parameters();
+    let defaults = AlertParameters::default();
+    let duration = |value: &str, sentinel: Duration, default: Duration| RuleParameter {
+        sentinel: monitoring::prometheus_duration(sentinel),
+        template: format!("{{{{ {RULE_VALUES}.{value} }}}}"),
+        default: monitoring::prometheus_duration(default),
+    };
+    let percent = |ratio: f64| format!("{}%", (ratio * 100.0).round());
+    vec![
+        duration(
+            "deregisteredFor",
+            sentinel.deregistered_for,
+            defaults.deregistered_for,
+        ),
+        duration("degradedFor", sentinel.degraded_for, defaults.degraded_for),
+        duration(
+            "latencyWindow",
+            sentinel.latency_window,
+            defaults.latency_window,
+        ),
+        duration("latencyFor", sentinel.latency_for, defaults.latency_for),
+        duration(
+            "noLeaderFor",
+            sentinel.no_leader_for,
+            defaults.no_leader_for,
+        ),
+        duration(
+            "reconcileErrorWindow",
+            sentinel.reconcile_error_window,
+            defaults.reconcile_error_window,
+        ),
+        duration(
+            "reconcileErrorsFor",
+            sentinel.reconcile_errors_for,
+            defaults.reconcile_errors_for,
+        ),
+        RuleParameter {
+            sentinel: sentinel.latency_budget_ratio.to_string(),
+            template: format!("{{{{ {RULE_VALUES}.latencyBudgetRatio }}}}"),
+            default: defaults.latency_budget_ratio.to_string(),
+        },
+        RuleParameter {
+            sentinel: percent(sentinel.latency_budget_ratio),
+            template: format!("{{{{ round (mulf {RULE_VALUES}.latencyBudgetRatio 100) 0 }}}}%"),
+            default: percent(defaults.latency_budget_ratio),
+        },
+        RuleParameter {
+            sentinel: sentinel.reconcile_error_rate.to_string(),
+            template: format!("{{{{ {RULE_VALUES}.reconcileErrorRate }}}}"),
+            default: defaults.reconcile_error_rate.to_string(),
+        },
+        RuleParameter {
+            sentinel: sentinel.expiry_warning.as_secs().to_string(),
+            template: format!("{{{{ mul (int {RULE_VALUES}.expiryWarningDays) {DAY} }}}}"),
+            default: defaults.expiry_warning.as_secs().to_string(),
+        },
+        RuleParameter {
+            sentinel: monitoring::prometheus_duration(sentinel.expiry_warning),
+            template: format!("{{{{ int {RULE_VALUES}.expiryWarningDays }}}}d"),
+            default: monitoring::prometheus_duration(defaults.expiry_warning),
+        },
+        RuleParameter {
+            sentinel: sentinel.runbook_base.clone(),
+            template: format!("{{{{ {RULE_VALUES}.runbookBase }}}}"),
+            default: defaults.runbook_base.clone(),
+        },
+    ]
+}
+
+/// Replaces the PrometheusRule's rules by those made with [`sentinel_parameters`], after
+/// checking that the bundle's rules are [`monitoring::prometheus_rule`] with the defaults.
+fn open_rule_parameters(rule: &mut Value) -> Result<(), Error> {
+    let ours = monitoring::prometheus_rule(None, &AlertParameters::default());
+    if rule.get("spec") != ours.get("spec") {
+        return Err(Error::ChartGenerate(
+            "failed to template the PrometheusRule: the bundle's rules are not monitoring::prometheus_rule with the default parameters".to_string(),
+        ));
+    }
+    let sentinel = monitoring::prometheus_rule(None, &sentinel_parameters());
+    let text =
+        serde_json::to_string(&sentinel["spec"]).map_err(|err| json_error("the rules", &err))?;
+    for parameter in rule_parameters() {
+        if !text.contains(&parameter.sentinel) {
+            return Err(Error::ChartGenerate(format!(
+                "failed to template the PrometheusRule: the rules never write `{}`",
+                parameter.sentinel
+            )));
+        }
+    }
+    rule["spec"] = sentinel["spec"].clone();
+    Ok(())
+}
+
+/// Replaces every sentinel in the strings of `value` by what `pick` gives for its parameter.
+pub fn fill_parameters(value: &Value, pick: &impl Fn(&RuleParameter) -> String) -> Value {
+    match value {
+        Value::String(text) => {
+            let mut text = text.clone();
+            for parameter in rule_parameters() {
+                text = text.replace(&parameter.sentinel, &pick(&parameter));
+            }
+            Value::String(text)
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| fill_parameters(item, pick))
+                .collect(),
+        ),
+        Value::Object(entries) => Value::Object(
+            entries
+                .iter()
+                .map(|(key, item)| (key.clone(), fill_parameters(item, pick)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// The object as JSON with the installer's `managed-by` label replaced by [`Hole::Labels`].
@@ -547,17 +794,16 @@ pub fn fill_holes(value: &Value, fill: &impl Fn(Hole) -> Value) -> Value {
 pub fn render_template(object: &Value) -> Result<String, Error> {
     let yaml = serde_yaml::to_string(object)
         .map_err(|err| Error::ChartGenerate(format!("failed to serialize an object: {err}")))?;
-    if yaml.contains("{{") {
-        return Err(Error::ChartGenerate(
-            "failed to template an object: it holds `{{`, which Helm would read as a template"
-                .to_string(),
-        ));
-    }
+    // Literal braces (the alerts' own `{{ $labels.x }}` templates) are printed by Helm as text.
+    let yaml = yaml.replace("{{", "{{ \"{{\" }}");
     let mut lines = Vec::new();
     for line in yaml.lines() {
         lines.extend(render_line(line));
     }
-    let text = lines.join("\n");
+    let mut text = lines.join("\n");
+    for parameter in rule_parameters() {
+        text = text.replace(&parameter.sentinel, &parameter.template);
+    }
     if let Some(at) = text.find("@@") {
         return Err(Error::ChartGenerate(format!(
             "failed to template an object: a hole was left open near `{}`",
@@ -604,10 +850,12 @@ pub fn from_bundle(bundle: &Bundle) -> Result<Chart, Error> {
     let defaults = Defaults::from_plan(&plan)?;
     let mut templates: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for object in template_objects(&plan)? {
-        templates
-            .entry(object.file)
-            .or_default()
-            .push(render_template(&object.object)?);
+        let text = render_template(&object.object)?;
+        let text = match &object.condition {
+            Some(condition) => format!("{{{{- if {condition} }}}}\n{text}{{{{- end }}}}\n"),
+            None => text,
+        };
+        templates.entry(object.file).or_default().push(text);
     }
     let mut files = BTreeMap::new();
     for (file, documents) in templates {
@@ -813,12 +1061,130 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
         group(
             "metrics",
             "The operator's Prometheus metrics.",
-            vec![leaf(
-                "port",
-                "Port of the operator's plain-HTTP listener: `/metrics`, `/healthz` and `/readyz`.",
-                json!(defaults.metrics_port),
-                json!({"type": "integer", "minimum": 1, "maximum": 65535}),
-            )],
+            vec![
+                leaf(
+                    "port",
+                    "Port of the operator's plain-HTTP listener: `/metrics`, `/healthz` and `/readyz`. The metrics Service (headless, one target per replica) reaches it by name.",
+                    json!(defaults.metrics_port),
+                    json!({"type": "integer", "minimum": 1, "maximum": 65535}),
+                ),
+                group(
+                    "serviceMonitor",
+                    "The ServiceMonitor (prometheus-operator) that scrapes every operator replica.",
+                    vec![
+                        leaf(
+                            "enabled",
+                            "Create it where the cluster serves monitoring.coreos.com/v1 ServiceMonitor, as `install --bundle` does. With `helm template`, pass `--api-versions monitoring.coreos.com/v1/ServiceMonitor`.",
+                            json!(true),
+                            json!({"type": "boolean"}),
+                        ),
+                        leaf(
+                            "interval",
+                            "Scrape interval.",
+                            json!(defaults.scrape_interval),
+                            duration_schema(),
+                        ),
+                        extra_labels_leaf(
+                            "a Prometheus whose serviceMonitorSelector asks for them",
+                        ),
+                    ],
+                ),
+                group(
+                    "prometheusRule",
+                    "The PrometheusRule with the operator's alerts (see monitoring/runbook.md).",
+                    rule_fields(),
+                ),
+            ],
+        ),
+    ]
+}
+
+fn duration_schema() -> Value {
+    json!({"type": "string", "pattern": "^([0-9]+(ms|s|m|h|d|w|y))+$"})
+}
+
+fn extra_labels_leaf(for_whom: &str) -> Field {
+    leaf(
+        "labels",
+        &format!("Extra labels on it, for {for_whom} (e.g. `release: prometheus`)."),
+        json!({}),
+        json!({"type": "object", "additionalProperties": {"type": "string"}}),
+    )
+}
+
+/// The PrometheusRule's values, with the defaults of [`AlertParameters::default`].
+fn rule_fields() -> Vec<Field> {
+    let defaults = AlertParameters::default();
+    let duration = |name: &'static str, doc: &str, value: Duration| {
+        leaf(
+            name,
+            doc,
+            json!(monitoring::prometheus_duration(value)),
+            duration_schema(),
+        )
+    };
+    vec![
+        leaf(
+            "enabled",
+            "Create it where the cluster serves monitoring.coreos.com/v1 PrometheusRule, as `install --bundle` does. With `helm template`, pass `--api-versions monitoring.coreos.com/v1/PrometheusRule`.",
+            json!(true),
+            json!({"type": "boolean"}),
+        ),
+        extra_labels_leaf("a Prometheus whose ruleSelector asks for them"),
+        duration(
+            "deregisteredFor",
+            "InitializerDeregistered fires when an Initializer (not suspended) has been out of the admission path this long.",
+            defaults.deregistered_for,
+        ),
+        duration(
+            "degradedFor",
+            "InitializerDegraded fires when a configuration has been degraded (failing open) this long.",
+            defaults.degraded_for,
+        ),
+        leaf(
+            "latencyBudgetRatio",
+            "InitializerProbeLatencyNearBudget fires when the 99th percentile probe latency exceeds this fraction of the Initializer's latency budget...",
+            json!(defaults.latency_budget_ratio),
+            json!({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+        ),
+        duration(
+            "latencyWindow",
+            "... computed over this window ...",
+            defaults.latency_window,
+        ),
+        duration("latencyFor", "... for this long.", defaults.latency_for),
+        leaf(
+            "expiryWarningDays",
+            "InitializerCertificateExpiringSoon fires when a serving certificate expires within this many days (the operator renews a one-year certificate with a third of its life left).",
+            json!(defaults.expiry_warning.as_secs() / DAY),
+            json!({"type": "integer", "minimum": 1}),
+        ),
+        duration(
+            "noLeaderFor",
+            "InitializerOperatorNoLeader fires when no replica has led this long.",
+            defaults.no_leader_for,
+        ),
+        leaf(
+            "reconcileErrorRate",
+            "InitializerOperatorReconcileErrors fires when reconciles fail with one error faster than this many per second...",
+            json!(defaults.reconcile_error_rate),
+            json!({"type": "number", "exclusiveMinimum": 0}),
+        ),
+        duration(
+            "reconcileErrorWindow",
+            "... computed over this window ...",
+            defaults.reconcile_error_window,
+        ),
+        duration(
+            "reconcileErrorsFor",
+            "... for this long.",
+            defaults.reconcile_errors_for,
+        ),
+        leaf(
+            "runbookBase",
+            "Base of each alert's runbook_url (the alert's name, lowercase, is appended as `#anchor`).",
+            json!(defaults.runbook_base),
+            json!({"type": "string", "pattern": "^https?://[^\\s'\"]+$"}),
         ),
     ]
 }
@@ -1123,6 +1489,16 @@ mod tests {
         plan.pod_disruption_budgets
             .iter()
             .for_each(|o| push("poddisruptionbudget.yaml", strip(o)));
+        plan.services
+            .iter()
+            .for_each(|o| push("metrics-service.yaml", strip(o)));
+        for object in &plan.monitoring {
+            let file = match object["kind"].as_str().unwrap() {
+                "ServiceMonitor" => "servicemonitor.yaml",
+                _ => "prometheusrule.yaml",
+            };
+            push(file, strip(object));
+        }
         objects
     }
 
@@ -1144,10 +1520,8 @@ mod tests {
             .unwrap()
             .into_iter()
             .map(|t| {
-                (
-                    t.file,
-                    fill_holes(&t.object, &|hole| defaults.fill(hole, NS)),
-                )
+                let filled = fill_holes(&t.object, &|hole| defaults.fill(hole, NS));
+                (t.file, fill_parameters(&filled, &|p| p.default.clone()))
             })
             .collect()
     }
@@ -1252,9 +1626,9 @@ spec:
     }
 
     #[test]
-    fn an_object_holding_template_braces_or_an_unknown_hole_is_refused() {
-        let braces = render_template(&json!({"a": "{{ x }}"})).unwrap_err();
-        assert!(braces.to_string().contains("`{{`"), "{braces}");
+    fn literal_template_braces_are_escaped_and_an_unknown_hole_is_refused() {
+        let text = render_template(&json!({"a": "x {{ $labels.y }}"})).unwrap();
+        assert_eq!(text, "a: x {{ \"{{\" }} $labels.y }}\n");
         let unknown = render_template(&json!({"a": "@@Nothing@@"})).unwrap_err();
         assert!(
             unknown.to_string().contains("a hole was left open"),
