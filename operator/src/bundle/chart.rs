@@ -1145,7 +1145,11 @@ fn rule_fields() -> Vec<Field> {
             "latencyBudgetRatio",
             "InitializerProbeLatencyNearBudget fires when the 99th percentile probe latency exceeds this fraction of the Initializer's latency budget...",
             json!(defaults.latency_budget_ratio),
-            json!({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+            // `--set` passes a decimal as a string: accept both.
+            json!({"anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                {"type": "string", "pattern": "^(0?\\.[0-9]*[1-9][0-9]*|1(\\.0*)?)$"},
+            ]}),
         ),
         duration(
             "latencyWindow",
@@ -1168,7 +1172,10 @@ fn rule_fields() -> Vec<Field> {
             "reconcileErrorRate",
             "InitializerOperatorReconcileErrors fires when reconciles fail with one error faster than this many per second...",
             json!(defaults.reconcile_error_rate),
-            json!({"type": "number", "exclusiveMinimum": 0}),
+            json!({"anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "pattern": "^[0-9]*\\.?[0-9]+$"},
+            ]}),
         ),
         duration(
             "reconcileErrorWindow",

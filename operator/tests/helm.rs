@@ -1,0 +1,273 @@
+//! The committed Helm chart is what the generator produces, and the real `helm` (built from
+//! helm.sh/helm/v3 by `tools/helm/build.sh`) renders it, with its defaults, into exactly the
+//! objects `install --bundle` applies; values reach the objects they name.
+
+// Test helpers outside #[test] functions may fail loudly too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use initializer_operator::bundle::{self, chart};
+use initializer_operator::install;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+const NS: &str = "initializer-system";
+const MONITORING_APIS: [&str; 2] = [
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn chart_dir() -> PathBuf {
+    workspace().join(chart::CHART_DIR)
+}
+
+/// The helm binary: `tools/helm/build.sh` prints it (instant once built).
+fn helm() -> PathBuf {
+    let output = Command::new(workspace().join("tools/helm/build.sh"))
+        .output()
+        .expect("failed to run tools/helm/build.sh");
+    assert!(
+        output.status.success(),
+        "tools/helm/build.sh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+/// `helm template` of the committed chart with `args`; Ok(objects) or Err(stderr).
+fn template(args: &[&str]) -> Result<Vec<Value>, String> {
+    let output = Command::new(helm())
+        .args(["template", "initializer-operator"])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args(args)
+        .output()
+        .unwrap();
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    let text = String::from_utf8(output.stdout).unwrap();
+    Ok(serde_yaml::Deserializer::from_str(&text)
+        .map(|document| Value::deserialize(document).unwrap())
+        .filter(|value| !value.is_null())
+        .collect())
+}
+
+fn with_monitoring(extra: &[&str]) -> Vec<String> {
+    MONITORING_APIS
+        .iter()
+        .flat_map(|api| ["--api-versions".to_string(), api.to_string()])
+        .chain(extra.iter().map(|arg| arg.to_string()))
+        .collect()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == json!(kind) && o["metadata"]["name"] == json!(name))
+        .unwrap_or_else(|| panic!("no {kind} {name} in the rendered chart"))
+}
+
+/// The object without the labels that say who manages it (the installer's or Helm's).
+fn unmanaged(mut object: Value) -> Value {
+    if let Some(labels) = object
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        for key in [
+            "app.kubernetes.io/managed-by",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "helm.sh/chart",
+        ] {
+            labels.remove(key);
+        }
+    }
+    object
+}
+
+fn json(object: &impl Serialize) -> Value {
+    unmanaged(serde_json::to_value(object).unwrap())
+}
+
+fn key(object: &Value) -> (String, String) {
+    (
+        object["kind"].as_str().unwrap().to_string(),
+        object["metadata"]["name"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn the_committed_chart_is_what_the_generator_produces() {
+    let generated = chart::generate().unwrap();
+    for (name, text) in &generated.files {
+        let committed = std::fs::read_to_string(chart_dir().join(name)).unwrap_or_default();
+        assert!(
+            committed == *text,
+            "{name} drifted: run `cargo run -p initializer-operator -- chart`"
+        );
+    }
+    for dir in chart::GENERATED_DIRS {
+        for entry in std::fs::read_dir(chart_dir().join(dir)).unwrap() {
+            let name = format!("{dir}/{}", entry.unwrap().file_name().to_string_lossy());
+            assert!(
+                generated.files.contains_key(&name),
+                "{name} is not generated"
+            );
+        }
+    }
+}
+
+#[test]
+fn helm_renders_the_defaults_into_the_objects_install_bundle_applies() {
+    let plan = install::plan(&bundle::generate().unwrap(), NS).unwrap();
+    let mut expected: Vec<Value> = Vec::new();
+    expected.extend(plan.service_accounts.iter().map(json));
+    expected.extend(plan.cluster_roles.iter().map(json));
+    expected.extend(plan.cluster_role_bindings.iter().map(json));
+    expected.extend(plan.roles.iter().map(json));
+    expected.extend(plan.role_bindings.iter().map(json));
+    expected.extend(plan.bundle_cluster_roles.iter().map(json));
+    expected.extend(plan.deployments.iter().map(json));
+    expected.extend(plan.pod_disruption_budgets.iter().map(json));
+    expected.extend(plan.services.iter().map(json));
+    expected.extend(plan.monitoring.iter().cloned().map(unmanaged));
+    expected.sort_by_key(key);
+    let args = with_monitoring(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut rendered: Vec<Value> = template(&args)
+        .unwrap()
+        .into_iter()
+        .map(unmanaged)
+        .collect();
+    rendered.sort_by_key(key);
+    assert_eq!(rendered.len(), expected.len());
+    for (rendered, expected) in rendered.iter().zip(&expected) {
+        assert_eq!(rendered, expected, "{:?}", key(expected));
+    }
+}
+
+#[test]
+fn every_object_carries_helms_labels_and_the_crd_is_not_templated() {
+    let objects = template(&[]).unwrap();
+    for object in &objects {
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(
+            labels["app.kubernetes.io/managed-by"],
+            json!("Helm"),
+            "{object}"
+        );
+        assert_eq!(
+            labels["app.kubernetes.io/instance"],
+            json!("initializer-operator")
+        );
+        assert_ne!(object["kind"], json!("CustomResourceDefinition"));
+    }
+}
+
+#[test]
+fn monitoring_objects_are_rendered_only_where_the_api_is_served_and_enabled() {
+    let kinds = |objects: Vec<Value>| -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap().to_string())
+            .filter(|kind| kind == "ServiceMonitor" || kind == "PrometheusRule")
+            .collect()
+    };
+    assert!(kinds(template(&[]).unwrap()).is_empty());
+    let args = with_monitoring(&["--set", "metrics.serviceMonitor.enabled=false"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(kinds(template(&args).unwrap()), vec!["PrometheusRule"]);
+}
+
+#[test]
+fn values_reach_the_objects_they_name() {
+    let args = with_monitoring(&[
+        "--set",
+        "replicas=3,image.tag=dev,image.pullPolicy=Always,presetImage.repository=r/p,logFormat=json,logLevel=debug,metrics.port=9090,namespaceOverride=ops",
+        "--set",
+        "nodeSelector.disk=ssd,imagePullSecrets[0].name=regcred",
+        "--set",
+        "metrics.serviceMonitor.interval=1m,metrics.serviceMonitor.labels.release=prom",
+        "--set",
+        "metrics.prometheusRule.deregisteredFor=3m,metrics.prometheusRule.latencyBudgetRatio=0.5,metrics.prometheusRule.expiryWarningDays=7,metrics.prometheusRule.labels.team=hooks",
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let objects = template(&args).unwrap();
+    let deployment = find(&objects, "Deployment", "initializer-operator");
+    assert_eq!(deployment["metadata"]["namespace"], json!("ops"));
+    assert_eq!(deployment["spec"]["replicas"], json!(3));
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"], json!({"disk": "ssd"}));
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        json!("ghcr.io/initializer-dev/initializer-operator:dev")
+    );
+    assert_eq!(container["imagePullPolicy"], json!("Always"));
+    assert_eq!(
+        container["args"][2],
+        json!(format!("r/p:{}", chart::APP_VERSION))
+    );
+    assert_eq!(container["ports"][0]["containerPort"], json!(9090));
+    let env = |name: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|var| var["name"] == json!(name))
+            .map(|var| var["value"].clone())
+    };
+    assert_eq!(env("LOG_JSON"), Some(json!("true")));
+    assert_eq!(env("RUST_LOG"), Some(json!("debug")));
+    assert_eq!(env("METRICS_ADDR"), Some(json!("$(POD_IP):9090")));
+    let binding = find(&objects, "ClusterRoleBinding", "initializer-operator");
+    assert_eq!(binding["subjects"][0]["namespace"], json!("ops"));
+    let monitor = find(&objects, "ServiceMonitor", "initializer-operator-metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["interval"], json!("1m"));
+    assert_eq!(monitor["metadata"]["labels"]["release"], json!("prom"));
+    let rule = find(&objects, "PrometheusRule", "initializer-operator");
+    assert_eq!(rule["metadata"]["labels"]["team"], json!("hooks"));
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let alert = |name: &str| {
+        rules
+            .iter()
+            .find(|r| r["alert"] == json!(name))
+            .unwrap()
+            .clone()
+    };
+    let deregistered = alert("InitializerDeregistered");
+    assert_eq!(deregistered["for"], json!("3m"));
+    assert!(
+        deregistered["annotations"]["summary"]
+            .as_str()
+            .unwrap()
+            .ends_with("for more than 3m")
+    );
+    let latency = alert("InitializerProbeLatencyNearBudget");
+    assert!(latency["expr"].as_str().unwrap().contains("(0.5 * max"));
+    assert!(
+        latency["annotations"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("more than 50% of")
+    );
+    let expiry = alert("InitializerCertificateExpiringSoon");
+    assert!(expiry["expr"].as_str().unwrap().ends_with("< 604800"));
+    // The alerts' own templates reach Prometheus untouched.
+    assert!(
+        expiry["annotations"]["description"]
+            .as_str()
+            .unwrap()
+            .contains(
+                "{{ $labels.initializer }} expires in {{ $value | humanizeDuration }}, less than 7d"
+            )
+    );
+}
