@@ -67,6 +67,14 @@ pub trait Backend: Send + Sync {
         Vec::new()
     }
 
+    /// A command that runs `program` where the cluster's pods are reachable by their IPs: on
+    /// this host by default (the sandbox's pods are processes on loopback); inside the real
+    /// control plane's network namespace there. `None` when there is no such place here (a
+    /// kind cluster's pods live in its node container).
+    fn command_inside(&self, program: &Path) -> Option<std::process::Command> {
+        Some(std::process::Command::new(program))
+    }
+
     /// Stops whatever the backend started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }

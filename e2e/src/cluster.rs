@@ -200,6 +200,11 @@ impl Backend for ClusterBackend {
         &self.name
     }
 
+    fn command_inside(&self, _program: &Path) -> Option<std::process::Command> {
+        // The pods' network is inside the node container; nothing here runs there.
+        None
+    }
+
     fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
     }

@@ -19,6 +19,7 @@ pub mod kind;
 pub mod load;
 pub mod ops;
 pub mod paths;
+pub mod prometheus;
 pub mod real;
 pub mod runner;
 pub mod sandbox;

@@ -155,6 +155,11 @@ impl Backend for RealBackend {
         self.signal_pod(namespace, name, action).boxed()
     }
 
+    fn command_inside(&self, program: &Path) -> Option<std::process::Command> {
+        let plane = self.plane.lock().ok()?;
+        Some(plane.as_ref()?.command_inside(program))
+    }
+
     fn failure(&self) -> BoxFuture<'_, anyhow::Error> {
         // Polled rather than awaited: the control plane sits behind a mutex (shutdown takes it
         // out), so its exit futures cannot be held across awaits here.

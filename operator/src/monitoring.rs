@@ -130,7 +130,7 @@ pub fn prometheus_duration(duration: Duration) -> String {
         ("m", 60_000),
         ("s", 1_000),
     ] {
-        if ms % size == 0 {
+        if ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
@@ -463,12 +463,41 @@ pub struct MonitoringArgs {
     /// Only compare the files in `--out` with what the code generates; write nothing.
     #[arg(long)]
     pub check: bool,
+    /// Set every alert's `for` to this many seconds instead of the shipped minutes (a test
+    /// that wants to see an alert fire soon; the committed files use the defaults).
+    #[arg(long)]
+    pub for_seconds: Option<u64>,
+}
+
+impl MonitoringArgs {
+    /// The alert parameters these flags ask for.
+    pub fn parameters(&self) -> AlertParameters {
+        let defaults = AlertParameters::default();
+        match self.for_seconds {
+            Some(seconds) => defaults.with_for(Duration::from_secs(seconds)),
+            None => defaults,
+        }
+    }
+}
+
+impl AlertParameters {
+    /// These parameters with every alert's `for` set to `for_`.
+    pub fn with_for(self, for_: Duration) -> Self {
+        Self {
+            deregistered_for: for_,
+            degraded_for: for_,
+            latency_for: for_,
+            no_leader_for: for_,
+            reconcile_errors_for: for_,
+            ..self
+        }
+    }
 }
 
 /// `initializer-operator monitoring`: writes the generated files with the default parameters
 /// (or, with `--check`, fails naming each file that differs).
 pub fn run(args: &MonitoringArgs) -> Result<(), Error> {
-    let files = generated_files(&AlertParameters::default())?;
+    let files = generated_files(&args.parameters())?;
     let mut drifted = Vec::new();
     for (name, text) in &files {
         let path = args.out.join(name);
@@ -668,6 +697,7 @@ mod tests {
         let check = MonitoringArgs {
             out: dir.path().to_path_buf(),
             check: true,
+            for_seconds: None,
         };
         let err = run(&check).unwrap_err().to_string();
         assert!(
@@ -677,9 +707,23 @@ mod tests {
         run(&MonitoringArgs {
             out: dir.path().to_path_buf(),
             check: false,
+            for_seconds: None,
         })
         .unwrap();
         run(&check).unwrap();
+        let short = MonitoringArgs {
+            out: dir.path().to_path_buf(),
+            check: false,
+            for_seconds: Some(15),
+        };
+        run(&short).unwrap();
+        let rules = std::fs::read_to_string(dir.path().join(RULES_FILE_NAME)).unwrap();
+        assert_eq!(rules.matches("for: 15s").count(), 5, "{rules}");
+        assert!(
+            rules.contains("for: 15m"),
+            "the certificate alert keeps its own for"
+        );
+        assert!(run(&check).is_err());
     }
 
     #[test]
@@ -690,6 +734,7 @@ mod tests {
         run(&MonitoringArgs {
             out: dir,
             check: true,
+            for_seconds: None,
         })
         .unwrap();
     }

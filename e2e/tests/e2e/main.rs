@@ -6,6 +6,7 @@
 //! cleaned up afterwards, and prints the timings table at the end. Filters work as with any
 //! test binary: `cargo test -p initializer-e2e --test e2e -- hung`.
 
+mod alerts;
 mod common;
 mod failure;
 mod injection;
@@ -38,6 +39,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(injection::test_certificates_go_to_pods_in_test_namespaces),
     scenario!(registration::own_pods_and_system_namespaces_are_never_intercepted),
     scenario!(failure::hung_initializer_is_deregistered_within_budget),
+    scenario!(alerts::deregistration_alert_fires_while_the_initializer_hangs),
     scenario!(failure::crashed_initializer_is_deregistered_by_its_endpoints),
     scenario!(failure::recovered_initializer_is_registered_again_without_a_storm),
     scenario!(failure::fallback_refuses_short_secrets_while_the_guard_is_down),
