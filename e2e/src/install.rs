@@ -1,6 +1,8 @@
 //! Installs the operator the way users do: from the bundle, with
 //! `initializer-operator install --bundle bundles/initializer-operator` (the same command on the
-//! sandbox and on kind). The bundle is the one install source: there is no other path.
+//! sandbox and on kind), or, with `E2E_INSTALL=helm`, through the Helm chart generated from that
+//! bundle (`helm upgrade --install` with the real helm, built by `tools/helm/build.sh`). Either
+//! way the same wait for the CRD and the operator's Deployment follows.
 
 use std::path::Path;
 use std::time::Duration;
@@ -26,18 +28,150 @@ pub const OPERATOR_POD_SELECTOR: &str = "app.kubernetes.io/name=initializer-oper
 /// How long the operator may take to become available.
 pub const INSTALL_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Installs the operator from the bundle into the cluster `kubeconfig` points at and waits until
-/// it is available; returns the operator's namespace.
+/// Env var choosing how the suite installs the operator: `bundle` (the default) or `helm`.
+pub const INSTALL_ENV: &str = "E2E_INSTALL";
+/// Name of the Helm release the suite installs.
+pub const HELM_RELEASE: &str = "initializer-operator";
+/// Where the chart is, relative to the workspace root.
+pub const CHART_DIR: &str = "charts/initializer-operator";
+
+/// How the operator is installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstallMethod {
+    /// `initializer-operator install --bundle`.
+    Bundle,
+    /// `helm upgrade --install` of the chart.
+    Helm,
+}
+
+impl InstallMethod {
+    /// Reads [`INSTALL_ENV`]; unset or empty means the bundle.
+    pub fn from_env() -> anyhow::Result<Self> {
+        Self::parse(std::env::var(INSTALL_ENV).ok().as_deref())
+    }
+
+    /// Parses a value of [`INSTALL_ENV`], refusing anything but `bundle` and `helm`.
+    pub fn parse(value: Option<&str>) -> anyhow::Result<Self> {
+        match value.map(str::trim) {
+            None | Some("") | Some("bundle") => Ok(Self::Bundle),
+            Some("helm") => Ok(Self::Helm),
+            Some(other) => bail!("failed to read {INSTALL_ENV}={other:?}: use bundle or helm"),
+        }
+    }
+}
+
+/// Installs the operator (from the bundle, or through the chart with `E2E_INSTALL=helm`) into
+/// the cluster `kubeconfig` points at and waits until it is available; returns the operator's
+/// namespace.
 pub async fn install(client: &Client, kubeconfig: &Path) -> anyhow::Result<String> {
-    let bundle = paths::bundle_dir();
-    if !bundle.join("manifests").is_dir() {
+    match InstallMethod::from_env()? {
+        InstallMethod::Bundle => {
+            let bundle = paths::bundle_dir();
+            if !bundle.join("manifests").is_dir() {
+                bail!(
+                    "failed to install the operator: no bundle at {} (run `make bundle`)",
+                    bundle.display()
+                );
+            }
+            install_from_bundle(&bundle, kubeconfig).await?;
+        }
+        InstallMethod::Helm => {
+            let chart = paths::workspace_root().join(CHART_DIR);
+            if !chart.join("Chart.yaml").is_file() {
+                bail!(
+                    "failed to install the operator: no chart at {} (run `make bundle`)",
+                    chart.display()
+                );
+            }
+            install_with_helm(&chart, kubeconfig).await?;
+            eprintln!(
+                "e2e: operator installed through the Helm chart {}",
+                chart.display()
+            );
+        }
+    }
+    wait_available(client).await
+}
+
+/// The arguments of `helm upgrade --install` for the suite's release: the operator's namespace
+/// (created when missing) and the images the backends map (our registry, this version's tag).
+pub fn helm_install_args(chart: &Path, kubeconfig: &Path) -> Vec<String> {
+    let image = |binary: &str| format!("{}/{binary}", images::REGISTRY);
+    [
+        "upgrade",
+        "--install",
+        HELM_RELEASE,
+        &chart.display().to_string(),
+        "--namespace",
+        DEFAULT_OPERATOR_NAMESPACE,
+        "--create-namespace",
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--timeout",
+        &format!("{}s", INSTALL_TIMEOUT.as_secs()),
+        "--set",
+        &format!("image.repository={}", image(images::OPERATOR)),
+        "--set",
+        &format!("image.tag={}", images::TAG),
+        "--set",
+        &format!(
+            "presetImage.repository={}",
+            image(images::PRESET_INITIALIZER)
+        ),
+        "--set",
+        &format!("presetImage.tag={}", images::TAG),
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect()
+}
+
+/// The helm binary, built from its Go module by `tools/helm/build.sh` (instant once built).
+pub async fn helm_binary() -> anyhow::Result<std::path::PathBuf> {
+    let script = paths::workspace_root().join("tools/helm/build.sh");
+    let output = Command::new(&script)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("failed to run {}", script.display()))?;
+    if !output.status.success() {
         bail!(
-            "failed to install the operator: no bundle at {} (run `make bundle`)",
-            bundle.display()
+            "failed to build helm with {}:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
         );
     }
-    install_from_bundle(&bundle, kubeconfig).await?;
-    wait_available(client).await
+    Ok(std::path::PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}
+
+/// Runs `helm upgrade --install` of `chart` against `kubeconfig`.
+pub async fn install_with_helm(chart: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
+    let helm = helm_binary().await?;
+    let args = helm_install_args(chart, kubeconfig);
+    let output = tokio::time::timeout(
+        INSTALL_TIMEOUT,
+        Command::new(&helm).args(&args).kill_on_drop(true).output(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "failed to install the operator: helm took over {}s",
+            INSTALL_TIMEOUT.as_secs()
+        )
+    })?
+    .with_context(|| format!("failed to run {}", helm.display()))?;
+    if !output.status.success() {
+        bail!(
+            "failed to install the operator: `helm {}` exited with {}:\n{}{}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
 }
 
 /// Runs `initializer-operator install --bundle DIR` against `kubeconfig`.
@@ -167,4 +301,50 @@ pub async fn operator_deployment(client: &Client) -> anyhow::Result<Option<Deplo
         .items
         .into_iter()
         .find(|d| d.name_any() == OPERATOR_NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_install_method_is_the_bundle_unless_helm_is_asked_for() {
+        assert_eq!(InstallMethod::parse(None).unwrap(), InstallMethod::Bundle);
+        assert_eq!(
+            InstallMethod::parse(Some("")).unwrap(),
+            InstallMethod::Bundle
+        );
+        assert_eq!(
+            InstallMethod::parse(Some("bundle")).unwrap(),
+            InstallMethod::Bundle
+        );
+        assert_eq!(
+            InstallMethod::parse(Some("helm")).unwrap(),
+            InstallMethod::Helm
+        );
+        let err = InstallMethod::parse(Some("olm")).unwrap_err().to_string();
+        assert!(
+            err.contains("E2E_INSTALL=\"olm\"") && err.contains("bundle or helm"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn helm_installs_into_the_operators_namespace_with_the_images_the_backends_map() {
+        let args = helm_install_args(Path::new("/c"), Path::new("/k"));
+        let joined = args.join(" ");
+        assert!(joined.starts_with("upgrade --install initializer-operator /c --namespace initializer-system --create-namespace --kubeconfig /k"), "{joined}");
+        for set in [
+            format!("image.repository={}", images::REGISTRY) + "/initializer-operator",
+            format!("image.tag={}", images::TAG),
+            format!("presetImage.repository={}", images::REGISTRY) + "/preset-initializer",
+            format!("presetImage.tag={}", images::TAG),
+        ] {
+            let at = args
+                .iter()
+                .position(|arg| *arg == set)
+                .unwrap_or_else(|| panic!("{set} in {joined}"));
+            assert_eq!(args[at - 1], "--set");
+        }
+    }
 }
