@@ -1,0 +1,158 @@
+//! The yardstick: the plainest hand-written admission webhook in Rust, on the SDK's stack (axum
+//! on hyper, rustls) and without the SDK. It decodes the review as kube's
+//! `AdmissionReview<DynamicObject>` and adds one label with a hand-made JSON patch, as kube-rs's
+//! `admission_controller` example does. No budget, no panic guard, no metrics, no reload, no
+//! connection limits: benchmark code, never shipped.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::routing::{get, post};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use kube::ResourceExt;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+/// The label the baseline adds.
+pub const LABEL: &str = "admission";
+/// Its value.
+pub const VALUE: &str = "modified-by-admission-controller";
+/// The baseline's admission path.
+pub const PATH: &str = "/mutate";
+
+/// Answer one review: add [`LABEL`] unless the object has it.
+pub fn mutate(review: AdmissionReview<DynamicObject>) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => return AdmissionResponse::invalid(e.to_string()).into_review(),
+    };
+    let response = AdmissionResponse::from(&request);
+    let Some(obj) = request.object else {
+        return response.into_review();
+    };
+    if obj.labels().contains_key(LABEL) {
+        return response.into_review();
+    }
+    let mut ops = Vec::with_capacity(2);
+    if obj.metadata.labels.is_none() {
+        ops.push(json_patch::PatchOperation::Add(json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "labels"]),
+            value: serde_json::json!({}),
+        }));
+    }
+    ops.push(json_patch::PatchOperation::Add(json_patch::AddOperation {
+        path: json_patch::jsonptr::PointerBuf::from_tokens(["metadata", "labels", LABEL]),
+        value: serde_json::Value::String(VALUE.into()),
+    }));
+    match response.clone().with_patch(json_patch::Patch(ops)) {
+        Ok(patched) => patched.into_review(),
+        Err(e) => response.deny(e.to_string()).into_review(),
+    }
+}
+
+/// The routes: `POST /mutate` and `GET /readyz`.
+pub fn router() -> Router {
+    Router::new()
+        .route(
+            PATH,
+            post(|Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                Json(mutate(review))
+            }),
+        )
+        .route("/readyz", get(|| async { "ok" }))
+}
+
+/// A TLS acceptor for the PEM certificate chain and key in `dir` (`tls.crt`, `tls.key`).
+pub fn acceptor(dir: &Path) -> io::Result<TlsAcceptor> {
+    let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+    let certs = rustls_pemfile::certs(&mut &std::fs::read(dir.join("tls.crt"))?[..])
+        .collect::<Result<Vec<_>, _>>()?;
+    let key = rustls_pemfile::private_key(&mut &std::fs::read(dir.join("tls.key"))?[..])?
+        .ok_or_else(|| invalid("failed to find a private key in tls.key".into()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(format!("failed to build the TLS configuration: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| invalid(format!("failed to use the certificate: {e}")))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Accept connections forever: TLS, then HTTP/1.1 keep-alive, one task per connection.
+pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor) -> io::Result<()> {
+    let app = router();
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        tcp.set_nodelay(true)?;
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            if let Ok(tls) = acceptor.accept(tcp).await {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use base64::Engine as _;
+    use kube_initializer::testing::{review, tutorial};
+
+    fn answer(body: &[u8]) -> serde_json::Value {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).unwrap();
+        serde_json::to_value(mutate(review)).unwrap()
+    }
+
+    /// kube's `AdmissionResponse` writes the patch bytes as an array of numbers (which the
+    /// API server's decoder accepts for a byte slice); base64 text is read too.
+    fn patch_of(answer: &serde_json::Value) -> Option<serde_json::Value> {
+        let bytes: Vec<u8> = match &answer["response"]["patch"] {
+            serde_json::Value::String(b64) => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap(),
+            serde_json::Value::Array(_) => {
+                serde_json::from_value(answer["response"]["patch"].clone()).unwrap()
+            }
+            _ => return None,
+        };
+        Some(serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[test]
+    fn the_tutorial_pod_gets_the_label_by_one_add() {
+        let answer = answer(&review(&tutorial::nginx_pod()).to_bytes());
+        assert_eq!(answer["response"]["allowed"], true);
+        assert_eq!(
+            answer["response"]["uid"],
+            "00000000-0000-0000-0000-000000000001"
+        );
+        assert_eq!(
+            patch_of(&answer).unwrap(),
+            serde_json::json!([{"op": "add", "path": "/metadata/labels/admission", "value": VALUE}])
+        );
+    }
+
+    #[test]
+    fn an_object_without_labels_gets_the_map_first_and_a_labelled_one_no_patch() {
+        let mut pod = tutorial::nginx_pod();
+        pod.metadata.labels = None;
+        let patch = patch_of(&answer(&review(&pod).to_bytes())).unwrap();
+        assert_eq!(patch[0]["path"], "/metadata/labels");
+        assert_eq!(patch[1]["path"], "/metadata/labels/admission");
+
+        pod.metadata.labels = Some([(LABEL.to_owned(), "x".to_owned())].into());
+        assert_eq!(patch_of(&answer(&review(&pod).to_bytes())), None);
+    }
+}
