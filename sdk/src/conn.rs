@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// The time bounds of one connection.
@@ -42,6 +41,25 @@ pub(crate) fn deadline(phase: Phase, since: Instant, limits: &Limits) -> Option<
     }
 }
 
+/// What the watchdog does, looking at `now` at a connection in `phase` since `since`: `Err` with
+/// the phase when it overstayed, else `Ok` with when to look again. It looks again at the
+/// deadline, and at the latest after the shorter of the two limits: a phase that begins after
+/// `now` cannot end before `now` plus that limit, so no phase change needs to wake the watchdog
+/// (it is never woken per request, only about every header timeout per connection).
+pub(crate) fn next_look(
+    phase: Phase,
+    since: Instant,
+    now: Instant,
+    limits: &Limits,
+) -> Result<Instant, Phase> {
+    let recheck = now + limits.header.min(limits.idle);
+    match deadline(phase, since, limits) {
+        Some(at) if at <= now => Err(phase),
+        Some(at) => Ok(at.min(recheck)),
+        None => Ok(recheck),
+    }
+}
+
 #[derive(Debug)]
 struct State {
     phase: Phase,
@@ -53,7 +71,6 @@ struct State {
 #[derive(Debug)]
 pub(crate) struct Activity {
     state: Mutex<State>,
-    changed: Notify,
 }
 
 impl Activity {
@@ -65,25 +82,19 @@ impl Activity {
                 since: Instant::now(),
                 in_flight: 0,
             }),
-            changed: Notify::new(),
         })
     }
 
-    fn update(&self, change: impl FnOnce(&mut State) -> bool) {
-        let changed = change(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
-        if changed {
-            self.changed.notify_one();
-        }
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        change(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
     fn received(&self) {
         self.update(|s| {
-            let starts = s.phase == Phase::Idle;
-            if starts {
+            if s.phase == Phase::Idle {
                 s.phase = Phase::Head;
                 s.since = Instant::now();
             }
-            starts
         });
     }
 
@@ -91,22 +102,20 @@ impl Activity {
         self.update(|s| {
             s.in_flight += 1;
             s.phase = Phase::Busy;
-            false
         });
     }
 
     fn request_ended(&self) {
         self.update(|s| {
             s.in_flight = s.in_flight.saturating_sub(1);
-            let idle = s.in_flight == 0;
-            if idle {
+            if s.in_flight == 0 {
                 s.phase = Phase::Idle;
                 s.since = Instant::now();
             }
-            idle
         });
     }
 
+    #[cfg(test)]
     fn deadline(&self, limits: &Limits) -> Option<Instant> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         deadline(s.phase, s.since, limits)
@@ -115,22 +124,13 @@ impl Activity {
     /// Returns once the connection has overstayed its phase's deadline.
     pub async fn expired(&self, limits: Limits) -> Phase {
         loop {
-            let changed = self.changed.notified();
-            match self.deadline(&limits) {
-                Some(at) if at <= Instant::now() => {
-                    return self
-                        .state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .phase;
-                }
-                Some(at) => {
-                    tokio::select! {
-                        _ = changed => {}
-                        _ = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                None => changed.await,
+            let (phase, since) = {
+                let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                (s.phase, s.since)
+            };
+            match next_look(phase, since, Instant::now(), &limits) {
+                Err(overstayed) => return overstayed,
+                Ok(at) => tokio::time::sleep_until(at).await,
             }
         }
     }
@@ -259,6 +259,58 @@ mod tests {
             Some(t + Duration::from_secs(120))
         );
         assert_eq!(deadline(Phase::Busy, t, &LIMITS), None);
+    }
+
+    #[test]
+    fn the_watchdog_looks_again_at_the_deadline_or_after_the_shorter_limit() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(next_look(Phase::Head, t, t + s(3), &LIMITS), Ok(t + s(10)));
+        assert_eq!(
+            next_look(Phase::Head, t, t + s(10), &LIMITS),
+            Err(Phase::Head)
+        );
+        assert_eq!(next_look(Phase::Idle, t, t + s(50), &LIMITS), Ok(t + s(60)));
+        assert_eq!(
+            next_look(Phase::Idle, t, t + s(115), &LIMITS),
+            Ok(t + s(120))
+        );
+        assert_eq!(
+            next_look(Phase::Idle, t, t + s(121), &LIMITS),
+            Err(Phase::Idle)
+        );
+        assert_eq!(
+            next_look(Phase::Busy, t, t + s(999), &LIMITS),
+            Ok(t + s(1009))
+        );
+    }
+
+    #[test]
+    fn a_phase_beginning_after_a_look_never_ends_before_the_next_look() {
+        // Whatever the watchdog saw at `now`, any phase entered at or after `now` has its
+        // deadline no earlier than the next look: no phase change needs to wake it.
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let short = Limits {
+            header: s(30),
+            idle: s(5),
+        };
+        for limits in [LIMITS, short] {
+            for seen in [Phase::Head, Phase::Idle, Phase::Busy] {
+                for since in [t, t + s(1)] {
+                    let now = t + s(2);
+                    let Ok(look) = next_look(seen, since, now, &limits) else {
+                        continue;
+                    };
+                    for entered in [now, now + s(1), now + s(7)] {
+                        for next in [Phase::Head, Phase::Idle] {
+                            let at = deadline(next, entered, &limits).unwrap();
+                            assert!(at >= look, "{seen:?} then {next:?}: {at:?} < {look:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]

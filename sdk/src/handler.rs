@@ -2,7 +2,9 @@
 //!
 //! The patch is the JSON diff between the typed object serialized before and after the handler
 //! ran. Diffing typed against typed (not the raw request against the typed result) means fields
-//! the Rust types do not know about are never touched by the patch.
+//! the Rust types do not know about are never touched by the patch. Both serializations are
+//! JSON text: an unchanged object is recognised by comparing the two strings, and the diff
+//! parses only the subtrees that differ (see `diff`).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -16,8 +18,8 @@ use serde_json::value::RawValue;
 
 use crate::gate::AnnotationGate;
 
-use crate::mutate;
 use crate::review::{Denial, Review};
+use crate::{diff, mutate};
 
 /// Mutate (or refuse) one kind of object. Implement it once per kind, or generically over
 /// kinds (for example over every [`PodSpecHolder`](crate::mutate::PodSpecHolder)).
@@ -77,22 +79,28 @@ fn decode<K: DeserializeOwned>(object: &RawValue) -> Result<K, Failure> {
     serde_json::from_str(object.get()).map_err(|e| Failure::Decode(e.to_string()))
 }
 
-fn encode<K: Serialize>(obj: &K) -> Result<serde_json::Value, Failure> {
-    serde_json::to_value(obj).map_err(|e| Failure::Encode(e.to_string()))
+fn encode<K: Serialize>(obj: &K) -> Result<String, Failure> {
+    serde_json::to_string(obj).map_err(|e| Failure::Encode(e.to_string()))
 }
 
-/// The patch from `before` to `obj`, marking the object as initialized when it changed.
+/// The patch from `before` (the object's JSON before the handler ran) to `obj`, marking the
+/// object as initialized when it changed.
 fn finish<K: Resource + Serialize>(
-    before: &serde_json::Value,
+    before: &str,
     obj: &mut K,
     mark: Option<&str>,
 ) -> Result<Outcome, Failure> {
-    let mut patch = json_patch::diff(before, &encode(obj)?);
-    if let (Some(name), false) = (mark, patch.0.is_empty())
+    let mut after = encode(obj)?;
+    // The same typed value always serializes to the same text.
+    if after == before {
+        return Ok(Outcome::Unchanged);
+    }
+    if let Some(name) = mark
         && mutate::mark_initialized(obj.meta_mut(), name)
     {
-        patch = json_patch::diff(before, &encode(obj)?);
+        after = encode(obj)?;
     }
+    let patch = diff::diff_text(before, &after).map_err(|e| Failure::Encode(e.to_string()))?;
     Ok(if patch.0.is_empty() {
         Outcome::Unchanged
     } else {

@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use crate::config::ConfigStore;
 use crate::gate::AnnotationGate;
 use crate::handler::{AnyHandler, Failure, Initialize, InitializeAsync, Outcome, Typed};
+use crate::lane::{Lane, Lanes};
 use crate::metrics::Metrics;
 use crate::review::{
     REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, ReviewIn, Status, Verdict,
@@ -81,6 +82,7 @@ pub struct Initializer<C = ()> {
     mark_initialized: bool,
     pub(crate) generation: Option<i64>,
     inline_handlers: bool,
+    lanes: Arc<Lanes>,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -127,6 +129,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             mark_initialized: true,
             generation: None,
             inline_handlers: false,
+            lanes: Arc::new(Lanes::default()),
             metrics: Arc::new(Metrics::new()),
         }
     }
@@ -254,9 +257,11 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         }
     }
 
-    /// Run handlers on the async worker that received the request instead of tokio's blocking
-    /// pool. Saves two thread handoffs per request; panics are still caught, but the budget
-    /// can no longer answer for a handler that hangs. Only for handlers that never block.
+    /// Run handlers inside the task of the connection that received the request. Saves a task
+    /// spawn per request; panics are still caught, but the budget can no longer answer for a
+    /// handler that hangs. Only for handlers that never block. Without it, handlers already run
+    /// as tasks on the async workers (no thread hand-off) while one worker stays free of
+    /// handlers, and on tokio's blocking pool beyond that.
     pub fn inline_handlers(mut self, inline: bool) -> Self {
         self.inline_handlers = inline;
         self
@@ -379,13 +384,27 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                 if self.inline_handlers {
                     // Trusted-fast handlers: no thread handoff; panics are caught, the budget
                     // is not enforced.
+                    self.metrics.observe_lane(crate::metrics::LANE_INLINE);
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
                         .map_err(|payload| panic_message(payload.as_ref()))
                         .map(Ok)
                 } else {
-                    // A blocking thread keeps a stuck or slow synchronous handler off the async
-                    // workers; the timeout answers for it, the join error catches its panic.
-                    let task = tokio::task::spawn_blocking(run);
+                    // Off this connection's task, so that the timeout answers for a stuck or
+                    // slow handler and the join error catches its panic: a task on the workers
+                    // while one worker stays free of handlers, else a blocking thread.
+                    let task = match self.lanes.choose() {
+                        Lane::Worker(slot) => {
+                            self.metrics.observe_lane(crate::metrics::LANE_WORKER);
+                            tokio::spawn(async move {
+                                let _slot = slot;
+                                run()
+                            })
+                        }
+                        Lane::Blocking => {
+                            self.metrics.observe_lane(crate::metrics::LANE_BLOCKING);
+                            tokio::task::spawn_blocking(run)
+                        }
+                    };
                     match tokio::time::timeout(self.budget, task).await {
                         Err(_) => Ok(Err(())),
                         Ok(Err(join)) => Err(join_failure(join)),

@@ -106,12 +106,14 @@
 pub mod client;
 pub mod config;
 mod conn;
+mod diff;
 #[cfg(feature = "init-tracing")]
 mod entry;
 mod error;
 pub mod gate;
 mod handler;
 mod initializer;
+mod lane;
 pub mod load;
 pub mod metrics;
 pub mod mutate;

@@ -1,4 +1,5 @@
-//! Prometheus metrics: requests and latency per kind and verdict, patch sizes, refused requests.
+//! Prometheus metrics: requests and latency per kind and verdict, patch sizes, refused requests,
+//! and where handlers ran.
 
 use std::time::Duration;
 
@@ -28,6 +29,19 @@ struct ReloadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabels {
+    lane: &'static str,
+}
+
+/// A handler ran as a task on the async workers.
+pub(crate) const LANE_WORKER: usize = 0;
+/// A handler ran on tokio's blocking pool.
+pub(crate) const LANE_BLOCKING: usize = 1;
+/// A handler ran inside its connection's task (`inline_handlers`).
+pub(crate) const LANE_INLINE: usize = 2;
+const LANES: [&str; 3] = ["worker", "blocking_pool", "inline"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -50,6 +64,7 @@ pub struct Metrics {
     patch_bytes: Family<KindLabels, Histogram, fn() -> Histogram>,
     invalid: Family<ReasonLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
+    lanes: [Counter; 3],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -77,6 +92,8 @@ impl Metrics {
         );
         let invalid = Family::<ReasonLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
+        let handler_runs = Family::<LaneLabels, Counter>::default();
+        let lanes = LANES.map(|lane| handler_runs.get_or_create_owned(&LaneLabels { lane }));
         registry.register(
             "reloads",
             "Certificate and configuration files read after a change, by what and result",
@@ -102,6 +119,11 @@ impl Metrics {
             "Requests refused with an HTTP error because they are not valid admission reviews",
             invalid.clone(),
         );
+        registry.register(
+            "handler_runs",
+            "Synchronous handler runs by where they ran: worker (a task on the async workers), blocking_pool, or inline",
+            handler_runs,
+        );
         Self {
             registry,
             requests,
@@ -109,6 +131,7 @@ impl Metrics {
             patch_bytes,
             invalid,
             reloads,
+            lanes,
         }
     }
 
@@ -135,6 +158,13 @@ impl Metrics {
         self.reloads
             .get_or_create(&ReloadLabels { what, result })
             .inc();
+    }
+
+    /// Count one handler run in `lane` (one of the `LANE_` constants).
+    pub(crate) fn observe_lane(&self, lane: usize) {
+        if let Some(counter) = self.lanes.get(lane) {
+            counter.inc();
+        }
     }
 
     /// Count one refused (HTTP error) request.

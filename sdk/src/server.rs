@@ -496,10 +496,12 @@ async fn accept_loop(
     let graceful = GracefulShutdown::new();
     // HTTP/1.1 only (the API server calls webhooks over HTTP/1.1, kubernetes#82090): one
     // header timeout then bounds every request, which HTTP/2's multiplexing would not allow.
+    // The connection's watchdog (`conn::Activity`) enforces the header timeout: hyper's own
+    // would arm and drop a timer for every request.
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header)
+        .header_read_timeout(None)
         .keep_alive(true);
     let slots = Arc::new(Semaphore::new(max_connections));
     loop {
@@ -603,6 +605,25 @@ mod tests {
             drop(tokio::task::spawn_blocking(|| {
                 std::thread::sleep(Duration::from_secs(30))
             }));
+            7
+        })
+        .unwrap();
+        assert_eq!(out, 7);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn block_on_returns_although_a_worker_is_stuck_in_a_handler() {
+        let start = std::time::Instant::now();
+        let out = block_on(async {
+            drop(tokio::spawn(async {
+                std::thread::sleep(Duration::from_secs(30))
+            }));
+            tokio::task::yield_now().await;
             7
         })
         .unwrap();

@@ -628,3 +628,106 @@ async fn async_handlers_are_cancelled_at_the_budget_and_their_panics_caught() {
     assert!(boom.message().unwrap().contains("async bug"));
     assert!(tester.call(&review(&nginx_pod())).await.unwrap().allowed());
 }
+
+/// Labels the pod, or sleeps (blocking its thread) when it is named "stuck", or panics when it
+/// is named "boom".
+fn label_or_misbehave(pod: &mut Pod, _: &Review) -> Result<(), Denial> {
+    match pod.metadata.name.as_deref() {
+        Some("stuck") => std::thread::sleep(Duration::from_secs(2)),
+        Some("boom") => panic!("worker bug"),
+        _ => {}
+    }
+    mutate::set_label(&mut pod.metadata, "labelled", "true");
+    Ok(())
+}
+
+async fn lane_runs(tester: &Tester, lane: &str) -> u64 {
+    let text = tester
+        .send("GET", "/metrics", Vec::new())
+        .await
+        .unwrap()
+        .body;
+    let prefix = format!(r#"initializer_handler_runs_total{{lane="{lane}"}} "#);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_multi_threaded_runtime_handlers_run_as_worker_tasks_and_stay_idempotent() {
+    let tester = Tester::new(Initializer::new("lanes").handle(label_or_misbehave));
+    let answer = tester.call(&review(&nginx_pod())).await.unwrap();
+    let patched: Pod = answer.patched().unwrap();
+    assert_eq!(
+        patched.metadata.labels.as_ref().unwrap()["labelled"],
+        "true"
+    );
+    let again = tester.call(&review(&patched)).await.unwrap();
+    assert!(again.patch().is_none(), "{:?}", again.patch());
+    assert_eq!(lane_runs(&tester, "worker").await, 2);
+    assert_eq!(lane_runs(&tester, "blocking_pool").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_two_workers_hung_handlers_are_answered_within_budget_and_others_still_served() {
+    let budget = Duration::from_millis(300);
+    let tester = Tester::new(
+        Initializer::new("lanes")
+            .budget(budget)
+            .handle(label_or_misbehave),
+    );
+    let start = Instant::now();
+    // Three hung handlers at once: the first holds the one worker slot of two workers, the
+    // others go to the blocking pool; the free worker answers all three at the budget.
+    let hung: Vec<_> = (0..3)
+        .map(|_| {
+            let t = tester.clone();
+            tokio::spawn(async move { t.call(&review(&named("stuck"))).await.unwrap() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let served = tester.call(&review(&nginx_pod())).await.unwrap();
+    assert!(served.patch().is_some());
+    assert!(
+        start.elapsed() < budget + Duration::from_millis(1_500),
+        "a healthy review waited {:?}",
+        start.elapsed()
+    );
+    for answer in hung {
+        let answer = answer.await.unwrap();
+        assert!(answer.allowed());
+        assert!(
+            answer.warnings()[0].contains("did not answer within"),
+            "{:?}",
+            answer.warnings()
+        );
+    }
+    // The handlers sleep 2 s; every answer came at the budget, not after them.
+    assert!(
+        start.elapsed() < budget + Duration::from_millis(1_500),
+        "answered after {:?}",
+        start.elapsed()
+    );
+    assert!(lane_runs(&tester, "worker").await >= 1);
+    assert!(lane_runs(&tester, "blocking_pool").await >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_two_workers_a_panic_is_answered_and_gives_its_worker_slot_back() {
+    let tester = Tester::new(
+        Initializer::new("lanes")
+            .failure_policy(FailurePolicy::Deny)
+            .handle(label_or_misbehave),
+    );
+    let boom = tester.call(&review(&named("boom"))).await.unwrap();
+    assert_eq!(boom.code(), Some(500));
+    assert!(boom.message().unwrap().contains("worker bug"));
+    for _ in 0..3 {
+        assert!(tester.call(&review(&nginx_pod())).await.unwrap().allowed());
+    }
+    // Had the panic kept its slot, these would have gone to the blocking pool.
+    assert_eq!(lane_runs(&tester, "worker").await, 4);
+    assert_eq!(lane_runs(&tester, "blocking_pool").await, 0);
+}
