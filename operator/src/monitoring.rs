@@ -454,6 +454,122 @@ pub fn bundle_files() -> Result<BTreeMap<String, String>, Error> {
     ]))
 }
 
+/// PromQL words that are not metric names: operators, modifiers, keywords, and the
+/// aggregation operators (which may be followed by `by (...)` rather than `(`).
+const PROMQL_KEYWORDS: [&str; 27] = [
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "offset",
+    "bool",
+    "inf",
+    "nan",
+    "atan2",
+    "le",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+];
+
+/// The metric names a PromQL expression reads: identifiers outside label matchers, label
+/// lists, strings and range selectors that are neither function names (followed by `(`) nor
+/// keywords. Grafana's `$variables` are ignored.
+pub fn metric_names(expr: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let chars: Vec<char> = expr.chars().collect();
+    let mut i = 0;
+    // After `by`, `on`, `without`, `ignoring`, `group_left`, `group_right`, the parenthesised
+    // list holds label names.
+    let mut label_list_next = false;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '"' | '\'' | '`' => {
+                i += 1;
+                while i < chars.len() && chars[i] != c {
+                    if chars[i] == '\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            '{' | '[' => {
+                let close = if c == '{' { '}' } else { ']' };
+                while i < chars.len() && chars[i] != close {
+                    i += 1;
+                }
+                i += 1;
+            }
+            '(' if label_list_next => {
+                while i < chars.len() && chars[i] != ')' {
+                    i += 1;
+                }
+                i += 1;
+                label_list_next = false;
+            }
+            '$' => {
+                i += 1;
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == '_' || c == ':' => {
+                let start = i;
+                while i < chars.len()
+                    && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+                {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                let mut next = i;
+                while next < chars.len() && chars[next].is_whitespace() {
+                    next += 1;
+                }
+                let is_call = chars.get(next) == Some(&'(');
+                let lower = word.to_lowercase();
+                if [
+                    "by",
+                    "on",
+                    "without",
+                    "ignoring",
+                    "group_left",
+                    "group_right",
+                ]
+                .contains(&lower.as_str())
+                {
+                    label_list_next = is_call;
+                } else if !is_call && !PROMQL_KEYWORDS.contains(&lower.as_str()) {
+                    names.insert(word);
+                }
+            }
+            c if c.is_ascii_digit() || c == '.' => {
+                // A number, possibly with an exponent or a duration unit.
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    names
+}
+
 /// Flags of `initializer-operator monitoring`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct MonitoringArgs {
@@ -724,6 +840,96 @@ mod tests {
             "the certificate alert keeps its own for"
         );
         assert!(run(&check).is_err());
+    }
+
+    #[test]
+    fn metric_names_skip_functions_labels_strings_ranges_and_variables() {
+        let names = metric_names(
+            "histogram_quantile(0.99, sum by (initializer, le) (rate(a_bucket{x=\"y\", le=~\"0.5\"}[5m])))\n\
+             > on (initializer) group_left (pod) (0.8 * max by (initializer) (b_seconds)) \
+             unless c_total offset 5m or vector(0) and d:recorded[$__rate_interval] - time() < 1e3",
+        );
+        assert_eq!(
+            names.into_iter().collect::<Vec<_>>(),
+            ["a_bucket", "b_seconds", "c_total", "d:recorded"]
+        );
+    }
+
+    /// Names Prometheus itself produces, which rules and dashboards may query too.
+    const PROMETHEUS_OWN: [&str; 2] = ["up", "ALERTS"];
+
+    fn check_names(what: &str, exprs: &[String]) {
+        let exported = crate::metrics::Metrics::exported_names();
+        assert!(!exprs.is_empty(), "{what} has no expressions");
+        for expr in exprs {
+            let names = metric_names(expr);
+            assert!(!names.is_empty(), "{what}: {expr} reads no metric");
+            for name in names {
+                assert!(
+                    exported.contains(&name) || PROMETHEUS_OWN.contains(&name.as_str()),
+                    "{what} queries {name}, which the operator does not export (it exports {exported:?}): {expr}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_metric_the_rules_query_is_exported_by_the_operator() {
+        let exprs: Vec<String> = alerts(&AlertParameters::default())
+            .into_iter()
+            .map(|a| a.rule.expr)
+            .collect();
+        check_names("the alert rules", &exprs);
+    }
+
+    #[test]
+    fn every_metric_the_dashboard_queries_is_exported_by_the_operator() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(MONITORING_DIR)
+            .join("dashboard.json");
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut exprs = Vec::new();
+        let mut panels: Vec<&serde_json::Value> =
+            dashboard["panels"].as_array().unwrap().iter().collect();
+        while let Some(panel) = panels.pop() {
+            panels.extend(panel["panels"].as_array().into_iter().flatten());
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                exprs.push(target["expr"].as_str().unwrap().to_string());
+            }
+        }
+        for variable in dashboard["templating"]["list"].as_array().unwrap() {
+            if let Some(query) = variable["query"].as_str()
+                && let Some(inner) = query
+                    .strip_prefix("label_values(")
+                    .and_then(|q| q.split(',').next())
+            {
+                exprs.push(inner.to_string());
+            }
+        }
+        check_names("monitoring/dashboard.json", &exprs);
+        let names: std::collections::BTreeSet<String> =
+            exprs.iter().flat_map(|e| metric_names(e)).collect();
+        for gauge in [
+            "initializer_operator_registered",
+            "initializer_operator_degraded",
+            "initializer_operator_leader",
+            "initializer_operator_probe_budget_seconds",
+        ] {
+            assert!(names.contains(gauge), "the dashboard does not show {gauge}");
+        }
+    }
+
+    #[test]
+    fn a_misspelt_metric_is_caught() {
+        let result = std::panic::catch_unwind(|| {
+            check_names(
+                "a test",
+                &["initializer_operator_registerd == 0".to_string()],
+            )
+        });
+        assert!(result.is_err());
     }
 
     #[test]
