@@ -456,12 +456,22 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
 /// budget: a hung handler must not keep the process alive after SIGTERM. For `main`.
 pub fn block_on<F: Future>(future: F) -> Result<F::Output, Error> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(webhook_workers(
+            std::thread::available_parallelism().map_or(1, usize::from),
+        ))
         .enable_all()
         .build()
         .map_err(Error::Runtime)?;
     let output = runtime.block_on(future);
     runtime.shutdown_timeout(Duration::from_secs(1));
     Ok(output)
+}
+
+/// Async workers for a webhook on `cpus` CPUs: one per CPU, and at least two, so that handlers
+/// can run as tasks on one worker while the other stays free for connections and timers (see
+/// `lane`); on one CPU the second worker costs an idle thread, not CPU.
+fn webhook_workers(cpus: usize) -> usize {
+    cpus.max(2)
 }
 
 async fn shutdown_signal() -> Result<(), Error> {
@@ -633,6 +643,13 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    #[test]
+    fn a_webhook_runtime_has_a_worker_per_cpu_and_at_least_two() {
+        assert_eq!(webhook_workers(1), 2);
+        assert_eq!(webhook_workers(2), 2);
+        assert_eq!(webhook_workers(8), 8);
     }
 
     #[test]
