@@ -181,7 +181,7 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
             meaning: "The Initializer's webhook configuration does not exist and the Initializer is not suspended. The operator removed it because the initializer stopped answering (probes failed or no ready endpoints), or never registered it because the workload never became available and answering. Creates are not blocked (fail open), but every matching object created meanwhile is created without the initializer.",
             actions: &[
                 "`kubectl describe initializer NAME`: the phase, the `Responding`, `Available` and `Registered` conditions and the operator's Events say why (`Deregistered` with the cause).",
-                "Look at the initializer's pods in its workload namespace (`kubectl get pods -n NS -l app.kubernetes.io/instance=NAME`): crash loops, a hung process, a failing readiness probe.",
+                "Look at the initializer's pods in its workload namespace (`kubectl get pods -n NS -l initializer.dev/initializer=NAME`): crash loops, a hung process, a failing readiness probe.",
                 "Once it answers again the operator registers it after `successThreshold` good probes; the Initializer's status then lists `missedInitializations`: recreate those objects.",
                 "To keep it out of the path on purpose, set `spec.suspend: true` (the alert then stops).",
             ],
