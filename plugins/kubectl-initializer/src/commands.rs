@@ -275,6 +275,7 @@ async fn probe_command(
             Error::ProbeFailed {
                 name: name.to_string(),
                 why,
+                report: String::new(),
             }
         })?;
     let uid = format!("{:032x}", rand::random::<u128>());
@@ -328,10 +329,10 @@ async fn probe_command(
     if report.ok {
         Ok(out)
     } else {
-        print!("{out}");
         Err(Error::ProbeFailed {
             name: name.to_string(),
             why: report.message,
+            report: out,
         })
     }
 }

@@ -30,13 +30,15 @@ pub enum Error {
     /// The command line or an input file is wrong.
     #[error("failed to read the input: {0}")]
     BadInput(String),
-    /// The probe got no good answer (the report was printed).
+    /// The probe got no good answer.
     #[error("failed to probe Initializer {name:?}: {why}")]
     ProbeFailed {
         /// The Initializer.
         name: String,
         /// What went wrong.
         why: String,
+        /// The report, printed on stdout before the error (empty when no probe was sent).
+        report: String,
     },
     /// `--wait` ran out of time.
     #[error("failed to see {0}")]
@@ -47,6 +49,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// What to print on stdout before the error: a failed probe's report.
+    pub fn stdout(&self) -> &str {
+        match self {
+            Error::ProbeFailed { report, .. } => report,
+            _ => "",
+        }
+    }
+
     /// An API error for `step`.
     pub fn api(step: impl Into<String>, source: kube::Error) -> Self {
         Error::Api {
@@ -63,3 +73,29 @@ pub fn is_not_found(error: &kube::Error) -> bool {
 
 /// The plugin's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_probe_prints_its_report_and_other_errors_print_nothing_on_stdout() {
+        let failed = Error::ProbeFailed {
+            name: "s".into(),
+            why: "HTTP 503".into(),
+            report: "probe s: FAILED\n".into(),
+        };
+        assert_eq!(failed.stdout(), "probe s: FAILED\n");
+        assert_eq!(
+            failed.to_string(),
+            "failed to probe Initializer \"s\": HTTP 503"
+        );
+        let missing = Error::InitializerNotFound("x".into());
+        assert_eq!(missing.stdout(), "");
+        assert!(
+            missing
+                .to_string()
+                .starts_with("failed to find Initializer \"x\"")
+        );
+    }
+}

@@ -28,7 +28,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let _ = std::io::stdout().flush();
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(e.stdout().as_bytes());
+            let _ = stdout.flush();
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }

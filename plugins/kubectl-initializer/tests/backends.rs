@@ -237,7 +237,6 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
     let text = ok(kc, &["why", "deploy/plain", "-n", &target]).await?;
     ensure!(text.contains(&format!("{name}: NOT INTERCEPTED")), "{text}");
     ensure!(text.contains("AnnotationGate: "), "{text}");
-    eprintln!("$ kubectl initializer why deploy/plain -n {target}\n{text}");
 
     // why -f: objects as they would be created, without creating them.
     let dir = tempfile::tempdir()?;
@@ -392,7 +391,7 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
     let output = tokio::process::Command::new("kubectl")
         .args(["initializer", "status", &name, "--kubeconfig"])
         .arg(kc)
-        .env("PATH", path)
+        .env("PATH", &path)
         .output()
         .await
         .context("failed to run kubectl (kubectl 1.32 is expected on PATH)")?;
@@ -403,6 +402,40 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
         stdout(&output),
         stderr(&output)
     );
+    // The transcript for the README: through kubectl, an object that was not injected.
+    for (object, namespace) in [
+        ("deployment/plain", &target),
+        ("deployment/elsewhere", &outside),
+    ] {
+        let output = tokio::process::Command::new("kubectl")
+            .args([
+                "initializer",
+                "why",
+                object,
+                "-n",
+                namespace,
+                "--kubeconfig",
+            ])
+            .arg(kc)
+            .env("PATH", &path)
+            .output()
+            .await
+            .context("failed to run kubectl")?;
+        ensure!(
+            output.status.success(),
+            "kubectl initializer why: {}",
+            stderr(&output)
+        );
+        ensure!(
+            stdout(&output).contains("NOT INTERCEPTED"),
+            "{}",
+            stdout(&output)
+        );
+        eprintln!(
+            "$ kubectl initializer why {object} -n {namespace}\n{}",
+            stdout(&output)
+        );
+    }
     Ok(())
 }
 
