@@ -197,6 +197,7 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
 
     // probe: one answer now, through the API server's service proxy.
     let probe = ok(kc, &["probe", &name]).await?;
+    eprintln!("$ kubectl initializer status\n{table}$ kubectl initializer probe {name}\n{probe}");
     ensure!(
         probe.contains(&format!("probe {name}: answered in ")),
         "{probe}"
