@@ -314,6 +314,10 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
     let text = ok(kc, &["why", "deployment/injected", "-n", &target]).await?;
     ensure!(text.contains("would be once registered again"), "{text}");
     ensure!(text.contains("spec.suspend is true"), "{text}");
+    // Suspended, the workload still runs: probe finds the Service the operator deploys.
+    let probe = json_of(&ok(kc, &["probe", &name, "-o", "json"]).await?)?;
+    ensure!(probe["ok"] == true, "probe while suspended: {probe}");
+    ensure!(probe["target"]["namespace"] == workload.as_str(), "{probe}");
     let again = ok(kc, &["suspend", &name]).await?;
     ensure!(again.contains("unchanged"), "{again}");
 
