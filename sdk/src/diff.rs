@@ -16,11 +16,8 @@ use serde_json::value::RawValue;
 /// The patch that turns the document `before` into the document `after`.
 pub(crate) fn diff_text(before: &str, after: &str) -> Result<Patch, serde_json::Error> {
     let mut ops = Vec::new();
-    if before != after {
-        let left: &RawValue = serde_json::from_str(before)?;
-        let right: &RawValue = serde_json::from_str(after)?;
-        diff_raw(left, right, &mut PointerBuf::new(), &mut ops)?;
-    }
+    // The texts are walked as they are: each level is validated as it is split into members.
+    diff_raw(before, after, &mut PointerBuf::new(), &mut ops)?;
     Ok(Patch(ops))
 }
 
@@ -53,12 +50,11 @@ fn first_byte(text: &str) -> Option<u8> {
 }
 
 fn diff_raw(
-    left: &RawValue,
-    right: &RawValue,
+    l: &str,
+    r: &str,
     path: &mut PointerBuf,
     ops: &mut Vec<PatchOperation>,
 ) -> Result<(), serde_json::Error> {
-    let (l, r) = (left.get(), right.get());
     // Identical text is an identical value: the common case, and the cheap one.
     if l == r {
         return Ok(());
@@ -90,7 +86,7 @@ fn diff_raw(
             for idx in 0..le.len().max(re.len()) {
                 path.push_back(idx - shift);
                 match (le.get(idx), re.get(idx)) {
-                    (Some(a), Some(b)) => diff_raw(a, b, path, ops)?,
+                    (Some(a), Some(b)) => diff_raw(a.get(), b.get(), path, ops)?,
                     (Some(_), None) => {
                         shift += 1;
                         ops.push(remove(path));
@@ -130,7 +126,7 @@ fn diff_members(
             }
             Some(Ordering::Equal) => {
                 path.push_back(rk);
-                diff_raw(left[i].1, rv, path, ops)?;
+                diff_raw(left[i].1.get(), rv.get(), path, ops)?;
                 path.pop_back();
                 i += 1;
                 j += 1;
