@@ -125,7 +125,13 @@ fn signal_group(pgid: i32, action: PodAction) -> anyhow::Result<()> {
         PodAction::Kill => Signal::KILL,
     };
     let pid = Pid::from_raw(pgid).with_context(|| format!("invalid process group {pgid}"))?;
-    kill_process_group(pid, signal).with_context(|| {
+    match kill_process_group(pid, signal) {
+        // A group that exited between reading the pod and signalling it (the liveness probe
+        // restarted the frozen container) has nothing left frozen: the thaw is done.
+        Err(rustix::io::Errno::SRCH) if action == PodAction::Thaw => return Ok(()),
+        result => result,
+    }
+    .with_context(|| {
         format!(
             "failed to send SIG{} to process group {pgid}",
             action.signal()
@@ -206,5 +212,33 @@ impl Backend for RealBackend {
             }
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process group id that existed and is gone: a reaped child's pid.
+    fn gone_group() -> i32 {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = i32::try_from(child.id()).expect("pid fits i32");
+        child.wait().expect("wait for true");
+        pid
+    }
+
+    #[test]
+    fn thawing_a_group_that_exited_is_done() {
+        signal_group(gone_group(), PodAction::Thaw).expect("nothing left frozen");
+    }
+
+    #[test]
+    fn freezing_or_killing_a_group_that_exited_fails() {
+        for action in [PodAction::Freeze, PodAction::Kill] {
+            let err = signal_group(gone_group(), action).expect_err("no such group");
+            assert!(format!("{err:#}").contains("process group"), "{err:#}");
+        }
     }
 }
