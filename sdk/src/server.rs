@@ -455,17 +455,28 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
 /// runtime down without waiting more than a second for handler threads still stuck past their
 /// budget: a hung handler must not keep the process alive after SIGTERM. For `main`.
 pub fn block_on<F: Future>(future: F) -> Result<F::Output, Error> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(webhook_workers(
-            std::thread::available_parallelism().map_or(1, usize::from),
-        ))
-        .enable_all()
-        .build()
-        .map_err(Error::Runtime)?;
+    let runtime = webhook_runtime()?;
     let output = runtime.block_on(future);
     runtime.shutdown_timeout(Duration::from_secs(1));
     Ok(output)
 }
+
+/// The runtime [`block_on`] drives: sized for a webhook.
+fn webhook_runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(webhook_workers(
+            std::thread::available_parallelism().map_or(1, usize::from),
+        ))
+        .max_blocking_threads(WEBHOOK_BLOCKING_THREADS)
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)
+}
+
+/// Most threads of the blocking pool, which only takes the handler runs that find no free
+/// worker slot (and the reload poll): each thread costs a stack and a malloc arena. Beyond it,
+/// runs wait in the pool's queue and the budget answers for them as for any slow handler.
+const WEBHOOK_BLOCKING_THREADS: usize = 4;
 
 /// Async workers for a webhook on `cpus` CPUs: one per CPU, and at least two, so that handlers
 /// can run as tasks on one worker while the other stays free for connections and timers (see
@@ -643,6 +654,53 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    #[test]
+    fn with_every_lane_hung_reviews_are_still_answered_at_the_budget() {
+        use k8s_openapi::api::core::v1::Pod;
+        let budget = Duration::from_millis(300);
+        let initializer = Arc::new(Initializer::new("hung").budget(budget).handle(
+            |pod: &mut Pod, _: &crate::Review| {
+                if pod.metadata.name.as_deref() == Some("stuck") {
+                    std::thread::sleep(Duration::from_secs(3));
+                }
+                Ok(())
+            },
+        ));
+        let stuck = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("stuck".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let body = crate::testing::review(&stuck).to_bytes();
+        let runtime = webhook_runtime().unwrap();
+        let start = std::time::Instant::now();
+        let answers = runtime.block_on(async {
+            // More hung runs than the worker slot and the blocking pool hold together.
+            let calls: Vec<_> = (0..WEBHOOK_BLOCKING_THREADS + 4)
+                .map(|_| {
+                    let (init, body) = (Arc::clone(&initializer), body.clone());
+                    tokio::spawn(async move { init.review_json(&body).await })
+                })
+                .collect();
+            let mut answers = Vec::new();
+            for call in calls {
+                answers.push(String::from_utf8(call.await.unwrap().unwrap()).unwrap());
+            }
+            answers
+        });
+        let elapsed = start.elapsed();
+        runtime.shutdown_timeout(Duration::from_millis(100));
+        assert!(
+            elapsed < budget + Duration::from_millis(1_500),
+            "answered after {elapsed:?}"
+        );
+        for answer in answers {
+            assert!(answer.contains("did not answer within"), "{answer}");
+        }
     }
 
     #[test]
