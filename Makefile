@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench
+.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane. Ctrl-C stops it
@@ -131,6 +131,17 @@ monitoring:
 ## chart-check: helm lint --strict, helm template, and every invalid values file refused naming its field
 chart-check: helm
 	tools/helm/check.sh
+
+## bench: the SDK's cost against a hand-written webhook, in one interleaved run (baseline, preset with
+## the same one-label work, sidecar): saturation, 1,000 req/s open loop, CPU per review, RSS, ratios
+bench:
+	$(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	target/release/initializer-bench --rounds 3 --seconds 4
+
+## profile: instructions per review of the preset initializer under callgrind (repeatable on a noisy machine)
+profile:
+	$(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	target/release/initializer-bench --profile preset --seconds 15
 
 ## docker-build: one image per binary, ghcr.io/initializer-dev/<binary>:<version>, and the bundle image
 DOCKER ?= docker
