@@ -75,30 +75,55 @@ impl RealBackend {
         // A container the liveness probe is restarting (stopping gracefully, then backing off)
         // has nothing running for a few seconds, as under the kubelet: wait for it to run again.
         let deadline = std::time::Instant::now() + RESTART_WAIT;
-        let groups = loop {
-            let pod = pods
-                .get(name)
-                .await
-                .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
-            let groups = process_groups(&pod);
-            // Nothing running has nothing frozen: a liveness probe may have restarted a frozen
-            // container meanwhile, as the kubelet does.
-            if !groups.is_empty() || action == PodAction::Thaw {
-                break groups;
+        loop {
+            let groups = loop {
+                let pod = pods
+                    .get(name)
+                    .await
+                    .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
+                let groups = process_groups(&pod);
+                // Nothing running has nothing frozen: a liveness probe may have restarted a
+                // frozen container meanwhile, as the kubelet does.
+                if !groups.is_empty() || action == PodAction::Thaw {
+                    break groups;
+                }
+                if std::time::Instant::now() > deadline {
+                    bail!(
+                        "failed to {} pod {namespace}/{name}: no container is running",
+                        action.verb()
+                    );
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            };
+            let mut gone = false;
+            for pgid in groups {
+                match signal_group(pgid, action) {
+                    Ok(Signalled::Sent) => {}
+                    // The container exited between reading the pod and signalling it (the
+                    // liveness probe restarting it): read the pod again for the new container.
+                    Ok(Signalled::Gone) => gone = true,
+                    Err(err) => {
+                        return Err(err).with_context(|| {
+                            format!("failed to {} pod {namespace}/{name}", action.verb())
+                        });
+                    }
+                }
             }
-            if std::time::Instant::now() > deadline {
+            // A thaw has nothing left to do for a group that is gone: a new container is not
+            // frozen.
+            let gone = gone && action != PodAction::Thaw;
+            if gone && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+            if gone {
                 bail!(
-                    "failed to {} pod {namespace}/{name}: no container is running",
+                    "failed to {} pod {namespace}/{name}: its containers kept exiting",
                     action.verb()
                 );
             }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        };
-        for pgid in groups {
-            signal_group(pgid, action)
-                .with_context(|| format!("failed to {} pod {namespace}/{name}", action.verb()))?;
+            return Ok(());
         }
-        Ok(())
     }
 }
 
@@ -117,7 +142,15 @@ pub fn process_groups(pod: &Pod) -> Vec<i32> {
         .collect()
 }
 
-fn signal_group(pgid: i32, action: PodAction) -> anyhow::Result<()> {
+/// Whether a signal reached its process group.
+#[derive(Debug, PartialEq, Eq)]
+enum Signalled {
+    Sent,
+    /// The group no longer exists.
+    Gone,
+}
+
+fn signal_group(pgid: i32, action: PodAction) -> anyhow::Result<Signalled> {
     use rustix::process::{Pid, Signal, kill_process_group};
     let signal = match action {
         PodAction::Freeze => Signal::STOP,
@@ -128,8 +161,9 @@ fn signal_group(pgid: i32, action: PodAction) -> anyhow::Result<()> {
     match kill_process_group(pid, signal) {
         // A group that exited between reading the pod and signalling it (the liveness probe
         // restarted the frozen container) has nothing left frozen: the thaw is done.
-        Err(rustix::io::Errno::SRCH) if action == PodAction::Thaw => return Ok(()),
-        result => result,
+        Ok(()) => Ok(Signalled::Sent),
+        Err(rustix::io::Errno::SRCH) => Ok(Signalled::Gone),
+        Err(err) => Err(err),
     }
     .with_context(|| {
         format!(
@@ -217,6 +251,8 @@ impl Backend for RealBackend {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::CommandExt;
+
     use super::*;
 
     /// A process group id that existed and is gone: a reaped child's pid.
@@ -230,15 +266,25 @@ mod tests {
     }
 
     #[test]
-    fn thawing_a_group_that_exited_is_done() {
-        signal_group(gone_group(), PodAction::Thaw).expect("nothing left frozen");
+    fn signalling_a_group_that_exited_says_it_is_gone() {
+        for action in [PodAction::Freeze, PodAction::Thaw, PodAction::Kill] {
+            let outcome = signal_group(gone_group(), action).expect("no error for a gone group");
+            assert_eq!(outcome, Signalled::Gone, "{action:?}");
+        }
     }
 
     #[test]
-    fn freezing_or_killing_a_group_that_exited_fails() {
-        for action in [PodAction::Freeze, PodAction::Kill] {
-            let err = signal_group(gone_group(), action).expect_err("no such group");
-            assert!(format!("{err:#}").contains("process group"), "{err:#}");
-        }
+    fn signalling_a_running_group_sends() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep");
+        let pgid = i32::try_from(child.id()).expect("pid fits i32");
+        assert_eq!(
+            signal_group(pgid, PodAction::Kill).unwrap(),
+            Signalled::Sent
+        );
+        child.wait().expect("wait for sleep");
     }
 }
