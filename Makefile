@@ -78,13 +78,9 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## generate: rewrite every generated file (CRD YAML, bundle)
-generate:
-	$(CARGO) run -q -p initializer-crds --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
+## generate: rewrite every generated file (what `make bundle` writes, and the API reference)
+generate: bundle
 	$(CARGO) run -q -p initializer-crds --bin apidoc > docs/api.md
-	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
-	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
-	$(CARGO) run -q -p initializer-operator -- monitoring
 
 ## verify-generated: fail when a committed generated file differs from what the code produces
 verify-generated:
@@ -109,8 +105,8 @@ verify-bundle:
 	tools/olm-validate/run.sh $(BUNDLE_DIR)
 	cd tools/olm-validate && go vet ./... && go test ./...
 
-## bundle: regenerate the OLM bundle (CRD from crdgen, CSV from the operator's definitions) and the
-## Helm chart generated from it
+## bundle: regenerate the OLM bundle (CRD from crdgen, CSV from the operator's definitions), the
+## Helm chart generated from it, and the monitoring files (rules and runbook) both carry
 BUNDLE_DIR := bundles/initializer-operator
 CHART_DIR := charts/initializer-operator
 bundle:
