@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rand::Rng;
 use serde_json::{Value, json};
 
 use crate::admission::{Admission, Attributes, Operation, Outcome, UserInfo};
+use crate::clock::now_rfc3339 as now;
 use crate::crd;
 use crate::decode;
 use crate::defaults;
@@ -16,6 +16,7 @@ use crate::error::ApiError;
 use crate::event;
 use crate::faults::Faults;
 use crate::fields::{self, ApplyRequest, Scope, Shape};
+use crate::ids::{name_suffix, new_uid};
 use crate::patch::{self, PatchKind};
 use crate::resource::{ResourceType, split_api_version};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -135,32 +136,6 @@ impl std::fmt::Debug for ApiServer {
             .field("store", &self.store)
             .finish_non_exhaustive()
     }
-}
-
-/// Now as `metav1.Time` (RFC 3339, seconds).
-pub fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
-/// A random version-4 UUID.
-pub fn new_uid() -> String {
-    let mut rng = rand::rng();
-    let a: u32 = rng.random();
-    let b: u16 = rng.random();
-    let c: u16 = rng.random::<u16>() & 0x0fff;
-    let d: u16 = (rng.random::<u16>() & 0x3fff) | 0x8000;
-    let e: u64 = rng.random::<u64>() & 0xffff_ffff_ffff;
-    format!("{a:08x}-{b:04x}-4{c:03x}-{d:04x}-{e:012x}")
-}
-
-fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
 }
 
 fn shape(rt: &ResourceType) -> Shape<'_> {
@@ -519,7 +494,7 @@ impl ApiServer {
         if !has_name {
             match md.get("generateName").and_then(Value::as_str) {
                 Some(prefix) if !prefix.is_empty() => {
-                    let name = format!("{prefix}{}", random_suffix());
+                    let name = format!("{prefix}{}", name_suffix());
                     md.insert("name".into(), json!(name));
                 }
                 _ => {
@@ -1605,13 +1580,6 @@ impl ClusterView for ApiServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn uids_look_like_uuids_and_differ() {
-        let a = new_uid();
-        assert_eq!(a.len(), 36);
-        assert_ne!(a, new_uid());
-    }
 
     #[test]
     fn continue_tokens_round_trip() {

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod apiserver;
 pub mod cel;
+pub mod clock;
 pub mod crd;
 pub mod decode;
 pub mod defaults;
@@ -17,6 +18,7 @@ pub mod faults;
 pub mod fields;
 pub mod gc;
 pub mod http;
+pub mod ids;
 pub mod patch;
 pub mod proxy;
 pub mod resource;

@@ -1,12 +1,22 @@
-//! Label and field selectors as the REST API parses them from `labelSelector` and
-//! `fieldSelector` query parameters, and `metav1.LabelSelector` objects as webhooks and PDBs
-//! carry them.
+//! The sandbox's one label-selector evaluator, and its field selectors: the string forms the
+//! REST API parses from `labelSelector` and `fieldSelector` query parameters, the
+//! `metav1.LabelSelector` objects webhooks and Deployments carry (validated as kube-apiserver's
+//! `LabelSelectorAsSelector` does), and Services' plain-map selectors.
+//!
+//! `kube::core::Selector` is not used: it has no parser for the string form and accepts
+//! requirements the API server refuses (`In` with an empty set, `Exists` with values).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as MetaLabelSelector;
 use serde_json::Value;
 
 use crate::error::ApiError;
+
+/// A selector the API server would have refused: an unknown operator or values that do not fit it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failed to parse label selector: {0}")]
+pub struct InvalidSelector(pub String);
 
 /// One requirement of a label selector.
 #[derive(Clone, Debug, PartialEq)]
@@ -105,44 +115,53 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
-    /// Builds a selector from a `metav1.LabelSelector` object; `None` for a malformed one.
-    pub fn from_object(sel: &Value) -> Option<Self> {
-        let mut reqs = Vec::new();
-        if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
-            for (k, v) in m {
-                reqs.push(Requirement::In(
-                    k.clone(),
-                    BTreeSet::from([v.as_str()?.to_string()]),
-                ));
-            }
+    /// Builds a selector from a `metav1.LabelSelector`; the empty selector selects everything.
+    pub fn from_meta(selector: &MetaLabelSelector) -> Result<Self, InvalidSelector> {
+        let mut reqs: Vec<Requirement> = selector
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| Requirement::In(k.clone(), BTreeSet::from([v.clone()])))
+            .collect();
+        for requirement in selector.match_expressions.iter().flatten() {
+            let key = requirement.key.clone();
+            let values: BTreeSet<String> = requirement.values.iter().flatten().cloned().collect();
+            reqs.push(match requirement.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(InvalidSelector(format!(
+                        "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty (key {key:?})"
+                    )));
+                }
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(InvalidSelector(format!(
+                        "values: Invalid value: {values:?}: values set must be empty for exists and does not exist (key {key:?})"
+                    )));
+                }
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::DoesNotExist(key),
+                other => {
+                    return Err(InvalidSelector(format!(
+                        "{other:?} is not a valid label selector operator"
+                    )));
+                }
+            });
         }
-        if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
-            for e in exprs {
-                let key = e.get("key")?.as_str()?.to_string();
-                let values: BTreeSet<String> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .map(|vs| {
-                        vs.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                reqs.push(match e.get("operator")?.as_str()? {
-                    "In" => Requirement::In(key, values),
-                    "NotIn" => Requirement::NotIn(key, values),
-                    "Exists" => Requirement::Exists(key),
-                    "DoesNotExist" => Requirement::DoesNotExist(key),
-                    _ => return None,
-                });
-            }
-        }
-        Some(LabelSelector(reqs))
+        Ok(LabelSelector(reqs))
+    }
+
+    /// Whether a label set satisfies every requirement.
+    pub fn matches_map(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.holds(|k| labels.get(k).map(String::as_str))
     }
 
     /// Whether the labels (a JSON map, or null) satisfy every requirement.
     pub fn matches(&self, labels: Option<&Value>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.holds(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    fn holds<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             Requirement::In(k, vs) => get(k).is_some_and(|v| vs.contains(v)),
             Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.contains(v)),
@@ -150,6 +169,34 @@ impl LabelSelector {
             Requirement::DoesNotExist(k) => get(k).is_none(),
         })
     }
+}
+
+/// Whether a `metav1.LabelSelector` selects an object carrying `labels`; the empty selector
+/// selects everything.
+pub fn selects(
+    selector: &MetaLabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, InvalidSelector> {
+    Ok(LabelSelector::from_meta(selector)?.matches_map(labels))
+}
+
+/// Whether a Service-style selector (a plain map; empty selects nothing) selects `labels`.
+pub fn map_selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The labels of an object given as JSON (`metadata.labels`); non-string values are skipped.
+pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A parsed field selector: `path=value`, `path==value`, `path!=value`, comma-separated.
@@ -198,8 +245,10 @@ impl FieldSelector {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn label_selector_supports_every_operator() {
@@ -218,15 +267,91 @@ mod tests {
         assert!(!sel.matches(None));
     }
 
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn expr(key: &str, op: &str, values: &[&str]) -> MetaLabelSelector {
+        MetaLabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: key.into(),
+                operator: op.into(),
+                values: (!values.is_empty())
+                    .then(|| values.iter().map(|v| (*v).to_owned()).collect()),
+            }]),
+            ..Default::default()
+        }
+    }
+
     #[test]
-    fn label_selector_object_form_matches_like_string_form() {
-        let sel = LabelSelector::from_object(&json!({
-            "matchLabels": {"a": "b"},
-            "matchExpressions": [{"key": "initializer.dev/excluded", "operator": "DoesNotExist"}]
-        }))
-        .unwrap();
-        assert!(sel.matches(Some(&json!({"a": "b"}))));
-        assert!(!sel.matches(Some(&json!({"a": "b", "initializer.dev/excluded": "true"}))));
+    fn object_form_matches_like_string_form() {
+        let sel = MetaLabelSelector {
+            match_labels: Some(labels(&[("a", "b")])),
+            ..expr("initializer.dev/excluded", "DoesNotExist", &[])
+        };
+        let parsed = LabelSelector::from_meta(&sel).unwrap();
+        assert_eq!(
+            parsed,
+            LabelSelector::parse("a=b,!initializer.dev/excluded").unwrap()
+        );
+        assert!(parsed.matches(Some(&json!({"a": "b"}))));
+        assert!(!parsed.matches(Some(&json!({"a": "b", "initializer.dev/excluded": "true"}))));
+    }
+
+    #[test]
+    fn empty_selector_selects_everything() {
+        assert!(selects(&MetaLabelSelector::default(), &labels(&[])).unwrap());
+        assert!(selects(&MetaLabelSelector::default(), &labels(&[("a", "b")])).unwrap());
+    }
+
+    #[test]
+    fn match_labels_needs_every_pair() {
+        let sel = MetaLabelSelector {
+            match_labels: Some(labels(&[("app", "web"), ("tier", "front")])),
+            ..Default::default()
+        };
+        let all = labels(&[("app", "web"), ("tier", "front"), ("x", "y")]);
+        assert!(selects(&sel, &all).unwrap());
+        assert!(!selects(&sel, &labels(&[("app", "web")])).unwrap());
+        assert!(!selects(&sel, &labels(&[("app", "web"), ("tier", "back")])).unwrap());
+    }
+
+    #[test]
+    fn operators_follow_kubernetes_semantics() {
+        let l = labels(&[("env", "prod")]);
+        assert!(selects(&expr("env", "In", &["prod", "dev"]), &l).unwrap());
+        assert!(!selects(&expr("env", "In", &["dev"]), &l).unwrap());
+        assert!(!selects(&expr("env", "NotIn", &["prod"]), &l).unwrap());
+        assert!(selects(&expr("other", "NotIn", &["prod"]), &l).unwrap());
+        assert!(selects(&expr("env", "Exists", &[]), &l).unwrap());
+        assert!(!selects(&expr("env", "DoesNotExist", &[]), &l).unwrap());
+        assert!(selects(&expr("initializer.dev/excluded", "DoesNotExist", &[]), &l).unwrap());
+    }
+
+    #[test]
+    fn malformed_object_selectors_are_errors() {
+        assert!(selects(&expr("env", "Like", &["x"]), &labels(&[])).is_err());
+        assert!(selects(&expr("env", "In", &[]), &labels(&[])).is_err());
+        assert!(selects(&expr("env", "Exists", &["x"]), &labels(&[])).is_err());
+    }
+
+    #[test]
+    fn service_selector_that_is_empty_selects_nothing() {
+        assert!(!map_selects(&labels(&[]), &labels(&[("a", "b")])));
+        assert!(map_selects(
+            &labels(&[("a", "b")]),
+            &labels(&[("a", "b"), ("c", "d")])
+        ));
+    }
+
+    #[test]
+    fn labels_are_read_from_metadata() {
+        let obj = json!({"metadata": {"labels": {"a": "b", "n": 1}}});
+        assert_eq!(labels_of(&obj), labels(&[("a", "b")]));
+        assert!(labels_of(&json!({})).is_empty());
     }
 
     #[test]

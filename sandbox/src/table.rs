@@ -73,9 +73,7 @@ fn age(obj: &Value) -> Value {
         return json!("<unknown>");
     };
     match ts.parse::<jiff::Timestamp>() {
-        Ok(t) => json!(human_duration(
-            jiff::Timestamp::now().as_second() - t.as_second()
-        )),
+        Ok(t) => json!(human_duration(crate::clock::seconds_since(t))),
         Err(_) => json!("<unknown>"),
     }
 }
@@ -86,9 +84,7 @@ fn cell(obj: &Value, c: &Column) -> Value {
     };
     match c.type_.as_str() {
         "date" => match v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok()) {
-            Some(t) => json!(human_duration(
-                jiff::Timestamp::now().as_second() - t.as_second()
-            )),
+            Some(t) => json!(human_duration(crate::clock::seconds_since(t))),
             None => v.clone(),
         },
         "integer" | "number" | "boolean" => v.clone(),
@@ -310,9 +306,7 @@ fn row(cells: Vec<Value>, obj: &Value, include: &str) -> Value {
 
 fn since(ts: Option<&Value>) -> Option<String> {
     let t = ts?.as_str()?.parse::<jiff::Timestamp>().ok()?;
-    Some(human_duration(
-        jiff::Timestamp::now().as_second() - t.as_second(),
-    ))
+    Some(human_duration(crate::clock::seconds_since(t)))
 }
 
 /// Events' columns, as kube-apiserver prints them for both Event APIs: Last Seen, Type, Reason,

@@ -24,7 +24,6 @@
 pub mod call;
 pub mod review;
 pub mod rules;
-pub mod selector;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -35,6 +34,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
+use crate::selector;
 use crate::view::{ClusterView, ResourceRef};
 use rules::MatchPolicy;
 
@@ -222,20 +222,6 @@ where
     hooks
 }
 
-/// A request-unique id shaped like a UUID.
-fn new_uid() -> String {
-    let n: u128 = rand::random();
-    let h = format!("{n:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 /// Why a webhook was not simply allowed.
 enum Stop {
     /// Reject the request with this status.
@@ -259,7 +245,7 @@ impl Admission {
                 warnings: Vec::new(),
             };
         }
-        let uid = new_uid();
+        let uid = crate::ids::new_uid();
         let mut run = Run {
             view,
             attrs: &attrs,
@@ -333,13 +319,13 @@ impl Run<'_> {
         let selector_error =
             |e: selector::InvalidSelector| Stop::Deny(review::internal_error(&e.to_string()));
         if let Some(labels) = self.namespace_labels()
-            && !selector::matches(&hook.namespace_selector, &labels).map_err(selector_error)?
+            && !selector::selects(&hook.namespace_selector, &labels).map_err(selector_error)?
         {
             return Ok(false);
         }
         let object_matches = |obj: Option<&Value>| -> Result<bool, Stop> {
             match obj {
-                Some(o) => selector::matches(&hook.object_selector, &selector::labels_of(o))
+                Some(o) => selector::selects(&hook.object_selector, &selector::labels_of(o))
                     .map_err(selector_error),
                 None => Ok(false),
             }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::cache::Caches;
-use crate::admission::selector;
+use crate::selector;
 
 /// The label that ties a pod to its template.
 pub const TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
@@ -297,7 +297,7 @@ pub fn status(
             .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
             .cloned()
     };
-    let now_s = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let now_s = crate::clock::rfc3339(now);
     let progressed = [
         "replicas",
         "updatedReplicas",
@@ -532,7 +532,7 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                     .unwrap_or_default();
                 let labels: BTreeMap<String, String> =
                     p.metadata.labels.clone().unwrap_or_default();
-                selector::matches(&sel, &labels).unwrap_or(false)
+                selector::selects(&sel, &labels).unwrap_or(false)
             };
             let active: Vec<Arc<Pod>> = owned
                 .iter()
@@ -620,7 +620,7 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 &deploy,
                 &active,
                 failures.get(&uid).map(String::as_str),
-                jiff::Timestamp::now(),
+                crate::clock::now(),
             );
             let stored = deploy
                 .status

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::NODE_NAME;
 use super::cache::Caches;
-use crate::admission::selector;
 use crate::proxy::SERVICE_NAME_LABEL;
+use crate::selector;
 
 /// `endpointslice.kubernetes.io/managed-by`.
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
