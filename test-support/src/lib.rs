@@ -1,0 +1,28 @@
+//! initializer-test-support: what the workspace's tests share, in one place instead of a copy
+//! per test directory.
+//!
+//! - [`pki`]: a test CA that issues serving certificates, and a CA-plus-certificate pair.
+//! - [`wait`]: polling with a deadline: [`wait::eventually`] (a bool), [`wait::wait_for`] (a value,
+//!   panics naming what it waited for), [`wait::until`] (an error with the last observation).
+//! - [`api`]: raw requests through a kube client and the code of an API error.
+//! - [`init_test_tracing`]: test logging through the workspace's one tracing setup.
+//!
+//! Only tests and the e2e harness (test tooling itself) depend on this crate: no shipped crate
+//! may, outside `[dev-dependencies]`. Its helpers panic with a message where a test would
+//! otherwise unwrap, so a failed fixture names what failed.
+
+pub mod api;
+pub mod pki;
+pub mod wait;
+
+pub use pki::{TestCa, TestPki};
+pub use wait::{eventually, wait_for, wait_until};
+
+/// Installs test logging on stderr, filtered by the variable `var` (default `off`), unless a
+/// subscriber is installed already. The harnesses use `E2E_LOG`.
+pub fn init_test_tracing(var: &'static str) {
+    initializer_telemetry::Logging::new()
+        .filter(var, "off")
+        .stderr()
+        .init();
+}

@@ -1,0 +1,158 @@
+//! Test certificates: a CA that issues serving certificates for given names, and the
+//! CA-plus-serving-certificate pair a TLS server test needs.
+//!
+//! Failures panic: a test without its certificates cannot go on, and the message says which
+//! step failed.
+#![allow(clippy::expect_used)]
+
+use std::path::Path;
+
+use base64::Engine as _;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+
+/// A certificate authority for tests.
+pub struct TestCa {
+    /// The CA certificate (PEM), what clients trust.
+    pub pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl TestCa {
+    /// A new CA whose common name is `name`.
+    pub fn new(name: &str) -> Self {
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).expect("failed to prepare the test CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().expect("failed to generate the test CA's key");
+        let cert = params
+            .self_signed(&key)
+            .expect("failed to self-sign the test CA");
+        Self {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A serving certificate and its key (both PEM) for `names`, signed by this CA.
+    pub fn issue(&self, names: &[&str]) -> (String, String) {
+        self.issue_named(names, None)
+    }
+
+    /// [`TestCa::issue`] with a subject common name.
+    pub fn issue_named(&self, names: &[&str], common_name: Option<&str>) -> (String, String) {
+        let mut params = CertificateParams::new(owned(names))
+            .expect("failed to prepare a test serving certificate");
+        if let Some(cn) = common_name {
+            params.distinguished_name.push(DnType::CommonName, cn);
+        }
+        let key = KeyPair::generate().expect("failed to generate a test serving key");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("failed to sign a test serving certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// The CA certificate base64-encoded, as a webhook configuration's `caBundle`.
+    pub fn bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.pem)
+    }
+}
+
+/// A CA and a serving certificate for `127.0.0.1` and `localhost` signed by it.
+pub struct TestPki {
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+    /// The serving certificate (PEM).
+    pub cert_pem: String,
+    /// The serving key (PEM).
+    pub key_pem: String,
+}
+
+impl TestPki {
+    /// A CA named "`common_name` CA" and a certificate named `common_name` for the loopback.
+    pub fn new(common_name: &str) -> Self {
+        let ca = TestCa::new(&format!("{common_name} CA"));
+        let (cert_pem, key_pem) = ca.issue_named(&["127.0.0.1", "localhost"], Some(common_name));
+        Self {
+            ca_pem: ca.pem,
+            cert_pem,
+            key_pem,
+        }
+    }
+
+    /// Writes `tls.crt` and `tls.key` into `dir`, key first (as a rotation might).
+    pub fn write(&self, dir: &Path) {
+        std::fs::write(dir.join("tls.key"), &self.key_pem).expect("failed to write tls.key");
+        std::fs::write(dir.join("tls.crt"), &self.cert_pem).expect("failed to write tls.crt");
+    }
+}
+
+/// A self-signed certificate and its key (both PEM) for `names`, with no CA behind it.
+pub fn self_signed(names: &[&str]) -> (String, String) {
+    let key = KeyPair::generate().expect("failed to generate a self-signed test key");
+    let cert = CertificateParams::new(owned(names))
+        .expect("failed to prepare a self-signed test certificate")
+        .self_signed(&key)
+        .expect("failed to self-sign a test certificate");
+    (cert.pem(), key.serialize_pem())
+}
+
+fn owned(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subject_alt_names(pem: &str) -> String {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).expect("parse PEM");
+        let cert = pem.parse_x509().expect("parse certificate");
+        let names = cert
+            .subject_alternative_name()
+            .expect("valid extensions")
+            .expect("a subjectAltName");
+        format!("{:?}", names.value.general_names)
+    }
+
+    #[test]
+    fn issued_certificates_name_the_requested_hosts() {
+        let ca = TestCa::new("test");
+        let (cert, key) = ca.issue(&["svc.ns.svc", "127.0.0.1"]);
+        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(key.contains("PRIVATE KEY"));
+        let names = subject_alt_names(&cert);
+        assert!(
+            names.contains("svc.ns.svc") && names.contains("[127, 0, 0, 1]"),
+            "{names}"
+        );
+    }
+
+    #[test]
+    fn the_bundle_is_the_ca_certificate_in_base64() {
+        let ca = TestCa::new("test");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(ca.bundle())
+            .expect("base64");
+        assert_eq!(decoded, ca.pem.as_bytes());
+    }
+
+    #[test]
+    fn the_pki_serves_the_loopback_and_writes_key_and_certificate() {
+        let pki = TestPki::new("server");
+        assert_ne!(pki.ca_pem, pki.cert_pem);
+        let names = subject_alt_names(&pki.cert_pem);
+        assert!(names.contains("localhost"), "{names}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        pki.write(dir.path());
+        let written = std::fs::read_to_string(dir.path().join("tls.crt")).expect("read tls.crt");
+        assert_eq!(written, pki.cert_pem);
+    }
+
+    #[test]
+    fn self_signed_certificates_carry_their_names() {
+        let (cert, _) = self_signed(&["secure.apps.svc"]);
+        assert!(subject_alt_names(&cert).contains("secure.apps.svc"));
+    }
+}
