@@ -128,6 +128,15 @@ impl ApiError {
         ApiError::new(400, "BadRequest", message)
     }
 
+    /// 404 NotFound for a URL that names no served resource, subresource or route.
+    pub fn no_such_resource() -> Self {
+        ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         ApiError::new(405, "MethodNotAllowed", message)

@@ -227,13 +227,7 @@ impl ApiServer {
             .registry()
             .get(group, version, plural)
             .cloned()
-            .ok_or_else(|| {
-                ApiError::new(
-                    404,
-                    "NotFound",
-                    "the server could not find the requested resource",
-                )
-            })
+            .ok_or_else(ApiError::no_such_resource)
     }
 
     /// Where objects of `rt` are stored: by group and plural (all versions share storage, and

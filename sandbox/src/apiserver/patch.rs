@@ -63,11 +63,7 @@ impl ApiServer {
             ));
         }
         if !sub.is_empty() && sub != "status" {
-            return Err(ApiError::new(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-            ));
+            return Err(ApiError::no_such_resource());
         }
         // Conflicts from concurrent writers are retried, as the real server does for patches.
         let mut attempts = 0;
