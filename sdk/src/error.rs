@@ -48,10 +48,10 @@ pub enum Error {
     /// Installing the termination signal handlers failed.
     #[error("failed to install the signal handlers: {0}")]
     Signal(#[source] std::io::Error),
-    /// Serializing or deserializing JSON failed (testing helpers, client).
+    /// Serializing or deserializing JSON failed (in the testing helpers).
     #[error("failed to encode or decode JSON: {0}")]
     Json(#[from] serde_json::Error),
-    /// An HTTPS request made by the client helper failed.
+    /// A review sent by the testing helpers could not be sent or its answer not read.
     #[error("failed to send the request to {url}: {message}")]
     Request {
         /// Where the request went.

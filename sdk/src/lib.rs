@@ -103,7 +103,6 @@
 
 #![warn(missing_docs)]
 
-pub mod client;
 pub mod config;
 mod conn;
 mod diff;
@@ -114,7 +113,6 @@ pub mod gate;
 mod handler;
 mod initializer;
 mod lane;
-pub mod load;
 pub mod metrics;
 pub mod mutate;
 mod reload;

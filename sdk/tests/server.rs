@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{TestPki, eventually};
+use initializer_load::client::{ClientError, Connection, Trust, connector};
 use k8s_openapi::api::core::v1::{Container, Pod};
-use kube_initializer::client::{Connection, Trust, connector};
 use kube_initializer::mutate::{self, PodSpecHolder};
 use kube_initializer::testing::review;
 use kube_initializer::{Denial, Initializer, Review, ServeArgs, Server};
@@ -70,7 +70,7 @@ async fn start(tls: &Path, config: &Path) -> Server {
         .unwrap()
 }
 
-async fn connect(server: &Server, ca_pem: &str) -> kube_initializer::Result<Connection> {
+async fn connect(server: &Server, ca_pem: &str) -> Result<Connection, ClientError> {
     let url = format!(
         "https://127.0.0.1:{}/initialize",
         server.local_addr().port()

@@ -2,7 +2,7 @@
 //! assertions): the in-process path step by step, then the full server over HTTPS on loopback
 //! under load.
 //!
-//! `cargo bench -p sidecar-initializer --bench admission` (set `BENCH_SECONDS` to change the
+//! `cargo bench -p initializer-load --bench admission` (set `BENCH_SECONDS` to change the
 //! length of each load run, default 10).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -12,13 +12,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use initializer_load::client::Trust;
+use initializer_load::load::{LoadSpec, run};
 use k8s_openapi::api::core::v1::Pod;
-use kube_initializer::client::Trust;
-use kube_initializer::load::{LoadSpec, run};
 use kube_initializer::mutate::{self, PodSpecHolder};
-use kube_initializer::testing::{Tester, review, tutorial};
+use kube_initializer::testing::{Tester, review};
 use kube_initializer::{Response, ServeArgs};
 use serde_json::Value;
+use sidecar_initializer::tutorial;
 use sidecar_initializer::{SidecarConfig, initializer};
 
 fn per_op(label: &str, iterations: u32, mut f: impl FnMut()) {

@@ -108,7 +108,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use base64::Engine as _;
-    use kube_initializer::testing::{review, tutorial};
+    use kube_initializer::testing::review;
+    use sidecar_initializer::tutorial;
 
     fn answer(body: &[u8]) -> serde_json::Value {
         let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).unwrap();

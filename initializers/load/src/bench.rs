@@ -22,11 +22,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Parser;
+use initializer_load::client::{Connection, Trust, connector};
+use initializer_load::load::{LoadSpec, run};
 use initializer_load::report::{Measure, Results, turn_order};
 use initializer_load::{baseline, proc};
-use kube_initializer::client::{Connection, Trust, connector};
-use kube_initializer::load::{LoadSpec, run};
-use kube_initializer::testing::{review, tutorial};
+use kube_initializer::testing::review;
+use sidecar_initializer::tutorial;
 
 /// The servers this benchmark knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

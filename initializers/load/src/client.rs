@@ -1,6 +1,6 @@
 //! A small HTTPS client for admission endpoints: one keep-alive HTTP/1.1 connection, trusting a
-//! given CA (there is no way to skip verification). Used by the socket-level tests and by the
-//! load generator.
+//! given CA (there is no way to skip verification). Used by the load generator, the benchmarks
+//! and the SDK's socket-level tests.
 
 use std::sync::Arc;
 
@@ -12,7 +12,24 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::error::Error;
+/// What failed while connecting to or requesting from an endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TLS client configuration could not be built.
+    #[error("failed to build the TLS client configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    /// The CA PEM could not be parsed.
+    #[error("failed to parse the CA certificates: {0}")]
+    Ca(String),
+    /// The URL, connection, handshake or request failed.
+    #[error("failed to send the request to {url}: {message}")]
+    Request {
+        /// Where the request went.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+}
 
 /// Whom the client trusts.
 #[derive(Clone, Debug)]
@@ -23,7 +40,7 @@ pub enum Trust {
 
 /// A parsed `https://host:port/path` URL.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub struct Endpoint {
     /// Host name or IP, used for SNI and verification.
     pub host: String,
     /// Port (443 by default).
@@ -32,10 +49,10 @@ pub struct Target {
     pub path: String,
 }
 
-impl Target {
+impl Endpoint {
     /// Parse an `https://` URL.
-    pub fn parse(url: &str) -> Result<Self, Error> {
-        let fail = |m: &str| Error::Request {
+    pub fn parse(url: &str) -> Result<Self, ClientError> {
+        let fail = |m: &str| ClientError::Request {
             url: url.to_owned(),
             message: m.to_owned(),
         };
@@ -70,19 +87,15 @@ impl Target {
 }
 
 /// Build a TLS connector for `trust`.
-pub fn connector(trust: &Trust) -> Result<TlsConnector, Error> {
+pub fn connector(trust: &Trust) -> Result<TlsConnector, ClientError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(Error::BuildTls)?;
+        .with_safe_default_protocol_versions()?;
     let Trust::CaPem(pem) = trust;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &pem[..]) {
-        let cert = cert.map_err(|e| Error::LoadTls {
-            dir: "CA".into(),
-            message: e.to_string(),
-        })?;
-        roots.add(cert).map_err(Error::BuildTls)?;
+        let cert = cert.map_err(|e| ClientError::Ca(e.to_string()))?;
+        roots.add(cert)?;
     }
     let config = builder.with_root_certificates(roots).with_no_client_auth();
     Ok(TlsConnector::from(Arc::new(config)))
@@ -91,7 +104,7 @@ pub fn connector(trust: &Trust) -> Result<TlsConnector, Error> {
 /// One keep-alive connection to an endpoint.
 pub struct Connection {
     url: String,
-    target: Target,
+    endpoint: Endpoint,
     sender: http1::SendRequest<Full<Bytes>>,
     peer_certificate: Option<CertificateDer<'static>>,
 }
@@ -115,18 +128,18 @@ pub struct Reply {
 
 impl Connection {
     /// Connect (TCP, TLS, HTTP/1.1 handshake) to `url`.
-    pub async fn open(url: &str, connector: &TlsConnector) -> Result<Self, Error> {
-        let fail = |m: String| Error::Request {
+    pub async fn open(url: &str, connector: &TlsConnector) -> Result<Self, ClientError> {
+        let fail = |m: String| ClientError::Request {
             url: url.to_owned(),
             message: m,
         };
-        let target = Target::parse(url)?;
-        let tcp = TcpStream::connect((target.host.as_str(), target.port))
+        let endpoint = Endpoint::parse(url)?;
+        let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
             .await
             .map_err(|e| fail(format!("failed to connect: {e}")))?;
         tcp.set_nodelay(true)
             .map_err(|e| fail(format!("failed to set TCP_NODELAY: {e}")))?;
-        let name = ServerName::try_from(target.host.clone())
+        let name = ServerName::try_from(endpoint.host.clone())
             .map_err(|e| fail(format!("failed to use the host as a server name: {e}")))?;
         let tls = connector
             .connect(name, tcp)
@@ -148,7 +161,7 @@ impl Connection {
         });
         Ok(Self {
             url: url.to_owned(),
-            target,
+            endpoint,
             sender,
             peer_certificate,
         })
@@ -165,18 +178,18 @@ impl Connection {
         method: &str,
         path: Option<&str>,
         body: Bytes,
-    ) -> Result<Reply, Error> {
-        let fail = |m: String| Error::Request {
+    ) -> Result<Reply, ClientError> {
+        let fail = |m: String| ClientError::Request {
             url: self.url.clone(),
             message: m,
         };
-        let path = path.unwrap_or(&self.target.path);
+        let path = path.unwrap_or(&self.endpoint.path);
         let request = http::Request::builder()
             .method(method)
             .uri(path)
             .header(
                 http::header::HOST,
-                format!("{}:{}", self.target.host, self.target.port),
+                format!("{}:{}", self.endpoint.host, self.endpoint.port),
             )
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))
@@ -201,7 +214,7 @@ impl Connection {
     }
 
     /// POST `body` to the URL's path.
-    pub async fn post(&mut self, body: Bytes) -> Result<Reply, Error> {
+    pub async fn post(&mut self, body: Bytes) -> Result<Reply, ClientError> {
         self.request("POST", None, body).await
     }
 }
@@ -212,19 +225,19 @@ mod tests {
 
     #[test]
     fn urls_parse_into_host_port_and_path() {
-        let t = Target::parse("https://127.0.0.1:8443/initialize").unwrap();
+        let t = Endpoint::parse("https://127.0.0.1:8443/initialize").unwrap();
         assert_eq!(
             (t.host.as_str(), t.port, t.path.as_str()),
             ("127.0.0.1", 8443, "/initialize")
         );
-        let t = Target::parse("https://example.com").unwrap();
+        let t = Endpoint::parse("https://example.com").unwrap();
         assert_eq!(
             (t.host.as_str(), t.port, t.path.as_str()),
             ("example.com", 443, "/")
         );
-        let t = Target::parse("https://[::1]:9443/x").unwrap();
+        let t = Endpoint::parse("https://[::1]:9443/x").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 9443));
-        assert!(Target::parse("http://x").is_err());
-        assert!(Target::parse("https://x:notaport/").is_err());
+        assert!(Endpoint::parse("http://x").is_err());
+        assert!(Endpoint::parse("https://x:notaport/").is_err());
     }
 }

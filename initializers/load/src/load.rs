@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::client::{Connection, Trust, connector};
-use crate::error::Error;
+use crate::client::{ClientError, Connection, Trust, connector};
 
 /// How to load the endpoint.
 #[derive(Clone, Debug)]
@@ -85,7 +84,7 @@ struct WorkerResult {
 }
 
 /// Run the load and report; needs a multi-threaded tokio runtime to be meaningful.
-pub async fn run(spec: &LoadSpec) -> Result<Report, Error> {
+pub async fn run(spec: &LoadSpec) -> Result<Report, ClientError> {
     let tls = connector(&spec.trust)?;
     let connections = spec.connections.max(1);
     // Open every connection first, so handshakes are not measured.
@@ -182,7 +181,7 @@ pub async fn run(spec: &LoadSpec) -> Result<Report, Error> {
         first_error: None,
     };
     for task in tasks {
-        let r = task.await.map_err(|e| Error::Request {
+        let r = task.await.map_err(|e| ClientError::Request {
             url: spec.url.clone(),
             message: format!("failed to join a load worker: {e}"),
         })?;

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
-use kube_initializer::client::Trust;
-use kube_initializer::load::{LoadSpec, run};
-use kube_initializer::testing::{review, tutorial};
+use initializer_load::client::Trust;
+use initializer_load::load::{LoadSpec, run};
+use kube_initializer::testing::review;
+use sidecar_initializer::tutorial;
 
 /// Load an admission endpoint and report throughput and latency.
 #[derive(Debug, Parser)]

@@ -7,8 +7,9 @@ use initializer_crds::PresetConfig;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube_initializer::mutate;
-use kube_initializer::testing::{Tester, review, tutorial};
+use kube_initializer::testing::{Tester, review};
 use preset_initializer::initializer;
+use sidecar_initializer::tutorial;
 
 const PRESET: &str = "
 inject:

@@ -5,8 +5,9 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube_initializer::mutate;
-use kube_initializer::testing::{Tester, review, tutorial};
+use kube_initializer::testing::{Tester, review};
 use proxy_initializer::{DEFAULT_ANNOTATION, ProxyConfig, initializer};
+use sidecar_initializer::tutorial;
 
 fn tester() -> Tester {
     Tester::new(initializer().config(ProxyConfig::default()))

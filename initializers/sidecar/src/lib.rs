@@ -13,6 +13,8 @@
 //! With `--annotation initializer.kubernetes.io/sidecar --require-annotation` only objects
 //! carrying the annotation are touched (the SDK applies the gate before the handler runs).
 
+pub mod tutorial;
+
 use k8s_openapi::api::core::v1::{Container, Volume};
 use kube_initializer::mutate::{self, PodSpecHolder};
 use kube_initializer::{Denial, Initialize, Initializer, Review};

@@ -5,8 +5,9 @@
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube_initializer::testing::{Tester, review, tutorial};
+use kube_initializer::testing::{Tester, review};
 use kube_initializer::{AnnotationGate, ServeArgs};
+use sidecar_initializer::tutorial;
 use sidecar_initializer::{SidecarConfig, initializer};
 
 fn config() -> SidecarConfig {

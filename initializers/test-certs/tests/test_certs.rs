@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use kube_initializer::testing::{Tester, review, tutorial};
+use kube_initializer::testing::{Tester, review};
+use sidecar_initializer::tutorial;
 use test_certs_initializer::{TestCerts, TestCertsConfig, initializer};
 
 fn mounts(c: &Container) -> Vec<String> {

@@ -1,0 +1,126 @@
+//! The objects of the sidecar tutorial this crate implements (its ConfigMap, the `nginx`
+//! Deployments with and without the gate annotation, and a pod as the ReplicaSet creates it),
+//! written for `apps/v1` (which requires a `selector`). The tests of every initializer and the
+//! load generator's default review use them.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+
+/// The `config` value of the `sidecar-initializer` ConfigMap.
+pub const SIDECAR_CONFIG: &str = "\
+containers:
+- name: sidecar-nginx
+  image: nginx:1.8.1
+  imagePullPolicy: IfNotPresent
+";
+
+/// The `nginx` Deployment without annotation.
+pub const NGINX_DEPLOYMENT: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  labels:
+    app: nginx
+  name: nginx
+  namespace: default
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+      name: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.8.1
+        imagePullPolicy: IfNotPresent
+        ports:
+        - containerPort: 80
+";
+
+/// The `nginx-with-annotation` Deployment.
+pub const NGINX_WITH_ANNOTATION: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  annotations:
+    initializer.kubernetes.io/sidecar: \"true\"
+  labels:
+    app: nginx
+    envoy: \"true\"
+  name: nginx-with-annotation
+  namespace: default
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+        envoy: \"true\"
+      name: nginx-with-annotation
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.8.1
+        imagePullPolicy: IfNotPresent
+        ports:
+        - containerPort: 80
+";
+
+/// The annotation the tutorial's sidecar initializer is gated on.
+pub const SIDECAR_ANNOTATION: &str = "initializer.kubernetes.io/sidecar";
+
+fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+    // Compiled-in fixtures: a parse failure is a bug in this file, caught by its tests.
+    serde_yaml::from_str(yaml).unwrap_or_else(|e| unreachable!("tutorial fixture: {e}"))
+}
+
+/// The `nginx` Deployment.
+pub fn nginx_deployment() -> Deployment {
+    parse(NGINX_DEPLOYMENT)
+}
+
+/// The `nginx-with-annotation` Deployment.
+pub fn nginx_with_annotation() -> Deployment {
+    parse(NGINX_WITH_ANNOTATION)
+}
+
+/// A pod of the `nginx` Deployment, as its ReplicaSet creates it.
+pub fn nginx_pod() -> Pod {
+    let deployment = nginx_deployment();
+    let template = deployment.spec.map(|s| s.template).unwrap_or_default();
+    let mut metadata = template.metadata.unwrap_or_default();
+    metadata.name = None;
+    metadata.generate_name = Some("nginx-f5f94b64-".into());
+    metadata.namespace = Some("default".into());
+    Pod {
+        metadata,
+        spec: template.spec,
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tutorial_fixtures_parse() {
+        assert_eq!(nginx_deployment().metadata.name.as_deref(), Some("nginx"));
+        let annotated = nginx_with_annotation();
+        assert_eq!(
+            annotated.metadata.annotations.unwrap()[SIDECAR_ANNOTATION],
+            "true"
+        );
+        assert_eq!(nginx_pod().spec.unwrap().containers[0].name, "nginx");
+        let config: serde_yaml::Value = serde_yaml::from_str(SIDECAR_CONFIG).unwrap();
+        assert_eq!(config["containers"][0]["name"], "sidecar-nginx");
+    }
+}
