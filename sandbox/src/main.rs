@@ -138,12 +138,7 @@ async fn control(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    initializer_telemetry::Logging::new().stderr().init();
     let cli = Cli::parse();
     match cli.command {
         Command::Up {

@@ -175,16 +175,20 @@ async fn faults_are_programmable_over_https() {
         Some("application/json"),
         Some(json!({"verb": "list", "resource": "configmaps", "action": {"type": "error", "code": 500}})),
     )
-    .await;
+    .await.unwrap();
     assert_eq!(code, 201, "{body}");
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     assert_eq!(
         api_code(&cms.list(&ListParams::default()).await.unwrap_err()).0,
         500
     );
-    let (_, rules) = raw(&client, "GET", "/sandbox/v1/faults", None, None, None).await;
+    let (_, rules) = raw(&client, "GET", "/sandbox/v1/faults", None, None, None)
+        .await
+        .unwrap();
     assert_eq!(rules["rules"].as_array().unwrap().len(), 1);
-    let (code, _) = raw(&client, "DELETE", "/sandbox/v1/faults", None, None, None).await;
+    let (code, _) = raw(&client, "DELETE", "/sandbox/v1/faults", None, None, None)
+        .await
+        .unwrap();
     assert_eq!(code, 200);
     assert!(cms.list(&ListParams::default()).await.is_ok());
 }

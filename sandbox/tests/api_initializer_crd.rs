@@ -130,7 +130,8 @@ async fn the_table_shows_the_initializer_printer_columns() {
         None,
         None,
     )
-    .await;
+    .await
+    .unwrap();
     assert_eq!(code, 200, "{table}");
     let cols: Vec<&str> = table["columnDefinitions"]
         .as_array()

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use base64::Engine as _;
+use initializer_test_support::pki::self_signed;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams};
@@ -309,15 +310,6 @@ async fn rolling_update_replaces_every_pod_without_losing_availability() {
     }
     assert_eq!(after.len(), 2);
     env.stop().await;
-}
-
-fn self_signed(names: &[&str]) -> (String, String) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params =
-        rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-            .unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), key.serialize_pem())
 }
 
 #[tokio::test]

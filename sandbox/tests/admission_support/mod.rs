@@ -1,7 +1,7 @@
-//! Test helpers for admission: a CA that issues serving certificates, a small HTTPS admission
-//! webhook server with a scripted handler, and an in-memory `ClusterView`.
+//! Test helpers for admission: a small HTTPS admission webhook server with a scripted handler
+//! (its certificates from `initializer-test-support`'s CA), and an in-memory `ClusterView`.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,45 +13,10 @@ use base64::Engine as _;
 use http_body_util::BodyExt as _;
 use hyper_util::rt::TokioIo;
 use initializer_sandbox::view::{ClusterView, ResourceRef};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::{Value, json};
 
-/// A certificate authority for tests.
-pub struct Ca {
-    pub pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Self {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A serving certificate and key (PEM) for `names`.
-    pub fn issue(&self, names: &[&str]) -> (String, String) {
-        let params =
-            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-                .unwrap();
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-
-    /// The `caBundle` value for a webhook configuration.
-    pub fn bundle(&self) -> String {
-        base64::engine::general_purpose::STANDARD.encode(&self.pem)
-    }
-}
+/// The test CA of every test crate, under the name these tests use.
+pub use initializer_test_support::TestCa as Ca;
 
 /// What the scripted webhook answers for one review: the `response` object and a delay.
 pub type Script = Arc<dyn Fn(&Value) -> (Value, Duration) + Send + Sync>;

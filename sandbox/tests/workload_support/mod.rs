@@ -1,15 +1,22 @@
 //! Test helpers for workloads: a sandbox whose image map runs `sandbox-testapp`, waiting, and
 //! plain HTTP requests to pods.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
+
+pub use initializer_test_support::wait_for;
 
 /// The image the test app is mapped from.
 pub const IMAGE: &str = "example.com/testapp:1.0";
@@ -77,24 +84,6 @@ impl Env {
 
     pub async fn stop(self) {
         self.sandbox.shutdown().await;
-    }
-}
-
-/// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout` naming `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if started.elapsed() > timeout {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
