@@ -1,5 +1,5 @@
 //! Random identifiers the server makes up: object uids, admission request uids and the suffix
-//! `generateName` appends.
+//! `generateName` and the Deployment controller append.
 
 use rand::Rng;
 
@@ -14,12 +14,15 @@ pub fn new_uid() -> String {
     format!("{a:08x}-{b:04x}-4{c:03x}-{d:04x}-{e:012x}")
 }
 
-/// Five characters from the alphabet kube-apiserver's `generateName` draws from.
+/// The characters Kubernetes spells generated names and hashes with (no vowels, no `0`, `1`, `3`:
+/// nothing that reads as a word).
+pub const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Five characters from [`SAFE_ALPHABET`], as `generateName` and controllers' pod names append.
 pub fn name_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .map(|_| SAFE_ALPHABET[rng.random_range(0..SAFE_ALPHABET.len())] as char)
         .collect()
 }
 
