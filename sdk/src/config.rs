@@ -12,11 +12,11 @@ use crate::reload::{Offered, Reloadable};
 
 /// Name of the main configuration file inside the configuration directory (matches the
 /// operator's process contract).
-pub const CONFIG_FILE: &str = "config.yaml";
+pub(crate) const CONFIG_FILE: &str = "config.yaml";
 
 /// What a poll of the configuration file did.
 #[derive(Debug)]
-pub enum Reload {
+pub(crate) enum Reload {
     /// Nothing new to read.
     Unchanged,
     /// A new configuration is in force.
@@ -28,7 +28,7 @@ pub enum Reload {
 }
 
 /// The configuration in force, shared by the server and every request.
-pub struct ConfigStore<C> {
+pub(crate) struct ConfigStore<C> {
     value: Reloadable<C>,
     path: Mutex<Option<PathBuf>>,
     default: Option<Arc<C>>,
@@ -45,7 +45,7 @@ impl<C> std::fmt::Debug for ConfigStore<C> {
 
 impl<C> ConfigStore<C> {
     /// The file this store reads, if any.
-    pub fn path(&self) -> Option<PathBuf> {
+    pub(crate) fn path(&self) -> Option<PathBuf> {
         self.path
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -53,33 +53,23 @@ impl<C> ConfigStore<C> {
     }
 
     /// The configuration in force, `None` until the first successful load.
-    pub fn current(&self) -> Option<Arc<C>> {
+    pub(crate) fn current(&self) -> Option<Arc<C>> {
         self.value.current()
     }
 
     /// True once a configuration is in force.
-    pub fn is_loaded(&self) -> bool {
+    pub(crate) fn is_loaded(&self) -> bool {
         self.value.is_loaded()
     }
 }
 
 impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
     /// A store holding a fixed value: nothing is read from disk.
-    pub fn fixed(value: C) -> Self {
+    pub(crate) fn fixed(value: C) -> Self {
         Self {
             value: Reloadable::new(Some(Arc::new(value))),
             path: Mutex::new(None),
             default: None,
-        }
-    }
-
-    /// A store read from a file; `default` is used while the file does not exist (without
-    /// it, the store is not loaded until the file appears).
-    pub fn from_file(path: impl Into<PathBuf>, default: Option<C>) -> Self {
-        Self {
-            value: Reloadable::new(None),
-            path: Mutex::new(Some(path.into())),
-            default: default.map(Arc::new),
         }
     }
 
@@ -93,7 +83,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
     }
 
     /// Whether the store reads a file (as opposed to holding a fixed value).
-    pub fn is_fixed(&self) -> bool {
+    pub(crate) fn is_fixed(&self) -> bool {
         self.path().is_none() && self.default.is_none() && self.is_loaded()
     }
 
@@ -102,7 +92,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
     }
 
     /// Read the file and apply it if its content changed and parses. Blocking (small file).
-    pub fn poll(&self) -> Reload {
+    pub(crate) fn poll(&self) -> Reload {
         let Some(path) = self.path() else {
             return if self.value.fill_if_empty(self.default.clone()) {
                 Reload::Missing
@@ -144,7 +134,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> ConfigStore<C> {
 }
 
 /// Parse configuration text; an empty file means an empty mapping.
-pub fn parse<C: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<C, Error> {
+pub(crate) fn parse<C: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<C, Error> {
     let text = std::str::from_utf8(bytes).map_err(|e| Error::ParseConfig {
         path: path.to_owned(),
         message: e.to_string(),
@@ -168,11 +158,18 @@ mod tests {
         replicas: u32,
     }
 
+    /// A store as the server sets it up: unloaded, then pointed at its file.
+    fn store_at(path: PathBuf, default: Option<Cfg>) -> ConfigStore<Cfg> {
+        let store = ConfigStore::unloaded(default);
+        store.set_path(path);
+        store
+    }
+
     #[test]
     fn valid_change_applies_and_invalid_change_keeps_the_old_config() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(CONFIG_FILE);
-        let store: ConfigStore<Cfg> = ConfigStore::from_file(&path, None);
+        let store: ConfigStore<Cfg> = store_at(path.clone(), None);
         assert!(matches!(store.poll(), Reload::Missing));
         assert!(!store.is_loaded());
 
@@ -202,7 +199,7 @@ mod tests {
     #[test]
     fn missing_file_uses_the_default() {
         let dir = tempfile::tempdir().unwrap();
-        let store = ConfigStore::from_file(
+        let store = store_at(
             dir.path().join(CONFIG_FILE),
             Some(Cfg {
                 image: "d".into(),

@@ -1,5 +1,6 @@
 //! Gates decide whether an initializer touches an object at all: by annotation (the tutorial's
-//! `--annotation NAME --require-annotation`), by namespace, by label selector.
+//! `--annotation NAME --require-annotation`), and helpers for handlers that choose by namespace
+//! name pattern or by label selector.
 //!
 //! The server applies the [`AnnotationGate`] before any handler runs, so every initializer
 //! honours the operator's `spec.annotation` without code.
@@ -73,16 +74,6 @@ impl AnnotationGate {
     }
 }
 
-/// Which namespaces an initializer works in: names included (empty means all) minus names
-/// excluded, with prefixes for both.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NamespaceGate {
-    /// Namespaces to include; `prefix*` and `*suffix` patterns work. Empty means all.
-    pub include: Vec<String>,
-    /// Namespaces to leave alone, same syntax; wins over `include`.
-    pub exclude: Vec<String>,
-}
-
 /// Whether `name` matches `pattern`: exact, `prefix*`, or `*suffix`.
 pub fn name_matches(pattern: &str, name: &str) -> bool {
     if let Some(prefix) = pattern.strip_suffix('*') {
@@ -91,20 +82,6 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
         name.ends_with(suffix)
     } else {
         pattern == name
-    }
-}
-
-impl NamespaceGate {
-    /// Whether an object in `namespace` passes. Cluster-scoped objects (`None`) pass only
-    /// when nothing is included explicitly.
-    pub fn admits(&self, namespace: Option<&str>) -> bool {
-        let Some(ns) = namespace else {
-            return self.include.is_empty();
-        };
-        if self.exclude.iter().any(|p| name_matches(p, ns)) {
-            return false;
-        }
-        self.include.is_empty() || self.include.iter().any(|p| name_matches(p, ns))
     }
 }
 
@@ -165,25 +142,13 @@ mod tests {
     }
 
     #[test]
-    fn namespace_gate_includes_excludes_and_prefixes() {
-        let gate = NamespaceGate {
-            include: vec!["test".into(), "test-*".into()],
-            exclude: vec!["test-private".into()],
-        };
-        assert!(gate.admits(Some("test")));
-        assert!(gate.admits(Some("test-a")));
-        assert!(!gate.admits(Some("test-private")));
-        assert!(!gate.admits(Some("default")));
-        assert!(
-            NamespaceGate {
-                include: vec!["*-test".into()],
-                exclude: vec![]
-            }
-            .admits(Some("web-test"))
-        );
-        assert!(!gate.admits(None));
-        assert!(NamespaceGate::default().admits(Some("anything")));
-        assert!(NamespaceGate::default().admits(None));
+    fn names_match_exactly_by_prefix_or_by_suffix() {
+        assert!(name_matches("test", "test"));
+        assert!(!name_matches("test", "test-a"));
+        assert!(name_matches("test-*", "test-a"));
+        assert!(!name_matches("test-*", "test"));
+        assert!(name_matches("*-test", "web-test"));
+        assert!(!name_matches("*-test", "test-web"));
     }
 
     #[test]

@@ -277,16 +277,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self.handlers.iter().map(|e| &e.gvk)
     }
 
-    /// The configuration store.
-    pub fn config_store(&self) -> &Arc<ConfigStore<C>> {
-        &self.config
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// Answer a review given as bytes: the response document, or a rejection for bytes that
     /// are not a valid review. Counts the metrics.
     pub async fn review_json(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {

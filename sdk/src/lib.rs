@@ -103,7 +103,7 @@
 
 #![warn(missing_docs)]
 
-pub mod config;
+mod config;
 mod conn;
 mod diff;
 #[cfg(feature = "init-tracing")]
@@ -113,13 +113,13 @@ pub mod gate;
 mod handler;
 mod initializer;
 mod lane;
-pub mod metrics;
+mod metrics;
 pub mod mutate;
 mod reload;
 mod review;
 mod server;
 pub mod testing;
-pub mod tls;
+mod tls;
 
 #[cfg(feature = "init-tracing")]
 pub use entry::{init_tracing, run_main};
@@ -127,7 +127,7 @@ pub use error::Error;
 
 /// Result with the SDK's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-pub use gate::{AnnotationGate, NamespaceGate};
+pub use gate::AnnotationGate;
 pub use handler::{Initialize, InitializeAsync};
 pub use initializer::{
     DEFAULT_BUDGET, DEFAULT_MAX_REQUEST_BYTES, FailurePolicy, Initializer, Rejection,
@@ -139,5 +139,5 @@ pub use review::{
 pub use server::{
     DEFAULT_BODY_TIMEOUT, DEFAULT_CONFIG_DIR, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT, DEFAULT_TLS_DIR, INITIALIZE_PATH, ServeArgs, Server,
-    block_on, router,
+    block_on,
 };

@@ -57,7 +57,7 @@ fn size_histogram() -> Histogram {
 }
 
 /// The initializer's metrics and their registry.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
@@ -81,7 +81,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Fresh metrics registered under the `initializer` prefix.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("initializer");
         let requests = Family::<RequestLabels, Counter>::default();
         let latency = Family::<RequestLabels, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -136,7 +136,13 @@ impl Metrics {
     }
 
     /// Count one answered review.
-    pub fn observe(&self, kind: &str, verdict: Verdict, elapsed: Duration, patch_len: usize) {
+    pub(crate) fn observe(
+        &self,
+        kind: &str,
+        verdict: Verdict,
+        elapsed: Duration,
+        patch_len: usize,
+    ) {
         let labels = RequestLabels {
             kind: kind.to_owned(),
             verdict: verdict.as_str(),
@@ -154,7 +160,7 @@ impl Metrics {
 
     /// Count one reload of `what` (`certificate` or `configuration`) with `result`
     /// (`applied` or `rejected`).
-    pub fn observe_reload(&self, what: &'static str, result: &'static str) {
+    pub(crate) fn observe_reload(&self, what: &'static str, result: &'static str) {
         self.reloads
             .get_or_create(&ReloadLabels { what, result })
             .inc();
@@ -168,12 +174,12 @@ impl Metrics {
     }
 
     /// Count one refused (HTTP error) request.
-    pub fn observe_invalid(&self, reason: &'static str) {
+    pub(crate) fn observe_invalid(&self, reason: &'static str) {
         self.invalid.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// The metrics in the Prometheus text format.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

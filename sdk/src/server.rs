@@ -175,7 +175,7 @@ struct AppState<C> {
 }
 
 /// The HTTP routes of an initializer, without TLS or a socket.
-pub fn router<C: DeserializeOwned + Send + Sync + 'static>(
+pub(crate) fn router<C: DeserializeOwned + Send + Sync + 'static>(
     initializer: Initializer<C>,
     tls: Arc<CertStore>,
 ) -> Router {
@@ -294,7 +294,6 @@ async fn metrics<C: DeserializeOwned + Send + Sync + 'static>(
 #[derive(Debug)]
 pub struct Server {
     local_addr: SocketAddr,
-    tls: Arc<CertStore>,
     terminating: Arc<AtomicBool>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -304,11 +303,6 @@ impl Server {
     /// The address the server listens on (useful after binding port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
-    }
-
-    /// The certificate store (to check what is in force).
-    pub fn cert_store(&self) -> &Arc<CertStore> {
-        &self.tls
     }
 
     /// Start terminating: `/readyz` fails from now on, so the pod leaves its Service's ready
@@ -423,7 +417,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         ));
         Ok(Server {
             local_addr,
-            tls,
             terminating,
             shutdown,
             task,

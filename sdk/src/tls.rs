@@ -15,12 +15,12 @@ use crate::error::Error;
 use crate::reload::{Offered, Reloadable};
 
 /// File name of the certificate chain in the TLS directory (a `kubernetes.io/tls` Secret).
-pub const CERT_FILE: &str = "tls.crt";
+pub(crate) const CERT_FILE: &str = "tls.crt";
 /// File name of the private key in the TLS directory.
-pub const KEY_FILE: &str = "tls.key";
+pub(crate) const KEY_FILE: &str = "tls.key";
 
 /// The certificate in force and where it comes from.
-pub struct CertStore {
+pub(crate) struct CertStore {
     dir: PathBuf,
     provider: Arc<CryptoProvider>,
     /// The pair in force, from the (certificate, key) bytes seen last.
@@ -38,7 +38,7 @@ impl std::fmt::Debug for CertStore {
 
 /// What a poll of the TLS directory did.
 #[derive(Debug)]
-pub enum CertReload {
+pub(crate) enum CertReload {
     /// The files did not change.
     Unchanged,
     /// A new certificate is in force.
@@ -49,7 +49,7 @@ pub enum CertReload {
 
 impl CertStore {
     /// A store reading `dir/tls.crt` and `dir/tls.key`; nothing is loaded until [`Self::poll`].
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
             provider: Arc::new(rustls::crypto::ring::default_provider()),
@@ -58,17 +58,17 @@ impl CertStore {
     }
 
     /// True once a certificate is in force.
-    pub fn is_loaded(&self) -> bool {
+    pub(crate) fn is_loaded(&self) -> bool {
         self.value.is_loaded()
     }
 
     /// The certificate in force.
-    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+    pub(crate) fn current(&self) -> Option<Arc<CertifiedKey>> {
         self.value.current()
     }
 
     /// Read both files; swap in the pair when it changed and is valid. Blocking (small files).
-    pub fn poll(&self) -> CertReload {
+    pub(crate) fn poll(&self) -> CertReload {
         let read = |name: &str| {
             let path = self.dir.join(name);
             std::fs::read(&path).map_err(|source| Error::ReadFile { path, source })
@@ -104,7 +104,7 @@ impl CertStore {
 
     /// A rustls server configuration that resolves through this store, offering HTTP/1.1 (what
     /// the API server speaks to webhooks).
-    pub fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, Error> {
+    pub(crate) fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, Error> {
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::clone(&self.provider))
             .with_safe_default_protocol_versions()
             .map_err(Error::BuildTls)?

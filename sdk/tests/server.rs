@@ -188,8 +188,10 @@ async fn a_broken_certificate_rotation_keeps_the_old_certificate() {
     let server = start(tls.path(), cfg.path()).await;
     std::fs::write(tls.path().join("tls.crt"), "garbage").unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(connect(&server, &pki.ca_pem).await.is_ok());
-    assert!(server.cert_store().is_loaded());
+    assert!(
+        connect(&server, &pki.ca_pem).await.is_ok(),
+        "the old certificate is still served"
+    );
     server.shutdown().await;
 }
 
