@@ -125,21 +125,6 @@ where
         })
 }
 
-/// Server-side applies one namespaced object unless an object of its name exists that is not
-/// this Initializer's ([`Error::NotOurs`]), and returns what the API server stored.
-pub async fn apply_namespaced<K>(client: &Client, obj: &K) -> Result<K>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
-{
-    let claimed = claim(client, obj).await?;
-    apply_claimed(client, obj, claimed).await
-}
-
 /// Applies the workload and returns the stored Deployment, whose status says whether it is
 /// available. Every object is read first: when any of them exists and is not this
 /// Initializer's, nothing is written and the answer is [`Error::NotOurs`]. Then the Secrets,

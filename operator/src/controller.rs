@@ -1,4 +1,5 @@
-//! The reconciler: validate → build (pure) → apply → supervise → status (pure, one patch),
+//! The reconciler: validate → build (pure) → apply → supervise (the supervisor computes the
+//! status, purely, and writes it as one patch),
 //! wrapped in the finalizer that removes the webhook configuration before the workload may go,
 //! plus the sweep that removes configurations whose Initializer no longer exists.
 
@@ -9,7 +10,7 @@ use futures::StreamExt;
 use initializer_crds::constants::{
     FINALIZER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
-use initializer_crds::{Initializer, InitializerStatus};
+use initializer_crds::{Initializer, InitializerStatus, Phase};
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -19,7 +20,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceA
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -30,11 +31,11 @@ use tracing::{info, warn};
 use crate::apply::{self, Registrar, WebhookRegistrar};
 use crate::build::{self, Settings};
 use crate::error::{Error, Result, api_code};
-use crate::health::HealthConfig;
+use crate::health::{HealthConfig, latency_budget};
 use crate::metrics::Metrics;
 use crate::probe;
-use crate::status::{self, Observation};
-use crate::supervisor::{Supervisor, Target, is_ours};
+use crate::status::{self, WorkloadObservation};
+use crate::supervisor::{Supervision, Supervisor, is_ours};
 use crate::tls;
 use crate::validate::{self, describe, validate};
 
@@ -63,17 +64,19 @@ pub const RECONCILE_BOUND: Duration = Duration::from_secs(120);
 
 /// What every reconcile shares.
 pub struct Context {
-    /// The API client.
+    /// Every read and write of the reconcile goes through it (status writes excepted: the
+    /// supervisor makes those).
     pub client: Client,
-    /// Publishes Events.
+    /// Publishes Events as the operator's controller.
     pub recorder: Recorder,
-    /// Metrics.
+    /// Reconcile counts and durations, scraped at `/metrics`.
     pub metrics: Arc<Metrics>,
     /// What the builder needs beyond the spec.
     pub settings: Settings,
     /// The operator's own namespace.
     pub operator_namespace: String,
-    /// Health supervision.
+    /// Probes, registers and deregisters each Initializer, and is the only writer of its
+    /// status.
     pub supervisor: Supervisor,
 }
 
@@ -86,15 +89,69 @@ impl std::fmt::Debug for Context {
 }
 
 async fn publish(ctx: &Context, obj: &Initializer, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note),
-        action: "Reconcile".to_string(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
-        warn!(error = %e, reason, "failed to publish event");
+    ctx.supervisor
+        .publish(&obj.object_ref(&()), type_, reason, note)
+        .await;
+}
+
+/// Whether a refusal needs its `Refused` Event: not when the stored status already shows this
+/// generation refused (the Event is published once per generation).
+pub fn refusal_is_news(obj: &Initializer) -> bool {
+    !obj.status.as_ref().is_some_and(|s| {
+        s.observed_generation == obj.metadata.generation
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == status::VALID && c.status == "False")
+    })
+}
+
+/// Whether a suspend needs its `Suspended` Event: the stored phase is not Suspended yet.
+pub fn suspend_is_news(obj: &Initializer) -> bool {
+    obj.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_none_or(|p| p != Phase::Suspended)
+}
+
+/// Whether a conflict needs its `Conflict` Event: the stored status does not show one yet.
+pub fn conflict_is_news(previous: Option<&InitializerStatus>) -> bool {
+    !previous.is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == status::CONFLICT && c.status == "True")
+    })
+}
+
+/// What the supervisor is handed for a deployed Initializer: every duration converted once
+/// from the spec (period and thresholds as [`HealthConfig::from_policy`] has them).
+pub fn supervision(
+    obj: &Initializer,
+    validated: &validate::Validated,
+    desired: &build::Desired,
+    workload: WorkloadObservation,
+    certificate_not_after: Option<Timestamp>,
+) -> Supervision {
+    let health = HealthConfig::from_policy(&validated.health);
+    Supervision {
+        initializer: obj.name_any(),
+        reference: obj.object_ref(&()),
+        namespace: validated.namespace.clone(),
+        service: validated.names.base.clone(),
+        probe: probe::target_for(&validated.spec.rules),
+        period: health.period,
+        budget: latency_budget(&validated.health),
+        health,
+        webhook: desired.webhook.clone(),
+        fallback: desired.fallback.clone(),
+        rules: validated.spec.rules.clone(),
+        gate: validated.spec.annotation.clone(),
+        timeout: Duration::from_secs(u64::try_from(validated.spec.timeout_seconds).unwrap_or(5)),
+        available: workload.available,
+        suspended: obj.spec.suspend,
+        generation: obj.metadata.generation,
+        workload,
+        certificate_not_after,
+        stored_status: obj.status.clone(),
     }
 }
 
@@ -151,18 +208,12 @@ async fn refuse(
     let name = obj.name_any();
     ctx.supervisor.stop(&name).await;
     remove_configuration(ctx, &name, configuration).await?;
-    let previous = obj.status.as_ref();
-    let already = previous.is_some_and(|s| {
-        s.observed_generation == obj.metadata.generation
-            && s.conditions
-                .iter()
-                .any(|c| c.type_ == status::VALID && c.status == "False")
-    });
-    if !already {
+    if refusal_is_news(obj) {
         publish(ctx, obj, EventType::Warning, "Refused", describe(refusals)).await;
     }
-    let status = unregistered_status(obj, refusals, configuration, Timestamp::now());
-    write_status(ctx, obj, status).await?;
+    ctx.supervisor
+        .report_unsupervised(obj, refusals, configuration, None)
+        .await?;
     Ok(Action::await_change())
 }
 
@@ -208,12 +259,7 @@ async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
     if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
         info!(initializer = %name, "removed the fallback: suspended");
     }
-    if obj
-        .status
-        .as_ref()
-        .and_then(|s| s.phase)
-        .is_none_or(|p| p != initializer_crds::Phase::Suspended)
-    {
+    if suspend_is_news(obj) {
         publish(
             ctx,
             obj,
@@ -314,40 +360,17 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             return report_conflict(ctx, obj, &names.configuration, &err).await;
         }
         Err(err) => {
-            report_failure(ctx, obj, &names.configuration, &err).await;
+            ctx.supervisor
+                .report_failure(obj, &names.configuration, err.to_string())
+                .await;
             return Err(err);
         }
     };
     let expiry = tls::inspect(&material.cert_pem).ok().map(|i| i.not_after);
     let workload = status::observe_workload(&deployment);
-    let health = validated.health.clone();
-    let budget = Duration::from_millis(u64::try_from(health.latency_budget_millis).unwrap_or(500));
-    let period = Duration::from_secs(u64::try_from(health.period_seconds).unwrap_or(1));
     let synced = ctx
         .supervisor
-        .sync(Target {
-            initializer: name.clone(),
-            reference: obj.object_ref(&()),
-            namespace: validated.namespace.clone(),
-            service: names.base.clone(),
-            probe: probe::target_for(&validated.spec.rules),
-            period,
-            budget,
-            health: HealthConfig::from_policy(&health),
-            webhook: desired.webhook.clone(),
-            fallback: desired.fallback.clone(),
-            rules: validated.spec.rules.clone(),
-            gate: validated.spec.annotation.clone(),
-            timeout: Duration::from_secs(
-                u64::try_from(validated.spec.timeout_seconds).unwrap_or(5),
-            ),
-            available: workload.available,
-            suspended: obj.spec.suspend,
-            generation: obj.metadata.generation,
-            workload,
-            certificate_not_after: expiry,
-            stored_status: obj.status.clone(),
-        })
+        .sync(supervision(obj, &validated, &desired, workload, expiry))
         .await;
     let report = match synced {
         Ok(report) => report,
@@ -410,76 +433,13 @@ async fn report_conflict(
         Ok(_) | Err(Error::NotOurs { .. }) => {}
         Err(e) => return Err(e),
     }
-    let previous = obj.status.as_ref();
-    let now = Timestamp::now();
-    let mut status = unregistered_status(obj, &[], configuration, now);
-    status
-        .details
-        .insert("lastError".to_string(), err.to_string());
-    let status = status::with_conflict(status, err.to_string(), previous, now);
-    let known = previous.is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == status::CONFLICT && c.status == "True")
-    });
-    if !known {
+    if conflict_is_news(obj.status.as_ref()) {
         publish(ctx, obj, EventType::Warning, "Conflict", err.to_string()).await;
     }
-    write_status(ctx, obj, status).await?;
+    ctx.supervisor
+        .report_unsupervised(obj, &[], configuration, Some(err.to_string()))
+        .await?;
     Ok(Action::requeue(RESYNC))
-}
-
-/// The status of an Initializer with nothing registered or supervised (refused, in conflict,
-/// or suspended while its workload failed), keeping its last outage and missed count.
-fn unregistered_status(
-    obj: &Initializer,
-    refusals: &[validate::Refusal],
-    configuration: &str,
-    now: Timestamp,
-) -> InitializerStatus {
-    let previous = obj.status.as_ref();
-    status::compute(&Observation {
-        generation: obj.metadata.generation,
-        refusals,
-        suspended: obj.spec.suspend,
-        workload: None,
-        health: None,
-        probe: None,
-        registered: false,
-        configuration_name: configuration,
-        certificate_not_after: None,
-        now,
-        previous,
-        degraded: false,
-        outage: previous.and_then(|s| s.last_outage.clone()),
-        fallback: None,
-        missed: previous.and_then(|s| s.missed_initializations.clone()),
-        fail_closed: None,
-    })
-}
-
-/// Puts a failure to deploy into the status (`details.lastError`) so it is visible with
-/// `kubectl describe`, not only in the operator's log; the registration is left as it is.
-async fn report_failure(ctx: &Context, obj: &Initializer, configuration: &str, err: &Error) {
-    // A suspended Initializer's configuration is already gone (`suspend_first`): say so,
-    // rather than keep a stale phase beside the error.
-    let mut status = match obj.status.clone() {
-        Some(stored) if !obj.spec.suspend => stored,
-        _ => unregistered_status(obj, &[], configuration, Timestamp::now()),
-    };
-    status
-        .details
-        .insert("lastError".to_string(), err.to_string());
-    if let Err(e) = write_status(ctx, obj, status).await {
-        warn!(error = %e, "failed to report the failure in the status");
-    }
-}
-
-async fn write_status(ctx: &Context, obj: &Initializer, status: InitializerStatus) -> Result<()> {
-    if status::only_probe_figures_changed(obj.status.as_ref(), &status, Timestamp::now()) {
-        return Ok(());
-    }
-    apply::apply_status(&ctx.client, &obj.name_any(), &status).await
 }
 
 async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
@@ -728,6 +688,93 @@ mod tests {
         }
     }
 
+    fn guard(status: serde_json::Value) -> Initializer {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "initializer.dev/v1alpha1",
+            "kind": "Initializer",
+            "metadata": {"name": "guard", "uid": "uid-1", "generation": 4},
+            "spec": {
+                "image": "example/guard:1",
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+                "timeoutSeconds": 7,
+                "health": {"periodSeconds": 3, "latencyBudgetMillis": 250},
+            },
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn condition(type_: &str, status: &str) -> serde_json::Value {
+        serde_json::json!({"type": type_, "status": status, "reason": "R", "message": "",
+            "lastTransitionTime": "2026-11-23T10:00:00Z"})
+    }
+
+    #[test]
+    fn a_refusal_is_announced_once_per_generation() {
+        assert!(refusal_is_news(&guard(serde_json::Value::Null)));
+        let refused_now = serde_json::json!({"observedGeneration": 4,
+            "conditions": [condition(status::VALID, "False")]});
+        assert!(!refusal_is_news(&guard(refused_now)));
+        let refused_before = serde_json::json!({"observedGeneration": 3,
+            "conditions": [condition(status::VALID, "False")]});
+        assert!(refusal_is_news(&guard(refused_before)));
+        let valid_now = serde_json::json!({"observedGeneration": 4,
+            "conditions": [condition(status::VALID, "True")]});
+        assert!(refusal_is_news(&guard(valid_now)));
+    }
+
+    #[test]
+    fn a_suspend_and_a_conflict_are_announced_only_on_the_way_in() {
+        assert!(suspend_is_news(&guard(serde_json::Value::Null)));
+        assert!(suspend_is_news(&guard(
+            serde_json::json!({"phase": "Registered"})
+        )));
+        assert!(!suspend_is_news(&guard(
+            serde_json::json!({"phase": "Suspended"})
+        )));
+        let stored = |c| guard(serde_json::json!({"conditions": [c]})).status;
+        assert!(conflict_is_news(None));
+        assert!(conflict_is_news(
+            stored(condition(status::CONFLICT, "False")).as_ref()
+        ));
+        assert!(!conflict_is_news(
+            stored(condition(status::CONFLICT, "True")).as_ref()
+        ));
+    }
+
+    #[test]
+    fn the_supervision_converts_the_specs_units_once() {
+        let obj = guard(serde_json::Value::Null);
+        let validated = validate(&obj.spec, "initializer-system", "guard").unwrap();
+        let workload = WorkloadObservation {
+            available: true,
+            ..WorkloadObservation::default()
+        };
+        let desired = build::build(
+            &validated,
+            &tls::ensure(
+                None,
+                None,
+                &["guard.initializer-system.svc".into()],
+                Timestamp::now(),
+            )
+            .unwrap(),
+            &Settings {
+                preset_image: "example/preset:1".into(),
+            },
+            None,
+        );
+        let s = supervision(&obj, &validated, &desired, workload, None);
+        assert_eq!(s.period, Duration::from_secs(3));
+        assert_eq!(s.health.period, s.period);
+        assert_eq!(s.budget, Duration::from_millis(250));
+        assert_eq!(s.timeout, Duration::from_secs(7));
+        assert!(s.available);
+        assert_eq!(s.generation, Some(4));
+        assert_eq!(s.service, "guard");
+        assert_eq!(s.webhook, desired.webhook);
+    }
+
     #[test]
     fn an_unwatched_workload_is_looked_at_again_soon_until_registered() {
         assert_eq!(requeue_after(false, false, false), UNWATCHED_POLL);
@@ -762,11 +809,7 @@ mod tests {
             config("initializer-gone", Some("gone"), true),
             config("initializer-nolabel", None, true),
             config("someone-elses", Some("gone"), false),
-            config(
-                "initializer-long",
-                Some(&validate::names(&long).label),
-                true,
-            ),
+            config("initializer-long", Some(&validate::names(&long).label), true),
         ];
         let found = orphans(&configs, &["sidecar".to_string(), long]);
         assert_eq!(found, ["initializer-gone", "initializer-nolabel"]);

@@ -59,6 +59,12 @@ impl HealthConfig {
     }
 }
 
+/// How long a probe may take before it fails: the policy's latency budget (500 ms when the
+/// stored value is negative, which validation never lets through).
+pub fn latency_budget(policy: &HealthPolicy) -> Duration {
+    Duration::from_millis(u64::try_from(policy.latency_budget_millis).unwrap_or(500))
+}
+
 /// Where the Initializer stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
@@ -114,7 +120,7 @@ impl Cause {
 /// What the caller must do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Nothing.
+    /// Leave the configuration as it is.
     None,
     /// Create or update the configuration with the spec's values.
     Register,
@@ -129,7 +135,7 @@ pub enum Action {
     /// Delete the configuration. `since` is when the trouble was first seen (first failed probe
     /// or the endpoints going to zero), for the time-to-deregister metric.
     Deregister {
-        /// Why.
+        /// What took the initializer out of the path (reported in the Event and metric).
         cause: Cause,
         /// When the trouble started.
         since: Instant,
@@ -513,6 +519,20 @@ mod tests {
 
     fn is_deregister(a: &Action) -> bool {
         matches!(a, Action::Deregister { .. })
+    }
+
+    #[test]
+    fn the_latency_budget_is_the_policys_in_milliseconds() {
+        let policy = HealthPolicy {
+            latency_budget_millis: 250,
+            ..HealthPolicy::default()
+        };
+        assert_eq!(latency_budget(&policy), Duration::from_millis(250));
+        let negative = HealthPolicy {
+            latency_budget_millis: -1,
+            ..HealthPolicy::default()
+        };
+        assert_eq!(latency_budget(&negative), Duration::from_millis(500));
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub struct ProbeTarget {
     pub version: String,
     /// Plural resource.
     pub resource: String,
-    /// Kind.
+    /// Kind of the object the synthetic review pretends to create ([`kind_for`]).
     pub kind: String,
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use initializer_crds::{InitializerStatus, MissedInitializations, Outage, Phase};
+use initializer_crds::{Initializer, InitializerStatus, MissedInitializations, Outage, Phase};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -38,6 +38,25 @@ pub const FAIL_CLOSED: &str = "FailClosed";
 /// `True` while an object the operator would create for this Initializer exists and is not
 /// its own (it is left alone, so nothing is registered).
 pub const CONFLICT: &str = "Conflict";
+
+/// The `details` key holding why the last reconcile failed.
+pub const LAST_ERROR: &str = "lastError";
+
+/// A stored status with `details.lastError` set to `error`, or removed without one: what an
+/// Initializer nobody supervises shows when only its last error changed.
+pub fn with_last_error(mut status: InitializerStatus, error: Option<&str>) -> InitializerStatus {
+    match error {
+        Some(error) => {
+            status
+                .details
+                .insert(LAST_ERROR.to_string(), error.to_string());
+        }
+        None => {
+            status.details.remove(LAST_ERROR);
+        }
+    }
+    status
+}
 
 /// Where the fallback policy stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,6 +160,9 @@ pub struct Observation<'a> {
     pub missed: Option<MissedInitializations>,
     /// Under `failurePolicy: Fail`, how soon a hung initializer is taken out of the path.
     pub fail_closed: Option<FailClosedBounds>,
+    /// Why the last reconcile could not deploy the workload (or left an object alone), shown
+    /// as `details.lastError` until a reconcile deploys it.
+    pub last_error: Option<&'a str>,
 }
 
 /// How soon, under `failurePolicy: Fail`, the operator takes a hung initializer out of the path.
@@ -216,6 +238,9 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
     if let Some(hold) = o.health.and_then(|h| h.hold_down).filter(|_| !o.registered) {
         details.insert("holdDownSeconds".to_string(), hold.as_secs().to_string());
     }
+    if let Some(error) = o.last_error {
+        details.insert(LAST_ERROR.to_string(), error.to_string());
+    }
     InitializerStatus {
         phase: Some(phase(o)),
         conditions,
@@ -232,6 +257,52 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         details,
         last_outage: o.outage.clone(),
         missed_initializations: o.missed.clone(),
+    }
+}
+
+/// The status of an Initializer with nothing registered or supervised (refused, in conflict,
+/// or suspended while its workload failed), keeping its last outage and missed count.
+pub fn unsupervised(
+    obj: &Initializer,
+    refusals: &[Refusal],
+    configuration: &str,
+    last_error: Option<&str>,
+    now: Timestamp,
+) -> InitializerStatus {
+    let previous = obj.status.as_ref();
+    compute(&Observation {
+        generation: obj.metadata.generation,
+        refusals,
+        suspended: obj.spec.suspend,
+        workload: None,
+        health: None,
+        probe: None,
+        registered: false,
+        configuration_name: configuration,
+        certificate_not_after: None,
+        now,
+        previous,
+        degraded: false,
+        outage: previous.and_then(|s| s.last_outage.clone()),
+        fallback: None,
+        missed: previous.and_then(|s| s.missed_initializations.clone()),
+        fail_closed: None,
+        last_error,
+    })
+}
+
+/// The status of an unsupervised Initializer whose workload could not be deployed: its stored
+/// status with `details.lastError`, or, when suspended (its configuration is already gone) or
+/// never written, the unsupervised status with it, rather than a stale phase beside the error.
+pub fn after_failure(
+    obj: &Initializer,
+    configuration: &str,
+    error: &str,
+    now: Timestamp,
+) -> InitializerStatus {
+    match obj.status.clone() {
+        Some(stored) if !obj.spec.suspend => with_last_error(stored, Some(error)),
+        _ => unsupervised(obj, &[], configuration, Some(error), now),
     }
 }
 
@@ -658,7 +729,26 @@ mod tests {
             fallback: None,
             missed: None,
             fail_closed: None,
+            last_error: None,
         }
+    }
+
+    #[test]
+    fn the_last_error_is_shown_until_a_reconcile_clears_it() {
+        let failed = compute(&Observation {
+            last_error: Some("failed to apply the Deployment"),
+            ..base()
+        });
+        assert_eq!(failed.details[LAST_ERROR], "failed to apply the Deployment");
+        assert!(!compute(&base()).details.contains_key(LAST_ERROR));
+        let kept = with_last_error(failed.clone(), Some("failed again"));
+        assert_eq!(kept.details[LAST_ERROR], "failed again");
+        assert_eq!(kept.phase, failed.phase);
+        assert!(
+            !with_last_error(failed, None)
+                .details
+                .contains_key(LAST_ERROR)
+        );
     }
 
     fn cond<'a>(s: &'a InitializerStatus, t: &str) -> &'a Condition {

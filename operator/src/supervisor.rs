@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_crds::{
-    AnnotationGate, InitializerStatus, InterceptRule, MissedInitializations, Outage,
+    AnnotationGate, Initializer, InitializerStatus, InterceptRule, MissedInitializations, Outage,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -37,12 +37,13 @@ use tracing::{debug, info, warn};
 use crate::apply::{self, FallbackCheck, Registrar, WebhookRegistrar};
 use crate::build::{self, FallbackPolicy};
 use crate::error::{Error, Result};
-use crate::health::{Action, Cause, HealthConfig, Input, Machine, Snapshot, State};
+use crate::health::{Action, Cause, HealthConfig, Input, Machine, State};
 use crate::leader::Leadership;
 use crate::metrics::{InitializerGauges, Metrics};
 use crate::missed;
 use crate::probe::{self, Connector, ProbeTarget, Round};
 use crate::status::{self, FallbackView, Observation, ProbeRecord, WorkloadObservation};
+use crate::validate::Refusal;
 use crate::watchdog::Watchdog;
 
 /// How long after the fallback policy and binding are created the API server enforces them:
@@ -68,7 +69,7 @@ const WINDOW_TAIL: Duration = Duration::from_secs(1);
 
 /// What the reconciler wants supervised for one Initializer.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub struct Supervision {
     /// The Initializer's name.
     pub initializer: String,
     /// Reference to the Initializer, for Events.
@@ -115,7 +116,7 @@ type TaskKey = (String, String, Duration, ProbeTarget, Vec<u8>);
 /// The ready endpoints the prober dials: `None` until the endpoint watch has listed them.
 type ReadyEndpoints = Option<Vec<SocketAddr>>;
 
-impl Target {
+impl Supervision {
     fn configuration(&self) -> String {
         self.webhook.name_any()
     }
@@ -179,16 +180,13 @@ impl Target {
     }
 }
 
-/// What the reconciler needs for the status.
+/// What a sync leaves behind: whether the configuration is registered now (the reconciler's
+/// next look depends on it) and the status as last computed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     /// Whether the configuration is registered now.
     pub registered: bool,
-    /// The health machine.
-    pub snapshot: Snapshot,
-    /// The last probe.
-    pub probe: Option<ProbeRecord>,
-    /// The status as last computed.
+    /// The status as last computed (and written, unless only probe figures changed).
     pub status: InitializerStatus,
 }
 
@@ -368,9 +366,10 @@ impl FallbackRun {
     }
 }
 
-struct EntryState {
+/// What the supervisor knows and holds for one Initializer, behind its lock.
+struct SupervisedState {
     machine: Machine,
-    target: Target,
+    target: Supervision,
     last_probe: Option<ProbeRecord>,
     applied: Option<MutatingWebhookConfiguration>,
     presence: Presence,
@@ -389,14 +388,15 @@ struct EntryState {
     removal_retry_pending: bool,
 }
 
-struct Entry {
+/// One supervised Initializer: its state, its tasks, and the signal that wakes its prober.
+struct Supervised {
     stopped: CancellationToken,
-    state: tokio::sync::Mutex<EntryState>,
+    state: tokio::sync::Mutex<SupervisedState>,
     wake: Arc<Notify>,
     tasks: Mutex<(Option<TaskKey>, Vec<AbortHandle>)>,
 }
 
-impl Drop for Entry {
+impl Drop for Supervised {
     fn drop(&mut self) {
         self.stopped.cancel();
         if let Ok(tasks) = self.tasks.get_mut() {
@@ -423,8 +423,11 @@ struct Inner {
     leadership: Leadership,
     watchdog: Watchdog,
     prober_count: std::sync::atomic::AtomicU64,
-    entries: Mutex<HashMap<String, Arc<Entry>>>,
+    entries: Mutex<HashMap<String, Arc<Supervised>>>,
     checked: Mutex<HashMap<String, FallbackChecked>>,
+    /// Per Initializer: why its last reconcile failed (`details.lastError`), until a reconcile
+    /// deploys its workload again.
+    failures: Mutex<HashMap<String, String>>,
 }
 
 /// Supervises the health of every Initializer this replica leads.
@@ -468,6 +471,7 @@ impl Supervisor {
                 prober_count: std::sync::atomic::AtomicU64::new(0),
                 entries: Mutex::new(HashMap::new()),
                 checked: Mutex::new(HashMap::new()),
+                failures: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -496,7 +500,7 @@ impl Supervisor {
             .is_some_and(|(bundle, current)| *current && bundle == ca_bundle)
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Supervised>>> {
         // A poisoned map only means a panic elsewhere; the map itself is still consistent.
         self.inner
             .entries
@@ -551,6 +555,7 @@ impl Supervisor {
     /// Stops supervising every Initializer not named in `existing` (deleted while the
     /// controller could not see it).
     pub fn retain(&self, existing: &[String]) {
+        self.failures().retain(|name, _| existing.contains(name));
         self.entries().retain(|name, entry| {
             let keep = existing.contains(name);
             if !keep {
@@ -562,16 +567,88 @@ impl Supervisor {
     }
 
     /// `Ok` while this supervision may write: it was not stopped, and this replica leads.
-    fn may_write(&self, st: &EntryState, action: impl FnOnce() -> String) -> Result<()> {
+    fn may_write(&self, st: &SupervisedState, action: impl FnOnce() -> String) -> Result<()> {
         if st.stopped.is_cancelled() {
             return Err(Error::SupervisionStopped { action: action() });
         }
         self.inner.leadership.check(action)
     }
 
-    /// Names of the supervised Initializers.
-    pub fn supervised(&self) -> Vec<String> {
-        self.entries().keys().cloned().collect()
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.inner
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The last failure the reconciler reported for `initializer`.
+    fn failure(&self, initializer: &str) -> Option<String> {
+        self.failures().get(initializer).cloned()
+    }
+
+    /// Records why a reconcile of `obj` could not deploy its workload and shows it in the
+    /// status (`details.lastError`) until a reconcile succeeds: a supervised Initializer's
+    /// status is computed with it from now on; any other keeps its stored status beside it.
+    /// The registration is left as it is.
+    pub async fn report_failure(&self, obj: &Initializer, configuration: &str, error: String) {
+        let name = obj.name_any();
+        self.failures().insert(name.clone(), error.clone());
+        let entry = self.entries().get(&name).cloned();
+        if let Some(entry) = entry {
+            let mut st = entry.state.lock().await;
+            self.refresh_status(&mut st).await;
+            return;
+        }
+        let status = status::after_failure(obj, configuration, &error, Timestamp::now());
+        if let Err(e) = self.write_unsupervised(obj, &status).await {
+            warn!(initializer = %name, error = %e, "failed to report the failure in the status");
+        }
+    }
+
+    /// Writes the status of an Initializer nothing is registered or supervised for (call
+    /// [`Supervisor::stop`] first): refused for `refusals`, or, with `conflict`, leaving
+    /// someone else's object alone (then `details.lastError` says which).
+    pub async fn report_unsupervised(
+        &self,
+        obj: &Initializer,
+        refusals: &[Refusal],
+        configuration: &str,
+        conflict: Option<String>,
+    ) -> Result<InitializerStatus> {
+        let name = obj.name_any();
+        match &conflict {
+            Some(why) => self.failures().insert(name, why.clone()),
+            None => self.failures().remove(&name),
+        };
+        let now = Timestamp::now();
+        let status = status::unsupervised(obj, refusals, configuration, conflict.as_deref(), now);
+        let status = match conflict {
+            Some(why) => status::with_conflict(status, why, obj.status.as_ref(), now),
+            None => status,
+        };
+        self.write_unsupervised(obj, &status).await?;
+        Ok(status)
+    }
+
+    /// Writes `status` for an Initializer without an entry, unless only the probe figures
+    /// changed (bounded, and only while this replica leads).
+    async fn write_unsupervised(
+        &self,
+        obj: &Initializer,
+        status: &InitializerStatus,
+    ) -> Result<()> {
+        if status::only_probe_figures_changed(obj.status.as_ref(), status, Timestamp::now()) {
+            return Ok(());
+        }
+        let name = obj.name_any();
+        self.inner
+            .leadership
+            .check(|| format!("write the status of initializer {name}"))?;
+        bounded(
+            || format!("write the status of initializer {name}"),
+            apply::apply_status(&self.inner.client, &name, status),
+        )
+        .await
     }
 
     /// Asks the API server to compile an Initializer's fallback (a dry-run apply), once per
@@ -609,17 +686,19 @@ impl Supervisor {
     /// Updates the target of one Initializer (starting its tasks the first time), feeds the
     /// workload's availability and the suspend flag to its machine, and converges the cluster
     /// on the machine (re-applying a changed configuration, removing one that must not exist).
-    pub async fn sync(&self, target: Target) -> Result<Report> {
+    pub async fn sync(&self, target: Supervision) -> Result<Report> {
         let existing = self.entries().get(&target.initializer).cloned();
         let entry = match existing {
             Some(entry) => entry,
             None => self.new_entry(&target).await?,
         };
         self.ensure_tasks(&entry, &target);
+        // The workload was deployed: the last failure is over.
+        self.failures().remove(&target.initializer);
         let mut st = entry.state.lock().await;
         st.machine.set_config(target.health);
-        // The reconciler just read the stored status: compare with that, so that anything
-        // written by others (a deploy failure in `details.lastError`) is replaced.
+        // The reconciler just read the stored status: compare with that, so that what an
+        // earlier replica or this one without an entry wrote is brought up to date.
         st.written = target.stored_status.clone();
         st.target = target.clone();
         let now = Instant::now();
@@ -637,13 +716,11 @@ impl Supervisor {
         let status = self.write_status(&mut st).await?;
         Ok(Report {
             registered: st.presence != Presence::Absent,
-            snapshot: st.machine.snapshot(),
-            probe: st.last_probe.clone(),
             status,
         })
     }
 
-    async fn new_entry(&self, target: &Target) -> Result<Arc<Entry>> {
+    async fn new_entry(&self, target: &Supervision) -> Result<Arc<Supervised>> {
         let configuration = target.configuration();
         let mut machine = Machine::new(target.health);
         // After an operator restart the configuration may already be registered (maybe
@@ -689,9 +766,9 @@ impl Supervisor {
             .filter(|_| presence != Presence::Normal || machine.in_outage())
             .and_then(resumed_window);
         let stopped = CancellationToken::new();
-        let entry = Arc::new(Entry {
+        let entry = Arc::new(Supervised {
             stopped: stopped.clone(),
-            state: tokio::sync::Mutex::new(EntryState {
+            state: tokio::sync::Mutex::new(SupervisedState {
                 machine,
                 target: target.clone(),
                 last_probe: None,
@@ -722,11 +799,12 @@ impl Supervisor {
 
     /// Computes the status from everything known and writes it unless only the probe figures
     /// changed and were written recently.
-    async fn write_status(&self, st: &mut EntryState) -> Result<InitializerStatus> {
+    async fn write_status(&self, st: &mut SupervisedState) -> Result<InitializerStatus> {
         let target = &st.target;
         let previous = st.written.as_ref().or(target.stored_status.as_ref());
         let configuration = target.configuration();
         let now = Instant::now();
+        let failure = self.failure(&target.initializer);
         let status = status::compute(&Observation {
             generation: target.generation,
             refusals: &[],
@@ -744,6 +822,7 @@ impl Supervisor {
             fallback: target.fallback.as_ref().map(|_| st.fallback.view(now)),
             missed: st.missed.clone(),
             fail_closed: target.fail_closed_bounds(),
+            last_error: failure.as_deref(),
         });
         self.inner.metrics.set_fail_closed(
             &target.initializer,
@@ -776,13 +855,13 @@ impl Supervisor {
         Ok(status)
     }
 
-    async fn refresh_status(&self, st: &mut EntryState) {
+    async fn refresh_status(&self, st: &mut SupervisedState) {
         if let Err(e) = self.write_status(st).await {
             warn!(initializer = %st.target.initializer, error = %e, "failed to write status");
         }
     }
 
-    fn ensure_tasks(&self, entry: &Arc<Entry>, target: &Target) {
+    fn ensure_tasks(&self, entry: &Arc<Supervised>, target: &Supervision) {
         let key = target.task_key();
         let mut tasks = entry
             .tasks
@@ -808,7 +887,9 @@ impl Supervisor {
         tasks.0 = Some(key);
     }
 
-    async fn publish(
+    /// Publishes an Event about `reference` while this replica leads (bounded; a failure is
+    /// logged, never returned).
+    pub(crate) async fn publish(
         &self,
         reference: &ObjectReference,
         type_: EventType,
@@ -835,7 +916,7 @@ impl Supervisor {
     }
 
     /// Remembers what an action needs for its Event once the cluster follows.
-    fn note(&self, st: &mut EntryState, action: Action) {
+    fn note(&self, st: &mut SupervisedState, action: Action) {
         match action {
             Action::Degrade { since } => {
                 st.degrade_since = Some(since);
@@ -862,7 +943,7 @@ impl Supervisor {
     /// Makes the cluster hold what the machine wants: the fallback first (when the machine is
     /// out of the path), then the configuration (a step out of the path waits for the
     /// fallback to be in force), then the fallback lifted once the configuration is back.
-    async fn converge(&self, entry: &Arc<Entry>, st: &mut EntryState) -> Result<()> {
+    async fn converge(&self, entry: &Arc<Supervised>, st: &mut SupervisedState) -> Result<()> {
         let now = Instant::now();
         let name = st.target.initializer.clone();
         let want_fallback = st.target.fallback.is_some() && st.machine.in_outage();
@@ -921,7 +1002,7 @@ impl Supervisor {
         Ok(())
     }
 
-    async fn install_fallback(&self, entry: &Arc<Entry>, st: &mut EntryState) {
+    async fn install_fallback(&self, entry: &Arc<Supervised>, st: &mut SupervisedState) {
         let Some(fallback) = st.target.fallback.clone() else {
             return;
         };
@@ -995,7 +1076,7 @@ impl Supervisor {
     /// After a failed removal, converges again with backoff until the API server confirms the
     /// configuration is gone (one retry pending at a time; none once supervision stopped or
     /// when retrying cannot help).
-    fn retry_removal(&self, entry: &Arc<Entry>, st: &mut EntryState, failure: &Error) {
+    fn retry_removal(&self, entry: &Arc<Supervised>, st: &mut SupervisedState, failure: &Error) {
         let hopeless = matches!(
             failure,
             Error::NotLeading { .. } | Error::SupervisionStopped { .. } | Error::NotOurs { .. }
@@ -1026,7 +1107,7 @@ impl Supervisor {
     /// Converges one entry again after `delay` (boxed: converging may schedule this again).
     fn reconverge_after(
         self,
-        entry: std::sync::Weak<Entry>,
+        entry: std::sync::Weak<Supervised>,
         delay: Duration,
     ) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(async move {
@@ -1045,7 +1126,7 @@ impl Supervisor {
     /// Reads the live configuration and records what the cluster holds: nothing, someone
     /// else's object (an error: it is never taken over), or ours, edited or not (an edited one
     /// is re-applied by the next converge).
-    async fn observe_live(&self, st: &mut EntryState) -> Result<()> {
+    async fn observe_live(&self, st: &mut SupervisedState) -> Result<()> {
         let configuration = st.target.configuration();
         let live = bounded(
             || format!("read {configuration}"),
@@ -1090,7 +1171,7 @@ impl Supervisor {
     }
 
     /// Applies one configuration state, with its Event and metrics.
-    async fn apply_presence(&self, st: &mut EntryState, next: Presence) -> Result<()> {
+    async fn apply_presence(&self, st: &mut SupervisedState, next: Presence) -> Result<()> {
         // Taken before the write: the API server cannot call the changed configuration before
         // it is written, so an outage's window that starts here misses no create.
         let write_started = Timestamp::now();
@@ -1148,7 +1229,7 @@ impl Supervisor {
     /// change of the configuration written from `write_started` on.
     async fn transitioned(
         &self,
-        st: &mut EntryState,
+        st: &mut SupervisedState,
         before: Presence,
         now_is: Presence,
         write_started: Timestamp,
@@ -1261,7 +1342,7 @@ impl Supervisor {
 
     /// Counts, once the window's tail has passed, the objects created in the window without the
     /// initializer's mark; reports them in the status and an Event.
-    fn count_missed(&self, st: &EntryState, from: Timestamp) {
+    fn count_missed(&self, st: &SupervisedState, from: Timestamp) {
         let tail = st.target.timeout + WINDOW_TAIL;
         let to = Timestamp::now()
             .checked_add(jiff::SignedDuration::try_from(tail).unwrap_or_default())
@@ -1336,7 +1417,7 @@ impl Supervisor {
 
     /// Feeds one input, converges, and writes the status when something changed; returns when
     /// the next probe is due.
-    async fn observe(&self, entry: &Arc<Entry>, input: Input, always_write: bool) -> Duration {
+    async fn observe(&self, entry: &Arc<Supervised>, input: Input, always_write: bool) -> Duration {
         let mut st = entry.state.lock().await;
         let before = (st.machine.state(), st.presence);
         let now = Instant::now();
@@ -1366,16 +1447,16 @@ impl Supervisor {
 }
 
 /// The fallback's name (the policy and the binding share it).
-fn validate_fallback_name(target: &Target) -> String {
+fn validate_fallback_name(target: &Supervision) -> String {
     format!("{}-fallback", target.configuration())
 }
 
 async fn prober(
     sup: Supervisor,
-    entry: std::sync::Weak<Entry>,
+    entry: std::sync::Weak<Supervised>,
     wake: Arc<Notify>,
     mut ready: watch::Receiver<ReadyEndpoints>,
-    target: Target,
+    target: Supervision,
 ) {
     // Probing before the endpoints are known would fail for want of them, and degrade a
     // registration adopted after a restart.
@@ -1492,9 +1573,9 @@ fn slice_endpoints(slice: &EndpointSlice) -> SliceEndpoints {
 
 async fn endpoints(
     sup: Supervisor,
-    entry: std::sync::Weak<Entry>,
+    entry: std::sync::Weak<Supervised>,
     ready_tx: watch::Sender<ReadyEndpoints>,
-    target: Target,
+    target: Supervision,
 ) {
     let api: Api<EndpointSlice> = Api::namespaced(sup.inner.client.clone(), &target.namespace);
     let config = watcher::Config::default()
@@ -1581,6 +1662,167 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    /// An Initializer named `guard`, deployed in `ops`, as the API server stores it.
+    fn guard() -> Initializer {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "initializer.dev/v1alpha1",
+            "kind": "Initializer",
+            "metadata": {"name": "guard", "uid": "uid-1", "generation": 2},
+            "spec": {
+                "image": "example/guard:1",
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+            },
+        }))
+        .unwrap()
+    }
+
+    /// A client whose API server answers every status patch with the Initializer, recording
+    /// the statuses written.
+    fn recording_client(written: Arc<Mutex<Vec<serde_json::Value>>>) -> Client {
+        use http_body_util::BodyExt;
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let written = written.clone();
+            async move {
+                let patch = req.into_body().collect().await.unwrap().to_bytes();
+                let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap_or_default();
+                written.lock().unwrap().push(patch["status"].clone());
+                let mut obj = serde_json::to_value(guard()).unwrap();
+                obj["status"] = patch["status"].clone();
+                let response = http::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&obj).unwrap()))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    /// A supervisor holding `guard` registered and answering, as a sync leaves it.
+    fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
+        let recorder = Recorder::new(client.clone(), kube::runtime::events::Reporter::from("t"));
+        let sup = Supervisor::new(
+            client,
+            recorder,
+            Metrics::shared(),
+            "probe".into(),
+            Leadership::unconditional(),
+        );
+        let health = HealthConfig::from_policy(&Default::default());
+        let mut machine = Machine::new(health);
+        machine.adopt_registered(false, Instant::now());
+        let mut webhook = MutatingWebhookConfiguration::default();
+        webhook.metadata.name = Some("initializer-guard".into());
+        let target = Supervision {
+            initializer: "guard".into(),
+            reference: ObjectReference::default(),
+            namespace: "ops".into(),
+            service: "guard".into(),
+            probe: probe::target_for(&[]),
+            period: health.period,
+            budget: Duration::from_millis(500),
+            health,
+            webhook: webhook.clone(),
+            fallback: None,
+            rules: Vec::new(),
+            gate: None,
+            timeout: Duration::from_secs(5),
+            available: true,
+            suspended: false,
+            generation: Some(2),
+            workload: WorkloadObservation::default(),
+            certificate_not_after: None,
+            stored_status: None,
+        };
+        let stopped = CancellationToken::new();
+        let entry = Arc::new(Supervised {
+            stopped: stopped.clone(),
+            state: tokio::sync::Mutex::new(SupervisedState {
+                machine,
+                target,
+                last_probe: None,
+                applied: Some(webhook),
+                presence: Presence::Normal,
+                written: None,
+                outage: None,
+                window_from: None,
+                fallback: FallbackRun::default(),
+                missed: None,
+                deregister_cause: None,
+                degrade_since: None,
+                stopped,
+                removal_retry: None,
+                removal_retry_pending: false,
+            }),
+            wake: Arc::new(Notify::new()),
+            tasks: Mutex::new((None, Vec::new())),
+        });
+        sup.entries().insert("guard".into(), entry.clone());
+        (sup, entry)
+    }
+
+    #[tokio::test]
+    async fn a_deploy_failure_stays_in_the_status_when_the_supervisor_writes_it_again() {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let (sup, entry) = supervising_guard(recording_client(written.clone()));
+        let failure = "failed to apply Deployment ops/guard: forbidden";
+        sup.report_failure(&guard(), "initializer-guard", failure.into())
+            .await;
+        // A probe fails afterwards: the supervisor writes the status for its own reasons.
+        {
+            let mut st = entry.state.lock().await;
+            st.last_probe = Some(ProbeRecord {
+                at: Timestamp::now(),
+                latency: Duration::from_millis(3),
+                ok: false,
+                message: "connection refused".into(),
+                failure: None,
+            });
+            sup.refresh_status(&mut st).await;
+        }
+        let written = written.lock().unwrap().clone();
+        assert_eq!(written.len(), 2, "{written:?}");
+        for status in &written {
+            assert_eq!(status["details"][status::LAST_ERROR], failure, "{status}");
+        }
+        assert_eq!(
+            written[1]["details"]["lastProbeError"],
+            "connection refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_clears_the_last_failure_and_a_conflict_replaces_it() {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let client = recording_client(written.clone());
+        let (sup, _) = supervising_guard(client);
+        sup.stop("guard").await;
+        sup.report_failure(&guard(), "initializer-guard", "failed to apply".into())
+            .await;
+        let conflict = sup
+            .report_unsupervised(&guard(), &[], "initializer-guard", Some("not ours".into()))
+            .await
+            .unwrap();
+        assert_eq!(conflict.details[status::LAST_ERROR], "not ours");
+        assert!(
+            conflict
+                .conditions
+                .iter()
+                .any(|c| c.type_ == status::CONFLICT && c.status == "True")
+        );
+        let refusal = Refusal {
+            field: "spec.rules".into(),
+            message: "intercepts leases".into(),
+        };
+        let refused = sup
+            .report_unsupervised(&guard(), &[refusal], "initializer-guard", None)
+            .await
+            .unwrap();
+        assert!(!refused.details.contains_key(status::LAST_ERROR));
+        assert_eq!(sup.failure("guard"), None);
+        assert_eq!(written.lock().unwrap().len(), 3);
     }
 
     #[test]
