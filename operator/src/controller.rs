@@ -33,6 +33,7 @@ use crate::build::{self, Settings};
 use crate::error::{Error, Result, api_code};
 use crate::health::{HealthConfig, latency_budget};
 use crate::metrics::Metrics;
+use crate::naming;
 use crate::probe;
 use crate::status::{self, WorkloadObservation};
 use crate::supervisor::{Supervision, Supervisor, is_ours};
@@ -229,7 +230,7 @@ async fn remove_configuration(
         .check(|| format!("deregister {configuration}"))?;
     let registrar = WebhookRegistrar::new(ctx.client.clone());
     match registrar.get(configuration).await? {
-        Some(found) if is_ours(&found, &validate::names(initializer).label) => {
+        Some(found) if is_ours(&found, &naming::names(initializer).label) => {
             registrar.deregister(configuration).await
         }
         Some(_) => Err(Error::NotOurs {
@@ -245,7 +246,7 @@ async fn remove_configuration(
 /// Deployment), so a suspend always takes the initializer out of the path.
 async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
     let name = obj.name_any();
-    let names = validate::names(&name);
+    let names = naming::names(&name);
     let registered = WebhookRegistrar::new(ctx.client.clone())
         .is_registered(&names.configuration)
         .await?;
@@ -274,7 +275,7 @@ async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
 
 async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
-    let names = validate::names(&name);
+    let names = naming::names(&name);
     let now = Timestamp::now();
     if obj.spec.suspend {
         suspend_first(obj, ctx).await?;
@@ -444,7 +445,7 @@ async fn report_conflict(
 
 async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
-    let names = validate::names(&name);
+    let names = naming::names(&name);
     ctx.supervisor.stop(&name).await;
     match remove_configuration(ctx, &name, &names.configuration).await {
         Ok(true) => {
@@ -499,7 +500,7 @@ pub fn had_fallback(obj: &Initializer) -> bool {
 pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<String> {
     let labels: Vec<String> = initializers
         .iter()
-        .map(|n| validate::names(n).label)
+        .map(|n| naming::names(n).label)
         .collect();
     objects
         .iter()
@@ -809,7 +810,7 @@ mod tests {
             config("initializer-gone", Some("gone"), true),
             config("initializer-nolabel", None, true),
             config("someone-elses", Some("gone"), false),
-            config("initializer-long", Some(&validate::names(&long).label), true),
+            config("initializer-long", Some(&naming::names(&long).label), true),
         ];
         let found = orphans(&configs, &["sidecar".to_string(), long]);
         assert_eq!(found, ["initializer-gone", "initializer-nolabel"]);

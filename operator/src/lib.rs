@@ -4,24 +4,22 @@
 //! The pure core ([`validate`], [`cel`], [`selector`], [`build`], [`health`], [`status`], [`tls`],
 //! the counting rules of [`missed`]) never
 //! touches a client and holds most of the logic and tests; the IO shell ([`apply`],
-//! [`controller`], [`supervisor`], [`leader`], [`server`]) is kept thin.
+//! [`controller`], [`supervisor`], [`leader`], [`server`]) is kept thin. What ships the operator
+//! (OLM bundle, Helm chart, installer, manifests, RBAC tables, monitoring objects) is the
+//! `initializer-packaging` crate, which the binary's packaging subcommands call.
 
 pub mod apply;
 pub mod build;
-pub mod bundle;
 pub mod cel;
 pub mod controller;
 pub mod error;
 pub mod guard;
 pub mod health;
-pub mod install;
 pub mod leader;
-pub mod manifest;
 pub mod metrics;
 pub mod missed;
-pub mod monitoring;
+pub mod naming;
 pub mod probe;
-pub mod rbac;
 pub mod run;
 pub mod selector;
 pub mod server;

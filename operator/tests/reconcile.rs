@@ -19,7 +19,7 @@ use initializer_crds::constants::{
     WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE,
 };
 use initializer_crds::{Initializer, Phase};
-use initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE;
+use initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE;
 use initializer_operator::run::{RunArgs, run_with};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 const NS: &str = "initializer-system";
 /// The operator's service account, as the bundle names it.
-const OPERATOR_ACCOUNT: &str = initializer_operator::manifest::OPERATOR_NAME;
+const OPERATOR_ACCOUNT: &str = initializer_packaging::manifest::OPERATOR_NAME;
 const IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
 const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
 
@@ -1191,7 +1191,7 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
 async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {
     use k8s_openapi::api::core::v1::ConfigMap;
     let (client, _operator) = start(cluster).await;
-    let name = initializer_operator::validate::names("borrowed").config_map;
+    let name = initializer_operator::naming::names("borrowed").config_map;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     // A user's ConfigMap that happens to have the name the operator would give its own.
     let theirs: ConfigMap = serde_json::from_value(json!({
@@ -1246,7 +1246,7 @@ async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(clust
     // Nothing of the workload was written either: the conflict is found before any apply.
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(client.clone(), NS);
-    let base = initializer_operator::validate::names("borrowed").base;
+    let base = initializer_operator::naming::names("borrowed").base;
     assert!(deployments.get_opt(&base).await.unwrap().is_none());
     assert!(
         configuration(&client, "initializer-borrowed")
@@ -1440,9 +1440,9 @@ async fn set_guard_env(client: &Client, name: &str, env: &[(&str, &str)]) {
 }
 
 async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: &TestCluster) {
-    use initializer_operator::{tls, validate};
+    use initializer_operator::{naming, tls};
     let (client, _operator) = start(cluster).await;
-    let names = validate::names("pinned");
+    let names = naming::names("pinned");
     let dns = tls::dns_names(&names.base, NS);
     let now = jiff::Timestamp::now();
     // Signed by a CA the configuration's caBundle does not carry.
@@ -1650,9 +1650,9 @@ async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestClust
 
 async fn a_replaced_ca_stays_trusted_until_every_pod_serves_the_new_one(cluster: &TestCluster) {
     use base64::Engine as _;
-    use initializer_operator::{tls, validate};
+    use initializer_operator::{naming, tls};
     let (client, _operator) = start(cluster).await;
-    let names = validate::names("rotating");
+    let names = naming::names("rotating");
     let dns = tls::dns_names(&names.base, NS);
     let now = jiff::Timestamp::now();
     // A CA seven years into its ten (due for replacement), and pods serving its certificate.
@@ -2034,7 +2034,7 @@ mod a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone {
 async fn a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster: &TestCluster) {
     use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
     let (client, _operator) = start(cluster).await;
-    let name = initializer_operator::validate::names("fenced").fallback;
+    let name = initializer_operator::naming::names("fenced").fallback;
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     // An administrator's own policy that happens to have the name of the fallback.
     let theirs: ValidatingAdmissionPolicy = serde_json::from_value(json!({
@@ -2163,7 +2163,7 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
             .unwrap();
     }
 
-    initializer_operator::install::deregister(&client)
+    initializer_packaging::install::deregister(&client)
         .await
         .unwrap();
 
@@ -2191,12 +2191,12 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
         )
         .await
         .unwrap();
-    initializer_operator::install::deregister(&client)
+    initializer_packaging::install::deregister(&client)
         .await
         .unwrap();
     assert!(policies.get_opt(guard).await.unwrap().is_some());
     assert!(bindings.get_opt(guard).await.unwrap().is_some());
-    initializer_operator::install::remove_guard(&client)
+    initializer_packaging::install::remove_guard(&client)
         .await
         .unwrap();
     assert!(policies.get_opt(guard).await.unwrap().is_none());
@@ -2232,7 +2232,7 @@ async fn bind_workloads_role(client: &Client, namespace: &str) {
         roles
             .create(
                 &PostParams::default(),
-                &initializer_operator::manifest::workloads_cluster_role(),
+                &initializer_packaging::manifest::workloads_cluster_role(),
             )
             .await
             .unwrap();
@@ -2488,7 +2488,7 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
     let admin = install(cluster).await;
     // The bundle's RBAC, as `install` applies it (not its Deployment: the operator runs here).
     let plan =
-        initializer_operator::install::plan(&initializer_operator::bundle::generate().unwrap(), NS)
+        initializer_packaging::install::plan(&initializer_packaging::bundle::generate().unwrap(), NS)
             .unwrap();
     let post = PostParams::default();
     for account in &plan.service_accounts {

@@ -226,7 +226,7 @@ async fn live_configuration(
     client: &Client,
     initializer: &Initializer,
 ) -> Result<Option<MutatingWebhookConfiguration>> {
-    let name = initializer_operator::validate::names(&initializer.name_any()).configuration;
+    let name = initializer_operator::naming::names(&initializer.name_any()).configuration;
     match Api::<MutatingWebhookConfiguration>::all(client.clone())
         .get_opt(&name)
         .await

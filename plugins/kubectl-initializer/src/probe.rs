@@ -83,7 +83,7 @@ pub fn target(
         })?;
     Ok(Target {
         namespace,
-        service: initializer_operator::validate::names(&initializer.name_any()).base,
+        service: initializer_operator::naming::names(&initializer.name_any()).base,
         port: i32::from(SERVICE_PORT),
         path: WEBHOOK_PATH.to_string(),
     })
