@@ -79,36 +79,9 @@ pub trait Backend: Send + Sync {
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
 
-/// What to do to a pod's processes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodAction {
-    /// SIGSTOP: the hung initializer.
-    Freeze,
-    /// SIGCONT: recovery from a freeze.
-    Thaw,
-    /// SIGKILL: the crashed initializer.
-    Kill,
-}
-
-impl PodAction {
-    /// The verb of the sandbox's `/sandbox/v1/pods/{ns}/{name}/{verb}` API.
-    pub fn verb(self) -> &'static str {
-        match self {
-            PodAction::Freeze => "freeze",
-            PodAction::Thaw => "thaw",
-            PodAction::Kill => "kill",
-        }
-    }
-
-    /// The signal sent to the pod's processes, as `kill -SIGNAL` spells it.
-    pub fn signal(self) -> &'static str {
-        match self {
-            PodAction::Freeze => "STOP",
-            PodAction::Thaw => "CONT",
-            PodAction::Kill => "KILL",
-        }
-    }
-}
+/// What to do to a pod's processes: freeze (SIGSTOP, the hung initializer), thaw (SIGCONT) or
+/// kill (SIGKILL, the crashed initializer).
+pub use initializer_controlplane::signal::PodSignal as PodAction;
 
 /// Which backend the environment asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ pub mod runner;
 pub mod sandbox;
 pub mod scope;
 pub mod timings;
-pub mod wait;
+pub use initializer_test_support::wait;
 pub mod watch;
 
 pub use backend::Backend;

@@ -3,20 +3,17 @@
 //! (`initializer-controlplane`). The test process stays outside and reaches the API server
 //! through the control plane's port forward.
 //!
-//! Pods are frozen, thawed and killed where that is honest: on the node. The node agent runs
-//! each container in a process group of its own and reports it as the container's id
-//! (`process://<pgid>`); the namespace separates networks, not processes, so the harness signals
-//! that group directly, as `docker exec <node> kill` does on kind.
+//! Pods are frozen, thawed and killed where that is honest: on the node, by signalling their
+//! process groups (`initializer_controlplane::signal`, shared with the operator's tests).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, Client};
+use kube::Client;
 
 use crate::backend::{Backend, PodAction};
 use crate::{images, paths};
@@ -64,113 +61,6 @@ impl RealBackend {
             _state_dir: state_dir,
         })
     }
-
-    async fn signal_pod(
-        &self,
-        namespace: &str,
-        name: &str,
-        action: PodAction,
-    ) -> anyhow::Result<()> {
-        let pods = Api::<Pod>::namespaced(self.client.clone(), namespace);
-        // A container the liveness probe is restarting (stopping gracefully, then backing off)
-        // has nothing running for a few seconds, as under the kubelet: wait for it to run again.
-        let deadline = std::time::Instant::now() + RESTART_WAIT;
-        loop {
-            let groups = loop {
-                let pod = pods
-                    .get(name)
-                    .await
-                    .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
-                let groups = process_groups(&pod);
-                // Nothing running has nothing frozen: a liveness probe may have restarted a
-                // frozen container meanwhile, as the kubelet does.
-                if !groups.is_empty() || action == PodAction::Thaw {
-                    break groups;
-                }
-                if std::time::Instant::now() > deadline {
-                    bail!(
-                        "failed to {} pod {namespace}/{name}: no container is running",
-                        action.verb()
-                    );
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            };
-            let mut gone = false;
-            for pgid in groups {
-                match signal_group(pgid, action) {
-                    Ok(Signalled::Sent) => {}
-                    // The container exited between reading the pod and signalling it (the
-                    // liveness probe restarting it): read the pod again for the new container.
-                    Ok(Signalled::Gone) => gone = true,
-                    Err(err) => {
-                        return Err(err).with_context(|| {
-                            format!("failed to {} pod {namespace}/{name}", action.verb())
-                        });
-                    }
-                }
-            }
-            // A thaw has nothing left to do for a group that is gone: a new container is not
-            // frozen.
-            let gone = gone && action != PodAction::Thaw;
-            if gone && std::time::Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-            if gone {
-                bail!(
-                    "failed to {} pod {namespace}/{name}: its containers kept exiting",
-                    action.verb()
-                );
-            }
-            return Ok(());
-        }
-    }
-}
-
-/// How long freezing or killing a pod waits for a container that is being restarted.
-const RESTART_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// The process groups of a pod's running containers, from their `process://<pgid>` ids.
-pub fn process_groups(pod: &Pod) -> Vec<i32> {
-    pod.status
-        .iter()
-        .flat_map(|status| status.container_statuses.iter().flatten())
-        .filter(|status| status.state.as_ref().is_some_and(|s| s.running.is_some()))
-        .filter_map(|status| status.container_id.as_deref())
-        .filter_map(|id| id.strip_prefix("process://"))
-        .filter_map(|pgid| pgid.parse().ok())
-        .collect()
-}
-
-/// Whether a signal reached its process group.
-#[derive(Debug, PartialEq, Eq)]
-enum Signalled {
-    Sent,
-    /// The group no longer exists.
-    Gone,
-}
-
-fn signal_group(pgid: i32, action: PodAction) -> anyhow::Result<Signalled> {
-    use rustix::process::{Pid, Signal, kill_process_group};
-    let signal = match action {
-        PodAction::Freeze => Signal::STOP,
-        PodAction::Thaw => Signal::CONT,
-        PodAction::Kill => Signal::KILL,
-    };
-    let pid = Pid::from_raw(pgid).with_context(|| format!("invalid process group {pgid}"))?;
-    match kill_process_group(pid, signal) {
-        // A group that exited between reading the pod and signalling it (the liveness probe
-        // restarted the frozen container) has nothing left frozen: the thaw is done.
-        Ok(()) => Ok(Signalled::Sent),
-        Err(rustix::io::Errno::SRCH) => Ok(Signalled::Gone),
-        Err(err) => Err(err),
-    }
-    .with_context(|| {
-        format!(
-            "failed to send SIG{} to process group {pgid}",
-            action.signal()
-        )
-    })
 }
 
 impl Backend for RealBackend {
@@ -192,7 +82,7 @@ impl Backend for RealBackend {
         name: &'a str,
         action: PodAction,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.signal_pod(namespace, name, action).boxed()
+        initializer_controlplane::signal::signal_pod(&self.client, namespace, name, action).boxed()
     }
 
     fn command_inside(&self, program: &Path) -> Option<std::process::Command> {
@@ -246,45 +136,5 @@ impl Backend for RealBackend {
             }
         }
         .boxed()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::os::unix::process::CommandExt;
-
-    use super::*;
-
-    /// A process group id that existed and is gone: a reaped child's pid.
-    fn gone_group() -> i32 {
-        let mut child = std::process::Command::new("true")
-            .spawn()
-            .expect("spawn true");
-        let pid = i32::try_from(child.id()).expect("pid fits i32");
-        child.wait().expect("wait for true");
-        pid
-    }
-
-    #[test]
-    fn signalling_a_group_that_exited_says_it_is_gone() {
-        for action in [PodAction::Freeze, PodAction::Thaw, PodAction::Kill] {
-            let outcome = signal_group(gone_group(), action).expect("no error for a gone group");
-            assert_eq!(outcome, Signalled::Gone, "{action:?}");
-        }
-    }
-
-    #[test]
-    fn signalling_a_running_group_sends() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .expect("spawn sleep");
-        let pgid = i32::try_from(child.id()).expect("pid fits i32");
-        assert_eq!(
-            signal_group(pgid, PodAction::Kill).unwrap(),
-            Signalled::Sent
-        );
-        child.wait().expect("wait for sleep");
     }
 }

@@ -155,13 +155,7 @@ pub fn main(scenarios: &[Scenario]) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("E2E_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    initializer_test_support::init_test_tracing("E2E_LOG");
     // One suite at a time per target directory: under `cargo nextest` every scenario is its own
     // process, and scenarios measuring fail-open times must not share two cores with others.
     let _lock = if selected.iter().any(|s| args.runs(s)) {

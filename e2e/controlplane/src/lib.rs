@@ -23,6 +23,7 @@ pub mod forward;
 pub mod layout;
 pub mod netns;
 pub mod pki;
+pub mod signal;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

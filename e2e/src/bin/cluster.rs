@@ -9,13 +9,10 @@ use initializer_e2e::env::Env;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CLUSTER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    initializer_telemetry::Logging::new()
+        .filter("CLUSTER_LOG", "warn,kube_client=off")
+        .stderr()
+        .init();
     let env = tokio::select! {
         env = Env::start_with(BackendChoice::Real) => env.context("failed to start the cluster")?,
         _ = tokio::signal::ctrl_c() => return Ok(()),

@@ -36,12 +36,9 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DEMO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_writer(std::io::stderr)
+    initializer_telemetry::Logging::new()
+        .filter("DEMO_LOG", "off")
+        .stderr()
         .init();
     say(&format!(
         "starting the {} and installing the operator from the bundle ...",

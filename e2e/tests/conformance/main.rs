@@ -159,13 +159,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("E2E_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    initializer_test_support::init_test_tracing("E2E_LOG");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,13 +1,17 @@
-//! What the bodies share: raw requests, polling, error codes and fixtures.
+//! What the bodies share: error messages and fixtures; raw requests, polling and error codes
+//! come from `initializer-test-support`.
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
+
+pub use initializer_test_support::api::{api_code, raw};
+pub use initializer_test_support::eventually;
 
 use crate::target::Target;
 
@@ -16,60 +20,7 @@ use crate::target::Target;
 pub const ROOT_CA: &str = "kube-root-ca.crt";
 
 /// How long a controller (garbage collector, namespace deleter) may take to act.
-pub const CONTROLLER_TIMEOUT: u64 = 60;
-
-/// A raw request through the client: status code and JSON body (a string if not JSON).
-pub async fn raw(
-    client: &kube::Client,
-    method: &str,
-    uri: &str,
-    accept: Option<&str>,
-    content_type: Option<&str>,
-    body: Option<Value>,
-) -> anyhow::Result<(u16, Value)> {
-    let mut req = http::Request::builder().method(method).uri(uri);
-    if let Some(a) = accept {
-        req = req.header("accept", a);
-    }
-    if let Some(c) = content_type {
-        req = req.header("content-type", c);
-    }
-    let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-    let req = req.body(bytes)?;
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .with_context(|| format!("{method} {uri}"))?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect_bytes().await?;
-    let value = serde_json::from_slice(&body)
-        .unwrap_or(Value::String(String::from_utf8_lossy(&body).into()));
-    Ok((status, value))
-}
-
-/// Polls `check` every 50 ms until it holds or `secs` pass.
-pub async fn eventually<F, Fut>(secs: u64, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
-/// The code and reason of an API error.
-pub fn api_code(e: &kube::Error) -> (u16, String) {
-    match e {
-        kube::Error::Api(s) => (s.code, s.reason.clone()),
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
+pub const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The message of an API error.
 pub fn api_message(e: &kube::Error) -> String {
