@@ -134,15 +134,17 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         }
     }
 
-    /// Use a fixed configuration value instead of a file (tests, or compiled-in settings).
-    pub fn config(mut self, value: C) -> Self {
+    /// Use this configuration value and never read `config.yaml` (tests, or compiled-in
+    /// settings).
+    pub fn fixed_config(mut self, value: C) -> Self {
         self.config = Arc::new(ConfigStore::fixed(value));
         self
     }
 
-    /// The configuration used while `config.yaml` does not exist (without it, the initializer
-    /// is not ready until the file appears).
-    pub fn config_default(mut self, value: C) -> Self {
+    /// Read `config.yaml` as [`with_config`](Self::with_config) does, but use `value` while
+    /// the file does not exist (without a fallback, the initializer is not ready until the
+    /// file appears).
+    pub fn fallback_config(mut self, value: C) -> Self {
         self.config = Arc::new(ConfigStore::unloaded(Some(value)));
         self
     }

@@ -67,7 +67,7 @@
 //! use kube_initializer::testing::{Tester, review};
 //!
 //! let config = Config { containers: vec![Container { name: "sidecar-nginx".into(), ..Default::default() }] };
-//! let tester = Tester::new(Initializer::with_config("sidecar").config(config).handle_pod_kinds(Sidecar));
+//! let tester = Tester::new(Initializer::with_config("sidecar").fixed_config(config).handle_pod_kinds(Sidecar));
 //! let pod: Pod = serde_json::from_value(serde_json::json!({
 //!     "metadata": {"name": "nginx"},
 //!     "spec": {"containers": [{"name": "nginx", "image": "nginx:1.8.1"}]}

@@ -132,7 +132,7 @@ fn in_process(runtime: &tokio::runtime::Runtime) {
     per_op("tokio spawn_blocking round trip (empty closure)", n, || {
         runtime.block_on(async { tokio::task::spawn_blocking(|| 1).await.unwrap() });
     });
-    let init = initializer().config(config.clone());
+    let init = initializer().fixed_config(config.clone());
     per_op(
         "Initializer::review_json: the whole path (bytes in, bytes out)",
         n,
@@ -140,7 +140,9 @@ fn in_process(runtime: &tokio::runtime::Runtime) {
             black_box(runtime.block_on(init.review_json(&body)).unwrap());
         },
     );
-    let inline = initializer().config(config.clone()).inline_handlers(true);
+    let inline = initializer()
+        .fixed_config(config.clone())
+        .inline_handlers(true);
     per_op("the whole path with inline_handlers(true)", n, || {
         black_box(runtime.block_on(inline.review_json(&body)).unwrap());
     });
@@ -151,7 +153,7 @@ fn in_process(runtime: &tokio::runtime::Runtime) {
             black_box(runtime.block_on(async { 1 }));
         },
     );
-    let tester = Tester::new(initializer().config(config.clone()));
+    let tester = Tester::new(initializer().fixed_config(config.clone()));
     per_op("through the axum router (Tester, no socket)", n, || {
         black_box(
             runtime

@@ -39,7 +39,7 @@ fn preset(selector: &str) -> PresetConfig {
 }
 
 fn tester(selector: &str) -> Tester {
-    Tester::new(initializer().config(preset(selector)))
+    Tester::new(initializer().fixed_config(preset(selector)))
 }
 
 fn container<'a>(containers: &'a [Container], name: &str) -> &'a Container {
@@ -203,7 +203,7 @@ async fn the_config_the_operator_writes_round_trips() {
     let read: PresetConfig = serde_yaml::from_str(&written).unwrap();
     assert_eq!(read, preset("selector:\n  kinds: [Pod]\n"));
     let empty: PresetConfig = serde_yaml::from_str("{}").unwrap();
-    let tester = Tester::new(initializer().config(empty));
+    let tester = Tester::new(initializer().fixed_config(empty));
     assert!(
         tester
             .call(&review(&tutorial::nginx_pod()))

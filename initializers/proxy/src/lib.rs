@@ -91,6 +91,6 @@ impl<K: Resource + PodSpecHolder> Initialize<K, ProxyConfig> for Proxy {
 /// The initializer: defaults apply while `config.yaml` is absent.
 pub fn initializer() -> Initializer<ProxyConfig> {
     Initializer::with_config(NAME)
-        .config_default(ProxyConfig::default())
+        .fallback_config(ProxyConfig::default())
         .handle_pod_kinds(Proxy)
 }

@@ -10,7 +10,7 @@ use proxy_initializer::{DEFAULT_ANNOTATION, ProxyConfig, initializer};
 use sidecar_initializer::tutorial;
 
 fn tester() -> Tester {
-    Tester::new(initializer().config(ProxyConfig::default()))
+    Tester::new(initializer().fixed_config(ProxyConfig::default()))
 }
 
 fn names(pod: &Pod) -> Vec<String> {
@@ -112,7 +112,7 @@ async fn the_proxy_container_comes_from_the_config() {
     let config: ProxyConfig =
         serde_yaml::from_str("container:\n  name: my-proxy\n  image: haproxy:2\nport: 8080\n")
             .unwrap();
-    let tester = Tester::new(initializer().config(config));
+    let tester = Tester::new(initializer().fixed_config(config));
     let patched: Pod = tester
         .call(&review(&pod_on_port(8080)))
         .await

@@ -31,7 +31,7 @@ fn containers(d: &Deployment) -> Vec<String> {
 fn gated() -> Tester {
     Tester::new(
         initializer()
-            .config(config())
+            .fixed_config(config())
             .annotation_gate(Some(AnnotationGate::new(
                 tutorial::SIDECAR_ANNOTATION,
                 true,
@@ -41,7 +41,7 @@ fn gated() -> Tester {
 
 #[tokio::test]
 async fn the_tutorial_config_injects_sidecar_nginx_into_the_nginx_deployment() {
-    let tester = Tester::new(initializer().config(config()));
+    let tester = Tester::new(initializer().fixed_config(config()));
     let answer = tester
         .call(&review(&tutorial::nginx_deployment()))
         .await
@@ -55,7 +55,7 @@ async fn the_tutorial_config_injects_sidecar_nginx_into_the_nginx_deployment() {
 
 #[tokio::test]
 async fn injection_is_idempotent_under_reinvocation() {
-    let tester = Tester::new(initializer().config(config()));
+    let tester = Tester::new(initializer().fixed_config(config()));
     let first: Deployment = tester
         .call(&review(&tutorial::nginx_deployment()))
         .await
@@ -69,7 +69,7 @@ async fn injection_is_idempotent_under_reinvocation() {
 
 #[tokio::test]
 async fn pods_get_the_sidecar_too() {
-    let tester = Tester::new(initializer().config(config()));
+    let tester = Tester::new(initializer().fixed_config(config()));
     let patched: Pod = tester
         .call(&review(&tutorial::nginx_pod()))
         .await
@@ -106,7 +106,7 @@ async fn volumes_in_the_config_are_added_once() {
         tutorial::SIDECAR_CONFIG
     );
     let cfg: SidecarConfig = serde_yaml::from_str(&yaml).unwrap();
-    let tester = Tester::new(initializer().config(cfg));
+    let tester = Tester::new(initializer().fixed_config(cfg));
     let patched: Deployment = tester
         .call(&review(&tutorial::nginx_deployment()))
         .await
@@ -135,7 +135,7 @@ async fn volumes_in_the_config_are_added_once() {
 
 #[tokio::test]
 async fn other_kinds_are_admitted_unchanged() {
-    let tester = Tester::new(initializer().config(config()));
+    let tester = Tester::new(initializer().fixed_config(config()));
     let secret: Secret =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "s"}})).unwrap();
     let answer = tester.call(&review(&secret).dry_run(true)).await.unwrap();

@@ -155,6 +155,6 @@ impl<K: PodSpecHolder> Initialize<K, TestCertsConfig> for TestCerts {
 /// The initializer with `handler`; defaults apply while `config.yaml` is absent.
 pub fn initializer(handler: TestCerts) -> Initializer<TestCertsConfig> {
     Initializer::with_config(NAME)
-        .config_default(TestCertsConfig::default())
+        .fallback_config(TestCertsConfig::default())
         .handle_pod_kinds(handler)
 }
