@@ -15,17 +15,13 @@ pub enum Error {
     /// The listening socket could not be opened.
     #[error("failed to bind {addr}: {source}")]
     Bind {
-        /// Address.
         addr: String,
-        /// Cause.
         source: std::io::Error,
     },
     /// A file in the state directory could not be written or read.
     #[error("failed to access {path}: {source}")]
     StateFile {
-        /// Path.
         path: String,
-        /// Cause.
         source: std::io::Error,
     },
     /// The client for the sandbox's own API could not be built.
@@ -53,7 +49,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// A bare error.
+    /// An error with this code, reason and message and no details.
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
         ApiError {
             code,

@@ -37,7 +37,6 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub enum ServicePort {
     /// By `port` number (webhooks: `clientConfig.service.port`, default 443).
     Number(i32),
-    /// By port name.
     Name(String),
     /// Not given: the Service's only (or unnamed) port.
     Unspecified,
@@ -51,12 +50,7 @@ pub enum ResolveError {
     ServiceNotFound(String),
     /// The Service has no such port.
     #[error("failed to find port {port} on service \"{service}\"")]
-    NoSuchPort {
-        /// Service name.
-        service: String,
-        /// The port asked for.
-        port: String,
-    },
+    NoSuchPort { service: String, port: String },
     /// No endpoint is ready.
     #[error("no endpoints available for service \"{0}\"")]
     NoEndpoints(String),

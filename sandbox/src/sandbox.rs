@@ -58,7 +58,7 @@ impl SandboxConfig {
     }
 }
 
-/// Entry point.
+/// Starts sandboxes: [`Sandbox::start`] returns the [`SandboxHandle`] of a running one.
 #[derive(Debug)]
 pub struct Sandbox;
 
@@ -278,7 +278,7 @@ impl SandboxHandle {
         &self.kubeconfig_path
     }
 
-    /// The state directory.
+    /// The state directory: CA, kubeconfig, pods' files and logs.
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
     }
@@ -303,7 +303,7 @@ impl SandboxHandle {
         self.api.clone()
     }
 
-    /// The API server itself.
+    /// The API server, for tests that call its verbs without HTTP.
     pub fn api(&self) -> Arc<ApiServer> {
         self.api.clone()
     }

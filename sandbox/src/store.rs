@@ -25,7 +25,6 @@ pub struct ResKey {
 }
 
 impl ResKey {
-    /// Builds a key.
     pub fn new(group: &str, plural: &str) -> Self {
         ResKey {
             group: group.to_string(),
@@ -37,16 +36,13 @@ impl ResKey {
 /// The kind of change a watch event reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
-    /// Created.
     Added,
-    /// Changed.
     Modified,
-    /// Removed.
     Deleted,
 }
 
 impl EventType {
-    /// The wire name.
+    /// The name watch events carry (`ADDED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
@@ -61,11 +57,9 @@ impl EventType {
 pub struct Change {
     /// The resourceVersion the change produced.
     pub rv: u64,
-    /// Which resource.
     pub key: ResKey,
     /// Namespace, empty for cluster-scoped.
     pub namespace: String,
-    /// What happened.
     pub kind: EventType,
     /// The object after the change (before it, with the new resourceVersion, for deletes).
     pub object: Arc<Value>,
@@ -154,7 +148,7 @@ impl Store {
         self.inner.read().rv
     }
 
-    /// One object.
+    /// One object by namespace (empty for cluster-scoped) and name.
     pub fn get(&self, key: &ResKey, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let inner = self.inner.read();
         inner

@@ -20,9 +20,8 @@ use crate::error::Error;
 pub struct Certificates {
     /// CA certificate (what clients trust).
     pub ca_pem: String,
-    /// CA private key.
     pub ca_key_pem: String,
-    /// Serving certificate.
+    /// Serving certificate, for the names in the README.
     pub cert_pem: String,
     /// Serving private key.
     pub key_pem: String,

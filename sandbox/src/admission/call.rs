@@ -31,7 +31,8 @@ fn go_duration(timeout: Duration) -> String {
     }
 }
 
-struct Target {
+/// Where and how to reach one webhook, from its `clientConfig`.
+struct WebhookEndpoint {
     /// The URL as the API server names it in messages (with `?timeout=`).
     url: String,
     /// Host header value.
@@ -44,11 +45,11 @@ struct Target {
     connect: Result<String, String>,
 }
 
-fn target(
+fn endpoint(
     view: &dyn ClusterView,
     config: &WebhookClientConfig,
     timeout: Duration,
-) -> Result<Target, CallFailure> {
+) -> Result<WebhookEndpoint, CallFailure> {
     let timeout_q = format!("timeout={}", go_duration(timeout));
     if let Some(svc) = &config.service {
         let port = svc.port.unwrap_or(443);
@@ -59,7 +60,7 @@ fn target(
         let connect = resolve_endpoint(view, &svc.namespace, &svc.name, &ServicePort::Number(port))
             .map(|(ip, p)| format!("{ip}:{p}"))
             .map_err(|e| e.to_string());
-        return Ok(Target {
+        return Ok(WebhookEndpoint {
             url: format!("https://{authority}{path_and_query}"),
             authority,
             path_and_query,
@@ -103,7 +104,7 @@ fn target(
     } else {
         host.clone()
     };
-    Ok(Target {
+    Ok(WebhookEndpoint {
         url: format!("https://{authority}{path_and_query}"),
         authority,
         path_and_query,
@@ -119,7 +120,7 @@ pub async fn post(
     timeout: Duration,
     body: Vec<u8>,
 ) -> Result<Vec<u8>, CallFailure> {
-    let target = target(view, config, timeout)?;
+    let target = endpoint(view, config, timeout)?;
     let fail = |reason: String| {
         CallFailure(format!(
             "failed to call webhook: Post {:?}: {reason}",
@@ -200,7 +201,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let t = target(&Empty, &config, Duration::from_secs(5)).unwrap();
+        let t = endpoint(&Empty, &config, Duration::from_secs(5)).unwrap();
         assert_eq!(t.url, "https://init.ops.svc:443/initialize?timeout=5s");
         assert_eq!(t.server_name, "init.ops.svc");
         assert_eq!(t.connect, Err("service \"init\" not found".into()));
@@ -212,7 +213,7 @@ mod tests {
             url: Some("https://127.0.0.1:9443/m?x=1".into()),
             ..Default::default()
         };
-        let t = target(&Empty, &config, Duration::from_secs(10)).unwrap();
+        let t = endpoint(&Empty, &config, Duration::from_secs(10)).unwrap();
         assert_eq!(t.url, "https://127.0.0.1:9443/m?x=1&timeout=10s");
         assert_eq!(t.connect, Ok("127.0.0.1:9443".into()));
         assert_eq!(t.server_name, "127.0.0.1");
@@ -220,7 +221,7 @@ mod tests {
             url: Some("http://127.0.0.1:9443/m".into()),
             ..Default::default()
         };
-        assert!(target(&Empty, &plain, Duration::from_secs(10)).is_err());
+        assert!(endpoint(&Empty, &plain, Duration::from_secs(10)).is_err());
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use crate::resource::ResourceType;
 use crate::store::ResKey;
 
 impl ApiServer {
-    /// CREATE.
+    /// CREATE (POST): the object stored with the metadata the server owns, or why not.
     pub async fn create(
         &self,
         rt: &ResourceType,

@@ -35,7 +35,6 @@ use crate::view::{ClusterView, ResourceRef};
 /// Options common to writes.
 #[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
-    /// `fieldManager`.
     pub field_manager: Option<String>,
     /// The client's User-Agent, whose first word names the manager when none is given.
     pub user_agent: String,
@@ -104,16 +103,14 @@ impl DeleteOptions {
     }
 }
 
-/// List options.
+/// What a list or deletecollection selects and how it pages.
 #[derive(Clone, Debug, Default)]
 pub struct ListOptions {
-    /// Parsed label selector.
     pub labels: LabelSelector,
-    /// Parsed field selector.
     pub fields: FieldSelector,
     /// Page size (0: all).
     pub limit: usize,
-    /// Continue token.
+    /// Where the previous page ended (opaque to clients).
     pub continue_token: Option<String>,
 }
 
@@ -122,19 +119,16 @@ pub struct ListOptions {
 pub struct Written {
     /// The object as served.
     pub object: Value,
-    /// Admission warnings.
+    /// Warnings from pruning and admission, sent as `Warning` headers.
     pub warnings: Vec<String>,
     /// Whether the write created the object (201).
     pub created: bool,
 }
 
-/// The API server.
+/// The API server: its verbs over one store, with admission and injected faults.
 pub struct ApiServer {
-    /// Object storage.
     pub store: Arc<Store>,
-    /// The admission chain.
     pub admission: Admission,
-    /// Injected faults.
     pub faults: Arc<Faults>,
     next_ip: AtomicU32,
 }

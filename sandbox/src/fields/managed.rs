@@ -11,7 +11,6 @@ use super::{
 /// One entry of `metadata.managedFields`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ManagedEntry {
-    /// Manager name.
     pub manager: String,
     /// `Apply` or `Update`.
     pub operation: String,
@@ -84,7 +83,6 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
 /// A field owned by another manager with a different value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Conflict {
-    /// The other manager.
     pub manager: String,
     /// `Apply` or `Update`.
     pub operation: String,
@@ -92,7 +90,6 @@ pub struct Conflict {
     pub api_version: String,
     /// Its subresource (`status`), or empty.
     pub subresource: String,
-    /// The field.
     pub path: Path,
 }
 
@@ -114,11 +111,10 @@ impl Conflict {
 /// Inputs of one server-side apply.
 #[derive(Debug)]
 pub struct ApplyRequest<'a> {
-    /// List types.
+    /// Which lists merge by key (built-in table or CRD schema).
     pub shape: Shape<'a>,
     /// What part of the object is applied.
     pub scope: Scope,
-    /// The field manager.
     pub manager: &'a str,
     /// The request's API version.
     pub api_version: &'a str,

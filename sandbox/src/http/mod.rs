@@ -23,7 +23,6 @@ use crate::workload::WorkloadHandle;
 /// Shared state of the HTTP handlers.
 #[derive(Clone)]
 pub struct AppState {
-    /// The API server.
     pub api: Arc<ApiServer>,
     /// The workload controllers, once started (pod freeze/thaw/kill).
     pub workloads: Arc<OnceLock<WorkloadHandle>>,

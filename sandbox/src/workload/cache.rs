@@ -11,16 +11,12 @@ use kube::runtime::reflector::{self, Store};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// The caches.
+/// Watch-fed caches of what the workload controllers read; one watch per kind, shared.
 #[derive(Clone)]
 pub struct Caches {
-    /// Every pod.
     pub pods: Store<Pod>,
-    /// Every Deployment.
     pub deployments: Store<Deployment>,
-    /// Every Service.
     pub services: Store<Service>,
-    /// Every EndpointSlice.
     pub endpoint_slices: Store<EndpointSlice>,
     /// Every v1 Endpoints.
     pub endpoints: Store<Endpoints>,
