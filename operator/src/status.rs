@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use initializer_crds::{Initializer, InitializerStatus, MissedInitializations, Outage, Phase};
+use initializer_packaging::readiness::deployment_available;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -82,7 +83,8 @@ pub struct WorkloadObservation {
     pub ready_replicas: i32,
     /// Available replicas.
     pub available_replicas: i32,
-    /// The `Available` condition is true and at least one replica is available.
+    /// The `Available` condition is true and at least one replica is available (the one
+    /// predicate, [`deployment_available`]).
     pub available: bool,
     /// The Deployment's own explanation when it is not available.
     pub message: Option<String>,
@@ -96,7 +98,6 @@ pub fn observe_workload(deployment: &Deployment) -> WorkloadObservation {
         .iter()
         .flatten()
         .find(|c| c.type_ == "Available");
-    let available_replicas = status.available_replicas.unwrap_or(0);
     WorkloadObservation {
         replicas: deployment
             .spec
@@ -104,8 +105,8 @@ pub fn observe_workload(deployment: &Deployment) -> WorkloadObservation {
             .and_then(|s| s.replicas)
             .unwrap_or(1),
         ready_replicas: status.ready_replicas.unwrap_or(0),
-        available_replicas,
-        available: available_replicas >= 1 && condition.is_some_and(|c| c.status == "True"),
+        available_replicas: status.available_replicas.unwrap_or(0),
+        available: deployment_available(deployment),
         message: condition.and_then(|c| c.message.clone()),
     }
 }
