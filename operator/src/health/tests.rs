@@ -1,0 +1,622 @@
+//! Unit tests of [`crate::health`].
+
+use super::*;
+
+const SEC: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
+
+fn config() -> HealthConfig {
+    HealthConfig::from_policy(&HealthPolicy::default())
+}
+
+/// A machine with an available workload and ready endpoints, at time `t0`.
+fn ready_machine(t0: Instant) -> Machine {
+    let mut m = Machine::new(config());
+    assert_eq!(m.observe(Input::Available(true), t0), Action::None);
+    assert_eq!(m.observe(Input::Endpoints(2), t0), Action::None);
+    m
+}
+
+/// Feeds `n` probes of one kind, `step` apart from `*t`, returning every action taken.
+fn probes_every(m: &mut Machine, t: &mut Instant, ok: bool, n: u32, step: Duration) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for _ in 0..n {
+        *t += step;
+        let input = if ok {
+            Input::ProbeSucceeded
+        } else {
+            Input::ProbeFailed
+        };
+        let a = m.observe(input, *t);
+        if a != Action::None {
+            actions.push(a);
+        }
+    }
+    actions
+}
+
+/// Feeds `n` probes of one kind, one per second.
+fn probes(m: &mut Machine, t: &mut Instant, ok: bool, n: u32) -> Vec<Action> {
+    probes_every(m, t, ok, n, SEC)
+}
+
+/// Drives the machine the way the prober does: each probe comes when
+/// [`Machine::next_probe_in`] says (at least `spacing` apart), and answers as `up(t)` says
+/// (a failed probe takes `fail_takes`). Returns every action with its time, until `end`.
+fn drive(
+    m: &mut Machine,
+    start: Instant,
+    end: Instant,
+    fail_takes: Duration,
+    up: impl Fn(Instant) -> bool,
+) -> Vec<(Instant, Action)> {
+    let spacing = 50 * MS;
+    let mut t = start;
+    let mut actions = Vec::new();
+    while t < end {
+        let ok = up(t);
+        let answered = if ok { t + 10 * MS } else { t + fail_takes };
+        let input = if ok {
+            Input::ProbeSucceeded
+        } else {
+            Input::ProbeFailed
+        };
+        let a = m.observe(input, answered);
+        if a != Action::None {
+            actions.push((answered, a));
+        }
+        t = (answered + m.next_probe_in(answered)).max(t + spacing);
+    }
+    actions
+}
+
+fn registered(t0: Instant) -> (Machine, Instant) {
+    let mut m = ready_machine(t0);
+    let mut t = t0;
+    assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Register]);
+    (m, t)
+}
+
+fn is_deregister(a: &Action) -> bool {
+    matches!(a, Action::Deregister { .. })
+}
+
+#[test]
+fn the_latency_budget_is_the_policys_in_milliseconds() {
+    let policy = HealthPolicy {
+        latency_budget_millis: 250,
+        ..HealthPolicy::default()
+    };
+    assert_eq!(latency_budget(&policy), Duration::from_millis(250));
+    let negative = HealthPolicy {
+        latency_budget_millis: -1,
+        ..HealthPolicy::default()
+    };
+    assert_eq!(latency_budget(&negative), Duration::from_millis(500));
+}
+
+#[test]
+fn defaults_give_one_second_base_hold_down_capped_at_sixty_four_periods() {
+    let c = config();
+    assert_eq!((c.failure_threshold, c.success_threshold), (2, 3));
+    assert_eq!(c.base_hold_down, SEC);
+    assert_eq!(c.max_hold_down, 64 * SEC);
+    assert_eq!((c.period, c.fast_interval), (SEC, 100 * MS));
+}
+
+#[test]
+fn registers_after_success_threshold_good_probes_when_available() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    let mut t = t0;
+    assert!(probes(&mut m, &mut t, true, 2).is_empty());
+    assert_eq!(m.state(), State::Waiting);
+    assert_eq!(probes(&mut m, &mut t, true, 1), [Action::Register]);
+    assert!(m.is_registered());
+    assert!(
+        probes(&mut m, &mut t, true, 5).is_empty(),
+        "registers only once"
+    );
+}
+
+#[test]
+fn waiting_probes_come_fast_and_register_within_a_few_hundred_milliseconds() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    assert_eq!(m.next_probe_in(t0), 100 * MS);
+    let actions = drive(&mut m, t0, t0 + SEC, 500 * MS, |_| true);
+    let (at, action) = actions[0];
+    assert_eq!(action, Action::Register);
+    assert!(at - t0 <= 400 * MS, "registered after {:?}", at - t0);
+    assert_eq!(m.next_probe_in(at), SEC, "steady period once registered");
+}
+
+#[test]
+fn an_unavailable_workload_is_never_registered_and_registers_once_available() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(config());
+    let mut t = t0;
+    assert!(probes(&mut m, &mut t, true, 10).is_empty());
+    assert_eq!(m.observe(Input::Available(true), t), Action::Register);
+}
+
+#[test]
+fn zero_ready_endpoints_block_registration_and_slow_the_probes() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    m.observe(Input::Endpoints(0), t0);
+    assert_eq!(m.next_probe_in(t0), SEC);
+    let mut t = t0;
+    assert!(probes(&mut m, &mut t, true, 10).is_empty());
+    assert_eq!(m.observe(Input::Endpoints(1), t), Action::Register);
+}
+
+#[test]
+fn the_first_failed_probe_degrades_and_failure_threshold_failures_deregister() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    let actions = probes(&mut m, &mut t, false, 1);
+    let first_failure = t;
+    assert_eq!(
+        actions,
+        [Action::Degrade {
+            since: first_failure
+        }]
+    );
+    assert_eq!(m.state(), State::Degraded);
+    assert!(m.is_registered());
+    assert_eq!(m.next_probe_in(t), Duration::ZERO, "probes again at once");
+    let actions = probes(&mut m, &mut t, false, 1);
+    assert_eq!(
+        actions,
+        [Action::Deregister {
+            cause: Cause::ProbesFailed,
+            since: first_failure
+        }]
+    );
+    assert_eq!(m.state(), State::Unresponsive);
+    assert!(
+        probes(&mut m, &mut t, false, 5).is_empty(),
+        "deregisters only once"
+    );
+}
+
+#[test]
+fn a_failure_threshold_of_one_deregisters_at_the_first_failure() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(HealthConfig {
+        failure_threshold: 1,
+        ..config()
+    });
+    m.observe(Input::Available(true), t0);
+    m.observe(Input::Endpoints(1), t0);
+    let mut t = t0;
+    probes(&mut m, &mut t, true, 3);
+    assert!(m.is_registered());
+    let actions = probes(&mut m, &mut t, false, 1);
+    assert!(matches!(actions[..], [Action::Deregister { .. }]));
+}
+
+#[test]
+fn a_hung_initializer_is_degraded_at_the_first_failure_and_removed_one_budget_later() {
+    // Probes every second; frozen from 10.3 s; a probe to a frozen initializer fails after
+    // the 500 ms budget.
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    let frozen = t0 + 10 * SEC + 300 * MS;
+    let actions = drive(&mut m, t0, t0 + 14 * SEC, 500 * MS, |t| t < frozen);
+    let degraded = actions
+        .iter()
+        .find(|(_, a)| matches!(a, Action::Degrade { .. }))
+        .unwrap()
+        .0;
+    let removed = actions.iter().find(|(_, a)| is_deregister(a)).unwrap().0;
+    assert!(degraded - frozen <= 1500 * MS, "{:?}", degraded - frozen);
+    assert_eq!(
+        removed - degraded,
+        500 * MS,
+        "the second failure is probed at once"
+    );
+}
+
+#[test]
+fn a_refused_connection_is_confirmed_within_the_retry_spacing() {
+    let t0 = Instant::now();
+    let (mut m, t) = registered(t0);
+    let down = t + 200 * MS;
+    let actions = drive(&mut m, t, t + 3 * SEC, 2 * MS, |at| at < down);
+    let degraded = actions[0].0;
+    let removed = actions.iter().find(|(_, a)| is_deregister(a)).unwrap().0;
+    assert!(removed - degraded <= 60 * MS, "{:?}", removed - degraded);
+}
+
+#[test]
+fn a_degraded_initializer_is_restored_after_success_threshold_good_probes_and_the_hold_down() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    let failed_at = t + SEC;
+    probes(&mut m, &mut t, false, 1);
+    let mut restored = None;
+    for i in 1..30u32 {
+        let now = failed_at + 100 * MS * i;
+        if m.observe(Input::ProbeSucceeded, now) == Action::Restore {
+            restored = Some(now);
+            break;
+        }
+    }
+    let restored = restored.unwrap();
+    assert_eq!(
+        restored - failed_at,
+        SEC,
+        "not before the one-period hold-down"
+    );
+    assert_eq!(m.state(), State::Registered);
+}
+
+#[test]
+fn alternating_probes_degrade_once_and_never_register_deregister_or_restore() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    let mut actions = Vec::new();
+    for _ in 0..1000 {
+        actions.extend(probes(&mut m, &mut t, false, 1));
+        actions.extend(probes(&mut m, &mut t, true, 1));
+    }
+    assert_eq!(actions.len(), 1, "{:?}", &actions[..actions.len().min(5)]);
+    assert!(matches!(actions[0], Action::Degrade { .. }));
+    let mut fresh = ready_machine(t0);
+    let mut t = t0;
+    let mut actions = Vec::new();
+    for _ in 0..1000 {
+        actions.extend(probes(&mut fresh, &mut t, true, 1));
+        actions.extend(probes(&mut fresh, &mut t, false, 1));
+    }
+    assert!(actions.is_empty(), "{actions:?}");
+}
+
+#[test]
+fn zero_ready_endpoints_deregister_at_once() {
+    let t0 = Instant::now();
+    let (mut m, t) = registered(t0);
+    let zero_at = t + Duration::from_millis(300);
+    assert_eq!(
+        m.observe(Input::Endpoints(0), zero_at),
+        Action::Deregister {
+            cause: Cause::NoReadyEndpoints,
+            since: zero_at
+        }
+    );
+    assert_eq!(m.state(), State::Unresponsive);
+    assert_eq!(m.observe(Input::Endpoints(0), zero_at + SEC), Action::None);
+}
+
+#[test]
+fn zero_ready_endpoints_remove_a_degraded_configuration() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    probes(&mut m, &mut t, false, 1);
+    let first = t;
+    assert_eq!(
+        m.observe(Input::Endpoints(0), t + 10 * MS),
+        Action::Deregister {
+            cause: Cause::NoReadyEndpoints,
+            since: first
+        }
+    );
+}
+
+#[test]
+fn an_unresponsive_initializer_registers_again_after_success_threshold_and_hold_down() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    probes(&mut m, &mut t, false, 2);
+    assert_eq!(m.snapshot().hold_down, Some(SEC));
+    assert!(probes(&mut m, &mut t, true, 2).is_empty());
+    assert_eq!(probes(&mut m, &mut t, true, 1), [Action::Register]);
+}
+
+#[test]
+fn a_thawed_initializer_is_registered_again_within_a_second_of_leaving() {
+    // Frozen at 10.3 s; thawed the moment its configuration is removed.
+    let t0 = Instant::now();
+    let frozen = t0 + 10 * SEC + 300 * MS;
+    let mut first = ready_machine(t0);
+    let actions = drive(&mut first, t0, frozen + 3 * SEC, 500 * MS, |t| t < frozen);
+    let left = actions
+        .iter()
+        .find(|(_, a)| matches!(a, Action::Degrade { .. }))
+        .unwrap()
+        .0;
+    let removed = actions.iter().find(|(_, a)| is_deregister(a)).unwrap().0;
+    let mut m = ready_machine(t0);
+    let actions = drive(&mut m, t0, frozen + 5 * SEC, 500 * MS, |t| {
+        t < frozen || t >= removed
+    });
+    let back = actions
+        .iter()
+        .filter(|(at, a)| *a == Action::Register && *at > removed)
+        .map(|(at, _)| *at)
+        .next()
+        .unwrap();
+    assert!(back - removed <= SEC, "{:?}", back - removed);
+    assert!(
+        back - left >= SEC,
+        "the hold-down is kept: {:?}",
+        back - left
+    );
+}
+
+#[test]
+fn the_hold_down_delays_registration_even_with_enough_good_probes() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    let mut t = t0;
+    // Force a long hold-down by flapping repeatedly.
+    for _ in 0..4 {
+        m.adopt_registered(false, t);
+        probes(&mut m, &mut t, false, 2);
+    }
+    let hold = m.snapshot().hold_down.unwrap();
+    assert_eq!(hold, 8 * SEC);
+    // The hold-down counts from leaving the path, one probe before the removal.
+    let left_at = t - SEC;
+    let mut registered_at = None;
+    for i in 1..200u32 {
+        let now = t + Duration::from_millis(100) * i;
+        if m.observe(Input::ProbeSucceeded, now) == Action::Register {
+            registered_at = Some(now);
+            break;
+        }
+    }
+    let registered_at = registered_at.unwrap();
+    assert!(registered_at >= left_at + hold);
+    assert!(registered_at < left_at + hold + SEC);
+}
+
+#[test]
+fn during_a_long_hold_down_probes_slow_down_and_speed_up_before_it_ends() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    let mut t = t0;
+    for _ in 0..4 {
+        m.adopt_registered(false, t);
+        probes(&mut m, &mut t, false, 2);
+    }
+    m.observe(Input::ProbeSucceeded, t);
+    assert_eq!(m.next_probe_in(t), SEC);
+    let left_at = t - SEC;
+    let near_end = left_at + 8 * SEC - 200 * MS;
+    assert_eq!(m.next_probe_in(near_end), 100 * MS);
+}
+
+#[test]
+fn repeated_flapping_doubles_the_hold_down_up_to_the_cap_and_bounds_registrations() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    let mut t = t0;
+    // The worst pattern that satisfies both thresholds: three good, two bad, forever.
+    let mut registrations = 0;
+    let mut holds = Vec::new();
+    for _ in 0..2000 {
+        for a in probes(&mut m, &mut t, true, 3) {
+            if a == Action::Register {
+                registrations += 1;
+            }
+        }
+        for a in probes(&mut m, &mut t, false, 2) {
+            if is_deregister(&a) {
+                holds.push(m.snapshot().hold_down.unwrap());
+            }
+        }
+    }
+    assert_eq!(&holds[..4], [SEC, 2 * SEC, 4 * SEC, 8 * SEC]);
+    assert_eq!(*holds.last().unwrap(), 64 * SEC);
+    // Without a hold-down this pattern registers every 5 s (2000 times in 10000 s); with
+    // it, once the cap is reached, at most once per 64 s.
+    let elapsed = t.duration_since(t0).as_secs();
+    assert!(
+        registrations < 2000 / 5,
+        "{registrations} registrations in {elapsed} s"
+    );
+    assert!(registrations as u64 <= elapsed / 60 + 8);
+}
+
+#[test]
+fn a_flapping_initializer_probed_fast_causes_no_storm() {
+    // Down 1.5 s, up 1.5 s, for ten minutes, driven by the prober's own timing: without the
+    // hold-down every up phase would register (200 registrations); with it, the returns
+    // thin out as the hold-down doubles, and degradations follow returns one for one.
+    let t0 = Instant::now();
+    let (mut m, t) = registered(t0);
+    let cycle = 3 * SEC;
+    let end = t + 600 * SEC;
+    let actions = drive(&mut m, t, end, 500 * MS, |at| {
+        (at - t).as_millis() % cycle.as_millis() >= 1500
+    });
+    let returns = actions
+        .iter()
+        .filter(|(_, a)| matches!(a, Action::Register | Action::Restore))
+        .count();
+    let leaves = actions
+        .iter()
+        .filter(|(_, a)| matches!(a, Action::Degrade { .. }))
+        .count();
+    assert!(returns <= 16, "{returns} returns in ten minutes");
+    assert!(
+        leaves <= returns + 1,
+        "{leaves} degradations, {returns} returns"
+    );
+    // Every return comes at least the hold-down after the initializer left the path.
+    let mut left = None;
+    let mut gaps = Vec::new();
+    for (at, action) in &actions {
+        match action {
+            Action::Degrade { .. } => left = Some(*at),
+            Action::Register | Action::Restore => gaps.push(*at - left.unwrap()),
+            _ => {}
+        }
+    }
+    for (i, gap) in gaps.iter().enumerate() {
+        let hold = (SEC * 2u32.pow(u32::try_from(i).unwrap().min(6))).min(64 * SEC);
+        assert!(
+            *gap >= hold,
+            "return {i} after {gap:?}, hold-down {hold:?}: {gaps:?}"
+        );
+    }
+}
+
+#[test]
+fn a_long_stable_registration_resets_the_hold_down() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    let mut t = t0;
+    for _ in 0..5 {
+        m.adopt_registered(false, t);
+        probes(&mut m, &mut t, false, 2);
+    }
+    assert_eq!(m.snapshot().hold_down, Some(16 * SEC));
+    t += 20 * SEC;
+    assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Register]);
+    t += Duration::from_secs(601);
+    probes(&mut m, &mut t, false, 2);
+    assert_eq!(m.snapshot().hold_down, Some(SEC));
+}
+
+#[test]
+fn suspend_deregisters_and_never_registers_while_true() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    assert_eq!(
+        m.observe(Input::Suspend(true), t),
+        Action::Deregister {
+            cause: Cause::Suspended,
+            since: t
+        }
+    );
+    assert_eq!(m.state(), State::Suspended);
+    assert!(probes(&mut m, &mut t, true, 20).is_empty());
+    assert_eq!(m.observe(Input::Endpoints(3), t), Action::None);
+    assert_eq!(m.observe(Input::Available(true), t), Action::None);
+    m.adopt_registered(false, t);
+    assert_eq!(
+        m.state(),
+        State::Suspended,
+        "a found configuration is not adopted"
+    );
+    assert_eq!(m.observe(Input::Suspend(true), t), Action::None);
+}
+
+#[test]
+fn suspending_a_degraded_initializer_removes_its_configuration() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    probes(&mut m, &mut t, false, 1);
+    assert!(matches!(
+        m.observe(Input::Suspend(true), t),
+        Action::Deregister {
+            cause: Cause::Suspended,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn resuming_needs_fresh_good_probes() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    m.observe(Input::Suspend(true), t);
+    probes(&mut m, &mut t, true, 5);
+    assert_eq!(m.observe(Input::Suspend(false), t), Action::None);
+    assert_eq!(m.state(), State::Waiting);
+    assert!(probes(&mut m, &mut t, true, 2).is_empty());
+    assert_eq!(probes(&mut m, &mut t, true, 1), [Action::Register]);
+}
+
+#[test]
+fn suspending_an_unregistered_initializer_does_nothing_but_holds_it() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    assert_eq!(m.observe(Input::Suspend(true), t0), Action::None);
+    let mut t = t0;
+    assert!(probes(&mut m, &mut t, true, 5).is_empty());
+}
+
+#[test]
+fn an_adopted_configuration_is_removed_when_probes_fail() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(config());
+    m.adopt_registered(false, t0);
+    assert!(m.is_registered());
+    let mut t = t0;
+    let actions = probes(&mut m, &mut t, false, 2);
+    assert!(matches!(
+        actions[..],
+        [
+            Action::Degrade { .. },
+            Action::Deregister {
+                cause: Cause::ProbesFailed,
+                ..
+            }
+        ]
+    ));
+}
+
+#[test]
+fn an_adopted_degraded_configuration_is_restored_after_good_probes() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    m.adopt_registered(true, t0);
+    assert_eq!(m.state(), State::Degraded);
+    let mut t = t0;
+    assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Restore]);
+}
+
+#[test]
+fn an_adopted_outage_stays_out_of_the_path_until_good_probes() {
+    let t0 = Instant::now();
+    let mut m = ready_machine(t0);
+    m.adopt_unresponsive(t0);
+    assert!(m.in_outage());
+    let mut t = t0;
+    assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Register]);
+}
+
+#[test]
+fn a_failed_registration_is_retried_on_the_next_good_probe_and_keeps_the_outage() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    m.registration_failed();
+    assert_eq!(m.state(), State::Waiting);
+    assert_eq!(probes(&mut m, &mut t, true, 1), [Action::Register]);
+    probes(&mut m, &mut t, false, 2);
+    t += 5 * SEC;
+    assert_eq!(probes(&mut m, &mut t, true, 3), [Action::Register]);
+    m.registration_failed();
+    assert_eq!(m.state(), State::Unresponsive);
+    assert!(m.in_outage());
+}
+
+#[test]
+fn the_time_to_deregister_counts_from_the_first_failed_probe() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    let first = t + SEC;
+    let actions = probes(&mut m, &mut t, false, 2);
+    let Action::Deregister { since, .. } = actions[1] else {
+        panic!("expected a deregistration");
+    };
+    assert_eq!(since, first);
+    assert_eq!(t.duration_since(since), SEC);
+}
+
+#[test]
+fn raised_thresholds_apply_to_the_next_inputs() {
+    let t0 = Instant::now();
+    let (mut m, mut t) = registered(t0);
+    m.set_config(HealthConfig {
+        failure_threshold: 4,
+        ..config()
+    });
+    assert_eq!(probes(&mut m, &mut t, false, 3).len(), 1, "degraded only");
+    assert_eq!(probes(&mut m, &mut t, false, 1).len(), 1);
+}

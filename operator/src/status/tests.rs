@@ -1,0 +1,419 @@
+//! Unit tests of [`crate::status`].
+
+use super::*;
+
+#[test]
+fn under_fail_the_fail_closed_condition_says_how_soon_a_hung_initializer_leaves_the_path() {
+    let bounds = FailClosedBounds {
+        degraded_within: Duration::from_millis(1500),
+        removed_within: Duration::from_millis(2500),
+    };
+    let registered = Observation {
+        registered: true,
+        fail_closed: Some(bounds),
+        ..base()
+    };
+    let c = compute(&registered);
+    let fail_closed = c
+        .conditions
+        .iter()
+        .find(|c| c.type_ == FAIL_CLOSED)
+        .unwrap();
+    assert_eq!(fail_closed.status, "True");
+    assert!(
+        fail_closed.message.contains("within 1.5 s"),
+        "{}",
+        fail_closed.message
+    );
+    assert!(fail_closed.message.contains("removed within 2.5 s"));
+    assert!(fail_closed.message.contains("operator is down"));
+    let degraded = Observation {
+        degraded: true,
+        ..registered
+    };
+    let c = compute(&degraded);
+    let fail_closed = c
+        .conditions
+        .iter()
+        .find(|c| c.type_ == FAIL_CLOSED)
+        .unwrap();
+    assert_eq!(fail_closed.status, "False");
+    let ignore = Observation {
+        registered: true,
+        fail_closed: None,
+        ..base()
+    };
+    assert!(
+        !compute(&ignore)
+            .conditions
+            .iter()
+            .any(|c| c.type_ == FAIL_CLOSED)
+    );
+}
+
+#[test]
+fn a_conflict_is_one_condition_that_keeps_its_first_time() {
+    let first = Timestamp::from_second(1_800_000_000).unwrap();
+    let later = Timestamp::from_second(1_800_000_100).unwrap();
+    let once = with_conflict(InitializerStatus::default(), "taken".into(), None, first);
+    let twice = with_conflict(once.clone(), "still taken".into(), Some(&once), later);
+    let conflicts: Vec<_> = twice
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == CONFLICT)
+        .collect();
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(conflicts[0].message, "still taken");
+    assert_eq!(conflicts[0].last_transition_time, Time(first));
+}
+use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap()
+}
+
+fn snapshot(state: State, endpoints: Option<u32>) -> Snapshot {
+    Snapshot {
+        state,
+        ok_streak: 0,
+        fail_streak: 0,
+        endpoints,
+        available: true,
+        hold_down: None,
+    }
+}
+
+fn ready() -> WorkloadObservation {
+    WorkloadObservation {
+        replicas: 2,
+        ready_replicas: 2,
+        available_replicas: 2,
+        available: true,
+        message: None,
+    }
+}
+
+fn good_probe() -> ProbeRecord {
+    ProbeRecord {
+        at: now(),
+        latency: Duration::from_millis(12),
+        ok: true,
+        message: "ok".into(),
+        failure: None,
+    }
+}
+
+fn base() -> Observation<'static> {
+    Observation {
+        generation: Some(3),
+        refusals: &[],
+        suspended: false,
+        workload: None,
+        health: None,
+        probe: None,
+        registered: false,
+        configuration_name: "initializer-sidecar",
+        certificate_not_after: None,
+        now: now(),
+        previous: None,
+        degraded: false,
+        outage: None,
+        fallback: None,
+        missed: None,
+        fail_closed: None,
+        last_error: None,
+    }
+}
+
+#[test]
+fn the_last_error_is_shown_until_a_reconcile_clears_it() {
+    let failed = compute(&Observation {
+        last_error: Some("failed to apply the Deployment"),
+        ..base()
+    });
+    assert_eq!(failed.details[LAST_ERROR], "failed to apply the Deployment");
+    assert!(!compute(&base()).details.contains_key(LAST_ERROR));
+    let kept = with_last_error(failed.clone(), Some("failed again"));
+    assert_eq!(kept.details[LAST_ERROR], "failed again");
+    assert_eq!(kept.phase, failed.phase);
+    assert!(
+        !with_last_error(failed, None)
+            .details
+            .contains_key(LAST_ERROR)
+    );
+}
+
+fn cond<'a>(s: &'a InitializerStatus, t: &str) -> &'a Condition {
+    s.conditions.iter().find(|c| c.type_ == t).unwrap()
+}
+
+#[test]
+fn a_new_initializer_is_pending_with_unknown_health() {
+    let s = compute(&base());
+    assert_eq!(s.phase, Some(Phase::Pending));
+    assert_eq!(s.observed_generation, Some(3));
+    assert_eq!(cond(&s, VALID).status, "True");
+    assert_eq!(cond(&s, AVAILABLE).reason, "NotDeployed");
+    assert_eq!(cond(&s, RESPONDING).status, "Unknown");
+    assert_eq!(cond(&s, REGISTERED).reason, "WaitingForReadiness");
+    assert_eq!(s.registered, Some(false));
+    assert_eq!(s.conditions.len(), 4);
+}
+
+#[test]
+fn a_refused_spec_is_invalid_and_says_why() {
+    let refusals = [Refusal {
+        field: "spec.rules[0].resources".into(),
+        message: "leases must never be intercepted".into(),
+    }];
+    let o = Observation {
+        refusals: &refusals,
+        ..base()
+    };
+    let s = compute(&o);
+    assert_eq!(s.phase, Some(Phase::Invalid));
+    let valid = cond(&s, VALID);
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", "Refused")
+    );
+    assert!(valid.message.contains("spec.rules[0].resources: leases"));
+    assert_eq!(cond(&s, REGISTERED).reason, "Invalid");
+    assert_eq!(cond(&s, REGISTERED).status, "False");
+}
+
+#[test]
+fn a_deploying_initializer_reports_replicas_and_probe_failures() {
+    let o = Observation {
+        workload: Some(WorkloadObservation {
+            ready_replicas: 0,
+            available_replicas: 0,
+            available: false,
+            message: Some("Deployment does not have minimum availability.".into()),
+            replicas: 2,
+        }),
+        health: Some(snapshot(State::Waiting, Some(1))),
+        probe: Some(ProbeRecord {
+            ok: false,
+            message: "failed to reach the initializer: 503".into(),
+            ..good_probe()
+        }),
+        ..base()
+    };
+    let s = compute(&o);
+    assert_eq!(s.phase, Some(Phase::Deploying));
+    assert_eq!(s.ready_replicas, Some(0));
+    assert_eq!(cond(&s, AVAILABLE).reason, "DeploymentUnavailable");
+    assert!(cond(&s, AVAILABLE).message.contains("minimum availability"));
+    assert_eq!(cond(&s, RESPONDING).reason, "ProbeFailed");
+    assert_eq!(
+        s.details["lastProbeError"],
+        "failed to reach the initializer: 503"
+    );
+}
+
+#[test]
+fn a_registered_initializer_shows_probe_latency_and_certificate_expiry() {
+    let expiry = now() + jiff::SignedDuration::from_hours(24 * 365);
+    let o = Observation {
+        workload: Some(ready()),
+        health: Some(snapshot(State::Registered, Some(2))),
+        probe: Some(good_probe()),
+        registered: true,
+        certificate_not_after: Some(expiry),
+        ..base()
+    };
+    let s = compute(&o);
+    assert_eq!(s.phase, Some(Phase::Registered));
+    assert_eq!(s.last_probe_latency_millis, Some(12));
+    assert_eq!(s.last_probe_time, Some(Time(now())));
+    assert_eq!(s.certificate_not_after, Some(Time(expiry)));
+    assert_eq!(s.configuration_name.as_deref(), Some("initializer-sidecar"));
+    for t in [VALID, AVAILABLE, RESPONDING, REGISTERED] {
+        assert_eq!(cond(&s, t).status, "True", "{t}");
+    }
+    assert!(s.details.is_empty());
+}
+
+#[test]
+fn an_unresponsive_initializer_is_not_registered_and_not_responding() {
+    let o = Observation {
+        workload: Some(ready()),
+        health: Some(snapshot(State::Unresponsive, Some(0))),
+        probe: Some(good_probe()),
+        ..base()
+    };
+    let s = compute(&o);
+    assert_eq!(s.phase, Some(Phase::Unresponsive));
+    assert_eq!(cond(&s, RESPONDING).reason, "NoReadyEndpoints");
+    assert_eq!(cond(&s, REGISTERED).reason, "Unresponsive");
+}
+
+fn outage() -> Outage {
+    let t = |s| {
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            now() + jiff::SignedDuration::from_millis(s),
+        ))
+    };
+    Outage {
+        started_at: t(0),
+        degraded_at: t(12),
+        fallback_installed_at: t(10),
+        deregistered_at: t(510),
+        restored_at: None,
+    }
+}
+
+#[test]
+fn a_degraded_initializer_is_registered_failing_open_with_its_steps_in_a_condition() {
+    let o = Observation {
+        workload: Some(ready()),
+        health: Some(snapshot(State::Degraded, Some(2))),
+        probe: Some(ProbeRecord {
+            ok: false,
+            failure: Some(Failure::TimedOut),
+            message: "no answer within the latency budget of 500 ms".into(),
+            ..good_probe()
+        }),
+        registered: true,
+        degraded: true,
+        outage: Some(outage()),
+        fallback: Some(FallbackView::Installing),
+        ..base()
+    };
+    let s = compute(&o);
+    assert_eq!(s.phase, Some(Phase::Degraded));
+    assert_eq!(s.registered, Some(true));
+    let degraded = cond(&s, DEGRADED);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "FailOpen")
+    );
+    assert!(
+        degraded.message.contains("08:00:00.012Z"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(cond(&s, RESPONDING).reason, "ProbeTimedOut");
+    assert_eq!(cond(&s, FALLBACK_IN_FORCE).reason, "Installing");
+    assert_eq!(s.last_outage, Some(outage()));
+}
+
+#[test]
+fn after_an_outage_the_degraded_condition_stays_false_with_the_steps() {
+    let mut restored = outage();
+    restored.restored_at = restored.deregistered_at.clone();
+    let o = Observation {
+        workload: Some(ready()),
+        health: Some(snapshot(State::Registered, Some(2))),
+        probe: Some(good_probe()),
+        registered: true,
+        outage: Some(restored),
+        fallback: Some(FallbackView::NotNeeded),
+        ..base()
+    };
+    let s = compute(&o);
+    assert_eq!(s.phase, Some(Phase::Registered));
+    assert_eq!(cond(&s, DEGRADED).reason, "Restored");
+    assert_eq!(cond(&s, DEGRADED).status, "False");
+    let unresponsive = compute(&Observation {
+        health: Some(snapshot(State::Unresponsive, Some(2))),
+        registered: false,
+        outage: Some(outage()),
+        fallback: Some(FallbackView::InForce),
+        ..o
+    });
+    assert_eq!(cond(&unresponsive, DEGRADED).reason, "Deregistered");
+    assert_eq!(cond(&unresponsive, FALLBACK_IN_FORCE).status, "True");
+    let fresh = compute(&base());
+    assert!(
+        fresh
+            .conditions
+            .iter()
+            .all(|c| c.type_ != DEGRADED && c.type_ != FALLBACK_IN_FORCE)
+    );
+}
+
+#[test]
+fn a_suspended_initializer_keeps_its_workload_and_says_so() {
+    let o = Observation {
+        suspended: true,
+        workload: Some(ready()),
+        health: Some(snapshot(State::Suspended, Some(2))),
+        probe: Some(good_probe()),
+        ..base()
+    };
+    let s = compute(&o);
+    assert_eq!(s.phase, Some(Phase::Suspended));
+    assert_eq!(cond(&s, AVAILABLE).status, "True");
+    assert_eq!(cond(&s, REGISTERED).reason, "Suspended");
+}
+
+#[test]
+fn unchanged_conditions_keep_their_transition_time() {
+    let earlier = now() - jiff::SignedDuration::from_hours(1);
+    let first = compute(&Observation {
+        now: earlier,
+        ..base()
+    });
+    let second = compute(&Observation {
+        previous: Some(&first),
+        workload: Some(ready()),
+        ..base()
+    });
+    assert_eq!(cond(&second, VALID).last_transition_time, Time(earlier));
+    assert_eq!(cond(&second, AVAILABLE).last_transition_time, Time(now()));
+}
+
+#[test]
+fn the_workload_is_available_only_with_the_condition_and_a_replica() {
+    let mut d = Deployment {
+        spec: Some(DeploymentSpec {
+            replicas: Some(2),
+            ..Default::default()
+        }),
+        status: Some(DeploymentStatus {
+            available_replicas: Some(1),
+            ready_replicas: Some(1),
+            conditions: Some(vec![DeploymentCondition {
+                type_: "Available".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let w = observe_workload(&d);
+    assert!(w.available);
+    assert_eq!((w.replicas, w.ready_replicas), (2, 1));
+    d.status.as_mut().unwrap().available_replicas = Some(0);
+    assert!(!observe_workload(&d).available);
+    d.status = None;
+    assert!(!observe_workload(&d).available);
+}
+
+#[test]
+fn probe_figures_alone_are_written_only_when_stale() {
+    let now = now();
+    let previous = InitializerStatus {
+        last_probe_time: Some(Time(now - jiff::SignedDuration::from_secs(5))),
+        last_probe_latency_millis: Some(10),
+        ..Default::default()
+    };
+    let mut next = previous.clone();
+    next.last_probe_time = Some(Time(now));
+    next.last_probe_latency_millis = Some(12);
+    assert!(only_probe_figures_changed(Some(&previous), &next, now));
+    let later = now + jiff::SignedDuration::from_secs(40);
+    assert!(!only_probe_figures_changed(Some(&previous), &next, later));
+    next.registered = Some(true);
+    assert!(!only_probe_figures_changed(Some(&previous), &next, now));
+    assert!(!only_probe_figures_changed(None, &next, now));
+    let unprobed = InitializerStatus::default();
+    assert!(only_probe_figures_changed(
+        Some(&unprobed),
+        &unprobed.clone(),
+        now
+    ));
+}

@@ -1,0 +1,356 @@
+//! Unit tests of [`crate::supervisor`].
+
+use super::*;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+
+fn endpoint(ready: Option<bool>) -> Endpoint {
+    Endpoint {
+        addresses: vec!["127.0.0.2".into()],
+        conditions: Some(EndpointConditions {
+            ready,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// An Initializer named `guard`, deployed in `ops`, as the API server stores it.
+fn guard() -> Initializer {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "initializer.dev/v1alpha1",
+        "kind": "Initializer",
+        "metadata": {"name": "guard", "uid": "uid-1", "generation": 2},
+        "spec": {
+            "image": "example/guard:1",
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+        },
+    }))
+    .unwrap()
+}
+
+/// A client whose API server answers every status patch with the Initializer, recording
+/// the statuses written.
+fn recording_client(written: Arc<Mutex<Vec<serde_json::Value>>>) -> Client {
+    use http_body_util::BodyExt;
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let written = written.clone();
+        async move {
+            let patch = req.into_body().collect().await.unwrap().to_bytes();
+            let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap_or_default();
+            written.lock().unwrap().push(patch["status"].clone());
+            let mut obj = serde_json::to_value(guard()).unwrap();
+            obj["status"] = patch["status"].clone();
+            let response = http::Response::builder()
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(serde_json::to_vec(&obj).unwrap()))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    Client::new(service, "default")
+}
+
+/// A supervisor holding `guard` registered and answering, as a sync leaves it.
+fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
+    let recorder = Recorder::new(client.clone(), kube::runtime::events::Reporter::from("t"));
+    let sup = Supervisor::new(
+        client,
+        recorder,
+        Metrics::shared(),
+        "probe".into(),
+        Leadership::unconditional(),
+    );
+    let health = HealthConfig::from_policy(&Default::default());
+    let mut machine = Machine::new(health);
+    machine.adopt_registered(false, Instant::now());
+    let mut webhook = MutatingWebhookConfiguration::default();
+    webhook.metadata.name = Some("initializer-guard".into());
+    let target = Supervision {
+        initializer: "guard".into(),
+        reference: ObjectReference::default(),
+        namespace: "ops".into(),
+        service: "guard".into(),
+        probe: probe::target_for(&[]),
+        period: health.period,
+        budget: Duration::from_millis(500),
+        health,
+        webhook: webhook.clone(),
+        fallback: None,
+        rules: Vec::new(),
+        gate: None,
+        timeout: Duration::from_secs(5),
+        available: true,
+        suspended: false,
+        generation: Some(2),
+        workload: WorkloadObservation::default(),
+        certificate_not_after: None,
+        stored_status: None,
+    };
+    let stopped = CancellationToken::new();
+    let entry = Arc::new(Supervised {
+        stopped: stopped.clone(),
+        state: tokio::sync::Mutex::new(SupervisedState {
+            machine,
+            target,
+            last_probe: None,
+            applied: Some(webhook),
+            presence: Presence::Normal,
+            written: None,
+            outage: None,
+            window_from: None,
+            fallback: FallbackRun::default(),
+            missed: None,
+            deregister_cause: None,
+            degrade_since: None,
+            stopped,
+            removal_retry: None,
+            removal_retry_pending: false,
+        }),
+        wake: Arc::new(Notify::new()),
+        tasks: Mutex::new((None, Vec::new())),
+    });
+    sup.entries().insert("guard".into(), entry.clone());
+    (sup, entry)
+}
+
+#[tokio::test]
+async fn a_deploy_failure_stays_in_the_status_when_the_supervisor_writes_it_again() {
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let (sup, entry) = supervising_guard(recording_client(written.clone()));
+    let failure = "failed to apply Deployment ops/guard: forbidden";
+    sup.report_failure(&guard(), "initializer-guard", failure.into())
+        .await;
+    // A probe fails afterwards: the supervisor writes the status for its own reasons.
+    {
+        let mut st = entry.state.lock().await;
+        st.last_probe = Some(ProbeRecord {
+            at: Timestamp::now(),
+            latency: Duration::from_millis(3),
+            ok: false,
+            message: "connection refused".into(),
+            failure: None,
+        });
+        sup.refresh_status(&mut st).await;
+    }
+    let written = written.lock().unwrap().clone();
+    assert_eq!(written.len(), 2, "{written:?}");
+    for status in &written {
+        assert_eq!(status["details"][status::LAST_ERROR], failure, "{status}");
+    }
+    assert_eq!(
+        written[1]["details"]["lastProbeError"],
+        "connection refused"
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_clears_the_last_failure_and_a_conflict_replaces_it() {
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let client = recording_client(written.clone());
+    let (sup, _) = supervising_guard(client);
+    sup.stop("guard").await;
+    sup.report_failure(&guard(), "initializer-guard", "failed to apply".into())
+        .await;
+    let conflict = sup
+        .report_unsupervised(&guard(), &[], "initializer-guard", Some("not ours".into()))
+        .await
+        .unwrap();
+    assert_eq!(conflict.details[status::LAST_ERROR], "not ours");
+    assert!(
+        conflict
+            .conditions
+            .iter()
+            .any(|c| c.type_ == status::CONFLICT && c.status == "True")
+    );
+    let refusal = Refusal {
+        field: "spec.rules".into(),
+        message: "intercepts leases".into(),
+    };
+    let refused = sup
+        .report_unsupervised(&guard(), &[refusal], "initializer-guard", None)
+        .await
+        .unwrap();
+    assert!(!refused.details.contains_key(status::LAST_ERROR));
+    assert_eq!(sup.failure("guard"), None);
+    assert_eq!(written.lock().unwrap().len(), 3);
+}
+
+#[test]
+fn a_step_out_of_the_path_waits_for_the_fallback_and_nothing_else_does() {
+    use Presence::*;
+    assert_eq!(next_presence(Normal, Degraded, false), Normal);
+    assert_eq!(next_presence(Normal, Absent, false), Normal);
+    assert_eq!(next_presence(Normal, Degraded, true), Degraded);
+    assert_eq!(next_presence(Degraded, Absent, false), Absent);
+    assert_eq!(next_presence(Absent, Normal, false), Normal);
+    assert_eq!(next_presence(Degraded, Normal, false), Normal);
+}
+
+#[test]
+fn the_fallback_is_ready_once_in_force_or_when_it_cannot_be() {
+    let now = Instant::now();
+    let mut run = FallbackRun::default();
+    assert!(!run.ready(now));
+    run.installed_at = Some(now);
+    assert_eq!(run.view(now), FallbackView::Installing);
+    assert!(!run.ready(now + Duration::from_millis(500)));
+    assert!(run.ready(now + FALLBACK_SETTLE));
+    assert_eq!(run.view(now + FALLBACK_SETTLE), FallbackView::InForce);
+    let unsupported = FallbackRun {
+        unsupported: true,
+        ..FallbackRun::default()
+    };
+    assert!(unsupported.ready(now));
+    let failed = FallbackRun {
+        failed: Some("forbidden".into()),
+        ..FallbackRun::default()
+    };
+    assert!(failed.ready(now));
+}
+
+fn configuration(labels: serde_json::Value) -> MutatingWebhookConfiguration {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "initializer-guard", "labels": labels},
+        "webhooks": [{
+            "name": "guard.initializer.dev",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"caBundle": "Q0E=", "service": {"name": "guard", "namespace": "ops"}},
+            "failurePolicy": "Fail",
+            "objectSelector": {"matchLabels": {"team": "a"}},
+            "sideEffects": "None",
+            "timeoutSeconds": 5,
+        }],
+    }))
+    .unwrap()
+}
+
+#[test]
+fn only_a_configuration_with_our_labels_for_this_initializer_is_ours() {
+    let ours = serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
+    assert!(is_ours(&configuration(ours), "guard"));
+    let other_initializer =
+        serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "other"});
+    assert!(!is_ours(&configuration(other_initializer), "guard"));
+    let unmanaged = serde_json::json!({INITIALIZER_LABEL: "guard"});
+    assert!(!is_ours(&configuration(unmanaged), "guard"));
+    assert!(!is_ours(&configuration(serde_json::json!({})), "guard"));
+}
+
+#[test]
+fn defaults_added_by_the_api_server_are_no_drift_but_edits_of_our_fields_are() {
+    let labels =
+        serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
+    let desired = configuration(labels.clone());
+    let mut live = desired.clone();
+    // What the API server fills in, and metadata it owns.
+    live.metadata.resource_version = Some("42".into());
+    live.metadata.uid = Some("u-1".into());
+    live.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("added-by".into(), "someone".into());
+    let hook = &mut live.webhooks.as_mut().unwrap()[0];
+    hook.match_policy = Some("Equivalent".into());
+    hook.namespace_selector = Some(Default::default());
+    hook.reinvocation_policy = Some("Never".into());
+    assert!(!drifted(&desired, &live));
+
+    let edit = |change: fn(&mut k8s_openapi::api::admissionregistration::v1::MutatingWebhook)| {
+        let mut edited = live.clone();
+        change(&mut edited.webhooks.as_mut().unwrap()[0]);
+        drifted(&desired, &edited)
+    };
+    assert!(edit(|h| h.failure_policy = Some("Ignore".into())));
+    assert!(edit(|h| h.object_selector = None));
+    assert!(edit(|h| h.object_selector = Some(Default::default())));
+    assert!(edit(|h| {
+        h.object_selector
+            .as_mut()
+            .unwrap()
+            .match_labels
+            .as_mut()
+            .unwrap()
+            .insert("also".into(), "this".into());
+    }));
+    // A selector that selects everything, however it is written, is the same selector.
+    let mut everything = desired.clone();
+    everything.webhooks.as_mut().unwrap()[0].object_selector = Some(Default::default());
+    let mut written_out = everything.clone();
+    written_out.webhooks.as_mut().unwrap()[0].object_selector = Some(
+        serde_json::from_value(serde_json::json!({"matchLabels": {}, "matchExpressions": []}))
+            .unwrap(),
+    );
+    assert!(!drifted(&everything, &written_out));
+    let mut narrowed = everything.clone();
+    narrowed.webhooks.as_mut().unwrap()[0].object_selector = Some(
+        serde_json::from_value(serde_json::json!({"matchLabels": {"nothing": "matches"}})).unwrap(),
+    );
+    assert!(drifted(&everything, &narrowed));
+    assert!(edit(|h| {
+        h.client_config.ca_bundle = Some(k8s_openapi::ByteString(b"other".to_vec()))
+    }));
+    assert!(edit(|h| h.timeout_seconds = Some(30)));
+    let mut no_hooks = live.clone();
+    no_hooks.webhooks = Some(Vec::new());
+    assert!(drifted(&desired, &no_hooks));
+}
+
+#[test]
+fn an_outage_found_in_progress_resumes_its_window_from_its_first_step_out() {
+    let at = |s: i64| MicroTime(Timestamp::from_second(s).unwrap());
+    let degraded_then_removed = Outage {
+        started_at: Some(at(1_000)),
+        degraded_at: Some(at(1_001)),
+        deregistered_at: Some(at(1_003)),
+        ..Outage::default()
+    };
+    assert_eq!(
+        resumed_window(&degraded_then_removed),
+        Some(Timestamp::from_second(1_000).unwrap())
+    );
+    let removed_at_once = Outage {
+        deregistered_at: Some(at(2_000)),
+        ..Outage::default()
+    };
+    assert_eq!(
+        resumed_window(&removed_at_once),
+        Some(Timestamp::from_second(1_999).unwrap())
+    );
+    let over = Outage {
+        restored_at: Some(at(1_010)),
+        ..degraded_then_removed
+    };
+    assert_eq!(resumed_window(&over), None);
+    assert_eq!(
+        resumed_window(&Outage::default()),
+        None,
+        "never left the path"
+    );
+}
+
+#[test]
+fn a_failed_removal_is_retried_sooner_first_and_never_more_rarely_than_every_five_seconds() {
+    let mut delays = Vec::new();
+    let mut last = None;
+    for _ in 0..10 {
+        let next = removal_retry(last);
+        delays.push(next);
+        last = Some(next);
+    }
+    assert_eq!(delays[0], Duration::from_millis(100));
+    assert_eq!(delays[1], Duration::from_millis(200));
+    assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(*delays.last().unwrap(), MAX_REMOVAL_RETRY);
+}
+
+#[test]
+fn only_endpoints_not_marked_unready_count_as_ready() {
+    let slice = EndpointSlice {
+        address_type: "IPv4".into(),
+        endpoints: vec![endpoint(Some(true)), endpoint(None), endpoint(Some(false))],
+        ..Default::default()
+    };
+    assert_eq!(ready_endpoints(&slice), 2);
+    assert_eq!(ready_endpoints(&EndpointSlice::default()), 0);
+}
