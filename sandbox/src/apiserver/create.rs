@@ -155,23 +155,9 @@ impl ApiServer {
             }
         }
         hooks.prepare_create(&mut obj);
-        let prune_warnings = self.normalize(
-            rt,
-            &mut obj,
-            opts.field_validation.as_deref().unwrap_or("Warn"),
-        )?;
-        let (admitted, mut warnings) = self
-            .admit(
-                rt,
-                "",
-                Operation::Create,
-                Some(obj.clone()),
-                None,
-                opts.dry_run,
-            )
+        let (mut obj, warnings) = self
+            .normalize_and_admit(rt, "", Operation::Create, obj, None, opts)
             .await?;
-        warnings.splice(0..0, prune_warnings);
-        let mut obj = admitted.unwrap_or(obj);
         obj["apiVersion"] = json!(rt.api_version());
         if rt.custom {
             let causes = crd::process(rt.schema.as_ref(), &mut obj, None);

@@ -298,6 +298,26 @@ impl ApiServer {
         }
     }
 
+    /// Normalizes `obj` ([`ApiServer::normalize`]) and runs admission on it: the admitted
+    /// object, with the pruning warnings before admission's.
+    async fn normalize_and_admit(
+        &self,
+        rt: &ResourceType,
+        sub: &str,
+        op: Operation,
+        mut obj: Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Vec<String>), ApiError> {
+        let field_validation = opts.field_validation.as_deref().unwrap_or("Warn");
+        let mut warnings = self.normalize(rt, &mut obj, field_validation)?;
+        let (admitted, admission_warnings) = self
+            .admit(rt, sub, op, Some(obj.clone()), old.cloned(), opts.dry_run)
+            .await?;
+        warnings.extend(admission_warnings);
+        Ok((admitted.unwrap_or(obj), warnings))
+    }
+
     /// Defaults, custom schema work and validation shared by create and update.
     fn normalize(
         &self,

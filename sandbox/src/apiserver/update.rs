@@ -156,27 +156,13 @@ impl ApiServer {
         rt: &ResourceType,
         sub: &str,
         current: &Value,
-        mut obj: Value,
+        obj: Value,
         opts: &WriteOptions,
         record_manager: bool,
     ) -> Result<Written, ApiError> {
-        let prune_warnings = self.normalize(
-            rt,
-            &mut obj,
-            opts.field_validation.as_deref().unwrap_or("Warn"),
-        )?;
-        let (admitted, mut warnings) = self
-            .admit(
-                rt,
-                sub,
-                Operation::Update,
-                Some(obj.clone()),
-                Some(current.clone()),
-                opts.dry_run,
-            )
+        let (mut obj, warnings) = self
+            .normalize_and_admit(rt, sub, Operation::Update, obj, Some(current), opts)
             .await?;
-        warnings.splice(0..0, prune_warnings);
-        let mut obj = admitted.unwrap_or(obj);
         if rt.custom {
             let name = meta_str(&obj, "name").unwrap_or("").to_string();
             let old = Self::served(rt, current);

@@ -64,7 +64,7 @@ fn parse_path(
             sub: String::new(),
             proxy_rest: None,
         }),
-        [res, name] => {
+        [res, name, sub @ ..] if sub.len() <= 1 => {
             let rt = api.resolve(group, version, res)?;
             if rt.namespaced {
                 return Err(not_found());
@@ -73,20 +73,7 @@ fn parse_path(
                 rt,
                 namespace: None,
                 name: Some(name.to_string()),
-                sub: String::new(),
-                proxy_rest: None,
-            })
-        }
-        [res, name, sub] => {
-            let rt = api.resolve(group, version, res)?;
-            if rt.namespaced {
-                return Err(not_found());
-            }
-            Ok(ResourcePath {
-                rt,
-                namespace: None,
-                name: Some(name.to_string()),
-                sub: sub.to_string(),
+                sub: sub.first().map(|s| s.to_string()).unwrap_or_default(),
                 proxy_rest: None,
             })
         }
