@@ -221,6 +221,36 @@ pub fn next_presence(applied: Presence, wanted: Presence, fallback_ready: bool) 
     }
 }
 
+/// What to write to make the cluster hold one configuration state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigurationWrite {
+    /// The cluster already holds it.
+    Nothing,
+    /// Register (create or update) this configuration.
+    Apply(Box<MutatingWebhookConfiguration>),
+    /// Delete the configuration.
+    Remove,
+}
+
+/// The write that takes the cluster from `presence` (with `applied` the configuration last
+/// written and still live) to `next`, whose configuration is `desired` (`None` for
+/// [`Presence::Absent`]).
+pub fn configuration_write(
+    presence: Presence,
+    applied: Option<&MutatingWebhookConfiguration>,
+    next: Presence,
+    desired: Option<MutatingWebhookConfiguration>,
+) -> ConfigurationWrite {
+    match desired {
+        Some(desired) if presence == next && applied == Some(&desired) => {
+            ConfigurationWrite::Nothing
+        }
+        Some(desired) => ConfigurationWrite::Apply(Box::new(desired)),
+        None if presence == Presence::Absent => ConfigurationWrite::Nothing,
+        None => ConfigurationWrite::Remove,
+    }
+}
+
 /// The delay before the next attempt to remove a configuration, after one that failed.
 pub fn removal_retry(previous: Option<Duration>) -> Duration {
     previous.map_or(FIRST_REMOVAL_RETRY, |d| (d * 2).min(MAX_REMOVAL_RETRY))
@@ -1178,11 +1208,15 @@ impl Supervisor {
         let name = st.target.initializer.clone();
         let configuration = st.target.configuration();
         let before = st.presence;
-        match st.target.desired(next) {
-            Some(desired) => {
-                if st.presence == next && st.applied.as_ref() == Some(&desired) {
-                    return Ok(());
-                }
+        match configuration_write(
+            st.presence,
+            st.applied.as_ref(),
+            next,
+            st.target.desired(next),
+        ) {
+            ConfigurationWrite::Nothing => return Ok(()),
+            ConfigurationWrite::Apply(desired) => {
+                let desired = *desired;
                 self.may_write(st, || format!("register {configuration}"))?;
                 if st.applied.is_none() {
                     // Never take over a configuration of the same name that is not ours.
@@ -1203,10 +1237,7 @@ impl Supervisor {
                 st.applied = Some(desired);
                 st.presence = next;
             }
-            None => {
-                if st.presence == Presence::Absent {
-                    return Ok(());
-                }
+            ConfigurationWrite::Remove => {
                 self.may_write(st, || format!("deregister {configuration}"))?;
                 // Never delete a configuration of the same name that is not ours.
                 self.observe_live(st).await?;

@@ -176,6 +176,48 @@ async fn a_refusal_clears_the_last_failure_and_a_conflict_replaces_it() {
 }
 
 #[test]
+fn the_configuration_is_written_only_when_the_cluster_holds_something_else() {
+    use Presence::*;
+    let mut spec = MutatingWebhookConfiguration::default();
+    spec.metadata.name = Some("initializer-guard".into());
+    let degraded = build::degraded(&spec);
+    let write = |presence, applied: Option<&MutatingWebhookConfiguration>, next| {
+        let desired = match next {
+            Normal => Some(spec.clone()),
+            Degraded => Some(degraded.clone()),
+            Absent => None,
+        };
+        configuration_write(presence, applied, next, desired)
+    };
+    assert_eq!(
+        write(Normal, Some(&spec), Normal),
+        ConfigurationWrite::Nothing
+    );
+    assert_eq!(write(Absent, None, Absent), ConfigurationWrite::Nothing);
+    assert_eq!(
+        write(Absent, None, Normal),
+        ConfigurationWrite::Apply(Box::new(spec.clone()))
+    );
+    // Edited by someone else (nothing applied is live): applied again.
+    assert_eq!(
+        write(Normal, None, Normal),
+        ConfigurationWrite::Apply(Box::new(spec.clone()))
+    );
+    assert_eq!(
+        write(Normal, Some(&spec), Degraded),
+        ConfigurationWrite::Apply(Box::new(degraded.clone()))
+    );
+    assert_eq!(
+        write(Degraded, Some(&degraded), Absent),
+        ConfigurationWrite::Remove
+    );
+    assert_eq!(
+        write(Normal, Some(&spec), Absent),
+        ConfigurationWrite::Remove
+    );
+}
+
+#[test]
 fn a_step_out_of_the_path_waits_for_the_fallback_and_nothing_else_does() {
     use Presence::*;
     assert_eq!(next_presence(Normal, Degraded, false), Normal);
