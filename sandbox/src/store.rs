@@ -225,6 +225,25 @@ impl Store {
         obj
     }
 
+    /// Commits a created or changed object and keeps it under `(namespace, name)`.
+    fn commit_and_keep(
+        &self,
+        inner: &mut Inner,
+        key: &ResKey,
+        (namespace, name): (String, String),
+        kind: EventType,
+        obj: Value,
+        prev: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        let obj = self.commit(inner, key, namespace.clone(), kind, obj, prev);
+        inner
+            .objects
+            .entry(key.clone())
+            .or_default()
+            .insert((namespace, name), obj.clone());
+        obj
+    }
+
     fn record(&self, inner: &mut Inner, change: Change) {
         let change = Arc::new(change);
         inner.history.push_back(change.clone());
@@ -247,13 +266,7 @@ impl Store {
         {
             return Err(ApiError::already_exists(&key.group, &key.plural, &name));
         }
-        let obj = self.commit(&mut inner, key, ns.clone(), EventType::Added, obj, None);
-        inner
-            .objects
-            .entry(key.clone())
-            .or_default()
-            .insert((ns, name), obj.clone());
-        Ok(obj)
+        Ok(self.commit_and_keep(&mut inner, key, (ns, name), EventType::Added, obj, None))
     }
 
     /// Replaces an object whose stored resourceVersion is `expected_rv`; 409 Conflict otherwise,
@@ -275,13 +288,7 @@ impl Store {
             return Err(ApiError::conflict(&key.group, &key.plural, &name));
         }
         let prev = Some(current.clone());
-        let obj = self.commit(&mut inner, key, ns.clone(), EventType::Modified, obj, prev);
-        inner
-            .objects
-            .entry(key.clone())
-            .or_default()
-            .insert((ns, name), obj.clone());
-        Ok(obj)
+        Ok(self.commit_and_keep(&mut inner, key, (ns, name), EventType::Modified, obj, prev))
     }
 
     /// Removes an object whose stored resourceVersion is `expected_rv` (any when `None`).

@@ -2,7 +2,9 @@
 
 use serde_json::{Value, json};
 
-use super::{ApiServer, DeleteOptions, ListOptions, kinds, meta_str, metadata_mut};
+use super::{
+    ApiServer, DeleteOptions, ListOptions, kinds, meta_str, metadata_mut, retries_conflict,
+};
 use crate::admission::Operation;
 use crate::clock::now_rfc3339 as now;
 use crate::error::ApiError;
@@ -22,12 +24,7 @@ impl ApiServer {
         loop {
             attempts += 1;
             match self.delete_once(rt, ns, name, opts).await {
-                Err(e)
-                    if e.code == 409
-                        && e.reason == "Conflict"
-                        && attempts < 5
-                        && opts.resource_version.is_none() =>
-                {
+                Err(e) if retries_conflict(&e, attempts, opts.resource_version.is_none()) => {
                     continue;
                 }
                 other => return other,
@@ -46,27 +43,23 @@ impl ApiServer {
         if let Some(uid) = &opts.uid
             && meta_str(&current, "uid") != Some(uid.as_str())
         {
-            return Err(ApiError::new(
-                409,
-                "Conflict",
-                format!(
-                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    rt.qualified(),
-                    meta_str(&current, "uid").unwrap_or("")
-                ),
+            return Err(precondition_failed(
+                rt,
+                name,
+                "UID",
+                uid,
+                meta_str(&current, "uid").unwrap_or(""),
             ));
         }
         if let Some(rv) = &opts.resource_version
             && rv.parse::<u64>().ok() != Some(object_rv(&current))
         {
-            return Err(ApiError::new(
-                409,
-                "Conflict",
-                format!(
-                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    rt.qualified(),
-                    object_rv(&current)
-                ),
+            return Err(precondition_failed(
+                rt,
+                name,
+                "ResourceVersion",
+                rv,
+                &object_rv(&current).to_string(),
             ));
         }
         self.admit(
@@ -184,4 +177,22 @@ impl ApiServer {
             json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": deleted}),
         )
     }
+}
+
+/// 409 for a delete whose precondition on `field` (`UID`, `ResourceVersion`) does not hold.
+fn precondition_failed(
+    rt: &ResourceType,
+    name: &str,
+    field: &str,
+    wanted: &str,
+    found: &str,
+) -> ApiError {
+    ApiError::new(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {found}",
+            rt.qualified()
+        ),
+    )
 }

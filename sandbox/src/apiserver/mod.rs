@@ -412,6 +412,16 @@ impl ApiServer {
     }
 }
 
+/// How many times a write that lost a race with another writer is tried.
+const WRITE_ATTEMPTS: u32 = 5;
+
+/// Whether a write that failed with `e` on its `attempts`-th try is tried again: only a
+/// resourceVersion conflict the client did not ask for (`may_retry`), as the real server
+/// retries patches and deletes.
+fn retries_conflict(e: &ApiError, attempts: u32, may_retry: bool) -> bool {
+    may_retry && e.code == 409 && e.reason == "Conflict" && attempts < WRITE_ATTEMPTS
+}
+
 fn check_kind(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     if let Some(kind) = obj.get("kind").and_then(Value::as_str)
         && !kind.is_empty()
@@ -459,6 +469,15 @@ impl ClusterView for ApiServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_unrequested_conflicts_are_retried_and_only_a_few_times() {
+        let conflict = ApiError::conflict("", "configmaps", "x");
+        assert!(retries_conflict(&conflict, 1, true));
+        assert!(!retries_conflict(&conflict, 1, false));
+        assert!(!retries_conflict(&conflict, WRITE_ATTEMPTS, true));
+        assert!(!retries_conflict(&ApiError::bad_request("no"), 1, true));
+    }
 
     #[test]
     fn dns_subdomain_names_are_checked() {

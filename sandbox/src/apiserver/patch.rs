@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    ApiServer, WriteOptions, Written, check_kind, main_scope, meta_str, metadata_mut, shape,
+    ApiServer, WriteOptions, Written, check_kind, main_scope, meta_str, metadata_mut,
+    retries_conflict, shape,
 };
 use crate::clock::now_rfc3339 as now;
 use crate::crd;
@@ -81,14 +82,7 @@ impl ApiServer {
                 .patch_once(rt, name, sub, kind, &body, opts, &current)
                 .await;
             match result {
-                Err(e)
-                    if e.code == 409
-                        && e.reason == "Conflict"
-                        && attempts < 5
-                        && !patch_has_rv(kind, &body) =>
-                {
-                    continue;
-                }
+                Err(e) if retries_conflict(&e, attempts, !patch_has_rv(kind, &body)) => continue,
                 other => return other,
             }
         }
