@@ -29,4 +29,4 @@ fi
 
 cd "$root"
 cargo run -q -p initializer-operator -- monitoring --check
-cargo test -q -p initializer-operator --lib -- monitoring::tests::every_metric
+cargo test -q -p initializer-operator --test monitoring_metrics

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use initializer_crds::{constants, images};
+use initializer_packaging::readiness::deployment_available;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use tokio::process::Command;
 
-use crate::ops;
 use crate::paths;
 use crate::wait::{self, Check};
 
@@ -241,7 +241,7 @@ pub async fn wait_available(client: &Client) -> anyhow::Result<String> {
         || async {
             let deployment = operator_deployment(client).await?;
             Ok(match deployment {
-                Some(d) if ops::deployment_available(&d) => Check::Done(
+                Some(d) if deployment_available(&d) => Check::Done(
                     d.namespace()
                         .unwrap_or_else(|| DEFAULT_OPERATOR_NAMESPACE.to_string()),
                 ),

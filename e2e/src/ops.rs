@@ -301,19 +301,6 @@ pub fn pod_states(pods: &[Pod]) -> String {
     states.join(", ")
 }
 
-/// Whether a Deployment reports at least one available replica and the `Available` condition.
-pub fn deployment_available(deployment: &Deployment) -> bool {
-    let Some(status) = deployment.status.as_ref() else {
-        return false;
-    };
-    status.available_replicas.unwrap_or(0) >= 1
-        && status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Available" && c.status == "True")
-}
-
 /// Waits for a Warning Event about the Initializer `name` (what `kubectl describe` shows), and
 /// returns its reason and note.
 pub async fn wait_warning_event(

@@ -129,26 +129,6 @@ pub enum Error {
         after: Duration,
     },
 
-    /// Reading a bundle directory failed.
-    #[error("failed to read the bundle at {path}: {source}")]
-    BundleRead {
-        /// The file or directory.
-        path: std::path::PathBuf,
-        /// What the filesystem said.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// Writing a bundle file failed.
-    #[error("failed to write the bundle at {path}: {source}")]
-    BundleWrite {
-        /// The file or directory.
-        path: std::path::PathBuf,
-        /// What the filesystem said.
-        #[source]
-        source: std::io::Error,
-    },
-
     /// Connecting to the API server failed.
     #[error("failed to connect to the API server: {0}")]
     Client(#[source] Box<kube::Error>),
@@ -163,51 +143,6 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// Generating the bundle failed.
-    #[error("failed to generate the bundle: {0}")]
-    BundleGenerate(String),
-
-    /// The bundle breaks registry+v1 rules.
-    #[error("failed to validate the bundle: {0}")]
-    BundleInvalid(String),
-
-    /// Generating the Helm chart from the bundle failed.
-    #[error("failed to generate the Helm chart: {0}")]
-    ChartGenerate(String),
-
-    /// Writing a chart file failed.
-    #[error("failed to write the Helm chart at {path}: {source}")]
-    ChartWrite {
-        /// The file or directory.
-        path: std::path::PathBuf,
-        /// What the filesystem said.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// The bundle's install strategy cannot be turned into objects to apply.
-    #[error("failed to plan the install: {0}")]
-    InstallPlan(String),
-
-    /// An object the installer would apply or delete exists without the installer's label.
-    #[error("failed to install: {kind} {name} exists and was not created by the installer")]
-    NotInstalledByUs {
-        /// Kind of the object.
-        kind: &'static str,
-        /// Name of the object.
-        name: String,
-    },
-
-    /// Listing objects failed.
-    #[error("failed to list {kind}: {source}")]
-    List {
-        /// Kind of the objects.
-        kind: &'static str,
-        /// What the API server said.
-        #[source]
-        source: Box<kube::Error>,
-    },
-
     /// Deleting an object failed.
     #[error("failed to delete {kind} {name}: {source}")]
     Delete {
@@ -218,15 +153,6 @@ pub enum Error {
         /// What the API server said.
         #[source]
         source: Box<kube::Error>,
-    },
-
-    /// An object did not reach the awaited state in time.
-    #[error("failed to wait for {what}: {reason}")]
-    Wait {
-        /// What was awaited.
-        what: String,
-        /// Why waiting stopped.
-        reason: String,
     },
 }
 
@@ -254,19 +180,9 @@ impl Error {
             Error::SupervisionStopped { .. } => "supervision_stopped",
             Error::NotOurs { .. } => "not_ours",
             Error::TimedOut { .. } => "timed_out",
-            Error::BundleRead { .. } => "bundle_read",
-            Error::BundleWrite { .. } => "bundle_write",
             Error::Client(_) => "client",
             Error::Serve { .. } => "serve",
-            Error::BundleGenerate(_) => "bundle_generate",
-            Error::BundleInvalid(_) => "bundle_invalid",
-            Error::ChartGenerate(_) => "chart_generate",
-            Error::ChartWrite { .. } => "chart_write",
-            Error::InstallPlan(_) => "install_plan",
-            Error::NotInstalledByUs { .. } => "not_installed_by_us",
-            Error::List { .. } => "list",
             Error::Delete { .. } => "delete",
-            Error::Wait { .. } => "wait",
         }
     }
 
@@ -274,11 +190,7 @@ impl Error {
     /// unusable, or the API server rejected what we built from it as invalid.
     pub fn is_permanent(&self) -> bool {
         match self {
-            Error::MissingName
-            | Error::Serialize { .. }
-            | Error::BundleGenerate(_)
-            | Error::ChartGenerate(_)
-            | Error::NotOurs { .. } => true,
+            Error::MissingName | Error::Serialize { .. } | Error::NotOurs { .. } => true,
             Error::Apply { source, .. } | Error::Register { source, .. } => {
                 api_code(source).is_some_and(|code| code == 400 || code == 422)
             }

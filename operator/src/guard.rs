@@ -28,8 +28,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-/// Name of the guard policy and of its binding.
-pub const GUARD_NAME: &str = "initializer-operator-guard";
+pub use initializer_packaging::manifest::GUARD_NAME;
 
 /// The check every create, and every update that changes the spec, of an Initializer must pass.
 pub const GUARD_EXPRESSION: &str = "authorizer.group('admissionregistration.k8s.io').resource('mutatingwebhookconfigurations').check('create').allowed()";

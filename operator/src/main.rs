@@ -18,15 +18,15 @@ enum Command {
     /// Print the Initializer CustomResourceDefinition as YAML.
     Crd,
     /// Install a registry+v1 bundle without OLM into the current cluster.
-    Install(initializer_operator::install::InstallArgs),
+    Install(initializer_packaging::install::InstallArgs),
     /// Remove what `install` created (webhook configurations and Initializers first).
-    Uninstall(initializer_operator::install::UninstallArgs),
+    Uninstall(initializer_packaging::install::UninstallArgs),
     /// Write the generated OLM bundle (or check it with --check) and validate it.
-    Bundle(initializer_operator::bundle::BundleArgs),
+    Bundle(initializer_packaging::bundle::BundleArgs),
     /// Write the Helm chart generated from the bundle.
-    Chart(initializer_operator::bundle::chart::ChartArgs),
+    Chart(initializer_packaging::bundle::chart::ChartArgs),
     /// Write the Prometheus rules file and the alerts' runbook (or check them with --check).
-    Monitoring(initializer_operator::monitoring::MonitoringArgs),
+    Monitoring(initializer_packaging::monitoring::MonitoringArgs),
 }
 
 #[tokio::main]
@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Crd => print!("{}", initializer_crds::crd_yaml()?),
         Command::Install(args) => {
             let client = kube::Client::try_default().await?;
-            initializer_operator::install::run_install(client, &args).await?;
+            initializer_packaging::install::run_install(client, &args).await?;
             println!(
                 "installed {} into namespace {}",
                 args.bundle.display(),
@@ -46,19 +46,19 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Uninstall(args) => {
             let client = kube::Client::try_default().await?;
-            initializer_operator::install::uninstall(client, &args).await?;
+            initializer_packaging::install::uninstall(client, &args).await?;
             println!("uninstalled");
         }
         Command::Bundle(args) => {
-            initializer_operator::bundle::run(&args)?;
+            initializer_packaging::bundle::run(&args)?;
             println!("bundle {} is valid", args.out.display());
         }
         Command::Chart(args) => {
-            initializer_operator::bundle::chart::run(&args)?;
+            initializer_packaging::bundle::chart::run(&args)?;
             println!("chart written to {}", args.out.display());
         }
         Command::Monitoring(args) => {
-            initializer_operator::monitoring::run(&args)?;
+            initializer_packaging::monitoring::run(&args)?;
             println!("monitoring files in {} are up to date", args.out.display());
         }
     }

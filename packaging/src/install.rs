@@ -789,7 +789,7 @@ where
 /// it is there and carries the operator's label. An API server that does not serve
 /// ValidatingAdmissionPolicy has none.
 pub async fn remove_guard(client: &Client) -> Result<(), Error> {
-    let name = crate::guard::GUARD_NAME;
+    let name = crate::manifest::GUARD_NAME;
     let operator_made = |meta: &ObjectMeta| {
         meta.labels
             .as_ref()

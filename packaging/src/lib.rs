@@ -1,11 +1,28 @@
-//! initializer-packaging: how the operator is shipped and installed.
+//! initializer-packaging: how the operator is shipped and installed: the OLM bundle (generated
+//! from the manifests and RBAC tables, and validated), the Helm chart made from the bundle, the
+//! installer that applies a bundle without OLM, and the monitoring objects (alert rules,
+//! ServiceMonitor, metrics Service).
 //!
 //! Layering: this crate depends on `initializer-crds` and the Kubernetes crates, never on
-//! `initializer-operator`; the operator depends on it for its binary's packaging subcommands and
-//! for the pure predicates both sides must agree on.
+//! `initializer-operator`. The operator depends on it for its binary's packaging subcommands
+//! (`bundle`, `chart`, `install`, `uninstall`, `monitoring`) and for the few pure pieces both
+//! sides must agree on, which therefore live here, below the operator:
 //!
+//! - the names of the objects the operator ships or makes: [`manifest::OPERATOR_NAME`],
+//!   [`manifest::GUARD_NAME`], [`rbac::WORKLOADS_CLUSTER_ROLE`];
 //! - [`readiness`]: the one "Deployment available" predicate,
 //!   `initializer_packaging::readiness::deployment_available`, used by the operator's status, the
 //!   installer and the end-to-end tests.
+//!
+//! The operator's metric names, which the alert rules query, stay with the gauges in the
+//! operator; a test there checks every rule's metric against what the operator exports.
 
+pub mod bundle;
+pub mod error;
+pub mod install;
+pub mod manifest;
+pub mod monitoring;
+pub mod rbac;
 pub mod readiness;
+
+pub use error::Error;

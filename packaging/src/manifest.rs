@@ -27,6 +27,12 @@ use k8s_openapi_ext::{
 
 /// Name of the operator's Deployment, ServiceAccount and RBAC objects.
 pub const OPERATOR_NAME: &str = images::OPERATOR;
+/// What the operator does, in one line: the bundle's and the chart's description (the same
+/// words as the `initializer-operator` package's own description).
+pub const OPERATOR_DESCRIPTION: &str = "Deploys initializers and registers them with the API server only while they are ready and answering.";
+/// Name of the guard on Initializers (a ValidatingAdmissionPolicy and its binding) the operator
+/// applies at startup and `uninstall` removes.
+pub const GUARD_NAME: &str = "initializer-operator-guard";
 /// Namespace the operator is installed into unless told otherwise.
 pub const DEFAULT_NAMESPACE: &str = "initializer-system";
 /// Port of the operator's health and metrics listener (plain HTTP).
@@ -234,6 +240,18 @@ pub fn pod_disruption_budget() -> PodDisruptionBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_description_is_the_operator_packages_own() {
+        let manifest = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/Cargo.toml"),
+        )
+        .unwrap();
+        assert!(
+            manifest.contains(&format!("description = \"{OPERATOR_DESCRIPTION}\"")),
+            "operator/Cargo.toml's description differs from OPERATOR_DESCRIPTION"
+        );
+    }
 
     #[test]
     fn the_disruption_budget_selects_the_operator_and_never_blocks_a_drain() {

@@ -12,7 +12,9 @@
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
-pub use crate::validate::WORKLOADS_CLUSTER_ROLE;
+/// The ClusterRole an administrator binds in a labelled namespace so that the operator may run
+/// workloads there (shipped in the bundle, applied by `install`).
+pub const WORKLOADS_CLUSTER_ROLE: &str = "initializer-operator-workloads";
 
 /// One API call the operator makes: (API group, resource, verb).
 pub type ApiCall = (&'static str, &'static str, &'static str);

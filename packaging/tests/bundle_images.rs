@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use initializer_crds::images;
-use initializer_operator::bundle::{self, CSV_FILE};
+use initializer_packaging::bundle::{self, CSV_FILE};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -8,18 +8,18 @@ use std::path::Path;
 use std::time::Duration;
 
 use initializer_crds::{Initializer, constants, images};
-use initializer_operator::bundle::{self, Bundle};
-use initializer_operator::error::Error;
-use initializer_operator::install::{self, InstallPlan, UninstallArgs, installed_by_us};
+use initializer_packaging::bundle::{self, Bundle};
+use initializer_packaging::error::Error;
+use initializer_packaging::install::{self, InstallPlan, UninstallArgs, installed_by_us};
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -96,13 +96,13 @@ async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
     // The workloads ClusterRole from the bundle's manifests, for administrators to bind in the
     // namespaces they allow: the Role's rules without the Lease.
     let workloads = Api::<ClusterRole>::all(client.clone())
-        .get(initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE)
+        .get(initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE)
         .await
         .unwrap();
     assert!(installed_by_us(&workloads.metadata));
     assert_eq!(
         workloads.rules,
-        Some(initializer_operator::rbac::workload_rules())
+        Some(initializer_packaging::rbac::workload_rules())
     );
     let binding = Api::<ClusterRoleBinding>::all(client.clone())
         .get(OPERATOR)
@@ -221,7 +221,7 @@ async fn uninstall_removes_what_install_created_and_nothing_else() {
     assert!(
         !exists(
             &Api::<ClusterRole>::all(client.clone()),
-            initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE
+            initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE
         )
         .await
     );
@@ -366,85 +366,6 @@ async fn install_times_out_with_a_clear_error_when_the_operator_never_becomes_av
     sandbox.shutdown().await;
 }
 
-#[tokio::test]
-async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let image_map = dir.path().join("images.yaml");
-    std::fs::write(
-        &image_map,
-        format!(
-            "{}/{}: {}\n",
-            images::REGISTRY,
-            images::OPERATOR,
-            env!("CARGO_BIN_EXE_initializer-operator")
-        ),
-    )
-    .unwrap();
-    let mut config = SandboxConfig::new(dir.path().join("state"));
-    config.image_map = Some(image_map);
-    let sandbox = Sandbox::start(config).await.unwrap();
-    let client = sandbox.client();
-
-    install::install(client.clone(), &committed_plan(), Duration::from_secs(120))
-        .await
-        .unwrap();
-    let deployment = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
-        .get(OPERATOR)
-        .await
-        .unwrap();
-    assert!(install::deployment_available(&deployment));
-    // An Initializer the running operator takes under its finalizer.
-    let initializers = Api::<Initializer>::all(client.clone());
-    let sidecar: Initializer = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
-    initializers
-        .create(&PostParams::default(), &sidecar)
-        .await
-        .unwrap();
-    let finalized = Instant::now() + Duration::from_secs(60);
-    loop {
-        let current = initializers.get("sidecar").await.unwrap();
-        if current
-            .finalizers()
-            .iter()
-            .any(|f| f == constants::FINALIZER)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < finalized,
-            "the operator never added its finalizer"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
-    let mut args = uninstall_args();
-    args.timeout = 90;
-    install::uninstall(client.clone(), &args).await.unwrap();
-    assert!(
-        !exists(&initializers, "sidecar").await,
-        "cleaned up by the operator"
-    );
-    let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
-    assert!(!exists(&deployments, OPERATOR).await);
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
-        .list(&ListParams::default().labels("app.kubernetes.io/name=initializer-operator"))
-        .await
-        .unwrap();
-    assert!(
-        pods.items.is_empty(),
-        "operator pods are gone before uninstall returns"
-    );
-    let webhooks = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert!(
-        webhooks.items.is_empty(),
-        "no webhook configuration is left"
-    );
-    sandbox.shutdown().await;
-}
-
 fn managed_configuration(name: &str, manager: &str) -> MutatingWebhookConfiguration {
     serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -562,7 +483,7 @@ async fn uninstall_leaves_the_objects_of_an_install_in_another_namespace_alone()
     assert!(
         exists(
             &cluster_roles,
-            initializer_operator::rbac::WORKLOADS_CLUSTER_ROLE
+            initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE
         )
         .await
     );

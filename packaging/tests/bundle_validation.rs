@@ -1,13 +1,13 @@
 //! The committed OLM bundle is valid, matches what the generator produces, and the project's own
 //! validator catches each of its rules (those the official suite lacks, see
-//! `initializer_operator::bundle::validate`) when a copy of the bundle is broken on purpose.
+//! `initializer_packaging::bundle::validate`) when a copy of the bundle is broken on purpose.
 
 // Test helpers outside #[test] functions may fail loudly too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 
-use initializer_operator::bundle::{
+use initializer_packaging::bundle::{
     self, Bundle, BundleViolation, CRD_FILE, CSV_FILE, DOCKERFILE, validate,
 };
 use serde_json::{Value, json};

@@ -1,68 +1,24 @@
 //! The committed Helm chart is what the generator produces, and the real `helm` (built from
 //! helm.sh/helm/v3 by `tools/helm/build.sh`) renders it, with its defaults, into exactly the
-//! objects `install --bundle` applies; values reach the objects they name; and kube-apiserver
-//! accepts every object it renders (a server-side dry-run apply on the real control plane).
+//! objects `install --bundle` applies; and values reach the objects they name. (That kube-apiserver
+//! accepts every rendered object is `operator/tests/helm_dry_run.rs`, which has the clusters.)
 
 // Test helpers outside #[test] functions may fail loudly too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use initializer_operator::bundle::{self, chart};
-use initializer_operator::install;
-use serde::{Deserialize, Serialize};
+use initializer_packaging::bundle::{self, chart};
+use initializer_packaging::install;
+use serde::Serialize;
 use serde_json::{Value, json};
 
-// Only the cluster's start and its client are used here.
-#[allow(dead_code)]
-mod support;
+mod helm_support;
 
-const NS: &str = "initializer-system";
+use helm_support::{NS, chart_dir, template};
+
 const MONITORING_APIS: [&str; 2] = [
     "monitoring.coreos.com/v1/ServiceMonitor",
     "monitoring.coreos.com/v1/PrometheusRule",
 ];
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn chart_dir() -> PathBuf {
-    workspace().join(chart::CHART_DIR)
-}
-
-/// The helm binary: `tools/helm/build.sh` prints it (instant once built).
-fn helm() -> PathBuf {
-    let output = Command::new(workspace().join("tools/helm/build.sh"))
-        .output()
-        .expect("failed to run tools/helm/build.sh");
-    assert!(
-        output.status.success(),
-        "tools/helm/build.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-}
-
-/// `helm template` of the committed chart with `args`; Ok(objects) or Err(stderr).
-fn template(args: &[&str]) -> Result<Vec<Value>, String> {
-    let output = Command::new(helm())
-        .args(["template", "initializer-operator"])
-        .arg(chart_dir())
-        .args(["--namespace", NS])
-        .args(args)
-        .output()
-        .unwrap();
-    if !output.status.success() {
-        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-    }
-    let text = String::from_utf8(output.stdout).unwrap();
-    Ok(serde_yaml::Deserializer::from_str(&text)
-        .map(|document| Value::deserialize(document).unwrap())
-        .filter(|value| !value.is_null())
-        .collect())
-}
 
 fn with_monitoring(extra: &[&str]) -> Vec<String> {
     MONITORING_APIS
@@ -275,57 +231,4 @@ fn values_reach_the_objects_they_name() {
                 "{{ $labels.initializer }} expires in {{ $value | humanizeDuration }}, less than 7d"
             )
     );
-}
-
-/// `helm template --include-crds`, then a server-side apply of every object with `dryRun=All`
-/// against kube-apiserver: the API server's schema validation, defaulting and admission accept
-/// the whole chart (the namespace exists first, as `helm install --create-namespace` makes it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_apiserver_accepts_the_rendered_chart_in_a_server_side_dry_run_on_real() {
-    use futures::FutureExt;
-    use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-    use kube::discovery::{Discovery, Scope};
-    use kube::{Api, ResourceExt};
-
-    let objects = template(&["--include-crds"]).unwrap();
-    assert!(
-        objects.len() > 5,
-        "the chart rendered {} objects",
-        objects.len()
-    );
-    support::run(support::Backend::Real, &[], |cluster| {
-        async move {
-            let client = cluster.client();
-            let namespace: Namespace =
-                serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-            Api::<Namespace>::all(client.clone())
-                .create(&PostParams::default(), &namespace)
-                .await
-                .unwrap();
-            let discovery = Discovery::new(client.clone()).run().await.unwrap();
-            let params = PatchParams::apply("helm-chart-dry-run").force().dry_run();
-            for object in &objects {
-                let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
-                let types = object
-                    .types
-                    .clone()
-                    .expect("rendered objects carry their kind");
-                let gvk = GroupVersionKind::try_from(&types).unwrap();
-                let (resource, capabilities) = discovery
-                    .resolve_gvk(&gvk)
-                    .unwrap_or_else(|| panic!("kube-apiserver does not serve {gvk:?}"));
-                let api: Api<DynamicObject> = match capabilities.scope {
-                    Scope::Namespaced => Api::namespaced_with(client.clone(), NS, &resource),
-                    Scope::Cluster => Api::all_with(client.clone(), &resource),
-                };
-                let name = object.name_any();
-                api.patch(&name, &params, &Patch::Apply(&object))
-                    .await
-                    .unwrap_or_else(|err| panic!("{} {name} refused: {err}", types.kind));
-            }
-        }
-        .boxed()
-    })
-    .await;
 }

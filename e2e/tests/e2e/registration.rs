@@ -11,6 +11,7 @@ use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait;
 use initializer_e2e::watch::{Change, Recorder};
+use initializer_packaging::readiness::deployment_available;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, PostParams};
@@ -120,7 +121,7 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
     ctx.row
         .update(|row| row.to_registered = Some(added.at - applied));
     let available = deployments
-        .first_after(applied, |s| ops::deployment_available(&s.object))
+        .first_after(applied, |s| deployment_available(&s.object))
         .with_context(|| {
             format!(
                 "the configuration appeared {} after apply, but the Deployment was never seen available \
@@ -203,7 +204,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
             "the Deployment to be available",
             applied,
             REGISTER_TIMEOUT,
-            |s| ops::deployment_available(&s.object),
+            |s| deployment_available(&s.object),
         )
         .await?;
     let frozen_at = Instant::now();

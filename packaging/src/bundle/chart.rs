@@ -8,7 +8,7 @@
 //! `crds/`, and only then opens a few holes in those objects for the chart's values: the
 //! namespace, the image, replicas, resources, logging and the metrics port. Every default in
 //! `values.yaml` is read back from the CSV, so rendering the chart with its defaults gives the
-//! CSV's objects again (a unit test fills the holes with the defaults; `operator/tests/helm.rs`
+//! CSV's objects again (a unit test fills the holes with the defaults; `packaging/tests/helm.rs`
 //! renders with the real `helm`).
 //!
 //! [`from_bundle`] is pure; [`Chart::write`] is the only function that touches the filesystem.
@@ -1388,7 +1388,7 @@ pub fn chart_yaml() -> Result<String, Error> {
     let chart = json!({
         "apiVersion": "v2",
         "name": CHART_NAME,
-        "description": env!("CARGO_PKG_DESCRIPTION"),
+        "description": crate::manifest::OPERATOR_DESCRIPTION,
         "type": "application",
         "version": APP_VERSION,
         "appVersion": APP_VERSION,
@@ -1443,7 +1443,7 @@ and name it.
 |---|---|---|
 {rows}"#,
         header = GENERATED_HEADER.trim_start_matches("# "),
-        description = env!("CARGO_PKG_DESCRIPTION"),
+        description = crate::manifest::OPERATOR_DESCRIPTION,
         namespace = manifest::DEFAULT_NAMESPACE,
         name = manifest::OPERATOR_NAME,
     ))

@@ -159,7 +159,7 @@ pub fn cluster_service_version(
         ("categories", CATEGORIES),
         ("containerImage", operator_image.as_str()),
         ("createdAt", created_at(VERSION)?),
-        ("description", env!("CARGO_PKG_DESCRIPTION")),
+        ("description", crate::manifest::OPERATOR_DESCRIPTION),
         (
             "operatorframework.io/suggested-namespace",
             manifest::DEFAULT_NAMESPACE,
