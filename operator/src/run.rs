@@ -83,18 +83,9 @@ impl RunArgs {
     }
 }
 
-/// Installs the `tracing` subscriber (JSON lines with `json`); `RUST_LOG` filters.
-pub fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // A subscriber set earlier (tests) wins; that is fine.
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
+/// The workspace's one tracing setup: `RUST_LOG` (default `info`), JSON lines with `json`. A
+/// subscriber set earlier (tests) wins.
+pub use initializer_telemetry::init_tracing;
 
 /// Runs the operator until SIGINT/SIGTERM.
 pub async fn run(args: RunArgs) -> Result<()> {

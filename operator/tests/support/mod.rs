@@ -10,7 +10,8 @@
 //! Pods are frozen, thawed and killed on the node in both cases: the sandbox's node agent signals
 //! the pod's process groups itself; on the real control plane the node agent reports each
 //! container's process group as its id (`process://<pgid>`), and the test signals that group
-//! (the namespace separates networks, not processes), as `e2e/src/real.rs` does.
+//! (the namespace separates networks, not processes) with `initializer_controlplane::signal`,
+//! as the e2e harness does (a container restarted meanwhile is read again).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,11 +23,11 @@ use std::sync::{Mutex, PoisonError};
 use anyhow::{Context, bail};
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use initializer_controlplane::signal::{PodSignal, signal_pod};
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
 use initializer_operator::probe::Connector;
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, Client};
+use kube::Client;
 
 /// Which API server and controllers a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,24 +44,6 @@ impl fmt::Display for Backend {
             Backend::Sandbox => "sandbox",
             Backend::Real => "real control plane",
         })
-    }
-}
-
-/// What is done to a pod's processes.
-#[derive(Clone, Copy, Debug)]
-enum PodSignal {
-    Freeze,
-    Thaw,
-    Kill,
-}
-
-impl PodSignal {
-    fn verb(self) -> &'static str {
-        match self {
-            PodSignal::Freeze => "freeze",
-            PodSignal::Thaw => "thaw",
-            PodSignal::Kill => "kill",
-        }
     }
 }
 
@@ -217,25 +200,7 @@ impl TestCluster {
                     PodSignal::Kill => workloads.kill(namespace, name).await,
                 }
             }
-            Plane::Real(_) => {
-                let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
-                    .get(name)
-                    .await
-                    .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
-                let groups = process_groups(&pod);
-                if groups.is_empty() {
-                    bail!(
-                        "failed to {} pod {namespace}/{name}: no container is running",
-                        signal.verb()
-                    );
-                }
-                for pgid in groups {
-                    signal_group(pgid, signal).with_context(|| {
-                        format!("failed to {} pod {namespace}/{name}", signal.verb())
-                    })?;
-                }
-                Ok(())
-            }
+            Plane::Real(_) => signal_pod(&self.client, namespace, name, signal).await,
         }
     }
 
@@ -367,30 +332,6 @@ fn cargo_build(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf>
         );
     }
     Ok(path)
-}
-
-/// The process groups of a pod's running containers, from their `process://<pgid>` ids.
-fn process_groups(pod: &Pod) -> Vec<i32> {
-    pod.status
-        .iter()
-        .flat_map(|status| status.container_statuses.iter().flatten())
-        .filter(|status| status.state.as_ref().is_some_and(|s| s.running.is_some()))
-        .filter_map(|status| status.container_id.as_deref())
-        .filter_map(|id| id.strip_prefix("process://"))
-        .filter_map(|pgid| pgid.parse().ok())
-        .collect()
-}
-
-fn signal_group(pgid: i32, signal: PodSignal) -> anyhow::Result<()> {
-    use rustix::process::{Pid, Signal, kill_process_group};
-    let sent = match signal {
-        PodSignal::Freeze => Signal::STOP,
-        PodSignal::Thaw => Signal::CONT,
-        PodSignal::Kill => Signal::KILL,
-    };
-    let pid = Pid::from_raw(pgid).with_context(|| format!("invalid process group {pgid}"))?;
-    kill_process_group(pid, sent)
-        .with_context(|| format!("failed to send {sent:?} to process group {pgid}"))
 }
 
 /// Whether cargo sets `var` for the crate under test (rather than the user for cargo).
