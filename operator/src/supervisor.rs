@@ -16,19 +16,16 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_crds::constants::INITIALIZER_LABEL;
 use initializer_crds::{
     AnnotationGate, Initializer, InitializerStatus, InterceptRule, MissedInitializations, Outage,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
@@ -41,8 +38,8 @@ use crate::health::{Action, Cause, HealthConfig, Input, Machine, State};
 use crate::leader::Leadership;
 use crate::metrics::{InitializerGauges, Metrics};
 use crate::missed;
-use crate::probe::{self, Connector, ProbeTarget, Round};
-use crate::status::{self, FallbackView, Observation, ProbeRecord, WorkloadObservation};
+use crate::probe::{Connector, ProbeTarget};
+use crate::status::{self, Observation, ProbeRecord, WorkloadObservation};
 use crate::validate::Refusal;
 use crate::watchdog::Watchdog;
 
@@ -256,76 +253,6 @@ pub fn removal_retry(previous: Option<Duration>) -> Duration {
     previous.map_or(FIRST_REMOVAL_RETRY, |d| (d * 2).min(MAX_REMOVAL_RETRY))
 }
 
-/// Whether a configuration found in the cluster is this Initializer's: it carries the
-/// operator's managed-by label and this Initializer's label. Anything else with the same name
-/// belongs to someone else and is neither taken over nor deleted.
-pub fn is_ours(found: &MutatingWebhookConfiguration, initializer_label: &str) -> bool {
-    let labels = found.metadata.labels.as_ref();
-    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-    label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
-        && label(INITIALIZER_LABEL) == Some(initializer_label)
-}
-
-/// Whether the live configuration differs from what the operator wants in anything the
-/// operator sets (someone edited its selectors, failure policy or caBundle). Fields the API
-/// server defaults, and fields the operator does not set, are not compared.
-pub fn drifted(
-    desired: &MutatingWebhookConfiguration,
-    live: &MutatingWebhookConfiguration,
-) -> bool {
-    match (serde_json::to_value(desired), serde_json::to_value(live)) {
-        (Ok(desired), Ok(live)) => !contains(&live, &desired),
-        // Not comparable: re-applying is harmless.
-        _ => true,
-    }
-}
-
-/// Whether `live` holds every field of `wanted` with the same value (lists element by element).
-/// Selectors are compared whole: a label requirement someone added narrows what is intercepted
-/// as surely as one they changed.
-fn contains(live: &serde_json::Value, wanted: &serde_json::Value) -> bool {
-    use serde_json::Value;
-    match (live, wanted) {
-        (Value::Object(live), Value::Object(wanted)) => wanted.iter().all(|(key, value)| {
-            let found = live.get(key).unwrap_or(&Value::Null);
-            if key == "namespaceSelector" || key == "objectSelector" {
-                without_empty(found) == without_empty(value)
-            } else {
-                live.contains_key(key) && contains(found, value)
-            }
-        }),
-        (Value::Array(live), Value::Array(wanted)) => {
-            live.len() == wanted.len() && live.iter().zip(wanted).all(|(l, w)| contains(l, w))
-        }
-        (live, wanted) => live == wanted,
-    }
-}
-
-/// The value with empty lists, empty objects and nulls left out (`{}`, `{"matchLabels": {}}`
-/// and no selector at all all select everything).
-fn without_empty(value: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), without_empty(v)))
-                .filter(|(_, v)| !is_empty(v))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(without_empty).collect()),
-        other => other.clone(),
-    }
-}
-
-fn is_empty(value: &serde_json::Value) -> bool {
-    match value {
-        serde_json::Value::Null => true,
-        serde_json::Value::Object(map) => map.is_empty(),
-        serde_json::Value::Array(items) => items.is_empty(),
-        _ => false,
-    }
-}
-
 /// Where the fail-open window of an outage found in progress (no `restoredAt`) started: at its
 /// first step out of the path, less a second for the write that made it (the step's time is
 /// taken when the write had finished; nothing admitted before that write began lacked the
@@ -353,46 +280,6 @@ async fn bounded<T>(
             what: what(),
             after: CALL_TIMEOUT,
         }),
-    }
-}
-
-/// The fallback as the supervisor runs it.
-#[derive(Clone, Debug, Default)]
-struct FallbackRun {
-    /// When the API server accepted the policy and binding.
-    installed_at: Option<Instant>,
-    /// What was applied.
-    applied: Option<FallbackPolicy>,
-    /// The API server does not serve ValidatingAdmissionPolicy.
-    unsupported: bool,
-    /// The last failure to install.
-    failed: Option<String>,
-}
-
-impl FallbackRun {
-    fn view(&self, now: Instant) -> FallbackView {
-        if self.unsupported {
-            FallbackView::Unsupported
-        } else if let Some(at) = self.installed_at {
-            if now >= at + FALLBACK_SETTLE {
-                FallbackView::InForce
-            } else {
-                FallbackView::Installing
-            }
-        } else if let Some(why) = &self.failed {
-            FallbackView::Failed(why.clone())
-        } else {
-            FallbackView::NotNeeded
-        }
-    }
-
-    /// Whether stepping out of the path may go ahead: the fallback is in force, or it cannot
-    /// be (unsupported, or refused: failing open comes first).
-    fn ready(&self, now: Instant) -> bool {
-        !matches!(
-            self.view(now),
-            FallbackView::Installing | FallbackView::NotNeeded
-        )
     }
 }
 
@@ -1482,202 +1369,14 @@ fn validate_fallback_name(target: &Supervision) -> String {
     format!("{}-fallback", target.configuration())
 }
 
-async fn prober(
-    sup: Supervisor,
-    entry: std::sync::Weak<Supervised>,
-    wake: Arc<Notify>,
-    mut ready: watch::Receiver<ReadyEndpoints>,
-    target: Supervision,
-) {
-    // Probing before the endpoints are known would fail for want of them, and degrade a
-    // registration adopted after a restart.
-    if ready.wait_for(Option::is_some).await.is_err() {
-        return;
-    }
-    let ca_bundle = target.ca_bundle();
-    let id = sup
-        .inner
-        .prober_count
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // What the last probe said: a change of verdict or of reason is written to the status at
-    // once (a pod that stops refusing and starts panicking must not show the old reason).
-    let mut last: Option<(bool, Option<probe::Failure>)> = None;
-    let mut wait = Duration::ZERO;
-    let mut last_start: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = wake.notified() => {}
-        }
-        if let Some(started) = last_start {
-            let since = started.elapsed();
-            if since < PROBE_SPACING {
-                tokio::time::sleep(PROBE_SPACING - since).await;
-            }
-        }
-        last_start = Some(Instant::now());
-        // The step from here to the next wait is bounded (the probe by its budget, the
-        // converge by its calls' bounds); one that outlives that is wedged.
-        let _step = sup.inner.watchdog.start(
-            format!("probing {} (#{id})", target.initializer),
-            target.budget + PROBER_STEP_SLACK,
-        );
-        let endpoints = ready.borrow_and_update().clone().unwrap_or_default();
-        let round = Round {
-            service: &target.service,
-            namespace: &target.namespace,
-            ca_bundle: &ca_bundle,
-            endpoints: &endpoints,
-            target: &target.probe,
-            user: &sup.inner.probe_user,
-            budget: target.budget,
-        };
-        let outcome = match probe::probe_each(&sup.inner.connector, &round).await {
-            Err(outcome) => outcome,
-            Ok(results) => {
-                // Judged against the endpoints ready now: one that left meanwhile (a pod
-                // shutting down in a rollout) no longer gets the API server's calls.
-                let now_ready = ready.borrow().clone().unwrap_or_default();
-                let results = probe::still_ready(results, &now_ready);
-                if results.is_empty() && !now_ready.is_empty() {
-                    // Every endpoint probed has gone: probe the ones that replaced them.
-                    wait = Duration::ZERO;
-                    continue;
-                }
-                probe::combine(&results)
-            }
-        };
-        let Some(entry) = entry.upgrade() else {
-            return;
-        };
-        sup.inner
-            .metrics
-            .probe(&target.initializer, outcome.latency, outcome.ok);
-        sup.inner
-            .served
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                target.initializer.clone(),
-                (ca_bundle.clone(), outcome.ok && outcome.current_ca),
-            );
-        debug!(initializer = %target.initializer, ok = outcome.ok, latency_ms = outcome.latency.as_millis() as u64, message = %outcome.message, "probe");
-        {
-            let mut st = entry.state.lock().await;
-            st.last_probe = Some(ProbeRecord {
-                at: Timestamp::now(),
-                latency: outcome.latency,
-                ok: outcome.ok,
-                message: outcome.message.clone(),
-                failure: outcome.failure,
-            });
-        }
-        let input = if outcome.ok {
-            Input::ProbeSucceeded
-        } else {
-            Input::ProbeFailed
-        };
-        let said = (outcome.ok, outcome.failure);
-        let changed = last != Some(said);
-        last = Some(said);
-        wait = sup.observe(&entry, input, changed).await;
-    }
-}
+mod drift;
+mod fallback;
+mod tasks;
 
-/// Ready endpoints in a slice; an endpoint without a `ready` condition counts as ready, as the
-/// EndpointSlice API says consumers should treat an unknown state.
-pub fn ready_endpoints(slice: &EndpointSlice) -> u32 {
-    let ready = slice
-        .endpoints
-        .iter()
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
-        .count();
-    u32::try_from(ready).unwrap_or(u32::MAX)
-}
-
-/// One slice's ready endpoints: how many, and the addresses to probe.
-type SliceEndpoints = (u32, Vec<SocketAddr>);
-
-fn slice_endpoints(slice: &EndpointSlice) -> SliceEndpoints {
-    (ready_endpoints(slice), probe::ready_addresses(slice))
-}
-
-async fn endpoints(
-    sup: Supervisor,
-    entry: std::sync::Weak<Supervised>,
-    ready_tx: watch::Sender<ReadyEndpoints>,
-    target: Supervision,
-) {
-    let api: Api<EndpointSlice> = Api::namespaced(sup.inner.client.clone(), &target.namespace);
-    let config = watcher::Config::default()
-        .labels(&format!("kubernetes.io/service-name={}", target.service));
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut slices: HashMap<String, SliceEndpoints> = HashMap::new();
-    let mut initial: Option<HashMap<String, SliceEndpoints>> = None;
-    let mut listed = false;
-    let mut last: Option<u32> = None;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Init) => initial = Some(HashMap::new()),
-            Ok(watcher::Event::InitApply(s)) => {
-                if let Some(buffer) = initial.as_mut() {
-                    buffer.insert(s.name_any(), slice_endpoints(&s));
-                }
-            }
-            Ok(watcher::Event::InitDone) => {
-                slices = initial.take().unwrap_or_default();
-                listed = true;
-            }
-            Ok(watcher::Event::Apply(s)) => {
-                slices.insert(s.name_any(), slice_endpoints(&s));
-            }
-            Ok(watcher::Event::Delete(s)) => {
-                slices.remove(&s.name_any());
-            }
-            Err(e) => {
-                warn!(initializer = %target.initializer, error = %e, "endpoint watch failed");
-                continue;
-            }
-        }
-        if !listed {
-            continue;
-        }
-        let mut addresses: Vec<SocketAddr> = slices
-            .values()
-            .flat_map(|(_, a)| a.iter().copied())
-            .collect();
-        addresses.sort();
-        addresses.dedup();
-        let moved = ready_tx.send_if_modified(|current| {
-            let changed = current.as_ref() != Some(&addresses);
-            if changed {
-                *current = Some(addresses);
-            }
-            changed
-        });
-        let ready: u32 = slices.values().map(|(n, _)| n).sum();
-        if last == Some(ready) {
-            if moved && ready > 0 {
-                // Other pods, as many: probe the new ones now.
-                if let Some(entry) = entry.upgrade() {
-                    entry.wake.notify_one();
-                }
-            }
-            continue;
-        }
-        last = Some(ready);
-        let Some(entry) = entry.upgrade() else {
-            return;
-        };
-        debug!(initializer = %target.initializer, ready, "ready endpoints");
-        sup.observe(&entry, Input::Endpoints(ready), ready == 0)
-            .await;
-        if ready > 0 {
-            // Probe the new endpoints now rather than at the end of a slow wait.
-            entry.wake.notify_one();
-        }
-    }
-}
+pub use drift::{drifted, is_ours};
+use fallback::FallbackRun;
+pub use tasks::ready_endpoints;
+use tasks::{endpoints, prober};
 
 #[cfg(test)]
 mod tests;

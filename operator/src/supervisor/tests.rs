@@ -1,6 +1,10 @@
 //! Unit tests of [`crate::supervisor`].
 
 use super::*;
+use crate::probe;
+use crate::status::FallbackView;
+use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
 
 fn endpoint(ready: Option<bool>) -> Endpoint {

@@ -1,0 +1,220 @@
+//! The two tasks of one supervised Initializer: the prober (a dry-run review to every ready
+//! endpoint, as often as the health machine asks) and the EndpointSlice watcher (the ready
+//! endpoints, handed to the prober; none at all deregisters at once).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use tokio::sync::{Notify, watch};
+use tracing::{debug, warn};
+
+use super::{
+    PROBE_SPACING, PROBER_STEP_SLACK, ReadyEndpoints, Supervised, Supervision, Supervisor,
+};
+use crate::health::Input;
+use crate::probe::{self, Round};
+use crate::status::ProbeRecord;
+
+pub(super) async fn prober(
+    sup: Supervisor,
+    entry: std::sync::Weak<Supervised>,
+    wake: Arc<Notify>,
+    mut ready: watch::Receiver<ReadyEndpoints>,
+    target: Supervision,
+) {
+    // Probing before the endpoints are known would fail for want of them, and degrade a
+    // registration adopted after a restart.
+    if ready.wait_for(Option::is_some).await.is_err() {
+        return;
+    }
+    let ca_bundle = target.ca_bundle();
+    let id = sup
+        .inner
+        .prober_count
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // What the last probe said: a change of verdict or of reason is written to the status at
+    // once (a pod that stops refusing and starts panicking must not show the old reason).
+    let mut last: Option<(bool, Option<probe::Failure>)> = None;
+    let mut wait = Duration::ZERO;
+    let mut last_start: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = wake.notified() => {}
+        }
+        if let Some(started) = last_start {
+            let since = started.elapsed();
+            if since < PROBE_SPACING {
+                tokio::time::sleep(PROBE_SPACING - since).await;
+            }
+        }
+        last_start = Some(Instant::now());
+        // The step from here to the next wait is bounded (the probe by its budget, the
+        // converge by its calls' bounds); one that outlives that is wedged.
+        let _step = sup.inner.watchdog.start(
+            format!("probing {} (#{id})", target.initializer),
+            target.budget + PROBER_STEP_SLACK,
+        );
+        let endpoints = ready.borrow_and_update().clone().unwrap_or_default();
+        let round = Round {
+            service: &target.service,
+            namespace: &target.namespace,
+            ca_bundle: &ca_bundle,
+            endpoints: &endpoints,
+            target: &target.probe,
+            user: &sup.inner.probe_user,
+            budget: target.budget,
+        };
+        let outcome = match probe::probe_each(&sup.inner.connector, &round).await {
+            Err(outcome) => outcome,
+            Ok(results) => {
+                // Judged against the endpoints ready now: one that left meanwhile (a pod
+                // shutting down in a rollout) no longer gets the API server's calls.
+                let now_ready = ready.borrow().clone().unwrap_or_default();
+                let results = probe::still_ready(results, &now_ready);
+                if results.is_empty() && !now_ready.is_empty() {
+                    // Every endpoint probed has gone: probe the ones that replaced them.
+                    wait = Duration::ZERO;
+                    continue;
+                }
+                probe::combine(&results)
+            }
+        };
+        let Some(entry) = entry.upgrade() else {
+            return;
+        };
+        sup.inner
+            .metrics
+            .probe(&target.initializer, outcome.latency, outcome.ok);
+        sup.inner
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                target.initializer.clone(),
+                (ca_bundle.clone(), outcome.ok && outcome.current_ca),
+            );
+        debug!(initializer = %target.initializer, ok = outcome.ok, latency_ms = outcome.latency.as_millis() as u64, message = %outcome.message, "probe");
+        {
+            let mut st = entry.state.lock().await;
+            st.last_probe = Some(ProbeRecord {
+                at: Timestamp::now(),
+                latency: outcome.latency,
+                ok: outcome.ok,
+                message: outcome.message.clone(),
+                failure: outcome.failure,
+            });
+        }
+        let input = if outcome.ok {
+            Input::ProbeSucceeded
+        } else {
+            Input::ProbeFailed
+        };
+        let said = (outcome.ok, outcome.failure);
+        let changed = last != Some(said);
+        last = Some(said);
+        wait = sup.observe(&entry, input, changed).await;
+    }
+}
+
+/// Ready endpoints in a slice; an endpoint without a `ready` condition counts as ready, as the
+/// EndpointSlice API says consumers should treat an unknown state.
+pub fn ready_endpoints(slice: &EndpointSlice) -> u32 {
+    let ready = slice
+        .endpoints
+        .iter()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .count();
+    u32::try_from(ready).unwrap_or(u32::MAX)
+}
+
+/// One slice's ready endpoints: how many, and the addresses to probe.
+type SliceEndpoints = (u32, Vec<SocketAddr>);
+
+fn slice_endpoints(slice: &EndpointSlice) -> SliceEndpoints {
+    (ready_endpoints(slice), probe::ready_addresses(slice))
+}
+
+pub(super) async fn endpoints(
+    sup: Supervisor,
+    entry: std::sync::Weak<Supervised>,
+    ready_tx: watch::Sender<ReadyEndpoints>,
+    target: Supervision,
+) {
+    let api: Api<EndpointSlice> = Api::namespaced(sup.inner.client.clone(), &target.namespace);
+    let config = watcher::Config::default()
+        .labels(&format!("kubernetes.io/service-name={}", target.service));
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut slices: HashMap<String, SliceEndpoints> = HashMap::new();
+    let mut initial: Option<HashMap<String, SliceEndpoints>> = None;
+    let mut listed = false;
+    let mut last: Option<u32> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Init) => initial = Some(HashMap::new()),
+            Ok(watcher::Event::InitApply(s)) => {
+                if let Some(buffer) = initial.as_mut() {
+                    buffer.insert(s.name_any(), slice_endpoints(&s));
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                slices = initial.take().unwrap_or_default();
+                listed = true;
+            }
+            Ok(watcher::Event::Apply(s)) => {
+                slices.insert(s.name_any(), slice_endpoints(&s));
+            }
+            Ok(watcher::Event::Delete(s)) => {
+                slices.remove(&s.name_any());
+            }
+            Err(e) => {
+                warn!(initializer = %target.initializer, error = %e, "endpoint watch failed");
+                continue;
+            }
+        }
+        if !listed {
+            continue;
+        }
+        let mut addresses: Vec<SocketAddr> = slices
+            .values()
+            .flat_map(|(_, a)| a.iter().copied())
+            .collect();
+        addresses.sort();
+        addresses.dedup();
+        let moved = ready_tx.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&addresses);
+            if changed {
+                *current = Some(addresses);
+            }
+            changed
+        });
+        let ready: u32 = slices.values().map(|(n, _)| n).sum();
+        if last == Some(ready) {
+            if moved && ready > 0 {
+                // Other pods, as many: probe the new ones now.
+                if let Some(entry) = entry.upgrade() {
+                    entry.wake.notify_one();
+                }
+            }
+            continue;
+        }
+        last = Some(ready);
+        let Some(entry) = entry.upgrade() else {
+            return;
+        };
+        debug!(initializer = %target.initializer, ready, "ready endpoints");
+        sup.observe(&entry, Input::Endpoints(ready), ready == 0)
+            .await;
+        if ready > 0 {
+            // Probe the new endpoints now rather than at the end of a slow wait.
+            entry.wake.notify_one();
+        }
+    }
+}
