@@ -51,19 +51,6 @@ struct Cli {
     log_json: bool,
 }
 
-fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 /// The host name, as the kubelet defaults its node name.
 fn host_name() -> Option<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
@@ -104,7 +91,10 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.log_json);
+    initializer_telemetry::Logging::new()
+        .json(cli.log_json)
+        .stderr()
+        .init();
     let node_name = cli
         .node_name
         .or_else(host_name)
