@@ -7,9 +7,15 @@
 //! lock per Initializer so that registration, degradation and removal never race. A step out of
 //! the path waits until the fallback, if any, is in force, so that what it enforces never has a
 //! gap. After a fail-open window it counts the objects that slipped through
-//! ([`crate::missed`]). The reconciler calls [`Supervisor::sync`] with the latest target; the
-//! supervisor writes the status itself (under the same lock, so writes never reorder) on every
-//! sync and on every transition, so the status follows within one API call.
+//! ([`crate::missed`]). The reconciler calls [`Supervisor::sync`] with the latest
+//! [`Supervision`]. The supervisor is the only writer of an Initializer's status: on every sync
+//! and every transition (under the same lock, so writes never reorder), and for the reconciler
+//! when it refuses a spec, leaves someone else's object alone or fails to deploy
+//! ([`Supervisor::report_unsupervised`], [`Supervisor::report_failure`]); the failure is an
+//! input of [`status::compute`], so no write drops another's `details.lastError`.
+//!
+//! The tasks live in `tasks`, the fallback's bookkeeping in `fallback`, and the pure
+//! comparisons with the live configuration in `drift`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
