@@ -1395,7 +1395,7 @@ pub fn chart_yaml() -> Result<String, Error> {
         "kubeVersion": format!(">={}-0", super::generate::MIN_KUBE_VERSION),
         "home": repository,
         "sources": [repository],
-        "icon": format!("{repository}/raw/main/operator/src/bundle/assets/icon.svg"),
+        "icon": format!("{repository}/raw/main/packaging/src/bundle/assets/icon.svg"),
         "keywords": ["admission", "initializer", "webhook", "mutating", "sidecar", "injection"],
         "maintainers": [{"name": "initializer-dev maintainers", "email": "maintainers@initializer.dev"}],
     });
