@@ -6,10 +6,9 @@
 //! change, answers for handlers that panic or run too long, and reports health and metrics.
 //!
 //! ```no_run
-//! use clap::Parser;
 //! use k8s_openapi::api::core::v1::Container;
 //! use kube_initializer::mutate::{self, PodSpecHolder};
-//! use kube_initializer::{Denial, Initialize, Initializer, Review, ServeArgs};
+//! use kube_initializer::{Denial, Initialize, Initializer, Review};
 //! use serde::Deserialize;
 //!
 //! /// `config.yaml`: the sidecars to inject.
@@ -33,20 +32,15 @@
 //!     }
 //! }
 //!
-//! #[derive(Parser)]
-//! struct Args {
-//!     #[command(flatten)]
-//!     serve: ServeArgs, // --listen, --tls-dir, --config-dir, --annotation, ...
-//! }
-//!
 //! fn main() -> Result<(), kube_initializer::Error> {
-//!     let args = Args::parse();
-//!     let initializer = Initializer::<Config>::with_config("sidecar").handle_pod_kinds(Sidecar);
-//!     // Logs to stderr (RUST_LOG), serves HTTPS until SIGTERM, then drains; never waits on a
+//!     // Parses the standard flags (--listen, --tls-dir, --config-dir, --annotation, ...),
+//!     // logs to stderr (RUST_LOG), serves HTTPS until SIGTERM, then drains; never waits on a
 //!     // hung handler at exit.
-//!     kube_initializer::run_main(initializer.run(args.serve))
+//!     Initializer::<Config>::with_config("sidecar").handle_pod_kinds(Sidecar).main()
 //! }
 //! ```
+//!
+//! A binary with flags of its own flattens [`ServeArgs`] into them and calls [`run_main`].
 //!
 //! Testing the same initializer needs no socket and no cluster, see [`testing`]:
 //!

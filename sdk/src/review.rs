@@ -208,6 +208,37 @@ impl std::fmt::Display for Denial {
 
 impl std::error::Error for Denial {}
 
+/// A refusal (403) with this message, so a handler can write `Err(format!(...))?` or
+/// `return Err("...".into())`.
+impl From<String> for Denial {
+    fn from(message: String) -> Self {
+        Self::new(message)
+    }
+}
+
+/// A refusal (403) with this message.
+impl From<&str> for Denial {
+    fn from(message: &str) -> Self {
+        Self::new(message)
+    }
+}
+
+/// A refusal with code 400: something the handler decodes from the request (the old object,
+/// an annotation holding JSON) is malformed, so `?` works on `serde_json` results.
+impl From<serde_json::Error> for Denial {
+    fn from(e: serde_json::Error) -> Self {
+        Self::new(format!("failed to decode the request: {e}")).with_code(400)
+    }
+}
+
+/// A refusal with code 500: an API call the handler depends on failed (an asynchronous
+/// handler looking up a Namespace, say), so `?` works on `kube` results. The caller may retry.
+impl From<kube::Error> for Denial {
+    fn from(e: kube::Error) -> Self {
+        Self::new(format!("failed to query the API server: {e}")).with_code(500)
+    }
+}
+
 /// How a request was answered, as counted in the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Verdict {
@@ -336,5 +367,49 @@ impl Response {
             .into_bytes()
         });
         (body, patch_len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refuse_with_question_mark(input: &str) -> Result<u32, Denial> {
+        let value: serde_json::Value = serde_json::from_str(input)?;
+        let n = value.as_u64().ok_or("not a number")?;
+        if n > 10 {
+            Err(format!("{n} is over 10"))?;
+        }
+        Ok(u32::try_from(n).map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn question_mark_turns_messages_and_errors_into_denials() {
+        assert_eq!(refuse_with_question_mark("3"), Ok(3));
+        assert_eq!(
+            refuse_with_question_mark("\"x\""),
+            Err(Denial::new("not a number"))
+        );
+        assert_eq!(
+            refuse_with_question_mark("11"),
+            Err(Denial::new("11 is over 10"))
+        );
+        let malformed = refuse_with_question_mark("{").unwrap_err();
+        assert_eq!(malformed.code, 400);
+        assert!(
+            malformed
+                .message
+                .starts_with("failed to decode the request: "),
+            "{}",
+            malformed.message
+        );
+    }
+
+    #[test]
+    fn api_errors_become_code_500() {
+        let e = kube::Error::Service("connection refused".into());
+        let denial = Denial::from(e);
+        assert_eq!(denial.code, 500);
+        assert!(denial.message.contains("connection refused"), "{denial}");
     }
 }

@@ -74,11 +74,11 @@ impl Initialize<Secret> for SecretGuard {
             .map(|(key, len)| format!("key {key:?} has {len}"))
             .collect();
         let name = secret.metadata.name.as_deref().unwrap_or(review.name());
-        Err(Denial::new(format!(
+        Err(format!(
             "secret {name:?} refused: every value must be at least {} characters long, but {}",
             self.min_length,
             keys.join(", ")
-        )))
+        ))?
     }
 }
 

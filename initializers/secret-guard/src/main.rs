@@ -18,7 +18,7 @@ struct Args {
     serve: ServeArgs,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> Result<(), kube_initializer::Error> {
     let args = Args::parse();
     let guard = SecretGuard {
         min_length: args.min_length,
