@@ -27,6 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
+use kube::runtime::wait::{Condition, await_condition, conditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -36,6 +37,7 @@ use crate::bundle::csv::{ClusterServiceVersion, StrategyDeploymentPermissions};
 use crate::bundle::{self, Bundle, BundleViolation};
 use crate::error::Error;
 use crate::manifest;
+use crate::readiness;
 
 /// Field manager of every server-side apply the installer makes.
 pub const FIELD_MANAGER: &str = "initializer-operator-installer";
@@ -445,21 +447,12 @@ pub async fn apply_plan(
     }
     for crd in &plan.crds {
         let name = crd.name_any();
-        wait_until(
+        await_until(
+            &crds,
+            &name,
+            conditions::is_crd_established(),
             deadline,
             &format!("CustomResourceDefinition {name} to be established"),
-            || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    let crd = crds.get_opt(&name).await.map_err(|source| Error::Get {
-                        kind: "CustomResourceDefinition",
-                        name: name.clone(),
-                        source: Box::new(source),
-                    })?;
-                    Ok(crd.as_ref().is_some_and(crd_established))
-                }
-            },
         )
         .await?;
     }
@@ -565,7 +558,9 @@ async fn monitoring_kinds(client: &Client) -> Result<Option<Vec<String>>, Error>
     }
 }
 
-/// Waits until every Deployment of `plan` is available.
+/// Waits until every Deployment of `plan` has rolled out the spec just applied and is
+/// available ([`readiness::rollout_complete`]): an upgrade waits for its new pods, not for the
+/// old ones that are still serving.
 pub async fn wait_available(
     client: &Client,
     plan: &InstallPlan,
@@ -574,25 +569,12 @@ pub async fn wait_available(
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &plan.namespace);
     for deployment in &plan.deployments {
         let name = deployment.name_any();
-        wait_until(
+        await_until(
+            &deployments,
+            &name,
+            readiness::rollout_complete(),
             deadline,
             &format!("Deployment {name} to be available"),
-            || {
-                let deployments = deployments.clone();
-                let name = name.clone();
-                async move {
-                    let current =
-                        deployments
-                            .get_opt(&name)
-                            .await
-                            .map_err(|source| Error::Get {
-                                kind: "Deployment",
-                                name: name.clone(),
-                                source: Box::new(source),
-                            })?;
-                    Ok(current.as_ref().is_some_and(deployment_available))
-                }
-            },
         )
         .await?;
     }
@@ -854,42 +836,6 @@ fn pod_selector(deployment: &Deployment) -> Option<String> {
     })
 }
 
-/// True when the CRD reports `Established=True`.
-pub fn crd_established(crd: &CustomResourceDefinition) -> bool {
-    crd.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        })
-}
-
-/// True when the Deployment has seen its latest spec and reports `Available=True` with every
-/// desired replica available.
-pub fn deployment_available(deployment: &Deployment) -> bool {
-    let Some(status) = deployment.status.as_ref() else {
-        return false;
-    };
-    let desired = deployment
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.replicas)
-        .unwrap_or(1);
-    let observed = match (deployment.metadata.generation, status.observed_generation) {
-        (Some(generation), Some(observed)) => observed >= generation,
-        _ => true,
-    };
-    observed
-        && status.available_replicas.unwrap_or(0) >= desired
-        && status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Available" && c.status == "True")
-}
-
 async fn crd_exists(client: &Client) -> Result<bool, Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.get_opt(constants::CRD_NAME)
@@ -1038,7 +984,42 @@ where
     }
 }
 
-/// Polls `done` until it says true or `deadline` passes.
+/// Watches the object `name` of `api` until `condition` holds (kube-runtime's
+/// [`await_condition`]) or `deadline` passes. A watch that fails (a dropped connection, an API
+/// server restarting) is started again until the deadline; its error is the reason reported.
+async fn await_until<K>(
+    api: &Api<K>,
+    name: &str,
+    condition: impl Condition<K>,
+    deadline: Instant,
+    what: &str,
+) -> Result<(), Error>
+where
+    K: Clone + Debug + Send + DeserializeOwned + Resource + 'static,
+{
+    let mut last_error = None;
+    loop {
+        let watched = await_condition(api.clone(), name, |object: Option<&K>| {
+            condition.matches_object(object)
+        });
+        match tokio::time::timeout_at(deadline, watched).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(err)) => last_error = Some(err.to_string()),
+            Err(_elapsed) => break,
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Err(Error::Wait {
+        what: what.to_string(),
+        reason: last_error.unwrap_or_else(|| "timed out".to_string()),
+    })
+}
+
+/// Polls `done` until it says true or `deadline` passes: for waits on a whole list (every
+/// Initializer gone, every pod of a Deployment stopped), which no object condition expresses.
 async fn wait_until<F, Fut>(deadline: Instant, what: &str, mut done: F) -> Result<(), Error>
 where
     F: FnMut() -> Fut,
@@ -1238,22 +1219,6 @@ mod tests {
         let crd = bundle.files.get_mut(bundle::CRD_FILE).unwrap();
         crd.push_str("# from another version\n");
         assert!(plan(&bundle, "ns").is_ok());
-    }
-
-    #[test]
-    fn availability_needs_every_replica_and_the_available_condition() {
-        let mut deployment = generated_plan().deployments.remove(0);
-        assert!(!deployment_available(&deployment));
-        let status: k8s_openapi::api::apps::v1::DeploymentStatus =
-            serde_json::from_value(serde_json::json!({
-                "availableReplicas": 1,
-                "conditions": [{"type": "Available", "status": "True"}],
-            }))
-            .unwrap();
-        deployment.status = Some(status);
-        assert!(!deployment_available(&deployment), "one of two replicas");
-        deployment.status.as_mut().unwrap().available_replicas = Some(2);
-        assert!(deployment_available(&deployment));
     }
 
     #[test]

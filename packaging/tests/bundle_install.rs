@@ -19,6 +19,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{Condition, conditions};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::time::Instant;
@@ -72,7 +73,7 @@ async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
         .get(constants::CRD_NAME)
         .await
         .unwrap();
-    assert!(install::crd_established(&crd));
+    assert!(conditions::is_crd_established().matches_object(Some(&crd)));
     assert!(installed_by_us(&crd.metadata));
     let namespace = Api::<Namespace>::all(client.clone())
         .get(NAMESPACE)
