@@ -8,7 +8,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -87,23 +86,8 @@ fn deployment(name: &str, not_ready_file: &str) -> Deployment {
 
 /// A minimal HTTPS webhook that allows everything.
 async fn webhook(names: &[&str]) -> (std::net::SocketAddr, String) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert =
-        rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-    let certs = vec![cert.der().clone()];
-    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (cert, key) = initializer_test_support::pki::self_signed(names);
+    let acceptor = initializer_test_support::pki::tls_acceptor(&cert, &key);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -136,7 +120,7 @@ async fn webhook(names: &[&str]) -> (std::net::SocketAddr, String) {
     });
     (
         addr,
-        base64::engine::general_purpose::STANDARD.encode(cert.pem()),
+        base64::engine::general_purpose::STANDARD.encode(&cert),
     )
 }
 

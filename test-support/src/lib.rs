@@ -1,7 +1,8 @@
 //! initializer-test-support: what the workspace's tests share, in one place instead of a copy
 //! per test directory.
 //!
-//! - [`pki`]: a test CA that issues serving certificates, and a CA-plus-certificate pair.
+//! - [`pki`]: a test CA that issues serving certificates, a CA-plus-certificate pair, and a
+//!   TLS acceptor for a test server.
 //! - [`wait`]: polling with a deadline: [`wait::eventually`] (a bool), [`wait::wait_for`] (a value,
 //!   panics naming what it waited for), [`wait::until`] (an error with the last observation).
 //! - [`api`]: raw requests through a kube client and the code of an API error.

@@ -88,6 +88,27 @@ impl TestPki {
     }
 }
 
+/// A TLS acceptor serving `cert_pem` with `key_pem` (ring provider, safe default protocol
+/// versions, no client authentication): the server side of a test webhook or probe target.
+pub fn tls_acceptor(cert_pem: &str, key_pem: &str) -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("failed to read the test certificate PEM");
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("failed to read the test key PEM");
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("ring supports the default protocol versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("failed to build the test TLS server configuration");
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
+}
+
 /// A self-signed certificate and its key (both PEM) for `names`, with no CA behind it.
 pub fn self_signed(names: &[&str]) -> (String, String) {
     let key = KeyPair::generate().expect("failed to generate a self-signed test key");
@@ -148,6 +169,41 @@ mod tests {
         pki.write(dir.path());
         let written = std::fs::read_to_string(dir.path().join("tls.crt")).expect("read tls.crt");
         assert_eq!(written, pki.cert_pem);
+    }
+
+    #[tokio::test]
+    async fn the_acceptor_completes_a_handshake_with_a_client_trusting_the_ca() {
+        let ca = TestCa::new("test");
+        let (cert, key) = ca.issue(&["localhost"]);
+        let acceptor = tls_acceptor(&cert, &key);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            acceptor.accept(tcp).await.map(|_| ())
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls::pki_types::pem::PemObject as _;
+        for der in rustls::pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
+            roots.add(der.expect("CA PEM")).expect("add CA");
+        }
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        connector
+            .connect(name, tcp)
+            .await
+            .expect("client handshake");
+        server.await.expect("join").expect("server handshake");
     }
 
     #[test]

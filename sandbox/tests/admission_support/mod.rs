@@ -42,21 +42,7 @@ impl WebhookServer {
     /// Serves on `ip` (port chosen by the OS) with a certificate from `ca` for `names`.
     pub async fn start(ip: &str, ca: &Ca, names: &[&str], script: Script) -> Self {
         let (cert_pem, key_pem) = ca.issue(names);
-        let certs = rustls_pemfile::certs(&mut cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
-            .unwrap()
-            .unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = initializer_test_support::pki::tls_acceptor(&cert_pem, &key_pem);
         let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
