@@ -17,7 +17,7 @@ pub enum Error {
     /// The certificate or key could not be parsed or do not belong together.
     #[error("failed to load the TLS certificate and key from {dir}: {message}")]
     LoadTls {
-        /// The TLS directory.
+        /// The directory holding `tls.crt` and `tls.key`.
         dir: PathBuf,
         /// Why the pair was refused.
         message: String,
@@ -36,7 +36,7 @@ pub enum Error {
     /// Binding the listen address failed.
     #[error("failed to bind {addr}: {source}")]
     Bind {
-        /// The address.
+        /// The address that was in use or not allowed.
         addr: std::net::SocketAddr,
         /// The underlying IO error.
         #[source]

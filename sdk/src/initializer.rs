@@ -47,7 +47,7 @@ pub struct Rejection {
     pub status: u16,
     /// Why, for the caller.
     pub message: String,
-    /// Metric label.
+    /// Why the bytes were rejected, as the `reason` label of the invalid-request counter.
     pub reason: &'static str,
 }
 
@@ -61,7 +61,7 @@ impl Rejection {
     }
 }
 
-struct Entry<C> {
+struct KindHandler<C> {
     gvk: GroupVersionKind,
     handler: AnyHandler<C>,
 }
@@ -71,7 +71,7 @@ struct Entry<C> {
 /// `C` is the configuration type read from `config.yaml` (`()` for none).
 pub struct Initializer<C = ()> {
     pub(crate) name: Arc<str>,
-    handlers: Vec<Entry<C>>,
+    handlers: Vec<KindHandler<C>>,
     pub(crate) config: Arc<ConfigStore<C>>,
     failure_policy: FailurePolicy,
     pub(crate) budget: Duration,
@@ -160,7 +160,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             kind: PhantomData,
         };
         self.handlers.retain(|e| e.gvk != gvk);
-        self.handlers.push(Entry {
+        self.handlers.push(KindHandler {
             gvk,
             handler: AnyHandler::Sync(Arc::new(typed)),
         });
@@ -179,7 +179,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             kind: PhantomData,
         };
         self.handlers.retain(|e| e.gvk != gvk);
-        self.handlers.push(Entry {
+        self.handlers.push(KindHandler {
             gvk,
             handler: AnyHandler::Async(Arc::new(typed)),
         });

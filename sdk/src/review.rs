@@ -1,7 +1,9 @@
 //! The AdmissionReview wire format (`admission.k8s.io/v1`) and what a handler sees of a request.
 //!
-//! A review is parsed exactly once into [`RequestIn`]; the object stays a `serde_json::Value`
-//! until the handler for its kind deserializes it. Responses are written by [`Response::to_json`].
+//! A review is parsed once into [`ReviewIn`]; its objects stay raw JSON text ([`RawValue`], no
+//! `Value` tree) until the handler for their kind deserializes them, and the patch is computed
+//! from that text and the handler's result (see `diff`). Responses are written by
+//! [`Response::to_json`].
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -290,7 +290,7 @@ async fn metrics<C: DeserializeOwned + Send + Sync + 'static>(
         .into_response()
 }
 
-/// A running server.
+/// A server bound and serving in the background; [`Server::shutdown`] drains and stops it.
 #[derive(Debug)]
 pub struct Server {
     local_addr: SocketAddr,

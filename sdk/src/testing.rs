@@ -109,7 +109,7 @@ impl ReviewBuilder {
         self
     }
 
-    /// Set the requesting user.
+    /// Send as this user (`userInfo.username`), as `review.user_info()` then reports.
     pub fn user(mut self, user: &str) -> Self {
         self.user = user.into();
         self
@@ -121,7 +121,7 @@ impl ReviewBuilder {
         self
     }
 
-    /// Set the uid.
+    /// Use this request uid (the answer must echo it) instead of the generated one.
     pub fn uid(mut self, uid: &str) -> Self {
         self.uid = uid.into();
         self
@@ -198,7 +198,7 @@ impl Answer {
         self.response["status"]["message"].as_str()
     }
 
-    /// The warnings.
+    /// The warnings kubectl would print (from `review.warn` and from the failure policy).
     pub fn warnings(&self) -> Vec<String> {
         self.response["warnings"]
             .as_array()
@@ -236,9 +236,9 @@ impl Answer {
 /// An HTTP-level answer: status and body.
 #[derive(Clone, Debug)]
 pub struct HttpAnswer {
-    /// HTTP status.
+    /// The HTTP status code (200 for every well-formed review, refused or not).
     pub status: u16,
-    /// Body as text.
+    /// The response body, decoded as UTF-8 (lossy).
     pub body: String,
 }
 

@@ -122,7 +122,7 @@ impl std::fmt::Debug for Connection {
 pub struct Reply {
     /// HTTP status code.
     pub status: u16,
-    /// The body.
+    /// The whole response body.
     pub body: Bytes,
 }
 

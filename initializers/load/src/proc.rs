@@ -14,7 +14,7 @@ pub struct Sample {
     pub rss_kib: u64,
     /// Peak resident set size, KiB (`VmHWM`).
     pub peak_rss_kib: u64,
-    /// Threads.
+    /// Threads of the process (`Threads:` in `/proc/PID/status`).
     pub threads: u64,
     /// User plus system CPU time, clock ticks.
     pub cpu_ticks: u64,
