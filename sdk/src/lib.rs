@@ -34,7 +34,7 @@
 //!
 //! fn main() -> Result<(), kube_initializer::Error> {
 //!     // Parses the standard flags (--listen, --tls-dir, --config-dir, --annotation, ...),
-//!     // logs to stderr (RUST_LOG), serves HTTPS until SIGTERM, then drains; never waits on a
+//!     // logs (RUST_LOG), serves HTTPS until SIGTERM, then drains; never waits on a
 //!     // hung handler at exit.
 //!     Initializer::<Config>::with_config("sidecar").handle_pod_kinds(Sidecar).main()
 //! }
