@@ -58,14 +58,12 @@ fn parse_standard_args(argv: impl IntoIterator<Item = std::ffi::OsString>) -> St
     StandardArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
-/// Log to stderr through `tracing-subscriber`'s formatter, filtered by `RUST_LOG` (default
-/// `info`). Does nothing if a global subscriber is already installed. [`run_main`] calls it;
-/// call it yourself only when you drive the runtime with [`block_on`].
+/// Log text lines to stdout, filtered by `RUST_LOG` (default `info`), through the workspace's
+/// one tracing setup (`initializer-telemetry`). Does nothing if a global subscriber is already
+/// installed (a test harness, the caller's own). [`run_main`] calls it; call it yourself only
+/// when you drive the runtime with [`block_on`].
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // An already installed subscriber (a test harness, the caller's own) wins.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    initializer_telemetry::init_tracing(false);
 }
 
 /// Everything an initializer binary's `main` does after parsing its arguments: [`init_tracing`],
