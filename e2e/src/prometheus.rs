@@ -16,6 +16,7 @@ use anyhow::{Context, bail};
 
 use crate::backend::Backend;
 use crate::paths;
+use crate::wait::Check;
 
 /// Debian's Prometheus server binary.
 pub const PROMETHEUS: &str = "prometheus";
@@ -215,22 +216,14 @@ impl Prometheus {
         every: Duration,
         timeout: Duration,
     ) -> anyhow::Result<Vec<Sample>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let last = self.query(expr).await;
-            if let Ok(samples) = &last
-                && !samples.is_empty()
-            {
-                return Ok(samples.clone());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "Prometheus never answered {expr:?} with a sample within {timeout:?} (last: {last:?}); its log:\n{}",
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(every).await;
-        }
+        crate::wait::until_every(format!("a sample of {expr:?}"), every, timeout, || async {
+            Ok(match self.query(expr).await {
+                Ok(samples) if !samples.is_empty() => Check::Done(samples),
+                last => Check::Pending(format!("{last:?}")),
+            })
+        })
+        .await
+        .map_err(|err| anyhow::anyhow!("{err:#}; Prometheus' log:\n{}", self.log_tail()))
     }
 
     /// Stops Prometheus.

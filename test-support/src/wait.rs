@@ -26,8 +26,18 @@ pub enum Check<T> {
 
 /// Polls `check` until it is [`Check::Done`] or `timeout` passes. Errors from `check` count as
 /// "not yet" (the API may be briefly unavailable on purpose) and show up in the timeout message.
-pub async fn until<T, F, Fut>(
+pub async fn until<T, F, Fut>(what: impl Display, timeout: Duration, check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Check<T>>>,
+{
+    until_every(what, POLL, timeout, check).await
+}
+
+/// [`until`], polling every `every` (a costly check, such as a query that starts a process).
+pub async fn until_every<T, F, Fut>(
     what: impl Display,
+    every: Duration,
     timeout: Duration,
     mut check: F,
 ) -> anyhow::Result<T>
@@ -49,7 +59,7 @@ where
                 timeout.as_secs_f64()
             );
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -171,6 +181,26 @@ mod tests {
             err.contains("the moon") && err.contains("still the sun"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn until_every_polls_at_the_given_interval() {
+        let start = Instant::now();
+        let mut calls = 0;
+        let err = until_every(
+            "never",
+            Duration::from_millis(200),
+            Duration::from_millis(500),
+            || {
+                calls += 1;
+                async { Ok::<Check<()>, anyhow::Error>(Check::Pending("no".into())) }
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("never"), "{err}");
+        assert!((3..=4).contains(&calls), "{calls} calls");
+        assert!(start.elapsed() >= Duration::from_millis(500));
     }
 
     #[tokio::test]
