@@ -231,7 +231,9 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         .filter(|violation| !matches!(violation, BundleViolation::CrdDrift { .. }))
         .collect();
     if !violations.is_empty() {
-        return Err(Error::BundleInvalid(bundle::validate::summary(&violations)));
+        return Err(Error::BundleInvalid(bundle::violation::summary(
+            &violations,
+        )));
     }
     let mut csv: Option<ClusterServiceVersion> = None;
     let mut crds = Vec::new();

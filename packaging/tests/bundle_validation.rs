@@ -436,6 +436,21 @@ fn deployment_spec_that_is_not_a_deployment_spec_is_reported() {
 }
 
 #[test]
+fn csv_that_is_not_a_cluster_service_version_is_reported() {
+    let copy = Copy::new();
+    copy.set(CSV_FILE, "/spec/installModes/0/supported", json!("yes"));
+    let violations = copy.violations();
+    assert_reports(
+        &violations,
+        |v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "ClusterServiceVersion"),
+    );
+    assert!(
+        !violations.iter().any(|v| matches!(v, BundleViolation::EmbeddedObject { type_name, .. } if type_name == "DeploymentSpec")),
+        "the Deployment specs decode: {violations:#?}"
+    );
+}
+
+#[test]
 fn crd_that_is_not_a_crd_is_reported() {
     let copy = Copy::new();
     copy.set(CRD_FILE, "/spec/versions", json!("v1alpha1"));

@@ -1,8 +1,10 @@
 //! The ClusterServiceVersion (`operators.coreos.com/v1alpha1`): the subset of OLM's type this
 //! project writes and reads, with the embedded Kubernetes objects typed by k8s-openapi.
 //!
-//! Every field defaults when absent, so a damaged CSV still reads far enough for the validator
-//! to name what is wrong instead of stopping at the first missing field.
+//! The generator writes this type and the installer and the validator read it. Every field but
+//! `apiVersion` and `kind` defaults when absent, so a CSV missing catalog fields still decodes
+//! and the validator names each one; a value of the wrong type (a string where a number belongs)
+//! fails the decoding, which the validator reports as the CSV not being this type.
 
 use std::collections::BTreeMap;
 

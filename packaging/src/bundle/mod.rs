@@ -10,12 +10,14 @@ pub mod chart;
 pub mod csv;
 pub mod generate;
 pub mod validate;
+pub mod violation;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use generate::generate;
-pub use validate::{BundleViolation, check, validate};
+pub use validate::{check, validate};
+pub use violation::BundleViolation;
 
 use crate::error::Error;
 
@@ -63,7 +65,7 @@ pub fn run(args: &BundleArgs) -> Result<(), Error> {
     if !args.check {
         generate()?.write(&args.out)?;
     }
-    validate(&args.out).map_err(|violations| Error::BundleInvalid(validate::summary(&violations)))
+    validate(&args.out).map_err(|violations| Error::BundleInvalid(violation::summary(&violations)))
 }
 
 /// A bundle as a set of text files, keyed by path relative to the bundle directory (with `/`

@@ -47,7 +47,9 @@
 //! Preconditions of those rules, reported so that nothing is skipped silently: every manifest
 //! parses ([`BundleViolation::Unparseable`]), there is exactly one CSV
 //! ([`BundleViolation::CsvCount`]), and the Deployment specs, CRDs and budgets the rules read are
-//! their Kubernetes types ([`BundleViolation::EmbeddedObject`]).
+//! their Kubernetes types ([`BundleViolation::EmbeddedObject`]). The CSV rules read the typed
+//! [`ClusterServiceVersion`] of [`super::csv`]; a CSV that does not decode into it is reported
+//! (naming the embedded Deployment spec at fault where that is the cause) and its rules skipped.
 //!
 //! [`check`] is pure and reports every violation it finds, not just the first; [`validate`]
 //! reads a directory and calls it. `install --bundle` runs [`check`] too, where the Go tool is
@@ -64,6 +66,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
+use super::csv::{ClusterServiceVersion, DEPLOYMENT_STRATEGY};
+use super::violation::BundleViolation;
 use super::{ANNOTATIONS_FILE, Bundle, DOCKERFILE};
 
 /// Kinds OLM accepts in a bundle's `manifests/` directory.
@@ -134,176 +138,6 @@ const REQUIRED_CSV_ANNOTATIONS: [&str; 7] = [
     "support",
 ];
 
-/// One broken rule.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BundleViolation {
-    /// A required file is absent.
-    #[error("{path} is missing")]
-    FileMissing {
-        /// Path relative to the bundle directory.
-        path: String,
-    },
-    /// A file does not parse.
-    #[error("{path} does not parse: {message}")]
-    Unparseable {
-        /// Path relative to the bundle directory.
-        path: String,
-        /// The parser's message.
-        message: String,
-    },
-    /// A required bundle annotation is absent.
-    #[error("annotation {key} is missing from {ANNOTATIONS_FILE}")]
-    AnnotationMissing {
-        /// The annotation key.
-        key: String,
-    },
-    /// A bundle annotation has the wrong value.
-    #[error("annotation {key} is {found:?}, expected {expected}")]
-    AnnotationValue {
-        /// The annotation key.
-        key: String,
-        /// What the file says.
-        found: String,
-        /// What it must say.
-        expected: String,
-    },
-    /// A `bundle.Dockerfile` label differs from the annotation of the same key.
-    #[error("{DOCKERFILE} label {key} is {label:?} but the annotation is {annotation:?}")]
-    DockerfileLabel {
-        /// The label / annotation key.
-        key: String,
-        /// The label's value, if any.
-        label: Option<String>,
-        /// The annotation's value, if any.
-        annotation: Option<String>,
-    },
-    /// A manifest's kind is not one OLM accepts in a bundle.
-    #[error("{path} has kind {kind}, which a bundle may not contain")]
-    KindNotAllowed {
-        /// Path relative to the bundle directory.
-        path: String,
-        /// The kind found.
-        kind: String,
-    },
-    /// There is not exactly one ClusterServiceVersion.
-    #[error("the bundle has {found} ClusterServiceVersions, expected exactly one")]
-    CsvCount {
-        /// How many there are.
-        found: usize,
-    },
-    /// The CSV's name is not `<package>.v<version>`.
-    #[error("the CSV is named {name:?}, expected {expected:?}")]
-    CsvName {
-        /// The name found.
-        name: String,
-        /// `<package>.v<version>`.
-        expected: String,
-    },
-    /// A field OperatorHub requires is absent or empty.
-    #[error("the CSV's {field} is missing or empty")]
-    MissingField {
-        /// Dotted path of the field.
-        field: String,
-    },
-    /// A version field is not semantic versioning.
-    #[error("the CSV's {field} {value:?} is not a semantic version: {message}")]
-    Semver {
-        /// Dotted path of the field.
-        field: String,
-        /// Its value.
-        value: String,
-        /// Why it does not parse.
-        message: String,
-    },
-    /// The icon is not valid base64.
-    #[error("icon data is not valid base64: {message}")]
-    IconData {
-        /// The decoder's message.
-        message: String,
-    },
-    /// `installModes` does not state each mode once, or does not support AllNamespaces.
-    #[error("installModes are invalid: {message}")]
-    InstallModes {
-        /// What is wrong.
-        message: String,
-    },
-    /// The install strategy is not `deployment`.
-    #[error("install strategy {found:?} is not \"deployment\"")]
-    InstallStrategy {
-        /// The strategy found.
-        found: String,
-    },
-    /// An embedded object does not deserialize into its Kubernetes type.
-    #[error("{path} is not a valid {type_name}: {message}")]
-    EmbeddedObject {
-        /// Where the object is.
-        path: String,
-        /// The Kubernetes type it must be.
-        type_name: String,
-        /// The deserializer's message.
-        message: String,
-    },
-    /// A container of the install strategy has no CPU or memory request.
-    #[error("container {container} of deployment {deployment} has no {resource} request")]
-    MissingRequests {
-        /// Deployment name.
-        deployment: String,
-        /// Container name.
-        container: String,
-        /// `cpu` or `memory`.
-        resource: String,
-    },
-    /// A Deployment runs as a service account that no permissions entry names, so OLM would
-    /// not create it.
-    #[error(
-        "deployment {deployment} runs as service account {name}, which no permissions entry names"
-    )]
-    UnknownServiceAccount {
-        /// Deployment name.
-        deployment: String,
-        /// The service account.
-        name: String,
-    },
-    /// An owned CRD names no CRD manifest of the bundle.
-    #[error("owned CRD {name} has no CRD manifest of that name")]
-    OwnedCrd {
-        /// The CRD's name.
-        name: String,
-    },
-    /// The CRD file differs from what `crdgen` produces.
-    #[error("{path} differs from crdgen's output: run `make bundle`")]
-    CrdDrift {
-        /// Path relative to the bundle directory.
-        path: String,
-    },
-    /// `containerImage` is not the image the install strategy runs.
-    #[error("containerImage {annotation:?} is not an image of the install strategy ({images:?})")]
-    ContainerImage {
-        /// The annotation's value.
-        annotation: String,
-        /// The install strategy's images.
-        images: Vec<String>,
-    },
-    /// A PodDisruptionBudget selects none of the install strategy's pods.
-    #[error("PodDisruptionBudget {name} selects no pods of the install strategy's deployments")]
-    PdbSelectsNothing {
-        /// The PodDisruptionBudget's name.
-        name: String,
-    },
-    /// A PodDisruptionBudget would let no pod be evicted: a node drain would hang on it.
-    #[error(
-        "PodDisruptionBudget {name} allows no eviction with {replicas} replica(s) of deployment {deployment}: a drain would block"
-    )]
-    PdbBlocksDrain {
-        /// The PodDisruptionBudget's name.
-        name: String,
-        /// The deployment it selects.
-        deployment: String,
-        /// The replica count at which it blocks.
-        replicas: i32,
-    },
-}
-
 /// Validates the bundle in `dir`; every violation found is returned.
 pub fn validate(dir: &Path) -> Result<(), Vec<BundleViolation>> {
     let bundle = Bundle::read(dir).map_err(|err| {
@@ -340,7 +174,11 @@ pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
                 continue;
             }
         };
-        let kind = str_at(&value, &["kind"]).to_string();
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         if !ALLOWED_KINDS.contains(&kind.as_str()) {
             out.push(BundleViolation::KindNotAllowed {
                 path: path.to_string(),
@@ -348,7 +186,7 @@ pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
             });
         }
         match kind.as_str() {
-            "ClusterServiceVersion" => csvs.push((path, value)),
+            "ClusterServiceVersion" => csvs.push((path, typed_csv(path, value, &mut out))),
             "CustomResourceDefinition" => {
                 match serde_json::from_value::<CustomResourceDefinition>(value) {
                     Ok(crd) => crds.push((path, text, crd)),
@@ -365,13 +203,13 @@ pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
     if csvs.len() != 1 {
         out.push(BundleViolation::CsvCount { found: csvs.len() });
     }
-    if let Some((path, csv)) = csvs.first() {
+    if let Some((path, Some(csv))) = csvs.first() {
         let package = annotations
             .get(PACKAGE_KEY)
             .map(String::as_str)
             .unwrap_or("");
         check_csv(path, csv, package, &mut out);
-        check_install(path, csv, &mut out);
+        check_install(csv, &mut out);
         check_owned_crds(csv, &crds, &mut out);
         check_disruption_budgets(csv, &budgets, &mut out);
     }
@@ -470,10 +308,50 @@ fn check_dockerfile(
     }
 }
 
+/// The CSV as [`ClusterServiceVersion`], or `None` with the reason reported: the embedded
+/// Deployment spec that does not decode when that is the cause, else the CSV as a whole.
+fn typed_csv(
+    path: &str,
+    value: Value,
+    out: &mut Vec<BundleViolation>,
+) -> Option<ClusterServiceVersion> {
+    let deployments = value
+        .pointer("/spec/install/spec/deployments")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    match serde_json::from_value::<ClusterServiceVersion>(value) {
+        Ok(csv) => Some(csv),
+        Err(err) => {
+            let before = out.len();
+            for (index, deployment) in deployments.iter().enumerate() {
+                let spec = deployment.get("spec").cloned().unwrap_or(Value::Null);
+                if let Err(err) = serde_json::from_value::<DeploymentSpec>(spec) {
+                    out.push(embedded(
+                        &format!("{path} spec.install.spec.deployments[{index}].spec"),
+                        "DeploymentSpec",
+                        &err,
+                    ));
+                }
+            }
+            if out.len() == before {
+                out.push(embedded(path, "ClusterServiceVersion", &err));
+            }
+            None
+        }
+    }
+}
+
 /// Name, catalog fields, strict semver, icon data, install modes, typed examples.
-fn check_csv(path: &str, csv: &Value, package: &str, out: &mut Vec<BundleViolation>) {
-    let version = str_at(csv, &["spec", "version"]);
-    let name = str_at(csv, &["metadata", "name"]);
+fn check_csv(
+    path: &str,
+    csv: &ClusterServiceVersion,
+    package: &str,
+    out: &mut Vec<BundleViolation>,
+) {
+    let spec = &csv.spec;
+    let version = spec.version.as_str();
+    let name = csv.metadata.name.as_deref().unwrap_or("");
     let expected = format!("{package}.v{version}");
     if name != expected {
         out.push(BundleViolation::CsvName {
@@ -481,23 +359,29 @@ fn check_csv(path: &str, csv: &Value, package: &str, out: &mut Vec<BundleViolati
             expected,
         });
     }
-    for field in [
-        "description",
-        "version",
-        "maturity",
-        "maintainers",
-        "links",
-        "keywords",
+    for (field, empty) in [
+        ("description", spec.description.trim().is_empty()),
+        ("version", version.trim().is_empty()),
+        ("maturity", spec.maturity.trim().is_empty()),
+        ("maintainers", spec.maintainers.is_empty()),
+        ("links", spec.links.is_empty()),
+        ("keywords", spec.keywords.is_empty()),
     ] {
-        if is_empty(csv.pointer(&format!("/spec/{field}"))) {
+        if empty {
             out.push(BundleViolation::MissingField {
                 field: format!("spec.{field}"),
             });
         }
     }
-    let annotations = csv.pointer("/metadata/annotations");
+    let annotation = |key: &str| {
+        csv.metadata
+            .annotations
+            .as_ref()
+            .and_then(|map| map.get(key))
+            .map_or("", String::as_str)
+    };
     for key in REQUIRED_CSV_ANNOTATIONS {
-        if is_empty(annotations.and_then(|map| map.get(key))) {
+        if annotation(key).trim().is_empty() {
             out.push(BundleViolation::MissingField {
                 field: format!("metadata.annotations.{key}"),
             });
@@ -512,16 +396,8 @@ fn check_csv(path: &str, csv: &Value, package: &str, out: &mut Vec<BundleViolati
             message: err.to_string(),
         });
     }
-    let annotation = |key: &str| {
-        annotations
-            .and_then(|map| map.get(key))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    };
-    for icon in array_at(csv, &["spec", "icon"]) {
-        if let Err(err) =
-            base64::engine::general_purpose::STANDARD.decode(str_at(icon, &["base64data"]))
-        {
+    for icon in &spec.icon {
+        if let Err(err) = base64::engine::general_purpose::STANDARD.decode(&icon.base64data) {
             out.push(BundleViolation::IconData {
                 message: err.to_string(),
             });
@@ -531,21 +407,16 @@ fn check_csv(path: &str, csv: &Value, package: &str, out: &mut Vec<BundleViolati
     check_examples(path, annotation("alm-examples"), out);
 }
 
-fn check_install_modes(csv: &Value, out: &mut Vec<BundleViolation>) {
-    let modes = array_at(csv, &["spec", "installModes"]);
+fn check_install_modes(csv: &ClusterServiceVersion, out: &mut Vec<BundleViolation>) {
     let mut seen: BTreeMap<&str, Vec<bool>> = BTreeMap::new();
-    for mode in modes {
-        let type_ = str_at(mode, &["type"]);
+    for mode in &csv.spec.install_modes {
+        let type_ = mode.type_.as_str();
         if !INSTALL_MODE_TYPES.contains(&type_) {
             out.push(BundleViolation::InstallModes {
                 message: format!("unknown install mode {type_:?}"),
             });
         }
-        seen.entry(type_).or_default().push(
-            mode.get("supported")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-        );
+        seen.entry(type_).or_default().push(mode.supported);
     }
     for type_ in INSTALL_MODE_TYPES {
         let count = seen.get(type_).map_or(0, Vec::len);
@@ -588,26 +459,28 @@ pub fn disruptions_allowed(spec: &PodDisruptionBudgetSpec, replicas: i32) -> i32
 /// Each PodDisruptionBudget selects a deployment of the install strategy and lets a drain evict
 /// a pod at every replica count from one to the deployment's.
 fn check_disruption_budgets(
-    csv: &Value,
+    csv: &ClusterServiceVersion,
     budgets: &[PodDisruptionBudget],
     out: &mut Vec<BundleViolation>,
 ) {
-    let deployments: Vec<(String, BTreeMap<String, String>, i32)> =
-        array_at(csv, &["spec", "install", "spec", "deployments"])
-            .iter()
-            .map(|deployment| {
-                let labels = deployment
-                    .pointer("/spec/template/metadata/labels")
-                    .and_then(|labels| serde_json::from_value(labels.clone()).ok())
-                    .unwrap_or_default();
-                let replicas = deployment
-                    .pointer("/spec/replicas")
-                    .and_then(Value::as_i64)
-                    .and_then(|r| i32::try_from(r).ok())
-                    .unwrap_or(1);
-                (str_at(deployment, &["name"]).to_string(), labels, replicas)
-            })
-            .collect();
+    let deployments: Vec<(String, BTreeMap<String, String>, i32)> = csv
+        .spec
+        .install
+        .spec
+        .deployments
+        .iter()
+        .map(|deployment| {
+            let labels = deployment
+                .spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|metadata| metadata.labels.clone())
+                .unwrap_or_default();
+            let replicas = deployment.spec.replicas.unwrap_or(1);
+            (deployment.name.clone(), labels, replicas)
+        })
+        .collect();
     for pdb in budgets {
         let name = pdb.metadata.name.clone().unwrap_or_default();
         let spec = pdb.spec.clone().unwrap_or_default();
@@ -648,7 +521,7 @@ fn check_examples(path: &str, examples: &str, out: &mut Vec<BundleViolation>) {
         return;
     };
     for (index, example) in examples.iter().enumerate() {
-        if str_at(example, &["kind"]) == initializer_crds::constants::KIND
+        if example.get("kind").and_then(Value::as_str) == Some(initializer_crds::constants::KIND)
             && let Err(err) = serde_json::from_value::<Initializer>(example.clone())
         {
             out.push(embedded(
@@ -660,42 +533,30 @@ fn check_examples(path: &str, examples: &str, out: &mut Vec<BundleViolation>) {
     }
 }
 
-/// Install strategy, embedded Deployment specs, requests, service accounts, containerImage.
-fn check_install(path: &str, csv: &Value, out: &mut Vec<BundleViolation>) {
-    let strategy = str_at(csv, &["spec", "install", "strategy"]);
-    if strategy != super::csv::DEPLOYMENT_STRATEGY {
+/// Install strategy, Deployments, requests, service accounts, containerImage.
+fn check_install(csv: &ClusterServiceVersion, out: &mut Vec<BundleViolation>) {
+    let install = &csv.spec.install;
+    if install.strategy != DEPLOYMENT_STRATEGY {
         out.push(BundleViolation::InstallStrategy {
-            found: strategy.to_string(),
+            found: install.strategy.clone(),
         });
     }
     let mut images = Vec::new();
-    let deployments = array_at(csv, &["spec", "install", "spec", "deployments"]);
-    if deployments.is_empty() {
+    if install.spec.deployments.is_empty() {
         out.push(BundleViolation::MissingField {
             field: "spec.install.spec.deployments".to_string(),
         });
     }
-    for (index, deployment) in deployments.iter().enumerate() {
-        let name = str_at(deployment, &["name"]).to_string();
-        let spec_value = deployment.get("spec").cloned().unwrap_or(Value::Null);
-        let spec = match serde_json::from_value::<DeploymentSpec>(spec_value) {
-            Ok(spec) => spec,
-            Err(err) => {
-                out.push(embedded(
-                    &format!("{path} spec.install.spec.deployments[{index}].spec"),
-                    "DeploymentSpec",
-                    &err,
-                ));
-                continue;
-            }
-        };
-        let pod = spec.template.spec.unwrap_or_default();
+    for deployment in &install.spec.deployments {
+        let name = &deployment.name;
+        let pod = deployment.spec.template.spec.clone().unwrap_or_default();
         if let Some(account) = pod.service_account_name.as_deref()
-            && !["permissions", "clusterPermissions"].iter().any(|field| {
-                array_at(csv, &["spec", "install", "spec", field])
-                    .iter()
-                    .any(|permission| str_at(permission, &["serviceAccountName"]) == account)
-            })
+            && !install
+                .spec
+                .permissions
+                .iter()
+                .chain(&install.spec.cluster_permissions)
+                .any(|permission| permission.service_account_name == account)
         {
             out.push(BundleViolation::UnknownServiceAccount {
                 deployment: name.clone(),
@@ -720,9 +581,11 @@ fn check_install(path: &str, csv: &Value, out: &mut Vec<BundleViolation>) {
         }
     }
     let container_image = csv
-        .pointer("/metadata/annotations/containerImage")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get("containerImage"))
+        .map_or("", String::as_str);
     if !container_image.is_empty()
         && !images.is_empty()
         && !images.iter().any(|image| image == container_image)
@@ -737,12 +600,12 @@ fn check_install(path: &str, csv: &Value, out: &mut Vec<BundleViolation>) {
 /// Each owned CRD names a CRD manifest of the bundle. (Kind and version are matched by the
 /// official suite, which keys owned CRDs by group/version/kind and never compares names.)
 fn check_owned_crds(
-    csv: &Value,
+    csv: &ClusterServiceVersion,
     crds: &[(&str, &str, CustomResourceDefinition)],
     out: &mut Vec<BundleViolation>,
 ) {
-    for description in array_at(csv, &["spec", "customresourcedefinitions", "owned"]) {
-        let name = str_at(description, &["name"]);
+    for description in &csv.spec.customresourcedefinitions.owned {
+        let name = description.name.as_str();
         if !crds
             .iter()
             .any(|(_, _, crd)| crd.metadata.name.as_deref() == Some(name))
@@ -779,39 +642,6 @@ fn embedded(path: &str, type_name: &str, err: &serde_json::Error) -> BundleViola
         type_name: type_name.to_string(),
         message: err.to_string(),
     }
-}
-
-fn str_at<'a>(value: &'a Value, path: &[&str]) -> &'a str {
-    path.iter()
-        .try_fold(value, |value, key| value.get(key))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
-fn array_at<'a>(value: &'a Value, path: &[&str]) -> &'a [Value] {
-    path.iter()
-        .try_fold(value, |value, key| value.get(key))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-fn is_empty(value: Option<&Value>) -> bool {
-    match value {
-        None | Some(Value::Null) => true,
-        Some(Value::String(text)) => text.trim().is_empty(),
-        Some(Value::Array(items)) => items.is_empty(),
-        Some(Value::Object(map)) => map.is_empty(),
-        Some(_) => false,
-    }
-}
-
-/// One line per violation, for error messages.
-pub fn summary(violations: &[BundleViolation]) -> String {
-    violations
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 #[cfg(test)]
