@@ -12,6 +12,7 @@
 
 pub mod binding;
 pub mod cache;
+pub mod clock;
 pub mod credentials;
 pub mod env;
 pub mod exchange;

@@ -231,7 +231,7 @@ pub async fn heartbeat(client: &Client, identity: &NodeIdentity) -> Result<(), k
             Err(e) => return Err(e),
         },
     };
-    let now = jiff::Timestamp::now();
+    let now = crate::clock::now();
     nodes
         .patch_status(
             &identity.name,

@@ -313,7 +313,7 @@ pub fn write_atomically(dir: &Path, files: &Files) -> std::io::Result<bool> {
     }
     let stamp = format!(
         "..{}_{:08x}",
-        jiff::Timestamp::now().strftime("%Y_%m_%d_%H_%M_%S.%f"),
+        crate::clock::now().strftime("%Y_%m_%d_%H_%M_%S.%f"),
         rand::random::<u32>()
     );
     let staged = dir.join(&stamp);
