@@ -79,6 +79,36 @@ current-context: in-cluster
     )
 }
 
+/// The node's shared kubeconfig `text` as a pod of `namespace` running as `service_account`
+/// gets it: every context's namespace is the pod's (an in-cluster client defaults to its own
+/// namespace) and its user is named `system:serviceaccount:<namespace>:<service_account>`.
+/// Credentials stay the shared file's. `None` when `text` is not a kubeconfig with contexts and
+/// users.
+pub fn shared_kubeconfig(text: &str, namespace: &str, service_account: &str) -> Option<String> {
+    let mut config: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+    let user = serde_yaml::Value::from(format!(
+        "system:serviceaccount:{namespace}:{service_account}"
+    ));
+    let old_user = config["contexts"][0]["context"]["user"].clone();
+    for context in config.get_mut("contexts")?.as_sequence_mut()? {
+        if let Some(c) = context
+            .get_mut("context")
+            .and_then(serde_yaml::Value::as_mapping_mut)
+        {
+            c.insert("namespace".into(), namespace.into());
+            c.insert("user".into(), user.clone());
+        }
+    }
+    for entry in config.get_mut("users")?.as_sequence_mut()? {
+        if entry.get("name") == Some(&old_user)
+            && let Some(m) = entry.as_mapping_mut()
+        {
+            m.insert("name".into(), user.clone());
+        }
+    }
+    serde_yaml::to_string(&config).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +178,60 @@ mod tests {
         let user = parsed.auth_infos[0].auth_info.as_ref().unwrap();
         assert!(user.token.is_none() && user.token_file.is_none());
         assert!(user.client_certificate_data.is_none());
+    }
+
+    const SHARED: &str = "apiVersion: v1
+kind: Config
+clusters:
+- name: sandbox
+  cluster:
+    server: https://127.0.0.1:6443
+users:
+- name: admin
+  user:
+    token: secret-token
+- name: other
+  user:
+    token: other-token
+contexts:
+- name: sandbox
+  context:
+    cluster: sandbox
+    user: admin
+current-context: sandbox
+";
+
+    #[test]
+    fn a_shared_kubeconfig_acts_in_the_pods_namespace_as_its_service_account() {
+        let text = shared_kubeconfig(SHARED, "ops", "builder").unwrap();
+        let parsed = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        let context = parsed.contexts[0].context.as_ref().unwrap();
+        assert_eq!(context.namespace.as_deref(), Some("ops"));
+        assert_eq!(
+            context.user.as_deref(),
+            Some("system:serviceaccount:ops:builder")
+        );
+        let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let users = yaml["users"].as_sequence().unwrap();
+        let renamed = users
+            .iter()
+            .find(|u| u["name"] == "system:serviceaccount:ops:builder")
+            .unwrap();
+        assert_eq!(
+            renamed["user"]["token"], "secret-token",
+            "credentials stay the shared file's"
+        );
+        assert!(parsed.auth_infos.iter().any(|a| a.name == "other"));
+        assert_eq!(parsed.clusters[0].name, "sandbox");
+    }
+
+    #[test]
+    fn text_that_is_not_a_kubeconfig_is_refused() {
+        assert_eq!(
+            shared_kubeconfig("not: [a kubeconfig", "ops", "default"),
+            None
+        );
+        assert_eq!(shared_kubeconfig("users: []\n", "ops", "default"), None);
+        assert_eq!(shared_kubeconfig("contexts: []\n", "ops", "default"), None);
     }
 }

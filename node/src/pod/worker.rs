@@ -1,130 +1,31 @@
-//! One pod as local processes: the kubelet's pod worker.
-//!
-//! The worker materializes volumes, starts each container's executable (from the image map),
-//! runs its probes, restarts it per `restartPolicy` with backoff (1 s doubling to 60 s; the real
-//! kubelet uses 10 s to 5 min), reports status (phase, conditions, container states), and on
-//! deletion sends SIGTERM, waits the grace period, sends SIGKILL and removes the pod object.
+//! The pod worker, the process supervisor: starts each container's executable, runs its
+//! probes, restarts it (see `restart.rs`), reports the status `status.rs` renders, and stops
+//! the processes and removes the pod object when the pod goes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Pod, Secret, ServiceAccountTokenProjection,
-};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::Caches;
-use crate::credentials::{self, PodCredentials};
-use crate::env::{self, Lookup, Placement};
+use super::files::{self, NodeLookup, log_path, pod_dir};
+use super::restart::{self, Backoff, RETRY, deletion_grace, grace_of};
+use super::status::{self, ContainerView, PodView, State, Transitions};
+use super::{Node, SHUTDOWN_GRACE};
+use crate::clock;
+use crate::env::{self, Placement};
 use crate::imagemap::ImageMap;
 use crate::probe::{self, Timing, Tracker};
 use crate::process::{self, Exit, Launch, Running};
-use crate::token::{TokenKey, Tokens};
 use crate::volume::{self, Mounts, Source};
-
-/// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
-const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-/// Longest restart delay.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// A container that ran this long resets its backoff.
-const BACKOFF_RESET: Duration = Duration::from_secs(60);
-/// How often a pod waiting on an image, a Secret or a ConfigMap tries again.
-const RETRY: Duration = Duration::from_secs(2);
-/// Grace period when the node itself stops.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-
-/// What every pod worker shares: the API client, caches, the node's identity, paths, and the
-/// running processes.
-pub struct Node {
-    /// Client for the API server.
-    pub client: Client,
-    /// Watch-fed caches.
-    pub caches: Caches,
-    /// The node's name (`spec.nodeName` in the downward API).
-    pub node_name: String,
-    /// The node's address (`status.hostIP`).
-    pub host_ip: String,
-    /// Root of pods' volumes and logs.
-    pub state_dir: PathBuf,
-    /// The image map file.
-    pub image_map: Option<PathBuf>,
-    /// How pods reach the API server.
-    pub credentials: PodCredentials,
-    /// Service-account tokens issued to pods (`None`: placeholders, on the sandbox).
-    pub tokens: Option<Tokens>,
-    /// Whether this node is registered (and so runs only the pods bound to it).
-    pub register: bool,
-    /// Process groups of the running containers, per pod `(namespace, name)`.
-    pub groups: Mutex<HashMap<(String, String), BTreeMap<String, i32>>>,
-}
-
-impl std::fmt::Debug for Node {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
-            .field("node_name", &self.node_name)
-            .field("host_ip", &self.host_ip)
-            .field("state_dir", &self.state_dir)
-            .finish_non_exhaustive()
-    }
-}
-
-fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
-/// A container's state as containerStatuses shows it.
-#[derive(Clone, Debug, PartialEq)]
-enum State {
-    Waiting {
-        reason: String,
-        message: String,
-    },
-    Running {
-        started_at: String,
-    },
-    Terminated {
-        exit: Exit,
-        reason: String,
-        started_at: String,
-        finished_at: String,
-    },
-}
-
-impl State {
-    fn to_json(&self) -> Value {
-        match self {
-            Self::Waiting { reason, message } if message.is_empty() => {
-                json!({"waiting": {"reason": reason}})
-            }
-            Self::Waiting { reason, message } => {
-                json!({"waiting": {"reason": reason, "message": message}})
-            }
-            Self::Running { started_at } => json!({"running": {"startedAt": started_at}}),
-            Self::Terminated {
-                exit,
-                reason,
-                started_at,
-                finished_at,
-            } => {
-                let mut t = json!({"exitCode": exit.code, "reason": reason, "startedAt": started_at, "finishedAt": finished_at});
-                if let Some(sig) = exit.signal {
-                    t["signal"] = json!(sig);
-                }
-                json!({"terminated": t})
-            }
-        }
-    }
-}
 
 /// One container of the pod.
 struct Slot {
@@ -143,7 +44,7 @@ struct Slot {
     started: bool,
     probes: Vec<tokio::task::JoinHandle<()>>,
     next_start: Option<Instant>,
-    backoff: Duration,
+    backoff: Backoff,
     pull_failures: u32,
     done: bool,
 }
@@ -156,10 +57,7 @@ impl Slot {
             running: None,
             started_instant: None,
             program: None,
-            state: State::Waiting {
-                reason: "ContainerCreating".into(),
-                message: String::new(),
-            },
+            state: State::creating(""),
             last_state: None,
             restart_count: 0,
             ready: false,
@@ -169,7 +67,7 @@ impl Slot {
             started: false,
             probes: Vec::new(),
             next_start: Some(Instant::now()),
-            backoff: INITIAL_BACKOFF,
+            backoff: Backoff::default(),
             pull_failures: 0,
             done: false,
         }
@@ -204,19 +102,6 @@ enum Event {
     },
 }
 
-/// The pod's directory under the state directory.
-pub fn pod_dir(state_dir: &Path, namespace: &str, name: &str) -> PathBuf {
-    state_dir.join("pods").join(format!("{namespace}_{name}"))
-}
-
-/// A container's log file: `<state>/logs/<namespace>_<pod>/<container>.log`.
-pub fn log_path(state_dir: &Path, namespace: &str, name: &str, container: &str) -> PathBuf {
-    state_dir
-        .join("logs")
-        .join(format!("{namespace}_{name}"))
-        .join(format!("{container}.log"))
-}
-
 struct Worker {
     node: Arc<Node>,
     namespace: String,
@@ -230,7 +115,7 @@ struct Worker {
     volumes_error: Option<String>,
     kubeconfig: PathBuf,
     start_time: String,
-    transitions: HashMap<&'static str, (bool, String)>,
+    transitions: Transitions,
     last_status: Option<Value>,
     report_failed: bool,
     /// Something happened since the last report (an exit, a probe result, a start attempt).
@@ -260,24 +145,8 @@ pub async fn run(
         .unwrap_or_default();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let dir = pod_dir(&node.state_dir, &namespace, &name);
-    let volume_dirs: BTreeMap<String, PathBuf> = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .map(|v| {
-            let path = match &v.host_path {
-                Some(h) => PathBuf::from(&h.path),
-                None => dir.join("volumes").join(&v.name),
-            };
-            (v.name.clone(), path)
-        })
-        .collect();
-    let kubeconfig = match &node.credentials {
-        PodCredentials::Shared(shared) => pod_kubeconfig(shared, &dir, &pod),
-        PodCredentials::ServiceAccount { server } => {
-            service_account_kubeconfig_file(server, &dir, &pod, &volume_dirs)
-        }
-    };
+    let volume_dirs = files::volume_dirs(&pod, &dir);
+    let kubeconfig = files::kubeconfig(&node.credentials, &dir, &pod, &volume_dirs);
     let mut w = Worker {
         node: node.clone(),
         namespace,
@@ -290,8 +159,8 @@ pub async fn run(
         published: BTreeMap::new(),
         volumes_error: None,
         kubeconfig,
-        start_time: now(),
-        transitions: HashMap::new(),
+        start_time: clock::api_now(),
+        transitions: Transitions::default(),
         last_status: None,
         report_failed: false,
         dirty: true,
@@ -317,12 +186,7 @@ pub async fn run(
             break;
         };
         if pod.metadata.deletion_timestamp.is_some() {
-            let grace = pod
-                .metadata
-                .deletion_grace_period_seconds
-                .and_then(|s| u64::try_from(s).ok())
-                .map_or_else(|| grace_of(&pod), Duration::from_secs);
-            w.terminate(&mut rx, grace).await;
+            w.terminate(&mut rx, deletion_grace(&pod)).await;
             w.remove_files();
             w.finalize_deletion().await;
             break;
@@ -401,107 +265,6 @@ pub async fn run(
         .ok();
 }
 
-/// Writes the pod's kubeconfig for its own service account (see [`crate::credentials`]); falls
-/// back to an anonymous one in the pod's directory.
-fn service_account_kubeconfig_file(
-    server: &str,
-    pod_dir: &Path,
-    pod: &Pod,
-    volume_dirs: &BTreeMap<String, PathBuf>,
-) -> PathBuf {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let token_dir = credentials::token_volume(pod).and_then(|name| volume_dirs.get(&name));
-    let text =
-        credentials::service_account_kubeconfig(server, namespace, token_dir.map(PathBuf::as_path));
-    let path = pod_dir.join("kubeconfig");
-    let written = std::fs::create_dir_all(pod_dir)
-        .and_then(|()| std::fs::write(&path, text))
-        .and_then(|()| {
-            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        });
-    if let Err(e) = written {
-        tracing::warn!(path = %path.display(), error = %e, "failed to write the pod's kubeconfig");
-    }
-    path
-}
-
-/// What volumes are made of: the node's caches, and the tokens issued to its pods.
-struct NodeLookup<'a> {
-    caches: &'a Caches,
-    tokens: Option<&'a Tokens>,
-}
-
-impl Lookup for NodeLookup<'_> {
-    fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>> {
-        self.caches.secret(namespace, name)
-    }
-
-    fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
-        self.caches.config_map(namespace, name)
-    }
-
-    fn service_account_token(
-        &self,
-        pod: &Pod,
-        source: &ServiceAccountTokenProjection,
-    ) -> Result<Vec<u8>, String> {
-        let Some(tokens) = self.tokens else {
-            return Ok(b"sandbox".to_vec());
-        };
-        tokens
-            .get(&TokenKey::of(pod, source))
-            .map(String::into_bytes)
-            .ok_or_else(|| "the service-account token is not issued yet".to_owned())
-    }
-}
-
-/// Writes the pod's kubeconfig: the node's shared one, with the context namespace set to the
-/// pod's namespace (an in-cluster client defaults to its own namespace) and the user named after
-/// the pod's service account. Credentials stay the shared file's. Falls back to the shared file
-/// when it cannot be read or written.
-fn pod_kubeconfig(shared: &Path, pod_dir: &Path, pod: &Pod) -> PathBuf {
-    let ns = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let sa = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
-        .unwrap_or_else(|| "default".into());
-    let rewrite = || -> Option<PathBuf> {
-        let text = std::fs::read_to_string(shared).ok()?;
-        let mut config: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
-        let user = serde_yaml::Value::from(format!("system:serviceaccount:{ns}:{sa}"));
-        let old_user = config["contexts"][0]["context"]["user"].clone();
-        for context in config.get_mut("contexts")?.as_sequence_mut()? {
-            if let Some(c) = context
-                .get_mut("context")
-                .and_then(serde_yaml::Value::as_mapping_mut)
-            {
-                c.insert("namespace".into(), ns.clone().into());
-                c.insert("user".into(), user.clone());
-            }
-        }
-        for entry in config.get_mut("users")?.as_sequence_mut()? {
-            if entry.get("name") == Some(&old_user)
-                && let Some(m) = entry.as_mapping_mut()
-            {
-                m.insert("name".into(), user.clone());
-            }
-        }
-        let text = serde_yaml::to_string(&config).ok()?;
-        std::fs::create_dir_all(pod_dir).ok()?;
-        let path = pod_dir.join("kubeconfig");
-        std::fs::write(&path, text).ok()?;
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .ok()?;
-        Some(path)
-    };
-    rewrite().unwrap_or_else(|| shared.to_path_buf())
-}
-
 /// Where a pod with address `pod_ip` runs on `node`.
 fn placement<'a>(node: &'a Node, pod_ip: &'a str) -> Placement<'a> {
     Placement {
@@ -509,14 +272,6 @@ fn placement<'a>(node: &'a Node, pod_ip: &'a str) -> Placement<'a> {
         host_ip: &node.host_ip,
         pod_ip,
     }
-}
-
-fn grace_of(pod: &Pod) -> Duration {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .and_then(|s| u64::try_from(s).ok())
-        .map_or(Duration::from_secs(30), Duration::from_secs)
 }
 
 impl Worker {
@@ -612,29 +367,13 @@ impl Worker {
                 }
                 (Ok(_), None) => "the sandbox has no image map".into(),
             };
-            slot.state = if slot.pull_failures == 1 {
-                State::Waiting {
-                    reason: "ErrImagePull".into(),
-                    message: format!("Failed to pull image {image:?}: {why}"),
-                }
-            } else {
-                State::Waiting {
-                    reason: "ImagePullBackOff".into(),
-                    message: format!("Back-off pulling image {image:?}: {why}"),
-                }
-            };
-            let delay = RETRY
-                .saturating_mul(slot.pull_failures.min(15))
-                .min(MAX_BACKOFF);
-            slot.next_start = Some(Instant::now() + delay);
+            slot.state = State::image_missing(&image, &why, slot.pull_failures);
+            slot.next_start = Some(Instant::now() + restart::image_retry(slot.pull_failures));
             return;
         };
         slot.pull_failures = 0;
         if let Some(e) = &self.volumes_error {
-            slot.state = State::Waiting {
-                reason: "ContainerCreating".into(),
-                message: e.clone(),
-            };
+            slot.state = State::creating(e.clone());
             slot.next_start = Some(Instant::now() + RETRY);
             return;
         }
@@ -643,10 +382,7 @@ impl Worker {
         let mut env = match env::container_env(pod, &slot.spec, &at, &self.node.caches) {
             Ok(e) => e,
             Err(e) => {
-                slot.state = State::Waiting {
-                    reason: "CreateContainerConfigError".into(),
-                    message: e,
-                };
+                slot.state = State::config_error(e);
                 slot.next_start = Some(Instant::now() + RETRY);
                 return;
             }
@@ -711,7 +447,9 @@ impl Worker {
                 slot.running = Some(running);
                 slot.started_instant = Some(Instant::now());
                 slot.program = Some(program);
-                slot.state = State::Running { started_at: now() };
+                slot.state = State::Running {
+                    started_at: clock::api_now(),
+                };
                 slot.next_start = None;
                 slot.readiness = Tracker::default();
                 slot.liveness = Tracker::default();
@@ -725,16 +463,8 @@ impl Worker {
                 }
             }
             Err(e) => {
-                slot.state = State::Waiting {
-                    reason: "RunContainerError".into(),
-                    message: format!(
-                        "failed to start container {:?}: {}: {e}",
-                        slot.spec.name,
-                        program.display()
-                    ),
-                };
-                slot.next_start = Some(Instant::now() + slot.backoff);
-                slot.backoff = (slot.backoff * 2).min(MAX_BACKOFF);
+                slot.state = State::start_failed(&slot.spec.name, &program, &e.to_string());
+                slot.next_start = Some(Instant::now() + slot.backoff.next_delay());
             }
         }
     }
@@ -796,56 +526,29 @@ impl Worker {
                 slot.ready = false;
                 let started_at = match &slot.state {
                     State::Running { started_at } => started_at.clone(),
-                    _ => now(),
+                    _ => clock::api_now(),
                 };
-                let terminated = State::Terminated {
-                    exit,
-                    reason: if exit.code == 0 {
-                        "Completed".into()
-                    } else {
-                        "Error".into()
-                    },
-                    started_at,
-                    finished_at: now(),
-                };
+                let terminated = State::terminated(exit, started_at, clock::api_now());
                 tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, code = exit.code, "container exited");
-                let policy = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.restart_policy.clone())
-                    .unwrap_or_else(|| "Always".into());
-                let restart = match policy.as_str() {
-                    "Never" => false,
-                    "OnFailure" => exit.code != 0,
-                    _ => true,
-                };
-                if !restart {
+                if restart::restarts(pod, exit) {
+                    if let Some(started) = slot.started_instant {
+                        slot.backoff.ran_for(started.elapsed());
+                    }
+                    let delay = slot.backoff.next_delay();
+                    slot.last_state = Some(terminated);
+                    slot.restart_count += 1;
+                    slot.state = State::crash_loop(
+                        delay,
+                        &slot.spec.name,
+                        &self.name,
+                        &self.namespace,
+                        &self.uid,
+                    );
+                    slot.next_start = Some(Instant::now() + delay);
+                } else {
                     slot.state = terminated;
                     slot.done = true;
                     slot.next_start = None;
-                } else {
-                    if slot
-                        .started_instant
-                        .is_some_and(|s| s.elapsed() >= BACKOFF_RESET)
-                    {
-                        slot.backoff = INITIAL_BACKOFF;
-                    }
-                    let delay = slot.backoff;
-                    slot.backoff = (slot.backoff * 2).min(MAX_BACKOFF);
-                    slot.last_state = Some(terminated);
-                    slot.restart_count += 1;
-                    slot.state = State::Waiting {
-                        reason: "CrashLoopBackOff".into(),
-                        message: format!(
-                            "back-off {}s restarting failed container={} pod={}_{}({})",
-                            delay.as_secs(),
-                            slot.spec.name,
-                            self.name,
-                            self.namespace,
-                            self.uid
-                        ),
-                    };
-                    slot.next_start = Some(Instant::now() + delay);
                 }
                 self.register_groups();
             }
@@ -961,95 +664,36 @@ impl Worker {
         }
     }
 
-    fn condition(&mut self, kind: &'static str, status: bool) -> String {
-        let entry = self
-            .transitions
-            .entry(kind)
-            .or_insert_with(|| (status, now()));
-        if entry.0 != status {
-            *entry = (status, now());
-        }
-        entry.1.clone()
-    }
-
+    /// The pod's status now, from its containers' slots.
     fn status(&mut self) -> Value {
-        let ip = self.ip.to_string();
-        let all_ready = !self.slots.is_empty() && self.slots.iter().all(|s| s.ready);
-        let unready: Vec<String> = self
+        let pod_ip = self.ip.to_string();
+        let containers = self
             .slots
             .iter()
-            .filter(|s| !s.ready)
-            .map(|s| s.spec.name.clone())
-            .collect();
-        let all_done = !self.slots.is_empty() && self.slots.iter().all(|s| s.done);
-        let ever_started = self.slots.iter().any(|s| s.generation > 0);
-        let phase = if all_done {
-            let ok = self
-                .slots
-                .iter()
-                .all(|s| matches!(&s.state, State::Terminated { exit, .. } if exit.code == 0));
-            if ok { "Succeeded" } else { "Failed" }
-        } else if ever_started {
-            "Running"
-        } else {
-            "Pending"
-        };
-        let scheduled = self.condition("PodScheduled", true);
-        let initialized = self.condition("Initialized", true);
-        let sandbox = self.condition("PodReadyToStartContainers", true);
-        let containers_ready = self.condition("ContainersReady", all_ready);
-        let ready = self.condition("Ready", all_ready);
-        let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
-        let cond = |kind: &str, status: bool, time: &str| {
-            let mut c = json!({"type": kind, "status": if status { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": time});
-            if !status {
-                c["reason"] = json!(if all_done {
-                    "PodCompleted"
-                } else {
-                    "ContainersNotReady"
-                });
-                c["message"] = json!(unready_message);
-            }
-            c
-        };
-        let statuses: Vec<Value> = self
-            .slots
-            .iter()
-            .map(|s| {
-                let mut st = json!({
-                    "name": s.spec.name,
-                    "image": s.spec.image.clone().unwrap_or_default(),
-                    "imageID": s.program.as_ref().map(|p| format!("process://{}", p.display())).unwrap_or_default(),
-                    "ready": s.ready,
-                    "started": s.running.is_some() && s.started,
-                    "restartCount": s.restart_count,
-                    "state": s.state.to_json(),
-                    "lastState": s.last_state.as_ref().map_or(json!({}), State::to_json),
-                });
-                if let Some(r) = &s.running {
-                    st["containerID"] = json!(format!("process://{}", r.pgid));
-                }
-                st
+            .map(|s| ContainerView {
+                name: &s.spec.name,
+                image: s.spec.image.as_deref().unwrap_or_default(),
+                program: s.program.as_deref(),
+                ready: s.ready,
+                started: s.running.is_some() && s.started,
+                restart_count: s.restart_count,
+                state: &s.state,
+                last_state: s.last_state.as_ref(),
+                pgid: s.running.as_ref().map(|r| r.pgid),
+                done: s.done,
+                ever_started: s.generation > 0,
             })
             .collect();
-        json!({
-            "phase": phase,
-            "conditions": [
-                cond("PodReadyToStartContainers", true, &sandbox),
-                cond("Initialized", true, &initialized),
-                cond("Ready", all_ready, &ready),
-                cond("ContainersReady", all_ready, &containers_ready),
-                cond("PodScheduled", true, &scheduled),
-            ],
-            "hostIP": self.node.host_ip,
-            "hostIPs": [{"ip": self.node.host_ip}],
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "startTime": self.start_time,
-            "containerStatuses": statuses,
-        })
+        let view = PodView {
+            host_ip: &self.node.host_ip,
+            pod_ip: &pod_ip,
+            start_time: &self.start_time,
+            containers,
+        };
+        status::render(&view, &mut self.transitions, &clock::api_now())
     }
 
+    /// Writes the pod's status when it differs from what the API and the last report hold.
     async fn report(&mut self, pod: &Pod) {
         let status = self.status();
         if self.last_status.as_ref() == Some(&status) {
