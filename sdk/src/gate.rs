@@ -56,7 +56,7 @@ impl AnnotationGate {
     }
 
     /// Whether an object whose gate annotation has this value (or is absent) passes.
-    pub fn admits_value(&self, value: Option<&str>) -> bool {
+    pub(crate) fn admits_value(&self, value: Option<&str>) -> bool {
         match value {
             Some(v) => v.trim() != "false",
             None => !self.required,

@@ -252,7 +252,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     }
 
     /// The mark this initializer writes: `<name>/<generation>`, or `<name>`.
-    pub fn mark(&self) -> String {
+    pub(crate) fn mark(&self) -> String {
         match self.generation {
             Some(generation) => format!("{}/{generation}", self.name),
             None => self.name.to_string(),
@@ -275,7 +275,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     }
 
     /// The kinds with a handler.
-    pub fn kinds(&self) -> impl Iterator<Item = &GroupVersionKind> {
+    pub(crate) fn kinds(&self) -> impl Iterator<Item = &GroupVersionKind> {
         self.handlers.iter().map(|e| &e.gvk)
     }
 
@@ -482,7 +482,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     }
 
     /// True once the configuration is loaded.
-    pub fn config_loaded(&self) -> bool {
+    pub(crate) fn config_loaded(&self) -> bool {
         self.config.is_loaded()
     }
 }

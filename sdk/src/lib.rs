@@ -126,12 +126,5 @@ pub use handler::{Initialize, InitializeAsync};
 pub use initializer::{
     DEFAULT_BUDGET, DEFAULT_MAX_REQUEST_BYTES, FailurePolicy, Initializer, Rejection,
 };
-pub use review::{
-    Denial, Operation, REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, Status,
-    Verdict,
-};
-pub use server::{
-    DEFAULT_BODY_TIMEOUT, DEFAULT_CONFIG_DIR, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT, DEFAULT_TLS_DIR, INITIALIZE_PATH, ServeArgs, Server,
-    block_on,
-};
+pub use review::{Denial, Operation, RequestInfo, Response, Review, Status, Verdict};
+pub use server::{INITIALIZE_PATH, ServeArgs, Server, block_on};

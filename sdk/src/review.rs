@@ -17,9 +17,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// `apiVersion` of every review this SDK accepts and answers.
-pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
+pub(crate) const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
 /// `kind` of every review this SDK accepts and answers.
-pub const REVIEW_KIND: &str = "AdmissionReview";
+pub(crate) const REVIEW_KIND: &str = "AdmissionReview";
 
 /// An incoming review, parsed once.
 #[derive(Debug, Deserialize)]

@@ -32,25 +32,25 @@ use crate::initializer::{Initializer, too_large};
 use crate::tls::CertStore;
 
 /// Default port (matches the operator's process contract).
-pub const DEFAULT_PORT: u16 = 8443;
+pub(crate) const DEFAULT_PORT: u16 = 8443;
 /// Default TLS directory (matches the operator's process contract).
-pub const DEFAULT_TLS_DIR: &str = "/etc/initializer/tls";
+pub(crate) const DEFAULT_TLS_DIR: &str = "/etc/initializer/tls";
 /// Default configuration directory (matches the operator's process contract).
-pub const DEFAULT_CONFIG_DIR: &str = "/etc/initializer/config";
+pub(crate) const DEFAULT_CONFIG_DIR: &str = "/etc/initializer/config";
 /// Path of the admission endpoint.
 pub const INITIALIZE_PATH: &str = "/initialize";
 /// Default time a client has for the TLS handshake, and for a request head from its first byte
 /// (or from the handshake, for the first request): 10 s.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time a client has to send a request body once its head arrived: 10 s.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time an idle keep-alive connection is kept: 120 s, longer than the API server's own
 /// idle timeout (90 s), so the API server closes first and never sends on a closing connection.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default cap on open connections. Beyond it the server stops accepting: new connections wait
 /// in the kernel's listen backlog until one closes. At most this many request bodies (each up
 /// to the request limit) are in memory at once.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 256;
 /// Default time to keep serving after SIGTERM, with `/readyz` failing, before the listener
 /// closes: 5 s, for the endpoint to leave the Service at the API server (the usual preStop delay).
 pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
@@ -148,7 +148,7 @@ impl ServeArgs {
     }
 
     /// The address to listen on given the value of `POD_IP`.
-    pub fn listen_addr_with(&self, pod_ip: Option<&str>) -> SocketAddr {
+    pub(crate) fn listen_addr_with(&self, pod_ip: Option<&str>) -> SocketAddr {
         if let Some(addr) = self.listen {
             return addr;
         }
