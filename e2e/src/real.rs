@@ -18,7 +18,6 @@ use kube::Client;
 use crate::backend::{Backend, PodAction};
 use crate::{images, paths};
 
-/// The node agent's binary name.
 pub const NODE_BINARY: &str = "initializer-node";
 
 /// The real control plane, owned by this process.

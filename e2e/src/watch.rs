@@ -20,7 +20,6 @@ use crate::wait::{self, Check};
 pub enum Change {
     /// It appeared (or was there when the watch started).
     Added,
-    /// It changed.
     Modified,
     /// It went away.
     Deleted,
@@ -31,9 +30,7 @@ pub enum Change {
 pub struct Seen<K> {
     /// When the harness received it.
     pub at: Instant,
-    /// What happened.
     pub change: Change,
-    /// The object's name.
     pub name: String,
     /// The object as received.
     pub object: K,

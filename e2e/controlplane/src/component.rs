@@ -85,7 +85,6 @@ impl Component {
         })
     }
 
-    /// The component's name.
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -96,7 +95,6 @@ impl Component {
         self.pid
     }
 
-    /// The log file.
     pub fn log(&self) -> &Path {
         &self.log
     }

@@ -62,9 +62,7 @@ pub enum Error {
     /// A file of the state directory could not be written or read.
     #[error("failed to use {path}: {source}")]
     Io {
-        /// The file.
         path: PathBuf,
-        /// Cause.
         source: std::io::Error,
     },
     /// A component could not be started.
@@ -72,9 +70,7 @@ pub enum Error {
     Start {
         /// etcd, kube-apiserver, ...
         component: &'static str,
-        /// The executable.
         program: PathBuf,
-        /// Cause.
         source: std::io::Error,
     },
     /// A component exited while the control plane was meant to be up.
@@ -82,19 +78,13 @@ pub enum Error {
     Died {
         /// etcd, kube-apiserver, ...
         component: &'static str,
-        /// The exit status.
         status: String,
         /// The end of its log.
         last_lines: String,
     },
     /// The port forward could not listen.
     #[error("failed to listen on 127.0.0.1:{port} for the API server: {source}")]
-    Forward {
-        /// The port asked for.
-        port: u16,
-        /// Cause.
-        source: std::io::Error,
-    },
+    Forward { port: u16, source: std::io::Error },
     /// A client for the API server could not be made.
     #[error("failed to build a client for the control plane: {0}")]
     Client(String),
@@ -103,7 +93,6 @@ pub enum Error {
     NotReady {
         /// What was awaited.
         what: &'static str,
-        /// The timeout.
         seconds: u64,
         /// The last observation.
         last: String,

@@ -49,7 +49,6 @@ impl NetNs {
         Ok(netns)
     }
 
-    /// The namespace's name.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -22,9 +22,7 @@ use crate::layout::Layout;
 pub struct Identity {
     /// File stem under `pki/` and the kubeconfig's name.
     pub file: &'static str,
-    /// The user name.
     pub user: String,
-    /// The groups.
     pub groups: Vec<&'static str>,
 }
 
