@@ -5,10 +5,12 @@
 //! `restartPolicy` with backoff, and on deletion sends SIGTERM, waits the grace period, sends
 //! SIGKILL and removes the pod object. What it decides without IO lives beside it:
 //! `status.rs` renders the status it reports (phase, conditions, container states) from what it
-//! observed, `restart.rs` holds the restart policy, backoff and grace periods, and `files.rs`
-//! lays out the pod's directory and writes its kubeconfig.
+//! observed, `restart.rs` holds the restart policy, backoff and grace periods, `launch.rs` says
+//! what each container runs, and `files.rs` lays out the pod's directory and writes its
+//! kubeconfig.
 
 mod files;
+mod launch;
 mod restart;
 mod status;
 mod worker;

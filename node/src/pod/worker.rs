@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::files::{self, NodeLookup, log_path, pod_dir};
+use super::launch::{self, Entrypoint};
 use super::restart::{self, Backoff, RETRY, deletion_grace, grace_of};
 use super::status::{self, ContainerView, PodView, State, Transitions};
 use super::{Node, SHUTDOWN_GRACE};
@@ -349,24 +350,18 @@ impl Worker {
 
     fn try_start(&mut self, idx: usize, pod: &Pod) {
         let image = self.slots[idx].spec.image.clone().unwrap_or_default();
-        let map = match &self.node.image_map {
+        let images = match &self.node.image_map {
             Some(file) => ImageMap::load(file),
             None => Ok(ImageMap::default()),
         };
-        let program = match &map {
-            Ok(m) => m.resolve(&image).map(Path::to_path_buf),
+        let resolved = match &images {
+            Ok(m) => m.resolve(&image).map(|p| (m, p.to_path_buf())),
             Err(_) => None,
         };
         let slot = &mut self.slots[idx];
-        let Some(program) = program else {
+        let Some((map, program)) = resolved else {
             slot.pull_failures += 1;
-            let why = match (&map, &self.node.image_map) {
-                (Err(e), _) => e.to_string(),
-                (Ok(_), Some(file)) => {
-                    format!("image is not in the sandbox image map {}", file.display())
-                }
-                (Ok(_), None) => "the sandbox has no image map".into(),
-            };
+            let why = launch::unmapped(&images, self.node.image_map.as_deref());
             slot.state = State::image_missing(&image, &why, slot.pull_failures);
             slot.next_start = Some(Instant::now() + restart::image_retry(slot.pull_failures));
             return;
@@ -379,7 +374,7 @@ impl Worker {
         }
         let ip = self.ip.to_string();
         let at = placement(&self.node, &ip);
-        let mut env = match env::container_env(pod, &slot.spec, &at, &self.node.caches) {
+        let env = match env::container_env(pod, &slot.spec, &at, &self.node.caches) {
             Ok(e) => e,
             Err(e) => {
                 slot.state = State::config_error(e);
@@ -388,40 +383,16 @@ impl Worker {
             }
         };
         let mounts = Mounts::of(&slot.spec, &self.volume_dirs);
-        for v in env.values_mut() {
-            *v = mounts.rewrite(v);
-        }
-        let command = slot.spec.command.clone().unwrap_or_default();
-        let args = slot.spec.args.clone().unwrap_or_default();
-        // The image's executable is the entrypoint: command[0] names it unless it is itself a
-        // mapped executable; command[1..] and args follow.
-        let (program, mut argv) = match command.split_first() {
-            Some((first, rest)) => {
-                let first_path = PathBuf::from(mounts.rewrite(&env::expand(first, &env)));
-                let program = match &map {
-                    Ok(m) if m.contains_executable(&first_path) => first_path,
-                    _ => program,
-                };
-                (program, rest.to_vec())
-            }
-            None => (program, Vec::new()),
-        };
-        argv.extend(args);
-        let argv: Vec<String> = argv
-            .iter()
-            .map(|a| mounts.rewrite(&env::expand(a, &env)))
-            .collect();
+        let env = launch::mounted_env(env, &mounts);
         let dir = pod_dir(&self.node.state_dir, &self.namespace, &self.name);
-        let cwd = match slot.spec.working_dir.as_deref().filter(|w| !w.is_empty()) {
-            Some(w) => PathBuf::from(mounts.rewrite(w)),
-            None => dir.clone(),
-        };
+        let Entrypoint { program, args, cwd } =
+            launch::entrypoint(&slot.spec, program, map, &env, &mounts, &dir);
         let _ = std::fs::create_dir_all(&dir);
         let mut full_env = process::base_env(&self.name, &self.kubeconfig);
         full_env.extend(env);
-        let launch = Launch {
+        let to_run = Launch {
             program: program.clone(),
-            args: argv,
+            args,
             env: full_env,
             cwd,
             log: log_path(
@@ -434,7 +405,7 @@ impl Worker {
         slot.generation += 1;
         let generation = slot.generation;
         let events = self.events.clone();
-        let spawned = process::spawn(&launch, move |exit| {
+        let spawned = process::spawn(&to_run, move |exit| {
             let _ = events.send(Event::Exited {
                 idx,
                 generation,
