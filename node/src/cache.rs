@@ -13,14 +13,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::env::Lookup;
 
-/// The caches.
+/// Every Pod, Secret and ConfigMap of the cluster (not only this node's), kept current by
+/// watches: pod workers read these instead of asking the API.
 #[derive(Clone)]
 pub struct Caches {
-    /// Every pod.
     pub pods: Store<Pod>,
-    /// Every Secret.
     pub secrets: Store<Secret>,
-    /// Every ConfigMap.
     pub config_maps: Store<ConfigMap>,
     changes: watch::Sender<u64>,
     config_changes: watch::Sender<u64>,
@@ -116,7 +114,7 @@ impl Caches {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// One pod.
+    /// The pod `namespace/name`, once the watch has seen it.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
         self.pods.get(&ObjectRef::new(name).within(namespace))
     }

@@ -12,11 +12,11 @@ use k8s_openapi::api::core::v1::{
 /// `status.podIP(s)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement<'a> {
-    /// The node's name.
+    /// `spec.nodeName`.
     pub node_name: &'a str,
-    /// The node's address.
+    /// `status.hostIP` and `status.hostIPs`.
     pub host_ip: &'a str,
-    /// The pod's address.
+    /// `status.podIP` and `status.podIPs`.
     pub pod_ip: &'a str,
 }
 

@@ -86,12 +86,7 @@ pub fn insecure_tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
 pub enum ExchangeError {
     /// TCP connect failed.
     #[error("dial tcp {addr}: {reason}")]
-    Dial {
-        /// The address dialled.
-        addr: String,
-        /// Why.
-        reason: String,
-    },
+    Dial { addr: String, reason: String },
     /// The TLS handshake failed.
     #[error("{0}")]
     Tls(String),

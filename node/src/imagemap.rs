@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::Error;
 
-/// A loaded image map.
+/// Image references and repositories, each mapped to an absolute executable path.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageMap {
     entries: BTreeMap<String, PathBuf>,

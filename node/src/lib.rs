@@ -57,7 +57,6 @@ pub enum Error {
     Signal {
         /// `namespace/name`.
         pod: String,
-        /// Cause.
         source: std::io::Error,
     },
 }
@@ -231,7 +230,7 @@ impl NodeHandle {
         Ok(())
     }
 
-    /// The node's name.
+    /// The name this node runs pods for (their `spec.nodeName`).
     pub fn node_name(&self) -> &str {
         &self.node.node_name
     }

@@ -52,16 +52,15 @@ impl Drop for GroupGuard {
     }
 }
 
-/// What to run.
+/// A container's process as the node starts it: in its own process group, with nothing of
+/// the node's environment but what `env` holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Launch {
-    /// The executable.
     pub program: PathBuf,
-    /// Arguments after the program.
+    /// Arguments after the program (`argv[1..]`).
     pub args: Vec<String>,
-    /// The complete environment.
+    /// The whole environment (the node's own is cleared).
     pub env: BTreeMap<String, String>,
-    /// Working directory.
     pub cwd: PathBuf,
     /// Log file (stdout and stderr, appended).
     pub log: PathBuf,

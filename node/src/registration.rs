@@ -37,15 +37,15 @@ pub const MAX_PODS: &str = "110";
 /// What the Node object says about this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeIdentity {
-    /// The Node's name.
+    /// The Node object's name, and its Lease's.
     pub name: String,
     /// Its `InternalIP`.
     pub host_ip: IpAddr,
     /// The version it reports as `kubeletVersion` (the API server's own).
     pub version: String,
-    /// CPUs it offers.
+    /// CPUs in its capacity and allocatable.
     pub cpus: usize,
-    /// Memory it offers, in KiB.
+    /// Memory in its capacity and allocatable, in KiB.
     pub memory_kib: u64,
 }
 

@@ -28,7 +28,8 @@ use crate::probe::{self, Timing, Tracker};
 use crate::process::{self, Exit, Launch, Running};
 use crate::volume::{self, Mounts, Source};
 
-/// One container of the pod.
+/// What the worker tracks of one container across its restarts: its process, state, probes
+/// and backoff.
 struct Slot {
     spec: Container,
     generation: u64,
@@ -103,6 +104,7 @@ enum Event {
     },
 }
 
+/// One pod's supervisor: its containers, its files, and what it last reported.
 struct Worker {
     node: Arc<Node>,
     namespace: String,
