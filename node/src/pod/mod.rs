@@ -4,13 +4,14 @@
 //! starts each container's executable (from the image map), runs its probes, restarts it per
 //! `restartPolicy` with backoff, and on deletion sends SIGTERM, waits the grace period, sends
 //! SIGKILL and removes the pod object. What it decides without IO lives beside it:
-//! `status.rs` renders the status it reports (phase, conditions, container states) from what it
-//! observed, `restart.rs` holds the restart policy, backoff and grace periods, `launch.rs` says
-//! what each container runs, and `files.rs` lays out the pod's directory and writes its
-//! kubeconfig.
+//! `status.rs` renders the status it reports (phase, conditions, container states) from what
+//! it observed, `restart.rs` holds the restart policy, backoff and grace periods, `probes.rs`
+//! what a probe result does, `launch.rs` what each container runs, and `files.rs` lays out the
+//! pod's directory and writes its kubeconfig.
 
 mod files;
 mod launch;
+mod probes;
 mod restart;
 mod status;
 mod worker;

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::files::{self, NodeLookup, log_path, pod_dir};
 use super::launch::{self, Entrypoint};
+use super::probes::{self, ProbeAction, ProbeKind};
 use super::restart::{self, Backoff, RETRY, deletion_grace, grace_of};
 use super::status::{self, ContainerView, PodView, State, Transitions};
 use super::{Node, SHUTDOWN_GRACE};
@@ -80,14 +81,6 @@ impl Slot {
             p.abort();
         }
     }
-}
-
-/// Which probe a result is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ProbeKind {
-    Startup,
-    Readiness,
-    Liveness,
 }
 
 enum Event {
@@ -430,7 +423,7 @@ impl Worker {
                 slot.started = slot.spec.startup_probe.is_none();
                 slot.ready = slot.started && slot.spec.readiness_probe.is_none();
                 if slot.started {
-                    self.spawn_probes(idx, &[ProbeKind::Readiness, ProbeKind::Liveness]);
+                    self.spawn_probes(idx, &ProbeKind::AFTER_START);
                 } else {
                     self.spawn_probes(idx, &[ProbeKind::Startup]);
                 }
@@ -448,12 +441,9 @@ impl Worker {
         let ip = self.ip.to_string();
         for kind in kinds {
             let kind = *kind;
-            let probe = match kind {
-                ProbeKind::Startup => slot.spec.startup_probe.clone(),
-                ProbeKind::Readiness => slot.spec.readiness_probe.clone(),
-                ProbeKind::Liveness => slot.spec.liveness_probe.clone(),
+            let Some(probe) = kind.of(&slot.spec).cloned() else {
+                continue;
             };
-            let Some(probe) = probe else { continue };
             let timing = Timing::of(&probe);
             let container = slot.spec.clone();
             let events = self.events.clone();
@@ -473,7 +463,7 @@ impl Worker {
                         result,
                     };
                     // A startup probe ends with its first success.
-                    if events.send(event).is_err() || (kind == ProbeKind::Startup && passed) {
+                    if events.send(event).is_err() || (kind.ends_on_success() && passed) {
                         break;
                     }
                 }
@@ -537,12 +527,7 @@ impl Worker {
                 if slot.generation != generation || slot.running.is_none() {
                     return;
                 }
-                let probe = match kind {
-                    ProbeKind::Startup => slot.spec.startup_probe.as_ref(),
-                    ProbeKind::Readiness => slot.spec.readiness_probe.as_ref(),
-                    ProbeKind::Liveness => slot.spec.liveness_probe.as_ref(),
-                };
-                let Some(timing) = probe.map(Timing::of) else {
+                let Some(timing) = kind.of(&slot.spec).map(Timing::of) else {
                     return;
                 };
                 if let Err(message) = &result {
@@ -553,15 +538,16 @@ impl Worker {
                     ProbeKind::Readiness => &mut slot.readiness,
                     ProbeKind::Liveness => &mut slot.liveness,
                 };
-                let verdict = tracker.record(result.is_ok(), &timing);
-                match (kind, verdict) {
-                    (ProbeKind::Readiness, Some(ready)) => slot.ready = ready,
-                    (ProbeKind::Startup, _) if result.is_ok() => {
+                let passed = result.is_ok();
+                let verdict = tracker.record(passed, &timing);
+                match probes::action(kind, passed, verdict) {
+                    ProbeAction::Ready(ready) => slot.ready = ready,
+                    ProbeAction::Started => {
                         slot.started = true;
                         slot.ready = slot.spec.readiness_probe.is_none();
-                        self.spawn_probes(idx, &[ProbeKind::Readiness, ProbeKind::Liveness]);
+                        self.spawn_probes(idx, &ProbeKind::AFTER_START);
                     }
-                    (ProbeKind::Startup | ProbeKind::Liveness, Some(false)) => {
+                    ProbeAction::Restart => {
                         tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), container = %slot.spec.name, ?kind, "probe failed too often; restarting container");
                         slot.ready = false;
                         slot.stop_probes();
@@ -569,7 +555,7 @@ impl Worker {
                             r.stop(grace_of(pod));
                         }
                     }
-                    _ => {}
+                    ProbeAction::Keep => {}
                 }
             }
         }
