@@ -1,0 +1,279 @@
+//! The chart generator's unit tests: holes, defaults, values and rendering.
+
+use super::values::wrap;
+use super::*;
+
+const NS: &str = "ops";
+
+fn bundle() -> Bundle {
+    super::super::generate().unwrap()
+}
+
+/// The plan's objects for `NS`, as JSON, without the installer's label, by template file.
+fn plan_objects() -> Vec<(String, Value)> {
+    let plan = install::plan(&bundle(), NS).unwrap();
+    let mut objects = Vec::new();
+    let mut push = |file: &str, object: Value| objects.push((file.to_string(), object));
+    let strip = |object: &dyn erased::Json| {
+        let mut value = object.json();
+        if let Some(labels) = value
+            .pointer_mut("/metadata/labels")
+            .and_then(Value::as_object_mut)
+        {
+            labels.remove(MANAGED_BY_LABEL);
+        }
+        value
+    };
+    plan.service_accounts
+        .iter()
+        .for_each(|o| push("serviceaccount.yaml", strip(o)));
+    plan.cluster_roles
+        .iter()
+        .for_each(|o| push("clusterrole.yaml", strip(o)));
+    plan.cluster_role_bindings
+        .iter()
+        .for_each(|o| push("clusterrolebinding.yaml", strip(o)));
+    plan.roles.iter().for_each(|o| push("role.yaml", strip(o)));
+    plan.role_bindings
+        .iter()
+        .for_each(|o| push("rolebinding.yaml", strip(o)));
+    plan.bundle_cluster_roles
+        .iter()
+        .for_each(|o| push("workloads-clusterrole.yaml", strip(o)));
+    plan.deployments
+        .iter()
+        .for_each(|o| push("deployment.yaml", strip(o)));
+    plan.pod_disruption_budgets
+        .iter()
+        .for_each(|o| push("poddisruptionbudget.yaml", strip(o)));
+    plan.services
+        .iter()
+        .for_each(|o| push("metrics-service.yaml", strip(o)));
+    for object in &plan.monitoring {
+        let file = match object["kind"].as_str().unwrap() {
+            "ServiceMonitor" => "servicemonitor.yaml",
+            _ => "prometheusrule.yaml",
+        };
+        push(file, strip(object));
+    }
+    objects
+}
+
+mod erased {
+    pub trait Json {
+        fn json(&self) -> serde_json::Value;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> serde_json::Value {
+            serde_json::to_value(self).unwrap()
+        }
+    }
+}
+
+fn filled_objects() -> Vec<(String, Value)> {
+    let plan = install::plan(&bundle(), &namespace_token()).unwrap();
+    let defaults = Defaults::from_plan(&plan).unwrap();
+    template_objects(&plan)
+        .unwrap()
+        .into_iter()
+        .map(|t| {
+            let filled = fill_holes(&t.object, &|hole| defaults.fill(hole, NS));
+            (t.file, fill_parameters(&filled, &|p| p.default.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_chart_filled_with_its_defaults_gives_every_object_of_the_install_plan() {
+    assert_eq!(filled_objects(), plan_objects());
+}
+
+#[test]
+fn the_charts_deployment_filled_with_its_defaults_is_the_csvs_deployment_spec() {
+    let csv = super::super::generate::cluster_service_version(
+        crate::rbac::cluster_rules(),
+        crate::rbac::namespace_rules(),
+    )
+    .unwrap();
+    let from_csv = serde_json::to_value(&csv.spec.install.spec.deployments[0].spec).unwrap();
+    let (_, deployment) = filled_objects()
+        .into_iter()
+        .find(|(file, _)| file == "deployment.yaml")
+        .unwrap();
+    assert_eq!(deployment["spec"], from_csv);
+    assert_eq!(deployment["metadata"]["namespace"], json!(NS));
+}
+
+#[test]
+fn the_deployment_has_a_hole_for_every_value_and_no_object_keeps_the_installers_label() {
+    let plan = install::plan(&bundle(), &namespace_token()).unwrap();
+    let text: String = template_objects(&plan)
+        .unwrap()
+        .iter()
+        .map(|t| serde_json::to_string(&t.object).unwrap())
+        .collect();
+    for hole in HOLES {
+        assert!(text.contains(&hole.token()), "{hole:?} is never opened");
+    }
+    assert!(!text.contains(install::MANAGED_BY_VALUE));
+}
+
+#[test]
+fn defaults_are_read_from_the_csvs_deployment() {
+    let plan = install::plan(&bundle(), NS).unwrap();
+    let defaults = Defaults::from_plan(&plan).unwrap();
+    assert_eq!(defaults.replicas, manifest::REPLICAS);
+    assert_eq!(defaults.metrics_port, manifest::HTTP_PORT);
+    assert_eq!(
+        format!("{}:{}", defaults.image_repository, defaults.image_tag),
+        initializer_crds::images::image(initializer_crds::images::OPERATOR)
+    );
+    assert_eq!(defaults.image_tag, APP_VERSION);
+    assert_eq!(defaults.pull_policy, "IfNotPresent");
+    assert_eq!(defaults.log_level, "info");
+    assert_eq!(defaults.resources["requests"]["cpu"], json!("50m"));
+}
+
+#[test]
+fn a_plan_without_the_operators_deployment_is_refused_with_its_name() {
+    let mut plan = install::plan(&bundle(), NS).unwrap();
+    plan.deployments.clear();
+    let err = Defaults::from_plan(&plan).unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "failed to generate the Helm chart: failed to find the Deployment initializer-operator"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_image_splits_at_its_tag_not_at_a_registry_port() {
+    assert_eq!(
+        split_image("localhost:5000/op:1.2"),
+        Some(("localhost:5000/op", "1.2"))
+    );
+    assert_eq!(split_image("localhost:5000/op"), None);
+    assert_eq!(split_image("op"), None);
+    assert_eq!(split_image("op:"), None);
+}
+
+#[test]
+fn holes_become_template_text_at_the_indentation_of_their_line() {
+    let object = json!({
+        "metadata": {"labels": {Hole::Labels.token(): "", "a": "b"}, "namespace": Hole::Namespace.token()},
+        "spec": {"replicas": Hole::Replicas.token(), "env": [{"name": "X"}, Hole::LogFormat.token()], "resources": Hole::Resources.token()},
+    });
+    let text = render_template(&object).unwrap();
+    let expected = "metadata:
+  labels:
+    {{- include \"initializer-operator.labels\" . | nindent 4 }}
+    a: b
+  namespace: {{ include \"initializer-operator.namespace\" . }}
+spec:
+  env:
+  - name: X
+  {{- if eq .Values.logFormat \"json\" }}
+  - name: LOG_JSON
+    value: \"true\"
+  {{- end }}
+  replicas: {{ int .Values.replicas }}
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn literal_template_braces_are_escaped_and_an_unknown_hole_is_refused() {
+    let text = render_template(&json!({"a": "x {{ $labels.y }}"})).unwrap();
+    assert_eq!(text, "a: x {{ \"{{\" }} $labels.y }}\n");
+    let unknown = render_template(&json!({"a": "@@Nothing@@"})).unwrap_err();
+    assert!(
+        unknown.to_string().contains("a hole was left open"),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn filling_a_key_hole_merges_entries_and_a_list_hole_splices_items() {
+    let object =
+        json!({"m": {Hole::Labels.token(): "", "a": 1}, "l": [1, Hole::LogFormat.token(), 2]});
+    let filled = fill_holes(&object, &|hole| match hole {
+        Hole::Labels => json!({"z": 2}),
+        Hole::LogFormat => json!([7, 8]),
+        _ => json!(null),
+    });
+    assert_eq!(filled, json!({"m": {"a": 1, "z": 2}, "l": [1, 7, 8, 2]}));
+}
+
+#[test]
+fn values_yaml_holds_every_default_and_the_schema_describes_every_value() {
+    let chart = generate().unwrap();
+    let values: Value = serde_yaml::from_str(chart.file("values.yaml").unwrap()).unwrap();
+    let schema: Value = serde_json::from_str(chart.file("values.schema.json").unwrap()).unwrap();
+    let plan = install::plan(&bundle(), NS).unwrap();
+    let fields = super::values(&Defaults::from_plan(&plan).unwrap());
+    let leaves = leaves(&fields);
+    assert!(leaves.len() >= 14, "{leaves:?}");
+    for (path, default, doc) in leaves {
+        let pointer = format!("/{}", path.replace('.', "/"));
+        assert_eq!(
+            values.pointer(&pointer),
+            Some(&default),
+            "{path} in values.yaml"
+        );
+        let property = format!("/properties/{}", path.replace('.', "/properties/"));
+        let described = schema
+            .pointer(&property)
+            .unwrap_or_else(|| panic!("{path} in the schema"));
+        assert_eq!(described["default"], default, "{path}");
+        assert_eq!(described["description"], json!(doc), "{path}");
+        assert!(
+            chart
+                .file("README.md")
+                .unwrap()
+                .contains(&format!("| `{path}` |"))
+        );
+    }
+    assert_eq!(schema["additionalProperties"], json!(false));
+}
+
+#[test]
+fn the_crd_is_the_bundles_byte_for_byte_and_every_template_is_marked_generated() {
+    let chart = generate().unwrap();
+    assert_eq!(
+        chart.file("crds/initializer.dev_initializers.yaml"),
+        bundle().file(super::super::CRD_FILE)
+    );
+    for (name, text) in &chart.files {
+        if name.ends_with(".yaml") && !name.starts_with("crds/") {
+            assert!(text.starts_with(GENERATED_HEADER), "{name}");
+        }
+    }
+}
+
+#[test]
+fn a_written_chart_replaces_stale_templates_and_keeps_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("templates")).unwrap();
+    std::fs::write(dir.path().join("templates/old.yaml"), "x").unwrap();
+    std::fs::write(dir.path().join(".helmignore"), "kept").unwrap();
+    let chart = generate().unwrap();
+    chart.write(dir.path()).unwrap();
+    assert!(!dir.path().join("templates/old.yaml").exists());
+    assert!(dir.path().join(".helmignore").exists());
+    for (name, text) in &chart.files {
+        assert_eq!(
+            &std::fs::read_to_string(dir.path().join(name)).unwrap(),
+            text
+        );
+    }
+}
+
+#[test]
+fn long_descriptions_wrap_at_word_boundaries() {
+    assert_eq!(wrap("aa bb cc", 5), vec!["aa bb", "cc"]);
+    assert_eq!(wrap("toolongword x", 4), vec!["toolongword", "x"]);
+    assert!(wrap("", 10).is_empty());
+}
