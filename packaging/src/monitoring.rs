@@ -109,7 +109,7 @@ pub struct AlertRule {
 /// An alert with the text the runbook shows for it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Alert {
-    /// The rule.
+    /// The Prometheus alerting rule (name, expression, `for`, labels, annotations).
     pub rule: AlertRule,
     /// What it means, for the runbook.
     pub meaning: &'static str,

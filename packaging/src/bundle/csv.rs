@@ -59,7 +59,7 @@ pub struct CsvSpec {
     pub links: Vec<Link>,
     /// Search keywords.
     pub keywords: Vec<String>,
-    /// The catalog icon.
+    /// The icon catalogs show next to the operator's name.
     pub icon: Vec<Icon>,
     /// APIs the operator owns and requires.
     pub customresourcedefinitions: CustomResourceDefinitions,
@@ -72,7 +72,7 @@ pub struct CsvSpec {
     pub related_images: Vec<RelatedImage>,
 }
 
-/// The publisher.
+/// Who publishes the operator: a name and, optionally, a web page.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default)]
 pub struct Provider {
@@ -83,7 +83,7 @@ pub struct Provider {
     pub url: Option<String>,
 }
 
-/// A maintainer.
+/// Someone to contact about the operator.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default)]
 pub struct Maintainer {
@@ -93,13 +93,13 @@ pub struct Maintainer {
     pub email: String,
 }
 
-/// A named link.
+/// A link the catalog page shows (documentation, source).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default)]
 pub struct Link {
     /// Link text.
     pub name: String,
-    /// Target.
+    /// Where the link points.
     pub url: String,
 }
 
@@ -176,7 +176,7 @@ pub struct Descriptor {
     pub x_descriptors: Vec<String>,
 }
 
-/// The install strategy.
+/// How OLM installs the operator: the `deployment` strategy and its Deployments and RBAC.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default)]
 pub struct NamedInstallStrategy {

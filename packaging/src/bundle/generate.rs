@@ -36,7 +36,7 @@ pub const RELEASES: [(&str, &str); 1] = [("0.1.0", "2026-11-21T00:00:00Z")];
 pub const REPOSITORY: &str = env!("CARGO_PKG_REPOSITORY");
 /// The sidecar Initializer shown in the README and offered by OLM consoles (`alm-examples`).
 pub const SIDECAR_EXAMPLE: &str = include_str!("../../../examples/sidecar-initializer.yaml");
-/// The catalog icon.
+/// The icon catalogs show next to the operator's name (SVG, base64-encoded into the CSV).
 pub const ICON_SVG: &str = include_str!("assets/icon.svg");
 /// The CSV's long description (markdown).
 pub const DESCRIPTION: &str = include_str!("assets/description.md");
@@ -142,7 +142,8 @@ pub fn generate_with_rules(
     Ok(Bundle { files })
 }
 
-/// The ClusterServiceVersion.
+/// The ClusterServiceVersion built from the manifests and the given RBAC rules (the rules are
+/// parameters so tests can check what a change of rights does to the CSV).
 pub fn cluster_service_version(
     cluster_rules: Vec<PolicyRule>,
     namespace_rules: Vec<PolicyRule>,
