@@ -1,6 +1,7 @@
 //! When a pod's containers start again and how long they get to stop: `restartPolicy`, the
 //! crash backoff (1 s doubling to 60 s; the real kubelet uses 10 s to 5 min), the retry of a
-//! container waiting on its image, a Secret or a ConfigMap, and grace periods.
+//! container waiting on its image, a Secret or a ConfigMap, grace periods, and when the worker
+//! wakes up to act on them.
 
 use std::time::Duration;
 
@@ -16,6 +17,10 @@ pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub(super) const BACKOFF_RESET: Duration = Duration::from_secs(60);
 /// How often a pod waiting on an image, a Secret or a ConfigMap tries again.
 pub(super) const RETRY: Duration = Duration::from_secs(2);
+/// How soon a worker whose status write failed tries it again.
+const REPORT_RETRY: Duration = Duration::from_millis(500);
+/// How long a worker with nothing scheduled sleeps (changes to its pod wake it earlier).
+const IDLE: Duration = Duration::from_secs(3600);
 /// Grace period of a pod that sets none (the API's default).
 const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
@@ -77,6 +82,28 @@ pub(super) fn deletion_grace(pod: &Pod) -> Duration {
         .deletion_grace_period_seconds
         .and_then(|s| u64::try_from(s).ok())
         .map_or_else(|| grace_of(pod), Duration::from_secs)
+}
+
+/// How long the worker sleeps unless something wakes it: until the next container start
+/// (`until_start`) or token refresh (`until_refresh`) is due, and no longer than
+/// [`REPORT_RETRY`] after a failed status write or [`RETRY`] while a volume cannot be written.
+pub(super) fn wake_after(
+    until_start: Option<Duration>,
+    until_refresh: Option<Duration>,
+    report_failed: bool,
+    volumes_failed: bool,
+) -> Duration {
+    let mut sleep = until_start.unwrap_or(IDLE);
+    if report_failed {
+        sleep = sleep.min(REPORT_RETRY);
+    }
+    if volumes_failed {
+        sleep = sleep.min(RETRY);
+    }
+    if let Some(refresh) = until_refresh {
+        sleep = sleep.min(refresh);
+    }
+    sleep
 }
 
 #[cfg(test)]
@@ -167,5 +194,23 @@ mod tests {
             ..PodSpec::default()
         });
         assert_eq!(grace_of(&negative), DEFAULT_GRACE);
+    }
+
+    #[test]
+    fn the_worker_wakes_for_the_earliest_thing_due() {
+        let secs = Duration::from_secs;
+        assert_eq!(wake_after(None, None, false, false), IDLE);
+        assert_eq!(wake_after(Some(secs(7)), None, false, false), secs(7));
+        assert_eq!(
+            wake_after(Some(secs(7)), Some(secs(3)), false, false),
+            secs(3)
+        );
+        assert_eq!(wake_after(None, None, false, true), RETRY);
+        assert_eq!(wake_after(Some(secs(1)), None, false, true), secs(1));
+        assert_eq!(wake_after(None, None, true, true), REPORT_RETRY);
+        assert_eq!(
+            wake_after(Some(Duration::ZERO), None, true, false),
+            Duration::ZERO
+        );
     }
 }

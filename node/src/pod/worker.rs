@@ -212,24 +212,20 @@ pub async fn run(
             w.report(&pod).await;
             w.dirty = false;
         }
-        let next = w
+        let now = Instant::now();
+        let next_start = w
             .slots
             .iter()
             .filter(|s| s.running.is_none() && !s.done)
             .filter_map(|s| s.next_start)
             .min();
-        let mut sleep = next.map_or(Duration::from_secs(3600), |n| {
-            n.saturating_duration_since(Instant::now())
-        });
-        if w.report_failed {
-            sleep = sleep.min(Duration::from_millis(500));
-        }
-        if w.volumes_error.is_some() {
-            sleep = sleep.min(RETRY);
-        }
-        if let Some(refresh) = node.tokens.as_ref().and_then(|t| t.next_refresh(&pod)) {
-            sleep = sleep.min(refresh.saturating_duration_since(Instant::now()));
-        }
+        let next_refresh = node.tokens.as_ref().and_then(|t| t.next_refresh(&pod));
+        let sleep = restart::wake_after(
+            next_start.map(|at| at.saturating_duration_since(now)),
+            next_refresh.map(|at| at.saturating_duration_since(now)),
+            w.report_failed,
+            w.volumes_error.is_some(),
+        );
         tokio::select! {
             () = cancel.cancelled() => {
                 let grace = if shutdown.is_cancelled() { SHUTDOWN_GRACE } else { grace_of(&pod) };
