@@ -19,8 +19,9 @@ use initializer_crds::constants::{
     WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE,
 };
 use initializer_crds::{Initializer, Phase};
-use initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE;
 use initializer_operator::run::{RunArgs, run_with};
+use initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE;
+use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -173,21 +174,6 @@ async fn install(cluster: &TestCluster) -> Client {
     })
     .await;
     client
-}
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while started.elapsed() < timeout {
-        if check().await {
-            return started.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after {timeout:?} waiting for {what}");
 }
 
 fn has_timeout_env(pod: &Pod, value: &str) -> bool {
@@ -2487,9 +2473,11 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let admin = install(cluster).await;
     // The bundle's RBAC, as `install` applies it (not its Deployment: the operator runs here).
-    let plan =
-        initializer_packaging::install::plan(&initializer_packaging::bundle::generate().unwrap(), NS)
-            .unwrap();
+    let plan = initializer_packaging::install::plan(
+        &initializer_packaging::bundle::generate().unwrap(),
+        NS,
+    )
+    .unwrap();
     let post = PostParams::default();
     for account in &plan.service_accounts {
         Api::namespaced(admin.clone(), NS)
