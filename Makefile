@@ -70,10 +70,12 @@ endif
 conformance: build controlplane
 	$(CARGO) test -p initializer-e2e --test conformance
 
-## lint: rustfmt and clippy with warnings as errors
+## lint: rustfmt and clippy with warnings as errors; docs/architecture.md's crate table agrees
+## with cargo metadata
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 tools/check-architecture.py
 
 fmt:
 	$(CARGO) fmt --all

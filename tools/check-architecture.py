@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Checks that the crate table of docs/architecture.md says what `cargo metadata` says: every
+workspace crate is listed once, in its directory, with exactly its workspace dependencies
+(normal and dev). Exits 1 naming every difference, so the map cannot drift from the code."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "architecture.md"
+BEGIN, END = "<!-- crate-dependencies: begin -->", "<!-- crate-dependencies: end -->"
+
+
+def names(cell):
+    return frozenset(n.strip() for n in cell.split(",") if n.strip())
+
+
+def documented(text):
+    """The table between the markers: crate -> (directory, normal deps, dev deps)."""
+    if BEGIN not in text or END not in text:
+        sys.exit(f"{DOC}: the markers {BEGIN} / {END} are missing")
+    rows = {}
+    for line in text.split(BEGIN, 1)[1].split(END, 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("crate", "") or set(cells[0]) <= {"-"}:
+            continue
+        crate, directory, normal, dev = cells
+        if crate in rows:
+            sys.exit(f"{DOC}: {crate} is listed twice")
+        rows[crate] = (directory.strip("`").rstrip("/"), names(normal), names(dev))
+    return rows
+
+
+def actual():
+    """The same, from cargo metadata (dependencies on crates outside the workspace left out)."""
+    out = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--no-deps"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout
+    packages = json.loads(out)["packages"]
+    workspace = {p["name"] for p in packages}
+    rows = {}
+    for p in packages:
+        deps = [d for d in p["dependencies"] if d["name"] in workspace]
+        directory = pathlib.Path(p["manifest_path"]).parent.relative_to(ROOT).as_posix()
+        rows[p["name"]] = (
+            directory,
+            frozenset(d["name"] for d in deps if d["kind"] is None),
+            frozenset(d["name"] for d in deps if d["kind"] == "dev"),
+        )
+    return rows
+
+
+def differences(doc, cargo):
+    found = []
+    for crate in sorted(cargo.keys() - doc.keys()):
+        found.append(f"{crate} is a workspace crate but not in the table")
+    for crate in sorted(doc.keys() - cargo.keys()):
+        found.append(f"{crate} is in the table but not a workspace crate")
+    for crate in sorted(doc.keys() & cargo.keys()):
+        for what, said, real in zip(("directory", "depends on", "dev-dependencies"), doc[crate], cargo[crate]):
+            if said != real:
+                show = (lambda v: v) if what == "directory" else (lambda v: ", ".join(sorted(v)) or "nothing")
+                found.append(f"{crate}: {what} says {show(said)}, cargo says {show(real)}")
+    return found
+
+
+def main():
+    found = differences(documented(DOC.read_text()), actual())
+    for line in found:
+        print(f"docs/architecture.md: {line}", file=sys.stderr)
+    if found:
+        sys.exit(1)
+    print("docs/architecture.md agrees with cargo metadata")
+
+
+if __name__ == "__main__":
+    main()
