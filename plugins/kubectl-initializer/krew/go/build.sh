@@ -6,6 +6,8 @@
 #   plugins/kubectl-initializer/krew/go/build.sh     # instant when that version is already built
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null
+source "$here/../../../../tools/lib/go-tool.sh"
 version="$(sed -n 's#^require sigs.k8s.io/krew \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
 [[ -n "$version" ]] || { echo "failed to read krew's version from $here/go.mod" >&2; exit 1; }
 cache="${KREW_TOOLS_CACHE:-$(cd "$here/../../../.." && pwd)/target/tools/krew}"
@@ -15,13 +17,9 @@ if [[ -x "$out/kubectl-krew" && -x "$out/validate-krew-manifest" && -f "$out/.co
   echo "$out"
   exit 0
 fi
-command -v go >/dev/null || { echo "go is required to build krew (Go >= 1.25)" >&2; exit 1; }
+require_go krew
 
-if ! download="$(cd "$here" && go mod download 2>&1)"; then
-  echo "failed to download krew's modules for $version:" >&2
-  grep -E 'reading|not found|refused|410|404|403|verifying' <<<"$download" | head -n 5 >&2 || tail -n 5 <<<"$download" >&2
-  exit 1
-fi
+download_modules krew "$version" "$here"
 
 mkdir -p "$out"
 echo "building krew $version" >&2

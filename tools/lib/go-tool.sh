@@ -1,0 +1,21 @@
+# shellcheck shell=bash
+# What every script that builds a tool from its official Go module shares (sourced, not run):
+# the Go check and the module download with a short, readable failure. Go's module and build
+# caches are reused, so a rebuild after a wipe of target/ costs only the link.
+
+# require_go TOOL: fail naming TOOL when go is missing.
+require_go() {
+  command -v go >/dev/null || { echo "go is required to build $1 (Go >= 1.25)" >&2; exit 1; }
+}
+
+# download_modules TOOL VERSION DIR: `go mod download` in DIR; on failure, the lines that say
+# why (a refused or missing version, a checksum mismatch) instead of the whole log.
+download_modules() {
+  local download
+  if ! download="$(cd "$3" && go mod download 2>&1)"; then
+    echo "failed to download $1's modules for $2:" >&2
+    grep -E 'reading|not found|refused|410|404|403|verifying' <<<"$download" | head -n 5 >&2 \
+      || tail -n 5 <<<"$download" >&2
+    exit 1
+  fi
+}
