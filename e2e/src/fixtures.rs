@@ -1,5 +1,5 @@
-//! The objects the scenarios and the demo create, taken from the sidecar tutorial
-//! (`shared/reference/initializer-configuration-walkthrough.zh.txt`) where it has them.
+//! The objects the scenarios and the demo create, taken from the Kubernetes 1.7 sidecar-initializer
+//! walkthrough (the nginx Deployment, the sidecar ConfigMap) where it has them.
 
 use std::collections::BTreeMap;
 
