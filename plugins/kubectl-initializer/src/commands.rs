@@ -270,13 +270,11 @@ async fn probe_command(
     } else {
         operator_facts(&conn.client, operator_namespace).await?
     };
-    let target =
-        probe::target(&initializer, live.as_ref(), facts.namespace.as_deref()).map_err(|why| {
-            Error::ProbeFailed {
-                name: name.to_string(),
-                why,
-                report: String::new(),
-            }
+    let service = probe::probed_service(&initializer, live.as_ref(), facts.namespace.as_deref())
+        .map_err(|why| Error::ProbeFailed {
+            name: name.to_string(),
+            why,
+            report: String::new(),
         })?;
     let uid = format!("{:032x}", rand::random::<u128>());
     let body = serde_json::to_vec(&probe::synthetic_review(&initializer, &uid))
@@ -287,7 +285,7 @@ async fn probe_command(
     let wait = timeout.unwrap_or_else(|| {
         Duration::from_secs(u64::try_from(initializer.spec.timeout_seconds).unwrap_or(5))
     });
-    let request = http::Request::post(target.proxy_path())
+    let request = http::Request::post(service.proxy_path())
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json")
         .body(kube::client::Body::from(body))
@@ -307,7 +305,7 @@ async fn probe_command(
     let report = match tokio::time::timeout(wait, exchange).await {
         Ok(Ok((status, bytes))) => probe::judge(
             name,
-            &target,
+            &service,
             Some(status),
             &bytes,
             &uid,
@@ -316,11 +314,11 @@ async fn probe_command(
         ),
         Ok(Err(e)) => {
             return Err(Error::api(
-                format!("POST the probe to {}", target.proxy_path()),
+                format!("POST the probe to {}", service.proxy_path()),
                 e,
             ));
         }
-        Err(_) => probe::judge(name, &target, None, b"", &uid, started.elapsed(), budget),
+        Err(_) => probe::judge(name, &service, None, b"", &uid, started.elapsed(), budget),
     };
     let out = match structured(format, &report)? {
         Some(out) => out,

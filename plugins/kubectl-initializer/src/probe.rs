@@ -25,22 +25,23 @@ use serde_json::Value;
 /// The user the synthetic review names as its requester.
 pub const PROBE_USER: &str = "kubectl-initializer";
 
-/// Where the probe is sent.
+/// The Service a probe is sent to, and the path on it the webhook serves: what the live
+/// configuration's `clientConfig.service` names, or what the operator would deploy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Target {
+pub struct ProbedService {
     /// The Service's namespace.
     pub namespace: String,
-    /// The Service.
+    /// The Service's name.
     pub service: String,
-    /// Its port.
+    /// The Service port the API server would call (443 unless the configuration says otherwise).
     pub port: i32,
-    /// The webhook path.
+    /// The webhook path on that port.
     pub path: String,
 }
 
-impl Target {
-    /// The API server path of the service proxy to this target.
+impl ProbedService {
+    /// The API server path of the service proxy to this Service's webhook path.
     pub fn proxy_path(&self) -> String {
         format!(
             "/api/v1/namespaces/{}/services/https:{}:{}/proxy{}",
@@ -49,20 +50,20 @@ impl Target {
     }
 }
 
-/// The target: the Service the live configuration calls, or, when nothing is registered, the
-/// Service the operator deploys for the Initializer (its derived name, in `spec.namespace` or
+/// The Service to probe: the one the live configuration calls, or, when nothing is registered,
+/// the one the operator deploys for the Initializer (its derived name, in `spec.namespace` or
 /// the operator's namespace).
-pub fn target(
+pub fn probed_service(
     initializer: &Initializer,
     live: Option<&MutatingWebhookConfiguration>,
     operator_namespace: Option<&str>,
-) -> Result<Target, String> {
+) -> Result<ProbedService, String> {
     let service = live
         .and_then(|c| c.webhooks.as_ref())
         .and_then(|hooks| hooks.first())
         .and_then(|hook| hook.client_config.service.as_ref());
     if let Some(service) = service {
-        return Ok(Target {
+        return Ok(ProbedService {
             namespace: service.namespace.clone(),
             service: service.name.clone(),
             port: service.port.unwrap_or(i32::from(SERVICE_PORT)),
@@ -81,7 +82,7 @@ pub fn target(
             "nothing is registered and the operator's namespace was not found (pass --operator-namespace)"
                 .to_string()
         })?;
-    Ok(Target {
+    Ok(ProbedService {
         namespace,
         service: initializer_operator::naming::names(&initializer.name_any()).base,
         port: i32::from(SERVICE_PORT),
@@ -98,10 +99,10 @@ pub fn synthetic_review(initializer: &Initializer, uid: &str) -> Value {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    /// The Initializer.
+    /// The probed Initializer's name.
     pub initializer: String,
-    /// Where the review went.
-    pub target: Target,
+    /// Where the review went (`target` in JSON).
+    pub target: ProbedService,
     /// The API server path it was POSTed to.
     pub path: String,
     /// Whether the answer is a well-formed review for the same uid and not an internal error.
@@ -129,7 +130,7 @@ pub struct Report {
 /// Judges what the API server returned for the probe: its HTTP status and body, against `uid`.
 pub fn judge(
     initializer: &str,
-    target: &Target,
+    service: &ProbedService,
     status: Option<u16>,
     body: &[u8],
     uid: &str,
@@ -138,8 +139,8 @@ pub fn judge(
 ) -> Report {
     let base = Report {
         initializer: initializer.to_string(),
-        target: target.clone(),
-        path: target.proxy_path(),
+        target: service.clone(),
+        path: service.proxy_path(),
         ok: false,
         allowed: None,
         message: String::new(),
@@ -257,8 +258,8 @@ mod tests {
         .unwrap()
     }
 
-    fn t() -> Target {
-        target(&initializer(), None, None).unwrap()
+    fn t() -> ProbedService {
+        probed_service(&initializer(), None, None).unwrap()
     }
 
     fn answer(uid: &str, allowed: bool, patch: Option<&Value>) -> Vec<u8> {
@@ -277,7 +278,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn the_target_is_the_live_service_or_the_one_the_operator_deploys() {
+    fn the_probed_service_is_the_live_one_or_the_one_the_operator_deploys() {
         assert_eq!(
             t().proxy_path(),
             "/api/v1/namespaces/sidecars/services/https:sidecar:443/proxy/initialize"
@@ -285,11 +286,14 @@ mod tests {
         let mut init = initializer();
         init.spec.namespace = None;
         assert!(
-            target(&init, None, None)
+            probed_service(&init, None, None)
                 .unwrap_err()
                 .contains("--operator-namespace")
         );
-        assert_eq!(target(&init, None, Some("ops")).unwrap().namespace, "ops");
+        assert_eq!(
+            probed_service(&init, None, Some("ops")).unwrap().namespace,
+            "ops"
+        );
         let live: MutatingWebhookConfiguration = serde_json::from_value(json!({
             "metadata": {"name": "initializer-sidecar"},
             "webhooks": [{"name": "a.b.c", "admissionReviewVersions": ["v1"], "sideEffects": "None",
@@ -297,7 +301,9 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            target(&init, Some(&live), None).unwrap().proxy_path(),
+            probed_service(&init, Some(&live), None)
+                .unwrap()
+                .proxy_path(),
             "/api/v1/namespaces/elsewhere/services/https:svc:8443/proxy/x"
         );
     }
