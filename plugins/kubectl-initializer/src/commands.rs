@@ -31,7 +31,6 @@ pub const OPERATOR_POD_SELECTOR: &str = "app.kubernetes.io/name=initializer-oper
 
 /// A client for the chosen kubeconfig and context, and the namespace in force.
 pub struct Connection {
-    /// The client.
     pub client: Client,
     /// `-n`, else the context's namespace, else `default`.
     pub namespace: String,

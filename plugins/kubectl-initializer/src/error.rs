@@ -33,7 +33,7 @@ pub enum Error {
     /// The probe got no good answer.
     #[error("failed to probe Initializer {name:?}: {why}")]
     ProbeFailed {
-        /// The Initializer.
+        /// The probed Initializer's name.
         name: String,
         /// What went wrong.
         why: String,
@@ -71,7 +71,7 @@ pub fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
-/// The plugin's result type.
+/// A result whose error defaults to the plugin's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]

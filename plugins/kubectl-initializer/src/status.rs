@@ -22,7 +22,7 @@ pub struct StatusRow {
     pub phase: String,
     /// Whether its configuration is registered now.
     pub registered: bool,
-    /// The registered MutatingWebhookConfiguration.
+    /// The name of the registered MutatingWebhookConfiguration.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub configuration: Option<String>,
     /// Health in one word: `Responding`, `Degraded`, the failed probe's reason, or `Unknown`.
@@ -32,7 +32,7 @@ pub struct StatusRow {
     pub health_message: Option<String>,
     /// Ready initializer pods, of the desired replicas.
     pub ready_replicas: i32,
-    /// Desired replicas.
+    /// The replicas the spec asks for.
     pub replicas: i32,
     /// When the operator last probed it (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -9,13 +9,14 @@ use serde_json::Value;
 pub struct Request {
     /// API group (`""` for core).
     pub group: String,
-    /// API version.
+    /// API version (`v1`); another version of the same resource matches a rule too unless its
+    /// `matchPolicy` is `Exact`.
     pub version: String,
-    /// Plural resource.
+    /// Plural resource name (`deployments`), as rules name it.
     pub resource: String,
     /// Subresource, empty for the object itself.
     pub subresource: String,
-    /// Kind.
+    /// The object's kind (`Deployment`), shown in messages only.
     pub kind: String,
     /// Whether the resource is namespaced.
     pub namespaced: bool,
