@@ -1,5 +1,7 @@
 //! The chart generator's unit tests: holes, defaults, values and rendering.
 
+use serde_json::json;
+
 use super::values::wrap;
 use super::*;
 

@@ -2,9 +2,15 @@
 //! [`Defaults`]), its documentation and its JSON schema, and what is written from them:
 //! `values.yaml`, `values.schema.json` and the README's table.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value, json};
 
-use super::*;
+use super::defaults::Defaults;
+use super::rules::DAY;
+use super::{CHART_NAME, GENERATED_HEADER};
+use crate::error::Error;
+use crate::monitoring::{self, AlertParameters};
 
 /// One value of the chart: a leaf with its default and JSON schema, or a group of values.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,7 +24,7 @@ pub struct Field {
     pub node: Node,
 }
 
-/// A leaf value or a group.
+/// What a [`Field`] holds: a default with its schema, or more fields.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node {
     /// A value with its default and the JSON schema it must satisfy.

@@ -1,0 +1,168 @@
+//! The chart's defaults, read back from the operator's Deployment in the CSV, so that the chart
+//! rendered with its defaults gives the bundle's objects again.
+
+use initializer_crds::constants;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
+use serde_json::{Value, json};
+
+use super::holes::Hole;
+use super::{json_error, missing};
+use crate::error::Error;
+use crate::install::InstallPlan;
+use crate::manifest;
+
+/// The env var that switches the operator's logs to JSON (`run --log-json`).
+pub const LOG_JSON_ENV: &str = "LOG_JSON";
+/// The env var holding the operator's log filter.
+pub const LOG_LEVEL_ENV: &str = "RUST_LOG";
+/// The operator's flag naming the preset initializer's image.
+pub const PRESET_IMAGE_FLAG: &str = "--preset-image";
+
+/// The chart's values that have a default in the CSV, read from its Deployment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Defaults {
+    /// Repository of the operator's image.
+    pub image_repository: String,
+    /// Tag of the operator's image (the chart's appVersion when it is the operator's version).
+    pub image_tag: String,
+    /// The operator container's pull policy.
+    pub pull_policy: String,
+    /// Repository of the preset initializer's image.
+    pub preset_repository: String,
+    /// Tag of the preset initializer's image.
+    pub preset_tag: String,
+    /// How many operator replicas run (one leads, the others stand by).
+    pub replicas: i32,
+    /// The operator container's `resources`.
+    pub resources: Value,
+    /// The operator's log filter, as its `RUST_LOG` has it.
+    pub log_level: String,
+    /// Port of the health and metrics listener.
+    pub metrics_port: i32,
+    /// The ServiceMonitor's scrape interval.
+    pub scrape_interval: String,
+}
+
+/// Splits `registry/repository:tag` at the tag's colon (a registry port is not a tag).
+pub fn split_image(image: &str) -> Option<(&str, &str)> {
+    let (repository, tag) = image.rsplit_once(':')?;
+    (!tag.contains('/') && !repository.is_empty() && !tag.is_empty()).then_some((repository, tag))
+}
+
+impl Defaults {
+    /// Reads the defaults from the operator's Deployment as the plan has it.
+    pub fn from_plan(plan: &InstallPlan) -> Result<Self, Error> {
+        let deployment = operator_deployment(plan)?;
+        let spec = deployment.spec.as_ref().ok_or_else(|| missing("a spec"))?;
+        let container = operator_container(&spec.template)?;
+        let image = container
+            .image
+            .as_deref()
+            .ok_or_else(|| missing("an image"))?;
+        let (image_repository, image_tag) =
+            split_image(image).ok_or_else(|| missing("an image with a tag"))?;
+        let args = container.args.as_deref().unwrap_or_default();
+        let preset = args
+            .iter()
+            .position(|arg| arg == PRESET_IMAGE_FLAG)
+            .and_then(|at| args.get(at + 1))
+            .ok_or_else(|| missing(PRESET_IMAGE_FLAG))?;
+        let (preset_repository, preset_tag) =
+            split_image(preset).ok_or_else(|| missing("a preset image with a tag"))?;
+        let log_level = container
+            .env
+            .iter()
+            .flatten()
+            .find(|var| var.name == LOG_LEVEL_ENV)
+            .and_then(|var| var.value.clone())
+            .ok_or_else(|| missing(LOG_LEVEL_ENV))?;
+        let metrics_port = container
+            .ports
+            .iter()
+            .flatten()
+            .find(|port| port.name.as_deref() == Some(manifest::HTTP_PORT_NAME))
+            .map(|port| port.container_port)
+            .ok_or_else(|| missing("the metrics port"))?;
+        let scrape_interval = plan
+            .monitoring
+            .iter()
+            .find(|object| object["kind"] == json!("ServiceMonitor"))
+            .and_then(|monitor| monitor.pointer("/spec/endpoints/0/interval"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                Error::ChartGenerate(
+                    "failed to find the ServiceMonitor's interval in the bundle".to_string(),
+                )
+            })?
+            .to_string();
+        let resources = serde_json::to_value(container.resources.clone().unwrap_or_default())
+            .map_err(|err| json_error("the resources", &err))?;
+        Ok(Self {
+            image_repository: image_repository.to_string(),
+            image_tag: image_tag.to_string(),
+            pull_policy: container
+                .image_pull_policy
+                .clone()
+                .ok_or_else(|| missing("an imagePullPolicy"))?,
+            preset_repository: preset_repository.to_string(),
+            preset_tag: preset_tag.to_string(),
+            replicas: spec.replicas.ok_or_else(|| missing("replicas"))?,
+            resources,
+            log_level,
+            metrics_port,
+            scrape_interval,
+        })
+    }
+
+    /// What filling `hole` with the defaults gives: the value for an inline hole or a map
+    /// value, the entries a map-key hole adds, the items a list-item hole adds.
+    pub fn fill(&self, hole: Hole, namespace: &str) -> Value {
+        match hole {
+            Hole::Namespace => json!(namespace),
+            Hole::Labels | Hole::PodScheduling | Hole::ServiceMonitorLabels | Hole::RuleLabels => {
+                json!({})
+            }
+            Hole::ScrapeInterval => json!(self.scrape_interval),
+            Hole::Replicas => json!(self.replicas),
+            Hole::Image => json!(format!("{}:{}", self.image_repository, self.image_tag)),
+            Hole::PullPolicy => json!(self.pull_policy),
+            Hole::PresetImage => json!(format!("{}:{}", self.preset_repository, self.preset_tag)),
+            Hole::Resources => self.resources.clone(),
+            Hole::LogLevel => json!(self.log_level),
+            Hole::LogFormat => json!([]),
+            Hole::MetricsAddr => {
+                json!(format!(
+                    "$({}):{}",
+                    constants::POD_IP_ENV,
+                    self.metrics_port
+                ))
+            }
+            Hole::MetricsPort => json!(self.metrics_port),
+        }
+    }
+}
+
+fn operator_deployment(plan: &InstallPlan) -> Result<&Deployment, Error> {
+    plan.deployments
+        .iter()
+        .find(|d| d.metadata.name.as_deref() == Some(manifest::OPERATOR_NAME))
+        .ok_or_else(|| {
+            Error::ChartGenerate(format!(
+                "failed to find the Deployment {} in the CSV's install strategy",
+                manifest::OPERATOR_NAME
+            ))
+        })
+}
+
+fn operator_container(template: &PodTemplateSpec) -> Result<&Container, Error> {
+    template
+        .spec
+        .as_ref()
+        .and_then(|pod| {
+            pod.containers
+                .iter()
+                .find(|c| c.name == manifest::OPERATOR_NAME)
+        })
+        .ok_or_else(|| missing("the operator container"))
+}

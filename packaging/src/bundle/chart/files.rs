@@ -1,0 +1,139 @@
+//! The chart's files besides the templates of the plan's objects and the values:
+//! `templates/_helpers.tpl`, `templates/NOTES.txt`, `Chart.yaml` and the README.
+
+use initializer_crds::constants;
+use serde_json::json;
+
+use super::values::{Field, leaves};
+use super::{APP_VERSION, CHART_NAME, GENERATED_HEADER, HELPER, json_error};
+use crate::bundle::generate;
+use crate::error::Error;
+use crate::manifest;
+
+/// `templates/_helpers.tpl`: the namespace, the labels and the image references.
+pub fn helpers() -> String {
+    format!(
+        r#"{{{{/* {header} */}}}}
+
+{{{{/* The operator's namespace: namespaceOverride, else the release namespace. */}}}}
+{{{{- define "{HELPER}.namespace" -}}}}
+{{{{- default .Release.Namespace .Values.namespaceOverride -}}}}
+{{{{- end -}}}}
+
+{{{{/* Labels on every object, besides the bundle's own. */}}}}
+{{{{- define "{HELPER}.labels" -}}}}
+helm.sh/chart: {{{{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}}}
+app.kubernetes.io/instance: {{{{ .Release.Name }}}}
+app.kubernetes.io/version: {{{{ .Chart.AppVersion | quote }}}}
+app.kubernetes.io/managed-by: {{{{ .Release.Service }}}}
+{{{{- end -}}}}
+
+{{{{/* The operator's image: repository:tag, the tag defaulting to the chart's appVersion. */}}}}
+{{{{- define "{HELPER}.image" -}}}}
+{{{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}}}
+{{{{- end -}}}}
+
+{{{{/* The preset initializer's image, likewise. */}}}}
+{{{{- define "{HELPER}.presetImage" -}}}}
+{{{{- printf "%s:%s" .Values.presetImage.repository (.Values.presetImage.tag | default .Chart.AppVersion) -}}}}
+{{{{- end -}}}}
+"#,
+        header = GENERATED_HEADER.trim_start_matches("# ")
+    )
+}
+
+/// `templates/NOTES.txt`: what to do after `helm install`.
+pub fn notes() -> String {
+    let name = manifest::OPERATOR_NAME;
+    let workloads = crate::rbac::WORKLOADS_CLUSTER_ROLE;
+    let label = constants::WORKLOADS_LABEL;
+    format!(
+        r#"{name} {{{{ .Chart.AppVersion }}}} is installed in namespace {{{{ include "{HELPER}.namespace" . }}}}.
+
+Wait until it is available:
+  kubectl -n {{{{ include "{HELPER}.namespace" . }}}} rollout status deployment/{name}
+
+Create an Initializer and watch it register:
+  kubectl apply -f {repo}/raw/main/examples/sidecar-initializer.yaml
+  kubectl get initializers -w
+
+Initializers' workloads run in this namespace, or in a namespace an administrator allows:
+  kubectl label namespace NS {label}=true
+  kubectl -n NS create rolebinding {workloads} \
+    --clusterrole={workloads} \
+    --serviceaccount={{{{ include "{HELPER}.namespace" . }}}}:{name}
+
+Before `helm uninstall`, delete (or suspend) every Initializer while the operator still runs, so
+it removes their webhook configurations. Helm keeps the CRD; delete it yourself when you mean to.
+"#,
+        repo = generate::REPOSITORY,
+    )
+}
+
+/// `Chart.yaml`: the chart's version and appVersion (both the operator's), the Kubernetes
+/// versions it installs on, and where it comes from.
+pub fn chart_yaml() -> Result<String, Error> {
+    let repository = generate::REPOSITORY;
+    let chart = json!({
+        "apiVersion": "v2",
+        "name": CHART_NAME,
+        "description": manifest::OPERATOR_DESCRIPTION,
+        "type": "application",
+        "version": APP_VERSION,
+        "appVersion": APP_VERSION,
+        "kubeVersion": format!(">={}-0", generate::MIN_KUBE_VERSION),
+        "home": repository,
+        "sources": [repository],
+        "icon": format!("{repository}/raw/main/packaging/src/bundle/assets/icon.svg"),
+        "keywords": ["admission", "initializer", "webhook", "mutating", "sidecar", "injection"],
+        "maintainers": [{"name": "initializer-dev maintainers", "email": "maintainers@initializer.dev"}],
+    });
+    let yaml = serde_yaml::to_string(&chart)
+        .map_err(|err| Error::ChartGenerate(format!("failed to serialize Chart.yaml: {err}")))?;
+    Ok(format!("{GENERATED_HEADER}\n{yaml}"))
+}
+
+/// The chart's `README.md`: how to install it and every value.
+pub fn readme(fields: &[Field]) -> Result<String, Error> {
+    let mut rows = String::new();
+    for (path, default, doc) in leaves(fields) {
+        let default =
+            serde_json::to_string(&default).map_err(|err| json_error("a default", &err))?;
+        rows.push_str(&format!("| `{path}` | `{default}` | {doc} |\n"));
+    }
+    Ok(format!(
+        r#"<!-- {header} -->
+# {CHART_NAME}
+
+{description}
+
+This chart is generated from the OLM bundle (`bundles/{CHART_NAME}`): the same Deployment,
+ServiceAccount, RBAC (the CSV's `permissions` and `clusterPermissions`), PodDisruptionBudget,
+workloads ClusterRole and CRD, with values for what differs between clusters. Regenerate it with
+`make bundle`; never edit it by hand.
+
+```sh
+helm install {CHART_NAME} charts/{CHART_NAME} -n {namespace} --create-namespace
+kubectl -n {namespace} rollout status deployment/{name}
+```
+
+One release per cluster: the CRD, the ClusterRoles and the webhook configurations the operator
+manages are cluster-wide, so the objects keep the bundle's names. The CRD is in `crds/`, so Helm
+installs it once and never upgrades or deletes it: after an upgrade that changes it, apply
+`crds/` with `kubectl apply --server-side`. Before `helm uninstall`, delete (or suspend) every
+Initializer while the operator still runs, so that it removes their webhook configurations.
+
+## Values
+
+`values.schema.json` checks every value; `helm install` and `helm template` refuse a wrong one
+and name it.
+
+| Value | Default | Description |
+|---|---|---|
+{rows}"#,
+        header = GENERATED_HEADER.trim_start_matches("# "),
+        description = manifest::OPERATOR_DESCRIPTION,
+        namespace = manifest::DEFAULT_NAMESPACE,
+        name = manifest::OPERATOR_NAME,
+    ))
+}
