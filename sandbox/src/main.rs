@@ -36,6 +36,10 @@ enum Command {
         /// Write a snapshot here on shutdown.
         #[arg(long)]
         snapshot: Option<PathBuf>,
+        /// Emulate Kubernetes 1.7–1.13 Initializers (InitializerConfiguration,
+        /// metadata.initializers, creates held until initialized).
+        #[arg(long, env = "SANDBOX_LEGACY_INITIALIZERS", value_parser = clap::builder::FalseyValueParser::new())]
+        legacy_initializers: bool,
     },
     /// Program API faults of a running sandbox.
     Fault {
@@ -147,12 +151,14 @@ async fn main() -> anyhow::Result<()> {
             port,
             restore,
             snapshot,
+            legacy_initializers,
         } => {
             let started = Instant::now();
             let mut config = SandboxConfig::new(state_dir);
             config.image_map = images;
             config.port = port;
             config.restore = restore;
+            config.legacy_initializers = legacy_initializers;
             let handle = Sandbox::start(config)
                 .await
                 .context("failed to start the sandbox")?;
@@ -162,6 +168,9 @@ async fn main() -> anyhow::Result<()> {
                 handle.kubeconfig_path().display()
             ));
             say(format!("pod logs: {}", handle.pod_log_dir().display()));
+            if legacy_initializers {
+                say("legacy mode: Kubernetes 1.7-1.13 Initializers".to_string());
+            }
             say(format!("started in {} ms", started.elapsed().as_millis()));
             say(format!(
                 "use: export KUBECONFIG={}",

@@ -41,6 +41,10 @@ pub struct SandboxConfig {
     pub workloads: bool,
     /// A snapshot to load at start.
     pub restore: Option<PathBuf>,
+    /// Emulate Kubernetes 1.7–1.13 Initializers: serve `InitializerConfiguration`
+    /// (`admissionregistration.k8s.io/v1alpha1`), assign `metadata.initializers.pending`,
+    /// hold creates until initialized, hide uninitialized objects (see the README).
+    pub legacy_initializers: bool,
 }
 
 impl SandboxConfig {
@@ -54,6 +58,7 @@ impl SandboxConfig {
             bookmark_interval: Duration::from_secs(5),
             workloads: true,
             restore: None,
+            legacy_initializers: false,
         }
     }
 }
@@ -108,7 +113,10 @@ impl Sandbox {
             config.history.max(16),
         ));
         let faults = Arc::new(Faults::default());
-        let api = Arc::new(ApiServer::new(store.clone(), Admission::default(), faults));
+        let api = Arc::new(
+            ApiServer::new(store.clone(), Admission::default(), faults)
+                .with_legacy_initializers(config.legacy_initializers),
+        );
         if let Some(path) = &config.restore {
             let text = std::fs::read_to_string(path).map_err(|e| state_err(path, e))?;
             let snap: serde_json::Value =

@@ -155,6 +155,7 @@ impl ApiServer {
             }
         }
         hooks.prepare_create(&mut obj);
+        self.assign_initializers(rt, &mut obj)?;
         let (mut obj, warnings) = self
             .normalize_and_admit(rt, "", Operation::Create, obj, None, opts)
             .await?;
@@ -193,8 +194,16 @@ impl ApiServer {
             .create(&Self::key(rt), Self::stored_form(rt, obj))?;
         hooks.after_write(self, &stored);
         hooks.after_create(self, &stored);
+        let object = if self.must_wait_for_initialization(&stored, opts.include_uninitialized) {
+            let timeout = opts
+                .timeout
+                .unwrap_or(super::initialization::DEFAULT_CREATE_TIMEOUT);
+            self.wait_for_initialized(rt, &stored, timeout).await?
+        } else {
+            (*stored).clone()
+        };
         Ok(Written {
-            object: Self::served(rt, &stored),
+            object: Self::served(rt, &object),
             warnings,
             created: true,
         })

@@ -156,6 +156,9 @@ impl ApiServer {
             &ListOptions {
                 limit: 0,
                 continue_token: None,
+                // Uninitialized objects go too, as `DeleteCollection` forced
+                // `IncludeUninitialized` in the era's store.go.
+                include_uninitialized: true,
                 ..list.clone()
             },
         )?;

@@ -91,6 +91,11 @@ static KINDS: &[(&str, &str, &dyn KindHooks)] = &[
     (RBAC, "RoleBinding", &Rbac),
     (RBAC, "ClusterRole", &Rbac),
     (RBAC, "ClusterRoleBinding", &Rbac),
+    (
+        super::initialization::GROUP,
+        super::initialization::KIND,
+        &InitializerConfiguration,
+    ),
 ];
 
 struct Plain;
@@ -189,6 +194,25 @@ impl KindHooks for Service {
             }
         }
         Ok(())
+    }
+}
+
+/// InitializerConfigurations (legacy mode): validated as
+/// `ValidateInitializerConfiguration` did.
+struct InitializerConfiguration;
+impl KindHooks for InitializerConfiguration {
+    fn normalize(
+        &self,
+        _server: &ApiServer,
+        rt: &ResourceType,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        let causes = super::initialization::validate_configuration(obj);
+        if causes.is_empty() {
+            return Ok(());
+        }
+        let name = meta_str(obj, "name").unwrap_or("");
+        Err(ApiError::invalid(&rt.group, &rt.kind, name, causes))
     }
 }
 

@@ -8,6 +8,8 @@
 
 mod create;
 mod delete;
+pub mod initialization;
+mod initialization_hooks;
 mod kinds;
 mod patch;
 mod read;
@@ -17,6 +19,7 @@ pub use patch::scale_of;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -44,6 +47,12 @@ pub struct WriteOptions {
     pub force: bool,
     /// `fieldValidation`: `Strict`, `Warn` (default) or `Ignore`; applies to custom resources.
     pub field_validation: Option<String>,
+    /// `includeUninitialized` on a create (legacy mode): answer at once, without waiting for
+    /// the object's initializers.
+    pub include_uninitialized: bool,
+    /// `timeout` on a create (legacy mode): how long it waits for initialization; `None` is
+    /// the era's 30 s.
+    pub timeout: Option<Duration>,
 }
 
 impl WriteOptions {
@@ -112,6 +121,8 @@ pub struct ListOptions {
     pub limit: usize,
     /// Where the previous page ended (opaque to clients).
     pub continue_token: Option<String>,
+    /// `includeUninitialized` (legacy mode): list objects whose initialization is not done.
+    pub include_uninitialized: bool,
 }
 
 /// The result of a write.
@@ -130,6 +141,9 @@ pub struct ApiServer {
     pub store: Arc<Store>,
     pub admission: Admission,
     pub faults: Arc<Faults>,
+    /// Kubernetes 1.7–1.13 Initializers (see [`initialization`]): off unless the sandbox was
+    /// started with them.
+    legacy_initializers: bool,
     next_ip: AtomicU32,
 }
 
@@ -206,8 +220,26 @@ impl ApiServer {
             store,
             admission,
             faults,
+            legacy_initializers: false,
             next_ip: AtomicU32::new(1),
         }
+    }
+
+    /// Turns Kubernetes 1.7–1.13 Initializers on: serves `InitializerConfiguration`
+    /// (`admissionregistration.k8s.io/v1alpha1`) and keeps `metadata.initializers`.
+    pub fn with_legacy_initializers(mut self, on: bool) -> Self {
+        self.legacy_initializers = on;
+        if on {
+            self.store
+                .registry_mut()
+                .insert(initialization::resource_type());
+        }
+        self
+    }
+
+    /// Whether Kubernetes 1.7–1.13 Initializers are emulated.
+    pub fn legacy_initializers(&self) -> bool {
+        self.legacy_initializers
     }
 
     /// The type served at group/version/plural, or 404.

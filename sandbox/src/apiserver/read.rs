@@ -47,6 +47,13 @@ impl ApiServer {
             } else {
                 &*obj
             };
+            // Hidden until initialized, unless asked for (the era's storage filter).
+            if self.legacy_initializers
+                && !opts.include_uninitialized
+                && !super::initialization::is_initialized(&obj)
+            {
+                continue;
+            }
             if !opts.labels.matches(obj.pointer("/metadata/labels"))
                 || !opts.fields.matches(fields_of)
             {

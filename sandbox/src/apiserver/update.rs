@@ -171,6 +171,7 @@ impl ApiServer {
                 return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
             }
         }
+        self.settle_initializers(rt, current, &mut obj)?;
         let hooks = kinds::hooks(&rt.group, &rt.kind);
         if sub.is_empty() {
             hooks.server_status(&mut obj, Some(current));
@@ -228,6 +229,7 @@ impl ApiServer {
             object_rv(current),
         )?;
         hooks.after_write(self, &stored);
+        self.end_failed_initialization(rt, &stored);
         let stored = self.finalize_if_done(rt, stored);
         Ok(Written {
             object: Self::served(rt, &stored),

@@ -9,6 +9,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, header};
 use serde_json::{Value, json};
 
 use super::{AppState, error_response, json_response, truthy};
+use crate::apiserver::initialization;
 use crate::apiserver::{ApiServer, DeleteOptions, ListOptions, WriteOptions, Written};
 use crate::error::ApiError;
 use crate::faults::{self, FaultAction, RequestInfo};
@@ -110,6 +111,9 @@ pub(super) fn list_options(q: &HashMap<String, String>) -> Result<ListOptions, A
         fields: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))?,
         limit: q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0),
         continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+        include_uninitialized: initialization::include_uninitialized_on_list(
+            q.get("includeUninitialized").map(String::as_str),
+        ),
     })
 }
 
@@ -124,6 +128,12 @@ fn write_options(q: &HashMap<String, String>, headers: &HeaderMap) -> WriteOptio
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
         force: truthy(q, "force"),
         field_validation: q.get("fieldValidation").cloned(),
+        include_uninitialized: initialization::include_uninitialized_on_create(
+            q.get("includeUninitialized").map(String::as_str),
+        ),
+        timeout: Some(initialization::create_timeout(
+            q.get("timeout").map(String::as_str),
+        )),
     }
 }
 
@@ -416,8 +426,16 @@ async fn scale_request(
     }
 }
 
+/// The status code of a write: 201 for a create, 202 for one whose object is not yet
+/// initialized (the era's create handler: "If the object is partially initialized, always
+/// indicate it via StatusAccepted"), 200 otherwise.
 fn written(w: Written) -> (u16, Value, Vec<String>) {
-    (if w.created { 201 } else { 200 }, w.object, w.warnings)
+    let code = match (w.created, initialization::is_initialized(&w.object)) {
+        (true, true) => 201,
+        (true, false) => 202,
+        (false, _) => 200,
+    };
+    (code, w.object, w.warnings)
 }
 
 /// `GET pods/NAME/log`: the container's log file, whole or its last `tailLines` lines.

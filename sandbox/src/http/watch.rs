@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::resource::{ResourcePath, list_options, partial_metadata};
 use super::{AppState, error_response, truthy};
-use crate::apiserver::{ApiServer, ListOptions};
+use crate::apiserver::{ApiServer, ListOptions, initialization};
 use crate::error::ApiError;
 use crate::event;
 use crate::resource::ResourceType;
@@ -27,10 +27,16 @@ struct WatchFilter {
     namespace: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
+    /// Legacy mode without `includeUninitialized`: objects still initializing are not seen,
+    /// so one appears (`ADDED`) when its initialization completes.
+    hide_uninitialized: bool,
 }
 
 impl WatchFilter {
     fn matches(&self, obj: &Value) -> bool {
+        if self.hide_uninitialized && !initialization::is_initialized(obj) {
+            return false;
+        }
         if !self.labels.matches(obj.pointer("/metadata/labels")) {
             return false;
         }
@@ -100,7 +106,12 @@ pub(super) fn watch_response(
     metadata_only: bool,
 ) -> Response<Body> {
     let api = state.api.clone();
-    let ListOptions { labels, fields, .. } = match list_options(q) {
+    let ListOptions {
+        labels,
+        fields,
+        include_uninitialized,
+        ..
+    } = match list_options(q) {
         Ok(o) => o,
         Err(e) => return error_response(&e),
     };
@@ -115,6 +126,7 @@ pub(super) fn watch_response(
         },
         labels,
         fields,
+        hide_uninitialized: api.legacy_initializers() && !include_uninitialized,
     };
     let bookmarks = truthy(q, "allowWatchBookmarks");
     let send_initial = truthy(q, "sendInitialEvents");

@@ -1,0 +1,165 @@
+//! Where the verbs meet Kubernetes 1.7–1.13 Initializers: the thin IO around the decisions of
+//! [`super::initialization`] (reading configurations from the store, waiting on its changes,
+//! removing a failed object). Every hook is a no-op, or strips `metadata.initializers`, when
+//! legacy mode is off.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::ApiServer;
+use super::initialization::{self as init, WaitStep};
+use crate::error::ApiError;
+use crate::resource::ResourceType;
+use crate::store::{EventType, ResKey, WatchStart, object_rv};
+
+fn name_of(obj: &Value) -> &str {
+    obj.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+impl ApiServer {
+    /// On create, before admission webhooks (where the era's `Initializers` plugin ran):
+    /// assigns `metadata.initializers` and validates it; outside legacy mode drops the field.
+    pub(super) fn assign_initializers(
+        &self,
+        rt: &ResourceType,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        if !self.legacy_initializers {
+            init::strip(obj);
+            return Ok(());
+        }
+        let stored = self
+            .store
+            .list(&ResKey::new(init::GROUP, init::PLURAL), None)
+            .0;
+        let configurations: Vec<&Value> = stored.iter().map(|c| &**c).collect();
+        let names =
+            init::matching_initializers(&configurations, &rt.group, &rt.version, &rt.plural);
+        let assignment = init::assign_on_create(obj, names);
+        init::apply(obj, assignment);
+        let causes = init::validate_initializers(obj);
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(&rt.group, &rt.kind, name_of(obj), causes))
+        }
+    }
+
+    /// On update, once admitted: an emptied `initializers` is removed, and the transition is
+    /// validated; outside legacy mode the field is dropped.
+    pub(super) fn settle_initializers(
+        &self,
+        rt: &ResourceType,
+        current: &Value,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        if !self.legacy_initializers {
+            init::strip(obj);
+            return Ok(());
+        }
+        init::apply(obj, init::settle_update(obj));
+        let mut causes = init::validate_initializers_update(obj, current);
+        if causes.is_empty() {
+            causes = init::validate_initializers(obj);
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(&rt.group, &rt.kind, name_of(obj), causes))
+        }
+    }
+
+    /// After an update is stored: an object with a failure `result` is removed at once,
+    /// finalizers or not (`shouldDeleteForFailedInitialization`, then
+    /// `deleteWithoutFinalizers` in the era's `store.go`), so waiting creates and watchers see
+    /// the modification, then the deletion.
+    pub(super) fn end_failed_initialization(&self, rt: &ResourceType, stored: &Arc<Value>) {
+        if !self.legacy_initializers || init::failure_result(stored).is_none() {
+            return;
+        }
+        let (ns, name) = crate::store::names(stored);
+        if let Ok(removed) = self
+            .store
+            .remove(&Self::key(rt), &ns, &name, Some(object_rv(stored)))
+        {
+            super::kinds::hooks(&rt.group, &rt.kind).after_remove(self, &removed);
+            self.store.changed.notify_one();
+        }
+    }
+
+    /// Whether a create that stored `stored` must wait for its initialization.
+    pub(super) fn must_wait_for_initialization(
+        &self,
+        stored: &Value,
+        include_uninitialized: bool,
+    ) -> bool {
+        self.legacy_initializers && !include_uninitialized && !init::is_initialized(stored)
+    }
+
+    /// `WaitForInitialized`: the create's answer once its object is initialized, failed or
+    /// deleted, or the 504 once `timeout` has passed (the object then stays, uninitialized).
+    pub(super) async fn wait_for_initialized(
+        &self,
+        rt: &ResourceType,
+        stored: &Value,
+        timeout: Duration,
+    ) -> Result<Value, ApiError> {
+        let key = Self::key(rt);
+        let (ns, name) = crate::store::names(stored);
+        let uid = stored.pointer("/metadata/uid").cloned();
+        // Subscribing before reading the current state: no change can fall in between.
+        let mut changes = match self.store.watch_from(self.store.current_rv()) {
+            WatchStart::Resumed(_, rx) => rx,
+            WatchStart::Expired(_) => {
+                return Err(ApiError::internal("the change history is unavailable"));
+            }
+        };
+        let current_step = || match self.store.get(&key, &ns, &name) {
+            Some(obj) if obj.pointer("/metadata/uid").cloned() == uid => {
+                init::wait_step(false, &obj)
+            }
+            _ => WaitStep::Deleted,
+        };
+        let wait = async {
+            let mut step = current_step();
+            loop {
+                match step {
+                    WaitStep::Waiting => {}
+                    WaitStep::Initialized(obj) => return Ok(obj),
+                    WaitStep::Failed(status) => return Err(init::result_error(&status)),
+                    WaitStep::Deleted => return Err(init::deleted_while_waiting()),
+                }
+                step = loop {
+                    match changes.recv().await {
+                        Ok(change)
+                            if change.key == key
+                                && change.namespace == ns
+                                && name_of(&change.object) == name
+                                && change.object.pointer("/metadata/uid").cloned() == uid =>
+                        {
+                            break init::wait_step(
+                                change.kind == EventType::Deleted,
+                                &change.object,
+                            );
+                        }
+                        Ok(_) => {}
+                        // Missed changes: the stored object says where things are.
+                        Err(RecvError::Lagged(_)) => break current_step(),
+                        Err(RecvError::Closed) => {
+                            return Err(ApiError::internal("the store stopped"));
+                        }
+                    }
+                };
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(answer) => answer,
+            Err(_) => Err(init::timeout_error()),
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! Kubernetes 1.7–1.13 Initializers on the sandbox (legacy mode), through real HTTPS requests:
+//! the `InitializerConfiguration` kind and its validation, pending names on create, the create
+//! that waits for them, hidden list and watch, failure results, the era's timeout, deletion.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod api_support;
+
+use std::time::{Duration, Instant};
+
+use api_support::{TestSandbox, raw, start, start_with};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::WatchEvent;
+use serde_json::{Value, json};
+
+const CONFIGS: &str = "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations";
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+async fn legacy() -> TestSandbox {
+    start_with(|c| c.legacy_initializers = true).await
+}
+
+/// A configuration whose one initializer applies to configmaps.
+async fn configure(sb: &TestSandbox, config: &str, initializers: &[&str], resource: &str) {
+    let initializers: Vec<Value> = initializers
+        .iter()
+        .map(|n| json!({"name": n, "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": [resource]}]}))
+        .collect();
+    let body = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+        "kind": "InitializerConfiguration",
+        "metadata": {"name": config},
+        "initializers": initializers,
+    });
+    let (code, out) = raw(&sb.client(), "POST", CONFIGS, None, None, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(code, 201, "{out}");
+}
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}})
+}
+
+async fn get(sb: &TestSandbox, name: &str) -> (u16, Value) {
+    raw(
+        &sb.client(),
+        "GET",
+        &format!("{CONFIGMAPS}/{name}"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+/// Waits until the object exists (GET shows uninitialized objects, as it did then).
+async fn stored(sb: &TestSandbox, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, obj) = get(sb, name).await;
+        if code == 200 {
+            return obj;
+        }
+        assert!(Instant::now() < deadline, "{name} never appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Creates in the background (the request blocks); returns the task answering (code, body).
+fn create_in_background(
+    sb: &TestSandbox,
+    query: &str,
+    body: Value,
+) -> tokio::task::JoinHandle<(u16, Value)> {
+    let client = sb.client();
+    let uri = format!("{CONFIGMAPS}{query}");
+    tokio::spawn(async move {
+        raw(&client, "POST", &uri, None, None, Some(body))
+            .await
+            .unwrap()
+    })
+}
+
+async fn put(sb: &TestSandbox, name: &str, body: Value) -> (u16, Value) {
+    raw(
+        &sb.client(),
+        "PUT",
+        &format!("{CONFIGMAPS}/{name}"),
+        None,
+        None,
+        Some(body),
+    )
+    .await
+    .unwrap()
+}
+
+/// The object with its first pending name removed (and whatever `mutate` changes), as an
+/// initializer writes it back in one update.
+fn initialized_by_first(mut obj: Value, mutate: impl FnOnce(&mut Value)) -> Value {
+    let pending = obj["metadata"]["initializers"]["pending"]
+        .as_array_mut()
+        .unwrap();
+    pending.remove(0);
+    mutate(&mut obj);
+    obj
+}
+
+#[tokio::test]
+async fn discovery_lists_v1alpha1_only_in_legacy_mode() {
+    let sb = legacy().await;
+    let (code, list) = raw(
+        &sb.client(),
+        "GET",
+        "/apis/admissionregistration.k8s.io/v1alpha1",
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let resource = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "initializerconfigurations")
+        .expect("initializerconfigurations served");
+    assert_eq!(resource["kind"], "InitializerConfiguration");
+    assert_eq!(resource["namespaced"], false);
+    let (_, group) = raw(
+        &sb.client(),
+        "GET",
+        "/apis/admissionregistration.k8s.io",
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(group["preferredVersion"]["version"], "v1");
+    assert!(group["versions"].to_string().contains("v1alpha1"));
+
+    let plain = start().await;
+    let (code, _) = raw(&plain.client(), "GET", CONFIGS, None, None, None)
+        .await
+        .unwrap();
+    assert_eq!(code, 404);
+    let (_, group) = raw(
+        &plain.client(),
+        "GET",
+        "/apis/admissionregistration.k8s.io",
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(!group["versions"].to_string().contains("v1alpha1"));
+}
+
+#[tokio::test]
+async fn configurations_are_validated_with_the_era_messages() {
+    let sb = legacy().await;
+    let body = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+        "kind": "InitializerConfiguration",
+        "metadata": {"name": "sidecar"},
+        "initializers": [
+            {"name": "sidecar", "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["deployments"]}]},
+            {"name": "Sidecar.Example.Com", "rules": [{"apiGroups": [], "apiVersions": ["*"], "resources": ["*", "pods"]}]}
+        ],
+    });
+    let (code, status) = raw(&sb.client(), "POST", CONFIGS, None, None, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["reason"], "Invalid");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "InitializerConfiguration.admissionregistration.k8s.io \"sidecar\" is invalid: [initializers[0].name: Invalid value: \"sidecar\": should be a domain with at least two dots, initializers[1].name: Invalid value: \"Sidecar.Example.Com\": a DNS-1123 subdomain must consist of lower case alphanumeric characters"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("initializers[1].rules[0].apiGroups: Required value"),
+        "{message}"
+    );
+    assert!(
+        message.contains("initializers[1].rules[0].Resources: Invalid value: []string{\"*\", \"pods\"}: if '*' is present, must not specify other resources"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn matching_names_are_appended_and_the_create_waits_until_they_are_removed() {
+    let sb = legacy().await;
+    configure(&sb, "b-config", &["second.example.com"], "configmaps").await;
+    configure(&sb, "a-config", &["first.example.com"], "configmaps").await;
+    configure(&sb, "other", &["pods.example.com"], "pods").await;
+
+    let started = Instant::now();
+    let create = create_in_background(&sb, "?timeout=20s", configmap("held"));
+    let obj = stored(&sb, "held").await;
+    assert_eq!(
+        obj["metadata"]["initializers"]["pending"],
+        json!([{"name": "first.example.com"}, {"name": "second.example.com"}])
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !create.is_finished(),
+        "the create answered before initialization"
+    );
+
+    // The first initializer mutates and removes itself in one update.
+    let first = initialized_by_first(obj, |o| o["data"]["first"] = json!("yes"));
+    let (code, after_first) = put(&sb, "held", first).await;
+    assert_eq!(code, 200, "{after_first}");
+    assert_eq!(
+        after_first["metadata"]["initializers"]["pending"],
+        json!([{"name": "second.example.com"}])
+    );
+    assert!(!create.is_finished());
+
+    // A stale resourceVersion is a conflict.
+    let mut stale = initialized_by_first(after_first.clone(), |_| {});
+    stale["metadata"]["resourceVersion"] = json!("1");
+    assert_eq!(put(&sb, "held", stale).await.0, 409);
+
+    let last = initialized_by_first(after_first, |o| o["data"]["second"] = json!("yes"));
+    let (code, done) = put(&sb, "held", last).await;
+    assert_eq!(code, 200, "{done}");
+    assert!(done["metadata"].get("initializers").is_none(), "{done}");
+
+    let (code, answer) = create.await.unwrap();
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(
+        answer["data"],
+        json!({"a": "1", "first": "yes", "second": "yes"})
+    );
+    assert!(answer["metadata"].get("initializers").is_none());
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test]
+async fn include_uninitialized_answers_at_once_with_202() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["held.example.com"], "configmaps").await;
+    for (name, param) in [("one", "1"), ("two", "true")] {
+        let (code, obj) = raw(
+            &sb.client(),
+            "POST",
+            &format!("{CONFIGMAPS}?includeUninitialized={param}"),
+            None,
+            None,
+            Some(configmap(name)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code, 202, "{obj}");
+        assert_eq!(
+            obj["metadata"]["initializers"]["pending"],
+            json!([{"name": "held.example.com"}])
+        );
+    }
+}
+
+#[tokio::test]
+async fn initializers_set_by_the_creator_are_kept() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["sidecar.example.com"], "configmaps").await;
+
+    // The walkthrough's self-exclusion: an explicit empty list means initialized at once.
+    let mut excluded = configmap("excluded");
+    excluded["metadata"]["initializers"] = json!({"pending": []});
+    let (code, obj) = raw(&sb.client(), "POST", CONFIGMAPS, None, None, Some(excluded))
+        .await
+        .unwrap();
+    assert_eq!(code, 201, "{obj}");
+    assert!(obj["metadata"].get("initializers").is_none(), "{obj}");
+
+    // A canary: only the creator's own name.
+    let mut canary = configmap("canary");
+    canary["metadata"]["initializers"] = json!({"pending": [{"name": "mine.example.com"}]});
+    let (code, obj) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=true"),
+        None,
+        None,
+        Some(canary),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 202, "{obj}");
+    assert_eq!(
+        obj["metadata"]["initializers"],
+        json!({"pending": [{"name": "mine.example.com"}]})
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_assigned_when_no_rule_matches_or_legacy_mode_is_off() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["pods.example.com"], "pods").await;
+    let (code, obj) = raw(
+        &sb.client(),
+        "POST",
+        CONFIGMAPS,
+        None,
+        None,
+        Some(configmap("free")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201);
+    assert!(obj["metadata"].get("initializers").is_none());
+
+    let plain = start().await;
+    let mut body = configmap("dropped");
+    body["metadata"]["initializers"] = json!({"pending": [{"name": "a.example.com"}]});
+    let (code, obj) = raw(&plain.client(), "POST", CONFIGMAPS, None, None, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(code, 201, "{obj}");
+    assert!(obj["metadata"].get("initializers").is_none(), "{obj}");
+}
+
+#[tokio::test]
+async fn invalid_pending_names_are_refused() {
+    let sb = legacy().await;
+    let mut body = configmap("bad");
+    body["metadata"]["initializers"] = json!({"pending": [{"name": "short.io"}]});
+    let (code, status) = raw(&sb.client(), "POST", CONFIGMAPS, None, None, Some(body))
+        .await
+        .unwrap();
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        "ConfigMap \"bad\" is invalid: metadata.initializers.pending[0].name: Invalid value: \"short.io\": should be a domain with at least two dots"
+    );
+
+    // An initialized object cannot get initializers back.
+    let (_, free) = raw(
+        &sb.client(),
+        "POST",
+        CONFIGMAPS,
+        None,
+        None,
+        Some(configmap("free")),
+    )
+    .await
+    .unwrap();
+    let mut again = free.clone();
+    again["metadata"]["initializers"] = json!({"pending": [{"name": "late.example.com"}]});
+    let (code, status) = put(&sb, "free", again).await;
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("metadata.initializers: Invalid value: \"null\": field is immutable once initialization has completed"),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn list_hides_uninitialized_objects_unless_asked() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["held.example.com"], "configmaps").await;
+    raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=1"),
+        None,
+        None,
+        Some(configmap("hidden")),
+    )
+    .await
+    .unwrap();
+    let names = |list: &Value| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, plain) = raw(&sb.client(), "GET", CONFIGMAPS, None, None, None)
+        .await
+        .unwrap();
+    assert!(!names(&plain).contains(&"hidden".to_string()));
+    let (_, all) = raw(
+        &sb.client(),
+        "GET",
+        &format!("{CONFIGMAPS}?includeUninitialized=true"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(names(&all).contains(&"hidden".to_string()));
+}
+
+/// A watch of default's configmaps from the start, as raw JSON objects (typed objects would
+/// drop `metadata.initializers`, which today's API types no longer have).
+async fn watch_configmaps(
+    sb: &TestSandbox,
+    extra: &str,
+) -> futures::stream::BoxStream<'static, kube::Result<WatchEvent<Value>>> {
+    let request = http::Request::builder()
+        .uri(format!("{CONFIGMAPS}?watch=true&resourceVersion=0{extra}"))
+        .body(Vec::new())
+        .unwrap();
+    sb.client()
+        .request_events::<Value>(request)
+        .await
+        .unwrap()
+        .boxed()
+}
+
+/// The first `n` events: their type and whether the object still had initializers.
+async fn first_events(
+    events: futures::stream::BoxStream<'static, kube::Result<WatchEvent<Value>>>,
+    n: usize,
+) -> Vec<(&'static str, bool)> {
+    let events = tokio::time::timeout(
+        Duration::from_secs(10),
+        events.take(n).try_collect::<Vec<_>>(),
+    )
+    .await
+    .expect("watch events in time")
+    .unwrap();
+    events
+        .into_iter()
+        .map(|e| match e {
+            WatchEvent::Added(o) => ("ADDED", o),
+            WatchEvent::Modified(o) => ("MODIFIED", o),
+            WatchEvent::Deleted(o) => ("DELETED", o),
+            other => panic!("unexpected event {other:?}"),
+        })
+        .map(|(t, o)| (t, o["metadata"].get("initializers").is_some()))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_unaware_watcher_sees_the_object_added_once_initialized() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["held.example.com"], "configmaps").await;
+    let unaware = watch_configmaps(&sb, "").await;
+    let aware = watch_configmaps(&sb, "&includeUninitialized=true").await;
+
+    let (code, created) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=1"),
+        None,
+        None,
+        Some(configmap("watched")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 202);
+    let (code, _) = put(&sb, "watched", initialized_by_first(created, |_| {})).await;
+    assert_eq!(code, 200);
+
+    // The sandbox has no configmaps of its own in default: these events are all ours.
+    assert_eq!(first_events(unaware, 1).await, [("ADDED", false)]);
+    assert_eq!(
+        first_events(aware, 2).await,
+        [("ADDED", true), ("MODIFIED", false)]
+    );
+}
+
+#[tokio::test]
+async fn a_failure_result_deletes_the_object_and_fails_the_create_with_it() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["deny.example.com"], "configmaps").await;
+    let create = create_in_background(&sb, "", configmap("refused"));
+    let mut obj = stored(&sb, "refused").await;
+    obj["metadata"]["initializers"]["result"] = json!({
+        "apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 403,
+        "reason": "Forbidden", "message": "refused by deny.example.com: no sidecar today",
+    });
+    let (code, written) = put(&sb, "refused", obj).await;
+    assert_eq!(code, 200, "{written}");
+
+    let (code, status) = create.await.unwrap();
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(
+        status["message"],
+        "refused by deny.example.com: no sidecar today"
+    );
+    assert_eq!(get(&sb, "refused").await.0, 404);
+}
+
+#[tokio::test]
+async fn a_create_times_out_with_504_after_its_timeout_and_the_object_stays() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["gone.example.com"], "configmaps").await;
+    let started = Instant::now();
+    let (code, status) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?timeout=1s"),
+        None,
+        None,
+        Some(configmap("stuck")),
+    )
+    .await
+    .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(code, 504, "{status}");
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["message"],
+        "Timeout: request did not complete within allowed duration"
+    );
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    let (code, obj) = get(&sb, "stuck").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        obj["metadata"]["initializers"]["pending"],
+        json!([{"name": "gone.example.com"}])
+    );
+}
+
+#[tokio::test]
+async fn an_uninitialized_object_can_be_deleted_and_its_waiting_create_fails() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["gone.example.com"], "configmaps").await;
+    let create = create_in_background(&sb, "?timeout=20s", configmap("doomed"));
+    stored(&sb, "doomed").await;
+    let (code, _) = raw(
+        &sb.client(),
+        "DELETE",
+        &format!("{CONFIGMAPS}/doomed"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let (code, status) = create.await.unwrap();
+    assert_eq!(code, 500, "{status}");
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: object deleted while waiting for creation"
+    );
+    assert_eq!(get(&sb, "doomed").await.0, 404);
+}
