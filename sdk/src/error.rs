@@ -59,4 +59,13 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// A request to the API server failed (controller mode).
+    #[error("failed to talk to the API server: {0}")]
+    Kube(#[source] kube::Error),
+    /// A request to the API server did not answer in time (controller mode).
+    #[error("the API server did not answer within {0:?}")]
+    ApiTimeout(std::time::Duration),
+    /// The controller mode's flags are missing or contradict each other.
+    #[error("invalid controller-mode arguments: {0}")]
+    ControllerArgs(String),
 }

@@ -63,6 +63,8 @@ impl Rejection {
 
 struct KindHandler<C> {
     gvk: GroupVersionKind,
+    /// The resource's plural name, for the controller mode's list, watch and update URLs.
+    plural: String,
     handler: AnyHandler<C>,
 }
 
@@ -162,6 +164,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self.handlers.retain(|e| e.gvk != gvk);
         self.handlers.push(KindHandler {
             gvk,
+            plural: K::plural(&()).into_owned(),
             handler: AnyHandler::Sync(Arc::new(typed)),
         });
         self
@@ -181,6 +184,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self.handlers.retain(|e| e.gvk != gvk);
         self.handlers.push(KindHandler {
             gvk,
+            plural: K::plural(&()).into_owned(),
             handler: AnyHandler::Async(Arc::new(typed)),
         });
         self
@@ -279,6 +283,21 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self.handlers.iter().map(|e| &e.gvk)
     }
 
+    /// The kinds with a handler and their resources' plural names.
+    pub(crate) fn resources(&self) -> impl Iterator<Item = (&GroupVersionKind, &str)> {
+        self.handlers.iter().map(|e| (&e.gvk, e.plural.as_str()))
+    }
+
+    /// Whether a failed handler refuses the object ([`FailurePolicy::Deny`]).
+    pub(crate) fn fails_closed(&self) -> bool {
+        self.failure_policy == FailurePolicy::Deny
+    }
+
+    /// Whether the handler of every object gets the mark written.
+    pub(crate) fn marks(&self) -> bool {
+        self.mark_initialized
+    }
+
     /// Answer a review given as bytes: the response document, or a rejection for bytes that
     /// are not a valid review. Counts the metrics.
     pub async fn review_json(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {
@@ -286,8 +305,13 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         match self.review(body).await {
             Ok((kind, response)) => {
                 let (json, patch_len) = response.to_json();
-                self.metrics
-                    .observe(&kind, response.verdict, start.elapsed(), patch_len);
+                self.metrics.observe(
+                    &kind,
+                    response.verdict,
+                    start.elapsed(),
+                    patch_len,
+                    crate::metrics::MODE_WEBHOOK,
+                );
                 Ok(json)
             }
             Err(rejection) => {
@@ -347,20 +371,29 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             dry_run: request.dry_run.unwrap_or(false),
         };
         let kind = info.kind.kind.clone();
+        Ok((kind, self.answer(info, object, old_object).await))
+    }
+
+    /// Run the handler of `info.kind` on `object` under the budget and the failure policy: the
+    /// answer to one request, from the webhook's reviews and the controller mode alike.
+    pub(crate) async fn answer(
+        &self,
+        info: RequestInfo,
+        object: Option<Box<serde_json::value::RawValue>>,
+        old_object: Option<Box<serde_json::value::RawValue>>,
+    ) -> Response {
+        let kind = info.kind.kind.clone();
         let uid = info.uid.clone();
 
         // Nothing to mutate (DELETE, CONNECT), no handler for this kind, or gated out: admit.
         let Some(object) = object else {
-            return Ok((kind, Response::allow(uid)));
+            return Response::allow(uid);
         };
         let Some(entry) = self.handlers.iter().find(|e| e.gvk == info.kind) else {
-            return Ok((kind, Response::allow(uid)));
+            return Response::allow(uid);
         };
         let Some(config) = self.config.current() else {
-            return Ok((
-                kind,
-                self.failed(uid, "its configuration is not loaded yet".into()),
-            ));
+            return self.failed(uid, "its configuration is not loaded yet".into());
         };
 
         let review = Review::new(Arc::new(info), old_object, config, Arc::clone(&self.name));
@@ -419,7 +452,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                 }
             }
         };
-        let response = match ran {
+        match ran {
             Ok(Err(())) => {
                 tracing::warn!(%uid, kind, budget = ?self.budget, "handler overran its budget");
                 self.failed(
@@ -459,11 +492,10 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                 }
                 response
             }
-        };
-        Ok((kind, response))
+        }
     }
 
-    fn failed(&self, uid: String, what: String) -> Response {
+    pub(crate) fn failed(&self, uid: String, what: String) -> Response {
         let mut response = Response::allow(uid);
         response.verdict = Verdict::Error;
         let message = format!("initializer {} failed: {what}", self.name);

@@ -99,6 +99,7 @@
 
 mod config;
 mod conn;
+mod controller;
 mod diff;
 #[cfg(feature = "init-tracing")]
 mod entry;
@@ -115,6 +116,7 @@ mod server;
 pub mod testing;
 mod tls;
 
+pub use controller::{Mode, Rule, Rules};
 #[cfg(feature = "init-tracing")]
 pub use entry::{init_tracing, run_main};
 pub use error::Error;

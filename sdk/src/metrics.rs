@@ -1,5 +1,7 @@
 //! Prometheus metrics: requests and latency per kind and verdict, patch sizes, refused requests,
-//! and where handlers ran.
+//! and where handlers ran. Handler runs of both modes count in the same families, told apart by
+//! the `mode` label (`webhook` or `controller`), so one dashboard serves both backends; the
+//! controller's writes have a family of their own (`initializer_controller_updates`).
 
 use std::time::Duration;
 
@@ -15,6 +17,18 @@ use crate::review::Verdict;
 struct RequestLabels {
     kind: String,
     verdict: &'static str,
+    mode: &'static str,
+}
+
+/// Handler runs for the webhook's admission reviews.
+pub(crate) const MODE_WEBHOOK: &str = "webhook";
+/// Handler runs for objects the controller mode found pending on this initializer.
+pub(crate) const MODE_CONTROLLER: &str = "controller";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpdateLabels {
+    kind: String,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,6 +79,8 @@ pub(crate) struct Metrics {
     invalid: Family<ReasonLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     lanes: [Counter; 3],
+    updates: Family<UpdateLabels, Counter>,
+    conflicts: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -99,14 +115,26 @@ impl Metrics {
             "Certificate and configuration files read after a change, by what and result",
             reloads.clone(),
         );
+        let updates = Family::<UpdateLabels, Counter>::default();
+        let conflicts = Counter::default();
+        registry.register(
+            "controller_updates",
+            "Controller mode: objects written back (the name removed, or a failure result set), by kind and result (mutated, unchanged, released, denied, failed, failed_open), or given up (gave_up)",
+            updates.clone(),
+        );
+        registry.register(
+            "controller_conflicts",
+            "Controller mode: updates answered 409 Conflict, each followed by a fresh read and a redo",
+            conflicts.clone(),
+        );
         registry.register(
             "admission_requests",
-            "Admission reviews answered, by kind and verdict",
+            "Handler runs answered, by kind, verdict and mode (webhook: admission reviews; controller: pending objects)",
             requests.clone(),
         );
         registry.register(
             "admission_duration_seconds",
-            "Time from the review's arrival to its answer, by kind and verdict",
+            "Time from the review's arrival (or the handler's start, in controller mode) to its answer, by kind, verdict and mode",
             latency.clone(),
         );
         registry.register(
@@ -132,20 +160,24 @@ impl Metrics {
             invalid,
             reloads,
             lanes,
+            updates,
+            conflicts,
         }
     }
 
-    /// Count one answered review.
+    /// Count one answered review (`mode` is [`MODE_WEBHOOK`] or [`MODE_CONTROLLER`]).
     pub(crate) fn observe(
         &self,
         kind: &str,
         verdict: Verdict,
         elapsed: Duration,
         patch_len: usize,
+        mode: &'static str,
     ) {
         let labels = RequestLabels {
             kind: kind.to_owned(),
             verdict: verdict.as_str(),
+            mode,
         };
         self.requests.get_or_create(&labels).inc();
         self.latency
@@ -171,6 +203,21 @@ impl Metrics {
         if let Some(counter) = self.lanes.get(lane) {
             counter.inc();
         }
+    }
+
+    /// Count one object the controller wrote back (or gave up on), by `result`.
+    pub(crate) fn observe_update(&self, kind: &str, result: &'static str) {
+        self.updates
+            .get_or_create(&UpdateLabels {
+                kind: kind.to_owned(),
+                result,
+            })
+            .inc();
+    }
+
+    /// Count one update answered 409 Conflict.
+    pub(crate) fn observe_conflict(&self) {
+        self.conflicts.inc();
     }
 
     /// Count one refused (HTTP error) request.

@@ -1,7 +1,8 @@
 //! The HTTPS server: `POST /initialize`, `GET /healthz`, `GET /readyz`, `GET /metrics` on one
 //! listener, certificate and configuration reload, graceful shutdown, and the bounds that keep
 //! a slow or greedy client from starving it (handshake, header, body and idle timeouts, a cap on
-//! connections).
+//! connections). In controller mode (`--mode controller`) the same server runs beside the
+//! controller, and `/readyz` also waits for its watches to list once.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -26,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::CONFIG_FILE;
 use crate::conn::{Activity, Limits, Tracked, Watched};
+use crate::controller::{self, Controller, Mode, Rules, Synced};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{Initializer, too_large};
@@ -107,6 +110,25 @@ pub struct ServeArgs {
     /// Most connections open at once; further clients wait in the listen backlog.
     #[arg(long, env = "INITIALIZER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// `webhook`: answer admission reviews on /initialize. `controller`: act on objects whose
+    /// metadata.initializers.pending starts with --pending-name (Kubernetes 1.7–1.13).
+    #[arg(long, env = "INITIALIZER_MODE", value_enum, default_value_t = Mode::Webhook)]
+    pub mode: Mode,
+    /// Controller mode: the fully qualified name looked for in pending[0] (required there).
+    #[arg(long, env = "INITIALIZER_PENDING_NAME")]
+    pub pending_name: Option<String>,
+    /// Controller mode: the InitializerConfiguration's rules as a JSON array of
+    /// {"apiGroups":[..],"apiVersions":[..],"resources":[..]}; every registered kind when absent.
+    #[arg(long, env = "INITIALIZER_RULES", value_parser = controller::parse_rules)]
+    pub rules: Option<Rules>,
+    /// Controller mode: a LabelSelector (JSON) on the object's namespace, as a webhook's
+    /// namespaceSelector; objects outside it get the name removed, unchanged.
+    #[arg(long, env = "INITIALIZER_NAMESPACE_SELECTOR", value_parser = controller::parse_selector)]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Controller mode: a LabelSelector (JSON) on the object's labels, as a webhook's
+    /// objectSelector; objects outside it get the name removed, unchanged.
+    #[arg(long, env = "INITIALIZER_OBJECT_SELECTOR", value_parser = controller::parse_selector)]
+    pub object_selector: Option<LabelSelector>,
 }
 
 impl ServeArgs {
@@ -132,7 +154,46 @@ impl ServeArgs {
             body_timeout_ms: DEFAULT_BODY_TIMEOUT.as_millis() as u64,
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT.as_secs(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            mode: Mode::Webhook,
+            pending_name: None,
+            rules: None,
+            namespace_selector: None,
+            object_selector: None,
         }
+    }
+
+    /// The same arguments in controller mode, acting on objects pending on `pending_name`.
+    pub fn controller(mut self, pending_name: impl Into<String>) -> Self {
+        self.mode = Mode::Controller;
+        self.pending_name = Some(pending_name.into());
+        self
+    }
+
+    /// What the controller mode needs from these arguments; the pending name is required.
+    fn controller_settings(
+        &self,
+        gate: Option<AnnotationGate>,
+    ) -> Result<controller::Settings, Error> {
+        let pending_name = self
+            .pending_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                Error::ControllerArgs(
+                    "--pending-name (INITIALIZER_PENDING_NAME) is required with --mode controller"
+                        .into(),
+                )
+            })?;
+        Ok(controller::Settings {
+            pending_name: pending_name.to_owned(),
+            rules: self.rules.as_ref().map(|r| r.0.clone()),
+            scope: controller::decide::Scope {
+                namespace_selector: self.namespace_selector.clone(),
+                object_selector: self.object_selector.clone(),
+                gate,
+            },
+        })
     }
 
     fn limits(&self) -> Limits {
@@ -169,9 +230,11 @@ impl ServeArgs {
 }
 
 struct AppState<C> {
-    initializer: Initializer<C>,
+    initializer: Arc<Initializer<C>>,
     tls: Arc<CertStore>,
     terminating: Arc<AtomicBool>,
+    /// Controller mode: whether every watch has listed once.
+    synced: Option<Arc<Synced>>,
 }
 
 /// The HTTP routes of an initializer, without TLS or a socket.
@@ -179,19 +242,26 @@ pub(crate) fn router<C: DeserializeOwned + Send + Sync + 'static>(
     initializer: Initializer<C>,
     tls: Arc<CertStore>,
 ) -> Router {
-    routes(initializer, tls, Arc::new(AtomicBool::new(false)))
+    routes(
+        Arc::new(initializer),
+        tls,
+        Arc::new(AtomicBool::new(false)),
+        None,
+    )
 }
 
 /// The routes, with `/readyz` failing once `terminating` is set.
 fn routes<C: DeserializeOwned + Send + Sync + 'static>(
-    initializer: Initializer<C>,
+    initializer: Arc<Initializer<C>>,
     tls: Arc<CertStore>,
     terminating: Arc<AtomicBool>,
+    synced: Option<Arc<Synced>>,
 ) -> Router {
     let state = Arc::new(AppState {
         initializer,
         tls,
         terminating,
+        synced,
     });
     Router::new()
         .route(INITIALIZE_PATH, post(initialize::<C>))
@@ -259,7 +329,8 @@ async fn readyz<C: DeserializeOwned + Send + Sync + 'static>(
     }
     let tls = state.tls.is_loaded();
     let config = state.initializer.config_loaded();
-    if tls && config {
+    let watches = state.synced.as_ref().is_none_or(|s| s.is_synced());
+    if tls && config && watches {
         (StatusCode::OK, "ok").into_response()
     } else {
         let mut missing = Vec::new();
@@ -268,6 +339,9 @@ async fn readyz<C: DeserializeOwned + Send + Sync + 'static>(
         }
         if !config {
             missing.push("configuration");
+        }
+        if !watches {
+            missing.push("the first list of every watched kind");
         }
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -297,6 +371,7 @@ pub struct Server {
     terminating: Arc<AtomicBool>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    controller: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
@@ -314,6 +389,11 @@ impl Server {
     /// Stop accepting connections, let in-flight requests finish, and return when done.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
+        if let Some(controller) = self.controller
+            && let Err(e) = controller.await
+        {
+            tracing::error!(error = %e, "controller task failed");
+        }
         if let Err(e) = self.task.await {
             tracing::error!(error = %e, "server task failed");
         }
@@ -321,8 +401,32 @@ impl Server {
 }
 
 impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
-    /// Apply the arguments (name, gate, budget, config dir), bind, and serve in the background.
+    /// Apply the arguments (name, gate, budget, config dir), bind, and serve in the background
+    /// as a webhook (whatever `args.mode` says; [`Initializer::run`] chooses by it).
     pub async fn bind(mut self, args: &ServeArgs) -> Result<Server, Error> {
+        self.configure(args);
+        Self::listen(Arc::new(self), args, None).await
+    }
+
+    /// Apply the arguments as [`bind`](Self::bind) does, serve `/healthz`, `/readyz` and
+    /// `/metrics` (and `/initialize`) in the background, and run the controller mode with
+    /// `client`: watch the kinds the rules match and act on objects pending on
+    /// `args.pending_name` until [`Server::shutdown`].
+    pub async fn bind_controller(
+        mut self,
+        args: &ServeArgs,
+        client: kube::Client,
+    ) -> Result<Server, Error> {
+        self.configure(args);
+        let settings = args.controller_settings(self.annotation_gate.clone())?;
+        let initializer = Arc::new(self);
+        let controller = Arc::new(Controller::new(Arc::clone(&initializer), client, settings));
+        let mut server = Self::listen(initializer, args, Some(controller.synced())).await?;
+        server.controller = Some(tokio::spawn(controller.run(server.shutdown.clone())));
+        Ok(server)
+    }
+
+    fn configure(&mut self, args: &ServeArgs) {
         if let Some(name) = args.name.as_deref().filter(|n| !n.is_empty()) {
             self.name = Arc::from(name);
         }
@@ -341,15 +445,22 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             self.config.set_path(args.config_dir.join(CONFIG_FILE));
         }
         self.body_timeout = Duration::from_millis(args.body_timeout_ms.max(1));
+    }
+
+    async fn listen(
+        initializer: Arc<Self>,
+        args: &ServeArgs,
+        synced: Option<Arc<Synced>>,
+    ) -> Result<Server, Error> {
         let tls = Arc::new(CertStore::new(&args.tls_dir));
-        let metrics = Arc::clone(&self.metrics);
+        let metrics = Arc::clone(&initializer.metrics);
         let record = move |what: &'static str, result: Option<&'static str>| {
             if let Some(result) = result {
                 metrics.observe_reload(what, result);
             }
         };
         record("certificate", tls.poll_and_log());
-        record("configuration", self.config.poll_and_log());
+        record("configuration", initializer.config.poll_and_log());
 
         let addr = args.listen_addr();
         let listener = TcpListener::bind(addr)
@@ -362,7 +473,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         let shutdown = CancellationToken::new();
 
         let interval = Duration::from_millis(args.reload_interval_ms.max(10));
-        let config = Arc::clone(&self.config);
+        let config = Arc::clone(&initializer.config);
         let watched_tls = Arc::clone(&tls);
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -386,7 +497,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             }
         });
 
-        let kinds: Vec<String> = self
+        let kinds: Vec<String> = initializer
             .kinds()
             .map(|k| match k.group.as_str() {
                 "" => format!("{}/{}", k.version, k.kind),
@@ -395,14 +506,20 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             .collect();
         tracing::info!(
             %local_addr,
-            initializer = %self.name,
+            initializer = %initializer.name,
             ?kinds,
-            annotation_gate = ?self.annotation_gate,
-            budget = ?self.budget,
+            annotation_gate = ?initializer.annotation_gate,
+            budget = ?initializer.budget,
+            mode = if synced.is_some() { "controller" } else { "webhook" },
             "serving"
         );
         let terminating = Arc::new(AtomicBool::new(false));
-        let app = routes(self, Arc::clone(&tls), Arc::clone(&terminating));
+        let app = routes(
+            initializer,
+            Arc::clone(&tls),
+            Arc::clone(&terminating),
+            synced,
+        );
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
         let task = tokio::spawn(accept_loop(
             Listener {
@@ -420,13 +537,25 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             terminating,
             shutdown,
             task,
+            controller: None,
         })
     }
 
     /// Serve until SIGTERM or SIGINT; then keep serving for the shutdown delay with `/readyz`
     /// failing (a second signal cuts it short), then drain in-flight requests and return.
+    ///
+    /// With `--mode controller` the client comes from `kube::Client::try_default()` (in the
+    /// cluster, or `KUBECONFIG`), and the controller runs beside the server.
     pub async fn run(self, args: ServeArgs) -> Result<(), Error> {
-        let server = self.bind(&args).await?;
+        let server = match args.mode {
+            Mode::Webhook => self.bind(&args).await?,
+            Mode::Controller => {
+                // Refuse bad flags before reaching for a cluster.
+                args.controller_settings(None)?;
+                let client = kube::Client::try_default().await.map_err(Error::Kube)?;
+                self.bind_controller(&args, client).await?
+            }
+        };
         shutdown_signal().await?;
         let delay = Duration::from_secs(args.shutdown_delay_seconds);
         tracing::info!(
