@@ -7,12 +7,16 @@ NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 .PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
-## the real control plane. Ctrl-C stops it
+## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
+## Initializers (spec.backend: InitializerConfiguration), on the sandbox in legacy mode (the
+## only place that serves them). Ctrl-C stops it
 CLUSTER ?= sandbox
+LEGACY ?=
 run: build $(if $(filter real,$(CLUSTER)),controlplane)
-	E2E_CLUSTER=$(CLUSTER) $(CARGO) run -q -p initializer-e2e --bin demo
+	E2E_CLUSTER=$(CLUSTER) E2E_LEGACY=$(LEGACY) $(CARGO) run -q -p initializer-e2e --bin demo
 
-## e2e: the end-to-end suite on the sandbox, in one process, with the timings table at the end
+## e2e: the end-to-end suite on the sandbox, in one process, with the timings table at the end;
+## the legacy backend's scenarios run last, on a second sandbox started in legacy mode
 e2e: build e2e-kind-lint
 	$(CARGO) test -p initializer-e2e --test e2e
 

@@ -88,6 +88,11 @@ pub use initializer_controlplane::signal::PodSignal as PodAction;
 pub enum BackendChoice {
     /// The embedded sandbox, started in-process (the default).
     Sandbox,
+    /// The embedded sandbox in its legacy mode: it also serves the Kubernetes 1.7–1.13
+    /// Initializers (`admissionregistration.k8s.io/v1alpha1` `InitializerConfiguration`,
+    /// `metadata.initializers`). No real control plane we can run here serves them, so the
+    /// legacy scenarios and `make run LEGACY=1` run on this one only.
+    LegacySandbox,
     /// The real control plane, built from the Go modules and started by this process.
     Real,
     /// The cluster of a kubeconfig context (`None`: the current context).
@@ -107,6 +112,28 @@ impl BackendChoice {
             .ok()
             .filter(|c| !c.is_empty());
         Self::parse(&cluster, context)
+    }
+
+    /// The backend of `make run LEGACY=1`: [`from_env`](Self::from_env) when `E2E_LEGACY` is
+    /// empty or `0`, else the legacy sandbox, which only the sandbox can be.
+    pub fn from_env_with_legacy() -> anyhow::Result<Self> {
+        let legacy = std::env::var("E2E_LEGACY").unwrap_or_default();
+        Self::with_legacy(Self::from_env()?, &legacy)
+    }
+
+    /// `choice`, or its legacy-mode variant when `legacy` is set (anything but empty or `0`).
+    pub fn with_legacy(choice: Self, legacy: &str) -> anyhow::Result<Self> {
+        if legacy.is_empty() || legacy == "0" {
+            return Ok(choice);
+        }
+        match choice {
+            Self::Sandbox | Self::LegacySandbox => Ok(Self::LegacySandbox),
+            other => anyhow::bail!(
+                "failed to run with LEGACY={legacy} on {other:?}: only the sandbox serves the \
+                 Kubernetes 1.7–1.13 Initializers (admissionregistration.k8s.io/v1alpha1); the real \
+                 control plane is Kubernetes 1.35, which removed them"
+            ),
+        }
     }
 
     /// The choice for the given `E2E_CLUSTER` value and context.
@@ -178,6 +205,26 @@ mod tests {
                 kind: false
             }
         );
+    }
+
+    #[test]
+    fn legacy_means_the_sandbox_in_legacy_mode_and_nothing_else() {
+        assert_eq!(
+            BackendChoice::with_legacy(BackendChoice::Sandbox, "1").unwrap(),
+            BackendChoice::LegacySandbox
+        );
+        assert_eq!(
+            BackendChoice::with_legacy(BackendChoice::Sandbox, "0").unwrap(),
+            BackendChoice::Sandbox
+        );
+        assert_eq!(
+            BackendChoice::with_legacy(BackendChoice::Real, "").unwrap(),
+            BackendChoice::Real
+        );
+        let err = BackendChoice::with_legacy(BackendChoice::Real, "1")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("v1alpha1") && err.contains("1.35"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,10 @@ impl Env {
                 paths::require_binaries()?;
                 Arc::new(SandboxBackend::start().await?)
             }
+            BackendChoice::LegacySandbox => {
+                paths::require_binaries()?;
+                Arc::new(SandboxBackend::start_legacy().await?)
+            }
             BackendChoice::Real => {
                 paths::require_binaries()?;
                 Arc::new(RealBackend::start().await?)

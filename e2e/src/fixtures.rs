@@ -90,6 +90,28 @@ pub fn sidecar_initializer(
     initializer(name, spec)
 }
 
+/// The `spec.backend` that registers an Initializer the Kubernetes 1.7 way: an
+/// `InitializerConfiguration`, with the initializer run as a controller.
+pub const LEGACY_BACKEND: &str = "InitializerConfiguration";
+
+/// `initializer` with `spec.backend` set to `backend`.
+pub fn with_backend(initializer: &Initializer, backend: &str) -> anyhow::Result<Initializer> {
+    let mut value =
+        serde_json::to_value(initializer).context("failed to serialize the Initializer")?;
+    value["spec"]["backend"] = json!(backend);
+    let changed: Initializer =
+        serde_json::from_value(value).context("failed to read the Initializer back")?;
+    // Before the operator knew the field, the round trip dropped it: say so rather than test
+    // the webhook backend by mistake.
+    anyhow::ensure!(
+        serde_json::to_value(&changed)
+            .ok()
+            .is_some_and(|v| v["spec"]["backend"] == json!(backend)),
+        "the Initializer type has no spec.backend {backend}"
+    );
+    Ok(changed)
+}
+
 /// The tutorial's nginx Deployment, with the sidecar annotation when `annotated`.
 pub fn nginx_deployment(name: &str, annotated: bool, replicas: i32) -> anyhow::Result<Deployment> {
     let mut deployment: Deployment = serde_json::from_value(json!({
@@ -191,6 +213,19 @@ mod tests {
         assert_eq!(
             health.failure_threshold,
             initializer_crds::DEFAULT_FAILURE_THRESHOLD
+        );
+    }
+
+    #[test]
+    fn the_legacy_backend_is_asked_for_in_the_spec() {
+        let target = ("t".to_string(), "v".to_string());
+        let init = sidecar_initializer("s", "ns", &target, Health::default()).unwrap();
+        let legacy = with_backend(&init, LEGACY_BACKEND).unwrap();
+        let spec = serde_json::to_value(&legacy.spec).unwrap();
+        assert_eq!(spec["backend"], LEGACY_BACKEND);
+        assert_eq!(
+            spec["image"],
+            serde_json::to_value(&init.spec).unwrap()["image"]
         );
     }
 

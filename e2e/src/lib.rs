@@ -16,6 +16,7 @@ pub mod fixtures;
 pub mod images;
 pub mod install;
 pub mod kind;
+pub mod legacy;
 pub mod load;
 pub mod ops;
 pub mod paths;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
+use crate::backend::BackendChoice;
 use crate::env::Env;
 use crate::scope::Scope;
 use crate::timings::{self, Row, RowHandle};
@@ -37,6 +38,17 @@ impl Ctx {
 /// A scenario's body.
 pub type Body = fn(Ctx) -> BoxFuture<'static, anyhow::Result<()>>;
 
+/// Where a scenario runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// The backend `E2E_CLUSTER` / `E2E_KUBECONTEXT` choose.
+    ChosenBackend,
+    /// The sandbox in legacy mode (Kubernetes 1.7–1.13 Initializers), started by the runner
+    /// after the chosen backend's scenarios (the chosen backend is stopped first, so the two
+    /// never share the machine).
+    LegacySandbox,
+}
+
 /// One named scenario.
 #[derive(Clone, Copy)]
 pub struct Scenario {
@@ -46,15 +58,18 @@ pub struct Scenario {
     pub ignore: Option<&'static str>,
     /// What it does.
     pub body: Body,
+    /// Where it runs.
+    pub needs: Needs,
 }
 
 impl Scenario {
-    /// A scenario that runs.
+    /// A scenario that runs on the chosen backend.
     pub const fn new(name: &'static str, body: Body) -> Self {
         Self {
             name,
             ignore: None,
             body,
+            needs: Needs::ChosenBackend,
         }
     }
 
@@ -64,6 +79,15 @@ impl Scenario {
             name,
             ignore: Some(reason),
             body,
+            needs: Needs::ChosenBackend,
+        }
+    }
+
+    /// The same scenario, run on the sandbox in legacy mode.
+    pub const fn on_legacy_sandbox(self) -> Self {
+        Self {
+            needs: Needs::LegacySandbox,
+            ..self
         }
     }
 }
@@ -189,80 +213,59 @@ async fn run(args: &Args, selected: &[&Scenario]) -> ExitCode {
         selected.len(),
         if selected.len() == 1 { "" } else { "s" }
     );
-    let to_run: Vec<&&Scenario> = selected.iter().filter(|s| args.runs(s)).collect();
-    let env = if to_run.is_empty() {
-        None
-    } else {
-        match Env::start().await {
-            Ok(env) => Some(Arc::new(env)),
-            Err(err) => {
-                let message = format!("{err:#}");
-                for scenario in selected {
-                    if args.runs(scenario) {
-                        println!("test {} ... FAILED", scenario.name);
-                    } else {
-                        println!(
-                            "test {} ... ignored, {}",
-                            scenario.name,
-                            scenario.ignore.unwrap_or_default()
-                        );
-                    }
-                }
-                println!("\nfailures:\n    the environment did not start: {message}");
-                println!(
-                    "\ntest result: FAILED. 0 passed; {} failed; {} ignored; 0 measured; 0 filtered out",
-                    to_run.len(),
-                    selected.len() - to_run.len()
-                );
-                return ExitCode::from(101);
-            }
-        }
-    };
-    let mut rows: Vec<Row> = Vec::new();
+    let mut envs = Envs::default();
+    let mut tables: Vec<(String, Vec<Row>)> = Vec::new();
     let mut failures: Vec<(String, String)> = Vec::new();
     let mut ignored = 0;
     for scenario in selected {
-        let (true, Some(env)) = (args.runs(scenario), env.as_ref()) else {
+        let label = table_label(scenario.needs);
+        let row = if args.runs(scenario) {
+            let (row, result) = match envs.get(scenario.needs).await {
+                Ok(env) => run_one(env, scenario).await,
+                Err(message) => {
+                    let row = Row {
+                        scenario: scenario.name.to_string(),
+                        outcome: "FAILED".to_string(),
+                        ..Row::default()
+                    };
+                    (
+                        row,
+                        Err(format!("the environment did not start: {message}")),
+                    )
+                }
+            };
+            match result {
+                Ok(()) => println!("test {} ... ok", scenario.name),
+                Err(message) => {
+                    println!("test {} ... FAILED", scenario.name);
+                    eprintln!("---- {} ----\n{message}\n", scenario.name);
+                    failures.push((scenario.name.to_string(), message));
+                }
+            }
+            row
+        } else {
             ignored += 1;
             println!(
                 "test {} ... ignored, {}",
                 scenario.name,
                 scenario.ignore.unwrap_or_default()
             );
-            rows.push(Row {
+            Row {
                 scenario: scenario.name.to_string(),
                 outcome: "ignored".to_string(),
                 ..Row::default()
-            });
-            continue;
+            }
         };
-        let (row, result) = run_one(env.clone(), scenario).await;
-        match result {
-            Ok(()) => println!("test {} ... ok", scenario.name),
-            Err(message) => {
-                println!("test {} ... FAILED", scenario.name);
-                eprintln!("---- {} ----\n{message}\n", scenario.name);
-                failures.push((scenario.name.to_string(), message));
-            }
+        match tables.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, rows)) => rows.push(row),
+            None => tables.push((label, vec![row])),
         }
-        rows.push(row);
     }
-    if let Some(env) = &env {
-        let resources = env.backend.resources();
-        if !resources.is_empty() {
-            println!("\n{} at the end of the run:", env.backend.name());
-            for line in resources {
-                println!("  {line}");
-            }
+    envs.shutdown().await;
+    for (label, rows) in &tables {
+        if rows.iter().any(|row| row.outcome != "ignored") {
+            println!("\ntimings ({label}):\n{}", timings::render(rows));
         }
-        env.shutdown().await;
-    }
-    if rows.iter().any(|row| row.outcome != "ignored") {
-        println!(
-            "\ntimings ({}):\n{}",
-            backend_label(),
-            timings::render(&rows)
-        );
     }
     if !failures.is_empty() {
         println!("failures:");
@@ -285,6 +288,73 @@ async fn run(args: &Args, selected: &[&Scenario]) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(101)
+    }
+}
+
+/// The one environment up at a time: started when the first scenario needing it runs, stopped
+/// when a scenario needs another one (scenarios are ordered so that this happens once).
+#[derive(Default)]
+struct Envs {
+    current: Option<(Needs, Arc<Env>)>,
+    // An environment that failed to start is not started again for every scenario.
+    failed: Vec<(Needs, String)>,
+}
+
+impl Envs {
+    async fn get(&mut self, needs: Needs) -> Result<Arc<Env>, String> {
+        if let Some((_, message)) = self.failed.iter().find(|(n, _)| *n == needs) {
+            return Err(message.clone());
+        }
+        if let Some((current, env)) = &self.current
+            && *current == needs
+        {
+            return Ok(env.clone());
+        }
+        self.shutdown().await;
+        let choice = match needs {
+            Needs::ChosenBackend => BackendChoice::from_env(),
+            Needs::LegacySandbox => Ok(BackendChoice::LegacySandbox),
+        };
+        let started = match choice {
+            Ok(choice) => Env::start_with(choice).await,
+            Err(err) => Err(err),
+        };
+        match started {
+            Ok(env) => {
+                let env = Arc::new(env);
+                self.current = Some((needs, env.clone()));
+                Ok(env)
+            }
+            Err(err) => {
+                let message = format!("{err:#}");
+                self.failed.push((needs, message.clone()));
+                Err(message)
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some((_, env)) = self.current.take() {
+            let resources = env.backend.resources();
+            if !resources.is_empty() {
+                println!("\n{} at the end of its scenarios:", env.backend.name());
+                for line in resources {
+                    println!("  {line}");
+                }
+            }
+            env.shutdown().await;
+        }
+    }
+}
+
+/// The label of the timings table of the scenarios that need `needs`.
+fn table_label(needs: Needs) -> String {
+    match needs {
+        Needs::ChosenBackend => backend_label(),
+        Needs::LegacySandbox => format!(
+            "{}: the sandbox serving the Kubernetes 1.7 Initializers",
+            crate::sandbox::LEGACY_NAME
+        ),
     }
 }
 
@@ -378,6 +448,7 @@ mod tests {
             name,
             ignore,
             body: |_| async { Ok(()) }.boxed(),
+            needs: Needs::ChosenBackend,
         }
     }
 

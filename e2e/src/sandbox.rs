@@ -20,6 +20,7 @@ use crate::{images, paths};
 
 /// The embedded sandbox, owned by this process.
 pub struct SandboxBackend {
+    name: &'static str,
     client: Client,
     kubeconfig: PathBuf,
     handle: Mutex<Option<SandboxHandle>>,
@@ -30,14 +31,30 @@ pub struct SandboxBackend {
 impl SandboxBackend {
     /// Starts a sandbox with a fresh state directory and the image map of our binaries.
     pub async fn start() -> anyhow::Result<Self> {
-        let state_dir = paths::state_dir("sandbox", "pod logs under logs/")?;
+        Self::start_in(Mode::Current).await
+    }
+
+    /// Starts a sandbox in legacy mode: it serves the Kubernetes 1.7–1.13 Initializers
+    /// (`InitializerConfiguration`, `metadata.initializers`) besides everything else.
+    pub async fn start_legacy() -> anyhow::Result<Self> {
+        Self::start_in(Mode::LegacyInitializers).await
+    }
+
+    async fn start_in(mode: Mode) -> anyhow::Result<Self> {
+        let name = match mode {
+            Mode::Current => "sandbox",
+            Mode::LegacyInitializers => LEGACY_NAME,
+        };
+        let state_dir = paths::state_dir(name, "pod logs under logs/")?;
         let image_map = images::write_image_map(state_dir.path())?;
         let mut config = SandboxConfig::new(state_dir.path());
         config.image_map = Some(image_map);
+        config.legacy_initializers = mode == Mode::LegacyInitializers;
         let handle = Sandbox::start(config)
             .await
-            .context("failed to start the sandbox")?;
+            .with_context(|| format!("failed to start the {name}"))?;
         Ok(Self {
+            name,
             client: handle.client(),
             kubeconfig: handle.kubeconfig_path().to_path_buf(),
             handle: Mutex::new(Some(handle)),
@@ -49,6 +66,15 @@ impl SandboxBackend {
     pub fn state_dir(&self) -> &Path {
         self.state_dir.path()
     }
+}
+
+/// The backend's name when it serves the 1.7 Initializers (logs, the timings table's label).
+pub const LEGACY_NAME: &str = "sandbox-legacy";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Current,
+    LegacyInitializers,
 }
 
 /// Asks the sandbox to freeze, thaw or kill a pod, over its HTTPS API.
@@ -72,7 +98,7 @@ pub async fn pod_action(
 
 impl Backend for SandboxBackend {
     fn name(&self) -> &str {
-        "sandbox"
+        self.name
     }
 
     fn kubeconfig_path(&self) -> &Path {

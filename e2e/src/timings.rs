@@ -45,6 +45,21 @@ pub struct Row {
     pub fallback_in_force: Option<Duration>,
     /// Missed initializations: as reported by the operator, and as counted by the harness.
     pub missed: Option<Missed>,
+    /// Legacy backend: from the failure to the last object stuck on the dead initializer's
+    /// pending name being released (its create answered).
+    pub failure_to_released: Option<Duration>,
+    /// Legacy backend: objects released from the dead initializer's pending name.
+    pub released: Option<Released>,
+}
+
+/// Objects released from a dead initializer's pending name (the legacy backend).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Released {
+    /// The count in the Initializer's status (`details.releasedObjects`).
+    pub reported: i64,
+    /// The objects the harness saw stuck on the name (created while the initializer was
+    /// down and answered uninjected).
+    pub stuck: usize,
 }
 
 /// Missed initializations of one window.
@@ -82,7 +97,7 @@ impl RowHandle {
     }
 }
 
-const HEADERS: [&str; 13] = [
+const HEADERS: [&str; 15] = [
     "scenario",
     "outcome",
     "to registered",
@@ -96,11 +111,13 @@ const HEADERS: [&str; 13] = [
     "failed creates (failure)",
     "failed creates (recovery)",
     "missed",
+    "failure→released",
+    "released",
 ];
 
 /// The table as text, one line per scenario, columns aligned.
 pub fn render(rows: &[Row]) -> String {
-    let cells: Vec<[String; 13]> = rows
+    let cells: Vec<[String; 15]> = rows
         .iter()
         .map(|row| {
             [
@@ -119,6 +136,11 @@ pub fn render(rows: &[Row]) -> String {
                 row.missed.map_or_else(
                     || "-".to_string(),
                     |m| format!("{}/{}", m.reported, m.actual),
+                ),
+                duration(row.failure_to_released),
+                row.released.map_or_else(
+                    || "-".to_string(),
+                    |r| format!("{}/{}", r.reported, r.stuck),
                 ),
             ]
         })
@@ -188,6 +210,19 @@ mod tests {
             ..Row::default()
         }]);
         assert!(with_missed.contains("| 4/4 ") && with_missed.contains("0.87s"));
+        let with_released = render(&[Row {
+            failure_to_released: Some(Duration::from_millis(2_040)),
+            released: Some(Released {
+                reported: 5,
+                stuck: 5,
+            }),
+            ..Row::default()
+        }]);
+        assert!(
+            with_released.contains("| 2.04s ") && with_released.contains("| 5/5 "),
+            "{with_released}"
+        );
+        assert!(with_released.lines().next().unwrap().contains("released"));
         assert!(
             with_missed
                 .lines()

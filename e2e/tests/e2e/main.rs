@@ -10,6 +10,7 @@ mod alerts;
 mod common;
 mod failure;
 mod injection;
+mod legacy;
 mod lifecycle;
 mod registration;
 
@@ -23,6 +24,9 @@ use initializer_e2e::runner::{self, Scenario};
 macro_rules! scenario {
     ($module:ident :: $name:ident) => {
         Scenario::new(stringify!($name), |ctx| $module::$name(ctx).boxed())
+    };
+    ($module:ident :: $name:ident, legacy) => {
+        Scenario::new(stringify!($name), |ctx| $module::$name(ctx).boxed()).on_legacy_sandbox()
     };
     ($module:ident :: $name:ident, ignore = $reason:expr) => {
         Scenario::ignored(stringify!($name), $reason, |ctx| {
@@ -47,6 +51,26 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(lifecycle::suspended_initializer_stays_deregistered_until_resumed),
     scenario!(lifecycle::bad_input_is_refused_and_registers_nothing),
     scenario!(lifecycle::operator_killed_mid_rollout_converges_without_duplicates_or_orphans),
+    scenario!(legacy::legacy_backend_without_the_api_is_invalid_and_deploys_nothing),
+];
+
+/// The legacy backend's scenarios: on the sandbox in legacy mode, after the others (the runner
+/// stops the chosen backend and starts that sandbox). Only the sandbox serves the Kubernetes 1.7
+/// Initializers, so on the real control plane and kind they are not in the suite at all.
+const LEGACY_SCENARIOS: &[Scenario] = &[
+    scenario!(
+        legacy::legacy_walkthrough_sidecar_is_injected_only_where_annotated,
+        legacy
+    ),
+    scenario!(
+        legacy::legacy_dead_initializer_is_deregistered_and_stuck_creates_released,
+        legacy
+    ),
+    scenario!(legacy::legacy_own_pods_never_deadlock, legacy),
+    scenario!(
+        legacy::legacy_denial_fails_the_create_with_the_handlers_message,
+        legacy
+    ),
 ];
 
 /// Scenarios that need what only some backends have, and why the others cannot run them.
@@ -60,8 +84,10 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[(
 /// fails saying what the backend lacks).
 fn scenarios() -> Vec<Scenario> {
     let sandbox = matches!(BackendChoice::from_env(), Ok(BackendChoice::Sandbox));
+    let legacy: &[Scenario] = if sandbox { LEGACY_SCENARIOS } else { &[] };
     SCENARIOS
         .iter()
+        .chain(legacy)
         .map(|scenario| {
             match NOT_ON_THE_SANDBOX
                 .iter()

@@ -1,5 +1,6 @@
 //! `make run`: the safety story on the embedded sandbox, told step by step (`make run
-//! CLUSTER=real`: the same story on the real control plane).
+//! CLUSTER=real`: the same story on the real control plane; `make run LEGACY=1`: the same
+//! story on the Kubernetes 1.7 Initializers, on the sandbox in legacy mode, in `legacy.rs`).
 //!
 //! Starts the sandbox (no cluster needed), installs the operator from the bundle, applies the
 //! tutorial's sidecar Initializer and nginx Deployment, shows the injected pod, freezes the
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use initializer_crds::Initializer;
+use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::load::CreateLoad;
@@ -34,25 +36,36 @@ const DEMO_LABEL: (&str, &str) = ("initializer.dev/demo", "true");
 const FIELD_MANAGER: &str = "initializer-demo";
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+mod legacy;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     initializer_telemetry::Logging::new()
         .filter("DEMO_LOG", "off")
         .stderr()
         .init();
+    let choice = BackendChoice::from_env_with_legacy()?;
+    let legacy = choice == BackendChoice::LegacySandbox;
     say(&format!(
         "starting the {} and installing the operator from the bundle ...",
         backend_noun()
     ));
     let env = tokio::select! {
-        env = Env::start() => env?,
+        env = Env::start_with(choice) => env?,
         _ = tokio::signal::ctrl_c() => {
             say("interrupted");
             return Ok(());
         }
     };
+    let told = async {
+        if legacy {
+            legacy::story(&env).await
+        } else {
+            story(&env).await
+        }
+    };
     let outcome = tokio::select! {
-        outcome = story(&env) => outcome,
+        outcome = told => outcome,
         _ = tokio::signal::ctrl_c() => {
             say("interrupted");
             Ok(())
@@ -437,9 +450,10 @@ async fn print_pods(client: &Client, namespace: &str) -> anyhow::Result<()> {
 
 /// What the demo runs on, as the messages name it.
 fn backend_noun() -> &'static str {
-    match std::env::var("E2E_CLUSTER").as_deref() {
-        Ok("real") => "real control plane",
-        Ok("kind") => "cluster",
+    match BackendChoice::from_env_with_legacy() {
+        Ok(BackendChoice::Real) => "real control plane",
+        Ok(BackendChoice::Cluster { .. }) => "cluster",
+        Ok(BackendChoice::LegacySandbox) => "sandbox (serving the Kubernetes 1.7 Initializers)",
         _ => "sandbox",
     }
 }

@@ -1,0 +1,320 @@
+//! `make run LEGACY=1`: the same safety story on the Kubernetes 1.7 Initializers, on the
+//! sandbox in legacy mode. The Initializer asks for `spec.backend: InitializerConfiguration`:
+//! the operator runs the initializer as a controller, registers an `InitializerConfiguration`
+//! once a canary comes back initialized, and when the initializer stops it removes the
+//! configuration and releases the objects left pending on it (the walkthrough's section 4,
+//! done by hand there).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use initializer_crds::Initializer;
+use initializer_e2e::env::Env;
+use initializer_e2e::fixtures::{self, Health, LEGACY_BACKEND};
+use initializer_e2e::legacy::{self, InitializerConfiguration};
+use initializer_e2e::load::{Attempt, CreateLoad};
+use initializer_e2e::ops;
+use initializer_e2e::watch::{Change, Recorder};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+use super::{
+    APPS_NS, DEMO_LABEL, FIELD_MANAGER, INITIALIZER, TIMEOUT, WORKLOAD_NS, allow_workloads,
+    apply_namespace, explain, print_pods, say, step, wait_app_pod,
+};
+
+/// The story, act by act; waits for Ctrl-C at the end.
+pub async fn story(env: &Env) -> anyhow::Result<()> {
+    let client = env.client();
+    explain(env);
+
+    step(
+        "1. the walkthrough's sidecar initializer, registered the Kubernetes 1.7 way (spec.backend: InitializerConfiguration)",
+    );
+    apply_namespace(
+        &client,
+        WORKLOAD_NS,
+        Some((
+            initializer_crds::constants::WORKLOADS_LABEL,
+            initializer_crds::constants::WORKLOADS_LABEL_VALUE,
+        )),
+    )
+    .await?;
+    allow_workloads(&client, WORKLOAD_NS, &env.operator_namespace).await?;
+    apply_namespace(&client, APPS_NS, Some(DEMO_LABEL)).await?;
+    let target = (DEMO_LABEL.0.to_string(), DEMO_LABEL.1.to_string());
+    let initializer = fixtures::with_backend(
+        &fixtures::sidecar_initializer(INITIALIZER, WORKLOAD_NS, &target, Health::default())?,
+        LEGACY_BACKEND,
+    )?;
+    let configurations: Recorder<InitializerConfiguration> =
+        Recorder::start(Api::all(client.clone()), watcher::Config::default(), |c| {
+            legacy::belongs_to(c, INITIALIZER)
+        });
+    let applied = Instant::now();
+    Api::<Initializer>::all(client.clone())
+        .patch(
+            INITIALIZER,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&initializer),
+        )
+        .await
+        .context("failed to apply the sidecar Initializer")?;
+    say(&format!(
+        "applied Initializer {INITIALIZER} with backend {LEGACY_BACKEND}: the initializer runs as a controller watching Deployments with includeUninitialized=true"
+    ));
+    let (configuration, registered) =
+        legacy::wait_registered(&client, INITIALIZER, TIMEOUT).await?;
+    let pending_name = configuration.names().into_iter().next().unwrap_or_default();
+    say(&format!(
+        "registered {:.1}s later, once its pods were ready and a canary created pending on it came back initialized:",
+        (registered - applied).as_secs_f64()
+    ));
+    say(&format!(
+        "  InitializerConfiguration {}: initializer {pending_name} for {:?}",
+        configuration.name_any(),
+        configuration
+            .initializers
+            .iter()
+            .flat_map(|i| i.rules.iter().flat_map(|r| r.resources.clone()))
+            .collect::<Vec<_>>()
+    ));
+    print_pods(&client, WORKLOAD_NS).await?;
+
+    step(
+        "2. the walkthrough's nginx Deployments: the annotated one gets the sidecar, the other is untouched",
+    );
+    for (name, annotated) in [("nginx", false), ("nginx-with-annotation", true)] {
+        let deployment = fixtures::nginx_deployment(name, annotated, 1)?;
+        let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&deployment),
+            )
+            .await
+            .with_context(|| format!("failed to apply Deployment {name}"))?;
+        say(&format!(
+            "Deployment {name} created with containers {:?}",
+            fixtures::template_containers(&created)
+        ));
+        wait_app_pod(&client, name).await?;
+    }
+    print_pods(&client, APPS_NS).await?;
+    let path = legacy::deployments_path(APPS_NS);
+    let watched = serde_json::to_value(fixtures::nginx_deployment("nginx-watched", true, 0)?)?;
+    let created_at = Instant::now();
+    let created = legacy::create_uninitialized(&client, &path, &watched).await?;
+    say(&format!(
+        "created nginx-watched with ?includeUninitialized=true: answered at once, pending on {:?}",
+        legacy::pending_names(&created)
+    ));
+    let initialized = legacy::wait_initialized(&client, &path, "nginx-watched", TIMEOUT).await?;
+    say(&format!(
+        "+{:.2}s the initializer injected it and removed its name in one update: containers {:?}, pending {:?}",
+        created_at.elapsed().as_secs_f64(),
+        legacy::template_containers(&initialized),
+        legacy::pending_names(&initialized)
+    ));
+
+    step(
+        "3. the initializer stops: every pod frozen (the walkthrough's section 4: creates hang, objects stay uninitialized)",
+    );
+    let pods: Vec<String> = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let frozen_at = Instant::now();
+    for pod in &pods {
+        env.backend.freeze_pod(WORKLOAD_NS, pod).await?;
+    }
+    let template = fixtures::nginx_deployment("web", true, 0)?;
+    let load = CreateLoad::start(
+        Api::<Deployment>::namespaced(client.clone(), APPS_NS),
+        Duration::from_millis(500),
+        move |n| {
+            let mut deployment = template.clone();
+            deployment.metadata.name = Some(format!("web-{n}"));
+            deployment
+        },
+        fixtures::has_sidecar,
+    );
+    say(&format!(
+        "froze {}; creating an annotated Deployment every 0.5s (each create waits for its pending list to empty)",
+        pods.join(", ")
+    ));
+    let stuck = serde_json::to_value(fixtures::nginx_deployment("nginx-stuck", true, 0)?)?;
+    let stuck = legacy::create_uninitialized(&client, &path, &stuck).await?;
+    let hidden = !legacy::list(&client, &path, false)
+        .await?
+        .iter()
+        .any(|d| d["metadata"]["name"] == "nginx-stuck");
+    say(&format!(
+        "nginx-stuck created uninitialized, pending on {:?}: {} `kubectl get deploy`, listed only with includeUninitialized=true",
+        legacy::pending_names(&stuck),
+        if hidden {
+            "hidden from"
+        } else {
+            "(unexpectedly) shown by"
+        }
+    ));
+    let mut printed = 0;
+    let mut removed: Option<Instant> = None;
+    let mut released: Option<Instant> = None;
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if removed.is_none()
+            && let Some(seen) =
+                configurations.first_after(frozen_at, |s| s.change == Change::Deleted)
+        {
+            removed = Some(seen.at);
+            say(&format!(
+                "+{:.1}s the operator removed the InitializerConfiguration: new objects are no longer assigned to the initializer",
+                (seen.at - frozen_at).as_secs_f64()
+            ));
+        }
+        if removed.is_some()
+            && released.is_none()
+            && legacy::pending_on(&client, &path, &pending_name)
+                .await?
+                .is_empty()
+        {
+            let at = Instant::now();
+            released = Some(at);
+            say(&format!(
+                "+{:.1}s no object is pending on {pending_name} any more: the operator removed the dead name from every object still waiting on it",
+                (at - frozen_at).as_secs_f64()
+            ));
+        }
+        let mut attempts = load.attempts();
+        attempts.sort_by_key(|a| a.finished);
+        print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
+        printed = attempts.len();
+        let settled = released.is_some_and(|at| {
+            attempts
+                .iter()
+                .filter(|a| a.started > at && a.succeeded())
+                .count()
+                >= 3
+        });
+        if settled || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    say("waiting for the creates still in flight ...");
+    let mut attempts = load.stop().await;
+    attempts.sort_by_key(|a| a.finished);
+    print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
+    let failed = attempts.iter().filter(|a| !a.succeeded()).count();
+    let longest = attempts
+        .iter()
+        .map(|a| a.finished - a.started)
+        .max()
+        .unwrap_or_default();
+    say(&format!(
+        "{failed} of {} creates failed; the longest waited {:.1}s (the API server of that era gave up after 30s)",
+        attempts.len(),
+        longest.as_secs_f64()
+    ));
+    if let Some(object) = legacy::get_uninitialized(&client, &path, "nginx-stuck").await? {
+        say(&format!(
+            "nginx-stuck now: pending {:?}, containers {:?} (released without the sidecar; recreate it once the initializer is back)",
+            legacy::pending_names(&object),
+            legacy::template_containers(&object)
+        ));
+    }
+    if let Ok(initializer) = ops::initializer(&client, INITIALIZER).await {
+        say(&format!(
+            "Initializer status: {}; releasedObjects {}",
+            ops::describe(&initializer),
+            legacy::detail(&initializer, legacy::RELEASED_DETAIL).unwrap_or("-")
+        ));
+    }
+    if let Ok(note) = legacy::wait_event(
+        &client,
+        INITIALIZER,
+        legacy::RELEASED_EVENT_REASON,
+        Duration::from_secs(5),
+    )
+    .await
+    {
+        say(&format!("Event {}: {note}", legacy::RELEASED_EVENT_REASON));
+    }
+
+    step("4. the initializer recovers: pods thawed");
+    let thawed_at = Instant::now();
+    let live: Vec<String> = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    for pod in pods.iter().filter(|p| live.contains(p)) {
+        env.backend.thaw_pod(WORKLOAD_NS, pod).await?;
+    }
+    let back = configurations
+        .wait_for(
+            "the InitializerConfiguration to come back",
+            thawed_at,
+            TIMEOUT,
+            |s| s.change == Change::Added,
+        )
+        .await?;
+    say(&format!(
+        "+{:.1}s registered again, once the canary came back initialized",
+        (back.at - thawed_at).as_secs_f64()
+    ));
+    let after = fixtures::nginx_deployment("nginx-after", true, 1)?;
+    let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
+        .patch(
+            "nginx-after",
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&after),
+        )
+        .await?;
+    say(&format!(
+        "Deployment nginx-after created with containers {:?}",
+        fixtures::template_containers(&created)
+    ));
+    wait_app_pod(&client, "nginx-after").await?;
+    print_pods(&client, APPS_NS).await?;
+
+    step("done: the sandbox keeps running until Ctrl-C");
+    explain(env);
+    say("  kubectl get initializers");
+    say("  kubectl get initializerconfigurations");
+    say(&format!("  kubectl get deploy,pods -n {APPS_NS}"));
+    say(&format!(
+        "  kubectl get --raw '{}?includeUninitialized=true'   # today's kubectl has no --include-uninitialized",
+        legacy::deployments_path(APPS_NS)
+    ));
+    tokio::signal::ctrl_c()
+        .await
+        .context("failed to wait for Ctrl-C")?;
+    Ok(())
+}
+
+/// Prints each create's outcome, timed from the freeze.
+fn print_attempts(attempts: &[Attempt], frozen_at: Instant) {
+    for attempt in attempts {
+        let started = attempt
+            .started
+            .saturating_duration_since(frozen_at)
+            .as_secs_f64();
+        let took = (attempt.finished - attempt.started).as_secs_f64();
+        match &attempt.outcome {
+            Ok(true) => say(&format!(
+                "+{started:.1}s create ok, sidecar injected ({took:.2}s)"
+            )),
+            Ok(false) => say(&format!(
+                "+{started:.1}s create ok after {took:.2}s, not injected: released from the dead initializer, or created after its configuration was removed"
+            )),
+            Err(message) => say(&format!(
+                "+{started:.1}s create failed after {took:.2}s: {message}"
+            )),
+        }
+    }
+}
