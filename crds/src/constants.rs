@@ -96,3 +96,19 @@ pub const DEGRADED_TIMEOUT_SECONDS: i32 = 1;
 pub const TEMPLATE_HASH_ANNOTATION: &str = "initializer.dev/template-hash";
 /// Annotation on the initializer's Deployment: the workload generation its pods were given.
 pub const WORKLOAD_GENERATION_ANNOTATION: &str = "initializer.dev/workload-generation";
+
+/// Domain every pending name of the `InitializerConfiguration` backend ends in: the Initializer
+/// `NAME` whose workload runs in `NS` is pending as `NAME.NS.initializer-operator.io`.
+pub const PENDING_NAME_DOMAIN: &str = "initializer-operator.io";
+/// Label on the canary objects the operator creates to probe an initializer of the
+/// `InitializerConfiguration` backend end to end; its value is the Initializer's label.
+pub const CANARY_LABEL: &str = "initializer-operator.io/canary";
+/// Group and version of the original Initializers' configuration (Kubernetes 1.7–1.13).
+pub const LEGACY_GROUP_VERSION: &str = "admissionregistration.k8s.io/v1alpha1";
+/// Plural resource of the original Initializers' configuration.
+pub const LEGACY_PLURAL: &str = "initializerconfigurations";
+/// Kind of the original Initializers' configuration.
+pub const LEGACY_KIND: &str = "InitializerConfiguration";
+/// Key of the Initializer's `status.details` holding how many objects still pending on its
+/// name were released when its `InitializerConfiguration` was last removed.
+pub const RELEASED_OBJECTS_DETAIL: &str = "releasedObjects";

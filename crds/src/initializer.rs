@@ -267,6 +267,7 @@ pub fn protected_rule() -> kube::core::Rule {
 )]
 #[x_kube(validation = Rule::new("has(self.image) || has(self.preset)").message("spec.image or spec.preset is required"))]
 #[x_kube(validation = Rule::new("!has(self.health) || !has(self.health.latencyBudgetMillis) || self.health.latencyBudgetMillis <= self.timeoutSeconds * 1000").message("spec.health.latencyBudgetMillis must not exceed spec.timeoutSeconds"))]
+#[x_kube(validation = backend_immutable_rule())]
 #[serde(rename_all = "camelCase")]
 pub struct InitializerSpec {
     /// Container image of the initializer. When omitted, `preset` is required and the operator
@@ -361,6 +362,48 @@ pub struct InitializerSpec {
     /// enforced during an outage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fallback>,
+
+    /// How the initializer is put in the API server's path: a `MutatingWebhookConfiguration`
+    /// (`Webhook`, the default), or, on Kubernetes 1.7–1.13 API servers that serve
+    /// `admissionregistration.k8s.io/v1alpha1`, an `InitializerConfiguration` with the
+    /// initializer running as a controller (`InitializerConfiguration`). Immutable: switching
+    /// would leave objects pending on a name nothing serves.
+    #[serde(default)]
+    pub backend: Backend,
+}
+
+/// How an initializer is put in the API server's path.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Backend {
+    /// A `MutatingWebhookConfiguration` calling the initializer's `/initialize` over HTTPS.
+    #[default]
+    Webhook,
+    /// The original Initializers (Kubernetes 1.7–1.13, alpha): an `InitializerConfiguration`
+    /// (`admissionregistration.k8s.io/v1alpha1`) adds the initializer's name to
+    /// `metadata.initializers.pending` of new objects, and the initializer, run as a
+    /// controller, removes it. Only `CREATE`, no fallback, no reinvocation.
+    InitializerConfiguration,
+}
+
+impl Backend {
+    /// The value as written in the spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Webhook => "Webhook",
+            Backend::InitializerConfiguration => "InitializerConfiguration",
+        }
+    }
+}
+
+/// The CEL transition rule keeping `spec.backend` as it was set at creation (an absent value is
+/// the default, `Webhook`, so objects stored before the field existed keep the webhook).
+pub fn backend_immutable_rule() -> kube::core::Rule {
+    let of = |side: &str| format!("(has({side}.backend) ? {side}.backend : 'Webhook')");
+    kube::core::Rule::new(format!("{} == {}", of("self"), of("oldSelf"))).message(
+        kube::core::Message::Message(
+            "spec.backend is immutable: delete the Initializer and create it again to change the backend".into(),
+        ),
+    )
 }
 
 /// A safety net for policies that CEL can state: while the initializer is degraded or
@@ -686,7 +729,10 @@ pub struct InitializerStatus {
     /// Expiry of the serving certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_not_after: Option<Time>,
-    /// Extra detail by key, for humans (for example the last probe error).
+    /// Extra detail by key, for humans (for example the last probe error). With
+    /// `backend: InitializerConfiguration`, `releasedObjects` is how many objects still pending
+    /// on the initializer's name had it removed when its configuration was last removed (so
+    /// their creates do not stay stuck), and `pendingName` is the name it is pending as.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub details: BTreeMap<String, String>,
     /// The last time the initializer left the path, step by step.
@@ -788,6 +834,35 @@ mod tests {
         let scope = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
             ["properties"]["rules"]["items"]["properties"]["scope"];
         assert_eq!(scope["default"], "Namespaced", "{scope}");
+    }
+
+    #[test]
+    fn the_backend_defaults_to_webhook_and_is_guarded_by_a_transition_rule() {
+        let spec: InitializerSpec = serde_json::from_value(serde_json::json!({
+            "image": "x", "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+        }))
+        .unwrap();
+        assert_eq!(spec.backend, Backend::Webhook);
+        let crd = serde_json::to_value(<Initializer as kube::CustomResourceExt>::crd()).unwrap();
+        let spec_schema =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let backend = &spec_schema["properties"]["backend"];
+        assert_eq!(backend["default"], "Webhook", "{backend}");
+        assert_eq!(
+            backend["enum"],
+            serde_json::json!(["Webhook", "InitializerConfiguration"])
+        );
+        let rules = spec_schema["x-kubernetes-validations"].as_array().unwrap();
+        let rule = rules
+            .iter()
+            .find(|r| r["rule"].as_str().unwrap().contains("oldSelf.backend"))
+            .expect("a transition rule on spec.backend");
+        assert!(
+            rule["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("spec.backend is immutable")
+        );
     }
 
     #[test]

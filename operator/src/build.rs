@@ -73,6 +73,9 @@ pub struct Desired {
     /// The fallback policy and its binding, in force only while the initializer is degraded or
     /// out of the path (`None` without `spec.fallback`).
     pub fallback: Option<FallbackPolicy>,
+    /// With `backend: InitializerConfiguration`, the configuration registered instead of
+    /// [`Desired::webhook`] and the RBAC of the initializer's controller.
+    pub legacy: Option<legacy::LegacyDesired>,
 }
 
 /// A ValidatingAdmissionPolicy and the binding that puts it in force.
@@ -134,6 +137,7 @@ pub fn build(
         pdb: pdb(v, owner),
         webhook: webhook(v, &tls.ca.cert_pem),
         fallback: fallback(v),
+        legacy: legacy::legacy(v, owner),
     }
 }
 
@@ -249,6 +253,18 @@ pub fn container_env(v: &Validated) -> Vec<EnvVar> {
     vars
 }
 
+/// The container's arguments: with the `InitializerConfiguration` backend, the controller mode's
+/// ([`legacy::controller_args`]) first; then the spec's. `None` when there are none.
+pub fn container_args(v: &Validated) -> Option<Vec<String>> {
+    let mut args = v
+        .pending_name
+        .as_deref()
+        .map(|pending| legacy::controller_args(v, pending))
+        .unwrap_or_default();
+    args.extend(v.spec.args.iter().cloned());
+    (!args.is_empty()).then_some(args)
+}
+
 /// The container's resources: the spec's, or small requests when the spec gives none.
 pub fn resources(v: &Validated) -> ResourceRequirements {
     match &v.spec.resources {
@@ -323,7 +339,7 @@ pub fn deployment(
                 .unwrap_or_else(|| settings.preset_image.clone()),
         ),
         image_pull_policy: Some("IfNotPresent".into()),
-        args: (!v.spec.args.is_empty()).then(|| v.spec.args.clone()),
+        args: container_args(v),
         env: Some(container_env(v)),
         ports: Some(vec![ContainerPort {
             name: Some(INITIALIZER_PORT_NAME.to_string()),
@@ -725,6 +741,8 @@ pub fn stamp_generation(deployment: &mut Deployment, hash: &str, generation: i64
         vars.push(env(GENERATION_ENV, generation.to_string()));
     }
 }
+
+pub mod legacy;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -29,6 +29,9 @@ pub struct Names {
     pub webhook: String,
     /// The fallback ValidatingAdmissionPolicy and its binding.
     pub fallback: String,
+    /// With the `InitializerConfiguration` backend, the ClusterRole and ClusterRoleBinding that
+    /// let the initializer's ServiceAccount watch and update what it initializes.
+    pub cluster_role: String,
 }
 
 /// Derives every object name from an Initializer's name. Names that are not DNS-1035 labels or
@@ -75,6 +78,7 @@ pub fn names(initializer: &str) -> Names {
         config_map: format!("{base}-config"),
         configuration: format!("initializer-{base}"),
         fallback: format!("initializer-{base}-fallback"),
+        cluster_role: format!("initializer-{base}-controller"),
         webhook: format!("{base}.initializers.{GROUP}"),
         label,
         base,

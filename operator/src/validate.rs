@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use initializer_crds::constants::{SYSTEM_NAMESPACES, WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE};
 use initializer_crds::{
-    ConfigSource, FailurePolicy, HealthPolicy, InitializerSpec, InterceptRule, Operation,
+    Backend, ConfigSource, FailurePolicy, HealthPolicy, InitializerSpec, InterceptRule, Operation,
     PROTECTED_SUMMARY, protected_reached,
 };
 
@@ -84,6 +84,9 @@ pub struct Validated {
     pub config: ConfigPlan,
     /// The user's image, or `None` for the built-in preset initializer.
     pub image: Option<String>,
+    /// With `backend: InitializerConfiguration`, the name the initializer is pending as
+    /// ([`legacy::pending_name`]); `None` with the webhook backend.
+    pub pending_name: Option<String>,
 }
 
 /// Validates a spec for the Initializer `name`, with the operator running in
@@ -119,6 +122,10 @@ pub fn validate(
             "the annotation name must not be empty",
         ));
     }
+    let pending_name = (spec.backend == Backend::InitializerConfiguration).then(|| {
+        refusals.extend(legacy::refusals(spec, name, &namespace));
+        legacy::pending_name(name, &namespace)
+    });
     match (refusals.is_empty(), config) {
         (true, Some(config)) => Ok(Validated {
             spec: spec.clone(),
@@ -128,6 +135,7 @@ pub fn validate(
             health: spec.health_policy(),
             config,
             image,
+            pending_name,
         }),
         _ => Err(refusals),
     }
@@ -180,10 +188,11 @@ pub fn workload_namespace_refusal(
     ))
 }
 
-/// Whether the initializer's pods get an API token mounted (`spec.apiAccess`); by default
-/// they run with none.
+/// Whether the initializer's pods get an API token mounted: with `spec.apiAccess`, and always
+/// with the `InitializerConfiguration` backend, whose initializer is a controller that watches
+/// and updates the objects it initializes; by default they run with none.
 pub fn automount_token(spec: &InitializerSpec) -> bool {
-    spec.api_access
+    spec.api_access || spec.backend == Backend::InitializerConfiguration
 }
 
 /// The namespace that holds the CA Secret (and its private key): always the operator's, so no
@@ -590,6 +599,8 @@ fn config_source(source: &ConfigSource, refusals: &mut Vec<Refusal>) -> Option<C
         }
     }
 }
+
+pub mod legacy;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -553,3 +553,117 @@ fn the_serving_certificate_names_the_service() {
     let ns = d.service.metadata.namespace.unwrap();
     assert!(info.dns_names.contains(&format!("{svc}.{ns}.svc")));
 }
+
+fn legacy_desired() -> Desired {
+    let mut spec = sidecar().spec;
+    spec.backend = initializer_crds::Backend::InitializerConfiguration;
+    spec.object_selector = Some(LabelSelector {
+        match_labels: Some(BTreeMap::from([("team".into(), "a".into())])),
+        match_expressions: None,
+    });
+    let v = validate(&spec, "initializer-system", "sidecar").unwrap();
+    build(&v, &TLS, &settings(), Some(&owner()))
+}
+
+const PENDING: &str = "sidecar.initializer-system.initializer-operator.io";
+
+#[test]
+fn the_webhook_backend_builds_no_legacy_objects_and_runs_the_spec_args_alone() {
+    let d = desired();
+    assert!(d.legacy.is_none());
+    let args = pod_spec(&d.deployment).containers[0].args.clone().unwrap();
+    assert_eq!(args, sidecar().spec.args);
+}
+
+#[test]
+fn the_legacy_backend_runs_the_initializer_as_a_controller_with_the_contract_args() {
+    let d = legacy_desired();
+    let pod = pod_spec(&d.deployment);
+    let args = pod.containers[0].args.clone().unwrap();
+    let value = |flag: &str| {
+        let at = args.iter().position(|a| a == flag).unwrap();
+        args[at + 1].clone()
+    };
+    assert_eq!(args[..2], ["--mode", "controller"]);
+    assert_eq!(value("--pending-name"), PENDING);
+    let rules: serde_json::Value = serde_json::from_str(&value("--rules")).unwrap();
+    assert_eq!(
+        rules,
+        serde_json::json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}])
+    );
+    let namespaces: LabelSelector = serde_json::from_str(&value("--namespace-selector")).unwrap();
+    assert_eq!(
+        namespaces,
+        d.webhook.webhooks.as_ref().unwrap()[0]
+            .namespace_selector
+            .clone()
+            .unwrap(),
+        "the same namespaces as the webhook would intercept"
+    );
+    let objects: LabelSelector = serde_json::from_str(&value("--object-selector")).unwrap();
+    assert_eq!(objects.match_labels.unwrap()["team"], "a");
+    assert!(
+        args.ends_with(&sidecar().spec.args),
+        "the spec's args come last: {args:?}"
+    );
+    assert_eq!(pod.automount_service_account_token, Some(true));
+    assert_eq!(
+        d.service_account.automount_service_account_token,
+        Some(true)
+    );
+}
+
+#[test]
+fn the_legacy_configuration_names_the_pending_name_and_the_rules_without_operations() {
+    let d = legacy_desired();
+    let legacy = d.legacy.unwrap();
+    assert_eq!(legacy.pending_name, PENDING);
+    let configuration = serde_json::to_value(&legacy.configuration).unwrap();
+    assert_eq!(
+        configuration["apiVersion"],
+        "admissionregistration.k8s.io/v1alpha1"
+    );
+    assert_eq!(configuration["kind"], "InitializerConfiguration");
+    assert_eq!(configuration["metadata"]["name"], "initializer-sidecar");
+    assert_eq!(
+        configuration["metadata"]["labels"][INITIALIZER_LABEL],
+        "sidecar"
+    );
+    assert!(configuration["metadata"].get("ownerReferences").is_none());
+    assert_eq!(
+        configuration["initializers"],
+        serde_json::json!([{
+            "name": PENDING,
+            "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}],
+        }])
+    );
+}
+
+#[test]
+fn the_controller_may_watch_and_update_what_it_initializes_and_list_namespaces_only() {
+    let legacy = legacy_desired().legacy.unwrap();
+    let role = &legacy.cluster_role;
+    assert_eq!(
+        role.metadata.name.as_deref(),
+        Some("initializer-sidecar-controller")
+    );
+    assert_eq!(role.metadata.owner_references, Some(vec![owner()]));
+    let rules = role.rules.as_ref().unwrap();
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].api_groups.as_deref().unwrap(), ["apps"]);
+    assert_eq!(rules[0].resources.as_deref().unwrap(), ["deployments"]);
+    assert_eq!(rules[0].verbs, ["get", "list", "watch", "update"]);
+    assert_eq!(rules[1].resources.as_deref().unwrap(), ["namespaces"]);
+    assert_eq!(rules[1].verbs, ["list", "watch"]);
+    let binding = &legacy.cluster_role_binding;
+    assert_eq!(binding.role_ref.name, "initializer-sidecar-controller");
+    let subject = &binding.subjects.as_ref().unwrap()[0];
+    assert_eq!(
+        (
+            subject.kind.as_str(),
+            subject.name.as_str(),
+            subject.namespace.as_deref()
+        ),
+        ("ServiceAccount", "sidecar", Some("initializer-system"))
+    );
+}

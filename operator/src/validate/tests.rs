@@ -720,3 +720,126 @@ fn every_refusal_is_reported_at_once() {
     assert_eq!(refused(&spec).len(), 3);
     assert!(describe(&refused(&spec)).contains("spec.replicas"));
 }
+
+fn legacy_sidecar() -> InitializerSpec {
+    let mut spec = sidecar().spec;
+    spec.backend = initializer_crds::Backend::InitializerConfiguration;
+    spec
+}
+
+#[test]
+fn the_legacy_sidecar_is_accepted_with_its_pending_name() {
+    let validated = validate(&legacy_sidecar(), "initializer-system", "sidecar").unwrap();
+    assert_eq!(
+        validated.pending_name.as_deref(),
+        Some("sidecar.initializer-system.initializer-operator.io")
+    );
+    let webhook = validate(&sidecar().spec, "initializer-system", "sidecar").unwrap();
+    assert_eq!(webhook.pending_name, None);
+}
+
+#[test]
+fn the_legacy_backend_refuses_what_it_cannot_honour_all_at_once() {
+    let mut spec = legacy_sidecar();
+    spec.rules[0].operations = vec![Operation::Create, Operation::Update];
+    spec.rules.push(rule(&[""], &["pods/status", "*"]));
+    spec.rules.push(InterceptRule {
+        operations: vec![Operation::All],
+        ..rule(&[""], &["configmaps"])
+    });
+    spec.reinvocation_policy = initializer_crds::ReinvocationPolicy::IfNeeded;
+    spec.fallback = Some(
+        serde_json::from_value(serde_json::json!({
+            "validations": [{"expression": "true"}]
+        }))
+        .unwrap(),
+    );
+    let refusals = refused(&spec);
+    let fields: Vec<&str> = refusals.iter().map(|r| r.field.as_str()).collect();
+    for field in [
+        "spec.rules[0].operations",
+        "spec.rules[1].resources",
+        "spec.rules[2].operations",
+        "spec.fallback",
+        "spec.reinvocationPolicy",
+    ] {
+        assert!(fields.contains(&field), "{field} not in {fields:?}");
+    }
+    assert_eq!(
+        refusals
+            .iter()
+            .filter(|r| r.field == "spec.rules[1].resources"
+                && r.message.starts_with("backend InitializerConfiguration"))
+            .count(),
+        2,
+        "both the subresource and the wildcard: {refusals:?}"
+    );
+    let ops = refusals
+        .iter()
+        .find(|r| r.field == "spec.rules[0].operations")
+        .unwrap();
+    assert!(ops.message.contains("creates only"), "{}", ops.message);
+    // The same spec with the webhook backend has no such refusal.
+    spec.backend = initializer_crds::Backend::Webhook;
+    let webhook = validate(&spec, "initializer-system", "sidecar")
+        .err()
+        .unwrap_or_default();
+    assert!(
+        webhook
+            .iter()
+            .all(|r| r.field != "spec.reinvocationPolicy" && r.field != "spec.rules[0].operations"),
+        "{webhook:?}"
+    );
+}
+
+#[test]
+fn a_pending_name_the_api_server_would_refuse_is_refused_with_its_message() {
+    let long = "a".repeat(230);
+    let refusals = validate(&legacy_sidecar(), "initializer-system", &long).unwrap_err();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0].field, "metadata.name");
+    assert!(
+        refusals[0]
+            .message
+            .ends_with("must be no more than 253 characters"),
+        "{}",
+        refusals[0].message
+    );
+    // The longest name that fits is accepted.
+    let fits = "a".repeat(253 - ".initializer-system.initializer-operator.io".len());
+    assert!(validate(&legacy_sidecar(), "initializer-system", &fits).is_ok());
+    let upper = validate(&legacy_sidecar(), "initializer-system", "Sidecar").unwrap_err();
+    assert!(upper[0].message.contains("lowercase RFC 1123 subdomain"));
+}
+
+#[test]
+fn fully_qualified_names_are_checked_as_the_era_checked_them() {
+    use super::legacy::fully_qualified_refusal;
+    assert_eq!(
+        fully_qualified_refusal("sidecar.initializer.kubernetes.io"),
+        None
+    );
+    assert_eq!(
+        fully_qualified_refusal("sidecar.example").as_deref(),
+        Some("should be a domain with at least three segments separated by dots")
+    );
+    assert!(fully_qualified_refusal("a..b.c").is_some());
+    assert!(fully_qualified_refusal("-a.b.c").is_some());
+    assert!(fully_qualified_refusal("a_b.c.d").is_some());
+    assert_eq!(
+        fully_qualified_refusal("").as_deref(),
+        Some("Required value")
+    );
+}
+
+#[test]
+fn the_legacy_backend_needs_the_v1alpha1_api() {
+    assert_eq!(super::legacy::api_refusal(true), None);
+    let refusal = super::legacy::api_refusal(false).unwrap();
+    assert_eq!(refusal.field, "spec.backend");
+    assert!(
+        refusal
+            .message
+            .contains("does not serve admissionregistration.k8s.io/v1alpha1")
+    );
+}
