@@ -147,6 +147,9 @@ impl Sandbox {
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
                 let opts = WriteOptions {
                     field_manager: Some("sandbox".into()),
+                    // A restored InitializerConfiguration matching namespaces must not hold
+                    // the start.
+                    include_uninitialized: true,
                     ..Default::default()
                 };
                 api.create(&ns_type, None, body, &opts)

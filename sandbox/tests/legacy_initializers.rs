@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod api_support;
+mod workload_support;
 
 use std::time::{Duration, Instant};
 
@@ -20,11 +21,22 @@ async fn legacy() -> TestSandbox {
     start_with(|c| c.legacy_initializers = true).await
 }
 
-/// A configuration whose one initializer applies to configmaps.
+/// A configuration whose initializers apply to one core resource.
 async fn configure(sb: &TestSandbox, config: &str, initializers: &[&str], resource: &str) {
+    configure_group(&sb.client(), config, initializers, "", resource).await;
+}
+
+/// A configuration whose initializers apply to `group`'s `resource`.
+async fn configure_group(
+    client: &kube::Client,
+    config: &str,
+    initializers: &[&str],
+    group: &str,
+    resource: &str,
+) {
     let initializers: Vec<Value> = initializers
         .iter()
-        .map(|n| json!({"name": n, "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": [resource]}]}))
+        .map(|n| json!({"name": n, "rules": [{"apiGroups": [group], "apiVersions": ["*"], "resources": [resource]}]}))
         .collect();
     let body = json!({
         "apiVersion": "admissionregistration.k8s.io/v1alpha1",
@@ -32,7 +44,7 @@ async fn configure(sb: &TestSandbox, config: &str, initializers: &[&str], resour
         "metadata": {"name": config},
         "initializers": initializers,
     });
-    let (code, out) = raw(&sb.client(), "POST", CONFIGS, None, None, Some(body))
+    let (code, out) = raw(client, "POST", CONFIGS, None, None, Some(body))
         .await
         .unwrap();
     assert_eq!(code, 201, "{out}");
@@ -556,4 +568,143 @@ async fn an_uninitialized_object_can_be_deleted_and_its_waiting_create_fails() {
         "Internal error occurred: object deleted while waiting for creation"
     );
     assert_eq!(get(&sb, "doomed").await.0, 404);
+}
+
+/// Pods of `app` in `ns`, initialized or not.
+async fn all_pods(client: &kube::Client, ns: &str, app: &str) -> Vec<Value> {
+    let (code, list) = raw(
+        client,
+        "GET",
+        &format!(
+            "/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}&includeUninitialized=true"
+        ),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{list}");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Removes the first pending name of `ns/plural/name` in one update, as an initializer does.
+async fn initialize(client: &kube::Client, path: &str) {
+    let (code, obj) = raw(client, "GET", path, None, None, None).await.unwrap();
+    assert_eq!(code, 200, "{obj}");
+    let (code, out) = raw(
+        client,
+        "PUT",
+        path,
+        None,
+        None,
+        Some(initialized_by_first(obj, |_| {})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{out}");
+}
+
+const WORKLOAD_WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_deployment_created_uninitialized_gets_no_pods_until_initialized() {
+    let env = workload_support::Env::start_with(|c| c.legacy_initializers = true).await;
+    env.namespace("apps").await;
+    configure_group(
+        &env.client,
+        "sidecar",
+        &["sidecar.example.com"],
+        "apps",
+        "deployments",
+    )
+    .await;
+    let (code, created) = raw(
+        &env.client,
+        "POST",
+        "/apis/apps/v1/namespaces/apps/deployments?includeUninitialized=1",
+        None,
+        None,
+        Some(workload_support::app_deployment(
+            "held",
+            1,
+            json!([]),
+            json!([]),
+        )),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 202, "{created}");
+
+    // The controller does not see the Deployment: no pod, not even an uninitialized one.
+    let quiet_until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < quiet_until {
+        assert!(all_pods(&env.client, "apps", "held").await.is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    initialize(
+        &env.client,
+        "/apis/apps/v1/namespaces/apps/deployments/held",
+    )
+    .await;
+    workload_support::wait_for(
+        "a ready pod of the initialized deployment",
+        WORKLOAD_WAIT,
+        || async {
+            let pods = env.pods("apps", "app=held").await;
+            (pods.len() == 1 && pods.iter().all(workload_support::is_ready)).then_some(())
+        },
+    )
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn pods_of_a_deployment_get_pending_names_and_run_only_once_initialized() {
+    let env = workload_support::Env::start_with(|c| c.legacy_initializers = true).await;
+    env.namespace("apps").await;
+    configure_group(&env.client, "pods", &["pods.example.com"], "", "pods").await;
+    let _: k8s_openapi::api::apps::v1::Deployment = env
+        .create(
+            "apps",
+            workload_support::app_deployment("web", 1, json!([]), json!([])),
+        )
+        .await;
+
+    let pod = workload_support::wait_for("an uninitialized pod", WORKLOAD_WAIT, || async {
+        all_pods(&env.client, "apps", "web")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(
+        pod["metadata"]["initializers"]["pending"],
+        json!([{"name": "pods.example.com"}])
+    );
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+
+    // Not run: the node agent does not see it, so it gets no address and no phase; and the
+    // controller, which does not see it either, makes no second one.
+    let quiet_until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < quiet_until {
+        let pods = all_pods(&env.client, "apps", "web").await;
+        assert_eq!(pods.len(), 1, "{pods:?}");
+        assert!(pods[0]["status"].get("podIP").is_none(), "{}", pods[0]);
+        assert!(env.pods("apps", "app=web").await.is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    initialize(&env.client, &format!("/api/v1/namespaces/apps/pods/{name}")).await;
+    workload_support::wait_for(
+        "the initialized pod running and ready",
+        WORKLOAD_WAIT,
+        || async {
+            let pods = env.pods("apps", "app=web").await;
+            (pods.len() == 1 && pods.iter().all(workload_support::is_ready)).then_some(())
+        },
+    )
+    .await;
+    env.stop().await;
 }

@@ -30,6 +30,11 @@ pub struct Env {
 
 impl Env {
     pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`Env::start`] after `tweak` adjusts the configuration (legacy mode, ...).
+    pub async fn start_with(tweak: impl FnOnce(&mut SandboxConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let map = dir.path().join("images.yaml");
         std::fs::write(
@@ -42,6 +47,7 @@ impl Env {
         .unwrap();
         let mut config = SandboxConfig::new(dir.path().join("state"));
         config.image_map = Some(map);
+        tweak(&mut config);
         let sandbox = Sandbox::start(config).await.unwrap();
         let client = sandbox.client();
         Self {

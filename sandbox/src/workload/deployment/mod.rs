@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -44,7 +44,57 @@ const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(10);
 struct Expectations {
     pending: HashSet<String>,
     deleting: HashSet<String>,
+    /// Created pods the API server answered uninitialized (legacy mode): hidden from the pod
+    /// cache until their initializers finish, and waited for as long as they exist.
+    uninitialized: HashSet<String>,
     since: Option<Instant>,
+}
+
+/// Whether the controller may act on a Deployment again: every create and delete it made has
+/// shown up in the cache, or the wait timed out and no pod it created is still initializing.
+/// A pod held by initializers keeps the Deployment waiting (in Kubernetes 1.7–1.13 the
+/// ReplicaSet controller likewise kept its expectation for a create that timed out waiting for
+/// initialization), so a stuck initializer does not make the controller pile up pods.
+fn expectations_met(exp: &Expectations, timed_out: bool) -> bool {
+    (exp.pending.is_empty() && exp.deleting.is_empty())
+        || (timed_out && exp.uninitialized.is_empty())
+}
+
+/// How a pod create ended.
+enum Created {
+    /// Stored and initialized (201).
+    Initialized,
+    /// Stored, waiting for initializers (202).
+    Uninitialized,
+}
+
+/// Creates a pod without waiting for its initializers (`includeUninitialized=1`; the pod then
+/// shows up in the cache once initialized). Outside legacy mode this is a plain create.
+async fn create_pod(client: &Client, ns: &str, pod: &Pod) -> Result<Created, String> {
+    let body = serde_json::to_vec(pod).map_err(|e| e.to_string())?;
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "/api/v1/namespaces/{ns}/pods?includeUninitialized=1"
+        ))
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(body))
+        .map_err(|e| e.to_string())?;
+    let response = client.send(request).await.map_err(|e| e.to_string())?;
+    let code = response.status().as_u16();
+    let bytes = response
+        .into_body()
+        .collect_bytes()
+        .await
+        .map_err(|e| e.to_string())?;
+    match code {
+        201 | 200 => Ok(Created::Initialized),
+        202 => Ok(Created::Uninitialized),
+        _ => Err(serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|s| s["message"].as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("pod create answered {code}"))),
+    }
 }
 
 /// Runs the controller until `shutdown`.
@@ -113,34 +163,43 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 .collect();
             exp.pending.retain(|n| !names.contains(n));
             exp.deleting.retain(|n| names.contains(n));
-            let satisfied = (exp.pending.is_empty() && exp.deleting.is_empty())
-                || exp.since.is_some_and(|s| s.elapsed() > EXPECTATION_TIMEOUT);
-            if satisfied {
+            let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let timed_out = exp.since.is_some_and(|s| s.elapsed() > EXPECTATION_TIMEOUT);
+            let known = exp.pending.clone();
+            exp.uninitialized.retain(|n| known.contains(n));
+            if timed_out {
+                // Still initializing, or deleted meanwhile (a GET shows uninitialized pods)?
+                for name in exp.uninitialized.clone() {
+                    if let Ok(None) = pod_api.get_opt(&name).await {
+                        exp.uninitialized.remove(&name);
+                    }
+                }
+            }
+            if expectations_met(exp, timed_out) {
                 exp.pending.clear();
                 exp.deleting.clear();
+                exp.uninitialized.clear();
                 let plan = plan(&deploy, &active, old_terminating);
                 if plan.create == 0 {
                     // Nothing left to create: an earlier failure no longer applies.
                     failures.remove(&uid);
                 }
-                let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let may_create = create_backoff
                     .get(&uid)
                     .is_none_or(|(at, _)| Instant::now() >= *at);
                 for _ in 0..if may_create { plan.create } else { 0 } {
                     let pod = new_pod(&deploy, &plan.hash);
                     let pod_name = pod.metadata.name.clone().unwrap_or_default();
-                    match pod_api.create(&PostParams::default(), &pod).await {
-                        Ok(_) => {
+                    match create_pod(&client, &ns, &pod).await {
+                        Ok(created) => {
                             failures.remove(&uid);
                             create_backoff.remove(&uid);
+                            if matches!(created, Created::Uninitialized) {
+                                exp.uninitialized.insert(pod_name.clone());
+                            }
                             exp.pending.insert(pod_name);
                         }
-                        Err(e) => {
-                            let message = match &e {
-                                kube::Error::Api(s) => s.message.clone(),
-                                other => other.to_string(),
-                            };
+                        Err(message) => {
                             tracing::warn!(deployment = %format!("{ns}/{}", deploy.metadata.name.as_deref().unwrap_or_default()), %message, "failed to create pod");
                             failures.insert(uid.clone(), message);
                             let delay = create_backoff
@@ -210,5 +269,26 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
             changed = changes.changed() => if changed.is_err() { break },
             () = recheck => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expectations(pending: &[&str], uninitialized: &[&str]) -> Expectations {
+        Expectations {
+            pending: pending.iter().map(|s| s.to_string()).collect(),
+            uninitialized: uninitialized.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_held_by_initializers_keeps_the_deployment_waiting_past_the_timeout() {
+        assert!(expectations_met(&expectations(&[], &[]), false));
+        assert!(!expectations_met(&expectations(&["p1"], &[]), false));
+        assert!(expectations_met(&expectations(&["p1"], &[]), true));
+        assert!(!expectations_met(&expectations(&["p1"], &["p1"]), true));
     }
 }
