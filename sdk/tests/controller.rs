@@ -1,0 +1,637 @@
+//! The controller mode against a sandbox in its Kubernetes 1.7–1.13 Initializers mode: the same
+//! typed handler a webhook serves, acting on objects whose `metadata.initializers.pending` starts
+//! with its name; creates that block until it acts, denials, hung and panicking handlers under
+//! both failure policies, restarts and conflicts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{TestPki, eventually};
+use initializer_load::client::{Connection, Trust, connector};
+use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
+use initializer_test_support::api::raw;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Container;
+use kube_initializer::mutate::{self, INITIALIZED_BY_ANNOTATION, PodSpecHolder};
+use kube_initializer::{
+    Denial, FailurePolicy, Initialize, InitializeAsync, Initializer, Review, ServeArgs, Server,
+};
+use serde_json::{Value, json};
+
+const MINE: &str = "sidecar.initializer.kubernetes.io";
+const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
+const RULES: &str = r#"[{"apiGroups":["apps"],"apiVersions":["v1"],"resources":["deployments"]}]"#;
+
+/// The handler under test, the same code a webhook would serve: injects `sidecar-nginx`, and
+/// misbehaves on request by label (`hang`, `panic`, `deny`). Records every run by name.
+#[derive(Clone, Default)]
+struct Sidecar {
+    runs: Arc<Mutex<Vec<String>>>,
+}
+
+impl Sidecar {
+    fn runs_of(&self, name: &str) -> usize {
+        self.runs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| *n == name)
+            .count()
+    }
+}
+
+impl Initialize<Deployment> for Sidecar {
+    fn initialize(&self, deployment: &mut Deployment, _: &Review) -> Result<(), Denial> {
+        let name = deployment.metadata.name.clone().unwrap_or_default();
+        self.runs.lock().unwrap().push(name);
+        let label = |key: &str| {
+            deployment
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(key))
+        };
+        if label("hang") {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        if label("panic") {
+            panic!("the handler has a bug");
+        }
+        if label("deny") {
+            return Err("deployments labelled deny are refused by the sidecar initializer".into());
+        }
+        if let Some(spec) = deployment.pod_spec_mut() {
+            let sidecar = Container {
+                name: "sidecar-nginx".into(),
+                image: Some("nginx:1.8.1".into()),
+                ..Container::default()
+            };
+            mutate::add_container(spec, &sidecar);
+        }
+        Ok(())
+    }
+}
+
+struct Env {
+    sandbox: SandboxHandle,
+    client: kube::Client,
+    tls: tempfile::TempDir,
+    _state: tempfile::TempDir,
+}
+
+/// A sandbox in legacy mode with one `InitializerConfiguration` naming `initializers` (in
+/// order) for Deployments.
+async fn env(initializers: &[&str]) -> Env {
+    let state = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(state.path());
+    config.legacy_initializers = true;
+    config.workloads = false;
+    let sandbox = Sandbox::start(config).await.unwrap();
+    let client = sandbox.client();
+    let rules: Value = serde_json::from_str(RULES).unwrap();
+    let configuration = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+        "kind": "InitializerConfiguration",
+        "metadata": {"name": "sidecar"},
+        "initializers": initializers.iter().map(|name| json!({"name": name, "rules": rules})).collect::<Vec<_>>(),
+    });
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
+        None,
+        Some("application/json"),
+        Some(configuration),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    Env {
+        sandbox,
+        client,
+        tls: tempfile::tempdir().unwrap(),
+        _state: state,
+    }
+}
+
+fn args(env: &Env, pending_name: &str) -> ServeArgs {
+    let mut args = ServeArgs::new(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        env.tls.path(),
+        env.tls.path(),
+    )
+    .controller(pending_name);
+    args.rules = Some(kube_initializer::Rules(
+        serde_json::from_str(RULES).unwrap(),
+    ));
+    args.shutdown_grace_seconds = 1;
+    args
+}
+
+fn sidecar_initializer(handler: &Sidecar) -> Initializer {
+    Initializer::new("sidecar")
+        .budget(Duration::from_millis(300))
+        .handle::<Deployment>(handler.clone())
+}
+
+async fn controller(env: &Env, initializer: Initializer, args: &ServeArgs) -> Server {
+    initializer
+        .bind_controller(args, env.client.clone())
+        .await
+        .unwrap()
+}
+
+fn nginx(name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "template": {
+                "metadata": {"labels": {"app": "nginx"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.8.1"}]}
+            }
+        }
+    })
+}
+
+/// Create and wait for the answer, as `kubectl create` did in 1.7: the API server holds the
+/// request until the object is initialized or fails.
+async fn create(env: &Env, object: Value) -> (u16, Value) {
+    raw(
+        &env.client,
+        "POST",
+        &format!("{DEPLOYMENTS}?timeout=15s"),
+        None,
+        Some("application/json"),
+        Some(object),
+    )
+    .await
+    .unwrap()
+}
+
+/// Create and answer at once with the uninitialized object.
+async fn create_uninitialized(env: &Env, object: Value) -> Value {
+    let (code, body) = raw(
+        &env.client,
+        "POST",
+        &format!("{DEPLOYMENTS}?includeUninitialized=true"),
+        None,
+        Some("application/json"),
+        Some(object),
+    )
+    .await
+    .unwrap();
+    assert!(code == 201 || code == 202, "{code} {body}");
+    body
+}
+
+async fn get(env: &Env, name: &str) -> (u16, Value) {
+    raw(
+        &env.client,
+        "GET",
+        &format!("{DEPLOYMENTS}/{name}?includeUninitialized=true"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+fn containers(deployment: &Value) -> Vec<&str> {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+fn pending(deployment: &Value) -> Vec<&str> {
+    deployment
+        .pointer("/metadata/initializers/pending")
+        .and_then(Value::as_array)
+        .map(|p| p.iter().filter_map(|e| e["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+async fn https_get(server: &Server, pki: &TestPki, path: &str) -> (u16, String) {
+    let url = format!("https://127.0.0.1:{}{path}", server.local_addr().port());
+    let trust = Trust::CaPem(pki.ca_pem.as_bytes().to_vec());
+    let mut conn = Connection::open(&url, &connector(&trust).unwrap())
+        .await
+        .unwrap();
+    let reply = conn.request("GET", Some(path), Bytes::new()).await.unwrap();
+    (
+        reply.status,
+        String::from_utf8_lossy(&reply.body).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_blocks_until_the_controller_mutates_it_and_removes_the_name_in_one_update() {
+    let env = env(&[MINE]).await;
+    let pki = TestPki::new("controller");
+    pki.write(env.tls.path());
+    let handler = Sidecar::default();
+    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            https_get(&server, &pki, "/readyz").await.0 == 200
+        })
+        .await,
+        "never ready: {:?}",
+        https_get(&server, &pki, "/readyz").await
+    );
+
+    // Blocking create: answered with the initialized, mutated object.
+    let start = Instant::now();
+    let (code, created) = create(&env, nginx("nginx", json!({"app": "nginx"}))).await;
+    let took = start.elapsed();
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
+    assert!(
+        created.pointer("/metadata/initializers").is_none(),
+        "{created}"
+    );
+    assert_eq!(
+        created["metadata"]["annotations"][INITIALIZED_BY_ANNOTATION],
+        "sidecar"
+    );
+    eprintln!("blocking create answered after {took:?}");
+
+    // One update carries both: the object's only change after its creation.
+    let uninitialized = create_uninitialized(&env, nginx("nginx-2", json!({"app": "nginx"}))).await;
+    assert_eq!(pending(&uninitialized), [MINE]);
+    assert_eq!(containers(&uninitialized), ["nginx"]);
+    let since = uninitialized["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, events) = raw(
+        &env.client,
+        "GET",
+        &format!("{DEPLOYMENTS}?watch=true&includeUninitialized=true&resourceVersion={since}&timeoutSeconds=2&fieldSelector=metadata.name%3Dnginx-2"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+    let events: Vec<Value> = match events {
+        Value::String(lines) => lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+        one => vec![one],
+    };
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "MODIFIED");
+    let updated = &events[0]["object"];
+    assert_eq!(containers(updated), ["nginx", "sidecar-nginx"]);
+    assert!(
+        updated.pointer("/metadata/initializers").is_none(),
+        "{updated}"
+    );
+
+    let (_, metrics) = https_get(&server, &pki, "/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"initializer_admission_requests_total{kind="Deployment",verdict="patched",mode="controller"} 2"#
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"initializer_controller_updates_total{kind="Deployment",result="mutated"} 2"#
+        ),
+        "{metrics}"
+    );
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_is_left_alone_until_the_earlier_names_are_gone() {
+    let first = "first.initializer.test.io";
+    let env = env(&[first, MINE]).await;
+    let handler = Sidecar::default();
+    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+
+    let object = create_uninitialized(&env, nginx("queued", json!({}))).await;
+    assert_eq!(pending(&object), [first, MINE]);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (_, still) = get(&env, "queued").await;
+    assert_eq!(pending(&still), [first, MINE], "not its turn: {still}");
+    assert_eq!(containers(&still), ["nginx"]);
+    assert_eq!(handler.runs_of("queued"), 0);
+
+    // The first initializer (this test) removes its name; now it is the controller's turn.
+    let mut released = still.clone();
+    released["metadata"]["initializers"]["pending"] = json!([{"name": MINE}]);
+    let (code, body) = raw(
+        &env.client,
+        "PUT",
+        &format!("{DEPLOYMENTS}/queued"),
+        None,
+        Some("application/json"),
+        Some(released),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let (_, now) = get(&env, "queued").await;
+            now.pointer("/metadata/initializers").is_none()
+                && containers(&now) == ["nginx", "sidecar-nginx"]
+        })
+        .await,
+        "{:?}",
+        get(&env, "queued").await
+    );
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_out_of_scope_lose_the_name_without_a_mutation() {
+    let env = env(&[MINE]).await;
+    for (name, labels) in [("team-a", json!({"team": "a"})), ("team-b", json!({}))] {
+        let (code, body) = raw(
+            &env.client,
+            "POST",
+            "/api/v1/namespaces",
+            None,
+            Some("application/json"),
+            Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code, 201, "{body}");
+    }
+    let handler = Sidecar::default();
+    let mut args = args(&env, MINE);
+    args.object_selector =
+        Some(serde_json::from_value(json!({"matchLabels": {"inject": "yes"}})).unwrap());
+    args.namespace_selector =
+        Some(serde_json::from_value(json!({"matchLabels": {"team": "a"}})).unwrap());
+    let initializer = sidecar_initializer(&handler).annotation_gate(Some(
+        kube_initializer::AnnotationGate::new("initializer.kubernetes.io/sidecar", false),
+    ));
+    let server = controller(&env, initializer, &args).await;
+
+    let create_in =
+        |namespace: &'static str, name: &'static str, labels: Value, annotations: Value| {
+            let client = env.client.clone();
+            async move {
+                let mut object = nginx(name, labels);
+                object["metadata"]["namespace"] = json!(namespace);
+                object["metadata"]["annotations"] = annotations;
+                raw(
+                    &client,
+                    "POST",
+                    &format!("/apis/apps/v1/namespaces/{namespace}/deployments?timeout=15s"),
+                    None,
+                    Some("application/json"),
+                    Some(object),
+                )
+                .await
+                .unwrap()
+            }
+        };
+    let (code, in_scope) =
+        create_in("team-a", "in-scope", json!({"inject": "yes"}), json!({})).await;
+    assert_eq!(code, 201, "{in_scope}");
+    assert_eq!(containers(&in_scope), ["nginx", "sidecar-nginx"]);
+
+    let (code, wrong_labels) = create_in("team-a", "no-label", json!({}), json!({})).await;
+    assert_eq!(code, 201, "{wrong_labels}");
+    assert_eq!(containers(&wrong_labels), ["nginx"]);
+    assert!(wrong_labels.pointer("/metadata/initializers").is_none());
+
+    let (code, wrong_namespace) =
+        create_in("team-b", "other-team", json!({"inject": "yes"}), json!({})).await;
+    assert_eq!(code, 201, "{wrong_namespace}");
+    assert_eq!(containers(&wrong_namespace), ["nginx"]);
+
+    let (code, opted_out) = create_in(
+        "team-a",
+        "opted-out",
+        json!({"inject": "yes"}),
+        json!({"initializer.kubernetes.io/sidecar": "false"}),
+    )
+    .await;
+    assert_eq!(code, 201, "{opted_out}");
+    assert_eq!(containers(&opted_out), ["nginx"]);
+
+    assert_eq!(
+        handler.runs_of("no-label") + handler.runs_of("other-team") + handler.runs_of("opted-out"),
+        0
+    );
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_fails_the_create_with_the_handlers_message() {
+    let env = env(&[MINE]).await;
+    let handler = Sidecar::default();
+    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let (code, status) = create(&env, nginx("refused", json!({"deny": "true"}))).await;
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(
+        status["message"],
+        "deployments labelled deny are refused by the sidecar initializer"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            get(&env, "refused").await.0 == 404
+        })
+        .await,
+        "the failed object is deleted"
+    );
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_or_panicking_handler_is_answered_by_the_failure_policy() {
+    let env = env(&[MINE]).await;
+
+    // Fail closed: the create fails with the reason.
+    let handler = Sidecar::default();
+    let initializer = sidecar_initializer(&handler).failure_policy(FailurePolicy::Deny);
+    let server = controller(&env, initializer, &args(&env, MINE)).await;
+    let start = Instant::now();
+    let (code, status) = create(&env, nginx("hung-closed", json!({"hang": "true"}))).await;
+    assert_eq!(code, 500, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within 300ms"),
+        "{status}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "answered at the budget, not when the handler returned: {:?}",
+        start.elapsed()
+    );
+    let (code, status) = create(&env, nginx("panic-closed", json!({"panic": "true"}))).await;
+    assert_eq!(code, 500, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("panicked: the handler has a bug"),
+        "{status}"
+    );
+    server.shutdown().await;
+
+    // Fail open: the object is initialized unchanged.
+    let handler = Sidecar::default();
+    let initializer = sidecar_initializer(&handler).failure_policy(FailurePolicy::Allow);
+    let server = controller(&env, initializer, &args(&env, MINE)).await;
+    let (code, created) = create(&env, nginx("hung-open", json!({"hang": "true"}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(containers(&created), ["nginx"]);
+    let (code, created) = create(&env, nginx("panic-open", json!({"panic": "true"}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(containers(&created), ["nginx"]);
+    // The controller keeps working after both.
+    let (code, created) = create(&env, nginx("after", json!({}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_does_not_act_twice() {
+    let env = env(&[MINE]).await;
+    let handler = Sidecar::default();
+    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let (code, first) = create(&env, nginx("once", json!({}))).await;
+    assert_eq!(code, 201, "{first}");
+    server.shutdown().await;
+
+    // Already carrying this initializer's mark (the webhook backend admitted it, or it was
+    // copied from an initialized object): the name is removed without a run.
+    let mut marked = nginx("marked", json!({}));
+    marked["metadata"]["annotations"] = json!({INITIALIZED_BY_ANNOTATION: "sidecar"});
+    create_uninitialized(&env, marked).await;
+
+    let restarted = Sidecar::default();
+    let server = controller(&env, sidecar_initializer(&restarted), &args(&env, MINE)).await;
+    let (code, second) = create(&env, nginx("after-restart", json!({}))).await;
+    assert_eq!(code, 201, "{second}");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            get(&env, "marked")
+                .await
+                .1
+                .pointer("/metadata/initializers")
+                .is_none()
+        })
+        .await
+    );
+    let (_, once) = get(&env, "once").await;
+    assert_eq!(
+        once["metadata"]["resourceVersion"],
+        first["metadata"]["resourceVersion"]
+    );
+    assert_eq!(containers(&once), ["nginx", "sidecar-nginx"]);
+    assert_eq!(restarted.runs_of("once"), 0);
+    assert_eq!(restarted.runs_of("marked"), 0);
+    assert_eq!(restarted.runs_of("after-restart"), 1);
+    let (_, marked) = get(&env, "marked").await;
+    assert_eq!(containers(&marked), ["nginx"]);
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
+
+/// An asynchronous handler that, on its first run, changes the object through the API before
+/// answering, so that the controller's update meets a newer resourceVersion.
+#[derive(Clone)]
+struct Contender {
+    client: kube::Client,
+    touched: Arc<AtomicBool>,
+    runs: Arc<Mutex<Vec<String>>>,
+}
+
+impl InitializeAsync<Deployment> for Contender {
+    async fn initialize(&self, deployment: &mut Deployment, _: &Review) -> Result<(), Denial> {
+        let name = deployment.metadata.name.clone().unwrap_or_default();
+        self.runs.lock().unwrap().push(name.clone());
+        if !self.touched.swap(true, Ordering::SeqCst) {
+            let (code, body) = raw(
+                &self.client,
+                "PATCH",
+                &format!("{DEPLOYMENTS}/{name}"),
+                None,
+                Some("application/merge-patch+json"),
+                Some(json!({"metadata": {"labels": {"touched": "meanwhile"}}})),
+            )
+            .await
+            .map_err(|e| Denial::new(e.to_string()))?;
+            assert_eq!(code, 200, "{body}");
+        }
+        if let Some(spec) = deployment.pod_spec_mut() {
+            mutate::add_container(
+                spec,
+                &Container {
+                    name: "sidecar-nginx".into(),
+                    ..Container::default()
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_write_is_redone_from_a_fresh_read() {
+    let env = env(&[MINE]).await;
+    let pki = TestPki::new("controller");
+    pki.write(env.tls.path());
+    let contender = Contender {
+        client: env.client.clone(),
+        touched: Arc::new(AtomicBool::new(false)),
+        runs: Arc::default(),
+    };
+    let initializer = Initializer::new("sidecar")
+        .budget(Duration::from_secs(5))
+        .handle_async::<Deployment>(contender.clone());
+    let server = controller(&env, initializer, &args(&env, MINE)).await;
+    let (code, created) = create(&env, nginx("contended", json!({}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
+    assert_eq!(
+        created["metadata"]["labels"]["touched"], "meanwhile",
+        "the other writer's change is kept"
+    );
+    assert_eq!(
+        contender.runs.lock().unwrap().len(),
+        2,
+        "run again on the fresh read"
+    );
+    let (_, metrics) = https_get(&server, &pki, "/metrics").await;
+    assert!(
+        metrics.contains("initializer_controller_conflicts_total 1"),
+        "{metrics}"
+    );
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
