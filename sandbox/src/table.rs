@@ -221,7 +221,10 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Option<(Vec<Column>, Vec<Val
                     .map_or(0, |m| m.len());
             Some((vec![c("Data", "integer")], vec![json!(n)]))
         }
-        ("admissionregistration.k8s.io", _) => {
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
+        ) => {
             let n = obj
                 .get("webhooks")
                 .and_then(Value::as_array)

@@ -708,3 +708,31 @@ async fn pods_of_a_deployment_get_pending_names_and_run_only_once_initialized() 
     .await;
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_json_patch_can_remove_a_name_and_change_the_object_in_one_write() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["patcher.example.com"], "configmaps").await;
+    let create = create_in_background(&sb, "?timeout=20s", configmap("patched"));
+    let obj = stored(&sb, "patched").await;
+    let patch = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
+        {"op": "remove", "path": "/metadata/initializers/pending/0"},
+        {"op": "add", "path": "/data/patched", "value": "yes"},
+    ]);
+    let (code, out) = raw(
+        &sb.client(),
+        "PATCH",
+        &format!("{CONFIGMAPS}/patched"),
+        None,
+        Some("application/json-patch+json"),
+        Some(patch),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{out}");
+    assert!(out["metadata"].get("initializers").is_none(), "{out}");
+    let (code, answer) = create.await.unwrap();
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(answer["data"]["patched"], "yes");
+}
