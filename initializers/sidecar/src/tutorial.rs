@@ -77,6 +77,32 @@ spec:
 /// The annotation the tutorial's sidecar initializer is gated on.
 pub const SIDECAR_ANNOTATION: &str = "initializer.kubernetes.io/sidecar";
 
+/// The initializer's name in the 1.7 walkthrough: what its `InitializerConfiguration` appends to
+/// `metadata.initializers.pending`, and the controller mode's `--pending-name`.
+pub const SIDECAR_PENDING_NAME: &str = "sidecar.initializer.kubernetes.io";
+
+/// The walkthrough's `InitializerConfiguration` (Kubernetes 1.7–1.13): the sidecar initializer
+/// for Deployments of every group and version.
+pub const SIDECAR_INITIALIZER_CONFIGURATION: &str = "\
+apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: InitializerConfiguration
+metadata:
+  name: sidecar
+initializers:
+- name: sidecar.initializer.kubernetes.io
+  rules:
+  - apiGroups:
+    - \"*\"
+    apiVersions:
+    - \"*\"
+    resources:
+    - deployments
+";
+
+/// The configuration's rules as the controller mode's `--rules` takes them.
+pub const SIDECAR_RULES: &str =
+    r#"[{"apiGroups":["*"],"apiVersions":["*"],"resources":["deployments"]}]"#;
+
 fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
     // Compiled-in fixtures: a parse failure is a bug in this file, caught by its tests.
     serde_yaml::from_str(yaml).unwrap_or_else(|e| unreachable!("tutorial fixture: {e}"))
@@ -122,5 +148,15 @@ mod tests {
         assert_eq!(nginx_pod().spec.unwrap().containers[0].name, "nginx");
         let config: serde_yaml::Value = serde_yaml::from_str(SIDECAR_CONFIG).unwrap();
         assert_eq!(config["containers"][0]["name"], "sidecar-nginx");
+    }
+
+    #[test]
+    fn the_configuration_names_the_pending_name_and_the_rules() {
+        let configuration: serde_yaml::Value =
+            serde_yaml::from_str(SIDECAR_INITIALIZER_CONFIGURATION).unwrap();
+        let initializer = &configuration["initializers"][0];
+        assert_eq!(initializer["name"], SIDECAR_PENDING_NAME);
+        let rules: serde_yaml::Value = serde_yaml::from_str(SIDECAR_RULES).unwrap();
+        assert_eq!(initializer["rules"], rules);
     }
 }

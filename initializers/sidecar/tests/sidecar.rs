@@ -175,3 +175,42 @@ fn the_tutorial_flags_parse_into_a_required_annotation_gate() {
     let args = Args::parse_from(["sidecar-initializer"]);
     assert_eq!(args.serve.annotation_gate(), None);
 }
+
+#[test]
+fn the_same_binary_runs_as_a_controller_by_flag() {
+    use kube_initializer::Mode;
+    use sidecar_initializer::tutorial::{SIDECAR_PENDING_NAME, SIDECAR_RULES};
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let args = Args::parse_from(["sidecar-initializer"]);
+    assert_eq!(args.serve.mode, Mode::Webhook);
+    let args = Args::parse_from([
+        "sidecar-initializer",
+        "--mode",
+        "controller",
+        "--pending-name",
+        SIDECAR_PENDING_NAME,
+        "--rules",
+        SIDECAR_RULES,
+        "--annotation=initializer.kubernetes.io/sidecar",
+        "--require-annotation",
+        "--namespace-selector",
+        r#"{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system"]}]}"#,
+    ]);
+    assert_eq!(args.serve.mode, Mode::Controller);
+    assert_eq!(
+        args.serve.pending_name.as_deref(),
+        Some(SIDECAR_PENDING_NAME)
+    );
+    let rules = args.serve.rules.unwrap().0;
+    assert_eq!(rules[0].resources, ["deployments"]);
+    assert!(rules[0].matches("apps", "v1", "deployments"));
+    assert!(args.serve.namespace_selector.is_some());
+    assert!(
+        Args::try_parse_from(["sidecar-initializer", "--rules", "deployments"]).is_err(),
+        "rules must be JSON"
+    );
+}
