@@ -736,3 +736,79 @@ async fn a_json_patch_can_remove_a_name_and_change_the_object_in_one_write() {
     assert_eq!(code, 201, "{answer}");
     assert_eq!(answer["data"]["patched"], "yes");
 }
+
+/// Starts `sandbox up` with `args` and `env`; returns the child and its stdout lines up to the
+/// kubeconfig line and the start line.
+fn sandbox_up(
+    state: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Child, Vec<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["up", "--state-dir"])
+        .arg(state)
+        .args(args)
+        .env_remove("SANDBOX_LEGACY_INITIALIZERS")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let done = line.starts_with("started in ");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    (child, lines)
+}
+
+async fn serves_v1alpha1(lines: &[String]) -> bool {
+    let kubeconfig = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("kubeconfig: "))
+        .unwrap();
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    raw(&client, "GET", CONFIGS, None, None, None)
+        .await
+        .unwrap()
+        .0
+        == 200
+}
+
+fn stop(mut child: std::process::Child) {
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(child.wait().unwrap().success());
+}
+
+#[tokio::test]
+async fn sandbox_up_turns_legacy_mode_on_by_flag_or_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (args, env, on)) in [
+        (vec!["--legacy-initializers"], vec![], true),
+        (vec![], vec![("SANDBOX_LEGACY_INITIALIZERS", "1")], true),
+        (vec![], vec![("SANDBOX_LEGACY_INITIALIZERS", "0")], false),
+        (vec![], vec![], false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (child, lines) = sandbox_up(&dir.path().join(format!("s{i}")), &args, &env);
+        let announced = lines.iter().any(|l| l.starts_with("legacy mode:"));
+        let served = serves_v1alpha1(&lines).await;
+        stop(child);
+        assert_eq!((announced, served), (on, on), "{args:?} {env:?}: {lines:?}");
+    }
+}
