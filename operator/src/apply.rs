@@ -556,5 +556,7 @@ impl Registrar for WebhookRegistrar {
     }
 }
 
+pub mod legacy;
+
 #[cfg(test)]
 mod tests;

@@ -143,6 +143,26 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A call of the `InitializerConfiguration` backend failed (discovery, a create with an
+    /// explicit pending list, a release, the canary).
+    #[error("failed to {what}: {source}")]
+    Legacy {
+        /// What was being done.
+        what: String,
+        /// What the API server said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// A request could not be built (a name that does not fit in a URL).
+    #[error("failed to build the request to {what}: {reason}")]
+    BuildRequest {
+        /// What the request was for.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+
     /// Deleting an object failed.
     #[error("failed to delete {kind} {name}: {source}")]
     Delete {
@@ -183,6 +203,8 @@ impl Error {
             Error::Client(_) => "client",
             Error::Serve { .. } => "serve",
             Error::Delete { .. } => "delete",
+            Error::Legacy { .. } => "legacy",
+            Error::BuildRequest { .. } => "build_request",
         }
     }
 

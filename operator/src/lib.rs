@@ -19,6 +19,7 @@ pub mod leader;
 pub mod metrics;
 pub mod missed;
 pub mod naming;
+pub mod pending;
 pub mod probe;
 pub mod run;
 pub mod selector;
