@@ -1,5 +1,10 @@
 //! Write Kubernetes initializers (mutating admission webhooks) as typed Rust functions.
 //!
+//! The same handlers also run as a Kubernetes 1.7–1.13 initializer controller
+//! (`--mode controller`, see [`Mode`] and [`Initializer::bind_controller`]): instead of answering
+//! the API server's reviews, the initializer watches objects with `includeUninitialized=true` and
+//! acts on those whose `metadata.initializers.pending` starts with its `--pending-name`.
+//!
 //! An initializer is a set of handlers, one per kind, each changing an object in place or
 //! refusing it. The SDK serves the admission protocol over HTTPS, computes the JSON patch from
 //! what the handler changed, reloads the certificate and configuration when their files
@@ -94,6 +99,9 @@
 //! - `/readyz` answers 200 only once the certificate and the configuration are loaded;
 //!   `/healthz` answers 200 while the process serves; `/metrics` is Prometheus text;
 //! - SIGTERM stops accepting and drains in-flight requests.
+//! - in controller mode, each object pending on the initializer gets ONE update (the handler's
+//!   change and the name's removal, or a failure `result` for a refusal), redone from a fresh read
+//!   after a 409; `/readyz` also waits for every watch to list once.
 
 #![warn(missing_docs)]
 

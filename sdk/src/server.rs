@@ -185,6 +185,9 @@ impl ServeArgs {
                         .into(),
                 )
             })?;
+        if let Some(why) = controller::decide::pending_name_error(pending_name) {
+            return Err(Error::ControllerArgs(format!("--pending-name: {why}")));
+        }
         Ok(controller::Settings {
             pending_name: pending_name.to_owned(),
             rules: self.rules.as_ref().map(|r| r.0.clone()),
@@ -830,6 +833,28 @@ mod tests {
         assert_eq!(webhook_workers(1), 2);
         assert_eq!(webhook_workers(2), 2);
         assert_eq!(webhook_workers(8), 8);
+    }
+
+    #[test]
+    fn controller_mode_needs_a_fully_qualified_pending_name() {
+        let args = ServeArgs::new(SocketAddr::from(([127, 0, 0, 1], 0)), "/t", "/c");
+        let missing = args.clone().controller(" ").controller_settings(None);
+        assert!(
+            matches!(&missing, Err(Error::ControllerArgs(m)) if m.contains("--pending-name (INITIALIZER_PENDING_NAME) is required")),
+            "{missing:?}"
+        );
+        let short = args.clone().controller("sidecar").controller_settings(None);
+        assert!(
+            matches!(&short, Err(Error::ControllerArgs(m)) if m.contains("at least two dots")),
+            "{short:?}"
+        );
+        let settings = args
+            .controller("sidecar.initializer.kubernetes.io")
+            .controller_settings(Some(AnnotationGate::new("a", true)))
+            .unwrap();
+        assert_eq!(settings.pending_name, "sidecar.initializer.kubernetes.io");
+        assert!(settings.rules.is_none());
+        assert_eq!(settings.scope.gate, Some(AnnotationGate::new("a", true)));
     }
 
     #[test]

@@ -223,6 +223,32 @@ fn pending(deployment: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// The watch events of the Deployments (or only of `name`) after `since`, collected for two
+/// seconds.
+async fn changes_since(env: &Env, name: Option<&str>, since: &str) -> Vec<Value> {
+    let only = name
+        .map(|n| format!("&fieldSelector=metadata.name%3D{n}"))
+        .unwrap_or_default();
+    let (code, events) = raw(
+        &env.client,
+        "GET",
+        &format!("{DEPLOYMENTS}?watch=true&includeUninitialized=true&resourceVersion={since}&timeoutSeconds=2{only}"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{events}");
+    match events {
+        Value::String(lines) => lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+        one => vec![one],
+    }
+}
+
 async fn https_get(server: &Server, pki: &TestPki, path: &str) -> (u16, String) {
     let url = format!("https://127.0.0.1:{}{path}", server.local_addr().port());
     let trust = Trust::CaPem(pki.ca_pem.as_bytes().to_vec());
@@ -274,26 +300,8 @@ async fn a_create_blocks_until_the_controller_mutates_it_and_removes_the_name_in
     assert_eq!(containers(&uninitialized), ["nginx"]);
     let since = uninitialized["metadata"]["resourceVersion"]
         .as_str()
-        .unwrap()
-        .to_owned();
-    let (code, events) = raw(
-        &env.client,
-        "GET",
-        &format!("{DEPLOYMENTS}?watch=true&includeUninitialized=true&resourceVersion={since}&timeoutSeconds=2&fieldSelector=metadata.name%3Dnginx-2"),
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!(code, 200);
-    let events: Vec<Value> = match events {
-        Value::String(lines) => lines
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect(),
-        one => vec![one],
-    };
+        .unwrap();
+    let events = changes_since(&env, Some("nginx-2"), since).await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["type"], "MODIFIED");
     let updated = &events[0]["object"];
@@ -633,5 +641,57 @@ async fn a_conflicting_write_is_redone_from_a_fresh_read() {
         "{metrics}"
     );
     server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_write_each_object_once() {
+    let env = env(&[MINE]).await;
+    let (one, two) = (Sidecar::default(), Sidecar::default());
+    let first = controller(&env, sidecar_initializer(&one), &args(&env, MINE)).await;
+    let second = controller(&env, sidecar_initializer(&two), &args(&env, MINE)).await;
+    let names: Vec<String> = (0..10).map(|i| format!("replicated-{i}")).collect();
+    let mut versions: Vec<String> = Vec::new();
+    for name in &names {
+        let uninitialized = create_uninitialized(&env, nginx(name, json!({}))).await;
+        assert_eq!(pending(&uninitialized), [MINE]);
+        versions.push(
+            uninitialized["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    for name in &names {
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                get(&env, name)
+                    .await
+                    .1
+                    .pointer("/metadata/initializers")
+                    .is_none()
+            })
+            .await,
+            "{name} never initialized"
+        );
+    }
+    // Every change since the first create: each object created once and written once.
+    let events = changes_since(&env, None, &versions[0]).await;
+    for name in &names[1..] {
+        let of_it: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["object"]["metadata"]["name"] == name.as_str())
+            .collect();
+        let modified: Vec<&&Value> = of_it.iter().filter(|e| e["type"] == "MODIFIED").collect();
+        assert_eq!(modified.len(), 1, "{name} written once: {of_it:?}");
+        assert_eq!(
+            containers(&modified[0]["object"]),
+            ["nginx", "sidecar-nginx"]
+        );
+    }
+    let runs = one.runs.lock().unwrap().len() + two.runs.lock().unwrap().len();
+    assert!(runs >= names.len(), "{runs} runs");
+    first.shutdown().await;
+    second.shutdown().await;
     env.sandbox.shutdown().await;
 }

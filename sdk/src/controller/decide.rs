@@ -21,6 +21,35 @@ use crate::review::Response;
 /// controller adds it when absent, so that selectors written for webhooks match the same way).
 pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
+/// Why `name` cannot be a pending initializer name, in the words of the era's API server, or
+/// `None` when it can: a DNS-1123 subdomain with at least three segments
+/// (`IsFullyQualifiedName` in `k8s.io/apimachinery/pkg/api/validation`, which validated
+/// `metadata.initializers.pending[].name` in 1.7–1.13; 1.7 said "at least two dots").
+pub(crate) fn pending_name_error(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("Required value".to_owned());
+    }
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if name.len() > 253 || !name.split('.').all(label_ok) {
+        return Some(format!(
+            "Invalid value: {name:?}: a DNS-1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        ));
+    }
+    if name.split('.').count() < 3 {
+        return Some(format!(
+            "Invalid value: {name:?}: should be a domain with at least two dots"
+        ));
+    }
+    None
+}
+
 /// One rule of an `InitializerConfiguration` (`admissionregistration.k8s.io/v1alpha1` `Rule`):
 /// which groups, versions and resources it covers, `*` for all.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -458,6 +487,28 @@ mod tests {
             match_labels: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
             match_expressions: None,
         }
+    }
+
+    #[test]
+    fn pending_names_must_be_fully_qualified() {
+        assert_eq!(pending_name_error(ME), None);
+        assert_eq!(pending_name_error("a.b.c"), None);
+        assert_eq!(
+            pending_name_error("sidecar.example").as_deref(),
+            Some(r#"Invalid value: "sidecar.example": should be a domain with at least two dots"#)
+        );
+        assert!(
+            pending_name_error("Sidecar.Example.com")
+                .unwrap()
+                .contains("DNS-1123 subdomain")
+        );
+        assert!(
+            pending_name_error("a..b.c")
+                .unwrap()
+                .contains("DNS-1123 subdomain")
+        );
+        assert!(pending_name_error(&format!("{}.b.c", "a".repeat(250))).is_some());
+        assert_eq!(pending_name_error("").as_deref(), Some("Required value"));
     }
 
     #[test]
