@@ -530,11 +530,12 @@ fn parse_go_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
-/// `includeUninitialized` on a create: the era's create handler compared the parameter with
-/// `"1"` only (`handlers/create.go`); the sandbox also takes `true`, the spelling list and
-/// watch accept, so a client written for either works.
+/// `includeUninitialized` on a create. 1.7–1.10's create handler compared the parameter with
+/// `"1"` only (`handlers/create.go`); from 1.11 it was a field of `CreateOptions`, decoded as
+/// every boolean query parameter ([`include_uninitialized_on_list`]), so `true` works too. The
+/// sandbox follows 1.13.
 pub fn include_uninitialized_on_create(param: Option<&str>) -> bool {
-    matches!(param, Some("1" | "true"))
+    include_uninitialized_on_list(param)
 }
 
 /// `includeUninitialized` on list and watch, decoded as every boolean query parameter was
@@ -804,7 +805,7 @@ mod tests {
     fn include_uninitialized_is_read_as_the_era_read_it() {
         assert!(include_uninitialized_on_create(Some("1")));
         assert!(include_uninitialized_on_create(Some("true")));
-        assert!(!include_uninitialized_on_create(Some("yes")));
+        assert!(!include_uninitialized_on_create(Some("false")));
         assert!(!include_uninitialized_on_create(None));
         assert!(include_uninitialized_on_list(Some("true")));
         assert!(include_uninitialized_on_list(Some("")));
