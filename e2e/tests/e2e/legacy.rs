@@ -705,18 +705,7 @@ pub async fn legacy_backend_without_the_api_is_invalid_and_deploys_nothing(
         LEGACY_BACKEND,
     )?;
     ctx.scope.create_initializer(&initializer).await?;
-    let invalid = wait::until(
-        format!("Initializer {name} to be Valid=False"),
-        STEP_TIMEOUT,
-        || async {
-            let initializer = ops::initializer(&client, &name).await?;
-            Ok(match ops::condition(&initializer, "Valid") {
-                Some(valid) if valid.status == "False" => Check::Done(valid.clone()),
-                _ => Check::Pending(ops::describe(&initializer)),
-            })
-        },
-    )
-    .await?;
+    let invalid = wait_invalid(&client, &name).await?;
     let says = invalid.message.to_lowercase();
     ensure!(
         says.contains("initializerconfiguration") || says.contains("v1alpha1"),
@@ -749,6 +738,143 @@ pub async fn legacy_backend_without_the_api_is_invalid_and_deploys_nothing(
         "pods were started: {}",
         ops::pod_states(&pods)
     );
+    Ok(())
+}
+
+/// Waits until the Initializer `name` is `Valid=False`, and returns that condition.
+async fn wait_invalid(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    wait::until(
+        format!("Initializer {name} to be Valid=False"),
+        STEP_TIMEOUT,
+        || async {
+            let initializer = ops::initializer(client, name).await?;
+            Ok(match ops::condition(&initializer, "Valid") {
+                Some(valid) if valid.status == "False" => Check::Done(valid.clone()),
+                _ => Check::Pending(ops::describe(&initializer)),
+            })
+        },
+    )
+    .await
+}
+
+/// Bad names, refused as the era's API server refused them: an `InitializerConfiguration`
+/// whose initializer name is not fully qualified (the walkthrough's `sidecar` without a
+/// domain) and an object created with an invalid pending name are answered 422 with the
+/// 1.7–1.13 messages; a legacy Initializer whose pending name would be too long for the API
+/// server, or whose rules ask for updates, is `Valid=False` and nothing is deployed.
+pub async fn legacy_bad_names_are_refused_with_the_eras_messages(ctx: Ctx) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let configuration = json!({
+        "apiVersion": legacy::API_VERSION,
+        "kind": "InitializerConfiguration",
+        "metadata": {"name": ctx.scope.name("unqualified")},
+        "initializers": [{
+            "name": "sidecar",
+            "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["deployments"]}],
+        }],
+    });
+    let (code, body) = initializer_test_support::api::raw(
+        &client,
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
+        Some("application/json"),
+        Some("application/json"),
+        Some(configuration),
+    )
+    .await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(
+        code == 422
+            && message.contains(
+                "initializers[0].name: Invalid value: \"sidecar\": should be a domain with at least two dots"
+            ),
+        "an InitializerConfiguration naming `sidecar` should be refused with 422 and the era's message; got {code}: {body}"
+    );
+
+    let target = ctx.scope.target_namespace("apps").await?;
+    let object = legacy::with_pending(
+        serde_json::to_value(fixtures::nginx_deployment("short", true, 0)?)?,
+        &["short.io"],
+    );
+    let uri = format!(
+        "{}?includeUninitialized=true",
+        legacy::deployments_path(&target)
+    );
+    let (code, body) = initializer_test_support::api::raw(
+        &client,
+        "POST",
+        &uri,
+        Some("application/json"),
+        Some("application/json"),
+        Some(object),
+    )
+    .await?;
+    let message = body["message"].as_str().unwrap_or_default();
+    ensure!(
+        code == 422
+            && message.contains("metadata.initializers.pending[0].name")
+            && message.contains("\"short.io\""),
+        "a Deployment pending on `short.io` should be refused with 422 naming the field; got {code}: {body}"
+    );
+
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("init", &ctx.env.operator_namespace)
+        .await?;
+    // 200 characters of Initializer name leave no room for `.<namespace>.initializer-operator.io`
+    // within the 253 a pending name may have.
+    let long = format!("e2e-{}-{}", ctx.scope.id(), "x".repeat(190));
+    let updates = ctx.scope.name("updates");
+    let base = |name: &str| {
+        fixtures::with_backend(
+            &fixtures::sidecar_initializer(
+                name,
+                &workload_ns,
+                &ctx.scope.target_selector(),
+                Health::default(),
+            )?,
+            LEGACY_BACKEND,
+        )
+    };
+    ctx.scope.create_initializer(&base(&long)?).await?;
+    let mut on_updates = base(&updates)?;
+    for rule in &mut on_updates.spec.rules {
+        rule.operations = vec![
+            initializer_crds::Operation::Create,
+            initializer_crds::Operation::Update,
+        ];
+    }
+    ctx.scope.create_initializer(&on_updates).await?;
+    for (name, says) in [(&long, "pending name"), (&updates, "operations")] {
+        let invalid = wait_invalid(&client, name).await?;
+        ensure!(
+            invalid.message.contains(says),
+            "Initializer {name} should be Valid=False about its {says}: {} ({})",
+            invalid.message,
+            invalid.reason
+        );
+        eprintln!(
+            "{}: Valid=False: {}",
+            &name[..name.len().min(40)],
+            invalid.message
+        );
+    }
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        for name in [&long, &updates] {
+            ensure!(
+                ops::workload_pods(&client, &workload_ns, name)
+                    .await?
+                    .is_empty()
+                    && legacy::configurations_of(&client, name).await?.is_empty(),
+                "something was deployed or registered for the invalid Initializer {name}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     Ok(())
 }
 

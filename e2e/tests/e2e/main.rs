@@ -71,6 +71,10 @@ const LEGACY_SCENARIOS: &[Scenario] = &[
         legacy::legacy_denial_fails_the_create_with_the_handlers_message,
         legacy
     ),
+    scenario!(
+        legacy::legacy_bad_names_are_refused_with_the_eras_messages,
+        legacy
+    ),
 ];
 
 /// Scenarios that need what only some backends have, and why the others cannot run them.
@@ -93,7 +97,10 @@ fn scenarios() -> Vec<Scenario> {
                 .iter()
                 .find(|(name, _)| sandbox && *name == scenario.name)
             {
-                Some((_, reason)) => Scenario::ignored(scenario.name, reason, scenario.body),
+                Some((_, reason)) => Scenario {
+                    ignore: Some(reason),
+                    ..*scenario
+                },
                 None => *scenario,
             }
         })
