@@ -1,7 +1,10 @@
 //! Sandbox figures: startup time (library and `sandbox up` process), resident memory of the
-//! `sandbox up` process at idle and with 1,000 objects, and watch event latency.
+//! `sandbox up` process at idle and with 1,000 objects, watch event latency, and legacy mode
+//! (1.7–1.13 Initializers): create throughput with it on, and the round trip of a create held
+//! until an initializer removes its name.
 //!
-//! Run with `cargo bench -p initializer-sandbox --bench api` (prints a table; asserts nothing).
+//! Run with `cargo bench -p initializer-sandbox --bench api` (prints a table; asserts nothing);
+//! `-- legacy` prints only the legacy-mode figures.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -125,13 +128,128 @@ async fn watch_latency(samples: usize) -> Vec<Duration> {
     lat
 }
 
+/// Sequential creates per second through one client, legacy mode on or off (no configuration:
+/// what every create pays for looking configurations up).
+async fn create_rate(legacy: bool, n: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.workloads = false;
+    config.legacy_initializers = legacy;
+    let handle = Sandbox::start(config).await.unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(handle.client());
+    let t = Instant::now();
+    for i in 0..n {
+        cms.create(&PostParams::default(), &cm(&format!("r{i}")))
+            .await
+            .unwrap();
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    handle.shutdown().await;
+    rate
+}
+
+/// Legacy mode: a create held by one initializer (a task that watches with
+/// `includeUninitialized=true` and removes its name with one PUT), from sending the create to
+/// its 201.
+async fn initialization_round_trip(samples: usize) -> Vec<Duration> {
+    const NAME: &str = "bench.initializer.example.com";
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.workloads = false;
+    config.legacy_initializers = true;
+    let handle = Sandbox::start(config).await.unwrap();
+    let client = handle.client();
+    let configuration = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1", "kind": "InitializerConfiguration",
+        "metadata": {"name": "bench"},
+        "initializers": [{"name": NAME, "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]}],
+    });
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations")
+        .header("content-type", "application/json")
+        .body(configuration.to_string().into_bytes())
+        .unwrap();
+    client.request::<serde_json::Value>(request).await.unwrap();
+    let watch = http::Request::builder()
+        .uri("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=0&includeUninitialized=true")
+        .body(Vec::new())
+        .unwrap();
+    let mut events = client
+        .request_events::<serde_json::Value>(watch)
+        .await
+        .unwrap()
+        .boxed();
+    let initializer_client = client.clone();
+    let initializer = tokio::spawn(async move {
+        while let Some(Ok(event)) = events.next().await {
+            let WatchEvent::Added(mut obj) = event else {
+                continue;
+            };
+            if obj.pointer("/metadata/initializers/pending/0/name") != Some(&json!(NAME)) {
+                continue;
+            }
+            if let Some(pending) = obj
+                .pointer_mut("/metadata/initializers/pending")
+                .and_then(|p| p.as_array_mut())
+            {
+                pending.remove(0);
+            }
+            let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+            let put = http::Request::builder()
+                .method("PUT")
+                .uri(format!("/api/v1/namespaces/default/configmaps/{name}"))
+                .header("content-type", "application/json")
+                .body(obj.to_string().into_bytes())
+                .unwrap();
+            initializer_client
+                .request::<serde_json::Value>(put)
+                .await
+                .unwrap();
+        }
+    });
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let mut lat = Vec::new();
+    for i in 0..samples {
+        let t = Instant::now();
+        cms.create(&PostParams::default(), &cm(&format!("held{i}")))
+            .await
+            .unwrap();
+        lat.push(t.elapsed());
+    }
+    initializer.abort();
+    handle.shutdown().await;
+    lat.sort();
+    lat
+}
+
+async fn legacy_figures() {
+    let plain = create_rate(false, 1000).await;
+    let legacy = create_rate(true, 1000).await;
+    println!(
+        "create throughput, sequential, legacy mode off / on without configuration: {plain:.0} / {legacy:.0} objects/s"
+    );
+    let lat = initialization_round_trip(300).await;
+    println!(
+        "legacy create held by one initializer (create sent to 201), 300 samples: p50 {}, p95 {}, p99 {}, max {}",
+        ms(percentile(&lat, 0.5)),
+        ms(percentile(&lat, 0.95)),
+        ms(percentile(&lat, 0.99)),
+        ms(lat[lat.len() - 1])
+    );
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes `--bench`; nothing to parse.
+    // `cargo bench` passes `--bench`; `legacy` asks for the legacy-mode figures alone.
+    if std::env::args().any(|a| a == "legacy") {
+        legacy_figures().await;
+        return;
+    }
     let lib = library_startup(10).await;
     println!(
         "startup, library (Sandbox::start to first answer), 10 runs: median {}, max {}",
@@ -179,4 +297,5 @@ async fn main() {
         ms(percentile(&lat, 0.99)),
         ms(lat[lat.len() - 1])
     );
+    legacy_figures().await;
 }
