@@ -695,3 +695,37 @@ async fn two_replicas_write_each_object_once() {
     second.shutdown().await;
     env.sandbox.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_watches_are_relisted_and_failed_writes_retried() {
+    let env = env(&[MINE]).await;
+    let handler = Sidecar::default();
+    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let (code, before) = create(&env, nginx("before", json!({}))).await;
+    assert_eq!(code, 201, "{before}");
+
+    // The watch ends and its resourceVersion is compacted away: 410 on the rewatch, then a list.
+    env.sandbox.compact_history();
+    env.sandbox.drop_watches();
+    // The first two updates of the next object fail as an overloaded API server's would.
+    let fault: initializer_sandbox::FaultRule = serde_json::from_value(json!({
+        "verb": "update",
+        "group": "apps",
+        "resource": "deployments",
+        "name": "flaky",
+        "action": {"type": "error", "code": 503, "message": "overloaded"},
+        "times": 2
+    }))
+    .unwrap();
+    env.sandbox.add_fault(fault);
+    let (code, created) = create(&env, nginx("flaky", json!({}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
+    assert_eq!(
+        handler.runs_of("flaky"),
+        3,
+        "two failed writes, each redone from a fresh read"
+    );
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
