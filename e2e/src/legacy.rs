@@ -373,20 +373,44 @@ pub async fn wait_event(
     .await
 }
 
+/// `namespace/name` of an object (just `name` when cluster-scoped).
+pub fn key(object: &Value) -> String {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    match object["metadata"]["namespace"].as_str() {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// Whether the object is one of the operator's canaries (labelled
+/// `initializer-operator.io/canary`).
+pub fn is_canary(object: &Value) -> bool {
+    !object["metadata"]["labels"][constants::CANARY_LABEL].is_null()
+}
+
+/// What a [`PendingRecorder`] saw pending on its name, by `namespace/name`.
+#[derive(Clone, Debug, Default)]
+pub struct SeenPending {
+    /// Objects other than the operator's canaries.
+    pub objects: BTreeSet<String>,
+    /// The operator's canaries.
+    pub canaries: BTreeSet<String>,
+}
+
 /// A background watch, with `includeUninitialized=true`, of one collection: it records every
 /// object that was ever seen pending on a given name, so a scenario knows exactly which
 /// objects were stuck on a dead initializer (and which were never assigned to it).
 pub struct PendingRecorder {
-    seen: Arc<Mutex<BTreeSet<String>>>,
+    seen: Arc<Mutex<SeenPending>>,
     errors: Arc<Mutex<Vec<String>>>,
     task: JoinHandle<()>,
 }
 
 impl PendingRecorder {
-    /// Starts watching `path` (a collection such as [`deployments_path`]) for objects pending
-    /// on `initializer`.
+    /// Starts watching `path` (a collection such as [`deployments_path`], or all namespaces'
+    /// `/apis/apps/v1/deployments`) for objects pending on `initializer`.
     pub fn start(client: Client, path: String, initializer: String) -> Self {
-        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let seen = Arc::new(Mutex::new(SeenPending::default()));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let task = tokio::spawn(record_pending(
             client,
@@ -398,8 +422,8 @@ impl PendingRecorder {
         Self { seen, errors, task }
     }
 
-    /// The names of the objects seen pending on the name so far.
-    pub fn seen(&self) -> BTreeSet<String> {
+    /// The objects seen pending on the name so far.
+    pub fn seen(&self) -> SeenPending {
         self.seen.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
@@ -423,15 +447,18 @@ async fn record_pending(
     client: Client,
     path: String,
     initializer: String,
-    seen: Arc<Mutex<BTreeSet<String>>>,
+    seen: Arc<Mutex<SeenPending>>,
     errors: Arc<Mutex<Vec<String>>>,
 ) {
     let note = |object: &Value| {
         if pending_names(object).contains(&initializer)
-            && let Some(name) = object["metadata"]["name"].as_str()
             && let Ok(mut seen) = seen.lock()
         {
-            seen.insert(name.to_string());
+            if is_canary(object) {
+                seen.canaries.insert(key(object));
+            } else {
+                seen.objects.insert(key(object));
+            }
         }
     };
     let fail = |message: String| {
@@ -569,6 +596,17 @@ mod tests {
         let object = with_pending(object, &["a.example.com"]);
         assert_eq!(pending_names(&object), ["a.example.com"]);
         assert_eq!(object["metadata"]["name"], "x");
+    }
+
+    #[test]
+    fn objects_are_keyed_by_namespace_and_canaries_known_by_their_label() {
+        let canary = json!({"metadata": {"name": "c", "namespace": "ns",
+            "labels": {(constants::CANARY_LABEL): "sidecar"}}});
+        assert_eq!(key(&canary), "ns/c");
+        assert!(is_canary(&canary));
+        let plain = json!({"metadata": {"name": "cluster-wide"}});
+        assert_eq!(key(&plain), "cluster-wide");
+        assert!(!is_canary(&plain));
     }
 
     #[test]

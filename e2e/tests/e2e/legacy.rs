@@ -187,7 +187,7 @@ pub async fn legacy_walkthrough_sidecar_is_injected_only_where_annotated(
         true,
     )
     .await?;
-    for deployment in &own {
+    for deployment in own.iter().filter(|d| !legacy::is_canary(d)) {
         ensure!(
             legacy::is_initialized(deployment),
             "the initializer's own Deployment is pending: {:?}",
@@ -288,8 +288,13 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
     let sidecar = registered_legacy_sidecar(&ctx, "dead", Health::default()).await?;
     let health = sidecar.initializer.spec.health_policy();
     let path = legacy::deployments_path(&sidecar.target_ns);
-    let pending =
-        PendingRecorder::start(client.clone(), path.clone(), sidecar.pending_name.clone());
+    // Every namespace: the operator's canaries (in the initializer's namespace) are pending on
+    // the same name.
+    let pending = PendingRecorder::start(
+        client.clone(),
+        "/apis/apps/v1/deployments".to_string(),
+        sidecar.pending_name.clone(),
+    );
     let load = common::deployment_load(&ctx, &sidecar.target_ns, "load")?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     common::random_phase(&health).await;
@@ -320,7 +325,7 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
     let status_while_down = status_while_down?;
 
     // What the harness saw stuck: every object ever pending on the name that the initializer
-    // did not inject (it never ran on them).
+    // did not inject (it never ran on them). The canaries are counted apart.
     let everything = legacy::list(&client, &path, true).await?;
     let injected: Vec<String> = everything
         .iter()
@@ -329,12 +334,14 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
                 .iter()
                 .any(|c| c == SIDECAR_CONTAINER)
         })
-        .filter_map(|d| d["metadata"]["name"].as_str().map(String::from))
+        .map(legacy::key)
         .collect();
-    let seen_stuck: Vec<String> = pending
-        .seen()
-        .into_iter()
-        .filter(|name| !injected.contains(name))
+    let seen = pending.seen();
+    let seen_stuck: Vec<String> = seen
+        .objects
+        .iter()
+        .filter(|key| !injected.contains(key))
+        .cloned()
         .collect();
     let still_pending: Vec<&Value> = everything
         .iter()
@@ -358,7 +365,8 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
     });
     eprintln!(
         "{}: configuration removed {} after the freeze, every stuck object released {} after it; \
-         {}/{} creates failed; released reported {reported:?}, seen stuck {} ({:?}); watch errors {:?}",
+         {}/{} creates failed; released reported {reported:?}, seen stuck {} ({:?}), canaries \
+         pending on it meanwhile {:?}; watch errors {:?}",
         sidecar.name,
         s(to_deregistered),
         s(to_released),
@@ -366,6 +374,7 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
         failed.total,
         seen_stuck.len(),
         seen_stuck,
+        seen.canaries,
         pending.errors()
     );
 
@@ -400,8 +409,9 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
         load::errors(&attempts)
     );
     for name in &stuck {
+        let key = format!("{}/{name}", sidecar.target_ns);
         ensure!(
-            seen_stuck.contains(name),
+            seen_stuck.contains(&key),
             "{name}, created uninitialized while the initializer was down, was not seen stuck then released: {seen_stuck:?}"
         );
     }
