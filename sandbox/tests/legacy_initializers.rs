@@ -812,3 +812,57 @@ async fn sandbox_up_turns_legacy_mode_on_by_flag_or_environment() {
         assert_eq!((announced, served), (on, on), "{args:?} {env:?}: {lines:?}");
     }
 }
+
+#[tokio::test]
+async fn a_strategic_merge_patch_merges_pending_by_name() {
+    let sb = legacy().await;
+    configure(
+        &sb,
+        "c",
+        &["first.example.com", "second.example.com"],
+        "configmaps",
+    )
+    .await;
+    let (code, _) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=true"),
+        None,
+        None,
+        Some(configmap("merged")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 202);
+    let smp = |patch: Value| {
+        let client = sb.client();
+        async move {
+            raw(
+                &client,
+                "PATCH",
+                &format!("{CONFIGMAPS}/merged"),
+                None,
+                Some("application/strategic-merge-patch+json"),
+                Some(patch),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    // An empty list merges nothing: the era's merge strategy for `pending`.
+    let (code, out) = smp(json!({"metadata": {"initializers": {"pending": []}}})).await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        out["metadata"]["initializers"]["pending"],
+        json!([{"name": "first.example.com"}, {"name": "second.example.com"}])
+    );
+    let (code, out) = smp(json!({"metadata": {"initializers": {"pending": [
+        {"name": "first.example.com", "$patch": "delete"}
+    ]}}}))
+    .await;
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        out["metadata"]["initializers"]["pending"],
+        json!([{"name": "second.example.com"}])
+    );
+}

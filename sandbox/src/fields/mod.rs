@@ -84,6 +84,8 @@ fn builtin_list_type(path: &[PathElem]) -> ListType {
             keys(&["port", "protocol"])
         }
         "conditions" => keys(&["type"]),
+        // `metav1.Initializers.Pending` (1.7–1.13): patchStrategy merge, patchMergeKey name.
+        "pending" if field_names(path).any(|f| f == "initializers") => keys(&["name"]),
         "ownerReferences" => keys(&["uid"]),
         "finalizers" => ListType::Set,
         "hostAliases" => keys(&["ip"]),
