@@ -85,7 +85,9 @@ impl InitializerRule {
 }
 
 /// Whether the controller watches a registered kind: every kind without rules, else the kinds
-/// some rule covers.
+/// some rule covers. The era's API server gave an initializer's name only to resources that
+/// every rule of the entry covers (`matchRule` in the `Initializers` admission plugin); watching
+/// what any rule covers is a superset, so nothing pending on the name is missed.
 pub(crate) fn watched(
     rules: Option<&[InitializerRule]>,
     group: &str,

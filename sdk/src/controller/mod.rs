@@ -10,9 +10,12 @@
 //! read. Namespaces are watched too when a namespace selector is set. What to do is decided by
 //! the pure functions of [`decide`]; this module only reads and writes.
 //!
-//! The mechanism is the one of Kubernetes 1.7's `apiserver/pkg/admission/plugin/initialization`
-//! and `apiserver/pkg/registry/generic/registry/store.go` (`waitForInitialized`): the API server
-//! holds the create until `pending` is empty, or deletes the object and answers the `result`.
+//! The mechanism is the one of Kubernetes 1.7–1.13: the `Initializers` admission plugin
+//! (`staging/src/k8s.io/apiserver/pkg/admission/plugin/initialization/initialization.go`)
+//! appends the names on create and lets only holders of the `initialize` verb update an
+//! uninitialized object; `Store.WaitForInitialized`
+//! (`staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`) holds the create
+//! until `pending` is empty, or deletes the object and answers the `result`.
 
 pub(crate) mod decide;
 
