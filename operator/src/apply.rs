@@ -129,8 +129,14 @@ where
 /// available. Every object is read first: when any of them exists and is not this
 /// Initializer's, nothing is written and the answer is [`Error::NotOurs`]. Then the Secrets,
 /// ServiceAccount, ConfigMap, Service and PodDisruptionBudget go together; the Deployment last, so its pods
-/// start with everything they mount.
-pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deployment> {
+/// start with everything they mount. With `uninitialized_creates` (the `InitializerConfiguration`
+/// backend) an object that does not exist yet is created with an explicit empty pending list,
+/// so that no initializer, its own least of all, is ever asked to initialize it.
+pub async fn apply_workload(
+    client: &Client,
+    desired: &Desired,
+    uninitialized_creates: bool,
+) -> Result<Deployment> {
     let config_map = async {
         match &desired.config_map {
             Some(cm) => claim(client, cm).await.map(Some),
@@ -148,19 +154,55 @@ pub async fn apply_workload(client: &Client, desired: &Desired) -> Result<Deploy
     )?;
     let config_map = async {
         match (&desired.config_map, cm) {
-            (Some(obj), Some(claimed)) => apply_claimed(client, obj, claimed).await.map(|_| ()),
+            (Some(obj), Some(claimed)) => put(client, obj, claimed, uninitialized_creates)
+                .await
+                .map(|_| ()),
             _ => Ok(()),
         }
     };
     futures::try_join!(
-        apply_claimed(client, &desired.ca_secret, ca),
-        apply_claimed(client, &desired.service_account, account),
-        apply_claimed(client, &desired.tls_secret, tls),
+        put(client, &desired.ca_secret, ca, uninitialized_creates),
+        put(
+            client,
+            &desired.service_account,
+            account,
+            uninitialized_creates
+        ),
+        put(client, &desired.tls_secret, tls, uninitialized_creates),
         config_map,
-        apply_claimed(client, &desired.service, service),
-        apply_claimed(client, &desired.pdb, pdb),
+        put(client, &desired.service, service, uninitialized_creates),
+        put(client, &desired.pdb, pdb, uninitialized_creates),
     )?;
-    apply_claimed(client, &desired.deployment, deployment).await
+    put(
+        client,
+        &desired.deployment,
+        deployment,
+        uninitialized_creates,
+    )
+    .await
+}
+
+/// [`apply_claimed`], or, for an absent object when `uninitialized_creates`, a create with
+/// `metadata.initializers: {"pending": []}`.
+async fn put<K>(
+    client: &Client,
+    obj: &K,
+    claimed: Ownership,
+    uninitialized_creates: bool,
+) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    if uninitialized_creates && claimed == Ownership::Absent {
+        legacy::create_uninitialized(client, obj).await
+    } else {
+        apply_claimed(client, obj, claimed).await
+    }
 }
 
 /// Whether an object carries the operator's managed-by label. Secrets without it are not the

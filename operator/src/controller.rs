@@ -10,7 +10,7 @@ use futures::StreamExt;
 use initializer_crds::constants::{
     FINALIZER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
-use initializer_crds::{Initializer, InitializerStatus, Phase};
+use initializer_crds::{Backend, Initializer, InitializerStatus, Phase};
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -28,15 +28,17 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
 use crate::apply::{self, Registrar, WebhookRegistrar};
 use crate::build::{self, Settings};
 use crate::error::{Error, Result, api_code};
 use crate::health::{HealthConfig, latency_budget};
 use crate::metrics::Metrics;
 use crate::naming;
+use crate::pending;
 use crate::probe;
 use crate::status::{self, WorkloadObservation};
-use crate::supervisor::{Supervision, Supervisor, is_ours};
+use crate::supervisor::{LegacySupervision, Supervision, Supervisor, is_ours};
 use crate::tls;
 use crate::validate::{self, describe, validate};
 
@@ -153,6 +155,7 @@ pub fn supervision(
         workload,
         certificate_not_after,
         stored_status: obj.status.clone(),
+        legacy: None,
     }
 }
 
@@ -208,7 +211,7 @@ async fn refuse(
 ) -> Result<Action> {
     let name = obj.name_any();
     ctx.supervisor.stop(&name).await;
-    remove_configuration(ctx, &name, configuration).await?;
+    remove_configuration(ctx, &name, configuration, obj.spec.backend).await?;
     if refusal_is_news(obj) {
         publish(ctx, obj, EventType::Warning, "Refused", describe(refusals)).await;
     }
@@ -224,10 +227,25 @@ async fn remove_configuration(
     ctx: &Context,
     initializer: &str,
     configuration: &str,
+    backend: Backend,
 ) -> Result<bool> {
     ctx.supervisor
         .leadership()
         .check(|| format!("deregister {configuration}"))?;
+    if backend == Backend::InitializerConfiguration {
+        let registrar = InitializerConfigurationRegistrar::new(ctx.client.clone());
+        let label = naming::names(initializer).label;
+        return match registrar.get(configuration).await? {
+            Some(found) if apply::fallback_is_ours(&found.metadata, Some(&label)) => {
+                registrar.deregister(configuration).await
+            }
+            Some(_) => Err(Error::NotOurs {
+                kind: "InitializerConfiguration",
+                name: configuration.to_string(),
+            }),
+            None => Ok(false),
+        };
+    }
     let registrar = WebhookRegistrar::new(ctx.client.clone());
     match registrar.get(configuration).await? {
         Some(found) if is_ours(&found, &naming::names(initializer).label) => {
@@ -247,12 +265,21 @@ async fn remove_configuration(
 async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
     let name = obj.name_any();
     let names = naming::names(&name);
-    let registered = WebhookRegistrar::new(ctx.client.clone())
-        .is_registered(&names.configuration)
-        .await?;
+    let registered = match obj.spec.backend {
+        Backend::Webhook => {
+            WebhookRegistrar::new(ctx.client.clone())
+                .is_registered(&names.configuration)
+                .await?
+        }
+        Backend::InitializerConfiguration => {
+            InitializerConfigurationRegistrar::new(ctx.client.clone())
+                .is_registered(&names.configuration)
+                .await?
+        }
+    };
     if registered {
         ctx.supervisor.stop(&name).await;
-        if remove_configuration(ctx, &name, &names.configuration).await? {
+        if remove_configuration(ctx, &name, &names.configuration, obj.spec.backend).await? {
             ctx.metrics.deregistered(&name, "Suspended", None);
             info!(initializer = %name, configuration = %names.configuration, "deregistered: suspended");
         }
@@ -303,6 +330,12 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         };
         return refuse(obj, ctx, &names.configuration, &[refusal]).await;
     }
+    if validated.pending_name.is_some()
+        && let Some(refusal) =
+            validate::legacy::api_refusal(apply::legacy::api_served(&ctx.client).await?)
+    {
+        return refuse(obj, ctx, &names.configuration, &[refusal]).await;
+    }
     let deployed = async {
         let found = apply::read_tls(
             &ctx.client,
@@ -345,7 +378,11 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             obj.metadata.generation.unwrap_or(1),
         );
         build::stamp_generation(&mut desired.deployment, &hash, generation);
-        let deployment = apply::apply_workload(&ctx.client, &desired).await?;
+        if let Some(legacy) = &desired.legacy {
+            apply::legacy::apply_rbac(&ctx.client, legacy).await?;
+        }
+        let deployment =
+            apply::apply_workload(&ctx.client, &desired, desired.legacy.is_some()).await?;
         // The CA is now in the operator's namespace: the copy an earlier version kept beside
         // the workload goes (only ours).
         if let (Some(stale), Some(uid)) = (&found.stale_ca, obj.metadata.uid.as_deref())
@@ -369,10 +406,19 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     };
     let expiry = tls::inspect(&material.cert_pem).ok().map(|i| i.not_after);
     let workload = status::observe_workload(&deployment);
-    let synced = ctx
-        .supervisor
-        .sync(supervision(obj, &validated, &desired, workload, expiry))
-        .await;
+    let mut target = supervision(obj, &validated, &desired, workload, expiry);
+    if let Some(legacy) = &desired.legacy {
+        match legacy_supervision(ctx, &validated, legacy).await {
+            Ok(supervised) => target.legacy = Some(supervised),
+            Err(err) => {
+                ctx.supervisor
+                    .report_failure(obj, &names.configuration, err.to_string())
+                    .await;
+                return Err(err);
+            }
+        }
+    }
+    let synced = ctx.supervisor.sync(target).await;
     let report = match synced {
         Ok(report) => report,
         Err(err) if err.is_conflict() => {
@@ -381,11 +427,96 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         Err(err) => return Err(err),
     };
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
+    // The legacy backend looks again soon while unregistered: its own pods may be waiting on
+    // its name (cleared at each reconcile) until the initializer is up.
     Ok(Action::requeue(requeue_after(
-        validated.namespace == ctx.operator_namespace,
+        validated.namespace == ctx.operator_namespace && desired.legacy.is_none(),
         report.registered,
         obj.spec.suspend,
     )))
+}
+
+/// What the supervisor needs for a legacy-backend Initializer: its own ReplicaSets and pods
+/// freed of its name first (they must never wait on the initializer they run), then what its
+/// rules reach (discovery) and the canary made of one of them.
+async fn legacy_supervision(
+    ctx: &Context,
+    validated: &validate::Validated,
+    legacy: &build::legacy::LegacyDesired,
+) -> Result<LegacySupervision> {
+    let selector = build::selector_labels(validated)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    apply::legacy::clear_own(
+        &ctx.client,
+        &validated.namespace,
+        &selector,
+        &legacy.pending_name,
+    )
+    .await?;
+    let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
+    Ok(LegacySupervision {
+        configuration: legacy.configuration.clone(),
+        canary: Canary {
+            resource: pending::canary_resource(&reached),
+            namespace: probe::PROBE_NAMESPACE.to_string(),
+            prefix: validated.names.base.clone(),
+            label: validated.names.label.clone(),
+            pending_name: legacy.pending_name.clone(),
+        },
+        reached,
+    })
+}
+
+/// The served resources `rules` reach.
+async fn legacy_reached(
+    client: &Client,
+    rules: &[initializer_crds::InterceptRule],
+) -> Result<Vec<pending::Served>> {
+    let groups: Vec<String> = rules.iter().flat_map(|r| r.api_groups.clone()).collect();
+    let served = apply::legacy::discover(client, &groups).await?;
+    Ok(pending::reached(rules, &served))
+}
+
+/// Releases what still waits on a deleted legacy-backend Initializer's name (its
+/// configuration is gone by now), with an Event; failures are logged, never block deletion.
+async fn release_on_delete(ctx: &Context, obj: &Initializer) {
+    let name = obj.name_any();
+    let Some(namespace) = obj
+        .spec
+        .namespace
+        .clone()
+        .or_else(|| Some(ctx.operator_namespace.clone()))
+    else {
+        return;
+    };
+    let pending_name = validate::legacy::pending_name(&name, &namespace);
+    let reached = match legacy_reached(&ctx.client, &obj.spec.rules).await {
+        Ok(reached) => reached,
+        Err(e) => {
+            warn!(initializer = %name, error = %e, "could not release pending objects");
+            return;
+        }
+    };
+    let released = apply::legacy::release(&ctx.client, &reached, &pending_name).await;
+    for failure in &released.failed {
+        warn!(initializer = %name, %failure, "could not release a pending object");
+    }
+    if released.count > 0 {
+        publish(
+            ctx,
+            obj,
+            EventType::Normal,
+            "ReleasedPendingObjects",
+            format!(
+                "released {} object(s) still pending on {pending_name}: the Initializer is deleted",
+                released.count
+            ),
+        )
+        .await;
+    }
 }
 
 /// Reads the workload namespace (unless it is the operator's) and decides whether workloads
@@ -430,7 +561,7 @@ async fn report_conflict(
     let name = obj.name_any();
     warn!(initializer = %name, error = %err, "conflict: left the object alone");
     ctx.supervisor.stop(&name).await;
-    match remove_configuration(ctx, &name, configuration).await {
+    match remove_configuration(ctx, &name, configuration, obj.spec.backend).await {
         Ok(_) | Err(Error::NotOurs { .. }) => {}
         Err(e) => return Err(e),
     }
@@ -447,7 +578,7 @@ async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
     let names = naming::names(&name);
     ctx.supervisor.stop(&name).await;
-    match remove_configuration(ctx, &name, &names.configuration).await {
+    match remove_configuration(ctx, &name, &names.configuration, obj.spec.backend).await {
         Ok(true) => {
             ctx.metrics.deregistered(&name, "Deleted", None);
             publish(
@@ -475,11 +606,24 @@ async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
     // The finalizer stays until the API server confirms the configuration is gone, so no
     // create ever meets a configuration whose initializer has already been deleted.
     let label = names.label.clone();
-    let left = WebhookRegistrar::new(ctx.client.clone())
-        .get(&names.configuration)
-        .await?;
-    if left.is_some_and(|found| is_ours(&found, &label)) {
+    let left = match obj.spec.backend {
+        Backend::Webhook => WebhookRegistrar::new(ctx.client.clone())
+            .get(&names.configuration)
+            .await?
+            .is_some_and(|found| is_ours(&found, &label)),
+        Backend::InitializerConfiguration => {
+            InitializerConfigurationRegistrar::new(ctx.client.clone())
+                .get(&names.configuration)
+                .await?
+                .is_some_and(|found| apply::fallback_is_ours(&found.metadata, Some(&label)))
+        }
+    };
+    if left {
         return Err(Error::CleanupPending(names.configuration));
+    }
+    // What waited on the initializer would wait on nothing once it is gone.
+    if obj.spec.backend == Backend::InitializerConfiguration {
+        release_on_delete(ctx, obj).await;
     }
     info!(initializer = %name, "cleaned up");
     Ok(Action::await_change())

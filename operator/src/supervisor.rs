@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use initializer_crds::constants::INITIALIZER_LABEL;
+use initializer_crds::constants::{INITIALIZER_LABEL, RELEASED_OBJECTS_DETAIL};
 use initializer_crds::{
     AnnotationGate, Initializer, InitializerStatus, InterceptRule, MissedInitializations, Outage,
 };
@@ -30,6 +30,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
@@ -37,6 +38,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
 use crate::apply::{self, FallbackCheck, Registrar, WebhookRegistrar};
 use crate::build::{self, FallbackPolicy};
 use crate::error::{Error, Result};
@@ -44,6 +46,7 @@ use crate::health::{Action, Cause, HealthConfig, Input, Machine, State};
 use crate::leader::Leadership;
 use crate::metrics::{InitializerGauges, Metrics};
 use crate::missed;
+use crate::pending::Served;
 use crate::probe::{Connector, ProbeTarget};
 use crate::status::{self, Observation, ProbeRecord, WorkloadObservation};
 use crate::validate::Refusal;
@@ -111,10 +114,49 @@ pub struct Supervision {
     pub certificate_not_after: Option<Timestamp>,
     /// The status stored on the Initializer when the reconcile read it.
     pub stored_status: Option<InitializerStatus>,
+    /// With `backend: InitializerConfiguration`: what is registered instead of
+    /// [`Supervision::webhook`] (which then only names and labels the configuration), the
+    /// canary the prober creates, and what a deregistration releases.
+    pub legacy: Option<LegacySupervision>,
 }
 
-/// Namespace, Service, budget, probe target and `caBundle`: what the tasks were started with.
-type TaskKey = (String, String, Duration, ProbeTarget, Vec<u8>);
+/// What the `InitializerConfiguration` backend supervises beyond the webhook's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LegacySupervision {
+    /// The configuration to register.
+    pub configuration: DynamicObject,
+    /// The end-to-end probe's canary.
+    pub canary: Canary,
+    /// The resources the rules reach: where objects pending on the name are looked for when
+    /// the configuration is removed.
+    pub reached: Vec<Served>,
+}
+
+/// What the cluster holds under the configuration's name.
+enum Live {
+    /// Nothing.
+    Absent,
+    /// Someone else's object.
+    NotOurs,
+    /// Ours: whether it is degraded, and whether someone changed what the operator set in it
+    /// (compared with the configuration the given presence wants).
+    Ours {
+        degraded: bool,
+        webhook: Option<Box<MutatingWebhookConfiguration>>,
+        legacy: Option<Box<DynamicObject>>,
+    },
+}
+
+/// Namespace, Service, budget, probe target, `caBundle` and canary: what the tasks were
+/// started with.
+type TaskKey = (
+    String,
+    String,
+    Duration,
+    ProbeTarget,
+    Vec<u8>,
+    Option<Canary>,
+);
 
 /// The ready endpoints the prober dials: `None` until the endpoint watch has listed them.
 type ReadyEndpoints = Option<Vec<SocketAddr>>;
@@ -122,6 +164,15 @@ type ReadyEndpoints = Option<Vec<SocketAddr>>;
 impl Supervision {
     fn configuration(&self) -> String {
         self.webhook.name_any()
+    }
+
+    /// The kind of the configuration this backend registers.
+    fn configuration_kind(&self) -> &'static str {
+        if self.legacy.is_some() {
+            "InitializerConfiguration"
+        } else {
+            "MutatingWebhookConfiguration"
+        }
     }
 
     /// The value of the Initializer label the configuration carries.
@@ -167,6 +218,7 @@ impl Supervision {
             self.budget,
             self.probe.clone(),
             self.ca_bundle(),
+            self.legacy.as_ref().map(|l| l.canary.clone()),
         )
     }
 
@@ -275,6 +327,9 @@ pub fn resumed_window(outage: &Outage) -> Option<Timestamp> {
     first.checked_sub(jiff::SignedDuration::from_secs(1)).ok()
 }
 
+/// Key of `status.details` naming the pending name of a legacy-backend Initializer.
+pub const PENDING_NAME_DETAIL: &str = "pendingName";
+
 /// Runs one API call with [`CALL_TIMEOUT`].
 async fn bounded<T>(
     what: impl FnOnce() -> String,
@@ -309,6 +364,9 @@ struct SupervisedState {
     removal_retry: Option<Duration>,
     /// A retry of the removal is scheduled.
     removal_retry_pending: bool,
+    /// With the legacy backend: how many objects pending on the name the last removal of the
+    /// configuration released (`details.releasedObjects`).
+    released: Option<u64>,
 }
 
 /// One supervised Initializer: its state, its tasks, and the signal that wakes its prober.
@@ -336,6 +394,7 @@ type FallbackChecked = (Option<i64>, Option<String>);
 struct Inner {
     client: Client,
     registrar: WebhookRegistrar,
+    legacy_registrar: InitializerConfigurationRegistrar,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     probe_user: String,
@@ -383,6 +442,7 @@ impl Supervisor {
         Self {
             inner: Arc::new(Inner {
                 registrar: WebhookRegistrar::new(client.clone()),
+                legacy_registrar: InitializerConfigurationRegistrar::new(client.clone()),
                 client,
                 recorder,
                 metrics,
@@ -648,17 +708,11 @@ impl Supervisor {
         let mut machine = Machine::new(target.health);
         // After an operator restart the configuration may already be registered (maybe
         // degraded): adopt it so failures remove it, instead of removing a healthy one.
-        let found = bounded(
-            || format!("read {configuration}"),
-            self.inner.registrar.get(&configuration),
-        )
-        .await?;
-        let label = target.label();
-        let presence = match &found {
-            Some(c) if !is_ours(c, &label) => Presence::Absent,
-            Some(c) if build::is_degraded(c) => Presence::Degraded,
-            Some(_) => Presence::Normal,
-            None => Presence::Absent,
+        let found = bounded(|| format!("read {configuration}"), self.live(target)).await?;
+        let presence = match found {
+            Live::Absent | Live::NotOurs => Presence::Absent,
+            Live::Ours { degraded: true, .. } => Presence::Degraded,
+            Live::Ours { .. } => Presence::Normal,
         };
         let stored = target.stored_status.as_ref();
         if presence != Presence::Absent {
@@ -709,6 +763,9 @@ impl Supervisor {
                 stopped,
                 removal_retry: None,
                 removal_retry_pending: false,
+                released: stored
+                    .and_then(|s| s.details.get(RELEASED_OBJECTS_DETAIL))
+                    .and_then(|n| n.parse().ok()),
             }),
             wake: Arc::new(Notify::new()),
             tasks: Mutex::new((None, Vec::new())),
@@ -728,7 +785,7 @@ impl Supervisor {
         let configuration = target.configuration();
         let now = Instant::now();
         let failure = self.failure(&target.initializer);
-        let status = status::compute(&Observation {
+        let mut status = status::compute(&Observation {
             generation: target.generation,
             refusals: &[],
             suspended: target.suspended,
@@ -747,6 +804,17 @@ impl Supervisor {
             fail_closed: target.fail_closed_bounds(),
             last_error: failure.as_deref(),
         });
+        if let Some(legacy) = &target.legacy {
+            status.details.insert(
+                PENDING_NAME_DETAIL.to_string(),
+                legacy.canary.pending_name.clone(),
+            );
+            if let Some(released) = st.released {
+                status
+                    .details
+                    .insert(RELEASED_OBJECTS_DETAIL.to_string(), released.to_string());
+            }
+        }
         self.inner.metrics.set_fail_closed(
             &target.initializer,
             status
@@ -1046,42 +1114,83 @@ impl Supervisor {
         })
     }
 
+    /// What the cluster holds under the configuration's name, of the backend's kind.
+    async fn live(&self, target: &Supervision) -> Result<Live> {
+        let configuration = target.configuration();
+        let label = target.label();
+        if target.legacy.is_some() {
+            return Ok(
+                match self.inner.legacy_registrar.get(&configuration).await? {
+                    None => Live::Absent,
+                    Some(found) if !apply::fallback_is_ours(&found.metadata, Some(&label)) => {
+                        Live::NotOurs
+                    }
+                    Some(found) => Live::Ours {
+                        degraded: false,
+                        webhook: None,
+                        legacy: Some(Box::new(found)),
+                    },
+                },
+            );
+        }
+        Ok(match self.inner.registrar.get(&configuration).await? {
+            None => Live::Absent,
+            Some(found) if !is_ours(&found, &label) => Live::NotOurs,
+            Some(found) => Live::Ours {
+                degraded: build::is_degraded(&found),
+                webhook: Some(Box::new(found)),
+                legacy: None,
+            },
+        })
+    }
+
     /// Reads the live configuration and records what the cluster holds: nothing, someone
     /// else's object (an error: it is never taken over), or ours, edited or not (an edited one
     /// is re-applied by the next converge).
     async fn observe_live(&self, st: &mut SupervisedState) -> Result<()> {
         let configuration = st.target.configuration();
-        let live = bounded(
-            || format!("read {configuration}"),
-            self.inner.registrar.get(&configuration),
-        )
-        .await?;
+        let live = bounded(|| format!("read {configuration}"), self.live(&st.target)).await?;
         match live {
-            None => {
+            Live::Absent => {
                 st.presence = Presence::Absent;
                 st.applied = None;
             }
-            Some(found) if !is_ours(&found, &st.target.label()) => {
+            Live::NotOurs => {
                 st.presence = Presence::Absent;
                 st.applied = None;
                 return Err(Error::NotOurs {
-                    kind: "MutatingWebhookConfiguration",
+                    kind: st.target.configuration_kind(),
                     name: configuration,
                 });
             }
-            Some(found) => {
+            Live::Ours {
+                degraded,
+                webhook,
+                legacy,
+            } => {
                 if st.presence == Presence::Absent {
                     // Left by an earlier run or another replica: the converge removes it if
                     // it must not be there.
-                    st.presence = if build::is_degraded(&found) {
+                    st.presence = if degraded {
                         Presence::Degraded
                     } else {
                         Presence::Normal
                     };
                 }
                 let desired = st.target.desired(st.presence);
-                if desired.as_ref().is_some_and(|d| drifted(d, &found)) {
-                    if st.applied.as_ref().is_some_and(|a| drifted(a, &found)) {
+                let changed = match (&st.target.legacy, &legacy) {
+                    // What the operator sets in an InitializerConfiguration: its initializers.
+                    (Some(wanted), Some(found)) => {
+                        build::legacy::registered_initializers(found)
+                            != build::legacy::registered_initializers(&wanted.configuration)
+                    }
+                    _ => desired
+                        .as_ref()
+                        .zip(webhook.as_ref())
+                        .is_some_and(|(d, found)| drifted(d, found)),
+                };
+                if changed {
+                    if st.applied.is_some() {
                         info!(initializer = %st.target.initializer, %configuration, "the live configuration was changed by someone else: applying it again");
                     }
                     st.applied = None;
@@ -1115,10 +1224,17 @@ impl Supervisor {
                     // Never take over a configuration of the same name that is not ours.
                     self.observe_live(st).await?;
                 }
-                let registered = bounded(
-                    || format!("register {configuration}"),
-                    self.inner.registrar.register(&desired),
-                )
+                let registered = bounded(|| format!("register {configuration}"), async {
+                    match &st.target.legacy {
+                        Some(legacy) => {
+                            self.inner
+                                .legacy_registrar
+                                .register(&legacy.configuration)
+                                .await
+                        }
+                        None => self.inner.registrar.register(&desired).await,
+                    }
+                })
                 .await;
                 if let Err(e) = registered {
                     warn!(initializer = %name, error = %e, "failed to apply the configuration");
@@ -1135,10 +1251,13 @@ impl Supervisor {
                 // Never delete a configuration of the same name that is not ours.
                 self.observe_live(st).await?;
                 if st.presence != Presence::Absent {
-                    bounded(
-                        || format!("deregister {configuration}"),
-                        self.inner.registrar.deregister(&configuration),
-                    )
+                    bounded(|| format!("deregister {configuration}"), async {
+                        if st.target.legacy.is_some() {
+                            self.inner.legacy_registrar.deregister(&configuration).await
+                        } else {
+                            self.inner.registrar.deregister(&configuration).await
+                        }
+                    })
                     .await?;
                 }
                 st.applied = None;
@@ -1179,13 +1298,21 @@ impl Supervisor {
                     outage.degraded_at = Some(micro_now());
                 }
                 info!(initializer = %name, %configuration, took_ms = took.as_millis() as u64, "degraded");
+                let now = if st.target.legacy.is_some() {
+                    "stays registered (an InitializerConfiguration has no failure policy to relax)"
+                        .to_string()
+                } else {
+                    format!(
+                        "fails open now (failurePolicy Ignore, timeoutSeconds 1), {} ms after the failed probe",
+                        took.as_millis()
+                    )
+                };
                 self.publish(
                     &reference,
                     EventType::Warning,
                     "Degraded",
                     format!(
-                        "a probe failed: {configuration} fails open now (failurePolicy Ignore, timeoutSeconds 1), {} ms after the failed probe; it is removed after {} failed probes in a row and restored after {} good ones",
-                        took.as_millis(),
+                        "a probe failed: {configuration} {now}; it is removed after {} failed probes in a row and restored after {} good ones",
                         st.machine.config().failure_threshold,
                         st.machine.config().success_threshold,
                     ),
@@ -1229,6 +1356,11 @@ impl Supervisor {
                     ),
                 };
                 self.publish(&reference, type_, "Deregistered", note).await;
+                if cause != Cause::Suspended
+                    && let Some(legacy) = st.target.legacy.clone()
+                {
+                    self.release_pending(&name, legacy);
+                }
             }
             (from, Presence::Normal) => {
                 if from == Presence::Absent {
@@ -1262,6 +1394,53 @@ impl Supervisor {
             }
             _ => {}
         }
+    }
+
+    /// Releases, in the background, every object still pending on the name of a legacy-backend
+    /// initializer whose configuration was just removed: the configuration's removal stops new
+    /// objects from getting the name, but those already waiting would wait until their creates
+    /// time out and stay uninitialized. A second pass after [`WINDOW_TAIL`] catches creates the
+    /// API server admitted just before the removal. The count goes to the status
+    /// (`details.releasedObjects`) and an Event `ReleasedPendingObjects`.
+    fn release_pending(&self, initializer: &str, legacy: LegacySupervision) {
+        let sup = self.clone();
+        let name = initializer.to_string();
+        tokio::spawn(async move {
+            let pending_name = legacy.canary.pending_name.clone();
+            let mut released =
+                apply::legacy::release(&sup.inner.client, &legacy.reached, &pending_name).await;
+            tokio::time::sleep(WINDOW_TAIL).await;
+            let again =
+                apply::legacy::release(&sup.inner.client, &legacy.reached, &pending_name).await;
+            released.count += again.count;
+            released.failed.extend(again.failed);
+            let Some(entry) = sup.entries().get(&name).cloned() else {
+                return;
+            };
+            let mut st = entry.state.lock().await;
+            st.released = Some(released.count);
+            sup.refresh_status(&mut st).await;
+            let reference = st.target.reference.clone();
+            drop(st);
+            let failed = if released.failed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; could not release everything: {}",
+                    released.failed.join("; ")
+                )
+            };
+            sup.publish(
+                &reference,
+                if released.failed.is_empty() { EventType::Normal } else { EventType::Warning },
+                "ReleasedPendingObjects",
+                format!(
+                    "released {} object(s) still pending on {pending_name} after its configuration was removed, so that their creates do not stay stuck{failed}",
+                    released.count
+                ),
+            )
+            .await;
+        });
     }
 
     /// Counts, once the window's tail has passed, the objects created in the window without the

@@ -1,5 +1,6 @@
 //! The two tasks of one supervised Initializer: the prober (a dry-run review to every ready
-//! endpoint, as often as the health machine asks) and the EndpointSlice watcher (the ready
+//! endpoint, or with the `InitializerConfiguration` backend a canary object through the API
+//! server, as often as the health machine asks) and the EndpointSlice watcher (the ready
 //! endpoints, handed to the prober; none at all deregisters at once).
 
 use std::collections::HashMap;
@@ -72,7 +73,18 @@ pub(super) async fn prober(
             user: &sup.inner.probe_user,
             budget: target.budget,
         };
-        let outcome = match probe::probe_each(&sup.inner.connector, &round).await {
+        let probed = match &target.legacy {
+            // The legacy backend is probed end to end through the API server: a canary pending
+            // on this initializer alone must come back initialized within the budget.
+            Some(legacy) => Err(crate::apply::legacy::canary_probe(
+                &sup.inner.client,
+                &legacy.canary,
+                target.budget,
+            )
+            .await),
+            None => probe::probe_each(&sup.inner.connector, &round).await,
+        };
+        let outcome = match probed {
             Err(outcome) => outcome,
             Ok(results) => {
                 // Judged against the endpoints ready now: one that left meanwhile (a pod

@@ -89,6 +89,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         workload: WorkloadObservation::default(),
         certificate_not_after: None,
         stored_status: None,
+        legacy: None,
     };
     let stopped = CancellationToken::new();
     let entry = Arc::new(Supervised {
@@ -109,6 +110,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
             stopped,
             removal_retry: None,
             removal_retry_pending: false,
+            released: None,
         }),
         wake: Arc::new(Notify::new()),
         tasks: Mutex::new((None, Vec::new())),
