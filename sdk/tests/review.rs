@@ -455,7 +455,9 @@ async fn metrics_count_requests_by_kind_and_verdict_and_patch_sizes() {
     assert_eq!(metrics.status, 200);
     let text = metrics.body;
     assert!(
-        text.contains(r#"initializer_admission_requests_total{kind="Pod",verdict="patched",mode="webhook"} 1"#),
+        text.contains(
+            r#"initializer_admission_requests_total{kind="Pod",verdict="patched",mode="webhook"} 1"#
+        ),
         "{text}"
     );
     assert!(
