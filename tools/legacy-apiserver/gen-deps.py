@@ -21,8 +21,8 @@ bare revisions, so each pinned revision is mapped to a module version as follows
      today's Go.
 
 It finds which repositories are needed by asking `go list` (GOPATH mode, GO111MODULE=off, the
-way 1.13 was built) for the missing imports of cmd/kube-apiserver, fetching them, and asking
-again until nothing is missing.
+way 1.13 was built) for the missing imports of cmd/kube-apiserver and of openapi-gen, fetching
+them, and asking again until nothing is missing.
 
   tools/legacy-apiserver/gen-deps.py GOPATH_TREE   # GOPATH_TREE as build.sh prepares it
 """
@@ -40,9 +40,10 @@ PACKAGES = ["./cmd/kube-apiserver", "./vendor/k8s.io/kube-openapi/cmd/openapi-ge
 
 # module path -> (version, why); kept minimal, each one a break on Go 1.26.
 OVERRIDES = {
-    # v1.0.1 reads runtime internals whose layout changed in Go 1.18 (maps iterate wrongly,
-    # crashes at start); v1.0.2 is the fix and keeps the same API.
-    "github.com/modern-go/reflect2": ("v1.0.2", "v1.0.1 crashes on Go >= 1.18"),
+    # v1.0.1 reads runtime map internals whose layout changed in Go 1.18: on Go 1.26 the pinned
+    # json-iterator marshalling a map with it dies in reflect.mapiternext (SIGSEGV); v1.0.2 is
+    # the fix and keeps the same API.
+    "github.com/modern-go/reflect2": ("v1.0.2", "v1.0.1 segfaults iterating maps on Go 1.26"),
 }
 
 
