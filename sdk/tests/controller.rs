@@ -729,3 +729,111 @@ async fn expired_watches_are_relisted_and_failed_writes_retried() {
     server.shutdown().await;
     env.sandbox.shutdown().await;
 }
+
+/// A handler for every kind with pods that records the kinds it ran for.
+#[derive(Clone, Default)]
+struct PodKinds {
+    kinds: Arc<Mutex<Vec<String>>>,
+}
+
+impl<K: PodSpecHolder + kube::Resource<DynamicType = ()>> Initialize<K> for PodKinds {
+    fn initialize(&self, obj: &mut K, _: &Review) -> Result<(), Denial> {
+        self.kinds.lock().unwrap().push(K::kind(&()).into_owned());
+        if let Some(spec) = obj.pod_spec_mut() {
+            mutate::add_container(
+                spec,
+                &Container {
+                    name: "sidecar-nginx".into(),
+                    image: Some("nginx:1.8.1".into()),
+                    ..Container::default()
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_the_rules_match_is_watched_and_the_workload_controllers_wait_for_it() {
+    let state = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(state.path());
+    config.legacy_initializers = true;
+    let sandbox = Sandbox::start(config).await.unwrap();
+    let client = sandbox.client();
+    let rules =
+        json!([{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["deployments", "pods"]}]);
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
+        None,
+        Some("application/json"),
+        Some(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+            "kind": "InitializerConfiguration",
+            "metadata": {"name": "sidecar"},
+            "initializers": [{"name": MINE, "rules": rules}],
+        })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "{body}");
+    let env = Env {
+        sandbox,
+        client,
+        tls: tempfile::tempdir().unwrap(),
+        _state: state,
+    };
+    let handler = PodKinds::default();
+    let mut args = args(&env, MINE);
+    args.rules = Some(kube_initializer::Rules(
+        serde_json::from_value(rules).unwrap(),
+    ));
+    let initializer = Initializer::new("sidecar").handle_pod_kinds(handler.clone());
+    let server = controller(&env, initializer, &args).await;
+
+    let (code, created) = create(&env, nginx("workload", json!({"app": "nginx"}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
+    // The sandbox's workload controller created the pod from the initialized template; the pod
+    // got the name too, and stays hidden until the same controller initialized it.
+    let pods = || async {
+        raw(
+            &env.client,
+            "GET",
+            "/api/v1/namespaces/default/pods",
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap()
+        .1
+    };
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            pods().await["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+        })
+        .await,
+        "no initialized pod"
+    );
+    let pod = &pods().await["items"][0];
+    assert!(pod.pointer("/metadata/initializers").is_none(), "{pod}");
+    let pod_containers: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(pod_containers, ["nginx", "sidecar-nginx"]);
+    let kinds = handler.kinds.lock().unwrap().clone();
+    assert!(kinds.iter().any(|k| k == "Deployment"), "{kinds:?}");
+    assert!(
+        kinds.iter().any(|k| k == "Pod"),
+        "the pod went through the controller: {kinds:?}"
+    );
+    server.shutdown().await;
+    env.sandbox.shutdown().await;
+}
