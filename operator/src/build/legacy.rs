@@ -83,10 +83,12 @@ pub fn controller_args(v: &Validated, pending_name: &str) -> Vec<String> {
 }
 
 /// The ClusterRole of the initializer's ServiceAccount, least privilege for a controller that
-/// initializes what the rules match: get, list and watch (with `includeUninitialized`) and
-/// update (the one write that mutates the object and removes its name) on the rules'
-/// resources, in every namespace (the API server adds the name in any namespace the selector
-/// does not exclude); list and watch on namespaces, for the namespace selector.
+/// initializes what the rules match: get, list and watch (with `includeUninitialized`), update
+/// (the one write that mutates the object and removes its name) and `initialize` (the verb the
+/// era's `Initializers` admission plugin checks before any update of an uninitialized object,
+/// `canInitialize` in `plugin/pkg/admission/initialization/initialization.go`, k8s 1.7–1.13) on
+/// the rules' resources, in every namespace (the API server adds the name in any namespace the
+/// selector does not exclude); list and watch on namespaces, for the namespace selector.
 pub fn cluster_role(v: &Validated, owner: Option<&OwnerReference>) -> ClusterRole {
     let mut rules: Vec<PolicyRule> = v
         .spec
@@ -95,7 +97,7 @@ pub fn cluster_role(v: &Validated, owner: Option<&OwnerReference>) -> ClusterRol
         .map(|r| PolicyRule {
             api_groups: Some(r.api_groups.clone()),
             resources: Some(r.resources.clone()),
-            verbs: ["get", "list", "watch", "update"]
+            verbs: ["get", "list", "watch", "update", "initialize"]
                 .map(String::from)
                 .to_vec(),
             ..Default::default()

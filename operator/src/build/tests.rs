@@ -652,7 +652,10 @@ fn the_controller_may_watch_and_update_what_it_initializes_and_list_namespaces_o
     assert_eq!(rules.len(), 2);
     assert_eq!(rules[0].api_groups.as_deref().unwrap(), ["apps"]);
     assert_eq!(rules[0].resources.as_deref().unwrap(), ["deployments"]);
-    assert_eq!(rules[0].verbs, ["get", "list", "watch", "update"]);
+    assert_eq!(
+        rules[0].verbs,
+        ["get", "list", "watch", "update", "initialize"]
+    );
     assert_eq!(rules[1].resources.as_deref().unwrap(), ["namespaces"]);
     assert_eq!(rules[1].verbs, ["list", "watch"]);
     let binding = &legacy.cluster_role_binding;

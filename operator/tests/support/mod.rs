@@ -34,6 +34,9 @@ use kube::Client;
 pub enum Backend {
     /// Our embedded API server with its built-in controllers (`initializer-sandbox`).
     Sandbox,
+    /// The sandbox speaking Kubernetes 1.7–1.13 Initializers (`legacy_initializers`): it
+    /// serves `admissionregistration.k8s.io/v1alpha1` `InitializerConfiguration`.
+    LegacySandbox,
     /// kube-apiserver and kube-controller-manager from the Go modules (`initializer-controlplane`).
     Real,
 }
@@ -42,6 +45,7 @@ impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Backend::Sandbox => "sandbox",
+            Backend::LegacySandbox => "sandbox in legacy mode",
             Backend::Real => "real control plane",
         })
     }
@@ -75,9 +79,10 @@ impl TestCluster {
         std::fs::write(&map, body).with_context(|| format!("failed to write {}", map.display()))?;
         let state = dir.path().join("state");
         let plane = match backend {
-            Backend::Sandbox => {
+            Backend::Sandbox | Backend::LegacySandbox => {
                 let mut config = SandboxConfig::new(state);
                 config.image_map = Some(map);
+                config.legacy_initializers = backend == Backend::LegacySandbox;
                 let sandbox = Sandbox::start(config)
                     .await
                     .context("failed to start the sandbox")?;

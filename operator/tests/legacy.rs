@@ -1,0 +1,404 @@
+//! Reconcile tests of the `InitializerConfiguration` backend (`spec.backend:
+//! InitializerConfiguration`, Kubernetes 1.7–1.13 Initializers) on the sandbox in legacy mode:
+//! the real operator deploying the SDK-built secret guard (examples/test_initializer.rs) in
+//! controller mode, registering its configuration only after a canary came back initialized,
+//! removing it when the initializer stops answering and releasing what still waited on its
+//! name, and registering it again when it recovers. On the sandbox without legacy mode the
+//! backend is refused and nothing is deployed.
+
+// Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+// The real control plane has no InitializerConfiguration (removed in 1.14), and no fault
+// injection or kill is needed here.
+#[allow(dead_code)]
+mod support;
+
+use std::time::Duration;
+
+use clap::Parser;
+use futures::future::BoxFuture;
+use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
+use initializer_crds::{Initializer, Phase};
+use initializer_operator::run::{RunArgs, run_with};
+use initializer_test_support::api::raw;
+use initializer_test_support::wait_until as wait_for;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, CustomResourceExt};
+use serde_json::{Value, json};
+use support::{Backend, TestCluster};
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "initializer-system";
+const IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
+const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
+const CONFIGS: &str = "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations";
+const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+const PENDING: &str = "guard.initializer-system.initializer-operator.io";
+
+async fn run<F>(backend: Backend, body: F)
+where
+    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
+{
+    initializer_operator::run::init_tracing(false);
+    let image = support::built("initializer-operator", "--example", "test_initializer").unwrap();
+    support::run(backend, &[(IMAGE_REPOSITORY, image)], body).await;
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Installs the CRD and the operator's namespace and starts one operator replica (stopped when
+/// the token drops).
+async fn start(cluster: &TestCluster) -> (Client, tokio_util::sync::DropGuard) {
+    let client = cluster.client();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &Initializer::crd())
+        .await
+        .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    wait_for("the Initializer API", Duration::from_secs(10), || {
+        let api = initializers.clone();
+        async move { api.list(&ListParams::default()).await.is_ok() }
+    })
+    .await;
+    let cli = Cli::parse_from([
+        "run",
+        "--namespace",
+        NS,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--pod-name",
+        "operator-test-0",
+    ]);
+    let mut args = cli.run;
+    args.probe_connector = cluster.probe_connector();
+    let stop = CancellationToken::new();
+    tokio::spawn(run_with(client.clone(), args, stop.clone()));
+    (client, stop.drop_guard())
+}
+
+fn legacy_guard() -> Initializer {
+    serde_json::from_value(json!({
+        "apiVersion": "initializer.dev/v1alpha1",
+        "kind": "Initializer",
+        "metadata": {"name": "guard"},
+        "spec": {
+            "image": IMAGE,
+            "replicas": 1,
+            "backend": "InitializerConfiguration",
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+            "health": {"periodSeconds": 1, "failureThreshold": 2, "successThreshold": 2, "latencyBudgetMillis": 2000},
+        }
+    }))
+    .unwrap()
+}
+
+async fn configuration(client: &Client) -> Option<Value> {
+    let (code, body) = raw(
+        client,
+        "GET",
+        &format!("{CONFIGS}/initializer-guard"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    (code == 200).then_some(body)
+}
+
+async fn status(client: &Client) -> initializer_crds::InitializerStatus {
+    Api::<Initializer>::all(client.clone())
+        .get("guard")
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+}
+
+async fn event_seen(client: &Client, reason: &str) -> bool {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|e| e.reason.as_deref() == Some(reason))
+}
+
+fn secret(name: &str, value: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": "default"},
+        "type": "Opaque",
+        "stringData": {"password": value},
+    })
+}
+
+async fn guard_pods(client: &Client) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels("initializer.dev/initializer=guard"))
+        .await
+        .unwrap()
+        .items
+}
+
+async fn registered_after_the_canary_released_when_dead_and_registered_again(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &legacy_guard())
+        .await
+        .unwrap();
+
+    let took = wait_for(
+        "the InitializerConfiguration",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { configuration(&c).await.is_some() }
+        },
+    )
+    .await;
+    println!("registered {took:?} after creation");
+    let config = configuration(&client).await.unwrap();
+    assert_eq!(config["initializers"][0]["name"], PENDING);
+    assert_eq!(
+        config["initializers"][0]["rules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}])
+    );
+    wait_for("phase Registered", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { status(&c).await.phase == Some(Phase::Registered) }
+    })
+    .await;
+    let registered = status(&client).await;
+    assert_eq!(registered.details["pendingName"], PENDING);
+    assert!(registered.last_probe_latency_millis.is_some());
+    println!(
+        "canary initialized in {:?} ms",
+        registered.last_probe_latency_millis
+    );
+
+    // The workload runs in controller mode, with its token, and never waited on its own name.
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("guard")
+        .await
+        .unwrap();
+    let args = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    assert_eq!(
+        args[..4],
+        ["--mode", "controller", "--pending-name", PENDING]
+    );
+    let account = Api::<ServiceAccount>::namespaced(client.clone(), NS)
+        .get("guard")
+        .await
+        .unwrap();
+    assert_eq!(account.automount_service_account_token, Some(true));
+    assert!(
+        Api::<ClusterRole>::all(client.clone())
+            .get_opt("initializer-guard-controller")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // The handler's denial fails the create with its message.
+    let (code, refused) = raw(
+        &client,
+        "POST",
+        SECRETS,
+        None,
+        None,
+        Some(secret("short", "x")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("must be at least 20 characters"),
+        "{refused}"
+    );
+
+    // The initializer stops answering: an object created meanwhile waits on its name...
+    let pod = guard_pods(&client).await.remove(0);
+    let pod_name = pod.metadata.name.clone().unwrap();
+    cluster.freeze(NS, &pod_name).await.unwrap();
+    let (code, waiting) = raw(
+        &client,
+        "POST",
+        &format!("{SECRETS}?includeUninitialized=true"),
+        None,
+        None,
+        Some(secret("waiting", "long-enough-to-pass-the-guard")),
+    )
+    .await
+    .unwrap();
+    assert!(code == 201 || code == 202, "{code}: {waiting}");
+    assert_eq!(
+        waiting["metadata"]["initializers"]["pending"][0]["name"],
+        PENDING
+    );
+    // ...the configuration is removed, and the waiting object released.
+    let took = wait_for("the configuration removed", Duration::from_secs(30), || {
+        let c = client.clone();
+        async move { configuration(&c).await.is_none() }
+    })
+    .await;
+    println!("deregistered {took:?} after the freeze");
+    wait_for(
+        "the waiting secret released",
+        Duration::from_secs(15),
+        || {
+            let c = client.clone();
+            async move {
+                let (code, body) = raw(&c, "GET", &format!("{SECRETS}/waiting"), None, None, None)
+                    .await
+                    .unwrap();
+                code == 200
+                    && body["metadata"]
+                        .get("initializers")
+                        .is_none_or(|i| i["pending"].as_array().is_none_or(Vec::is_empty))
+            }
+        },
+    )
+    .await;
+    wait_for(
+        "releasedObjects in the status",
+        Duration::from_secs(15),
+        || {
+            let c = client.clone();
+            async move {
+                status(&c)
+                    .await
+                    .details
+                    .get(RELEASED_OBJECTS_DETAIL)
+                    .is_some_and(|n| n.parse::<u64>().unwrap_or(0) >= 1)
+            }
+        },
+    )
+    .await;
+    wait_for(
+        "a ReleasedPendingObjects event",
+        Duration::from_secs(10),
+        || {
+            let c = client.clone();
+            async move { event_seen(&c, "ReleasedPendingObjects").await }
+        },
+    )
+    .await;
+    // Nothing waits on the dead name now: a create no longer blocks.
+    let (code, body) = raw(
+        &client,
+        "POST",
+        SECRETS,
+        None,
+        None,
+        Some(secret("after", "x")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 201, "unintercepted while deregistered: {body}");
+
+    // Recovery: registered again, and the guard refuses again.
+    cluster.thaw(NS, &pod_name).await.unwrap();
+    let took = wait_for("registered again", Duration::from_secs(60), || {
+        let c = client.clone();
+        async move { configuration(&c).await.is_some() }
+    })
+    .await;
+    println!("registered again {took:?} after the thaw");
+    let (code, refused) = raw(
+        &client,
+        "POST",
+        SECRETS,
+        None,
+        None,
+        Some(secret("short-again", "x")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{refused}");
+}
+
+async fn without_the_api_the_backend_is_refused_and_nothing_deployed(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &legacy_guard())
+        .await
+        .unwrap();
+    wait_for("phase Invalid", Duration::from_secs(30), || {
+        let c = client.clone();
+        async move { status(&c).await.phase == Some(Phase::Invalid) }
+    })
+    .await;
+    let valid = status(&client)
+        .await
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Valid")
+        .unwrap();
+    assert_eq!(valid.status, "False");
+    assert!(
+        valid
+            .message
+            .contains("does not serve admissionregistration.k8s.io/v1alpha1"),
+        "{}",
+        valid.message
+    );
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), NS)
+            .get_opt("guard")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing deployed"
+    );
+    wait_for("a Refused event", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { event_seen(&c, "Refused").await }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_initializer_is_registered_after_its_canary_released_when_dead_and_registered_again()
+ {
+    run(Backend::LegacySandbox, |cluster| {
+        Box::pin(registered_after_the_canary_released_when_dead_and_registered_again(cluster))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_backend_without_the_v1alpha1_api_is_refused_and_deploys_nothing() {
+    run(Backend::Sandbox, |cluster| {
+        Box::pin(without_the_api_the_backend_is_refused_and_nothing_deployed(
+            cluster,
+        ))
+    })
+    .await;
+}
