@@ -696,3 +696,66 @@ async fn first_validating_refusal_in_configuration_order_decides() {
         "admission webhook \"a.example.com\" denied the request: no"
     );
 }
+
+#[tokio::test]
+async fn the_step_between_runs_after_mutating_and_before_validating_webhooks() {
+    let (ca, server, view) =
+        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    view.add(
+        "mutatingwebhookconfigurations",
+        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
+    );
+    view.add(
+        "validatingwebhookconfigurations",
+        validating_config("v", "v.example.com", NS, SVC, &ca, json!({})),
+    );
+    // Where kube-apiserver 1.13 ran its Initializers plugin.
+    let between = |obj: &mut Value| -> Result<(), Value> {
+        obj["metadata"]["initializers"] = json!({"pending": [{"name": "a.example.com"}]});
+        Ok(())
+    };
+    let (object, _) = allowed(
+        Admission::default()
+            .admit_with(&view, pod_create("team", "p", json!({})), Some(&between))
+            .await,
+    );
+    assert_eq!(
+        object["metadata"]["initializers"]["pending"][0]["name"],
+        "a.example.com"
+    );
+    let reviews = server.reviews.lock().unwrap().clone();
+    let seen: Vec<bool> = reviews
+        .iter()
+        .map(|r| {
+            r["request"]["object"]["metadata"]
+                .get("initializers")
+                .is_some()
+        })
+        .collect();
+    // The mutating webhook is called first, then the validating one.
+    assert_eq!(seen, [false, true]);
+
+    let refuse =
+        |_: &mut Value| -> Result<(), Value> { Err(json!({"code": 422, "message": "no"})) };
+    let status = denied(
+        Admission::default()
+            .admit_with(&view, pod_create("team", "q", json!({})), Some(&refuse))
+            .await,
+    );
+    assert_eq!(status["message"], "no");
+}
+
+#[tokio::test]
+async fn the_step_between_runs_when_no_webhook_applies() {
+    let view = FakeView::default();
+    let between = |obj: &mut Value| -> Result<(), Value> {
+        obj["metadata"]["labels"] = json!({"stepped": "yes"});
+        Ok(())
+    };
+    let (object, _) = allowed(
+        Admission::default()
+            .admit_with(&view, pod_create("team", "p", json!({})), Some(&between))
+            .await,
+    );
+    assert_eq!(object["metadata"]["labels"]["stepped"], "yes");
+}

@@ -192,7 +192,7 @@ async fn configurations_are_validated_with_the_era_messages() {
     let message = status["message"].as_str().unwrap();
     assert!(
         message.starts_with(
-            "InitializerConfiguration.admissionregistration.k8s.io \"sidecar\" is invalid: [initializers[0].name: Invalid value: \"sidecar\": should be a domain with at least two dots, initializers[1].name: Invalid value: \"Sidecar.Example.Com\": a DNS-1123 subdomain must consist of lower case alphanumeric characters"
+            "InitializerConfiguration.admissionregistration.k8s.io \"sidecar\" is invalid: [initializers[0].name: Invalid value: \"sidecar\": should be a domain with at least three segments separated by dots, initializers[1].name: Invalid value: \"Sidecar.Example.Com\": a DNS-1123 subdomain must consist of lower case alphanumeric characters"
         ),
         "{message}"
     );
@@ -351,7 +351,7 @@ async fn invalid_pending_names_are_refused() {
     assert_eq!(code, 422, "{status}");
     assert_eq!(
         status["message"],
-        "ConfigMap \"bad\" is invalid: metadata.initializers.pending[0].name: Invalid value: \"short.io\": should be a domain with at least two dots"
+        "ConfigMap \"bad\" is invalid: metadata.initializers.pending[0].name: Invalid value: \"short.io\": should be a domain with at least three segments separated by dots"
     );
 
     // An initialized object cannot get initializers back.
@@ -530,7 +530,7 @@ async fn a_create_times_out_with_504_after_its_timeout_and_the_object_stays() {
     assert_eq!(status["reason"], "Timeout");
     assert_eq!(
         status["message"],
-        "Timeout: request did not complete within allowed duration"
+        "Timeout: request did not complete within requested timeout 1s"
     );
     assert!(
         waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),

@@ -103,6 +103,12 @@ pub enum Outcome {
     Denied(Value),
 }
 
+/// A step the API server runs between the mutating and the validating webhooks, as
+/// kube-apiserver 1.13 ran its built-in `Initializers` plugin there (`AllOrderedPlugins`:
+/// `MutatingAdmissionWebhook`, `Initializers`, `ValidatingAdmissionWebhook`). It may change the
+/// object; an `Err` is the `metav1.Status` that refuses the request.
+pub type Between<'a> = dyn Fn(&mut Value) -> Result<(), Value> + Send + Sync + 'a;
+
 /// The admission chain.
 #[derive(Clone, Debug, Default)]
 pub struct Admission {}
@@ -231,17 +237,28 @@ enum Stop {
 impl Admission {
     /// Runs mutating then validating webhooks that match `attrs`.
     pub async fn admit(&self, view: &dyn ClusterView, attrs: Attributes) -> Outcome {
-        if rules::is_exempt(&attrs) {
-            return Outcome::Allowed {
-                object: attrs.object,
-                warnings: Vec::new(),
-            };
-        }
+        self.admit_with(view, attrs, None).await
+    }
+
+    /// [`Admission::admit`], running `between` on the object after the mutating webhooks and
+    /// before the validating ones (also when no webhook applies).
+    pub async fn admit_with(
+        &self,
+        view: &dyn ClusterView,
+        attrs: Attributes,
+        between: Option<&Between<'_>>,
+    ) -> Outcome {
         let mutating = load_hooks::<MutatingWebhook>(view, MUTATING);
         let validating = load_hooks::<ValidatingWebhook>(view, VALIDATING);
-        if mutating.is_empty() && validating.is_empty() {
+        if rules::is_exempt(&attrs) || (mutating.is_empty() && validating.is_empty()) {
+            let mut object = attrs.object;
+            if let (Some(step), Some(obj)) = (between, object.as_mut())
+                && let Err(status) = step(obj)
+            {
+                return Outcome::Denied(status);
+            }
             return Outcome::Allowed {
-                object: attrs.object,
+                object,
                 warnings: Vec::new(),
             };
         }
@@ -253,7 +270,7 @@ impl Admission {
             object: attrs.object.clone(),
             warnings: Vec::new(),
         };
-        match run.all(&mutating, &validating).await {
+        match run.all(&mutating, between, &validating).await {
             Ok(()) => Outcome::Allowed {
                 object: run.object,
                 warnings: run.warnings,
@@ -273,7 +290,12 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    async fn all(&mut self, mutating: &[Hook], validating: &[Hook]) -> Result<(), Stop> {
+    async fn all(
+        &mut self,
+        mutating: &[Hook],
+        between: Option<&Between<'_>>,
+        validating: &[Hook],
+    ) -> Result<(), Stop> {
         // Indices of IfNeeded webhooks invoked since the last change, and of those to reinvoke.
         let mut invoked_reinvocable: Vec<usize> = Vec::new();
         let mut reinvoke: BTreeSet<usize> = BTreeSet::new();
@@ -293,6 +315,9 @@ impl Run<'_> {
             if self.matches(hook)? {
                 self.call(hook).await?;
             }
+        }
+        if let (Some(step), Some(obj)) = (between, self.object.as_mut()) {
+            step(obj).map_err(Stop::Deny)?;
         }
         // Validating webhooks see the final object and run in parallel, as in the real server;
         // the first refusal in configuration order decides.

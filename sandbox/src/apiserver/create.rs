@@ -155,7 +155,7 @@ impl ApiServer {
             }
         }
         hooks.prepare_create(&mut obj);
-        self.assign_initializers(rt, &mut obj)?;
+        self.drop_initializers_unless_legacy(&mut obj);
         let (mut obj, warnings) = self
             .normalize_and_admit(rt, "", Operation::Create, obj, None, opts)
             .await?;

@@ -69,6 +69,7 @@ impl ApiServer {
             None,
             Some((*current).clone()),
             opts.dry_run,
+            None,
         )
         .await?;
         if opts.dry_run {

@@ -254,10 +254,11 @@ fn dns1123_subdomain_errors(name: &str) -> Vec<String> {
     errs
 }
 
-/// A fully qualified initializer name: required, a DNS-1123 subdomain, and "a domain with at
-/// least two dots" (`validateInitializer` in `pkg/apis/admissionregistration/validation`, and
-/// `IsFullyQualifiedName` for pending names; later releases reworded the last message to
-/// "at least three segments separated by dots").
+/// A fully qualified initializer name: required, a DNS-1123 subdomain, and at least three
+/// segments (`validateInitializer` in `pkg/apis/admissionregistration/validation`, and
+/// `IsFullyQualifiedName` for pending names). 1.7 said "should be a domain with at least two
+/// dots"; 1.13 says "... at least three segments separated by dots" (observed on a real 1.13
+/// server, `tools/legacy-apiserver/README.md`).
 fn fully_qualified_name_errors(field: &str, name: &str, all: bool) -> Vec<Cause> {
     let mut out = Vec::new();
     if name.is_empty() {
@@ -280,7 +281,7 @@ fn fully_qualified_name_errors(field: &str, name: &str, all: bool) -> Vec<Cause>
         out.push((
             field.to_string(),
             format!(
-                "Invalid value: {}: should be a domain with at least two dots",
+                "Invalid value: {}: should be a domain with at least three segments separated by dots",
                 quoted(name)
             ),
         ));
@@ -471,16 +472,55 @@ pub fn deleted_while_waiting() -> ApiError {
 }
 
 /// The create's answer when initialization outlasts the request's timeout: `finishRequest`'s
-/// `errors.NewTimeoutError("request did not complete within allowed duration", 0)`, a 504
-/// `Timeout` (`handlers/rest.go`, 1.7–1.13). The object stays, uninitialized.
-pub fn timeout_error() -> ApiError {
+/// `errors.NewTimeoutError(...)`, a 504 `Timeout` whose message names the timeout as Go prints
+/// a duration (`... within requested timeout 30s`, observed on a real 1.13 server; 1.7–1.10
+/// said "within allowed duration"). The object stays, uninitialized.
+pub fn timeout_error(timeout: Duration) -> ApiError {
     let mut e = ApiError::new(
         504,
         "Timeout",
-        "Timeout: request did not complete within allowed duration",
+        format!(
+            "Timeout: request did not complete within requested timeout {}",
+            go_duration(timeout)
+        ),
     );
     e.details = Some(json!({}));
     e
+}
+
+/// A duration as Go's `time.Duration.String` prints it: `30s`, `1m30s`, `1.5s`, `500ms`,
+/// `1h0m0s`.
+fn go_duration(d: Duration) -> String {
+    fn trimmed(whole: u128, fraction: u128, digits: usize) -> String {
+        let mut out = whole.to_string();
+        if fraction > 0 {
+            let f = format!("{fraction:0digits$}");
+            out.push('.');
+            out.push_str(f.trim_end_matches('0'));
+        }
+        out
+    }
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    if nanos < 1_000 {
+        return format!("{nanos}ns");
+    }
+    if nanos < 1_000_000 {
+        return format!("{}µs", trimmed(nanos / 1_000, nanos % 1_000, 3));
+    }
+    if nanos < 1_000_000_000 {
+        return format!("{}ms", trimmed(nanos / 1_000_000, nanos % 1_000_000, 6));
+    }
+    let secs = nanos / 1_000_000_000;
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    let s = format!("{}s", trimmed(s, nanos % 1_000_000_000, 9));
+    match (h, m) {
+        (0, 0) => s,
+        (0, m) => format!("{m}m{s}"),
+        (h, m) => format!("{h}h{m}m{s}"),
+    }
 }
 
 /// The create's wait: `?timeout=` parsed as Go's `time.ParseDuration` did, else 30 s (a value
@@ -692,7 +732,7 @@ mod tests {
             vec![
                 (
                     "initializers[1].name".to_string(),
-                    "Invalid value: \"k8s.io\": should be a domain with at least two dots"
+                    "Invalid value: \"k8s.io\": should be a domain with at least three segments separated by dots"
                         .to_string()
                 ),
                 ("initializers[2].name".to_string(), "Required value".to_string()),
@@ -702,7 +742,7 @@ mod tests {
                 ),
                 (
                     "initializers[2].name".to_string(),
-                    "Invalid value: \"\": should be a domain with at least two dots".to_string()
+                    "Invalid value: \"\": should be a domain with at least three segments separated by dots".to_string()
                 ),
                 (
                     "initializers[3].rules[0].apiGroups".to_string(),
@@ -735,7 +775,7 @@ mod tests {
         assert!(causes[0].1.contains("a DNS-1123 subdomain must consist"));
         assert_eq!(
             causes[1].1,
-            "Invalid value: \"short.io\": should be a domain with at least two dots"
+            "Invalid value: \"short.io\": should be a domain with at least three segments separated by dots"
         );
         assert_eq!(causes[2].1, "Required value");
         assert_eq!(causes[3].1, "Invalid value: \"Success\": must be 'Failure'");
@@ -782,7 +822,14 @@ mod tests {
             (e.code, e.reason.as_str(), e.message.as_str()),
             (403, "Forbidden", "no")
         );
-        assert_eq!(timeout_error().code, 504);
+        let timeout = timeout_error(Duration::from_secs(30));
+        assert_eq!(
+            (timeout.code, timeout.message.as_str()),
+            (
+                504,
+                "Timeout: request did not complete within requested timeout 30s"
+            )
+        );
         assert_eq!(deleted_while_waiting().code, 500);
     }
 
@@ -799,6 +846,24 @@ mod tests {
         assert_eq!(create_timeout(Some("5")), Duration::from_secs(30));
         assert_eq!(create_timeout(Some("-1s")), Duration::from_secs(30));
         assert_eq!(create_timeout(Some("2x")), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(30), "30s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(120), "2m0s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::from_micros(1500), "1.5ms"),
+            (Duration::from_nanos(1500), "1.5µs"),
+            (Duration::from_nanos(7), "7ns"),
+        ] {
+            assert_eq!(go_duration(d), text);
+        }
     }
 
     #[test]

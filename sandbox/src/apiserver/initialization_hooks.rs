@@ -22,17 +22,20 @@ fn name_of(obj: &Value) -> &str {
 }
 
 impl ApiServer {
-    /// On create, before admission webhooks (where the era's `Initializers` plugin ran):
-    /// assigns `metadata.initializers` and validates it; outside legacy mode drops the field.
+    /// Outside legacy mode, every write loses `metadata.initializers`.
+    pub(super) fn drop_initializers_unless_legacy(&self, obj: &mut Value) {
+        if !self.legacy_initializers {
+            init::strip(obj);
+        }
+    }
+
+    /// On create, between the mutating and the validating webhooks (where 1.13's
+    /// `Initializers` plugin ran): assigns `metadata.initializers` and validates it.
     pub(super) fn assign_initializers(
         &self,
         rt: &ResourceType,
         obj: &mut Value,
     ) -> Result<(), ApiError> {
-        if !self.legacy_initializers {
-            init::strip(obj);
-            return Ok(());
-        }
         let stored = self
             .store
             .list(&ResKey::new(init::GROUP, init::PLURAL), None)
@@ -50,18 +53,14 @@ impl ApiServer {
         }
     }
 
-    /// On update, once admitted: an emptied `initializers` is removed, and the transition is
-    /// validated; outside legacy mode the field is dropped.
+    /// On an update of the main resource, at the same point: an emptied `initializers` is
+    /// removed, and the transition is validated.
     pub(super) fn settle_initializers(
         &self,
         rt: &ResourceType,
         current: &Value,
         obj: &mut Value,
     ) -> Result<(), ApiError> {
-        if !self.legacy_initializers {
-            init::strip(obj);
-            return Ok(());
-        }
         init::apply(obj, init::settle_update(obj));
         let mut causes = init::validate_initializers_update(obj, current);
         if causes.is_empty() {
@@ -159,7 +158,7 @@ impl ApiServer {
         };
         match tokio::time::timeout(timeout, wait).await {
             Ok(answer) => answer,
-            Err(_) => Err(init::timeout_error()),
+            Err(_) => Err(init::timeout_error(timeout)),
         }
     }
 }

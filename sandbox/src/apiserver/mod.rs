@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::admission::{Admission, Attributes, Operation, Outcome, UserInfo};
+use crate::admission::{Admission, Attributes, Between, Operation, Outcome, UserInfo};
 use crate::crd;
 use crate::defaults;
 use crate::error::ApiError;
@@ -295,6 +295,7 @@ impl ApiServer {
         obj: Option<Value>,
         old: Option<Value>,
         dry_run: bool,
+        between: Option<&Between<'_>>,
     ) -> Result<(Option<Value>, Vec<String>), ApiError> {
         let src = obj.as_ref().or(old.as_ref());
         let name = src
@@ -324,7 +325,7 @@ impl ApiServer {
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
             },
         };
-        match self.admission.admit(self, attrs).await {
+        match self.admission.admit_with(self, attrs, between).await {
             Outcome::Allowed { object, warnings } => Ok((object, warnings)),
             Outcome::Denied(status) => Err(ApiError::from_status(&status)),
         }
@@ -343,8 +344,32 @@ impl ApiServer {
     ) -> Result<(Value, Vec<String>), ApiError> {
         let field_validation = opts.field_validation.as_deref().unwrap_or("Warn");
         let mut warnings = self.normalize(rt, &mut obj, field_validation)?;
+        // Legacy mode: the era's Initializers plugin, between the two kinds of webhooks.
+        let initializers = |o: &mut Value| -> Result<(), Value> {
+            match (op, old) {
+                (Operation::Create, _) => self.assign_initializers(rt, o),
+                (Operation::Update, Some(current)) if sub.is_empty() => {
+                    self.settle_initializers(rt, current, o)
+                }
+                _ => Ok(()),
+            }
+            .map_err(|e| e.to_status())
+        };
+        let between: Option<&Between<'_>> = if self.legacy_initializers {
+            Some(&initializers)
+        } else {
+            None
+        };
         let (admitted, admission_warnings) = self
-            .admit(rt, sub, op, Some(obj.clone()), old.cloned(), opts.dry_run)
+            .admit(
+                rt,
+                sub,
+                op,
+                Some(obj.clone()),
+                old.cloned(),
+                opts.dry_run,
+                between,
+            )
             .await?;
         warnings.extend(admission_warnings);
         Ok((admitted.unwrap_or(obj), warnings))

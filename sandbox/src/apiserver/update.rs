@@ -156,10 +156,11 @@ impl ApiServer {
         rt: &ResourceType,
         sub: &str,
         current: &Value,
-        obj: Value,
+        mut obj: Value,
         opts: &WriteOptions,
         record_manager: bool,
     ) -> Result<Written, ApiError> {
+        self.drop_initializers_unless_legacy(&mut obj);
         let (mut obj, warnings) = self
             .normalize_and_admit(rt, sub, Operation::Update, obj, Some(current), opts)
             .await?;
@@ -171,7 +172,6 @@ impl ApiServer {
                 return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
             }
         }
-        self.settle_initializers(rt, current, &mut obj)?;
         let hooks = kinds::hooks(&rt.group, &rt.kind);
         if sub.is_empty() {
             hooks.server_status(&mut obj, Some(current));
