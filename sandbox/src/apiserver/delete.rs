@@ -3,7 +3,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    ApiServer, DeleteOptions, ListOptions, kinds, meta_str, metadata_mut, retries_conflict,
+    AdmitHow, ApiServer, DeleteOptions, ListOptions, kinds, meta_str, metadata_mut,
+    retries_conflict,
 };
 use crate::admission::Operation;
 use crate::clock::now_rfc3339 as now;
@@ -68,8 +69,10 @@ impl ApiServer {
             Operation::Delete,
             None,
             Some((*current).clone()),
-            opts.dry_run,
-            None,
+            AdmitHow {
+                dry_run: opts.dry_run,
+                between: None,
+            },
         )
         .await?;
         if opts.dry_run {

@@ -125,6 +125,14 @@ pub struct ListOptions {
     pub include_uninitialized: bool,
 }
 
+/// How a write is admitted: as a dry run or not, and the API server's own step between the
+/// mutating and the validating webhooks, if any.
+#[derive(Clone, Copy)]
+struct AdmitHow<'a> {
+    dry_run: bool,
+    between: Option<&'a Between<'a>>,
+}
+
 /// The result of a write.
 #[derive(Clone, Debug)]
 pub struct Written {
@@ -294,8 +302,7 @@ impl ApiServer {
         op: Operation,
         obj: Option<Value>,
         old: Option<Value>,
-        dry_run: bool,
-        between: Option<&Between<'_>>,
+        how: AdmitHow<'_>,
     ) -> Result<(Option<Value>, Vec<String>), ApiError> {
         let src = obj.as_ref().or(old.as_ref());
         let name = src
@@ -319,13 +326,13 @@ impl ApiServer {
             operation: op,
             object: obj.map(|o| Self::served(rt, &o)),
             old_object: old.map(|o| Self::served(rt, &o)),
-            dry_run,
+            dry_run: how.dry_run,
             user: UserInfo {
                 username: "sandbox-admin".into(),
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
             },
         };
-        match self.admission.admit_with(self, attrs, between).await {
+        match self.admission.admit_with(self, attrs, how.between).await {
             Outcome::Allowed { object, warnings } => Ok((object, warnings)),
             Outcome::Denied(status) => Err(ApiError::from_status(&status)),
         }
@@ -367,8 +374,10 @@ impl ApiServer {
                 op,
                 Some(obj.clone()),
                 old.cloned(),
-                opts.dry_run,
-                between,
+                AdmitHow {
+                    dry_run: opts.dry_run,
+                    between,
+                },
             )
             .await?;
         warnings.extend(admission_warnings);
