@@ -172,8 +172,12 @@ async fn discovery_lists_v1alpha1_only_in_legacy_mode() {
     assert!(!group["versions"].to_string().contains("v1alpha1"));
 }
 
+/// What kube-apiserver v1.13.0 answered to the configuration below (run by hand against the
+/// binary `tools/legacy-apiserver/build.sh` builds), verbatim.
+const REAL_1_13_REFUSAL: &str = r#"InitializerConfiguration.admissionregistration.k8s.io "sidecar" is invalid: [initializers[0].name: Invalid value: "sidecar": should be a domain with at least three segments separated by dots, initializers[1].name: Invalid value: "Sidecar.Example.Com": a DNS-1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'), initializers[1].rules[0].apiGroups: Required value, initializers[1].rules[0].apiVersions: Invalid value: []string{"*", "v1"}: if '*' is present, must not specify other API versions, initializers[1].rules[0].resources: Invalid value: []string{"*", "pods"}: if '*' is present, must not specify other resources, initializers[2].name: Required value, initializers[3].rules[0].apiGroups: Invalid value: []string{"*", "apps"}: if '*' is present, must not specify other API groups, initializers[3].rules[0].apiVersions[0]: Required value, initializers[3].rules[0].resources[0]: Invalid value: "pods/status": must not specify subresources, initializers[3].rules[0].resources[1]: Invalid value: "*/*": must not specify subresources]"#;
+
 #[tokio::test]
-async fn configurations_are_validated_with_the_era_messages() {
+async fn configurations_are_refused_with_the_messages_of_1_13() {
     let sb = legacy().await;
     let body = json!({
         "apiVersion": "admissionregistration.k8s.io/v1alpha1",
@@ -181,7 +185,9 @@ async fn configurations_are_validated_with_the_era_messages() {
         "metadata": {"name": "sidecar"},
         "initializers": [
             {"name": "sidecar", "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["deployments"]}]},
-            {"name": "Sidecar.Example.Com", "rules": [{"apiGroups": [], "apiVersions": ["*"], "resources": ["*", "pods"]}]}
+            {"name": "Sidecar.Example.Com", "rules": [{"apiGroups": [], "apiVersions": ["*", "v1"], "resources": ["*", "pods"]}]},
+            {"name": ""},
+            {"name": "ok.example.com", "rules": [{"apiGroups": ["*", "apps"], "apiVersions": [""], "resources": ["pods/status", "*/*"]}]}
         ],
     });
     let (code, status) = raw(&sb.client(), "POST", CONFIGS, None, None, Some(body))
@@ -189,20 +195,11 @@ async fn configurations_are_validated_with_the_era_messages() {
         .unwrap();
     assert_eq!(code, 422, "{status}");
     assert_eq!(status["reason"], "Invalid");
-    let message = status["message"].as_str().unwrap();
-    assert!(
-        message.starts_with(
-            "InitializerConfiguration.admissionregistration.k8s.io \"sidecar\" is invalid: [initializers[0].name: Invalid value: \"sidecar\": should be a domain with at least three segments separated by dots, initializers[1].name: Invalid value: \"Sidecar.Example.Com\": a DNS-1123 subdomain must consist of lower case alphanumeric characters"
-        ),
-        "{message}"
-    );
-    assert!(
-        message.contains("initializers[1].rules[0].apiGroups: Required value"),
-        "{message}"
-    );
-    assert!(
-        message.contains("initializers[1].rules[0].Resources: Invalid value: []string{\"*\", \"pods\"}: if '*' is present, must not specify other resources"),
-        "{message}"
+    assert_eq!(status["message"], REAL_1_13_REFUSAL);
+    assert_eq!(status["details"]["causes"].as_array().unwrap().len(), 10);
+    assert_eq!(
+        status["details"]["causes"][5],
+        json!({"reason": "FieldValueRequired", "message": "Required value", "field": "initializers[2].name"})
     );
 }
 
@@ -567,6 +564,10 @@ async fn an_uninitialized_object_can_be_deleted_and_its_waiting_create_fails() {
         status["message"],
         "Internal error occurred: object deleted while waiting for creation"
     );
+    assert_eq!(
+        status["details"],
+        json!({"causes": [{"message": "object deleted while waiting for creation"}]})
+    );
     assert_eq!(get(&sb, "doomed").await.0, 404);
 }
 
@@ -865,4 +866,73 @@ async fn a_strategic_merge_patch_merges_pending_by_name() {
         out["metadata"]["initializers"]["pending"],
         json!([{"name": "second.example.com"}])
     );
+}
+
+#[tokio::test]
+async fn pending_lists_are_checked_as_1_13_checked_them() {
+    let sb = legacy().await;
+    // Verbatim what kube-apiserver v1.13.0 answered to the same create.
+    let mut bad = configmap("bad");
+    bad["metadata"]["initializers"] =
+        json!({"pending": [{"name": "Bad_Name"}, {"name": ""}, {"name": "short.io"}]});
+    let (code, status) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=true"),
+        None,
+        None,
+        Some(bad),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        r#"ConfigMap "bad" is invalid: [metadata.initializers.pending[0].name: Invalid value: "Bad_Name": a DNS-1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'), metadata.initializers.pending[1].name: Required value, metadata.initializers.pending[2].name: Invalid value: "short.io": should be a domain with at least three segments separated by dots]"#
+    );
+
+    let mut success = configmap("success");
+    success["metadata"]["initializers"] =
+        json!({"pending": [{"name": "a.example.com"}], "result": {"status": "Success"}});
+    let (code, status) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=true"),
+        None,
+        None,
+        Some(success),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        r#"ConfigMap "success" is invalid: metadata.initializers.result.status: Invalid value: "Success": must be 'Failure'"#
+    );
+
+    // Duplicate names pass, as they did.
+    let mut twice = configmap("twice");
+    twice["metadata"]["initializers"] =
+        json!({"pending": [{"name": "a.example.com"}, {"name": "a.example.com"}]});
+    let (code, obj) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=true"),
+        None,
+        None,
+        Some(twice),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 202, "{obj}");
+
+    // A PUT without the field initializes the object (200), as 1.13 did.
+    let mut without = obj.clone();
+    without["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("initializers");
+    let (code, out) = put(&sb, "twice", without).await;
+    assert_eq!(code, 200, "{out}");
+    assert!(out["metadata"].get("initializers").is_none(), "{out}");
 }

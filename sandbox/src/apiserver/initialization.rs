@@ -254,56 +254,45 @@ fn dns1123_subdomain_errors(name: &str) -> Vec<String> {
     errs
 }
 
-/// A fully qualified initializer name: required, a DNS-1123 subdomain, and at least three
-/// segments (`validateInitializer` in `pkg/apis/admissionregistration/validation`, and
-/// `IsFullyQualifiedName` for pending names). 1.7 said "should be a domain with at least two
-/// dots"; 1.13 says "... at least three segments separated by dots" (observed on a real 1.13
-/// server, `tools/legacy-apiserver/README.md`).
-fn fully_qualified_name_errors(field: &str, name: &str, all: bool) -> Vec<Cause> {
-    let mut out = Vec::new();
+/// A fully qualified initializer name (`IsFullyQualifiedName`, used by 1.13 both for a
+/// configuration's initializer names and for pending names): required, then a DNS-1123
+/// subdomain, then at least three segments; only the first failing check is reported. 1.7 said
+/// "should be a domain with at least two dots" and reported every failing check; 1.13's words
+/// and behaviour were observed on a real 1.13 server (`tools/legacy-apiserver/README.md`, and
+/// the sandbox's own comparison in its README).
+fn fully_qualified_name_errors(field: &str, name: &str) -> Vec<Cause> {
     if name.is_empty() {
-        out.push((field.to_string(), "Required value".to_string()));
-        if !all {
-            return out;
-        }
+        return vec![(field.to_string(), "Required value".to_string())];
     }
     let dns = dns1123_subdomain_errors(name);
     if !dns.is_empty() {
-        out.push((
+        return vec![(
             field.to_string(),
             format!("Invalid value: {}: {}", quoted(name), dns.join(",")),
-        ));
-        if !all {
-            return out;
-        }
+        )];
     }
     if name.split('.').count() < 3 {
-        out.push((
+        return vec![(
             field.to_string(),
             format!(
                 "Invalid value: {}: should be a domain with at least three segments separated by dots",
                 quoted(name)
             ),
-        ));
+        )];
     }
-    out
+    Vec::new()
 }
 
 /// Validates an `InitializerConfiguration` (`ValidateInitializerConfiguration`): each
-/// initializer's name is fully qualified (every failing check is reported, as
-/// `validateInitializer` appended them all) and each rule names groups, versions and resources,
-/// with `*` alone when present.
+/// initializer's name is fully qualified and each rule names groups, versions and resources,
+/// `*` alone when present, no subresources.
 pub fn validate_configuration(obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
     let initializers = obj["initializers"].as_array().cloned().unwrap_or_default();
     for (i, init) in initializers.iter().enumerate() {
         let path = format!("initializers[{i}]");
         let name = init["name"].as_str().unwrap_or_default();
-        out.extend(fully_qualified_name_errors(
-            &format!("{path}.name"),
-            name,
-            true,
-        ));
+        out.extend(fully_qualified_name_errors(&format!("{path}.name"), name));
         for (j, rule) in init["rules"]
             .as_array()
             .cloned()
@@ -317,13 +306,15 @@ pub fn validate_configuration(obj: &Value) -> Vec<Cause> {
     out
 }
 
-/// `validateRule` of the era (the `Resources` spelling in one path is the era's own).
+/// `validateRule` as 1.13 answered it: each list required; `*` alone when present; versions
+/// and resources not empty; resources without `/` (1.13 added "must not specify
+/// subresources" for initializers, whose `matchRule` never matched them).
 fn validate_rule(rule: &Value, path: &str) -> Vec<Cause> {
     let mut out = Vec::new();
-    for (field, shown, what) in [
-        ("apiGroups", "apiGroups", "API groups"),
-        ("apiVersions", "apiVersions", "API versions"),
-        ("resources", "Resources", "resources"),
+    for (field, what) in [
+        ("apiGroups", "API groups"),
+        ("apiVersions", "API versions"),
+        ("resources", "resources"),
     ] {
         let list: Vec<String> = rule[field]
             .as_array()
@@ -339,18 +330,27 @@ fn validate_rule(rule: &Value, path: &str) -> Vec<Cause> {
         if list.len() > 1 && list.iter().any(|x| x == "*") {
             let shown_list: Vec<String> = list.iter().map(|s| quoted(s)).collect();
             out.push((
-                format!("{path}.{shown}"),
+                format!("{path}.{field}"),
                 format!(
                     "Invalid value: []string{{{}}}: if '*' is present, must not specify other {what}",
                     shown_list.join(", ")
                 ),
             ));
         }
-        if field != "apiGroups" {
-            for (k, x) in list.iter().enumerate() {
-                if x.is_empty() {
-                    out.push((format!("{path}.{field}[{k}]"), "Required value".to_string()));
-                }
+        if field == "apiGroups" {
+            continue;
+        }
+        for (k, x) in list.iter().enumerate() {
+            if x.is_empty() {
+                out.push((format!("{path}.{field}[{k}]"), "Required value".to_string()));
+            } else if field == "resources" && x.contains('/') {
+                out.push((
+                    format!("{path}.{field}[{k}]"),
+                    format!(
+                        "Invalid value: {}: must not specify subresources",
+                        quoted(x)
+                    ),
+                ));
             }
         }
     }
@@ -371,7 +371,6 @@ pub fn validate_initializers(obj: &Value) -> Vec<Cause> {
         out.extend(fully_qualified_name_errors(
             &format!("metadata.initializers.pending[{i}].name"),
             name,
-            false,
         ));
     }
     out.extend(validate_result(init.get("result")));
@@ -468,7 +467,10 @@ pub fn result_error(status: &Value) -> ApiError {
 
 /// The create's answer when its object is deleted while it waits without a result.
 pub fn deleted_while_waiting() -> ApiError {
-    ApiError::internal("Internal error occurred: object deleted while waiting for creation")
+    let mut e =
+        ApiError::internal("Internal error occurred: object deleted while waiting for creation");
+    e.details = Some(json!({"causes": [{"message": "object deleted while waiting for creation"}]}));
+    e
 }
 
 /// The create's answer when initialization outlasts the request's timeout: `finishRequest`'s
@@ -716,44 +718,57 @@ mod tests {
     }
 
     #[test]
-    fn configuration_names_must_have_two_dots_and_rules_their_lists() {
+    fn configurations_are_refused_as_1_13_refused_them() {
+        // The configuration a real 1.13 server was sent (sandbox README), cause by cause.
         let c = config(
-            "c",
+            "sidecar",
             json!([
-                {"name": "initializer.k8s.io"},
-                {"name": "k8s.io"},
+                {"name": "sidecar", "rules": [rule(&["*"], &["*"], &["deployments"])]},
+                {"name": "Sidecar.Example.Com", "rules": [{"apiGroups": [], "apiVersions": ["*", "v1"], "resources": ["*", "pods"]}]},
                 {"name": ""},
-                {"name": "sidecar.example.com", "rules": [{"apiGroups": ["*", "apps"], "apiVersions": [], "resources": ["pods"]}]}
+                {"name": "ok.example.com", "rules": [{"apiGroups": ["*", "apps"], "apiVersions": [""], "resources": ["pods/status", "*/*"]}]},
+                {"name": "initializer.k8s.io"}
             ]),
         );
-        let causes = validate_configuration(&c);
-        assert_eq!(
-            causes,
-            vec![
-                (
-                    "initializers[1].name".to_string(),
-                    "Invalid value: \"k8s.io\": should be a domain with at least three segments separated by dots"
-                        .to_string()
-                ),
-                ("initializers[2].name".to_string(), "Required value".to_string()),
-                (
-                    "initializers[2].name".to_string(),
-                    format!("Invalid value: \"\": {}", dns1123_subdomain_errors("")[0])
-                ),
-                (
-                    "initializers[2].name".to_string(),
-                    "Invalid value: \"\": should be a domain with at least three segments separated by dots".to_string()
-                ),
-                (
-                    "initializers[3].rules[0].apiGroups".to_string(),
-                    "Invalid value: []string{\"*\", \"apps\"}: if '*' is present, must not specify other API groups".to_string()
-                ),
-                (
-                    "initializers[3].rules[0].apiVersions".to_string(),
-                    "Required value".to_string()
-                ),
-            ]
-        );
+        let dns = dns1123_subdomain_errors("Sidecar.Example.Com").join(",");
+        let expected: Vec<(&str, String)> = vec![
+            (
+                "initializers[0].name",
+                "Invalid value: \"sidecar\": should be a domain with at least three segments separated by dots".into(),
+            ),
+            (
+                "initializers[1].name",
+                format!("Invalid value: \"Sidecar.Example.Com\": {dns}"),
+            ),
+            ("initializers[1].rules[0].apiGroups", "Required value".into()),
+            (
+                "initializers[1].rules[0].apiVersions",
+                "Invalid value: []string{\"*\", \"v1\"}: if '*' is present, must not specify other API versions".into(),
+            ),
+            (
+                "initializers[1].rules[0].resources",
+                "Invalid value: []string{\"*\", \"pods\"}: if '*' is present, must not specify other resources".into(),
+            ),
+            ("initializers[2].name", "Required value".into()),
+            (
+                "initializers[3].rules[0].apiGroups",
+                "Invalid value: []string{\"*\", \"apps\"}: if '*' is present, must not specify other API groups".into(),
+            ),
+            ("initializers[3].rules[0].apiVersions[0]", "Required value".into()),
+            (
+                "initializers[3].rules[0].resources[0]",
+                "Invalid value: \"pods/status\": must not specify subresources".into(),
+            ),
+            (
+                "initializers[3].rules[0].resources[1]",
+                "Invalid value: \"*/*\": must not specify subresources".into(),
+            ),
+        ];
+        let expected: Vec<Cause> = expected
+            .into_iter()
+            .map(|(f, m)| (f.to_string(), m))
+            .collect();
+        assert_eq!(validate_configuration(&c), expected);
     }
 
     #[test]
