@@ -936,3 +936,63 @@ async fn pending_lists_are_checked_as_1_13_checked_them() {
     assert_eq!(code, 200, "{out}");
     assert!(out["metadata"].get("initializers").is_none(), "{out}");
 }
+
+#[tokio::test]
+async fn a_failed_initialization_is_modified_then_deleted_for_aware_watchers_only() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["deny.example.com"], "configmaps").await;
+    let unaware = watch_configmaps(&sb, "").await;
+    let aware = watch_configmaps(&sb, "&includeUninitialized=true").await;
+    let create = create_in_background(&sb, "", configmap("failing"));
+    let mut obj = stored(&sb, "failing").await;
+    obj["metadata"]["initializers"]["result"] =
+        json!({"status": "Failure", "code": 403, "message": "no"});
+    assert_eq!(put(&sb, "failing", obj).await.0, 200);
+    assert_eq!(create.await.unwrap().0, 403);
+    // A result set at creation fails the create at once; the object stays (1.13 observed).
+    let mut born_failed = configmap("born-failed");
+    born_failed["metadata"]["initializers"] = json!({
+        "pending": [{"name": "a.example.com"}],
+        "result": {"status": "Failure", "code": 409, "message": "born failed"},
+    });
+    let (code, status) = raw(
+        &sb.client(),
+        "POST",
+        CONFIGMAPS,
+        None,
+        None,
+        Some(born_failed),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (409, Some("born failed"))
+    );
+    assert_eq!(get(&sb, "born-failed").await.0, 200);
+    // An unaware watcher saw none of it: its first event is the next initialized object.
+    raw(
+        &sb.client(),
+        "POST",
+        CONFIGMAPS,
+        None,
+        None,
+        Some({
+            let mut free = configmap("free");
+            free["metadata"]["initializers"] = json!({"pending": []});
+            free
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        first_events(aware, 4).await,
+        [
+            ("ADDED", true),
+            ("MODIFIED", true),
+            ("DELETED", true),
+            ("ADDED", true)
+        ]
+    );
+    assert_eq!(first_events(unaware, 1).await, [("ADDED", false)]);
+}
