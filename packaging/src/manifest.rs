@@ -218,6 +218,33 @@ pub fn workloads_cluster_role() -> ClusterRole {
     }
 }
 
+/// The ClusterRoles `initializer-operator-legacy-initializers` and
+/// `initializer-operator-legacy-canary`, manifests of the bundle: the rights of `backend:
+/// InitializerConfiguration` ([`crate::rbac::legacy_rules`], [`crate::rbac::legacy_canary_rules`]).
+/// They grant nothing until an administrator binds them: the first with a ClusterRoleBinding,
+/// the second with a RoleBinding in `default`, both to the operator's ServiceAccount.
+pub fn legacy_cluster_roles() -> [ClusterRole; 2] {
+    let role = |name: &str, rules| ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(selector_labels()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(rules),
+        aggregation_rule: None,
+    };
+    [
+        role(
+            crate::rbac::LEGACY_CLUSTER_ROLE,
+            crate::rbac::legacy_rules(),
+        ),
+        role(
+            crate::rbac::LEGACY_CANARY_CLUSTER_ROLE,
+            crate::rbac::legacy_canary_rules(),
+        ),
+    ]
+}
+
 /// The operator's PodDisruptionBudget, a manifest of the bundle (OLM creates it in the
 /// install namespace): `maxUnavailable: 1`, so a drain keeps one of the two replicas running
 /// while it evicts the other, and never blocks on a single replica (`minAvailable: 1` would).

@@ -9,12 +9,39 @@
 //! - [`workload_rules`] (the ClusterRole [`WORKLOADS_CLUSTER_ROLE`] shipped in the bundle): the
 //!   Role's rules without the Lease, for an administrator to bind with a RoleBinding in each
 //!   namespace labelled for workloads.
+//! - [`legacy_rules`] and [`legacy_canary_rules`] (the ClusterRoles [`LEGACY_CLUSTER_ROLE`] and
+//!   [`LEGACY_CANARY_CLUSTER_ROLE`] shipped in the bundle): what `backend:
+//!   InitializerConfiguration` needs, granted only when an administrator binds them (the first
+//!   with a ClusterRoleBinding, the second with a RoleBinding in `default`, where canaries are
+//!   made). Why each right exists:
+//!   - `initializerconfigurations` get/create/patch/delete: register (server-side apply) and
+//!     deregister the configuration, and confirm it is gone before the finalizer goes.
+//!   - `clusterroles` and `clusterrolebindings` get/create/patch: the initializer's controller
+//!     watches and updates what it initializes in every namespace, which only a ClusterRole can
+//!     grant (owned by the Initializer, so garbage collection deletes them: no delete).
+//!   - every resource: get/list/watch/update/`initialize`. The operator releases every object
+//!     still pending on a dead initializer's name, and clears the name from the initializer's own
+//!     ReplicaSets and pods: list with `includeUninitialized`, then update, which the era's
+//!     `Initializers` admission plugin allows on an uninitialized object only with `initialize`.
+//!     The rules can name any resource, so these cannot be narrower; and RBAC lets the operator
+//!     grant the controller's ClusterRole only rights it holds itself (no `escalate`/`bind`).
+//!   - every resource in `default`: create/delete, the canary of the end-to-end probe (a kind
+//!     the rules reach, created with `includeUninitialized` pending on this initializer alone,
+//!     deleted after).
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// The ClusterRole an administrator binds in a labelled namespace so that the operator may run
 /// workloads there (shipped in the bundle, applied by `install`).
 pub const WORKLOADS_CLUSTER_ROLE: &str = "initializer-operator-workloads";
+
+/// The ClusterRole an administrator binds (ClusterRoleBinding to the operator's ServiceAccount)
+/// to allow `backend: InitializerConfiguration` ([`legacy_rules`]).
+pub const LEGACY_CLUSTER_ROLE: &str = "initializer-operator-legacy-initializers";
+/// The ClusterRole an administrator binds in `default` (RoleBinding to the operator's
+/// ServiceAccount) so that the legacy backend's probe may create its canaries there
+/// ([`legacy_canary_rules`]).
+pub const LEGACY_CANARY_CLUSTER_ROLE: &str = "initializer-operator-legacy-canary";
 
 /// One API call the operator makes: (API group, resource, verb).
 pub type ApiCall = (&'static str, &'static str, &'static str);
@@ -172,6 +199,55 @@ pub const WORKLOAD_CALLS: &[ApiCall] = &[
     ("discovery.k8s.io", "endpointslices", "watch"),
 ];
 
+/// Every cluster-wide API call of the `InitializerConfiguration` backend, with where it is
+/// made (`*` stands for every group and every resource the rules may reach).
+pub const LEGACY_CALLS: &[ApiCall] = &[
+    // apply::legacy::InitializerConfigurationRegistrar (get, server-side apply, delete), from
+    // the supervisor and controller::remove_configuration and cleanup.
+    (
+        "admissionregistration.k8s.io",
+        "initializerconfigurations",
+        "get",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "initializerconfigurations",
+        "create",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "initializerconfigurations",
+        "patch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "initializerconfigurations",
+        "delete",
+    ),
+    // apply::legacy::apply_rbac: claim (get), server-side apply (create, patch).
+    ("rbac.authorization.k8s.io", "clusterroles", "get"),
+    ("rbac.authorization.k8s.io", "clusterroles", "create"),
+    ("rbac.authorization.k8s.io", "clusterroles", "patch"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "get"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "create"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "patch"),
+    // apply::legacy::release and clear_own (list with includeUninitialized, get after a
+    // conflict, update with initialize), canary_probe (get); watch, because the controller's
+    // ClusterRole grants it and RBAC lets the operator grant only what it holds.
+    ("*", "*", "get"),
+    ("*", "*", "list"),
+    ("*", "*", "watch"),
+    ("*", "*", "update"),
+    ("*", "*", "initialize"),
+];
+
+/// The legacy backend's calls in `default`, where the canaries are made.
+pub const LEGACY_CANARY_CALLS: &[ApiCall] = &[
+    // apply::legacy::canary_probe.
+    ("*", "*", "create"),
+    ("*", "*", "delete"),
+];
+
 /// The API calls the operator makes only in its own namespace: leader election on one Lease.
 pub const OPERATOR_NAMESPACE_CALLS: &[ApiCall] = &[
     ("coordination.k8s.io", "leases", "get"),
@@ -272,6 +348,32 @@ pub fn workload_rules() -> Vec<PolicyRule> {
     ]
 }
 
+/// The rules of [`LEGACY_CLUSTER_ROLE`] (see the module documentation for why each exists).
+pub fn legacy_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            &["admissionregistration.k8s.io"],
+            &["initializerconfigurations"],
+            &["get", "create", "patch", "delete"],
+        ),
+        rule(
+            &["rbac.authorization.k8s.io"],
+            &["clusterroles", "clusterrolebindings"],
+            &["get", "create", "patch"],
+        ),
+        rule(
+            &["*"],
+            &["*"],
+            &["get", "list", "watch", "update", "initialize"],
+        ),
+    ]
+}
+
+/// The rules of [`LEGACY_CANARY_CLUSTER_ROLE`]: create and delete canaries of any kind.
+pub fn legacy_canary_rules() -> Vec<PolicyRule> {
+    vec![rule(&["*"], &["*"], &["create", "delete"])]
+}
+
 /// The Role in the operator's namespace: [`workload_rules`] plus the leader-election Lease.
 pub fn namespace_rules() -> Vec<PolicyRule> {
     let mut rules = workload_rules();
@@ -342,6 +444,23 @@ mod tests {
             granted(&namespace_rules()),
             calls(&[WORKLOAD_CALLS, OPERATOR_NAMESPACE_CALLS])
         );
+    }
+
+    #[test]
+    fn the_legacy_roles_grant_exactly_the_legacy_backends_calls() {
+        assert_eq!(granted(&legacy_rules()), calls(&[LEGACY_CALLS]));
+        assert_eq!(
+            granted(&legacy_canary_rules()),
+            calls(&[LEGACY_CANARY_CALLS])
+        );
+        // Nothing cluster-wide creates or deletes arbitrary objects: canaries only in the
+        // namespace the canary role is bound in.
+        assert!(!allows(&legacy_rules(), ("", "pods", "create")));
+        assert!(!allows(&legacy_rules(), ("", "pods", "delete")));
+        assert!(!allows(
+            &legacy_rules(),
+            ("rbac.authorization.k8s.io", "clusterroles", "escalate")
+        ));
     }
 
     #[test]

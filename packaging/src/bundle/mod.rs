@@ -39,6 +39,14 @@ pub const PDB_FILE: &str = "manifests/initializer-operator.poddisruptionbudget.y
 /// The ClusterRole an administrator binds in each namespace labelled for workloads, relative to
 /// the bundle directory.
 pub const WORKLOADS_ROLE_FILE: &str = "manifests/initializer-operator-workloads.clusterrole.yaml";
+/// The ClusterRole an administrator binds cluster-wide to allow `backend:
+/// InitializerConfiguration`, relative to the bundle directory.
+pub const LEGACY_ROLE_FILE: &str =
+    "manifests/initializer-operator-legacy-initializers.clusterrole.yaml";
+/// The ClusterRole an administrator binds in `default` for the legacy backend's canaries,
+/// relative to the bundle directory.
+pub const LEGACY_CANARY_ROLE_FILE: &str =
+    "manifests/initializer-operator-legacy-canary.clusterrole.yaml";
 /// The bundle annotations, relative to the bundle directory.
 pub const ANNOTATIONS_FILE: &str = "metadata/annotations.yaml";
 /// The bundle image's Dockerfile, relative to the bundle directory (its build context).
@@ -194,6 +202,8 @@ mod tests {
         assert_eq!(
             names,
             vec![
+                LEGACY_CANARY_ROLE_FILE,
+                LEGACY_ROLE_FILE,
                 crate::monitoring::BUNDLE_SERVICE_FILE,
                 WORKLOADS_ROLE_FILE,
                 CSV_FILE,

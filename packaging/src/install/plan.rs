@@ -383,14 +383,27 @@ mod tests {
             plan.roles[0].rules.as_ref().unwrap(),
             &crate::rbac::namespace_rules()
         );
-        assert_eq!(plan.bundle_cluster_roles.len(), 1);
+        let bundle_roles: Vec<(String, Vec<PolicyRule>)> = plan
+            .bundle_cluster_roles
+            .iter()
+            .map(|r| (r.name_any(), r.rules.clone().unwrap_or_default()))
+            .collect();
         assert_eq!(
-            plan.bundle_cluster_roles[0].name_any(),
-            crate::rbac::WORKLOADS_CLUSTER_ROLE
-        );
-        assert_eq!(
-            plan.bundle_cluster_roles[0].rules.as_ref().unwrap(),
-            &crate::rbac::workload_rules()
+            bundle_roles,
+            [
+                (
+                    crate::rbac::LEGACY_CANARY_CLUSTER_ROLE.to_string(),
+                    crate::rbac::legacy_canary_rules()
+                ),
+                (
+                    crate::rbac::LEGACY_CLUSTER_ROLE.to_string(),
+                    crate::rbac::legacy_rules()
+                ),
+                (
+                    crate::rbac::WORKLOADS_CLUSTER_ROLE.to_string(),
+                    crate::rbac::workload_rules()
+                ),
+            ]
         );
         assert_eq!(plan.deployments.len(), 1);
         assert_eq!(

@@ -57,7 +57,8 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
         push("rolebinding.yaml", with_labels(binding))?;
     }
     for role in &plan.bundle_cluster_roles {
-        push("workloads-clusterrole.yaml", with_labels(role))?;
+        let file = bundle_role_template(role.metadata.name.as_deref().unwrap_or_default());
+        push(file, with_labels(role))?;
     }
     for deployment in &plan.deployments {
         let mut object = with_labels(deployment)?;
@@ -196,4 +197,19 @@ fn set(value: &mut Value, pointer: &str, new: Value) -> Result<(), Error> {
         .ok_or_else(|| missing(pointer.trim_start_matches('/')))?;
     *slot = new;
     Ok(())
+}
+
+/// The template a ClusterRole shipped in the bundle goes to: the legacy backend's two together,
+/// the workloads one alone.
+pub(crate) fn bundle_role_template(name: &str) -> &'static str {
+    if [
+        crate::rbac::LEGACY_CLUSTER_ROLE,
+        crate::rbac::LEGACY_CANARY_CLUSTER_ROLE,
+    ]
+    .contains(&name)
+    {
+        "legacy-clusterroles.yaml"
+    } else {
+        "workloads-clusterrole.yaml"
+    }
 }

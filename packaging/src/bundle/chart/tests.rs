@@ -39,9 +39,12 @@ fn plan_objects() -> Vec<(String, Value)> {
     plan.role_bindings
         .iter()
         .for_each(|o| push("rolebinding.yaml", strip(o)));
-    plan.bundle_cluster_roles
-        .iter()
-        .for_each(|o| push("workloads-clusterrole.yaml", strip(o)));
+    plan.bundle_cluster_roles.iter().for_each(|o| {
+        push(
+            super::objects::bundle_role_template(o.metadata.name.as_deref().unwrap_or_default()),
+            strip(o),
+        )
+    });
     plan.deployments
         .iter()
         .for_each(|o| push("deployment.yaml", strip(o)));
