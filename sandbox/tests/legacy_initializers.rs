@@ -996,3 +996,83 @@ async fn a_failed_initialization_is_modified_then_deleted_for_aware_watchers_onl
     );
     assert_eq!(first_events(unaware, 1).await, [("ADDED", false)]);
 }
+
+#[tokio::test]
+async fn a_status_write_takes_initializers_from_its_body_as_1_13_did() {
+    let sb = legacy().await;
+    configure_group(
+        &sb.client(),
+        "d",
+        &["dep.example.com"],
+        "apps",
+        "deployments",
+    )
+    .await;
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let deployment = |name: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+    };
+    let status_put = |name: &str, body: Value| {
+        let client = sb.client();
+        let uri = format!("{deployments}/{name}/status");
+        async move {
+            raw(&client, "PUT", &uri, None, None, Some(body))
+                .await
+                .unwrap()
+        }
+    };
+    let listed = |name: &'static str| {
+        let client = sb.client();
+        async move {
+            let (_, list) = raw(&client, "GET", deployments, None, None, None)
+                .await
+                .unwrap();
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["metadata"]["name"] == name)
+        }
+    };
+
+    // Without the field: initialized.
+    let (code, mut obj) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{deployments}?includeUninitialized=true"),
+        None,
+        None,
+        Some(deployment("dropped")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 202, "{obj}");
+    obj["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("initializers");
+    obj["status"] = json!({"replicas": 5});
+    let (code, out) = status_put("dropped", obj).await;
+    assert_eq!(code, 200, "{out}");
+    assert!(out["metadata"].get("initializers").is_none(), "{out}");
+    assert!(listed("dropped").await);
+
+    // An emptied list through status stays (the plugin skipped subresources): still hidden.
+    let (_, mut obj) = raw(
+        &sb.client(),
+        "POST",
+        &format!("{deployments}?includeUninitialized=true"),
+        None,
+        None,
+        Some(deployment("emptied")),
+    )
+    .await
+    .unwrap();
+    obj["metadata"]["initializers"]["pending"] = json!([]);
+    let (code, out) = status_put("emptied", obj).await;
+    assert_eq!(code, 200, "{out}");
+    assert!(out["metadata"].get("initializers").is_some(), "{out}");
+    assert!(!listed("emptied").await);
+}

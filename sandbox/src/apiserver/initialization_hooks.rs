@@ -53,8 +53,24 @@ impl ApiServer {
         }
     }
 
+    /// A status update in legacy mode takes `metadata.initializers` from the request body, as
+    /// 1.13's status strategies did (`ResetObjectMetaForStatus` kept labels, annotations,
+    /// finalizers and owners from the stored object, not initializers): a status PUT without
+    /// the field initializes the object (observed on a real 1.13 server).
+    pub(super) fn initializers_from_status_body(&self, result: &mut Value, body: &Value) {
+        if !self.legacy_initializers {
+            return;
+        }
+        let from_body = match init::initializers_of(body) {
+            Some(v) => init::Assignment::Set(v.clone()),
+            None => init::Assignment::Remove,
+        };
+        init::apply(result, from_body);
+    }
+
     /// On an update of the main resource, at the same point: an emptied `initializers` is
-    /// removed, and the transition is validated.
+    /// removed (the plugin skipped subresources: through `status` an emptied list stays, and
+    /// the object stays hidden, as on 1.13), and the transition is validated.
     pub(super) fn settle_initializers(
         &self,
         rt: &ResourceType,
@@ -62,6 +78,17 @@ impl ApiServer {
         obj: &mut Value,
     ) -> Result<(), ApiError> {
         init::apply(obj, init::settle_update(obj));
+        self.check_initializers_update(rt, current, obj)
+    }
+
+    /// Validates the change of `metadata.initializers` on any update (the update validation
+    /// of object metadata).
+    pub(super) fn check_initializers_update(
+        &self,
+        rt: &ResourceType,
+        current: &Value,
+        obj: &Value,
+    ) -> Result<(), ApiError> {
         let mut causes = init::validate_initializers_update(obj, current);
         if causes.is_empty() {
             causes = init::validate_initializers(obj);

@@ -358,6 +358,9 @@ impl ApiServer {
                 (Operation::Update, Some(current)) if sub.is_empty() => {
                     self.settle_initializers(rt, current, o)
                 }
+                (Operation::Update, Some(current)) => {
+                    self.check_initializers_update(rt, current, o)
+                }
                 _ => Ok(()),
             }
             .map_err(|e| e.to_status())

@@ -77,6 +77,7 @@ impl ApiServer {
             if let Some(mf) = new.pointer("/metadata/managedFields") {
                 r["metadata"]["managedFields"] = mf.clone();
             }
+            self.initializers_from_status_body(&mut r, &new);
             r
         } else {
             if rt.status_subresource {
