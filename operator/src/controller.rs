@@ -662,7 +662,8 @@ fn managed_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
 
-/// Deletes every managed configuration, and every fallback policy and binding, whose
+/// Deletes every managed configuration (webhook or `InitializerConfiguration`, whose waiting
+/// objects are then released), and every fallback policy and binding, whose
 /// Initializer no longer exists (removed without its finalizer, or while an outage had its
 /// fallback in force); returns their names.
 pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
@@ -686,7 +687,10 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         (Err(e), _) | (_, Err(e)) if matches!(api_code(&e), Some(404)) => (Vec::new(), Vec::new()),
         (Err(e), _) | (_, Err(e)) => return Err(Error::Orphans(Box::new(e))),
     };
-    if found.items.is_empty() && policies.is_empty() && bindings.is_empty() {
+    let legacy = InitializerConfigurationRegistrar::new(client.clone())
+        .list(&managed_selector())
+        .await?;
+    if found.items.is_empty() && policies.is_empty() && bindings.is_empty() && legacy.is_empty() {
         return Ok(Vec::new());
     }
     let initializers: Api<Initializer> = Api::all(client.clone());
@@ -699,11 +703,12 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         .map(ResourceExt::name_any)
         .collect();
     let registrar = WebhookRegistrar::new(client.clone());
-    let orphaned = orphans(&found.items, &names);
+    let mut orphaned = orphans(&found.items, &names);
     for name in &orphaned {
         registrar.deregister(name).await?;
         info!(configuration = %name, "removed orphaned configuration");
     }
+    orphaned.extend(remove_legacy_orphans(client, legacy, &names).await?);
     let mut fallbacks = orphans(&policies, &names);
     fallbacks.extend(orphans(&bindings, &names));
     fallbacks.sort();
@@ -713,6 +718,29 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         info!(fallback = %name, "removed orphaned fallback");
     }
     Ok(orphaned.into_iter().chain(fallbacks).collect())
+}
+
+/// Deletes the managed `InitializerConfiguration`s among `found` whose Initializer no longer
+/// exists, then releases what still waits on their names (nothing would remove them); returns
+/// their names.
+async fn remove_legacy_orphans(
+    client: &Client,
+    found: Vec<kube::api::DynamicObject>,
+    initializers: &[String],
+) -> Result<Vec<String>> {
+    let registrar = InitializerConfigurationRegistrar::new(client.clone());
+    let orphaned = orphans(&found, initializers);
+    for configuration in found.iter().filter(|c| orphaned.contains(&c.name_any())) {
+        let name = configuration.name_any();
+        registrar.deregister(&name).await?;
+        info!(configuration = %name, "removed orphaned InitializerConfiguration");
+        for (pending_name, rules) in build::legacy::registered(configuration) {
+            let reached = legacy_reached(client, &rules).await?;
+            let released = apply::legacy::release(client, &reached, &pending_name).await;
+            info!(configuration = %name, %pending_name, released = released.count, "released what waited on an orphaned configuration");
+        }
+    }
+    Ok(orphaned)
 }
 
 /// Removes orphans at start, whenever a managed configuration changes, and every minute (an

@@ -4,7 +4,7 @@
 //! controller mode, registering its configuration only after a canary came back initialized,
 //! removing it when the initializer stops answering and releasing what still waited on its
 //! name, and registering it again when it recovers. On the sandbox without legacy mode the
-//! backend is refused and nothing is deployed.
+//! backend is refused and nothing is deployed, and the backend cannot be changed afterwards.
 
 // Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -382,6 +382,26 @@ async fn without_the_api_the_backend_is_refused_and_nothing_deployed(cluster: &T
         async move { event_seen(&c, "Refused").await }
     })
     .await;
+
+    // The backend is immutable: switching would strand what waits on the old one.
+    let (code, refused) = raw(
+        &client,
+        "PATCH",
+        "/apis/initializer.dev/v1alpha1/initializers/guard",
+        None,
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"backend": "Webhook"}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 422, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.backend is immutable"),
+        "{refused}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,8 +14,9 @@
 //!   InitializerConfiguration` needs, granted only when an administrator binds them (the first
 //!   with a ClusterRoleBinding, the second with a RoleBinding in `default`, where canaries are
 //!   made). Why each right exists:
-//!   - `initializerconfigurations` get/create/patch/delete: register (server-side apply) and
-//!     deregister the configuration, and confirm it is gone before the finalizer goes.
+//!   - `initializerconfigurations` get/list/create/patch/delete: register (server-side apply)
+//!     and deregister the configuration, confirm it is gone before the finalizer goes, and find
+//!     the orphans an Initializer removed without its finalizer left behind.
 //!   - `clusterroles` and `clusterrolebindings` get/create/patch: the initializer's controller
 //!     watches and updates what it initializes in every namespace, which only a ClusterRole can
 //!     grant (owned by the Initializer, so garbage collection deletes them: no delete).
@@ -203,11 +204,17 @@ pub const WORKLOAD_CALLS: &[ApiCall] = &[
 /// made (`*` stands for every group and every resource the rules may reach).
 pub const LEGACY_CALLS: &[ApiCall] = &[
     // apply::legacy::InitializerConfigurationRegistrar (get, server-side apply, delete), from
-    // the supervisor and controller::remove_configuration and cleanup.
+    // the supervisor and controller::remove_configuration and cleanup; list: the orphan sweep
+    // (controller::remove_orphans).
     (
         "admissionregistration.k8s.io",
         "initializerconfigurations",
         "get",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "initializerconfigurations",
+        "list",
     ),
     (
         "admissionregistration.k8s.io",
@@ -354,7 +361,7 @@ pub fn legacy_rules() -> Vec<PolicyRule> {
         rule(
             &["admissionregistration.k8s.io"],
             &["initializerconfigurations"],
-            &["get", "create", "patch", "delete"],
+            &["get", "list", "create", "patch", "delete"],
         ),
         rule(
             &["rbac.authorization.k8s.io"],

@@ -236,6 +236,16 @@ impl InitializerConfigurationRegistrar {
             }),
         }
     }
+
+    /// Every configuration carrying `labels` (none when the API server does not serve the
+    /// kind).
+    pub async fn list(&self, labels: &str) -> Result<Vec<DynamicObject>> {
+        match self.api().list(&ListParams::default().labels(labels)).await {
+            Ok(list) => Ok(list.items),
+            Err(e) if is_not_found(&e) => Ok(Vec::new()),
+            Err(source) => Err(Error::Orphans(Box::new(source))),
+        }
+    }
 }
 
 impl Registrar for InitializerConfigurationRegistrar {

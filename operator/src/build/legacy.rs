@@ -172,3 +172,19 @@ pub fn legacy(v: &Validated, owner: Option<&OwnerReference>) -> Option<LegacyDes
 pub fn registered_initializers(configuration: &DynamicObject) -> Option<&Value> {
     configuration.data.get("initializers")
 }
+
+/// What a configuration found in the cluster registers: each initializer's name and its rules
+/// (as [`InterceptRule`]s, for [`crate::pending::reached`]), so that what waits on an orphaned
+/// configuration's names can be released.
+pub fn registered(configuration: &DynamicObject) -> Vec<(String, Vec<InterceptRule>)> {
+    registered_initializers(configuration)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|initializer| {
+            let name = initializer.get("name")?.as_str()?.to_string();
+            let rules = serde_json::from_value(initializer.get("rules")?.clone()).ok()?;
+            Some((name, rules))
+        })
+        .collect()
+}

@@ -670,3 +670,13 @@ fn the_controller_may_watch_and_update_what_it_initializes_and_list_namespaces_o
         ("ServiceAccount", "sidecar", Some("initializer-system"))
     );
 }
+
+#[test]
+fn a_found_configuration_says_which_names_and_rules_it_registers() {
+    let legacy = legacy_desired().legacy.unwrap();
+    let registered = legacy::registered(&legacy.configuration);
+    assert_eq!(registered.len(), 1);
+    assert_eq!(registered[0].0, PENDING);
+    assert_eq!(registered[0].1[0].resources, ["deployments"]);
+    assert_eq!(registered[0].1[0].api_groups, ["apps"]);
+}
