@@ -344,6 +344,57 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
     assert_eq!(code, 403, "{refused}");
 }
 
+async fn its_own_pods_never_wait_on_its_name(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    // Another configuration (not the operator's) puts the guard's own name on every new pod:
+    // the guard's controller does not watch pods, so its pods would wait forever, and the
+    // guard, never available, would never be registered, unless the operator clears its name.
+    let trap = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+        "kind": "InitializerConfiguration",
+        "metadata": {"name": "own-pods-trap"},
+        "initializers": [{"name": PENDING, "rules": [{"apiGroups": [""], "apiVersions": ["*"], "resources": ["pods"]}]}],
+    });
+    let (code, body) = raw(&client, "POST", CONFIGS, None, None, Some(trap))
+        .await
+        .unwrap();
+    assert_eq!(code, 201, "{body}");
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &legacy_guard())
+        .await
+        .unwrap();
+    let took = wait_for(
+        "the InitializerConfiguration",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { configuration(&c).await.is_some() }
+        },
+    )
+    .await;
+    println!("registered {took:?} after creation, its pods released from its own name");
+    let (_, pods) = raw(
+        &client,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/pods?includeUninitialized=true"),
+        None,
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let pods = pods["items"].as_array().unwrap();
+    assert!(!pods.is_empty());
+    for pod in pods {
+        assert!(
+            pod["metadata"]
+                .get("initializers")
+                .is_none_or(|i| i["pending"].as_array().is_none_or(Vec::is_empty)),
+            "{pod}"
+        );
+    }
+}
+
 async fn without_the_api_the_backend_is_refused_and_nothing_deployed(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
     Api::<Initializer>::all(client.clone())
@@ -409,6 +460,14 @@ async fn a_legacy_initializer_is_registered_after_its_canary_released_when_dead_
  {
     run(Backend::LegacySandbox, |cluster| {
         Box::pin(registered_after_the_canary_released_when_dead_and_registered_again(cluster))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_initializers_own_pods_never_wait_on_its_name() {
+    run(Backend::LegacySandbox, |cluster| {
+        Box::pin(its_own_pods_never_wait_on_its_name(cluster))
     })
     .await;
 }
