@@ -395,6 +395,47 @@ pub struct SeenPending {
     pub objects: BTreeSet<String>,
     /// The operator's canaries.
     pub canaries: BTreeSet<String>,
+    /// Each time an object pending on the name was seen again, still there, without it: the
+    /// name was removed (by the initializer, or by whoever released it).
+    pub removals: Vec<Removal>,
+    // Objects pending on the name as last seen.
+    pending_now: BTreeSet<String>,
+}
+
+/// The name removed from one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removal {
+    /// `namespace/name`.
+    pub key: String,
+    /// When the harness saw it.
+    pub at: Instant,
+    /// Whether the object is one of the operator's canaries.
+    pub canary: bool,
+}
+
+impl SeenPending {
+    /// Takes one sighting of `object` (`deleted`: in a DELETED event) at `at` into account.
+    pub fn observe(&mut self, object: &Value, name: &str, deleted: bool, at: Instant) {
+        let key = key(object);
+        let canary = is_canary(object);
+        if deleted {
+            self.pending_now.remove(&key);
+        } else if pending_names(object).iter().any(|p| p == name) {
+            if canary {
+                self.canaries.insert(key.clone());
+            } else {
+                self.objects.insert(key.clone());
+            }
+            self.pending_now.insert(key);
+        } else if self.pending_now.remove(&key) {
+            self.removals.push(Removal { key, at, canary });
+        }
+    }
+
+    /// The removals seen at or after `after`.
+    pub fn removed_since(&self, after: Instant) -> Vec<&Removal> {
+        self.removals.iter().filter(|r| r.at >= after).collect()
+    }
 }
 
 /// A background watch, with `includeUninitialized=true`, of one collection: it records every
@@ -450,15 +491,9 @@ async fn record_pending(
     seen: Arc<Mutex<SeenPending>>,
     errors: Arc<Mutex<Vec<String>>>,
 ) {
-    let note = |object: &Value| {
-        if pending_names(object).contains(&initializer)
-            && let Ok(mut seen) = seen.lock()
-        {
-            if is_canary(object) {
-                seen.canaries.insert(key(object));
-            } else {
-                seen.objects.insert(key(object));
-            }
+    let note = |object: &Value, deleted: bool| {
+        if let Ok(mut seen) = seen.lock() {
+            seen.observe(object, &initializer, deleted, Instant::now());
         }
     };
     let fail = |message: String| {
@@ -479,7 +514,7 @@ async fn record_pending(
         let version = match listed {
             Ok((200, body)) => {
                 for object in body["items"].as_array().into_iter().flatten() {
-                    note(object);
+                    note(object, false);
                 }
                 body["metadata"]["resourceVersion"]
                     .as_str()
@@ -513,8 +548,12 @@ async fn record_pending(
                 while let Some(event) = events.next().await {
                     match event {
                         Ok(kube::api::WatchEvent::Added(RawObject(object)))
-                        | Ok(kube::api::WatchEvent::Modified(RawObject(object)))
-                        | Ok(kube::api::WatchEvent::Deleted(RawObject(object))) => note(&object),
+                        | Ok(kube::api::WatchEvent::Modified(RawObject(object))) => {
+                            note(&object, false)
+                        }
+                        Ok(kube::api::WatchEvent::Deleted(RawObject(object))) => {
+                            note(&object, true)
+                        }
                         Ok(kube::api::WatchEvent::Bookmark(_)) => {}
                         Ok(kube::api::WatchEvent::Error(status)) => {
                             fail(format!("watch {path}: {status:?}"));
@@ -607,6 +646,46 @@ mod tests {
         let plain = json!({"metadata": {"name": "cluster-wide"}});
         assert_eq!(key(&plain), "cluster-wide");
         assert!(!is_canary(&plain));
+    }
+
+    #[test]
+    fn a_removal_is_a_pending_object_seen_again_without_the_name() {
+        let name = "s.ns.initializer-operator.io";
+        let at = Instant::now();
+        let pending = json!({"metadata": {"name": "a", "namespace": "ns",
+            "initializers": {"pending": [{"name": name}]}}});
+        let released = json!({"metadata": {"name": "a", "namespace": "ns"}});
+        let canary = json!({"metadata": {"name": "c", "namespace": "ns",
+            "labels": {(constants::CANARY_LABEL): "s"},
+            "initializers": {"pending": [{"name": name}]}}});
+        let mut seen = SeenPending::default();
+        seen.observe(&released, name, false, at);
+        assert!(seen.removals.is_empty(), "never pending: nothing removed");
+        seen.observe(&pending, name, false, at);
+        seen.observe(&canary, name, false, at);
+        seen.observe(&canary, name, true, at);
+        assert!(
+            seen.removals.is_empty(),
+            "a deleted object was not released"
+        );
+        let later = at + Duration::from_secs(1);
+        seen.observe(&released, name, false, later);
+        seen.observe(&released, name, false, later);
+        assert_eq!(
+            seen.removals,
+            [Removal {
+                key: "ns/a".into(),
+                at: later,
+                canary: false
+            }]
+        );
+        assert_eq!(seen.removed_since(later).len(), 1);
+        assert!(
+            seen.removed_since(later + Duration::from_millis(1))
+                .is_empty()
+        );
+        assert_eq!(seen.objects.len(), 1);
+        assert_eq!(seen.canaries.len(), 1);
     }
 
     #[test]
