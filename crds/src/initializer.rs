@@ -233,8 +233,9 @@ pub fn protected_rule() -> kube::core::Rule {
 /// An initializer: code that mutates or rejects objects before Kubernetes creates them.
 ///
 /// The operator deploys `image` (or the built-in preset initializer when only `preset` is given),
-/// and registers a MutatingWebhookConfiguration for `rules` only while the initializer is ready
-/// and answering; it removes the configuration as soon as the initializer stops answering.
+/// and registers a MutatingWebhookConfiguration (or, with `backend: InitializerConfiguration`, an
+/// InitializerConfiguration) for `rules` only while the initializer is ready and answering; it
+/// removes the configuration as soon as the initializer stops answering.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "initializer.dev",
@@ -714,10 +715,11 @@ pub struct InitializerStatus {
     /// Ready initializer pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
-    /// Whether the webhook configuration is registered now.
+    /// Whether the configuration (webhook or `InitializerConfiguration`) is registered now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registered: Option<bool>,
-    /// Name of the registered MutatingWebhookConfiguration.
+    /// Name of the registered MutatingWebhookConfiguration (or InitializerConfiguration, with
+    /// `backend: InitializerConfiguration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration_name: Option<String>,
     /// When the last active probe ran.
