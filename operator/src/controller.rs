@@ -330,12 +330,23 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         };
         return refuse(obj, ctx, &names.configuration, &[refusal]).await;
     }
-    if validated.pending_name.is_some()
-        && let Some(refusal) =
-            validate::legacy::api_refusal(apply::legacy::api_served(&ctx.client).await?)
-    {
-        return refuse(obj, ctx, &names.configuration, &[refusal]).await;
-    }
+    // The legacy backend: only where the API server serves it, and only for rules that reach
+    // a served resource its probe can make a canary of (decided before anything is deployed).
+    let reached = match validated.pending_name {
+        Some(_) => {
+            let served = apply::legacy::api_served(&ctx.client).await?;
+            if let Some(refusal) = validate::legacy::api_refusal(served) {
+                return refuse(obj, ctx, &names.configuration, &[refusal]).await;
+            }
+            let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
+            let canary = pending::canary_resource(&reached);
+            if let Some(refusal) = validate::legacy::canary_refusal(canary.is_some()) {
+                return refuse(obj, ctx, &names.configuration, &[refusal]).await;
+            }
+            reached
+        }
+        None => Vec::new(),
+    };
     let deployed = async {
         let found = apply::read_tls(
             &ctx.client,
@@ -408,7 +419,7 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let workload = status::observe_workload(&deployment);
     let mut target = supervision(obj, &validated, &desired, workload, expiry);
     if let Some(legacy) = &desired.legacy {
-        match legacy_supervision(ctx, &validated, legacy).await {
+        match legacy_supervision(ctx, &validated, legacy, reached).await {
             Ok(supervised) => target.legacy = Some(supervised),
             Err(err) => {
                 ctx.supervisor
@@ -438,11 +449,12 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
 
 /// What the supervisor needs for a legacy-backend Initializer: its own ReplicaSets and pods
 /// freed of its name first (they must never wait on the initializer they run), then what its
-/// rules reach (discovery) and the canary made of one of them.
+/// rules `reached` (discovery) and the canary made of one of them.
 async fn legacy_supervision(
     ctx: &Context,
     validated: &validate::Validated,
     legacy: &build::legacy::LegacyDesired,
+    reached: Vec<pending::Served>,
 ) -> Result<LegacySupervision> {
     let selector = build::selector_labels(validated)
         .iter()
@@ -456,7 +468,6 @@ async fn legacy_supervision(
         &legacy.pending_name,
     )
     .await?;
-    let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
     Ok(LegacySupervision {
         configuration: legacy.configuration.clone(),
         canary: Canary {

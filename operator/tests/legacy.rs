@@ -395,6 +395,36 @@ async fn its_own_pods_never_wait_on_its_name(cluster: &TestCluster) {
     }
 }
 
+async fn rules_without_a_canary_kind_are_refused(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    let mut namespaces = legacy_guard();
+    namespaces.spec.rules[0].resources = vec!["namespaces".into()];
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &namespaces)
+        .await
+        .unwrap();
+    wait_for("phase Invalid", Duration::from_secs(30), || {
+        let c = client.clone();
+        async move { status(&c).await.phase == Some(Phase::Invalid) }
+    })
+    .await;
+    let valid = status(&client)
+        .await
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Valid")
+        .unwrap();
+    assert!(valid.message.contains("canary"), "{}", valid.message);
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), NS)
+            .get_opt("guard")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing deployed"
+    );
+}
+
 async fn without_the_api_the_backend_is_refused_and_nothing_deployed(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
     Api::<Initializer>::all(client.clone())
@@ -468,6 +498,14 @@ async fn a_legacy_initializer_is_registered_after_its_canary_released_when_dead_
 async fn the_initializers_own_pods_never_wait_on_its_name() {
     run(Backend::LegacySandbox, |cluster| {
         Box::pin(its_own_pods_never_wait_on_its_name(cluster))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_rules_that_reach_no_canary_kind_are_refused_and_deploy_nothing() {
+    run(Backend::LegacySandbox, |cluster| {
+        Box::pin(rules_without_a_canary_kind_are_refused(cluster))
     })
     .await;
 }

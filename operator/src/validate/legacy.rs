@@ -122,3 +122,15 @@ pub fn api_refusal(served: bool) -> Option<Refusal> {
         )
     })
 }
+
+/// The refusal when the rules reach no served, namespaced resource the operator can make a
+/// canary of ([`crate::pending::canary_resource`]): without a canary the initializer could never
+/// be probed end to end, hence never registered. `None` when there is one.
+pub fn canary_refusal(has_canary: bool) -> Option<Refusal> {
+    (!has_canary).then(|| {
+        Refusal::new(
+            "spec.rules",
+            "backend InitializerConfiguration probes the initializer with a canary object, but the rules reach no served namespaced ConfigMap, Secret, Deployment, StatefulSet, ReplicaSet, DaemonSet, Job, CronJob, Service or Pod",
+        )
+    })
+}

@@ -843,3 +843,11 @@ fn the_legacy_backend_needs_the_v1alpha1_api() {
             .contains("does not serve admissionregistration.k8s.io/v1alpha1")
     );
 }
+
+#[test]
+fn rules_without_a_canary_resource_are_refused_for_the_legacy_backend() {
+    assert_eq!(super::legacy::canary_refusal(true), None);
+    let refusal = super::legacy::canary_refusal(false).unwrap();
+    assert_eq!(refusal.field, "spec.rules");
+    assert!(refusal.message.contains("canary"));
+}
