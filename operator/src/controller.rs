@@ -338,7 +338,16 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
             if let Some(refusal) = validate::legacy::api_refusal(served) {
                 return refuse(obj, ctx, &names.configuration, &[refusal]).await;
             }
-            let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
+            let generation = obj.metadata.generation;
+            let reached = match ctx.supervisor.discovered(&name, generation) {
+                Some(reached) => reached,
+                None => {
+                    let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
+                    ctx.supervisor
+                        .remember_discovered(&name, generation, reached.clone());
+                    reached
+                }
+            };
             let canary = pending::canary_resource(&reached);
             if let Some(refusal) = validate::legacy::canary_refusal(canary.is_some()) {
                 return refuse(obj, ctx, &names.configuration, &[refusal]).await;

@@ -410,7 +410,17 @@ struct Inner {
     /// Per Initializer: why its last reconcile failed (`details.lastError`), until a reconcile
     /// deploys its workload again.
     failures: Mutex<HashMap<String, String>>,
+    /// Per legacy-backend Initializer: the resources its rules reached at a generation, and
+    /// when that was discovered ([`Supervisor::discovered`]).
+    discovered: Mutex<HashMap<String, Discovered>>,
 }
+
+/// The generation discovery ran for, when, and what the rules reached.
+type Discovered = (Option<i64>, Instant, Vec<Served>);
+
+/// How long what an Initializer's rules reach is reused before discovery runs again (a CRD
+/// installed meanwhile is seen within it; a spec change at once).
+pub const DISCOVERY_TTL: Duration = Duration::from_secs(60);
 
 /// Supervises the health of every Initializer this replica leads.
 #[derive(Clone)]
@@ -455,6 +465,7 @@ impl Supervisor {
                 entries: Mutex::new(HashMap::new()),
                 checked: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
+                discovered: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -539,6 +550,11 @@ impl Supervisor {
     /// controller could not see it).
     pub fn retain(&self, existing: &[String]) {
         self.failures().retain(|name, _| existing.contains(name));
+        self.inner
+            .discovered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|name, _| existing.contains(name));
         self.entries().retain(|name, entry| {
             let keep = existing.contains(name);
             if !keep {
@@ -555,6 +571,35 @@ impl Supervisor {
             return Err(Error::SupervisionStopped { action: action() });
         }
         self.inner.leadership.check(action)
+    }
+
+    /// What the rules of `initializer` at `generation` reached when discovery last ran for it,
+    /// unless that was more than [`DISCOVERY_TTL`] ago or for another generation.
+    pub fn discovered(&self, initializer: &str, generation: Option<i64>) -> Option<Vec<Served>> {
+        self.inner
+            .discovered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(initializer)
+            .filter(|(g, at, _)| *g == generation && at.elapsed() < DISCOVERY_TTL)
+            .map(|(_, _, reached)| reached.clone())
+    }
+
+    /// Remembers what the rules of `initializer` at `generation` reach.
+    pub fn remember_discovered(
+        &self,
+        initializer: &str,
+        generation: Option<i64>,
+        reached: Vec<Served>,
+    ) {
+        self.inner
+            .discovered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                initializer.to_string(),
+                (generation, Instant::now(), reached),
+            );
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
