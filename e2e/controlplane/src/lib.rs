@@ -21,6 +21,7 @@ pub mod binaries;
 pub mod component;
 pub mod forward;
 pub mod layout;
+pub mod legacy;
 pub mod netns;
 pub mod pki;
 pub mod signal;
@@ -37,6 +38,7 @@ use kube::{Api, Client, Config};
 use component::Component;
 use forward::Forward;
 use layout::{API_PORT, Layout, NODE_NAME};
+pub use legacy::{LegacyApiServer, LegacyConfig};
 use netns::NetNs;
 
 /// How long the API server may take to answer `/readyz` (etcd included).

@@ -1,0 +1,210 @@
+//! What a body runs against: an admin client, a kubeconfig for child processes, a fresh
+//! namespace and unique names, on either backend (a small copy of
+//! `e2e/tests/conformance/target.rs`, without its etcd compaction). Configurations are
+//! cluster-wide and the 1.13 server is shared by every body, so each one a body creates is
+//! deleted after it, and the next body starts only once the plugin has re-read them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Context, bail};
+use initializer_test_support::api::raw;
+use serde_json::json;
+
+use crate::support::{CONFIGURATIONS, SETTLE};
+
+/// The two backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded sandbox in legacy mode, a fresh one per body.
+    Sandbox,
+    /// etcd and kube-apiserver v1.13.0, one for the whole run.
+    Real,
+}
+
+impl Backend {
+    /// `sandbox` or `1.13`, as printed after each test name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Backend::Sandbox => "sandbox",
+            Backend::Real => "1.13",
+        }
+    }
+}
+
+/// One body's view of a backend.
+pub struct Target {
+    backend: Backend,
+    client: kube::Client,
+    unprivileged: Option<kube::Client>,
+    kubeconfig: PathBuf,
+    namespace: String,
+    suffix: String,
+    scratch: tempfile::TempDir,
+    configurations: Mutex<Vec<String>>,
+}
+
+/// A short random suffix of lowercase letters and digits.
+fn random_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz0123456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// A namespace name made from a body's name: at most 63 characters, DNS-label safe.
+fn namespace_for(body: &str, suffix: &str) -> String {
+    let mut base: String = body.replace('_', "-").chars().take(50).collect();
+    while base.ends_with('-') {
+        base.pop();
+    }
+    format!("{base}-{suffix}")
+}
+
+impl Target {
+    /// Creates the body's namespace and returns its target.
+    pub async fn prepare(
+        backend: Backend,
+        client: kube::Client,
+        unprivileged: Option<kube::Client>,
+        kubeconfig: &Path,
+        body: &str,
+    ) -> anyhow::Result<Self> {
+        let suffix = random_suffix();
+        let namespace = namespace_for(body, &suffix);
+        let (code, answer) = raw(
+            &client,
+            "POST",
+            "/api/v1/namespaces",
+            None,
+            Some("application/json"),
+            Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})),
+        )
+        .await?;
+        if code != 201 {
+            bail!("failed to create the test namespace {namespace}: {code} {answer}");
+        }
+        let scratch = tempfile::Builder::new()
+            .prefix("initializer-legacy-conformance")
+            .tempdir()
+            .context("failed to create a scratch directory")?;
+        Ok(Self {
+            backend,
+            client,
+            unprivileged,
+            kubeconfig: kubeconfig.to_path_buf(),
+            namespace,
+            suffix,
+            scratch,
+            configurations: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Which backend this is (for the SDK bodies' process logs, never for behaviour).
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// A client of a user in no group (1.13 only: the sandbox has no authorization).
+    pub fn unprivileged(&self) -> anyhow::Result<kube::Client> {
+        self.unprivileged
+            .clone()
+            .context("this backend has no unprivileged user")
+    }
+
+    /// An admin kubeconfig, for child processes.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The body's own namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// `base` made unique to this body, for cluster-scoped names.
+    pub fn unique(&self, base: &str) -> String {
+        format!("{base}-{}", self.suffix)
+    }
+
+    /// The body's suffix (to make initializer names unique).
+    pub fn suffix(&self) -> &str {
+        &self.suffix
+    }
+
+    /// A directory of the body's own.
+    pub fn scratch(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// Deletes the configuration `name` after the body, whatever its outcome.
+    pub fn delete_afterwards(&self, name: &str) {
+        if let Ok(mut names) = self.configurations.lock() {
+            names.push(name.to_owned());
+        }
+    }
+
+    /// Deletes the body's configurations (then waits for the plugin to forget them) and its
+    /// namespace. Returns what could not be deleted. The 1.13 server has no namespace
+    /// controller, so its namespaces stay Terminating with their objects: harmless, they are
+    /// in no later body's way.
+    pub async fn cleanup(&self) -> Vec<String> {
+        let names = self
+            .configurations
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default();
+        let mut warnings = Vec::new();
+        for name in &names {
+            match raw(
+                &self.client,
+                "DELETE",
+                &format!("{CONFIGURATIONS}/{name}"),
+                None,
+                None,
+                None,
+            )
+            .await
+            {
+                Ok((200 | 404, _)) => {}
+                Ok((code, body)) => {
+                    warnings.push(format!(
+                        "failed to delete configuration {name}: {code} {body}"
+                    ));
+                }
+                Err(e) => warnings.push(format!("failed to delete configuration {name}: {e:#}")),
+            }
+        }
+        if !names.is_empty() {
+            tokio::time::sleep(SETTLE).await;
+        }
+        match raw(
+            &self.client,
+            "DELETE",
+            &format!("/api/v1/namespaces/{}", self.namespace),
+            None,
+            None,
+            None,
+        )
+        .await
+        {
+            Ok((200 | 202 | 404, _)) => {}
+            Ok((code, body)) => warnings.push(format!(
+                "failed to delete namespace {}: {code} {body}",
+                self.namespace
+            )),
+            Err(e) => warnings.push(format!(
+                "failed to delete namespace {}: {e:#}",
+                self.namespace
+            )),
+        }
+        warnings
+    }
+}
