@@ -24,8 +24,11 @@
 //!     still pending on a dead initializer's name, and clears the name from the initializer's own
 //!     ReplicaSets and pods: list with `includeUninitialized`, then update, which the era's
 //!     `Initializers` admission plugin allows on an uninitialized object only with `initialize`.
-//!     The rules can name any resource, so these cannot be narrower; and RBAC lets the operator
-//!     grant the controller's ClusterRole only rights it holds itself (no `escalate`/`bind`).
+//!     The same plugin checks `initialize` for a create that sets `metadata.initializers`: the
+//!     workload objects the operator creates with `pending: []` and the canaries, which this
+//!     cluster-wide grant covers too. The rules can name any resource, so these cannot be
+//!     narrower; and RBAC lets the operator grant the controller's ClusterRole only rights it
+//!     holds itself (no `escalate`/`bind`).
 //!   - every resource in `default`: create/delete, the canary of the end-to-end probe (a kind
 //!     the rules reach, created with `includeUninitialized` pending on this initializer alone,
 //!     deleted after).
