@@ -191,7 +191,11 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         }
         let mut attempts = load.attempts();
         attempts.sort_by_key(|a| a.finished);
-        print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
+        print_attempts(
+            attempts.get(printed..).unwrap_or_default(),
+            frozen_at,
+            removed,
+        );
         printed = attempts.len();
         let settled = released.is_some_and(|at| {
             attempts
@@ -208,7 +212,11 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     say("waiting for the creates still in flight ...");
     let mut attempts = load.stop().await;
     attempts.sort_by_key(|a| a.finished);
-    print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
+    print_attempts(
+        attempts.get(printed..).unwrap_or_default(),
+        frozen_at,
+        removed,
+    );
     let failed = attempts.iter().filter(|a| !a.succeeded()).count();
     let longest = attempts
         .iter()
@@ -228,9 +236,15 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         ));
     }
     if let Ok(initializer) = ops::initializer(&client, INITIALIZER).await {
+        let phase = initializer
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .map_or("-".to_string(), |p| format!("{p:?}"));
+        let responding = ops::condition(&initializer, "Responding")
+            .map_or("-".to_string(), |c| format!("{} ({})", c.status, c.reason));
         say(&format!(
-            "Initializer status: {}; releasedObjects {}",
-            ops::describe(&initializer),
+            "Initializer status: phase {phase}, Responding={responding}, releasedObjects {}",
             legacy::detail(&initializer, legacy::RELEASED_DETAIL).unwrap_or("-")
         ));
     }
@@ -297,8 +311,9 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints each create's outcome, timed from the freeze.
-fn print_attempts(attempts: &[Attempt], frozen_at: Instant) {
+/// Prints each create's outcome, timed from the freeze; `removed`: when the configuration was
+/// seen removed (a create started before it was held, then released).
+fn print_attempts(attempts: &[Attempt], frozen_at: Instant, removed: Option<Instant>) {
     for attempt in attempts {
         let started = attempt
             .started
@@ -309,8 +324,11 @@ fn print_attempts(attempts: &[Attempt], frozen_at: Instant) {
             Ok(true) => say(&format!(
                 "+{started:.1}s create ok, sidecar injected ({took:.2}s)"
             )),
+            Ok(false) if removed.is_some_and(|at| attempt.started >= at) => say(&format!(
+                "+{started:.1}s create ok after {took:.2}s, not injected: created after the configuration was removed"
+            )),
             Ok(false) => say(&format!(
-                "+{started:.1}s create ok after {took:.2}s, not injected: released from the dead initializer, or created after its configuration was removed"
+                "+{started:.1}s create ok after {took:.2}s, not injected: it waited on the dead initializer until the operator released it"
             )),
             Err(message) => say(&format!(
                 "+{started:.1}s create failed after {took:.2}s: {message}"
