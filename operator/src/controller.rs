@@ -458,7 +458,8 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
 
 /// What the supervisor needs for a legacy-backend Initializer: its own ReplicaSets and pods
 /// freed of its name first (they must never wait on the initializer they run), then what its
-/// rules `reached` (discovery) and the canary made of one of them.
+/// rules `reached` (discovery) and the canary made of one of them (canaries an earlier probe
+/// left behind are deleted).
 async fn legacy_supervision(
     ctx: &Context,
     validated: &validate::Validated,
@@ -477,15 +478,17 @@ async fn legacy_supervision(
         &legacy.pending_name,
     )
     .await?;
+    let canary = Canary {
+        resource: pending::canary_resource(&reached),
+        namespace: probe::PROBE_NAMESPACE.to_string(),
+        prefix: validated.names.base.clone(),
+        label: validated.names.label.clone(),
+        pending_name: legacy.pending_name.clone(),
+    };
+    apply::legacy::remove_stale_canaries(&ctx.client, &canary).await?;
     Ok(LegacySupervision {
         configuration: legacy.configuration.clone(),
-        canary: Canary {
-            resource: pending::canary_resource(&reached),
-            namespace: probe::PROBE_NAMESPACE.to_string(),
-            prefix: validated.names.base.clone(),
-            label: validated.names.label.clone(),
-            pending_name: legacy.pending_name.clone(),
-        },
+        canary,
         reached,
     })
 }

@@ -212,5 +212,29 @@ pub fn canary(
     object
 }
 
+/// How old a canary must be to count as left behind (a probe deletes its canary within its
+/// budget, at most 30 s, plus the delete itself).
+pub const STALE_CANARY_AGE: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
+
+/// The names of the canaries among `items` created before `now - STALE_CANARY_AGE`: left by a
+/// probe whose delete never ran (the operator stopped meanwhile). Objects without a readable
+/// creation time are left alone.
+pub fn stale_canaries(items: &[Value], now: jiff::Timestamp) -> Vec<String> {
+    let Ok(before) = now.checked_sub(STALE_CANARY_AGE) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter(|item| {
+            item.pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|created| created < before)
+        })
+        .filter_map(|item| item.pointer("/metadata/name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

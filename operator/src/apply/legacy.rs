@@ -419,6 +419,37 @@ pub async fn clear_own(client: &Client, namespace: &str, labels: &str, name: &st
     Ok(count)
 }
 
+/// Deletes the canaries of `canary`'s Initializer that a probe left behind (the operator
+/// stopped between their create and their delete): older than any probe
+/// ([`pending::stale_canaries`]). Returns how many went.
+pub async fn remove_stale_canaries(client: &Client, canary: &Canary) -> Result<usize> {
+    let Some(served) = &canary.resource else {
+        return Ok(0);
+    };
+    let resource = api_resource(served);
+    let labels = format!(
+        "{}={}",
+        initializer_crds::constants::CANARY_LABEL,
+        canary.label
+    );
+    let items =
+        list_uninitialized(client, &resource, Some(&canary.namespace), Some(&labels)).await?;
+    let stale = pending::stale_canaries(&items, jiff::Timestamp::now());
+    let request = Request::new(DynamicObject::url_path(&resource, Some(&canary.namespace)));
+    for name in &stale {
+        let what = format!("delete the stale canary {} {name}", resource.kind);
+        let req = request
+            .delete(name, &DeleteParams::background())
+            .map_err(|e| http_error(&what, e))?;
+        match client.request::<Value>(req).await {
+            Ok(_) => info!(canary = %name, "deleted a canary a probe left behind"),
+            Err(e) if is_not_found(&e) => {}
+            Err(source) => return Err(legacy_error(what)(source)),
+        }
+    }
+    Ok(stale.len())
+}
+
 /// What the canary probe needs: the resource it is made of (`None` when the rules reach none
 /// that can be a canary), where, its label and the pending name it waits on.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -123,3 +123,14 @@ fn the_canary_is_a_kind_that_does_nothing_once_initialized() {
         "initializer-operator-canary-nowhere"
     );
 }
+
+#[test]
+fn only_canaries_older_than_any_probe_are_stale() {
+    let now: jiff::Timestamp = "2026-11-23T19:00:00Z".parse().unwrap();
+    let items = [
+        json!({"metadata": {"name": "old", "creationTimestamp": "2026-11-23T18:57:59Z"}}),
+        json!({"metadata": {"name": "probing", "creationTimestamp": "2026-11-23T18:59:59Z"}}),
+        json!({"metadata": {"name": "undated"}}),
+    ];
+    assert_eq!(stale_canaries(&items, now), ["old"]);
+}
