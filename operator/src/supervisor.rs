@@ -1235,7 +1235,15 @@ impl Supervisor {
                         .is_some_and(|(d, found)| drifted(d, found)),
                 };
                 if changed {
-                    if st.applied.is_some() {
+                    // Someone else edited it (rather than the spec changing what is wanted):
+                    // what was last applied is not what is live.
+                    let edited = match (&st.target.legacy, &webhook) {
+                        (None, Some(found)) => {
+                            st.applied.as_ref().is_some_and(|a| drifted(a, found))
+                        }
+                        _ => st.applied.is_some(),
+                    };
+                    if edited {
                         info!(initializer = %st.target.initializer, %configuration, "the live configuration was changed by someone else: applying it again");
                     }
                     st.applied = None;
