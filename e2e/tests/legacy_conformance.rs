@@ -28,6 +28,8 @@
 
 #[path = "legacy_conformance/api.rs"]
 mod api;
+#[path = "legacy_conformance/more.rs"]
+mod more;
 #[path = "legacy_conformance/sdk.rs"]
 mod sdk;
 #[path = "legacy_conformance/support.rs"]
@@ -90,6 +92,19 @@ const BODIES: &[Body] = &[
     body!(api::configuration_validation_refuses_with_the_eras_messages),
     body!(api::an_invalid_pending_name_is_refused_with_the_eras_message),
     body!(api::strategic_merge_and_json_patches_remove_a_pending_name),
+    body!(more::without_a_timeout_parameter_a_create_waits_30_seconds),
+    body!(more::deleting_the_object_a_create_waits_on_fails_the_create),
+    body!(more::a_failure_result_without_a_code_fails_the_create_with_500),
+    body!(more::a_result_set_at_creation_fails_the_create_and_the_object_stays),
+    body!(more::a_stale_resource_version_is_a_conflict_on_an_uninitialized_object),
+    body!(more::a_put_without_the_field_and_a_merge_patch_emptying_pending_initialize),
+    body!(more::names_may_be_appended_and_removed_out_of_order),
+    body!(more::an_initialized_object_cannot_get_initializers_back),
+    body!(more::rule_validation_refuses_with_the_eras_messages),
+    body!(more::a_failed_initialization_is_seen_only_by_aware_watchers),
+    body!(more::deletecollection_removes_uninitialized_objects_too),
+    body!(more::include_uninitialized_takes_the_eras_boolean_spellings),
+    body!(more::rules_select_by_group_version_and_resource),
     body!(
         api::setting_or_changing_pending_needs_the_initialize_verb,
         real_only =

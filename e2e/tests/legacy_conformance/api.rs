@@ -22,7 +22,7 @@ use crate::support::{
 use crate::target::Target;
 
 /// `?includeUninitialized=true` appended to a path.
-fn uninit(path: &str) -> String {
+pub fn uninit(path: &str) -> String {
     format!("{path}?includeUninitialized=true")
 }
 
@@ -288,10 +288,10 @@ async fn watch_events(
     collect_events(stream, window).await
 }
 
-type Events =
+pub type Events =
     std::pin::Pin<Box<dyn futures::Stream<Item = kube::Result<WatchEvent<Value>>> + Send>>;
 
-async fn open_watch(
+pub async fn open_watch(
     t: &Target,
     include_uninitialized: bool,
     version: &str,
@@ -308,7 +308,7 @@ async fn open_watch(
     Ok(stream.boxed())
 }
 
-async fn collect_events(
+pub async fn collect_events(
     mut stream: Events,
     window: Duration,
 ) -> anyhow::Result<Vec<(String, String, Vec<String>)>> {

@@ -1,0 +1,460 @@
+//! The finer points of the era's API server, each as 1.13 answered it: the default timeout,
+//! a waiting create whose object is deleted or fails without a code, conflicts, the ways an
+//! update initializes, what validation refuses on objects and rules, what watchers see of a
+//! failed initialization, and `deletecollection`. Sources as in `api.rs`; the messages were
+//! first read from kube-apiserver v1.13.0 by this tier.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use initializer_e2e::legacy::{is_initialized, pending_names};
+use serde_json::{Value, json};
+
+use crate::api::{collect_events, open_watch, uninit};
+use crate::support::{
+    CONFIGURATIONS, JSON, answer_of, cm, configmap_path, configmaps, configure_configmaps,
+    create_in_background, expect_code, initializer_name, item_names, raw, wait_pending,
+    without_first_pending,
+};
+use crate::target::Target;
+
+/// Creates ConfigMap `object` with `?includeUninitialized=true`; returns the answer.
+async fn create_uninitialized(t: &Target, object: Value) -> anyhow::Result<(u16, Value)> {
+    raw(
+        &t.client(),
+        "POST",
+        &uninit(&configmaps(t)),
+        None,
+        JSON,
+        Some(object),
+    )
+    .await
+}
+
+/// `parseTimeout` in `handlers/rest.go` (1.13): 30 s when the request names none.
+pub async fn without_a_timeout_parameter_a_create_waits_30_seconds(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "absent");
+    configure_configmaps(t, "default-timeout", &name).await?;
+    let started = std::time::Instant::now();
+    let (code, body) = raw(
+        &t.client(),
+        "POST",
+        &configmaps(t),
+        None,
+        JSON,
+        Some(cm("slow")),
+    )
+    .await?;
+    let waited = started.elapsed();
+    expect_code("the create nobody initializes", code, &body, 504)?;
+    ensure!(
+        body["message"] == "Timeout: request did not complete within requested timeout 30s",
+        "{body}"
+    );
+    ensure!(
+        waited >= Duration::from_secs(29) && waited < Duration::from_secs(40),
+        "answered after {waited:?}"
+    );
+    Ok(())
+}
+
+/// `WaitForInitialized` (`registry/store.go`, 1.13) when the object goes away.
+pub async fn deleting_the_object_a_create_waits_on_fails_the_create(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "sidecar");
+    configure_configmaps(t, "deleted-waiting", &name).await?;
+    let create = create_in_background(t, configmaps(t), cm("gone"));
+    let path = configmap_path(t, "gone");
+    wait_pending(t, &path).await?;
+    let (code, body) = raw(&t.client(), "DELETE", &path, None, None, None).await?;
+    expect_code("DELETE of the waited-on object", code, &body, 200)?;
+    let (code, body) = answer_of(create, Duration::from_secs(20)).await?;
+    expect_code("the waiting create", code, &body, 500)?;
+    ensure!(
+        body["message"] == "Internal error occurred: object deleted while waiting for creation",
+        "{body}"
+    );
+    Ok(())
+}
+
+/// A failure result without a code: the create answers 500 with its message.
+pub async fn a_failure_result_without_a_code_fails_the_create_with_500(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "guard");
+    configure_configmaps(t, "no-code", &name).await?;
+    let create = create_in_background(t, configmaps(t), cm("uncoded"));
+    let path = configmap_path(t, "uncoded");
+    let mut stored = wait_pending(t, &path).await?;
+    stored["metadata"]["initializers"]["result"] =
+        json!({"status": "Failure", "message": "refused without a code"});
+    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(stored)).await?;
+    expect_code("the PUT setting the result", code, &body, 200)?;
+    let (code, body) = answer_of(create, Duration::from_secs(20)).await?;
+    expect_code("the waiting create", code, &body, 500)?;
+    ensure!(body["message"] == "refused without a code", "{body}");
+    Ok(())
+}
+
+/// A creator that sets a failure result itself.
+pub async fn a_result_set_at_creation_fails_the_create_and_the_object_stays(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let mut failed = cm("prefailed");
+    failed["metadata"]["initializers"] = json!({
+        "pending": [{"name": "a.example.com"}],
+        "result": {"status": "Failure", "code": 403, "reason": "Forbidden", "message": "failed from the start"}
+    });
+    let (code, body) = raw(
+        &t.client(),
+        "POST",
+        &configmaps(t),
+        None,
+        JSON,
+        Some(failed),
+    )
+    .await?;
+    expect_code("the create with a result", code, &body, 403)?;
+    ensure!(body["message"] == "failed from the start", "{body}");
+    let (code, body) = raw(
+        &t.client(),
+        "GET",
+        &uninit(&configmap_path(t, "prefailed")),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    expect_code("GET of the object", code, &body, 200)?;
+    Ok(())
+}
+
+pub async fn a_stale_resource_version_is_a_conflict_on_an_uninitialized_object(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "sidecar");
+    configure_configmaps(t, "conflict", &name).await?;
+    let (code, stale) = create_uninitialized(t, cm("raced")).await?;
+    expect_code("the uninitialized create", code, &stale, 202)?;
+    let path = configmap_path(t, "raced");
+    let mut first = stale.clone();
+    first["data"]["first"] = json!("yes");
+    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(first)).await?;
+    expect_code("the first writer", code, &body, 200)?;
+    let (code, body) = raw(
+        &t.client(),
+        "PUT",
+        &path,
+        None,
+        JSON,
+        Some(without_first_pending(stale)),
+    )
+    .await?;
+    expect_code("the stale writer", code, &body, 409)?;
+    ensure!(body["reason"] == "Conflict", "{body}");
+    let (_, current) = raw(&t.client(), "GET", &path, None, None, None).await?;
+    ensure!(pending_names(&current) == [name], "{current}");
+    Ok(())
+}
+
+/// A PUT whose body has no `metadata.initializers`, and a merge patch `pending: []`, both
+/// initialize (what a typed client without the field does by accident).
+pub async fn a_put_without_the_field_and_a_merge_patch_emptying_pending_initialize(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "sidecar");
+    configure_configmaps(t, "fieldless", &name).await?;
+    for object in ["put", "merged"] {
+        let (code, body) = create_uninitialized(t, cm(object)).await?;
+        expect_code("the uninitialized create", code, &body, 202)?;
+    }
+    let (_, mut stored) = raw(
+        &t.client(),
+        "GET",
+        &configmap_path(t, "put"),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    stored["metadata"]
+        .as_object_mut()
+        .context("metadata")?
+        .remove("initializers");
+    let (code, body) = raw(
+        &t.client(),
+        "PUT",
+        &configmap_path(t, "put"),
+        None,
+        JSON,
+        Some(stored),
+    )
+    .await?;
+    expect_code("the PUT without the field", code, &body, 200)?;
+    ensure!(is_initialized(&body), "{body}");
+    let (code, body) = raw(
+        &t.client(),
+        "PATCH",
+        &configmap_path(t, "merged"),
+        None,
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"initializers": {"pending": []}}})),
+    )
+    .await?;
+    expect_code("the merge patch pending: []", code, &body, 200)?;
+    ensure!(is_initialized(&body), "{body}");
+    let (_, list) = raw(&t.client(), "GET", &configmaps(t), None, None, None).await?;
+    let names = item_names(&list);
+    ensure!(
+        names.contains(&"put".to_owned()) && names.contains(&"merged".to_owned()),
+        "{names:?}"
+    );
+    Ok(())
+}
+
+/// Any holder of the `initialize` verb may append a name or remove any, in any order.
+pub async fn names_may_be_appended_and_removed_out_of_order(t: &Target) -> anyhow::Result<()> {
+    let name = initializer_name(t, "first");
+    configure_configmaps(t, "order", &name).await?;
+    let (code, mut stored) = create_uninitialized(t, cm("reordered")).await?;
+    expect_code("the uninitialized create", code, &stored, 202)?;
+    let path = configmap_path(t, "reordered");
+    stored["metadata"]["initializers"]["pending"]
+        .as_array_mut()
+        .context("pending")?
+        .push(json!({"name": "late.example.com"}));
+    let (code, mut body) = raw(&t.client(), "PUT", &path, None, JSON, Some(stored)).await?;
+    expect_code("the PUT appending a name", code, &body, 200)?;
+    ensure!(
+        pending_names(&body) == [name.clone(), "late.example.com".to_owned()],
+        "{body}"
+    );
+    body["metadata"]["initializers"]["pending"]
+        .as_array_mut()
+        .context("pending")?
+        .remove(1);
+    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(body)).await?;
+    expect_code("the PUT removing the second name", code, &body, 200)?;
+    ensure!(pending_names(&body) == [name], "{body}");
+    Ok(())
+}
+
+/// `ValidateInitializersUpdate` (apimachinery `api/validation/objectmeta.go`, 1.13).
+pub async fn an_initialized_object_cannot_get_initializers_back(t: &Target) -> anyhow::Result<()> {
+    let mut done = cm("done");
+    done["metadata"]["initializers"] = json!({"pending": []});
+    let (code, mut body) = raw(&t.client(), "POST", &configmaps(t), None, JSON, Some(done)).await?;
+    expect_code("the initialized create", code, &body, 201)?;
+    body["metadata"]["initializers"] = json!({"pending": [{"name": "again.example.com"}]});
+    let (code, body) = raw(
+        &t.client(),
+        "PUT",
+        &configmap_path(t, "done"),
+        None,
+        JSON,
+        Some(body),
+    )
+    .await?;
+    expect_code("the PUT adding initializers back", code, &body, 422)?;
+    ensure!(
+        body["message"]
+            == "ConfigMap \"done\" is invalid: metadata.initializers: Invalid value: \"null\": field is immutable once initialization has completed",
+        "{body}"
+    );
+    Ok(())
+}
+
+/// `validateRule` (`pkg/apis/admissionregistration/validation/validation.go`, 1.13).
+pub async fn rule_validation_refuses_with_the_eras_messages(t: &Target) -> anyhow::Result<()> {
+    let name = t.unique("bad-rules");
+    t.delete_afterwards(&name);
+    let configuration = crate::support::configuration(
+        &name,
+        json!([{"name": "rules.example.com", "rules": [
+            {"apiGroups": [], "apiVersions": ["*", "v1"], "resources": ["pods/status"]},
+            {"apiGroups": [""], "apiVersions": [""], "resources": []}
+        ]}]),
+    );
+    let (code, body) = raw(
+        &t.client(),
+        "POST",
+        CONFIGURATIONS,
+        None,
+        JSON,
+        Some(configuration),
+    )
+    .await?;
+    expect_code("the configuration with bad rules", code, &body, 422)?;
+    let expected = format!(
+        "InitializerConfiguration.admissionregistration.k8s.io \"{name}\" is invalid: [\
+initializers[0].rules[0].apiGroups: Required value, \
+initializers[0].rules[0].apiVersions: Invalid value: []string{{\"*\", \"v1\"}}: if '*' is present, must not specify other API versions, \
+initializers[0].rules[0].resources[0]: Invalid value: \"pods/status\": must not specify subresources, \
+initializers[0].rules[1].apiVersions[0]: Required value, \
+initializers[0].rules[1].resources: Required value]"
+    );
+    ensure!(
+        body["message"] == expected.as_str(),
+        "got      {}\nexpected {expected:?}",
+        body["message"]
+    );
+    Ok(())
+}
+
+/// `Update` in `registry/store.go` (1.13): the failure result is stored, then the object is
+/// deleted; only `includeUninitialized` watchers ever saw it.
+pub async fn a_failed_initialization_is_seen_only_by_aware_watchers(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "guard");
+    configure_configmaps(t, "failed-watch", &name).await?;
+    let (_, list) = raw(
+        &t.client(),
+        "GET",
+        &uninit(&configmaps(t)),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    let version = list["metadata"]["resourceVersion"]
+        .as_str()
+        .context("the list has no resourceVersion")?
+        .to_owned();
+    let plain = open_watch(t, false, &version).await?;
+    let aware = open_watch(t, true, &version).await?;
+    let (code, mut stored) = create_uninitialized(t, cm("failing")).await?;
+    expect_code("the uninitialized create", code, &stored, 202)?;
+    stored["metadata"]["initializers"]["result"] = json!({
+        "status": "Failure", "code": 403, "reason": "Forbidden", "message": "no"
+    });
+    let (code, body) = raw(
+        &t.client(),
+        "PUT",
+        &configmap_path(t, "failing"),
+        None,
+        JSON,
+        Some(stored),
+    )
+    .await?;
+    expect_code("the PUT setting the result", code, &body, 200)?;
+    let window = Duration::from_secs(3);
+    let (plain, aware) = tokio::join!(collect_events(plain, window), collect_events(aware, window));
+    let (plain, aware) = (plain?, aware?);
+    ensure!(plain.is_empty(), "the plain watcher saw {plain:?}");
+    let kinds: Vec<&str> = aware.iter().map(|(kind, _, _)| kind.as_str()).collect();
+    ensure!(
+        kinds == ["ADDED", "MODIFIED", "DELETED"],
+        "the includeUninitialized watcher saw {aware:?}"
+    );
+    Ok(())
+}
+
+/// `DeleteCollection` lists with `IncludeUninitialized` forced on (`registry/store.go`, 1.13).
+pub async fn deletecollection_removes_uninitialized_objects_too(t: &Target) -> anyhow::Result<()> {
+    let name = initializer_name(t, "sidecar");
+    configure_configmaps(t, "collection", &name).await?;
+    for object in ["one", "two"] {
+        let (code, body) = create_uninitialized(t, cm(object)).await?;
+        expect_code("the uninitialized create", code, &body, 202)?;
+    }
+    let (code, body) = raw(&t.client(), "DELETE", &configmaps(t), None, None, None).await?;
+    expect_code("deletecollection", code, &body, 200)?;
+    let (_, all) = raw(
+        &t.client(),
+        "GET",
+        &uninit(&configmaps(t)),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    let left: Vec<String> = item_names(&all)
+        .into_iter()
+        .filter(|n| n != "kube-root-ca.crt")
+        .collect();
+    ensure!(left.is_empty(), "left after deletecollection: {left:?}");
+    Ok(())
+}
+
+/// Boolean query parameters as 1.13 decoded them (`Convert_Slice_string_To_bool`): `1` is
+/// true, `false` is false.
+pub async fn include_uninitialized_takes_the_eras_boolean_spellings(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "sidecar");
+    configure_configmaps(t, "spelling", &name).await?;
+    let (code, body) = raw(
+        &t.client(),
+        "POST",
+        &format!("{}?includeUninitialized=1", configmaps(t)),
+        None,
+        JSON,
+        Some(cm("spelled")),
+    )
+    .await?;
+    expect_code("a create with includeUninitialized=1", code, &body, 202)?;
+    let (_, hidden) = raw(
+        &t.client(),
+        "GET",
+        &format!("{}?includeUninitialized=false", configmaps(t)),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    ensure!(
+        !item_names(&hidden).contains(&"spelled".to_owned()),
+        "{hidden}"
+    );
+    let (_, shown) = raw(
+        &t.client(),
+        "GET",
+        &format!("{}?includeUninitialized=1", configmaps(t)),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    ensure!(
+        item_names(&shown).contains(&"spelled".to_owned()),
+        "{shown}"
+    );
+    Ok(())
+}
+
+/// The rules of an initializer name a resource of a group: a Deployment (apps) gets the name,
+/// a ConfigMap does not.
+pub async fn rules_select_by_group_version_and_resource(t: &Target) -> anyhow::Result<()> {
+    let name = initializer_name(t, "apps");
+    crate::support::configure(
+        t,
+        &t.unique("apps"),
+        json!([{"name": name, "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]}]),
+    )
+    .await?;
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
+    });
+    let (code, body) = raw(
+        &t.client(),
+        "POST",
+        &uninit(&initializer_e2e::legacy::deployments_path(t.namespace())),
+        None,
+        JSON,
+        Some(deployment),
+    )
+    .await?;
+    expect_code("the Deployment create", code, &body, 202)?;
+    ensure!(pending_names(&body) == [name], "{body}");
+    let (code, body) = create_uninitialized(t, cm("unmatched")).await?;
+    expect_code("the ConfigMap create", code, &body, 201)?;
+    ensure!(body["metadata"]["initializers"].is_null(), "{body}");
+    Ok(())
+}
