@@ -365,7 +365,6 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
     ctx.row.update(|row| {
         row.failure_to_deregistered = Some(to_deregistered);
         row.failure_to_released = Some(to_released);
-        row.creates_stop_failing = Some(to_released);
         row.failure_to_create_ok = first_ok.map(|a| a.finished - frozen_at);
         row.failed_creates_failure = Some(failed);
         row.released = reported.map(|reported| Released {
