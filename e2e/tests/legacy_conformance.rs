@@ -7,10 +7,10 @@
 //! Every body is an `async fn(&Target) -> anyhow::Result<()>` in a namespace of its own. The
 //! runner runs each body on a fresh sandbox in legacy mode, then starts ONE 1.13 API server and
 //! runs each body there, printing `test NAME (sandbox) ... ok` and `test NAME (1.13) ... ok`
-//! and a libtest-style summary. The SDK bodies run the real `sidecar-initializer` binary in
-//! controller mode against each target.
+//! and a libtest-style summary. The SDK bodies run the real `sidecar-initializer` and
+//! `secret-guard-initializer` binaries in controller mode against each target.
 //!
-//! `cargo build -p sidecar-initializer && cargo test -p initializer-e2e --test legacy_conformance`;
+//! `cargo build -p sidecar-initializer -p secret-guard-initializer && cargo test -p initializer-e2e --test legacy_conformance`;
 //! `E2E_LEGACY_CONFORMANCE=sandbox` or `=real` runs one backend; filters, `--exact`, `--skip`
 //! and `--list` work as with any test binary. The real backend needs
 //! `target/tools/kube-apiserver-1.13` (`tools/legacy-apiserver/build.sh`, built on first use)
@@ -112,6 +112,8 @@ const BODIES: &[Body] = &[
     ),
     body!(sdk::the_sidecar_controller_injects_into_a_blocked_deployment_create),
     body!(sdk::the_sidecar_controller_leaves_a_deployment_without_the_annotation_untouched),
+    body!(sdk::the_sidecar_controller_initializes_creates_that_waited_before_it_started),
+    body!(sdk::a_denial_in_controller_mode_fails_the_create_with_the_handlers_message),
 ];
 
 /// The longest one body may run.

@@ -1,7 +1,8 @@
-//! The SDK's controller mode against both backends: the real `sidecar-initializer` binary
-//! (`cargo build -p sidecar-initializer`), started with `--mode controller` and a kubeconfig,
-//! initializes Deployments whose `pending[0]` is its name, as the reference walkthrough's
-//! initializer did on 1.7.
+//! The SDK's controller mode against both backends: the real `sidecar-initializer` and
+//! `secret-guard-initializer` binaries (`cargo build -p sidecar-initializer -p
+//! secret-guard-initializer`), started with `--mode controller` and a kubeconfig, initialize
+//! objects whose `pending[0]` is their name, as the reference walkthrough's initializer did on
+//! 1.7: the same handler code the webhook runs, a denial becoming a failure result.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -18,6 +19,12 @@ use crate::target::Target;
 
 /// The walkthrough's initializer name.
 const PENDING_NAME: &str = "sidecar.initializer.kubernetes.io";
+/// The sidecar initializer's binary.
+const SIDECAR: &str = "sidecar-initializer";
+/// The secret guard's binary.
+const SECRET_GUARD: &str = "secret-guard-initializer";
+/// The SDK's mark on objects a handler ran on (`kube_initializer::mutate::INITIALIZED_BY_ANNOTATION`).
+const MARK: &str = "initializer.dev/initialized-by";
 /// The walkthrough's gate annotation.
 const ANNOTATION: &str = "initializer.kubernetes.io/sidecar";
 
@@ -34,43 +41,45 @@ impl Controller {
     }
 }
 
-/// Registers the walkthrough's configuration (Deployments) and starts the controller with the
-/// tutorial's config (`sidecar-nginx`), gate annotation required.
-async fn start_sidecar_controller(t: &Target) -> anyhow::Result<Controller> {
-    let deployments =
-        json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]);
+/// Registers a configuration with the one initializer `pending_name` on `rules`, then starts
+/// `binary` in controller mode for it with a test TLS pair, a `config.yaml` of `config` and
+/// `extra` arguments.
+async fn start_controller(
+    t: &Target,
+    binary: &str,
+    pending_name: &str,
+    rules: &Value,
+    config: &str,
+    extra: &[&str],
+) -> anyhow::Result<Controller> {
     configure(
         t,
-        &t.unique("sidecar"),
-        json!([{"name": PENDING_NAME, "rules": deployments}]),
+        &t.unique(binary),
+        json!([{"name": pending_name, "rules": rules}]),
     )
     .await?;
     let tls = t.scratch().join("tls");
-    let config = t.scratch().join("config");
+    let config_dir = t.scratch().join("config");
     std::fs::create_dir_all(&tls)?;
-    std::fs::create_dir_all(&config)?;
-    TestPki::new("sidecar-initializer").write(&tls);
-    std::fs::write(
-        config.join("config.yaml"),
-        "containers:\n- name: sidecar-nginx\n  image: nginx:1.8.1\n  imagePullPolicy: IfNotPresent\n",
-    )?;
+    std::fs::create_dir_all(&config_dir)?;
+    TestPki::new(binary).write(&tls);
+    std::fs::write(config_dir.join("config.yaml"), config)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let log = t
         .scratch()
-        .join(format!("sidecar-{}.log", t.backend().label()));
+        .join(format!("{binary}-{}.log", t.backend().label()));
     let out = std::fs::File::create(&log)?;
-    let binary = paths::binary("sidecar-initializer")?;
-    let child = tokio::process::Command::new(binary)
+    let child = tokio::process::Command::new(paths::binary(binary)?)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .arg("--tls-dir")
         .arg(&tls)
         .arg("--config-dir")
-        .arg(&config)
-        .args(["--mode", "controller", "--pending-name", PENDING_NAME])
-        .args(["--rules", &deployments.to_string()])
-        .args(["--annotation", ANNOTATION, "--require-annotation"])
+        .arg(&config_dir)
+        .args(["--mode", "controller", "--pending-name", pending_name])
+        .args(["--rules", &rules.to_string()])
+        .args(extra)
         .env("KUBECONFIG", t.kubeconfig())
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -78,8 +87,22 @@ async fn start_sidecar_controller(t: &Target) -> anyhow::Result<Controller> {
         .stderr(out)
         .kill_on_drop(true)
         .spawn()
-        .context("failed to start sidecar-initializer")?;
+        .with_context(|| format!("failed to start {binary}"))?;
     Ok(Controller { _child: child, log })
+}
+
+/// The walkthrough's configuration (Deployments) and the sidecar initializer with the
+/// tutorial's config (`sidecar-nginx`), gate annotation required.
+async fn start_sidecar_controller(t: &Target) -> anyhow::Result<Controller> {
+    start_controller(
+        t,
+        SIDECAR,
+        PENDING_NAME,
+        &json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]),
+        "containers:\n- name: sidecar-nginx\n  image: nginx:1.8.1\n  imagePullPolicy: IfNotPresent\n",
+        &["--annotation", ANNOTATION, "--require-annotation"],
+    )
+    .await
 }
 
 /// The walkthrough's nginx Deployment, with the gate annotation when `annotated`.
@@ -135,6 +158,10 @@ pub async fn the_sidecar_controller_injects_into_a_blocked_deployment_create(
         template_containers(&body)
     );
     ensure!(pending_names(&body).is_empty(), "{body}");
+    ensure!(
+        body["metadata"]["annotations"][MARK] == "sidecar",
+        "the handler's mark is missing: {body}"
+    );
     eprintln!(
         "legacy conformance ({}): the annotated create came back injected after {took:?}",
         t.backend().label()
@@ -158,5 +185,114 @@ pub async fn the_sidecar_controller_leaves_a_deployment_without_the_annotation_u
         template_containers(&body)
     );
     ensure!(pending_names(&body).is_empty(), "{body}");
+    ensure!(
+        body["metadata"]["annotations"][MARK].is_null(),
+        "the handler ran on an object out of scope: {body}"
+    );
+    Ok(())
+}
+
+/// An initializer that was down: creates wait, and the controller, once started, finds them by
+/// its first list (with `includeUninitialized`) and initializes them.
+pub async fn the_sidecar_controller_initializes_creates_that_waited_before_it_started(
+    t: &Target,
+) -> anyhow::Result<()> {
+    // The configuration first, so that the create waits on the name.
+    configure(
+        t,
+        &t.unique("early"),
+        json!([{"name": PENDING_NAME, "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]}]),
+    )
+    .await?;
+    let create = crate::support::create_in_background(
+        t,
+        deployments_path(t.namespace()),
+        nginx("waiting", true),
+    );
+    let path = format!("{}/waiting", deployments_path(t.namespace()));
+    crate::support::wait_pending(t, &path).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ensure!(
+        !create.is_finished(),
+        "the create answered with no initializer running"
+    );
+    let controller = start_sidecar_controller(t).await?;
+    let (code, body) = crate::support::answer_of(create, Duration::from_secs(30)).await?;
+    ensure!(
+        code == 201,
+        "the waiting create answered {code}: {body}\nsidecar-initializer's log:\n{}",
+        controller.tail()
+    );
+    ensure!(
+        template_containers(&body) == ["nginx", "sidecar-nginx"],
+        "containers {:?}: {body}",
+        template_containers(&body)
+    );
+    Ok(())
+}
+
+/// A denial becomes a failure result: the create fails with the handler's message (403
+/// Forbidden) and the object is gone.
+pub async fn a_denial_in_controller_mode_fails_the_create_with_the_handlers_message(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = "guard.initializer.example.com";
+    let controller = start_controller(
+        t,
+        SECRET_GUARD,
+        name,
+        &json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}]),
+        "",
+        &[],
+    )
+    .await?;
+    let secrets = format!("/api/v1/namespaces/{}/secrets", t.namespace());
+    let secret = |name: &str, value: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+               "type": "Opaque", "stringData": {"password": value}})
+    };
+    let (code, body) = raw(
+        &t.client(),
+        "POST",
+        &secrets,
+        None,
+        JSON,
+        Some(secret("short", "hunter2")),
+    )
+    .await?;
+    ensure!(
+        code == 403,
+        "the create of a short secret answered {code}: {body}\nsecret-guard's log:\n{}",
+        controller.tail()
+    );
+    ensure!(body["reason"] == "Forbidden", "{body}");
+    ensure!(
+        body["message"]
+            == "secret \"short\" refused: every value must be at least 20 characters long, but key \"password\" has 7",
+        "{body}"
+    );
+    let (code, answer) = raw(
+        &t.client(),
+        "GET",
+        &format!("{secrets}/short?includeUninitialized=true"),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    ensure!(
+        code == 404,
+        "the refused secret is still there: {code} {answer}"
+    );
+    let (code, body) = raw(
+        &t.client(),
+        "POST",
+        &secrets,
+        None,
+        JSON,
+        Some(secret("long", "a-value-well-over-twenty-characters")),
+    )
+    .await?;
+    ensure!(code == 201, "the long secret: {code} {body}");
     Ok(())
 }
