@@ -105,6 +105,9 @@ const BODIES: &[Body] = &[
     body!(more::deletecollection_removes_uninitialized_objects_too),
     body!(more::include_uninitialized_takes_the_eras_boolean_spellings),
     body!(more::rules_select_by_group_version_and_resource),
+    body!(more::a_result_must_be_a_failure),
+    body!(more::deleting_an_uninitialized_object_is_seen_only_by_aware_watchers),
+    body!(more::a_status_write_without_the_field_initializes_a_deployment),
     body!(
         api::setting_or_changing_pending_needs_the_initialize_verb,
         real_only =

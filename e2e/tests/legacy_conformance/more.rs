@@ -458,3 +458,129 @@ pub async fn rules_select_by_group_version_and_resource(t: &Target) -> anyhow::R
     ensure!(body["metadata"]["initializers"].is_null(), "{body}");
     Ok(())
 }
+
+/// `ValidateInitializers` (apimachinery `api/validation/objectmeta.go`, 1.13) on the result:
+/// a result's status must be `Failure` (1.13: "must be 'Failure'").
+pub async fn a_result_must_be_a_failure(t: &Target) -> anyhow::Result<()> {
+    let mut success = cm("succeeded");
+    success["metadata"]["initializers"] = json!({
+        "pending": [{"name": "a.example.com"}],
+        "result": {"status": "Success", "message": "fine"}
+    });
+    let (code, body) = create_uninitialized(t, success).await?;
+    expect_code("a create with a Success result", code, &body, 422)?;
+    ensure!(
+        body["message"]
+            == "ConfigMap \"succeeded\" is invalid: metadata.initializers.result.status: Invalid value: \"Success\": must be 'Failure'",
+        "{body}"
+    );
+    let mut statusless = cm("statusless");
+    statusless["metadata"]["initializers"] = json!({
+        "pending": [{"name": "a.example.com"}],
+        "result": {"message": "no status"}
+    });
+    let (code, body) = create_uninitialized(t, statusless).await?;
+    expect_code("a create with a result without a status", code, &body, 422)?;
+    ensure!(
+        body["message"]
+            == "ConfigMap \"statusless\" is invalid: metadata.initializers.result.status: Invalid value: \"\": must be 'Failure'",
+        "{body}"
+    );
+    Ok(())
+}
+
+/// A watcher with `includeUninitialized` sees an uninitialized object deleted; one without
+/// never saw it and sees nothing.
+pub async fn deleting_an_uninitialized_object_is_seen_only_by_aware_watchers(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "sidecar");
+    configure_configmaps(t, "deleted-watch", &name).await?;
+    let (_, list) = raw(
+        &t.client(),
+        "GET",
+        &uninit(&configmaps(t)),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    let version = list["metadata"]["resourceVersion"]
+        .as_str()
+        .context("the list has no resourceVersion")?
+        .to_owned();
+    let plain = open_watch(t, false, &version).await?;
+    let aware = open_watch(t, true, &version).await?;
+    let (code, body) = create_uninitialized(t, cm("short-lived")).await?;
+    expect_code("the uninitialized create", code, &body, 202)?;
+    let (code, body) = raw(
+        &t.client(),
+        "DELETE",
+        &configmap_path(t, "short-lived"),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    expect_code("the DELETE", code, &body, 200)?;
+    let window = Duration::from_secs(3);
+    let (plain, aware) = tokio::join!(collect_events(plain, window), collect_events(aware, window));
+    let (plain, aware) = (plain?, aware?);
+    ensure!(plain.is_empty(), "the plain watcher saw {plain:?}");
+    let kinds: Vec<&str> = aware.iter().map(|(kind, _, _)| kind.as_str()).collect();
+    ensure!(
+        kinds == ["ADDED", "DELETED"],
+        "the includeUninitialized watcher saw {aware:?}"
+    );
+    Ok(())
+}
+
+/// A `status` write carries `metadata.initializers` from its body like any update (the plugin
+/// skips subresources, the store does not): without the field the object is initialized.
+pub async fn a_status_write_without_the_field_initializes_a_deployment(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let name = initializer_name(t, "apps");
+    crate::support::configure(
+        t,
+        &t.unique("status"),
+        json!([{"name": name, "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]}]),
+    )
+    .await?;
+    let deployments = initializer_e2e::legacy::deployments_path(t.namespace());
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
+    });
+    let (code, mut stored) = raw(
+        &t.client(),
+        "POST",
+        &uninit(&deployments),
+        None,
+        JSON,
+        Some(deployment),
+    )
+    .await?;
+    expect_code("the Deployment create", code, &stored, 202)?;
+    stored["metadata"]
+        .as_object_mut()
+        .context("metadata")?
+        .remove("initializers");
+    stored["status"] = json!({"observedGeneration": 1});
+    let (code, body) = raw(
+        &t.client(),
+        "PUT",
+        &format!("{deployments}/web/status"),
+        None,
+        JSON,
+        Some(stored),
+    )
+    .await?;
+    expect_code("the status PUT without the field", code, &body, 200)?;
+    ensure!(is_initialized(&body), "{body}");
+    let (_, list) = raw(&t.client(), "GET", &deployments, None, None, None).await?;
+    ensure!(item_names(&list) == ["web"], "{list}");
+    Ok(())
+}
