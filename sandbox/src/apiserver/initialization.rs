@@ -160,6 +160,21 @@ pub fn apply(obj: &mut Value, assignment: Assignment) {
     }
 }
 
+/// `metadata.initializers` as 1.13 stored it: `result` is a `metav1.Status` kept in etcd as
+/// protobuf, whose message has no `kind`/`apiVersion` (they are dropped) and whose `metadata`
+/// Go always encodes, as `{}` when empty (both observed on kube-apiserver v1.13.0 by
+/// `e2e/tests/legacy_conformance`; custom resources, stored as JSON, would have kept the two).
+pub fn encode_result_as_go(obj: &mut Value) {
+    if let Some(result) = obj
+        .pointer_mut("/metadata/initializers/result")
+        .and_then(Value::as_object_mut)
+    {
+        result.remove("kind");
+        result.remove("apiVersion");
+        result.entry("metadata").or_insert_with(|| json!({}));
+    }
+}
+
 /// Removes `metadata.initializers`: what a server without the feature does (kube-apiserver
 /// 1.14 dropped the field from every request).
 pub fn strip(obj: &mut Value) {
@@ -825,6 +840,26 @@ mod tests {
         );
         assert!(matches!(wait_step(true, &failed), WaitStep::Failed(_)));
         assert_eq!(wait_step(true, &pending), WaitStep::Deleted);
+    }
+
+    #[test]
+    fn a_result_is_stored_as_the_protobuf_status_1_13_kept() {
+        let mut obj = json!({"metadata": {"initializers": {"result":
+            {"kind": "Status", "apiVersion": "v1", "status": "Failure"}}}});
+        encode_result_as_go(&mut obj);
+        assert_eq!(
+            obj["metadata"]["initializers"]["result"],
+            json!({"status": "Failure", "metadata": {}})
+        );
+        let mut given = json!({"metadata": {"initializers": {"result": {"metadata": {"x": 1}}}}});
+        encode_result_as_go(&mut given);
+        assert_eq!(
+            given["metadata"]["initializers"]["result"]["metadata"],
+            json!({"x": 1})
+        );
+        let mut none = json!({"metadata": {"initializers": {"pending": []}}});
+        encode_result_as_go(&mut none);
+        assert_eq!(none, json!({"metadata": {"initializers": {"pending": []}}}));
     }
 
     #[test]

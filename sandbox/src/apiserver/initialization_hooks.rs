@@ -45,6 +45,7 @@ impl ApiServer {
             init::matching_initializers(&configurations, &rt.group, &rt.version, &rt.plural);
         let assignment = init::assign_on_create(obj, names);
         init::apply(obj, assignment);
+        init::encode_result_as_go(obj);
         let causes = init::validate_initializers(obj);
         if causes.is_empty() {
             Ok(())
@@ -66,6 +67,7 @@ impl ApiServer {
             None => init::Assignment::Remove,
         };
         init::apply(result, from_body);
+        init::encode_result_as_go(result);
     }
 
     /// On an update of the main resource, at the same point: an emptied `initializers` is
@@ -78,6 +80,7 @@ impl ApiServer {
         obj: &mut Value,
     ) -> Result<(), ApiError> {
         init::apply(obj, init::settle_update(obj));
+        init::encode_result_as_go(obj);
         self.check_initializers_update(rt, current, obj)
     }
 
