@@ -116,6 +116,7 @@ const BODIES: &[Body] = &[
     body!(sdk::the_sidecar_controller_injects_into_a_blocked_deployment_create),
     body!(sdk::the_sidecar_controller_leaves_a_deployment_without_the_annotation_untouched),
     body!(sdk::the_sidecar_controller_initializes_creates_that_waited_before_it_started),
+    body!(sdk::a_namespace_selector_on_the_namespace_name_works_where_namespaces_lack_the_label),
     body!(sdk::a_denial_in_controller_mode_fails_the_create_with_the_handlers_message),
 ];
 

@@ -392,12 +392,21 @@ pub async fn a_failure_result_fails_the_create_with_its_status_and_deletes_the_o
     let path = configmap_path(t, "denied");
     let mut stored = wait_pending(t, &path).await?;
     stored["metadata"]["initializers"]["result"] = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "kind": "Status", "apiVersion": "v1",
         "status": "Failure", "code": 403, "reason": "Forbidden",
         "message": "guard initializer: denied by policy"
     });
     let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(stored)).await?;
     expect_code("the PUT setting a failure result", code, &body, 200)?;
+    // The result is stored as 1.13 kept it (a protobuf metav1.Status): no kind or apiVersion,
+    // `metadata` always there.
+    ensure!(
+        body["metadata"]["initializers"]["result"]
+            == json!({"metadata": {},
+                      "status": "Failure", "code": 403, "reason": "Forbidden",
+                      "message": "guard initializer: denied by policy"}),
+        "{body}"
+    );
     let (code, body) = answer_of(create, Duration::from_secs(20)).await?;
     expect_code("the waiting create", code, &body, 403)?;
     ensure!(

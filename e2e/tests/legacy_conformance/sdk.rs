@@ -296,3 +296,36 @@ pub async fn a_denial_in_controller_mode_fails_the_create_with_the_handlers_mess
     ensure!(code == 201, "the long secret: {code} {body}");
     Ok(())
 }
+
+/// 1.13's namespaces have no `kubernetes.io/metadata.name` label (1.21 added it); the SDK
+/// gives every namespace that label, as the webhook backend's API servers do, so the selector
+/// the operator passes (`NotIn` the excluded namespaces) means the same on both: an object in
+/// an excluded namespace gets its name removed without the handler.
+pub async fn a_namespace_selector_on_the_namespace_name_works_where_namespaces_lack_the_label(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let selector = json!({"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [t.namespace()]
+    }]});
+    let controller = start_controller(
+        t,
+        SIDECAR,
+        PENDING_NAME,
+        &json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]),
+        "containers:\n- name: sidecar-nginx\n  image: nginx:1.8.1\n",
+        &["--namespace-selector", &selector.to_string()],
+    )
+    .await?;
+    let (code, body, took) = blocking_create(t, nginx("excluded", true)).await?;
+    ensure!(
+        code == 201,
+        "the create answered {code} after {took:?}: {body}\nsidecar-initializer's log:\n{}",
+        controller.tail()
+    );
+    ensure!(
+        template_containers(&body) == ["nginx"],
+        "the excluded namespace's Deployment was injected: {body}"
+    );
+    ensure!(body["metadata"]["annotations"][MARK].is_null(), "{body}");
+    Ok(())
+}
