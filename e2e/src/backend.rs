@@ -128,10 +128,16 @@ impl BackendChoice {
         }
         match choice {
             Self::Sandbox | Self::LegacySandbox => Ok(Self::LegacySandbox),
-            other => anyhow::bail!(
-                "failed to run with LEGACY={legacy} on {other:?}: only the sandbox serves the \
-                 Kubernetes 1.7–1.13 Initializers (admissionregistration.k8s.io/v1alpha1); the real \
-                 control plane is Kubernetes 1.35, which removed them"
+            Self::Real => anyhow::bail!(
+                "failed to run with LEGACY={legacy} on the real control plane: it is Kubernetes \
+                 1.35, which removed the 1.7–1.13 Initializers (admissionregistration.k8s.io/v1alpha1); \
+                 only the sandbox serves them (drop CLUSTER=real)"
+            ),
+            Self::Cluster { context, .. } => anyhow::bail!(
+                "failed to run with LEGACY={legacy} on the cluster of context {}: only the sandbox \
+                 serves the 1.7–1.13 Initializers (admissionregistration.k8s.io/v1alpha1) together \
+                 with the APIs the operator needs (the real control plane is Kubernetes 1.35)",
+                context.as_deref().unwrap_or("(current)")
             ),
         }
     }
