@@ -30,6 +30,28 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
+/// A namespaced built-in object the operator claims and applies ([`claim`], [`apply_claimed`]):
+/// named once so that every function writing one states the same requirements.
+pub trait NamespacedObject:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + k8s_openapi::Resource
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+{
+}
+
+impl<K> NamespacedObject for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+{
+}
+
 /// What the cluster holds under the name of an object the operator wants to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ownership {
@@ -75,11 +97,7 @@ fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
 /// this Initializer's (the owner on `obj` says which Initializer that is).
 pub async fn claim<K>(client: &Client, obj: &K) -> Result<Ownership>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + Debug
-        + DeserializeOwned,
+    K: NamespacedObject,
 {
     let name = obj.name_any();
     let kind = <K as k8s_openapi::Resource>::KIND;
@@ -101,12 +119,7 @@ where
 /// makes the apply fail with a conflict instead of being taken over.
 pub async fn apply_claimed<K>(client: &Client, obj: &K, claimed: Ownership) -> Result<K>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
+    K: NamespacedObject,
 {
     let name = obj.name_any();
     let kind = <K as k8s_openapi::Resource>::KIND;
@@ -191,12 +204,7 @@ async fn put<K>(
     uninitialized_creates: bool,
 ) -> Result<K>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
+    K: NamespacedObject,
 {
     if uninitialized_creates && claimed == Ownership::Absent {
         legacy::create_uninitialized(client, obj).await
@@ -517,8 +525,8 @@ pub async fn remove_fallback(client: &Client, name: &str) -> Result<bool> {
     Ok(binding || policy)
 }
 
-/// Registers and removes an initializer's admission configuration. The webhook backend is the
-/// only one today; a legacy `InitializerConfiguration` backend can implement the same trait.
+/// Registers and removes an initializer's admission configuration: implemented by the webhook
+/// backend and by the legacy `InitializerConfiguration` backend.
 pub trait Registrar: Send + Sync {
     /// The configuration type this backend registers.
     type Configuration: Send + Sync;
@@ -563,38 +571,47 @@ impl Registrar for WebhookRegistrar {
     type Configuration = MutatingWebhookConfiguration;
 
     async fn register(&self, desired: &MutatingWebhookConfiguration) -> Result<()> {
-        let name = desired.name_any();
-        self.api()
-            .patch(&name, &apply_params(), &Patch::Apply(desired))
-            .await
-            .map(|_| ())
-            .map_err(|source| Error::Register {
-                name,
-                source: Box::new(source),
-            })
+        register_configuration(&self.api(), desired).await
     }
 
     async fn deregister(&self, name: &str) -> Result<bool> {
-        match self.api().delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_not_found(&e) => Ok(false),
-            Err(source) => Err(Error::Deregister {
-                name: name.to_string(),
-                source: Box::new(source),
-            }),
-        }
+        deregister_configuration(&self.api(), name).await
     }
 
     async fn is_registered(&self, name: &str) -> Result<bool> {
-        self.api()
-            .get_opt(name)
-            .await
-            .map(|found| found.is_some())
-            .map_err(|source| Error::Get {
-                kind: "MutatingWebhookConfiguration",
-                name: name.to_string(),
-                source: Box::new(source),
-            })
+        self.get(name).await.map(|found| found.is_some())
+    }
+}
+
+/// Server-side applies a cluster-scoped admission configuration through `api`, with `force`:
+/// the configuration is the operator's alone, whichever backend's kind it is.
+async fn register_configuration<K>(api: &Api<K>, desired: &K) -> Result<()>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let name = desired.name_any();
+    api.patch(&name, &apply_params(), &Patch::Apply(desired))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Register {
+            name,
+            source: Box::new(source),
+        })
+}
+
+/// Deletes the admission configuration `name` through `api`; true when something was
+/// deleted, false when it was already gone (a second deregistration is not an error).
+async fn deregister_configuration<K>(api: &Api<K>, name: &str) -> Result<bool>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(source) => Err(Error::Deregister {
+            name: name.to_string(),
+            source: Box::new(source),
+        }),
     }
 }
 

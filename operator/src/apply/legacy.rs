@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use super::{Ownership, Registrar, ownership};
+use super::{Ownership, Registrar, deregister_configuration, ownership, register_configuration};
 use crate::build::legacy::{LegacyDesired, configuration_resource};
 use crate::error::{Error, Result, api_code, is_not_found};
 use crate::pending::{self, Served};
@@ -252,27 +252,11 @@ impl Registrar for InitializerConfigurationRegistrar {
     type Configuration = DynamicObject;
 
     async fn register(&self, desired: &DynamicObject) -> Result<()> {
-        let name = desired.name_any();
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.api()
-            .patch(&name, &params, &Patch::Apply(desired))
-            .await
-            .map(|_| ())
-            .map_err(|source| Error::Register {
-                name,
-                source: Box::new(source),
-            })
+        register_configuration(&self.api(), desired).await
     }
 
     async fn deregister(&self, name: &str) -> Result<bool> {
-        match self.api().delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_not_found(&e) => Ok(false),
-            Err(source) => Err(Error::Deregister {
-                name: name.to_string(),
-                source: Box::new(source),
-            }),
-        }
+        deregister_configuration(&self.api(), name).await
     }
 
     async fn is_registered(&self, name: &str) -> Result<bool> {
