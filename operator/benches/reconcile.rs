@@ -6,6 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The tests' installer alone: the rest of their support starts clusters the benchmark does
+// not use.
+#[path = "../tests/support/install.rs"]
+mod install;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,11 +21,9 @@ use initializer_operator::metrics::Metrics;
 use initializer_operator::supervisor::Supervisor;
 use initializer_operator::{tls, validate};
 use initializer_sandbox::{Sandbox, SandboxConfig};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ListParams, PostParams};
+use kube::Api;
+use kube::api::PostParams;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::{Api, CustomResourceExt};
 use serde_json::json;
 
 const NS: &str = "initializer-system";
@@ -92,21 +95,8 @@ async fn against_sandbox() {
     config.workloads = false;
     let sandbox = Sandbox::start(config).await.unwrap();
     let client = sandbox.client();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &Initializer::crd())
-        .await
-        .unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    install::install_crd_and_namespace(&client, NS).await;
     let api: Api<Initializer> = Api::all(client.clone());
-    while api.list(&ListParams::default()).await.is_err() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     api.create(&PostParams::default(), &sidecar())
         .await
         .unwrap();

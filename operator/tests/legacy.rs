@@ -24,12 +24,11 @@ use initializer_operator::run::{RunArgs, run_with};
 use initializer_test_support::api::raw;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, PostParams};
-use kube::{Api, Client, CustomResourceExt};
+use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::{Backend, TestCluster};
 use tokio_util::sync::CancellationToken;
@@ -60,23 +59,7 @@ struct Cli {
 /// the token drops).
 async fn start(cluster: &TestCluster) -> (Client, tokio_util::sync::DropGuard) {
     let client = cluster.client();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &Initializer::crd())
-        .await
-        .unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let initializers: Api<Initializer> = Api::all(client.clone());
-    wait_for("the Initializer API", Duration::from_secs(10), || {
-        let api = initializers.clone();
-        async move { api.list(&ListParams::default()).await.is_ok() }
-    })
-    .await;
+    support::install::install_crd_and_namespace(&client, NS).await;
     let cli = Cli::parse_from([
         "run",
         "--namespace",
@@ -123,6 +106,24 @@ async fn configuration(client: &Client) -> Option<Value> {
     (code == 200).then_some(body)
 }
 
+/// Creates the legacy guard and returns how long its InitializerConfiguration took to appear
+/// (the operator registers it only after a canary came back initialized).
+async fn create_guard_and_wait_registered(client: &Client) -> Duration {
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &legacy_guard())
+        .await
+        .unwrap();
+    wait_for(
+        "the InitializerConfiguration",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { configuration(&c).await.is_some() }
+        },
+    )
+    .await
+}
+
 async fn status(client: &Client) -> initializer_crds::InitializerStatus {
     Api::<Initializer>::all(client.clone())
         .get("guard")
@@ -163,20 +164,7 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
     cluster: &TestCluster,
 ) {
     let (client, _operator) = start(cluster).await;
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &legacy_guard())
-        .await
-        .unwrap();
-
-    let took = wait_for(
-        "the InitializerConfiguration",
-        Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { configuration(&c).await.is_some() }
-        },
-    )
-    .await;
+    let took = create_guard_and_wait_registered(&client).await;
     println!("registered {took:?} after creation");
     let config = configuration(&client).await.unwrap();
     assert_eq!(config["initializers"][0]["name"], PENDING);
@@ -359,19 +347,7 @@ async fn its_own_pods_never_wait_on_its_name(cluster: &TestCluster) {
         .await
         .unwrap();
     assert_eq!(code, 201, "{body}");
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &legacy_guard())
-        .await
-        .unwrap();
-    let took = wait_for(
-        "the InitializerConfiguration",
-        Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { configuration(&c).await.is_some() }
-        },
-    )
-    .await;
+    let took = create_guard_and_wait_registered(&client).await;
     println!("registered {took:?} after creation, its pods released from its own name");
     let (_, pods) = raw(
         &client,

@@ -25,9 +25,8 @@ use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::{Backend, TestCluster};
 use tokio_util::sync::CancellationToken;
@@ -155,24 +154,7 @@ async fn start(cluster: &TestCluster) -> (Client, Operator) {
 /// Installs the CRD and the operator's namespace.
 async fn install(cluster: &TestCluster) -> Client {
     let client = cluster.client();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &Initializer::crd())
-        .await
-        .unwrap();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let initializers: Api<Initializer> = Api::all(client.clone());
-    wait_for("the Initializer API", Duration::from_secs(10), || {
-        let api = initializers.clone();
-        async move { api.list(&ListParams::default()).await.is_ok() }
-    })
-    .await;
+    support::install::install_crd_and_namespace(&client, NS).await;
     client
 }
 

@@ -13,6 +13,8 @@
 //! (the namespace separates networks, not processes) with `initializer_controlplane::signal`,
 //! as the e2e harness does (a container restarted meanwhile is read again).
 
+pub mod install;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;

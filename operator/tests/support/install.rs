@@ -1,0 +1,35 @@
+//! What the operator needs before it starts: the Initializer CRD and the operator's namespace.
+//! A file of its own so that the reconcile benchmark can include it (`#[path]`) without the
+//! rest of the test support (the clusters, the control plane).
+
+use std::time::Duration;
+
+use initializer_crds::Initializer;
+use initializer_test_support::wait_until;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, CustomResourceExt};
+use serde_json::json;
+
+/// Creates the Initializer CRD and `namespace`, and returns once the Initializer API answers
+/// (a CRD is served a moment after it is stored).
+pub async fn install_crd_and_namespace(client: &Client, namespace: &str) {
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &Initializer::crd())
+        .await
+        .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    wait_until("the Initializer API", Duration::from_secs(10), || {
+        let api = initializers.clone();
+        async move { api.list(&ListParams::default()).await.is_ok() }
+    })
+    .await;
+}
