@@ -230,6 +230,29 @@ mod tests {
     }
 
     #[test]
+    fn the_legacy_example_is_the_readmes_and_asks_for_the_legacy_backend() {
+        let example = include_str!("../../examples/sidecar-initializer-legacy.yaml");
+        let object: String = example
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let readme = include_str!("../../README.md");
+        assert!(
+            readme.contains(&format!("```yaml\n{object}```")),
+            "README.md and examples/sidecar-initializer-legacy.yaml differ"
+        );
+        let initializer: Initializer = serde_yaml::from_str(example).unwrap();
+        let spec = serde_json::to_value(&initializer.spec).unwrap();
+        assert_eq!(spec["backend"], LEGACY_BACKEND);
+        assert_eq!(
+            initializer.spec.annotation.as_ref().unwrap().name,
+            SIDECAR_ANNOTATION
+        );
+        assert!(initializer.spec.config.is_some());
+    }
+
+    #[test]
     fn nginx_deployment_is_the_tutorials_and_carries_the_annotation_only_when_asked() {
         let plain = nginx_deployment("nginx", false, 1).unwrap();
         assert_eq!(template_containers(&plain), vec!["nginx"]);
