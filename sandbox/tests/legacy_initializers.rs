@@ -17,6 +17,16 @@ use serde_json::{Value, json};
 const CONFIGS: &str = "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations";
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
+/// A request whose body (if any) is JSON, answered with its status code and JSON body.
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    raw(client, method, path, None, None, body).await.unwrap()
+}
+
 async fn legacy() -> TestSandbox {
     start_with(|c| c.legacy_initializers = true).await
 }
@@ -44,9 +54,7 @@ async fn configure_group(
         "metadata": {"name": config},
         "initializers": initializers,
     });
-    let (code, out) = raw(client, "POST", CONFIGS, None, None, Some(body))
-        .await
-        .unwrap();
+    let (code, out) = send(client, "POST", CONFIGS, Some(body)).await;
     assert_eq!(code, 201, "{out}");
 }
 
@@ -55,16 +63,7 @@ fn configmap(name: &str) -> Value {
 }
 
 async fn get(sb: &TestSandbox, name: &str) -> (u16, Value) {
-    raw(
-        &sb.client(),
-        "GET",
-        &format!("{CONFIGMAPS}/{name}"),
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap()
+    send(&sb.client(), "GET", &format!("{CONFIGMAPS}/{name}"), None).await
 }
 
 /// Waits until the object exists (GET shows uninitialized objects, as it did then).
@@ -88,24 +87,28 @@ fn create_in_background(
 ) -> tokio::task::JoinHandle<(u16, Value)> {
     let client = sb.client();
     let uri = format!("{CONFIGMAPS}{query}");
-    tokio::spawn(async move {
-        raw(&client, "POST", &uri, None, None, Some(body))
-            .await
-            .unwrap()
-    })
+    tokio::spawn(async move { send(&client, "POST", &uri, Some(body)).await })
 }
 
-async fn put(sb: &TestSandbox, name: &str, body: Value) -> (u16, Value) {
-    raw(
+/// Creates with `?includeUninitialized=true`: answered at once, 202 while names are pending.
+async fn create_uninitialized(sb: &TestSandbox, body: Value) -> (u16, Value) {
+    send(
         &sb.client(),
-        "PUT",
-        &format!("{CONFIGMAPS}/{name}"),
-        None,
-        None,
+        "POST",
+        &format!("{CONFIGMAPS}?includeUninitialized=true"),
         Some(body),
     )
     .await
-    .unwrap()
+}
+
+async fn put(sb: &TestSandbox, name: &str, body: Value) -> (u16, Value) {
+    send(
+        &sb.client(),
+        "PUT",
+        &format!("{CONFIGMAPS}/{name}"),
+        Some(body),
+    )
+    .await
 }
 
 /// The object with its first pending name removed (and whatever `mutate` changes), as an
@@ -122,16 +125,13 @@ fn initialized_by_first(mut obj: Value, mutate: impl FnOnce(&mut Value)) -> Valu
 #[tokio::test]
 async fn discovery_lists_v1alpha1_only_in_legacy_mode() {
     let sb = legacy().await;
-    let (code, list) = raw(
+    let (code, list) = send(
         &sb.client(),
         "GET",
         "/apis/admissionregistration.k8s.io/v1alpha1",
         None,
-        None,
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 200);
     let resource = list["resources"]
         .as_array()
@@ -141,34 +141,26 @@ async fn discovery_lists_v1alpha1_only_in_legacy_mode() {
         .expect("initializerconfigurations served");
     assert_eq!(resource["kind"], "InitializerConfiguration");
     assert_eq!(resource["namespaced"], false);
-    let (_, group) = raw(
+    let (_, group) = send(
         &sb.client(),
         "GET",
         "/apis/admissionregistration.k8s.io",
         None,
-        None,
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(group["preferredVersion"]["version"], "v1");
     assert!(group["versions"].to_string().contains("v1alpha1"));
 
     let plain = start().await;
-    let (code, _) = raw(&plain.client(), "GET", CONFIGS, None, None, None)
-        .await
-        .unwrap();
+    let (code, _) = send(&plain.client(), "GET", CONFIGS, None).await;
     assert_eq!(code, 404);
-    let (_, group) = raw(
+    let (_, group) = send(
         &plain.client(),
         "GET",
         "/apis/admissionregistration.k8s.io",
         None,
-        None,
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(!group["versions"].to_string().contains("v1alpha1"));
 }
 
@@ -190,9 +182,7 @@ async fn configurations_are_refused_with_the_messages_of_1_13() {
             {"name": "ok.example.com", "rules": [{"apiGroups": ["*", "apps"], "apiVersions": [""], "resources": ["pods/status", "*/*"]}]}
         ],
     });
-    let (code, status) = raw(&sb.client(), "POST", CONFIGS, None, None, Some(body))
-        .await
-        .unwrap();
+    let (code, status) = send(&sb.client(), "POST", CONFIGS, Some(body)).await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(status["reason"], "Invalid");
     assert_eq!(status["message"], REAL_1_13_REFUSAL);
@@ -258,16 +248,13 @@ async fn include_uninitialized_answers_at_once_with_202() {
     let sb = legacy().await;
     configure(&sb, "c", &["held.example.com"], "configmaps").await;
     for (name, param) in [("one", "1"), ("two", "true")] {
-        let (code, obj) = raw(
+        let (code, obj) = send(
             &sb.client(),
             "POST",
             &format!("{CONFIGMAPS}?includeUninitialized={param}"),
-            None,
-            None,
             Some(configmap(name)),
         )
-        .await
-        .unwrap();
+        .await;
         assert_eq!(code, 202, "{obj}");
         assert_eq!(
             obj["metadata"]["initializers"]["pending"],
@@ -284,25 +271,14 @@ async fn initializers_set_by_the_creator_are_kept() {
     // The walkthrough's self-exclusion: an explicit empty list means initialized at once.
     let mut excluded = configmap("excluded");
     excluded["metadata"]["initializers"] = json!({"pending": []});
-    let (code, obj) = raw(&sb.client(), "POST", CONFIGMAPS, None, None, Some(excluded))
-        .await
-        .unwrap();
+    let (code, obj) = send(&sb.client(), "POST", CONFIGMAPS, Some(excluded)).await;
     assert_eq!(code, 201, "{obj}");
     assert!(obj["metadata"].get("initializers").is_none(), "{obj}");
 
     // A canary: only the creator's own name.
     let mut canary = configmap("canary");
     canary["metadata"]["initializers"] = json!({"pending": [{"name": "mine.example.com"}]});
-    let (code, obj) = raw(
-        &sb.client(),
-        "POST",
-        &format!("{CONFIGMAPS}?includeUninitialized=true"),
-        None,
-        None,
-        Some(canary),
-    )
-    .await
-    .unwrap();
+    let (code, obj) = create_uninitialized(&sb, canary).await;
     assert_eq!(code, 202, "{obj}");
     assert_eq!(
         obj["metadata"]["initializers"],
@@ -314,25 +290,14 @@ async fn initializers_set_by_the_creator_are_kept() {
 async fn nothing_is_assigned_when_no_rule_matches_or_legacy_mode_is_off() {
     let sb = legacy().await;
     configure(&sb, "c", &["pods.example.com"], "pods").await;
-    let (code, obj) = raw(
-        &sb.client(),
-        "POST",
-        CONFIGMAPS,
-        None,
-        None,
-        Some(configmap("free")),
-    )
-    .await
-    .unwrap();
+    let (code, obj) = send(&sb.client(), "POST", CONFIGMAPS, Some(configmap("free"))).await;
     assert_eq!(code, 201);
     assert!(obj["metadata"].get("initializers").is_none());
 
     let plain = start().await;
     let mut body = configmap("dropped");
     body["metadata"]["initializers"] = json!({"pending": [{"name": "a.example.com"}]});
-    let (code, obj) = raw(&plain.client(), "POST", CONFIGMAPS, None, None, Some(body))
-        .await
-        .unwrap();
+    let (code, obj) = send(&plain.client(), "POST", CONFIGMAPS, Some(body)).await;
     assert_eq!(code, 201, "{obj}");
     assert!(obj["metadata"].get("initializers").is_none(), "{obj}");
 }
@@ -342,9 +307,7 @@ async fn invalid_pending_names_are_refused() {
     let sb = legacy().await;
     let mut body = configmap("bad");
     body["metadata"]["initializers"] = json!({"pending": [{"name": "short.io"}]});
-    let (code, status) = raw(&sb.client(), "POST", CONFIGMAPS, None, None, Some(body))
-        .await
-        .unwrap();
+    let (code, status) = send(&sb.client(), "POST", CONFIGMAPS, Some(body)).await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(
         status["message"],
@@ -352,16 +315,7 @@ async fn invalid_pending_names_are_refused() {
     );
 
     // An initialized object cannot get initializers back.
-    let (_, free) = raw(
-        &sb.client(),
-        "POST",
-        CONFIGMAPS,
-        None,
-        None,
-        Some(configmap("free")),
-    )
-    .await
-    .unwrap();
+    let (_, free) = send(&sb.client(), "POST", CONFIGMAPS, Some(configmap("free"))).await;
     let mut again = free.clone();
     again["metadata"]["initializers"] = json!({"pending": [{"name": "late.example.com"}]});
     let (code, status) = put(&sb, "free", again).await;
@@ -379,16 +333,13 @@ async fn invalid_pending_names_are_refused() {
 async fn list_hides_uninitialized_objects_unless_asked() {
     let sb = legacy().await;
     configure(&sb, "c", &["held.example.com"], "configmaps").await;
-    raw(
+    send(
         &sb.client(),
         "POST",
         &format!("{CONFIGMAPS}?includeUninitialized=1"),
-        None,
-        None,
         Some(configmap("hidden")),
     )
-    .await
-    .unwrap();
+    .await;
     let names = |list: &Value| -> Vec<String> {
         list["items"]
             .as_array()
@@ -397,20 +348,15 @@ async fn list_hides_uninitialized_objects_unless_asked() {
             .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
             .collect()
     };
-    let (_, plain) = raw(&sb.client(), "GET", CONFIGMAPS, None, None, None)
-        .await
-        .unwrap();
+    let (_, plain) = send(&sb.client(), "GET", CONFIGMAPS, None).await;
     assert!(!names(&plain).contains(&"hidden".to_string()));
-    let (_, all) = raw(
+    let (_, all) = send(
         &sb.client(),
         "GET",
         &format!("{CONFIGMAPS}?includeUninitialized=true"),
         None,
-        None,
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(names(&all).contains(&"hidden".to_string()));
 }
 
@@ -462,16 +408,13 @@ async fn an_unaware_watcher_sees_the_object_added_once_initialized() {
     let unaware = watch_configmaps(&sb, "").await;
     let aware = watch_configmaps(&sb, "&includeUninitialized=true").await;
 
-    let (code, created) = raw(
+    let (code, created) = send(
         &sb.client(),
         "POST",
         &format!("{CONFIGMAPS}?includeUninitialized=1"),
-        None,
-        None,
         Some(configmap("watched")),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 202);
     let (code, _) = put(&sb, "watched", initialized_by_first(created, |_| {})).await;
     assert_eq!(code, 200);
@@ -512,16 +455,13 @@ async fn a_create_times_out_with_504_after_its_timeout_and_the_object_stays() {
     let sb = legacy().await;
     configure(&sb, "c", &["gone.example.com"], "configmaps").await;
     let started = Instant::now();
-    let (code, status) = raw(
+    let (code, status) = send(
         &sb.client(),
         "POST",
         &format!("{CONFIGMAPS}?timeout=1s"),
-        None,
-        None,
         Some(configmap("stuck")),
     )
-    .await
-    .unwrap();
+    .await;
     let waited = started.elapsed();
     assert_eq!(code, 504, "{status}");
     assert_eq!(status["reason"], "Timeout");
@@ -547,16 +487,13 @@ async fn an_uninitialized_object_can_be_deleted_and_its_waiting_create_fails() {
     configure(&sb, "c", &["gone.example.com"], "configmaps").await;
     let create = create_in_background(&sb, "?timeout=20s", configmap("doomed"));
     stored(&sb, "doomed").await;
-    let (code, _) = raw(
+    let (code, _) = send(
         &sb.client(),
         "DELETE",
         &format!("{CONFIGMAPS}/doomed"),
         None,
-        None,
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 200);
     let (code, status) = create.await.unwrap();
     assert_eq!(code, 500, "{status}");
@@ -573,40 +510,52 @@ async fn an_uninitialized_object_can_be_deleted_and_its_waiting_create_fails() {
 
 /// Pods of `app` in `ns`, initialized or not.
 async fn all_pods(client: &kube::Client, ns: &str, app: &str) -> Vec<Value> {
-    let (code, list) = raw(
+    let (code, list) = send(
         client,
         "GET",
         &format!(
             "/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}&includeUninitialized=true"
         ),
         None,
-        None,
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 200, "{list}");
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
 /// Removes the first pending name of `ns/plural/name` in one update, as an initializer does.
 async fn initialize(client: &kube::Client, path: &str) {
-    let (code, obj) = raw(client, "GET", path, None, None, None).await.unwrap();
+    let (code, obj) = send(client, "GET", path, None).await;
     assert_eq!(code, 200, "{obj}");
-    let (code, out) = raw(
-        client,
-        "PUT",
-        path,
-        None,
-        None,
-        Some(initialized_by_first(obj, |_| {})),
-    )
-    .await
-    .unwrap();
+    let (code, out) = send(client, "PUT", path, Some(initialized_by_first(obj, |_| {}))).await;
     assert_eq!(code, 200, "{out}");
 }
 
 const WORKLOAD_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until the app `app` in `apps` runs exactly one pod, and it is ready.
+async fn one_ready_pod(env: &workload_support::Env, what: &str, app: &str) {
+    let selector = format!("app={app}");
+    workload_support::wait_for(what, WORKLOAD_WAIT, || async {
+        let pods = env.pods("apps", &selector).await;
+        (pods.len() == 1 && pods.iter().all(workload_support::is_ready)).then_some(())
+    })
+    .await;
+}
+
+/// Runs `check` (which asserts) every 200 ms for two seconds: what must stay true for a while,
+/// not merely become true.
+async fn keeps_holding<F, Fut>(mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let quiet_until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < quiet_until {
+        check().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
 
 #[tokio::test]
 async fn a_deployment_created_uninitialized_gets_no_pods_until_initialized() {
@@ -620,12 +569,10 @@ async fn a_deployment_created_uninitialized_gets_no_pods_until_initialized() {
         "deployments",
     )
     .await;
-    let (code, created) = raw(
+    let (code, created) = send(
         &env.client,
         "POST",
         "/apis/apps/v1/namespaces/apps/deployments?includeUninitialized=1",
-        None,
-        None,
         Some(workload_support::app_deployment(
             "held",
             1,
@@ -633,31 +580,21 @@ async fn a_deployment_created_uninitialized_gets_no_pods_until_initialized() {
             json!([]),
         )),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 202, "{created}");
 
     // The controller does not see the Deployment: no pod, not even an uninitialized one.
-    let quiet_until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < quiet_until {
+    keeps_holding(|| async {
         assert!(all_pods(&env.client, "apps", "held").await.is_empty());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 
     initialize(
         &env.client,
         "/apis/apps/v1/namespaces/apps/deployments/held",
     )
     .await;
-    workload_support::wait_for(
-        "a ready pod of the initialized deployment",
-        WORKLOAD_WAIT,
-        || async {
-            let pods = env.pods("apps", "app=held").await;
-            (pods.len() == 1 && pods.iter().all(workload_support::is_ready)).then_some(())
-        },
-    )
-    .await;
+    one_ready_pod(&env, "a ready pod of the initialized deployment", "held").await;
     env.stop().await;
 }
 
@@ -688,25 +625,16 @@ async fn pods_of_a_deployment_get_pending_names_and_run_only_once_initialized() 
 
     // Not run: the node agent does not see it, so it gets no address and no phase; and the
     // controller, which does not see it either, makes no second one.
-    let quiet_until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < quiet_until {
+    keeps_holding(|| async {
         let pods = all_pods(&env.client, "apps", "web").await;
         assert_eq!(pods.len(), 1, "{pods:?}");
         assert!(pods[0]["status"].get("podIP").is_none(), "{}", pods[0]);
         assert!(env.pods("apps", "app=web").await.is_empty());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 
     initialize(&env.client, &format!("/api/v1/namespaces/apps/pods/{name}")).await;
-    workload_support::wait_for(
-        "the initialized pod running and ready",
-        WORKLOAD_WAIT,
-        || async {
-            let pods = env.pods("apps", "app=web").await;
-            (pods.len() == 1 && pods.iter().all(workload_support::is_ready)).then_some(())
-        },
-    )
-    .await;
+    one_ready_pod(&env, "the initialized pod running and ready", "web").await;
     env.stop().await;
 }
 
@@ -778,11 +706,7 @@ async fn serves_v1alpha1(lines: &[String]) -> bool {
         .await
         .unwrap();
     let client = kube::Client::try_from(config).unwrap();
-    raw(&client, "GET", CONFIGS, None, None, None)
-        .await
-        .unwrap()
-        .0
-        == 200
+    send(&client, "GET", CONFIGS, None).await.0 == 200
 }
 
 fn stop(mut child: std::process::Child) {
@@ -824,16 +748,7 @@ async fn a_strategic_merge_patch_merges_pending_by_name() {
         "configmaps",
     )
     .await;
-    let (code, _) = raw(
-        &sb.client(),
-        "POST",
-        &format!("{CONFIGMAPS}?includeUninitialized=true"),
-        None,
-        None,
-        Some(configmap("merged")),
-    )
-    .await
-    .unwrap();
+    let (code, _) = create_uninitialized(&sb, configmap("merged")).await;
     assert_eq!(code, 202);
     let smp = |patch: Value| {
         let client = sb.client();
@@ -875,16 +790,7 @@ async fn pending_lists_are_checked_as_1_13_checked_them() {
     let mut bad = configmap("bad");
     bad["metadata"]["initializers"] =
         json!({"pending": [{"name": "Bad_Name"}, {"name": ""}, {"name": "short.io"}]});
-    let (code, status) = raw(
-        &sb.client(),
-        "POST",
-        &format!("{CONFIGMAPS}?includeUninitialized=true"),
-        None,
-        None,
-        Some(bad),
-    )
-    .await
-    .unwrap();
+    let (code, status) = create_uninitialized(&sb, bad).await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(
         status["message"],
@@ -894,16 +800,7 @@ async fn pending_lists_are_checked_as_1_13_checked_them() {
     let mut success = configmap("success");
     success["metadata"]["initializers"] =
         json!({"pending": [{"name": "a.example.com"}], "result": {"status": "Success"}});
-    let (code, status) = raw(
-        &sb.client(),
-        "POST",
-        &format!("{CONFIGMAPS}?includeUninitialized=true"),
-        None,
-        None,
-        Some(success),
-    )
-    .await
-    .unwrap();
+    let (code, status) = create_uninitialized(&sb, success).await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(
         status["message"],
@@ -914,16 +811,7 @@ async fn pending_lists_are_checked_as_1_13_checked_them() {
     let mut twice = configmap("twice");
     twice["metadata"]["initializers"] =
         json!({"pending": [{"name": "a.example.com"}, {"name": "a.example.com"}]});
-    let (code, obj) = raw(
-        &sb.client(),
-        "POST",
-        &format!("{CONFIGMAPS}?includeUninitialized=true"),
-        None,
-        None,
-        Some(twice),
-    )
-    .await
-    .unwrap();
+    let (code, obj) = create_uninitialized(&sb, twice).await;
     assert_eq!(code, 202, "{obj}");
 
     // A PUT without the field initializes the object (200), as 1.13 did.
@@ -955,36 +843,24 @@ async fn a_failed_initialization_is_modified_then_deleted_for_aware_watchers_onl
         "pending": [{"name": "a.example.com"}],
         "result": {"status": "Failure", "code": 409, "message": "born failed"},
     });
-    let (code, status) = raw(
-        &sb.client(),
-        "POST",
-        CONFIGMAPS,
-        None,
-        None,
-        Some(born_failed),
-    )
-    .await
-    .unwrap();
+    let (code, status) = send(&sb.client(), "POST", CONFIGMAPS, Some(born_failed)).await;
     assert_eq!(
         (code, status["message"].as_str()),
         (409, Some("born failed"))
     );
     assert_eq!(get(&sb, "born-failed").await.0, 200);
     // An unaware watcher saw none of it: its first event is the next initialized object.
-    raw(
+    send(
         &sb.client(),
         "POST",
         CONFIGMAPS,
-        None,
-        None,
         Some({
             let mut free = configmap("free");
             free["metadata"]["initializers"] = json!({"pending": []});
             free
         }),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         first_events(aware, 4).await,
         [
@@ -1017,18 +893,12 @@ async fn a_status_write_takes_initializers_from_its_body_as_1_13_did() {
     let status_put = |name: &str, body: Value| {
         let client = sb.client();
         let uri = format!("{deployments}/{name}/status");
-        async move {
-            raw(&client, "PUT", &uri, None, None, Some(body))
-                .await
-                .unwrap()
-        }
+        async move { send(&client, "PUT", &uri, Some(body)).await }
     };
     let listed = |name: &'static str| {
         let client = sb.client();
         async move {
-            let (_, list) = raw(&client, "GET", deployments, None, None, None)
-                .await
-                .unwrap();
+            let (_, list) = send(&client, "GET", deployments, None).await;
             list["items"]
                 .as_array()
                 .unwrap()
@@ -1038,16 +908,13 @@ async fn a_status_write_takes_initializers_from_its_body_as_1_13_did() {
     };
 
     // Without the field: initialized.
-    let (code, mut obj) = raw(
+    let (code, mut obj) = send(
         &sb.client(),
         "POST",
         &format!("{deployments}?includeUninitialized=true"),
-        None,
-        None,
         Some(deployment("dropped")),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 202, "{obj}");
     obj["metadata"]
         .as_object_mut()
@@ -1060,16 +927,13 @@ async fn a_status_write_takes_initializers_from_its_body_as_1_13_did() {
     assert!(listed("dropped").await);
 
     // An emptied list through status stays (the plugin skipped subresources): still hidden.
-    let (_, mut obj) = raw(
+    let (_, mut obj) = send(
         &sb.client(),
         "POST",
         &format!("{deployments}?includeUninitialized=true"),
-        None,
-        None,
         Some(deployment("emptied")),
     )
-    .await
-    .unwrap();
+    .await;
     obj["metadata"]["initializers"]["pending"] = json!([]);
     let (code, out) = status_put("emptied", obj).await;
     assert_eq!(code, 200, "{out}");
