@@ -194,6 +194,33 @@ async fn configurations_are_refused_with_the_messages_of_1_13() {
 }
 
 #[tokio::test]
+async fn an_empty_initializers_list_is_stored_without_the_field_as_1_13_did() {
+    let sb = legacy().await;
+    let empty = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+        "kind": "InitializerConfiguration",
+        "metadata": {"name": "empty"},
+        "initializers": [],
+    });
+    let (code, created) = send(&sb.client(), "POST", CONFIGS, Some(empty)).await;
+    assert_eq!(code, 201, "{created}");
+    assert!(created.get("initializers").is_none(), "{created}");
+    let path = format!("{CONFIGS}/empty");
+    let (code, stored) = send(&sb.client(), "GET", &path, None).await;
+    assert_eq!(code, 200, "{stored}");
+    assert!(stored.get("initializers").is_none(), "{stored}");
+
+    // An update emptying the list drops it too.
+    configure(&sb, "emptied", &["a.example.com"], "configmaps").await;
+    let path = format!("{CONFIGS}/emptied");
+    let (_, mut config) = send(&sb.client(), "GET", &path, None).await;
+    config["initializers"] = json!([]);
+    let (code, updated) = send(&sb.client(), "PUT", &path, Some(config)).await;
+    assert_eq!(code, 200, "{updated}");
+    assert!(updated.get("initializers").is_none(), "{updated}");
+}
+
+#[tokio::test]
 async fn matching_names_are_appended_and_the_create_waits_until_they_are_removed() {
     let sb = legacy().await;
     configure(&sb, "b-config", &["second.example.com"], "configmaps").await;
@@ -479,6 +506,47 @@ async fn a_create_times_out_with_504_after_its_timeout_and_the_object_stays() {
         obj["metadata"]["initializers"]["pending"],
         json!([{"name": "gone.example.com"}])
     );
+}
+
+#[tokio::test]
+async fn a_dry_run_create_waits_for_an_initialization_that_cannot_come_as_1_13_did() {
+    let sb = legacy().await;
+    configure(&sb, "c", &["never.example.com"], "configmaps").await;
+    let started = Instant::now();
+    let (code, status) = send(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?dryRun=All&timeout=1s"),
+        Some(configmap("dry")),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert_eq!(code, 504, "{status}");
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["message"],
+        "Timeout: request did not complete within requested timeout 1s"
+    );
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert_eq!(get(&sb, "dry").await.0, 404);
+
+    // Asking for the uninitialized object answers at once, as without the dry run.
+    let (code, obj) = send(
+        &sb.client(),
+        "POST",
+        &format!("{CONFIGMAPS}?dryRun=All&includeUninitialized=true"),
+        Some(configmap("dry")),
+    )
+    .await;
+    assert_eq!(code, 202, "{obj}");
+    assert_eq!(
+        obj["metadata"]["initializers"]["pending"],
+        json!([{"name": "never.example.com"}])
+    );
+    assert_eq!(get(&sb, "dry").await.0, 404);
 }
 
 #[tokio::test]

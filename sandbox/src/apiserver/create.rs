@@ -182,7 +182,13 @@ impl ApiServer {
                 &mut obj,
             ),
         }
+        let timeout = opts
+            .timeout
+            .unwrap_or(super::initialization::DEFAULT_CREATE_TIMEOUT);
         if opts.dry_run {
+            if self.must_wait_for_initialization(&obj, opts.include_uninitialized) {
+                return Err(Self::wait_for_never_stored(timeout).await);
+            }
             return Ok(Written {
                 object: Self::served(rt, &obj),
                 warnings,
@@ -195,9 +201,6 @@ impl ApiServer {
         hooks.after_write(self, &stored);
         hooks.after_create(self, &stored);
         let object = if self.must_wait_for_initialization(&stored, opts.include_uninitialized) {
-            let timeout = opts
-                .timeout
-                .unwrap_or(super::initialization::DEFAULT_CREATE_TIMEOUT);
             self.wait_for_initialized(rt, &stored, timeout).await?
         } else {
             (*stored).clone()

@@ -130,6 +130,14 @@ impl ApiServer {
         self.legacy_initializers && !include_uninitialized && !init::is_initialized(stored)
     }
 
+    /// The answer to a dry-run create whose object got pending names: 1.13's `Store.Create`
+    /// waits for initialization after a dry run too, for an object that was never stored and
+    /// so can never be initialized, failed or deleted: the 504 once `timeout` has passed.
+    pub(super) async fn wait_for_never_stored(timeout: Duration) -> ApiError {
+        tokio::time::sleep(timeout).await;
+        init::timeout_error(timeout)
+    }
+
     /// `WaitForInitialized`: the create's answer once its object is initialized, failed or
     /// deleted, or the 504 once `timeout` has passed (the object then stays, uninitialized).
     pub(super) async fn wait_for_initialized(

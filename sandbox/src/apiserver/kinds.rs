@@ -198,7 +198,8 @@ impl KindHooks for Service {
 }
 
 /// InitializerConfigurations (legacy mode): validated as
-/// `ValidateInitializerConfiguration` did.
+/// `ValidateInitializerConfiguration` did, and stored without an empty `initializers` list as
+/// 1.13 stored them (protobuf keeps no empty repeated field, so it was served without it).
 struct InitializerConfiguration;
 impl KindHooks for InitializerConfiguration {
     fn normalize(
@@ -209,6 +210,13 @@ impl KindHooks for InitializerConfiguration {
     ) -> Result<(), ApiError> {
         let causes = super::initialization::validate_configuration(obj);
         if causes.is_empty() {
+            if let Some(fields) = obj.as_object_mut()
+                && fields.get("initializers").is_some_and(|list| {
+                    list.is_null() || list.as_array().is_some_and(Vec::is_empty)
+                })
+            {
+                fields.remove("initializers");
+            }
             return Ok(());
         }
         let name = meta_str(obj, "name").unwrap_or("");
