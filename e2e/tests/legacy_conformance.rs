@@ -17,9 +17,8 @@
 //! and the control plane's etcd (`make controlplane`); when it cannot start, every body fails
 //! with its error. No root and no network namespace: both processes listen on loopback.
 //!
-//! A body that states what only the real server does (authorization: the `initialize` verb; a
-//! dry-run create that waits) is reported `ignored` on the sandbox with the reason; it is a
-//! difference, not a pass.
+//! A body that states what only the real server does (authorization: the `initialize` verb) is
+//! reported `ignored` on the sandbox with the reason; it is a difference, not a pass.
 //!
 //! This runner follows `e2e/tests/conformance/main.rs` (same output, same selection); its
 //! `Target` is a small copy of that suite's rather than a shared module, because that one is
@@ -109,10 +108,7 @@ const BODIES: &[Body] = &[
     body!(more::a_result_must_be_a_failure),
     body!(more::deleting_an_uninitialized_object_is_seen_only_by_aware_watchers),
     body!(more::a_status_write_without_the_field_initializes_a_deployment),
-    body!(
-        more::a_dry_run_create_waits_for_an_initialization_that_cannot_come,
-        real_only = "a difference: the sandbox answers a dry-run create at once (202 with the pending names); 1.13 waits for an object it never stored and answers 504"
-    ),
+    body!(more::a_dry_run_create_waits_for_an_initialization_that_cannot_come),
     body!(
         api::setting_or_changing_pending_needs_the_initialize_verb,
         real_only =

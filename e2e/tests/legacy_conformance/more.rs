@@ -587,7 +587,7 @@ pub async fn a_status_write_without_the_field_initializes_a_deployment(
 
 /// `Store.Create` (`registry/generic/registry/store.go`, 1.13) waits for initialization after
 /// a dry-run create too, for an object that was never stored: the create answers 504 at its
-/// timeout. The sandbox answers such a create at once (202); this body states 1.13's answer.
+/// timeout (the sandbox does the same).
 pub async fn a_dry_run_create_waits_for_an_initialization_that_cannot_come(
     t: &Target,
 ) -> anyhow::Result<()> {
