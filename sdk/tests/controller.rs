@@ -89,29 +89,36 @@ struct Env {
 /// A sandbox in legacy mode with one `InitializerConfiguration` naming `initializers` (in
 /// order) for Deployments.
 async fn env(initializers: &[&str]) -> Env {
+    let rules: Value = serde_json::from_str(RULES).unwrap();
+    let initializers = initializers
+        .iter()
+        .map(|name| json!({"name": name, "rules": rules}))
+        .collect();
+    legacy_env(false, initializers).await
+}
+
+/// A sandbox in legacy mode (its workload controllers and node agent running when
+/// `workloads`) with one `InitializerConfiguration`, `sidecar`, holding `initializers`.
+async fn legacy_env(workloads: bool, initializers: Value) -> Env {
     let state = tempfile::tempdir().unwrap();
     let mut config = SandboxConfig::new(state.path());
     config.legacy_initializers = true;
-    config.workloads = false;
+    config.workloads = workloads;
     let sandbox = Sandbox::start(config).await.unwrap();
     let client = sandbox.client();
-    let rules: Value = serde_json::from_str(RULES).unwrap();
     let configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1alpha1",
         "kind": "InitializerConfiguration",
         "metadata": {"name": "sidecar"},
-        "initializers": initializers.iter().map(|name| json!({"name": name, "rules": rules})).collect::<Vec<_>>(),
+        "initializers": initializers,
     });
-    let (code, body) = raw(
+    let (code, body) = send(
         &client,
         "POST",
         "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
-        None,
-        Some("application/json"),
         Some(configuration),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 201, "{body}");
     Env {
         sandbox,
@@ -119,6 +126,19 @@ async fn env(initializers: &[&str]) -> Env {
         tls: tempfile::tempdir().unwrap(),
         _state: state,
     }
+}
+
+/// A request whose body (if any) is JSON, answered with its status code and JSON body.
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let content_type = body.as_ref().map(|_| "application/json");
+    raw(client, method, path, None, content_type, body)
+        .await
+        .unwrap()
 }
 
 fn args(env: &Env, pending_name: &str) -> ServeArgs {
@@ -139,6 +159,11 @@ fn sidecar_initializer(handler: &Sidecar) -> Initializer {
     Initializer::new("sidecar")
         .budget(Duration::from_millis(300))
         .handle::<Deployment>(handler.clone())
+}
+
+/// The sidecar initializer with `handler`, pending name [`MINE`], started in controller mode.
+async fn sidecar_controller(env: &Env, handler: &Sidecar) -> Server {
+    controller(env, sidecar_initializer(handler), &args(env, MINE)).await
 }
 
 async fn controller(env: &Env, initializer: Initializer, args: &ServeArgs) -> Server {
@@ -167,45 +192,36 @@ fn nginx(name: &str, labels: Value) -> Value {
 /// Create and wait for the answer, as `kubectl create` did in 1.7: the API server holds the
 /// request until the object is initialized or fails.
 async fn create(env: &Env, object: Value) -> (u16, Value) {
-    raw(
+    send(
         &env.client,
         "POST",
         &format!("{DEPLOYMENTS}?timeout=15s"),
-        None,
-        Some("application/json"),
         Some(object),
     )
     .await
-    .unwrap()
 }
 
 /// Create and answer at once with the uninitialized object.
 async fn create_uninitialized(env: &Env, object: Value) -> Value {
-    let (code, body) = raw(
+    let (code, body) = send(
         &env.client,
         "POST",
         &format!("{DEPLOYMENTS}?includeUninitialized=true"),
-        None,
-        Some("application/json"),
         Some(object),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(code == 201 || code == 202, "{code} {body}");
     body
 }
 
 async fn get(env: &Env, name: &str) -> (u16, Value) {
-    raw(
+    send(
         &env.client,
         "GET",
         &format!("{DEPLOYMENTS}/{name}?includeUninitialized=true"),
         None,
-        None,
-        None,
     )
     .await
-    .unwrap()
 }
 
 fn containers(deployment: &Value) -> Vec<&str> {
@@ -229,16 +245,7 @@ async fn changes_since(env: &Env, name: Option<&str>, since: &str) -> Vec<Value>
     let only = name
         .map(|n| format!("&fieldSelector=metadata.name%3D{n}"))
         .unwrap_or_default();
-    let (code, events) = raw(
-        &env.client,
-        "GET",
-        &format!("{DEPLOYMENTS}?watch=true&includeUninitialized=true&resourceVersion={since}&timeoutSeconds=2{only}"),
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    let (code, events) = send(&env.client, "GET", &format!("{DEPLOYMENTS}?watch=true&includeUninitialized=true&resourceVersion={since}&timeoutSeconds=2{only}"), None).await;
     assert_eq!(code, 200, "{events}");
     match events {
         Value::String(lines) => lines
@@ -268,7 +275,7 @@ async fn a_create_blocks_until_the_controller_mutates_it_and_removes_the_name_in
     let pki = TestPki::new("controller");
     pki.write(env.tls.path());
     let handler = Sidecar::default();
-    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let server = sidecar_controller(&env, &handler).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
             https_get(&server, &pki, "/readyz").await.0 == 200
@@ -333,7 +340,7 @@ async fn an_object_is_left_alone_until_the_earlier_names_are_gone() {
     let first = "first.initializer.test.io";
     let env = env(&[first, MINE]).await;
     let handler = Sidecar::default();
-    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let server = sidecar_controller(&env, &handler).await;
 
     let object = create_uninitialized(&env, nginx("queued", json!({}))).await;
     assert_eq!(pending(&object), [first, MINE]);
@@ -346,16 +353,13 @@ async fn an_object_is_left_alone_until_the_earlier_names_are_gone() {
     // The first initializer (this test) removes its name; now it is the controller's turn.
     let mut released = still.clone();
     released["metadata"]["initializers"]["pending"] = json!([{"name": MINE}]);
-    let (code, body) = raw(
+    let (code, body) = send(
         &env.client,
         "PUT",
         &format!("{DEPLOYMENTS}/queued"),
-        None,
-        Some("application/json"),
         Some(released),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(code, 200, "{body}");
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -375,16 +379,7 @@ async fn an_object_is_left_alone_until_the_earlier_names_are_gone() {
 async fn objects_out_of_scope_lose_the_name_without_a_mutation() {
     let env = env(&[MINE]).await;
     for (name, labels) in [("team-a", json!({"team": "a"})), ("team-b", json!({}))] {
-        let (code, body) = raw(
-            &env.client,
-            "POST",
-            "/api/v1/namespaces",
-            None,
-            Some("application/json"),
-            Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})),
-        )
-        .await
-        .unwrap();
+        let (code, body) = send(&env.client, "POST", "/api/v1/namespaces", Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))).await;
         assert_eq!(code, 201, "{body}");
     }
     let handler = Sidecar::default();
@@ -405,16 +400,13 @@ async fn objects_out_of_scope_lose_the_name_without_a_mutation() {
                 let mut object = nginx(name, labels);
                 object["metadata"]["namespace"] = json!(namespace);
                 object["metadata"]["annotations"] = annotations;
-                raw(
+                send(
                     &client,
                     "POST",
                     &format!("/apis/apps/v1/namespaces/{namespace}/deployments?timeout=15s"),
-                    None,
-                    Some("application/json"),
                     Some(object),
                 )
                 .await
-                .unwrap()
             }
         };
     let (code, in_scope) =
@@ -454,7 +446,7 @@ async fn objects_out_of_scope_lose_the_name_without_a_mutation() {
 async fn a_denial_fails_the_create_with_the_handlers_message() {
     let env = env(&[MINE]).await;
     let handler = Sidecar::default();
-    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let server = sidecar_controller(&env, &handler).await;
     let (code, status) = create(&env, nginx("refused", json!({"deny": "true"}))).await;
     assert_eq!(code, 403, "{status}");
     assert_eq!(status["kind"], "Status");
@@ -530,7 +522,7 @@ async fn a_hung_or_panicking_handler_is_answered_by_the_failure_policy() {
 async fn a_restarted_controller_does_not_act_twice() {
     let env = env(&[MINE]).await;
     let handler = Sidecar::default();
-    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let server = sidecar_controller(&env, &handler).await;
     let (code, first) = create(&env, nginx("once", json!({}))).await;
     assert_eq!(code, 201, "{first}");
     server.shutdown().await;
@@ -542,7 +534,7 @@ async fn a_restarted_controller_does_not_act_twice() {
     create_uninitialized(&env, marked).await;
 
     let restarted = Sidecar::default();
-    let server = controller(&env, sidecar_initializer(&restarted), &args(&env, MINE)).await;
+    let server = sidecar_controller(&env, &restarted).await;
     let (code, second) = create(&env, nginx("after-restart", json!({}))).await;
     assert_eq!(code, 201, "{second}");
     assert!(
@@ -648,8 +640,8 @@ async fn a_conflicting_write_is_redone_from_a_fresh_read() {
 async fn two_replicas_write_each_object_once() {
     let env = env(&[MINE]).await;
     let (one, two) = (Sidecar::default(), Sidecar::default());
-    let first = controller(&env, sidecar_initializer(&one), &args(&env, MINE)).await;
-    let second = controller(&env, sidecar_initializer(&two), &args(&env, MINE)).await;
+    let first = sidecar_controller(&env, &one).await;
+    let second = sidecar_controller(&env, &two).await;
     let names: Vec<String> = (0..10).map(|i| format!("replicated-{i}")).collect();
     let mut versions: Vec<String> = Vec::new();
     for name in &names {
@@ -700,7 +692,7 @@ async fn two_replicas_write_each_object_once() {
 async fn expired_watches_are_relisted_and_failed_writes_retried() {
     let env = env(&[MINE]).await;
     let handler = Sidecar::default();
-    let server = controller(&env, sidecar_initializer(&handler), &args(&env, MINE)).await;
+    let server = sidecar_controller(&env, &handler).await;
     let (code, before) = create(&env, nginx("before", json!({}))).await;
     assert_eq!(code, 201, "{before}");
 
@@ -755,35 +747,9 @@ impl<K: PodSpecHolder + kube::Resource<DynamicType = ()>> Initialize<K> for PodK
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_the_rules_match_is_watched_and_the_workload_controllers_wait_for_it() {
-    let state = tempfile::tempdir().unwrap();
-    let mut config = SandboxConfig::new(state.path());
-    config.legacy_initializers = true;
-    let sandbox = Sandbox::start(config).await.unwrap();
-    let client = sandbox.client();
     let rules =
         json!([{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["deployments", "pods"]}]);
-    let (code, body) = raw(
-        &client,
-        "POST",
-        "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
-        None,
-        Some("application/json"),
-        Some(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1alpha1",
-            "kind": "InitializerConfiguration",
-            "metadata": {"name": "sidecar"},
-            "initializers": [{"name": MINE, "rules": rules}],
-        })),
-    )
-    .await
-    .unwrap();
-    assert_eq!(code, 201, "{body}");
-    let env = Env {
-        sandbox,
-        client,
-        tls: tempfile::tempdir().unwrap(),
-        _state: state,
-    };
+    let env = legacy_env(true, json!([{"name": MINE, "rules": rules}])).await;
     let handler = PodKinds::default();
     let mut args = args(&env, MINE);
     args.rules = Some(kube_initializer::Rules(
@@ -798,17 +764,9 @@ async fn every_kind_the_rules_match_is_watched_and_the_workload_controllers_wait
     // The sandbox's workload controller created the pod from the initialized template; the pod
     // got the name too, and stays hidden until the same controller initialized it.
     let pods = || async {
-        raw(
-            &env.client,
-            "GET",
-            "/api/v1/namespaces/default/pods",
-            None,
-            None,
-            None,
-        )
-        .await
-        .unwrap()
-        .1
+        send(&env.client, "GET", "/api/v1/namespaces/default/pods", None)
+            .await
+            .1
     };
     assert!(
         eventually(Duration::from_secs(15), || async {
