@@ -30,7 +30,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::{Backend, TestCluster};
+use support::{Backend, TestCluster, refusal};
 use tokio_util::sync::CancellationToken;
 
 const NS: &str = "initializer-system";
@@ -375,63 +375,24 @@ async fn rules_without_a_canary_kind_are_refused(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
     let mut namespaces = legacy_guard();
     namespaces.spec.rules[0].resources = vec!["namespaces".into()];
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &namespaces)
-        .await
-        .unwrap();
-    wait_for("phase Invalid", Duration::from_secs(30), || {
-        let c = client.clone();
-        async move { status(&c).await.phase == Some(Phase::Invalid) }
-    })
-    .await;
-    let valid = status(&client)
-        .await
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Valid")
-        .unwrap();
-    assert!(valid.message.contains("canary"), "{}", valid.message);
+    let (_, message) = refusal::create_and_wait_invalid(&client, &namespaces).await;
+    assert!(message.contains("canary"), "{message}");
     assert!(
-        Api::<Deployment>::namespaced(client.clone(), NS)
-            .get_opt("guard")
-            .await
-            .unwrap()
-            .is_none(),
+        refusal::nothing_deployed(&client, NS, "guard").await,
         "nothing deployed"
     );
 }
 
 async fn without_the_api_the_backend_is_refused_and_nothing_deployed(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &legacy_guard())
-        .await
-        .unwrap();
-    wait_for("phase Invalid", Duration::from_secs(30), || {
-        let c = client.clone();
-        async move { status(&c).await.phase == Some(Phase::Invalid) }
-    })
-    .await;
-    let valid = status(&client)
-        .await
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Valid")
-        .unwrap();
-    assert_eq!(valid.status, "False");
+    let (valid, message) = refusal::create_and_wait_invalid(&client, &legacy_guard()).await;
+    assert_eq!(valid, "False");
     assert!(
-        valid
-            .message
-            .contains("does not serve admissionregistration.k8s.io/v1alpha1"),
-        "{}",
-        valid.message
+        message.contains("does not serve admissionregistration.k8s.io/v1alpha1"),
+        "{message}"
     );
     assert!(
-        Api::<Deployment>::namespaced(client.clone(), NS)
-            .get_opt("guard")
-            .await
-            .unwrap()
-            .is_none(),
+        refusal::nothing_deployed(&client, NS, "guard").await,
         "nothing deployed"
     );
     wait_for("a Refused event", Duration::from_secs(10), || {

@@ -28,7 +28,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use support::{Backend, TestCluster};
+use support::{Backend, TestCluster, refusal};
 use tokio_util::sync::CancellationToken;
 
 const NS: &str = "initializer-system";
@@ -457,38 +457,18 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
 
 async fn a_refused_spec_is_marked_invalid_and_never_registered(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
     let mut bad = guard("bad");
     bad.spec.namespaces = Some(initializer_crds::NamespaceScope {
         include: vec![NS.to_string()],
         ..Default::default()
     });
-    api.create(&PostParams::default(), &bad).await.unwrap();
-    wait_for("phase Invalid", Duration::from_secs(20), || {
-        let c = client.clone();
-        async move { phase(&c, "bad").await == Some(Phase::Invalid) }
-    })
-    .await;
-    let status = api.get("bad").await.unwrap().status.unwrap();
-    let valid = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Valid")
-        .unwrap();
-    assert_eq!(valid.status, "False");
-    assert!(
-        valid.message.contains("operator's namespace"),
-        "{}",
-        valid.message
-    );
+    let (valid, message) = refusal::create_and_wait_invalid(&client, &bad).await;
+    assert_eq!(valid, "False");
+    assert!(message.contains("operator's namespace"), "{message}");
     wait_for_event(&client, "Refused", "").await;
     assert!(configuration(&client, "initializer-bad").await.is_none());
     assert!(
-        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
-            .get_opt("bad")
-            .await
-            .unwrap()
-            .is_none(),
+        refusal::nothing_deployed(&client, NS, "bad").await,
         "nothing is deployed for a refused spec"
     );
 }
@@ -1288,35 +1268,16 @@ async fn rules_the_api_server_would_refuse_are_marked_invalid_and_protected_ones
     // be refused with a 422: the operator refuses the spec first.
     let mut versions = guard("versions");
     versions.spec.rules[0].api_versions = vec!["*".into(), "v1".into()];
-    api.create(&PostParams::default(), &versions).await.unwrap();
-    wait_for("phase Invalid", Duration::from_secs(20), || {
-        let c = client.clone();
-        async move { phase(&c, "versions").await == Some(Phase::Invalid) }
-    })
-    .await;
-    let status = api.get("versions").await.unwrap().status.unwrap();
-    let valid = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Valid")
-        .unwrap();
-    assert_eq!(valid.status, "False");
-    assert!(
-        valid.message.contains("spec.rules[0].apiVersions"),
-        "{}",
-        valid.message
-    );
+    let (valid, message) = refusal::create_and_wait_invalid(&client, &versions).await;
+    assert_eq!(valid, "False");
+    assert!(message.contains("spec.rules[0].apiVersions"), "{message}");
     assert!(
         configuration(&client, "initializer-versions")
             .await
             .is_none()
     );
     assert!(
-        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
-            .get_opt("versions")
-            .await
-            .unwrap()
-            .is_none(),
+        refusal::nothing_deployed(&client, NS, "versions").await,
         "nothing is deployed for a refused spec"
     );
 }
