@@ -16,11 +16,9 @@ mod support;
 
 use std::time::Duration;
 
-use clap::Parser;
 use futures::future::BoxFuture;
 use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
 use initializer_crds::{Initializer, Phase};
-use initializer_operator::run::{RunArgs, run_with};
 use initializer_test_support::api::raw;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -30,8 +28,8 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use support::operator::{self, Operator};
 use support::{Backend, TestCluster, refusal};
-use tokio_util::sync::CancellationToken;
 
 const NS: &str = "initializer-system";
 const IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
@@ -44,36 +42,16 @@ async fn run<F>(backend: Backend, body: F)
 where
     F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
 {
-    initializer_operator::run::init_tracing(false);
-    let image = support::built("initializer-operator", "--example", "test_initializer").unwrap();
-    support::run(backend, &[(IMAGE_REPOSITORY, image)], body).await;
-}
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    run: RunArgs,
+    operator::run_with_test_initializer(backend, IMAGE_REPOSITORY, body).await;
 }
 
 /// Installs the CRD and the operator's namespace and starts one operator replica (stopped when
-/// the token drops).
-async fn start(cluster: &TestCluster) -> (Client, tokio_util::sync::DropGuard) {
+/// it drops).
+async fn start(cluster: &TestCluster) -> (Client, Operator) {
     let client = cluster.client();
     support::install::install_crd_and_namespace(&client, NS).await;
-    let cli = Cli::parse_from([
-        "run",
-        "--namespace",
-        NS,
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--pod-name",
-        "operator-test-0",
-    ]);
-    let mut args = cli.run;
-    args.probe_connector = cluster.probe_connector();
-    let stop = CancellationToken::new();
-    tokio::spawn(run_with(client.clone(), args, stop.clone()));
-    (client, stop.drop_guard())
+    let operator = Operator::spawn_with(cluster, client.clone(), NS, "operator-test-0", &[]);
+    (client, operator)
 }
 
 fn legacy_guard() -> Initializer {

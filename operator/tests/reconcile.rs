@@ -9,17 +9,14 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use futures::future::BoxFuture;
 use initializer_crds::constants::{
     EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, TIMEOUT_SECONDS_ENV,
     WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE,
 };
 use initializer_crds::{Initializer, Phase};
-use initializer_operator::run::{RunArgs, run_with};
 use initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -28,8 +25,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use support::operator::{self, Operator};
 use support::{Backend, TestCluster, refusal};
-use tokio_util::sync::CancellationToken;
 
 const NS: &str = "initializer-system";
 /// The operator's service account, as the bundle names it.
@@ -83,71 +80,26 @@ async fn run<F>(backend: Backend, body: F)
 where
     F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
 {
-    initializer_operator::run::init_tracing(false);
-    support::run(backend, &[(IMAGE_REPOSITORY, test_initializer())], body).await;
+    operator::run_with_test_initializer(backend, IMAGE_REPOSITORY, body).await;
 }
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    run: RunArgs,
+/// A replica with leader election and the default 15 s lease, as pod `pod_name`, making its
+/// API calls with `client`. (A shorter lease makes a loaded machine's slow renewals cost the
+/// leader its right to write, by design.)
+fn spawn_as(cluster: &TestCluster, client: Client, pod_name: &str) -> Operator {
+    let flags = ["--leader-election", "--lease-duration-seconds", "15"];
+    Operator::spawn_with(cluster, client, NS, pod_name, &flags)
 }
 
-/// One operator replica running in this process; stopped when dropped, so a failing test stops
-/// it before its cluster goes.
-struct Operator {
-    stop: CancellationToken,
-}
-
-impl Operator {
-    /// Starts a replica with leader election and the default 15 s lease, as pod `pod_name`,
-    /// probing the pods from inside the cluster's network. (A shorter lease makes a loaded
-    /// machine's slow renewals cost the leader its right to write, by design.)
-    fn spawn(cluster: &TestCluster, pod_name: &str) -> Self {
-        Self::spawn_as(cluster, cluster.client(), pod_name)
-    }
-
-    /// Starts a replica as [`Operator::spawn`] does, making its API calls with `client`.
-    fn spawn_as(cluster: &TestCluster, client: Client, pod_name: &str) -> Self {
-        let stop = CancellationToken::new();
-        let cli = Cli::parse_from([
-            "run",
-            "--namespace",
-            NS,
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--leader-election",
-            "--lease-duration-seconds",
-            "15",
-            "--pod-name",
-            pod_name,
-        ]);
-        let mut args = cli.run;
-        args.probe_connector = cluster.probe_connector();
-        tokio::spawn(run_with(client, args, stop.clone()));
-        Self { stop }
-    }
-
-    fn stop(&self) {
-        self.stop.cancel();
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-/// The SDK-built initializer the guard's image maps to (examples/test_initializer.rs).
-fn test_initializer() -> PathBuf {
-    support::built("initializer-operator", "--example", "test_initializer").unwrap()
+/// A replica as [`spawn_as`] starts one, with the cluster's client.
+fn spawn(cluster: &TestCluster, pod_name: &str) -> Operator {
+    spawn_as(cluster, cluster.client(), pod_name)
 }
 
 /// Installs the CRD and the operator's namespace, and starts one operator replica.
 async fn start(cluster: &TestCluster) -> (Client, Operator) {
     let client = install(cluster).await;
-    let operator = Operator::spawn(cluster, "operator-test-0");
+    let operator = spawn(cluster, "operator-test-0");
     (client, operator)
 }
 
@@ -555,7 +507,7 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(clus
 
 async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster) {
     let (client, first_replica) = start(cluster).await;
-    let second_replica = Operator::spawn(cluster, "operator-test-1");
+    let second_replica = spawn(cluster, "operator-test-1");
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), NS);
     let holder = || {
@@ -2456,7 +2408,7 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
         &admin,
         &format!("system:serviceaccount:{NS}:{OPERATOR_ACCOUNT}"),
     );
-    let _operator = Operator::spawn_as(cluster, operator.clone(), "operator-test-0");
+    let _operator = spawn_as(cluster, operator.clone(), "operator-test-0");
     let api: Api<Initializer> = Api::all(admin.clone());
 
     // In its own namespace it deploys and registers with the Role alone.

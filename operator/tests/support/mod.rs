@@ -14,6 +14,7 @@
 //! as the e2e harness does (a container restarted meanwhile is read again).
 
 pub mod install;
+pub mod operator;
 pub mod refusal;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,78 @@
+//! The operator as the component tests run it: replicas in the test's own process, and the
+//! SDK-built test initializer (examples/test_initializer.rs) as the image their Initializers
+//! deploy.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use futures::future::BoxFuture;
+use initializer_operator::run::{RunArgs, run_with};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::{Backend, TestCluster};
+
+/// The SDK-built initializer the tests' Initializers run.
+pub fn test_initializer() -> PathBuf {
+    super::built("initializer-operator", "--example", "test_initializer").unwrap()
+}
+
+/// Runs one test body on `backend`, with the test initializer as `image_repository`'s image.
+pub async fn run_with_test_initializer<F>(backend: Backend, image_repository: &str, body: F)
+where
+    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
+{
+    initializer_operator::run::init_tracing(false);
+    super::run(backend, &[(image_repository, test_initializer())], body).await;
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// One operator replica running in this process; stopped when dropped, so a failing test stops
+/// it before its cluster goes.
+pub struct Operator {
+    stop: CancellationToken,
+}
+
+impl Operator {
+    /// Starts a replica of `namespace` as pod `pod_name` with the further flags `flags`, making
+    /// its API calls with `client` and probing the pods from inside the cluster's network.
+    pub fn spawn_with(
+        cluster: &TestCluster,
+        client: Client,
+        namespace: &str,
+        pod_name: &str,
+        flags: &[&str],
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let mut argv = vec![
+            "run",
+            "--namespace",
+            namespace,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--pod-name",
+            pod_name,
+        ];
+        argv.extend_from_slice(flags);
+        let mut args = Cli::parse_from(argv).run;
+        args.probe_connector = cluster.probe_connector();
+        tokio::spawn(run_with(client, args, stop.clone()));
+        Self { stop }
+    }
+
+    /// Stops the replica now.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
