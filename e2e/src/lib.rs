@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod cluster;
+pub mod conformance;
 pub mod env;
 pub mod fixtures;
 pub mod images;

@@ -428,7 +428,7 @@ async fn run_one(env: Arc<Env>, scenario: &Scenario) -> (Row, Result<(), String>
     (row.snapshot(), result)
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     if let Some(message) = payload.downcast_ref::<&str>() {
         format!("panicked: {message}")
     } else if let Some(message) = payload.downcast_ref::<String>() {

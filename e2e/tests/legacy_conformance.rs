@@ -20,9 +20,9 @@
 //! A body that states what only the real server does (authorization: the `initialize` verb) is
 //! reported `ignored` on the sandbox with the reason; it is a difference, not a pass.
 //!
-//! This runner follows `e2e/tests/conformance/main.rs` (same output, same selection); its
-//! `Target` is a small copy of that suite's rather than a shared module, because that one is
-//! bound to the 1.35 control plane (etcd compaction inside its network namespace).
+//! The runner (output, selection, panics and timeouts) is `initializer_e2e::conformance`, the
+//! one `e2e/tests/conformance/main.rs` uses; the `Target` is this suite's own, because that
+//! suite's is bound to the 1.35 control plane (etcd compaction inside its network namespace).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -37,48 +37,27 @@ mod support;
 #[path = "legacy_conformance/target.rs"]
 mod target;
 
-use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use initializer_controlplane::{LegacyApiServer, LegacyConfig};
+use initializer_e2e::body;
+use initializer_e2e::conformance::{self, Backend, Body, Outcomes, RunBackend, Suite};
 use initializer_e2e::paths;
-use initializer_e2e::runner::{Args, Scenario};
 use initializer_sandbox::{Sandbox, SandboxConfig};
-use target::{Backend, Target};
+use target::Target;
 
-/// A body: Initializers behaviour stated against a target.
-type Run = for<'a> fn(&'a Target) -> BoxFuture<'a, anyhow::Result<()>>;
+const SUITE: Suite<Target> = Suite {
+    name: "legacy conformance",
+    env_var: "E2E_LEGACY_CONFORMANCE",
+    real_label: "1.13",
+    bodies: BODIES,
+    body_timeout: Duration::from_secs(120),
+};
 
-/// One named body.
-struct Body {
-    name: &'static str,
-    run: Run,
-    /// Why the sandbox cannot run it (a difference the sandbox states), when it cannot.
-    real_only: Option<&'static str>,
-}
-
-macro_rules! body {
-    ($module:ident :: $name:ident) => {
-        Body {
-            name: stringify!($name),
-            run: |t| $module::$name(t).boxed(),
-            real_only: None,
-        }
-    };
-    ($module:ident :: $name:ident, real_only = $why:literal) => {
-        Body {
-            name: stringify!($name),
-            run: |t| $module::$name(t).boxed(),
-            real_only: Some($why),
-        }
-    };
-}
-
-const BODIES: &[Body] = &[
+const BODIES: &[Body<Target>] = &[
     body!(api::discovery_lists_initializer_configurations_in_v1alpha1),
     body!(api::configurations_append_names_in_name_order_and_and_their_rules),
     body!(api::an_explicit_initializers_field_is_kept_as_given),
@@ -121,155 +100,30 @@ const BODIES: &[Body] = &[
     body!(sdk::a_denial_in_controller_mode_fails_the_create_with_the_handlers_message),
 ];
 
-/// The longest one body may run.
-const BODY_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Args::selects works on scenarios; a body is selected by the same rules.
-fn as_scenario(body: &Body) -> Scenario {
-    Scenario::new(body.name, |_| futures::future::ready(Ok(())).boxed())
-}
-
-fn backends() -> anyhow::Result<Vec<Backend>> {
-    match std::env::var("E2E_LEGACY_CONFORMANCE").as_deref() {
-        Err(_) | Ok("") | Ok("both") => Ok(vec![Backend::Sandbox, Backend::Real]),
-        Ok("sandbox") => Ok(vec![Backend::Sandbox]),
-        Ok("real") => Ok(vec![Backend::Real]),
-        Ok(other) => {
-            anyhow::bail!("E2E_LEGACY_CONFORMANCE={other}: expected sandbox, real or both")
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    let args = Args::parse(std::env::args().skip(1));
-    let selected: Vec<&Body> = BODIES
-        .iter()
-        .filter(|body| args.selects(&as_scenario(body)))
-        .collect();
-    let backends = match backends() {
-        Ok(b) => b,
-        Err(err) => {
-            eprintln!("legacy conformance: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if args.list {
-        for body in &selected {
-            println!("{}: test", body.name);
-        }
-        return ExitCode::SUCCESS;
-    }
-    initializer_test_support::init_test_tracing("E2E_LOG");
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("legacy conformance: failed to start the tokio runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(run(&selected, &backends))
+    conformance::main(&SUITE, run_on)
 }
 
-/// One result line's outcome.
-enum Outcome {
-    Passed,
-    Failed(String),
-    Ignored,
-}
-
-async fn run(selected: &[&Body], backends: &[Backend]) -> ExitCode {
-    let started = Instant::now();
-    let total = selected.len() * backends.len();
-    println!(
-        "\nrunning {total} test{}",
-        if total == 1 { "" } else { "s" }
-    );
-    let mut outcomes: Vec<(String, Outcome)> = Vec::new();
-    for &backend in backends {
-        if selected.is_empty() {
-            break;
-        }
-        match backend {
-            Backend::Sandbox => run_on_sandboxes(selected, &mut outcomes).await,
-            Backend::Real => run_on_real(selected, &mut outcomes).await,
-        }
+fn run_on(backend: Backend) -> RunBackend<Target> {
+    match backend {
+        Backend::Sandbox => |selected, outcomes| run_on_sandboxes(selected, outcomes).boxed_local(),
+        Backend::Real => |selected, outcomes| run_on_real(selected, outcomes).boxed_local(),
     }
-    let failed: Vec<(&String, &String)> = outcomes
-        .iter()
-        .filter_map(|(name, o)| match o {
-            Outcome::Failed(message) => Some((name, message)),
-            _ => None,
-        })
-        .collect();
-    let ignored = outcomes
-        .iter()
-        .filter(|(_, o)| matches!(o, Outcome::Ignored))
-        .count();
-    if !failed.is_empty() {
-        println!("\nfailures:");
-        for (name, message) in &failed {
-            println!("\n---- {name} ----\n{message}");
-        }
-        println!("\nfailures:");
-        for (name, _) in &failed {
-            println!("    {name}");
-        }
-    }
-    let passed = outcomes.len() - failed.len() - ignored;
-    println!(
-        "\ntest result: {}. {passed} passed; {} failed; {ignored} ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        failed.len(),
-        (BODIES.len() - selected.len()) * backends.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(101)
-    }
-}
-
-fn report(
-    body: &Body,
-    backend: Backend,
-    result: Result<(), String>,
-    outcomes: &mut Vec<(String, Outcome)>,
-) {
-    let name = format!("{} ({})", body.name, backend.label());
-    let outcome = match result {
-        Ok(()) => {
-            println!("test {name} ... ok");
-            Outcome::Passed
-        }
-        Err(message) => {
-            println!("test {name} ... FAILED");
-            eprintln!("---- {name} ----\n{message}\n");
-            Outcome::Failed(message)
-        }
-    };
-    outcomes.push((name, outcome));
 }
 
 /// Each body on a sandbox of its own, in legacy mode, without workload controllers (the 1.13
 /// server has no controller manager either).
-async fn run_on_sandboxes(selected: &[&Body], outcomes: &mut Vec<(String, Outcome)>) {
+async fn run_on_sandboxes(selected: &[&'static Body<Target>], outcomes: &mut Outcomes) {
     for body in selected {
-        if let Some(why) = body.real_only {
-            let name = format!("{} ({})", body.name, Backend::Sandbox.label());
-            println!("test {name} ... ignored, {why}");
-            outcomes.push((name, Outcome::Ignored));
+        if outcomes.skip_on_sandbox(&SUITE, body) {
             continue;
         }
         let result = on_fresh_sandbox(body).await.map_err(|e| format!("{e:#}"));
-        report(body, Backend::Sandbox, result.and_then(|r| r), outcomes);
+        outcomes.report(&SUITE, body, Backend::Sandbox, result.and_then(|r| r));
     }
 }
 
-async fn on_fresh_sandbox(body: &Body) -> anyhow::Result<Result<(), String>> {
+async fn on_fresh_sandbox(body: &Body<Target>) -> anyhow::Result<Result<(), String>> {
     let dir = tempfile::Builder::new()
         .prefix("initializer-legacy-conformance-sandbox")
         .tempdir()
@@ -293,13 +147,13 @@ async fn on_fresh_sandbox(body: &Body) -> anyhow::Result<Result<(), String>> {
 }
 
 /// Every body on one kube-apiserver 1.13; when it cannot start, every body fails with why.
-async fn run_on_real(selected: &[&Body], outcomes: &mut Vec<(String, Outcome)>) {
+async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes) {
     let (server, _state_dir) = match start_real().await {
         Ok(state) => state,
         Err(err) => {
             let message = format!("kube-apiserver 1.13 did not start: {err:#}");
             for body in selected {
-                report(body, Backend::Real, Err(message.clone()), outcomes);
+                outcomes.report(&SUITE, body, Backend::Real, Err(message.clone()));
             }
             return;
         }
@@ -318,7 +172,7 @@ async fn run_on_real(selected: &[&Body], outcomes: &mut Vec<(String, Outcome)>) 
                 .await
             }
         };
-        report(body, Backend::Real, result, outcomes);
+        outcomes.report(&SUITE, body, Backend::Real, result);
     }
     server.shutdown().await;
 }
@@ -351,34 +205,24 @@ async fn start_real() -> anyhow::Result<(LegacyApiServer, tempfile::TempDir)> {
 /// Prepares the body's namespace, runs the body (a panic or a timeout is a failure), then
 /// cleans up whatever happened.
 async fn run_body(
-    body: &Body,
+    body: &Body<Target>,
     backend: Backend,
     client: kube::Client,
     unprivileged: Option<kube::Client>,
     kubeconfig: &std::path::Path,
 ) -> Result<(), String> {
-    let target = Target::prepare(backend, client, unprivileged, kubeconfig, body.name)
-        .await
-        .map_err(|e| format!("{e:#}"))?;
-    let run = AssertUnwindSafe((body.run)(&target)).catch_unwind();
-    let result = match tokio::time::timeout(BODY_TIMEOUT, run).await {
-        Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(err))) => Err(format!("{err:#}")),
-        Ok(Err(panic)) => Err(panic_message(panic)),
-        Err(_) => Err(format!("the body took over {}s", BODY_TIMEOUT.as_secs())),
-    };
+    let target = Target::prepare(
+        SUITE.label(backend),
+        client,
+        unprivileged,
+        kubeconfig,
+        body.name,
+    )
+    .await
+    .map_err(|e| format!("{e:#}"))?;
+    let result = SUITE.run_body(body, &target).await;
     for warning in target.cleanup().await {
         eprintln!("legacy conformance: cleanup after {}: {warning}", body.name);
     }
     result
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        format!("panicked: {message}")
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        format!("panicked: {message}")
-    } else {
-        "panicked".to_string()
-    }
 }

@@ -29,39 +29,28 @@ mod support;
 mod target;
 mod watch;
 
-use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
+use initializer_e2e::body;
+use initializer_e2e::conformance::{self, Backend, Body, Outcomes, RunBackend, Suite};
 use initializer_e2e::paths;
-use initializer_e2e::runner::{Args, Scenario};
 use initializer_sandbox::{Sandbox, SandboxConfig};
-use target::{Backend, History, Target};
+use target::{History, Target};
 
-/// A body: Kubernetes behaviour stated against a target.
-type Run = for<'a> fn(&'a Target) -> BoxFuture<'a, anyhow::Result<()>>;
+const SUITE: Suite<Target> = Suite {
+    name: "conformance",
+    env_var: "E2E_CONFORMANCE",
+    real_label: "real",
+    bodies: BODIES,
+    body_timeout: Duration::from_secs(180),
+};
 
-/// One named body.
-struct Body {
-    name: &'static str,
-    run: Run,
-}
-
-macro_rules! body {
-    ($module:ident :: $name:ident) => {
-        Body {
-            name: stringify!($name),
-            run: |t| $module::$name(t).boxed(),
-        }
-    };
-}
-
-const BODIES: &[Body] = &[
+const BODIES: &[Body<Target>] = &[
     body!(objects::default_namespaces_exist_with_their_name_label),
     body!(objects::kube_rs_discovery_finds_builtin_groups),
     body!(objects::created_objects_get_uid_timestamp_and_resource_version),
@@ -123,133 +112,26 @@ const BODIES: &[Body] = &[
     body!(kubectl::kubectl_lists_api_resources_from_discovery),
 ];
 
-/// The longest one body may run.
-const BODY_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// Args::selects works on scenarios; a body is selected by the same rules.
-fn as_scenario(body: &Body) -> Scenario {
-    Scenario::new(body.name, |_| futures::future::ready(Ok(())).boxed())
-}
-
-fn backends() -> anyhow::Result<Vec<Backend>> {
-    match std::env::var("E2E_CONFORMANCE").as_deref() {
-        Err(_) | Ok("") | Ok("both") => Ok(vec![Backend::Sandbox, Backend::Real]),
-        Ok("sandbox") => Ok(vec![Backend::Sandbox]),
-        Ok("real") => Ok(vec![Backend::Real]),
-        Ok(other) => anyhow::bail!("E2E_CONFORMANCE={other}: expected sandbox, real or both"),
-    }
-}
-
 fn main() -> ExitCode {
-    let args = Args::parse(std::env::args().skip(1));
-    let selected: Vec<&Body> = BODIES
-        .iter()
-        .filter(|b| args.selects(&as_scenario(b)))
-        .collect();
-    let backends = match backends() {
-        Ok(b) => b,
-        Err(err) => {
-            eprintln!("conformance: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if args.list {
-        for body in &selected {
-            println!("{}: test", body.name);
-        }
-        return ExitCode::SUCCESS;
-    }
-    initializer_test_support::init_test_tracing("E2E_LOG");
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("conformance: failed to start the tokio runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(run(&selected, &backends))
+    conformance::main(&SUITE, run_on)
 }
 
-/// One result line's outcome.
-struct Outcome {
-    name: String,
-    failure: Option<String>,
-}
-
-async fn run(selected: &[&Body], backends: &[Backend]) -> ExitCode {
-    let started = Instant::now();
-    let total = selected.len() * backends.len();
-    println!(
-        "\nrunning {total} test{}",
-        if total == 1 { "" } else { "s" }
-    );
-    let mut outcomes = Vec::new();
-    for &backend in backends {
-        if selected.is_empty() {
-            break;
-        }
-        match backend {
-            Backend::Sandbox => run_on_sandboxes(selected, &mut outcomes).await,
-            Backend::Real => run_on_real(selected, &mut outcomes).await,
-        }
+fn run_on(backend: Backend) -> RunBackend<Target> {
+    match backend {
+        Backend::Sandbox => |selected, outcomes| run_on_sandboxes(selected, outcomes).boxed_local(),
+        Backend::Real => |selected, outcomes| run_on_real(selected, outcomes).boxed_local(),
     }
-    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.failure.is_some()).collect();
-    if !failed.is_empty() {
-        println!("\nfailures:");
-        for outcome in &failed {
-            println!(
-                "\n---- {} ----\n{}",
-                outcome.name,
-                outcome.failure.as_deref().unwrap_or_default()
-            );
-        }
-        println!("\nfailures:");
-        for outcome in &failed {
-            println!("    {}", outcome.name);
-        }
-    }
-    let passed = outcomes.len() - failed.len();
-    println!(
-        "\ntest result: {}. {passed} passed; {} failed; 0 ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        failed.len(),
-        (BODIES.len() - selected.len()) * backends.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(101)
-    }
-}
-
-fn report(body: &Body, backend: Backend, result: Result<(), String>, outcomes: &mut Vec<Outcome>) {
-    let name = format!("{} ({})", body.name, backend.label());
-    match &result {
-        Ok(()) => println!("test {name} ... ok"),
-        Err(message) => {
-            println!("test {name} ... FAILED");
-            eprintln!("---- {name} ----\n{message}\n");
-        }
-    }
-    outcomes.push(Outcome {
-        name,
-        failure: result.err(),
-    });
 }
 
 /// Each body on a sandbox of its own (they start in milliseconds).
-async fn run_on_sandboxes(selected: &[&Body], outcomes: &mut Vec<Outcome>) {
+async fn run_on_sandboxes(selected: &[&'static Body<Target>], outcomes: &mut Outcomes) {
     for body in selected {
         let result = on_fresh_sandbox(body).await.map_err(|e| format!("{e:#}"));
-        report(body, Backend::Sandbox, result.and_then(|r| r), outcomes);
+        outcomes.report(&SUITE, body, Backend::Sandbox, result.and_then(|r| r));
     }
 }
 
-async fn on_fresh_sandbox(body: &Body) -> anyhow::Result<Result<(), String>> {
+async fn on_fresh_sandbox(body: &Body<Target>) -> anyhow::Result<Result<(), String>> {
     let dir = tempfile::Builder::new()
         .prefix("initializer-conformance-sandbox")
         .tempdir()
@@ -272,13 +154,13 @@ async fn on_fresh_sandbox(body: &Body) -> anyhow::Result<Result<(), String>> {
 }
 
 /// Every body on one real control plane; when it cannot start, every body fails with why.
-async fn run_on_real(selected: &[&Body], outcomes: &mut Vec<Outcome>) {
+async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes) {
     let state = match start_real().await {
         Ok(state) => state,
         Err(err) => {
             let message = format!("the real control plane did not start: {err:#}");
             for body in selected {
-                report(body, Backend::Real, Err(message.clone()), outcomes);
+                outcomes.report(&SUITE, body, Backend::Real, Err(message.clone()));
             }
             return;
         }
@@ -301,7 +183,7 @@ async fn run_on_real(selected: &[&Body], outcomes: &mut Vec<Outcome>) {
                 .await
             }
         };
-        report(body, Backend::Real, result, outcomes);
+        outcomes.report(&SUITE, body, Backend::Real, result);
     }
     plane.shutdown().await;
 }
@@ -337,7 +219,7 @@ async fn start_real() -> anyhow::Result<(ControlPlane, tempfile::TempDir)> {
 /// Prepares the body's namespace, runs the body (a panic or a timeout is a failure), then
 /// cleans up whatever happened.
 async fn run_body(
-    body: &Body,
+    body: &Body<Target>,
     client: kube::Client,
     kubeconfig: PathBuf,
     history: History,
@@ -345,25 +227,9 @@ async fn run_body(
     let target = Target::prepare(client, &kubeconfig, history, body.name)
         .await
         .map_err(|e| format!("{e:#}"))?;
-    let run = AssertUnwindSafe((body.run)(&target)).catch_unwind();
-    let result = match tokio::time::timeout(BODY_TIMEOUT, run).await {
-        Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(err))) => Err(format!("{err:#}")),
-        Ok(Err(panic)) => Err(panic_message(panic)),
-        Err(_) => Err(format!("the body took over {}s", BODY_TIMEOUT.as_secs())),
-    };
+    let result = SUITE.run_body(body, &target).await;
     for warning in target.cleanup().await {
         eprintln!("conformance: cleanup after {}: {warning}", body.name);
     }
     result
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        format!("panicked: {message}")
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        format!("panicked: {message}")
-    } else {
-        "panicked".to_string()
-    }
 }

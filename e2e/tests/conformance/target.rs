@@ -8,31 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use initializer_e2e::conformance::{namespace_for, random_suffix};
 use initializer_sandbox::apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-
-/// The two backends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// The embedded sandbox, a fresh one per body.
-    Sandbox,
-    /// etcd, kube-apiserver and kube-controller-manager (`initializer-controlplane`), one for
-    /// the whole run.
-    Real,
-}
-
-impl Backend {
-    /// `sandbox` or `real`, as printed after each test name.
-    pub fn label(self) -> &'static str {
-        match self {
-            Backend::Sandbox => "sandbox",
-            Backend::Real => "real",
-        }
-    }
-}
 
 /// How the backend forgets its change history.
 #[derive(Clone)]
@@ -68,25 +49,6 @@ pub fn crd_resource() -> ApiResource {
 /// The Namespace resource.
 pub fn namespace_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Namespace"), "namespaces")
-}
-
-/// A short random suffix of lowercase letters and digits.
-fn random_suffix() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz0123456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// A namespace name made from a body's name: at most 63 characters, DNS-label safe.
-pub fn namespace_for(body: &str, suffix: &str) -> String {
-    let mut base: String = body.replace('_', "-").chars().take(50).collect();
-    while base.ends_with('-') {
-        base.pop();
-    }
-    format!("{base}-{suffix}")
 }
 
 impl Target {

@@ -67,9 +67,7 @@ async fn start_controller(
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let log = t
-        .scratch()
-        .join(format!("{binary}-{}.log", t.backend().label()));
+    let log = t.scratch().join(format!("{binary}-{}.log", t.label()));
     let out = std::fs::File::create(&log)?;
     let child = tokio::process::Command::new(paths::binary(binary)?)
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -164,7 +162,7 @@ pub async fn the_sidecar_controller_injects_into_a_blocked_deployment_create(
     );
     eprintln!(
         "legacy conformance ({}): the annotated create came back injected after {took:?}",
-        t.backend().label()
+        t.label()
     );
     Ok(())
 }

@@ -1,40 +1,22 @@
 //! What a body runs against: an admin client, a kubeconfig for child processes, a fresh
-//! namespace and unique names, on either backend (a small copy of
-//! `e2e/tests/conformance/target.rs`, without its etcd compaction). Configurations are
-//! cluster-wide and the 1.13 server is shared by every body, so each one a body creates is
+//! namespace and unique names, on either backend (as `e2e/tests/conformance/target.rs` does,
+//! without its etcd compaction; the names come from `initializer_e2e::conformance`).
+//! Configurations are cluster-wide and the 1.13 server is shared by every body, so each one a body creates is
 //! deleted after it, and the next body starts only once the plugin has re-read them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, bail};
+use initializer_e2e::conformance::{namespace_for, random_suffix};
 use initializer_test_support::api::raw;
 use serde_json::json;
 
 use crate::support::{CONFIGURATIONS, SETTLE};
 
-/// The two backends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// The embedded sandbox in legacy mode, a fresh one per body.
-    Sandbox,
-    /// etcd and kube-apiserver v1.13.0, one for the whole run.
-    Real,
-}
-
-impl Backend {
-    /// `sandbox` or `1.13`, as printed after each test name.
-    pub fn label(self) -> &'static str {
-        match self {
-            Backend::Sandbox => "sandbox",
-            Backend::Real => "1.13",
-        }
-    }
-}
-
 /// One body's view of a backend.
 pub struct Target {
-    backend: Backend,
+    label: &'static str,
     client: kube::Client,
     unprivileged: Option<kube::Client>,
     kubeconfig: PathBuf,
@@ -44,29 +26,10 @@ pub struct Target {
     configurations: Mutex<Vec<String>>,
 }
 
-/// A short random suffix of lowercase letters and digits.
-fn random_suffix() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz0123456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// A namespace name made from a body's name: at most 63 characters, DNS-label safe.
-fn namespace_for(body: &str, suffix: &str) -> String {
-    let mut base: String = body.replace('_', "-").chars().take(50).collect();
-    while base.ends_with('-') {
-        base.pop();
-    }
-    format!("{base}-{suffix}")
-}
-
 impl Target {
     /// Creates the body's namespace and returns its target.
     pub async fn prepare(
-        backend: Backend,
+        label: &'static str,
         client: kube::Client,
         unprivileged: Option<kube::Client>,
         kubeconfig: &Path,
@@ -91,7 +54,7 @@ impl Target {
             .tempdir()
             .context("failed to create a scratch directory")?;
         Ok(Self {
-            backend,
+            label,
             client,
             unprivileged,
             kubeconfig: kubeconfig.to_path_buf(),
@@ -102,9 +65,10 @@ impl Target {
         })
     }
 
-    /// Which backend this is (for the SDK bodies' process logs, never for behaviour).
-    pub fn backend(&self) -> Backend {
-        self.backend
+    /// Which backend this is, `sandbox` or `1.13` (for the SDK bodies' process logs, never for
+    /// behaviour).
+    pub fn label(&self) -> &'static str {
+        self.label
     }
 
     /// An admin client.

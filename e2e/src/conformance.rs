@@ -1,0 +1,271 @@
+//! The runner the two conformance suites share (`tests/conformance/main.rs`, 1.35, and
+//! `tests/legacy_conformance.rs`, 1.13): bodies selected like libtest tests, run on a fresh
+//! sandbox each and then on one real server, reported as `test NAME (LABEL) ... ok` lines and a
+//! libtest-style summary. It lives here so the two suites cannot drift apart in what they print
+//! or select; how each starts its backends and prepares its `Target` stays in the suite.
+
+use std::panic::AssertUnwindSafe;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, LocalBoxFuture};
+
+use crate::runner::{Args, Scenario, panic_message};
+
+/// A body: behaviour stated against a suite's target.
+pub type Run<T> = for<'a> fn(&'a T) -> BoxFuture<'a, anyhow::Result<()>>;
+
+/// One named body.
+pub struct Body<T: 'static> {
+    /// The test name (the function's name).
+    pub name: &'static str,
+    /// The body.
+    pub run: Run<T>,
+    /// Why the sandbox cannot run it (a difference the sandbox states), when it cannot: it is
+    /// reported `ignored` on the sandbox, since it is a difference, not a pass.
+    pub real_only: Option<&'static str>,
+}
+
+/// `body!(module::function)` or `body!(module::function, real_only = "why")`.
+#[macro_export]
+macro_rules! body {
+    ($module:ident :: $name:ident) => {
+        $crate::conformance::Body {
+            name: stringify!($name),
+            run: |t| ::futures::FutureExt::boxed($module::$name(t)),
+            real_only: None,
+        }
+    };
+    ($module:ident :: $name:ident, real_only = $why:literal) => {
+        $crate::conformance::Body {
+            name: stringify!($name),
+            run: |t| ::futures::FutureExt::boxed($module::$name(t)),
+            real_only: Some($why),
+        }
+    };
+}
+
+/// The two backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded sandbox, a fresh one per body.
+    Sandbox,
+    /// The real server (the suite's), one for the whole run.
+    Real,
+}
+
+/// What tells one suite from the other in what the runner prints and reads.
+pub struct Suite<T: 'static> {
+    /// The prefix of the runner's own messages (`conformance`, `legacy conformance`).
+    pub name: &'static str,
+    /// The variable choosing the backends (`sandbox`, `real` or `both`).
+    pub env_var: &'static str,
+    /// What follows a test name on the real backend (`real`, `1.13`).
+    pub real_label: &'static str,
+    /// Every body, in running order.
+    pub bodies: &'static [Body<T>],
+    /// The longest one body may run.
+    pub body_timeout: Duration,
+}
+
+impl<T> Suite<T> {
+    /// `sandbox` or the real label, as printed after each test name.
+    pub fn label(&self, backend: Backend) -> &'static str {
+        match backend {
+            Backend::Sandbox => "sandbox",
+            Backend::Real => self.real_label,
+        }
+    }
+
+    fn backends(&self) -> anyhow::Result<Vec<Backend>> {
+        match std::env::var(self.env_var).as_deref() {
+            Err(_) | Ok("") | Ok("both") => Ok(vec![Backend::Sandbox, Backend::Real]),
+            Ok("sandbox") => Ok(vec![Backend::Sandbox]),
+            Ok("real") => Ok(vec![Backend::Real]),
+            Ok(other) => anyhow::bail!("{}={other}: expected sandbox, real or both", self.env_var),
+        }
+    }
+
+    /// Runs one body against a prepared target: a panic or a timeout is a failure.
+    pub async fn run_body(&self, body: &Body<T>, target: &T) -> Result<(), String> {
+        let run = AssertUnwindSafe((body.run)(target)).catch_unwind();
+        match tokio::time::timeout(self.body_timeout, run).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(err))) => Err(format!("{err:#}")),
+            Ok(Err(panic)) => Err(panic_message(panic)),
+            Err(_) => Err(format!(
+                "the body took over {}s",
+                self.body_timeout.as_secs()
+            )),
+        }
+    }
+}
+
+/// Runs the selected bodies on one backend, reporting into the outcomes.
+pub type RunBackend<T> =
+    for<'a> fn(&'a [&'static Body<T>], &'a mut Outcomes) -> LocalBoxFuture<'a, ()>;
+
+/// The suite's `main`: parses libtest's arguments, lists or runs the selected bodies on each
+/// chosen backend (`run_on` starts a backend and runs them), then prints the summary.
+pub fn main<T>(suite: &Suite<T>, run_on: fn(Backend) -> RunBackend<T>) -> ExitCode {
+    let args = Args::parse(std::env::args().skip(1));
+    let selected: Vec<&'static Body<T>> = suite
+        .bodies
+        .iter()
+        .filter(|body| args.selects(&as_scenario(body)))
+        .collect();
+    let backends = match suite.backends() {
+        Ok(b) => b,
+        Err(err) => {
+            eprintln!("{}: {err}", suite.name);
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.list {
+        for body in &selected {
+            println!("{}: test", body.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    initializer_test_support::init_test_tracing("E2E_LOG");
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("{}: failed to start the tokio runtime: {err}", suite.name);
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let started = Instant::now();
+        let total = selected.len() * backends.len();
+        println!(
+            "\nrunning {total} test{}",
+            if total == 1 { "" } else { "s" }
+        );
+        let mut outcomes = Outcomes::default();
+        for &backend in &backends {
+            if selected.is_empty() {
+                break;
+            }
+            run_on(backend)(&selected, &mut outcomes).await;
+        }
+        outcomes.summary(
+            started,
+            (suite.bodies.len() - selected.len()) * backends.len(),
+        )
+    })
+}
+
+/// Args::selects works on scenarios; a body is selected by the same rules.
+fn as_scenario<T>(body: &Body<T>) -> Scenario {
+    Scenario::new(body.name, |_| futures::future::ready(Ok(())).boxed())
+}
+
+/// One result line's outcome.
+enum Outcome {
+    Passed,
+    Failed(String),
+    Ignored,
+}
+
+/// The result lines so far, for the summary.
+#[derive(Default)]
+pub struct Outcomes(Vec<(String, Outcome)>);
+
+impl Outcomes {
+    /// Prints `test NAME (LABEL) ... ok` or `... FAILED` (the message to stderr at once, and
+    /// again in the summary).
+    pub fn report<T>(
+        &mut self,
+        suite: &Suite<T>,
+        body: &Body<T>,
+        backend: Backend,
+        result: Result<(), String>,
+    ) {
+        let name = format!("{} ({})", body.name, suite.label(backend));
+        let outcome = match result {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                Outcome::Passed
+            }
+            Err(message) => {
+                println!("test {name} ... FAILED");
+                eprintln!("---- {name} ----\n{message}\n");
+                Outcome::Failed(message)
+            }
+        };
+        self.0.push((name, outcome));
+    }
+
+    /// Reports a real-only body as ignored on the sandbox, with why; true when it was.
+    pub fn skip_on_sandbox<T>(&mut self, suite: &Suite<T>, body: &Body<T>) -> bool {
+        let Some(why) = body.real_only else {
+            return false;
+        };
+        let name = format!("{} ({})", body.name, suite.label(Backend::Sandbox));
+        println!("test {name} ... ignored, {why}");
+        self.0.push((name, Outcome::Ignored));
+        true
+    }
+
+    fn summary(&self, started: Instant, filtered_out: usize) -> ExitCode {
+        let failed: Vec<(&String, &String)> = self
+            .0
+            .iter()
+            .filter_map(|(name, o)| match o {
+                Outcome::Failed(message) => Some((name, message)),
+                _ => None,
+            })
+            .collect();
+        let ignored = self
+            .0
+            .iter()
+            .filter(|(_, o)| matches!(o, Outcome::Ignored))
+            .count();
+        if !failed.is_empty() {
+            println!("\nfailures:");
+            for (name, message) in &failed {
+                println!("\n---- {name} ----\n{message}");
+            }
+            println!("\nfailures:");
+            for (name, _) in &failed {
+                println!("    {name}");
+            }
+        }
+        let passed = self.0.len() - failed.len() - ignored;
+        println!(
+            "\ntest result: {}. {passed} passed; {} failed; {ignored} ignored; 0 measured; {filtered_out} filtered out; finished in {:.2}s\n",
+            if failed.is_empty() { "ok" } else { "FAILED" },
+            failed.len(),
+            started.elapsed().as_secs_f64()
+        );
+        if failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(101)
+        }
+    }
+}
+
+/// A short random suffix of lowercase letters and digits, for unique names.
+pub fn random_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz0123456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// A namespace name made from a body's name: at most 63 characters, DNS-label safe.
+pub fn namespace_for(body: &str, suffix: &str) -> String {
+    let mut base: String = body.replace('_', "-").chars().take(50).collect();
+    while base.ends_with('-') {
+        base.pop();
+    }
+    format!("{base}-{suffix}")
+}
