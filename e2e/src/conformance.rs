@@ -102,13 +102,22 @@ impl<T> Suite<T> {
     }
 }
 
-/// Runs the selected bodies on one backend, reporting into the outcomes.
-pub type RunBackend<T> =
+/// Starts a fresh sandbox, runs one body there and stops it; the outer error is the sandbox's.
+pub type OnFreshSandbox<T> =
+    fn(&'static Body<T>) -> LocalBoxFuture<'static, anyhow::Result<Result<(), String>>>;
+
+/// Starts the real server once, runs the selected bodies there, reporting into the outcomes.
+pub type RunOnReal<T> =
     for<'a> fn(&'a [&'static Body<T>], &'a mut Outcomes) -> LocalBoxFuture<'a, ()>;
 
 /// The suite's `main`: parses libtest's arguments, lists or runs the selected bodies on each
-/// chosen backend (`run_on` starts a backend and runs them), then prints the summary.
-pub fn main<T>(suite: &Suite<T>, run_on: fn(Backend) -> RunBackend<T>) -> ExitCode {
+/// chosen backend, then prints the summary. Each body gets a sandbox of its own (they start in
+/// milliseconds) and is reported `ignored` there when it is real-only.
+pub fn main<T>(
+    suite: &Suite<T>,
+    on_fresh_sandbox: OnFreshSandbox<T>,
+    run_on_real: RunOnReal<T>,
+) -> ExitCode {
     let args = Args::parse(std::env::args().skip(1));
     let selected: Vec<&'static Body<T>> = suite
         .bodies
@@ -151,7 +160,18 @@ pub fn main<T>(suite: &Suite<T>, run_on: fn(Backend) -> RunBackend<T>) -> ExitCo
             if selected.is_empty() {
                 break;
             }
-            run_on(backend)(&selected, &mut outcomes).await;
+            match backend {
+                Backend::Sandbox => {
+                    for body in &selected {
+                        if outcomes.skip_on_sandbox(suite, body) {
+                            continue;
+                        }
+                        let result = on_fresh_sandbox(body).await.map_err(|e| format!("{e:#}"));
+                        outcomes.report(suite, body, Backend::Sandbox, result.and_then(|r| r));
+                    }
+                }
+                Backend::Real => run_on_real(&selected, &mut outcomes).await,
+            }
         }
         outcomes.summary(
             started,
@@ -202,7 +222,7 @@ impl Outcomes {
     }
 
     /// Reports a real-only body as ignored on the sandbox, with why; true when it was.
-    pub fn skip_on_sandbox<T>(&mut self, suite: &Suite<T>, body: &Body<T>) -> bool {
+    fn skip_on_sandbox<T>(&mut self, suite: &Suite<T>, body: &Body<T>) -> bool {
         let Some(why) = body.real_only else {
             return false;
         };

@@ -44,7 +44,7 @@ use anyhow::Context;
 use futures::FutureExt;
 use initializer_controlplane::{LegacyApiServer, LegacyConfig};
 use initializer_e2e::body;
-use initializer_e2e::conformance::{self, Backend, Body, Outcomes, RunBackend, Suite};
+use initializer_e2e::conformance::{self, Backend, Body, Outcomes, Suite};
 use initializer_e2e::paths;
 use initializer_sandbox::{Sandbox, SandboxConfig};
 use target::Target;
@@ -101,28 +101,15 @@ const BODIES: &[Body<Target>] = &[
 ];
 
 fn main() -> ExitCode {
-    conformance::main(&SUITE, run_on)
-}
-
-fn run_on(backend: Backend) -> RunBackend<Target> {
-    match backend {
-        Backend::Sandbox => |selected, outcomes| run_on_sandboxes(selected, outcomes).boxed_local(),
-        Backend::Real => |selected, outcomes| run_on_real(selected, outcomes).boxed_local(),
-    }
+    conformance::main(
+        &SUITE,
+        |body| on_fresh_sandbox(body).boxed_local(),
+        |selected, outcomes| run_on_real(selected, outcomes).boxed_local(),
+    )
 }
 
 /// Each body on a sandbox of its own, in legacy mode, without workload controllers (the 1.13
 /// server has no controller manager either).
-async fn run_on_sandboxes(selected: &[&'static Body<Target>], outcomes: &mut Outcomes) {
-    for body in selected {
-        if outcomes.skip_on_sandbox(&SUITE, body) {
-            continue;
-        }
-        let result = on_fresh_sandbox(body).await.map_err(|e| format!("{e:#}"));
-        outcomes.report(&SUITE, body, Backend::Sandbox, result.and_then(|r| r));
-    }
-}
-
 async fn on_fresh_sandbox(body: &Body<Target>) -> anyhow::Result<Result<(), String>> {
     let dir = tempfile::Builder::new()
         .prefix("initializer-legacy-conformance-sandbox")
