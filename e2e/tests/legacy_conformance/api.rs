@@ -308,6 +308,26 @@ pub async fn open_watch(
     Ok(stream.boxed())
 }
 
+/// A watch without and one with `includeUninitialized`, both from the current version of the
+/// namespace's ConfigMaps (listed with uninitialized objects), so both see what follows.
+pub async fn open_plain_and_aware_watches(t: &Target) -> anyhow::Result<(Events, Events)> {
+    let (_, list) = raw(
+        &t.client(),
+        "GET",
+        &uninit(&configmaps(t)),
+        None,
+        None,
+        None,
+    )
+    .await?;
+    let version = list["metadata"]["resourceVersion"]
+        .as_str()
+        .context("the list has no resourceVersion")?;
+    let plain = open_watch(t, false, version).await?;
+    let aware = open_watch(t, true, version).await?;
+    Ok((plain, aware))
+}
+
 pub async fn collect_events(
     mut stream: Events,
     window: Duration,
@@ -337,21 +357,7 @@ pub async fn an_unaware_watcher_sees_added_when_initialization_completes(
 ) -> anyhow::Result<()> {
     let name = initializer_name(t, "sidecar");
     configure_configmaps(t, "watched", &name).await?;
-    let (_, list) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmaps(t)),
-        None,
-        None,
-        None,
-    )
-    .await?;
-    let version = list["metadata"]["resourceVersion"]
-        .as_str()
-        .context("the list has no resourceVersion")?
-        .to_owned();
-    let plain = open_watch(t, false, &version).await?;
-    let aware = open_watch(t, true, &version).await?;
+    let (plain, aware) = open_plain_and_aware_watches(t).await?;
     let (code, stored) = create_uninitialized(t, cm("watched")).await?;
     expect_code("the uninitialized create", code, &stored, 202)?;
     let (code, body) = raw(

@@ -10,7 +10,7 @@ use anyhow::{Context, ensure};
 use initializer_e2e::legacy::{is_initialized, pending_names};
 use serde_json::{Value, json};
 
-use crate::api::{collect_events, open_watch, uninit};
+use crate::api::{collect_events, open_plain_and_aware_watches, uninit};
 use crate::support::{
     CONFIGURATIONS, JSON, answer_of, cm, configmap_path, configmaps, configure_configmaps,
     create_in_background, expect_code, initializer_name, item_names, raw, wait_pending,
@@ -311,21 +311,7 @@ pub async fn a_failed_initialization_is_seen_only_by_aware_watchers(
 ) -> anyhow::Result<()> {
     let name = initializer_name(t, "guard");
     configure_configmaps(t, "failed-watch", &name).await?;
-    let (_, list) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmaps(t)),
-        None,
-        None,
-        None,
-    )
-    .await?;
-    let version = list["metadata"]["resourceVersion"]
-        .as_str()
-        .context("the list has no resourceVersion")?
-        .to_owned();
-    let plain = open_watch(t, false, &version).await?;
-    let aware = open_watch(t, true, &version).await?;
+    let (plain, aware) = open_plain_and_aware_watches(t).await?;
     let (code, mut stored) = create_uninitialized(t, cm("failing")).await?;
     expect_code("the uninitialized create", code, &stored, 202)?;
     stored["metadata"]["initializers"]["result"] = json!({
@@ -496,21 +482,7 @@ pub async fn deleting_an_uninitialized_object_is_seen_only_by_aware_watchers(
 ) -> anyhow::Result<()> {
     let name = initializer_name(t, "sidecar");
     configure_configmaps(t, "deleted-watch", &name).await?;
-    let (_, list) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmaps(t)),
-        None,
-        None,
-        None,
-    )
-    .await?;
-    let version = list["metadata"]["resourceVersion"]
-        .as_str()
-        .context("the list has no resourceVersion")?
-        .to_owned();
-    let plain = open_watch(t, false, &version).await?;
-    let aware = open_watch(t, true, &version).await?;
+    let (plain, aware) = open_plain_and_aware_watches(t).await?;
     let (code, body) = create_uninitialized(t, cm("short-lived")).await?;
     expect_code("the uninitialized create", code, &body, 202)?;
     let (code, body) = raw(
