@@ -22,7 +22,7 @@ use kube::{Api, ResourceExt};
 
 use super::{
     APPS_NS, DEMO_LABEL, FIELD_MANAGER, INITIALIZER, TIMEOUT, WORKLOAD_NS, allow_workloads,
-    apply_namespace, explain, print_pods, say, step, wait_app_pod,
+    apply_namespace, explain, print_attempts, print_pods, say, settled_after, step, wait_app_pod,
 };
 
 /// The story, act by act; waits for Ctrl-C at the end.
@@ -194,17 +194,10 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         print_attempts(
             attempts.get(printed..).unwrap_or_default(),
             frozen_at,
-            removed,
+            not_injected(removed),
         );
         printed = attempts.len();
-        let settled = released.is_some_and(|at| {
-            attempts
-                .iter()
-                .filter(|a| a.started > at && a.succeeded())
-                .count()
-                >= 3
-        });
-        if settled || Instant::now() > deadline {
+        if settled_after(&attempts, released) || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -215,7 +208,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     print_attempts(
         attempts.get(printed..).unwrap_or_default(),
         frozen_at,
-        removed,
+        not_injected(removed),
     );
     let failed = attempts.iter().filter(|a| !a.succeeded()).count();
     let longest = attempts
@@ -311,28 +304,18 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints each create's outcome, timed from the freeze; `removed`: when the configuration was
-/// seen removed (a create started before it was held, then released).
-fn print_attempts(attempts: &[Attempt], frozen_at: Instant, removed: Option<Instant>) {
-    for attempt in attempts {
-        let started = attempt
-            .started
-            .saturating_duration_since(frozen_at)
-            .as_secs_f64();
-        let took = (attempt.finished - attempt.started).as_secs_f64();
-        match &attempt.outcome {
-            Ok(true) => say(&format!(
-                "+{started:.1}s create ok, sidecar injected ({took:.2}s)"
-            )),
-            Ok(false) if removed.is_some_and(|at| attempt.started >= at) => say(&format!(
+/// The legacy story's words for a create that was not injected; `removed`: when the
+/// configuration was seen removed (a create started before it was held, then released).
+fn not_injected(removed: Option<Instant>) -> impl Fn(&Attempt, f64, f64) -> String {
+    move |attempt, started, took| {
+        if removed.is_some_and(|at| attempt.started >= at) {
+            format!(
                 "+{started:.1}s create ok after {took:.2}s, not injected: created after the configuration was removed"
-            )),
-            Ok(false) => say(&format!(
+            )
+        } else {
+            format!(
                 "+{started:.1}s create ok after {took:.2}s, not injected: it waited on the dead initializer until the operator released it"
-            )),
-            Err(message) => say(&format!(
-                "+{started:.1}s create failed after {took:.2}s: {message}"
-            )),
+            )
         }
     }
 }

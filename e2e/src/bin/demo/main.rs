@@ -17,7 +17,7 @@ use initializer_crds::Initializer;
 use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures::{self, Health};
-use initializer_e2e::load::CreateLoad;
+use initializer_e2e::load::{Attempt, CreateLoad};
 use initializer_e2e::ops;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::{Change, Recorder};
@@ -206,16 +206,13 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         }
         let mut attempts = load.attempts();
         attempts.sort_by_key(|a| a.finished);
-        print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
+        print_attempts(
+            attempts.get(printed..).unwrap_or_default(),
+            frozen_at,
+            out_of_the_path,
+        );
         printed = attempts.len();
-        let ok_after = removed.is_some_and(|at| {
-            attempts
-                .iter()
-                .filter(|a| a.started > at && a.succeeded())
-                .count()
-                >= 3
-        });
-        if ok_after || Instant::now() > deadline {
+        if settled_after(&attempts, removed) || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -223,7 +220,11 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     say("waiting for the creates still in flight ...");
     let mut attempts = load.stop().await;
     attempts.sort_by_key(|a| a.finished);
-    print_attempts(attempts.get(printed..).unwrap_or_default(), frozen_at);
+    print_attempts(
+        attempts.get(printed..).unwrap_or_default(),
+        frozen_at,
+        out_of_the_path,
+    );
     let failed: Vec<_> = attempts.iter().filter(|a| !a.succeeded()).collect();
     let out_of_path = degraded.or(removed);
     let after = out_of_path.map_or(0, |at| failed.iter().filter(|a| a.started >= at).count());
@@ -289,7 +290,14 @@ async fn story(env: &Env) -> anyhow::Result<()> {
 }
 
 /// Prints each create's outcome, timed from the freeze.
-fn print_attempts(attempts: &[initializer_e2e::load::Attempt], frozen_at: Instant) {
+/// Prints each create's outcome, timed from the freeze (`+Ns`); `not_injected` words a create
+/// that succeeded without the sidecar, given the attempt, its start and how long it took, since
+/// why it was not injected is what each story tells.
+fn print_attempts(
+    attempts: &[Attempt],
+    frozen_at: Instant,
+    not_injected: impl Fn(&Attempt, f64, f64) -> String,
+) {
     for attempt in attempts {
         let started = attempt
             .started
@@ -300,14 +308,31 @@ fn print_attempts(attempts: &[initializer_e2e::load::Attempt], frozen_at: Instan
             Ok(true) => say(&format!(
                 "+{started:.1}s create ok, sidecar injected ({took:.2}s)"
             )),
-            Ok(false) => say(&format!(
-                "+{started:.1}s create ok, not injected: the initializer is out of the path ({took:.2}s)"
-            )),
+            Ok(false) => say(&not_injected(attempt, started, took)),
             Err(message) => say(&format!(
                 "+{started:.1}s create failed after {took:.2}s: {message}"
             )),
         }
     }
+}
+
+/// The main story's words for a create that was not injected.
+fn out_of_the_path(_: &Attempt, started: f64, took: f64) -> String {
+    format!(
+        "+{started:.1}s create ok, not injected: the initializer is out of the path ({took:.2}s)"
+    )
+}
+
+/// Whether at least three creates started after `at` (the initializer left the path) have
+/// succeeded: the load has settled and the story can go on.
+fn settled_after(attempts: &[Attempt], at: Option<Instant>) -> bool {
+    at.is_some_and(|at| {
+        attempts
+            .iter()
+            .filter(|a| a.started > at && a.succeeded())
+            .count()
+            >= 3
+    })
 }
 
 fn say(line: &str) {
