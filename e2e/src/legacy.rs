@@ -345,28 +345,19 @@ pub async fn wait_event(
     reason: &str,
     timeout: Duration,
 ) -> anyhow::Result<String> {
-    use k8s_openapi::api::events::v1::Event;
-    wait::until(
+    ops::wait_event_about(
+        client,
+        name,
         format!("an Event {reason} about Initializer {name}"),
         timeout,
-        || async {
-            let events = Api::<Event>::all(client.clone())
-                .list(&ListParams::default())
-                .await
-                .context("failed to list Events")?;
-            let about: Vec<&Event> = events
-                .items
-                .iter()
-                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-                .collect();
-            Ok(
-                match about.iter().find(|e| e.reason.as_deref() == Some(reason)) {
-                    Some(event) => Check::Done(event.note.clone().unwrap_or_default()),
-                    None => Check::Pending(format!(
-                        "Events about it: {:?}",
-                        about.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
-                    )),
-                },
+        |event| {
+            (event.reason.as_deref() == Some(reason))
+                .then(|| event.note.clone().unwrap_or_default())
+        },
+        |about| {
+            format!(
+                "Events about it: {:?}",
+                about.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
             )
         },
     )

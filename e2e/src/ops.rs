@@ -308,32 +308,49 @@ pub async fn wait_warning_event(
     name: &str,
     timeout: Duration,
 ) -> anyhow::Result<(String, String)> {
-    wait::until(
+    wait_event_about(
+        client,
+        name,
         format!("a Warning Event about Initializer {name}"),
         timeout,
-        || async {
-            let events = Api::<Event>::all(client.clone())
-                .list(&ListParams::default())
-                .await
-                .context("failed to list Events")?;
-            let about: Vec<&Event> = events
-                .items
-                .iter()
-                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-                .collect();
-            Ok(
-                match about.iter().find(|e| e.type_.as_deref() == Some("Warning")) {
-                    Some(event) => Check::Done((
-                        event.reason.clone().unwrap_or_default(),
-                        event.note.clone().unwrap_or_default(),
-                    )),
-                    None => {
-                        Check::Pending(format!("{} event(s) about it, none a Warning", about.len()))
-                    }
-                },
-            )
+        |event| {
+            (event.type_.as_deref() == Some("Warning")).then(|| {
+                (
+                    event.reason.clone().unwrap_or_default(),
+                    event.note.clone().unwrap_or_default(),
+                )
+            })
         },
+        |about| format!("{} event(s) about it, none a Warning", about.len()),
     )
+    .await
+}
+
+/// Waits until `pick` takes something from one of the Events about the Initializer `name`;
+/// `none` says what was there instead while waiting (the timeout error shows the last).
+pub async fn wait_event_about<T>(
+    client: &Client,
+    name: &str,
+    what: String,
+    timeout: Duration,
+    pick: impl Fn(&Event) -> Option<T>,
+    none: impl Fn(&[&Event]) -> String,
+) -> anyhow::Result<T> {
+    wait::until(what, timeout, || async {
+        let events = Api::<Event>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("failed to list Events")?;
+        let about: Vec<&Event> = events
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .collect();
+        Ok(match about.iter().find_map(|e| pick(e)) {
+            Some(found) => Check::Done(found),
+            None => Check::Pending(none(&about)),
+        })
+    })
     .await
 }
 
