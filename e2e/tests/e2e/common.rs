@@ -12,6 +12,8 @@ use initializer_e2e::runner::Ctx;
 use initializer_e2e::watch::Recorder;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DeleteParams;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
@@ -185,4 +187,36 @@ pub fn probe_budget(health: &HealthPolicy) -> Duration {
 /// `elapsed` as seconds, for messages.
 pub fn s(elapsed: Duration) -> String {
     initializer_e2e::wait::secs(elapsed)
+}
+
+/// Deletes every pod of an initializer at once (no grace period), so none is left to answer
+/// while the replacements start; returns when the deletion began and the old pods' names, to
+/// tell the replacements apart.
+pub async fn delete_own_pods(
+    ctx: &Ctx,
+    namespace: &str,
+    pods: &[Pod],
+) -> anyhow::Result<(Instant, Vec<String>)> {
+    let deleted = Instant::now();
+    let pod_api = Api::<Pod>::namespaced(ctx.client(), namespace);
+    for pod in pods {
+        pod_api
+            .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    Ok((deleted, pods.iter().map(|p| p.name_any()).collect()))
+}
+
+/// The initializer `name`'s pods that are not among `old`.
+pub async fn fresh_pods(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    old: &[String],
+) -> anyhow::Result<Vec<Pod>> {
+    let pods = ops::workload_pods(&ctx.client(), namespace, name).await?;
+    Ok(pods
+        .into_iter()
+        .filter(|p| !old.contains(&p.name_any()))
+        .collect())
 }

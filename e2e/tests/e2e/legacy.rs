@@ -656,24 +656,13 @@ pub async fn legacy_own_pods_never_deadlock(ctx: Ctx) -> anyhow::Result<()> {
     // Every pod at once: the replacements are created while the configuration (matching all
     // pods) may still exist, so they may get the initializer's name with nobody to remove it
     // but the operator.
-    let deleted = Instant::now();
-    let pod_api = Api::<Pod>::namespaced(client.clone(), &workload_ns);
-    for pod in &pods {
-        pod_api
-            .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
-            .await?;
-    }
-    let old: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let (deleted, old) = common::delete_own_pods(&ctx, &workload_ns, &pods).await?;
     let pods_path = format!("/api/v1/namespaces/{workload_ns}/pods");
     let replacements = wait::until(
         "replacement pods of the legacy initializer to be ready",
         STEP_TIMEOUT,
         || async {
-            let pods = ops::workload_pods(&client, &workload_ns, &name).await?;
-            let fresh: Vec<Pod> = pods
-                .into_iter()
-                .filter(|p| !old.contains(&p.name_any()))
-                .collect();
+            let fresh = common::fresh_pods(&ctx, &workload_ns, &name, &old).await?;
             let ready = fresh.iter().filter(|p| ops::pod_ready(p)).count();
             Ok(if ready >= replicas {
                 Check::Done(fresh)

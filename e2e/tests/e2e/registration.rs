@@ -307,23 +307,12 @@ pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> a
 
     // Delete every pod of the initializer at once: the replacements must start (they are not
     // intercepted, so no deadlock) and the initializer must come back.
-    let deleted = Instant::now();
-    let pod_api = Api::<Pod>::namespaced(client.clone(), &workload_ns);
-    for pod in &pods {
-        pod_api
-            .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
-            .await?;
-    }
-    let old: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let (deleted, old) = common::delete_own_pods(&ctx, &workload_ns, &pods).await?;
     let replacements = wait::until(
         "replacement pods of the initializer to be ready",
         STEP_TIMEOUT,
         || async {
-            let pods = ops::workload_pods(&client, &workload_ns, &name).await?;
-            let fresh: Vec<Pod> = pods
-                .into_iter()
-                .filter(|p| !old.contains(&p.name_any()))
-                .collect();
+            let fresh = common::fresh_pods(&ctx, &workload_ns, &name, &old).await?;
             let ready = fresh.iter().filter(|p| ops::pod_ready(p)).count();
             Ok(if ready >= 2 {
                 wait::Check::Done(fresh)
