@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use initializer_crds::{HealthPolicy, Initializer};
 use initializer_e2e::fixtures::{self, Health};
-use initializer_e2e::load::CreateLoad;
+use initializer_e2e::load::{self, Attempt, CreateLoad};
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
+use initializer_e2e::timings::CreateCount;
 use initializer_e2e::watch::Recorder;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -219,4 +220,26 @@ pub async fn fresh_pods(
         .into_iter()
         .filter(|p| !old.contains(&p.name_any()))
         .collect())
+}
+
+/// Records a crash scenario's timings in its row: the kill to the configuration's removal and
+/// to the first good create, the removal to registered again, and the creates that failed in
+/// each span; returns those failed between the kill and the removal.
+pub fn record_crash(
+    ctx: &Ctx,
+    attempts: &[Attempt],
+    killed_at: Instant,
+    removed: Instant,
+    back: Instant,
+) -> CreateCount {
+    let failed = load::count_in(attempts, killed_at, Some(removed));
+    ctx.row.update(|row| {
+        row.failure_to_deregistered = Some(removed - killed_at);
+        row.failure_to_create_ok =
+            load::first_success_after(attempts, killed_at).map(|a| a.finished - killed_at);
+        row.failed_creates_failure = Some(failed);
+        row.recovery_to_registered = Some(back - removed);
+        row.failed_creates_recovery = Some(load::count_in(attempts, removed, Some(back)));
+    });
+    failed
 }

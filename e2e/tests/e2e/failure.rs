@@ -265,16 +265,9 @@ pub async fn crashed_initializer_is_deregistered_by_its_endpoints(ctx: Ctx) -> a
     let removed = removed?.at;
     let back = back.context("the restarted initializer was never registered again")?;
     let to_deregistered = removed - killed_at;
-    let failed = load::count_in(&attempts, killed_at, Some(removed));
-    ctx.row.update(|row| {
-        row.failure_to_deregistered = Some(to_deregistered);
-        row.creates_stop_failing = Some(to_deregistered);
-        row.failure_to_create_ok =
-            load::first_success_after(&attempts, killed_at).map(|a| a.finished - killed_at);
-        row.failed_creates_failure = Some(failed);
-        row.recovery_to_registered = Some(back - removed);
-        row.failed_creates_recovery = Some(load::count_in(&attempts, removed, Some(back)));
-    });
+    let failed = common::record_crash(&ctx, &attempts, killed_at, removed, back);
+    ctx.row
+        .update(|row| row.creates_stop_failing = Some(to_deregistered));
     eprintln!(
         "{}: deregistered {} after the kill ({}/{} creates failed), registered again {} later",
         sidecar.name,

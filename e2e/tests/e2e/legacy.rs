@@ -531,15 +531,7 @@ pub async fn legacy_crashed_initializer_is_deregistered_by_its_endpoints(
     let removed = removed?.at;
     let back = back.context("the restarted legacy initializer was never registered again")?;
     let to_deregistered = removed - killed_at;
-    let failed = load::count_in(&attempts, killed_at, Some(removed));
-    ctx.row.update(|row| {
-        row.failure_to_deregistered = Some(to_deregistered);
-        row.failure_to_create_ok =
-            load::first_success_after(&attempts, killed_at).map(|a| a.finished - killed_at);
-        row.failed_creates_failure = Some(failed);
-        row.recovery_to_registered = Some(back - removed);
-        row.failed_creates_recovery = Some(load::count_in(&attempts, removed, Some(back)));
-    });
+    common::record_crash(&ctx, &attempts, killed_at, removed, back);
     eprintln!(
         "{}: configuration removed {} after the kill, registered again {} later; {} creates, {} failed",
         sidecar.name,
