@@ -47,8 +47,7 @@ impl Sidecar {
 
     /// The names of its live pods.
     pub async fn pods(&self, ctx: &Ctx) -> anyhow::Result<Vec<String>> {
-        let pods = ops::workload_pods(&ctx.client(), &self.workload_ns, &self.name).await?;
-        Ok(pods.iter().map(|p| p.name_any()).collect())
+        pod_names(ctx, &self.workload_ns, &self.name).await
     }
 }
 
@@ -98,17 +97,24 @@ pub async fn registered_sidecar(ctx: &Ctx, role: &str, health: Health) -> anyhow
 
 /// Freezes every pod of the sidecar initializer; returns their names.
 pub async fn freeze_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<String>> {
-    let pods = sidecar.pods(ctx).await?;
+    freeze_pods(ctx, &sidecar.workload_ns, &sidecar.name).await
+}
+
+/// The names of the live pods of the Initializer `name` (any backend).
+pub async fn pod_names(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let pods = ops::workload_pods(&ctx.client(), workload_ns, name).await?;
+    Ok(pods.iter().map(|p| p.name_any()).collect())
+}
+
+/// Freezes every pod of the Initializer `name` (any backend); returns their names.
+pub async fn freeze_pods(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
+    let pods = pod_names(ctx, workload_ns, name).await?;
     anyhow::ensure!(
         !pods.is_empty(),
-        "failed to freeze: Initializer {} has no pods",
-        sidecar.name
+        "failed to freeze: Initializer {name} has no pods"
     );
     for pod in &pods {
-        ctx.env
-            .backend
-            .freeze_pod(&sidecar.workload_ns, pod)
-            .await?;
+        ctx.env.backend.freeze_pod(workload_ns, pod).await?;
     }
     Ok(pods)
 }
@@ -124,9 +130,20 @@ pub async fn random_phase(health: &HealthPolicy) {
 
 /// Thaws the given pods of the sidecar initializer (ones that are gone are skipped).
 pub async fn thaw_all(ctx: &Ctx, sidecar: &Sidecar, pods: &[String]) -> anyhow::Result<()> {
-    let live = sidecar.pods(ctx).await?;
+    thaw_pods(ctx, &sidecar.workload_ns, &sidecar.name, pods).await
+}
+
+/// Thaws the given pods of the Initializer `name` (any backend; ones that are gone are
+/// skipped).
+pub async fn thaw_pods(
+    ctx: &Ctx,
+    workload_ns: &str,
+    name: &str,
+    pods: &[String],
+) -> anyhow::Result<()> {
+    let live = pod_names(ctx, workload_ns, name).await?;
     for pod in pods.iter().filter(|p| live.contains(p)) {
-        ctx.env.backend.thaw_pod(&sidecar.workload_ns, pod).await?;
+        ctx.env.backend.thaw_pod(workload_ns, pod).await?;
     }
     Ok(())
 }

@@ -979,36 +979,12 @@ pub async fn legacy_bad_names_are_refused_with_the_eras_messages(ctx: Ctx) -> an
 
 /// Freezes every pod of the legacy initializer; returns their names.
 async fn freeze_all(ctx: &Ctx, sidecar: &LegacySidecar) -> anyhow::Result<Vec<String>> {
-    let pods: Vec<String> = ops::workload_pods(&ctx.client(), &sidecar.workload_ns, &sidecar.name)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    ensure!(
-        !pods.is_empty(),
-        "failed to freeze: Initializer {} has no pods",
-        sidecar.name
-    );
-    for pod in &pods {
-        ctx.env
-            .backend
-            .freeze_pod(&sidecar.workload_ns, pod)
-            .await?;
-    }
-    Ok(pods)
+    common::freeze_pods(ctx, &sidecar.workload_ns, &sidecar.name).await
 }
 
 /// Thaws the given pods (ones that are gone are skipped).
 async fn thaw_all(ctx: &Ctx, sidecar: &LegacySidecar, pods: &[String]) -> anyhow::Result<()> {
-    let live: Vec<String> = ops::workload_pods(&ctx.client(), &sidecar.workload_ns, &sidecar.name)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    for pod in pods.iter().filter(|p| live.contains(p)) {
-        ctx.env.backend.thaw_pod(&sidecar.workload_ns, pod).await?;
-    }
-    Ok(())
+    common::thaw_pods(ctx, &sidecar.workload_ns, &sidecar.name, pods).await
 }
 
 /// Waits for a pod in `namespace` whose name `matches`.
