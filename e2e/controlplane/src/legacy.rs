@@ -157,26 +157,12 @@ pub fn apiserver_args(dir: &Path, ports: LegacyPorts) -> Vec<String> {
 pub fn token_kubeconfig(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
     use base64::Engine as _;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes());
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: legacy
-  cluster:
-    server: {server}
-    certificate-authority-data: {ca}
-users:
-- name: {user}
-  user:
-    token: {token}
-contexts:
-- name: legacy
-  context:
-    cluster: legacy
-    user: {user}
-    namespace: default
-current-context: legacy
-"
+    crate::pki::kubeconfig_text(
+        "legacy",
+        server,
+        &ca,
+        user,
+        &format!("    token: {token}\n"),
     )
 }
 
@@ -461,6 +447,11 @@ mod tests {
         let parsed = kube::config::Kubeconfig::from_yaml(&text).unwrap();
         assert_eq!(parsed.auth_infos[0].name, "u");
         assert!(text.contains("    token: t0k\n"), "{text}");
+        assert_eq!(parsed.current_context.as_deref(), Some("legacy"));
+        assert!(
+            text.ends_with("    token: t0k\ncontexts:\n- name: legacy\n  context:\n    cluster: legacy\n    user: u\n    namespace: default\ncurrent-context: legacy\n"),
+            "{text}"
+        );
         let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:1"));
         assert_eq!(cluster.certificate_authority_data.as_deref(), Some("UEVN"));

@@ -133,29 +133,46 @@ pub fn kubeconfig(layout: &Layout, identity: &Identity, server: &str) -> Result<
     let ca = read("ca.crt".into())?;
     let cert = read(format!("{}.crt", identity.file))?;
     let key = read(format!("{}.key", identity.file))?;
-    Ok(format!(
+    Ok(kubeconfig_text(
+        "controlplane",
+        server,
+        &ca,
+        identity.file,
+        &format!("    client-certificate-data: {cert}\n    client-key-data: {key}\n"),
+    ))
+}
+
+/// A kubeconfig with one cluster and one context, both named `cluster`, for `user` in the
+/// `default` namespace; `ca` is base64 PEM and `credentials` the user's own lines (indented,
+/// each ending in a newline). Both servers' kubeconfigs (client certificates here, tokens for
+/// the legacy one) are this text.
+pub(crate) fn kubeconfig_text(
+    cluster: &str,
+    server: &str,
+    ca: &str,
+    user: &str,
+    credentials: &str,
+) -> String {
+    format!(
         "apiVersion: v1
 kind: Config
 clusters:
-- name: controlplane
+- name: {cluster}
   cluster:
     server: {server}
     certificate-authority-data: {ca}
 users:
 - name: {user}
   user:
-    client-certificate-data: {cert}
-    client-key-data: {key}
-contexts:
-- name: controlplane
+{credentials}contexts:
+- name: {cluster}
   context:
-    cluster: controlplane
+    cluster: {cluster}
     user: {user}
     namespace: default
-current-context: controlplane
-",
-        user = identity.file,
-    ))
+current-context: {cluster}
+"
+    )
 }
 
 /// Standard base64 (kubeconfig `*-data` fields).
