@@ -394,6 +394,14 @@ impl Backend {
             Backend::InitializerConfiguration => "InitializerConfiguration",
         }
     }
+
+    /// The kind of the configuration this backend registers.
+    pub fn configuration_kind(self) -> &'static str {
+        match self {
+            Backend::Webhook => "MutatingWebhookConfiguration",
+            Backend::InitializerConfiguration => "InitializerConfiguration",
+        }
+    }
 }
 
 /// The CEL transition rule keeping `spec.backend` as it was set at creation (an absent value is

@@ -145,6 +145,9 @@ pub struct Observation<'a> {
     pub registered: bool,
     /// Name of the configuration (registered or not).
     pub configuration_name: &'a str,
+    /// Its kind (`MutatingWebhookConfiguration`, or `InitializerConfiguration` with the legacy
+    /// backend), for the messages.
+    pub configuration_kind: &'a str,
     /// Expiry of the serving certificate.
     pub certificate_not_after: Option<Timestamp>,
     /// The time of this computation.
@@ -280,6 +283,7 @@ pub fn unsupervised(
         probe: None,
         registered: false,
         configuration_name: configuration,
+        configuration_kind: obj.spec.backend.configuration_kind(),
         certificate_not_after: None,
         now,
         previous,
@@ -552,7 +556,7 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
             REGISTERED,
             "True",
             "Registered",
-            format!("MutatingWebhookConfiguration {name} is registered"),
+            format!("{} {name} is registered", o.configuration_kind),
         );
     }
     if o.suspended {

@@ -839,6 +839,7 @@ impl Supervisor {
             probe: st.last_probe.clone(),
             registered: st.presence != Presence::Absent,
             configuration_name: &configuration,
+            configuration_kind: target.configuration_kind(),
             certificate_not_after: target.certificate_not_after,
             now: Timestamp::now(),
             previous,

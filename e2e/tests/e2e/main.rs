@@ -88,13 +88,7 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[(
 )];
 
 /// Scenarios the real control plane cannot pass yet, and what they wait for.
-const NOT_YET_ON_THE_REAL_CONTROL_PLANE: &[(&str, &str)] = &[(
-    "legacy_backend_without_the_api_is_invalid_and_deploys_nothing",
-    "waits for the operator to take a 403 on initializerconfigurations as the API not served: \
-     under the bundle's RBAC (that resource only in the opt-in legacy ClusterRole) kube-apiserver \
-     answers Forbidden before NotFound, apply/legacy.rs's get and list treat only NotFound as \
-     absent, so the finalizer fails and the Initializer never gets Valid=False",
-)];
+const NOT_YET_ON_THE_REAL_CONTROL_PLANE: &[(&str, &str)] = &[];
 
 /// The suite for the backend `E2E_CLUSTER` / `E2E_KUBECONTEXT` choose: a scenario the backend
 /// cannot run is listed as ignored with the reason (`--include-ignored` runs it anyway, and it

@@ -229,6 +229,7 @@ impl InitializerConfigurationRegistrar {
         match self.api().get_opt(name).await {
             Ok(found) => Ok(found),
             Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) if self.forbidden_because_not_served(&e).await? => Ok(None),
             Err(source) => Err(Error::Get {
                 kind: "InitializerConfiguration",
                 name: name.to_string(),
@@ -243,8 +244,21 @@ impl InitializerConfigurationRegistrar {
         match self.api().list(&ListParams::default().labels(labels)).await {
             Ok(list) => Ok(list.items),
             Err(e) if is_not_found(&e) => Ok(Vec::new()),
+            Err(e) if self.forbidden_because_not_served(&e).await? => Ok(Vec::new()),
             Err(source) => Err(Error::Orphans(Box::new(source))),
         }
+    }
+
+    /// Whether `err` is a 403 for a kind the API server does not serve at all. kube-apiserver
+    /// authorizes before it routes, so without a grant on `initializerconfigurations` (the
+    /// operator's default roles have none; the legacy ClusterRole is opt-in) a server without
+    /// the API answers Forbidden, not NotFound, and nothing of the kind can exist there. A 403
+    /// where the API is served stays an error: the grant is missing.
+    async fn forbidden_because_not_served(&self, err: &kube::Error) -> Result<bool> {
+        if api_code(err) != Some(403) {
+            return Ok(false);
+        }
+        Ok(!api_served(&self.client).await?)
     }
 }
 

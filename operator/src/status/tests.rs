@@ -113,6 +113,7 @@ fn base() -> Observation<'static> {
         probe: None,
         registered: false,
         configuration_name: "initializer-sidecar",
+        configuration_kind: "MutatingWebhookConfiguration",
         certificate_not_after: None,
         now: now(),
         previous: None,
@@ -233,6 +234,29 @@ fn a_registered_initializer_shows_probe_latency_and_certificate_expiry() {
         assert_eq!(cond(&s, t).status, "True", "{t}");
     }
     assert!(s.details.is_empty());
+}
+
+#[test]
+fn the_registered_condition_names_the_kind_its_backend_registers() {
+    let registered = |kind| {
+        let s = compute(&Observation {
+            workload: Some(ready()),
+            health: Some(snapshot(State::Registered, Some(2))),
+            probe: Some(good_probe()),
+            registered: true,
+            configuration_kind: kind,
+            ..base()
+        });
+        cond(&s, REGISTERED).message.clone()
+    };
+    assert_eq!(
+        registered("MutatingWebhookConfiguration"),
+        "MutatingWebhookConfiguration initializer-sidecar is registered"
+    );
+    assert_eq!(
+        registered("InitializerConfiguration"),
+        "InitializerConfiguration initializer-sidecar is registered"
+    );
 }
 
 #[test]
