@@ -170,20 +170,9 @@ fn narrow(before: &str, after: &str) -> Option<Narrowed> {
             if level == 0 {
                 return None;
             }
-            // The walk of the container does not look at the text around it, which the whole
-            // walk would reject if it were unbalanced: scan it (the tails are the same). Only
-            // the brackets are checked there, not every token: the texts are serde_json's.
-            let mut end = before_end;
-            for parent in stack[..level].iter().rev() {
-                end = container_end(l, end)?;
-                if l[end - 1] != if parent.object { b'}' } else { b']' } {
-                    return None;
-                }
-            }
-            let blank = |text: &[u8]| text.iter().all(u8::is_ascii_whitespace);
-            if !blank(&l[..stack[0].start]) || !blank(&l[end..]) {
-                return None;
-            }
+            // The text around the container is not looked at again: both texts are
+            // serde_json's serializations of a typed value, valid by construction, and scanning
+            // the rest of a Pod to re-check its brackets cost a third of the narrowed diff.
             let mut path = PointerBuf::new();
             for parent in &stack[..level] {
                 let (from, to) = parent.member;
@@ -684,8 +673,8 @@ mod tests {
             diff_text(before, after).unwrap_err().to_string(),
             whole.unwrap_err().to_string()
         );
-        assert!(diff_text(r#"{"a":{"b":1}"#, r#"{"a":{"b":2}"#).is_err());
-        assert!(diff_text(r#"{"a":{"b":"1}}"#, r#"{"a":{"b":"2}}"#).is_err());
+        // Text around the narrowed container is not validated again (the SDK diffs only
+        // serde_json's output), but a scan that meets a bracket it does not expect gives up.
         assert!(diff_text(r#"{"a":[1}}"#, r#"{"a":[2}}"#).is_err());
     }
 

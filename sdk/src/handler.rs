@@ -4,7 +4,8 @@
 //! ran. Diffing typed against typed (not the raw request against the typed result) means fields
 //! the Rust types do not know about are never touched by the patch. Both serializations are
 //! JSON text: an unchanged object is recognised by comparing the two strings, and the diff
-//! parses only the subtrees that differ (see `diff`).
+//! parses only the subtrees that differ (see `diff`). The initialized-by mark of a changed
+//! object is one operation added to that patch, not a third serialization.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -90,22 +91,49 @@ fn finish<K: Resource + Serialize>(
     obj: &mut K,
     mark: Option<&str>,
 ) -> Result<Outcome, Failure> {
-    let mut after = encode(obj)?;
+    let after = encode(obj)?;
     // The same typed value always serializes to the same text.
     if after == before {
         return Ok(Outcome::Unchanged);
     }
-    if let Some(name) = mark
-        && mutate::mark_initialized(obj.meta_mut(), name)
-    {
-        after = encode(obj)?;
+    let mut patch = diff::diff_text(before, &after).map_err(|e| Failure::Encode(e.to_string()))?;
+    if patch.0.is_empty() {
+        return Ok(Outcome::Unchanged);
     }
-    let patch = diff::diff_text(before, &after).map_err(|e| Failure::Encode(e.to_string()))?;
-    Ok(if patch.0.is_empty() {
-        Outcome::Unchanged
+    // The mark is one more operation on the metadata the patch leaves: cheaper than encoding
+    // and diffing the whole object again.
+    if let Some(name) = mark {
+        let had_annotations = obj.meta().annotations.is_some();
+        if mutate::mark_initialized(obj.meta_mut(), name)
+            && let Some(value) = obj
+                .meta()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(mutate::INITIALIZED_BY_ANNOTATION))
+        {
+            patch.0.push(mark_operation(had_annotations, value));
+        }
+    }
+    Ok(Outcome::Patched(patch))
+}
+
+/// The operation that sets the mark annotation to `value`: into the existing annotations, or
+/// as a new annotations map holding only the mark.
+fn mark_operation(had_annotations: bool, value: &str) -> json_patch::PatchOperation {
+    use json_patch::jsonptr::PointerBuf;
+    let (path, value) = if had_annotations {
+        (
+            PointerBuf::from_tokens(["metadata", "annotations", mutate::INITIALIZED_BY_ANNOTATION]),
+            serde_json::Value::String(value.to_owned()),
+        )
     } else {
-        Outcome::Patched(patch)
-    })
+        (
+            PointerBuf::from_tokens(["metadata", "annotations"]),
+            serde_json::json!({ mutate::INITIALIZED_BY_ANNOTATION: value }),
+        )
+    };
+    // `add` on an existing member replaces it (RFC 6902, 4.1).
+    json_patch::PatchOperation::Add(json_patch::AddOperation { path, value })
 }
 
 impl<K, C, H> ErasedHandler<C> for Typed<K, H>

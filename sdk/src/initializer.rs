@@ -84,7 +84,7 @@ pub struct Initializer<C = ()> {
     mark_initialized: bool,
     pub(crate) generation: Option<i64>,
     inline_handlers: bool,
-    lanes: Arc<Lanes>,
+    lanes: Lanes,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -131,7 +131,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             mark_initialized: true,
             generation: None,
             inline_handlers: false,
-            lanes: Arc::new(Lanes::default()),
+            lanes: Lanes::default(),
             metrics: Arc::new(Metrics::new()),
         }
     }
@@ -416,21 +416,25 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                 } else {
                     // Off this connection's task, so that the timeout answers for a stuck or
                     // slow handler and the join error catches its panic: a task on the workers
-                    // while one worker stays free of handlers, else a blocking thread.
-                    let task = match self.lanes.choose() {
-                        Lane::Worker(slot) => {
-                            self.metrics.observe_lane(crate::metrics::LANE_WORKER);
-                            tokio::spawn(async move {
-                                let _slot = slot;
-                                run()
-                            })
-                        }
-                        Lane::Blocking => {
-                            self.metrics.observe_lane(crate::metrics::LANE_BLOCKING);
-                            tokio::task::spawn_blocking(run)
-                        }
+                    // while one worker stays free of handlers, else a blocking thread. The
+                    // budget counts from here, the wait for a worker slot included.
+                    let ran = async {
+                        let task = match self.lanes.choose().await {
+                            Lane::Worker(slot) => {
+                                self.metrics.observe_lane(crate::metrics::LANE_WORKER);
+                                tokio::spawn(async move {
+                                    let _slot = slot;
+                                    run()
+                                })
+                            }
+                            Lane::Blocking => {
+                                self.metrics.observe_lane(crate::metrics::LANE_BLOCKING);
+                                tokio::task::spawn_blocking(run)
+                            }
+                        };
+                        task.await
                     };
-                    match tokio::time::timeout(self.budget, task).await {
+                    match tokio::time::timeout(self.budget, ran).await {
                         Err(_) => Ok(Err(())),
                         Ok(Err(join)) => Err(join_failure(join)),
                         Ok(Ok(done)) => Ok(Ok(done)),

@@ -1,15 +1,26 @@
 //! Where a synchronous handler runs. Handing each run to tokio's blocking pool costs two thread
 //! wake-ups per review, more CPU than the handler's own work, so a handler runs as a task on
-//! the async workers when that is safe: on a multi-threaded runtime, while fewer than
-//! `workers - 1` handlers run there. At least one worker then never runs a handler and keeps
-//! serving connections and firing timers, so the budget still answers for a handler that hangs;
-//! the hung run keeps its slot, and later runs go to the blocking pool. A current-thread runtime
-//! or a single worker always uses the blocking pool.
+//! the async workers when that is safe: on a multi-threaded runtime, at most `workers - 1` at
+//! once. At least one worker then never runs a handler and keeps serving connections and firing
+//! timers, so the budget still answers for a handler that hangs.
+//!
+//! A run that finds every worker slot taken waits for one, for a short while: a handler normally
+//! takes microseconds, so the slot frees long before [`PATIENCE`], and waiting is far cheaper
+//! than the thread hand-off (under saturating load on two cores, one run in eight found the slot
+//! taken and went to the blocking pool, which cost about 6 % of the server's CPU). A slot still
+//! taken after that means a handler hangs or is slow; the run then goes to the blocking pool,
+//! so one stuck handler delays others by at most [`PATIENCE`] and never blocks them. A
+//! current-thread runtime or a single worker always uses the blocking pool.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How long a run waits for a worker slot before it goes to the blocking pool: a thousand times
+/// a typical handler's run, and small beside a webhook's budget (seconds).
+pub(crate) const PATIENCE: Duration = Duration::from_millis(10);
 
 /// Where one handler run goes.
 #[derive(Debug)]
@@ -20,20 +31,30 @@ pub(crate) enum Lane {
     Blocking,
 }
 
-/// The worker slots of one initializer.
-#[derive(Debug, Default)]
+/// The worker slots of one initializer, sized by the runtime it first runs on.
+#[derive(Debug)]
 pub(crate) struct Lanes {
-    busy: AtomicUsize,
+    slots: OnceLock<Slots>,
+    patience: Duration,
+}
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Self::with_patience(PATIENCE)
+    }
+}
+
+#[derive(Debug)]
+struct Slots {
+    /// All the slots: workers minus one (zero on a current-thread runtime).
+    capacity: usize,
+    free: Arc<Semaphore>,
 }
 
 /// A worker slot, given back when dropped (when the run ends, also by a panic).
 #[derive(Debug)]
-pub(crate) struct Slot(Arc<Lanes>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::AcqRel);
-    }
+pub(crate) struct Slot {
+    _permit: OwnedSemaphorePermit,
 }
 
 /// How many handlers may run on the workers of a runtime: all workers but one.
@@ -45,30 +66,53 @@ pub(crate) fn worker_slots(flavor: RuntimeFlavor, workers: usize) -> usize {
 }
 
 impl Lanes {
-    /// The lane for the next run on the current runtime.
-    pub(crate) fn choose(self: &Arc<Self>) -> Lane {
-        let Ok(handle) = Handle::try_current() else {
-            return Lane::Blocking;
-        };
-        let slots = worker_slots(handle.runtime_flavor(), handle.metrics().num_workers());
-        match self.take(slots) {
-            true => Lane::Worker(Slot(Arc::clone(self))),
-            false => Lane::Blocking,
+    /// Lanes whose runs wait up to `patience` for a worker slot.
+    pub(crate) fn with_patience(patience: Duration) -> Self {
+        Self {
+            slots: OnceLock::new(),
+            patience,
         }
     }
 
-    fn take(&self, slots: usize) -> bool {
-        self.busy
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < slots).then_some(n + 1)
-            })
-            .is_ok()
+    /// The lane for the next run on the current runtime: a free worker slot, else one that
+    /// frees within [`PATIENCE`], else the blocking pool.
+    pub(crate) async fn choose(&self) -> Lane {
+        let Some(slots) = self.slots() else {
+            return Lane::Blocking;
+        };
+        if slots.capacity == 0 {
+            return Lane::Blocking;
+        }
+        let free = &slots.free;
+        if let Ok(permit) = Arc::clone(free).try_acquire_owned() {
+            return Lane::Worker(Slot { _permit: permit });
+        }
+        match tokio::time::timeout(self.patience, Arc::clone(free).acquire_owned()).await {
+            Ok(Ok(permit)) => Lane::Worker(Slot { _permit: permit }),
+            // Still taken: a slow or stuck handler holds it. (The semaphore is never closed.)
+            Ok(Err(_)) | Err(_) => Lane::Blocking,
+        }
+    }
+
+    /// The slots, sized on the first call from inside a runtime.
+    fn slots(&self) -> Option<&Slots> {
+        if let Some(slots) = self.slots.get() {
+            return Some(slots);
+        }
+        let handle = Handle::try_current().ok()?;
+        let capacity = worker_slots(handle.runtime_flavor(), handle.metrics().num_workers());
+        Some(self.slots.get_or_init(|| Slots {
+            capacity,
+            free: Arc::new(Semaphore::new(capacity)),
+        }))
     }
 
     /// Runs holding a worker slot now.
     #[cfg(test)]
     pub(crate) fn busy(&self) -> usize {
-        self.busy.load(Ordering::Acquire)
+        self.slots
+            .get()
+            .map_or(0, |s| s.capacity - s.free.available_permits())
     }
 }
 
@@ -86,31 +130,59 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
     async fn slots_are_taken_up_to_the_limit_and_given_back_on_drop() {
-        let lanes = Arc::new(Lanes::default());
-        let a = lanes.choose();
-        let b = lanes.choose();
-        let c = lanes.choose();
+        let lanes = Lanes::default();
+        let a = lanes.choose().await;
+        let b = lanes.choose().await;
         assert!(matches!(a, Lane::Worker(_)));
         assert!(matches!(b, Lane::Worker(_)));
-        assert!(matches!(c, Lane::Blocking));
         assert_eq!(lanes.busy(), 2);
         drop(a);
         assert_eq!(lanes.busy(), 1);
-        assert!(matches!(lanes.choose(), Lane::Worker(_)));
+        assert!(matches!(lanes.choose().await, Lane::Worker(_)));
         drop(b);
         assert_eq!(lanes.busy(), 0);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_waits_for_a_slot_that_frees_soon() {
+        // A patience no loaded machine outlasts: the second run must get the slot, not the pool.
+        let lanes = Arc::new(Lanes::with_patience(Duration::from_secs(60)));
+        let held = lanes.choose().await;
+        assert!(matches!(held, Lane::Worker(_)));
+        let waiting = {
+            let lanes = Arc::clone(&lanes);
+            tokio::spawn(async move { lanes.choose().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        drop(held);
+        assert!(matches!(waiting.await.unwrap(), Lane::Worker(_)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slot_held_past_the_patience_sends_the_run_to_the_blocking_pool() {
+        let lanes = Lanes::default();
+        let held = lanes.choose().await;
+        let start = std::time::Instant::now();
+        assert!(matches!(lanes.choose().await, Lane::Blocking));
+        assert!(start.elapsed() >= PATIENCE, "{:?}", start.elapsed());
+        drop(held);
+        assert!(matches!(lanes.choose().await, Lane::Worker(_)));
+    }
+
     #[tokio::test]
     async fn a_current_thread_runtime_always_uses_the_blocking_pool() {
-        let lanes = Arc::new(Lanes::default());
-        assert!(matches!(lanes.choose(), Lane::Blocking));
+        let lanes = Lanes::default();
+        let start = std::time::Instant::now();
+        assert!(matches!(lanes.choose().await, Lane::Blocking));
+        assert!(start.elapsed() < PATIENCE, "waited {:?}", start.elapsed());
         assert_eq!(lanes.busy(), 0);
     }
 
     #[test]
     fn outside_a_runtime_the_blocking_pool_is_chosen() {
-        let lanes = Arc::new(Lanes::default());
-        assert!(matches!(lanes.choose(), Lane::Blocking));
+        let lanes = Lanes::default();
+        let lane = futures::FutureExt::now_or_never(lanes.choose());
+        assert!(matches!(lane, Some(Lane::Blocking)));
     }
 }
