@@ -134,7 +134,7 @@ fn in_process(runtime: &tokio::runtime::Runtime) {
     });
     let init = initializer().fixed_config(config.clone());
     per_op(
-        "Initializer::review_json: the whole path (bytes in, bytes out)",
+        "review_json, whole path, called from outside the workers (2 hand-offs)",
         n,
         || {
             black_box(runtime.block_on(init.review_json(&body)).unwrap());
@@ -196,7 +196,7 @@ fn over_https(seconds: f64, inline: bool) {
     let mode = if inline {
         "inline handlers"
     } else {
-        "handlers on the blocking pool (default)"
+        "handlers as tasks on the async workers (default)"
     };
     println!("\nfull server over HTTPS on loopback ({url}), {mode}, {seconds} s per run:");
     let runs: [(&str, Option<f64>, usize); 4] = [
