@@ -7,7 +7,6 @@
 //! parses only the subtrees that differ (see `diff`). The initialized-by mark of a changed
 //! object is one operation added to that patch, not a third serialization.
 
-use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -20,7 +19,7 @@ use serde_json::value::RawValue;
 
 use crate::gate::AnnotationGate;
 
-use crate::review::{Denial, RequestIn, Review, ReviewIn};
+use crate::review::{Denial, Review};
 use crate::{diff, mutate};
 
 /// Mutate (or refuse) one kind of object. Implement it once per kind, or generically over
@@ -60,53 +59,11 @@ pub(crate) enum Failure {
     Encode(String),
 }
 
-/// The object a handler runs on: raw JSON text, or already decoded as the handler's kind
-/// (when the review was parsed with that kind's type, see [`parse_review`]).
-pub(crate) enum Object {
-    Raw(Box<RawValue>),
-    Decoded(Box<dyn Any + Send>),
-}
-
-impl std::fmt::Debug for Object {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Object::Raw(raw) => f.debug_tuple("Raw").field(raw).finish(),
-            Object::Decoded(_) => f.write_str("Decoded"),
-        }
-    }
-}
-
-/// Parse a whole review with its object decoded as `K`: one pass over the bytes, where the
-/// untyped path scans the object once to keep it as text and parses it again in the handler.
-/// `None` when the bytes are not such a review (the untyped path then answers, with its errors).
-pub(crate) fn parse_review<K: DeserializeOwned + Send + 'static>(
-    body: &[u8],
-) -> Option<ReviewIn<Object>> {
-    let parsed: ReviewIn<K> = serde_json::from_slice(body).ok()?;
-    Some(ReviewIn {
-        api_version: parsed.api_version,
-        kind: parsed.kind,
-        request: parsed.request.map(|r| RequestIn {
-            uid: r.uid,
-            kind: r.kind,
-            resource: r.resource,
-            sub_resource: r.sub_resource,
-            name: r.name,
-            namespace: r.namespace,
-            operation: r.operation,
-            user_info: r.user_info,
-            object: r.object.map(|o| Object::Decoded(Box::new(o))),
-            old_object: r.old_object,
-            dry_run: r.dry_run,
-        }),
-    })
-}
-
 /// A handler with its kind erased, callable with the untyped object.
 pub(crate) trait ErasedHandler<C>: Send + Sync {
     fn call(
         &self,
-        object: Object,
+        object: &RawValue,
         review: &Review<C>,
         gate: Option<&AnnotationGate>,
         mark: Option<&str>,
@@ -118,18 +75,9 @@ pub(crate) struct Typed<K, H> {
     pub(crate) kind: PhantomData<fn() -> K>,
 }
 
-fn decode<K: DeserializeOwned + 'static>(object: Object) -> Result<K, Failure> {
-    match object {
-        // Straight from the request's bytes into the typed object: no intermediate Value tree.
-        Object::Raw(raw) => {
-            serde_json::from_str(raw.get()).map_err(|e| Failure::Decode(e.to_string()))
-        }
-        Object::Decoded(any) => any
-            .downcast::<K>()
-            .map(|k| *k)
-            // Never: a review is decoded with the type of the handler its kind selects.
-            .map_err(|_| Failure::Decode("the object was decoded as another kind".into())),
-    }
+fn decode<K: DeserializeOwned>(object: &RawValue) -> Result<K, Failure> {
+    // Straight from the request's bytes into the typed object: no intermediate Value tree.
+    serde_json::from_str(object.get()).map_err(|e| Failure::Decode(e.to_string()))
 }
 
 fn encode<K: Serialize>(obj: &K) -> Result<String, Failure> {
@@ -195,7 +143,7 @@ where
 {
     fn call(
         &self,
-        object: Object,
+        object: &RawValue,
         review: &Review<C>,
         gate: Option<&AnnotationGate>,
         mark: Option<&str>,
@@ -228,7 +176,7 @@ pub trait InitializeAsync<K, C = ()>: Send + Sync + 'static {
 pub(crate) trait ErasedAsyncHandler<C>: Send + Sync {
     fn call(
         self: Arc<Self>,
-        object: Object,
+        object: Box<RawValue>,
         review: Arc<Review<C>>,
         gate: Option<AnnotationGate>,
         mark: Option<Arc<str>>,
@@ -243,13 +191,13 @@ where
 {
     fn call(
         self: Arc<Self>,
-        object: Object,
+        object: Box<RawValue>,
         review: Arc<Review<C>>,
         gate: Option<AnnotationGate>,
         mark: Option<Arc<str>>,
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
         Box::pin(async move {
-            let mut obj: K = decode(object)?;
+            let mut obj: K = decode(&object)?;
             if gate.is_some_and(|g| !g.admits(obj.meta().annotations.as_ref())) {
                 return Ok(Outcome::Skipped);
             }

@@ -16,9 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::ConfigStore;
 use crate::gate::AnnotationGate;
-use crate::handler::{
-    AnyHandler, Failure, Initialize, InitializeAsync, Object, Outcome, Typed, parse_review,
-};
+use crate::handler::{AnyHandler, Failure, Initialize, InitializeAsync, Outcome, Typed};
 use crate::lane::{Lane, Lanes};
 use crate::metrics::Metrics;
 use crate::review::{
@@ -68,8 +66,6 @@ struct KindHandler<C> {
     /// The resource's plural name, for the controller mode's list, watch and update URLs.
     plural: String,
     handler: AnyHandler<C>,
-    /// Parses a whole review with the object decoded as this kind's type.
-    parse_review: fn(&[u8]) -> Option<ReviewIn<Object>>,
 }
 
 /// An initializer: typed handlers per kind plus the policies the server enforces around them.
@@ -158,7 +154,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     /// Register `handler` for kind `K` (group, version and kind from `K`).
     pub fn handle<K>(mut self, handler: impl Initialize<K, C>) -> Self
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned + Serialize + Send + 'static,
+        K: Resource<DynamicType = ()> + DeserializeOwned + Serialize + 'static,
     {
         let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
         let typed = Typed::<K, _> {
@@ -170,7 +166,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             gvk,
             plural: K::plural(&()).into_owned(),
             handler: AnyHandler::Sync(Arc::new(typed)),
-            parse_review: parse_review::<K>,
         });
         self
     }
@@ -191,7 +186,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             gvk,
             plural: K::plural(&()).into_owned(),
             handler: AnyHandler::Async(Arc::new(typed)),
-            parse_review: parse_review::<K>,
         });
         self
     }
@@ -332,19 +326,13 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         if body.len() > self.max_request_bytes {
             return Err(too_large(self.max_request_bytes));
         }
-        let parsed = match self.parse_typed(body) {
-            Some(parsed) => parsed,
-            None => {
-                let parsed: ReviewIn = serde_json::from_slice(body).map_err(|e| {
-                    Rejection::new(
-                        400,
-                        "malformed",
-                        format!("failed to parse the AdmissionReview: {e}"),
-                    )
-                })?;
-                parsed.map_object(Object::Raw)
-            }
-        };
+        let parsed: ReviewIn = serde_json::from_slice(body).map_err(|e| {
+            Rejection::new(
+                400,
+                "malformed",
+                format!("failed to parse the AdmissionReview: {e}"),
+            )
+        })?;
         if parsed.api_version != REVIEW_API_VERSION || parsed.kind != REVIEW_KIND {
             return Err(Rejection::new(
                 400,
@@ -386,23 +374,12 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         Ok((kind, self.answer(info, object, old_object).await))
     }
 
-    /// The review parsed in one pass with its object decoded as the type of the handler of its
-    /// kind, found by a look at `request.kind` before the parse; `None` (then the untyped
-    /// parse runs) when there is no such handler or the bytes are not a review of that kind.
-    fn parse_typed(&self, body: &[u8]) -> Option<ReviewIn<Object>> {
-        let kind = crate::review::peek_request_kind(body)?;
-        let entry = self.handlers.iter().find(|e| e.gvk == kind)?;
-        let parsed = (entry.parse_review)(body)?;
-        // The peek read the first `kind` member it met; the parse is what counts.
-        (parsed.request.as_ref()?.kind == entry.gvk).then_some(parsed)
-    }
-
     /// Run the handler of `info.kind` on `object` under the budget and the failure policy: the
     /// answer to one request, from the webhook's reviews and the controller mode alike.
     pub(crate) async fn answer(
         &self,
         info: RequestInfo,
-        object: Option<Object>,
+        object: Option<Box<serde_json::value::RawValue>>,
         old_object: Option<Box<serde_json::value::RawValue>>,
     ) -> Response {
         let kind = info.kind.kind.clone();
@@ -426,7 +403,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             AnyHandler::Sync(handler) => {
                 let handler = Arc::clone(handler);
                 let run = move || {
-                    let outcome = handler.call(object, &review, gate.as_ref(), mark.as_deref());
+                    let outcome = handler.call(&object, &review, gate.as_ref(), mark.as_deref());
                     (outcome, review.take_warnings())
                 };
                 if self.inline_handlers {
@@ -568,104 +545,5 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a non-string panic payload".to_owned()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::review;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
-
-    fn labelled(pod: &mut Pod, _: &crate::Review) -> Result<(), crate::Denial> {
-        crate::mutate::add_label(&mut pod.metadata, "labelled", "true");
-        Ok(())
-    }
-
-    fn pod() -> Pod {
-        Pod {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some("p".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "c".into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_review_of_a_handled_kind_is_parsed_with_the_object_typed() {
-        let initializer = Initializer::new("t").handle(labelled);
-        let parsed = initializer
-            .parse_typed(&review(&pod()).to_bytes())
-            .expect("the typed parse");
-        let object = parsed.request.and_then(|r| r.object);
-        assert!(matches!(object, Some(Object::Decoded(_))), "{object:?}");
-        // No handler for Deployments: the untyped parse runs (and the review is admitted).
-        let deployment = k8s_openapi::api::apps::v1::Deployment::default();
-        assert!(
-            initializer
-                .parse_typed(&review(&deployment).to_bytes())
-                .is_none()
-        );
-    }
-
-    #[tokio::test]
-    async fn an_object_the_type_cannot_hold_falls_back_to_the_untyped_parse_and_its_answer() {
-        let initializer = Initializer::new("t").handle(labelled);
-        let mut body: serde_json::Value =
-            serde_json::from_slice(&review(&pod()).to_bytes()).unwrap();
-        body["request"]["object"]["spec"] = serde_json::json!(5);
-        let bytes = serde_json::to_vec(&body).unwrap();
-        assert!(initializer.parse_typed(&bytes).is_none());
-        let (_, response) = initializer.review(&bytes).await.unwrap();
-        assert!(response.allowed);
-        assert_eq!(response.verdict, Verdict::Error);
-        assert!(
-            response.warnings[0].contains("failed to decode the Pod"),
-            "{:?}",
-            response.warnings
-        );
-    }
-
-    #[tokio::test]
-    async fn both_parses_read_the_same_request() {
-        let initializer = Initializer::new("t").handle(labelled);
-        for body in [
-            review(&pod()).to_bytes(),
-            review(&pod()).update(&pod()).to_bytes(),
-            review(&pod()).delete().to_bytes(),
-            review(&pod()).dry_run(true).to_bytes(),
-        ] {
-            let typed = initializer.parse_typed(&body).expect("the typed parse");
-            let untyped: ReviewIn = serde_json::from_slice(&body).unwrap();
-            let (typed, untyped) = (
-                typed.request.unwrap(),
-                untyped.map_object(Object::Raw).request.unwrap(),
-            );
-            let info = |r: &crate::review::RequestIn<Object>| {
-                format!(
-                    "{} {:?} {:?} {:?} {} {:?} {:?} {:?} {:?} {:?}",
-                    r.uid,
-                    r.kind,
-                    r.resource,
-                    r.sub_resource,
-                    r.name,
-                    r.namespace,
-                    r.operation,
-                    r.user_info,
-                    r.old_object.as_ref().map(|o| o.get()),
-                    r.dry_run
-                )
-            };
-            assert_eq!(info(&typed), info(&untyped));
-            assert_eq!(typed.object.is_some(), untyped.object.is_some());
-        }
     }
 }

@@ -20,141 +20,22 @@ pub(crate) const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
 /// `kind` of every review this SDK accepts and answers.
 pub(crate) const REVIEW_KIND: &str = "AdmissionReview";
 
-/// An incoming review, parsed once; its objects as `O`: raw text ([`RawValue`]), or the
-/// handler's own type when the kind was known before the parse (see `Initializer::review`).
+/// An incoming review, parsed once.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ReviewIn<O = Box<RawValue>> {
+pub(crate) struct ReviewIn {
     #[serde(default)]
     pub api_version: String,
     #[serde(default)]
     pub kind: String,
-    #[serde(default = "Option::default")]
-    pub request: Option<RequestIn<O>>,
+    #[serde(default)]
+    pub request: Option<RequestIn>,
 }
 
-impl<O> ReviewIn<O> {
-    /// The same review with its object turned into `P`.
-    pub(crate) fn map_object<P>(self, f: impl FnOnce(O) -> P) -> ReviewIn<P> {
-        ReviewIn {
-            api_version: self.api_version,
-            kind: self.kind,
-            request: self.request.map(|r| RequestIn {
-                uid: r.uid,
-                kind: r.kind,
-                resource: r.resource,
-                sub_resource: r.sub_resource,
-                name: r.name,
-                namespace: r.namespace,
-                operation: r.operation,
-                user_info: r.user_info,
-                object: r.object.map(f),
-                old_object: r.old_object,
-                dry_run: r.dry_run,
-            }),
-        }
-    }
-}
-
-/// `request.kind` of a review, read before the review is parsed, so that the object can be
-/// decoded straight into the type of its kind's handler. A byte scan that skips the other
-/// members without parsing them (the API server writes `kind` second, before the object);
-/// `None` when it finds no such member. The full parse checks the kind again.
-pub(crate) fn peek_request_kind(body: &[u8]) -> Option<GroupVersionKind> {
-    let request = member(body, b"request")?;
-    serde_json::from_slice(member(request, b"kind")?).ok()
-}
-
-/// The text of member `key` of the JSON object `text` holds, values of the members before it
-/// skipped by their brackets and quotes. Keys with escapes never match (`request` and `kind` have
-/// none).
-fn member<'a>(text: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
-    let mut at = skip_blank(text, 0);
-    if text.get(at) != Some(&b'{') {
-        return None;
-    }
-    at += 1;
-    loop {
-        at = skip_blank(text, at);
-        if text.get(at) != Some(&b'"') {
-            return None;
-        }
-        let key_end = string_end(text, at + 1)?;
-        let name = &text[at + 1..key_end - 1];
-        at = skip_blank(text, key_end);
-        if text.get(at) != Some(&b':') {
-            return None;
-        }
-        let start = skip_blank(text, at + 1);
-        let end = value_end(text, start)?;
-        if name == key {
-            return Some(&text[start..end]);
-        }
-        at = skip_blank(text, end);
-        match text.get(at) {
-            Some(b',') => at += 1,
-            _ => return None,
-        }
-    }
-}
-
-fn skip_blank(text: &[u8], mut at: usize) -> usize {
-    while text.get(at).is_some_and(u8::is_ascii_whitespace) {
-        at += 1;
-    }
-    at
-}
-
-/// The offset after the closing quote of the string whose body starts at `at`.
-fn string_end(text: &[u8], mut at: usize) -> Option<usize> {
-    loop {
-        match text.get(at)? {
-            b'"' => return Some(at + 1),
-            b'\\' => at += 2,
-            _ => at += 1,
-        }
-    }
-}
-
-/// The offset after the value that starts at `at`.
-fn value_end(text: &[u8], at: usize) -> Option<usize> {
-    match text.get(at)? {
-        b'"' => string_end(text, at + 1),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut i = at;
-            loop {
-                match text.get(i)? {
-                    b'"' => {
-                        i = string_end(text, i + 1)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(i + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-        }
-        _ => {
-            let len = text[at..]
-                .iter()
-                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())
-                .unwrap_or(text.len() - at);
-            (len > 0).then_some(at + len)
-        }
-    }
-}
-
-/// An incoming request; the object as `O`, the old object always as raw text.
+/// An incoming request with the objects still untyped.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct RequestIn<O = Box<RawValue>> {
+pub(crate) struct RequestIn {
     pub uid: String,
     pub kind: GroupVersionKind,
     pub resource: GroupVersionResource,
@@ -167,8 +48,8 @@ pub(crate) struct RequestIn<O = Box<RawValue>> {
     pub operation: Operation,
     #[serde(default)]
     pub user_info: UserInfo,
-    #[serde(default = "Option::default")]
-    pub object: Option<O>,
+    #[serde(default)]
+    pub object: Option<Box<RawValue>>,
     #[serde(default)]
     pub old_object: Option<Box<RawValue>>,
     #[serde(default)]
@@ -583,45 +464,6 @@ mod tests {
             },
         })
         .unwrap()
-    }
-
-    #[test]
-    fn the_request_kind_is_found_before_the_parse_wherever_it_is() {
-        let pod = GroupVersionKind::gvk("", "v1", "Pod");
-        let api_server_order = br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"object":{"kind":"Deployment"}}}"#;
-        assert_eq!(peek_request_kind(api_server_order), Some(pod.clone()));
-        // Members before it are skipped whatever they hold: strings with quotes and brackets,
-        // nested objects and arrays with "kind" members of their own, numbers, literals.
-        let object_first = br#" { "apiVersion" : "a\"}{[" , "n": -1.5e3, "t": true,
-            "request" : { "object": {"kind": {"kind": "X"}, "a": [1, {"kind": "Y"}, "]\\"]},
-            "dryRun": false, "kind" : {"group":"apps","version":"v1","kind":"Deployment"} } } "#;
-        assert_eq!(
-            peek_request_kind(object_first),
-            Some(GroupVersionKind::gvk("apps", "v1", "Deployment"))
-        );
-    }
-
-    #[test]
-    fn a_review_without_a_readable_request_kind_peeks_nothing() {
-        for body in [
-            &b""[..],
-            b"[]",
-            b"{",
-            br#"{"request":{"uid":"u"}}"#,
-            br#"{"request":{"kind":"Pod"}}"#,
-            br#"{"request":{"kind":{"group":"","version":"v1","kind":"Pod"}"#,
-            br#"{"request":{"uid" "u", "kind":{"group":"","version":"v1","kind":"Pod"}}}"#,
-            br#"{"requ\u0065st":{"kind":{"group":"","version":"v1","kind":"Pod"}}}"#,
-            br#"{"request":{"a":"unterminated}}"#,
-            br#"{"request":{"a":[1,2}, "kind":{"group":"","version":"v1","kind":"Pod"}"#,
-        ] {
-            let peeked = peek_request_kind(body);
-            assert!(
-                peeked.is_none(),
-                "{} -> {peeked:?}",
-                String::from_utf8_lossy(body)
-            );
-        }
     }
 
     #[test]

@@ -500,11 +500,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Controller<C> {
         };
         let start = Instant::now();
         let response = match serde_json::value::to_raw_value(object) {
-            Ok(raw) => {
-                self.initializer
-                    .answer(info, Some(crate::handler::Object::Raw(raw)), None)
-                    .await
-            }
+            Ok(raw) => self.initializer.answer(info, Some(raw), None).await,
             // A `Value` always serializes; answer as for an undecodable object should it not.
             Err(e) => self.initializer.failed(
                 info.uid,
