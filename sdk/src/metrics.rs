@@ -3,6 +3,7 @@
 //! the `mode` label (`webhook` or `controller`), so one dashboard serves both backends; the
 //! controller's writes have a family of their own (`initializer_controller_updates`).
 
+use std::sync::{OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -70,8 +71,26 @@ fn size_histogram() -> Histogram {
     Histogram::new(exponential_buckets(64.0, 2.0, 12))
 }
 
+/// The series one kind, verdict and mode count in, kept so that answering a request finds them
+/// with one short scan instead of building label sets (two string copies) and looking each
+/// family up (three hashed lookups under locks).
+struct Answered {
+    kind: String,
+    verdict: &'static str,
+    mode: &'static str,
+    requests: Counter,
+    latency: Histogram,
+    /// Made on the first patch, so that a kind never patched has no patch-size series.
+    patch_bytes: OnceLock<Histogram>,
+}
+
+/// Most (kind, verdict, mode) triples kept in [`Metrics::answered`]; beyond them (kinds the
+/// API server would not send to this webhook) the families are looked up as before.
+const MAX_ANSWERED: usize = 64;
+
 /// The initializer's metrics and their registry.
 pub(crate) struct Metrics {
+    answered: RwLock<Vec<Answered>>,
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
@@ -153,6 +172,7 @@ impl Metrics {
             handler_runs,
         );
         Self {
+            answered: RwLock::new(Vec::new()),
             registry,
             requests,
             latency,
@@ -174,18 +194,53 @@ impl Metrics {
         patch_len: usize,
         mode: &'static str,
     ) {
+        let verdict = verdict.as_str();
+        let seen = |a: &&Answered| a.verdict == verdict && a.mode == mode && a.kind == kind;
+        {
+            let answered = self.answered.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(series) = answered.iter().find(seen) {
+                self.record(series, elapsed, patch_len);
+                return;
+            }
+        }
         let labels = RequestLabels {
             kind: kind.to_owned(),
-            verdict: verdict.as_str(),
+            verdict,
             mode,
         };
-        self.requests.get_or_create(&labels).inc();
-        self.latency
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+        let series = Answered {
+            requests: self.requests.get_or_create(&labels).clone(),
+            latency: self.latency.get_or_create(&labels).clone(),
+            kind: labels.kind,
+            verdict,
+            mode,
+            patch_bytes: OnceLock::new(),
+        };
+        self.record(&series, elapsed, patch_len);
+        let mut answered = self
+            .answered
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Another request may have added the same series meanwhile: the handles share the
+        // families' series either way, so counts are never lost.
+        if answered.len() < MAX_ANSWERED && !answered.iter().any(|a| seen(&a)) {
+            answered.push(series);
+        }
+    }
+
+    fn record(&self, series: &Answered, elapsed: Duration, patch_len: usize) {
+        series.requests.inc();
+        series.latency.observe(elapsed.as_secs_f64());
         if patch_len > 0 {
-            self.patch_bytes
-                .get_or_create(&KindLabels { kind: labels.kind })
+            series
+                .patch_bytes
+                .get_or_init(|| {
+                    self.patch_bytes
+                        .get_or_create(&KindLabels {
+                            kind: series.kind.clone(),
+                        })
+                        .clone()
+                })
                 .observe(patch_len as f64);
         }
     }
@@ -232,5 +287,90 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn kept_series_count_into_the_same_families() {
+        let metrics = Metrics::new();
+        for _ in 0..3 {
+            metrics.observe(
+                "Pod",
+                Verdict::Patched,
+                Duration::from_micros(80),
+                120,
+                MODE_WEBHOOK,
+            );
+        }
+        metrics.observe(
+            "Pod",
+            Verdict::Allowed,
+            Duration::from_micros(80),
+            0,
+            MODE_WEBHOOK,
+        );
+        metrics.observe(
+            "Job",
+            Verdict::Allowed,
+            Duration::from_micros(80),
+            0,
+            MODE_CONTROLLER,
+        );
+        let text = metrics.encode();
+        assert_eq!(
+            line(
+                &text,
+                r#"initializer_admission_requests_total{kind="Pod",verdict="patched",mode="webhook"}"#
+            ),
+            Some(
+                r#"initializer_admission_requests_total{kind="Pod",verdict="patched",mode="webhook"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(line(&text, r#"initializer_admission_requests_total{kind="Pod",verdict="allowed",mode="webhook"} 1"#).is_some(), "{text}");
+        assert!(line(&text, r#"initializer_admission_duration_seconds_count{kind="Job",verdict="allowed",mode="controller"} 1"#).is_some(), "{text}");
+        assert!(
+            line(&text, r#"initializer_patch_bytes_count{kind="Pod"} 3"#).is_some(),
+            "{text}"
+        );
+        // Never patched: no patch-size series.
+        assert!(
+            line(&text, r#"initializer_patch_bytes_count{kind="Job"}"#).is_none(),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn kinds_beyond_the_kept_ones_are_still_counted() {
+        let metrics = Metrics::new();
+        for round in 0..2 {
+            for n in 0..MAX_ANSWERED + 8 {
+                let kind = format!("Kind{n}");
+                metrics.observe(&kind, Verdict::Allowed, Duration::ZERO, round, MODE_WEBHOOK);
+            }
+        }
+        assert_eq!(metrics.answered.read().unwrap().len(), MAX_ANSWERED);
+        let text = metrics.encode();
+        let last = MAX_ANSWERED + 7;
+        assert!(
+            line(&text, &format!(r#"initializer_admission_requests_total{{kind="Kind{last}",verdict="allowed",mode="webhook"}} 2"#)).is_some(),
+            "{text}"
+        );
+        assert!(
+            line(
+                &text,
+                &format!(r#"initializer_patch_bytes_count{{kind="Kind{last}"}} 1"#)
+            )
+            .is_some(),
+            "{text}"
+        );
     }
 }
