@@ -119,6 +119,7 @@ mod lane;
 mod metrics;
 pub mod mutate;
 mod reload;
+mod repoll;
 mod review;
 mod server;
 pub mod testing;

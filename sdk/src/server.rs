@@ -32,6 +32,7 @@ use crate::controller::{self, Controller, Mode, Rules, Synced};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{Initializer, too_large};
+use crate::repoll::Repoll;
 use crate::tls::CertStore;
 
 /// Default port (matches the operator's process contract).
@@ -680,7 +681,9 @@ async fn accept_loop(
         let service = TowerToHyperService::new(app.clone());
         let builder = builder.clone();
         let watcher = graceful.watcher();
-        tokio::spawn(async move {
+        // Repoll: the connection wakes itself when its handler takes the request body; see
+        // `repoll` for why that must not go through the scheduler.
+        tokio::spawn(Repoll::new(async move {
             let _slot = slot;
             let tls = match tokio::time::timeout(limits.header, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
@@ -705,7 +708,7 @@ async fn accept_loop(
                     tracing::debug!(%peer, ?phase, "connection closed: the client was too slow or idle too long");
                 }
             }
-        });
+        }));
     }
     drop(listener);
     if tokio::time::timeout(grace, graceful.shutdown())
