@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile
+.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -149,12 +149,19 @@ chart-check: helm
 ## bench: the SDK's cost against a hand-written webhook, in one interleaved run (baseline, preset with
 ## the same one-label work, sidecar): saturation, 1,000 req/s open loop, CPU per review, RSS, ratios
 bench:
-	$(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
 	target/release/initializer-bench --rounds 3 --seconds 4
+
+## link-order: record which functions of preset and sidecar run under load (callgrind), so that their
+## release link puts them together (initializer-link-order); rerun when their code or dependencies change
+link-order:
+	INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	target/release/initializer-bench --link-order preset --link-order-file initializers/preset/link-order.txt
+	target/release/initializer-bench --link-order sidecar --link-order-file initializers/sidecar/link-order.txt
 
 ## profile: instructions per review of the preset initializer under callgrind (repeatable on a noisy machine)
 profile:
-	$(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
 	target/release/initializer-bench --profile preset --seconds 15
 
 ## docker-build: one image per binary, ghcr.io/initializer-dev/<binary>:<version>, and the bundle image

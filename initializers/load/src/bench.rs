@@ -14,6 +14,7 @@
 //! target/release/initializer-bench --rounds 3 --seconds 5
 //! ```
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -115,6 +116,14 @@ struct Args {
     /// Where `--profile` writes callgrind.out and its annotation.
     #[arg(long, default_value = "target/callgrind")]
     profile_dir: PathBuf,
+    /// Instead of the comparison: run this one server under callgrind from its start through a
+    /// warm-up and one closed-loop run, and write the functions of its binary that ran, the
+    /// busiest first, to `--link-order-file` (read by `initializer-link-order` at release link).
+    #[arg(long, value_enum, requires = "link_order_file")]
+    link_order: Option<Server>,
+    /// Where `--link-order` writes the list.
+    #[arg(long)]
+    link_order_file: Option<PathBuf>,
 }
 
 /// A server process under test.
@@ -253,6 +262,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(server) = args.profile {
         return profile(server, &args, &bin_dir, work.path(), &trust, &body).await;
     }
+    if let (Some(server), Some(file)) = (args.link_order, &args.link_order_file) {
+        return link_order(server, &args, &bin_dir, work.path(), &trust, &body, file).await;
+    }
     let mut results = Results::new(args.servers.iter().map(|s| s.title().to_owned()).collect());
     let mut running = Vec::new();
     for &server in &args.servers {
@@ -361,6 +373,110 @@ fn callgrind_control(args: &[&str], pid: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The newest callgrind dump in `dir` whose name starts with `prefix` (a dump is numbered after
+/// the output file's name).
+fn newest_dump(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
+    std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .context("failed to find the callgrind dump")
+}
+
+/// The functions of `object` (a file name) that ran, by their own instruction count, the
+/// busiest first: from a callgrind dump written with `--compress-strings=no`.
+fn functions_run(dump: &str, object: &str) -> Vec<String> {
+    let mut own: HashMap<&str, u64> = HashMap::new();
+    let mut in_object = false;
+    let mut function: Option<&str> = None;
+    // The cost line after `calls=` is the callee's inclusive cost, not the caller's own.
+    let mut after_call = false;
+    for line in dump.lines() {
+        if let Some(path) = line.strip_prefix("ob=") {
+            in_object = Path::new(path).file_name().and_then(|n| n.to_str()) == Some(object);
+        } else if let Some(name) = line.strip_prefix("fn=") {
+            function = in_object.then_some(name);
+        } else if line.starts_with("calls=") {
+            after_call = true;
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            let callee_cost = std::mem::take(&mut after_call);
+            let cost = line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse::<u64>().ok());
+            if let (false, Some(name), Some(cost)) = (callee_cost, function, cost) {
+                *own.entry(name).or_default() += cost;
+            }
+        }
+    }
+    let mut ran: Vec<(&str, u64)> = own.into_iter().filter(|(_, cost)| *cost > 0).collect();
+    ran.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    ran.into_iter().map(|(name, _)| name.to_owned()).collect()
+}
+
+/// Record which functions of one server run, from its start through a load, for the link order.
+async fn link_order(
+    server: Server,
+    args: &Args,
+    bin_dir: &Path,
+    work: &Path,
+    trust: &Trust,
+    body: &Bytes,
+    file: &Path,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.profile_dir)?;
+    let prefix = format!("{}.order.callgrind", server.binary());
+    let out = std::path::absolute(args.profile_dir.join(&prefix))?;
+    let wrapper = [
+        "valgrind".to_owned(),
+        "--tool=callgrind".to_owned(),
+        // Raw symbol names, each written out in full: what the linker's list needs.
+        "--demangle=no".to_owned(),
+        "--compress-strings=no".to_owned(),
+        format!("--callgrind-out-file={}", out.display()),
+    ];
+    let running = start(server, bin_dir, work, &wrapper)?;
+    ready(&running, trust, body).await?;
+    let spec = |seconds: f64| LoadSpec {
+        url: running.url.clone(),
+        trust: trust.clone(),
+        body: body.clone(),
+        rate: None,
+        connections: 4,
+        duration: Duration::from_secs_f64(seconds),
+        warmup: Duration::ZERO,
+    };
+    run(&spec(args.warmup.max(2.0))).await?;
+    let report = run(&spec(args.seconds)).await?;
+    callgrind_control(&["--dump"], running.child.id())?;
+    drop(running);
+    let text = std::fs::read_to_string(newest_dump(&args.profile_dir, &prefix)?)?;
+    let functions = functions_run(&text, server.binary());
+    if functions.is_empty() {
+        bail!(
+            "failed to find a function of {} in the callgrind dump",
+            server.binary()
+        );
+    }
+    std::fs::write(file, functions.join("\n") + "\n")?;
+    println!(
+        "{}: {} functions ran over {} reviews ({} errors); written to {}",
+        server.binary(),
+        functions.len(),
+        report.ok,
+        report.errors,
+        file.display()
+    );
+    Ok(())
+}
+
 /// Count one server's instructions per review under callgrind.
 async fn profile(
     server: Server,
@@ -400,19 +516,7 @@ async fn profile(
     callgrind_control(&["--dump"], pid)?;
     callgrind_control(&["--instr=off"], pid)?;
     drop(running);
-    // The dump is numbered after the output file's name.
-    let dumped = std::fs::read_dir(&args.profile_dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{}.callgrind", server.binary())))
-        })
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .context("failed to find the callgrind dump")?;
+    let dumped = newest_dump(&args.profile_dir, &format!("{}.callgrind", server.binary()))?;
     let text = std::fs::read_to_string(&dumped)?;
     let total = callgrind_total(&text).context("failed to read the dump's totals")?;
     let reviews = report.ok + report.errors;
@@ -444,6 +548,21 @@ async fn profile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_functions_run_are_the_objects_own_the_busiest_first() {
+        let dump = "events: Ir\n\
+            ob=/usr/lib/libc.so.6\nfn=memcpy\n0 900\n\
+            ob=/bin/preset-initializer\nfn=_RNvCs1_4main\n0 10\n\
+            cob=/usr/lib/libc.so.6\ncfn=memcpy\ncalls=3 0\n0 5000\n0 2\n\
+            fn=_ZN5serde2de4read17h0E\n0 40\n+1 5\n\
+            fn=_ZN4cold17h1E\n0 0\n";
+        assert_eq!(
+            functions_run(dump, "preset-initializer"),
+            ["_ZN5serde2de4read17h0E", "_RNvCs1_4main"]
+        );
+        assert!(functions_run(dump, "sidecar-initializer").is_empty());
+    }
 
     #[test]
     fn the_callgrind_total_is_read_from_either_line() {
