@@ -146,22 +146,28 @@ monitoring:
 chart-check: helm
 	tools/helm/check.sh
 
+# Each initializer built alone, as its image builds it: the features cargo unifies across the
+# packages of one build change the symbols' names, which the link order lists.
+RELEASE_INITIALIZERS = INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p preset-initializer \
+	&& INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p sidecar-initializer \
+	&& $(CARGO) build -q --release -p initializer-load
+
 ## bench: the SDK's cost against a hand-written webhook, in one interleaved run (baseline, preset with
 ## the same one-label work, sidecar): saturation, 1,000 req/s open loop, CPU per review, RSS, ratios
 bench:
-	INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	$(RELEASE_INITIALIZERS)
 	target/release/initializer-bench --rounds 3 --seconds 4
 
 ## link-order: record which functions of preset and sidecar run under load (callgrind), so that their
 ## release link puts them together (initializer-link-order); rerun when their code or dependencies change
 link-order:
-	INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	$(RELEASE_INITIALIZERS)
 	target/release/initializer-bench --link-order preset --link-order-file initializers/preset/link-order.txt
 	target/release/initializer-bench --link-order sidecar --link-order-file initializers/sidecar/link-order.txt
 
 ## profile: instructions per review of the preset initializer under callgrind (repeatable on a noisy machine)
 profile:
-	INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p initializer-load -p preset-initializer -p sidecar-initializer
+	$(RELEASE_INITIALIZERS)
 	target/release/initializer-bench --profile preset --seconds 15
 
 ## docker-build: one image per binary, ghcr.io/initializer-dev/<binary>:<version>, and the bundle image

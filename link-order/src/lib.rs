@@ -14,8 +14,9 @@
 //! needs a linker that reads `--symbol-ordering-file` (lld, mold): rustc's default on
 //! x86_64-unknown-linux-gnu, not GNU ld. Other targets build as usual, with a warning. A list
 //! from an older build only loses its effect: names it gives that the binary no longer has are
-//! skipped. The link arguments take part in the symbols' names, so a list holds for the
-//! arguments it was recorded with: `make link-order` records it from a build with them.
+//! skipped. The features cargo unifies across the packages of one build take part in the
+//! symbols' names, so a list holds for a build of its package alone, the way its image is built:
+//! `make link-order` records it from such a build (the directory does not matter).
 
 use std::path::Path;
 
@@ -63,9 +64,7 @@ pub const LIST: &str = "link-order.txt";
 /// workspace root): the list is `<package>/link-order.txt`.
 ///
 /// The linker gets the list's path relative to the workspace root, where cargo runs rustc for a
-/// workspace member: the link arguments take part in the names of the binary's symbols, so an
-/// absolute path would give a build in another directory (an image build) other names than the
-/// ones the list records.
+/// workspace member, so the link is the same in any checkout (an image build's included).
 pub fn apply(package: &str) {
     println!("cargo:rerun-if-changed={LIST}");
     println!("cargo:rerun-if-env-changed={SWITCH}");
