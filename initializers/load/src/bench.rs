@@ -421,6 +421,19 @@ fn functions_run(dump: &str, object: &str) -> Vec<String> {
     ran.into_iter().map(|(name, _)| name.to_owned()).collect()
 }
 
+/// The load of a server under callgrind: a closed loop of 4 connections for `seconds`.
+fn callgrind_load(running: &Running, trust: &Trust, body: &Bytes, seconds: f64) -> LoadSpec {
+    LoadSpec {
+        url: running.url.clone(),
+        trust: trust.clone(),
+        body: body.clone(),
+        rate: None,
+        connections: 4,
+        duration: Duration::from_secs_f64(seconds),
+        warmup: Duration::ZERO,
+    }
+}
+
 /// Record which functions of one server run, from its start through a load, for the link order.
 async fn link_order(
     server: Server,
@@ -444,15 +457,7 @@ async fn link_order(
     ];
     let running = start(server, bin_dir, work, &wrapper)?;
     ready(&running, trust, body).await?;
-    let spec = |seconds: f64| LoadSpec {
-        url: running.url.clone(),
-        trust: trust.clone(),
-        body: body.clone(),
-        rate: None,
-        connections: 4,
-        duration: Duration::from_secs_f64(seconds),
-        warmup: Duration::ZERO,
-    };
+    let spec = |seconds: f64| callgrind_load(&running, trust, body, seconds);
     run(&spec(args.warmup.max(2.0))).await?;
     let report = run(&spec(args.seconds)).await?;
     callgrind_control(&["--dump"], running.child.id())?;
@@ -501,15 +506,7 @@ async fn profile(
     let running = start(server, bin_dir, work, &wrapper)?;
     ready(&running, trust, body).await?;
     let pid = running.child.id();
-    let spec = |seconds: f64| LoadSpec {
-        url: running.url.clone(),
-        trust: trust.clone(),
-        body: body.clone(),
-        rate: None,
-        connections: 4,
-        duration: Duration::from_secs_f64(seconds),
-        warmup: Duration::ZERO,
-    };
+    let spec = |seconds: f64| callgrind_load(&running, trust, body, seconds);
     run(&spec(args.warmup.max(2.0))).await?;
     callgrind_control(&["--instr=on"], pid)?;
     let report = run(&spec(args.seconds)).await?;
