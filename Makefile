@@ -147,10 +147,15 @@ chart-check: helm
 	tools/helm/check.sh
 
 # Each initializer built alone, as its image builds it: the features cargo unifies across the
-# packages of one build change the symbols' names, which the link order lists.
-RELEASE_INITIALIZERS = INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p preset-initializer \
-	&& INITIALIZER_LINK_ORDER=1 $(CARGO) build -q --release -p sidecar-initializer \
-	&& $(CARGO) build -q --release -p initializer-load
+# packages of one build change the symbols' names, which the link order lists. Relocations are
+# packed when this machine's glibc (2.36+) can start such binaries. Both can be overridden
+# (INITIALIZER_LINK_ORDER=0 make bench).
+INITIALIZER_LINK_ORDER ?= 1
+INITIALIZER_PACK_RELOCS ?= $(shell getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ split($$2, v, "."); print (v[1] > 2 || (v[1] == 2 && v[2] >= 36)) ? 1 : 0 }')
+RELEASE_ENV = INITIALIZER_LINK_ORDER=$(INITIALIZER_LINK_ORDER) INITIALIZER_PACK_RELOCS=$(INITIALIZER_PACK_RELOCS)
+RELEASE_INITIALIZERS = $(RELEASE_ENV) $(CARGO) build -q --release -p preset-initializer \
+	&& $(RELEASE_ENV) $(CARGO) build -q --release -p sidecar-initializer \
+	&& $(RELEASE_ENV) $(CARGO) build -q --release -p initializer-load
 
 ## bench: the SDK's cost against a hand-written webhook, in one interleaved run (baseline, preset with
 ## the same one-label work, sidecar): saturation, 1,000 req/s open loop, CPU per review, RSS, ratios

@@ -6,15 +6,18 @@
 //! initializer runs 1.3 MiB of functions scattered over 8.5 MiB of code, and 6.2 MiB of it was
 //! resident; packed, 2.8 MiB is.
 //!
-//! The same switch packs the relative relocations (`-z pack-relative-relocs`): the loader then
-//! reads a few KiB of them at start instead of 620 KiB, which stayed resident. The binary then
-//! needs glibc 2.36 or later (Debian 12, the image's base).
+//! Two opt-in switches, both set by the image build:
+//! - `INITIALIZER_LINK_ORDER=1`: the ordering. It needs lld's `--symbol-ordering-file`, so it
+//!   applies on x86_64-unknown-linux-gnu with rustc's default linker (lld) only; with another
+//!   target or a linker of one's own (GNU ld and mold have no such option) the build warns and
+//!   links as usual.
+//! - `INITIALIZER_PACK_RELOCS=1`: with the ordering, the relative relocations packed
+//!   (`-z pack-relative-relocs`). The loader then reads a few KiB of them at start instead of
+//!   620 KiB, which stayed resident; the binary needs glibc 2.36 or later to start (Debian 12,
+//!   the image's base). `make bench` sets it when the machine's glibc has it.
 //!
-//! Opt-in (`INITIALIZER_LINK_ORDER=1`, which `make bench` and the image build set) because it
-//! needs a linker that reads `--symbol-ordering-file` (lld, mold): rustc's default on
-//! x86_64-unknown-linux-gnu, not GNU ld. Other targets build as usual, with a warning. A list
-//! from an older build only loses its effect: names it gives that the binary no longer has are
-//! skipped. The features cargo unifies across the packages of one build take part in the
+//! A list from an older build only loses its effect: names it gives that the binary no longer
+//! has are skipped. The features cargo unifies across the packages of one build take part in the
 //! symbols' names, so a list holds for a build of its package alone, the way its image is built:
 //! `make link-order` records it from such a build (the directory does not matter).
 
@@ -23,42 +26,79 @@ use std::path::Path;
 /// The variable that turns the ordering on.
 pub const SWITCH: &str = "INITIALIZER_LINK_ORDER";
 
+/// The variable that also packs the relative relocations.
+pub const PACK_RELOCS: &str = "INITIALIZER_PACK_RELOCS";
+
 /// The only target whose default linker is known to read an ordering file.
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// The list's file name, in the package's directory.
+pub const LIST: &str = "link-order.txt";
+
+/// What the build environment says, as far as the plan needs it.
+#[derive(Debug, Clone, Default)]
+pub struct Build<'a> {
+    /// `INITIALIZER_LINK_ORDER`.
+    pub switch: Option<&'a str>,
+    /// `INITIALIZER_PACK_RELOCS`.
+    pub pack_relocs: Option<&'a str>,
+    /// The target triple.
+    pub target: &'a str,
+    /// A linker chosen in cargo's configuration (`RUSTC_LINKER`) or rustflags (`-C linker`,
+    /// `-fuse-ld`), which may not read the list.
+    pub own_linker: bool,
+}
 
 /// What a build script asks of cargo for this package's binaries.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
     /// Link as usual.
     Off,
-    /// Asked for on a target whose default linker may not read the list: say so, link as usual.
-    Unsupported { target: String },
+    /// Asked for where the linker may not read the list: say why, link as usual.
+    Unsupported { why: String },
     /// Pass the list to the linker.
     Order { link_args: Vec<String> },
 }
 
-/// The plan for `target`, with the switch set to `switch` and the list at `list`.
-pub fn plan(switch: Option<&str>, target: &str, list: &Path) -> Plan {
-    if switch != Some("1") {
+/// The plan for `build`, with the list at `list`.
+pub fn plan(build: &Build<'_>, list: &Path) -> Plan {
+    if build.switch != Some("1") {
         return Plan::Off;
     }
-    if target != TARGET {
+    if build.target != TARGET {
         return Plan::Unsupported {
-            target: target.to_owned(),
+            why: format!(
+                "on {}: only {TARGET}'s default linker is known to read a symbol ordering file",
+                build.target
+            ),
         };
     }
-    Plan::Order {
-        link_args: vec![
-            format!("-Wl,--symbol-ordering-file={}", list.display()),
-            // Names from an older build are expected; they are skipped either way.
-            "-Wl,--no-warn-symbol-ordering".to_owned(),
-            "-Wl,-z,pack-relative-relocs".to_owned(),
-        ],
+    if build.own_linker {
+        return Plan::Unsupported {
+            why: "with a linker of one's own: only lld, rustc's default here, reads a symbol ordering file".to_owned(),
+        };
     }
+    let mut link_args = vec![
+        format!("-Wl,--symbol-ordering-file={}", list.display()),
+        // Names from an older build are expected; they are skipped either way.
+        "-Wl,--no-warn-symbol-ordering".to_owned(),
+    ];
+    if build.pack_relocs == Some("1") {
+        link_args.push("-Wl,-z,pack-relative-relocs".to_owned());
+    }
+    Plan::Order { link_args }
 }
 
-/// The list's file name, in the package's directory.
-pub const LIST: &str = "link-order.txt";
+/// Whether cargo's configuration or rustflags choose a linker.
+fn own_linker() -> bool {
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    std::env::var_os("RUSTC_LINKER").is_some()
+        || flags.split('\x1f').any(|flag| {
+            flag.contains("-fuse-ld=")
+                || flag.starts_with("-Clinker=")
+                || flag.starts_with("linker=")
+        })
+}
 
 /// Called from the `build.rs` of the package at `package` (its directory relative to the
 /// workspace root): the list is `<package>/link-order.txt`.
@@ -68,7 +108,9 @@ pub const LIST: &str = "link-order.txt";
 pub fn apply(package: &str) {
     println!("cargo:rerun-if-changed={LIST}");
     println!("cargo:rerun-if-env-changed={SWITCH}");
+    println!("cargo:rerun-if-env-changed={PACK_RELOCS}");
     let switch = std::env::var(SWITCH).ok();
+    let pack_relocs = std::env::var(PACK_RELOCS).ok();
     let target = std::env::var("TARGET").unwrap_or_default();
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
     if switch.as_deref() == Some("1") && !Path::new(&manifest_dir).ends_with(package) {
@@ -77,11 +119,15 @@ pub fn apply(package: &str) {
         );
         return;
     }
-    match plan(switch.as_deref(), &target, &Path::new(package).join(LIST)) {
+    let build = Build {
+        switch: switch.as_deref(),
+        pack_relocs: pack_relocs.as_deref(),
+        target: &target,
+        own_linker: own_linker(),
+    };
+    match plan(&build, &Path::new(package).join(LIST)) {
         Plan::Off => {}
-        Plan::Unsupported { target } => println!(
-            "cargo:warning={SWITCH}=1 is ignored on {target}: only {TARGET}'s default linker is known to read a symbol ordering file"
-        ),
+        Plan::Unsupported { why } => println!("cargo:warning={SWITCH}=1 is ignored {why}"),
         Plan::Order { link_args } => {
             for arg in link_args {
                 println!("cargo:rustc-link-arg-bins={arg}");
@@ -94,35 +140,71 @@ pub fn apply(package: &str) {
 mod tests {
     use super::*;
 
+    const LIST_PATH: &str = "initializers/preset/link-order.txt";
+
+    fn on(switch: &str) -> Build<'_> {
+        Build {
+            switch: Some(switch),
+            target: TARGET,
+            ..Build::default()
+        }
+    }
+
     #[test]
     fn only_the_switch_set_to_one_turns_it_on() {
-        let list = Path::new("initializers/preset/link-order.txt");
-        assert_eq!(plan(None, TARGET, list), Plan::Off);
-        assert_eq!(plan(Some("0"), TARGET, list), Plan::Off);
-        assert_eq!(plan(Some("yes"), TARGET, list), Plan::Off);
+        let list = Path::new(LIST_PATH);
+        let off = Build {
+            target: TARGET,
+            ..Build::default()
+        };
+        assert_eq!(plan(&off, list), Plan::Off);
+        assert_eq!(plan(&on("0"), list), Plan::Off);
+        assert_eq!(plan(&on("yes"), list), Plan::Off);
         assert_eq!(
-            plan(Some("1"), TARGET, list),
+            plan(&on("1"), list),
             Plan::Order {
                 link_args: vec![
-                    "-Wl,--symbol-ordering-file=initializers/preset/link-order.txt".to_owned(),
+                    format!("-Wl,--symbol-ordering-file={LIST_PATH}"),
                     "-Wl,--no-warn-symbol-ordering".to_owned(),
-                    "-Wl,-z,pack-relative-relocs".to_owned(),
                 ]
             }
         );
     }
 
     #[test]
-    fn other_targets_link_as_usual() {
-        assert_eq!(
-            plan(
-                Some("1"),
-                "aarch64-unknown-linux-gnu",
-                Path::new("/w/link-order.txt")
-            ),
-            Plan::Unsupported {
-                target: "aarch64-unknown-linux-gnu".to_owned()
-            }
-        );
+    fn relocations_are_packed_only_when_asked_as_well() {
+        let list = Path::new(LIST_PATH);
+        let packed = Build {
+            pack_relocs: Some("1"),
+            ..on("1")
+        };
+        assert!(matches!(
+            plan(&packed, list),
+            Plan::Order { link_args }
+                if link_args.last().map(String::as_str) == Some("-Wl,-z,pack-relative-relocs")
+        ));
+        // Packing alone does nothing: it rides on the ordered link.
+        let alone = Build {
+            switch: None,
+            pack_relocs: Some("1"),
+            target: TARGET,
+            own_linker: false,
+        };
+        assert_eq!(plan(&alone, list), Plan::Off);
+    }
+
+    #[test]
+    fn other_targets_and_own_linkers_link_as_usual() {
+        let list = Path::new(LIST_PATH);
+        let arm = Build {
+            target: "aarch64-unknown-linux-gnu",
+            ..on("1")
+        };
+        assert!(matches!(plan(&arm, list), Plan::Unsupported { why } if why.contains("aarch64")));
+        let mold = Build {
+            own_linker: true,
+            ..on("1")
+        };
+        assert!(matches!(plan(&mold, list), Plan::Unsupported { why } if why.contains("linker")));
     }
 }

@@ -14,7 +14,7 @@
 //! target/release/initializer-bench --rounds 3 --seconds 5
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,6 +63,21 @@ impl Server {
             Server::Baseline => baseline::PATH,
             Server::Preset | Server::Sidecar => kube_initializer::INITIALIZE_PATH,
         }
+    }
+
+    /// The link-order list of an SDK initializer, in its package (see `initializer-link-order`).
+    fn link_order_list(self) -> Option<PathBuf> {
+        let package = match self {
+            Server::Baseline => return None,
+            Server::Preset => "preset",
+            Server::Sidecar => "sidecar",
+        };
+        Some(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join(package)
+                .join("link-order.txt"),
+        )
     }
 
     /// `config.yaml` for the SDK's initializers.
@@ -285,6 +300,12 @@ async fn main() -> anyhow::Result<()> {
         );
     }
 
+    for r in &running {
+        if let Some(line) = link_order_coverage(r.server, &bin_dir) {
+            println!("  {:<22} {line}", r.server.binary());
+        }
+    }
+
     let spec = |url: &str, rate: Option<f64>, seconds: f64| LoadSpec {
         url: url.to_owned(),
         trust: trust.clone(),
@@ -350,6 +371,36 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How many of the functions a server's link-order list names its binary defines: the list goes
+/// stale as the code changes, and the RSS figures with it. `None` without a list or without `nm`
+/// (binutils).
+fn link_order_coverage(server: Server, bin_dir: &Path) -> Option<String> {
+    let list = std::fs::read_to_string(server.link_order_list()?).ok()?;
+    let symbols = Command::new("nm")
+        .arg("--defined-only")
+        .arg(bin_dir.join(server.binary()))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())?;
+    let (found, listed) = listed_and_defined(&list, &String::from_utf8_lossy(&symbols.stdout));
+    let stale = if found * 10 < listed * 9 {
+        " (stale: re-record it with `make link-order`)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "link order: {found} of the {listed} functions listed are in the binary{stale}"
+    ))
+}
+
+/// Of the names in `list` (one per line), how many `nm` output defines, and how many there are.
+fn listed_and_defined(list: &str, nm: &str) -> (usize, usize) {
+    let defined: HashSet<&str> = nm.lines().filter_map(|l| l.splitn(3, ' ').nth(2)).collect();
+    let listed: Vec<&str> = list.lines().filter(|l| !l.is_empty()).collect();
+    let found = listed.iter().filter(|name| defined.contains(*name)).count();
+    (found, listed.len())
+}
+
 /// The `totals:` (or `summary:`) line of a callgrind output file: instructions counted.
 fn callgrind_total(out: &str) -> Option<u64> {
     out.lines().find_map(|line| {
@@ -402,7 +453,10 @@ fn functions_run(dump: &str, object: &str) -> Vec<String> {
         if let Some(path) = line.strip_prefix("ob=") {
             in_object = Path::new(path).file_name().and_then(|n| n.to_str()) == Some(object);
         } else if let Some(name) = line.strip_prefix("fn=") {
-            function = in_object.then_some(name);
+            // `name'2` is a recursion level of `name`; `0x…` and `(below main)` are no symbols.
+            let symbol = name.split_once('\'').map_or(name, |(symbol, _)| symbol);
+            let real = !symbol.starts_with("0x") && !symbol.contains(' ');
+            function = (in_object && real).then_some(symbol);
         } else if line.starts_with("calls=") {
             after_call = true;
         } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
@@ -553,12 +607,24 @@ mod tests {
             ob=/bin/preset-initializer\nfn=_RNvCs1_4main\n0 10\n\
             cob=/usr/lib/libc.so.6\ncfn=memcpy\ncalls=3 0\n0 5000\n0 2\n\
             fn=_ZN5serde2de4read17h0E\n0 40\n+1 5\n\
-            fn=_ZN4cold17h1E\n0 0\n";
+            fn=_ZN4cold17h1E\n0 0\n\
+            fn=_RNvCs1_4main'2\n0 40\nfn=0x00000000002e88e0\n0 99\nfn=(below main)\n0 99\n";
         assert_eq!(
             functions_run(dump, "preset-initializer"),
-            ["_ZN5serde2de4read17h0E", "_RNvCs1_4main"]
+            // main: 10 + 2 (after the call's inclusive 5000) + 40 in its recursion = 52 > 45.
+            ["_RNvCs1_4main", "_ZN5serde2de4read17h0E"]
         );
         assert!(functions_run(dump, "sidecar-initializer").is_empty());
+    }
+
+    #[test]
+    fn the_link_order_coverage_counts_the_listed_names_the_binary_defines() {
+        let nm = "0000000000001000 T _RNvCs1_4main\n0000000000002000 t _ZN4cold17h1E\n";
+        assert_eq!(
+            listed_and_defined("_RNvCs1_4main\n_ZN4gone17h2E\n\n", nm),
+            (1, 2)
+        );
+        assert_eq!(listed_and_defined("", nm), (0, 0));
     }
 
     #[test]
