@@ -24,7 +24,7 @@ use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Parser;
 use initializer_load::client::{Connection, Trust, connector};
-use initializer_load::load::{LoadSpec, run};
+use initializer_load::load::{LoadSpec, Report, run};
 use initializer_load::report::{Measure, Results, turn_order};
 use initializer_load::{baseline, proc};
 use kube_initializer::testing::review;
@@ -274,11 +274,18 @@ async fn main() -> anyhow::Result<()> {
         body.len(),
         load_average()
     );
+    let setup = Setup {
+        args: &args,
+        bin_dir: &bin_dir,
+        work: work.path(),
+        trust: &trust,
+        body: &body,
+    };
     if let Some(server) = args.profile {
-        return profile(server, &args, &bin_dir, work.path(), &trust, &body).await;
+        return profile(server, &setup).await;
     }
     if let (Some(server), Some(file)) = (args.link_order, &args.link_order_file) {
-        return link_order(server, &args, &bin_dir, work.path(), &trust, &body, file).await;
+        return link_order(server, &setup, file).await;
     }
     let mut results = Results::new(args.servers.iter().map(|s| s.title().to_owned()).collect());
     let mut running = Vec::new();
@@ -475,48 +482,77 @@ fn functions_run(dump: &str, object: &str) -> Vec<String> {
     ran.into_iter().map(|(name, _)| name.to_owned()).collect()
 }
 
-/// The load of a server under callgrind: a closed loop of 4 connections for `seconds`.
-fn callgrind_load(running: &Running, trust: &Trust, body: &Bytes, seconds: f64) -> LoadSpec {
-    LoadSpec {
+/// What the callgrind modes start and load their server with.
+struct Setup<'a> {
+    args: &'a Args,
+    bin_dir: &'a Path,
+    work: &'a Path,
+    trust: &'a Trust,
+    body: &'a Bytes,
+}
+
+/// Which instructions a callgrind run counts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// Those of the measured run only.
+    MeasuredRun,
+    /// All, from the server's start.
+    FromStart,
+}
+
+/// Run one server under callgrind (with `flags` too, writing `<--profile-dir>/<name>`) through a
+/// warm-up and one closed loop of 4 connections for `--seconds`, then have it dump: the measured
+/// run's report and the dump's path.
+async fn under_callgrind(
+    server: Server,
+    setup: &Setup<'_>,
+    name: &str,
+    flags: &[&str],
+    counted: Counted,
+) -> anyhow::Result<(Report, PathBuf)> {
+    let args = setup.args;
+    std::fs::create_dir_all(&args.profile_dir)?;
+    let out = std::path::absolute(args.profile_dir.join(name))?;
+    let _ = std::fs::remove_file(&out);
+    let mut wrapper = vec!["valgrind".to_owned(), "--tool=callgrind".to_owned()];
+    if counted == Counted::MeasuredRun {
+        wrapper.push("--instr-atstart=no".to_owned());
+    }
+    wrapper.extend(flags.iter().map(|flag| (*flag).to_owned()));
+    wrapper.push(format!("--callgrind-out-file={}", out.display()));
+    let running = start(server, setup.bin_dir, setup.work, &wrapper)?;
+    ready(&running, setup.trust, setup.body).await?;
+    let pid = running.child.id();
+    let spec = |seconds: f64| LoadSpec {
         url: running.url.clone(),
-        trust: trust.clone(),
-        body: body.clone(),
+        trust: setup.trust.clone(),
+        body: setup.body.clone(),
         rate: None,
         connections: 4,
         duration: Duration::from_secs_f64(seconds),
         warmup: Duration::ZERO,
+    };
+    run(&spec(args.warmup.max(2.0))).await?;
+    if counted == Counted::MeasuredRun {
+        callgrind_control(&["--instr=on"], pid)?;
     }
+    let report = run(&spec(args.seconds)).await?;
+    callgrind_control(&["--dump"], pid)?;
+    if counted == Counted::MeasuredRun {
+        callgrind_control(&["--instr=off"], pid)?;
+    }
+    drop(running);
+    Ok((report, newest_dump(&args.profile_dir, name)?))
 }
 
 /// Record which functions of one server run, from its start through a load, for the link order.
-async fn link_order(
-    server: Server,
-    args: &Args,
-    bin_dir: &Path,
-    work: &Path,
-    trust: &Trust,
-    body: &Bytes,
-    file: &Path,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.profile_dir)?;
-    let prefix = format!("{}.order.callgrind", server.binary());
-    let out = std::path::absolute(args.profile_dir.join(&prefix))?;
-    let wrapper = [
-        "valgrind".to_owned(),
-        "--tool=callgrind".to_owned(),
-        // Raw symbol names, each written out in full: what the linker's list needs.
-        "--demangle=no".to_owned(),
-        "--compress-strings=no".to_owned(),
-        format!("--callgrind-out-file={}", out.display()),
-    ];
-    let running = start(server, bin_dir, work, &wrapper)?;
-    ready(&running, trust, body).await?;
-    let spec = |seconds: f64| callgrind_load(&running, trust, body, seconds);
-    run(&spec(args.warmup.max(2.0))).await?;
-    let report = run(&spec(args.seconds)).await?;
-    callgrind_control(&["--dump"], running.child.id())?;
-    drop(running);
-    let text = std::fs::read_to_string(newest_dump(&args.profile_dir, &prefix)?)?;
+async fn link_order(server: Server, setup: &Setup<'_>, file: &Path) -> anyhow::Result<()> {
+    let name = format!("{}.order.callgrind", server.binary());
+    // Raw symbol names, each written out in full: what the linker's list needs.
+    let flags = ["--demangle=no", "--compress-strings=no"];
+    let (report, dumped) =
+        under_callgrind(server, setup, &name, &flags, Counted::FromStart).await?;
+    let text = std::fs::read_to_string(dumped)?;
     let functions = functions_run(&text, server.binary());
     if functions.is_empty() {
         bail!(
@@ -537,37 +573,10 @@ async fn link_order(
 }
 
 /// Count one server's instructions per review under callgrind.
-async fn profile(
-    server: Server,
-    args: &Args,
-    bin_dir: &Path,
-    work: &Path,
-    trust: &Trust,
-    body: &Bytes,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.profile_dir)?;
-    let out = std::path::absolute(
-        args.profile_dir
-            .join(format!("{}.callgrind", server.binary())),
-    )?;
-    let _ = std::fs::remove_file(&out);
-    let wrapper = [
-        "valgrind".to_owned(),
-        "--tool=callgrind".to_owned(),
-        "--instr-atstart=no".to_owned(),
-        format!("--callgrind-out-file={}", out.display()),
-    ];
-    let running = start(server, bin_dir, work, &wrapper)?;
-    ready(&running, trust, body).await?;
-    let pid = running.child.id();
-    let spec = |seconds: f64| callgrind_load(&running, trust, body, seconds);
-    run(&spec(args.warmup.max(2.0))).await?;
-    callgrind_control(&["--instr=on"], pid)?;
-    let report = run(&spec(args.seconds)).await?;
-    callgrind_control(&["--dump"], pid)?;
-    callgrind_control(&["--instr=off"], pid)?;
-    drop(running);
-    let dumped = newest_dump(&args.profile_dir, &format!("{}.callgrind", server.binary()))?;
+async fn profile(server: Server, setup: &Setup<'_>) -> anyhow::Result<()> {
+    let args = setup.args;
+    let name = format!("{}.callgrind", server.binary());
+    let (report, dumped) = under_callgrind(server, setup, &name, &[], Counted::MeasuredRun).await?;
     let text = std::fs::read_to_string(&dumped)?;
     let total = callgrind_total(&text).context("failed to read the dump's totals")?;
     let reviews = report.ok + report.errors;
