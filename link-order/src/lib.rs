@@ -113,12 +113,6 @@ pub fn apply(package: &str) {
     let pack_relocs = std::env::var(PACK_RELOCS).ok();
     let target = std::env::var("TARGET").unwrap_or_default();
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
-    if switch.as_deref() == Some("1") && !Path::new(&manifest_dir).ends_with(package) {
-        println!(
-            "cargo:warning={SWITCH}=1 is ignored: this package is at {manifest_dir}, not at {package} in its workspace"
-        );
-        return;
-    }
     let build = Build {
         switch: switch.as_deref(),
         pack_relocs: pack_relocs.as_deref(),
@@ -128,6 +122,10 @@ pub fn apply(package: &str) {
     match plan(&build, &Path::new(package).join(LIST)) {
         Plan::Off => {}
         Plan::Unsupported { why } => println!("cargo:warning={SWITCH}=1 is ignored {why}"),
+        // The list's path given to the linker would not lead to it.
+        Plan::Order { .. } if !Path::new(&manifest_dir).ends_with(package) => println!(
+            "cargo:warning={SWITCH}=1 is ignored: this package is at {manifest_dir}, not at {package} in its workspace"
+        ),
         Plan::Order { link_args } => {
             for arg in link_args {
                 println!("cargo:rustc-link-arg-bins={arg}");
