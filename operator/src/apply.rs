@@ -330,21 +330,40 @@ pub async fn remove_stale_ca(client: &Client, stale: &ObjectMeta, owner_uid: &st
 }
 
 /// Writes an Initializer's whole status with server-side apply on the status subresource (fields
-/// the operator no longer sets are removed).
-pub async fn apply_status(client: &Client, name: &str, status: &InitializerStatus) -> Result<()> {
+/// the operator no longer sets are removed), onto the version `computed_from` only: the
+/// resourceVersion of the Initializer the status was computed from. If anyone wrote the
+/// Initializer since (a user's edit, another replica's status), the API server refuses the
+/// write with 409 Conflict, so a status computed from an old view never lands. This is what
+/// fences a replica frozen between its leadership check and its write. Returns the version
+/// the write made.
+pub async fn apply_status(
+    client: &Client,
+    name: &str,
+    status: &InitializerStatus,
+    computed_from: Option<&str>,
+) -> Result<Option<String>> {
     let api: Api<Initializer> = Api::all(client.clone());
-    let patch = serde_json::json!({
-        "apiVersion": Initializer::api_version(&()),
-        "kind": Initializer::kind(&()),
-        "status": status,
-    });
+    let patch = status_patch(status, computed_from);
     api.patch_status(name, &apply_params(), &Patch::Apply(&patch))
         .await
-        .map(|_| ())
+        .map(|written| written.metadata.resource_version)
         .map_err(|source| Error::Status {
             name: name.to_string(),
             source: Box::new(source),
         })
+}
+
+/// The apply patch of a status, preconditioned on `computed_from` when it is known.
+fn status_patch(status: &InitializerStatus, computed_from: Option<&str>) -> serde_json::Value {
+    let mut patch = serde_json::json!({
+        "apiVersion": Initializer::api_version(&()),
+        "kind": Initializer::kind(&()),
+        "status": status,
+    });
+    if let Some(version) = computed_from {
+        patch["metadata"] = serde_json::json!({"resourceVersion": version});
+    }
+    patch
 }
 
 /// Reads the Deployment `name`, if it exists (for the workload generation).

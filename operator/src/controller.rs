@@ -155,6 +155,7 @@ pub fn supervision(
         workload,
         certificate_not_after,
         stored_status: obj.status.clone(),
+        stored_version: obj.metadata.resource_version.clone(),
         legacy: None,
     }
 }
@@ -681,6 +682,16 @@ pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<Strin
         .collect()
 }
 
+/// Names of the Initializers that may have a configuration and a fallback: every one not
+/// suspended (`spec.suspend` removes both and keeps them removed).
+pub fn wanting_configurations(initializers: &[Initializer]) -> Vec<String> {
+    initializers
+        .iter()
+        .filter(|i| !i.spec.suspend)
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
 fn managed_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
@@ -688,7 +699,8 @@ fn managed_selector() -> String {
 /// Deletes every managed configuration (webhook or `InitializerConfiguration`, whose waiting
 /// objects are then released), and every fallback policy and binding, whose
 /// Initializer no longer exists (removed without its finalizer, or while an outage had its
-/// fallback in force); returns their names.
+/// fallback in force) or is suspended (a registration still in flight when the suspend was
+/// handled, from a replica frozen past its lease, lands after it); returns their names.
 pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let found = configs
@@ -717,14 +729,13 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let initializers: Api<Initializer> = Api::all(client.clone());
-    let names: Vec<String> = initializers
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::Orphans(Box::new(e)))?
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
+    let names = wanting_configurations(
+        &initializers
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Error::Orphans(Box::new(e)))?
+            .items,
+    );
     let registrar = WebhookRegistrar::new(client.clone());
     let mut orphaned = orphans(&found.items, &names);
     for name in &orphaned {

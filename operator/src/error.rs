@@ -232,20 +232,24 @@ impl Error {
         matches!(self, Error::NotOurs { .. })
     }
 
+    /// True when a status write was refused because the Initializer changed after the status
+    /// was computed (409 Conflict on its resourceVersion): retried from the newer version.
+    pub fn is_stale_write(&self) -> bool {
+        matches!(self, Error::Status { source, .. } if api_code(source) == Some(409))
+    }
+
     /// How long to wait before retrying a transient failure. Cleanup waiting for the API server
     /// to finish a deletion retries quickly; everything else backs off a little.
     pub fn retry_after(&self) -> Duration {
         match self {
             Error::CleanupPending(_) => Duration::from_millis(500),
-            Error::Finalizer(inner)
-                if matches!(
-                    inner.as_ref(),
-                    kube::runtime::finalizer::Error::CleanupFailed(Error::CleanupPending(_))
-                ) =>
-            {
-                Duration::from_millis(500)
-            }
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.retry_after(),
+                _ => Duration::from_secs(5),
+            },
             Error::Apply { source, .. } if api_code(source) == Some(409) => Duration::from_secs(1),
+            _ if self.is_stale_write() => Duration::from_secs(1),
             _ => Duration::from_secs(5),
         }
     }
@@ -301,6 +305,26 @@ mod tests {
             };
             assert!(!err.is_permanent(), "code {code} should be retried");
         }
+    }
+
+    #[test]
+    fn a_status_refused_for_a_stale_version_is_retried_soon_from_the_newer_one() {
+        let stale = Error::Status {
+            name: "x".into(),
+            source: Box::new(api_error(409)),
+        };
+        assert!(stale.is_stale_write());
+        assert!(!stale.is_permanent());
+        let wrapped = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::ApplyFailed(
+            stale,
+        )));
+        assert_eq!(wrapped.retry_after(), Duration::from_secs(1));
+        let refused = Error::Status {
+            name: "x".into(),
+            source: Box::new(api_error(403)),
+        };
+        assert!(!refused.is_stale_write());
+        assert_eq!(refused.retry_after(), Duration::from_secs(5));
     }
 
     #[test]

@@ -11,6 +11,14 @@
 //! - [`Leadership`] answers "may I write now?" from the time of the last successful renewal, so
 //!   a replica that was frozen or cut off past its renew deadline stops writing at once, before
 //!   its election loop even runs again. Every register and deregister asks it first.
+//!
+//! A check and the write after it are still two steps, and a replica can freeze between them.
+//! Status writes are therefore made onto the resourceVersion they were computed from
+//! ([`crate::apply::apply_status`]): the new leader's writes move it, and the thawed write is
+//! refused. A configuration write caught in that gap cannot be fenced (an apply that creates an
+//! object takes no resourceVersion precondition), so it is undone instead: the orphan sweep
+//! removes one landing after a suspend or a delete
+//! ([`crate::controller::wanting_configurations`]), and the prober puts back an edited one.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

@@ -114,6 +114,9 @@ pub struct Supervision {
     pub certificate_not_after: Option<Timestamp>,
     /// The status stored on the Initializer when the reconcile read it.
     pub stored_status: Option<InitializerStatus>,
+    /// The Initializer's resourceVersion when the reconcile read it: the first status write
+    /// is made onto it ([`apply::apply_status`]).
+    pub stored_version: Option<String>,
     /// With `backend: InitializerConfiguration`: what is registered instead of
     /// [`Supervision::webhook`] (which then only names and labels the configuration), the
     /// canary the prober creates, and what a deregistration releases.
@@ -352,6 +355,9 @@ struct SupervisedState {
     applied: Option<MutatingWebhookConfiguration>,
     presence: Presence,
     written: Option<InitializerStatus>,
+    /// The Initializer's resourceVersion as this replica last read or wrote it: each status
+    /// write is made onto it, so one computed before someone else's write is refused.
+    version: Option<String>,
     outage: Option<Outage>,
     window_from: Option<Timestamp>,
     fallback: FallbackRun,
@@ -659,7 +665,7 @@ impl Supervisor {
     }
 
     /// Writes `status` for an Initializer without an entry, unless only the probe figures
-    /// changed (bounded, and only while this replica leads).
+    /// changed (bounded, only while this replica leads, and only onto the version of `obj`).
     async fn write_unsupervised(
         &self,
         obj: &Initializer,
@@ -674,9 +680,15 @@ impl Supervisor {
             .check(|| format!("write the status of initializer {name}"))?;
         bounded(
             || format!("write the status of initializer {name}"),
-            apply::apply_status(&self.inner.client, &name, status),
+            apply::apply_status(
+                &self.inner.client,
+                &name,
+                status,
+                obj.metadata.resource_version.as_deref(),
+            ),
         )
         .await
+        .map(|_| ())
     }
 
     /// Asks the API server to compile an Initializer's fallback (a dry-run apply), once per
@@ -728,6 +740,7 @@ impl Supervisor {
         // The reconciler just read the stored status: compare with that, so that what an
         // earlier replica or this one without an entry wrote is brought up to date.
         st.written = target.stored_status.clone();
+        st.version = target.stored_version.clone();
         st.target = target.clone();
         let now = Instant::now();
         for input in [
@@ -797,6 +810,7 @@ impl Supervisor {
                 applied: None,
                 presence,
                 written: None,
+                version: target.stored_version.clone(),
                 outage: stored.and_then(|s| s.last_outage.clone()),
                 // An outage in progress when this replica took over: its window started
                 // before, and the count after recovery must cover it.
@@ -823,7 +837,7 @@ impl Supervisor {
     }
 
     /// Computes the status from everything known and writes it unless only the probe figures
-    /// changed and were written recently.
+    /// changed and were written recently; only onto the version last read or written.
     async fn write_status(&self, st: &mut SupervisedState) -> Result<InitializerStatus> {
         let target = &st.target;
         let previous = st.written.as_ref().or(target.stored_status.as_ref());
@@ -882,19 +896,33 @@ impl Supervisor {
             self.may_write(st, || {
                 format!("write the status of initializer {}", target.initializer)
             })?;
-            bounded(
+            let version = bounded(
                 || format!("write the status of initializer {}", target.initializer),
-                apply::apply_status(&self.inner.client, &target.initializer, &status),
+                apply::apply_status(
+                    &self.inner.client,
+                    &target.initializer,
+                    &status,
+                    st.version.as_deref(),
+                ),
             )
             .await?;
             st.written = Some(status.clone());
+            st.version = version;
         }
         Ok(status)
     }
 
     async fn refresh_status(&self, st: &mut SupervisedState) {
-        if let Err(e) = self.write_status(st).await {
-            warn!(initializer = %st.target.initializer, error = %e, "failed to write status");
+        match self.write_status(st).await {
+            Ok(_) => {}
+            // Someone wrote the Initializer since this replica read it: the reconcile of that
+            // change brings the new version, and the status is written onto it then.
+            Err(e) if e.is_stale_write() => {
+                info!(initializer = %st.target.initializer, error = %e, "status not written: the Initializer changed since it was read");
+            }
+            Err(e) => {
+                warn!(initializer = %st.target.initializer, error = %e, "failed to write status");
+            }
         }
     }
 

@@ -1041,6 +1041,7 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
         },
     )
     .await;
+    let registered = configuration(&client, "initializer-stale").await.unwrap();
     // Frozen past its 3 s lease: the other replica takes over and suspends the initializer,
     // which removes the configuration the frozen one still believes registered.
     old.signal("-STOP");
@@ -1086,6 +1087,28 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(lease_holder(&client).await.as_deref(), Some("replica-new"));
+    // The one write no check can stop: a registration the old replica had already sent when it
+    // froze, landing now. The leader removes it as soon as it appears (well within the 30 s
+    // resync), because the Initializer is suspended.
+    let mut late = registered;
+    late.metadata.resource_version = None;
+    late.metadata.uid = None;
+    late.metadata.creation_timestamp = None;
+    late.metadata.managed_fields = None;
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &late)
+        .await
+        .unwrap();
+    let took = wait_for(
+        "the late registration to go",
+        Duration::from_secs(5),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-stale").await.is_none() }
+        },
+    )
+    .await;
+    println!("a registration landing after the suspend was removed {took:?} after it appeared");
 }
 
 async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {

@@ -187,6 +187,65 @@ pub async fn server_side_apply_to_the_status_subresource_touches_only_status(
     Ok(())
 }
 
+/// A resourceVersion in an applied configuration is a precondition on the object's version,
+/// forced or not, on the main resource and on the status subresource; it is none when the apply
+/// creates the object. The operator fences its status writes on it.
+pub async fn server_side_apply_with_a_stale_resource_version_is_a_conflict_even_forced(
+    t: &Target,
+) -> anyhow::Result<()> {
+    let widgets = install_widgets(t).await?;
+    let created = widgets
+        .create(
+            &PostParams::default(),
+            &widget(t, "w", json!({"color": "red"})),
+        )
+        .await?;
+    let read = created.metadata.resource_version.clone().unwrap();
+    let applied = |phase: &str, version: &str| {
+        json!({"apiVersion": format!("{}/v1", t.group()), "kind": "Widget",
+            "metadata": {"name": "w", "resourceVersion": version}, "status": {"phase": phase}})
+    };
+    let forced = PatchParams::apply("ctrl").force();
+    let first = widgets
+        .patch_status("w", &forced, &Patch::Apply(applied("Ready", &read)))
+        .await?;
+    assert_eq!(first.data["status"]["phase"], "Ready");
+    // Onto the version read before that write: refused, and the status stays.
+    let err = refused(
+        widgets
+            .patch_status("w", &forced, &Patch::Apply(applied("Stale", &read)))
+            .await,
+    )?;
+    assert_eq!(api_code(&err).0, 409, "{err}");
+    let main = json!({"apiVersion": format!("{}/v1", t.group()), "kind": "Widget",
+        "metadata": {"name": "w", "resourceVersion": read}, "spec": {"color": "blue"}});
+    let err = refused(widgets.patch("w", &forced, &Patch::Apply(main)).await)?;
+    assert_eq!(api_code(&err).0, 409, "{err}");
+    let now = widgets.get("w").await?;
+    assert_eq!(now.data["status"]["phase"], "Ready");
+    assert_eq!(now.data["spec"]["color"], "red");
+    assert_eq!(
+        now.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    // Onto the current version: written.
+    let current = now.metadata.resource_version.clone().unwrap();
+    let second = widgets
+        .patch_status("w", &forced, &Patch::Apply(applied("Done", &current)))
+        .await?;
+    assert_eq!(second.data["status"]["phase"], "Done");
+    // A missing object is created whatever version the configuration names.
+    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
+    let missing = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "never-read", "resourceVersion": "12345"}, "data": {"k": "v"}});
+    let made = cms
+        .patch("never-read", &forced, &Patch::Apply(missing))
+        .await?;
+    assert_eq!(made.data.unwrap()["k"], "v");
+    assert_ne!(made.metadata.resource_version.as_deref(), Some("12345"));
+    Ok(())
+}
+
 pub async fn generation_moves_on_spec_changes_only(t: &Target) -> anyhow::Result<()> {
     let widgets = install_widgets(t).await?;
     widgets

@@ -83,6 +83,7 @@ const BODIES: &[Body<Target>] = &[
     body!(apply::server_side_apply_conflicts_unless_forced),
     body!(apply::server_side_apply_without_field_manager_is_invalid),
     body!(apply::server_side_apply_to_the_status_subresource_touches_only_status),
+    body!(apply::server_side_apply_with_a_stale_resource_version_is_a_conflict_even_forced),
     body!(apply::generation_moves_on_spec_changes_only),
     body!(apply::status_subresource_writes_only_status_and_main_writes_ignore_status),
     body!(apply::reapplying_the_same_configuration_stores_nothing_new),

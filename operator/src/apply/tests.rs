@@ -144,3 +144,14 @@ fn the_owner_uid_is_read_from_the_desired_objects_controller_reference() {
     assert_eq!(controller_uid(&desired), Some(UID));
     assert_eq!(controller_uid(&meta(true, vec![])), None);
 }
+
+#[test]
+fn a_status_is_applied_onto_the_version_it_was_computed_from() {
+    let status = InitializerStatus::default();
+    let fenced = status_patch(&status, Some("42"));
+    assert_eq!(fenced["metadata"]["resourceVersion"], "42");
+    assert_eq!(fenced["kind"], "Initializer");
+    // Without a known version (an object never read) the write is unconditional.
+    let unconditional = status_patch(&status, None);
+    assert!(unconditional.get("metadata").is_none());
+}

@@ -150,6 +150,27 @@ fn configurations_without_an_initializer_are_orphans() {
 }
 
 #[test]
+fn configurations_of_a_suspended_initializer_are_orphans_too() {
+    let named = |name: &str, suspend: bool| -> Initializer {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "initializer.dev/v1alpha1",
+            "kind": "Initializer",
+            "metadata": {"name": name},
+            "spec": {"image": "example/guard:1", "suspend": suspend,
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]},
+        }))
+        .unwrap()
+    };
+    let wanting = wanting_configurations(&[named("running", false), named("paused", true)]);
+    assert_eq!(wanting, ["running"]);
+    let configs = [
+        config("initializer-running", Some("running"), true),
+        config("initializer-paused", Some("paused"), true),
+    ];
+    assert_eq!(orphans(&configs, &wanting), ["initializer-paused"]);
+}
+
+#[test]
 fn fallback_policies_of_a_gone_initializer_are_orphans_and_others_are_not() {
     let policy = |name: &str, owner: &str| ValidatingAdmissionPolicy {
         metadata: kube::api::ObjectMeta {

@@ -89,6 +89,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         workload: WorkloadObservation::default(),
         certificate_not_after: None,
         stored_status: None,
+        stored_version: None,
         legacy: None,
     };
     let stopped = CancellationToken::new();
@@ -101,6 +102,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
             applied: Some(webhook),
             presence: Presence::Normal,
             written: None,
+            version: None,
             outage: None,
             window_from: None,
             fallback: FallbackRun::default(),

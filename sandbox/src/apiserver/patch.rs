@@ -110,6 +110,13 @@ impl ApiServer {
                         "the name of the object ({n}) does not match the name on the URL ({name})"
                     )));
                 }
+                // A resourceVersion in the applied configuration is a precondition, forced or
+                // not (it is not one when the apply creates the object: see `apply_create`).
+                if let Some(rv) = meta_str(body, "resourceVersion").filter(|s| !s.is_empty())
+                    && rv.parse::<u64>().ok() != Some(object_rv(current))
+                {
+                    return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+                }
                 let scope = if sub == "status" {
                     Scope::Status
                 } else {
