@@ -194,7 +194,13 @@ pub async fn reconcile(obj: Arc<Initializer>, ctx: Arc<Context>) -> Result<Actio
 /// retry with the error's backoff.
 pub fn error_policy(obj: Arc<Initializer>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(err);
-    warn!(initializer = %obj.name_any(), error = %err, permanent = err.is_permanent(), "reconcile failed");
+    if err.is_stale_write() {
+        // Someone wrote the Initializer after this reconcile read it: the reconcile of that
+        // write brings the newer version.
+        info!(initializer = %obj.name_any(), error = %err, "reconcile read an older Initializer than the one stored; retrying");
+    } else {
+        warn!(initializer = %obj.name_any(), error = %err, permanent = err.is_permanent(), "reconcile failed");
+    }
     if err.is_permanent() {
         Action::await_change()
     } else {

@@ -187,6 +187,7 @@ impl Error {
             Error::Register { .. } => "register",
             Error::Deregister { .. } => "deregister",
             Error::CleanupPending(_) => "cleanup_pending",
+            Error::Status { .. } if self.is_stale_write() => "stale_status",
             Error::Status { .. } => "status",
             Error::Orphans(_) => "orphans",
             Error::Finalizer(inner) => match inner.as_ref() {
@@ -235,7 +236,15 @@ impl Error {
     /// True when a status write was refused because the Initializer changed after the status
     /// was computed (409 Conflict on its resourceVersion): retried from the newer version.
     pub fn is_stale_write(&self) -> bool {
-        matches!(self, Error::Status { source, .. } if api_code(source) == Some(409))
+        match self {
+            Error::Status { source, .. } => api_code(source) == Some(409),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_stale_write(),
+                _ => false,
+            },
+            _ => false,
+        }
     }
 
     /// How long to wait before retrying a transient failure. Cleanup waiting for the API server
@@ -315,15 +324,18 @@ mod tests {
         };
         assert!(stale.is_stale_write());
         assert!(!stale.is_permanent());
+        assert_eq!(stale.metric_label(), "stale_status");
         let wrapped = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::ApplyFailed(
             stale,
         )));
+        assert!(wrapped.is_stale_write());
         assert_eq!(wrapped.retry_after(), Duration::from_secs(1));
         let refused = Error::Status {
             name: "x".into(),
             source: Box::new(api_error(403)),
         };
         assert!(!refused.is_stale_write());
+        assert_eq!(refused.metric_label(), "status");
         assert_eq!(refused.retry_after(), Duration::from_secs(5));
     }
 

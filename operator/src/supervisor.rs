@@ -17,7 +17,7 @@
 //! The tasks live in `tasks`, the fallback's bookkeeping in `fallback`, and the pure
 //! comparisons with the live configuration in `drift`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -358,6 +358,9 @@ struct SupervisedState {
     /// The Initializer's resourceVersion as this replica last read or wrote it: each status
     /// write is made onto it, so one computed before someone else's write is refused.
     version: Option<String>,
+    /// The versions this replica's own latest status writes were made onto: a reconcile that
+    /// read one of them read a cache not yet showing those writes.
+    replaced: Replaced,
     outage: Option<Outage>,
     window_from: Option<Timestamp>,
     fallback: FallbackRun,
@@ -373,6 +376,28 @@ struct SupervisedState {
     /// With the legacy backend: how many objects pending on the name the last removal of the
     /// configuration released (`details.releasedObjects`).
     released: Option<u64>,
+}
+
+/// The newest few versions of an Initializer that this replica's status writes replaced.
+#[derive(Debug, Default)]
+struct Replaced(VecDeque<String>);
+
+impl Replaced {
+    /// More than a reconcile's cache lags behind in practice (one write per probe round).
+    const KEPT: usize = 8;
+
+    fn record(&mut self, version: Option<String>) {
+        if let Some(version) = version {
+            if self.0.len() == Self::KEPT {
+                self.0.pop_front();
+            }
+            self.0.push_back(version);
+        }
+    }
+
+    fn contains(&self, version: Option<&str>) -> bool {
+        version.is_some_and(|v| self.0.iter().any(|r| r == v))
+    }
 }
 
 /// One supervised Initializer: its state, its tasks, and the signal that wakes its prober.
@@ -738,9 +763,12 @@ impl Supervisor {
         let mut st = entry.state.lock().await;
         st.machine.set_config(target.health);
         // The reconciler just read the stored status: compare with that, so that what an
-        // earlier replica or this one without an entry wrote is brought up to date.
-        st.written = target.stored_status.clone();
-        st.version = target.stored_version.clone();
+        // earlier replica or this one without an entry wrote is brought up to date; unless
+        // what it read is older than this replica's own writes (its cache lags them).
+        if !st.replaced.contains(target.stored_version.as_deref()) {
+            st.written = target.stored_status.clone();
+            st.version = target.stored_version.clone();
+        }
         st.target = target.clone();
         let now = Instant::now();
         for input in [
@@ -811,6 +839,7 @@ impl Supervisor {
                 presence,
                 written: None,
                 version: target.stored_version.clone(),
+                replaced: Replaced::default(),
                 outage: stored.and_then(|s| s.last_outage.clone()),
                 // An outage in progress when this replica took over: its window started
                 // before, and the count after recovery must cover it.
@@ -907,7 +936,8 @@ impl Supervisor {
             )
             .await?;
             st.written = Some(status.clone());
-            st.version = version;
+            st.replaced
+                .record(std::mem::replace(&mut st.version, version));
         }
         Ok(status)
     }

@@ -103,6 +103,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
             presence: Presence::Normal,
             written: None,
             version: None,
+            replaced: Replaced::default(),
             outage: None,
             window_from: None,
             fallback: FallbackRun::default(),
@@ -403,4 +404,19 @@ fn only_endpoints_not_marked_unready_count_as_ready() {
     };
     assert_eq!(ready_endpoints(&slice), 2);
     assert_eq!(ready_endpoints(&EndpointSlice::default()), 0);
+}
+
+#[test]
+fn a_read_of_a_version_this_replica_wrote_over_is_known_to_be_behind() {
+    let mut replaced = Replaced::default();
+    replaced.record(None);
+    assert!(!replaced.contains(None));
+    for version in 1..=10 {
+        replaced.record(Some(version.to_string()));
+    }
+    // The newest few are kept; an older read or one never written over is not recognised.
+    assert!(replaced.contains(Some("10")));
+    assert!(replaced.contains(Some("3")));
+    assert!(!replaced.contains(Some("2")));
+    assert!(!replaced.contains(Some("11")));
 }

@@ -278,6 +278,7 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
                 "The operator's logs (`kubectl logs -n initializer-system deploy/initializer-operator`) carry the full error; Events on the Initializers name the one affected.",
                 "`apply`, `get`, `register`, `status`: often RBAC (the bundle's ClusterRole, the workloads ClusterRole bound in the workload namespace) or an admission policy refusing the operator's writes.",
                 "`cleanup_pending` that lasts: a deleted Initializer whose workload does not go away (finalizers on its objects).",
+                "`stale_status` that lasts: the operator writes a status onto the Initializer's version it last read, and something keeps writing the Initializer between that read and the write (a controller or script patching it in a loop). One now and then is normal: a user's edit landed first, and the reconcile of that edit writes the status.",
             ],
         },
     ]
