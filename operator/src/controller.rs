@@ -18,7 +18,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
 use crate::apply::{self, Registrar, WebhookRegistrar};
 use crate::build::{self, Settings};
-use crate::error::{Error, Result, api_code};
+use crate::error::{Error, Result, api_code, is_not_found};
 use crate::health::{HealthConfig, latency_budget};
 use crate::metrics::Metrics;
 use crate::naming;
@@ -311,6 +311,9 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
     let names = naming::names(&name);
     let now = Timestamp::now();
+    // The probers write onto the version read here, whether or not this reconcile gets as far
+    // as the supervisor's sync.
+    ctx.supervisor.observed(obj).await;
     if obj.spec.suspend {
         suspend_first(obj, ctx).await?;
     }
@@ -705,8 +708,9 @@ fn managed_selector() -> String {
 /// Deletes every managed configuration (webhook or `InitializerConfiguration`, whose waiting
 /// objects are then released), and every fallback policy and binding, whose
 /// Initializer no longer exists (removed without its finalizer, or while an outage had its
-/// fallback in force) or is suspended (a registration still in flight when the suspend was
-/// handled, from a replica frozen past its lease, lands after it); returns their names.
+/// fallback in force); and every webhook configuration and fallback of a suspended one (a
+/// registration still in flight when the suspend was handled, from a replica frozen past its
+/// lease, lands after it). Returns their names.
 pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let found = configs
@@ -735,22 +739,27 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let initializers: Api<Initializer> = Api::all(client.clone());
-    let names = wanting_configurations(
-        &initializers
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| Error::Orphans(Box::new(e)))?
-            .items,
-    );
-    let registrar = WebhookRegistrar::new(client.clone());
-    let mut orphaned = orphans(&found.items, &names);
-    for name in &orphaned {
-        registrar.deregister(name).await?;
-        info!(configuration = %name, "removed orphaned configuration");
+    let existing = initializers
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::Orphans(Box::new(e)))?
+        .items;
+    let wanting = wanting_configurations(&existing);
+    let mut orphaned = Vec::new();
+    for name in orphans(&found.items, &wanting) {
+        let listed = found.items.iter().find(|c| c.name_any() == name);
+        // Only the object listed: one registered again since (an un-suspend) is left alone.
+        if delete_as_listed(&configs, &name, listed.map(|c| &c.metadata)).await? {
+            info!(configuration = %name, "removed orphaned configuration");
+            orphaned.push(name);
+        }
     }
+    // A suspended legacy Initializer keeps what waits on its name (its workload still
+    // initializes it): only the configurations of Initializers that are gone are released.
+    let names: Vec<String> = existing.iter().map(ResourceExt::name_any).collect();
     orphaned.extend(remove_legacy_orphans(client, legacy, &names).await?);
-    let mut fallbacks = orphans(&policies, &names);
-    fallbacks.extend(orphans(&bindings, &names));
+    let mut fallbacks = orphans(&policies, &wanting);
+    fallbacks.extend(orphans(&bindings, &wanting));
     fallbacks.sort();
     fallbacks.dedup();
     for name in &fallbacks {
@@ -758,6 +767,30 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         info!(fallback = %name, "removed orphaned fallback");
     }
     Ok(orphaned.into_iter().chain(fallbacks).collect())
+}
+
+/// Deletes `name` if it is still the object `listed` describes (same UID and
+/// resourceVersion); false when it is gone or changed since.
+async fn delete_as_listed(
+    api: &Api<MutatingWebhookConfiguration>,
+    name: &str,
+    listed: Option<&ObjectMeta>,
+) -> Result<bool> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: listed.and_then(|m| m.uid.clone()),
+            resource_version: listed.and_then(|m| m.resource_version.clone()),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) || api_code(&e) == Some(409) => Ok(false),
+        Err(source) => Err(Error::Deregister {
+            name: name.to_string(),
+            source: Box::new(source),
+        }),
+    }
 }
 
 /// Deletes the managed `InitializerConfiguration`s among `found` whose Initializer no longer

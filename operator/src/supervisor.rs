@@ -114,8 +114,8 @@ pub struct Supervision {
     pub certificate_not_after: Option<Timestamp>,
     /// The status stored on the Initializer when the reconcile read it.
     pub stored_status: Option<InitializerStatus>,
-    /// The Initializer's resourceVersion when the reconcile read it: the first status write
-    /// is made onto it ([`apply::apply_status`]).
+    /// The Initializer's resourceVersion when the reconcile read it: the next status write is
+    /// made onto it ([`apply::apply_status`]), unless this replica's own writes moved past it.
     pub stored_version: Option<String>,
     /// With `backend: InitializerConfiguration`: what is registered instead of
     /// [`Supervision::webhook`] (which then only names and labels the configuration), the
@@ -376,6 +376,18 @@ struct SupervisedState {
     /// With the legacy backend: how many objects pending on the name the last removal of the
     /// configuration released (`details.releasedObjects`).
     released: Option<u64>,
+}
+
+impl SupervisedState {
+    /// Takes the status and version a reconcile read: compared with that, what an earlier
+    /// replica or this one without an entry wrote is brought up to date. Unless what it read is
+    /// older than this replica's own writes (its cache lags them): then what was written stays.
+    fn adopt(&mut self, stored: Option<&InitializerStatus>, version: Option<&str>) {
+        if !self.replaced.contains(version) {
+            self.written = stored.cloned();
+            self.version = version.map(str::to_string);
+        }
+    }
 }
 
 /// The newest few versions of an Initializer that this replica's status writes replaced.
@@ -650,6 +662,7 @@ impl Supervisor {
     /// status is computed with it from now on; any other keeps its stored status beside it.
     /// The registration is left as it is.
     pub async fn report_failure(&self, obj: &Initializer, configuration: &str, error: String) {
+        self.observed(obj).await;
         let name = obj.name_any();
         self.failures().insert(name.clone(), error.clone());
         let entry = self.entries().get(&name).cloned();
@@ -661,6 +674,20 @@ impl Supervisor {
         let status = status::after_failure(obj, configuration, &error, Timestamp::now());
         if let Err(e) = self.write_unsupervised(obj, &status).await {
             warn!(initializer = %name, error = %e, "failed to report the failure in the status");
+        }
+    }
+
+    /// Takes the status and version of `obj` as a reconcile just read them into its entry, if
+    /// it has one, so that the prober's next status is written onto that version even when the
+    /// reconcile fails before [`Supervisor::sync`] (otherwise every write after someone's edit
+    /// would be refused until a reconcile succeeds).
+    pub async fn observed(&self, obj: &Initializer) {
+        let entry = self.entries().get(&obj.name_any()).cloned();
+        if let Some(entry) = entry {
+            entry.state.lock().await.adopt(
+                obj.status.as_ref(),
+                obj.metadata.resource_version.as_deref(),
+            );
         }
     }
 
@@ -762,13 +789,10 @@ impl Supervisor {
         self.failures().remove(&target.initializer);
         let mut st = entry.state.lock().await;
         st.machine.set_config(target.health);
-        // The reconciler just read the stored status: compare with that, so that what an
-        // earlier replica or this one without an entry wrote is brought up to date; unless
-        // what it read is older than this replica's own writes (its cache lags them).
-        if !st.replaced.contains(target.stored_version.as_deref()) {
-            st.written = target.stored_status.clone();
-            st.version = target.stored_version.clone();
-        }
+        st.adopt(
+            target.stored_status.as_ref(),
+            target.stored_version.as_deref(),
+        );
         st.target = target.clone();
         let now = Instant::now();
         for input in [

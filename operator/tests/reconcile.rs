@@ -554,6 +554,21 @@ async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster
     assert!(configuration(&client, "initializer-led").await.is_some());
 }
 
+/// Waits for a failed deployment of `name` to show in its status (`details.lastError`).
+async fn wait_for_deploy_error(api: &Api<Initializer>, name: &str, what: &str) {
+    wait_for(what, Duration::from_secs(20), || {
+        let a = api.clone();
+        async move {
+            a.get(name).await.unwrap().status.is_some_and(|s| {
+                s.details
+                    .get("lastError")
+                    .is_some_and(|e| e.contains("failed to"))
+            })
+        }
+    })
+    .await;
+}
+
 async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
     let api: Api<Initializer> = Api::all(client.clone());
@@ -562,17 +577,7 @@ async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &
     let mut lost = guard("lost");
     lost.spec.namespace = Some("closing".into());
     api.create(&PostParams::default(), &lost).await.unwrap();
-    wait_for("the error in the status", Duration::from_secs(20), || {
-        let a = api.clone();
-        async move {
-            a.get("lost").await.unwrap().status.is_some_and(|s| {
-                s.details
-                    .get("lastError")
-                    .is_some_and(|e| e.contains("failed to"))
-            })
-        }
-    })
-    .await;
+    wait_for_deploy_error(&api, "lost", "the error in the status").await;
     assert!(configuration(&client, "initializer-lost").await.is_none());
     // Moved to a namespace that takes it, the workload deploys and the error goes.
     allowed_namespace(&client, "open").await;
@@ -594,6 +599,17 @@ async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &
         }
     })
     .await;
+    // Moved back while supervised: the failure after that edit reaches the status too (the
+    // supervisor writes onto the version the failing reconcile read, not the one before the
+    // edit, which the API server would refuse).
+    api.patch(
+        "lost",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"namespace": "closing"}})),
+    )
+    .await
+    .unwrap();
+    wait_for_deploy_error(&api, "lost", "the error in the status again").await;
 }
 
 async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster: &TestCluster) {
