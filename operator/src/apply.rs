@@ -310,22 +310,37 @@ pub async fn remove_stale_ca(client: &Client, stale: &ObjectMeta, owner_uid: &st
         client.clone(),
         stale.namespace.as_deref().unwrap_or_default(),
     );
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: stale.uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
+    let preconditions = Preconditions {
+        uid: stale.uid.clone(),
+        resource_version: None,
     };
-    match api.delete(&name, &params).await {
-        Ok(_) => Ok(true),
-        // Gone, or replaced by another object of the name since it was read.
-        Err(e) if is_not_found(&e) || api_code(&e) == Some(409) => Ok(false),
-        Err(source) => Err(Error::Delete {
+    delete_unless_changed(&api, &name, preconditions)
+        .await
+        .map_err(|source| Error::Delete {
             kind: "Secret",
             name,
             source: Box::new(source),
-        }),
+        })
+}
+
+/// Deletes `name` only while it still meets `preconditions` (the UID and resourceVersion it was
+/// read with); false when it is gone, or was replaced or changed since it was read.
+pub async fn delete_unless_changed<K>(
+    api: &Api<K>,
+    name: &str,
+    preconditions: Preconditions,
+) -> std::result::Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(preconditions),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) || api_code(&e) == Some(409) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

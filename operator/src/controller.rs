@@ -18,7 +18,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Preconditions};
+use kube::api::{ListParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
 use crate::apply::{self, Registrar, WebhookRegistrar};
 use crate::build::{self, Settings};
-use crate::error::{Error, Result, api_code, is_not_found};
+use crate::error::{Error, Result, api_code};
 use crate::health::{HealthConfig, latency_budget};
 use crate::metrics::Metrics;
 use crate::naming;
@@ -745,11 +745,26 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         .map_err(|e| Error::Orphans(Box::new(e)))?
         .items;
     let wanting = wanting_configurations(&existing);
+    let unwanted = orphans(&found.items, &wanting);
     let mut orphaned = Vec::new();
-    for name in orphans(&found.items, &wanting) {
-        let listed = found.items.iter().find(|c| c.name_any() == name);
+    for listed in found
+        .items
+        .iter()
+        .filter(|c| unwanted.contains(&c.name_any()))
+    {
+        let name = listed.name_any();
         // Only the object listed: one registered again since (an un-suspend) is left alone.
-        if delete_as_listed(&configs, &name, listed.map(|c| &c.metadata)).await? {
+        let preconditions = Preconditions {
+            uid: listed.metadata.uid.clone(),
+            resource_version: listed.metadata.resource_version.clone(),
+        };
+        let removed = apply::delete_unless_changed(&configs, &name, preconditions)
+            .await
+            .map_err(|source| Error::Deregister {
+                name: name.clone(),
+                source: Box::new(source),
+            })?;
+        if removed {
             info!(configuration = %name, "removed orphaned configuration");
             orphaned.push(name);
         }
@@ -767,30 +782,6 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         info!(fallback = %name, "removed orphaned fallback");
     }
     Ok(orphaned.into_iter().chain(fallbacks).collect())
-}
-
-/// Deletes `name` if it is still the object `listed` describes (same UID and
-/// resourceVersion); false when it is gone or changed since.
-async fn delete_as_listed(
-    api: &Api<MutatingWebhookConfiguration>,
-    name: &str,
-    listed: Option<&ObjectMeta>,
-) -> Result<bool> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: listed.and_then(|m| m.uid.clone()),
-            resource_version: listed.and_then(|m| m.resource_version.clone()),
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(true),
-        Err(e) if is_not_found(&e) || api_code(&e) == Some(409) => Ok(false),
-        Err(source) => Err(Error::Deregister {
-            name: name.to_string(),
-            source: Box::new(source),
-        }),
-    }
 }
 
 /// Deletes the managed `InitializerConfiguration`s among `found` whose Initializer no longer

@@ -660,9 +660,9 @@ impl Supervisor {
     /// Records why a reconcile of `obj` could not deploy its workload and shows it in the
     /// status (`details.lastError`) until a reconcile succeeds: a supervised Initializer's
     /// status is computed with it from now on; any other keeps its stored status beside it.
-    /// The registration is left as it is.
+    /// The registration is left as it is. A supervised status is written onto the version the
+    /// reconcile handed over first ([`Supervisor::observed`]).
     pub async fn report_failure(&self, obj: &Initializer, configuration: &str, error: String) {
-        self.observed(obj).await;
         let name = obj.name_any();
         self.failures().insert(name.clone(), error.clone());
         let entry = self.entries().get(&name).cloned();

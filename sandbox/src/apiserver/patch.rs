@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::update::check_resource_version;
 use super::{
     ApiServer, WriteOptions, Written, check_kind, main_scope, meta_str, metadata_mut,
     retries_conflict, shape,
@@ -13,7 +14,6 @@ use crate::error::ApiError;
 use crate::fields::{self, ApplyRequest, Scope};
 use crate::patch::{self, PatchKind};
 use crate::resource::ResourceType;
-use crate::store::object_rv;
 
 impl ApiServer {
     /// PATCH in any format, including server-side apply (which creates a missing object).
@@ -112,11 +112,7 @@ impl ApiServer {
                 }
                 // A resourceVersion in the applied configuration is a precondition, forced or
                 // not (it is not one when the apply creates the object: see `apply_create`).
-                if let Some(rv) = meta_str(body, "resourceVersion").filter(|s| !s.is_empty())
-                    && rv.parse::<u64>().ok() != Some(object_rv(current))
-                {
-                    return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-                }
+                check_resource_version(rt, name, body, current)?;
                 let scope = if sub == "status" {
                     Scope::Status
                 } else {
@@ -145,11 +141,7 @@ impl ApiServer {
                     PatchKind::Json => patch::json(&mut patched, body)?,
                     _ => patch::strategic(&mut patched, body)?,
                 }
-                if let Some(rv) = meta_str(&patched, "resourceVersion").filter(|s| !s.is_empty())
-                    && rv.parse::<u64>().ok() != Some(object_rv(current))
-                {
-                    return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-                }
+                check_resource_version(rt, name, &patched, current)?;
                 let obj = self.prepare_update(rt, sub, current, patched)?;
                 self.finish_update(rt, sub, current, obj, opts, true).await
             }

@@ -42,11 +42,7 @@ impl ApiServer {
             )));
         }
         let current = self.current(rt, ns, name)?;
-        if let Some(rv) = meta_str(&body, "resourceVersion").filter(|s| !s.is_empty())
-            && rv.parse::<u64>().ok() != Some(object_rv(&current))
-        {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-        }
+        check_resource_version(rt, name, &body, &current)?;
         let obj = self.prepare_update(rt, sub, &current, body)?;
         self.finish_update(rt, sub, &current, obj, opts, true).await
     }
@@ -237,6 +233,22 @@ impl ApiServer {
             warnings,
             created: false,
         })
+    }
+}
+
+/// The precondition a write's body may carry: a non-empty `metadata.resourceVersion` must be the
+/// stored one (409 Conflict otherwise); an empty or absent one means unconditional.
+pub(super) fn check_resource_version(
+    rt: &ResourceType,
+    name: &str,
+    body: &Value,
+    current: &Value,
+) -> Result<(), ApiError> {
+    match meta_str(body, "resourceVersion").filter(|s| !s.is_empty()) {
+        Some(rv) if rv.parse::<u64>().ok() != Some(object_rv(current)) => {
+            Err(ApiError::conflict(&rt.group, &rt.plural, name))
+        }
+        _ => Ok(()),
     }
 }
 
