@@ -3,13 +3,20 @@
 //! `AdmissionReview<DynamicObject>` and adds one label with a hand-made JSON patch, as kube-rs's
 //! `admission_controller` example does. No budget, no panic guard, no metrics, no reload, no
 //! connection limits: benchmark code, never shipped.
+//!
+//! Its no-work floor ([`floor_router`]) is the same server with the review's work taken out: it
+//! answers every review with the bytes the baseline gave the first one. What the floor measures
+//! is the cost of the stack, the kernel and the load generator, which no webhook on this machine
+//! can go below.
 
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::Json;
 use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -68,6 +75,41 @@ pub fn router() -> Router {
         .route("/readyz", get(|| async { "ok" }))
 }
 
+/// The no-work floor's routes: `POST /mutate` reads the whole review and answers it with the
+/// bytes the baseline gave the first review it read (the benchmark sends one review over and
+/// over, so the answer is the right one), and `GET /readyz`.
+pub fn floor_router() -> Router {
+    let canned: Arc<OnceLock<bytes::Bytes>> = Arc::default();
+    Router::new()
+        .route(
+            PATH,
+            post(move |body: bytes::Bytes| async move { canned_answer(&canned, &body) }),
+        )
+        .route("/readyz", get(|| async { "ok" }))
+}
+
+/// The answer `canned` holds, else the baseline's answer to `body`, kept for every later review.
+fn canned_answer(canned: &OnceLock<bytes::Bytes>, body: &[u8]) -> Response {
+    if let Some(answer) = canned.get() {
+        return json(answer.clone());
+    }
+    let answer = serde_json::from_slice(body)
+        .map(mutate)
+        .and_then(|review| serde_json::to_vec(&review));
+    match answer {
+        Ok(answer) => json(canned.get_or_init(|| answer.into()).clone()),
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            format!("failed to read the AdmissionReview: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+fn json(body: bytes::Bytes) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
 /// A TLS acceptor for the PEM certificate chain and key in `dir` (`tls.crt`, `tls.key`).
 pub fn acceptor(dir: &Path) -> io::Result<TlsAcceptor> {
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
@@ -85,9 +127,8 @@ pub fn acceptor(dir: &Path) -> io::Result<TlsAcceptor> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Accept connections forever: TLS, then HTTP/1.1 keep-alive, one task per connection.
-pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor) -> io::Result<()> {
-    let app = router();
+/// Serve `app` forever: TLS, then HTTP/1.1 keep-alive, one task per connection.
+pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, app: Router) -> io::Result<()> {
     loop {
         let (tcp, _) = listener.accept().await?;
         tcp.set_nodelay(true)?;
@@ -143,6 +184,34 @@ mod tests {
             patch_of(&answer).unwrap(),
             serde_json::json!([{"op": "add", "path": "/metadata/labels/admission", "value": VALUE}])
         );
+    }
+
+    #[test]
+    fn the_floor_answers_every_review_with_the_baselines_answer_to_the_first() {
+        let first = review(&tutorial::nginx_pod()).to_bytes();
+        let canned = OnceLock::new();
+        let expected =
+            serde_json::to_vec(&mutate(serde_json::from_slice(&first).unwrap())).unwrap();
+        assert_eq!(canned_answer(&canned, &first).status(), StatusCode::OK);
+        assert_eq!(canned.get().unwrap().as_ref(), &expected[..]);
+
+        let mut other = tutorial::nginx_pod();
+        other.metadata.labels = None;
+        assert_eq!(
+            canned_answer(&canned, &review(&other).to_bytes()).status(),
+            StatusCode::OK
+        );
+        assert_eq!(canned.get().unwrap().as_ref(), &expected[..]);
+    }
+
+    #[test]
+    fn the_floor_refuses_a_first_body_that_is_no_review_and_keeps_nothing() {
+        let canned = OnceLock::new();
+        assert_eq!(
+            canned_answer(&canned, b"not json").status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert!(canned.get().is_none());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `initializer-baseline`: the hand-written admission webhook the benchmark measures the SDK
-//! against (see [`initializer_load::baseline`]). `POST /mutate`, `GET /readyz`, HTTPS.
+//! against (see [`initializer_load::baseline`]). `POST /mutate`, `GET /readyz`, HTTPS. With
+//! `--floor`, its no-work floor: the same server answering every review with a canned answer.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +17,10 @@ struct Args {
     /// Directory holding tls.crt and tls.key.
     #[arg(long)]
     tls_dir: PathBuf,
+    /// Serve the no-work floor: answer every review with the bytes the baseline gave the
+    /// first one.
+    #[arg(long)]
+    floor: bool,
 }
 
 #[tokio::main]
@@ -23,6 +28,11 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let acceptor = baseline::acceptor(&args.tls_dir)?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    baseline::serve(listener, acceptor).await?;
+    let app = if args.floor {
+        baseline::floor_router()
+    } else {
+        baseline::router()
+    };
+    baseline::serve(listener, acceptor, app).await?;
     Ok(())
 }

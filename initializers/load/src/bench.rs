@@ -3,7 +3,9 @@
 //! Starts each server as its own process on loopback with the same certificate: the
 //! hand-written baseline (`initializer-baseline`: axum + rustls, one label by a hand-made
 //! patch, no SDK), `preset-initializer` configured to add the same label, and
-//! `sidecar-initializer` with the tutorial's configuration. Then, round after round with the
+//! `sidecar-initializer` with the tutorial's configuration, and the baseline's no-work floor
+//! (`initializer-baseline --floor`: the same server answering with a canned answer, so what it
+//! measures is the stack, the kernel and this load generator). Then, round after round with the
 //! servers taking turns in rotated order, loads each with the tutorial's nginx Pod review:
 //! closed loop over 16 connections (saturation, with the server's CPU time per review) and
 //! open loop at 1,000 req/s (latency percentiles). Reads each server's resident memory when
@@ -39,6 +41,8 @@ enum Server {
     Preset,
     /// sidecar-initializer injecting the tutorial's container.
     Sidecar,
+    /// The baseline with the review's work taken out: the floor of every measure.
+    Floor,
 }
 
 impl Server {
@@ -47,12 +51,13 @@ impl Server {
             Server::Baseline => "hand-written baseline",
             Server::Preset => "preset (same work: one label)",
             Server::Sidecar => "sidecar (injects a container)",
+            Server::Floor => "no-work floor (baseline, canned answer)",
         }
     }
 
     fn binary(self) -> &'static str {
         match self {
-            Server::Baseline => "initializer-baseline",
+            Server::Baseline | Server::Floor => "initializer-baseline",
             Server::Preset => "preset-initializer",
             Server::Sidecar => "sidecar-initializer",
         }
@@ -60,7 +65,7 @@ impl Server {
 
     fn path(self) -> &'static str {
         match self {
-            Server::Baseline => baseline::PATH,
+            Server::Baseline | Server::Floor => baseline::PATH,
             Server::Preset | Server::Sidecar => kube_initializer::INITIALIZE_PATH,
         }
     }
@@ -68,7 +73,7 @@ impl Server {
     /// The link-order list of an SDK initializer, in its package (see `initializer-link-order`).
     fn link_order_list(self) -> Option<PathBuf> {
         let package = match self {
-            Server::Baseline => return None,
+            Server::Baseline | Server::Floor => return None,
             Server::Preset => "preset",
             Server::Sidecar => "sidecar",
         };
@@ -80,10 +85,26 @@ impl Server {
         )
     }
 
+    /// The server's name in the output and its files.
+    fn name(self) -> &'static str {
+        match self {
+            Server::Floor => "no-work-floor",
+            _ => self.binary(),
+        }
+    }
+
+    /// The flags that make the binary this server.
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Server::Floor => &["--floor"],
+            _ => &[],
+        }
+    }
+
     /// `config.yaml` for the SDK's initializers.
     fn config(self) -> Option<String> {
         match self {
-            Server::Baseline => None,
+            Server::Baseline | Server::Floor => None,
             Server::Preset => Some(format!(
                 "inject:\n  labels:\n    {}: {}\n",
                 baseline::LABEL,
@@ -102,7 +123,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "baseline,preset,sidecar"
+        default_value = "baseline,preset,sidecar,floor"
     )]
     servers: Vec<Server>,
     /// Rounds; each server gets one saturation and one open-loop run per round.
@@ -180,6 +201,7 @@ fn start(
     command
         .args(["--listen", &listen, "--tls-dir"])
         .arg(work)
+        .args(server.flags())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
@@ -189,7 +211,7 @@ fn start(
         std::fs::write(dir.join("config.yaml"), config)?;
         command.arg("--config-dir").arg(&dir);
     }
-    let log = std::fs::File::create(work.join(format!("{}.log", server.binary())))?;
+    let log = std::fs::File::create(work.join(format!("{}.log", server.name())))?;
     command.stderr(log);
     let child = command
         .spawn()
@@ -214,7 +236,7 @@ async fn ready(running: &Running, trust: &Trust, body: &Bytes) -> anyhow::Result
             }
             bail!(
                 "failed to get a review answered by {}: HTTP {} {}",
-                running.server.binary(),
+                running.server.name(),
                 reply.status,
                 String::from_utf8_lossy(&reply.body)
             );
@@ -222,7 +244,7 @@ async fn ready(running: &Running, trust: &Trust, body: &Bytes) -> anyhow::Result
         if Instant::now() > deadline {
             bail!(
                 "failed to reach {} at {} within 120 s",
-                running.server.binary(),
+                running.server.name(),
                 running.url
             );
         }
@@ -301,7 +323,7 @@ async fn main() -> anyhow::Result<()> {
         results.record(i, Measure::RssIdle, mib(s.rss_kib));
         println!(
             "  {:<22} idle: RSS {:.1} MiB, {} threads",
-            r.server.binary(),
+            r.server.name(),
             mib(s.rss_kib),
             s.threads
         );
@@ -309,7 +331,7 @@ async fn main() -> anyhow::Result<()> {
 
     for r in &running {
         if let Some(line) = link_order_coverage(r.server, &bin_dir) {
-            println!("  {:<22} {line}", r.server.binary());
+            println!("  {:<22} {line}", r.server.name());
         }
     }
 
@@ -336,7 +358,7 @@ async fn main() -> anyhow::Result<()> {
             println!(
                 "  round {} {:<22} saturation: {:.0} req/s, {cpu_us:.0} µs CPU/review, {} errors{}",
                 round + 1,
-                r.server.binary(),
+                r.server.name(),
                 report.throughput(),
                 report.errors,
                 report
@@ -358,7 +380,7 @@ async fn main() -> anyhow::Result<()> {
             println!(
                 "  round {} {:<22} open loop: {}",
                 round + 1,
-                r.server.binary(),
+                r.server.name(),
                 report.summary()
             );
         }
@@ -547,7 +569,7 @@ async fn under_callgrind(
 
 /// Record which functions of one server run, from its start through a load, for the link order.
 async fn link_order(server: Server, setup: &Setup<'_>, file: &Path) -> anyhow::Result<()> {
-    let name = format!("{}.order.callgrind", server.binary());
+    let name = format!("{}.order.callgrind", server.name());
     // Raw symbol names, each written out in full: what the linker's list needs.
     let flags = ["--demangle=no", "--compress-strings=no"];
     let (report, dumped) =
@@ -557,13 +579,13 @@ async fn link_order(server: Server, setup: &Setup<'_>, file: &Path) -> anyhow::R
     if functions.is_empty() {
         bail!(
             "failed to find a function of {} in the callgrind dump",
-            server.binary()
+            server.name()
         );
     }
     std::fs::write(file, functions.join("\n") + "\n")?;
     println!(
         "{}: {} functions ran over {} reviews ({} errors); written to {}",
-        server.binary(),
+        server.name(),
         functions.len(),
         report.ok,
         report.errors,
@@ -575,14 +597,14 @@ async fn link_order(server: Server, setup: &Setup<'_>, file: &Path) -> anyhow::R
 /// Count one server's instructions per review under callgrind.
 async fn profile(server: Server, setup: &Setup<'_>) -> anyhow::Result<()> {
     let args = setup.args;
-    let name = format!("{}.callgrind", server.binary());
+    let name = format!("{}.callgrind", server.name());
     let (report, dumped) = under_callgrind(server, setup, &name, &[], Counted::MeasuredRun).await?;
     let text = std::fs::read_to_string(&dumped)?;
     let total = callgrind_total(&text).context("failed to read the dump's totals")?;
     let reviews = report.ok + report.errors;
     println!(
         "{}: {} reviews answered under callgrind ({} errors), {} instructions, {:.0} instructions per review",
-        server.binary(),
+        server.name(),
         report.ok,
         report.errors,
         total,
@@ -595,7 +617,7 @@ async fn profile(server: Server, setup: &Setup<'_>) -> anyhow::Result<()> {
         .context("failed to run callgrind_annotate")?;
     let annotation = args
         .profile_dir
-        .join(format!("{}.annotated.txt", server.binary()));
+        .join(format!("{}.annotated.txt", server.name()));
     std::fs::write(&annotation, &annotated.stdout)?;
     println!(
         "profile: {} (inclusive costs: {})",
