@@ -848,10 +848,25 @@ pub fn owner_of<K: Resource>(child: K) -> Option<ObjectRef<Initializer>> {
         .map(|o| ObjectRef::new(&o.name))
 }
 
+/// The Initializer among `initializers` whose webhook configuration is named `configuration`.
+pub fn configured_by(
+    initializers: &[Arc<Initializer>],
+    configuration: &str,
+) -> Option<ObjectRef<Initializer>> {
+    initializers
+        .iter()
+        .find(|i| naming::names(&i.name_any()).configuration == configuration)
+        .map(|i| ObjectRef::from_obj(i.as_ref()))
+}
+
 /// Runs the controller until `shutdown`. The owned objects are watched in the operator's
 /// namespace only (its Role covers that namespace, and nothing wider is granted); workloads in
 /// labelled namespaces are reconciled at every [`RESYNC`], and their endpoints are watched by
-/// the supervisor.
+/// the supervisor. The managed webhook configurations are watched too: one written while its
+/// initializer is down (a registration sent by a replica frozen past its lease, landing late)
+/// is not seen by the probes, which read the live configuration only while registered, and a
+/// `failurePolicy: Fail` configuration pointing at a dead initializer fails every matching
+/// create until the reconcile it triggers removes it.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let client = ctx.client.clone();
     let ns = ctx.operator_namespace.clone();
@@ -860,7 +875,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let stop = shutdown.clone();
     // `owns` would map a namespaced child to a namespaced reference, which never matches the
     // cluster-scoped Initializer; map through the owner reference's name instead.
-    Controller::new(initializers, watcher::Config::default())
+    let controller = Controller::new(initializers, watcher::Config::default());
+    // Webhook configurations are cluster-scoped and carry no owner reference (the finalizer
+    // removes them): map one to its Initializer by name, through the controller's own cache.
+    let known = controller.store();
+    controller
+        .watches(
+            Api::<MutatingWebhookConfiguration>::all(client.clone()),
+            watcher::Config::default().labels(&managed_selector()),
+            move |configuration| configured_by(&known.state(), &configuration.name_any()),
+        )
         .watches(
             Api::<Deployment>::namespaced(client.clone(), &ns),
             owned.clone(),

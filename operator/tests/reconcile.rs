@@ -67,6 +67,7 @@ on_both_backends!(
     an_edited_configuration_is_put_back_within_a_probe_period,
     a_configuration_of_the_same_name_that_is_not_ours_is_left_alone,
     an_old_leader_thawed_after_losing_its_lease_writes_nothing,
+    a_registration_landing_during_an_outage_is_removed_at_once,
     a_users_config_map_with_the_initializers_name_is_never_taken_over,
     a_certificate_the_api_server_would_reject_is_never_registered,
     a_handler_that_panics_under_a_fail_closed_policy_is_never_registered,
@@ -1106,6 +1107,18 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
     // The one write no check can stop: a registration the old replica had already sent when it
     // froze, landing now. The leader removes it as soon as it appears (well within the 30 s
     // resync), because the Initializer is suspended.
+    let took = land_late_and_wait_for_its_removal(&client, registered).await;
+    println!("a registration landing after the suspend was removed {took:?} after it appeared");
+}
+
+/// Creates `registered` again, as a registration sent before a freeze lands after it, and waits
+/// (at most 5 s, far below the 30 s resync) until the operator removes it; returns how long
+/// that took.
+async fn land_late_and_wait_for_its_removal(
+    client: &Client,
+    registered: MutatingWebhookConfiguration,
+) -> Duration {
+    let name = registered.name_any();
     let mut late = registered;
     late.metadata.resource_version = None;
     late.metadata.uid = None;
@@ -1115,16 +1128,91 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
         .create(&PostParams::default(), &late)
         .await
         .unwrap();
-    let took = wait_for(
+    wait_for(
         "the late registration to go",
         Duration::from_secs(5),
         || {
             let c = client.clone();
-            async move { configuration(&c, "initializer-stale").await.is_none() }
+            let name = name.clone();
+            async move { configuration(&c, &name).await.is_none() }
+        },
+    )
+    .await
+}
+
+/// Waits until the Initializer `name` and its Deployment have not changed for `quiet`, the
+/// Deployment showing no available replica.
+async fn wait_until_unchanged_for(client: &Client, name: &str, quiet: Duration) {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), NS);
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    let versions = || async {
+        let deployment = deployments.get(name).await.unwrap();
+        let available = deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        let initializer = initializers.get(name).await.unwrap();
+        (
+            available,
+            deployment.resource_version(),
+            initializer.resource_version(),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = versions().await;
+    let mut since = Instant::now();
+    while last.0 > 0 || since.elapsed() < quiet {
+        assert!(
+            Instant::now() < deadline,
+            "{name} and its Deployment kept changing (or available) for 60 s: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = versions().await;
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+}
+
+async fn a_registration_landing_during_an_outage_is_removed_at_once(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("outage"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-outage").await.is_some() }
+    })
+    .await;
+    let registered = configuration(&client, "initializer-outage").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=outage"));
+    for pod in pods.list(&selector).await.unwrap().items {
+        cluster.freeze(NS, &pod.name_any()).await.unwrap();
+    }
+    wait_for(
+        "deregistration after the freeze",
+        Duration::from_secs(20),
+        || {
+            let c = client.clone();
+            async move {
+                configuration(&c, "initializer-outage").await.is_none()
+                    && phase(&c, "outage").await == Some(Phase::Unresponsive)
+            }
         },
     )
     .await;
-    println!("a registration landing after the suspend was removed {took:?} after it appeared");
+    // Once what the outage changes has settled (the pod unready, the Deployment unavailable,
+    // the status written), nothing else makes the operator look again before its 30 s resync.
+    let settled = Duration::from_secs(2);
+    wait_until_unchanged_for(&client, "outage", settled).await;
+    // The probes of a deregistered initializer look at its pods, not at the configuration: only
+    // the watch on the configurations sees this one, which would fail every matching create.
+    let took = land_late_and_wait_for_its_removal(&client, registered).await;
+    println!("a registration landing during the outage was removed {took:?} after it appeared");
 }
 
 async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {

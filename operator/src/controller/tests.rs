@@ -136,6 +136,27 @@ fn children_map_to_their_cluster_scoped_initializer() {
 }
 
 #[test]
+fn a_configuration_maps_to_its_initializer_by_name_even_when_the_name_is_shortened() {
+    let named = |name: &str| {
+        let mut i = guard(serde_json::json!({}));
+        i.metadata.name = Some(name.into());
+        Arc::new(i)
+    };
+    let long = "Very.Long".repeat(12);
+    let known = [named("sidecar"), named(&long)];
+    let of = |configuration: &str| configured_by(&known, configuration).map(|r| r.name);
+    assert_eq!(of("initializer-sidecar").as_deref(), Some("sidecar"));
+    assert_eq!(
+        of(&naming::names(&long).configuration).as_deref(),
+        Some(long.as_str())
+    );
+    assert_eq!(of("initializer-gone"), None);
+    assert_eq!(of("sidecar"), None);
+    let mapped = configured_by(&known, "initializer-sidecar").unwrap();
+    assert_eq!(mapped.namespace, None, "the Initializer is cluster-scoped");
+}
+
+#[test]
 fn configurations_without_an_initializer_are_orphans() {
     let long = "x".repeat(100);
     let configs = [
