@@ -179,13 +179,13 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
                 "max by (initializer) (initializer_operator_degraded) == 1".to_string(),
                 params.degraded_for,
                 &format!(
-                    "Initializer {{{{ $labels.initializer }}}} has been failing open for more than {degraded_for}"
+                    "Initializer {{{{ $labels.initializer }}}} has been degraded for more than {degraded_for}"
                 ),
                 format!(
-                    "The configuration of Initializer {{{{ $labels.initializer }}}} has been degraded (failurePolicy Ignore, 1 s timeout) for {degraded_for}: its probes fail often enough to degrade it but not to remove it. Creates it matches may skip it. Check its probe latency and failures (`kubectl describe initializer {{{{ $labels.initializer }}}}`)."
+                    "The configuration of Initializer {{{{ $labels.initializer }}}} has been degraded for {degraded_for}: its probes fail often enough to degrade it but not to remove it. With a webhook configuration that means failurePolicy Ignore and a 1 s timeout, so creates it matches may skip it; an InitializerConfiguration has no failure policy to relax and stays as it is, so creates it matches may wait on a slow initializer. Check its probe latency and failures (`kubectl describe initializer {{{{ $labels.initializer }}}}`)."
                 ),
             ),
-            meaning: "A probe failed and the operator degraded the configuration to `failurePolicy: Ignore` with a one-second timeout, and it has not been restored since: the initializer answers some probes but not enough good ones in a row to be restored.",
+            meaning: "A probe failed and the operator degraded the configuration to `failurePolicy: Ignore` with a one-second timeout, and it has not been restored since: the initializer answers some probes but not enough good ones in a row to be restored. With `backend: InitializerConfiguration` the configuration stays as it was (it has no failure policy to relax): the alert then means the initializer is slow or failing some probes while objects still wait on it.",
             actions: &[
                 "`kubectl describe initializer NAME`: last probe latency and error, Events `Degraded` and `Restored`.",
                 "Compare the probe latency with `spec.health.latencyBudgetMillis`: an initializer slower than its budget fails its probes; make it faster or raise the budget.",
