@@ -742,7 +742,8 @@ pub struct InitializerStatus {
     /// Extra detail by key, for humans (for example the last probe error). With
     /// `backend: InitializerConfiguration`, `releasedObjects` is how many objects still pending
     /// on the initializer's name had it removed when its configuration was last removed (so
-    /// their creates do not stay stuck), and `pendingName` is the name it is pending as.
+    /// their creates do not stay stuck; the operator's own canaries are released too and not
+    /// counted), and `pendingName` is the name it is pending as.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub details: BTreeMap<String, String>,
     /// The last time the initializer left the path, step by step.

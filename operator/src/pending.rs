@@ -25,6 +25,14 @@ pub fn pending_names(obj: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// Whether `obj` is one of the operator's canaries (it carries the canary label). Used only to
+/// leave canaries out of a count: a user who labels an object so changes nothing but that count.
+pub fn is_canary(obj: &Value) -> bool {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .is_some_and(|labels| labels.contains_key(initializer_crds::constants::CANARY_LABEL))
+}
+
 /// Whether `obj` is initialized: no pending name and no result.
 pub fn is_initialized(obj: &Value) -> bool {
     match obj.pointer("/metadata/initializers") {

@@ -358,7 +358,8 @@ async fn list_uninitialized(
 /// What a release did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Released {
-    /// Objects whose pending list no longer holds the name.
+    /// Objects whose pending list no longer holds the name, the operator's own canaries left
+    /// out (they are released too, and a probe deletes them: no user's create waited on them).
     pub count: u64,
     /// Resources that could not be listed or objects that could not be written, and why.
     pub failed: Vec<String>,
@@ -383,9 +384,10 @@ pub async fn release(client: &Client, reached: &[Served], name: &str) -> Release
             if !pending::pending_names(&item).contains(&name) {
                 continue;
             }
+            let canary = pending::is_canary(&item);
             match release_one(client, &resource, item, name).await {
-                Ok(true) => out.count += 1,
-                Ok(false) => {}
+                Ok(true) if !canary => out.count += 1,
+                Ok(_) => {}
                 Err(e) => out.failed.push(e.to_string()),
             }
         }

@@ -116,6 +116,8 @@ fn the_canary_is_a_kind_that_does_nothing_once_initialized() {
         "sidecar"
     );
     assert_eq!(pending_names(&object), [DEAD], "only this initializer");
+    assert!(is_canary(&object), "left out of the released count");
+    assert!(!is_canary(&waiting(&[DEAD])));
     let pod = canary(&reached[1], "c", "default", ("k", "v"), DEAD);
     assert_eq!(pod["apiVersion"], "v1");
     assert_eq!(
