@@ -88,16 +88,20 @@ pub fn floor_router() -> Router {
         .route("/readyz", get(|| async { "ok" }))
 }
 
-/// The answer `canned` holds, else the baseline's answer to `body`, kept for every later review.
+/// The answer `canned` holds, else the baseline's answer to `body`, kept for every later review
+/// when it allows the object (a review the baseline refuses, one without a request, is answered
+/// but not kept).
 fn canned_answer(canned: &OnceLock<bytes::Bytes>, body: &[u8]) -> Response {
     if let Some(answer) = canned.get() {
         return json(answer.clone());
     }
-    let answer = serde_json::from_slice(body)
-        .map(mutate)
-        .and_then(|review| serde_json::to_vec(&review));
+    let answer = serde_json::from_slice(body).map(mutate).and_then(|review| {
+        let allowed = review.response.as_ref().is_some_and(|r| r.allowed);
+        serde_json::to_vec(&review).map(|bytes| (bytes, allowed))
+    });
     match answer {
-        Ok(answer) => json(canned.get_or_init(|| answer.into()).clone()),
+        Ok((answer, true)) => json(canned.get_or_init(|| answer.into()).clone()),
+        Ok((answer, false)) => json(answer.into()),
         Err(e) => (
             StatusCode::BAD_REQUEST,
             format!("failed to read the AdmissionReview: {e}"),
@@ -212,6 +216,13 @@ mod tests {
             StatusCode::BAD_REQUEST
         );
         assert!(canned.get().is_none());
+        let without_request =
+            br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#;
+        assert_eq!(
+            canned_answer(&canned, without_request).status(),
+            StatusCode::OK
+        );
+        assert!(canned.get().is_none(), "a refusal is not kept");
     }
 
     #[test]

@@ -306,6 +306,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some(server) = args.profile {
         return profile(server, &setup).await;
     }
+    if args.link_order == Some(Server::Floor) {
+        bail!(
+            "failed to plan the link order: the floor is the baseline's binary, which has no list"
+        );
+    }
     if let (Some(server), Some(file)) = (args.link_order, &args.link_order_file) {
         return link_order(server, &setup, file).await;
     }
