@@ -848,15 +848,18 @@ pub fn owner_of<K: Resource>(child: K) -> Option<ObjectRef<Initializer>> {
         .map(|o| ObjectRef::new(&o.name))
 }
 
-/// The Initializer among `initializers` whose webhook configuration is named `configuration`.
+/// The Initializers among `initializers` whose webhook configuration is named `configuration`:
+/// one, or more when a name was chosen to equal another's shortened one (each then reconciles,
+/// and all but the configuration's owner report the conflict).
 pub fn configured_by(
     initializers: &[Arc<Initializer>],
     configuration: &str,
-) -> Option<ObjectRef<Initializer>> {
+) -> Vec<ObjectRef<Initializer>> {
     initializers
         .iter()
-        .find(|i| naming::names(&i.name_any()).configuration == configuration)
+        .filter(|i| naming::names(&i.name_any()).configuration == configuration)
         .map(|i| ObjectRef::from_obj(i.as_ref()))
+        .collect()
 }
 
 /// Runs the controller until `shutdown`. The owned objects are watched in the operator's

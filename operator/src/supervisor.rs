@@ -1455,6 +1455,27 @@ impl Supervisor {
                 )
                 .await;
             }
+            (_, Presence::Absent) if st.deregister_cause.is_none() => {
+                // No probe, endpoint or suspend decided this: a configuration appeared while the
+                // initializer was out of the path (a registration a replica frozen past its
+                // lease sent late, or someone's create) and was removed. An outage in progress,
+                // its figures and the deregistration count stay the first removal's.
+                info!(initializer = %name, %configuration, "removed a configuration that appeared while the initializer was out of the path");
+                self.publish(
+                    &reference,
+                    EventType::Warning,
+                    // Its own reason: the recorder folds a second `Deregistered` Event into the
+                    // first one's series, note and all.
+                    "StrayConfigurationRemoved",
+                    format!(
+                        "removed {configuration}: it appeared while the initializer is out of the path (a registration that landed late, or someone else's write)"
+                    ),
+                )
+                .await;
+                if let Some(legacy) = st.target.legacy.clone() {
+                    self.release_pending(&name, legacy);
+                }
+            }
             (_, Presence::Absent) => {
                 let (cause, since) = st
                     .deregister_cause

@@ -162,6 +162,15 @@ async fn phase(client: &Client, name: &str) -> Option<Phase> {
         .and_then(|s| s.phase)
 }
 
+async fn status_of(client: &Client, name: &str) -> initializer_crds::InitializerStatus {
+    Api::<Initializer>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+}
+
 /// Waits for an Event with `reason` whose note contains `note_part`. Events are written after
 /// the change they report, so a test that sees the change may still have to wait for them.
 async fn wait_for_event(client: &Client, reason: &str, note_part: &str) {
@@ -1190,6 +1199,7 @@ async fn a_registration_landing_during_an_outage_is_removed_at_once(cluster: &Te
     let registered = configuration(&client, "initializer-outage").await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=outage"));
+    let frozen_at = Instant::now();
     for pod in pods.list(&selector).await.unwrap().items {
         cluster.freeze(NS, &pod.name_any()).await.unwrap();
     }
@@ -1206,13 +1216,32 @@ async fn a_registration_landing_during_an_outage_is_removed_at_once(cluster: &Te
     )
     .await;
     // Once what the outage changes has settled (the pod unready, the Deployment unavailable,
-    // the status written), nothing else makes the operator look again before its 30 s resync.
+    // the status written), nothing else makes the operator look again for a while: the
+    // resync is 30 s away and the status refresh 25 s after the last write, which is at most
+    // `settled` and a poll before the landing. (The frozen pod's liveness probe restarts it
+    // about 30 s after the freeze.)
     let settled = Duration::from_secs(2);
     wait_until_unchanged_for(&client, "outage", settled).await;
+    println!(
+        "the outage settled {:?} after the freeze",
+        frozen_at.elapsed()
+    );
+    let outage = status_of(&client, "outage").await.last_outage;
     // The probes of a deregistered initializer look at its pods, not at the configuration: only
     // the watch on the configurations sees this one, which would fail every matching create.
     let took = land_late_and_wait_for_its_removal(&client, registered).await;
     println!("a registration landing during the outage was removed {took:?} after it appeared");
+    wait_for_event(
+        &client,
+        "StrayConfigurationRemoved",
+        "appeared while the initializer is out of the path",
+    )
+    .await;
+    assert_eq!(
+        status_of(&client, "outage").await.last_outage,
+        outage,
+        "the outage's record is the first removal's"
+    );
 }
 
 async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {

@@ -64,7 +64,7 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     // blockOwnerDeletion to its Initializer, which OwnerReferencesPermissionEnforcement (on in
     // OpenShift) allows only to whoever may update the Initializer's finalizers.
     ("initializer.dev", "initializers/finalizers", "update"),
-    // apply::WebhookRegistrar and controller::remove_orphans.
+    // apply::WebhookRegistrar, controller::remove_orphans, and controller::run, which watches them.
     (
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",

@@ -143,16 +143,29 @@ fn a_configuration_maps_to_its_initializer_by_name_even_when_the_name_is_shorten
         Arc::new(i)
     };
     let long = "Very.Long".repeat(12);
-    let known = [named("sidecar"), named(&long)];
-    let of = |configuration: &str| configured_by(&known, configuration).map(|r| r.name);
-    assert_eq!(of("initializer-sidecar").as_deref(), Some("sidecar"));
+    let shortened = naming::names("a.b").base;
+    let known = [
+        named("sidecar"),
+        named(&long),
+        named("a.b"),
+        named(&shortened),
+    ];
+    let of = |configuration: &str| -> Vec<String> {
+        configured_by(&known, configuration)
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
+    };
+    assert_eq!(of("initializer-sidecar"), ["sidecar"]);
+    assert_eq!(of(&naming::names(&long).configuration), [long.as_str()]);
+    assert!(of("initializer-gone").is_empty());
+    assert!(of("sidecar").is_empty());
     assert_eq!(
-        of(&naming::names(&long).configuration).as_deref(),
-        Some(long.as_str())
+        of(&naming::names("a.b").configuration),
+        ["a.b", shortened.as_str()],
+        "a name chosen to equal another's shortened one maps to both"
     );
-    assert_eq!(of("initializer-gone"), None);
-    assert_eq!(of("sidecar"), None);
-    let mapped = configured_by(&known, "initializer-sidecar").unwrap();
+    let mapped = &configured_by(&known, "initializer-sidecar")[0];
     assert_eq!(mapped.namespace, None, "the Initializer is cluster-scoped");
 }
 
