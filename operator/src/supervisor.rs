@@ -366,6 +366,10 @@ struct SupervisedState {
     fallback: FallbackRun,
     missed: Option<MissedInitializations>,
     deregister_cause: Option<(Cause, Instant)>,
+    /// This sync found a configuration of ours live while it held none: one that appeared
+    /// behind its back (a registration a replica frozen past its lease sent late, or someone's
+    /// create). Removing it is not a deregistration of the initializer.
+    adopted_stray: bool,
     degrade_since: Option<Instant>,
     /// Cancelled when supervision stops: nothing is written after that.
     stopped: CancellationToken,
@@ -805,7 +809,9 @@ impl Supervisor {
         // Someone else may have removed, left or edited the configuration: the converge below
         // puts it right.
         self.observe_live(&mut st).await?;
-        self.converge(&entry, &mut st).await?;
+        let converged = self.converge(&entry, &mut st).await;
+        st.adopted_stray = false;
+        converged?;
         let status = self.write_status(&mut st).await?;
         Ok(Report {
             registered: st.presence != Presence::Absent,
@@ -871,6 +877,7 @@ impl Supervisor {
                 fallback,
                 missed: stored.and_then(|s| s.missed_initializations.clone()),
                 deregister_cause: None,
+                adopted_stray: false,
                 degrade_since: None,
                 stopped,
                 removal_retry: None,
@@ -1299,6 +1306,7 @@ impl Supervisor {
                 if st.presence == Presence::Absent {
                     // Left by an earlier run or another replica: the converge removes it if
                     // it must not be there.
+                    st.adopted_stray = true;
                     st.presence = if degraded {
                         Presence::Degraded
                     } else {
@@ -1374,7 +1382,10 @@ impl Supervisor {
                 .await;
                 if let Err(e) = registered {
                     warn!(initializer = %name, error = %e, "failed to apply the configuration");
-                    if next == Presence::Normal && before != Presence::Normal {
+                    // A registration that failed is tried again after the probes it needs; a
+                    // restore that failed leaves the degraded configuration in place and is
+                    // tried again at the next converge (resetting the machine would remove it).
+                    if next == Presence::Normal && before == Presence::Absent {
                         st.machine.registration_failed();
                     }
                     return Err(e);
@@ -1455,11 +1466,12 @@ impl Supervisor {
                 )
                 .await;
             }
-            (_, Presence::Absent) if st.deregister_cause.is_none() => {
-                // No probe, endpoint or suspend decided this: a configuration appeared while the
-                // initializer was out of the path (a registration a replica frozen past its
-                // lease sent late, or someone's create) and was removed. An outage in progress,
-                // its figures and the deregistration count stay the first removal's.
+            (_, Presence::Absent) if std::mem::take(&mut st.adopted_stray) => {
+                // A configuration that appeared while the initializer was out of the path (a
+                // registration a replica frozen past its lease sent late, or someone's create)
+                // was removed: no probe, endpoint or suspend removed the initializer now. An
+                // outage in progress, its figures and the deregistration count stay the first
+                // removal's.
                 info!(initializer = %name, %configuration, "removed a configuration that appeared while the initializer was out of the path");
                 self.publish(
                     &reference,

@@ -1226,7 +1226,13 @@ async fn a_registration_landing_during_an_outage_is_removed_at_once(cluster: &Te
         "the outage settled {:?} after the freeze",
         frozen_at.elapsed()
     );
-    let outage = status_of(&client, "outage").await.last_outage;
+    let first_removal = removal_record(&client).await;
+    assert!(
+        first_removal
+            .as_ref()
+            .is_some_and(|(_, _, deregistered)| !deregistered.is_empty()),
+        "the outage's first removal is recorded: {first_removal:?}"
+    );
     // The probes of a deregistered initializer look at its pods, not at the configuration: only
     // the watch on the configurations sees this one, which would fail every matching create.
     let took = land_late_and_wait_for_its_removal(&client, registered).await;
@@ -1237,11 +1243,31 @@ async fn a_registration_landing_during_an_outage_is_removed_at_once(cluster: &Te
         "appeared while the initializer is out of the path",
     )
     .await;
-    assert_eq!(
-        status_of(&client, "outage").await.last_outage,
-        outage,
-        "the outage's record is the first removal's"
-    );
+    // The Event goes out before the status write that follows the removal: watch the status
+    // for a while rather than read it once.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(2) {
+        assert_eq!(
+            removal_record(&client).await,
+            first_removal,
+            "the outage's record is the first removal's"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// When the outage of Initializer `outage` started, degraded and deregistered it (not when it
+/// ended: the frozen pod's liveness probe restarts it about 30 s after the freeze).
+async fn removal_record(client: &Client) -> Option<(String, String, String)> {
+    let outage = status_of(client, "outage").await.last_outage?;
+    let at = |t: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>| {
+        t.map(|t| t.0.to_string()).unwrap_or_default()
+    };
+    Some((
+        at(outage.started_at),
+        at(outage.degraded_at),
+        at(outage.deregistered_at),
+    ))
 }
 
 async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(cluster: &TestCluster) {

@@ -109,6 +109,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
             fallback: FallbackRun::default(),
             missed: None,
             deregister_cause: None,
+            adopted_stray: false,
             degrade_since: None,
             stopped,
             removal_retry: None,
