@@ -366,9 +366,10 @@ struct SupervisedState {
     fallback: FallbackRun,
     missed: Option<MissedInitializations>,
     deregister_cause: Option<(Cause, Instant)>,
-    /// This sync found a configuration of ours live while it held none: one that appeared
-    /// behind its back (a registration a replica frozen past its lease sent late, or someone's
-    /// create). Removing it is not a deregistration of the initializer.
+    /// A sync found a configuration of ours live while it held none: one that appeared behind
+    /// its back (a registration a replica frozen past its lease sent late, or someone's
+    /// create). Removing it, unless a probe or endpoint decided it, is not a deregistration of
+    /// the initializer. Taken by that removal, cleared when the sync keeps the configuration.
     adopted_stray: bool,
     degrade_since: Option<Instant>,
     /// Cancelled when supervision stops: nothing is written after that.
@@ -808,9 +809,15 @@ impl Supervisor {
         }
         // Someone else may have removed, left or edited the configuration: the converge below
         // puts it right.
+        let held = st.presence;
         self.observe_live(&mut st).await?;
+        st.adopted_stray = held == Presence::Absent && st.presence != Presence::Absent;
         let converged = self.converge(&entry, &mut st).await;
-        st.adopted_stray = false;
+        // A stray whose removal failed keeps its flag for the retry; one kept (the initializer
+        // is to be registered) is no stray.
+        if converged.is_ok() {
+            st.adopted_stray = false;
+        }
         converged?;
         let status = self.write_status(&mut st).await?;
         Ok(Report {
@@ -1046,10 +1053,16 @@ impl Supervisor {
         match action {
             Action::Degrade { since } => {
                 st.degrade_since = Some(since);
-                st.outage = Some(Outage {
-                    started_at: Some(micro_now()),
-                    ..Outage::default()
-                });
+                // An outage whose restore failed (the configuration still degraded) keeps its
+                // record; any other degrade starts one.
+                let unrestored = st.presence == Presence::Degraded
+                    && st.outage.as_ref().is_some_and(|o| o.restored_at.is_none());
+                if !unrestored {
+                    st.outage = Some(Outage {
+                        started_at: Some(micro_now()),
+                        ..Outage::default()
+                    });
+                }
             }
             Action::Deregister { cause, since } => {
                 st.deregister_cause = Some((cause, since));
@@ -1306,7 +1319,6 @@ impl Supervisor {
                 if st.presence == Presence::Absent {
                     // Left by an earlier run or another replica: the converge removes it if
                     // it must not be there.
-                    st.adopted_stray = true;
                     st.presence = if degraded {
                         Presence::Degraded
                     } else {
@@ -1466,7 +1478,9 @@ impl Supervisor {
                 )
                 .await;
             }
-            (_, Presence::Absent) if std::mem::take(&mut st.adopted_stray) => {
+            (_, Presence::Absent)
+                if std::mem::take(&mut st.adopted_stray) && st.deregister_cause.is_none() =>
+            {
                 // A configuration that appeared while the initializer was out of the path (a
                 // registration a replica frozen past its lease sent late, or someone's create)
                 // was removed: no probe, endpoint or suspend removed the initializer now. An

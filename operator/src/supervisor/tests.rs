@@ -421,3 +421,104 @@ fn a_read_of_a_version_this_replica_wrote_over_is_known_to_be_behind() {
     assert!(!replaced.contains(Some("2")));
     assert!(!replaced.contains(Some("11")));
 }
+
+/// A client that keeps every request's body (a status patch, an Event) and answers with the
+/// guard, as [`recording_client`] does.
+fn body_recording_client(bodies: Arc<Mutex<Vec<serde_json::Value>>>) -> Client {
+    use http_body_util::BodyExt;
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let bodies = bodies.clone();
+        async move {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            bodies
+                .lock()
+                .unwrap()
+                .push(serde_json::from_slice(&body).unwrap_or_default());
+            let response = http::Response::builder()
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&guard()).unwrap(),
+                ))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    Client::new(service, "default")
+}
+
+fn event_reasons(bodies: &Mutex<Vec<serde_json::Value>>) -> Vec<String> {
+    bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn removing_a_stray_configuration_is_no_deregistration_and_keeps_the_outage() {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let (sup, entry) = supervising_guard(body_recording_client(bodies.clone()));
+    let mut st = entry.state.lock().await;
+    let first = Outage {
+        started_at: Some(micro_now()),
+        deregistered_at: Some(micro_now()),
+        ..Outage::default()
+    };
+    st.outage = Some(first.clone());
+    st.adopted_stray = true;
+    sup.transitioned(
+        &mut st,
+        Presence::Normal,
+        Presence::Absent,
+        Timestamp::now(),
+    )
+    .await;
+    assert_eq!(st.outage, Some(first.clone()), "the first removal's record");
+    assert!(!st.adopted_stray, "taken by the removal");
+    assert_eq!(event_reasons(&bodies), ["StrayConfigurationRemoved"]);
+
+    // A removal the health machine asked for is a deregistration, flag or not.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    st.adopted_stray = true;
+    st.deregister_cause = Some((Cause::ProbesFailed, Instant::now()));
+    sup.transitioned(
+        &mut st,
+        Presence::Normal,
+        Presence::Absent,
+        Timestamp::now(),
+    )
+    .await;
+    assert_ne!(
+        st.outage.as_ref().unwrap().deregistered_at,
+        first.deregistered_at
+    );
+    assert!(st.deregister_cause.is_none() && !st.adopted_stray);
+    assert_eq!(
+        event_reasons(&bodies),
+        ["StrayConfigurationRemoved", "Deregistered"]
+    );
+}
+
+#[tokio::test]
+async fn a_degrade_after_a_failed_restore_keeps_the_outage_and_any_other_starts_one() {
+    let (sup, entry) = supervising_guard(recording_client(Arc::default()));
+    let mut st = entry.state.lock().await;
+    let unrestored = Outage {
+        started_at: Some(micro_now()),
+        degraded_at: Some(micro_now()),
+        ..Outage::default()
+    };
+    let degrade = Action::Degrade {
+        since: Instant::now(),
+    };
+    st.outage = Some(unrestored.clone());
+    st.presence = Presence::Degraded;
+    sup.note(&mut st, degrade);
+    assert_eq!(st.outage, Some(unrestored.clone()));
+
+    st.presence = Presence::Normal;
+    sup.note(&mut st, degrade);
+    assert_ne!(st.outage, Some(unrestored), "a new outage");
+    assert_eq!(st.outage.as_ref().unwrap().degraded_at, None);
+}
