@@ -6,8 +6,7 @@
 //!
 //! Its no-work floor ([`floor_router`]) is the same server with the review's work taken out: it
 //! answers every review with the bytes the baseline gave the first one. What the floor measures
-//! is the cost of the stack, the kernel and the load generator, which no webhook on this machine
-//! can go below.
+//! is what is left when the work is taken out: the stack, the kernel and the load generator.
 
 use std::io;
 use std::path::Path;
