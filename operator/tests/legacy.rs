@@ -213,6 +213,17 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
     let pod = guard_pods(&client).await.remove(0);
     let pod_name = pod.metadata.name.clone().unwrap();
     cluster.freeze(NS, &pod_name).await.unwrap();
+    // Only once a probe has failed is the freeze known to have taken hold: an object created
+    // before that may still be initialized by the pod, and then nothing waits to be released.
+    wait_for(
+        "a failed probe (phase Degraded)",
+        Duration::from_secs(10),
+        || {
+            let c = client.clone();
+            async move { status(&c).await.phase == Some(Phase::Degraded) }
+        },
+    )
+    .await;
     let (code, waiting) = raw(
         &client,
         "POST",
