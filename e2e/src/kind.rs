@@ -1,10 +1,15 @@
-//! The kind recipe's configuration (`e2e/kind/kind-config.yaml`), read back and checked so that
-//! a broken file is caught here rather than on someone's laptop.
+//! The kind recipe's configurations (`e2e/kind/kind-config.yaml`, and the offline one the recipe
+//! uses when `kindest/node` cannot be pulled), read back and checked so that a broken file is
+//! caught here rather than on someone's laptop.
 
 use serde::Deserialize;
 
 /// Path of the kind configuration, relative to the workspace root.
 pub const KIND_CONFIG: &str = "e2e/kind/kind-config.yaml";
+/// Path of the configuration for a node image assembled on this machine (`e2e/kind/offline`).
+pub const KIND_OFFLINE_CONFIG: &str = "e2e/kind/offline/kind-config.yaml";
+/// The placeholder the recipe replaces with the offline node image's name (`versions.sh`).
+pub const OFFLINE_NODE_IMAGE: &str = "${NODE_IMAGE}";
 /// Path of the recipe script, relative to the workspace root.
 pub const KIND_RECIPE: &str = "e2e/kind/run.sh";
 
@@ -21,6 +26,20 @@ pub struct KindCluster {
     pub name: Option<String>,
     /// The nodes.
     pub nodes: Vec<KindNode>,
+    /// Cluster networking (the offline configuration turns kind's own CNI off).
+    #[serde(default)]
+    pub networking: Option<KindNetworking>,
+    /// kubeadm configuration patches, each a YAML document.
+    #[serde(default)]
+    pub kubeadm_config_patches: Vec<String>,
+}
+
+/// The networking fields of kind's `Cluster` the recipe uses.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KindNetworking {
+    /// No kindnetd: `e2e/kind/offline/network.sh` configures the pod network instead.
+    pub disable_default_cni: Option<bool>,
 }
 
 /// One node of a kind cluster.
@@ -57,7 +76,7 @@ pub fn check(text: &str) -> anyhow::Result<KindCluster> {
             "unknown node role {}",
             node.role
         );
-        if let Some(image) = &node.image {
+        if let Some(image) = node.image.as_deref().filter(|i| *i != OFFLINE_NODE_IMAGE) {
             let version = image
                 .strip_prefix("kindest/node:v")
                 .ok_or_else(|| anyhow::anyhow!("node image {image} is not a kindest/node image"))?;
@@ -86,6 +105,25 @@ mod tests {
     fn committed_kind_config_is_a_valid_cluster_with_workers() {
         let cluster = check(&paths::read_workspace_file(KIND_CONFIG).unwrap()).unwrap();
         assert!(cluster.nodes.iter().filter(|n| n.role == "worker").count() >= 2);
+    }
+
+    #[test]
+    fn offline_config_has_the_same_nodes_on_the_assembled_image_without_kindnetd() {
+        let online = check(&paths::read_workspace_file(KIND_CONFIG).unwrap()).unwrap();
+        let offline = check(&paths::read_workspace_file(KIND_OFFLINE_CONFIG).unwrap()).unwrap();
+        let roles = |c: &KindCluster| c.nodes.iter().map(|n| n.role.clone()).collect::<Vec<_>>();
+        assert_eq!(roles(&online), roles(&offline));
+        assert!(offline
+            .nodes
+            .iter()
+            .all(|n| n.image.as_deref() == Some(OFFLINE_NODE_IMAGE)));
+        assert_eq!(
+            offline.networking.and_then(|n| n.disable_default_cni),
+            Some(true)
+        );
+        for patch in &offline.kubeadm_config_patches {
+            let _: serde_yaml::Value = serde_yaml::from_str(patch).unwrap();
+        }
     }
 
     #[test]

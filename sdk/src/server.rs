@@ -4,7 +4,7 @@
 //! connections). In controller mode (`--mode controller`) the same server runs beside the
 //! controller, and `/readyz` also waits for its watches to list once.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,7 +63,8 @@ pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
 /// own `clap` arguments with `#[command(flatten)]`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address to listen on [default: $POD_IP:8443, or 0.0.0.0:8443 without POD_IP].
+    /// Address to listen on [default: every address of the pod, port 8443; $POD_IP:8443 when
+    /// POD_IP is a loopback address, i.e. the pod shares its host's network].
     #[arg(long)]
     pub listen: Option<SocketAddr>,
     /// Directory holding tls.crt and tls.key, reloaded when they change.
@@ -207,7 +208,14 @@ impl ServeArgs {
         }
     }
 
-    /// The address to listen on: `--listen`, else `$POD_IP:8443`, else `0.0.0.0:8443`.
+    /// The address to listen on: `--listen`, else `$POD_IP:8443` when `POD_IP` is a loopback
+    /// address, else the unspecified address of `POD_IP`'s family (`0.0.0.0:8443`, `[::]:8443`).
+    ///
+    /// A pod on a real kubelet has a network namespace of its own, so listening on all of its
+    /// addresses exposes nothing more than its pod IP, and includes its own loopback, which is
+    /// where `kubectl port-forward` connects. A pod whose address is itself a loopback address
+    /// shares its host's network with other pods (the sandbox and the node agent give each pod
+    /// one of 127.0.0.0/8): there, only its own address is its own.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen_addr_with(std::env::var("POD_IP").ok().as_deref())
     }
@@ -217,9 +225,11 @@ impl ServeArgs {
         if let Some(addr) = self.listen {
             return addr;
         }
-        let ip = pod_ip
-            .and_then(|ip| ip.trim().parse::<IpAddr>().ok())
-            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let ip = match pod_ip.and_then(|ip| ip.trim().parse::<IpAddr>().ok()) {
+            Some(ip) if ip.is_loopback() => ip,
+            Some(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        };
         SocketAddr::new(ip, DEFAULT_PORT)
     }
 
@@ -727,20 +737,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn listen_address_follows_flag_then_pod_ip_then_all_interfaces() {
+    fn listen_address_follows_flag_then_a_shared_loopback_pod_ip_then_all_addresses() {
         let mut args = ServeArgs::new(SocketAddr::from(([127, 0, 0, 1], 9443)), "/t", "/c");
         assert_eq!(
             args.listen_addr_with(Some("10.0.0.7")).to_string(),
             "127.0.0.1:9443"
         );
         args.listen = None;
+        // A pod of its own network: all of its addresses, its loopback included.
         assert_eq!(
             args.listen_addr_with(Some("10.0.0.7")).to_string(),
-            "10.0.0.7:8443"
+            "0.0.0.0:8443"
         );
         assert_eq!(
             args.listen_addr_with(Some("fd00::7")).to_string(),
-            "[fd00::7]:8443"
+            "[::]:8443"
+        );
+        // A pod sharing its host's network (sandbox, node agent): its own address only.
+        assert_eq!(
+            args.listen_addr_with(Some("127.1.0.9")).to_string(),
+            "127.1.0.9:8443"
         );
         assert_eq!(
             args.listen_addr_with(Some("garbage")).to_string(),

@@ -4,7 +4,10 @@
 #
 #   e2e/controlplane/go/build.sh                 # the pinned version (go.mod in this directory)
 #   K8S_VERSION=1.34.6 e2e/controlplane/go/build.sh   # any other release: one command away
+#   e2e/controlplane/go/build.sh --node          # also what a kind node runs: kubeadm, kubelet,
+#                                                # kubectl, kube-scheduler, kube-proxy (e2e/kind)
 #
+# One module serves both sets, so the packages they share are compiled once.
 # Returns at once when the binaries of that version are already built. Go's module and build
 # caches are reused, so a rebuild after a cache wipe of ours costs only the link.
 set -euo pipefail
@@ -14,8 +17,20 @@ version="${K8S_VERSION:-$pinned}"
 cache="${CONTROLPLANE_CACHE:-$here/../../../target/controlplane}"
 out="$cache/v$version"
 tools=(etcd kube-apiserver kube-controller-manager)
+packages=(go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
+marker="$out/.complete"
+if [[ "${1:-}" == "--node" ]]; then
+  for tool in kubeadm kubelet kubectl kube-scheduler kube-proxy; do
+    tools+=("$tool")
+    packages+=("k8s.io/kubernetes/cmd/$tool")
+  done
+  marker="$out/.complete-node"
+elif [[ -n "${1:-}" ]]; then
+  echo "usage: $0 [--node]" >&2
+  exit 2
+fi
 
-if [[ -f "$out/.complete" ]]; then
+if [[ -f "$marker" ]]; then
   echo "$out"
   exit 0
 fi
@@ -55,12 +70,16 @@ ldflags="-s -w \
  -X k8s.io/component-base/version.gitMinor=$minor \
  -X k8s.io/component-base/version.gitTreeState=clean \
  -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
-packages=(go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
+control_plane_tools=3
 for i in "${!tools[@]}"; do
+  # The control plane's three are kept when built already; a node build adds to them.
+  if (( i < control_plane_tools )) && [[ -x "$out/${tools[$i]}" && -f "$out/.complete" ]]; then
+    continue
+  fi
   echo "building ${tools[$i]} v$version" >&2
   started=$SECONDS
   (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/${tools[$i]}" "${packages[$i]}")
   echo "built ${tools[$i]} in $((SECONDS - started)) s ($(du -m "$out/${tools[$i]}" | cut -f1) MiB)" >&2
 done
-touch "$out/.complete"
+touch "$out/.complete" "$marker"
 echo "$out"
