@@ -63,8 +63,8 @@ pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
 /// own `clap` arguments with `#[command(flatten)]`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Address to listen on [default: every address of the pod, port 8443; $POD_IP:8443 when
-    /// POD_IP is a loopback address, i.e. the pod shares its host's network].
+    /// Address to listen on [default: $POD_IP:8443, or 0.0.0.0:8443 without POD_IP]. With
+    /// POD_IP, the pod's loopback (same port) is served too where it is free.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
     /// Directory holding tls.crt and tls.key, reloaded when they change.
@@ -208,16 +208,30 @@ impl ServeArgs {
         }
     }
 
-    /// The address to listen on: `--listen`, else `$POD_IP:8443` when `POD_IP` is a loopback
-    /// address, else the unspecified address of `POD_IP`'s family (`0.0.0.0:8443`, `[::]:8443`).
-    ///
-    /// A pod on a real kubelet has a network namespace of its own, so listening on all of its
-    /// addresses exposes nothing more than its pod IP, and includes its own loopback, which is
-    /// where `kubectl port-forward` connects. A pod whose address is itself a loopback address
-    /// shares its host's network with other pods (the sandbox and the node agent give each pod
-    /// one of 127.0.0.0/8): there, only its own address is its own.
+    /// The address to listen on: `--listen`, else `$POD_IP:8443`, else `0.0.0.0:8443`.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen_addr_with(std::env::var("POD_IP").ok().as_deref())
+    }
+
+    /// The loopback address served beside `$POD_IP:8443` (`127.0.0.1`, or `::1` for an IPv6
+    /// `POD_IP`): where `kubectl port-forward` connects, inside the pod's own network namespace
+    /// on a real kubelet. `None` with `--listen`, without `POD_IP`, or when `POD_IP` is itself a
+    /// loopback address. Best effort: pods sharing their host's network (the sandbox, the node
+    /// agent) find it taken by the first of them, and serve their own address only.
+    pub fn loopback_addr(&self) -> Option<SocketAddr> {
+        self.loopback_addr_with(std::env::var("POD_IP").ok().as_deref())
+    }
+
+    pub(crate) fn loopback_addr_with(&self, pod_ip: Option<&str>) -> Option<SocketAddr> {
+        if self.listen.is_some() {
+            return None;
+        }
+        let loopback = match pod_ip?.trim().parse::<IpAddr>().ok()? {
+            ip if ip.is_loopback() => return None,
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        };
+        Some(SocketAddr::new(loopback, DEFAULT_PORT))
     }
 
     /// The address to listen on given the value of `POD_IP`.
@@ -225,11 +239,9 @@ impl ServeArgs {
         if let Some(addr) = self.listen {
             return addr;
         }
-        let ip = match pod_ip.and_then(|ip| ip.trim().parse::<IpAddr>().ok()) {
-            Some(ip) if ip.is_loopback() => ip,
-            Some(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-            _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        };
+        let ip = pod_ip
+            .and_then(|ip| ip.trim().parse::<IpAddr>().ok())
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         SocketAddr::new(ip, DEFAULT_PORT)
     }
 
@@ -535,17 +547,39 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             synced,
         );
         let grace = Duration::from_secs(args.shutdown_grace_seconds);
-        let task = tokio::spawn(accept_loop(
-            Listener {
-                listener,
-                acceptor,
-                limits: args.limits(),
-                max_connections: args.max_connections.max(1),
+        let loopback = match args.loopback_addr() {
+            Some(addr) => match TcpListener::bind(addr).await {
+                Ok(listener) => Some(listener),
+                Err(error) => {
+                    tracing::debug!(%addr, %error, "not serving the loopback (shared network?)");
+                    None
+                }
             },
-            app,
-            shutdown.clone(),
-            grace,
-        ));
+            None => None,
+        };
+        let serve = |listener| {
+            accept_loop(
+                Listener {
+                    listener,
+                    acceptor: acceptor.clone(),
+                    limits: args.limits(),
+                    max_connections: args.max_connections.max(1),
+                },
+                app.clone(),
+                shutdown.clone(),
+                grace,
+            )
+        };
+        let main_loop = serve(listener);
+        let task = match loopback {
+            Some(loopback) => {
+                let loopback_loop = serve(loopback);
+                tokio::spawn(async move {
+                    futures::future::join(main_loop, loopback_loop).await;
+                })
+            }
+            None => tokio::spawn(main_loop),
+        };
         Ok(Server {
             local_addr,
             terminating,
@@ -737,32 +771,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn listen_address_follows_flag_then_a_shared_loopback_pod_ip_then_all_addresses() {
+    fn listen_address_follows_flag_then_pod_ip_then_all_interfaces() {
         let mut args = ServeArgs::new(SocketAddr::from(([127, 0, 0, 1], 9443)), "/t", "/c");
         assert_eq!(
             args.listen_addr_with(Some("10.0.0.7")).to_string(),
             "127.0.0.1:9443"
         );
         args.listen = None;
-        // A pod of its own network: all of its addresses, its loopback included.
         assert_eq!(
             args.listen_addr_with(Some("10.0.0.7")).to_string(),
-            "0.0.0.0:8443"
+            "10.0.0.7:8443"
         );
         assert_eq!(
             args.listen_addr_with(Some("fd00::7")).to_string(),
-            "[::]:8443"
-        );
-        // A pod sharing its host's network (sandbox, node agent): its own address only.
-        assert_eq!(
-            args.listen_addr_with(Some("127.1.0.9")).to_string(),
-            "127.1.0.9:8443"
+            "[fd00::7]:8443"
         );
         assert_eq!(
             args.listen_addr_with(Some("garbage")).to_string(),
             "0.0.0.0:8443"
         );
         assert_eq!(args.listen_addr_with(None).to_string(), "0.0.0.0:8443");
+    }
+
+    #[test]
+    fn the_loopback_is_served_beside_a_pod_ip_only() {
+        let mut args = ServeArgs::new(SocketAddr::from(([127, 0, 0, 1], 9443)), "/t", "/c");
+        assert_eq!(args.loopback_addr_with(Some("10.0.0.7")), None, "--listen wins");
+        args.listen = None;
+        let loopback = |ip| args.loopback_addr_with(ip).map(|a| a.to_string());
+        assert_eq!(loopback(Some("10.244.1.7")).as_deref(), Some("127.0.0.1:8443"));
+        assert_eq!(loopback(Some("fd00::7")).as_deref(), Some("[::1]:8443"));
+        assert_eq!(loopback(Some("127.1.0.9")), None, "already a loopback address");
+        assert_eq!(loopback(None), None, "0.0.0.0 covers it");
+        assert_eq!(loopback(Some("garbage")), None);
     }
 
     #[test]
