@@ -23,6 +23,15 @@ use initializer_crds::HealthPolicy;
 /// Interval between probes while waiting to register or to restore.
 pub const FAST_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long endpoints must have been ready before the configuration is registered. The probe
+/// dials each endpoint directly, but the API server dials the Service's cluster IP, which
+/// kube-proxy on the API server's node starts routing to a new endpoint only at its next sync:
+/// within its `minSyncPeriod` (1 s by default) plus the sync itself. Registering sooner sends the
+/// first creates to a rule that still rejects them (seen on kind: `connection refused` for every
+/// create in the first 0.1 s after registration, with `failurePolicy: Fail`). Measured there:
+/// 0.05-0.15 s in a quiet cluster; the bound is the sync period.
+pub const ROUTE_SETTLE: Duration = Duration::from_millis(1500);
+
 /// Thresholds and timings of the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HealthConfig {
@@ -40,6 +49,8 @@ pub struct HealthConfig {
     pub max_hold_down: Duration,
     /// A registration that lasted this long resets the hold-down to its base.
     pub stable_after: Duration,
+    /// Endpoints must have been ready this long before registering ([`ROUTE_SETTLE`]).
+    pub route_settle: Duration,
 }
 
 impl HealthConfig {
@@ -55,6 +66,7 @@ impl HealthConfig {
             base_hold_down: period,
             max_hold_down: (period * 64).min(Duration::from_secs(300)).max(period),
             stable_after: Duration::from_secs(600),
+            route_settle: ROUTE_SETTLE,
         }
     }
 }
@@ -151,6 +163,8 @@ pub struct Machine {
     ok_streak: u32,
     fail_streak: u32,
     endpoints: Option<u32>,
+    /// Since when some endpoint has been ready (without a count of zero in between).
+    serving_since: Option<Instant>,
     available: bool,
     suspended: bool,
     hold_down: Option<Duration>,
@@ -186,6 +200,7 @@ impl Machine {
             ok_streak: 0,
             fail_streak: 0,
             endpoints: None,
+            serving_since: None,
             available: false,
             suspended: false,
             hold_down: None,
@@ -334,6 +349,7 @@ impl Machine {
             Input::Endpoints(ready) => {
                 self.endpoints = Some(ready);
                 if ready == 0 {
+                    self.serving_since = None;
                     self.ok_streak = 0;
                     match self.state {
                         State::Registered => {
@@ -346,6 +362,7 @@ impl Machine {
                         _ => Action::None,
                     }
                 } else {
+                    self.serving_since.get_or_insert(now);
                     self.try_return(now)
                 }
             }
@@ -383,15 +400,20 @@ impl Machine {
 
     /// Back into the path: register (from waiting or unresponsive) or restore (from degraded)
     /// once the workload is available, an endpoint is ready, `successThreshold` good probes came
-    /// in a row and the hold-down is over.
+    /// in a row and the hold-down is over. Registering also waits until the endpoints have been
+    /// ready for [`HealthConfig::route_settle`], so that the Service routes to them wherever the
+    /// API server runs; a degraded configuration kept its endpoints, and is restored at once.
     fn try_return(&mut self, now: Instant) -> Action {
         let ready = !self.suspended
             && self.available
             && self.endpoints != Some(0)
             && self.ok_streak >= self.config.success_threshold
             && self.hold_until.is_none_or(|until| now >= until);
+        let routed = self
+            .serving_since
+            .is_some_and(|since| now >= since + self.config.route_settle);
         match self.state {
-            State::Waiting | State::Unresponsive if ready => {
+            State::Waiting | State::Unresponsive if ready && routed => {
                 self.before_register = self.state;
                 self.state = State::Registered;
                 self.registered_at = Some(now);

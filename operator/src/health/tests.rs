@@ -5,8 +5,13 @@ use super::*;
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
 
+/// The default policy's machine, without the route settle (its own tests below show it), so
+/// that the other tests register at the first good probe after the endpoints are counted.
 fn config() -> HealthConfig {
-    HealthConfig::from_policy(&HealthPolicy::default())
+    HealthConfig {
+        route_settle: Duration::ZERO,
+        ..HealthConfig::from_policy(&HealthPolicy::default())
+    }
 }
 
 /// A machine with an available workload and ready endpoints, at time `t0`.
@@ -135,6 +140,7 @@ fn waiting_probes_come_fast_and_register_within_a_few_hundred_milliseconds() {
 fn an_unavailable_workload_is_never_registered_and_registers_once_available() {
     let t0 = Instant::now();
     let mut m = Machine::new(config());
+    m.observe(Input::Endpoints(1), t0);
     let mut t = t0;
     assert!(probes(&mut m, &mut t, true, 10).is_empty());
     assert_eq!(m.observe(Input::Available(true), t), Action::Register);
@@ -619,4 +625,68 @@ fn raised_thresholds_apply_to_the_next_inputs() {
     });
     assert_eq!(probes(&mut m, &mut t, false, 3).len(), 1, "degraded only");
     assert_eq!(probes(&mut m, &mut t, false, 1).len(), 1);
+}
+
+#[test]
+fn registration_waits_until_the_endpoints_had_time_to_be_routed() {
+    let t0 = Instant::now();
+    let settle = HealthConfig::from_policy(&HealthPolicy::default()).route_settle;
+    assert_eq!(settle, ROUTE_SETTLE);
+    let mut m = Machine::new(HealthConfig {
+        route_settle: settle,
+        ..config()
+    });
+    m.observe(Input::Available(true), t0);
+    m.observe(Input::Endpoints(2), t0);
+    let mut t = t0;
+    let early = probes_every(&mut m, &mut t, true, 14, 100 * MS);
+    assert!(early.is_empty(), "registered {:?} after the endpoints: {early:?}", t - t0);
+    let rest = settle - (t - t0);
+    let settled = probes_every(&mut m, &mut t, true, 1, rest);
+    assert_eq!(settled, [Action::Register]);
+}
+
+/// Probes every 100 ms from `*t` (40 probes at most) and returns how long after `since` the
+/// machine asked to register, if it did.
+fn registers_after(m: &mut Machine, t: &mut Instant, since: Instant) -> Option<Duration> {
+    let mut registered = None;
+    for _ in 0..40 {
+        *t += 100 * MS;
+        if m.observe(Input::ProbeSucceeded, *t) == Action::Register {
+            registered.get_or_insert(*t - since);
+        }
+    }
+    registered
+}
+
+#[test]
+fn endpoints_that_came_back_settle_again_but_a_degraded_configuration_is_restored_at_once() {
+    let t0 = Instant::now();
+    let settle = ROUTE_SETTLE;
+    // A hold-down shorter than the settle, so that the settle is what holds the return.
+    let mut m = Machine::new(HealthConfig {
+        route_settle: settle,
+        base_hold_down: 100 * MS,
+        max_hold_down: 100 * MS,
+        ..config()
+    });
+    m.observe(Input::Available(true), t0);
+    m.observe(Input::Endpoints(1), t0);
+    let mut t = t0;
+    assert_eq!(registers_after(&mut m, &mut t, t0), Some(settle));
+    // A failed probe degrades; good probes after the hold-down restore without a new settle.
+    t += SEC;
+    assert!(matches!(m.observe(Input::ProbeFailed, t), Action::Degrade { .. }));
+    let restored = probes_every(&mut m, &mut t, true, 30, 100 * MS);
+    assert_eq!(restored, [Action::Restore]);
+    // The endpoints go to zero and come back: the new ones must settle first.
+    t += SEC;
+    assert!(matches!(
+        m.observe(Input::Endpoints(0), t),
+        Action::Deregister { .. }
+    ));
+    t += SEC;
+    let back = t;
+    m.observe(Input::Endpoints(1), back);
+    assert_eq!(registers_after(&mut m, &mut t, back), Some(settle));
 }
