@@ -8,6 +8,11 @@
 //! ignores SIGSTOP and SIGKILL sent from within it), and a NetworkPolicy would refuse connections
 //! instead of hanging them. Kill is SIGKILL the same way, so the kubelet restarts the container as
 //! it would after a crash. Other clusters get a clear error for freeze and kill.
+//!
+//! What must reach pods from this host (Prometheus scraping the operator in the alerts scenario)
+//! runs in the network namespace of the kind control-plane node (`nsenter --net`), where every
+//! pod address is routed: a host process with the node's network, as on the real control plane.
+//! That needs root and an engine on this machine; elsewhere it is `None`, and the scenario says so.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +35,9 @@ pub struct ClusterBackend {
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     docker: String,
+    /// The network namespace of the kind control-plane node (`/proc/<pid>/ns/net`), when this
+    /// process may enter it.
+    node_network: Option<PathBuf>,
 }
 
 impl ClusterBackend {
@@ -78,6 +86,13 @@ impl ClusterBackend {
         } else {
             PodControl::Unsupported
         };
+        let docker = std::env::var("E2E_DOCKER").unwrap_or_else(|_| "docker".to_string());
+        let node_network = match (control, context.strip_prefix("kind-")) {
+            (PodControl::KindNodes, Some(cluster)) => {
+                node_network(&docker, &format!("{cluster}-control-plane")).await
+            }
+            _ => None,
+        };
         Ok(Self {
             name: match control {
                 PodControl::KindNodes => format!("kind ({context})"),
@@ -88,7 +103,8 @@ impl ClusterBackend {
             client,
             _dir: dir,
             kubeconfig: path,
-            docker: std::env::var("E2E_DOCKER").unwrap_or_else(|_| "docker".to_string()),
+            docker,
+            node_network,
         })
     }
 
@@ -184,6 +200,38 @@ impl ClusterBackend {
     }
 }
 
+/// The network namespace of the kind node container `node`, when this process is root and the
+/// engine runs here (its PID's namespace is then this machine's).
+async fn node_network(docker: &str, node: &str) -> Option<PathBuf> {
+    if !is_root() {
+        return None;
+    }
+    let output = Command::new(docker)
+        .args(["inspect", "--format", "{{.State.Pid}}", node])
+        .output()
+        .await
+        .ok()?;
+    let pid: u32 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .ok()?;
+    let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+    (pid != 0 && path.exists()).then_some(path)
+}
+
+/// Whether this process runs as root (entering another network namespace needs it).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|id| id == "0"))
+        })
+        .unwrap_or(false)
+}
+
 /// How pods of this cluster are frozen, thawed and killed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PodControl {
@@ -200,9 +248,15 @@ impl Backend for ClusterBackend {
         &self.name
     }
 
-    fn command_inside(&self, _program: &Path) -> Option<std::process::Command> {
-        // The pods' network is inside the node container; nothing here runs there.
-        None
+    fn command_inside(&self, program: &Path) -> Option<std::process::Command> {
+        // The pods' network is the node container's: run there, with this host's files.
+        let network = self.node_network.as_ref()?;
+        let mut command = std::process::Command::new("nsenter");
+        command
+            .arg(format!("--net={}", network.display()))
+            .arg("--")
+            .arg(program);
+        Some(command)
     }
 
     fn kubeconfig_path(&self) -> &Path {

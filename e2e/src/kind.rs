@@ -113,10 +113,12 @@ mod tests {
         let offline = check(&paths::read_workspace_file(KIND_OFFLINE_CONFIG).unwrap()).unwrap();
         let roles = |c: &KindCluster| c.nodes.iter().map(|n| n.role.clone()).collect::<Vec<_>>();
         assert_eq!(roles(&online), roles(&offline));
-        assert!(offline
-            .nodes
-            .iter()
-            .all(|n| n.image.as_deref() == Some(OFFLINE_NODE_IMAGE)));
+        assert!(
+            offline
+                .nodes
+                .iter()
+                .all(|n| n.image.as_deref() == Some(OFFLINE_NODE_IMAGE))
+        );
         assert_eq!(
             offline.networking.and_then(|n| n.disable_default_cni),
             Some(true)

@@ -1,5 +1,6 @@
-//! The end-to-end suite: the safety story, scenario by scenario, on the sandbox (default) or a
-//! kind cluster (`E2E_CLUSTER=kind`).
+//! The end-to-end suite: the safety story, scenario by scenario, on the sandbox (default), the
+//! real control plane (`E2E_CLUSTER=real`) or a kind cluster (`E2E_CLUSTER=kind`); what only a
+//! real kubelet shows (`kubelet.rs`) runs on kind.
 //!
 //! Run it with `make e2e` (builds every binary first). One process starts one backend, installs
 //! the operator from the bundle, runs the scenarios in this order, each in fresh namespaces and
@@ -10,6 +11,7 @@ mod alerts;
 mod common;
 mod failure;
 mod injection;
+mod kubelet;
 mod legacy;
 mod lifecycle;
 mod registration;
@@ -52,6 +54,10 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(lifecycle::bad_input_is_refused_and_registers_nothing),
     scenario!(lifecycle::operator_killed_mid_rollout_converges_without_duplicates_or_orphans),
     scenario!(legacy::legacy_backend_without_the_api_is_invalid_and_deploys_nothing),
+    scenario!(kubelet::port_forward_reaches_an_initializer_pod),
+    scenario!(kubelet::logs_and_exec_reach_the_operator_and_an_initializer),
+    scenario!(kubelet::restricted_pod_security_runs_initializers_without_warnings),
+    scenario!(kubelet::rolling_update_and_drain_lose_no_create),
 ];
 
 /// The legacy backend's scenarios: on the sandbox in legacy mode, after the others (the runner
@@ -90,6 +96,24 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[(
 /// Scenarios the real control plane cannot pass yet, and what they wait for.
 const NOT_YET_ON_THE_REAL_CONTROL_PLANE: &[(&str, &str)] = &[];
 
+/// What only a real kubelet and container runtime show: these run on kind (or another cluster
+/// of real nodes), not on the sandbox or the real control plane, whose pods are processes of our
+/// node agent (no port-forward, exec, images, Pod Security runtime checks or drain).
+const ONLY_ON_REAL_NODES: &[(&str, &str)] = &[
+    ("port_forward_reaches_an_initializer_pod", REAL_NODES),
+    (
+        "logs_and_exec_reach_the_operator_and_an_initializer",
+        REAL_NODES,
+    ),
+    (
+        "restricted_pod_security_runs_initializers_without_warnings",
+        REAL_NODES,
+    ),
+    ("rolling_update_and_drain_lose_no_create", REAL_NODES),
+];
+const REAL_NODES: &str =
+    "needs a real kubelet and container runtime: runs on kind (make e2e-kind), not here";
+
 /// The suite for the backend `E2E_CLUSTER` / `E2E_KUBECONTEXT` choose: a scenario the backend
 /// cannot run is listed as ignored with the reason (`--include-ignored` runs it anyway, and it
 /// fails saying what the backend lacks).
@@ -101,8 +125,10 @@ fn scenarios() -> Vec<Scenario> {
     let skipped = |scenario: &Scenario| {
         let sandbox_lacks = NOT_ON_THE_SANDBOX.iter().filter(|_| sandbox);
         let real_lacks = NOT_YET_ON_THE_REAL_CONTROL_PLANE.iter().filter(|_| real);
+        let no_kubelet = ONLY_ON_REAL_NODES.iter().filter(|_| sandbox || real);
         sandbox_lacks
             .chain(real_lacks)
+            .chain(no_kubelet)
             .find(|(name, _)| *name == scenario.name)
             .map(|(_, reason)| *reason)
     };
