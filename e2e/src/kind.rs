@@ -39,6 +39,7 @@ pub struct KindCluster {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KindNetworking {
     /// No kindnetd: `e2e/kind/offline/network.sh` configures the pod network instead.
+    #[serde(rename = "disableDefaultCNI")]
     pub disable_default_cni: Option<bool>,
 }
 

@@ -796,12 +796,23 @@ mod tests {
     #[test]
     fn the_loopback_is_served_beside_a_pod_ip_only() {
         let mut args = ServeArgs::new(SocketAddr::from(([127, 0, 0, 1], 9443)), "/t", "/c");
-        assert_eq!(args.loopback_addr_with(Some("10.0.0.7")), None, "--listen wins");
+        assert_eq!(
+            args.loopback_addr_with(Some("10.0.0.7")),
+            None,
+            "--listen wins"
+        );
         args.listen = None;
         let loopback = |ip| args.loopback_addr_with(ip).map(|a| a.to_string());
-        assert_eq!(loopback(Some("10.244.1.7")).as_deref(), Some("127.0.0.1:8443"));
+        assert_eq!(
+            loopback(Some("10.244.1.7")).as_deref(),
+            Some("127.0.0.1:8443")
+        );
         assert_eq!(loopback(Some("fd00::7")).as_deref(), Some("[::1]:8443"));
-        assert_eq!(loopback(Some("127.1.0.9")), None, "already a loopback address");
+        assert_eq!(
+            loopback(Some("127.1.0.9")),
+            None,
+            "already a loopback address"
+        );
         assert_eq!(loopback(None), None, "0.0.0.0 covers it");
         assert_eq!(loopback(Some("garbage")), None);
     }

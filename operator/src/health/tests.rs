@@ -640,7 +640,11 @@ fn registration_waits_until_the_endpoints_had_time_to_be_routed() {
     m.observe(Input::Endpoints(2), t0);
     let mut t = t0;
     let early = probes_every(&mut m, &mut t, true, 14, 100 * MS);
-    assert!(early.is_empty(), "registered {:?} after the endpoints: {early:?}", t - t0);
+    assert!(
+        early.is_empty(),
+        "registered {:?} after the endpoints: {early:?}",
+        t - t0
+    );
     let rest = settle - (t - t0);
     let settled = probes_every(&mut m, &mut t, true, 1, rest);
     assert_eq!(settled, [Action::Register]);
@@ -676,7 +680,10 @@ fn endpoints_that_came_back_settle_again_but_a_degraded_configuration_is_restore
     assert_eq!(registers_after(&mut m, &mut t, t0), Some(settle));
     // A failed probe degrades; good probes after the hold-down restore without a new settle.
     t += SEC;
-    assert!(matches!(m.observe(Input::ProbeFailed, t), Action::Degrade { .. }));
+    assert!(matches!(
+        m.observe(Input::ProbeFailed, t),
+        Action::Degrade { .. }
+    ));
     let restored = probes_every(&mut m, &mut t, true, 30, 100 * MS);
     assert_eq!(restored, [Action::Restore]);
     // The endpoints go to zero and come back: the new ones must settle first.
