@@ -298,6 +298,18 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self.mark_initialized
     }
 
+    /// The `kind` label a review for `kind` is counted under: the kind itself when a handler
+    /// serves it, else [`OTHER_KIND`](crate::metrics::OTHER_KIND). A review names its own kind,
+    /// so counting every name would let anyone who can reach the webhook add series until the
+    /// pod runs out of memory.
+    pub(crate) fn kind_label<'a>(&self, kind: &'a str) -> &'a str {
+        if self.handlers.iter().any(|h| h.gvk.kind == kind) {
+            kind
+        } else {
+            crate::metrics::OTHER_KIND
+        }
+    }
+
     /// Answer a review given as bytes: the response document, or a rejection for bytes that
     /// are not a valid review. Counts the metrics.
     pub async fn review_json(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {
@@ -306,7 +318,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             Ok((kind, response)) => {
                 let (json, patch_len) = response.to_json();
                 self.metrics.observe(
-                    &kind,
+                    self.kind_label(&kind),
                     response.verdict,
                     start.elapsed(),
                     patch_len,

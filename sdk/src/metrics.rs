@@ -84,9 +84,24 @@ struct Answered {
     patch_bytes: OnceLock<Histogram>,
 }
 
-/// Most (kind, verdict, mode) triples kept in [`Metrics::answered`]; beyond them (kinds the
-/// API server would not send to this webhook) the families are looked up as before.
+/// Most (kind, verdict, mode) triples kept in [`Metrics::answered`]; beyond them the families
+/// are looked up as before.
 const MAX_ANSWERED: usize = 64;
+
+/// The `kind` label of everything that is not a kind this initializer handles.
+pub(crate) const OTHER_KIND: &str = "other";
+
+/// `kind` as a label value: itself when it reads as a Kubernetes kind (a letter, then letters
+/// and digits, at most 63), else [`OTHER_KIND`]. Callers pass only kinds the SDK knows (handled
+/// kinds, see `Initializer::kind_label`); this makes sure no value ever needs escaping in the
+/// text format.
+fn kind_value(kind: &str) -> &str {
+    let mut chars = kind.chars();
+    let reads_as_kind = kind.len() <= 63
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric());
+    if reads_as_kind { kind } else { OTHER_KIND }
+}
 
 /// The initializer's metrics and their registry.
 pub(crate) struct Metrics {
@@ -194,6 +209,7 @@ impl Metrics {
         patch_len: usize,
         mode: &'static str,
     ) {
+        let kind = kind_value(kind);
         let verdict = verdict.as_str();
         let seen = |a: &&Answered| a.verdict == verdict && a.mode == mode && a.kind == kind;
         {
@@ -264,7 +280,7 @@ impl Metrics {
     pub(crate) fn observe_update(&self, kind: &str, result: &'static str) {
         self.updates
             .get_or_create(&UpdateLabels {
-                kind: kind.to_owned(),
+                kind: kind_value(kind).to_owned(),
                 result,
             })
             .inc();
@@ -349,28 +365,32 @@ mod tests {
     }
 
     #[test]
-    fn kinds_beyond_the_kept_ones_are_still_counted() {
+    fn kind_values_that_would_need_escaping_are_counted_as_other() {
         let metrics = Metrics::new();
-        for round in 0..2 {
-            for n in 0..MAX_ANSWERED + 8 {
-                let kind = format!("Kind{n}");
-                metrics.observe(&kind, Verdict::Allowed, Duration::ZERO, round, MODE_WEBHOOK);
-            }
+        for kind in [
+            "Pod\"} 1\nfake_metric{a=\"",
+            "a\\b",
+            "",
+            "9Lives",
+            &"K".repeat(64),
+        ] {
+            metrics.observe(kind, Verdict::Allowed, Duration::ZERO, 0, MODE_WEBHOOK);
+            metrics.observe_update(kind, "released");
         }
-        assert_eq!(metrics.answered.read().unwrap().len(), MAX_ANSWERED);
         let text = metrics.encode();
-        let last = MAX_ANSWERED + 7;
+        assert!(!text.contains("fake_metric"), "{text}");
         assert!(
-            line(&text, &format!(r#"initializer_admission_requests_total{{kind="Kind{last}",verdict="allowed",mode="webhook"}} 2"#)).is_some(),
+            line(&text, r#"initializer_admission_requests_total{kind="other",verdict="allowed",mode="webhook"} 5"#).is_some(),
             "{text}"
         );
         assert!(
             line(
                 &text,
-                &format!(r#"initializer_patch_bytes_count{{kind="Kind{last}"}} 1"#)
+                r#"initializer_controller_updates_total{kind="other",result="released"} 5"#
             )
             .is_some(),
             "{text}"
         );
+        assert_eq!(kind_value("CronJob"), "CronJob");
     }
 }

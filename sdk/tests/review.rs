@@ -476,6 +476,62 @@ async fn metrics_count_requests_by_kind_and_verdict_and_patch_sizes() {
     );
 }
 
+/// A review for an object of `kind`, as raw JSON: any caller can name any kind.
+fn review_of_kind(kind: &str, uid: usize) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("uid-{uid}"),
+            "kind": {"group": "example.com", "version": "v1", "kind": kind},
+            "resource": {"group": "example.com", "version": "v1", "resource": "things"},
+            "name": "x",
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "anyone"},
+            "object": {"apiVersion": "example.com/v1", "kind": kind, "metadata": {"name": "x"}},
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn kinds_a_caller_makes_up_are_counted_under_one_label() {
+    let tester = Tester::new(Initializer::new("sidecar").handle(add_sidecar));
+    tester.call(&review(&nginx_pod())).await.unwrap();
+    let made_up = 300;
+    for n in 0..made_up {
+        let answer = tester
+            .send(
+                "POST",
+                "/initialize",
+                review_of_kind(&format!("Kind{n}"), n),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let text = tester
+        .send("GET", "/metrics", Vec::new())
+        .await
+        .unwrap()
+        .body;
+    let mut kinds: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split("kind=\"").nth(1)?.split('"').next())
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    assert_eq!(kinds, ["Pod", "other"], "{text}");
+    assert!(
+        text.contains(&format!(
+            r#"initializer_admission_requests_total{{kind="other",verdict="allowed",mode="webhook"}} {made_up}"#
+        )),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn healthz_is_ok_and_readyz_waits_for_the_certificate() {
     let tester = Tester::new(Initializer::new("x"));
