@@ -49,12 +49,63 @@ pub struct ProtectedGroup {
     pub resources: &'static [&'static str],
 }
 
-/// Every protected resource, by API group.
+/// Every protected resource, by API group. Each entry says what a webhook with
+/// `failurePolicy: Fail` on it would wedge while its initializer is down.
 pub const PROTECTED: &[ProtectedGroup] = &[
     ProtectedGroup {
         group: "",
         whole: false,
-        resources: &["events", "nodes", "serviceaccounts/token"],
+        resources: &[
+            // Events: every component reports through them, the operator's own included.
+            "events",
+            // Nodes: kubelets register and renew their objects.
+            "nodes",
+            // Service account tokens: every pod's credentials.
+            "serviceaccounts/token",
+            // The namespace controller's last step: namespaces could never finish deleting.
+            "namespaces/finalize",
+            // The scheduler's binding of pods to nodes: nothing new would start.
+            "pods/binding",
+            // Persistent volumes: provisioners and the binder would stall every claim.
+            "persistentvolumes",
+        ],
+    },
+    ProtectedGroup {
+        group: "storage.k8s.io",
+        whole: false,
+        resources: &[
+            // Attach and detach of volumes by the controller manager.
+            "volumeattachments",
+            // The kubelet's record of its CSI drivers.
+            "csinodes",
+        ],
+    },
+    ProtectedGroup {
+        group: "networking.k8s.io",
+        whole: false,
+        resources: &[
+            // Service IP allocation: no Service could be created.
+            "ipaddresses",
+            // The ranges Service IPs come from.
+            "servicecidrs",
+        ],
+    },
+    ProtectedGroup {
+        // The API server's own storage-version bookkeeping.
+        group: "internal.apiserver.k8s.io",
+        whole: true,
+        resources: &["storageversions"],
+    },
+    ProtectedGroup {
+        // Dynamic resource allocation: claims and slices the scheduler and drivers write.
+        group: "resource.k8s.io",
+        whole: true,
+        resources: &[
+            "resourceclaims",
+            "resourceclaimtemplates",
+            "resourceslices",
+            "deviceclasses",
+        ],
     },
     ProtectedGroup {
         group: "admissionregistration.k8s.io",
@@ -131,7 +182,7 @@ pub const PROTECTED: &[ProtectedGroup] = &[
 ];
 
 /// What the protected resources are, for messages.
-pub const PROTECTED_SUMMARY: &str = "admission registration (webhooks, policies and bindings), RBAC, CustomResourceDefinitions, APIServices, flow control, certificate signing requests, nodes, leases, events, token and access reviews, serviceaccounts/token, or Initializers";
+pub const PROTECTED_SUMMARY: &str = "admission registration (webhooks, policies and bindings), RBAC, CustomResourceDefinitions, APIServices, flow control, certificate signing requests, nodes, leases, events, token and access reviews, serviceaccounts/token, namespaces/finalize, pods/binding, persistent volumes, volume attachments, CSI nodes, Service IP addresses and CIDRs, storage versions, dynamic resource allocation, or Initializers";
 
 /// A CEL list literal of strings: `['a', 'b']`.
 fn cel_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
@@ -888,10 +939,12 @@ mod tests {
         );
         assert!(protected_reached(&core, "serviceaccounts").is_empty());
         assert!(protected_reached(&core, "serviceaccounts/status").is_empty());
-        assert!(protected_reached(&core, "pods/*").is_empty());
+        assert!(protected_reached(&core, "configmaps/*").is_empty());
+        assert_eq!(protected_reached(&core, "pods/*"), ["core/pods/binding"]);
+        assert!(protected_reached(&core, "pods").is_empty());
         assert_eq!(
             protected_reached(&core, "*"),
-            ["core/events", "core/nodes"],
+            ["core/events", "core/nodes", "core/persistentvolumes"],
             "`*` reaches no subresource"
         );
         assert_eq!(protected_reached(&core, "nodes/status"), ["core/nodes"]);
@@ -901,8 +954,8 @@ mod tests {
         assert!(all.contains(&"admissionregistration.k8s.io/*".to_string()));
         assert_eq!(
             all.len(),
-            14,
-            "three core entries, eleven whole groups: {all:?}"
+            23,
+            "six core entries, two of storage, two of networking, thirteen whole groups: {all:?}"
         );
         assert_eq!(
             protected_reached(&every, "clusterroles"),

@@ -251,6 +251,10 @@ fn wildcard_subresources_of_protected_parents_are_refused() {
         ([""], "*/status"),
         (["coordination.k8s.io"], "leases/*"),
         (["*"], "leases/status"),
+        // A rule for every subresource of pods reaches the scheduler's bindings.
+        ([""], "pods/*"),
+        ([""], "namespaces/*"),
+        (["*"], "pods/binding"),
     ] {
         let refusals = refused(&with_rule(&groups, &[resource]));
         assert!(
@@ -297,8 +301,9 @@ fn ordinary_rules_including_wildcards_outside_protected_groups_are_accepted() {
     for (groups, resources) in [
         (vec![""], vec!["serviceaccounts"]),
         (vec![""], vec!["secrets", "configmaps"]),
-        (vec![""], vec!["pods/*"]),
+        (vec![""], vec!["pods/ephemeralcontainers", "pods/exec"]),
         (vec![""], vec!["pods", "pods/status"]),
+        (vec!["networking.k8s.io", "storage.k8s.io"], vec!["ingresses", "storageclasses"]),
         (vec!["apps"], vec!["*"]),
         (vec!["apps"], vec!["*/*"]),
         (vec!["apps", "batch"], vec!["*", "deployments/scale"]),
