@@ -633,20 +633,60 @@ where
         })
 }
 
-/// Deletes the admission configuration `name` through `api`; true when something was
-/// deleted, false when it was already gone (a second deregistration is not an error).
+/// Whether a configuration named `name` with `labels` is one the operator registered: both of
+/// its labels, the Initializer label naming an Initializer whose configuration is `name`.
+pub fn registered_by_operator(
+    labels: &std::collections::BTreeMap<String, String>,
+    name: &str,
+) -> bool {
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+        && labels
+            .get(INITIALIZER_LABEL)
+            .is_some_and(|owner| crate::naming::names(owner).configuration == name)
+}
+
+/// Reads before deleting this many times when the configuration changes in between.
+const DEREGISTER_ATTEMPTS: usize = 3;
+
+/// Deletes the admission configuration `name` through `api` when it is the operator's
+/// ([`registered_by_operator`]), with the UID and resourceVersion it was read with as
+/// preconditions: one someone else made under the same name is never deleted, nor one replaced
+/// between the read and the delete (it is read again). True when something was deleted, false
+/// when it was already gone or is not the operator's (said in the log).
 async fn deregister_configuration<K>(api: &Api<K>, name: &str) -> Result<bool>
 where
     K: Resource + Clone + Debug + DeserializeOwned,
 {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(true),
-        Err(e) if is_not_found(&e) => Ok(false),
-        Err(source) => Err(Error::Deregister {
-            name: name.to_string(),
-            source: Box::new(source),
-        }),
+    let failed = |source| Error::Deregister {
+        name: name.to_string(),
+        source: Box::new(source),
+    };
+    let mut last_conflict = None;
+    for _ in 0..DEREGISTER_ATTEMPTS {
+        let Some(found) = api.get_opt(name).await.map_err(failed)? else {
+            return Ok(false);
+        };
+        if !registered_by_operator(found.labels(), name) {
+            tracing::warn!(configuration = %name, "not deleting a configuration the operator did not register");
+            return Ok(false);
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: found.meta().uid.clone(),
+                resource_version: found.meta().resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => return Ok(true),
+            Err(e) if is_not_found(&e) => return Ok(false),
+            Err(e) if api_code(&e) == Some(409) => last_conflict = Some(e),
+            Err(e) => return Err(failed(e)),
+        }
     }
+    Err(failed(last_conflict.unwrap_or_else(|| {
+        kube::Error::Service(format!("{name} changed under every deletion").into())
+    })))
 }
 
 pub mod legacy;

@@ -672,8 +672,10 @@ pub fn had_fallback(obj: &Initializer) -> bool {
         })
 }
 
-/// Names of managed objects that belong to no existing Initializer (by the Initializer label
-/// they carry; a managed object without one belongs to none).
+/// Names of managed objects that belong to no existing Initializer: both labels the operator
+/// sets, the Initializer label naming none of `initializers`. An object with the managed-by
+/// label alone is not one the operator registered (anyone who can write it can set that label),
+/// so it is left alone.
 pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<String> {
     let labels: Vec<String> = initializers
         .iter()
@@ -685,7 +687,7 @@ pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<Strin
             c.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
                 && c.labels()
                     .get(INITIALIZER_LABEL)
-                    .is_none_or(|owner| !labels.contains(owner))
+                    .is_some_and(|owner| !labels.contains(owner))
         })
         .map(ResourceExt::name_any)
         .collect()
@@ -798,13 +800,31 @@ async fn remove_legacy_orphans(
         let name = configuration.name_any();
         registrar.deregister(&name).await?;
         info!(configuration = %name, "removed orphaned InitializerConfiguration");
-        for (pending_name, rules) in build::legacy::registered(configuration) {
+        for (pending_name, rules) in own_pending_names(configuration) {
             let reached = legacy_reached(client, &rules).await?;
             let released = apply::legacy::release(client, &reached, &pending_name).await;
             info!(configuration = %name, %pending_name, released = released.count, "released what waited on an orphaned configuration");
         }
     }
     Ok(orphaned)
+}
+
+/// What an orphaned `InitializerConfiguration` registers under the one name the operator gives
+/// the Initializer it was made for (`<base>.initializers.initializer.dev` for the configuration
+/// `initializer-<base>`): a name someone added to it is another initializer's, and stripping it
+/// from pending objects would let them skip that initializer.
+pub fn own_pending_names(
+    configuration: &kube::api::DynamicObject,
+) -> Vec<(String, Vec<initializer_crds::InterceptRule>)> {
+    let own = configuration
+        .metadata
+        .name
+        .as_deref()
+        .and_then(naming::webhook_of_configuration);
+    build::legacy::registered(configuration)
+        .into_iter()
+        .filter(|(name, _)| Some(name) == own.as_ref())
+        .collect()
 }
 
 /// Removes orphans at start, whenever a managed configuration changes, and every minute (an

@@ -76,13 +76,29 @@ pub fn names(initializer: &str) -> Names {
         tls_secret: format!("{base}-tls"),
         ca_secret: format!("{base}-ca"),
         config_map: format!("{base}-config"),
-        configuration: format!("initializer-{base}"),
+        configuration: format!("{CONFIGURATION_PREFIX}{base}"),
         fallback: format!("initializer-{base}-fallback"),
         cluster_role: format!("initializer-{base}-controller"),
-        webhook: format!("{base}.initializers.{GROUP}"),
+        webhook: webhook_name(&base),
         label,
         base,
     }
+}
+
+/// What every configuration's name starts with, before the base name.
+const CONFIGURATION_PREFIX: &str = "initializer-";
+
+fn webhook_name(base: &str) -> String {
+    format!("{base}.initializers.{GROUP}")
+}
+
+/// The webhook (and, with the legacy backend, pending) name the operator gives inside the
+/// configuration named `configuration` (`initializer-<base>` holds `<base>.initializers.
+/// initializer.dev`); `None` for a name it never gives a configuration.
+pub fn webhook_of_configuration(configuration: &str) -> Option<String> {
+    configuration
+        .strip_prefix(CONFIGURATION_PREFIX)
+        .map(webhook_name)
 }
 
 /// 64-bit FNV-1a: small, stable across Rust releases (unlike `DefaultHasher`).

@@ -143,11 +143,13 @@ async fn cleanup_keeps_the_finalizer_until_the_configuration_is_gone() {
     );
     assert!(!err.is_permanent());
     let first: Vec<String> = log.lock().unwrap().drain(..).collect();
-    // Read first (never delete what is not ours), then delete, then check it is gone.
+    // Read first (never delete what is not ours), read again for the UID and version the
+    // delete is conditioned on, then delete, then check it is gone.
     assert_eq!(first[0], format!("GET {CONFIG_PATH}"), "{first:?}");
-    assert_eq!(first[1], format!("DELETE {CONFIG_PATH}"), "{first:?}");
+    assert_eq!(first[1], format!("GET {CONFIG_PATH}"), "{first:?}");
+    assert_eq!(first[2], format!("DELETE {CONFIG_PATH}"), "{first:?}");
     assert!(
-        first[2..].contains(&format!("GET {CONFIG_PATH}")),
+        first[3..].contains(&format!("GET {CONFIG_PATH}")),
         "{first:?}"
     );
     assert!(

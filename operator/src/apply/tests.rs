@@ -155,3 +155,36 @@ fn a_status_is_applied_onto_the_version_it_was_computed_from() {
     let unconditional = status_patch(&status, None);
     assert!(unconditional.get("metadata").is_none());
 }
+
+#[test]
+fn only_a_configuration_with_both_labels_naming_it_is_the_operators_to_delete() {
+    let labels = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let ours = labels(&[
+        (MANAGED_BY_LABEL, MANAGED_BY_VALUE),
+        (INITIALIZER_LABEL, "sidecar"),
+    ]);
+    assert!(registered_by_operator(&ours, "initializer-sidecar"));
+    assert!(
+        !registered_by_operator(&ours, "initializer-other"),
+        "the label names another Initializer's configuration"
+    );
+    let managed_only = labels(&[(MANAGED_BY_LABEL, MANAGED_BY_VALUE)]);
+    assert!(!registered_by_operator(
+        &managed_only,
+        "initializer-sidecar"
+    ));
+    let owner_only = labels(&[(INITIALIZER_LABEL, "sidecar")]);
+    assert!(!registered_by_operator(&owner_only, "initializer-sidecar"));
+    let long = "x".repeat(100);
+    let names = crate::naming::names(&long);
+    let ours_long = labels(&[
+        (MANAGED_BY_LABEL, MANAGED_BY_VALUE),
+        (INITIALIZER_LABEL, &names.label),
+    ]);
+    assert!(registered_by_operator(&ours_long, &names.configuration));
+}

@@ -180,7 +180,36 @@ fn configurations_without_an_initializer_are_orphans() {
         config("initializer-long", Some(&naming::names(&long).label), true),
     ];
     let found = orphans(&configs, &["sidecar".to_string(), long]);
-    assert_eq!(found, ["initializer-gone", "initializer-nolabel"]);
+    // Without the Initializer label a configuration is nobody the operator registered: a
+    // managed-by label alone (which anyone who can write configurations can set) is not enough.
+    assert_eq!(found, ["initializer-gone"]);
+}
+
+#[test]
+fn an_orphaned_legacy_configuration_releases_only_the_name_the_operator_gave_it() {
+    let configuration: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+        "kind": "InitializerConfiguration",
+        "metadata": {"name": "initializer-gone"},
+        "initializers": [
+            {"name": "gone.initializers.initializer.dev", "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]},
+            {"name": "someone-elses.example.com", "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]},
+        ],
+    }))
+    .unwrap();
+    let released: Vec<String> = own_pending_names(&configuration)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(released, ["gone.initializers.initializer.dev"]);
+    let renamed = kube::api::DynamicObject {
+        metadata: kube::api::ObjectMeta {
+            name: Some("not-ours".into()),
+            ..Default::default()
+        },
+        ..configuration
+    };
+    assert!(own_pending_names(&renamed).is_empty());
 }
 
 #[test]

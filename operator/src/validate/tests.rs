@@ -303,7 +303,10 @@ fn ordinary_rules_including_wildcards_outside_protected_groups_are_accepted() {
         (vec![""], vec!["secrets", "configmaps"]),
         (vec![""], vec!["pods/ephemeralcontainers", "pods/exec"]),
         (vec![""], vec!["pods", "pods/status"]),
-        (vec!["networking.k8s.io", "storage.k8s.io"], vec!["ingresses", "storageclasses"]),
+        (
+            vec!["networking.k8s.io", "storage.k8s.io"],
+            vec!["ingresses", "storageclasses"],
+        ),
         (vec!["apps"], vec!["*"]),
         (vec!["apps"], vec!["*/*"]),
         (vec!["apps", "batch"], vec!["*", "deployments/scale"]),
