@@ -225,7 +225,7 @@ pub fn labelled_ours(meta: &ObjectMeta) -> bool {
 /// The certificates found for one Initializer.
 #[derive(Clone, Debug, Default)]
 pub struct FoundTls {
-    /// The CA to keep (from the operator's namespace, or else migrated from the workload's).
+    /// The CA to keep: the one in the operator's namespace only ([`ca_to_keep`]).
     pub ca: Option<Ca>,
     /// The serving certificate and key.
     pub serving: Option<(String, String)>,
@@ -234,17 +234,22 @@ pub struct FoundTls {
     pub stale_ca: Option<ObjectMeta>,
 }
 
-/// Which CA to keep: the one in the operator's namespace, else the one an earlier version left
-/// in the workload namespace (migrated, so the caBundle does not change).
-pub fn ca_to_keep(current: Option<Ca>, in_workload_namespace: Option<Ca>) -> Option<Ca> {
-    current.or(in_workload_namespace)
+/// Which CA to keep: the one in the operator's namespace, never one found in the workload
+/// namespace. An earlier version kept the CA there, but whoever administers that namespace can
+/// write a Secret of that name with the operator's labels and an owner reference copied from the
+/// Initializer, and a CA they made would sign serving certificates the API server then trusts.
+/// Such a Secret is only removed ([`remove_stale_ca`]); an Initializer still served under one
+/// gets a new CA and serving certificate, and fails open by the health rules until its pods
+/// have loaded the new certificate.
+pub fn ca_to_keep(current: Option<Ca>, _in_workload_namespace: Option<Ca>) -> Option<Ca> {
+    current
 }
 
 /// Reads the existing CA (in `ca_namespace`) and serving certificate (in `namespace`), if any,
 /// so they are kept until rotation. A Secret of the name without the operator's label counts as
 /// absent: someone else's key is never used, and [`apply_workload`] reports the conflict. When
-/// the CA lives apart from the workload, a CA Secret of ours still in the workload namespace
-/// is read too (migrated, then removed by [`remove_stale_ca`]).
+/// the CA lives apart from the workload, a CA Secret labelled ours in the workload namespace is
+/// read too, to be removed by [`remove_stale_ca`], never used ([`ca_to_keep`]).
 pub async fn read_tls(
     client: &Client,
     ca_namespace: &str,

@@ -29,13 +29,13 @@ fn meta(labelled: bool, owners: Vec<OwnerReference>) -> ObjectMeta {
 }
 
 #[test]
-fn the_ca_in_the_operator_namespace_wins_and_an_old_one_is_migrated() {
+fn only_the_ca_in_the_operator_namespace_is_kept_never_one_planted_beside_the_workload() {
     let ca = |n: &str| Ca {
         cert_pem: format!("cert-{n}"),
         key_pem: format!("key-{n}"),
     };
     assert_eq!(ca_to_keep(Some(ca("a")), Some(ca("b"))), Some(ca("a")));
-    assert_eq!(ca_to_keep(None, Some(ca("b"))), Some(ca("b")));
+    assert_eq!(ca_to_keep(None, Some(ca("planted"))), None);
     assert_eq!(ca_to_keep(None, None), None);
 }
 
