@@ -176,12 +176,13 @@ profile:
 	target/release/initializer-bench --profile preset --seconds 15
 
 ## docker-build: one image per binary, ghcr.io/initializer-dev/<binary>:<version>, and the bundle image
+## (BuildKit: images/Dockerfile's stages are built only as a target needs them)
 DOCKER ?= docker
 REGISTRY ?= ghcr.io/initializer-dev
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 BINARIES := initializer-operator preset-initializer sidecar-initializer test-certs-initializer proxy-initializer secret-guard-initializer
 docker-build:
 	for binary in $(BINARIES); do \
-	  $(DOCKER) build -f images/Dockerfile --build-arg BINARY=$$binary -t $(REGISTRY)/$$binary:$(VERSION) . ; \
+	  DOCKER_BUILDKIT=1 $(DOCKER) build -f images/Dockerfile --build-arg BINARY=$$binary -t $(REGISTRY)/$$binary:$(VERSION) . ; \
 	done
 	$(DOCKER) build -f $(BUNDLE_DIR)/bundle.Dockerfile -t $(REGISTRY)/initializer-operator-bundle:v$(VERSION) $(BUNDLE_DIR)
