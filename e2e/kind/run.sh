@@ -150,7 +150,10 @@ build_images() {
   runtime="$("$here/offline/images.sh" runtime)"
   local packages=()
   for binary in "${binaries[@]}"; do packages+=(-p "$binary"); done
-  (cd "$root" && "$cargo" build -q --release "${packages[@]}")
+  # The release build images/Dockerfile makes (its link order and packed relocations; the
+  # runtime base's glibc is 2.36).
+  (cd "$root" && INITIALIZER_LINK_ORDER=1 INITIALIZER_PACK_RELOCS=1 \
+    "$cargo" build -q --release "${packages[@]}")
   rm -rf "$context" && mkdir -p "$context"
   for binary in "${binaries[@]}"; do
     cp "$root/target/release/$binary" "$context/"
