@@ -3,17 +3,21 @@
 //! Secrets of its workload namespace. Under OLM, everyone bound to `edit` or `admin` may create
 //! one, because OLM aggregates rights on owned CRDs into those roles. So the operator keeps a
 //! ValidatingAdmissionPolicy and its binding (admissionregistration.k8s.io/v1, Kubernetes 1.30
-//! and later) that refuse creating an Initializer, or changing its spec, unless the requester may
-//! create MutatingWebhookConfigurations, which is the power an Initializer hands out.
+//! and later) that refuse creating an Initializer, changing its spec, writing its status or
+//! deleting it, unless the requester may create MutatingWebhookConfigurations, which is the
+//! power an Initializer hands out. Deleting a security initializer switches it off, and a
+//! status the operator adopts after a restart (an outage's record, a degraded phase) steers it.
 //!
 //! A registry+v1 bundle cannot carry a policy, so the operator applies both at startup (server-
-//! side apply, our field manager and managed-by label). [`policy`] and [`binding`] build them
-//! (pure); [`keep_applied`] applies them, and only logs a warning where the API server does not
+//! side apply, our field manager and managed-by label), then watches them and applies them again
+//! as soon as either is deleted or edited. [`policy`] and [`binding`] build them (pure);
+//! [`keep_applied`] keeps them applied, and only logs a warning where the API server does not
 //! serve the API: the operator still starts.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
 use initializer_crds::constants::{
     FIELD_MANAGER, GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL,
 };
@@ -24,6 +28,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -34,11 +39,11 @@ pub use initializer_packaging::manifest::GUARD_NAME;
 pub const GUARD_EXPRESSION: &str = "authorizer.group('admissionregistration.k8s.io').resource('mutatingwebhookconfigurations').check('create').allowed()";
 
 /// What a refused requester reads.
-pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one or changing its spec needs the right to create mutatingwebhookconfigurations";
+pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one, changing its spec or status, or deleting it needs the right to create mutatingwebhookconfigurations";
 
-/// Only creates and spec changes need the check: metadata-only updates (finalizers removed by the
-/// garbage collector, labels) and status writes hand out no power.
-const MATCH_EXPRESSION: &str = "request.operation == 'CREATE' || object.spec != oldObject.spec";
+/// Creates, deletes, status writes and spec changes need the check; metadata-only updates of the
+/// main resource (finalizers removed by the garbage collector, labels) hand out no power.
+const MATCH_EXPRESSION: &str = "request.operation != 'UPDATE' || request.subResource == 'status' || object.spec != oldObject.spec";
 
 fn metadata() -> ObjectMeta {
     ObjectMeta {
@@ -51,8 +56,8 @@ fn metadata() -> ObjectMeta {
     }
 }
 
-/// The policy: CREATE and UPDATE of `initializers.initializer.dev` are refused (fail closed)
-/// unless the requester may create MutatingWebhookConfigurations.
+/// The policy: CREATE, UPDATE and DELETE of `initializers.initializer.dev` and its status are
+/// refused (fail closed) unless the requester may create MutatingWebhookConfigurations.
 pub fn policy() -> ValidatingAdmissionPolicy {
     ValidatingAdmissionPolicy {
         metadata: metadata(),
@@ -62,15 +67,15 @@ pub fn policy() -> ValidatingAdmissionPolicy {
                 resource_rules: Some(vec![NamedRuleWithOperations {
                     api_groups: Some(vec![GROUP.to_string()]),
                     api_versions: Some(vec!["*".to_string()]),
-                    resources: Some(vec![PLURAL.to_string()]),
-                    operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
+                    resources: Some(vec![PLURAL.to_string(), format!("{PLURAL}/status")]),
+                    operations: Some(["CREATE", "UPDATE", "DELETE"].map(String::from).to_vec()),
                     scope: Some("*".to_string()),
                     resource_names: None,
                 }]),
                 ..Default::default()
             }),
             match_conditions: Some(vec![MatchCondition {
-                name: "creates-or-changes-the-spec".to_string(),
+                name: "creates-deletes-or-changes-spec-or-status".to_string(),
                 expression: MATCH_EXPRESSION.to_string(),
             }]),
             validations: Some(vec![Validation {
@@ -127,13 +132,15 @@ pub async fn apply(client: &Client) -> Result<Outcome, kube::Error> {
 }
 
 /// Applies the guard at startup, retrying with backoff (up to a minute apart) until it is in
-/// place, the API server turns out not to serve it, or `shutdown`. Never fails the operator.
+/// place or the API server turns out not to serve it; then keeps it in place ([`keep_restoring`])
+/// until `shutdown`. Never fails the operator.
 pub async fn keep_applied(client: Client, shutdown: CancellationToken) {
     let mut delay = Duration::from_millis(500);
     loop {
         match apply(&client).await {
             Ok(Outcome::Applied) => {
                 info!(name = GUARD_NAME, "guard on Initializers applied");
+                keep_restoring(&client, &shutdown).await;
                 return;
             }
             Ok(Outcome::NotServed) => {
@@ -154,12 +161,59 @@ pub async fn keep_applied(client: Client, shutdown: CancellationToken) {
     }
 }
 
+/// Watches the policy and the binding and applies both again at every change seen: a deletion,
+/// or an edit (a check removed, the binding set to audit only). Applying what is already in place
+/// changes nothing and so wakes no watch.
+async fn keep_restoring(client: &Client, shutdown: &CancellationToken) {
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={GUARD_NAME}"));
+    let policies = watcher(
+        Api::<ValidatingAdmissionPolicy>::all(client.clone()),
+        by_name.clone(),
+    )
+    .default_backoff()
+    .map(|event| event.map(|e| is_change(&e)));
+    let bindings = watcher(
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()),
+        by_name,
+    )
+    .default_backoff()
+    .map(|event| event.map(|e| is_change(&e)));
+    let mut events = std::pin::pin!(futures::stream::select(policies, bindings));
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = events.next() => event,
+        };
+        match event {
+            None => return,
+            Some(Ok(false)) => {}
+            Some(Ok(true)) => match apply(client).await {
+                Ok(_) => info!(
+                    name = GUARD_NAME,
+                    "guard on Initializers applied again after a change"
+                ),
+                Err(e) => warn!(error = %e, "failed to restore the guard on Initializers"),
+            },
+            Some(Err(e)) => warn!(error = %e, "watching the guard on Initializers failed"),
+        }
+    }
+}
+
+/// Whether a watch event may mean the object changed: an edit, a deletion, or the end of a
+/// (re)listing, which is all a deletion missed while the watch was down leaves behind.
+fn is_change<K>(event: &watcher::Event<K>) -> bool {
+    matches!(
+        event,
+        watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_policy_refuses_creates_and_spec_changes_of_initializers_without_webhook_rights() {
+    fn the_policy_refuses_creates_deletes_spec_and_status_changes_without_webhook_rights() {
         let p = policy();
         let spec = p.spec.unwrap();
         assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
@@ -171,11 +225,22 @@ mod tests {
         );
         assert_eq!(
             rules[0].resources.as_deref(),
-            Some(&["initializers".to_string()][..])
+            Some(
+                &[
+                    "initializers".to_string(),
+                    "initializers/status".to_string()
+                ][..]
+            )
         );
         assert_eq!(
             rules[0].operations.as_deref(),
-            Some(&["CREATE".to_string(), "UPDATE".to_string()][..])
+            Some(
+                &[
+                    "CREATE".to_string(),
+                    "UPDATE".to_string(),
+                    "DELETE".to_string()
+                ][..]
+            )
         );
         let validations = spec.validations.unwrap();
         assert_eq!(validations.len(), 1);

@@ -1990,7 +1990,7 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
                 "metadata": {"name": "initializer-editor"},
                 "rules": [{
                     "apiGroups": ["initializer.dev"],
-                    "resources": ["initializers"],
+                    "resources": ["initializers", "initializers/status"],
                     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
                 }],
             }))
@@ -2066,6 +2066,53 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
         }
         other => panic!("the editor changed an Initializer's spec: {other:?}"),
     }
+    // Nor write its status (the operator adopts it after a restart), nor delete it (which
+    // switches a security initializer off).
+    let as_alice = |mut request: http::Request<Vec<u8>>| {
+        request
+            .headers_mut()
+            .insert("Impersonate-User", "alice".parse().unwrap());
+        request
+    };
+    let status_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .patch_subresource(
+            "status",
+            "by-admin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Unresponsive"}})),
+        )
+        .unwrap();
+    let delete_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .delete("by-admin", &DeleteParams::default())
+        .unwrap();
+    for (what, request) in [("status", status_request), ("deletion", delete_request)] {
+        match client.request::<serde_json::Value>(as_alice(request)).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 403, "{what}: {status:?}");
+                assert!(status.message.contains(GUARD_MESSAGE), "{what}: {status:?}");
+            }
+            other => panic!("the editor's {what} went through: {other:?}"),
+        }
+    }
+    assert!(api.get_opt("by-admin").await.unwrap().is_some());
+
+    // Deleting the guard's binding does not switch it off: the operator puts it back.
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .delete(GUARD_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    let took = wait_for("the guard's binding back", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move {
+            Api::<ValidatingAdmissionPolicyBinding>::all(c)
+                .get_opt(GUARD_NAME)
+                .await
+                .unwrap()
+                .is_some()
+        }
+    })
+    .await;
+    println!("guard binding restored {took:?} after its deletion");
 }
 
 /// Runs on the real control plane only: the sandbox serves no ValidatingAdmissionPolicy.

@@ -114,6 +114,17 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
         "validatingadmissionpolicies",
         "list",
     ),
+    // guard::keep_restoring (the guard put back as soon as it is deleted or edited).
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "watch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "watch",
+    ),
     (
         "admissionregistration.k8s.io",
         "validatingadmissionpolicies",
@@ -303,14 +314,14 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
         // The fallback: server-side apply creates (and, as a dry run, compiles) the policy and
         // its binding while the initializer is out of the path; delete lifts them, and list
         // finds those an Initializer left behind. The guard on Initializers (guard.rs) is
-        // applied the same way at startup.
+        // applied the same way at startup, and watched so that it is put back at once.
         rule(
             &["admissionregistration.k8s.io"],
             &[
                 "validatingadmissionpolicies",
                 "validatingadmissionpolicybindings",
             ],
-            &["get", "list", "create", "patch", "delete"],
+            &["get", "list", "watch", "create", "patch", "delete"],
         ),
         // get: is a workload namespace labelled for initializers; list: namespaces' labels, to
         // count missed initializations in the namespaces the webhook selects.
