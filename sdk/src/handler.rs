@@ -25,9 +25,11 @@ use crate::{diff, mutate};
 /// Mutate (or refuse) one kind of object. Implement it once per kind, or generically over
 /// kinds (for example over every [`PodSpecHolder`](crate::mutate::PodSpecHolder)).
 ///
-/// The handler runs on a blocking thread with a time budget: it may do synchronous work, but
-/// it should be quick, since every matching create in the cluster waits for it. It must be
-/// idempotent: run on its own output it must change nothing (the API server may reinvoke it).
+/// The handler runs off its connection's task with a time budget: as a task on the async
+/// workers while one worker stays free of handlers, else on tokio's blocking pool (see
+/// `lane.rs`), so it may do synchronous work, but it should be quick, since every matching
+/// create in the cluster waits for it. It must be idempotent: run on its own output it must
+/// change nothing (the API server may reinvoke it).
 pub trait Initialize<K, C = ()>: Send + Sync + 'static {
     /// Change `obj` in place, or refuse it with a [`Denial`].
     fn initialize(&self, obj: &mut K, review: &Review<C>) -> Result<(), Denial>;
