@@ -43,7 +43,8 @@ pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it inter
 
 /// Creates, deletes, status writes and spec changes need the check; metadata-only updates of the
 /// main resource (finalizers removed by the garbage collector, labels) hand out no power.
-const MATCH_EXPRESSION: &str = "request.operation != 'UPDATE' || request.subResource == 'status' || object.spec != oldObject.spec";
+/// (`request.subResource` is absent, not empty, on the main resource: hence `has`.)
+const MATCH_EXPRESSION: &str = "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource == 'status') || object.spec != oldObject.spec";
 
 fn metadata() -> ObjectMeta {
     ObjectMeta {

@@ -2095,6 +2095,34 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
         }
     }
     assert!(api.get_opt("by-admin").await.unwrap().is_some());
+    // Metadata-only updates pass: the editor's label, and the operator's finalizer.
+    let label_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .patch(
+            "by-admin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .unwrap();
+    client
+        .request::<serde_json::Value>(as_alice(label_request))
+        .await
+        .expect("a metadata-only update needs no webhook rights");
+    wait_for(
+        "the operator's finalizer on by-admin",
+        Duration::from_secs(20),
+        || {
+            let api = api.clone();
+            async move {
+                api.get("by-admin")
+                    .await
+                    .unwrap()
+                    .finalizers()
+                    .iter()
+                    .any(|f| f.starts_with("initializer.dev/"))
+            }
+        },
+    )
+    .await;
 
     // Deleting the guard's binding does not switch it off: the operator puts it back.
     Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())

@@ -52,6 +52,16 @@ async fn kubectl_both(ctx: &Ctx, args: &[&str]) -> anyhow::Result<(String, Strin
     Ok((stdout, stderr))
 }
 
+/// One pod of the sidecar initializer.
+async fn first_pod(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<String> {
+    sidecar
+        .pods(ctx)
+        .await?
+        .into_iter()
+        .next()
+        .context("the initializer has no pod")
+}
+
 /// The caBundle the operator registered for the Initializer `name` (PEM).
 async fn ca_bundle(ctx: &Ctx, name: &str) -> anyhow::Result<Vec<u8>> {
     let configurations = ops::configurations_of(&ctx.client(), name).await?;
@@ -72,12 +82,7 @@ async fn ca_bundle(ctx: &Ctx, name: &str) -> anyhow::Result<Vec<u8>> {
 /// kubelet's port-forward connects.
 pub async fn port_forward_reaches_an_initializer_pod(ctx: Ctx) -> anyhow::Result<()> {
     let sidecar = common::registered_sidecar(&ctx, "portfwd", Health::default()).await?;
-    let pod = sidecar
-        .pods(&ctx)
-        .await?
-        .into_iter()
-        .next()
-        .context("the initializer has no pod")?;
+    let pod = first_pod(&ctx, &sidecar).await?;
     let mut forward = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(ctx.env.kubeconfig_path())
@@ -148,12 +153,7 @@ pub async fn port_forward_reaches_an_initializer_pod(ctx: Ctx) -> anyhow::Result
 pub async fn logs_and_exec_reach_the_operator_and_an_initializer(ctx: Ctx) -> anyhow::Result<()> {
     let sidecar = common::registered_sidecar(&ctx, "logsexec", Health::default()).await?;
     let version = images::TAG;
-    let initializer_pod = sidecar
-        .pods(&ctx)
-        .await?
-        .into_iter()
-        .next()
-        .context("the initializer has no pod")?;
+    let initializer_pod = first_pod(&ctx, &sidecar).await?;
     let operator_pod = ctx
         .env
         .operator_pods()
