@@ -2106,7 +2106,7 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
     client
         .request::<serde_json::Value>(as_alice(label_request))
         .await
-        .expect("a metadata-only update needs no webhook rights");
+        .unwrap_or_else(|e| panic!("a metadata-only update needs no webhook rights: {e}"));
     wait_for(
         "the operator's finalizer on by-admin",
         Duration::from_secs(20),
