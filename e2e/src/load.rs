@@ -146,12 +146,20 @@ impl Drop for CreateLoad {
     }
 }
 
+/// The creates started in `[from, to)` (`to = None`: until the end).
+pub fn started_in(
+    attempts: &[Attempt],
+    from: Instant,
+    to: Option<Instant>,
+) -> impl Iterator<Item = &Attempt> {
+    attempts
+        .iter()
+        .filter(move |a| a.started >= from && to.is_none_or(|to| a.started < to))
+}
+
 /// Failed creates among those started in `[from, to)` (`to = None`: until the end).
 pub fn count_in(attempts: &[Attempt], from: Instant, to: Option<Instant>) -> CreateCount {
-    let window: Vec<&Attempt> = attempts
-        .iter()
-        .filter(|a| a.started >= from && to.is_none_or(|to| a.started < to))
-        .collect();
+    let window: Vec<&Attempt> = started_in(attempts, from, to).collect();
     CreateCount {
         failed: window.iter().filter(|a| !a.succeeded()).count(),
         total: window.len(),

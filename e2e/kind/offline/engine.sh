@@ -13,15 +13,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 state="${KIND_STATE_DIR:-$here/../../../target/kind}"
 pidfile="$state/dockerd.pid"
 docker="${DOCKER:-docker}"
+# shellcheck source-path=SCRIPTDIR
+source "$here/host.sh"
 
 log() { echo "engine: $*" >&2; }
-
-# lacks_sys_resource: true when CAP_SYS_RESOURCE (bit 24) is missing from the bounding set.
-lacks_sys_resource() {
-  local bounding
-  bounding="$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)"
-  (( (16#$bounding >> 24 & 1) == 0 ))
-}
 
 start() {
   if "$docker" info >/dev/null 2>&1; then

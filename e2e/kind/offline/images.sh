@@ -15,6 +15,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 # shellcheck source-path=SCRIPTDIR
 source "$here/versions.sh"
+# shellcheck source-path=SCRIPTDIR
+source "$here/host.sh"
 state="${KIND_STATE_DIR:-$root/target/kind}"
 docker="${DOCKER:-docker}"
 export DOCKER_BUILDKIT=0
@@ -56,12 +58,6 @@ binary_image() {
   install -m 0755 "$2" "$dir/usr/local/bin/"
   tar -C "$dir" -c . | "$docker" import \
     --change 'ENV PATH=/usr/local/bin' --change "ENTRYPOINT [\"$3\"]" - "$1" >/dev/null
-}
-
-lacks_sys_resource() {
-  local bounding
-  bounding="$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)"
-  (( (16#$bounding >> 24 & 1) == 0 ))
 }
 
 node_image() {

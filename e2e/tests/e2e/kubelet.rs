@@ -371,12 +371,10 @@ pub async fn rolling_update_and_drain_lose_no_create(ctx: Ctx) -> anyhow::Result
     tokio::time::sleep(Duration::from_secs(6)).await;
     let attempts = load.stop().await;
 
-    let during_rollout = count(&attempts, rolled_at, Some(drained_at));
-    let during_drain = count(&attempts, drained_at, None);
-    let missed = |from, to: Option<Instant>| {
-        attempts
-            .iter()
-            .filter(|a| a.started >= from && to.is_none_or(|to| a.started < to))
+    let during_rollout = load::count_in(&attempts, rolled_at, Some(drained_at));
+    let during_drain = load::count_in(&attempts, drained_at, None);
+    let missed = |from, to| {
+        load::started_in(&attempts, from, to)
             .filter(|a| a.outcome == Ok(false))
             .count()
     };
@@ -413,10 +411,6 @@ pub async fn rolling_update_and_drain_lose_no_create(ctx: Ctx) -> anyhow::Result
         missed_rollout + missed_drain
     );
     Ok(())
-}
-
-fn count(attempts: &[Attempt], from: Instant, to: Option<Instant>) -> CreateCount {
-    load::count_in(attempts, from, to)
 }
 
 /// Waits until every ready pod of the initializer carries the env var `marker` and the old
