@@ -638,15 +638,15 @@ where
         })
 }
 
-/// Whether a configuration named `name` with `labels` is one the operator registered: both of
-/// its labels, the Initializer label naming an Initializer whose configuration is `name`.
-pub fn registered_by_operator(
-    labels: &std::collections::BTreeMap<String, String>,
-    name: &str,
-) -> bool {
-    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
-        && labels
-            .get(INITIALIZER_LABEL)
+/// Whether a configuration named `name` with `meta` is one the operator registered: both of
+/// its labels ([`labelled_ours`]), the Initializer label naming an Initializer whose
+/// configuration is `name`.
+pub fn registered_by_operator(meta: &ObjectMeta, name: &str) -> bool {
+    labelled_ours(meta)
+        && meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(INITIALIZER_LABEL))
             .is_some_and(|owner| crate::naming::names(owner).configuration == name)
 }
 
@@ -671,7 +671,7 @@ where
         let Some(found) = api.get_opt(name).await.map_err(failed)? else {
             return Ok(false);
         };
-        if !registered_by_operator(found.labels(), name) {
+        if !registered_by_operator(found.meta(), name) {
             tracing::warn!(configuration = %name, "not deleting a configuration the operator did not register");
             return Ok(false);
         }

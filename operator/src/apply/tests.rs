@@ -158,11 +158,14 @@ fn a_status_is_applied_onto_the_version_it_was_computed_from() {
 
 #[test]
 fn only_a_configuration_with_both_labels_naming_it_is_the_operators_to_delete() {
-    let labels = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    let labels = |pairs: &[(&str, &str)]| ObjectMeta {
+        labels: Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
     };
     let ours = labels(&[
         (MANAGED_BY_LABEL, MANAGED_BY_VALUE),
