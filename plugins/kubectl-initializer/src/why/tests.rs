@@ -305,7 +305,10 @@ fn a_degraded_configuration_is_noted() {
 fn a_namespace_object_is_matched_by_its_own_labels_and_cluster_objects_skip_the_selector() {
     let init = initializer(json!({
         "image": "x:1",
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["namespaces", "persistentvolumes"], "scope": "*"}],
+        "rules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["namespaces"], "scope": "*"},
+            {"apiGroups": ["storage.k8s.io"], "apiVersions": ["v1"], "resources": ["storageclasses"], "scope": "*"},
+        ],
         "namespaces": {"selector": {"matchLabels": {"team": "web"}}},
     }));
     let namespace = |labels: Value| Request {
@@ -328,8 +331,9 @@ fn a_namespace_object_is_matched_by_its_own_labels_and_cluster_objects_skip_the_
     assert!(v.intercepted, "{v:?}");
     let v = judge(&init, &namespace(json!({NAMESPACE_NAME_LABEL: "shop"})));
     assert_eq!(kinds(&v), [ReasonKind::NamespaceSelector]);
-    let mut volume = namespace(json!({}));
-    volume.resource = "persistentvolumes".into();
-    volume.kind = "PersistentVolume".into();
-    assert!(judge(&init, &volume).intercepted);
+    let mut storage_class = namespace(json!({}));
+    storage_class.group = "storage.k8s.io".into();
+    storage_class.resource = "storageclasses".into();
+    storage_class.kind = "StorageClass".into();
+    assert!(judge(&init, &storage_class).intercepted);
 }
