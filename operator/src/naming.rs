@@ -73,9 +73,9 @@ pub fn names(initializer: &str) -> Names {
     };
     Names {
         initializer: initializer.to_string(),
-        tls_secret: format!("{base}-tls"),
-        ca_secret: format!("{base}-ca"),
-        config_map: format!("{base}-config"),
+        tls_secret: format!("{base}{TLS_SECRET_SUFFIX}"),
+        ca_secret: format!("{base}{CA_SECRET_SUFFIX}"),
+        config_map: format!("{base}{CONFIG_MAP_SUFFIX}"),
         configuration: format!("{CONFIGURATION_PREFIX}{base}"),
         fallback: format!("initializer-{base}-fallback"),
         cluster_role: format!("initializer-{base}-controller"),
@@ -83,6 +83,26 @@ pub fn names(initializer: &str) -> Names {
         label,
         base,
     }
+}
+
+/// How the serving certificate Secret's name ends.
+pub const TLS_SECRET_SUFFIX: &str = "-tls";
+/// How the CA Secret's name ends.
+pub const CA_SECRET_SUFFIX: &str = "-ca";
+/// How the generated ConfigMap's name ends.
+pub const CONFIG_MAP_SUFFIX: &str = "-config";
+
+/// Whether a Secret of this name could be one the operator writes for some Initializer, now or
+/// once one is created: every name with a key-material suffix is reserved, not only today's.
+pub fn is_reserved_secret_name(name: &str) -> bool {
+    [TLS_SECRET_SUFFIX, CA_SECRET_SUFFIX]
+        .iter()
+        .any(|suffix| name.ends_with(suffix))
+}
+
+/// Whether a ConfigMap of this name could be one the operator writes for some Initializer.
+pub fn is_reserved_config_map_name(name: &str) -> bool {
+    name.ends_with(CONFIG_MAP_SUFFIX)
 }
 
 /// What every configuration's name starts with, before the base name.
@@ -111,6 +131,18 @@ fn fnv1a(s: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_derived_secret_and_config_map_name_is_reserved() {
+        for initializer in ["sidecar", "a.b.c", &"x".repeat(200), "Upper-Case"] {
+            let n = names(initializer);
+            assert!(is_reserved_secret_name(&n.tls_secret), "{n:?}");
+            assert!(is_reserved_secret_name(&n.ca_secret), "{n:?}");
+            assert!(is_reserved_config_map_name(&n.config_map), "{n:?}");
+        }
+        assert!(!is_reserved_secret_name("vendor-token"));
+        assert!(!is_reserved_config_map_name("settings"));
+    }
 
     #[test]
     fn long_or_dotted_names_are_shortened_with_a_stable_hash() {

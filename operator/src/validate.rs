@@ -15,7 +15,7 @@ use initializer_crds::{
 };
 
 use crate::cel;
-use crate::naming::{Names, names};
+use crate::naming::{Names, is_reserved_config_map_name, is_reserved_secret_name, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// One reason a spec is refused.
@@ -111,6 +111,7 @@ pub fn validate(
     check_numbers(spec, &mut refusals);
     let image = check_image(spec, &mut refusals);
     let config = check_config(spec, &mut refusals);
+    check_references(spec, &mut refusals);
     if let Some(selector) = &spec.object_selector {
         check_selector(selector, "spec.objectSelector", &mut refusals);
     }
@@ -598,6 +599,60 @@ fn config_source(source: &ConfigSource, refusals: &mut Vec<Refusal>) -> Option<C
             None
         }
     }
+}
+
+/// The initializer's pod reads what its spec references through the kubelet, which needs no
+/// right of the Initializer's author: so a reference must not name what the operator writes
+/// into the workload namespace (another Initializer's CA key or serving key, its generated
+/// config). Names are refused by suffix, not by what exists today, so that an Initializer
+/// created later cannot have its key read by one that referenced the name first.
+fn check_references(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
+    for (index, env) in spec.env.iter().enumerate() {
+        let Some(source) = &env.value_from else {
+            continue;
+        };
+        if let Some(secret) = &source.secret_key_ref
+            && is_reserved_secret_name(&secret.name)
+        {
+            refusals.push(reserved_reference(
+                format!("spec.env[{index}].valueFrom.secretKeyRef.name"),
+                "Secret",
+                &secret.name,
+                "-tls or -ca",
+            ));
+        }
+        if let Some(config_map) = &source.config_map_key_ref
+            && is_reserved_config_map_name(&config_map.name)
+        {
+            refusals.push(reserved_reference(
+                format!("spec.env[{index}].valueFrom.configMapKeyRef.name"),
+                "ConfigMap",
+                &config_map.name,
+                "-config",
+            ));
+        }
+    }
+    if let Some(key) = spec.config.as_ref().and_then(|c| c.config_map_ref.as_ref())
+        && is_reserved_config_map_name(&key.name)
+    {
+        refusals.push(reserved_reference(
+            "spec.config.configMapRef.name".to_string(),
+            "ConfigMap",
+            &key.name,
+            "-config",
+        ));
+    }
+}
+
+fn reserved_reference(field: String, kind: &str, name: &str, suffixes: &str) -> Refusal {
+    Refusal::new(
+        field,
+        format!(
+            "{kind} {name:?}: names ending in {suffixes} are reserved for what the operator writes \
+             in the workload namespace (Initializers' keys and generated config), which no \
+             initializer may read; give yours another name"
+        ),
+    )
 }
 
 pub mod legacy;

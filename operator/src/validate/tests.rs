@@ -110,6 +110,48 @@ fn the_ca_lives_in_the_operator_namespace_whatever_the_workloads() {
 }
 
 #[test]
+fn references_to_what_the_operator_writes_are_refused_and_others_kept() {
+    let env: Vec<k8s_openapi::api::core::v1::EnvVar> = serde_json::from_value(serde_json::json!([
+        {"name": "CA_KEY", "valueFrom": {"secretKeyRef": {"name": "secret-guard-ca", "key": "ca.key"}}},
+        {"name": "SERVING_KEY", "valueFrom": {"secretKeyRef": {"name": "other-tls", "key": "tls.key"}}},
+        {"name": "CONFIG", "valueFrom": {"configMapKeyRef": {"name": "other-config", "key": "config.yaml"}}},
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "vendor-token", "key": "token"}}},
+        {"name": "REGION", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "region"}}},
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]))
+    .unwrap();
+    let mut spec = with_rule(&[""], &["pods"]);
+    spec.image = Some("example/i:1".into());
+    spec.env = env;
+    spec.config = Some(ConfigSource {
+        inline: None,
+        config_map_ref: Some(ConfigMapKey {
+            name: "secret-guard-config".into(),
+            key: "config.yaml".into(),
+        }),
+    });
+    let fields: Vec<String> = refused(&spec).into_iter().map(|r| r.field).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.env[0].valueFrom.secretKeyRef.name",
+            "spec.env[1].valueFrom.secretKeyRef.name",
+            "spec.env[2].valueFrom.configMapKeyRef.name",
+            "spec.config.configMapRef.name",
+        ]
+    );
+    spec.env.drain(..3);
+    spec.config = Some(ConfigSource {
+        inline: None,
+        config_map_ref: Some(ConfigMapKey {
+            name: "settings".into(),
+            key: "config.yaml".into(),
+        }),
+    });
+    assert!(validate(&spec, "initializer-system", "x").is_ok());
+}
+
+#[test]
 fn the_sidecar_example_is_accepted() {
     let v = validate(&sidecar().spec, "initializer-system", "sidecar").unwrap();
     assert_eq!(v.namespace, "initializer-system");
