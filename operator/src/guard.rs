@@ -8,100 +8,29 @@
 //! power an Initializer hands out. Deleting a security initializer switches it off, and a
 //! status the operator adopts after a restart (an outage's record, a degraded phase) steers it.
 //!
-//! A registry+v1 bundle cannot carry a policy, so the operator applies both at startup (server-
-//! side apply, our field manager and managed-by label), then watches them and applies them again
-//! as soon as either is deleted or edited. [`policy`] and [`binding`] build them (pure);
-//! [`keep_applied`] keeps them applied, and only logs a warning where the API server does not
-//! serve the API: the operator still starts.
+//! The installer and the Helm chart apply both before the CRD; a registry+v1 bundle cannot carry
+//! a policy, so under OLM the operator alone applies them, at startup (server-side apply, our
+//! field manager and managed-by label). Either way it then watches them and applies them again
+//! as soon as either is deleted or edited. [`policy`] and [`binding`] build them (pure, in
+//! `initializer_packaging::guard`); [`keep_applied`] keeps them applied, and only logs a warning
+//! where the API server does not serve the API: the operator still starts.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use initializer_crds::constants::{
-    FIELD_MANAGER, GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL,
-};
+use initializer_crds::constants::FIELD_MANAGER;
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub use initializer_packaging::manifest::GUARD_NAME;
-
-/// The check every create, and every update that changes the spec, of an Initializer must pass.
-pub const GUARD_EXPRESSION: &str = "authorizer.group('admissionregistration.k8s.io').resource('mutatingwebhookconfigurations').check('create').allowed()";
-
-/// What a refused requester reads.
-pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one, changing its spec or status, or deleting it needs the right to create mutatingwebhookconfigurations";
-
-/// Creates, deletes, status writes and spec changes need the check; metadata-only updates of the
-/// main resource (finalizers removed by the garbage collector, labels) hand out no power.
-/// (`request.subResource` is absent, not empty, on the main resource: hence `has`.)
-const MATCH_EXPRESSION: &str = "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource == 'status') || object.spec != oldObject.spec";
-
-fn metadata() -> ObjectMeta {
-    ObjectMeta {
-        name: Some(GUARD_NAME.to_string()),
-        labels: Some(BTreeMap::from([(
-            MANAGED_BY_LABEL.to_string(),
-            MANAGED_BY_VALUE.to_string(),
-        )])),
-        ..Default::default()
-    }
-}
-
-/// The policy: CREATE, UPDATE and DELETE of `initializers.initializer.dev` and its status are
-/// refused (fail closed) unless the requester may create MutatingWebhookConfigurations.
-pub fn policy() -> ValidatingAdmissionPolicy {
-    ValidatingAdmissionPolicy {
-        metadata: metadata(),
-        spec: Some(ValidatingAdmissionPolicySpec {
-            failure_policy: Some("Fail".to_string()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: Some(vec![GROUP.to_string()]),
-                    api_versions: Some(vec!["*".to_string()]),
-                    resources: Some(vec![PLURAL.to_string(), format!("{PLURAL}/status")]),
-                    operations: Some(["CREATE", "UPDATE", "DELETE"].map(String::from).to_vec()),
-                    scope: Some("*".to_string()),
-                    resource_names: None,
-                }]),
-                ..Default::default()
-            }),
-            match_conditions: Some(vec![MatchCondition {
-                name: "creates-deletes-or-changes-spec-or-status".to_string(),
-                expression: MATCH_EXPRESSION.to_string(),
-            }]),
-            validations: Some(vec![Validation {
-                expression: GUARD_EXPRESSION.to_string(),
-                message: Some(GUARD_MESSAGE.to_string()),
-                reason: Some("Forbidden".to_string()),
-                message_expression: None,
-            }]),
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
-
-/// The binding: the policy, everywhere, denying.
-pub fn binding() -> ValidatingAdmissionPolicyBinding {
-    ValidatingAdmissionPolicyBinding {
-        metadata: metadata(),
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(GUARD_NAME.to_string()),
-            validation_actions: Some(vec!["Deny".to_string()]),
-            ..Default::default()
-        }),
-    }
-}
+pub use initializer_packaging::guard::{
+    GUARD_EXPRESSION, GUARD_MESSAGE, GUARD_NAME, MATCH_EXPRESSION, binding, policy,
+};
 
 /// What applying the guard came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,6 +141,7 @@ fn is_change<K>(event: &watcher::Event<K>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
     #[test]
     fn the_policy_refuses_creates_deletes_spec_and_status_changes_without_webhook_rights() {

@@ -19,6 +19,7 @@
 
 pub mod bundle;
 pub mod error;
+pub mod guard;
 pub mod install;
 pub mod manifest;
 pub mod monitoring;

@@ -29,6 +29,16 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 "$helm" template initializer-operator "$chart" -n "$namespace" "${monitoring[@]}" "${everything[@]}" >/dev/null \
   || fail "helm template with the monitoring APIs and every option"
 
+# The guard on Initializers renders exactly where the API server serves ValidatingAdmissionPolicy
+# (Kubernetes 1.30 and later, as helm's discovery reports it), and nowhere else.
+guard=(--api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy
+       --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding)
+rendered="$("$helm" template initializer-operator "$chart" -n "$namespace" "${guard[@]}")"
+[[ "$(grep -c '^  name: initializer-operator-guard$' <<<"$rendered")" == 2 ]] \
+  || fail "helm template with the admission policy APIs does not render the guard's policy and binding"
+grep -q 'initializer-operator-guard' <<<"$("$helm" template initializer-operator "$chart" -n "$namespace")" \
+  && fail "helm template without the admission policy APIs renders the guard"
+
 for values in "$here"/testdata/*.yaml; do
   expect="$(sed -n '1s/^# expect: //p' "$values")"
   [[ -n "$expect" ]] || { fail "$values has no '# expect:' first line"; continue; }
@@ -44,7 +54,7 @@ if [[ "${1:-}" == "--server" ]]; then
   # Into the existing namespace (`make cluster` has it); --force-conflicts because an install
   # from the bundle may own the same objects: the question is whether the API server accepts
   # every object as the chart renders it, CRD included.
-  if ! "$helm" template initializer-operator "$chart" -n "$namespace" --include-crds \
+  if ! "$helm" template initializer-operator "$chart" -n "$namespace" --include-crds "${guard[@]}" \
       | kubectl apply --server-side --dry-run=server --force-conflicts \
           --field-manager=helm-check -f - >/dev/null; then
     fail "helm template | kubectl apply --server-side --dry-run=server"

@@ -110,12 +110,14 @@ pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> R
     wait_available(&client, plan, deadline).await
 }
 
-/// Applies every object of `plan`, waiting for the CRDs to be established before anything else.
+/// Applies every object of `plan`: the guard on Initializers first, then the CRDs (waiting until
+/// they are established), then the rest.
 pub async fn apply_plan(
     client: &Client,
     plan: &InstallPlan,
     deadline: Instant,
 ) -> Result<(), Error> {
+    apply_guard(client, plan).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in &plan.crds {
         apply(&crds, crd, "CustomResourceDefinition").await?;
@@ -442,17 +444,71 @@ where
     Ok(())
 }
 
+/// Whether the object carries the operator's own label (the guard does, whoever applied it).
+fn operator_made(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(constants::MANAGED_BY_LABEL))
+        .is_some_and(|v| v == constants::MANAGED_BY_VALUE)
+}
+
+/// Applies the guard on Initializers, policy before binding, before any CRD exists, so that no
+/// Initializer is created unguarded. An object of that name without the operator's label is
+/// someone else's and is left alone (the install fails); an API server that does not serve
+/// ValidatingAdmissionPolicy (before Kubernetes 1.30) leaves Initializers to RBAC alone.
+async fn apply_guard(client: &Client, plan: &InstallPlan) -> Result<(), Error> {
+    let name = crate::manifest::GUARD_NAME;
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let existing = get_opt(&policies, name, "ValidatingAdmissionPolicy").await?;
+    let binding = get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
+    for (kind, meta) in [
+        ("ValidatingAdmissionPolicy", existing.map(|p| p.metadata)),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            binding.map(|b| b.metadata),
+        ),
+    ] {
+        if meta.is_some_and(|meta| !operator_made(&meta)) {
+            return Err(Error::NotInstalledByUs {
+                kind,
+                name: name.to_string(),
+            });
+        }
+    }
+    let applied = async {
+        policies
+            .patch(name, &params, &Patch::Apply(&plan.guard_policy))
+            .await
+            .map_err(|source| ("ValidatingAdmissionPolicy", source))?;
+        bindings
+            .patch(name, &params, &Patch::Apply(&plan.guard_binding))
+            .await
+            .map_err(|source| ("ValidatingAdmissionPolicyBinding", source))
+    };
+    match applied.await {
+        Ok(_) => tracing::info!(name, "applied the guard on Initializers"),
+        // A get of a kind that is not served looks like a missing object; the apply says which.
+        Err((_, err)) if crate::error::is_not_found(&err) => tracing::warn!(
+            "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30 or later): Initializers are guarded by RBAC alone"
+        ),
+        Err((kind, source)) => {
+            return Err(Error::Apply {
+                kind,
+                name: name.to_string(),
+                source: Box::new(source),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Deletes the operator's guard on Initializers (its ValidatingAdmissionPolicy and binding), if
 /// it is there and carries the operator's label. An API server that does not serve
 /// ValidatingAdmissionPolicy has none.
 pub async fn remove_guard(client: &Client) -> Result<(), Error> {
     let name = crate::manifest::GUARD_NAME;
-    let operator_made = |meta: &ObjectMeta| {
-        meta.labels
-            .as_ref()
-            .and_then(|l| l.get(constants::MANAGED_BY_LABEL))
-            .is_some_and(|v| v == constants::MANAGED_BY_VALUE)
-    };
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     if get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding")
         .await?

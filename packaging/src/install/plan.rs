@@ -6,6 +6,9 @@
 use std::collections::BTreeMap;
 
 use initializer_crds::constants;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -99,6 +102,12 @@ pub struct InstallPlan {
     /// The bundle's `PrometheusRule` and `ServiceMonitor` objects, in the namespace: applied
     /// only where the API server serves `monitoring.coreos.com/v1` (see [`monitoring_split`]).
     pub monitoring: Vec<serde_json::Value>,
+    /// The guard on Initializers ([`crate::guard`]), applied before the CRDs so that no
+    /// Initializer is ever created without it. It carries the operator's label, not the
+    /// installer's: the operator keeps it in place, and under OLM it alone applies it.
+    pub guard_policy: ValidatingAdmissionPolicy,
+    /// The guard's binding.
+    pub guard_binding: ValidatingAdmissionPolicyBinding,
 }
 
 /// Splits the plan's monitoring objects into those to apply and the kinds to skip, given the
@@ -334,6 +343,8 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         bundle_cluster_roles,
         services,
         monitoring,
+        guard_policy: crate::guard::policy(),
+        guard_binding: crate::guard::binding(),
     })
 }
 

@@ -1,0 +1,86 @@
+//! The guard on Initializers, as objects: the ValidatingAdmissionPolicy and binding that refuse
+//! creating an Initializer, changing its spec or status, or deleting it, unless the requester
+//! may create MutatingWebhookConfigurations (the power an Initializer hands out). Pure builders,
+//! shared by everything that puts the guard in force: the installer and the Helm chart apply it
+//! before the CRD exists, and the operator applies it again at startup and keeps it in place
+//! (a registry+v1 bundle cannot carry a policy, so under OLM the operator is the only one).
+
+use std::collections::BTreeMap;
+
+use initializer_crds::constants::{GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL};
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+pub use crate::manifest::GUARD_NAME;
+
+/// The check every create, and every update that changes the spec, of an Initializer must pass.
+pub const GUARD_EXPRESSION: &str = "authorizer.group('admissionregistration.k8s.io').resource('mutatingwebhookconfigurations').check('create').allowed()";
+
+/// What a refused requester reads.
+pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one, changing its spec or status, or deleting it needs the right to create mutatingwebhookconfigurations";
+
+/// Creates, deletes, status writes and spec changes need the check; metadata-only updates of the
+/// main resource (finalizers removed by the garbage collector, labels) hand out no power.
+/// (`request.subResource` is absent, not empty, on the main resource: hence `has`.)
+pub const MATCH_EXPRESSION: &str = "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource == 'status') || object.spec != oldObject.spec";
+
+fn metadata() -> ObjectMeta {
+    ObjectMeta {
+        name: Some(GUARD_NAME.to_string()),
+        labels: Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.to_string(),
+            MANAGED_BY_VALUE.to_string(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// The policy: CREATE, UPDATE and DELETE of `initializers.initializer.dev` and its status are
+/// refused (fail closed) unless the requester may create MutatingWebhookConfigurations.
+pub fn policy() -> ValidatingAdmissionPolicy {
+    ValidatingAdmissionPolicy {
+        metadata: metadata(),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".to_string()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: Some(vec![GROUP.to_string()]),
+                    api_versions: Some(vec!["*".to_string()]),
+                    resources: Some(vec![PLURAL.to_string(), format!("{PLURAL}/status")]),
+                    operations: Some(["CREATE", "UPDATE", "DELETE"].map(String::from).to_vec()),
+                    scope: Some("*".to_string()),
+                    resource_names: None,
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "creates-deletes-or-changes-spec-or-status".to_string(),
+                expression: MATCH_EXPRESSION.to_string(),
+            }]),
+            validations: Some(vec![Validation {
+                expression: GUARD_EXPRESSION.to_string(),
+                message: Some(GUARD_MESSAGE.to_string()),
+                reason: Some("Forbidden".to_string()),
+                message_expression: None,
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The binding: the policy, everywhere, denying.
+pub fn binding() -> ValidatingAdmissionPolicyBinding {
+    ValidatingAdmissionPolicyBinding {
+        metadata: metadata(),
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(GUARD_NAME.to_string()),
+            validation_actions: Some(vec!["Deny".to_string()]),
+            ..Default::default()
+        }),
+    }
+}
