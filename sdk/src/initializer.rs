@@ -293,11 +293,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self.failure_policy == FailurePolicy::Deny
     }
 
-    /// Whether the handler of every object gets the mark written.
-    pub(crate) fn marks(&self) -> bool {
-        self.mark_initialized
-    }
-
     /// The `kind` label a review for `kind` is counted under: the kind itself when a handler
     /// serves it, else [`OTHER_KIND`](crate::metrics::OTHER_KIND). A review names its own kind,
     /// so counting every name would let anyone who can reach the webhook add series until the

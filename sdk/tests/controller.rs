@@ -519,7 +519,7 @@ async fn a_hung_or_panicking_handler_is_answered_by_the_failure_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_controller_does_not_act_twice() {
+async fn a_restarted_controller_does_not_act_twice_and_a_forged_mark_skips_nothing() {
     let env = env(&[MINE]).await;
     let handler = Sidecar::default();
     let server = sidecar_controller(&env, &handler).await;
@@ -527,8 +527,9 @@ async fn a_restarted_controller_does_not_act_twice() {
     assert_eq!(code, 201, "{first}");
     server.shutdown().await;
 
-    // Already carrying this initializer's mark (the webhook backend admitted it, or it was
-    // copied from an initialized object): the name is removed without a run.
+    // Carrying this initializer's mark, written by the object's author: a mark is no proof the
+    // handler ran, so the handler runs (before the fix, the name was removed without a run and
+    // the object was created without the sidecar).
     let mut marked = nginx("marked", json!({}));
     marked["metadata"]["annotations"] = json!({INITIALIZED_BY_ANNOTATION: "sidecar"});
     create_uninitialized(&env, marked).await;
@@ -554,10 +555,10 @@ async fn a_restarted_controller_does_not_act_twice() {
     );
     assert_eq!(containers(&once), ["nginx", "sidecar-nginx"]);
     assert_eq!(restarted.runs_of("once"), 0);
-    assert_eq!(restarted.runs_of("marked"), 0);
+    assert_eq!(restarted.runs_of("marked"), 1);
     assert_eq!(restarted.runs_of("after-restart"), 1);
     let (_, marked) = get(&env, "marked").await;
-    assert_eq!(containers(&marked), ["nginx"]);
+    assert_eq!(containers(&marked), ["nginx", "sidecar-nginx"]);
     server.shutdown().await;
     env.sandbox.shutdown().await;
 }

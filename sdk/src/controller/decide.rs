@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::gate::{AnnotationGate, selector_matches};
-use crate::mutate::INITIALIZED_BY_ANNOTATION;
 use crate::review::Response;
 
 /// The label every namespace carries with its own name (kube-apiserver ≥ 1.21 sets it; the
@@ -222,45 +221,28 @@ impl Scope {
 pub(crate) enum Plan {
     /// Not this initializer's turn, or already handled: leave it alone.
     Leave,
-    /// Out of scope (selectors or gate), or already carrying this initializer's mark: remove
-    /// the name without running the handler.
-    Release(Release),
+    /// Out of scope (selectors or gate): remove the name without running the handler.
+    Release,
     /// Run the handler, then write its outcome.
     Run,
 }
 
-/// Why a name is removed without running the handler.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The selectors or the annotation gate exclude the object.
-    OutOfScope,
-    /// The object already carries this initializer's mark for this generation (the webhook
-    /// backend admitted it already, or it was copied from an initialized object).
-    AlreadyMarked,
-}
-
 /// The plan for `object`. `seen` is true when this uid and resourceVersion were acted on
-/// already (an event delivered twice, a relist); `mark` is the mark the handler would write.
+/// already (an event delivered twice, a relist). The initialized-by mark is no reason to skip
+/// the handler: the object's author can write it, so an object that arrives with it is handled
+/// like any other (handlers are idempotent, so one the webhook backend did handle is unchanged).
 pub(crate) fn plan(
     object: &Value,
     pending_name: &str,
     seen: bool,
     scope: &Scope,
     namespace_labels: Option<&BTreeMap<String, String>>,
-    mark: Option<&str>,
 ) -> Plan {
     if seen || turn(object, pending_name) != Turn::Mine {
         return Plan::Leave;
     }
     if !scope.admits(object, namespace_labels) {
-        return Plan::Release(Release::OutOfScope);
-    }
-    if let Some(mark) = mark
-        && string_map(object.pointer("/metadata/annotations"))
-            .get(INITIALIZED_BY_ANNOTATION)
-            .is_some_and(|v| v.split(',').any(|e| e.trim() == mark))
-    {
-        return Plan::Release(Release::AlreadyMarked);
+        return Plan::Release;
     }
     Plan::Run
 }
@@ -272,7 +254,7 @@ pub(crate) enum Written {
     Mutated,
     /// The handler changed nothing; the name removed.
     Unchanged,
-    /// Out of scope or already marked; the name removed, the handler not run.
+    /// Out of scope; the name removed, the handler not run.
     Released,
     /// The handler refused the object; a failure result written.
     Denied,
@@ -462,6 +444,7 @@ fn backoff_ms(attempt: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mutate::INITIALIZED_BY_ANNOTATION;
     use crate::review::{Status, Verdict};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
@@ -633,44 +616,31 @@ mod tests {
             ..Scope::default()
         };
         let object = deployment(&[ME]);
-        assert_eq!(
-            plan(&object, ME, false, &scope, None, None),
-            Plan::Release(Release::OutOfScope)
-        );
+        assert_eq!(plan(&object, ME, false, &scope, None), Plan::Release);
         let mut annotated = object.clone();
         annotated["metadata"]["annotations"] = json!({"initializer.kubernetes.io/sidecar": "true"});
-        assert_eq!(plan(&annotated, ME, false, &scope, None, None), Plan::Run);
+        assert_eq!(plan(&annotated, ME, false, &scope, None), Plan::Run);
     }
 
     #[test]
     fn the_plan_leaves_what_is_not_mine_or_already_done() {
         let scope = Scope::default();
+        assert_eq!(plan(&deployment(&[ME]), ME, false, &scope, None), Plan::Run);
         assert_eq!(
-            plan(&deployment(&[ME]), ME, false, &scope, None, None),
-            Plan::Run
-        );
-        assert_eq!(
-            plan(&deployment(&[ME]), ME, true, &scope, None, None),
+            plan(&deployment(&[ME]), ME, true, &scope, None),
             Plan::Leave
         );
         assert_eq!(
-            plan(&deployment(&["a.b.c", ME]), ME, false, &scope, None, None),
+            plan(&deployment(&["a.b.c", ME]), ME, false, &scope, None),
             Plan::Leave
         );
         let failed = with_failure(deployment(&[ME]), 403, "no");
-        assert_eq!(plan(&failed, ME, false, &scope, None, None), Plan::Leave);
+        assert_eq!(plan(&failed, ME, false, &scope, None), Plan::Leave);
+        // A mark the object's author wrote (or copied) skips nothing.
         let mut marked = deployment(&[ME]);
         marked["metadata"]["annotations"] =
             json!({INITIALIZED_BY_ANNOTATION: "other/1, sidecar/3"});
-        assert_eq!(
-            plan(&marked, ME, false, &scope, None, Some("sidecar/3")),
-            Plan::Release(Release::AlreadyMarked)
-        );
-        assert_eq!(
-            plan(&marked, ME, false, &scope, None, Some("sidecar/4")),
-            Plan::Run,
-            "a new generation runs again"
-        );
+        assert_eq!(plan(&marked, ME, false, &scope, None), Plan::Run);
     }
 
     #[test]

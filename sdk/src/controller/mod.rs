@@ -391,12 +391,11 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Controller<C> {
             .to_owned();
         let namespace = text(&object, "/metadata/namespace").map(str::to_owned);
         let path = kind.object(namespace.as_deref(), &name);
-        let mark = self.initializer.marks().then(|| self.initializer.mark());
         let mut attempt = 0;
         loop {
             attempt += 1;
             let failure = match self
-                .attempt(kind, &object, namespace.as_deref(), &path, mark.as_deref())
+                .attempt(kind, &object, namespace.as_deref(), &path)
                 .await
             {
                 Ok(()) => return,
@@ -437,7 +436,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Controller<C> {
         object: &Value,
         namespace: Option<&str>,
         path: &str,
-        mark: Option<&str>,
     ) -> Result<(), Error> {
         let namespace_labels = match namespace {
             Some(ns) => Some(self.namespace_labels(ns).await?),
@@ -449,12 +447,11 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Controller<C> {
             self.seen(object),
             &self.settings.scope,
             namespace_labels.as_ref(),
-            mark,
         );
         let (body, written) = match plan {
             Plan::Leave => return Ok(()),
-            Plan::Release(why) => {
-                tracing::debug!(%path, ?why, "controller mode: removing the name without running the handler");
+            Plan::Release => {
+                tracing::debug!(%path, "controller mode: out of scope, removing the name without running the handler");
                 (
                     decide::without_name(object.clone(), &self.settings.pending_name),
                     Written::Released,
