@@ -74,7 +74,7 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    /// A connection whose handshake just ended: the first request head is awaited.
+    /// A connection just accepted: its handshake, then its first request head, are awaited.
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
@@ -89,6 +89,26 @@ impl Activity {
         change(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
+    /// The phase and when it began.
+    pub fn phase(&self) -> (Phase, Instant) {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (s.phase, s.since)
+    }
+
+    /// Whether no request is running, so closing the connection loses no answer.
+    pub fn runs_no_request(&self) -> bool {
+        self.phase().0 != Phase::Busy
+    }
+
+    /// The TLS handshake ended: the first request head's clock starts now.
+    pub fn handshaken(&self) {
+        self.update(|s| {
+            if s.phase == Phase::Head {
+                s.since = Instant::now();
+            }
+        });
+    }
+
     fn received(&self) {
         self.update(|s| {
             if s.phase == Phase::Idle {
@@ -98,7 +118,7 @@ impl Activity {
         });
     }
 
-    fn request_started(&self) {
+    pub(crate) fn request_started(&self) {
         self.update(|s| {
             s.in_flight += 1;
             s.phase = Phase::Busy;
@@ -124,10 +144,7 @@ impl Activity {
     /// Returns once the connection has overstayed its phase's deadline.
     pub async fn expired(&self, limits: Limits) -> Phase {
         loop {
-            let (phase, since) = {
-                let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                (s.phase, s.since)
-            };
+            let (phase, since) = self.phase();
             match next_look(phase, since, Instant::now(), &limits) {
                 Err(overstayed) => return overstayed,
                 Ok(at) => tokio::time::sleep_until(at).await,

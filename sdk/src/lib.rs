@@ -122,6 +122,7 @@ mod reload;
 mod repoll;
 mod review;
 mod server;
+mod slots;
 pub mod testing;
 mod tls;
 

@@ -1,7 +1,7 @@
 //! The HTTPS server: `POST /initialize`, `GET /healthz`, `GET /readyz`, `GET /metrics` on one
 //! listener, certificate and configuration reload, graceful shutdown, and the bounds that keep
 //! a slow or greedy client from starving it (handshake, header, body and idle timeouts, a cap on
-//! connections). In controller mode (`--mode controller`) the same server runs beside the
+//! connections that makes room for newcomers instead of shutting them out: `slots`). In controller mode (`--mode controller`) the same server runs beside the
 //! controller, and `/readyz` also waits for its watches to list once.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -22,17 +22,17 @@ use hyper_util::service::TowerToHyperService;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CONFIG_FILE;
-use crate::conn::{Activity, Limits, Tracked, Watched};
+use crate::conn::{Limits, Tracked, Watched};
 use crate::controller::{self, Controller, Mode, Rules, Synced};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{Initializer, too_large};
 use crate::repoll::Repoll;
+use crate::slots::{Admitted, Caps, Registry};
 use crate::tls::CertStore;
 
 /// Default port (matches the operator's process contract).
@@ -51,10 +51,17 @@ pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time an idle keep-alive connection is kept: 120 s, longer than the API server's own
 /// idle timeout (90 s), so the API server closes first and never sends on a closing connection.
 pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
-/// Default cap on open connections. Beyond it the server stops accepting: new connections wait
-/// in the kernel's listen backlog until one closes. At most this many request bodies (each up
-/// to the request limit) are in memory at once.
+/// Default cap on open connections. At the cap a new connection takes the slot of one running
+/// no request (the oldest idle one of the peer holding the most), so whoever holds many idle
+/// connections cannot keep the API server or the operator's probe out; it is refused only when
+/// every connection runs a request or its peer already holds its share. At most this many
+/// request bodies (each up to the request limit) are in memory at once.
 pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Default share of a full server one peer address may hold: 64 of 256, so filling the server
+/// takes at least four addresses (pods), and a peer at its share is refused before any TLS work
+/// rather than let push others out. Below the cap a peer may hold any number: the API server,
+/// one address on most clusters, opens a connection per concurrent review.
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 64;
 /// Default time to keep serving after SIGTERM, with `/readyz` failing, before the listener
 /// closes: 5 s, for the endpoint to leave the Service at the API server (the usual preStop delay).
 pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
@@ -109,9 +116,14 @@ pub struct ServeArgs {
     /// How long an idle keep-alive connection is kept, in seconds.
     #[arg(long, env = "INITIALIZER_IDLE_TIMEOUT_SECONDS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs())]
     pub idle_timeout_seconds: u64,
-    /// Most connections open at once; further clients wait in the listen backlog.
+    /// Most connections open at once; at the cap a newcomer takes the slot of the oldest idle
+    /// connection of the peer holding the most.
     #[arg(long, env = "INITIALIZER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Most connections one peer address may hold once the server is full; its further
+    /// connections are then refused.
+    #[arg(long, env = "INITIALIZER_MAX_CONNECTIONS_PER_PEER", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_PEER)]
+    pub max_connections_per_peer: usize,
     /// `webhook`: answer admission reviews on /initialize. `controller`: act on objects whose
     /// metadata.initializers.pending starts with --pending-name (Kubernetes 1.7–1.13).
     #[arg(long, env = "INITIALIZER_MODE", value_enum, default_value_t = Mode::Webhook)]
@@ -156,6 +168,7 @@ impl ServeArgs {
             body_timeout_ms: DEFAULT_BODY_TIMEOUT.as_millis() as u64,
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT.as_secs(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             mode: Mode::Webhook,
             pending_name: None,
             rules: None,
@@ -199,6 +212,13 @@ impl ServeArgs {
                 gate,
             },
         })
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            total: self.max_connections.max(1),
+            per_peer: self.max_connections_per_peer.max(1),
+        }
     }
 
     fn limits(&self) -> Limits {
@@ -563,7 +583,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                     listener,
                     acceptor: acceptor.clone(),
                     limits: args.limits(),
-                    max_connections: args.max_connections.max(1),
+                    caps: args.caps(),
                 },
                 app.clone(),
                 shutdown.clone(),
@@ -671,7 +691,7 @@ struct Listener {
     listener: TcpListener,
     acceptor: TlsAcceptor,
     limits: Limits,
-    max_connections: usize,
+    caps: Caps,
 }
 
 async fn accept_loop(
@@ -684,7 +704,7 @@ async fn accept_loop(
         listener,
         acceptor,
         limits,
-        max_connections,
+        caps,
     } = listener;
     let graceful = GracefulShutdown::new();
     // HTTP/1.1 only (the API server calls webhooks over HTTP/1.1, kubernetes#82090): one
@@ -696,16 +716,10 @@ async fn accept_loop(
         .timer(TokioTimer::new())
         .header_read_timeout(None)
         .keep_alive(true);
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let registry = Registry::new(caps);
     loop {
-        // Take a slot before accepting: at the cap, clients wait in the listen backlog.
-        let slot = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-        };
+        // Accept whatever the cap: a full server makes room (or refuses) at once, so nobody waits
+        // in the listen backlog behind connections that merely sit there.
         let (tcp, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -718,6 +732,17 @@ async fn accept_loop(
                 }
             },
         };
+        let Admitted { slot, evicted } = match registry.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(why) => {
+                // Dropping the socket closes it before any TLS work is spent on it.
+                tracing::debug!(%peer, ?why, "connection refused: the server is full");
+                continue;
+            }
+        };
+        if let Some(evicted) = evicted {
+            tracing::debug!(%peer, %evicted, "closed an idle connection to make room");
+        }
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "failed to set TCP_NODELAY");
         }
@@ -728,19 +753,28 @@ async fn accept_loop(
         // Repoll: the connection wakes itself when its handler takes the request body; see
         // `repoll` for why that must not go through the scheduler.
         tokio::spawn(Repoll::new(async move {
-            let _slot = slot;
-            let tls = match tokio::time::timeout(limits.header, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            // Leaves the table when the connection ends, however it ends.
+            let slot = slot;
+            let handshake = tokio::time::timeout(limits.header, acceptor.accept(tcp));
+            let tls = tokio::select! {
+                () = slot.evicted.cancelled() => {
+                    tracing::debug!(%peer, "connection closed during its handshake to make room");
                     return;
                 }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
+                handshake = handshake => match handshake {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                },
             };
-            let activity = Activity::new();
+            let activity = Arc::clone(&slot.activity);
+            activity.handshaken();
             let io = TokioIo::new(Watched::new(tls, Arc::clone(&activity)));
             let connection =
                 builder.serve_connection(io, Tracked::new(service, Arc::clone(&activity)));
@@ -750,6 +784,9 @@ async fn accept_loop(
                 },
                 phase = activity.expired(limits) => {
                     tracing::debug!(%peer, ?phase, "connection closed: the client was too slow or idle too long");
+                }
+                () = slot.evicted.cancelled() => {
+                    tracing::debug!(%peer, "connection closed to make room for a newcomer");
                 }
             }
         }));

@@ -455,45 +455,125 @@ async fn a_body_slower_than_the_body_timeout_gets_408() {
     server.shutdown().await;
 }
 
+/// A TLS stream to the server from the loopback address `source` (any 127.x.y.z is this host,
+/// so each stands for another client pod), with nothing sent on it yet; `Err` when the server
+/// closed it before the handshake ended.
+async fn tls_from(
+    server: &Server,
+    ca_pem: &str,
+    source: [u8; 4],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector = connector(&Trust::CaPem(ca_pem.as_bytes().to_vec())).unwrap();
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((source, 0)))?;
+    let tcp = socket.connect(server.local_addr()).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    connector.connect(name, tcp).await
+}
+
+/// `GET /healthz` on a kept-alive connection: whether it was answered `ok`.
+async fn healthz(tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let asked = async {
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        tls.flush().await?;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        while !seen.ends_with(b"\r\n\r\nok") {
+            let n = tls.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<bool, std::io::Error>(false);
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        Ok(seen.starts_with(b"HTTP/1.1 200"))
+    };
+    tokio::time::timeout(Duration::from_secs(5), asked)
+        .await
+        .is_ok_and(|answered| answered.unwrap_or(false))
+}
+
+/// Whether the server closed the connection (read returns the end, or an error).
+async fn closed_by_server(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
 #[tokio::test]
-async fn connections_beyond_the_cap_wait_until_one_closes() {
+async fn at_the_cap_a_newcomer_takes_the_slot_of_the_oldest_idle_connection_of_the_greediest_peer()
+{
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |a| {
+        a.max_connections = 3;
+        a.header_timeout_ms = 20_000;
+    })
+    .await;
+    // A greedy client holds two idle keep-alive connections, another client one.
+    let mut greedy_old = tls_from(&server, &pki.ca_pem, [127, 0, 0, 9])
+        .await
+        .unwrap();
+    assert!(healthz(&mut greedy_old).await);
+    let mut greedy_new = tls_from(&server, &pki.ca_pem, [127, 0, 0, 9])
+        .await
+        .unwrap();
+    assert!(healthz(&mut greedy_new).await);
+    let mut other = tls_from(&server, &pki.ca_pem, [127, 0, 0, 2])
+        .await
+        .unwrap();
+    assert!(healthz(&mut other).await);
+
+    // The server is full; a newcomer (the API server, say) is still served at once...
+    let mut newcomer = tls_from(&server, &pki.ca_pem, [127, 0, 0, 1])
+        .await
+        .unwrap();
+    assert!(healthz(&mut newcomer).await, "the newcomer was not served");
+    // ... in the place of the greedy client's oldest idle connection, and of nobody else's.
+    assert!(closed_by_server(&mut greedy_old).await);
+    assert!(healthz(&mut greedy_new).await);
+    assert!(healthz(&mut other).await);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_peer_holding_its_share_of_a_full_server_is_refused_while_others_get_in() {
     let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let pki = TestPki::new("one");
     let server = serving(tls.path(), cfg.path(), &pki, |a| {
         a.max_connections = 2;
+        a.max_connections_per_peer = 1;
         a.header_timeout_ms = 20_000;
     })
     .await;
-    let first = connect(&server, &pki.ca_pem).await.unwrap();
-    let mut second = connect(&server, &pki.ca_pem).await.unwrap();
-
-    // The third is not accepted (its handshake does not finish) while two are open...
-    let third = tokio::spawn({
-        let ca = pki.ca_pem.clone();
-        let url = format!(
-            "https://127.0.0.1:{}/initialize",
-            server.local_addr().port()
-        );
-        async move { Connection::open(&url, &connector(&Trust::CaPem(ca.into_bytes())).unwrap()).await }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!third.is_finished(), "a third connection was accepted");
-    // ... the open ones are still served ...
-    assert_eq!(
-        injected_image(&mut second, "nginx").await.as_deref(),
-        Some("envoy:1")
-    );
-    // ... and it is accepted as soon as one closes.
-    drop(first);
-    let mut third = tokio::time::timeout(Duration::from_secs(5), third)
+    // Below the cap, one peer may hold more than its share.
+    let mut first = tls_from(&server, &pki.ca_pem, [127, 0, 0, 9])
         .await
-        .expect("the waiting connection was never accepted")
-        .unwrap()
         .unwrap();
-    assert_eq!(
-        injected_image(&mut third, "nginx").await.as_deref(),
-        Some("envoy:1")
+    assert!(healthz(&mut first).await);
+    let mut second = tls_from(&server, &pki.ca_pem, [127, 0, 0, 9])
+        .await
+        .unwrap();
+    assert!(healthz(&mut second).await);
+    // Full, and that peer holds its share: its next connection is closed before the handshake
+    // ends, and it pushes none of its own out.
+    assert!(
+        tls_from(&server, &pki.ca_pem, [127, 0, 0, 9])
+            .await
+            .is_err()
     );
+    assert!(healthz(&mut first).await);
+    // Another peer gets in.
+    let mut other = tls_from(&server, &pki.ca_pem, [127, 0, 0, 1])
+        .await
+        .unwrap();
+    assert!(healthz(&mut other).await);
     server.shutdown().await;
 }
 

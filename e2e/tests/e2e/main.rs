@@ -8,6 +8,7 @@
 //! test binary: `cargo test -p initializer-e2e --test e2e -- hung`.
 
 mod alerts;
+mod attack;
 mod common;
 mod failure;
 mod injection;
@@ -49,6 +50,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(failure::crashed_initializer_is_deregistered_by_its_endpoints),
     scenario!(failure::recovered_initializer_is_registered_again_without_a_storm),
     scenario!(failure::fallback_refuses_short_secrets_while_the_guard_is_down),
+    scenario!(attack::connection_attack_neither_deregisters_the_guard_nor_fails_a_create),
     scenario!(lifecycle::deletion_removes_the_configuration_before_the_workload),
     scenario!(lifecycle::suspended_initializer_stays_deregistered_until_resumed),
     scenario!(lifecycle::bad_input_is_refused_and_registers_nothing),

