@@ -67,6 +67,7 @@ fn pure() {
     .unwrap();
     let settings = Settings {
         preset_image: "ghcr.io/initializer-dev/preset-initializer:0.1.0".into(),
+        network_policy: None,
     };
     let mut samples = Vec::new();
     for _ in 0..2000 {
@@ -108,6 +109,7 @@ async fn against_sandbox() {
         metrics: metrics.clone(),
         settings: Settings {
             preset_image: "ghcr.io/initializer-dev/preset-initializer:0.1.0".into(),
+            network_policy: None,
         },
         operator_namespace: NS.into(),
         supervisor: Supervisor::new(

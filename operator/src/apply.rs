@@ -156,7 +156,7 @@ pub async fn apply_workload(
             None => Ok(None),
         }
     };
-    let (ca, account, tls, cm, service, pdb, deployment) = futures::try_join!(
+    let (ca, account, tls, cm, service, pdb, deployment, policy) = futures::try_join!(
         claim(client, &desired.ca_secret),
         claim(client, &desired.service_account),
         claim(client, &desired.tls_secret),
@@ -164,6 +164,7 @@ pub async fn apply_workload(
         claim(client, &desired.service),
         claim(client, &desired.pdb),
         claim(client, &desired.deployment),
+        network_policy::claim_or_remove(client, desired),
     )?;
     let config_map = async {
         match (&desired.config_map, cm) {
@@ -185,6 +186,7 @@ pub async fn apply_workload(
         config_map,
         put(client, &desired.service, service, uninitialized_creates),
         put(client, &desired.pdb, pdb, uninitialized_creates),
+        network_policy::put(client, desired, policy, uninitialized_creates),
     )?;
     put(
         client,
@@ -695,6 +697,7 @@ where
 }
 
 pub mod legacy;
+pub mod network_policy;
 
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,7 @@ use k8s_openapi::api::core::v1::{
     Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
     TopologySpreadConstraint, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -49,6 +50,9 @@ pub const RUN_AS_USER: i64 = 65532;
 pub struct Settings {
     /// Image of the built-in preset initializer, used when a spec gives only `preset`.
     pub preset_image: String,
+    /// The NetworkPolicy in front of every initializer's pods (`--network-policy=on`); `None`
+    /// (the default): none, and one written before is removed.
+    pub network_policy: Option<network_policy::NetworkPolicySettings>,
 }
 
 /// Every object one Initializer needs.
@@ -68,6 +72,8 @@ pub struct Desired {
     pub service: Service,
     /// Keeps initializer pods from all being evicted at once.
     pub pdb: PodDisruptionBudget,
+    /// Ingress to the pods from the operator and the API server only (`None` when off).
+    pub network_policy: Option<NetworkPolicy>,
     /// The configuration registered only while the initializer is healthy.
     pub webhook: MutatingWebhookConfiguration,
     /// The fallback policy and its binding, in force only while the initializer is degraded or
@@ -135,6 +141,10 @@ pub fn build(
         deployment: deployment(v, settings, owner),
         service: service(v, owner),
         pdb: pdb(v, owner),
+        network_policy: settings
+            .network_policy
+            .as_ref()
+            .map(|s| network_policy::network_policy(v, s, owner)),
         webhook: webhook(v, &tls.ca.cert_pem),
         fallback: fallback(v),
         legacy: legacy::legacy(v, owner),
@@ -743,6 +753,7 @@ pub fn stamp_generation(deployment: &mut Deployment, hash: &str, generation: i64
 }
 
 pub mod legacy;
+pub mod network_policy;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -17,6 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ListParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -902,6 +903,17 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     // Webhook configurations are cluster-scoped and carry no owner reference (the finalizer
     // removes them): map one to its Initializer by name, through the controller's own cache.
     let known = controller.store();
+    // A NetworkPolicy deleted or edited is put back at once, like the other workload objects;
+    // watched only when written (a cluster may serve none, and the watch would then only fail).
+    let controller = if ctx.settings.network_policy.is_some() {
+        controller.watches(
+            Api::<NetworkPolicy>::namespaced(client.clone(), &ns),
+            owned.clone(),
+            owner_of,
+        )
+    } else {
+        controller
+    };
     controller
         .watches(
             Api::<MutatingWebhookConfiguration>::all(client.clone()),
@@ -935,7 +947,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         )
         .watches(
             Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns),
-            owned,
+            owned.clone(),
             owner_of,
         )
         .graceful_shutdown_on(async move { stop.cancelled().await })

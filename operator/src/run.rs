@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::build::Settings;
+use crate::build::network_policy::{self, Cidrs, NetworkPolicyMode};
 use crate::controller::{self, Context};
 use crate::error::{Error, Result};
 use crate::leader::{LeaderConfig, LeaderElector, Leadership};
@@ -68,6 +69,16 @@ pub struct RunArgs {
     /// running the operator outside the cluster's network sets another.
     #[arg(skip)]
     pub probe_connector: Connector,
+    /// `on`: write a NetworkPolicy in front of every initializer's pods that lets in only the
+    /// operator's pods and `--api-server-cidrs`. `off` (the default, see the README's security
+    /// model): none, and one written before is removed.
+    #[arg(long, env = "NETWORK_POLICY", value_enum, default_value_t = NetworkPolicyMode::Off, requires_if("on", "api_server_cidrs"))]
+    pub network_policy: NetworkPolicyMode,
+    /// Where the API server's calls to initializers come from (the control plane's address
+    /// range, which differs per cluster), as comma-separated CIDRs; required with
+    /// `--network-policy=on`.
+    #[arg(long, env = "API_SERVER_CIDRS")]
+    pub api_server_cidrs: Option<Cidrs>,
 }
 
 impl RunArgs {
@@ -261,6 +272,11 @@ async fn lead(
         metrics,
         settings: Settings {
             preset_image: args.preset_image.clone(),
+            network_policy: network_policy::settings(
+                args.network_policy,
+                args.api_server_cidrs.as_ref(),
+                &args.namespace,
+            ),
         },
         operator_namespace: args.namespace.clone(),
         supervisor: supervisor.clone(),

@@ -112,6 +112,7 @@ fn context(client: Client) -> Arc<Context> {
         metrics: metrics.clone(),
         settings: Settings {
             preset_image: "example/preset:1".into(),
+            network_policy: None,
         },
         operator_namespace: "initializer-system".into(),
         supervisor: Supervisor::new(

@@ -208,6 +208,14 @@ pub const WORKLOAD_CALLS: &[ApiCall] = &[
     ("policy", "poddisruptionbudgets", "watch"),
     ("policy", "poddisruptionbudgets", "create"),
     ("policy", "poddisruptionbudgets", "patch"),
+    // apply::network_policy (`--network-policy=on`): claim, apply, the owned-object watch;
+    // delete: the policy written before, once the setting is off (only ours, by UID).
+    ("networking.k8s.io", "networkpolicies", "get"),
+    ("networking.k8s.io", "networkpolicies", "list"),
+    ("networking.k8s.io", "networkpolicies", "watch"),
+    ("networking.k8s.io", "networkpolicies", "create"),
+    ("networking.k8s.io", "networkpolicies", "patch"),
+    ("networking.k8s.io", "networkpolicies", "delete"),
     // supervisor: the EndpointSlice watch in the workload namespace (the probe dials the
     // ready endpoints it lists directly, not through the API server).
     ("discovery.k8s.io", "endpointslices", "list"),
@@ -358,6 +366,13 @@ pub fn workload_rules() -> Vec<PolicyRule> {
             &["policy"],
             &["poddisruptionbudgets"],
             &["get", "list", "watch", "create", "patch"],
+        ),
+        // `--network-policy=on`: the policy in front of the initializer's pods; delete: the one
+        // written before, once the setting is off (only ours, by UID).
+        rule(
+            &["networking.k8s.io"],
+            &["networkpolicies"],
+            &["get", "list", "watch", "create", "patch", "delete"],
         ),
         // list/watch: the fast path (zero ready endpoints deregisters at once) and the
         // endpoints the probe dials.

@@ -20,6 +20,7 @@ pub(crate) static TLS: LazyLock<TlsMaterial> = LazyLock::new(|| {
 pub(crate) fn settings() -> Settings {
     Settings {
         preset_image: "ghcr.io/initializer-dev/preset-initializer:0.1.0".into(),
+        network_policy: None,
     }
 }
 

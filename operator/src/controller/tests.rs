@@ -95,6 +95,7 @@ fn the_supervision_converts_the_specs_units_once() {
         .unwrap(),
         &Settings {
             preset_image: "example/preset:1".into(),
+            network_policy: None,
         },
         None,
     );

@@ -1,0 +1,72 @@
+//! Writing an Initializer's NetworkPolicy with the other workload objects, and removing the one
+//! written before once `--network-policy` is off, so that the setting is what the cluster holds.
+
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::Preconditions;
+use kube::{Api, Client, Resource, ResourceExt};
+
+use super::{Ownership, claim, controller_uid, delete_unless_changed, ownership};
+use crate::build::Desired;
+use crate::error::{Error, Result};
+
+const KIND: &str = "NetworkPolicy";
+
+/// With a policy desired, [`claim`] it (`Some`); without, remove this Initializer's policy of
+/// the workload's name if one is there (`None`).
+pub async fn claim_or_remove(client: &Client, desired: &Desired) -> Result<Option<Ownership>> {
+    match &desired.network_policy {
+        Some(policy) => claim(client, policy).await.map(Some),
+        None => remove(client, desired).await.map(|_| None),
+    }
+}
+
+/// Applies the claimed policy, as every other workload object is applied.
+pub async fn put(
+    client: &Client,
+    desired: &Desired,
+    claimed: Option<Ownership>,
+    uninitialized_creates: bool,
+) -> Result<()> {
+    match (&desired.network_policy, claimed) {
+        (Some(policy), Some(claimed)) => super::put(client, policy, claimed, uninitialized_creates)
+            .await
+            .map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// Deletes the policy named like the workload's Service when it is this Initializer's (label
+/// and controller reference), on its UID and resourceVersion; someone else's is left alone.
+/// Returns whether it went.
+async fn remove(client: &Client, desired: &Desired) -> Result<bool> {
+    let service = &desired.service;
+    let name = service.name_any();
+    let api: Api<NetworkPolicy> =
+        Api::namespaced(client.clone(), &service.namespace().unwrap_or_default());
+    let live = api.get_opt(&name).await.map_err(|source| Error::Get {
+        kind: KIND,
+        name: name.clone(),
+        source: Box::new(source),
+    })?;
+    let Some(live) = live else {
+        return Ok(false);
+    };
+    if ownership(Some(&live.metadata), controller_uid(service.meta())) != Ownership::Ours {
+        return Ok(false);
+    }
+    let preconditions = Preconditions {
+        uid: live.metadata.uid.clone(),
+        resource_version: live.metadata.resource_version.clone(),
+    };
+    let removed = delete_unless_changed(&api, &name, preconditions)
+        .await
+        .map_err(|source| Error::Delete {
+            kind: KIND,
+            name: name.clone(),
+            source: Box::new(source),
+        })?;
+    if removed {
+        tracing::info!(%name, namespace = ?service.namespace(), "removed the NetworkPolicy: --network-policy is off");
+    }
+    Ok(removed)
+}

@@ -1,0 +1,292 @@
+//! The NetworkPolicy in front of an initializer's pods (`--network-policy=on`): ingress to the
+//! serving port only from the operator's own pods (its probe) and from the API server's
+//! addresses (`--api-server-cidrs`, the control plane's range, which differs per cluster).
+//! Without it, any pod that can reach the initializer's Service can open connections to it; the
+//! SDK's server makes room for the API server and the probe when that happens (see
+//! `kube_initializer`'s connection slots), and the policy keeps such pods out altogether where
+//! the cluster's network enforces policies.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use initializer_crds::constants::INITIALIZER_PORT;
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{meta, selector_labels};
+use crate::validate::Validated;
+
+/// The label the API server sets on every namespace to its own name: nobody can give another
+/// namespace the operator's name, unlike any label of their choosing.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Who may reach an initializer's pods when the operator writes a NetworkPolicy for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkPolicySettings {
+    /// The namespace the operator's pods run in.
+    pub operator_namespace: String,
+    /// The labels of the operator's pods (the Deployment's selector: nobody but whoever may
+    /// create pods in the operator's namespace can give a pod there these labels).
+    pub operator_pod_labels: BTreeMap<String, String>,
+    /// Where the API server's calls come from, in CIDR notation.
+    pub api_server_cidrs: Vec<Cidr>,
+}
+
+/// An address range in CIDR notation (`10.0.0.0/24`, `fd00::/64`), checked when parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cidr(String);
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let wrong = || format!("{s:?} is not a CIDR such as 10.0.0.0/24 or fd00::/64");
+        let (address, prefix) = s.split_once('/').ok_or_else(wrong)?;
+        let address: IpAddr = address.parse().map_err(|_| wrong())?;
+        let prefix: u8 = prefix.parse().map_err(|_| wrong())?;
+        let longest = if address.is_ipv4() { 32 } else { 128 };
+        if prefix > longest {
+            return Err(wrong());
+        }
+        Ok(Self(format!("{address}/{prefix}")))
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Parses a comma-separated list of CIDRs.
+pub fn parse_cidrs(s: &str) -> Result<Vec<Cidr>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::parse)
+        .collect()
+}
+
+/// `--api-server-cidrs`: one CIDR at least (a policy admitting no API server address would cut
+/// every review off while the operator's probe, which it admits, still passes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cidrs(pub Vec<Cidr>);
+
+impl std::str::FromStr for Cidrs {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let cidrs = parse_cidrs(s)?;
+        if cidrs.is_empty() {
+            return Err("name at least one CIDR, such as 10.0.0.0/24".into());
+        }
+        Ok(Self(cidrs))
+    }
+}
+
+/// `--network-policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkPolicyMode {
+    /// A NetworkPolicy in front of every initializer's pods.
+    On,
+    /// None (one written before is removed).
+    Off,
+}
+
+/// What the flags ask for: `None` when off; when on, the operator's pods in `operator_namespace`
+/// (by the labels of its Deployment's selector) and the API server's ranges.
+pub fn settings(
+    mode: NetworkPolicyMode,
+    api_server_cidrs: Option<&Cidrs>,
+    operator_namespace: &str,
+) -> Option<NetworkPolicySettings> {
+    (mode == NetworkPolicyMode::On).then(|| NetworkPolicySettings {
+        operator_namespace: operator_namespace.to_string(),
+        operator_pod_labels: initializer_packaging::manifest::selector_labels(),
+        api_server_cidrs: api_server_cidrs.map(|c| c.0.clone()).unwrap_or_default(),
+    })
+}
+
+/// The NetworkPolicy of one Initializer: its pods (the Service's selector) take ingress on the
+/// serving port from the operator's pods and the API server's ranges, and from nothing else.
+pub fn network_policy(
+    v: &Validated,
+    settings: &NetworkPolicySettings,
+    owner: Option<&OwnerReference>,
+) -> NetworkPolicy {
+    let operator = NetworkPolicyPeer {
+        // Both selectors in one peer: pods with these labels in that namespace only.
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                NAMESPACE_NAME_LABEL.to_string(),
+                settings.operator_namespace.clone(),
+            )])),
+            match_expressions: None,
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(settings.operator_pod_labels.clone()),
+            match_expressions: None,
+        }),
+        ip_block: None,
+    };
+    let api_server = settings
+        .api_server_cidrs
+        .iter()
+        .map(|cidr| NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: cidr.to_string(),
+                except: None,
+            }),
+            ..Default::default()
+        });
+    NetworkPolicy {
+        metadata: meta(v, &v.names.base, owner),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(v)),
+                match_expressions: None,
+            }),
+            policy_types: Some(vec!["Ingress".to_string()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(std::iter::once(operator).chain(api_server).collect()),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(i32::from(INITIALIZER_PORT))),
+                    protocol: Some("TCP".to_string()),
+                    end_port: None,
+                }]),
+            }]),
+            egress: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::tests::{TLS, settings as build_settings};
+    use crate::build::{Settings, build};
+    use crate::validate::{Validated, tests::sidecar, validate};
+
+    fn validated() -> Validated {
+        validate(&sidecar().spec, "initializer-system", "sidecar").unwrap()
+    }
+
+    fn policy_settings(cidrs: &[&str]) -> NetworkPolicySettings {
+        NetworkPolicySettings {
+            operator_namespace: "initializer-system".into(),
+            operator_pod_labels: BTreeMap::from([(
+                "app.kubernetes.io/name".to_string(),
+                "initializer-operator".to_string(),
+            )]),
+            api_server_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+        }
+    }
+
+    #[test]
+    fn network_policy_admits_only_the_operators_pods_and_the_api_server_on_the_serving_port() {
+        let v = validated();
+        let policy = network_policy(&v, &policy_settings(&["10.0.0.0/24", "fd00::/64"]), None);
+        assert_eq!(policy.metadata.name.as_deref(), Some(v.names.base.as_str()));
+        assert_eq!(
+            policy.metadata.namespace.as_deref(),
+            Some(v.namespace.as_str())
+        );
+        let spec = policy.spec.unwrap();
+        assert_eq!(
+            spec.pod_selector.unwrap().match_labels,
+            Some(selector_labels(&v)),
+            "the policy selects exactly the Service's pods"
+        );
+        assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+        assert!(spec.egress.is_none(), "egress is not restricted");
+        let [rule] = spec.ingress.unwrap().try_into().unwrap();
+        let [port] = rule.ports.unwrap().try_into().unwrap();
+        assert_eq!(port.port, Some(IntOrString::Int(8443)));
+        assert_eq!(port.protocol.as_deref(), Some("TCP"));
+        let [operator, v4, v6] = rule.from.unwrap().try_into().unwrap();
+        // The namespace by the name the API server sets, and the pods by the operator's labels,
+        // in one peer (two peers would admit every pod of the namespace, and every namespace's
+        // pods with those labels).
+        assert_eq!(
+            operator.namespace_selector.unwrap().match_labels.unwrap(),
+            BTreeMap::from([(
+                NAMESPACE_NAME_LABEL.to_string(),
+                "initializer-system".to_string()
+            )])
+        );
+        assert_eq!(
+            operator.pod_selector.unwrap().match_labels.unwrap(),
+            policy_settings(&[]).operator_pod_labels
+        );
+        assert!(operator.ip_block.is_none());
+        assert_eq!(v4.ip_block.unwrap().cidr, "10.0.0.0/24");
+        assert_eq!(v6.ip_block.unwrap().cidr, "fd00::/64");
+        assert!(v6.namespace_selector.is_none() && v6.pod_selector.is_none());
+    }
+
+    #[test]
+    fn network_policy_without_api_server_ranges_admits_the_operator_alone() {
+        let policy = network_policy(&validated(), &policy_settings(&[]), None);
+        let rule = &policy.spec.unwrap().ingress.unwrap()[0];
+        assert_eq!(rule.from.as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn network_policy_is_built_with_the_workload_only_when_on() {
+        let off = build(&validated(), &TLS, &build_settings(), None);
+        assert!(off.network_policy.is_none());
+        let on_settings = Settings {
+            network_policy: settings(
+                NetworkPolicyMode::On,
+                Some(&"10.0.0.0/24".parse().unwrap()),
+                "initializer-system",
+            ),
+            ..build_settings()
+        };
+        let on = build(&validated(), &TLS, &on_settings, None);
+        let policy = on.network_policy.unwrap();
+        assert_eq!(policy.metadata.name, on.service.metadata.name);
+        assert_eq!(policy.metadata.namespace, on.service.metadata.namespace);
+        assert_eq!(policy.metadata.labels, on.service.metadata.labels);
+    }
+
+    #[test]
+    fn network_policy_settings_follow_the_flags() {
+        let cidrs: Cidrs = "10.0.0.0/24".parse().unwrap();
+        assert_eq!(settings(NetworkPolicyMode::Off, Some(&cidrs), "ns"), None);
+        let on = settings(NetworkPolicyMode::On, Some(&cidrs), "ns").unwrap();
+        assert_eq!(on.operator_namespace, "ns");
+        assert_eq!(on.api_server_cidrs, cidrs.0);
+        assert_eq!(
+            on.operator_pod_labels,
+            initializer_packaging::manifest::selector_labels(),
+            "the operator's pods are found by its Deployment's selector"
+        );
+        assert!(" , ".parse::<Cidrs>().is_err(), "at least one CIDR");
+    }
+
+    #[test]
+    fn network_policy_cidrs_are_checked_when_parsed() {
+        let parsed = parse_cidrs(" 10.0.0.0/24, fd00::/64 ,").unwrap();
+        assert_eq!(
+            parsed.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.0.0.0/24", "fd00::/64"]
+        );
+        assert!(parse_cidrs("").unwrap().is_empty());
+        for wrong in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "fd00::/129",
+            "ten/8",
+            "10.0.0.0/x",
+        ] {
+            let err = parse_cidrs(wrong).unwrap_err();
+            assert!(err.contains("is not a CIDR"), "{wrong}: {err}");
+        }
+    }
+}
