@@ -115,6 +115,7 @@ pub(crate) struct Metrics {
     lanes: [Counter; 3],
     updates: Family<UpdateLabels, Counter>,
     conflicts: Counter,
+    closed_when_full: Family<ReasonLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -151,6 +152,12 @@ impl Metrics {
         );
         let updates = Family::<UpdateLabels, Counter>::default();
         let conflicts = Counter::default();
+        let closed_when_full = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "connections_closed_when_full",
+            "Connections closed because the server was full: evicted (an idle or half-sent one, to make room), peer_holds_its_share or all_busy (a new one, refused)",
+            closed_when_full.clone(),
+        );
         registry.register(
             "controller_updates",
             "Controller mode: objects written back (the name removed, or a failure result set), by kind and result (mutated, unchanged, released, denied, failed, failed_open), or given up (gave_up)",
@@ -197,6 +204,7 @@ impl Metrics {
             lanes,
             updates,
             conflicts,
+            closed_when_full,
         }
     }
 
@@ -289,6 +297,13 @@ impl Metrics {
     /// Count one update answered 409 Conflict.
     pub(crate) fn observe_conflict(&self) {
         self.conflicts.inc();
+    }
+
+    /// Count one connection closed because the server was full, by `reason`.
+    pub(crate) fn observe_closed_when_full(&self, reason: &'static str) {
+        self.closed_when_full
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     /// Count one refused (HTTP error) request.

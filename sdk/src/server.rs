@@ -499,6 +499,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         synced: Option<Arc<Synced>>,
     ) -> Result<Server, Error> {
         let tls = Arc::new(CertStore::new(&args.tls_dir));
+        let connection_metrics = Arc::clone(&initializer.metrics);
         let metrics = Arc::clone(&initializer.metrics);
         let record = move |what: &'static str, result: Option<&'static str>| {
             if let Some(result) = result {
@@ -584,6 +585,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                     acceptor: acceptor.clone(),
                     limits: args.limits(),
                     caps: args.caps(),
+                    metrics: Arc::clone(&connection_metrics),
                 },
                 app.clone(),
                 shutdown.clone(),
@@ -692,6 +694,8 @@ struct Listener {
     acceptor: TlsAcceptor,
     limits: Limits,
     caps: Caps,
+    /// Where connections closed because the server was full are counted.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 async fn accept_loop(
@@ -705,6 +709,7 @@ async fn accept_loop(
         acceptor,
         limits,
         caps,
+        metrics,
     } = listener;
     let graceful = GracefulShutdown::new();
     // HTTP/1.1 only (the API server calls webhooks over HTTP/1.1, kubernetes#82090): one
@@ -737,11 +742,13 @@ async fn accept_loop(
             Err(why) => {
                 // Dropping the socket closes it before any TLS work is spent on it.
                 tracing::debug!(%peer, ?why, "connection refused: the server is full");
+                metrics.observe_closed_when_full(why.reason());
                 continue;
             }
         };
         if let Some(evicted) = evicted {
             tracing::debug!(%peer, %evicted, "closed an idle connection to make room");
+            metrics.observe_closed_when_full("evicted");
         }
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "failed to set TCP_NODELAY");

@@ -46,6 +46,16 @@ pub(crate) enum Refusal {
     AllBusy,
 }
 
+impl Refusal {
+    /// The metric label of the refusal.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::PeerHoldsItsShare => "peer_holds_its_share",
+            Self::AllBusy => "all_busy",
+        }
+    }
+}
+
 /// What to do with a new connection from `peer`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Admission {

@@ -471,27 +471,52 @@ async fn tls_from(
     connector.connect(name, tcp).await
 }
 
-/// `GET /healthz` on a kept-alive connection: whether it was answered `ok`.
-async fn healthz(tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> bool {
+/// `GET path` on a kept-alive connection: the body of a 200 answer, `None` for anything else
+/// (another status, the connection closed, no answer within 5 s).
+async fn get(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    path: &str,
+) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let asked = async {
-        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            .await?;
-        tls.flush().await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        tls.write_all(request.as_bytes()).await.ok()?;
+        tls.flush().await.ok()?;
         let mut seen = Vec::new();
-        let mut buf = [0u8; 512];
-        while !seen.ends_with(b"\r\n\r\nok") {
-            let n = tls.read(&mut buf).await?;
+        let mut buf = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&seen).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(str::to_owned)
+                    })?
+                    .trim()
+                    .parse()
+                    .ok()?;
+                if body.len() >= length {
+                    return head.starts_with("HTTP/1.1 200").then(|| body.to_string());
+                }
+            }
+            let n = tls.read(&mut buf).await.ok()?;
             if n == 0 {
-                return Ok::<bool, std::io::Error>(false);
+                return None;
             }
             seen.extend_from_slice(&buf[..n]);
         }
-        Ok(seen.starts_with(b"HTTP/1.1 200"))
     };
     tokio::time::timeout(Duration::from_secs(5), asked)
         .await
-        .is_ok_and(|answered| answered.unwrap_or(false))
+        .ok()
+        .flatten()
+}
+
+/// `GET /healthz` on a kept-alive connection: whether it was answered `ok`.
+async fn healthz(tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> bool {
+    get(tls, "/healthz").await.as_deref() == Some("ok")
 }
 
 /// Whether the server closed the connection (read returns the end, or an error).
@@ -539,6 +564,11 @@ async fn at_the_cap_a_newcomer_takes_the_slot_of_the_oldest_idle_connection_of_t
     assert!(closed_by_server(&mut greedy_old).await);
     assert!(healthz(&mut greedy_new).await);
     assert!(healthz(&mut other).await);
+    let metrics = get(&mut newcomer, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"initializer_connections_closed_when_full_total{reason="evicted"} 1"#),
+        "{metrics}"
+    );
     server.shutdown().await;
 }
 
@@ -574,6 +604,13 @@ async fn a_peer_holding_its_share_of_a_full_server_is_refused_while_others_get_i
         .await
         .unwrap();
     assert!(healthz(&mut other).await);
+    let metrics = get(&mut other, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains(
+            r#"initializer_connections_closed_when_full_total{reason="peer_holds_its_share"} 1"#
+        ),
+        "{metrics}"
+    );
     server.shutdown().await;
 }
 
