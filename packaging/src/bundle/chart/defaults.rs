@@ -14,6 +14,10 @@ use crate::manifest;
 
 /// The env var that switches the operator's logs to JSON (`run --log-json`).
 pub const LOG_JSON_ENV: &str = "LOG_JSON";
+/// The operator's `--network-policy` as an environment variable (`on` or `off`).
+pub const NETWORK_POLICY_ENV: &str = "NETWORK_POLICY";
+/// The operator's `--api-server-cidrs` as an environment variable (comma-separated CIDRs).
+pub const API_SERVER_CIDRS_ENV: &str = "API_SERVER_CIDRS";
 /// The env var holding the operator's log filter.
 pub const LOG_LEVEL_ENV: &str = "RUST_LOG";
 /// The operator's flag naming the preset initializer's image.
@@ -130,7 +134,7 @@ impl Defaults {
             Hole::PresetImage => json!(format!("{}:{}", self.preset_repository, self.preset_tag)),
             Hole::Resources => self.resources.clone(),
             Hole::LogLevel => json!(self.log_level),
-            Hole::LogFormat => json!([]),
+            Hole::LogFormat | Hole::NetworkPolicy => json!([]),
             Hole::MetricsAddr => {
                 json!(format!(
                     "$({}):{}",

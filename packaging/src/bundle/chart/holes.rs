@@ -6,7 +6,7 @@ use initializer_crds::constants;
 use serde_json::{Map, Value};
 
 use super::HELPER;
-use super::defaults::LOG_JSON_ENV;
+use super::defaults::{API_SERVER_CIDRS_ENV, LOG_JSON_ENV, NETWORK_POLICY_ENV};
 use super::rules::rule_parameters;
 use crate::error::Error;
 
@@ -31,6 +31,8 @@ pub enum Hole {
     LogLevel,
     /// `LOG_JSON`, present only with `logFormat: json`.
     LogFormat,
+    /// `NETWORK_POLICY` and `API_SERVER_CIDRS`, present only with `networkPolicy.enabled`.
+    NetworkPolicy,
     /// `METRICS_ADDR`: the pod IP and the metrics port.
     MetricsAddr,
     /// The container port of the health and metrics listener.
@@ -46,7 +48,7 @@ pub enum Hole {
 }
 
 /// Every hole, in a fixed order.
-pub const HOLES: [Hole; 15] = [
+pub const HOLES: [Hole; 16] = [
     Hole::Namespace,
     Hole::Labels,
     Hole::Replicas,
@@ -56,6 +58,7 @@ pub const HOLES: [Hole; 15] = [
     Hole::Resources,
     Hole::LogLevel,
     Hole::LogFormat,
+    Hole::NetworkPolicy,
     Hole::MetricsAddr,
     Hole::MetricsPort,
     Hole::PodScheduling,
@@ -105,6 +108,17 @@ impl Hole {
                     "{{- if eq .Values.logFormat \"json\" }}".to_string(),
                     format!("- name: {LOG_JSON_ENV}"),
                     "  value: \"true\"".to_string(),
+                    "{{- end }}".to_string(),
+                ]
+            }),
+            // On without a range would cut the API server off: the chart refuses to render.
+            Hole::NetworkPolicy => Shape::Block(|_| {
+                vec![
+                    "{{- if .Values.networkPolicy.enabled }}".to_string(),
+                    format!("- name: {NETWORK_POLICY_ENV}"),
+                    "  value: \"on\"".to_string(),
+                    format!("- name: {API_SERVER_CIDRS_ENV}"),
+                    "  value: {{ required \"networkPolicy.apiServerCIDRs: name the ranges the API server's calls come from\" (join \",\" .Values.networkPolicy.apiServerCIDRs) | quote }}".to_string(),
                     "{{- end }}".to_string(),
                 ]
             }),

@@ -199,6 +199,7 @@ fn open_deployment_holes(deployment: &mut Value) -> Result<(), Error> {
         set(var, "/value", token(hole))?;
     }
     env.push(token(Hole::LogFormat));
+    env.push(token(Hole::NetworkPolicy));
     let port = container
         .get_mut("ports")
         .and_then(Value::as_array_mut)

@@ -164,6 +164,24 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
             json!(defaults.log_level),
             json!({"type": "string", "minLength": 1}),
         ),
+        group(
+            "networkPolicy",
+            "A NetworkPolicy in front of every initializer's pods, admitting only the operator's pods and the API server's ranges (the README's security model says why it is off by default).",
+            vec![
+                leaf(
+                    "enabled",
+                    "Write the policies (the operator's `--network-policy=on`). Inert without a network plugin that enforces NetworkPolicy.",
+                    json!(false),
+                    json!({"type": "boolean"}),
+                ),
+                leaf(
+                    "apiServerCIDRs",
+                    "Where the API server's calls to initializers come from, in CIDR notation (`--api-server-cidrs`); required when enabled. A wrong range drops every review while the operator's probe still passes.",
+                    json!([]),
+                    json!({"type": "array", "items": {"type": "string", "pattern": "^[0-9a-fA-F:.]+/[0-9]{1,3}$"}}),
+                ),
+            ],
+        ),
         leaf(
             "nodeSelector",
             "Node labels the operator's pods must run on.",
