@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile link-order
+.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -25,6 +25,11 @@ e2e: build e2e-kind-lint
 ## with the operator installed through the Helm chart (the sandbox run installs from the bundle)
 e2e-real: build controlplane helm
 	E2E_CLUSTER=real E2E_INSTALL=helm $(CARGO) test -p initializer-e2e --test e2e
+
+## e2e-olm: OLM installs, upgrades (as Helm and `install --bundle` do too) and removes the operator
+## on the real control plane (olm, catalog and opm from their Go modules; root), with timings
+e2e-olm: build controlplane helm olm
+	$(CARGO) test -p initializer-e2e --test olm -- --nocapture --test-threads=1
 
 ## olm: build OLM's olm and catalog and operator-registry's opm from their official Go modules
 ## (tools/olm/go.mod) into target/tools/olm; instant when built
@@ -68,7 +73,7 @@ test: lint verify-generated verify-bundle chart-check monitoring unit conformanc
 unit: build controlplane helm
 ifeq ($(NEXTEST),yes)
 	$(CARGO) nextest run --workspace --no-fail-fast \
-	  -E 'not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance) and not binary_id(initializer-e2e::legacy_conformance)'
+	  -E 'not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance) and not binary_id(initializer-e2e::legacy_conformance) and not binary_id(initializer-e2e::olm)'
 else
 	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e
 	$(CARGO) test -p initializer-e2e --lib --bins --test controlplane_faults

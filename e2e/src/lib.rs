@@ -19,6 +19,7 @@ pub mod install;
 pub mod kind;
 pub mod legacy;
 pub mod load;
+pub mod olm;
 pub mod ops;
 pub mod paths;
 pub mod prometheus;

@@ -1,0 +1,846 @@
+//! OLM installs, upgrades and removes the operator for real, on the real control plane (etcd,
+//! kube-apiserver and kube-controller-manager from the Go modules, our node agent), with `olm`,
+//! `catalog` and `opm` built from their modules (`make olm`). Each test starts a control plane
+//! of its own and prints its figures as a table (`make e2e-olm`):
+//!
+//! - install: catalog → Subscription → InstallPlan → CSV `Succeeded` → the README's example
+//!   Initializer registered, the operator running under the RBAC OLM generated from the CSV;
+//!   the window between the CRD being established and the operator's guard policy in force;
+//! - upgrade under load: the example Initializer (`failurePolicy: Fail`) registered, an
+//!   annotated Deployment created every 100 ms while OLM replaces the operator with the next
+//!   version (a bundle generated from the committed one, `replaces` in the channel): no create
+//!   fails, the Initializer never leaves `Registered`, the old CSV is gone, the new one
+//!   `Succeeded`, and the new operator reconciles the next generation. The same upgrade through
+//!   `helm upgrade` and through `install --bundle` of the next bundle, in tests of their own;
+//! - removal: the README's commands, then no webhook configuration of ours, only the guard
+//!   policy the README says remains, and creates in a matching namespace succeed.
+//!
+//! They need root (the control plane's network namespace), the binaries of `cargo build
+//! --workspace --bins`, `make controlplane helm olm`, and kubectl.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use initializer_crds::{Initializer, Phase};
+use initializer_e2e::backend::Backend;
+use initializer_e2e::fixtures::{has_sidecar, nginx_deployment};
+use initializer_e2e::install::{self, OPERATOR_NAME, OPERATOR_POD_SELECTOR};
+use initializer_e2e::load::{self, CreateLoad};
+use initializer_e2e::olm::{self, Entry, Olm, Tools};
+use initializer_e2e::real::RealBackend;
+use initializer_e2e::timings::CreateCount;
+use initializer_e2e::wait::{self, Check};
+use initializer_e2e::watch::Recorder;
+use initializer_e2e::{ops, paths, scope};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+/// The README's example Initializer, the one the bundle offers (alm-examples).
+const EXAMPLE: &str = "examples/sidecar-initializer.yaml";
+const EXAMPLE_NAME: &str = "sidecar";
+/// The operator's guard on Initializers (operator/src/guard.rs), policy and binding.
+const GUARD: &str = "initializer-operator-guard";
+/// How long OLM may take to install or replace the operator.
+const OLM_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often the load creates.
+const CREATE_EVERY: Duration = Duration::from_millis(100);
+
+/// One scenario's figures.
+#[derive(Default)]
+struct Row {
+    scenario: String,
+    subscription_to_succeeded: Option<Duration>,
+    subscription_to_registered: Option<Duration>,
+    guard_window: Option<Duration>,
+    upgrade: Option<Duration>,
+    creates: Option<CreateCount>,
+    phases: Option<String>,
+    removal: Option<Duration>,
+}
+
+fn table(rows: &[Row]) -> String {
+    let headers = [
+        "scenario",
+        "subscription→CSV Succeeded",
+        "subscription→registered",
+        "CRD established→guard in force",
+        "upgrade (trigger→old operator gone)",
+        "failed creates",
+        "Initializer phases during upgrade",
+        "removal",
+    ];
+    let secs = |d: Option<Duration>| d.map_or("-".into(), |d| format!("{:.2}s", d.as_secs_f64()));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            vec![
+                row.scenario.clone(),
+                secs(row.subscription_to_succeeded),
+                secs(row.subscription_to_registered),
+                secs(row.guard_window),
+                secs(row.upgrade),
+                row.creates
+                    .map_or("-".into(), |c| format!("{}/{}", c.failed, c.total)),
+                row.phases.clone().unwrap_or_else(|| "-".into()),
+                secs(row.removal),
+            ]
+        })
+        .collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "| {} |", headers.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(headers.len()));
+    for line in cells {
+        let _ = writeln!(out, "| {} |", line.join(" | "));
+    }
+    out
+}
+
+/// Runs `body` on a fresh real control plane (the suite's lock held), always stopping it, and
+/// prints the rows the body returns.
+fn on_real_control_plane<F, Fut>(body: F)
+where
+    F: FnOnce(std::sync::Arc<RealBackend>) -> Fut,
+    Fut: Future<Output = anyhow::Result<Vec<Row>>>,
+{
+    let _lock = olm::lock_suite().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        paths::require_binaries().unwrap();
+        let backend = std::sync::Arc::new(RealBackend::start().await.unwrap());
+        let result = body(backend.clone()).await;
+        backend.shutdown().await;
+        match result {
+            Ok(rows) => eprintln!("\n{}", table(&rows)),
+            Err(err) => panic!("{err:?}"),
+        }
+    });
+}
+
+#[test]
+fn olm_installs_upgrades_under_load_and_removes_the_operator() {
+    on_real_control_plane(|backend| async move {
+        let tools = Tools::build().await?;
+        let client = backend.client();
+        let kubeconfig = backend.kubeconfig_path().to_path_buf();
+        // The bundle ships a PrometheusRule and a ServiceMonitor, and OLM installs every object
+        // of a bundle: the cluster needs prometheus-operator's CRDs (README, Install with OLM).
+        run(
+            &kubeconfig,
+            &format!(
+                "kubectl apply --server-side -f {}",
+                tools.monitoring_crds().display()
+            ),
+        )
+        .await?;
+        let mut olm = Olm::start(&client, &kubeconfig, tools).await?;
+        eprintln!("olm: state in {}", olm.state_dir().display());
+        let result = olm_scenarios(&client, &kubeconfig, &mut olm, &*backend).await;
+        if result.is_err() {
+            // The processes' own words are what explains a failure here.
+            let _ = olm.check().map_err(|err| eprintln!("olm: {err:?}"));
+            for log in ["olm.log", "catalog.log"] {
+                let text = std::fs::read_to_string(olm.state_dir().join(log)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                eprintln!(
+                    "--- last lines of {log}:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        }
+        olm.stop().await;
+        result
+    });
+}
+
+async fn olm_scenarios(
+    client: &Client,
+    kubeconfig: &Path,
+    olm: &mut Olm,
+    backend: &dyn Backend,
+) -> anyhow::Result<Vec<Row>> {
+    let committed = paths::bundle_dir();
+    let next_dir = tempfile::tempdir()?;
+    let next = next_dir.path().join("initializer-operator");
+    olm::next_bundle(&committed, &next)?;
+    let first = Entry {
+        bundle: committed,
+        version: olm::VERSION.into(),
+        replaces: None,
+    };
+    olm.serve(std::slice::from_ref(&first)).await?;
+
+    let mut rows = Vec::new();
+    rows.push(olm_install(client, kubeconfig, olm).await?);
+    olm.check()?;
+
+    let entries = [
+        first,
+        Entry {
+            bundle: next,
+            version: olm::NEXT_VERSION.into(),
+            replaces: Some(olm::csv_name(olm::VERSION)),
+        },
+    ];
+    let csvs = olm::olm_api(
+        client,
+        "ClusterServiceVersion",
+        Some(olm::OPERATOR_NAMESPACE),
+    );
+    let csvs = &csvs;
+    // A new catalog, as a catalog image rolled to its next tag: OLM re-resolves the
+    // Subscription on reconnect (or at its resync) and replaces the CSV.
+    let mut row = upgrade_under_load(
+        client,
+        "upgrade_by_olm_under_load_loses_no_create",
+        olm.serve(&entries),
+        move || async move {
+            let old = csvs.get_opt(&olm::csv_name(olm::VERSION)).await?;
+            let new = csvs.get_opt(&olm::csv_name(olm::NEXT_VERSION)).await?;
+            let new_phase = new.as_ref().and_then(olm::csv_phase);
+            Ok(
+                if old.is_none() && new_phase.as_deref() == Some("Succeeded") {
+                    None
+                } else {
+                    Some(format!(
+                        "old CSV {}; new CSV {:?}",
+                        old.as_ref()
+                            .map_or("gone".to_string(), |c| olm::csv_phase(c)
+                                .unwrap_or_default()),
+                        new_phase
+                    ))
+                },
+            )
+        },
+    )
+    .await?;
+    olm.check()?;
+    row.scenario = "upgrade_by_olm_under_load_loses_no_create".into();
+    rows.push(row);
+
+    rows.push(olm_removal(client, kubeconfig, backend).await?);
+    olm.check()?;
+    Ok(rows)
+}
+
+/// The README's subscription, applied as it is; figures up to the example registered.
+async fn olm_install(client: &Client, kubeconfig: &Path, olm: &Olm) -> anyhow::Result<Row> {
+    let started = Instant::now();
+    olm::kubectl_apply(kubeconfig, &olm::subscription_yaml(&olm.address())).await?;
+    // When the CRD is established and when the guard is in force, seen from here every 50 ms.
+    let window = tokio::spawn(guard_window(client.clone(), started));
+    let csvs = olm::olm_api(
+        client,
+        "ClusterServiceVersion",
+        Some(olm::OPERATOR_NAMESPACE),
+    );
+    let name = olm::csv_name(olm::VERSION);
+    let succeeded = wait::until(format!("CSV {name} to succeed"), OLM_TIMEOUT, || async {
+        let csv = csvs.get_opt(&name).await?;
+        Ok(match csv.as_ref().and_then(olm::csv_phase) {
+            Some(phase) if phase == "Succeeded" => Check::Done(Instant::now()),
+            phase => Check::Pending(format!(
+                "CSV phase {phase:?}; {}",
+                subscription_state(client).await
+            )),
+        })
+    })
+    .await?;
+    run(
+        kubeconfig,
+        &format!(
+            "kubectl apply -f {}",
+            paths::workspace_root().join(EXAMPLE).display()
+        ),
+    )
+    .await?;
+    let (_, registered) =
+        ops::wait_registered(client, EXAMPLE_NAME, Duration::from_secs(120)).await?;
+    let (crd_at, guard_at) = tokio::time::timeout(Duration::from_secs(60), window)
+        .await
+        .context("the guard never came in force")???;
+    ensure_olm_rbac(client).await?;
+    eprintln!(
+        "olm: CRD established {:.2}s after the Subscription, guard in force {:.2}s after",
+        (crd_at - started).as_secs_f64(),
+        (guard_at - started).as_secs_f64()
+    );
+    Ok(Row {
+        scenario: "olm_installs_the_operator_and_the_example_registers".into(),
+        subscription_to_succeeded: Some(succeeded - started),
+        subscription_to_registered: Some(registered - started),
+        guard_window: Some(guard_at.saturating_duration_since(crd_at)),
+        ..Row::default()
+    })
+}
+
+async fn subscription_state(client: &Client) -> String {
+    let subs = olm::olm_api(client, "Subscription", Some(olm::OPERATOR_NAMESPACE));
+    match subs.get_opt(olm::PACKAGE).await {
+        Ok(Some(sub)) => format!(
+            "Subscription state {:?}, conditions {}",
+            sub.data["status"]["state"].as_str(),
+            sub.data["status"]["conditions"]
+        ),
+        other => format!("Subscription: {other:?}"),
+    }
+}
+
+/// Polls until the Initializer CRD is established and the guard's binding exists; returns both
+/// instants.
+async fn guard_window(client: Client, since: Instant) -> anyhow::Result<(Instant, Instant)> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client);
+    let (mut crd_at, mut guard_at) = (None, None);
+    while since.elapsed() < OLM_TIMEOUT {
+        if crd_at.is_none()
+            && let Ok(Some(crd)) = crds.get_opt(initializer_crds::constants::CRD_NAME).await
+            && crd
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        {
+            crd_at = Some(Instant::now());
+        }
+        if guard_at.is_none()
+            && matches!(bindings.get_opt(GUARD).await, Ok(Some(_)))
+            && matches!(policies.get_opt(GUARD).await, Ok(Some(_)))
+        {
+            guard_at = Some(Instant::now());
+        }
+        if let (Some(crd), Some(guard)) = (crd_at, guard_at) {
+            return Ok((crd, guard));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("CRD established at {crd_at:?}, guard at {guard_at:?} after {OLM_TIMEOUT:?}")
+}
+
+/// The operator runs under the RBAC OLM generated from the CSV: every binding of its service
+/// account is OLM's (`olm.owner`), none the installer's or Helm's.
+async fn ensure_olm_rbac(client: &Client) -> anyhow::Result<()> {
+    let account = scope::OPERATOR_ACCOUNT;
+    let ours = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == account
+                && s.namespace.as_deref() == Some(olm::OPERATOR_NAMESPACE)
+        })
+    };
+    let cluster: Vec<ClusterRoleBinding> = Api::<ClusterRoleBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|b| ours(&b.subjects))
+        .collect();
+    let namespaced: Vec<RoleBinding> =
+        Api::<RoleBinding>::namespaced(client.clone(), olm::OPERATOR_NAMESPACE)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|b| ours(&b.subjects))
+            .collect();
+    ensure!(
+        !cluster.is_empty() && !namespaced.is_empty(),
+        "no bindings for the operator's account: {} cluster, {} namespaced",
+        cluster.len(),
+        namespaced.len()
+    );
+    let names = |labels: Vec<(String, Option<String>)>| {
+        labels
+            .into_iter()
+            .filter(|(_, owner)| owner.as_deref() != Some(&olm::csv_name(olm::VERSION)))
+            .map(|(name, owner)| format!("{name} (olm.owner {owner:?})"))
+            .collect::<Vec<_>>()
+    };
+    let foreign = names(
+        cluster
+            .iter()
+            .map(|b| (b.name_any(), b.labels().get("olm.owner").cloned()))
+            .chain(
+                namespaced
+                    .iter()
+                    .map(|b| (b.name_any(), b.labels().get("olm.owner").cloned())),
+            )
+            .collect(),
+    );
+    ensure!(
+        foreign.is_empty(),
+        "bindings of the operator's account not made by OLM for the CSV: {foreign:?}"
+    );
+    let deployment = install::operator_deployment(client)
+        .await?
+        .context("no operator Deployment")?;
+    ensure!(
+        deployment.labels().get("olm.owner").map(String::as_str)
+            == Some(olm::csv_name(olm::VERSION).as_str()),
+        "the operator's Deployment is not OLM's: labels {:?}",
+        deployment.labels()
+    );
+    eprintln!(
+        "olm: the operator's account is bound by OLM's {} ClusterRoleBinding(s) and {} RoleBinding(s)",
+        cluster.len(),
+        namespaced.len()
+    );
+    Ok(())
+}
+
+/// The README's removal commands, then what must (not) remain.
+async fn olm_removal(
+    client: &Client,
+    kubeconfig: &Path,
+    _backend: &dyn Backend,
+) -> anyhow::Result<Row> {
+    let started = Instant::now();
+    let output = run(kubeconfig, olm::REMOVAL_COMMANDS).await?;
+    eprintln!("olm: removal commands said:\n{output}");
+    wait::until(
+        "OLM to remove the operator's Deployment",
+        OLM_TIMEOUT,
+        || async {
+            Ok(match install::operator_deployment(client).await? {
+                None => Check::Done(()),
+                Some(d) => Check::Pending(format!("Deployment {} still there", d.name_any())),
+            })
+        },
+    )
+    .await?;
+    let removal = started.elapsed();
+    let selector = ListParams::default().labels(&scope::managed_selector());
+    let webhooks = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&selector)
+        .await?;
+    ensure!(
+        webhooks.items.is_empty(),
+        "webhook configurations left: {:?}",
+        webhooks
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect::<Vec<_>>()
+    );
+    let policies: Vec<String> = Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let bindings: Vec<String> = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    // The guard stays on purpose (README): OLM leaves the CRD, so Initializers can still be
+    // created, and the guard keeps that to those who may create webhook configurations.
+    ensure!(
+        policies == [GUARD] && bindings == [GUARD],
+        "admission policies left: {policies:?}, bindings {bindings:?}"
+    );
+    // A create the suspended Initializer matched still succeeds, untouched.
+    let namespace = create_namespace(client, "olm-removed").await?;
+    let created = Api::<Deployment>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &{
+            let mut deployment = example_workload()?;
+            deployment.metadata.name = Some("after-removal".into());
+            deployment
+        })
+        .await
+        .context("a create in a matching namespace failed after the removal")?;
+    ensure!(!has_sidecar(&created), "injected after the removal");
+    Ok(Row {
+        scenario: "olm_removal_leaves_no_webhook_and_creates_succeed".into(),
+        removal: Some(removal),
+        ..Row::default()
+    })
+}
+
+async fn create_namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
+    let name = format!("{prefix}-{}", scope::random_suffix());
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .with_context(|| format!("failed to create namespace {name}"))?;
+    Ok(name)
+}
+
+async fn run(kubeconfig: &Path, script: &str) -> anyhow::Result<String> {
+    olm::run_shell(kubeconfig, script).await
+}
+
+/// With the example Initializer registered (`failurePolicy: Fail`) and an annotated Deployment
+/// created every 100 ms, runs `upgrade` and waits until the operator runs the next version
+/// only (and `done` says nothing more is pending); then checks that no create failed, every
+/// one was injected, the Initializer never left `Registered`, and the new operator reconciles
+/// the next generation.
+async fn upgrade_under_load<UF, D, DF>(
+    client: &Client,
+    scenario: &str,
+    upgrade: UF,
+    done: D,
+) -> anyhow::Result<Row>
+where
+    UF: Future<Output = anyhow::Result<()>>,
+    D: Fn() -> DF,
+    DF: Future<Output = anyhow::Result<Option<String>>>,
+{
+    ops::wait_registered(client, EXAMPLE_NAME, Duration::from_secs(120)).await?;
+    let namespace = create_namespace(client, "upgrade").await?;
+    let initializers = Recorder::start(
+        Api::<Initializer>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={EXAMPLE_NAME}")),
+        |_| true,
+    );
+    let template = example_workload()?;
+    let load = CreateLoad::start(
+        Api::<Deployment>::namespaced(client.clone(), &namespace),
+        CREATE_EVERY,
+        move |n| {
+            let mut deployment = template.clone();
+            deployment.metadata.name = Some(format!("load-{n}"));
+            deployment
+        },
+        has_sidecar,
+    );
+    // A second of creates before, so the window holds the old operator too.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    upgrade.await?;
+    let next_image = format!(":{}", olm::NEXT_VERSION);
+    wait::until(
+        format!("{scenario}: the operator to run {} only", olm::NEXT_VERSION),
+        OLM_TIMEOUT,
+        || async {
+            if let Some(pending) = done().await? {
+                progress(started, &pending);
+                return Ok(Check::Pending(pending));
+            }
+            let pods = Api::<Pod>::namespaced(client.clone(), olm::OPERATOR_NAMESPACE)
+                .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
+                .await?
+                .items;
+            let images: Vec<String> = pods
+                .iter()
+                .map(|p| {
+                    let image = p
+                        .spec
+                        .as_ref()
+                        .map(|s| s.containers[0].image.clone().unwrap_or_default())
+                        .unwrap_or_default();
+                    format!("{} {image} ready={}", p.name_any(), ops::pod_ready(p))
+                })
+                .collect();
+            let deployment = install::operator_deployment(client).await?;
+            let rolled = deployment.as_ref().is_some_and(|d| {
+                let status = d.status.clone().unwrap_or_default();
+                let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                status.observed_generation >= d.metadata.generation
+                    && status.updated_replicas == Some(replicas)
+                    && status.available_replicas == Some(replicas)
+                    && status.replicas == Some(replicas)
+            });
+            let all_next = !pods.is_empty()
+                && images
+                    .iter()
+                    .all(|i| i.contains(&next_image) && i.ends_with("ready=true"));
+            Ok(if rolled && all_next {
+                Check::Done(())
+            } else {
+                let pending = format!("rolled {rolled}; pods {images:?}");
+                progress(started, &pending);
+                Check::Pending(pending)
+            })
+        },
+    )
+    .await?;
+    let upgraded = started.elapsed();
+    // A little longer under load: the new leader settles in.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let attempts = load.stop().await;
+    let creates = load::count_in(&attempts, started, None);
+    let all = load::count_in(
+        &attempts,
+        attempts.first().map_or(started, |a| a.started),
+        None,
+    );
+    let uninjected = attempts.iter().filter(|a| a.outcome == Ok(false)).count();
+    ensure!(
+        creates.failed == 0 && all.failed == 0,
+        "{scenario}: {}/{} creates failed: {:?}",
+        all.failed,
+        all.total,
+        load::errors(&attempts)
+    );
+    ensure!(
+        uninjected == 0,
+        "{scenario}: {uninjected} creates passed without the initializer"
+    );
+    ensure!(
+        creates.total >= 10,
+        "{scenario}: only {} creates during the upgrade",
+        creates.total
+    );
+    let seen = initializers.seen();
+    let phases: Vec<String> = seen
+        .iter()
+        .map(|s| {
+            let status = s.object.status.clone().unwrap_or_default();
+            let phase = status.phase.map_or("no phase".into(), |p| format!("{p:?}"));
+            match status.registered {
+                Some(true) => phase,
+                _ => format!("{phase} (not registered)"),
+            }
+        })
+        .collect();
+    let left = seen.iter().any(|s| {
+        let status = s.object.status.clone().unwrap_or_default();
+        status.phase != Some(Phase::Registered) || status.registered != Some(true)
+    });
+    ensure!(
+        !seen.is_empty() && !left,
+        "{scenario}: the Initializer left Registered: {phases:?}"
+    );
+    // The next generation, reconciled by the new operator (the old one is gone).
+    let api = Api::<Initializer>::all(client.clone());
+    let patched = api
+        .patch(
+            EXAMPLE_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"timeoutSeconds": 6}})),
+        )
+        .await?;
+    let generation = patched.metadata.generation;
+    wait::until(
+        format!("{scenario}: the new operator to observe generation {generation:?}"),
+        Duration::from_secs(60),
+        || async {
+            let initializer = api.get(EXAMPLE_NAME).await?;
+            let configurations = ops::configurations_of(client, EXAMPLE_NAME).await?;
+            let timeout_applied = configurations.iter().all(|c| {
+                c.webhooks
+                    .iter()
+                    .flatten()
+                    .all(|w| w.timeout_seconds == Some(6))
+            });
+            let status = initializer.status.clone().unwrap_or_default();
+            Ok(
+                if status.observed_generation == generation
+                    && status.registered == Some(true)
+                    && timeout_applied
+                    && !configurations.is_empty()
+                {
+                    Check::Done(())
+                } else {
+                    Check::Pending(ops::describe(&initializer))
+                },
+            )
+        },
+    )
+    .await?;
+    // Back to the example as shipped, for what follows.
+    api.patch(
+        EXAMPLE_NAME,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"timeoutSeconds": 5}})),
+    )
+    .await?;
+    let distinct: std::collections::BTreeSet<String> = phases.into_iter().collect();
+    Ok(Row {
+        scenario: scenario.into(),
+        upgrade: Some(upgraded),
+        creates: Some(creates),
+        phases: Some(format!(
+            "{} ({} updates)",
+            distinct.into_iter().collect::<Vec<_>>().join(", "),
+            seen.len()
+        )),
+        ..Row::default()
+    })
+}
+
+/// Prints what an upgrade waits for whenever it changes, with the time since the trigger.
+fn progress(started: Instant, pending: &str) {
+    static LAST: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+    if let Ok(mut last) = LAST.lock()
+        && *last != pending
+    {
+        eprintln!(
+            "upgrade +{:.2}s: {pending}",
+            started.elapsed().as_secs_f64()
+        );
+        *last = pending.to_string();
+    }
+}
+
+/// An nginx Deployment carrying the annotation the example Initializer selects on.
+fn example_workload() -> anyhow::Result<Deployment> {
+    let example: serde_yaml::Value = serde_yaml::from_str(&paths::read_workspace_file(EXAMPLE)?)?;
+    let annotation = example["spec"]["annotation"]["name"]
+        .as_str()
+        .context("the example Initializer has no spec.annotation.name")?;
+    let mut deployment = nginx_deployment("load", false, 0)?;
+    deployment.metadata.annotations = Some([(annotation.to_string(), "true".to_string())].into());
+    Ok(deployment)
+}
+
+/// The operator's Deployment has moved to the next version's image.
+async fn operator_on_next(client: &Client) -> anyhow::Result<Option<String>> {
+    let deployment = install::operator_deployment(client)
+        .await?
+        .context("no operator Deployment")?;
+    let image = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    Ok((!image.ends_with(&format!(":{}", olm::NEXT_VERSION)))
+        .then(|| format!("{OPERATOR_NAME} runs {image}")))
+}
+
+#[test]
+fn helm_upgrade_under_load_loses_no_create() {
+    on_real_control_plane(|backend| async move {
+        let client = backend.client();
+        let kubeconfig = backend.kubeconfig_path().to_path_buf();
+        let chart = paths::workspace_root().join(install::CHART_DIR);
+        install::install_with_helm(&chart, &kubeconfig).await?;
+        install::wait_available(&client).await?;
+        run(
+            &kubeconfig,
+            &format!(
+                "kubectl apply -f {}",
+                paths::workspace_root().join(EXAMPLE).display()
+            ),
+        )
+        .await?;
+        let next_dir = tempfile::tempdir()?;
+        let next = next_chart(&chart, next_dir.path())?;
+        let row = upgrade_under_load(
+            &client,
+            "upgrade_by_helm_under_load_loses_no_create",
+            helm_upgrade(&next, &kubeconfig),
+            || operator_on_next(&client),
+        )
+        .await?;
+        Ok(vec![row])
+    });
+}
+
+/// The chart at the next version: `version` and `appVersion`, nothing else.
+fn next_chart(chart: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
+    let next = dir.join("initializer-operator");
+    run_sync(&[
+        "cp",
+        "-r",
+        &chart.display().to_string(),
+        &next.display().to_string(),
+    ])?;
+    let path = next.join("Chart.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let bumped = text
+        .replace(
+            &format!("appVersion: {}", olm::VERSION),
+            &format!("appVersion: {}", olm::NEXT_VERSION),
+        )
+        .replace(
+            &format!("\nversion: {}", olm::VERSION),
+            &format!("\nversion: {}", olm::NEXT_VERSION),
+        );
+    ensure!(
+        bumped.matches(olm::NEXT_VERSION).count() == 2,
+        "failed to bump {}",
+        path.display()
+    );
+    std::fs::write(&path, bumped)?;
+    Ok(next)
+}
+
+fn run_sync(args: &[&str]) -> anyhow::Result<()> {
+    let status = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .status()?;
+    ensure!(status.success(), "`{}` failed: {status}", args.join(" "));
+    Ok(())
+}
+
+/// `helm upgrade` of the release to the next chart, with the images at the next version.
+async fn helm_upgrade(chart: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
+    let helm = install::helm_binary().await?;
+    let args: Vec<String> = install::helm_install_args(chart, kubeconfig)
+        .into_iter()
+        .map(|arg| {
+            arg.replace(
+                &format!(".tag={}", olm::VERSION),
+                &format!(".tag={}", olm::NEXT_VERSION),
+            )
+        })
+        .collect();
+    let output = tokio::process::Command::new(&helm)
+        .args(&args)
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    if !output.status.success() {
+        bail!(
+            "`helm {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn bundle_upgrade_under_load_loses_no_create() {
+    on_real_control_plane(|backend| async move {
+        let client = backend.client();
+        let kubeconfig = backend.kubeconfig_path().to_path_buf();
+        install::install_from_bundle(&paths::bundle_dir(), &kubeconfig).await?;
+        install::wait_available(&client).await?;
+        run(
+            &kubeconfig,
+            &format!(
+                "kubectl apply -f {}",
+                paths::workspace_root().join(EXAMPLE).display()
+            ),
+        )
+        .await?;
+        let next_dir = tempfile::tempdir()?;
+        let next = next_dir.path().join("initializer-operator");
+        olm::next_bundle(&paths::bundle_dir(), &next)?;
+        let row = upgrade_under_load(
+            &client,
+            "upgrade_by_install_bundle_under_load_loses_no_create",
+            install::install_from_bundle(&next, &kubeconfig),
+            || operator_on_next(&client),
+        )
+        .await?;
+        Ok(vec![row])
+    });
+}
