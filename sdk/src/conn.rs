@@ -1,7 +1,8 @@
-//! What one client may hold: the phase a connection is in (waiting for a request head, running a
-//! request, idle between requests), the deadline each phase allows, and the IO and service
-//! wrappers that track the phase, so a slow client is cut off instead of holding a connection
-//! slot forever.
+//! What one client may hold: the phase a connection is in (waiting for a request head, receiving
+//! a request body, running a request, idle between requests), the deadline each phase allows,
+//! and the IO and service wrappers that track the phase, so a slow client is cut off instead of
+//! holding a connection slot forever, and a full server knows which connections it can close
+//! without losing an answer (`slots`).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,6 +29,9 @@ pub(crate) enum Phase {
     Head,
     /// At least one request is being answered; the handler's budget and the body timeout bound it.
     Busy,
+    /// A request's body is still arriving (the body timeout bounds it): nothing is being worked
+    /// on yet, so closing the connection loses no answer.
+    Body,
     /// Between requests, nothing received yet.
     Idle,
 }
@@ -37,7 +41,7 @@ pub(crate) fn deadline(phase: Phase, since: Instant, limits: &Limits) -> Option<
     match phase {
         Phase::Head => Some(since + limits.header),
         Phase::Idle => Some(since + limits.idle),
-        Phase::Busy => None,
+        Phase::Busy | Phase::Body => None,
     }
 }
 
@@ -95,9 +99,21 @@ impl Activity {
         (s.phase, s.since)
     }
 
-    /// Whether no request is running, so closing the connection loses no answer.
-    pub fn runs_no_request(&self) -> bool {
+    /// Whether closing the connection loses no answer: no request is being worked on (idle,
+    /// a head or a body still arriving).
+    pub fn can_close(&self) -> bool {
         self.phase().0 != Phase::Busy
+    }
+
+    /// The request's body starts arriving; the returned guard marks the end of it when dropped.
+    fn body_started(self: &Arc<Self>) -> ReadingBody {
+        self.update(|s| {
+            if s.phase == Phase::Busy {
+                s.phase = Phase::Body;
+                s.since = Instant::now();
+            }
+        });
+        ReadingBody(Arc::clone(self))
     }
 
     /// The TLS handshake ended: the first request head's clock starts now.
@@ -211,6 +227,31 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     }
 }
 
+/// Marks a request's body as arriving until dropped (see [`BodyWatch`]).
+pub(crate) struct ReadingBody(Arc<Activity>);
+
+impl Drop for ReadingBody {
+    fn drop(&mut self) {
+        self.0.update(|s| {
+            if s.phase == Phase::Body {
+                s.phase = Phase::Busy;
+            }
+        });
+    }
+}
+
+/// In a request's extensions: lets the handler say while it waits for the body, so that a
+/// client sending its body slowly holds a slot a newcomer can take.
+#[derive(Clone)]
+pub(crate) struct BodyWatch(Arc<Activity>);
+
+impl BodyWatch {
+    /// The body starts arriving; it has arrived (or the wait is over) when the guard drops.
+    pub fn reading(&self) -> ReadingBody {
+        self.0.body_started()
+    }
+}
+
 /// A hyper service that marks each request busy from its head until its answer is produced.
 #[derive(Clone)]
 pub(crate) struct Tracked<S> {
@@ -234,17 +275,20 @@ impl Drop for InFlight {
     }
 }
 
-impl<S, R> hyper::service::Service<R> for Tracked<S>
+impl<S, B> hyper::service::Service<http::Request<B>> for Tracked<S>
 where
-    S: hyper::service::Service<R>,
+    S: hyper::service::Service<http::Request<B>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
 
-    fn call(&self, request: R) -> Self::Future {
+    fn call(&self, mut request: http::Request<B>) -> Self::Future {
         self.activity.request_started();
+        request
+            .extensions_mut()
+            .insert(BodyWatch(Arc::clone(&self.activity)));
         let guard = InFlight(Arc::clone(&self.activity));
         let answer = self.inner.call(request);
         Box::pin(async move {
@@ -352,6 +396,30 @@ mod tests {
             activity.deadline(&LIMITS),
             Some(Instant::now() + Duration::from_secs(5))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_arriving_can_be_closed_and_the_answer_being_worked_on_cannot() {
+        let activity = Activity::new();
+        activity.request_started();
+        assert!(!activity.can_close(), "the head arrived: the request runs");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let reading = activity.body_started();
+        assert_eq!(activity.phase(), (Phase::Body, Instant::now()));
+        assert!(
+            activity.can_close(),
+            "nothing is worked on while the body arrives"
+        );
+        assert_eq!(
+            activity.deadline(&LIMITS),
+            None,
+            "the body timeout bounds it"
+        );
+        drop(reading);
+        assert_eq!(activity.phase().0, Phase::Busy);
+        assert!(!activity.can_close());
+        activity.request_ended();
+        assert!(activity.can_close());
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,7 +26,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CONFIG_FILE;
-use crate::conn::{Limits, Tracked, Watched};
+use crate::conn::{BodyWatch, Limits, Tracked, Watched};
 use crate::controller::{self, Controller, Mode, Rules, Synced};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
@@ -322,6 +322,12 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
     request: Request<Body>,
 ) -> Response {
     let limit = state.initializer.max_request_bytes;
+    // While the body arrives the connection may be closed to make room (a slow sender must not
+    // hold a slot a newcomer needs); dropped once it is read, or on any early answer.
+    let reading = request
+        .extensions()
+        .get::<BodyWatch>()
+        .map(BodyWatch::reading);
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -336,6 +342,7 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
         Ok(Err(_)) => return rejection(too_large(limit), &state),
         Err(_) => return rejection(body_timed_out(state.initializer.body_timeout), &state),
     };
+    drop(reading);
     match state.initializer.review_json(&body).await {
         Ok(json) => (
             [(

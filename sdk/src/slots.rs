@@ -1,8 +1,8 @@
 //! Who gets a connection slot once they run out. Anyone who can reach an initializer's Service
 //! can open connections to it, and the API server and the operator's probe must still get in:
 //! so a full server is not a wall. A newcomer takes the slot of a connection that runs no
-//! request (idle between requests, or still sending its head), taken from the peer holding the
-//! most connections, idle before half-sent, the longest in its phase first; a peer already
+//! request (idle between requests, or still sending its head or its body), taken from the peer
+//! holding the most connections, idle before half-sent, the longest in its phase first; a peer already
 //! holding its share ([`Caps::per_peer`]) of a full server is refused instead, before any TLS
 //! work is spent on it. The choice is pure ([`admit`]); [`Registry`] is the shared table the
 //! accept loop consults and the connections leave when they end.
@@ -83,19 +83,25 @@ pub(crate) fn admit(held: &[Held], peer: IpAddr, caps: Caps) -> Admission {
 
 /// The connection to close for a newcomer: one running no request, of the peer holding the most
 /// connections (an attacker, long before the API server or the probe, which hold a few); idle
-/// before half-sent (a head in progress may be a real request about to complete); the longest
-/// in its phase. `None` when every connection runs a request.
+/// before half-sent, a head before a body (a request in progress may be a real one about to
+/// complete, and a body comes after a whole head); the longest in its phase. `None` when every
+/// connection runs a request.
 pub(crate) fn victim(held: &[Held]) -> Option<u64> {
     let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
     for c in held {
         *per_peer.entry(c.peer).or_default() += 1;
     }
+    let closing_order = |phase: Phase| match phase {
+        Phase::Idle => 2,
+        Phase::Head => 1,
+        Phase::Body | Phase::Busy => 0,
+    };
     held.iter()
         .filter(|c| c.phase != Phase::Busy)
         .max_by_key(|c| {
             (
                 per_peer.get(&c.peer).copied().unwrap_or(0),
-                c.phase == Phase::Idle,
+                closing_order(c.phase),
                 Reverse(c.since),
                 Reverse(c.id),
             )
@@ -193,7 +199,7 @@ impl Registry {
                     let Some(entry) = table.open.remove(&id) else {
                         continue;
                     };
-                    if entry.activity.runs_no_request() {
+                    if entry.activity.can_close() {
                         entry.evicted.cancel();
                         evicted = Some(entry.peer);
                         break;
@@ -283,16 +289,18 @@ mod tests {
     }
 
     #[test]
-    fn idle_connections_go_before_half_sent_heads_and_running_requests_never() {
+    fn idle_connections_go_before_half_sent_heads_then_bodies_and_running_requests_never() {
         let now = Instant::now();
         let open = [
-            held(0, 9, Phase::Head, 9, now),
-            held(1, 9, Phase::Idle, 1, now),
-            held(2, 9, Phase::Busy, 60, now),
+            held(0, 9, Phase::Body, 9, now),
+            held(1, 9, Phase::Head, 5, now),
+            held(2, 9, Phase::Idle, 1, now),
+            held(3, 9, Phase::Busy, 60, now),
         ];
-        assert_eq!(victim(&open), Some(1));
+        assert_eq!(victim(&open), Some(2));
+        assert_eq!(victim(&open[..2]), Some(1));
         assert_eq!(victim(&open[..1]), Some(0));
-        assert_eq!(victim(&open[2..]), None);
+        assert_eq!(victim(&open[3..]), None);
     }
 
     #[test]

@@ -573,6 +573,48 @@ async fn at_the_cap_a_newcomer_takes_the_slot_of_the_oldest_idle_connection_of_t
 }
 
 #[tokio::test]
+async fn at_the_cap_a_body_sent_slowly_is_closed_to_make_room() {
+    use tokio::io::AsyncWriteExt;
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |a| {
+        a.max_connections = 3;
+        a.header_timeout_ms = 20_000;
+        a.body_timeout_ms = 20_000;
+    })
+    .await;
+    // A greedy client trickles two request bodies; another client holds an idle connection.
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut conn = tls_from(&server, &pki.ca_pem, [127, 0, 0, 9])
+            .await
+            .unwrap();
+        conn.write_all(
+            b"POST /initialize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"apiVersion\"",
+        )
+        .await
+        .unwrap();
+        conn.flush().await.unwrap();
+        slow.push(conn);
+    }
+    let mut other = tls_from(&server, &pki.ca_pem, [127, 0, 0, 2])
+        .await
+        .unwrap();
+    assert!(healthz(&mut other).await);
+
+    // Full: the newcomer is served in the place of the greedy client's first body, which is
+    // closed at once (not answered 408 after the body timeout).
+    let mut newcomer = tls_from(&server, &pki.ca_pem, [127, 0, 0, 1])
+        .await
+        .unwrap();
+    assert!(healthz(&mut newcomer).await, "the newcomer was not served");
+    assert!(closed_by_server(&mut slow[0]).await);
+    assert!(healthz(&mut other).await);
+    drop(slow);
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_peer_holding_its_share_of_a_full_server_is_refused_while_others_get_in() {
     let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let pki = TestPki::new("one");
