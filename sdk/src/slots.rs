@@ -177,8 +177,9 @@ impl Registry {
         let mut table = self.lock();
         let mut evicted = None;
         // A connection that started a request since the snapshot is not taken; the next
-        // candidate is chosen instead (each round removes one candidate, so this ends).
-        loop {
+        // candidate is chosen instead (each round removes one candidate, so this ends). Below
+        // the cap no snapshot is needed: `admit` admits whatever it would hold.
+        while table.open.len() >= self.caps.total {
             let held: Vec<Held> = table
                 .open
                 .iter()
