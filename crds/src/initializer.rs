@@ -804,6 +804,28 @@ pub struct InitializerStatus {
     /// after each fail-open window, so they can be recreated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_initializations: Option<MissedInitializations>,
+    /// What the operator could show about the guard on Initializers for this one: written by
+    /// the operator alone (the guard refuses status writes from anyone who may not create
+    /// mutatingwebhookconfigurations), under a field manager of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardWitness>,
+}
+
+/// Whether this Initializer's spec is shown to have passed the guard on Initializers: it was
+/// created after the guard's binding was in force, or its spec changed after the operator held
+/// it back, or it was proven under an earlier binding and its spec has not changed since.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardWitness {
+    /// The UID of the guard's binding in force when the operator wrote this.
+    pub binding_uid: String,
+    /// The Initializer's generation when the operator wrote this.
+    pub generation: i64,
+    /// True while nothing shows that the spec at `generation` passed the guard (the
+    /// Initializer was created before the guard was in force): it is not deployed until its
+    /// spec changes (every change after this was written passed the guard).
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// The steps of one outage, each with its time.

@@ -119,6 +119,7 @@ async fn against_sandbox() {
             "bench".into(),
             initializer_operator::leader::Leadership::unconditional(),
         ),
+        guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
     });
     // First reconciles: add the finalizer, create every object, make the certificates.
     for _ in 0..3 {

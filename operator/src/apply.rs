@@ -9,7 +9,7 @@ use std::future::Future;
 use initializer_crds::constants::{
     FIELD_MANAGER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
-use initializer_crds::{Initializer, InitializerStatus};
+use initializer_crds::{GuardWitness, Initializer, InitializerStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -375,8 +375,48 @@ pub async fn apply_status(
         })
 }
 
-/// The apply patch of a status, preconditioned on `computed_from` when it is known.
+/// The field manager of the guard's witness in the status ([`apply_guard_witness`]), apart from
+/// the status the supervisor applies, so that neither write removes the other's fields.
+pub const GUARD_WITNESS_MANAGER: &str = "initializer-operator-guard";
+
+/// Writes the guard's witness into an Initializer's status, onto the version `read_at` only (a
+/// write since, a spec change included, refuses it with 409: the witness then names exactly the
+/// generation stored when it landed).
+pub async fn apply_guard_witness(
+    client: &Client,
+    name: &str,
+    witness: &GuardWitness,
+    read_at: Option<&str>,
+) -> Result<()> {
+    let api: Api<Initializer> = Api::all(client.clone());
+    let mut patch = serde_json::json!({
+        "apiVersion": Initializer::api_version(&()),
+        "kind": Initializer::kind(&()),
+        "status": {"guard": witness},
+    });
+    if let Some(version) = read_at {
+        patch["metadata"] = serde_json::json!({"resourceVersion": version});
+    }
+    api.patch_status(
+        name,
+        &PatchParams::apply(GUARD_WITNESS_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Status {
+        name: name.to_string(),
+        source: Box::new(source),
+    })
+}
+
+/// The apply patch of a status, preconditioned on `computed_from` when it is known. The guard's
+/// witness is left out: it is [`apply_guard_witness`]'s alone.
 fn status_patch(status: &InitializerStatus, computed_from: Option<&str>) -> serde_json::Value {
+    let status = InitializerStatus {
+        guard: None,
+        ..status.clone()
+    };
     let mut patch = serde_json::json!({
         "apiVersion": Initializer::api_version(&()),
         "kind": Initializer::kind(&()),

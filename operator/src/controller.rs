@@ -33,6 +33,7 @@ use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
 use crate::apply::{self, Registrar, WebhookRegistrar};
 use crate::build::{self, Settings};
 use crate::error::{Error, Result, api_code};
+use crate::guard;
 use crate::health::{HealthConfig, latency_budget};
 use crate::metrics::Metrics;
 use crate::naming;
@@ -80,8 +81,10 @@ pub struct Context {
     /// The operator's own namespace.
     pub operator_namespace: String,
     /// Probes, registers and deregisters each Initializer, and is the only writer of its
-    /// status.
+    /// status (but for the guard's witness, which the reconcile writes).
     pub supervisor: Supervisor,
+    /// The guard on Initializers as [`crate::guard::keep_applied`] last saw it.
+    pub guard: tokio::sync::watch::Receiver<crate::guard::GuardState>,
 }
 
 impl std::fmt::Debug for Context {
@@ -229,6 +232,54 @@ async fn refuse(
     Ok(Action::await_change())
 }
 
+/// Deploys nothing for an Initializer that nothing shows passed the guard on Initializers
+/// ([`guard::judge`]): created before the guard was in force and its spec unchanged since, it
+/// could be anyone's. Records the witness in the status, and refuses (`Valid=False`, an Event)
+/// what is held; `None` means go on.
+async fn hold_unless_guarded(
+    obj: &Initializer,
+    ctx: &Context,
+    configuration: &str,
+) -> Result<Option<Action>> {
+    let state = ctx.guard.borrow().clone();
+    let stored = obj.status.as_ref().and_then(|s| s.guard.as_ref());
+    let (witness, held) = match guard::judge(&obj.metadata, stored, &state, Timestamp::now()) {
+        guard::Judgement::Unguarded => return Ok(None),
+        guard::Judgement::Wait(after) => return Ok(Some(Action::requeue(after))),
+        guard::Judgement::Proven(witness) => (witness, false),
+        guard::Judgement::Held(witness) => (witness, true),
+    };
+    let name = obj.name_any();
+    if stored != Some(&witness) {
+        ctx.supervisor
+            .leadership()
+            .check(|| format!("record the guard's witness on {name}"))?;
+        apply::apply_guard_witness(
+            &ctx.client,
+            &name,
+            &witness,
+            obj.metadata.resource_version.as_deref(),
+        )
+        .await?;
+        // The write wakes this Initializer again; the reconcile of that version goes on.
+        return Ok(Some(Action::await_change()));
+    }
+    if !held {
+        return Ok(None);
+    }
+    let refusal = validate::Refusal {
+        field: "metadata".to_string(),
+        message: format!(
+            "held back: created before the guard on Initializers ({}) was in force and its spec \
+             unchanged since, so nothing shows its author may create \
+             mutatingwebhookconfigurations; have someone who may change its spec (any change) \
+             and it is deployed",
+            guard::GUARD_NAME
+        ),
+    };
+    refuse(obj, ctx, configuration, &[refusal]).await.map(Some)
+}
+
 /// Removes this Initializer's configuration if it is there and ours (another object of the same
 /// name is never deleted); true when one was removed. Refused when this replica does not lead.
 async fn remove_configuration(
@@ -322,6 +373,9 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         Ok(v) => v,
         Err(refusals) => return refuse(obj, ctx, &names.configuration, &refusals).await,
     };
+    if let Some(action) = hold_unless_guarded(obj, ctx, &names.configuration).await? {
+        return Ok(action);
+    }
     if let Some(refusal) = check_workload_namespace(ctx, &validated.namespace).await? {
         refuse(obj, ctx, &names.configuration, &[refusal]).await?;
         // Labelling the namespace changes no Initializer: look again at the next resync.
@@ -950,6 +1004,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
             owned.clone(),
             owner_of,
         )
+        // A new guard binding (deleted and put back, or first applied) changes what each
+        // Initializer's witness must name: judge them all again at once.
+        .reconcile_all_on(guard_changes(ctx.guard.clone()))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -958,6 +1015,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
             }
         })
         .await;
+}
+
+/// One item each time the guard's state changes, until its sender is gone.
+fn guard_changes(
+    guard: tokio::sync::watch::Receiver<guard::GuardState>,
+) -> impl futures::Stream<Item = ()> + Send {
+    futures::stream::unfold(guard, |mut guard| async move {
+        guard.changed().await.ok().map(|()| ((), guard))
+    })
 }
 
 #[cfg(test)]

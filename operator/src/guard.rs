@@ -18,31 +18,198 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use initializer_crds::GuardWitness;
 use initializer_crds::constants::FIELD_MANAGER;
+use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use initializer_packaging::guard::{
-    GUARD_EXPRESSION, GUARD_MESSAGE, GUARD_NAME, MATCH_EXPRESSION, binding, policy,
+    EARLIER_BINDINGS_ANNOTATION, EARLIER_BINDINGS_KEPT, GUARD_EXPRESSION, GUARD_MESSAGE,
+    GUARD_NAME, MATCH_EXPRESSION, binding, policy,
 };
 
+/// How long after its binding's `creationTimestamp` (whole seconds, rounded down) the guard is
+/// taken to be in force: at least one full second after the binding was stored, time for the
+/// API server to load a new policy. An Initializer created sooner is treated as unguarded.
+pub const IN_FORCE_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
+
+/// What the operator knows about the guard, published by [`keep_applied`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum GuardState {
+    /// Not applied yet (the operator just started, or the API server refused for now).
+    #[default]
+    Unknown,
+    /// The API server does not serve ValidatingAdmissionPolicy: RBAC alone guards Initializers.
+    NotServed,
+    /// The binding `binding_uid` is in place, in force from `since` (server time).
+    InForce {
+        /// The binding's UID: a new one means the guard was deleted and put back.
+        binding_uid: String,
+        /// Its creation plus [`IN_FORCE_AFTER`].
+        since: Timestamp,
+        /// The bindings it replaced while the operator watched ([`EARLIER_BINDINGS_ANNOTATION`]).
+        earlier: Vec<String>,
+    },
+}
+
+impl GuardState {
+    /// The state once `binding` is in place.
+    pub fn in_force(binding: &ValidatingAdmissionPolicyBinding) -> Option<Self> {
+        let created = binding.metadata.creation_timestamp.as_ref()?.0;
+        let since = Timestamp::from_second(created.as_second())
+            .ok()?
+            .checked_add(IN_FORCE_AFTER)
+            .ok()?;
+        Some(Self::InForce {
+            binding_uid: binding.metadata.uid.clone()?,
+            since,
+            earlier: earlier_bindings(binding),
+        })
+    }
+
+    /// Whether the operator knows enough to judge Initializers (and so may report ready).
+    pub fn is_settled(&self, now: Timestamp) -> bool {
+        match self {
+            Self::Unknown => false,
+            Self::NotServed => true,
+            Self::InForce { since, .. } => now >= *since,
+        }
+    }
+}
+
+/// The UIDs the binding's [`EARLIER_BINDINGS_ANNOTATION`] lists.
+pub fn earlier_bindings(binding: &ValidatingAdmissionPolicyBinding) -> Vec<String> {
+    binding
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EARLIER_BINDINGS_ANNOTATION))
+        .map(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|uid| !uid.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The binding to apply, given the one in place (`found`) and the last one this operator saw
+/// (`last_seen`): it keeps the earlier list of the one in place; when the one in place is gone
+/// (deleted), the one last seen joins the list, so that what was proven under it carries over.
+/// A binding this operator never saw adds nothing.
+pub fn binding_to_apply(
+    found: Option<&ValidatingAdmissionPolicyBinding>,
+    last_seen: Option<&ValidatingAdmissionPolicyBinding>,
+) -> ValidatingAdmissionPolicyBinding {
+    let mut earlier = match (found, last_seen) {
+        (Some(found), _) => earlier_bindings(found),
+        (None, Some(last)) => {
+            let mut list = earlier_bindings(last);
+            list.extend(last.metadata.uid.clone());
+            list
+        }
+        (None, None) => Vec::new(),
+    };
+    let excess = earlier.len().saturating_sub(EARLIER_BINDINGS_KEPT);
+    earlier.drain(..excess);
+    let mut applied = binding();
+    if !earlier.is_empty() {
+        applied.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            EARLIER_BINDINGS_ANNOTATION.to_string(),
+            earlier.join(","),
+        )]));
+    }
+    applied
+}
+
+/// What the guard says about one Initializer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    /// No guard to judge by (not served): deploy as before.
+    Unguarded,
+    /// Not known yet: look again after this long.
+    Wait(Duration),
+    /// Shown to have passed the guard: deploy, with `witness` recorded in the status.
+    Proven(GuardWitness),
+    /// Nothing shows it passed the guard: do not deploy, record `witness`.
+    Held(GuardWitness),
+}
+
+/// Judges an Initializer by its metadata, the witness in its status and the guard's state at
+/// `now` (pure). Proven when the witness is from the binding in force and the spec was proven
+/// then or changed since it was held (every write after the witness passed that binding), when
+/// it was proven under a binding this one replaced while the operator watched and its generation
+/// has not moved since (no spec change: putting a deleted guard back does not switch every
+/// initializer off), or when it was created after the binding was in force. Anything else is
+/// held: a witness naming a binding nobody can show existed proves nothing, since whoever
+/// created the Initializer before the guard could also write its status.
+pub fn judge(
+    meta: &ObjectMeta,
+    witness: Option<&GuardWitness>,
+    state: &GuardState,
+    now: Timestamp,
+) -> Judgement {
+    let (binding_uid, since, earlier) = match state {
+        GuardState::NotServed => return Judgement::Unguarded,
+        GuardState::Unknown => return Judgement::Wait(Duration::from_secs(1)),
+        GuardState::InForce {
+            binding_uid,
+            since,
+            earlier,
+        } => (binding_uid, *since, earlier),
+    };
+    if now < since {
+        let left = since.duration_since(now).unsigned_abs();
+        return Judgement::Wait(left.max(Duration::from_millis(100)));
+    }
+    let generation = meta.generation.unwrap_or_default();
+    let created_after = meta
+        .creation_timestamp
+        .as_ref()
+        .is_some_and(|created| created.0 >= since);
+    let proven = match witness {
+        Some(w) if &w.binding_uid == binding_uid => !w.held || generation > w.generation,
+        Some(w) if earlier.contains(&w.binding_uid) => !w.held && w.generation == generation,
+        _ => created_after,
+    };
+    let witness = GuardWitness {
+        binding_uid: binding_uid.clone(),
+        generation,
+        held: !proven,
+    };
+    if proven {
+        Judgement::Proven(witness)
+    } else {
+        Judgement::Held(witness)
+    }
+}
+
 /// What applying the guard came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    /// The policy and binding are in place.
-    Applied,
+    /// The policy and binding are in place; the binding as the API server stored it.
+    Applied(Box<ValidatingAdmissionPolicyBinding>),
     /// The API server does not serve ValidatingAdmissionPolicy (before Kubernetes 1.30).
     NotServed,
 }
 
-/// Applies the policy, then the binding (so the binding never names a missing policy).
-pub async fn apply(client: &Client) -> Result<Outcome, kube::Error> {
+/// Applies the policy, then the binding (so the binding never names a missing policy), keeping
+/// the list of earlier bindings ([`binding_to_apply`]; `last_seen` is the binding this operator
+/// last applied or saw, if any).
+pub async fn apply(
+    client: &Client,
+    last_seen: Option<&ValidatingAdmissionPolicyBinding>,
+) -> Result<Outcome, kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
@@ -50,30 +217,60 @@ pub async fn apply(client: &Client) -> Result<Outcome, kube::Error> {
         policies
             .patch(GUARD_NAME, &params, &Patch::Apply(policy()))
             .await?;
+        let found = bindings.get_opt(GUARD_NAME).await?;
+        let binding = binding_to_apply(found.as_ref(), last_seen);
         bindings
-            .patch(GUARD_NAME, &params, &Patch::Apply(binding()))
+            .patch(GUARD_NAME, &params, &Patch::Apply(binding))
             .await
     };
     match applied.await {
-        Ok(_) => Ok(Outcome::Applied),
+        Ok(binding) => Ok(Outcome::Applied(Box::new(binding))),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Outcome::NotServed),
         Err(e) => Err(e),
     }
 }
 
+/// Publishes what an apply came to; false when the guard is not served (nothing to keep).
+fn publish(outcome: &Outcome, state: &watch::Sender<GuardState>) -> bool {
+    match outcome {
+        Outcome::Applied(binding) => {
+            if let Some(in_force) = GuardState::in_force(binding) {
+                state.send_if_modified(|current| {
+                    let changed = *current != in_force;
+                    *current = in_force.clone();
+                    changed
+                });
+            }
+            true
+        }
+        Outcome::NotServed => {
+            state.send_replace(GuardState::NotServed);
+            false
+        }
+    }
+}
+
 /// Applies the guard at startup, retrying with backoff (up to a minute apart) until it is in
 /// place or the API server turns out not to serve it; then keeps it in place ([`keep_restoring`])
-/// until `shutdown`. Never fails the operator.
-pub async fn keep_applied(client: Client, shutdown: CancellationToken) {
+/// until `shutdown`, publishing the binding in force to `state` each time. Never fails the
+/// operator.
+pub async fn keep_applied(
+    client: Client,
+    state: watch::Sender<GuardState>,
+    shutdown: CancellationToken,
+) {
     let mut delay = Duration::from_millis(500);
     loop {
-        match apply(&client).await {
-            Ok(Outcome::Applied) => {
+        match apply(&client, None).await {
+            Ok(outcome) if publish(&outcome, &state) => {
                 info!(name = GUARD_NAME, "guard on Initializers applied");
-                keep_restoring(&client, &shutdown).await;
+                let Outcome::Applied(binding) = outcome else {
+                    return;
+                };
+                keep_restoring(&client, *binding, &state, &shutdown).await;
                 return;
             }
-            Ok(Outcome::NotServed) => {
+            Ok(_) => {
                 warn!(
                     "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30 or later): Initializers are guarded by RBAC alone"
                 );
@@ -94,7 +291,12 @@ pub async fn keep_applied(client: Client, shutdown: CancellationToken) {
 /// Watches the policy and the binding and applies both again at every change seen: a deletion,
 /// or an edit (a check removed, the binding set to audit only). Applying what is already in place
 /// changes nothing and so wakes no watch.
-async fn keep_restoring(client: &Client, shutdown: &CancellationToken) {
+async fn keep_restoring(
+    client: &Client,
+    mut last_seen: ValidatingAdmissionPolicyBinding,
+    state: &watch::Sender<GuardState>,
+    shutdown: &CancellationToken,
+) {
     let by_name = watcher::Config::default().fields(&format!("metadata.name={GUARD_NAME}"));
     let policies = watcher(
         Api::<ValidatingAdmissionPolicy>::all(client.clone()),
@@ -117,11 +319,17 @@ async fn keep_restoring(client: &Client, shutdown: &CancellationToken) {
         match event {
             None => return,
             Some(Ok(false)) => {}
-            Some(Ok(true)) => match apply(client).await {
-                Ok(_) => info!(
-                    name = GUARD_NAME,
-                    "guard on Initializers applied again after a change"
-                ),
+            Some(Ok(true)) => match apply(client, Some(&last_seen)).await {
+                Ok(outcome) => {
+                    publish(&outcome, state);
+                    if let Outcome::Applied(binding) = outcome {
+                        last_seen = *binding;
+                    }
+                    info!(
+                        name = GUARD_NAME,
+                        "guard on Initializers applied again after a change"
+                    )
+                }
                 Err(e) => warn!(error = %e, "failed to restore the guard on Initializers"),
             },
             Some(Err(e)) => warn!(error = %e, "watching the guard on Initializers failed"),
@@ -198,6 +406,184 @@ mod tests {
         );
         assert!(spec.match_resources.is_none(), "every namespace and object");
         assert!(spec.param_ref.is_none());
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    fn meta(created: i64, generation: i64) -> ObjectMeta {
+        ObjectMeta {
+            creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(
+                created,
+            ))),
+            generation: Some(generation),
+            ..Default::default()
+        }
+    }
+
+    fn in_force(uid: &str, since: i64) -> GuardState {
+        replacing(uid, since, &[])
+    }
+
+    fn replacing(uid: &str, since: i64, earlier: &[&str]) -> GuardState {
+        GuardState::InForce {
+            binding_uid: uid.to_string(),
+            since: at(since),
+            earlier: earlier.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    fn witness(uid: &str, generation: i64, held: bool) -> GuardWitness {
+        GuardWitness {
+            binding_uid: uid.to_string(),
+            generation,
+            held,
+        }
+    }
+
+    #[test]
+    fn in_force_starts_two_whole_seconds_after_the_binding() {
+        let mut binding = binding();
+        binding.metadata.uid = Some("u1".into());
+        binding.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                at(100)
+                    .checked_add(jiff::SignedDuration::from_millis(900))
+                    .unwrap(),
+            ));
+        assert_eq!(GuardState::in_force(&binding), Some(in_force("u1", 102)));
+        assert!(!in_force("u1", 102).is_settled(at(101)));
+        assert!(in_force("u1", 102).is_settled(at(102)));
+        assert!(GuardState::NotServed.is_settled(at(0)));
+        assert!(!GuardState::Unknown.is_settled(at(0)));
+    }
+
+    #[test]
+    fn without_a_settled_guard_nothing_is_judged() {
+        assert_eq!(
+            judge(&meta(50, 1), None, &GuardState::NotServed, at(200)),
+            Judgement::Unguarded
+        );
+        assert!(matches!(
+            judge(&meta(50, 1), None, &GuardState::Unknown, at(200)),
+            Judgement::Wait(_)
+        ));
+        assert!(matches!(
+            judge(&meta(50, 1), None, &in_force("u1", 102), at(101)),
+            Judgement::Wait(_)
+        ));
+    }
+
+    #[test]
+    fn created_after_the_guard_is_proven_and_before_it_is_held() {
+        let guard = in_force("u1", 102);
+        assert_eq!(
+            judge(&meta(102, 1), None, &guard, at(110)),
+            Judgement::Proven(witness("u1", 1, false))
+        );
+        // Created in the window (or in the second the binding was stored): held, whatever
+        // witness its author wrote into the status while the guard was not there.
+        for forged in [
+            None,
+            Some(witness("made-up", 3, false)),
+            Some(witness("made-up", 3, true)),
+        ] {
+            assert_eq!(
+                judge(&meta(101, 3), forged.as_ref(), &guard, at(110)),
+                Judgement::Held(witness("u1", 3, true)),
+                "{forged:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_held_initializer_is_proven_by_a_spec_change_under_the_same_binding() {
+        let guard = in_force("u1", 102);
+        let held = witness("u1", 3, true);
+        assert_eq!(
+            judge(&meta(50, 3), Some(&held), &guard, at(110)),
+            Judgement::Held(held.clone())
+        );
+        assert_eq!(
+            judge(&meta(50, 4), Some(&held), &guard, at(110)),
+            Judgement::Proven(witness("u1", 4, false))
+        );
+        // Once proven under this binding, later changes stay proven (they passed it).
+        assert_eq!(
+            judge(
+                &meta(50, 9),
+                Some(&witness("u1", 4, false)),
+                &guard,
+                at(110)
+            ),
+            Judgement::Proven(witness("u1", 9, false))
+        );
+    }
+
+    #[test]
+    fn a_new_binding_keeps_what_was_proven_and_unchanged_and_holds_the_rest() {
+        let renewed = replacing("u2", 302, &["u0", "u1"]);
+        let proven = witness("u1", 4, false);
+        assert_eq!(
+            judge(&meta(50, 4), Some(&proven), &renewed, at(310)),
+            Judgement::Proven(witness("u2", 4, false))
+        );
+        // Changed while no binding was in force: held.
+        assert_eq!(
+            judge(&meta(50, 5), Some(&proven), &renewed, at(310)),
+            Judgement::Held(witness("u2", 5, true))
+        );
+        assert_eq!(
+            judge(
+                &meta(50, 4),
+                Some(&witness("u1", 4, true)),
+                &renewed,
+                at(310)
+            ),
+            Judgement::Held(witness("u2", 4, true))
+        );
+        // A binding someone else created (a reinstall) replaced nothing the operator watched:
+        // Initializers from before it may have changed while no guard was there.
+        assert_eq!(
+            judge(&meta(50, 4), Some(&proven), &in_force("u2", 302), at(310)),
+            Judgement::Held(witness("u2", 4, true))
+        );
+    }
+
+    #[test]
+    fn the_binding_applied_lists_the_bindings_it_replaced() {
+        let with = |uid: &str, earlier: Option<&str>| {
+            let mut b = binding();
+            b.metadata.uid = Some(uid.into());
+            b.metadata.annotations = earlier.map(|e| {
+                std::collections::BTreeMap::from([(
+                    EARLIER_BINDINGS_ANNOTATION.to_string(),
+                    e.to_string(),
+                )])
+            });
+            b
+        };
+        let listed = |b: &ValidatingAdmissionPolicyBinding| earlier_bindings(b);
+        assert!(listed(&binding_to_apply(None, None)).is_empty());
+        // In place: its list is kept, whatever this operator saw.
+        let found = with("u2", Some("u0,u1"));
+        assert_eq!(
+            listed(&binding_to_apply(Some(&found), Some(&with("u9", None)))),
+            ["u0", "u1"]
+        );
+        // Deleted: the one last seen joins its list.
+        assert_eq!(
+            listed(&binding_to_apply(None, Some(&found))),
+            ["u0", "u1", "u2"]
+        );
+        let long = (0..20)
+            .map(|i| format!("u{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let kept = listed(&binding_to_apply(None, Some(&with("u20", Some(&long)))));
+        assert_eq!(kept.len(), EARLIER_BINDINGS_KEPT);
+        assert_eq!(kept.last().map(String::as_str), Some("u20"));
     }
 
     #[test]

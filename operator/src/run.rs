@@ -17,6 +17,7 @@ use crate::build::Settings;
 use crate::build::network_policy::{self, Cidrs, NetworkPolicyMode};
 use crate::controller::{self, Context};
 use crate::error::{Error, Result};
+use crate::guard::GuardState;
 use crate::leader::{LeaderConfig, LeaderElector, Leadership};
 use crate::metrics::Metrics;
 use crate::probe::Connector;
@@ -155,8 +156,19 @@ pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken
         .await
         .map_err(|e| Error::Client(Box::new(e)))?;
     info!(server = %version.git_version, namespace = %args.namespace, "connected");
-    tokio::spawn(crate::guard::keep_applied(client.clone(), shutdown.clone()));
-    ready.store(true, Ordering::Relaxed);
+    let (guard_tx, guard) = watch::channel(GuardState::Unknown);
+    tokio::spawn(crate::guard::keep_applied(
+        client.clone(),
+        guard_tx,
+        shutdown.clone(),
+    ));
+    // Ready once the guard is known to be in force (or not served): a CSV reaches Succeeded,
+    // and an install returns, only when an Initializer created from then on is guarded.
+    tokio::spawn(ready_once_guarded(
+        guard.clone(),
+        ready.clone(),
+        shutdown.clone(),
+    ));
 
     let identity = args.identity();
     let (leading_tx, mut leading) = watch::channel(!args.elect());
@@ -197,9 +209,12 @@ pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken
             client.clone(),
             args.clone(),
             identity.clone(),
-            metrics.clone(),
-            leadership.clone(),
-            watchdog.clone(),
+            Replica {
+                metrics: metrics.clone(),
+                leadership: leadership.clone(),
+                watchdog: watchdog.clone(),
+                guard: guard.clone(),
+            },
             term.clone(),
         ));
         loop {
@@ -237,15 +252,48 @@ pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken
     }
 }
 
+/// Sets `ready` once the guard's state is settled ([`GuardState::is_settled`]).
+async fn ready_once_guarded(
+    mut guard: watch::Receiver<GuardState>,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let state = guard.borrow_and_update().clone();
+        if state.is_settled(jiff::Timestamp::now()) {
+            ready.store(true, Ordering::Relaxed);
+            return;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = guard.changed() => {}
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+/// What a replica keeps across its terms as leader, handed to each.
+struct Replica {
+    metrics: Arc<Metrics>,
+    leadership: Leadership,
+    watchdog: Watchdog,
+    /// The guard's state, published by [`crate::guard::keep_applied`].
+    guard: watch::Receiver<GuardState>,
+}
+
 async fn lead(
     client: Client,
     args: RunArgs,
     identity: String,
-    metrics: Arc<Metrics>,
-    leadership: Leadership,
-    watchdog: Watchdog,
+    replica: Replica,
     term: CancellationToken,
 ) {
+    let Replica {
+        metrics,
+        leadership,
+        watchdog,
+        guard,
+    } = replica;
     info!(%identity, "leading: starting the controllers");
     let recorder = Recorder::new(
         client.clone(),
@@ -280,6 +328,7 @@ async fn lead(
         },
         operator_namespace: args.namespace.clone(),
         supervisor: supervisor.clone(),
+        guard,
     });
     tokio::join!(
         controller::run(ctx, term.clone()),

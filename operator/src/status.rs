@@ -261,6 +261,8 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         details,
         last_outage: o.outage.clone(),
         missed_initializations: o.missed.clone(),
+        // The guard's witness is written apart (`apply::apply_guard_witness`).
+        guard: None,
     }
 }
 

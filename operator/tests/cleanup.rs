@@ -122,6 +122,7 @@ fn context(client: Client) -> Arc<Context> {
             "test".into(),
             initializer_operator::leader::Leadership::unconditional(),
         ),
+        guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
     })
 }
 

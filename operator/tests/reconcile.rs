@@ -2535,32 +2535,37 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
     let serving = in_workload.get("hooked-tls").await.unwrap();
     assert!(!serving.data.as_ref().unwrap().contains_key("ca.key"));
 
-    // A CA Secret an earlier version kept beside the workload is moved, keeping the caBundle.
-    let bundle = |c: MutatingWebhookConfiguration| {
-        c.webhooks.unwrap()[0]
-            .client_config
-            .ca_bundle
-            .clone()
-            .unwrap()
-    };
-    let before = bundle(configuration(&client, "initializer-hooked").await.unwrap());
-    let mut old = ca.clone();
-    old.metadata = kube::api::ObjectMeta {
+    // A CA Secret planted beside the workload, with the operator's labels and the Initializer's
+    // owner reference copied (what that namespace's administrators can write), while the real
+    // one is gone: it is removed and never used; the operator makes a CA of its own.
+    let mut planted = ca.clone();
+    planted.metadata = kube::api::ObjectMeta {
         name: Some("hooked-ca".into()),
         namespace: Some("team-hooks".into()),
         labels: ca.metadata.labels.clone(),
         owner_references: ca.metadata.owner_references.clone(),
         ..Default::default()
     };
-    in_workload
-        .create(&PostParams::default(), &old)
-        .await
-        .unwrap();
+    let planted_ca = "-----BEGIN CERTIFICATE-----\nplanted\n-----END CERTIFICATE-----\n";
+    planted.data = Some(std::collections::BTreeMap::from([
+        (
+            "ca.crt".to_string(),
+            k8s_openapi::ByteString(planted_ca.into()),
+        ),
+        (
+            "ca.key".to_string(),
+            k8s_openapi::ByteString(b"planted key".to_vec()),
+        ),
+    ]));
     in_operator
         .delete("hooked-ca", &DeleteParams::default())
         .await
         .unwrap();
-    let took = wait_for("the CA to move", Duration::from_secs(60), || {
+    in_workload
+        .create(&PostParams::default(), &planted)
+        .await
+        .unwrap();
+    let took = wait_for("the planted CA removed", Duration::from_secs(60), || {
         let (w, o) = (in_workload.clone(), in_operator.clone());
         async move {
             w.get_opt("hooked-ca").await.unwrap().is_none()
@@ -2568,12 +2573,15 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
         }
     })
     .await;
-    println!("the CA moved to the operator's namespace {took:?} after the old layout appeared");
-    let moved = in_operator.get("hooked-ca").await.unwrap();
-    assert_eq!(moved.data, ca.data, "the same CA, not a new one");
-    assert_eq!(
-        bundle(configuration(&client, "initializer-hooked").await.unwrap()),
-        before
+    println!("the planted CA was removed {took:?} after it appeared");
+    let current = in_operator.get("hooked-ca").await.unwrap();
+    assert_ne!(current.data, planted.data, "the planted CA is never used");
+    let trusted = configuration(&client, "initializer-hooked")
+        .await
+        .and_then(|c| c.webhooks?.first()?.client_config.ca_bundle.clone());
+    assert!(
+        trusted.is_some_and(|b| !String::from_utf8_lossy(&b.0).contains("planted")),
+        "the API server never trusts the planted CA"
     );
 }
 
@@ -2716,4 +2724,167 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
     .await;
     println!("registered {took:?} after the RoleBinding");
     assert!(secrets.get_opt("away-tls").await.unwrap().is_some());
+}
+
+/// The guard on Initializers is in force only where the API server serves ValidatingAdmission
+/// Policy and authorizes; the sandbox does neither (sandbox/README.md).
+mod an_initializer_created_before_the_guard_is_held_until_its_spec_changes {
+    use super::{Backend, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "the sandbox serves no ValidatingAdmissionPolicy and enforces no authorization (sandbox/README.md)"]
+    async fn on_sandbox() {
+        run(Backend::Sandbox, |cluster| {
+            Box::pin(
+                super::an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
+                    cluster,
+                ),
+            )
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_real() {
+        run(Backend::Real, |cluster| {
+            Box::pin(
+                super::an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
+                    cluster,
+                ),
+            )
+        })
+        .await;
+    }
+}
+
+/// What an install by OLM leaves until the operator's first start: the CRD without the guard.
+/// Whoever may create Initializers then (OLM's `edit`) creates one and writes a status that
+/// claims it passed the guard. The operator, once started, holds it back (`Valid=False`, not
+/// deployed); one created after the guard is deployed; a spec change by an administrator (which
+/// passes the guard) releases the first. Deleting the guard's binding (put back at once) keeps
+/// both deployed: what was proven and unchanged carries over to the new binding.
+async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
+    cluster: &TestCluster,
+) {
+    use initializer_operator::guard::{EARLIER_BINDINGS_ANNOTATION, GUARD_NAME};
+    use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
+
+    let client = cluster.client();
+    support::install::install_crd_and_namespace_unguarded(&client, NS).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("early"))
+        .await
+        .unwrap();
+    api.patch_status(
+        "early",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"status": {"guard": {"bindingUid": "made-up", "generation": 1, "held": false}}}),
+        ),
+    )
+    .await
+    .unwrap();
+
+    let _operator = spawn(cluster, "operator-test-0");
+    wait_for("early held back", Duration::from_secs(30), || {
+        let c = client.clone();
+        async move {
+            let status = status_of(&c, "early").await;
+            status
+                .guard
+                .as_ref()
+                .is_some_and(|w| w.held && w.binding_uid != "made-up")
+                && status.phase == Some(Phase::Invalid)
+        }
+    })
+    .await;
+    let held = status_of(&client, "early").await;
+    let valid = held.conditions.iter().find(|c| c.type_ == "Valid").unwrap();
+    assert_eq!(valid.status, "False");
+    assert!(valid.message.contains("held back"), "{valid:?}");
+    wait_for_event(&client, "Refused", "held back").await;
+
+    // The guard is in force once the operator is ready: an Initializer created now is deployed.
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let first = bindings.get(GUARD_NAME).await.unwrap();
+    let state = initializer_operator::guard::GuardState::in_force(&first).unwrap();
+    wait_for("the guard in force", Duration::from_secs(10), || {
+        let settled = state.is_settled(jiff::Timestamp::now());
+        async move { settled }
+    })
+    .await;
+    api.create(&PostParams::default(), &guard("late"))
+        .await
+        .unwrap();
+    wait_for("late registered", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-late").await.is_some() }
+    })
+    .await;
+    assert!(configuration(&client, "initializer-early").await.is_none());
+
+    // An administrator changes early's spec: it passed the guard, so early is deployed.
+    api.patch(
+        "early",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"timeoutSeconds": 4}})),
+    )
+    .await
+    .unwrap();
+    wait_for("early registered", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-early").await.is_some() }
+    })
+    .await;
+    let proven = status_of(&client, "early").await.guard.unwrap();
+    assert!(!proven.held, "{proven:?}");
+    assert_eq!(proven.binding_uid, first.metadata.uid.clone().unwrap());
+
+    // The binding deleted and put back: a new binding that lists the old one, and neither
+    // Initializer is held.
+    bindings
+        .delete(GUARD_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    let old_uid = first.metadata.uid.clone().unwrap();
+    wait_for("the binding put back", Duration::from_secs(20), || {
+        let b = bindings.clone();
+        let old = old_uid.clone();
+        async move {
+            b.get_opt(GUARD_NAME).await.unwrap().is_some_and(|b| {
+                b.metadata.uid.as_deref() != Some(old.as_str())
+                    && b.annotations().get(EARLIER_BINDINGS_ANNOTATION) == Some(&old)
+            })
+        }
+    })
+    .await;
+    let renewed = bindings
+        .get(GUARD_NAME)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    for name in ["early", "late"] {
+        wait_for(
+            &format!("{name}'s witness under the new binding"),
+            Duration::from_secs(30),
+            || {
+                let (c, renewed) = (client.clone(), renewed.clone());
+                async move {
+                    status_of(&c, name)
+                        .await
+                        .guard
+                        .is_some_and(|w| w.binding_uid == renewed && !w.held)
+                }
+            },
+        )
+        .await;
+        assert!(
+            configuration(&client, &format!("initializer-{name}"))
+                .await
+                .is_some(),
+            "{name} stays registered"
+        );
+    }
 }

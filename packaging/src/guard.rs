@@ -73,6 +73,14 @@ pub fn policy() -> ValidatingAdmissionPolicy {
     }
 }
 
+/// The annotation on the binding listing the UIDs of the bindings it replaced while the operator
+/// watched (the newest last, a few at most): what was proven under one of those and has not
+/// changed since stays proven. A binding created by anyone else starts without it.
+pub const EARLIER_BINDINGS_ANNOTATION: &str = "initializer.dev/earlier-bindings";
+
+/// How many earlier bindings the annotation keeps.
+pub const EARLIER_BINDINGS_KEPT: usize = 8;
+
 /// The binding: the policy, everywhere, denying.
 pub fn binding() -> ValidatingAdmissionPolicyBinding {
     ValidatingAdmissionPolicyBinding {
