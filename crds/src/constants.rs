@@ -109,6 +109,18 @@ pub const LEGACY_GROUP_VERSION: &str = "admissionregistration.k8s.io/v1alpha1";
 pub const LEGACY_PLURAL: &str = "initializerconfigurations";
 /// Kind of the original Initializers' configuration.
 pub const LEGACY_KIND: &str = "InitializerConfiguration";
+
+/// The API resource of `InitializerConfiguration` (cluster-scoped), for the operator that
+/// registers them and the uninstall that removes them.
+pub fn legacy_configuration_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: LEGACY_GROUP_VERSION.into(),
+        kind: LEGACY_KIND.into(),
+        plural: LEGACY_PLURAL.into(),
+    }
+}
 /// Key of the Initializer's `status.details` holding how many objects still pending on its
 /// name were released when its `InitializerConfiguration` was last removed.
 pub const RELEASED_OBJECTS_DETAIL: &str = "releasedObjects";

@@ -27,6 +27,9 @@ enum Command {
     Chart(initializer_packaging::bundle::chart::ChartArgs),
     /// Write the Prometheus rules file and the alerts' runbook (or check them with --check).
     Monitoring(initializer_packaging::monitoring::MonitoringArgs),
+    /// Print the ClusterRoles `backend: InitializerConfiguration` needs (Kubernetes 1.7–1.13),
+    /// which no bundle ships: they reach every resource. Apply and bind them yourself.
+    LegacyRbac,
 }
 
 #[tokio::main]
@@ -57,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
             initializer_packaging::bundle::chart::run(&args)?;
             println!("chart written to {}", args.out.display());
         }
+        Command::LegacyRbac => print!("{}", initializer_packaging::manifest::legacy_rbac_yaml()?),
         Command::Monitoring(args) => {
             initializer_packaging::monitoring::run(&args)?;
             println!("monitoring files in {} are up to date", args.out.display());

@@ -219,10 +219,11 @@ pub fn workloads_cluster_role() -> ClusterRole {
 }
 
 /// The ClusterRoles `initializer-operator-legacy-initializers` and
-/// `initializer-operator-legacy-canary`, manifests of the bundle: the rights of `backend:
-/// InitializerConfiguration` ([`crate::rbac::legacy_rules`], [`crate::rbac::legacy_canary_rules`]).
-/// They grant nothing until an administrator binds them: the first with a ClusterRoleBinding,
-/// the second with a RoleBinding in `default`, both to the operator's ServiceAccount.
+/// `initializer-operator-legacy-canary`: the rights of `backend: InitializerConfiguration`
+/// ([`crate::rbac::legacy_rules`], [`crate::rbac::legacy_canary_rules`]). They reach every
+/// resource (`*/*`), so no bundle or chart ships them: `initializer-operator legacy-rbac` prints
+/// them ([`legacy_rbac_yaml`]) for the administrator of a 1.7–1.13 cluster to apply and bind,
+/// the first with a ClusterRoleBinding, the second with a RoleBinding in `default`.
 pub fn legacy_cluster_roles() -> [ClusterRole; 2] {
     let role = |name: &str, rules| ClusterRole {
         metadata: ObjectMeta {
@@ -243,6 +244,25 @@ pub fn legacy_cluster_roles() -> [ClusterRole; 2] {
             crate::rbac::legacy_canary_rules(),
         ),
     ]
+}
+
+/// [`legacy_cluster_roles`] as one YAML stream, for `kubectl apply -f -`.
+pub fn legacy_rbac_yaml() -> Result<String, serde_yaml::Error> {
+    let documents = legacy_cluster_roles()
+        .iter()
+        .map(|role| {
+            let mut value = serde_yaml::to_value(role)?;
+            if let serde_yaml::Value::Mapping(map) = &mut value {
+                let mut typed = serde_yaml::Mapping::new();
+                typed.insert("apiVersion".into(), "rbac.authorization.k8s.io/v1".into());
+                typed.insert("kind".into(), "ClusterRole".into());
+                typed.extend(std::mem::take(map));
+                *map = typed;
+            }
+            serde_yaml::to_string(&value)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(documents.join("---\n"))
 }
 
 /// The operator's PodDisruptionBudget, a manifest of the bundle (OLM creates it in the
@@ -267,6 +287,21 @@ pub fn pod_disruption_budget() -> PodDisruptionBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn legacy_rbac_prints_both_cluster_roles_ready_to_apply() {
+        let text = legacy_rbac_yaml().unwrap();
+        let roles: Vec<ClusterRole> = text
+            .split("---\n")
+            .map(|doc| {
+                let value: serde_json::Value = serde_yaml::from_str(doc).unwrap();
+                assert_eq!(value["apiVersion"], "rbac.authorization.k8s.io/v1");
+                assert_eq!(value["kind"], "ClusterRole");
+                serde_json::from_value(value).unwrap()
+            })
+            .collect();
+        assert_eq!(roles, legacy_cluster_roles());
+    }
 
     #[test]
     fn the_description_is_the_operator_packages_own() {

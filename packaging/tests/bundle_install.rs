@@ -582,3 +582,48 @@ async fn uninstall_deletes_the_managed_configurations_before_the_operator() {
     );
     sandbox.shutdown().await;
 }
+
+/// The legacy backend's registrations go with the webhook configurations: an
+/// `InitializerConfiguration` labelled by the operator for an Initializer left behind would keep
+/// every matching create pending on a name nobody removes. One without both labels is someone
+/// else's and stays.
+#[tokio::test]
+async fn deregistration_removes_the_operators_initializer_configurations_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.workloads = false;
+    config.legacy_initializers = true;
+    let sandbox = Sandbox::start(config).await.unwrap();
+    let client = sandbox.client();
+    let legacy: Api<kube::api::DynamicObject> =
+        Api::all_with(client.clone(), &constants::legacy_configuration_resource());
+    let configuration = |name: &str, labels: serde_json::Value| {
+        serde_json::from_value::<kube::api::DynamicObject>(json!({
+            "apiVersion": constants::LEGACY_GROUP_VERSION,
+            "kind": constants::LEGACY_KIND,
+            "metadata": {"name": name, "labels": labels},
+            "initializers": [{"name": format!("{name}.ops.initializer-operator.io"),
+                "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]}],
+        }))
+        .unwrap()
+    };
+    let ours = json!({constants::MANAGED_BY_LABEL: constants::MANAGED_BY_VALUE, constants::INITIALIZER_LABEL: "sidecar"});
+    let managed_only = json!({constants::MANAGED_BY_LABEL: constants::MANAGED_BY_VALUE});
+    for (name, labels) in [
+        ("initializer-sidecar", ours),
+        ("theirs", json!({})),
+        ("labelled-by-anyone", managed_only),
+    ] {
+        legacy
+            .create(&PostParams::default(), &configuration(name, labels))
+            .await
+            .unwrap();
+    }
+
+    install::deregister(&client).await.unwrap();
+
+    assert!(!exists(&legacy, "initializer-sidecar").await);
+    assert!(exists(&legacy, "theirs").await);
+    assert!(exists(&legacy, "labelled-by-anyone").await);
+    sandbox.shutdown().await;
+}

@@ -6,7 +6,6 @@
 //! operations or scope, which that API did not have).
 
 use initializer_crds::InterceptRule;
-use initializer_crds::constants::{LEGACY_GROUP_VERSION, LEGACY_KIND};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject};
@@ -31,13 +30,7 @@ pub struct LegacyDesired {
 
 /// The API resource of `InitializerConfiguration` (cluster-scoped).
 pub fn configuration_resource() -> ApiResource {
-    ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: LEGACY_GROUP_VERSION.into(),
-        kind: LEGACY_KIND.into(),
-        plural: initializer_crds::constants::LEGACY_PLURAL.into(),
-    }
+    initializer_crds::constants::legacy_configuration_resource()
 }
 
 /// The rules as the configuration and the controller's `--rules` take them.

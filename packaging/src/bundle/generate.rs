@@ -19,8 +19,8 @@ use super::csv::{
     StrategyDeploymentSpec, StrategyDetailsDeployment,
 };
 use super::{
-    ANNOTATIONS_FILE, Bundle, CHANNEL, CRD_FILE, CSV_FILE, DOCKERFILE, LEGACY_CANARY_ROLE_FILE,
-    LEGACY_ROLE_FILE, PACKAGE, PDB_FILE, SCORECARD_FILE, WORKLOADS_ROLE_FILE,
+    ANNOTATIONS_FILE, Bundle, CHANNEL, CRD_FILE, CSV_FILE, DOCKERFILE, PACKAGE, PDB_FILE,
+    SCORECARD_FILE, WORKLOADS_ROLE_FILE,
 };
 use crate::error::Error;
 use crate::manifest;
@@ -129,18 +129,11 @@ pub fn generate_with_rules(
         .map_err(|err| yaml_error("the PodDisruptionBudget", &err))?;
     let workloads_role = serde_yaml::to_string(&manifest::workloads_cluster_role())
         .map_err(|err| yaml_error("the workloads ClusterRole", &err))?;
-    let [legacy_role, legacy_canary_role] = manifest::legacy_cluster_roles();
-    let legacy_role = serde_yaml::to_string(&legacy_role)
-        .map_err(|err| yaml_error("the legacy backend's ClusterRole", &err))?;
-    let legacy_canary_role = serde_yaml::to_string(&legacy_canary_role)
-        .map_err(|err| yaml_error("the legacy backend's canary ClusterRole", &err))?;
     let mut files = BTreeMap::from([
         (CSV_FILE.to_string(), csv_yaml),
         (CRD_FILE.to_string(), crd),
         (PDB_FILE.to_string(), pdb),
         (WORKLOADS_ROLE_FILE.to_string(), workloads_role),
-        (LEGACY_ROLE_FILE.to_string(), legacy_role),
-        (LEGACY_CANARY_ROLE_FILE.to_string(), legacy_canary_role),
         (ANNOTATIONS_FILE.to_string(), annotations_yaml),
         (DOCKERFILE.to_string(), dockerfile(&annotations)),
         (SCORECARD_FILE.to_string(), scorecard),

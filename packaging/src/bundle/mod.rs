@@ -39,14 +39,6 @@ pub const PDB_FILE: &str = "manifests/initializer-operator.poddisruptionbudget.y
 /// The ClusterRole an administrator binds in each namespace labelled for workloads, relative to
 /// the bundle directory.
 pub const WORKLOADS_ROLE_FILE: &str = "manifests/initializer-operator-workloads.clusterrole.yaml";
-/// The ClusterRole an administrator binds cluster-wide to allow `backend:
-/// InitializerConfiguration`, relative to the bundle directory.
-pub const LEGACY_ROLE_FILE: &str =
-    "manifests/initializer-operator-legacy-initializers.clusterrole.yaml";
-/// The ClusterRole an administrator binds in `default` for the legacy backend's canaries,
-/// relative to the bundle directory.
-pub const LEGACY_CANARY_ROLE_FILE: &str =
-    "manifests/initializer-operator-legacy-canary.clusterrole.yaml";
 /// The bundle annotations, relative to the bundle directory.
 pub const ANNOTATIONS_FILE: &str = "metadata/annotations.yaml";
 /// The bundle image's Dockerfile, relative to the bundle directory (its build context).
@@ -196,14 +188,45 @@ mod tests {
     }
 
     #[test]
+    fn no_role_the_bundle_ships_reaches_every_resource() {
+        let bundle = generate().unwrap();
+        for (name, text) in bundle.manifests() {
+            let value: serde_json::Value = serde_yaml::from_str(text).unwrap();
+            let rules: Vec<&serde_json::Value> = match value["kind"].as_str() {
+                Some("ClusterRole") => value["rules"].as_array().into_iter().flatten().collect(),
+                Some("ClusterServiceVersion") => ["clusterPermissions", "permissions"]
+                    .iter()
+                    .flat_map(|key| {
+                        value["spec"]["install"]["spec"][key]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                    })
+                    .flat_map(|p| p["rules"].as_array().into_iter().flatten())
+                    .collect(),
+                _ => continue,
+            };
+            for rule in rules {
+                let everything = |key: &str| {
+                    rule[key]
+                        .as_array()
+                        .is_some_and(|items| items.iter().any(|i| i == "*"))
+                };
+                assert!(
+                    !(everything("apiGroups") && everything("resources")),
+                    "{name} grants every resource: {rule}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn manifests_lists_only_files_directly_in_the_manifests_directory() {
         let bundle = generate().unwrap();
         let names: Vec<&str> = bundle.manifests().map(|(name, _)| name).collect();
         assert_eq!(
             names,
             vec![
-                LEGACY_CANARY_ROLE_FILE,
-                LEGACY_ROLE_FILE,
                 crate::monitoring::BUNDLE_SERVICE_FILE,
                 WORKLOADS_ROLE_FILE,
                 CSV_FILE,

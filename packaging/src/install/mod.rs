@@ -552,6 +552,19 @@ pub async fn deregister(client: &Client) -> Result<(), Error> {
     for policy in list_if_served(&policies, &fallbacks, "ValidatingAdmissionPolicy").await? {
         delete(&policies, &policy.name_any(), "ValidatingAdmissionPolicy").await?;
     }
+    // The legacy backend's registrations (Kubernetes 1.7–1.13, the sandbox's legacy mode): a
+    // configuration outliving the operator leaves every matching create pending on a name no
+    // one removes. Served nowhere else, where the list finds none.
+    let legacy: Api<DynamicObject> =
+        Api::all_with(client.clone(), &constants::legacy_configuration_resource());
+    for configuration in list_if_served(&legacy, &fallbacks, "InitializerConfiguration").await? {
+        delete(
+            &legacy,
+            &configuration.name_any(),
+            "InitializerConfiguration",
+        )
+        .await?;
+    }
     Ok(())
 }
 

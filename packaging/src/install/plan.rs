@@ -401,20 +401,10 @@ mod tests {
             .collect();
         assert_eq!(
             bundle_roles,
-            [
-                (
-                    crate::rbac::LEGACY_CANARY_CLUSTER_ROLE.to_string(),
-                    crate::rbac::legacy_canary_rules()
-                ),
-                (
-                    crate::rbac::LEGACY_CLUSTER_ROLE.to_string(),
-                    crate::rbac::legacy_rules()
-                ),
-                (
-                    crate::rbac::WORKLOADS_CLUSTER_ROLE.to_string(),
-                    crate::rbac::workload_rules()
-                ),
-            ]
+            [(
+                crate::rbac::WORKLOADS_CLUSTER_ROLE.to_string(),
+                crate::rbac::workload_rules()
+            )]
         );
         assert_eq!(plan.deployments.len(), 1);
         assert_eq!(

@@ -220,17 +220,7 @@ fn set(value: &mut Value, pointer: &str, new: Value) -> Result<(), Error> {
     Ok(())
 }
 
-/// The template a ClusterRole shipped in the bundle goes to: the legacy backend's two together,
-/// the workloads one alone.
-pub(crate) fn bundle_role_template(name: &str) -> &'static str {
-    if [
-        crate::rbac::LEGACY_CLUSTER_ROLE,
-        crate::rbac::LEGACY_CANARY_CLUSTER_ROLE,
-    ]
-    .contains(&name)
-    {
-        "legacy-clusterroles.yaml"
-    } else {
-        "workloads-clusterrole.yaml"
-    }
+/// The template a ClusterRole shipped in the bundle goes to (the workloads one is the only one).
+pub(crate) fn bundle_role_template(_name: &str) -> &'static str {
+    "workloads-clusterrole.yaml"
 }
