@@ -280,6 +280,21 @@ async fn hold_unless_guarded(
     refuse(obj, ctx, configuration, &[refusal]).await.map(Some)
 }
 
+/// The Deployments in the operator's namespace someone else made ([`status::foreign_deployments`]),
+/// for the `SharedNamespace` warning.
+async fn shared_with(ctx: &Context) -> Result<Vec<String>> {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ctx.operator_namespace);
+    let listed = deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Deployment",
+            name: format!("(every one in {})", ctx.operator_namespace),
+            source: Box::new(source),
+        })?;
+    Ok(status::foreign_deployments(&listed.items))
+}
+
 /// Removes this Initializer's configuration if it is there and ours (another object of the same
 /// name is never deleted); true when one was removed. Refused when this replica does not lead.
 async fn remove_configuration(
@@ -490,7 +505,8 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         }
     };
     let expiry = tls::inspect(&material.cert_pem).ok().map(|i| i.not_after);
-    let workload = status::observe_workload(&deployment);
+    let mut workload = status::observe_workload(&deployment);
+    workload.shared_with = shared_with(ctx).await?;
     let mut target = supervision(obj, &validated, &desired, workload, expiry);
     if let Some(legacy) = &desired.legacy {
         match legacy_supervision(ctx, &validated, legacy, reached).await {

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_crds::{Initializer, InitializerStatus, MissedInitializations, Outage, Phase};
+use initializer_packaging::manifest::{NAME_LABEL as OPERATOR_NAME_LABEL, OPERATOR_NAME};
 use initializer_packaging::readiness::deployment_available;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -39,6 +41,10 @@ pub const FAIL_CLOSED: &str = "FailClosed";
 /// `True` while an object the operator would create for this Initializer exists and is not
 /// its own (it is left alone, so nothing is registered).
 pub const CONFLICT: &str = "Conflict";
+/// Condition type: the operator's namespace, where every CA key lives, holds another party's
+/// Deployments (another operator's, under OLM's shared `operators` namespace), whose Roles there
+/// can read those keys.
+pub const SHARED_NAMESPACE: &str = "SharedNamespace";
 
 /// The `details` key holding why the last reconcile failed.
 pub const LAST_ERROR: &str = "lastError";
@@ -88,6 +94,35 @@ pub struct WorkloadObservation {
     pub available: bool,
     /// The Deployment's own explanation when it is not available.
     pub message: Option<String>,
+    /// Deployments in the operator's namespace that neither the operator nor an Initializer
+    /// made ([`foreign_deployments`]).
+    pub shared_with: Vec<String>,
+}
+
+/// The Deployments in the operator's namespace that are not the operator's own (its pods carry
+/// `app.kubernetes.io/name: initializer-operator`) nor an Initializer's workload (the operator's
+/// managed-by label): someone else runs there, with rights on the namespace's Secrets.
+pub fn foreign_deployments(deployments: &[Deployment]) -> Vec<String> {
+    let named = |labels: Option<&BTreeMap<String, String>>, key: &str, value: &str| {
+        labels.and_then(|l| l.get(key)).is_some_and(|v| v == value)
+    };
+    deployments
+        .iter()
+        .filter(|d| {
+            let own = d.metadata.labels.as_ref();
+            let pods = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.labels.as_ref());
+            let operator = [own, pods]
+                .into_iter()
+                .any(|labels| named(labels, OPERATOR_NAME_LABEL, OPERATOR_NAME));
+            let workload = named(own, MANAGED_BY_LABEL, MANAGED_BY_VALUE);
+            !operator && !workload
+        })
+        .filter_map(|d| d.metadata.name.clone())
+        .collect()
 }
 
 /// Reads the relevant figures from a Deployment.
@@ -108,6 +143,7 @@ pub fn observe_workload(deployment: &Deployment) -> WorkloadObservation {
         available_replicas: status.available_replicas.unwrap_or(0),
         available: deployment_available(deployment),
         message: condition.and_then(|c| c.message.clone()),
+        shared_with: Vec::new(),
     }
 }
 
@@ -232,6 +268,9 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
             conditions.push(c);
         }
         if let Some(c) = fail_closed_condition(o) {
+            conditions.push(c);
+        }
+        if let Some(c) = shared_namespace_condition(o) {
             conditions.push(c);
         }
     }
@@ -429,6 +468,34 @@ fn fallback_condition(o: &Observation<'_>) -> Option<Condition> {
         FallbackView::Failed(why) => ("False", "Failed", format!("failed to install the fallback: {why}")),
     };
     Some(condition(o, FALLBACK_IN_FORCE, status, reason, message))
+}
+
+/// A warning while the operator's namespace holds someone else's Deployments.
+fn shared_namespace_condition(o: &Observation<'_>) -> Option<Condition> {
+    let shared = &o.workload.as_ref()?.shared_with;
+    if shared.is_empty() {
+        return None;
+    }
+    let shown: Vec<&str> = shared.iter().take(5).map(String::as_str).collect();
+    Some(condition(
+        o,
+        SHARED_NAMESPACE,
+        "True",
+        "OtherDeploymentsInNamespace",
+        format!(
+            "the operator's namespace, which holds every CA key, also runs {} Deployment(s) \
+             neither the operator nor an Initializer made ({}{}): whoever may read Secrets there \
+             can sign certificates the API server trusts; install the operator in a namespace of \
+             its own (initializer-system)",
+            shared.len(),
+            shown.join(", "),
+            if shared.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        ),
+    ))
 }
 
 fn condition(

@@ -67,6 +67,7 @@ fn a_conflict_is_one_condition_that_keeps_its_first_time() {
     assert_eq!(conflicts[0].last_transition_time, Time(first));
 }
 use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_800_000_000).unwrap()
@@ -90,6 +91,7 @@ fn ready() -> WorkloadObservation {
         available_replicas: 2,
         available: true,
         message: None,
+        shared_with: Vec::new(),
     }
 }
 
@@ -192,6 +194,7 @@ fn a_deploying_initializer_reports_replicas_and_probe_failures() {
             available: false,
             message: Some("Deployment does not have minimum availability.".into()),
             replicas: 2,
+            shared_with: Vec::new(),
         }),
         health: Some(snapshot(State::Waiting, Some(1))),
         probe: Some(ProbeRecord {
@@ -440,4 +443,83 @@ fn probe_figures_alone_are_written_only_when_stale() {
         &unprobed.clone(),
         now
     ));
+}
+
+#[test]
+fn a_namespace_shared_with_another_partys_deployments_is_a_warning() {
+    let deployment = |name: &str, own: &[(&str, &str)], pods: &[(&str, &str)]| {
+        let labels = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        Deployment {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: labels(own),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: labels(pods),
+                        ..Default::default()
+                    }),
+                    spec: None,
+                },
+                ..Default::default()
+            }),
+            status: None,
+        }
+    };
+    let listed = [
+        // The operator as OLM makes it (labels from the CSV), and as the installer does.
+        deployment(
+            "initializer-operator",
+            &[("app.kubernetes.io/name", "initializer-operator")],
+            &[],
+        ),
+        deployment(
+            "operator-by-template",
+            &[],
+            &[("app.kubernetes.io/name", "initializer-operator")],
+        ),
+        // An Initializer's workload.
+        deployment(
+            "sidecar",
+            &[("app.kubernetes.io/managed-by", "initializer-operator")],
+            &[],
+        ),
+        // Another operator installed into the same namespace.
+        deployment(
+            "prometheus-operator",
+            &[("app.kubernetes.io/name", "prometheus-operator")],
+            &[],
+        ),
+    ];
+    let shared_with = foreign_deployments(&listed);
+    assert_eq!(shared_with, ["prometheus-operator"]);
+    let o = Observation {
+        workload: Some(WorkloadObservation {
+            shared_with,
+            ..ready()
+        }),
+        ..base()
+    };
+    let status = compute(&o);
+    let shared = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SHARED_NAMESPACE)
+        .unwrap();
+    assert_eq!(shared.status, "True");
+    assert!(shared.message.contains("prometheus-operator"), "{shared:?}");
+    let alone = compute(&Observation {
+        workload: Some(ready()),
+        ..base()
+    });
+    assert!(alone.conditions.iter().all(|c| c.type_ != SHARED_NAMESPACE));
 }
