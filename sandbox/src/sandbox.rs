@@ -97,6 +97,14 @@ fn state_err(path: &Path, source: std::io::Error) -> Error {
     }
 }
 
+/// 32 random bytes, hex: the bearer token of one sandbox.
+fn new_token() -> String {
+    rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 impl Sandbox {
     /// Starts a sandbox and returns once it serves requests.
     pub async fn start(config: SandboxConfig) -> Result<SandboxHandle, Error> {
@@ -171,12 +179,16 @@ impl Sandbox {
         })?;
         let url = format!("https://127.0.0.1:{}", addr.port());
 
+        // A fresh token per sandbox, known only through the kubeconfig (mode 0600): other local
+        // users, and anything that merely reaches 127.0.0.1, are refused.
+        let token: Arc<str> = new_token().into();
         let workloads: Arc<OnceLock<WorkloadHandle>> = Arc::new(OnceLock::new());
         let state = AppState {
             api: api.clone(),
             workloads: workloads.clone(),
             bookmark_interval: config.bookmark_interval,
             state_dir: state_dir.clone(),
+            token: token.clone(),
         };
         let app = router(state);
         let shutdown = CancellationToken::new();
@@ -226,7 +238,7 @@ impl Sandbox {
         tracker.close();
 
         let kubeconfig_path = state_dir.join("kubeconfig");
-        let text = tls::kubeconfig(&url, &certs.ca_pem, "sandbox-admin");
+        let text = tls::kubeconfig(&url, &certs.ca_pem, "sandbox-admin", &token);
         tls::write_kubeconfig(&kubeconfig_path, &text)?;
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
             .map_err(|e| Error::BuildClient(e.to_string()))?;

@@ -2,7 +2,8 @@
 //! it.
 //!
 //! The CA is kept in the state directory (`ca.crt`, `ca.key`) and reused on the next start, so a
-//! kubeconfig written earlier stays valid; the serving certificate is made anew each start.
+//! client trusting it keeps trusting the sandbox; the serving certificate and the bearer token
+//! are made anew each start, so a kubeconfig from an earlier start no longer authenticates.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -133,8 +134,9 @@ pub fn server_config(certs: &Certificates) -> Result<Arc<rustls::ServerConfig>, 
 
 /// The kubeconfig text for a server at `url` trusted through `ca_pem`, with namespace `default`.
 ///
-/// The user carries a fixed bearer token; the sandbox does not authenticate or authorize.
-pub fn kubeconfig(url: &str, ca_pem: &str, user: &str) -> String {
+/// The user carries `token`, the bearer token the sandbox requires of every request (it
+/// authenticates, but does not authorize: whoever holds the token is cluster admin).
+pub fn kubeconfig(url: &str, ca_pem: &str, user: &str, token: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1
@@ -147,7 +149,7 @@ clusters:
 users:
 - name: {user}
   user:
-    token: sandbox
+    token: {token}
 contexts:
 - name: sandbox
   context:

@@ -1,7 +1,9 @@
 //! The HTTP face of the API server. This module routes by path: health, version, discovery and
 //! OpenAPI documents are answered here; resource URLs go to `resource` (CRUD, tables, partial
 //! metadata, scale, pod logs, the service proxy), watches to `watch`, and `/sandbox/v1` to
-//! `control` (faults, dropped watches, pod freeze/thaw/kill, snapshots).
+//! `control` (faults, dropped watches, pod freeze/thaw/kill, snapshots). Every request but the
+//! anonymous ones a real API server allows (health and version) must carry the sandbox's bearer
+//! token, or it is answered 401.
 
 mod control;
 mod resource;
@@ -30,6 +32,33 @@ pub struct AppState {
     pub bookmark_interval: Duration,
     /// The state directory (pods' logs are under `logs/`).
     pub state_dir: std::path::PathBuf,
+    /// The bearer token every request but [`anonymous`] ones must carry (the kubeconfig's).
+    pub token: Arc<str>,
+}
+
+/// What kube-apiserver lets anyone read (`system:public-info-viewer`): health and version.
+fn anonymous(segs: &[&str]) -> bool {
+    matches!(segs, ["healthz" | "readyz" | "livez" | "version", ..])
+}
+
+/// Whether `req` carries `Authorization: Bearer <token>`. Compared in constant time, so the
+/// answer's timing says nothing about how much of a guess was right.
+fn authenticated(req: &Request<Body>, token: &str) -> bool {
+    let Some(given) = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (given, token) = (given.trim().as_bytes(), token.as_bytes());
+    given.len() == token.len()
+        && given
+            .iter()
+            .zip(token)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 /// The axum router serving everything.
@@ -80,6 +109,9 @@ async fn handle(
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
+    if !anonymous(&segs) && !authenticated(&req, &state.token) {
+        return error_response(&ApiError::new(401, "Unauthorized", "Unauthorized"));
+    }
     let api = &state.api;
     let method = req.method().clone();
     match segs.as_slice() {
