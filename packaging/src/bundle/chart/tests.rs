@@ -265,7 +265,12 @@ fn the_crd_is_the_bundles_byte_for_byte_and_every_template_is_marked_generated()
 fn a_written_chart_replaces_stale_templates_and_keeps_other_files() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("templates")).unwrap();
-    std::fs::write(dir.path().join("templates/old.yaml"), "x").unwrap();
+    // A template an earlier run generated, since renamed.
+    std::fs::write(
+        dir.path().join("templates/old.yaml"),
+        format!("{GENERATED_HEADER}\nx\n"),
+    )
+    .unwrap();
     std::fs::write(dir.path().join(".helmignore"), "kept").unwrap();
     let chart = generate().unwrap();
     chart.write(dir.path()).unwrap();
@@ -275,6 +280,29 @@ fn a_written_chart_replaces_stale_templates_and_keeps_other_files() {
         assert_eq!(
             &std::fs::read_to_string(dir.path().join(name)).unwrap(),
             text
+        );
+    }
+}
+
+#[test]
+fn a_chart_refuses_to_replace_or_remove_files_it_did_not_generate() {
+    let chart = generate().unwrap();
+    // A developer's own chart file where ours goes, and one of theirs among the templates.
+    for (foreign, text) in [
+        ("Chart.yaml", "apiVersion: v2\nname: mine\n"),
+        ("templates/mine.yaml", "kind: ConfigMap\n"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(foreign);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        let err = chart.write(dir.path()).unwrap_err().to_string();
+        assert!(err.contains(foreign), "{foreign}: {err}");
+        assert!(err.contains("did not generate"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{foreign}");
+        assert!(
+            !dir.path().join("values.yaml").exists(),
+            "nothing is written when a file is refused"
         );
     }
 }
