@@ -4,7 +4,8 @@
 //! [`start`] fills watch caches of Pods, Secrets and ConfigMaps ([`cache`]), then runs the pod
 //! runner ([`kubelet`]): one worker per pod bound to this node (or to no node), which
 //! materializes its volumes ([`volume`]), starts each container's executable from the image map
-//! ([`imagemap`], [`process`]) with the kubelet's environment ([`env`](mod@env)), runs its
+//! ([`imagemap`], [`process`]) as an unprivileged user ([`user`]) with nothing of the node's own
+//! environment but the kubelet's ([`env`](mod@env)), runs its
 //! probes ([`probe`]) and reports its status through the API ([`pod`]). The returned
 //! [`NodeHandle`] controls running pods (freeze, thaw, kill) and ends every child process on
 //! [`NodeHandle::shutdown`]. Everything the agent knows about the cluster comes through the
@@ -23,6 +24,7 @@ pub mod probe;
 pub mod process;
 pub mod registration;
 pub mod token;
+pub mod user;
 pub mod volume;
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,7 +78,8 @@ pub struct NodeConfig {
     /// The range pods' addresses (`status.podIP`) come from; each pod's servers listen on its
     /// own address.
     pub pod_addresses: PodAddresses,
-    /// Root of pods' files: `pods/<namespace>_<pod>/` (volumes, kubeconfig) and
+    /// Root of pods' files: `pods/<namespace>_<pod>/` (volumes, kubeconfig; elsewhere when the
+    /// node is root and this directory is private, see [`pod::pods_root`]) and
     /// `logs/<namespace>_<pod>/<container>.log`.
     pub state_dir: PathBuf,
     /// The image map file (image reference → executable), if any; read again at every container
@@ -152,12 +155,21 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
     } else {
         None
     };
+    let run_as_others = user::node_is_root();
+    let (pods_root, pods_root_guard) = pod::pods_root(&config.state_dir, run_as_others)
+        .map_err(|e| anyhow::anyhow!("failed to make a directory for pods' files: {e}"))?;
+    if pods_root_guard.is_some() {
+        tracing::info!(pods = %pods_root.display(), state_dir = %config.state_dir.display(), "the state directory is private; pods' files live in a directory of their own");
+    }
     let node = Arc::new(pod::Node {
         client: config.client,
         caches,
         node_name: config.node_name,
         host_ip: config.host_ip.to_string(),
         state_dir: config.state_dir,
+        pods_root,
+        pods_root_guard,
+        run_as_others,
         image_map: config.image_map,
         credentials: config.pod_credentials,
         tokens,

@@ -1,5 +1,6 @@
-//! Container processes: spawned in their own process group with a clean environment and their
-//! output appended to a log file; signalled as a group (freeze, thaw, kill, terminate).
+//! Container processes: spawned in their own process group with a clean environment, as the
+//! pod's user, and their output appended to a log file; signalled as a group (freeze, thaw,
+//! kill, terminate).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,6 +9,12 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::sync::oneshot;
+
+use crate::user::RunAs;
+
+/// The `PATH` every container gets: the usual system directories, never the node's own `PATH`
+/// (a developer's `~/bin` or `./target` has no business in a pod).
+pub const SAFE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Signals the node sends to a pod's process groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +71,8 @@ pub struct Launch {
     pub cwd: PathBuf,
     /// Log file (stdout and stderr, appended).
     pub log: PathBuf,
+    /// The user and group it runs as (no supplementary groups); `None`: the node's own.
+    pub user: Option<RunAs>,
 }
 
 /// How a process ended.
@@ -132,6 +141,10 @@ where
         .stderr(Stdio::from(log))
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(user) = launch.user {
+        // Dropping from root, std clears the supplementary groups too (setgroups(0)).
+        command.uid(user.uid).gid(user.gid);
+    }
     let mut child = command.spawn()?;
     let pgid = child
         .id()
@@ -170,23 +183,17 @@ where
     })
 }
 
-/// The environment every container starts from, before the pod's own variables.
-pub fn base_env(pod_name: &str, kubeconfig: &Path) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    env.insert(
-        "PATH".to_owned(),
-        std::env::var("PATH").unwrap_or_else(|_| {
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
-        }),
-    );
-    for passthrough in ["HOME", "RUST_LOG", "RUST_BACKTRACE", "TMPDIR", "LANG"] {
-        if let Ok(v) = std::env::var(passthrough) {
-            env.insert(passthrough.to_owned(), v);
-        }
-    }
-    env.insert("HOSTNAME".to_owned(), pod_name.to_owned());
-    env.insert("KUBECONFIG".to_owned(), kubeconfig.display().to_string());
-    env
+/// The environment every container starts from, before the pod's own variables: only what the
+/// node promises ([`SAFE_PATH`], `HOME` = the pod's directory, `HOSTNAME` = the pod's name,
+/// `KUBECONFIG` = the pod's own kubeconfig), nothing of the node's own environment (its `HOME`
+/// leads to its owner's `~/.kube/config`, its `KUBECONFIG` to its credentials).
+pub fn base_env(pod_name: &str, kubeconfig: &Path, home: &Path) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("PATH".to_owned(), SAFE_PATH.to_owned()),
+        ("HOME".to_owned(), home.display().to_string()),
+        ("HOSTNAME".to_owned(), pod_name.to_owned()),
+        ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
+    ])
 }
 
 #[cfg(test)]
@@ -197,9 +204,50 @@ mod tests {
         Launch {
             program: PathBuf::from("/bin/sh"),
             args: vec!["-c".into(), script.into()],
-            env: base_env("p", Path::new("/kubeconfig")),
+            env: base_env("p", Path::new("/kubeconfig"), dir),
             cwd: dir.to_path_buf(),
             log: dir.join("logs/c.log"),
+            user: None,
+        }
+    }
+
+    #[test]
+    fn a_container_gets_nothing_of_the_nodes_own_environment() {
+        let env = base_env("p", Path::new("/kubeconfig"), Path::new("/pods/ns_p"));
+        let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["HOME", "HOSTNAME", "KUBECONFIG", "PATH"]);
+        assert_eq!(env["PATH"], SAFE_PATH);
+        // The node's HOME holds its owner's credentials (~/.kube/config).
+        assert_ne!(env.get("HOME"), std::env::var("HOME").ok().as_ref());
+        assert_eq!(env["HOME"], "/pods/ns_p");
+    }
+
+    #[tokio::test]
+    async fn a_process_runs_as_the_user_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let nobody = RunAs {
+            uid: crate::user::NONROOT,
+            gid: crate::user::NONROOT,
+        };
+        let mut to_run = launch(dir.path(), "echo $(id -u):$(id -g):$(id -G)");
+        // The log is the node's; the working directory must be the user's to enter.
+        to_run.cwd = PathBuf::from("/");
+        to_run.user = Some(nobody);
+        let (tx, rx) = oneshot::channel();
+        let spawned = spawn(&to_run, move |e| {
+            let _ = tx.send(e);
+        });
+        if crate::user::node_is_root() {
+            spawned.unwrap();
+            assert_eq!(rx.await.unwrap().code, 0);
+            let log = std::fs::read_to_string(dir.path().join("logs/c.log")).unwrap();
+            assert_eq!(log, "65532:65532:65532\n", "no supplementary group is kept");
+        } else {
+            // Only root may switch users: the start fails instead of running as the node.
+            assert_eq!(
+                spawned.unwrap_err().kind(),
+                std::io::ErrorKind::PermissionDenied
+            );
         }
     }
 

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::env::{Lookup, Placement, field_value};
+use crate::user::RunAs;
 
 /// A volume's files: relative path → (content, mode).
 pub type Files = BTreeMap<String, (Vec<u8>, u32)>;
@@ -306,7 +307,21 @@ fn top_level(path: &str) -> &str {
 
 /// Publishes `files` in `dir` atomically; returns whether anything changed.
 pub fn write_atomically(dir: &Path, files: &Files) -> std::io::Result<bool> {
+    write_atomically_as(dir, files, None)
+}
+
+/// [`write_atomically`], with the volume's directory and files owned by `owner` (the pod's
+/// user): given to it before they are published, so a reader never meets a file it may not
+/// read.
+pub fn write_atomically_as(
+    dir: &Path,
+    files: &Files,
+    owner: Option<RunAs>,
+) -> std::io::Result<bool> {
     std::fs::create_dir_all(dir)?;
+    if let Some(owner) = owner {
+        std::os::unix::fs::lchown(dir, Some(owner.uid), Some(owner.gid))?;
+    }
     let current = published(dir);
     if current.as_ref() == Some(files) {
         return Ok(false);
@@ -328,6 +343,9 @@ pub fn write_atomically(dir: &Path, files: &Files) -> std::io::Result<bool> {
         }
         std::fs::write(&path, content)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))?;
+    }
+    if let Some(owner) = owner {
+        crate::user::hand_over(&staged, owner)?;
     }
     let previous = std::fs::read_link(dir.join("..data")).ok();
     let tmp_link = dir.join("..data_tmp");
@@ -425,6 +443,39 @@ mod tests {
             &dirs,
         );
         assert_eq!(m.rewrite("/config.yaml"), "/v/cfg/config.yaml");
+    }
+
+    #[test]
+    fn a_volume_written_for_the_pods_user_is_theirs_before_it_is_published() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let vol = dir.path().join("tls");
+        let mut files = Files::new();
+        files.insert("tls.key".into(), (b"key".to_vec(), 0o400));
+        let owner = RunAs {
+            uid: crate::user::NONROOT,
+            gid: crate::user::NONROOT,
+        };
+        let written = write_atomically_as(&vol, &files, Some(owner));
+        if crate::user::node_is_root() {
+            written.unwrap();
+            for path in [vol.clone(), vol.join("tls.key"), vol.join("..data/")] {
+                let meta = std::fs::metadata(&path).unwrap();
+                assert_eq!((meta.uid(), meta.gid()), (owner.uid, owner.gid), "{path:?}");
+            }
+            let key = std::fs::metadata(vol.join("tls.key")).unwrap();
+            assert_eq!(
+                key.permissions().mode() & 0o777,
+                0o400,
+                "the mode stays the spec's"
+            );
+        } else {
+            // Only root gives files away.
+            assert_eq!(
+                written.unwrap_err().kind(),
+                std::io::ErrorKind::PermissionDenied
+            );
+        }
     }
 
     #[test]

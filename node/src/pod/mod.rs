@@ -7,7 +7,7 @@
 //! `status.rs` renders the status it reports (phase, conditions, container states) from what
 //! it observed, `restart.rs` holds the restart policy, backoff and grace periods, `probes.rs`
 //! what a probe result does, `launch.rs` what each container runs, and `files.rs` lays out the
-//! pod's directory and writes its kubeconfig.
+//! pod's directory (its user's, see [`crate::user`]) and writes its kubeconfig.
 
 mod files;
 mod launch;
@@ -27,7 +27,7 @@ use crate::cache::Caches;
 use crate::credentials::PodCredentials;
 use crate::token::Tokens;
 
-pub use files::{log_path, pod_dir};
+pub use files::{log_path, pod_dir, pods_root};
 pub use worker::run;
 
 /// Grace period of every pod when the node itself stops.
@@ -44,8 +44,16 @@ pub struct Node {
     pub node_name: String,
     /// The node's address (`status.hostIP`).
     pub host_ip: String,
-    /// Root of pods' volumes and logs.
+    /// Root of pods' logs (`logs/`).
     pub state_dir: PathBuf,
+    /// Root of pods' directories (volumes, kubeconfig): `<state>/pods`, or a directory of its
+    /// own when the pods' user cannot reach the state directory ([`files::pods_root`]).
+    pub pods_root: PathBuf,
+    /// Holds (and removes when the node goes) the pods' root when it is a temporary directory.
+    pub pods_root_guard: Option<tempfile::TempDir>,
+    /// Whether the node is root, and so runs pods as their own unprivileged user
+    /// ([`crate::user`]).
+    pub run_as_others: bool,
     /// Maps container images to local executables; read again at each container start, so
     /// edits apply without a restart. `None`: no image runs.
     pub image_map: Option<PathBuf>,

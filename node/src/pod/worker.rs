@@ -27,6 +27,7 @@ use crate::env::{self, Placement};
 use crate::imagemap::ImageMap;
 use crate::probe::{self, Timing, Tracker};
 use crate::process::{self, Exit, Launch, Running};
+use crate::user::{self, RunAs};
 use crate::volume::{self, Mounts, Source};
 
 /// What the worker tracks of one container across its restarts: its process, state, probes
@@ -109,7 +110,10 @@ struct Worker {
     volume_dirs: BTreeMap<String, PathBuf>,
     published: BTreeMap<String, Source>,
     volumes_error: Option<String>,
-    kubeconfig: PathBuf,
+    /// The pod's kubeconfig, or why it could not be written (its containers then wait).
+    kubeconfig: Result<PathBuf, String>,
+    /// Who owns the pod's files (`None`: the node, which runs the pod as itself).
+    owner: Option<RunAs>,
     start_time: String,
     transitions: Transitions,
     last_status: Option<Value>,
@@ -140,9 +144,12 @@ pub async fn run(
         .map(|s| s.containers.clone())
         .unwrap_or_default();
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let dir = pod_dir(&node.state_dir, &namespace, &name);
+    let dir = pod_dir(&node.pods_root, &namespace, &name);
     let volume_dirs = files::volume_dirs(&pod, &dir);
-    let kubeconfig = files::kubeconfig(&node.credentials, &dir, &pod, &volume_dirs);
+    let owner = user::pod_owner(node.run_as_others, &pod);
+    let kubeconfig = files::create_pod_dir(&dir, owner)
+        .map_err(|e| format!("failed to create the pod's directory: {e}"))
+        .and_then(|()| files::kubeconfig(&node.credentials, &dir, &pod, &volume_dirs, owner));
     let mut w = Worker {
         node: node.clone(),
         namespace,
@@ -155,6 +162,7 @@ pub async fn run(
         published: BTreeMap::new(),
         volumes_error: None,
         kubeconfig,
+        owner,
         start_time: clock::api_now(),
         transitions: Transitions::default(),
         last_status: None,
@@ -298,9 +306,17 @@ impl Worker {
                     if self.published.get(&v.name) == Some(&source) {
                         continue;
                     }
+                    let owner = self.owner;
                     let written = match &source {
-                        Source::Files(files) => volume::write_atomically(&dir, files).map(|_| ()),
-                        Source::EmptyDir => std::fs::create_dir_all(&dir),
+                        Source::Files(files) => {
+                            volume::write_atomically_as(&dir, files, owner).map(|_| ())
+                        }
+                        // The pod's to write in.
+                        Source::EmptyDir => std::fs::create_dir_all(&dir).and_then(|()| {
+                            owner.map_or(Ok(()), |o| {
+                                std::os::unix::fs::lchown(&dir, Some(o.uid), Some(o.gid))
+                            })
+                        }),
                         Source::HostPath(_) => Ok(()),
                     };
                     match written {
@@ -363,6 +379,22 @@ impl Worker {
             slot.next_start = Some(Instant::now() + RETRY);
             return;
         }
+        let run_as = match user::container_user(self.node.run_as_others, pod, &slot.spec) {
+            Ok(run_as) => run_as,
+            Err(e) => {
+                slot.state = State::config_error(e);
+                slot.next_start = Some(Instant::now() + RETRY);
+                return;
+            }
+        };
+        let kubeconfig = match &self.kubeconfig {
+            Ok(path) => path.clone(),
+            Err(e) => {
+                slot.state = State::config_error(e.clone());
+                slot.next_start = Some(Instant::now() + RETRY);
+                return;
+            }
+        };
         let ip = self.ip.to_string();
         let at = placement(&self.node, &ip);
         let env = match env::container_env(pod, &slot.spec, &at, &self.node.caches) {
@@ -375,11 +407,12 @@ impl Worker {
         };
         let mounts = Mounts::of(&slot.spec, &self.volume_dirs);
         let env = launch::mounted_env(env, &mounts);
-        let dir = pod_dir(&self.node.state_dir, &self.namespace, &self.name);
+        let dir = pod_dir(&self.node.pods_root, &self.namespace, &self.name);
         let Entrypoint { program, args, cwd } =
             launch::entrypoint(&slot.spec, program, map, &env, &mounts, &dir);
-        let _ = std::fs::create_dir_all(&dir);
-        let mut full_env = process::base_env(&self.name, &self.kubeconfig);
+        // The pod's own variables come last and win, `KUBECONFIG` included: a pod may name
+        // another file, but it runs as its own user, who can read no credentials of the node.
+        let mut full_env = process::base_env(&self.name, &kubeconfig, &dir);
         full_env.extend(env);
         let to_run = Launch {
             program: program.clone(),
@@ -392,6 +425,7 @@ impl Worker {
                 &self.name,
                 &slot.spec.name,
             ),
+            user: run_as,
         };
         slot.generation += 1;
         let generation = slot.generation;
@@ -593,7 +627,7 @@ impl Worker {
         if let Some(tokens) = &self.node.tokens {
             tokens.forget(&self.namespace, &self.name);
         }
-        let dir = pod_dir(&self.node.state_dir, &self.namespace, &self.name);
+        let dir = pod_dir(&self.node.pods_root, &self.namespace, &self.name);
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
