@@ -114,3 +114,27 @@ mod toml_like {
         Manifest { package, bins }
     }
 }
+
+/// No image is published yet, so there is no digest to pin: the CSV's `relatedImages` name each
+/// image by its version tag. Once images are pushed, `relatedImages` must carry `@sha256:`
+/// digests (what OLM mirrors for disconnected clusters) and this test turns into one that
+/// demands them.
+#[test]
+fn related_images_are_version_tags_until_the_images_are_published() {
+    let csv = std::fs::read_to_string(root().join(bundle::BUNDLE_DIR).join(CSV_FILE)).unwrap();
+    let csv: serde_json::Value = serde_yaml::from_str(&csv).unwrap();
+    let related: Vec<&str> = csv["spec"]["relatedImages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        related,
+        [
+            images::image(images::OPERATOR),
+            images::image(images::PRESET_INITIALIZER)
+        ]
+    );
+    assert!(related.iter().all(|image| !image.contains("@sha256:")));
+}
