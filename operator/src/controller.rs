@@ -561,7 +561,11 @@ async fn legacy_supervision(
     .await?;
     let canary = Canary {
         resource: pending::canary_resource(&reached),
-        namespace: probe::PROBE_NAMESPACE.to_string(),
+        // In the operator's own namespace, not a shared one like `default`: the canary right
+        // (create/delete of any kind) is then granted there alone. The initializer's controller
+        // leaves that namespace out of its scope, so it removes the canary's name unhandled:
+        // the probe still shows its watch is alive and its writes land.
+        namespace: ctx.operator_namespace.clone(),
         prefix: validated.names.base.clone(),
         label: validated.names.label.clone(),
         pending_name: legacy.pending_name.clone(),

@@ -142,8 +142,36 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
     cluster: &TestCluster,
 ) {
     let (client, _operator) = start(cluster).await;
+    // Where the canaries are made: seen once initialized (before, a watch does not show them).
+    let canary_namespaces = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let watching = {
+        use futures::StreamExt;
+        let seen = canary_namespaces.clone();
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(client.clone());
+        let config = kube::runtime::watcher::Config::default()
+            .labels(initializer_crds::constants::CANARY_LABEL);
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(kube::runtime::watcher(secrets, config));
+            while let Some(event) = events.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(secret)) = event {
+                    seen.lock().unwrap().extend(secret.metadata.namespace);
+                }
+            }
+        })
+    };
     let took = create_guard_and_wait_registered(&client).await;
     println!("registered {took:?} after creation");
+    wait_for("a canary seen", Duration::from_secs(20), || {
+        let seen = canary_namespaces.clone();
+        async move { !seen.lock().unwrap().is_empty() }
+    })
+    .await;
+    watching.abort();
+    let namespaces = canary_namespaces.lock().unwrap().clone();
+    assert!(
+        namespaces.iter().all(|ns| ns == NS),
+        "canaries only in the operator's namespace, never in a shared one: {namespaces:?}"
+    );
     let config = configuration(&client).await.unwrap();
     assert_eq!(config["initializers"][0]["name"], PENDING);
     assert_eq!(

@@ -223,7 +223,7 @@ pub fn workloads_cluster_role() -> ClusterRole {
 /// ([`crate::rbac::legacy_rules`], [`crate::rbac::legacy_canary_rules`]). They reach every
 /// resource (`*/*`), so no bundle or chart ships them: `initializer-operator legacy-rbac` prints
 /// them ([`legacy_rbac_yaml`]) for the administrator of a 1.7–1.13 cluster to apply and bind,
-/// the first with a ClusterRoleBinding, the second with a RoleBinding in `default`.
+/// the first with a ClusterRoleBinding, the second with a RoleBinding in the operator's namespace.
 pub fn legacy_cluster_roles() -> [ClusterRole; 2] {
     let role = |name: &str, rules| ClusterRole {
         metadata: ObjectMeta {

@@ -12,7 +12,7 @@
 //! - [`legacy_rules`] and [`legacy_canary_rules`] (the ClusterRoles [`LEGACY_CLUSTER_ROLE`] and
 //!   [`LEGACY_CANARY_CLUSTER_ROLE`] shipped in the bundle): what `backend:
 //!   InitializerConfiguration` needs, granted only when an administrator binds them (the first
-//!   with a ClusterRoleBinding, the second with a RoleBinding in `default`, where canaries are
+//!   with a ClusterRoleBinding, the second with a RoleBinding in the operator's namespace, where canaries are
 //!   made). Why each right exists:
 //!   - `initializerconfigurations` get/list/create/patch/delete: register (server-side apply)
 //!     and deregister the configuration, confirm it is gone before the finalizer goes, and find
@@ -29,7 +29,7 @@
 //!     cluster-wide grant covers too. The rules can name any resource, so these cannot be
 //!     narrower; and RBAC lets the operator grant the controller's ClusterRole only rights it
 //!     holds itself (no `escalate`/`bind`).
-//!   - every resource in `default`: create/delete, the canary of the end-to-end probe (a kind
+//!   - every resource in the operator's namespace: create/delete, the canary of the end-to-end probe (a kind
 //!     the rules reach, created with `includeUninitialized` pending on this initializer alone,
 //!     deleted after).
 
@@ -42,7 +42,7 @@ pub const WORKLOADS_CLUSTER_ROLE: &str = "initializer-operator-workloads";
 /// The ClusterRole an administrator binds (ClusterRoleBinding to the operator's ServiceAccount)
 /// to allow `backend: InitializerConfiguration` ([`legacy_rules`]).
 pub const LEGACY_CLUSTER_ROLE: &str = "initializer-operator-legacy-initializers";
-/// The ClusterRole an administrator binds in `default` (RoleBinding to the operator's
+/// The ClusterRole an administrator binds in the operator's namespace (RoleBinding to the operator's
 /// ServiceAccount) so that the legacy backend's probe may create its canaries there
 /// ([`legacy_canary_rules`]).
 pub const LEGACY_CANARY_CLUSTER_ROLE: &str = "initializer-operator-legacy-canary";
@@ -270,7 +270,7 @@ pub const LEGACY_CALLS: &[ApiCall] = &[
     ("*", "*", "initialize"),
 ];
 
-/// The legacy backend's calls in `default`, where the canaries are made.
+/// The legacy backend's calls in the operator's namespace, where the canaries are made.
 pub const LEGACY_CANARY_CALLS: &[ApiCall] = &[
     // apply::legacy::canary_probe.
     ("*", "*", "create"),
