@@ -64,8 +64,9 @@ build:
 
 ## test: lint, generated-file drift, every test tier (unit, component, API conformance and e2e,
 ## each on the sandbox and on the real control plane; the legacy mode's conformance against
-## kube-apiserver 1.13, and the legacy backend's e2e scenarios on the sandbox in legacy mode)
-test: lint verify-generated verify-bundle chart-check monitoring unit conformance legacy-conformance e2e e2e-real
+## kube-apiserver 1.13, and the legacy backend's e2e scenarios on the sandbox in legacy mode;
+## OLM installing, upgrading and removing the operator on the real control plane)
+test: lint verify-generated verify-bundle chart-check monitoring unit conformance legacy-conformance e2e e2e-real e2e-olm
 
 ## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
 ## own in `make e2e`, so its timings are not taken while other tests load the machine; the
