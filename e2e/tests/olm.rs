@@ -736,9 +736,6 @@ async fn operator_on_next(client: &Client) -> anyhow::Result<Option<String>> {
 }
 
 #[test]
-#[ignore = "the chart races the operator for its guard: Helm creates the ValidatingAdmissionPolicy \
-            and binding after the Deployment, and `helm install` fails `already exists` when the \
-            operator has applied them first (3 of 4 runs here); run with --include-ignored"]
 fn helm_upgrade_under_load_loses_no_create() {
     on_real_control_plane(|backend| async move {
         let client = backend.client();

@@ -33,21 +33,10 @@ pub fn namespace_token() -> String {
 /// The objects of `plan` (made for [`namespace_token`]) with their holes, by template file.
 pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error> {
     let mut objects = Vec::new();
-    // The guard keeps the operator's own label, as the operator applies it: it must be the
-    // operator's to restore and the uninstall's to remove, whoever created it. Helm installs the
-    // CRDs (`crds/`) before any template, so a race with the first Initializer remains here;
-    // the operator holds back any Initializer created before the guard (see `guard` there).
-    // Before Kubernetes 1.30 the API is not served and RBAC alone guards Initializers.
-    for object in [plain(&plan.guard_policy)?, plain(&plan.guard_binding)?] {
-        let kind = object["kind"].as_str().unwrap_or_default().to_string();
-        objects.push(TemplateObject {
-            file: "guard.yaml".to_string(),
-            object,
-            condition: Some(format!(
-                ".Capabilities.APIVersions.Has \"admissionregistration.k8s.io/v1/{kind}\""
-            )),
-        });
-    }
+    // No guard here: Helm creates kinds it does not order (ValidatingAdmissionPolicy) after the
+    // Deployment, so the chart raced the operator's own apply of it and `helm install` failed
+    // with `already exists`. The operator applies it at startup, as under OLM, and holds back
+    // any Initializer created before it was in force (`guard` there).
     let mut push = |file: &str, object: Result<Value, Error>| -> Result<(), Error> {
         objects.push(TemplateObject {
             file: file.to_string(),
@@ -128,11 +117,6 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
         });
     }
     Ok(objects)
-}
-
-/// The object as JSON, labels as they are.
-fn plain(object: &impl Serialize) -> Result<Value, Error> {
-    serde_json::to_value(object).map_err(|err| json_error("an object", &err))
 }
 
 /// The object as JSON with the installer's `managed-by` label replaced by [`Hole::Labels`].

@@ -26,9 +26,6 @@ fn plan_objects() -> Vec<(String, Value)> {
         }
         value
     };
-    // The guard keeps the operator's label, in the chart as in the plan.
-    push("guard.yaml", erased::Json::json(&plan.guard_policy));
-    push("guard.yaml", erased::Json::json(&plan.guard_binding));
     plan.service_accounts
         .iter()
         .for_each(|o| push("serviceaccount.yaml", strip(o)));
