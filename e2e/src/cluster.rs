@@ -10,8 +10,9 @@
 //! it would after a crash. Other clusters get a clear error for freeze and kill.
 //!
 //! What must reach pods from this host (Prometheus scraping the operator in the alerts scenario)
-//! runs in the network namespace of the kind control-plane node (`nsenter --net`), where every
-//! pod address is routed: a host process with the node's network, as on the real control plane.
+//! runs in the network namespace of a kind worker node (`nsenter --net`), where every pod
+//! address is routed: a host process with the node's network, as on the real control plane. Not
+//! the control-plane node's, whose address is kube-apiserver's own.
 //! That needs root and an engine on this machine; elsewhere it is `None`, and the scenario says so.
 
 use std::path::{Path, PathBuf};
@@ -35,8 +36,8 @@ pub struct ClusterBackend {
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     docker: String,
-    /// The network namespace of the kind control-plane node (`/proc/<pid>/ns/net`), when this
-    /// process may enter it.
+    /// The network namespace of a kind worker node (`/proc/<pid>/ns/net`; the control-plane
+    /// node's in a cluster without workers), when this process may enter it.
     node_network: Option<PathBuf>,
 }
 
@@ -87,9 +88,15 @@ impl ClusterBackend {
             PodControl::Unsupported
         };
         let docker = std::env::var("E2E_DOCKER").unwrap_or_else(|_| "docker".to_string());
+        // A worker's network, not the control-plane node's: kube-apiserver runs on the host
+        // network of that node, so a program run there shares the API server's source address
+        // (no pod ever does), and an attacker run there would be taken for the API server.
         let node_network = match (control, context.strip_prefix("kind-")) {
             (PodControl::KindNodes, Some(cluster)) => {
-                node_network(&docker, &format!("{cluster}-control-plane")).await
+                match node_network(&docker, &format!("{cluster}-worker")).await {
+                    Some(worker) => Some(worker),
+                    None => node_network(&docker, &format!("{cluster}-control-plane")).await,
+                }
             }
             _ => None,
         };
