@@ -128,22 +128,7 @@ pub fn helm_install_args(chart: &Path, kubeconfig: &Path) -> Vec<String> {
 
 /// The helm binary, built from its Go module by `tools/helm/build.sh` (instant once built).
 pub async fn helm_binary() -> anyhow::Result<std::path::PathBuf> {
-    let script = paths::workspace_root().join("tools/helm/build.sh");
-    let output = Command::new(&script)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .with_context(|| format!("failed to run {}", script.display()))?;
-    if !output.status.success() {
-        bail!(
-            "failed to build helm with {}:\n{}",
-            script.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(std::path::PathBuf::from(
-        String::from_utf8_lossy(&output.stdout).trim(),
-    ))
+    paths::built_by_script("tools/helm/build.sh", "helm").await
 }
 
 /// Runs `helm upgrade --install` of `chart` against `kubeconfig`.

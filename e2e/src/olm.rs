@@ -59,20 +59,7 @@ pub struct Tools {
 impl Tools {
     /// Builds them with `tools/olm/build.sh` (instant once built; `make olm` does it first).
     pub async fn build() -> anyhow::Result<Self> {
-        let script = paths::workspace_root().join("tools/olm/build.sh");
-        let output = Command::new(&script)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .with_context(|| format!("failed to run {}", script.display()))?;
-        if !output.status.success() {
-            bail!(
-                "failed to build OLM and opm with {}:\n{}",
-                script.display(),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+        let dir = paths::built_by_script("tools/olm/build.sh", "OLM and opm").await?;
         Ok(Self { dir })
     }
 

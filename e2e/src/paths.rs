@@ -113,3 +113,25 @@ pub fn state_dir(name: &str, what: &str) -> anyhow::Result<tempfile::TempDir> {
     }
     Ok(dir)
 }
+
+/// Runs a build script of the workspace (`tools/helm/build.sh`, `tools/olm/build.sh`: instant
+/// once built) and returns the path it prints, what it built; a failure carries the script's
+/// stderr, under `what` ("helm", "OLM and opm").
+pub async fn built_by_script(script: &str, what: &str) -> anyhow::Result<PathBuf> {
+    let script = workspace_root().join(script);
+    let output = tokio::process::Command::new(&script)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("failed to run {}", script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "failed to build {what} with {}:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}
