@@ -389,14 +389,7 @@ pub async fn apply_guard_witness(
     read_at: Option<&str>,
 ) -> Result<()> {
     let api: Api<Initializer> = Api::all(client.clone());
-    let mut patch = serde_json::json!({
-        "apiVersion": Initializer::api_version(&()),
-        "kind": Initializer::kind(&()),
-        "status": {"guard": witness},
-    });
-    if let Some(version) = read_at {
-        patch["metadata"] = serde_json::json!({"resourceVersion": version});
-    }
+    let patch = status_apply_patch(serde_json::json!({"guard": witness}), read_at);
     api.patch_status(
         name,
         &PatchParams::apply(GUARD_WITNESS_MANAGER).force(),
@@ -417,12 +410,21 @@ fn status_patch(status: &InitializerStatus, computed_from: Option<&str>) -> serd
         guard: None,
         ..status.clone()
     };
+    status_apply_patch(serde_json::json!(status), computed_from)
+}
+
+/// An apply patch of the status subresource holding `status`, written onto `resource_version`
+/// only when it is given.
+fn status_apply_patch(
+    status: serde_json::Value,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
     let mut patch = serde_json::json!({
         "apiVersion": Initializer::api_version(&()),
         "kind": Initializer::kind(&()),
         "status": status,
     });
-    if let Some(version) = computed_from {
+    if let Some(version) = resource_version {
         patch["metadata"] = serde_json::json!({"resourceVersion": version});
     }
     patch

@@ -34,7 +34,7 @@ use tracing::{info, warn};
 
 pub use initializer_packaging::guard::{
     EARLIER_BINDINGS_ANNOTATION, EARLIER_BINDINGS_KEPT, GUARD_EXPRESSION, GUARD_MESSAGE,
-    GUARD_NAME, MATCH_EXPRESSION, binding, policy,
+    GUARD_NAME, MATCH_EXPRESSION, NOT_SERVED_WARNING, binding, policy,
 };
 
 /// How long after its binding's `creationTimestamp` (whole seconds, rounded down) the guard is
@@ -230,23 +230,18 @@ pub async fn apply(
     }
 }
 
-/// Publishes what an apply came to; false when the guard is not served (nothing to keep).
-fn publish(outcome: &Outcome, state: &watch::Sender<GuardState>) -> bool {
-    match outcome {
-        Outcome::Applied(binding) => {
-            if let Some(in_force) = GuardState::in_force(binding) {
-                state.send_if_modified(|current| {
-                    let changed = *current != in_force;
-                    *current = in_force.clone();
-                    changed
-                });
-            }
-            true
-        }
-        Outcome::NotServed => {
-            state.send_replace(GuardState::NotServed);
-            false
-        }
+/// Publishes what an apply came to (a binding without its server-set fields publishes nothing).
+fn publish(outcome: &Outcome, state: &watch::Sender<GuardState>) {
+    let published = match outcome {
+        Outcome::Applied(binding) => GuardState::in_force(binding),
+        Outcome::NotServed => Some(GuardState::NotServed),
+    };
+    if let Some(published) = published {
+        state.send_if_modified(|current| {
+            let changed = *current != published;
+            *current = published;
+            changed
+        });
     }
 }
 
@@ -262,18 +257,14 @@ pub async fn keep_applied(
     let mut delay = Duration::from_millis(500);
     loop {
         match apply(&client, None).await {
-            Ok(outcome) if publish(&outcome, &state) => {
-                info!(name = GUARD_NAME, "guard on Initializers applied");
+            Ok(outcome) => {
+                publish(&outcome, &state);
                 let Outcome::Applied(binding) = outcome else {
+                    warn!("{NOT_SERVED_WARNING}");
                     return;
                 };
+                info!(name = GUARD_NAME, "guard on Initializers applied");
                 keep_restoring(&client, *binding, &state, &shutdown).await;
-                return;
-            }
-            Ok(_) => {
-                warn!(
-                    "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30 or later): Initializers are guarded by RBAC alone"
-                );
                 return;
             }
             Err(e) => {

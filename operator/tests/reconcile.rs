@@ -2807,12 +2807,7 @@ async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
     // The guard is in force once the operator is ready: an Initializer created now is deployed.
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let first = bindings.get(GUARD_NAME).await.unwrap();
-    let state = initializer_operator::guard::GuardState::in_force(&first).unwrap();
-    wait_for("the guard in force", Duration::from_secs(10), || {
-        let settled = state.is_settled(jiff::Timestamp::now());
-        async move { settled }
-    })
-    .await;
+    support::install::until_in_force(&first).await;
     api.create(&PostParams::default(), &guard("late"))
         .await
         .unwrap();

@@ -17,6 +17,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use crate::manifest::GUARD_NAME;
 
+/// What the installer and the operator log where the API server does not serve the guard's API.
+pub const NOT_SERVED_WARNING: &str = "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30 or later): Initializers are guarded by RBAC alone";
+
 /// The check every create, and every update that changes the spec, of an Initializer must pass.
 pub const GUARD_EXPRESSION: &str = "authorizer.group('admissionregistration.k8s.io').resource('mutatingwebhookconfigurations').check('create').allowed()";
 

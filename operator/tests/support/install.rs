@@ -22,13 +22,21 @@ pub async fn install_crd_and_namespace(client: &Client, namespace: &str) {
         .unwrap();
     install_crd_and_namespace_unguarded(client, namespace).await;
     if let initializer_operator::guard::Outcome::Applied(binding) = guard {
-        let state = initializer_operator::guard::GuardState::in_force(&binding).unwrap();
-        wait_until("the guard in force", Duration::from_secs(10), || {
-            let settled = state.is_settled(jiff::Timestamp::now());
-            async move { settled }
-        })
-        .await;
+        until_in_force(&binding).await;
     }
+}
+
+/// Returns once the guard of `binding` is in force (its creation plus the operator's margin), as
+/// the operator judges it.
+pub async fn until_in_force(
+    binding: &k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+) {
+    let state = initializer_operator::guard::GuardState::in_force(binding).unwrap();
+    wait_until("the guard in force", Duration::from_secs(10), || {
+        let settled = state.is_settled(jiff::Timestamp::now());
+        async move { settled }
+    })
+    .await;
 }
 
 /// Creates the Initializer CRD and `namespace` as [`install_crd_and_namespace`] does, without

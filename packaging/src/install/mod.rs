@@ -490,9 +490,9 @@ async fn apply_guard(client: &Client, plan: &InstallPlan) -> Result<(), Error> {
     match applied.await {
         Ok(_) => tracing::info!(name, "applied the guard on Initializers"),
         // A get of a kind that is not served looks like a missing object; the apply says which.
-        Err((_, err)) if crate::error::is_not_found(&err) => tracing::warn!(
-            "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30 or later): Initializers are guarded by RBAC alone"
-        ),
+        Err((_, err)) if crate::error::is_not_found(&err) => {
+            tracing::warn!("{}", crate::guard::NOT_SERVED_WARNING)
+        }
         Err((kind, source)) => {
             return Err(Error::Apply {
                 kind,
