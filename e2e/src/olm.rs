@@ -381,7 +381,12 @@ impl Olm {
             Command::new(self.tools.opm())
                 .arg("serve")
                 .arg(&dir)
-                .args(["--port", &self.port.to_string()]),
+                .args(["--port", &self.port.to_string()])
+                // Without a cache folder of its own, opm makes one in /tmp and leaves it
+                // behind when stopped; in the state folder it goes with the harness.
+                .arg("--cache-dir")
+                .arg(self.state.path().join("opm-cache"))
+                .arg("--cache-enforce-integrity=false"),
             log,
         )?;
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
