@@ -12,7 +12,11 @@
 #      inside the image); offline the workspace built once here and each image the Dockerfile's
 #      `prebuilt` target on a local runtime base. Each is loaded with `kind load docker-image`
 #   5. install the operator from the bundle, then run the suite with E2E_CLUSTER=kind
-#   6. delete the cluster and stop what step 1 started (always: success, failure or Ctrl-C;
+#   6. OLM on kind (when no scenario is named): an image of the OLM binaries tools/olm/build.sh
+#      builds, loaded like ours; the bundle's install removed, OLM's operators and the catalog
+#      deployed as pods (the catalog behind a Service) and the operator installed by Subscription
+#      (e2e/tests/olm.rs, olm_on_kind_installs_the_operator_and_the_example_registers)
+#   7. delete the cluster and stop what step 1 started (always: success, failure or Ctrl-C;
 #      E2E_KEEP_CLUSTER=1 keeps the cluster and the engine)
 #
 # Needs kubectl and cargo; kind is built from its Go module (e2e/kind/go) when not on PATH.
@@ -164,10 +168,16 @@ build_images() {
 # build_image ARGS...: images/Dockerfile with BuildKit (buildx when installed, else the
 # client's own BuildKit), which builds only the stages the target uses.
 build_image() {
+  build_image_from "$root/images/Dockerfile" "$@"
+}
+# build_image_from DOCKERFILE ARGS...: the same, from another Dockerfile.
+build_image_from() {
+  local dockerfile="$1"
+  shift
   if "$docker" buildx version >/dev/null 2>&1; then
-    "$docker" buildx build --load -q -f "$root/images/Dockerfile" "$@" >/dev/null
+    "$docker" buildx build --load -q -f "$dockerfile" "$@" >/dev/null
   else
-    DOCKER_BUILDKIT=1 "$docker" build -q -f "$root/images/Dockerfile" "$@" >/dev/null
+    DOCKER_BUILDKIT=1 "$docker" build -q -f "$dockerfile" "$@" >/dev/null
   fi
 }
 load_images() {
@@ -196,3 +206,26 @@ run_suite() {
   E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q -p initializer-e2e --test e2e -- "$@"
 }
 stage "running the suite against kind-$cluster" run_suite "$@"
+
+# 6. OLM on kind, unless the run was asked for some scenarios only.
+olm_image=""
+build_olm_image() {
+  local tools context="$state/olm-context" args=()
+  tools="$("$root/tools/olm/build.sh")"
+  olm_image="initializer-e2e/olm:$(basename "$tools")"
+  rm -rf "$context" && mkdir -p "$context"
+  cp "$tools/olm" "$tools/catalog" "$tools/opm" "$context/"
+  if [[ "$offline" == "1" ]]; then
+    args+=(--build-arg "RUNTIME_IMAGE=$("$here/offline/images.sh" runtime)")
+  fi
+  build_image_from "$here/olm.Dockerfile" "${args[@]}" -t "$olm_image" "$context"
+  "$kind_bin" load docker-image --name "$cluster" "$olm_image"
+}
+run_olm() {
+  E2E_OLM_IMAGE="$olm_image" "$cargo" test -q -p initializer-e2e --test olm -- --ignored --exact \
+    olm_on_kind_installs_the_operator_and_the_example_registers --nocapture
+}
+if (($# == 0)); then
+  stage "building and loading OLM's image" build_olm_image
+  stage "OLM on kind: install by Subscription, removal" run_olm
+fi

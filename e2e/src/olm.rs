@@ -8,14 +8,20 @@
 //! then builds the install steps from the inline objects, with neither a registry pod nor a
 //! bundle-unpack Job. OLM's two operators run as processes with the administrator's kubeconfig;
 //! the Deployment of our operator that OLM creates runs on the node agent like every other pod.
+//!
+//! On a cluster of real nodes (kind), OLM runs as pods instead ([`deploy_as_pods`]): one image
+//! holding the same three binaries, its two operators as Deployments, and the same rendered
+//! catalog served by `opm serve` behind a Service the CatalogSource names.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client};
 use tokio::process::{Child, Command};
 
@@ -273,55 +279,60 @@ pub fn olm_api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<Dyna
     }
 }
 
+/// OLM's CRDs (all 8, established), its namespaces and the OLMConfig: what OLM's own install
+/// applies before its operators start, wherever they then run.
+pub async fn install_apis(client: &Client, kubeconfig: &Path, tools: &Tools) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(tools.crds())
+        .with_context(|| format!("failed to read {}", tools.crds().display()))?
+    {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("failed to read {}", path.display()))?;
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
+            .with_context(|| format!("failed to parse {}", path.display()))?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .with_context(|| format!("failed to apply OLM's CRD {name}"))?;
+        names.push(name);
+    }
+    if names.len() != 8 {
+        bail!(
+            "expected OLM's 8 CRDs in {}, found {names:?}",
+            tools.crds().display()
+        );
+    }
+    for name in &names {
+        wait::until(
+            format!("OLM's CRD {name} to be established"),
+            Duration::from_secs(60),
+            || async {
+                let crd = crds.get(name).await?;
+                let established = crd
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(if established {
+                    Check::Done(())
+                } else {
+                    Check::Pending("not established".into())
+                })
+            },
+        )
+        .await?;
+    }
+    kubectl_apply(kubeconfig, OLM_OBJECTS).await
+}
+
 impl Olm {
     /// Applies OLM's CRDs, its namespaces and the OLMConfig, and starts `olm` and `catalog`
     /// with the administrator's `kubeconfig`.
     pub async fn start(client: &Client, kubeconfig: &Path, tools: Tools) -> anyhow::Result<Self> {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let mut names = Vec::new();
-        for entry in std::fs::read_dir(tools.crds())
-            .with_context(|| format!("failed to read {}", tools.crds().display()))?
-        {
-            let path = entry?.path();
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("failed to read {}", path.display()))?;
-            let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
-                .with_context(|| format!("failed to parse {}", path.display()))?;
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            crds.patch(&name, &params, &Patch::Apply(&crd))
-                .await
-                .with_context(|| format!("failed to apply OLM's CRD {name}"))?;
-            names.push(name);
-        }
-        if names.len() != 8 {
-            bail!(
-                "expected OLM's 8 CRDs in {}, found {names:?}",
-                tools.crds().display()
-            );
-        }
-        for name in &names {
-            wait::until(
-                format!("OLM's CRD {name} to be established"),
-                Duration::from_secs(60),
-                || async {
-                    let crd = crds.get(name).await?;
-                    let established = crd
-                        .status
-                        .iter()
-                        .flat_map(|s| s.conditions.iter().flatten())
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    Ok(if established {
-                        Check::Done(())
-                    } else {
-                        Check::Pending("not established".into())
-                    })
-                },
-            )
-            .await?;
-        }
-        kubectl_apply(kubeconfig, OLM_OBJECTS).await?;
-
+        install_apis(client, kubeconfig, &tools).await?;
         let state = paths::state_dir("olm", "the catalog and the logs of olm, catalog and opm")?;
         let (cert, key) = serving_pair(state.path())?;
         let interval = format!("{}s", OLM_INTERVAL.as_secs());
@@ -574,6 +585,226 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// The Service the catalog is served behind when OLM runs as pods.
+pub const CATALOG_SERVICE: &str = "initializer-catalog";
+/// The port `opm serve` listens on, in its pod and on its Service.
+pub const CATALOG_PORT: u16 = 50051;
+
+/// The CatalogSource's `spec.address` when the catalog is a Service in OLM's namespace.
+pub fn catalog_service_address() -> String {
+    format!("{CATALOG_SERVICE}.{OLM_NAMESPACE}.svc:{CATALOG_PORT}")
+}
+
+/// OLM's two operators as Deployments in `olm`, from `image` (`olm`, `catalog` and `opm`, the
+/// binaries `tools/olm/build.sh` builds, on the runtime base: `e2e/kind/olm.Dockerfile`), with
+/// the account and the all-powerful ClusterRole OLM's own install gives them (OLM installs
+/// operators, so it holds every right it may grant), and the same flags as the processes of
+/// [`Olm::start`]. The image is loaded into the nodes, never pulled.
+pub fn operators_yaml(image: &str) -> String {
+    let interval = format!("{}s", OLM_INTERVAL.as_secs());
+    let deployment = |name: &str, binary: &str, args: &[&str]| {
+        let args = args
+            .iter()
+            .map(|a| format!("{a:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "\
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: {OLM_NAMESPACE}
+  labels: {{app: {name}}}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      serviceAccountName: olm-operator-serviceaccount
+      containers:
+        - name: {name}
+          image: {image}
+          imagePullPolicy: Never
+          command: [/usr/local/bin/{binary}]
+          args: [{args}]
+          env:
+            - name: OPERATOR_NAMESPACE
+              valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}
+            - name: OPERATOR_NAME
+              value: {name}
+          readinessProbe:
+            httpGet: {{path: /healthz, port: 8080}}
+            periodSeconds: 2
+"
+        )
+    };
+    format!(
+        "\
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: olm-operator-serviceaccount
+  namespace: {OLM_NAMESPACE}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:controller:operator-lifecycle-manager
+rules:
+  - apiGroups: ['*']
+    resources: ['*']
+    verbs: ['*']
+  - nonResourceURLs: ['*']
+    verbs: ['*']
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: olm-operator-binding-{OLM_NAMESPACE}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:controller:operator-lifecycle-manager
+subjects:
+  - kind: ServiceAccount
+    name: olm-operator-serviceaccount
+    namespace: {OLM_NAMESPACE}
+{}{}",
+        deployment(
+            "olm-operator",
+            "olm",
+            &["--writeStatusName", "", "--interval", &interval]
+        ),
+        deployment(
+            "catalog-operator",
+            "catalog",
+            &[
+                "--namespace",
+                OLM_NAMESPACE,
+                "--writeStatusName",
+                "",
+                "--interval",
+                &interval
+            ]
+        ),
+    )
+}
+
+/// The catalog as a Service: `opm serve` in a Deployment from `image`, on the rendered catalog
+/// (the ConfigMap [`CATALOG_SERVICE`], key `index.yaml`, mounted as one file: a whole-volume
+/// mount would also show opm the ConfigMap's timestamped copy, and with it every package
+/// twice), ready when it answers gRPC's health check.
+pub fn catalog_yaml(image: &str) -> String {
+    format!(
+        "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {CATALOG_SERVICE}
+  namespace: {OLM_NAMESPACE}
+  labels: {{app: {CATALOG_SERVICE}}}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {CATALOG_SERVICE}}}
+  template:
+    metadata:
+      labels: {{app: {CATALOG_SERVICE}}}
+    spec:
+      containers:
+        - name: opm
+          image: {image}
+          imagePullPolicy: Never
+          command: [/usr/local/bin/opm]
+          args: [serve, /catalog, --port, \"{CATALOG_PORT}\", --cache-dir, /tmp/cache, --cache-enforce-integrity=false]
+          ports:
+            - {{name: grpc, containerPort: {CATALOG_PORT}}}
+          readinessProbe:
+            grpc: {{port: {CATALOG_PORT}}}
+            periodSeconds: 2
+          volumeMounts:
+            - {{name: catalog, mountPath: /catalog/index.yaml, subPath: index.yaml, readOnly: true}}
+            - {{name: cache, mountPath: /tmp}}
+      volumes:
+        - name: catalog
+          configMap: {{name: {CATALOG_SERVICE}}}
+        - name: cache
+          emptyDir: {{}}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {CATALOG_SERVICE}
+  namespace: {OLM_NAMESPACE}
+spec:
+  selector: {{app: {CATALOG_SERVICE}}}
+  ports:
+    - {{name: grpc, port: {CATALOG_PORT}, targetPort: grpc}}
+"
+    )
+}
+
+/// OLM running as pods on a cluster of real nodes (kind): its APIs, its two operators and the
+/// catalog of `entries` behind a Service, each Deployment Available.
+pub async fn deploy_as_pods(
+    client: &Client,
+    kubeconfig: &Path,
+    tools: &Tools,
+    image: &str,
+    entries: &[Entry],
+) -> anyhow::Result<()> {
+    install_apis(client, kubeconfig, tools).await?;
+    kubectl_apply(kubeconfig, &operators_yaml(image)).await?;
+    let rendered = tempfile::tempdir()?;
+    render_catalog(tools, entries, rendered.path()).await?;
+    let index = std::fs::read_to_string(rendered.path().join("index.yaml"))?;
+    let config_map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CATALOG_SERVICE.into()),
+            namespace: Some(OLM_NAMESPACE.into()),
+            ..Default::default()
+        },
+        data: Some([("index.yaml".to_string(), index)].into()),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), OLM_NAMESPACE)
+        .patch(
+            CATALOG_SERVICE,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&config_map),
+        )
+        .await
+        .context("failed to apply the catalog's ConfigMap")?;
+    kubectl_apply(kubeconfig, &catalog_yaml(image)).await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), OLM_NAMESPACE);
+    for name in ["olm-operator", "catalog-operator", CATALOG_SERVICE] {
+        wait::until(
+            format!("OLM's Deployment {name} to be available"),
+            Duration::from_secs(180),
+            || async {
+                let deployment = deployments.get(name).await?;
+                let available = deployment
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .any(|c| c.type_ == "Available" && c.status == "True");
+                Ok(if available {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("{:?}", deployment.status))
+                })
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// A CSV's `status.phase`.
 pub fn csv_phase(csv: &DynamicObject) -> Option<String> {
     csv.data["status"]["phase"].as_str().map(str::to_string)
@@ -620,6 +851,74 @@ spec:
               containers:
               - image: ghcr.io/initializer-dev/initializer-operator:0.1.0
 ";
+
+    #[test]
+    fn olm_as_pods_runs_the_loaded_image_with_the_processes_flags() {
+        let docs: Vec<serde_yaml::Value> = operators_yaml("initializer-e2e/olm:v1")
+            .split("\n---\n")
+            .map(|d| serde_yaml::from_str(d).unwrap())
+            .collect();
+        let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Deployment",
+                "Deployment"
+            ]
+        );
+        let container = &docs[4]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "initializer-e2e/olm:v1");
+        assert_eq!(container["imagePullPolicy"], "Never");
+        assert_eq!(container["command"][0], "/usr/local/bin/catalog");
+        let args: Vec<&str> = container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "--namespace",
+                "olm",
+                "--writeStatusName",
+                "",
+                "--interval",
+                "10s"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_catalog_service_serves_the_address_the_catalog_source_names() {
+        let docs: Vec<serde_yaml::Value> = catalog_yaml("initializer-e2e/olm:v1")
+            .split("\n---\n")
+            .map(|d| serde_yaml::from_str(d).unwrap())
+            .collect();
+        let service = &docs[1];
+        assert_eq!(
+            format!(
+                "{}.{}.svc:{}",
+                service["metadata"]["name"].as_str().unwrap(),
+                service["metadata"]["namespace"].as_str().unwrap(),
+                service["spec"]["ports"][0]["port"].as_u64().unwrap()
+            ),
+            catalog_service_address()
+        );
+        let pod = &docs[0]["spec"]["template"]["spec"];
+        assert_eq!(pod["containers"][0]["args"][3], "50051");
+        assert_eq!(
+            pod["containers"][0]["volumeMounts"][0]["subPath"],
+            "index.yaml"
+        );
+        assert!(
+            subscription_yaml(&catalog_service_address())
+                .contains("address: initializer-catalog.olm.svc:50051")
+        );
+    }
 
     #[test]
     fn the_next_csv_changes_only_the_version_and_replaces_the_committed_one() {

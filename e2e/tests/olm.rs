@@ -155,7 +155,7 @@ fn olm_installs_upgrades_under_load_and_removes_the_operator() {
         .await?;
         let mut olm = Olm::start(&client, &kubeconfig, tools).await?;
         eprintln!("olm: state in {}", olm.state_dir().display());
-        let result = olm_scenarios(&client, &kubeconfig, &mut olm, &*backend).await;
+        let result = olm_scenarios(&client, &kubeconfig, &mut olm).await;
         if result.is_err() {
             // The processes' own words are what explains a failure here.
             let _ = olm.check().map_err(|err| eprintln!("olm: {err:?}"));
@@ -177,7 +177,6 @@ async fn olm_scenarios(
     client: &Client,
     kubeconfig: &Path,
     olm: &mut Olm,
-    backend: &dyn Backend,
 ) -> anyhow::Result<Vec<Row>> {
     let committed = paths::bundle_dir();
     let next_dir = tempfile::tempdir()?;
@@ -191,7 +190,7 @@ async fn olm_scenarios(
     olm.serve(std::slice::from_ref(&first)).await?;
 
     let mut rows = Vec::new();
-    rows.push(olm_install(client, kubeconfig, olm).await?);
+    rows.push(olm_install(client, kubeconfig, &olm.address()).await?);
     olm.check()?;
 
     let entries = [
@@ -238,15 +237,16 @@ async fn olm_scenarios(
     row.scenario = "upgrade_by_olm_under_load_loses_no_create".into();
     rows.push(row);
 
-    rows.push(olm_removal(client, kubeconfig, backend).await?);
+    rows.push(olm_removal(client, kubeconfig).await?);
     olm.check()?;
     Ok(rows)
 }
 
-/// The README's subscription, applied as it is; figures up to the example registered.
-async fn olm_install(client: &Client, kubeconfig: &Path, olm: &Olm) -> anyhow::Result<Row> {
+/// The README's subscription, applied as it is with the catalog at `address`; figures up to
+/// the example registered.
+async fn olm_install(client: &Client, kubeconfig: &Path, address: &str) -> anyhow::Result<Row> {
     let started = Instant::now();
-    olm::kubectl_apply(kubeconfig, &olm::subscription_yaml(&olm.address())).await?;
+    olm::kubectl_apply(kubeconfig, &olm::subscription_yaml(address)).await?;
     // When the CRD is established and when the guard is in force, seen from here every 50 ms.
     let window = tokio::spawn(guard_window(client.clone(), started));
     let csvs = olm::olm_api(
@@ -410,11 +410,7 @@ async fn ensure_olm_rbac(client: &Client) -> anyhow::Result<()> {
 }
 
 /// The README's removal commands, then what must (not) remain.
-async fn olm_removal(
-    client: &Client,
-    kubeconfig: &Path,
-    _backend: &dyn Backend,
-) -> anyhow::Result<Row> {
+async fn olm_removal(client: &Client, kubeconfig: &Path) -> anyhow::Result<Row> {
     let started = Instant::now();
     let output = run(kubeconfig, olm::REMOVAL_COMMANDS).await?;
     eprintln!("olm: removal commands said:\n{output}");
@@ -855,4 +851,82 @@ fn bundle_upgrade_under_load_loses_no_create() {
         .await?;
         Ok(vec![row])
     });
+}
+
+/// OLM on kind: its two operators and the catalog as pods (the catalog behind a Service), from
+/// one image of the same binaries. The cluster comes from `make e2e-kind`, whose suite installed
+/// the operator from the bundle: that install is removed first (`uninstall
+/// --delete-initializers`, the README's command), so OLM installs into a cluster without it.
+#[test]
+#[ignore = "runs on the kind cluster of make e2e-kind, after its suite (KUBECONFIG and E2E_OLM_IMAGE set by e2e/kind/run.sh)"]
+fn olm_on_kind_installs_the_operator_and_the_example_registers() {
+    let kubeconfig =
+        PathBuf::from(std::env::var_os("KUBECONFIG").expect("KUBECONFIG names the kind cluster"));
+    let image = std::env::var("E2E_OLM_IMAGE")
+        .expect("E2E_OLM_IMAGE names OLM's image, loaded into the nodes");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(async {
+        let client = Client::try_default().await?;
+        let tools = Tools::build().await?;
+        let operator = paths::binary(initializer_crds::images::OPERATOR)?;
+        run(
+            &kubeconfig,
+            &format!("{} uninstall --delete-initializers", operator.display()),
+        )
+        .await?;
+        run(
+            &kubeconfig,
+            &format!(
+                "kubectl apply --server-side -f {}",
+                tools.monitoring_crds().display()
+            ),
+        )
+        .await?;
+        let started = Instant::now();
+        let entry = Entry {
+            bundle: paths::bundle_dir(),
+            version: olm::VERSION.into(),
+            replaces: None,
+        };
+        olm::deploy_as_pods(&client, &kubeconfig, &tools, &image, &[entry]).await?;
+        eprintln!(
+            "olm: its operators and the catalog Available on kind {:.2}s after the first apply",
+            started.elapsed().as_secs_f64()
+        );
+        let install = olm_install(&client, &kubeconfig, &olm::catalog_service_address()).await;
+        let rows = match install {
+            Ok(row) => vec![
+                Row {
+                    scenario: "olm_on_kind_installs_the_operator_and_the_example_registers".into(),
+                    ..row
+                },
+                olm_removal(&client, &kubeconfig).await?,
+            ],
+            Err(err) => {
+                // OLM's own words explain a failure here.
+                for deployment in ["olm-operator", "catalog-operator", olm::CATALOG_SERVICE] {
+                    let logs = run(
+                        &kubeconfig,
+                        &format!(
+                            "kubectl logs -n {} deploy/{deployment} --tail=30 || true",
+                            olm::OLM_NAMESPACE
+                        ),
+                    )
+                    .await
+                    .unwrap_or_default();
+                    eprintln!("--- last lines of {deployment}:\n{logs}");
+                }
+                return Err(err);
+            }
+        };
+        anyhow::Ok(rows)
+    });
+    match result {
+        Ok(rows) => eprintln!("\n{}", table(&rows)),
+        Err(err) => panic!("{err:?}"),
+    }
 }
