@@ -69,6 +69,41 @@ fn dockerfile_builds_the_package_and_binary_named_by_its_build_argument() {
     assert!(dockerfile.contains("USER 65532:65532"));
 }
 
+/// Supply chain: every base image of `images/Dockerfile` defaults to a reference pinned by
+/// digest (`<name>:<tag>@sha256:<64 hex>`), so what a build pulls cannot move under it.
+#[test]
+fn dockerfile_base_images_are_pinned_by_digest() {
+    let dockerfile = std::fs::read_to_string(root().join("images/Dockerfile")).unwrap();
+    let defaults: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|line| line.strip_prefix("ARG "))
+        .filter_map(|arg| arg.split_once('='))
+        .filter(|(name, _)| name.ends_with("_IMAGE"))
+        .map(|(_, value)| value)
+        .collect();
+    assert_eq!(
+        defaults.len(),
+        2,
+        "RUST_IMAGE and RUNTIME_IMAGE: {defaults:?}"
+    );
+    for image in defaults {
+        let (reference, digest) = image
+            .split_once("@sha256:")
+            .unwrap_or_else(|| panic!("{image} is not pinned by digest"));
+        assert!(
+            reference.contains(':'),
+            "{image}: keep the tag, for readers"
+        );
+        assert!(
+            digest.len() == 64
+                && digest
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+            "{image}: a sha256 digest is 64 lowercase hex digits"
+        );
+    }
+}
+
 #[test]
 fn bundle_images_follow_the_scheme() {
     let bundle = bundle::generate().unwrap();
