@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench profile link-order
+.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench bench-scale profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -169,6 +169,13 @@ RELEASE_ENV = INITIALIZER_LINK_ORDER=$(INITIALIZER_LINK_ORDER) INITIALIZER_PACK_
 RELEASE_INITIALIZERS = $(RELEASE_ENV) $(CARGO) build -q --release -p preset-initializer \
 	&& $(RELEASE_ENV) $(CARGO) build -q --release -p sidecar-initializer \
 	&& $(RELEASE_ENV) $(CARGO) build -q --release -p initializer-load
+
+## bench-scale: N preset Initializers (10, 30, 100) applied at once on the sandbox and on the real
+## control plane, every binary in release: time until all Registered, churn, the leader's RSS, CPU,
+## API requests/s by verb and probe rounds/s while steady, pod restarts (SCALE_ARGS to change them)
+bench-scale: controlplane
+	$(CARGO) build --release --workspace --bins
+	target/release/scale-bench $(SCALE_ARGS)
 
 ## bench: the SDK's cost against a hand-written webhook, in one interleaved run (baseline, preset with
 ## the same one-label work, sidecar): saturation, 1,000 req/s open loop, CPU per review, RSS, ratios

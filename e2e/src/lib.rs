@@ -26,6 +26,7 @@ pub mod prometheus;
 pub mod real;
 pub mod runner;
 pub mod sandbox;
+pub mod scale;
 pub mod scope;
 pub mod timings;
 pub use initializer_test_support::wait;

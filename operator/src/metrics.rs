@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::api_requests::VerbLabels;
 use crate::error::Error;
 
 /// Labels naming an Initializer.
@@ -82,6 +83,8 @@ pub struct Metrics {
     /// An Initializer's probe latency budget (`spec.health.latencyBudgetMillis`), in seconds: a
     /// slower probe fails.
     pub probe_budget: Family<InitializerLabels, Gauge<f64, AtomicU64>>,
+    /// Requests this replica made to the API server, by verb ([`crate::api_requests`]).
+    pub api_requests: Family<VerbLabels, Counter>,
 }
 
 /// What the operator knows about one supervised Initializer, as its gauges show it.
@@ -124,6 +127,7 @@ impl Default for Metrics {
         let suspended = Family::<InitializerLabels, Gauge>::default();
         let certificate_expiry = Family::<InitializerLabels, Gauge>::default();
         let probe_budget = Family::<InitializerLabels, Gauge<f64, AtomicU64>>::default();
+        let api_requests = Family::<VerbLabels, Counter>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -187,6 +191,11 @@ impl Default for Metrics {
             "The Initializer's probe latency budget: a slower probe fails",
             probe_budget.clone(),
         );
+        registry.register(
+            "api_requests",
+            "Requests this replica made to the API server, by verb",
+            api_requests.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -204,6 +213,7 @@ impl Default for Metrics {
             suspended,
             certificate_expiry,
             probe_budget,
+            api_requests,
         }
     }
 }

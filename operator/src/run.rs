@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::api_requests::CountRequests;
 use crate::build::Settings;
 use crate::build::network_policy::{self, Cidrs, NetworkPolicyMode};
 use crate::controller::{self, Context};
@@ -102,9 +103,14 @@ pub use initializer_telemetry::init_tracing;
 /// Runs the operator until SIGINT/SIGTERM.
 pub async fn run(args: RunArgs) -> Result<()> {
     init_tracing(args.log_json);
-    let client = Client::try_default()
+    let metrics = Metrics::shared();
+    let config = kube::Config::infer()
         .await
-        .map_err(|e| Error::Client(Box::new(e)))?;
+        .map_err(|e| Error::Client(Box::new(kube::Error::InferConfig(e))))?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| Error::Client(Box::new(e)))?
+        .with_layer(&CountRequests::new(metrics.api_requests.clone()))
+        .build();
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
@@ -112,7 +118,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         info!("shutting down");
         stop.cancel();
     });
-    run_with(client, args, shutdown).await
+    run_with_metrics(client, metrics, args, shutdown).await
 }
 
 async fn wait_for_signal() {
@@ -139,7 +145,16 @@ async fn wait_for_signal() {
 
 /// Runs the operator with `client` until `shutdown` (used by `run` and by tests).
 pub async fn run_with(client: Client, args: RunArgs, shutdown: CancellationToken) -> Result<()> {
-    let metrics = Metrics::shared();
+    run_with_metrics(client, Metrics::shared(), args, shutdown).await
+}
+
+/// [`run_with`], exporting `metrics` (which the client may already count into).
+pub async fn run_with_metrics(
+    client: Client,
+    metrics: Arc<Metrics>,
+    args: RunArgs,
+    shutdown: CancellationToken,
+) -> Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let watchdog = Watchdog::new();
     let health = Health {
