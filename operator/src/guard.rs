@@ -246,7 +246,7 @@ fn publish(outcome: &Outcome, state: &watch::Sender<GuardState>) {
 }
 
 /// Applies the guard at startup, retrying with backoff (up to a minute apart) until it is in
-/// place or the API server turns out not to serve it; then keeps it in place ([`keep_restoring`])
+/// place or the API server turns out not to serve it; then keeps it in place (`keep_restoring`)
 /// until `shutdown`, publishing the binding in force to `state` each time. Never fails the
 /// operator.
 pub async fn keep_applied(

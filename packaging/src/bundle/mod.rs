@@ -3,7 +3,7 @@
 //!
 //! The bundle is the one definition of how the operator is installed: OLM reads it, and
 //! `initializer-operator install --bundle DIR` reads the same files (see [`crate::install`]).
-//! [`generate`] and [`validate::check`] are pure; [`Bundle::read`] and [`Bundle::write`] are the
+//! [`generate`](fn@generate) and [`validate::check`] are pure; [`Bundle::read`] and [`Bundle::write`] are the
 //! only functions that touch the filesystem.
 
 pub mod chart;

@@ -32,7 +32,7 @@ pub struct AppState {
     pub bookmark_interval: Duration,
     /// The state directory (pods' logs are under `logs/`).
     pub state_dir: std::path::PathBuf,
-    /// The bearer token every request but [`anonymous`] ones must carry (the kubeconfig's).
+    /// The bearer token every request but `anonymous` ones must carry (the kubeconfig's).
     pub token: Arc<str>,
 }
 

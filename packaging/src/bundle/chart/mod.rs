@@ -76,7 +76,7 @@ pub fn run(args: &ChartArgs) -> Result<(), Error> {
     generate()?.write(&args.out)
 }
 
-/// Generates the chart from the bundle [`super::generate`] produces.
+/// Generates the chart from the bundle [`super::generate`](fn@super::generate) produces.
 pub fn generate() -> Result<Chart, Error> {
     from_bundle(&super::generate()?)
 }
