@@ -234,6 +234,9 @@ pub struct FoundTls {
     /// A CA Secret of the name in the workload namespace, labelled ours, left by a version that
     /// kept the CA beside the workload: removed once the CA is in the operator's namespace.
     pub stale_ca: Option<ObjectMeta>,
+    /// The retired mark key the CA Secret keeps ([`crate::tls::retire`]); never one from the
+    /// workload namespace.
+    pub retired_mark_key: Option<initializer_mark::Retired>,
 }
 
 /// Which CA to keep: the one in the operator's namespace, never one found in the workload
@@ -298,10 +301,15 @@ pub async fn read_tls(
         stale
     )?;
     let serving = serving.and_then(|s| Some((text(&s, "tls.crt")?, text(&s, "tls.key")?)));
+    let retired_mark_key = ca
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .and_then(crate::tls::retired_from);
     Ok(FoundTls {
         ca: ca_to_keep(ca.as_ref().and_then(as_ca), stale.as_ref().and_then(as_ca)),
         serving,
         stale_ca: stale.map(|s| s.metadata),
+        retired_mark_key,
     })
 }
 

@@ -152,23 +152,29 @@ pub fn build(
 }
 
 /// The CA Secret: `ca.crt` and `ca.key`, in the operator's namespace whatever the workload's
-/// (a namespaced object may have a cluster-scoped owner, so it still goes with the Initializer).
+/// (a namespaced object may have a cluster-scoped owner, so it still goes with the Initializer);
+/// also the mark key of the serving key last replaced, while marks it made are accepted
+/// ([`crate::tls::retire`]).
 pub fn ca_secret(v: &Validated, tls: &TlsMaterial, owner: Option<&OwnerReference>) -> Secret {
     let mut metadata = meta(v, &v.names.ca_secret, owner);
     metadata.namespace = Some(validate::ca_namespace(v).to_string());
+    let mut data = BTreeMap::from([
+        (
+            "ca.crt".to_string(),
+            ByteString(tls.ca.cert_pem.clone().into_bytes()),
+        ),
+        (
+            "ca.key".to_string(),
+            ByteString(tls.ca.key_pem.clone().into_bytes()),
+        ),
+    ]);
+    if let Some(retired) = &tls.retired_mark_key {
+        data.extend(crate::tls::retired_entries(retired));
+    }
     Secret {
         metadata,
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([
-            (
-                "ca.crt".to_string(),
-                ByteString(tls.ca.cert_pem.clone().into_bytes()),
-            ),
-            (
-                "ca.key".to_string(),
-                ByteString(tls.ca.key_pem.clone().into_bytes()),
-            ),
-        ])),
+        data: Some(data),
         ..Default::default()
     }
 }

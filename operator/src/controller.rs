@@ -161,6 +161,7 @@ pub fn supervision(
         stored_status: obj.status.clone(),
         stored_version: obj.metadata.resource_version.clone(),
         legacy: None,
+        mark_keys: initializer_mark::Keys::default(),
     }
 }
 
@@ -459,12 +460,16 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
                 ca
             }
         });
-        let material = tls::ensure(
+        let before = serving.as_ref().map(|(_, key)| key.clone());
+        let mut material = tls::ensure(
             ca,
             serving,
             &tls::dns_names(&names.base, &validated.namespace),
             now,
         )?;
+        // A new serving key: the pods sign marks with the old one until they load it.
+        material.retired_mark_key =
+            tls::retire(before.as_deref(), &material, found.retired_mark_key, now);
         let owner = obj.controller_owner_ref(&());
         let mut desired = build::build(&validated, &material, &ctx.settings, owner.as_ref());
         // The pods are told the generation that last changed what they run (they mark every
@@ -508,6 +513,7 @@ async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let mut workload = status::observe_workload(&deployment);
     workload.shared_with = shared_with(ctx).await?;
     let mut target = supervision(obj, &validated, &desired, workload, expiry);
+    target.mark_keys = tls::mark_keys(&material);
     if let Some(legacy) = &desired.legacy {
         match legacy_supervision(ctx, &validated, legacy, reached).await {
             Ok(supervised) => target.legacy = Some(supervised),

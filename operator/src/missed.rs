@@ -1,7 +1,15 @@
 //! Missed initializations: after a fail-open window, the objects in the Initializer's scope
-//! that were created in the window without the initializer's mark (the SDK marks every object
-//! it changes, see [`INITIALIZED_BY_ANNOTATION`]). Deciding what counts is pure; [`count`]
+//! that were created in the window without a valid mark of the initializer (the SDK marks every
+//! object it changes, see [`INITIALIZED_BY_ANNOTATION`]). Deciding what counts is pure; [`count`]
 //! lists metadata only, page by page, within a bound.
+//!
+//! The mark is an annotation, which the object's author can write too: a mark counts only when
+//! the initializer made it (`initializer_mark`): its MAC, with a key derived from the
+//! initializer's serving key, is right for this object's namespace, group, resource and name
+//! (or `generateName`), and its time stamp is within `initializer_mark::WINDOW_SECONDS` of the
+//! object's `creationTimestamp`. An unsigned mark (`<name>/<generation>`, what the SDK wrote
+//! before, and what anyone can write), one with a wrong MAC, one made for another object or
+//! copied from one created at another time counts as no mark: the object is missed.
 //!
 //! In scope means what the webhook would have matched: a resource the rules name (with CREATE),
 //! the registered namespace and object selectors, and the annotation gate. Wildcard resources
@@ -14,6 +22,7 @@ use std::collections::BTreeMap;
 
 use initializer_crds::constants::INITIALIZED_BY_ANNOTATION;
 use initializer_crds::{AnnotationGate, InterceptRule, MissedInitializations, Operation};
+use initializer_mark::{Keys, Stored};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
@@ -40,6 +49,8 @@ pub struct Scope {
     pub object_selector: Option<LabelSelector>,
     /// The annotation gate.
     pub gate: Option<AnnotationGate>,
+    /// The keys a valid mark is made with.
+    pub keys: Keys,
     /// The window's first and last instants.
     pub from: Timestamp,
     /// See `from`.
@@ -68,17 +79,32 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
         })
 }
 
-/// Whether the object carries the initializer's mark: an entry `<name>` or `<name>/<gen>`.
-pub fn is_marked(meta: &ObjectMeta, initializer: &str) -> bool {
-    meta.annotations
+/// Whether the object, listed as `resource`, carries a mark `initializer` made for it with one
+/// of `keys` (see the module's documentation); a name alone, or any mark its author could
+/// write, is not one.
+pub fn is_marked(
+    keys: &Keys,
+    initializer: &str,
+    resource: &ApiResource,
+    meta: &ObjectMeta,
+) -> bool {
+    let Some(Time(created)) = meta.creation_timestamp.as_ref() else {
+        return false;
+    };
+    let object = Stored {
+        namespace: meta.namespace.as_deref().unwrap_or_default(),
+        group: &resource.group,
+        resource: &resource.plural,
+        name: meta.name.as_deref().unwrap_or_default(),
+        generate_name: meta.generate_name.as_deref().unwrap_or_default(),
+        created: created.as_second(),
+    };
+    let value = meta
+        .annotations
         .as_ref()
         .and_then(|a| a.get(INITIALIZED_BY_ANNOTATION))
-        .is_some_and(|value| {
-            value
-                .split(',')
-                .map(str::trim)
-                .any(|entry| entry.split('/').next() == Some(initializer))
-        })
+        .map(String::as_str);
+    initializer_mark::verify(keys, initializer, value, &object).is_ok()
 }
 
 /// Whether the object was created in the window, widened to whole seconds.
@@ -91,14 +117,17 @@ pub fn created_in(meta: &ObjectMeta, from: Timestamp, to: Timestamp) -> bool {
     c >= f && c <= t
 }
 
-/// Whether an object (with its namespace's labels, for namespaced objects) was created in the
-/// window, in scope, and without the mark.
+/// Whether an object listed as `resource` (with its namespace's labels, for namespaced objects)
+/// was created in the window, in scope, and without a valid mark.
 pub fn missed(
     scope: &Scope,
+    resource: &ApiResource,
     meta: &ObjectMeta,
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    if !created_in(meta, scope.from, scope.to) || is_marked(meta, &scope.initializer) {
+    if !created_in(meta, scope.from, scope.to)
+        || is_marked(&scope.keys, &scope.initializer, resource, meta)
+    {
         return false;
     }
     let empty = BTreeMap::new();
@@ -257,7 +286,7 @@ pub async fn count(
                 {
                     continue;
                 }
-                if missed(scope, &item.metadata, ns_labels) {
+                if missed(scope, resource, &item.metadata, ns_labels) {
                     count += 1;
                     if examples.len() < EXAMPLES {
                         examples.push(display(resource, &item.metadata));
@@ -287,7 +316,39 @@ pub async fn count(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use initializer_mark::{Identity, MarkKey, Retired};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn deployments() -> ApiResource {
+        resources(&[InterceptRule {
+            api_groups: vec!["apps".into()],
+            api_versions: vec!["v1".into()],
+            resources: vec!["deployments".into()],
+            operations: vec![Operation::Create],
+            scope: None,
+        }])
+        .0
+        .remove(0)
+    }
+
+    fn check(
+        scope: &Scope,
+        meta: &ObjectMeta,
+        namespace_labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        missed(scope, &deployments(), meta, namespace_labels)
+    }
+
+    /// The initializer's key (what its serving key gives).
+    fn key() -> MarkKey {
+        MarkKey::from_serving_key_der(b"the initializer's serving key")
+    }
+
+    /// A mark as the SDK signs it for Deployment `name` in `apps`, stamped `time`.
+    fn signed(key: &MarkKey, generation: Option<i64>, name: &str, time: i64) -> String {
+        let identity = Identity::at_admission("apps", "apps", "deployments", name, "");
+        initializer_mark::sign(key, "sidecar", generation, &identity, time)
+    }
 
     fn ts(s: i64, ms: i64) -> Timestamp {
         Timestamp::from_millisecond(s * 1000 + ms).unwrap()
@@ -331,6 +392,7 @@ mod tests {
                 name: "initializer.kubernetes.io/sidecar".into(),
                 required: true,
             }),
+            keys: Keys::current(key()),
             from: ts(100, 400),
             to: ts(105, 200),
         }
@@ -344,7 +406,7 @@ mod tests {
 
     #[test]
     fn an_unmarked_object_in_scope_created_in_the_window_is_missed() {
-        assert!(missed(
+        assert!(check(
             &scope(),
             &meta(Some("apps"), 102, &[GATE]),
             Some(&team_a())
@@ -352,26 +414,124 @@ mod tests {
     }
 
     #[test]
-    fn marked_objects_are_not_missed_whatever_the_generation() {
+    fn objects_the_initializer_marked_are_not_missed_whatever_the_generation() {
+        let good = signed(&key(), Some(3), "obj", 102);
         for mark in [
-            "sidecar",
-            "sidecar/3",
-            "proxy,sidecar/1",
-            "proxy/2, sidecar",
+            good.clone(),
+            signed(&key(), None, "obj", 102),
+            format!("proxy/2,{good}"),
+            format!("proxy/2, sidecar/1, {good}"),
+            // Stamped by the initializer's clock, a few seconds off the API server's.
+            signed(&key(), Some(3), "obj", 95),
         ] {
             let m = meta(
                 Some("apps"),
                 102,
-                &[GATE, (INITIALIZED_BY_ANNOTATION, mark)],
+                &[GATE, (INITIALIZED_BY_ANNOTATION, &mark)],
             );
-            assert!(!missed(&scope(), &m, Some(&team_a())), "{mark}");
+            assert!(!check(&scope(), &m, Some(&team_a())), "{mark}");
         }
-        let other = meta(
+        // Made by generateName before the API server named the object.
+        let identity = Identity::at_admission("apps", "apps", "deployments", "", "web-");
+        let mark = initializer_mark::sign(&key(), "sidecar", Some(3), &identity, 102);
+        let mut m = meta(
             Some("apps"),
             102,
-            &[GATE, (INITIALIZED_BY_ANNOTATION, "sidecar-2/1")],
+            &[GATE, (INITIALIZED_BY_ANNOTATION, &mark)],
         );
-        assert!(missed(&scope(), &other, Some(&team_a())));
+        m.name = Some("web-7xk2q".into());
+        m.generate_name = Some("web-".into());
+        assert!(!check(&scope(), &m, Some(&team_a())), "{mark}");
+    }
+
+    #[test]
+    fn marks_an_author_can_write_do_not_hide_an_object() {
+        // Each of these hid the object before marks were signed.
+        let forged = [
+            // The old, unsigned forms: anyone can write them.
+            "sidecar".to_string(),
+            "sidecar/3".to_string(),
+            "proxy,sidecar/1".to_string(),
+            "proxy/2, sidecar".to_string(),
+            // The signed form with a made-up MAC.
+            format!("sidecar/3/t=102/{}", "A".repeat(43)),
+            // Made with another key.
+            signed(
+                &MarkKey::from_serving_key_der(b"not the key"),
+                Some(3),
+                "obj",
+                102,
+            ),
+            // A genuine mark copied from another object...
+            signed(&key(), Some(3), "other", 102),
+            // ... or from this name's earlier object, created a minute before.
+            signed(&key(), Some(3), "obj", 42),
+            // A genuine mark with its generation or time stamp edited.
+            signed(&key(), Some(3), "obj", 102).replacen("sidecar/3/", "sidecar/4/", 1),
+            signed(&key(), Some(3), "obj", 90).replacen("t=90/", "t=102/", 1),
+            // Another initializer's name.
+            "sidecar-2/1".to_string(),
+        ];
+        for mark in forged {
+            let m = meta(
+                Some("apps"),
+                102,
+                &[GATE, (INITIALIZED_BY_ANNOTATION, &mark)],
+            );
+            assert!(check(&scope(), &m, Some(&team_a())), "{mark}");
+        }
+        // Nor in another namespace, or listed as another resource.
+        let good = signed(&key(), Some(3), "obj", 102);
+        let elsewhere = meta(
+            Some("apps-2"),
+            102,
+            &[GATE, (INITIALIZED_BY_ANNOTATION, &good)],
+        );
+        assert!(check(&scope(), &elsewhere, Some(&team_a())));
+        let here = meta(
+            Some("apps"),
+            102,
+            &[GATE, (INITIALIZED_BY_ANNOTATION, &good)],
+        );
+        let mut statefulsets = deployments();
+        statefulsets.plural = "statefulsets".into();
+        assert!(missed(&scope(), &statefulsets, &here, Some(&team_a())));
+        // Without a key (the serving key unreadable), no mark is trusted.
+        let keyless = Scope {
+            keys: Keys::default(),
+            ..scope()
+        };
+        assert!(check(&keyless, &here, Some(&team_a())));
+    }
+
+    #[test]
+    fn marks_of_the_replaced_serving_key_are_trusted_until_its_end() {
+        let old = MarkKey::from_serving_key_der(b"the serving key before the rotation");
+        let s = Scope {
+            keys: Keys {
+                current: Some(key()),
+                previous: Some(Retired {
+                    key: old.clone(),
+                    until: 102,
+                }),
+            },
+            ..scope()
+        };
+        let at = |created: i64, time: i64| {
+            meta(
+                Some("apps"),
+                created,
+                &[
+                    GATE,
+                    (
+                        INITIALIZED_BY_ANNOTATION,
+                        &signed(&old, Some(3), "obj", time),
+                    ),
+                ],
+            )
+        };
+        assert!(!check(&s, &at(102, 102), Some(&team_a())));
+        assert!(check(&s, &at(103, 103), Some(&team_a())));
     }
 
     #[test]
@@ -385,7 +545,7 @@ mod tests {
             (107, false),
         ] {
             assert_eq!(
-                missed(&s, &meta(Some("apps"), created, &[GATE]), Some(&team_a())),
+                check(&s, &meta(Some("apps"), created, &[GATE]), Some(&team_a())),
                 inside,
                 "{created}"
             );
@@ -396,15 +556,15 @@ mod tests {
     fn objects_out_of_scope_are_not_missed() {
         let s = scope();
         let ungated = meta(Some("apps"), 102, &[]);
-        assert!(!missed(&s, &ungated, Some(&team_a())), "no gate annotation");
+        assert!(!check(&s, &ungated, Some(&team_a())), "no gate annotation");
         let gated_off = meta(
             Some("apps"),
             102,
             &[("initializer.kubernetes.io/sidecar", "false")],
         );
-        assert!(!missed(&s, &gated_off, Some(&team_a())));
+        assert!(!check(&s, &gated_off, Some(&team_a())));
         let other_team = BTreeMap::from([("team".into(), "b".into())]);
-        assert!(!missed(
+        assert!(!check(
             &s,
             &meta(Some("apps"), 102, &[GATE]),
             Some(&other_team)
@@ -414,7 +574,7 @@ mod tests {
             "initializer.dev/excluded".into(),
             "true".into(),
         )]));
-        assert!(!missed(&s, &own_pod, Some(&team_a())));
+        assert!(!check(&s, &own_pod, Some(&team_a())));
         let optional = Scope {
             gate: Some(AnnotationGate {
                 name: "initializer.kubernetes.io/sidecar".into(),
@@ -422,7 +582,7 @@ mod tests {
             }),
             ..scope()
         };
-        assert!(missed(&optional, &ungated, Some(&team_a())));
+        assert!(check(&optional, &ungated, Some(&team_a())));
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct Supervision {
     /// [`Supervision::webhook`] (which then only names and labels the configuration), the
     /// canary the prober creates, and what a deregistration releases.
     pub legacy: Option<LegacySupervision>,
+    /// The keys the initializer's marks are checked with when missed initializations are
+    /// counted ([`crate::tls::mark_keys`]).
+    pub mark_keys: initializer_mark::Keys,
 }
 
 /// What the `InitializerConfiguration` backend supervises beyond the webhook's.
@@ -1652,6 +1655,7 @@ impl Supervisor {
                 .next()
                 .and_then(|w| w.object_selector.clone()),
             gate: st.target.gate.clone(),
+            keys: st.target.mark_keys.clone(),
             from,
             to,
         };

@@ -6,8 +6,20 @@
 //! carries the new CA and the one it replaced together, so that the API server (and the probe)
 //! trust the pods still serving a certificate of the old CA until they load the new one; the old
 //! CA leaves the bundle with [`Ca::retire_previous`] once every pod serves the new one.
+//!
+//! The serving key also keys the initialized-by mark (`initializer_mark`: a key derived from it
+//! signs every object the initializer changes, and the operator checks the marks with the same
+//! derivation, [`mark_keys`]). A new serving certificate comes with a new key, and the pods load
+//! it a little later (kubelet refreshes a mounted Secret within a minute or so, then the SDK's
+//! next poll): [`retire`] keeps the key it replaced, accepted for marks stamped up to
+//! [`RETIRED_MARK_KEY_GRACE`] after the replacement, in the CA Secret (never mounted), so that a
+//! restarted or newly elected operator knows it too.
 
+use std::collections::BTreeMap;
+
+use initializer_mark::{Keys, MarkKey, Retired};
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::ByteString;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -22,6 +34,17 @@ pub const CA_LIFETIME: SignedDuration = SignedDuration::from_hours(24 * 3652);
 pub const SERVING_LIFETIME: SignedDuration = SignedDuration::from_hours(24 * 365);
 /// Certificates are backdated by this much to tolerate clock skew between machines.
 const BACKDATE: SignedDuration = SignedDuration::from_mins(5);
+/// How long after the serving key is replaced marks made with the replaced key's mark key are
+/// still accepted (by their time stamp): the pods sign with the old key until they have loaded
+/// the new one, kubelet's refresh of the mounted Secret (about a minute by default) plus the
+/// SDK's poll. A pod that keeps the old key longer has its marks refused: the objects count as
+/// missed, the safe way to be wrong. Past it, a key replaced because it leaked is worthless.
+pub const RETIRED_MARK_KEY_GRACE: SignedDuration = SignedDuration::from_mins(10);
+/// The CA Secret's entry holding the replaced serving key's mark key (32 bytes; not the TLS
+/// key).
+pub const RETIRED_MARK_KEY: &str = "initialized-by-retired.key";
+/// The CA Secret's entry holding the last time stamp (Unix seconds) that key is accepted for.
+pub const RETIRED_MARK_KEY_UNTIL: &str = "initialized-by-retired.until";
 
 /// The CA certificate and key, as PEM.
 #[derive(Clone, PartialEq, Eq)]
@@ -104,6 +127,9 @@ pub struct TlsMaterial {
     pub cert_pem: String,
     /// Serving key (PEM).
     pub key_pem: String,
+    /// The mark key of the serving key this one replaced, while marks it made are accepted
+    /// ([`retire`]); kept in the CA Secret.
+    pub retired_mark_key: Option<Retired>,
 }
 
 impl std::fmt::Debug for TlsMaterial {
@@ -265,6 +291,7 @@ pub fn issue(ca: &Ca, names: &[String], now: Timestamp) -> Result<TlsMaterial> {
         ca: ca.clone(),
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
+        retired_mark_key: None,
     })
 }
 
@@ -287,12 +314,73 @@ pub fn ensure(
             ca: ca.clone(),
             cert_pem,
             key_pem,
+            retired_mark_key: None,
         };
         if !needs_rotation(&current, now, names) {
             return Ok(current);
         }
     }
     issue(&ca, names, now)
+}
+
+/// The mark key to keep as retired once [`ensure`] has run: when the serving key changed from
+/// `before` (the key read from the Secret), the replaced key's, accepted for marks stamped up to
+/// [`RETIRED_MARK_KEY_GRACE`] from `now`; otherwise the one `kept` so far (an unreadable or absent
+/// old key signed nothing, so there is nothing new to keep).
+pub fn retire(
+    before: Option<&str>,
+    after: &TlsMaterial,
+    kept: Option<Retired>,
+    now: Timestamp,
+) -> Option<Retired> {
+    match before {
+        Some(old) if old != after.key_pem => MarkKey::from_serving_key_pem(old.as_bytes())
+            .ok()
+            .map(|key| Retired {
+                key,
+                until: now
+                    .checked_add(RETIRED_MARK_KEY_GRACE)
+                    .unwrap_or(now)
+                    .as_second(),
+            }),
+        _ => kept,
+    }
+}
+
+/// The keys the initializer's marks are checked with: the serving key's, and the retired one.
+pub fn mark_keys(material: &TlsMaterial) -> Keys {
+    Keys {
+        current: MarkKey::from_serving_key_pem(material.key_pem.as_bytes()).ok(),
+        previous: material.retired_mark_key.clone(),
+    }
+}
+
+/// The CA Secret's entries for a retired mark key.
+pub fn retired_entries(retired: &Retired) -> [(String, ByteString); 2] {
+    [
+        (
+            RETIRED_MARK_KEY.to_string(),
+            ByteString(retired.key.to_bytes().to_vec()),
+        ),
+        (
+            RETIRED_MARK_KEY_UNTIL.to_string(),
+            ByteString(retired.until.to_string().into_bytes()),
+        ),
+    ]
+}
+
+/// The retired mark key a CA Secret's data holds, if both entries are there and well formed.
+pub fn retired_from(data: &BTreeMap<String, ByteString>) -> Option<Retired> {
+    let key: [u8; 32] = data.get(RETIRED_MARK_KEY)?.0.as_slice().try_into().ok()?;
+    let until = std::str::from_utf8(&data.get(RETIRED_MARK_KEY_UNTIL)?.0)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Retired {
+        key: MarkKey::from_bytes(key),
+        until,
+    })
 }
 
 #[cfg(test)]
@@ -374,6 +462,7 @@ mod tests {
             },
             cert_pem: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into(),
             key_pem: String::new(),
+            retired_mark_key: None,
         };
         assert!(needs_rotation(&m, now(), &names()));
         assert!(ca_needs_rotation(&m.ca, now()));
@@ -457,6 +546,55 @@ mod tests {
         let old = new_ca(now()).unwrap();
         let after_its_life = now() + CA_LIFETIME + SignedDuration::from_hours(24);
         assert_eq!(old.replaced_by(next.clone(), after_its_life), next);
+    }
+
+    #[test]
+    fn a_replaced_serving_key_keeps_signing_valid_marks_for_the_grace_period() {
+        let first = ensure(None, None, &names(), now()).unwrap();
+        let keys = mark_keys(&first);
+        assert!(keys.current.is_some() && keys.previous.is_none());
+        let later = now() + SignedDuration::from_hours(24 * 300);
+        let rotated = ensure(
+            Some(first.ca.clone()),
+            Some((first.cert_pem.clone(), first.key_pem.clone())),
+            &names(),
+            later,
+        )
+        .unwrap();
+        assert_ne!(rotated.key_pem, first.key_pem);
+        let retired = retire(Some(&first.key_pem), &rotated, None, later).unwrap();
+        assert_eq!(Some(&retired.key), keys.current.as_ref());
+        assert_eq!(retired.until, (later + RETIRED_MARK_KEY_GRACE).as_second());
+        let rotated = TlsMaterial {
+            retired_mark_key: Some(retired.clone()),
+            ..rotated
+        };
+        let now_keys = mark_keys(&rotated);
+        assert_ne!(now_keys.current, keys.current);
+        assert_eq!(now_keys.previous.as_ref(), Some(&retired));
+        // Kept while the serving key stays; replaced at the next rotation; nothing to retire
+        // when there was no key before.
+        assert_eq!(
+            retire(
+                Some(&rotated.key_pem),
+                &rotated,
+                Some(retired.clone()),
+                later
+            ),
+            Some(retired.clone())
+        );
+        assert_eq!(
+            retire(None, &rotated, Some(retired.clone()), later),
+            Some(retired.clone())
+        );
+        assert_eq!(
+            retire(Some("garbage"), &rotated, Some(retired.clone()), later),
+            None
+        );
+        // And it survives the round trip through the CA Secret.
+        let data: BTreeMap<String, ByteString> = retired_entries(&retired).into_iter().collect();
+        assert_eq!(retired_from(&data), Some(retired));
+        assert_eq!(retired_from(&BTreeMap::new()), None);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use crate::gate::AnnotationGate;
-
+use crate::mark::Marker;
 use crate::review::{Denial, Review};
 use crate::{diff, mutate};
 
@@ -68,7 +68,7 @@ pub(crate) trait ErasedHandler<C>: Send + Sync {
         object: &RawValue,
         review: &Review<C>,
         gate: Option<&AnnotationGate>,
-        mark: Option<&str>,
+        mark: Option<&Marker>,
     ) -> Result<Outcome, Failure>;
 }
 
@@ -87,11 +87,11 @@ fn encode<K: Serialize>(obj: &K) -> Result<String, Failure> {
 }
 
 /// The patch from `before` (the object's JSON before the handler ran) to `obj`, marking the
-/// object as initialized when it changed.
+/// object as initialized when it changed (signed for the object as it now is, see `mark`).
 fn finish<K: Resource + Serialize>(
     before: &str,
     obj: &mut K,
-    mark: Option<&str>,
+    mark: Option<&Marker>,
 ) -> Result<Outcome, Failure> {
     let after = encode(obj)?;
     // The same typed value always serializes to the same text.
@@ -104,9 +104,10 @@ fn finish<K: Resource + Serialize>(
     }
     // The mark is one more operation on the metadata the patch leaves: cheaper than encoding
     // and diffing the whole object again.
-    if let Some(name) = mark {
+    if let Some(marker) = mark {
+        let entry = marker.entry(obj.meta());
         let had_annotations = obj.meta().annotations.is_some();
-        if mutate::mark_initialized(obj.meta_mut(), name)
+        if mutate::mark_initialized(obj.meta_mut(), &entry)
             && let Some(value) = obj
                 .meta()
                 .annotations
@@ -148,7 +149,7 @@ where
         object: &RawValue,
         review: &Review<C>,
         gate: Option<&AnnotationGate>,
-        mark: Option<&str>,
+        mark: Option<&Marker>,
     ) -> Result<Outcome, Failure> {
         let mut obj: K = decode(object)?;
         if gate.is_some_and(|g| !g.admits(obj.meta().annotations.as_ref())) {
@@ -181,7 +182,7 @@ pub(crate) trait ErasedAsyncHandler<C>: Send + Sync {
         object: Box<RawValue>,
         review: Arc<Review<C>>,
         gate: Option<AnnotationGate>,
-        mark: Option<Arc<str>>,
+        mark: Option<Arc<Marker>>,
     ) -> BoxFuture<'static, Result<Outcome, Failure>>;
 }
 
@@ -196,7 +197,7 @@ where
         object: Box<RawValue>,
         review: Arc<Review<C>>,
         gate: Option<AnnotationGate>,
-        mark: Option<Arc<str>>,
+        mark: Option<Arc<Marker>>,
     ) -> BoxFuture<'static, Result<Outcome, Failure>> {
         Box::pin(async move {
             let mut obj: K = decode(&object)?;

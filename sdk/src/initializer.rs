@@ -18,9 +18,11 @@ use crate::config::ConfigStore;
 use crate::gate::AnnotationGate;
 use crate::handler::{AnyHandler, Failure, Initialize, InitializeAsync, Outcome, Typed};
 use crate::lane::{Lane, Lanes};
+use crate::mark::{self, KeyCell, Marker, Stamp};
 use crate::metrics::Metrics;
 use crate::review::{
-    REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, ReviewIn, Status, Verdict,
+    Operation, REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, ReviewIn, Status,
+    Verdict,
 };
 
 /// Largest request body accepted by default: 7 MiB. The API server accepts objects up to 3 MiB
@@ -83,6 +85,8 @@ pub struct Initializer<C = ()> {
     pub(crate) gate_set: bool,
     mark_initialized: bool,
     pub(crate) generation: Option<i64>,
+    /// The key marks are signed with, filled by the certificate store while serving.
+    pub(crate) mark_key: Arc<KeyCell>,
     inline_handlers: bool,
     lanes: Lanes,
     pub(crate) metrics: Arc<Metrics>,
@@ -130,6 +134,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             gate_set: false,
             mark_initialized: true,
             generation: None,
+            mark_key: Arc::new(KeyCell::default()),
             inline_handlers: false,
             lanes: Lanes::default(),
             metrics: Arc::new(Metrics::new()),
@@ -240,10 +245,14 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self
     }
 
-    /// Whether to mark every object a handler changed: `<name>/<generation>` (or `<name>`
-    /// without a generation) in [`INITIALIZED_BY_ANNOTATION`](crate::mutate::INITIALIZED_BY_ANNOTATION).
-    /// On by default: after an outage the operator counts the objects created without the
-    /// mark, so that they can be recreated.
+    /// Whether to mark every object a handler changed, in
+    /// [`INITIALIZED_BY_ANNOTATION`](crate::mutate::INITIALIZED_BY_ANNOTATION):
+    /// `<name>/<generation>/t=<unix seconds>/<MAC>` (`<name>/t=…` without a generation), the MAC
+    /// made with a key derived from the serving key, over the object's namespace, group,
+    /// resource and name (or `generateName`) and the time stamp; `<name>/<generation>` unsigned
+    /// while no serving key is loaded (a handler called without a server). On by default: after
+    /// an outage the operator counts the objects created without a valid mark, so that they can
+    /// be recreated; an unsigned or copied mark counts as none.
     pub fn mark_initialized(mut self, mark: bool) -> Self {
         self.mark_initialized = mark;
         self
@@ -255,12 +264,19 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self
     }
 
-    /// The mark this initializer writes: `<name>/<generation>`, or `<name>`.
-    pub(crate) fn mark(&self) -> String {
-        match self.generation {
-            Some(generation) => format!("{}/{generation}", self.name),
-            None => self.name.to_string(),
-        }
+    /// What marks an object the handler changes in answer to `info`, stamped per `stamp`.
+    fn marker(&self, info: &RequestInfo, stamp: Stamp) -> Option<Arc<Marker>> {
+        self.mark_initialized.then(|| {
+            Arc::new(Marker {
+                initializer: Arc::clone(&self.name),
+                generation: self.generation,
+                key: self.mark_key.current(),
+                namespace: info.namespace.clone().unwrap_or_default(),
+                group: info.resource.group.clone(),
+                resource: info.resource.resource.clone(),
+                stamp,
+            })
+        })
     }
 
     /// Run handlers inside the task of the connection that received the request. Saves a task
@@ -378,16 +394,28 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             dry_run: request.dry_run.unwrap_or(false),
         };
         let kind = info.kind.kind.clone();
-        Ok((kind, self.answer(info, object, old_object).await))
+        // A create is stamped when it arrives (the API server sets the creation time just
+        // after); an update with the stored object's creation, never the request's own
+        // metadata (see `mark`).
+        let stamp = match info.operation {
+            Operation::Update => old_object
+                .as_deref()
+                .and_then(mark::created_at)
+                .map_or_else(|| Stamp::At(mark::now()), Stamp::At),
+            _ => Stamp::At(mark::now()),
+        };
+        Ok((kind, self.answer(info, object, old_object, stamp).await))
     }
 
     /// Run the handler of `info.kind` on `object` under the budget and the failure policy: the
-    /// answer to one request, from the webhook's reviews and the controller mode alike.
+    /// answer to one request, from the webhook's reviews and the controller mode alike. A mark
+    /// is stamped per `stamp`.
     pub(crate) async fn answer(
         &self,
         info: RequestInfo,
         object: Option<Box<serde_json::value::RawValue>>,
         old_object: Option<Box<serde_json::value::RawValue>>,
+        stamp: Stamp,
     ) -> Response {
         let kind = info.kind.kind.clone();
         let uid = info.uid.clone();
@@ -403,8 +431,8 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             return self.failed(uid, "its configuration is not loaded yet".into());
         };
 
+        let mark = self.marker(&info, stamp);
         let review = Review::new(Arc::new(info), old_object, config, Arc::clone(&self.name));
-        let mark: Option<Arc<str>> = self.mark_initialized.then(|| Arc::from(self.mark()));
         let gate = self.annotation_gate.clone();
         let ran = match &entry.handler {
             AnyHandler::Sync(handler) => {

@@ -116,6 +116,7 @@ pub mod gate;
 mod handler;
 mod initializer;
 mod lane;
+mod mark;
 mod metrics;
 pub mod mutate;
 mod reload;

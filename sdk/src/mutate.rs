@@ -16,8 +16,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Annotation listing, comma-separated, the initializers that changed an object, each as
-/// `<name>/<generation>` (or `<name>`): the mark the operator looks for after an outage.
-pub const INITIALIZED_BY_ANNOTATION: &str = "initializer.dev/initialized-by";
+/// `<name>/<generation>/t=<unix seconds>/<MAC>` (see
+/// [`Initializer::mark_initialized`](crate::Initializer::mark_initialized)): the mark the
+/// operator looks for after an outage.
+pub const INITIALIZED_BY_ANNOTATION: &str = initializer_mark::ANNOTATION;
 
 /// An object that carries a pod spec: a Pod itself or a workload with a pod template.
 pub trait PodSpecHolder {
@@ -259,13 +261,15 @@ pub fn add_annotation(meta: &mut ObjectMeta, key: &str, value: &str) -> bool {
     set_entry(&mut meta.annotations, key, value, false)
 }
 
-/// The initializer named by one entry of [`INITIALIZED_BY_ANNOTATION`] (`name` or
-/// `name/generation`).
+/// The initializer named by one entry of [`INITIALIZED_BY_ANNOTATION`] (`name`,
+/// `name/generation`, or either signed: `…/t=<time>/<MAC>`).
 fn entry_name(entry: &str) -> &str {
-    entry.trim().split('/').next().unwrap_or_default()
+    initializer_mark::entry_name(entry)
 }
 
 /// True when [`INITIALIZED_BY_ANNOTATION`] has an entry for `initializer` (any generation).
+/// Only the name is looked at: whether the initializer made the entry is for the holder of its
+/// key to check (`initializer_mark::verify`), as the operator does.
 pub fn is_initialized_by(meta: &ObjectMeta, initializer: &str) -> bool {
     let name = entry_name(initializer);
     meta.annotations
@@ -274,8 +278,9 @@ pub fn is_initialized_by(meta: &ObjectMeta, initializer: &str) -> bool {
         .is_some_and(|v| v.split(',').any(|e| entry_name(e) == name))
 }
 
-/// Records `mark` (`name` or `name/generation`) in [`INITIALIZED_BY_ANNOTATION`]: appended
-/// when the initializer has no entry yet, replacing its entry when the generation differs.
+/// Records `mark` (an entry: `name`, `name/generation`, or either signed) in
+/// [`INITIALIZED_BY_ANNOTATION`]: appended when the initializer has no entry yet, replacing its
+/// entry when it differs (another generation, or an entry the object's author wrote).
 pub fn mark_initialized(meta: &mut ObjectMeta, mark: &str) -> bool {
     let mark = mark.trim();
     let name = entry_name(mark);

@@ -128,7 +128,7 @@ pub struct ServeArgs {
     /// metadata.initializers.pending starts with --pending-name (Kubernetes 1.7–1.13).
     #[arg(long, env = "INITIALIZER_MODE", value_enum, default_value_t = Mode::Webhook)]
     pub mode: Mode,
-    /// Controller mode: the fully qualified name looked for in pending[0] (required there).
+    /// Controller mode: the fully qualified name looked for in `pending[0]` (required there).
     #[arg(long, env = "INITIALIZER_PENDING_NAME")]
     pub pending_name: Option<String>,
     /// Controller mode: the InitializerConfiguration's rules as a JSON array of
@@ -505,7 +505,9 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         args: &ServeArgs,
         synced: Option<Arc<Synced>>,
     ) -> Result<Server, Error> {
-        let tls = Arc::new(CertStore::new(&args.tls_dir));
+        let tls = Arc::new(
+            CertStore::new(&args.tls_dir).with_mark_key(Arc::clone(&initializer.mark_key)),
+        );
         let connection_metrics = Arc::clone(&initializer.metrics);
         let metrics = Arc::clone(&initializer.metrics);
         let record = move |what: &'static str, result: Option<&'static str>| {

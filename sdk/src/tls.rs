@@ -2,7 +2,9 @@
 //!
 //! [`CertStore`] is a rustls certificate resolver: every handshake reads the pair in force, a
 //! poll swaps in a new pair atomically once both files parse and belong together. Established
-//! connections keep the certificate they were opened with; nothing restarts.
+//! connections keep the certificate they were opened with; nothing restarts. The key that signs
+//! the initialized-by mark is derived from the serving key in force, so it follows it
+//! (see `mark`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::error::Error;
+use crate::mark::KeyCell;
 use crate::reload::{Offered, Reloadable};
 
 /// File name of the certificate chain in the TLS directory (a `kubernetes.io/tls` Secret).
@@ -25,6 +28,8 @@ pub(crate) struct CertStore {
     provider: Arc<CryptoProvider>,
     /// The pair in force, from the (certificate, key) bytes seen last.
     value: Reloadable<CertifiedKey, (Vec<u8>, Vec<u8>)>,
+    /// Where the mark key derived from the serving key in force goes.
+    mark_key: Arc<KeyCell>,
 }
 
 impl std::fmt::Debug for CertStore {
@@ -54,7 +59,14 @@ impl CertStore {
             dir: dir.into(),
             provider: Arc::new(rustls::crypto::ring::default_provider()),
             value: Reloadable::new(None),
+            mark_key: Arc::new(KeyCell::default()),
         }
+    }
+
+    /// Put the mark key of every serving key loaded in `cell` (the initializer's).
+    pub(crate) fn with_mark_key(mut self, cell: Arc<KeyCell>) -> Self {
+        self.mark_key = cell;
+        self
     }
 
     /// True once a certificate is in force.
@@ -77,8 +89,19 @@ impl CertStore {
             (Ok(c), Ok(k)) => (c, k),
             (Err(e), _) | (_, Err(e)) => return CertReload::Rejected(e),
         };
-        let parse =
-            |(cert, key): &(Vec<u8>, Vec<u8>)| certified_key(&self.dir, cert, key, &self.provider);
+        let parse = |(cert, key): &(Vec<u8>, Vec<u8>)| {
+            let certified = certified_key(&self.dir, cert, key, &self.provider)?;
+            // The same parse of the same bytes as the operator's, which reads the key from the
+            // Secret these files come from.
+            let mark_key = initializer_mark::MarkKey::from_serving_key_pem(key).map_err(|e| {
+                Error::LoadTls {
+                    dir: self.dir.clone(),
+                    message: format!("failed to derive the mark key from {KEY_FILE}: {e}"),
+                }
+            })?;
+            self.mark_key.set(mark_key);
+            Ok(certified)
+        };
         match self.value.offer(pair, parse) {
             Offered::Unchanged => CertReload::Unchanged,
             Offered::Applied => CertReload::Applied,

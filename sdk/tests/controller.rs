@@ -256,6 +256,30 @@ async fn changes_since(env: &Env, name: Option<&str>, since: &str) -> Vec<Value>
     }
 }
 
+/// Whether `deployment` (in `default`) carries a mark of the `sidecar` initializer made with the
+/// key of `pki`'s serving key, as the operator checks it.
+fn verified_mark(deployment: &Value, pki: &TestPki) -> Result<(), initializer_mark::Refusal> {
+    let key = initializer_mark::MarkKey::from_serving_key_pem(pki.key_pem.as_bytes()).unwrap();
+    let created: k8s_openapi::jiff::Timestamp = deployment["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    initializer_mark::verify(
+        &initializer_mark::Keys::current(key),
+        "sidecar",
+        deployment["metadata"]["annotations"][INITIALIZED_BY_ANNOTATION].as_str(),
+        &initializer_mark::Stored {
+            namespace: "default",
+            group: "apps",
+            resource: "deployments",
+            name: deployment["metadata"]["name"].as_str().unwrap(),
+            generate_name: "",
+            created: created.as_second(),
+        },
+    )
+}
+
 async fn https_get(server: &Server, pki: &TestPki, path: &str) -> (u16, String) {
     let url = format!("https://127.0.0.1:{}{path}", server.local_addr().port());
     let trust = Trust::CaPem(pki.ca_pem.as_bytes().to_vec());
@@ -295,9 +319,13 @@ async fn a_create_blocks_until_the_controller_mutates_it_and_removes_the_name_in
         created.pointer("/metadata/initializers").is_none(),
         "{created}"
     );
+    // Signed with the key of the serving key it loaded, for this very object, stamped with its
+    // creation (the controller handles stored objects).
     assert_eq!(
-        created["metadata"]["annotations"][INITIALIZED_BY_ANNOTATION],
-        "sidecar"
+        verified_mark(&created, &pki),
+        Ok(()),
+        "{}",
+        created["metadata"]["annotations"]
     );
     eprintln!("blocking create answered after {took:?}");
 
@@ -521,6 +549,8 @@ async fn a_hung_or_panicking_handler_is_answered_by_the_failure_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_controller_does_not_act_twice_and_a_forged_mark_skips_nothing() {
     let env = env(&[MINE]).await;
+    let pki = TestPki::new("controller");
+    pki.write(env.tls.path());
     let handler = Sidecar::default();
     let server = sidecar_controller(&env, &handler).await;
     let (code, first) = create(&env, nginx("once", json!({}))).await;
@@ -533,21 +563,40 @@ async fn a_restarted_controller_does_not_act_twice_and_a_forged_mark_skips_nothi
     let mut marked = nginx("marked", json!({}));
     marked["metadata"]["annotations"] = json!({INITIALIZED_BY_ANNOTATION: "sidecar"});
     create_uninitialized(&env, marked).await;
+    // A signed mark in the right form, made with a key that is not the initializer's.
+    let stolen = initializer_mark::MarkKey::from_serving_key_pem(
+        TestPki::new("elsewhere").key_pem.as_bytes(),
+    )
+    .unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let identity =
+        initializer_mark::Identity::at_admission("default", "apps", "deployments", "forged", "");
+    let forged_mark = initializer_mark::sign(&stolen, "sidecar", None, &identity, now);
+    let mut forged = nginx("forged", json!({}));
+    forged["metadata"]["annotations"] = json!({INITIALIZED_BY_ANNOTATION: forged_mark});
+    let forged_created = create_uninitialized(&env, forged).await;
+    assert_eq!(
+        verified_mark(&forged_created, &pki),
+        Err(initializer_mark::Refusal::BadMac)
+    );
 
     let restarted = Sidecar::default();
     let server = sidecar_controller(&env, &restarted).await;
     let (code, second) = create(&env, nginx("after-restart", json!({}))).await;
     assert_eq!(code, 201, "{second}");
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            get(&env, "marked")
-                .await
-                .1
-                .pointer("/metadata/initializers")
-                .is_none()
-        })
-        .await
-    );
+    for name in ["marked", "forged"] {
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                get(&env, name)
+                    .await
+                    .1
+                    .pointer("/metadata/initializers")
+                    .is_none()
+            })
+            .await,
+            "{name}"
+        );
+    }
     let (_, once) = get(&env, "once").await;
     assert_eq!(
         once["metadata"]["resourceVersion"],
@@ -556,9 +605,19 @@ async fn a_restarted_controller_does_not_act_twice_and_a_forged_mark_skips_nothi
     assert_eq!(containers(&once), ["nginx", "sidecar-nginx"]);
     assert_eq!(restarted.runs_of("once"), 0);
     assert_eq!(restarted.runs_of("marked"), 1);
+    assert_eq!(restarted.runs_of("forged"), 1);
     assert_eq!(restarted.runs_of("after-restart"), 1);
-    let (_, marked) = get(&env, "marked").await;
-    assert_eq!(containers(&marked), ["nginx", "sidecar-nginx"]);
+    // Both handled, and the forged entries replaced by the initializer's own.
+    for name in ["marked", "forged"] {
+        let (_, object) = get(&env, name).await;
+        assert_eq!(containers(&object), ["nginx", "sidecar-nginx"], "{name}");
+        assert_eq!(
+            verified_mark(&object, &pki),
+            Ok(()),
+            "{name}: {}",
+            object["metadata"]["annotations"]
+        );
+    }
     server.shutdown().await;
     env.sandbox.shutdown().await;
 }

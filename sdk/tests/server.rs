@@ -179,6 +179,113 @@ async fn new_certificate_files_are_served_to_new_connections_without_a_restart()
     server.shutdown().await;
 }
 
+/// The initialized-by mark a review's answer writes (the annotations op of its patch).
+async fn mark_written(conn: &mut Connection, review: Vec<u8>) -> String {
+    let reply = conn.post(Bytes::from(review)).await.unwrap();
+    assert_eq!(reply.status, 200);
+    let doc: Value = serde_json::from_slice(&reply.body).unwrap();
+    let patch = doc["response"]["patch"].as_str().expect("a patch");
+    let patch = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patch).unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    let ops = patch.as_array().unwrap();
+    let op = ops
+        .iter()
+        .find(|op| {
+            op["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("/metadata/annotations")
+        })
+        .expect("an annotations op");
+    let value = if op["path"] == "/metadata/annotations" {
+        &op["value"][mutate::INITIALIZED_BY_ANNOTATION]
+    } else {
+        &op["value"]
+    };
+    value.as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_mark_is_signed_for_the_object_with_the_serving_keys_key_and_a_forged_one_is_replaced()
+{
+    let tls = tempfile::tempdir().unwrap();
+    let cfg = tempfile::tempdir().unwrap();
+    std::fs::write(cfg.path().join("config.yaml"), "image: envoy:1\n").unwrap();
+    let pki = TestPki::new("marks");
+    pki.write(tls.path());
+    let server = start(tls.path(), cfg.path()).await;
+    let mut conn = connect(&server, &pki.ca_pem).await.unwrap();
+    let keys = initializer_mark::Keys::current(
+        initializer_mark::MarkKey::from_serving_key_pem(pki.key_pem.as_bytes()).unwrap(),
+    );
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let stored = |name, generate_name, created| initializer_mark::Stored {
+        namespace: "default",
+        group: "",
+        resource: "pods",
+        name,
+        generate_name,
+        created,
+    };
+
+    // A create by generateName, carrying a forged mark: the answer replaces it with one made
+    // for the generateName, stamped now; the stored object (named by the API server after
+    // admission) verifies, and the forged one did not.
+    let mut pod = nginx_pod("");
+    pod.metadata.name = None;
+    pod.metadata.generate_name = Some("web-".into());
+    let forged = format!("test/t={now}/{}", "A".repeat(43));
+    pod.metadata.annotations = Some(
+        [(mutate::INITIALIZED_BY_ANNOTATION.to_owned(), forged.clone())]
+            .into_iter()
+            .collect(),
+    );
+    assert_eq!(
+        initializer_mark::verify(&keys, "test", Some(&forged), &stored("web-x1", "web-", now)),
+        Err(initializer_mark::Refusal::BadMac)
+    );
+    let mark = mark_written(&mut conn, review(&pod).to_bytes()).await;
+    assert_ne!(mark, forged);
+    assert_eq!(
+        initializer_mark::verify(
+            &keys,
+            "test",
+            Some(&mark),
+            &stored("web-x1", "web-", now + 1)
+        ),
+        Ok(()),
+        "{mark}"
+    );
+    // Not for another object: the mark is bound to what it was made for.
+    assert_eq!(
+        initializer_mark::verify(&keys, "test", Some(&mark), &stored("api-x1", "api-", now)),
+        Err(initializer_mark::Refusal::BadMac)
+    );
+
+    // An update whose object claims another creation time: stamped with the stored object's
+    // (oldObject's), never the request's.
+    let created = k8s_openapi::jiff::Timestamp::from_second(now - 3600).unwrap();
+    let claimed = k8s_openapi::jiff::Timestamp::from_second(now + 86_400).unwrap();
+    let mut old = nginx_pod("web");
+    old.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        created,
+    ));
+    let mut new = old.clone();
+    new.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        claimed,
+    ));
+    let mark = mark_written(&mut conn, review(&new).update(&old).to_bytes()).await;
+    assert!(
+        mark.starts_with(&format!("test/t={}/", now - 3600)),
+        "{mark}"
+    );
+    assert_eq!(
+        initializer_mark::verify(&keys, "test", Some(&mark), &stored("web", "", now - 3600)),
+        Ok(())
+    );
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_broken_certificate_rotation_keeps_the_old_certificate() {
     let tls = tempfile::tempdir().unwrap();

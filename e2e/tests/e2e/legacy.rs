@@ -31,6 +31,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
+use crate::forgery;
 
 /// Slack on top of a computed budget for a busy two-core machine (as for the webhook backend).
 const MARGIN: Duration = Duration::from_secs(3);
@@ -977,6 +978,85 @@ pub async fn legacy_bad_names_are_refused_with_the_eras_messages(ctx: Ctx) -> an
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Ok(())
+}
+
+/// The controller mode's side of the forged mark: once the frozen legacy initializer's
+/// configuration is removed, Deployments are created (no longer pending on anything) carrying
+/// the mark as an author can write it (unsigned, a made-up MAC, a genuine mark copied from
+/// another object) and one without. Once the initializer is back, the operator's count of missed
+/// initializations holds every one of them: before the marks were signed, only the unmarked
+/// one. (Objects pending when the configuration goes are released by the operator and reported
+/// in `status.details.releasedObjects`, not in this count; the window opens at the removal.)
+pub async fn legacy_forged_marks_do_not_hide_objects_from_the_missed_count(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let sidecar = registered_legacy_sidecar(&ctx, "forged", Health::default()).await?;
+    let path = legacy::deployments_path(&sidecar.target_ns);
+    let genuine = common::create_nginx(&ctx, &sidecar.target_ns, "genuine", true).await?;
+    ensure!(
+        fixtures::has_sidecar(&genuine),
+        "the initializer should inject before the outage"
+    );
+    let genuine_mark = forgery::mark_of(&genuine)
+        .context("the initialized Deployment carries no mark")?
+        .to_string();
+    eprintln!("{}: a genuine mark: {genuine_mark}", sidecar.name);
+
+    let frozen_wall = k8s_openapi::jiff::Timestamp::now();
+    let frozen_at = Instant::now();
+    let frozen = freeze_all(&ctx, &sidecar).await?;
+    let created = async {
+        let (removed_at, released_at) = measure_release(&ctx, &sidecar, &path, frozen_at).await?;
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let mut marks: Vec<(&str, Option<String>)> = forgery::forgeries(&genuine_mark, now)?
+            .into_iter()
+            .map(|(what, mark)| (what, Some(mark)))
+            .collect();
+        marks.push(("no mark", None));
+        let mut created = Vec::new();
+        for (n, (what, mark)) in marks.into_iter().enumerate() {
+            let mut object =
+                serde_json::to_value(fixtures::nginx_deployment(&format!("forged-{n}"), true, 0)?)?;
+            if let Some(mark) = mark {
+                object["metadata"]["annotations"][forgery::MARK] = json!(mark);
+            }
+            let body = legacy::create_uninitialized(&client, &path, &object).await?;
+            ensure!(
+                legacy::is_initialized(&body),
+                "{what}: created after the configuration was removed, it should pend on nothing: {body}"
+            );
+            created.push((what, body["metadata"]["name"].clone()));
+        }
+        anyhow::Ok((created, removed_at, released_at))
+    }
+    .await;
+    let thawed = thaw_all(&ctx, &sidecar, &frozen).await;
+    let (created, removed_at, released_at) = created?;
+    thawed?;
+    eprintln!(
+        "{}: configuration removed {} after the freeze (pending objects released {} after it); \
+         then {} Deployments created with forged or no marks",
+        sidecar.name,
+        s(removed_at - frozen_at),
+        s(released_at - frozen_at),
+        created.len(),
+    );
+    let stored = legacy::list(&client, &path, true).await?;
+    for (what, name) in &created {
+        let object = stored
+            .iter()
+            .find(|d| d["metadata"]["name"] == *name)
+            .with_context(|| format!("{what}: {name} is gone"))?;
+        ensure!(
+            !legacy::template_containers(object)
+                .iter()
+                .any(|c| c == SIDECAR_CONTAINER),
+            "{what}: {name} was created while the initializer was out, yet injected: {object}"
+        );
+    }
+    legacy::wait_registered(&client, &sidecar.name, REGISTER_TIMEOUT).await?;
+    crate::failure::check_missed(&ctx, &sidecar.name, frozen_wall, created.len()).await
 }
 
 /// Freezes every pod of the legacy initializer; returns their names.

@@ -11,6 +11,7 @@ mod alerts;
 mod attack;
 mod common;
 mod failure;
+mod forgery;
 mod injection;
 mod kubelet;
 mod legacy;
@@ -51,6 +52,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(failure::recovered_initializer_is_registered_again_without_a_storm),
     scenario!(failure::fallback_refuses_short_secrets_while_the_guard_is_down),
     scenario!(attack::connection_attack_neither_deregisters_the_guard_nor_fails_a_create),
+    scenario!(forgery::forged_marks_do_not_hide_objects_from_the_missed_count),
     scenario!(lifecycle::deletion_removes_the_configuration_before_the_workload),
     scenario!(lifecycle::suspended_initializer_stays_deregistered_until_resumed),
     scenario!(lifecycle::bad_input_is_refused_and_registers_nothing),
@@ -85,6 +87,10 @@ const LEGACY_SCENARIOS: &[Scenario] = &[
     ),
     scenario!(
         legacy::legacy_bad_names_are_refused_with_the_eras_messages,
+        legacy
+    ),
+    scenario!(
+        legacy::legacy_forged_marks_do_not_hide_objects_from_the_missed_count,
         legacy
     ),
 ];

@@ -156,9 +156,16 @@ pub async fn the_sidecar_controller_injects_into_a_blocked_deployment_create(
         template_containers(&body)
     );
     ensure!(pending_names(&body).is_empty(), "{body}");
+    // Signed (`sidecar/t=<time>/<MAC>`, the MAC with the key of the test serving key), and
+    // stamped with the object's creation: the controller handles stored objects.
+    let created = body["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(|t| t.as_second());
+    let mark = body["metadata"]["annotations"][MARK].as_str();
     ensure!(
-        body["metadata"]["annotations"][MARK] == "sidecar",
-        "the handler's mark is missing: {body}"
+        created.is_some_and(|c| mark.is_some_and(|m| m.starts_with(&format!("sidecar/t={c}/")))),
+        "the handler's signed mark is missing: {body}"
     );
     eprintln!(
         "legacy conformance ({}): the annotated create came back injected after {took:?}",

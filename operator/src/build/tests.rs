@@ -157,6 +157,33 @@ fn secrets_hold_the_ca_and_the_serving_certificate() {
 }
 
 #[test]
+fn the_retired_mark_key_is_kept_in_the_ca_secret_and_never_mounted() {
+    assert!(
+        !desired()
+            .ca_secret
+            .data
+            .unwrap()
+            .contains_key(tls::RETIRED_MARK_KEY)
+    );
+    let retired = initializer_mark::Retired {
+        key: initializer_mark::MarkKey::from_serving_key_der(b"the replaced serving key"),
+        until: 1_800_000_600,
+    };
+    let material = TlsMaterial {
+        retired_mark_key: Some(retired.clone()),
+        ..TLS.clone()
+    };
+    let d = build(&validated(), &material, &settings(), None);
+    assert_eq!(
+        tls::retired_from(d.ca_secret.data.as_ref().unwrap()),
+        Some(retired)
+    );
+    let mounted = d.tls_secret.data.unwrap();
+    assert!(!mounted.contains_key(tls::RETIRED_MARK_KEY));
+    assert!(!mounted.contains_key(tls::RETIRED_MARK_KEY_UNTIL));
+}
+
+#[test]
 fn the_config_map_holds_inline_config_or_the_preset() {
     let d = desired();
     let cm = d.config_map.unwrap();

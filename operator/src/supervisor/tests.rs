@@ -91,6 +91,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         stored_status: None,
         stored_version: None,
         legacy: None,
+        mark_keys: Default::default(),
     };
     let stopped = CancellationToken::new();
     let entry = Arc::new(Supervised {

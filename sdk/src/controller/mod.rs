@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use self::decide::{AfterWrite, InitializerRule, Plan, Scope, Written};
 use crate::error::Error;
 use crate::initializer::Initializer;
+use crate::mark::Stamp;
 use crate::metrics::MODE_CONTROLLER;
 use crate::review::{Operation, RequestInfo};
 
@@ -497,7 +498,14 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Controller<C> {
         };
         let start = Instant::now();
         let response = match serde_json::value::to_raw_value(object) {
-            Ok(raw) => self.initializer.answer(info, Some(raw), None).await,
+            // The object is stored: its creation time is the API server's, so the mark is
+            // stamped with it, however long it waited for its turn.
+            Ok(raw) => {
+                let stamp = Stamp::Created {
+                    fallback: crate::mark::now(),
+                };
+                self.initializer.answer(info, Some(raw), None, stamp).await
+            }
             // A `Value` always serializes; answer as for an undecodable object should it not.
             Err(e) => self.initializer.failed(
                 info.uid,

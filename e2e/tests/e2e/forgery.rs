@@ -1,0 +1,186 @@
+//! An object author who forges the initializer's mark: while the initializer is out of the path,
+//! Deployments are created carrying `initializer.dev/initialized-by` as the author can write it
+//! (the unsigned form the SDK wrote before, a signed form with a made-up MAC, and a genuine mark
+//! copied from another object). None of them may hide its object from the operator's count of
+//! missed initializations; a Deployment the initializer genuinely marked in the window is not
+//! counted.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use anyhow::{Context, ensure};
+use initializer_e2e::fixtures;
+use initializer_e2e::ops;
+use initializer_e2e::runner::Ctx;
+use initializer_e2e::watch::Change;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+
+use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
+use crate::failure::check_missed;
+
+/// The mark's annotation (`kube_initializer::mutate::INITIALIZED_BY_ANNOTATION`).
+pub const MARK: &str = "initializer.dev/initialized-by";
+
+/// The mark a Deployment carries.
+pub fn mark_of(deployment: &Deployment) -> Option<&str> {
+    deployment
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MARK))
+        .map(String::as_str)
+}
+
+/// What an author can write, given a genuine mark `genuine` (`<name>/<generation>/t=…/<MAC>`)
+/// they read on another object: `(what it is, the annotation's value)`.
+pub fn forgeries(genuine: &str, now: i64) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let parts: Vec<&str> = genuine.split('/').collect();
+    let [name, generation, time, _mac] = parts.as_slice() else {
+        anyhow::bail!("the genuine mark {genuine:?} is not <name>/<generation>/t=<time>/<MAC>");
+    };
+    ensure!(
+        time.starts_with("t="),
+        "the genuine mark {genuine:?} has no time stamp"
+    );
+    Ok(vec![
+        ("the unsigned mark, name alone", (*name).to_string()),
+        (
+            "the unsigned mark the SDK wrote before",
+            format!("{name}/{generation}"),
+        ),
+        (
+            "a signed-looking mark with a made-up MAC",
+            format!("{name}/{generation}/t={now}/{}", "A".repeat(43)),
+        ),
+        (
+            "a genuine mark copied from another object",
+            genuine.to_string(),
+        ),
+    ])
+}
+
+/// Creates an annotated nginx Deployment (no replicas) carrying `mark`, if any.
+async fn create_marked(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+    mark: Option<&str>,
+) -> anyhow::Result<Deployment> {
+    let mut deployment = fixtures::nginx_deployment(name, true, 0)?;
+    if let Some(mark) = mark {
+        deployment
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(MARK.to_string(), mark.to_string());
+    }
+    Api::<Deployment>::namespaced(ctx.client(), namespace)
+        .create(&Default::default(), &deployment)
+        .await
+        .with_context(|| format!("failed to create Deployment {namespace}/{name}"))
+}
+
+/// Every pod of the sidecar initializer frozen until its configuration is removed; meanwhile
+/// one Deployment per forgery and one unmarked are created (none injected). After the thaw and
+/// the registration, more are created at once, inside the count's window and injected. The
+/// operator's count must be exactly the Deployments created without the initializer (the forged
+/// ones and the unmarked one): before the marks were signed it counted only the unmarked one.
+pub async fn forged_marks_do_not_hide_objects_from_the_missed_count(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let sidecar = common::registered_sidecar(&ctx, "forged", Default::default()).await?;
+    let ns = sidecar.target_ns.clone();
+    let genuine = create_marked(&ctx, &ns, "genuine", None).await?;
+    ensure!(
+        fixtures::has_sidecar(&genuine),
+        "the initializer should inject before the outage"
+    );
+    let genuine_mark = mark_of(&genuine)
+        .context("the injected Deployment carries no mark")?
+        .to_string();
+    eprintln!("{}: a genuine mark: {genuine_mark}", sidecar.name);
+
+    let frozen_wall = k8s_openapi::jiff::Timestamp::now();
+    let frozen_at = Instant::now();
+    let frozen = common::freeze_all(&ctx, &sidecar).await?;
+    let removed = sidecar
+        .configurations
+        .wait_for(
+            "the configuration to be removed",
+            frozen_at,
+            STEP_TIMEOUT,
+            |s| s.change == Change::Deleted,
+        )
+        .await;
+    let forged = async {
+        removed?;
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let mut created = Vec::new();
+        for (n, (what, mark)) in forgeries(&genuine_mark, now)?.into_iter().enumerate() {
+            let deployment = create_marked(&ctx, &ns, &format!("forged-{n}"), Some(&mark)).await?;
+            created.push((what, deployment));
+        }
+        let unmarked = create_marked(&ctx, &ns, "unmarked", None).await?;
+        created.push(("no mark", unmarked));
+        anyhow::Ok(created)
+    }
+    .await;
+    let thawed = common::thaw_all(&ctx, &sidecar, &frozen).await;
+    let forged = forged?;
+    thawed?;
+    for (what, deployment) in &forged {
+        ensure!(
+            !fixtures::has_sidecar(deployment),
+            "{what}: created while the initializer was out, yet injected"
+        );
+    }
+
+    // Back in the path: creates right away fall in the count's window (it closes the webhook
+    // timeout plus a second after the registration) and carry genuine marks.
+    let (_, registered) =
+        ops::wait_registered(&ctx.client(), &sidecar.name, REGISTER_TIMEOUT).await?;
+    let mut after = Vec::new();
+    for n in 0..3 {
+        after.push(create_marked(&ctx, &ns, &format!("after-{n}"), None).await?);
+    }
+    let after_took = registered.elapsed();
+    let not_injected_after = after.iter().filter(|d| !fixtures::has_sidecar(d)).count();
+    let expected = forged.len() + not_injected_after;
+    eprintln!(
+        "{}: {} Deployments created with forged or no marks while the initializer was out, {} after it came back ({} injected, the last {} after the registration); the operator must count {expected}",
+        sidecar.name,
+        forged.len(),
+        after.len(),
+        after.len() - not_injected_after,
+        s(after_took)
+    );
+    check_missed(&ctx, &sidecar.name, frozen_wall, expected).await?;
+
+    // The window held at least one genuinely marked Deployment, which was not counted.
+    let missed = ops::wait_missed(&ctx.client(), &sidecar.name, frozen_wall, STEP_TIMEOUT).await?;
+    let in_window: Vec<&Deployment> = after
+        .iter()
+        .filter(|d| {
+            fixtures::has_sidecar(d)
+                && d.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .is_some_and(|t| t.0.as_second() <= missed.to.0.as_second())
+        })
+        .collect();
+    ensure!(
+        !in_window.is_empty(),
+        "no injected Deployment was created before the window closed at {} (created {:?}): the count was not shown to leave genuine marks alone",
+        missed.to.0,
+        after
+            .iter()
+            .map(|d| d.metadata.creation_timestamp.clone())
+            .collect::<Vec<_>>()
+    );
+    for (what, deployment) in &forged {
+        let name = deployment.metadata.name.as_deref().unwrap_or_default();
+        eprintln!("  {what}: {name} {:?}", mark_of(deployment));
+    }
+    Ok(())
+}
