@@ -97,12 +97,13 @@ legacy-conformance: build controlplane legacy-apiserver
 legacy-apiserver:
 	tools/legacy-apiserver/build.sh >/dev/null
 
-## lint: rustfmt and clippy with warnings as errors; cargo-deny's licenses, bans and sources
+## lint: rustfmt, clippy and rustdoc with warnings as errors; cargo-deny's licenses, bans and sources
 ## (deny.toml; `cargo install --locked cargo-deny` when missing); docs/architecture.md's crate
 ## table agrees with cargo metadata
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 	$(CARGO) deny --log-level error check licenses bans sources
 	python3 tools/check-architecture.py
 
