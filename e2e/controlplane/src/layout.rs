@@ -127,6 +127,12 @@ impl Layout {
             format!("--service-account-signing-key-file={}", pki("sa.key")),
             "--enable-aggregator-routing=true".into(),
             "--allow-privileged=true".into(),
+            // MutatingAdmissionPolicy is beta and off by default in 1.34 and 1.35: its gate turns
+            // the admission plugin on, and the runtime config serves its API (v1beta1, which
+            // also serves the deprecated v1beta1 of ValidatingAdmissionPolicy; v1 stays the
+            // preferred version). The preset compiler is proven against it (issue 27).
+            "--feature-gates=MutatingAdmissionPolicy=true".into(),
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
         ]
@@ -211,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn the_api_server_authorizes_with_rbac_and_routes_to_endpoints() {
+    fn the_api_server_authorizes_with_rbac_routes_to_endpoints_and_serves_mutating_policies() {
         let args = layout().apiserver_args();
         for flag in [
             "--authorization-mode=RBAC",
@@ -219,6 +225,8 @@ mod tests {
             "--advertise-address=10.200.0.1",
             "--client-ca-file=/state/pki/ca.crt",
             "--service-account-signing-key-file=/state/pki/sa.key",
+            "--feature-gates=MutatingAdmissionPolicy=true",
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         ] {
             assert!(
                 args.iter().any(|a| a == flag),
