@@ -1,8 +1,8 @@
 //! initializer-operator: deploys initializers and registers them with the API server only while
 //! they are ready and answering.
 //!
-//! The pure core ([`validate`], [`cel`], [`selector`], [`build`], [`health`], [`status`], [`tls`],
-//! the counting rules of [`missed`]) never
+//! The pure core ([`validate`], [`cel`], [`selector`], [`build`], [`policy`], [`health`],
+//! [`status`], [`tls`], the counting rules of [`missed`]) never
 //! touches a client and holds most of the logic and tests; the IO shell ([`apply`],
 //! [`controller`], [`supervisor`], [`leader`], [`server`]) is kept thin. What ships the operator
 //! (OLM bundle, Helm chart, installer, manifests, RBAC tables, monitoring objects) is the
@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod missed;
 pub mod naming;
 pub mod pending;
+pub mod policy;
 pub mod probe;
 pub mod run;
 pub mod selector;

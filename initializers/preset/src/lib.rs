@@ -125,7 +125,11 @@ where
             return Ok(());
         }
         inject_meta(&config.inject, obj.meta_mut());
-        if let Some(meta) = obj.pod_meta_mut() {
+        // `pod_meta_mut` creates a template's missing metadata: only ask for it with something
+        // to add, or an object left as it was would come back with `metadata: {}` (a change,
+        // which the SDK then marks as initialized, and which the compiled policy does not make).
+        let has_meta = !config.inject.labels.is_empty() || !config.inject.annotations.is_empty();
+        if has_meta && let Some(meta) = obj.pod_meta_mut() {
             inject_meta(&config.inject, meta);
         }
         if let Some(spec) = obj.pod_spec_mut() {

@@ -5,6 +5,7 @@
 
 use initializer_crds::PresetConfig;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube_initializer::mutate;
 use kube_initializer::testing::{Tester, review};
@@ -212,4 +213,39 @@ async fn the_config_the_operator_writes_round_trips() {
             .patch()
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn a_template_without_metadata_gets_none_when_no_label_or_annotation_is_added() {
+    let job: Job = serde_yaml::from_str(
+        "metadata: {name: j}\nspec: {template: {spec: {containers: [{name: task, image: busybox}]}}}\n",
+    )
+    .unwrap();
+    let only_env: PresetConfig =
+        serde_yaml::from_str("inject:\n  env: [{name: MODE, value: preset}]\n").unwrap();
+    let patched: Job = Tester::new(initializer().fixed_config(only_env))
+        .call(&review(&job))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    let template = patched.spec.unwrap().template;
+    assert!(template.metadata.is_none(), "{:?}", template.metadata);
+    assert_eq!(
+        template.spec.unwrap().containers[0]
+            .env
+            .as_ref()
+            .unwrap()
+            .len(),
+        1
+    );
+    // With labels to add, the missing metadata is made to hold them.
+    let labelled: Job = tester("")
+        .call(&review(&job))
+        .await
+        .unwrap()
+        .patched()
+        .unwrap();
+    let metadata = labelled.spec.unwrap().template.metadata.unwrap();
+    assert_eq!(metadata.labels.unwrap()["preset"], "true");
 }
