@@ -276,6 +276,34 @@ pub async fn grant_counting(client: &Client, operator_namespace: &str) -> anyhow
     Ok(())
 }
 
+/// Removes what [`grant_counting`] made (the harness's own objects, which no uninstall of the
+/// operator touches), so that a later install starts from an account bound only by its own
+/// install.
+pub async fn revoke_counting(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::DeleteParams;
+    let gone = |result: Result<_, kube::Error>| match result {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err),
+    };
+    gone(
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(COUNTING_ROLE, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )
+    .context("failed to delete the counting ClusterRoleBinding")?;
+    gone(
+        Api::<ClusterRole>::all(client.clone())
+            .delete(COUNTING_ROLE, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )
+    .context("failed to delete the counting ClusterRole")?;
+    Ok(())
+}
+
 /// The operator's Deployment, wherever it was installed.
 pub async fn operator_deployment(client: &Client) -> anyhow::Result<Option<Deployment>> {
     let list = Api::<Deployment>::all(client.clone())
