@@ -337,6 +337,16 @@ impl Program {
         }
     }
 
+    /// Whether the `needs-injection` matchCondition holds: the request is for a kind the
+    /// program handles and some step has something to add. Judged alone, without the other
+    /// conditions, so that a caller explaining the policy can say which condition fails.
+    pub fn needs_injection(&self, request: &RequestFacts<'_>, object: &Value) -> bool {
+        self.kinds
+            .iter()
+            .find(|k| request.is(&k.kind))
+            .is_some_and(|k| k.steps.iter().any(|s| !s.operations(object).is_empty()))
+    }
+
     /// The object as the policy leaves it.
     pub fn apply(&self, request: &RequestFacts<'_>, object: &Value) -> Result<Value, ApplyError> {
         let mut patched = object.clone();

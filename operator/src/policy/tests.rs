@@ -273,6 +273,29 @@ async fn selection_by_kind_label_annotation_namespace_and_gate_agrees() {
     );
 }
 
+#[test]
+fn needs_injection_alone_is_whether_the_program_would_patch() {
+    // The unselective preset's only other condition is its kinds, which every object passes.
+    let program = program(&unselective(), None).unwrap();
+    for object in all_objects() {
+        let request = facts(&object, "default");
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let patched = matches!(program.evaluate(&request, &object), Evaluation::Patched(_));
+        assert_eq!(
+            program.needs_injection(&request, &object),
+            patched,
+            "{name}"
+        );
+        let after = program.apply(&request, &object).unwrap();
+        assert!(
+            !program.needs_injection(&facts(&after, "default"), &after),
+            "{name}: still needs injection once injected"
+        );
+    }
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}});
+    assert!(!program.needs_injection(&facts(&service, "default"), &service));
+}
+
 /// Reads back a CEL string literal as [`render::string`] writes them.
 fn unescape(literal: &str) -> String {
     let inner = &literal[1..literal.len() - 1];

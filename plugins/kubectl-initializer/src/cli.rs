@@ -18,8 +18,9 @@ use crate::output::Format;
 )]
 #[command(
     after_help = "Exit status: 0 on success; 1 when anything failed (an unknown Initializer \
-or object, an API error, a failed probe, --wait running out of time); 2 for a malformed command \
-line. Errors are printed on stderr."
+or object, an API error, a failed probe, --wait running out of time, `diff`'s two engines \
+disagreeing); 2 for a malformed command line; 3 when `diff` cannot know a change offline (an \
+Initializer with its own image is called for an object). Errors are printed on stderr."
 )]
 pub struct Cli {
     /// Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
@@ -29,15 +30,15 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub context: Option<String>,
     /// Namespace of the object for `why KIND/NAME` and of files without one (default: the
-    /// context's namespace).
+    /// context's namespace; for `diff`, which reads no kubeconfig, `default`).
     #[arg(short = 'n', long, global = true)]
     pub namespace: Option<String>,
     /// Output format: text (a table or sentences), json or yaml.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Text)]
     pub output: Format,
     /// The operator's namespace (default: found from its pods, labelled
-    /// app.kubernetes.io/name=initializer-operator); needed only for an Initializer that is not
-    /// registered.
+    /// app.kubernetes.io/name=initializer-operator; for `diff`, initializer-system); needed for
+    /// an Initializer that is not registered and for a preset's compiled policy.
     #[arg(long, global = true, value_name = "NAMESPACE")]
     pub operator_namespace: Option<String>,
     /// What to do.
@@ -97,6 +98,61 @@ pub enum Command {
         #[arg(long, default_value = "CREATE", value_parser = ["CREATE", "UPDATE", "DELETE", "CONNECT"])]
         operation: String,
     },
+    /// The exact change an Initializer would make to the objects of a manifest, offline, as a
+    /// unified diff of their YAML (`-o json|yaml`: also as JSON patches).
+    ///
+    /// The files hold the Initializer (apiVersion initializer.dev/v1alpha1) and the objects to
+    /// create, in any order and in as many files and YAML documents as you like; each
+    /// Initializer is applied alone to every other object. For a preset, the change is computed
+    /// twice, by the preset initializer's own code within the scope the operator would register
+    /// and by the MutatingAdmissionPolicy compiled from the preset (run by the compiler's
+    /// interpreter); the two must agree, and when they do not both changes are printed and the
+    /// exit status is 1. An object left alone says why (rule, namespace or object selector,
+    /// annotation gate, mandatory exclusion, the preset's selector, or everything already
+    /// there). An Initializer with its own image is code: whether it is called is known, what
+    /// it changes is not (exit status 3).
+    ///
+    /// Nothing is read from a cluster: namespaces are taken to have only the label
+    /// kubernetes.io/metadata.name (add more with --namespace-labels), objects without a
+    /// namespace are in -n (default `default`), and the operator in --operator-namespace
+    /// (default initializer-system). Each assumption is printed.
+    Diff(DiffArgs),
+}
+
+/// Arguments of `diff`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).multiple(true).args(["filenames", "files"])))]
+pub struct DiffArgs {
+    /// A file with the Initializer and the objects (YAML or JSON, several documents, `List`s;
+    /// `-` for stdin); repeat it, or name the files after the flags.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub filenames: Vec<PathBuf>,
+    /// More files, as with -f.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Labels every namespace is taken to have besides kubernetes.io/metadata.name, as
+    /// KEY=VALUE (comma-separated or repeated): what a spec.namespaces.selector reads.
+    #[arg(long, value_name = "KEY=VALUE", value_delimiter = ',', value_parser = parse_label)]
+    pub namespace_labels: Vec<(String, String)>,
+}
+
+impl DiffArgs {
+    /// Every file, `-f` ones first.
+    pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.filenames.iter().chain(&self.files)
+    }
+}
+
+/// A label as `KEY=VALUE`.
+pub fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err(format!(
+            "failed to read {text:?} as a label: write KEY=VALUE"
+        )),
+    }
 }
 
 /// Arguments of `suspend` and `resume`.
@@ -169,6 +225,44 @@ mod tests {
         assert!(Cli::try_parse_from(["k", "status", "-o", "wide"]).is_err());
         assert!(Cli::try_parse_from(["k", "why", "pod/x", "-f", "x.yaml"]).is_err());
         assert!(Cli::try_parse_from(["k", "why", "pod/x", "--operation", "PATCH"]).is_err());
+    }
+
+    #[test]
+    fn diff_takes_files_after_f_or_alone_and_labels_as_key_value() {
+        let cli = Cli::try_parse_from([
+            "k",
+            "diff",
+            "-f",
+            "initializer.yaml",
+            "app.yaml",
+            "more.yaml",
+            "--namespace-labels",
+            "team=web,env=prod",
+            "--namespace-labels",
+            "zone=a",
+        ])
+        .unwrap();
+        let Command::Diff(args) = cli.command else {
+            panic!("not diff: {:?}", cli.command);
+        };
+        let paths: Vec<String> = args.paths().map(|p| p.display().to_string()).collect();
+        assert_eq!(paths, ["initializer.yaml", "app.yaml", "more.yaml"]);
+        assert_eq!(
+            args.namespace_labels,
+            [
+                ("team".to_string(), "web".to_string()),
+                ("env".to_string(), "prod".to_string()),
+                ("zone".to_string(), "a".to_string())
+            ]
+        );
+        assert!(Cli::try_parse_from(["k", "diff", "-f", "a.yaml", "-f", "b.yaml"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["k", "diff"]).is_err(),
+            "a file is required"
+        );
+        assert!(
+            Cli::try_parse_from(["k", "diff", "a.yaml", "--namespace-labels", "nolabel"]).is_err()
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The plugin's errors: each says what failed and, for bad input, what to do instead. Every
-//! error is printed on stderr and ends the process with exit code 1.
+//! error is printed on stderr and ends the process with exit code 1, except
+//! [`Error::Unknowable`] (3): `diff` did its work, but part of the answer cannot be known
+//! offline.
 
 /// Everything that can go wrong.
 #[derive(Debug, thiserror::Error)]
@@ -46,14 +48,47 @@ pub enum Error {
     /// The result could not be rendered.
     #[error("failed to render the output: {0}")]
     Output(String),
+    /// `diff`: the preset initializer's code and its compiled policy changed objects
+    /// differently (a bug of one of them).
+    #[error(
+        "failed to agree: the preset initializer's code and its compiled policy change {count} object(s) differently (both changes are printed above)"
+    )]
+    EnginesDisagree {
+        /// How many objects.
+        count: usize,
+        /// The report, printed on stdout before the error.
+        report: String,
+    },
+    /// `diff`: an Initializer running its own code is called for some objects: what it changes
+    /// cannot be known without running it.
+    #[error(
+        "failed to know the change to {count} object(s) offline: an Initializer with spec.image runs its own code"
+    )]
+    Unknowable {
+        /// How many objects.
+        count: usize,
+        /// The report, printed on stdout before the error.
+        report: String,
+    },
 }
 
 impl Error {
     /// What to print on stdout before the error: a failed probe's report.
     pub fn stdout(&self) -> &str {
         match self {
-            Error::ProbeFailed { report, .. } => report,
+            Error::ProbeFailed { report, .. }
+            | Error::EnginesDisagree { report, .. }
+            | Error::Unknowable { report, .. } => report,
             _ => "",
+        }
+    }
+
+    /// The process's exit status: 3 when `diff` cannot know a change offline, else 1 (2 is
+    /// clap's, for a malformed command line).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Unknowable { .. } => 3,
+            _ => 1,
         }
     }
 
@@ -90,6 +125,13 @@ mod tests {
             failed.to_string(),
             "failed to probe Initializer \"s\": HTTP 503"
         );
+        assert_eq!(failed.exit_code(), 1);
+        let unknowable = Error::Unknowable {
+            count: 1,
+            report: "x: matched\n".into(),
+        };
+        assert_eq!(unknowable.exit_code(), 3);
+        assert_eq!(unknowable.stdout(), "x: matched\n");
         let missing = Error::InitializerNotFound("x".into());
         assert_eq!(missing.stdout(), "");
         assert!(

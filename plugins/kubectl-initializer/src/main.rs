@@ -32,7 +32,7 @@ fn main() -> ExitCode {
             let _ = stdout.write_all(e.stdout().as_bytes());
             let _ = stdout.flush();
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

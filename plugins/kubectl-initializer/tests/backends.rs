@@ -441,6 +441,161 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
             stdout(&output)
         );
     }
+    preset_verdicts(env, scope, &workload, &target).await
+}
+
+/// The injected container of the preset Initializer of [`preset_verdicts`].
+const PRESET_CONTAINER: &str = "preset-nginx";
+
+/// A preset Initializer in the cluster: `why -f` explains its compiled policy's match, and
+/// `diff` predicts offline what the API server then does to the same objects (the preset
+/// webhook is the engine): each object's policy verdict and diff outcome agree with whether
+/// creating it injected the preset's container.
+async fn preset_verdicts(
+    env: &Env,
+    scope: &Scope,
+    workload: &str,
+    target: &str,
+) -> anyhow::Result<()> {
+    let kc = env.kubeconfig_path();
+    let client = env.client();
+    let name = scope.name("preset");
+    let mut value = serde_json::to_value(fixtures::sidecar_initializer(
+        &name,
+        workload,
+        &scope.target_selector(),
+        Health::default(),
+    )?)?;
+    let spec = value["spec"]
+        .as_object_mut()
+        .context("the fixture has no spec")?;
+    spec.remove("image");
+    spec.remove("config");
+    spec.insert(
+        "preset".to_string(),
+        json!({
+            "selector": {"labels": {"matchExpressions": [
+                {"key": "tier", "operator": "NotIn", "values": ["batch"]}
+            ]}},
+            "inject": {"containers": [
+                {"name": PRESET_CONTAINER, "image": "nginx:1.8.1", "imagePullPolicy": "IfNotPresent"}
+            ]}
+        }),
+    );
+    let preset: Initializer = serde_json::from_value(value)?;
+    scope.create_initializer(&preset).await?;
+    ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
+
+    let deployment = |object: &str, labels: Value, annotated: bool| {
+        let annotations = if annotated {
+            json!({fixtures::SIDECAR_ANNOTATION: "true"})
+        } else {
+            json!({})
+        };
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": object, "namespace": target, "labels": labels, "annotations": annotations},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": object}},
+                "template": {"metadata": {"labels": {"app": object}},
+                             "spec": {"containers": [{"name": "app", "image": "nginx:1.8.1"}]}}
+            }
+        })
+    };
+    // Each object with the matchCondition that fails for it, if any.
+    let cases = [
+        (deployment("preset-on", json!({"app": "on"}), true), None),
+        (
+            deployment("preset-batch", json!({"tier": "batch"}), true),
+            Some("preset-labels"),
+        ),
+        (
+            deployment("preset-plain", json!({"app": "plain"}), false),
+            Some("initializer-annotation-gate"),
+        ),
+    ];
+    let dir = tempfile::tempdir()?;
+    let objects = dir.path().join("objects.json");
+    let list = json!({"apiVersion": "v1", "kind": "List",
+                      "items": cases.iter().map(|(o, _)| o.clone()).collect::<Vec<_>>()});
+    std::fs::write(&objects, list.to_string())?;
+    let objects_arg = objects.display().to_string();
+    let initializer_file = dir.path().join("initializer.yaml");
+    std::fs::write(&initializer_file, serde_yaml::to_string(&preset)?)?;
+    let initializer_arg = initializer_file.display().to_string();
+
+    let reports = json_of(&ok(kc, &["why", "-f", &objects_arg, "-o", "json"]).await?)?;
+    let (key, label) = scope.target_selector();
+    let offline = json_of(
+        &ok(
+            kc,
+            &[
+                "diff",
+                "-f",
+                &initializer_arg,
+                "-f",
+                &objects_arg,
+                "--operator-namespace",
+                &env.operator_namespace,
+                "--namespace-labels",
+                &format!("{key}={label}"),
+                "-o",
+                "json",
+            ],
+        )
+        .await?,
+    )?;
+    for (i, (object, failing)) in cases.iter().enumerate() {
+        let object_name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let policy = &verdict(&reports[i], &name)?["policy"]["compiled"];
+        let false_conditions: Vec<&str> = policy["conditions"]
+            .as_array()
+            .map(|c| {
+                c.iter()
+                    .filter(|c| c["holds"] == false)
+                    .filter_map(|c| c["name"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ensure!(
+            false_conditions == failing.iter().copied().collect::<Vec<_>>(),
+            "why -f {object_name}: false matchConditions {false_conditions:?}, expected {failing:?}: {policy}"
+        );
+        let outcome = &offline["initializers"][0]["objects"][i]["outcome"];
+        let created = Api::<Deployment>::namespaced(client.clone(), target)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(object.clone())?,
+            )
+            .await
+            .with_context(|| format!("failed to create Deployment {target}/{object_name}"))?;
+        let injected = fixtures::template_containers(&created)
+            .iter()
+            .any(|c| c == PRESET_CONTAINER);
+        ensure!(
+            policy["mutates"] == injected,
+            "why -f says the policy mutates={} {object_name}, but the webhook {} it: {policy}",
+            policy["mutates"],
+            if injected { "injected" } else { "left" }
+        );
+        ensure!(
+            *outcome == if injected { "Changed" } else { "NotMatched" },
+            "diff says {outcome} for {object_name}, but the webhook injected={injected}: {offline}"
+        );
+    }
+    let text = ok(kc, &["why", "-f", &objects_arg]).await?;
+    ensure!(
+        text.contains(&format!(
+            "compiled policy initializer-{name}-preset (MutatingAdmissionPolicy from spec.preset): WOULD MUTATE"
+        )),
+        "{text}"
+    );
+    ensure!(
+        text.contains("matchCondition preset-labels is false: spec.preset.selector.labels requires tier notin (batch)"),
+        "{text}"
+    );
+    eprintln!("$ kubectl initializer why -f objects.json\n{text}");
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! The IO shell of every subcommand: connect, read what the decision needs, call the pure
 //! code, print. Errors go back to `main`, which prints them on stderr.
 //!
-//! `why`, which reads arbitrary objects through discovery, has its own file (`why.rs`).
+//! `why`, which reads arbitrary objects through discovery, has its own file (`why.rs`); so has
+//! `diff` (`diff.rs`), which reads no cluster at all.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -22,6 +23,7 @@ use crate::output::{Format, structured};
 use crate::why::OperatorFacts;
 use crate::{probe, status};
 
+mod diff;
 mod why;
 
 /// The field manager of every write the plugin makes (the operator's is
@@ -66,6 +68,16 @@ pub async fn connect(
 
 /// Runs the command line; returns what to print on stdout.
 pub async fn run(cli: Cli) -> Result<String> {
+    // Offline: before any kubeconfig is read, so that it works without one.
+    if let Command::Diff(args) = &cli.command {
+        return diff::run(
+            args,
+            cli.namespace.as_deref(),
+            cli.operator_namespace.as_deref(),
+            cli.output,
+        )
+        .await;
+    }
     let conn = connect(
         cli.kubeconfig.as_deref(),
         cli.context.as_deref(),
@@ -96,6 +108,10 @@ pub async fn run(cli: Cli) -> Result<String> {
             )
             .await
         }
+        // Answered above, without a connection.
+        Command::Diff(_) => Err(Error::BadInput(
+            "diff runs offline and was answered above".to_string(),
+        )),
     }
 }
 

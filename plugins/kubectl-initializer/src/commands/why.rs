@@ -1,6 +1,6 @@
 //! `kubectl initializer why`: read the object (by `KIND/NAME` through discovery, or from a file),
 //! its namespace's labels, every Initializer and its live configuration, then hand them to the
-//! pure [`crate::why`] decision.
+//! pure [`crate::why`] decision (and, for a preset, to the compiled policy's explanation).
 
 use std::path::Path;
 
@@ -55,7 +55,11 @@ pub(super) async fn run(
     for initializer in &initializers {
         lives.push(live_configuration(&conn.client, initializer).await?);
     }
-    let facts = if lives.iter().any(Option::is_none) {
+    // The operator's namespace is needed for an unregistered Initializer (what it would
+    // register) and for a preset (the policy compiled from it has the same exclusions).
+    let needs_facts =
+        lives.iter().any(Option::is_none) || initializers.iter().any(|i| i.spec.preset.is_some());
+    let facts = if needs_facts {
         operator_facts(&conn.client, operator_namespace).await?
     } else {
         OperatorFacts::default()
@@ -70,13 +74,15 @@ pub(super) async fn run(
                     Some(_) => Err(String::new()),
                     None => why::would_register(initializer, &facts),
                 };
-                why::decide(
+                let mut verdict = why::decide(
                     initializer,
                     live.as_ref(),
                     would.as_ref().map_err(String::as_str),
                     &facts,
                     request,
-                )
+                );
+                verdict.policy = why::policy::explain(initializer, &facts, request);
+                verdict
             })
             .collect();
         reports.push(WhyReport {

@@ -9,10 +9,16 @@
 //! nothing is registered, the configuration the operator would register (built by the operator's
 //! own [`initializer_operator::build::webhook`]) says what would happen once it is.
 //!
+//! For a preset Initializer, the `MutatingAdmissionPolicy` the operator compiles from
+//! `spec.preset` is judged on the same request ([`policy`]): its constraints, and which of its
+//! `matchConditions` fails and why.
+//!
 //! The pieces: `request` is what is observed (the attributes the API server matches on),
 //! `rules` and `selector` evaluate one rule or selector the API server's way, this module
-//! decides the [`Verdict`], and `render` writes it for a person.
+//! decides the [`Verdict`], [`policy`] explains the compiled policy's match, and `render`
+//! writes it for a person.
 
+pub mod policy;
 mod render;
 mod request;
 mod rules;
@@ -113,6 +119,10 @@ pub struct Verdict {
     /// What else a reader should know (degraded configuration, conditions not evaluated).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// For a preset Initializer: how the policy compiled from its preset judges the object
+    /// (set by [`policy::explain`]; `None` without a preset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<policy::PolicyExplanation>,
 }
 
 /// What is known about the operator that the configuration does not say.
@@ -249,6 +259,7 @@ pub fn decide(
         basis,
         reasons,
         notes,
+        policy: None,
     }
 }
 
