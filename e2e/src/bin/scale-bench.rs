@@ -8,8 +8,11 @@
 //! and the pods' restarts. A benchmark, not a test: it prints a table and fails only when it
 //! cannot measure.
 //!
-//!   scale-bench [--cluster sandbox|real|both] [--counts 10,30,100] [--steady-seconds 30]
-//!               [--timeout-seconds 300]
+//!   scale-bench [--cluster sandbox|real|both] [--counts 10,30,100] [--settle-seconds 30]
+//!               [--steady-seconds 30] [--timeout-seconds 300]
+//!
+//! The steady window opens `--settle-seconds` after the last Initializer was Registered (or
+//! after the timeout): the last ones' pods, Deployments and first probes settle meanwhile.
 //!
 //! Build it and every binary it runs in release (`make bench-scale` does): the pods run the
 //! binaries beside it.
@@ -23,8 +26,8 @@ use futures::{StreamExt, TryStreamExt};
 use initializer_crds::Initializer;
 use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
+use initializer_e2e::fixtures;
 use initializer_e2e::scale::{self, Row};
-use initializer_e2e::{fixtures, ops};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -38,6 +41,7 @@ const TARGET_LABEL: &str = "scale-bench.initializer.dev/target";
 struct Args {
     clusters: Vec<BackendChoice>,
     counts: Vec<usize>,
+    settle: Duration,
     steady: Duration,
     timeout: Duration,
 }
@@ -46,6 +50,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         clusters: vec![BackendChoice::Sandbox, BackendChoice::Real],
         counts: vec![10, 30, 100],
+        settle: Duration::from_secs(30),
         steady: Duration::from_secs(30),
         timeout: Duration::from_secs(300),
     };
@@ -69,6 +74,7 @@ fn parse_args() -> anyhow::Result<Args> {
                     .map(|n| n.trim().parse().context("--counts takes numbers"))
                     .collect::<anyhow::Result<_>>()?
             }
+            "--settle-seconds" => args.settle = Duration::from_secs(value.parse()?),
             "--steady-seconds" => args.steady = Duration::from_secs(value.parse()?),
             "--timeout-seconds" => args.timeout = Duration::from_secs(value.parse()?),
             other => bail!("unknown flag {other}"),
@@ -161,7 +167,12 @@ async fn run(
             .await?
             .items
             .iter()
-            .filter(|i| ops::status_registered(i))
+            .filter(|i| {
+                i.status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_ref())
+                    .is_some_and(|p| *p == initializer_crds::Phase::Registered)
+            })
             .map(ResourceExt::name_any)
             .collect();
         left_registered += seen_registered.difference(&registered).count();
@@ -173,7 +184,9 @@ async fn run(
                 applied.elapsed().as_secs_f64()
             );
         }
-        let settled = all_registered.is_some() || applied.elapsed() > args.timeout;
+        let converged_at = all_registered.map(|took| applied + took);
+        let settled = converged_at.is_some_and(|at| at.elapsed() >= args.settle)
+            || applied.elapsed() > args.timeout + args.settle;
         if settled && steady_from.is_none() {
             steady_from = Some(Instant::now());
             first_sample = Some(sample(env).await?);
