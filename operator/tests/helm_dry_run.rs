@@ -8,6 +8,7 @@
 
 // Only the cluster's start and its client are used here.
 #[allow(dead_code)]
+#[macro_use]
 mod support;
 
 // Only the rendering is used here.
@@ -15,58 +16,63 @@ mod support;
 #[path = "../../packaging/tests/helm_support/mod.rs"]
 mod helm_support;
 
+use futures::future::BoxFuture;
 use helm_support::{NS, template};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::discovery::{Discovery, Scope};
+use kube::{Api, ResourceExt};
 use serde_json::json;
+use support::{Backend, TestCluster};
+
+on_backends! {
+    /// The sandbox is not the API server whose acceptance counts here.
+    real only: kube_apiserver_accepts_the_rendered_chart_in_a_server_side_dry_run,
+}
+
+/// Runs one test body on `backend`, with no image mapped: nothing here runs a pod.
+async fn run<F>(backend: Backend, body: F)
+where
+    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
+{
+    support::run(backend, &[], body).await;
+}
 
 /// `helm template --include-crds`, then a server-side apply of every object with `dryRun=All`
 /// against kube-apiserver: the API server's schema validation, defaulting and admission accept
 /// the whole chart (the namespace exists first, as `helm install --create-namespace` makes it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_apiserver_accepts_the_rendered_chart_in_a_server_side_dry_run_on_real() {
-    use futures::FutureExt;
-    use k8s_openapi::api::core::v1::Namespace;
-    use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-    use kube::discovery::{Discovery, Scope};
-    use kube::{Api, ResourceExt};
-
+async fn kube_apiserver_accepts_the_rendered_chart_in_a_server_side_dry_run(cluster: &TestCluster) {
     let objects = template(&["--include-crds"]).unwrap();
     assert!(
         objects.len() > 5,
         "the chart rendered {} objects",
         objects.len()
     );
-    support::run(support::Backend::Real, &[], |cluster| {
-        async move {
-            let client = cluster.client();
-            let namespace: Namespace =
-                serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-            Api::<Namespace>::all(client.clone())
-                .create(&PostParams::default(), &namespace)
-                .await
-                .unwrap();
-            let discovery = Discovery::new(client.clone()).run().await.unwrap();
-            let params = PatchParams::apply("helm-chart-dry-run").force().dry_run();
-            for object in &objects {
-                let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
-                let types = object
-                    .types
-                    .clone()
-                    .expect("rendered objects carry their kind");
-                let gvk = GroupVersionKind::try_from(&types).unwrap();
-                let (resource, capabilities) = discovery
-                    .resolve_gvk(&gvk)
-                    .unwrap_or_else(|| panic!("kube-apiserver does not serve {gvk:?}"));
-                let api: Api<DynamicObject> = match capabilities.scope {
-                    Scope::Namespaced => Api::namespaced_with(client.clone(), NS, &resource),
-                    Scope::Cluster => Api::all_with(client.clone(), &resource),
-                };
-                let name = object.name_any();
-                api.patch(&name, &params, &Patch::Apply(&object))
-                    .await
-                    .unwrap_or_else(|err| panic!("{} {name} refused: {err}", types.kind));
-            }
-        }
-        .boxed()
-    })
-    .await;
+    let client = cluster.client();
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    let params = PatchParams::apply("helm-chart-dry-run").force().dry_run();
+    for object in &objects {
+        let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+        let types = object
+            .types
+            .clone()
+            .expect("rendered objects carry their kind");
+        let gvk = GroupVersionKind::try_from(&types).unwrap();
+        let (resource, capabilities) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("kube-apiserver does not serve {gvk:?}"));
+        let api: Api<DynamicObject> = match capabilities.scope {
+            Scope::Namespaced => Api::namespaced_with(client.clone(), NS, &resource),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        let name = object.name_any();
+        api.patch(&name, &params, &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|err| panic!("{} {name} refused: {err}", types.kind));
+    }
 }

@@ -9,10 +9,12 @@
 
 // This file uses a few of the shared helpers only.
 #[allow(dead_code)]
+#[macro_use]
 mod support;
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use initializer_crds::Initializer;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_test_support::wait_until as wait_for;
@@ -30,12 +32,17 @@ const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
 /// The real control plane's API server address (`e2e/controlplane`).
 const API_SERVER_CIDR: &str = "10.200.0.1/32";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn network_policy_is_written_put_back_and_removed_when_switched_off_on_real() {
-    operator::run_with_test_initializer(Backend::Real, IMAGE_REPOSITORY, |cluster| {
-        Box::pin(network_policy_is_written_put_back_and_removed_when_switched_off(cluster))
-    })
-    .await;
+on_backends! {
+    /// The sandbox serves no `networking.k8s.io`.
+    real only: network_policy_is_written_put_back_and_removed_when_switched_off,
+}
+
+/// Runs one test body on `backend`, with the test initializer as the guard's image.
+async fn run<F>(backend: Backend, body: F)
+where
+    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
+{
+    operator::run_with_test_initializer(backend, IMAGE_REPOSITORY, body).await;
 }
 
 fn spawn(cluster: &TestCluster, pod_name: &str, flags: &[&str]) -> Operator {

@@ -16,12 +16,14 @@
 
 // This file uses the cluster and the build helper, nothing else of the shared helpers.
 #[allow(dead_code)]
+#[macro_use]
 mod support;
 
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use initializer_crds::constants::{INITIALIZED_BY_ANNOTATION, NAMESPACE_NAME_LABEL};
 use initializer_crds::{AnnotationGate, InitializerSpec, PresetConfig};
 use initializer_operator::build;
@@ -54,14 +56,18 @@ const SKIP_ANNOTATION: &str = "preset.example.com/skip";
 /// A label the preset injects, which tells that an engine is in force.
 const INJECTED_LABEL: &str = "preset.example.com/injected";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_compiled_preset_policy_does_what_the_webhook_does_on_real() {
-    support::run(Backend::Real, &[], |cluster| {
-        Box::pin(the_compiled_preset_policy_does_what_the_webhook_does(
-            cluster,
-        ))
-    })
-    .await;
+on_backends! {
+    /// The sandbox serves no MutatingAdmissionPolicy.
+    real only: the_compiled_preset_policy_does_what_the_webhook_does,
+}
+
+/// Runs one test body on `backend`, with no image mapped: the preset webhook runs as a process
+/// of this test, not as a pod.
+async fn run<F>(backend: Backend, body: F)
+where
+    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
+{
+    support::run(backend, &[], body).await;
 }
 
 fn initializer() -> Validated {

@@ -6,6 +6,7 @@
 //! [`run`] starts the cluster, runs the body, and shuts the cluster down whether the body passed
 //! or panicked, so no control-plane process outlives a failed test. On the real control plane a
 //! failing test keeps the state directory (the components' logs are under `logs/`) and says where.
+//! `on_backends!` writes a body's tests, one per backend it runs on.
 //!
 //! Pods are frozen, thawed and killed on the node in both cases: the sandbox's node agent signals
 //! the pod's process groups itself; on the real control plane the node agent reports each
@@ -255,6 +256,66 @@ where
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// The tests of test bodies: for each body `async fn name(cluster: &TestCluster)` of the invoking
+/// module, a module `name` with a test per backend the body runs on, `on_sandbox` and
+/// `on_real`, each running the body through the test binary's own `crate::run(backend, body)`
+/// (which starts the cluster with the images that binary's tests deploy).
+///
+/// ```text
+/// on_backends!(sandbox and real: a_body, another_body);
+/// on_backends! {
+///     /// Why the real control plane cannot run it (the generated module's documentation).
+///     sandbox only: a_third_body,
+/// }
+/// on_backends! {
+///     /// Why the sandbox cannot run it.
+///     real only: a_fourth_body,
+/// }
+/// ```
+///
+/// A body one backend cannot run has no test there, rather than one always ignored, and says why
+/// in its module's documentation.
+// Not every test binary that includes this file generates its tests with it.
+#[allow(unused_macros)]
+macro_rules! on_backends {
+    (@test on_sandbox $body:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn on_sandbox() {
+            crate::run(crate::support::Backend::Sandbox, |cluster| {
+                Box::pin(super::$body(cluster))
+            })
+            .await;
+        }
+    };
+    (@test on_real $body:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn on_real() {
+            crate::run(crate::support::Backend::Real, |cluster| {
+                Box::pin(super::$body(cluster))
+            })
+            .await;
+        }
+    };
+    (@module [$(#[$attr:meta])*] [$($variant:ident)+] $body:ident) => {
+        $(#[$attr])*
+        mod $body {
+            $(on_backends!(@test $variant $body);)+
+        }
+    };
+    (@modules $attrs:tt $variants:tt: $($body:ident),+ $(,)?) => {
+        $(on_backends!(@module $attrs $variants $body);)+
+    };
+    (sandbox and real: $($body:ident),+ $(,)?) => {
+        on_backends!(@modules [] [on_sandbox on_real]: $($body),+);
+    };
+    ($(#[$why:meta])+ sandbox only: $($body:ident),+ $(,)?) => {
+        on_backends!(@modules [$(#[$why])+] [on_sandbox]: $($body),+);
+    };
+    ($(#[$why:meta])+ real only: $($body:ident),+ $(,)?) => {
+        on_backends!(@modules [$(#[$why])+] [on_real]: $($body),+);
+    };
 }
 
 /// The node agent, `target/<profile>/initializer-node`.

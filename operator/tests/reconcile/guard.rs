@@ -1,0 +1,364 @@
+//! The guard on Initializers (a ValidatingAdmissionPolicy the operator applies at startup):
+//! only those who may create webhook configurations may create or change Initializers, the
+//! guard is put back when deleted, and an Initializer created before it was in force is held
+//! until an administrator changes its spec.
+
+use std::time::Duration;
+
+use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_crds::{Initializer, Phase};
+use initializer_test_support::wait_until as wait_for;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::{self, TestCluster};
+use crate::{NS, configuration, guard, spawn, start, status_of, wait_for_event};
+
+on_backends! {
+    /// The guard is a ValidatingAdmissionPolicy with the `authorizer` variable, in force where the
+    /// API server serves it and authorizes; the sandbox does neither (sandbox/README.md).
+    real only:
+        only_those_who_may_create_webhook_configurations_may_create_initializers,
+        an_initializer_created_before_the_guard_is_held_until_its_spec_changes,
+}
+
+/// Creates `initializer` as `user` (impersonated by the admin client).
+async fn create_as(
+    client: &Client,
+    user: &str,
+    initializer: &Initializer,
+) -> Result<Initializer, kube::Error> {
+    let request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers");
+    let mut request = request
+        .create(
+            &PostParams::default(),
+            serde_json::to_vec(initializer).unwrap(),
+        )
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Impersonate-User", user.parse().unwrap());
+    client.request::<Initializer>(request).await
+}
+
+async fn only_those_who_may_create_webhook_configurations_may_create_initializers(
+    cluster: &TestCluster,
+) {
+    use initializer_operator::guard::{GUARD_MESSAGE, GUARD_NAME};
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+
+    let (client, _operator) = start(cluster).await;
+    // The operator applies the guard at startup, labelled as managed.
+    wait_for(
+        "the guard policy and binding",
+        Duration::from_secs(20),
+        || {
+            let c = client.clone();
+            async move {
+                let policy = Api::<ValidatingAdmissionPolicy>::all(c.clone())
+                    .get_opt(GUARD_NAME)
+                    .await
+                    .unwrap();
+                let binding = Api::<ValidatingAdmissionPolicyBinding>::all(c)
+                    .get_opt(GUARD_NAME)
+                    .await
+                    .unwrap();
+                policy.is_some_and(|p| p.labels()[MANAGED_BY_LABEL] == MANAGED_BY_VALUE)
+                    && binding.is_some()
+            }
+        },
+    )
+    .await;
+
+    // An editor of Initializers (what OLM aggregates into `edit` and `admin`) who may not create
+    // webhook configurations.
+    Api::<ClusterRole>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "initializer-editor"},
+                "rules": [{
+                    "apiGroups": ["initializer.dev"],
+                    "resources": ["initializers", "initializers/status"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                }],
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "initializer-editor-alice"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "initializer-editor"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // Refused by the guard (not by RBAC: the message is the policy's). The API server loads a
+    // new policy within moments, so a create that passes is deleted and retried.
+    let api: Api<Initializer> = Api::all(client.clone());
+    wait_for(
+        "the guard to refuse the editor",
+        Duration::from_secs(20),
+        || {
+            let (client, api) = (client.clone(), api.clone());
+            async move {
+                match create_as(&client, "alice", &guard("by-alice")).await {
+                    Err(kube::Error::Api(_)) => true,
+                    Err(e) => panic!("failed to create as alice: {e}"),
+                    Ok(_) => {
+                        api.delete("by-alice", &DeleteParams::default())
+                            .await
+                            .unwrap();
+                        false
+                    }
+                }
+            }
+        },
+    )
+    .await;
+    match create_as(&client, "alice", &guard("by-alice")).await {
+        Err(kube::Error::Api(status)) => {
+            println!("refused: {} {}", status.code, status.message);
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
+        }
+        other => panic!("the editor created an Initializer: {other:?}"),
+    }
+
+    // An admin is admitted; the editor may not change its spec either.
+    api.create(&PostParams::default(), &guard("by-admin"))
+        .await
+        .unwrap();
+    // A merge patch carries no resourceVersion: the operator's own writes (its finalizer)
+    // cannot turn the refusal into a conflict.
+    let mut request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .patch(
+            "by-admin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Impersonate-User", "alice".parse().unwrap());
+    match client.request::<Initializer>(request).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
+        }
+        other => panic!("the editor changed an Initializer's spec: {other:?}"),
+    }
+    // Nor write its status (the operator adopts it after a restart), nor delete it (which
+    // switches a security initializer off).
+    let as_alice = |mut request: http::Request<Vec<u8>>| {
+        request
+            .headers_mut()
+            .insert("Impersonate-User", "alice".parse().unwrap());
+        request
+    };
+    let status_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .patch_subresource(
+            "status",
+            "by-admin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Unresponsive"}})),
+        )
+        .unwrap();
+    let delete_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .delete("by-admin", &DeleteParams::default())
+        .unwrap();
+    for (what, request) in [("status", status_request), ("deletion", delete_request)] {
+        match client.request::<serde_json::Value>(as_alice(request)).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 403, "{what}: {status:?}");
+                assert!(status.message.contains(GUARD_MESSAGE), "{what}: {status:?}");
+            }
+            other => panic!("the editor's {what} went through: {other:?}"),
+        }
+    }
+    assert!(api.get_opt("by-admin").await.unwrap().is_some());
+    // Metadata-only updates pass: the editor's label, and the operator's finalizer.
+    let label_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .patch(
+            "by-admin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .unwrap();
+    client
+        .request::<serde_json::Value>(as_alice(label_request))
+        .await
+        .unwrap_or_else(|e| panic!("a metadata-only update needs no webhook rights: {e}"));
+    wait_for(
+        "the operator's finalizer on by-admin",
+        Duration::from_secs(20),
+        || {
+            let api = api.clone();
+            async move {
+                api.get("by-admin")
+                    .await
+                    .unwrap()
+                    .finalizers()
+                    .iter()
+                    .any(|f| f.starts_with("initializer.dev/"))
+            }
+        },
+    )
+    .await;
+
+    // Deleting the guard's binding does not switch it off: the operator puts it back.
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .delete(GUARD_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    let took = wait_for("the guard's binding back", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move {
+            Api::<ValidatingAdmissionPolicyBinding>::all(c)
+                .get_opt(GUARD_NAME)
+                .await
+                .unwrap()
+                .is_some()
+        }
+    })
+    .await;
+    println!("guard binding restored {took:?} after its deletion");
+}
+
+/// What an install by OLM leaves until the operator's first start: the CRD without the guard.
+/// Whoever may create Initializers then (OLM's `edit`) creates one and writes a status that
+/// claims it passed the guard. The operator, once started, holds it back (`Valid=False`, not
+/// deployed); one created after the guard is deployed; a spec change by an administrator (which
+/// passes the guard) releases the first. Deleting the guard's binding (put back at once) keeps
+/// both deployed: what was proven and unchanged carries over to the new binding.
+async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
+    cluster: &TestCluster,
+) {
+    use initializer_operator::guard::{EARLIER_BINDINGS_ANNOTATION, GUARD_NAME};
+    use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
+
+    let client = cluster.client();
+    support::install::install_crd_and_namespace_unguarded(&client, NS).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("early"))
+        .await
+        .unwrap();
+    api.patch_status(
+        "early",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"status": {"guard": {"bindingUid": "made-up", "generation": 1, "held": false}}}),
+        ),
+    )
+    .await
+    .unwrap();
+
+    let _operator = spawn(cluster, "operator-test-0");
+    wait_for("early held back", Duration::from_secs(30), || {
+        let c = client.clone();
+        async move {
+            let status = status_of(&c, "early").await;
+            status
+                .guard
+                .as_ref()
+                .is_some_and(|w| w.held && w.binding_uid != "made-up")
+                && status.phase == Some(Phase::Invalid)
+        }
+    })
+    .await;
+    let held = status_of(&client, "early").await;
+    let valid = held.conditions.iter().find(|c| c.type_ == "Valid").unwrap();
+    assert_eq!(valid.status, "False");
+    assert!(valid.message.contains("held back"), "{valid:?}");
+    wait_for_event(&client, "Refused", "held back").await;
+
+    // The guard is in force once the operator is ready: an Initializer created now is deployed.
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let first = bindings.get(GUARD_NAME).await.unwrap();
+    support::install::until_in_force(&first).await;
+    api.create(&PostParams::default(), &guard("late"))
+        .await
+        .unwrap();
+    wait_for("late registered", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-late").await.is_some() }
+    })
+    .await;
+    assert!(configuration(&client, "initializer-early").await.is_none());
+
+    // An administrator changes early's spec: it passed the guard, so early is deployed.
+    api.patch(
+        "early",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"timeoutSeconds": 4}})),
+    )
+    .await
+    .unwrap();
+    wait_for("early registered", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-early").await.is_some() }
+    })
+    .await;
+    let proven = status_of(&client, "early").await.guard.unwrap();
+    assert!(!proven.held, "{proven:?}");
+    assert_eq!(proven.binding_uid, first.metadata.uid.clone().unwrap());
+
+    // The binding deleted and put back: a new binding that lists the old one, and neither
+    // Initializer is held.
+    bindings
+        .delete(GUARD_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    let old_uid = first.metadata.uid.clone().unwrap();
+    wait_for("the binding put back", Duration::from_secs(20), || {
+        let b = bindings.clone();
+        let old = old_uid.clone();
+        async move {
+            b.get_opt(GUARD_NAME).await.unwrap().is_some_and(|b| {
+                b.metadata.uid.as_deref() != Some(old.as_str())
+                    && b.annotations().get(EARLIER_BINDINGS_ANNOTATION) == Some(&old)
+            })
+        }
+    })
+    .await;
+    let renewed = bindings
+        .get(GUARD_NAME)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    for name in ["early", "late"] {
+        wait_for(
+            &format!("{name}'s witness under the new binding"),
+            Duration::from_secs(30),
+            || {
+                let (c, renewed) = (client.clone(), renewed.clone());
+                async move {
+                    status_of(&c, name)
+                        .await
+                        .guard
+                        .is_some_and(|w| w.binding_uid == renewed && !w.held)
+                }
+            },
+        )
+        .await;
+        assert!(
+            configuration(&client, &format!("initializer-{name}"))
+                .await
+                .is_some(),
+            "{name} stays registered"
+        );
+    }
+}

@@ -1,0 +1,489 @@
+//! One Initializer's life on the cluster: registered once its pods answer, out of the path when
+//! they stop, back when they recover, out and staying out while suspended (even when its workload
+//! cannot be applied), and on deletion its configuration removed before it goes, through refused
+//! deletes and past a registration still in flight; and a registered configuration the API
+//! server really calls, which no label on the object can get past.
+
+use std::time::{Duration, Instant};
+
+use initializer_crds::constants::{
+    EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, TIMEOUT_SECONDS_ENV,
+};
+use initializer_crds::{Initializer, Phase};
+use initializer_test_support::wait_until as wait_for;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::namespaces::terminating_namespace;
+use crate::support::TestCluster;
+use crate::{NS, configuration, guard, is_ready, phase, start, wait_for_event};
+
+on_backends!(sandbox and real:
+    an_initializer_is_registered_when_answering_removed_when_frozen_and_cleaned_up_on_delete,
+    a_secret_labelled_excluded_in_a_user_namespace_is_still_refused,
+    suspend_removes_the_configuration_even_when_the_workload_cannot_be_applied,
+);
+on_backends! {
+    /// Failing the API server's deletes on purpose needs the sandbox's fault table: kube-apiserver
+    /// has no fault injection, and admission cannot refuse deleting a webhook configuration.
+    sandbox only: a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed,
+}
+on_backends! {
+    /// Holding a registration in flight needs the sandbox's fault table: kube-apiserver has no
+    /// fault injection.
+    sandbox only: deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_nothing,
+}
+
+fn has_timeout_env(pod: &Pod, value: &str) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|spec| &spec.containers)
+        .any(|container| {
+            container
+                .env
+                .iter()
+                .flatten()
+                .any(|env| env.name == TIMEOUT_SECONDS_ENV && env.value.as_deref() == Some(value))
+        })
+}
+
+fn short_secret(name: &str) -> Secret {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "type": "Opaque",
+        "stringData": {"password": "short"},
+    }))
+    .unwrap()
+}
+
+async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cleaned_up_on_delete(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("guard"))
+        .await
+        .unwrap();
+
+    // Registered only once the Deployment is available and the probes answer.
+    let took = wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-guard").await.is_some() }
+    })
+    .await;
+    println!("registered {took:?} after creation");
+    let config = configuration(&client, "initializer-guard").await.unwrap();
+    assert_eq!(config.labels()[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
+    assert_eq!(config.labels()[INITIALIZER_LABEL], "guard");
+    let hook = &config.webhooks.as_ref().unwrap()[0];
+    assert!(hook.client_config.ca_bundle.is_some());
+    assert!(
+        hook.object_selector
+            .iter()
+            .flat_map(|s| s.match_expressions.iter().flatten())
+            .all(|r| r.key != EXCLUDE_LABEL),
+        "no label exempts an object"
+    );
+    wait_for("phase Registered", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "guard").await == Some(Phase::Registered) }
+    })
+    .await;
+    let init = api.get("guard").await.unwrap();
+    assert!(
+        init.finalizers()
+            .contains(&"initializer.dev/cleanup".to_string())
+    );
+    let status = init.status.unwrap();
+    assert_eq!(status.registered, Some(true));
+    assert!(status.certificate_not_after.is_some());
+    println!(
+        "last probe through the API server: {:?} ms",
+        status.last_probe_latency_millis
+    );
+    assert!(status.last_probe_latency_millis.is_some());
+    assert!(
+        status.conditions.iter().all(|c| c.status == "True"),
+        "{:?}",
+        status.conditions
+    );
+    wait_for_event(&client, "Registered", "").await;
+
+    // A spec change reaches the registered configuration.
+    api.patch(
+        "guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"timeoutSeconds": 7}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the new timeout in the configuration",
+        Duration::from_secs(10),
+        || {
+            let c = client.clone();
+            async move {
+                configuration(&c, "initializer-guard")
+                    .await
+                    .and_then(|c| c.webhooks)
+                    .is_some_and(|w| w[0].timeout_seconds == Some(7))
+            }
+        },
+    )
+    .await;
+
+    // The registration is real: the API server calls the initializer, which refuses short secrets.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let refused = secrets
+        .create(&PostParams::default(), &short_secret("too-short"))
+        .await;
+    assert!(refused.is_err(), "the guard should refuse a short secret");
+
+    // The new timeout reaches the initializer too (INITIALIZER_TIMEOUT_SECONDS), which rolls
+    // the Deployment: wait until the one pod left is the updated, ready one before freezing it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = format!("{INITIALIZER_LABEL}=guard");
+    wait_for(
+        "the rollout of the new timeout to the initializer",
+        Duration::from_secs(30),
+        || {
+            let p = pods.clone();
+            let selector = selector.clone();
+            async move {
+                let items = p
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .unwrap()
+                    .items;
+                items.len() == 1 && has_timeout_env(&items[0], "7") && is_ready(&items[0])
+            }
+        },
+    )
+    .await;
+
+    // Freeze the initializer: the configuration goes (fail open) and creates pass again.
+    let pod = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    cluster.freeze(NS, &pod.name_any()).await.unwrap();
+    let took = wait_for(
+        "deregistration after a freeze",
+        Duration::from_secs(20),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-guard").await.is_none() }
+        },
+    )
+    .await;
+    println!("deregistered {took:?} after the freeze");
+    wait_for("phase Unresponsive", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "guard").await == Some(Phase::Unresponsive) }
+    })
+    .await;
+    secrets
+        .create(
+            &PostParams::default(),
+            &short_secret("passes-while-deregistered"),
+        )
+        .await
+        .unwrap();
+    wait_for_event(&client, "Deregistered", "").await;
+
+    // Thaw: registered again after enough good probes.
+    cluster.thaw(NS, &pod.name_any()).await.unwrap();
+    wait_for(
+        "registration after the thaw",
+        Duration::from_secs(60),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-guard").await.is_some() }
+        },
+    )
+    .await;
+
+    // Suspend: removed and stays removed, the workload keeps running.
+    api.patch(
+        "guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true}})),
+    )
+    .await
+    .unwrap();
+    wait_for("deregistration on suspend", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-guard").await.is_none() }
+    })
+    .await;
+    wait_for("phase Suspended", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "guard").await == Some(Phase::Suspended) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        configuration(&client, "initializer-guard").await.is_none(),
+        "re-registered while suspended"
+    );
+    assert_eq!(
+        pods.list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=guard")))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    // Delete: the finalizer removes the configuration, then lets the Initializer go.
+    api.patch(
+        "guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": false}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "registration after resuming",
+        Duration::from_secs(60),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-guard").await.is_some() }
+        },
+    )
+    .await;
+    api.delete("guard", &DeleteParams::default()).await.unwrap();
+    wait_for(
+        "the Initializer to be gone",
+        Duration::from_secs(20),
+        || {
+            let a = api.clone();
+            async move { a.get_opt("guard").await.unwrap().is_none() }
+        },
+    )
+    .await;
+    assert!(configuration(&client, "initializer-guard").await.is_none());
+}
+
+async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("guard"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-guard").await.is_some() }
+    })
+    .await;
+    let hook = &configuration(&client, "initializer-guard")
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap()[0];
+    let rule = &hook.rules.as_ref().unwrap()[0];
+    assert_eq!(
+        rule.scope.as_deref(),
+        Some("Namespaced"),
+        "the default scope"
+    );
+    // Any author may set the label; it must not take the Secret past the guard. The API server
+    // loads a new configuration within moments, so a create that passes is deleted and retried.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "team-a");
+    let mut labelled = short_secret("labelled");
+    labelled.metadata.namespace = Some("team-a".into());
+    labelled.metadata.labels = Some([(EXCLUDE_LABEL.to_string(), "x".to_string())].into());
+    wait_for(
+        "the guard to refuse a short Secret labelled excluded",
+        Duration::from_secs(20),
+        || {
+            let secrets = secrets.clone();
+            let labelled = labelled.clone();
+            async move {
+                match secrets.create(&PostParams::default(), &labelled).await {
+                    Err(kube::Error::Api(status)) => {
+                        assert!(
+                            status.message.contains("at least 20 characters"),
+                            "{status:?}"
+                        );
+                        true
+                    }
+                    Err(e) => panic!("failed to create the labelled Secret: {e}"),
+                    Ok(_) => {
+                        secrets
+                            .delete("labelled", &DeleteParams::default())
+                            .await
+                            .unwrap();
+                        false
+                    }
+                }
+            }
+        },
+    )
+    .await;
+}
+
+async fn suspend_removes_the_configuration_even_when_the_workload_cannot_be_applied(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("brake"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-brake").await.is_some() }
+    })
+    .await;
+    // The same change moves the workload to an allowed namespace that refuses new content:
+    // applying it fails, and the break-glass switch must still take the initializer out of
+    // the path.
+    terminating_namespace(&client, "closing").await;
+    api.patch(
+        "brake",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true, "namespace": "closing"}})),
+    )
+    .await
+    .unwrap();
+    let took = wait_for("the suspend to remove it", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-brake").await.is_none() }
+    })
+    .await;
+    println!("suspended {took:?} after the change, with the workload failing to apply");
+    wait_for("phase Suspended", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { phase(&c, "brake").await == Some(Phase::Suspended) }
+    })
+    .await;
+    wait_for_event(&client, "Suspended", "spec.suspend").await;
+    // It stays removed across resyncs and failures.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(configuration(&client, "initializer-brake").await.is_none());
+}
+
+async fn a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(cluster: &TestCluster) {
+    let (client, _operator) = start(cluster).await;
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &guard("stubborn"))
+        .await
+        .unwrap();
+    wait_for("registration", Duration::from_secs(90), || {
+        let c = client.clone();
+        async move { configuration(&c, "initializer-stubborn").await.is_some() }
+    })
+    .await;
+    // The next eight deletes of the configuration fail with a 500: more than any fixed number of
+    // quick retries absorbs.
+    cluster
+        .inject(
+            (
+                "delete",
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "initializer-stubborn",
+            ),
+            initializer_sandbox::FaultAction::Error {
+                code: 500,
+                message: Some("injected by the test".into()),
+            },
+            8,
+        )
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = pods
+        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=stubborn")))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    cluster.freeze(NS, &pod.name_any()).await.unwrap();
+    let took = wait_for(
+        "the removal to get through",
+        Duration::from_secs(30),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-stubborn").await.is_none() }
+        },
+    )
+    .await;
+    println!("removed {took:?} after the freeze, through eight refused deletes");
+    wait_for_event(&client, "Deregistered", "").await;
+}
+
+async fn deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_nothing(
+    cluster: &TestCluster,
+) {
+    let (client, _operator) = start(cluster).await;
+    // The registration (a server-side apply: a patch) takes 3 s to be answered.
+    cluster
+        .inject(
+            (
+                "patch",
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "initializer-inflight",
+            ),
+            initializer_sandbox::FaultAction::Delay { millis: 3000 },
+            1,
+        )
+        .unwrap();
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &guard("inflight"))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=inflight"));
+    wait_for("a ready pod", Duration::from_secs(60), || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            pods.list(&selector)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(is_ready)
+        }
+    })
+    .await;
+    // Two good probes 100 ms apart start the registration; delete while it is held.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        configuration(&client, "initializer-inflight")
+            .await
+            .is_none()
+    );
+    api.delete("inflight", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Initializer to go", Duration::from_secs(30), || {
+        let a = api.clone();
+        async move { a.get_opt("inflight").await.unwrap().is_none() }
+    })
+    .await;
+    // The registration that was in flight landed before the cleanup removed it: nothing is left,
+    // not even for a moment after the Initializer is gone.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(4) {
+        assert!(
+            configuration(&client, "initializer-inflight")
+                .await
+                .is_none(),
+            "a registration in flight outlived its Initializer"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
