@@ -135,8 +135,7 @@ impl Args {
         parsed
     }
 
-    /// Whether `name` passes the filters, `--exact` and `--skip`.
-    pub(crate) fn matches_name(&self, name: &str) -> bool {
+    fn matches_name(&self, name: &str) -> bool {
         let hit = |filter: &String| {
             if self.exact {
                 name == filter
