@@ -75,6 +75,21 @@ pub trait Backend: Send + Sync {
         Some(std::process::Command::new(program))
     }
 
+    /// Like [`Backend::command_inside`], from a place that is not the node `node` (a pod's
+    /// `spec.nodeName`), so that `program` shares no source address with that node's kubelet:
+    /// what it does to a pod's connections cannot touch the kubelet's probes of that pod. The
+    /// same place by default (the sandbox and the real control plane have one node, whose agent
+    /// probes from no address a program there uses); on kind, another worker's network, or
+    /// `None` when there is none.
+    fn command_inside_away_from(
+        &self,
+        program: &Path,
+        node: Option<&str>,
+    ) -> Option<std::process::Command> {
+        let _ = node;
+        self.command_inside(program)
+    }
+
     /// Stops whatever the backend started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }

@@ -12,7 +12,8 @@
 //! What must reach pods from this host (Prometheus scraping the operator in the alerts scenario)
 //! runs in the network namespace of a kind worker node (`nsenter --net`), where every pod
 //! address is routed: a host process with the node's network, as on the real control plane. Not
-//! the control-plane node's, whose address is kube-apiserver's own.
+//! the control-plane node's, whose address is kube-apiserver's own; and not a pod's own node
+//! when what runs attacks that pod, since there it would share the kubelet's address.
 //! That needs root and an engine on this machine; elsewhere it is `None`, and the scenario says so.
 
 use std::path::{Path, PathBuf};
@@ -36,9 +37,9 @@ pub struct ClusterBackend {
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     docker: String,
-    /// The network namespace of a kind worker node (`/proc/<pid>/ns/net`; the control-plane
-    /// node's in a cluster without workers), when this process may enter it.
-    node_network: Option<PathBuf>,
+    /// The network namespaces of the kind worker nodes (`/proc/<pid>/ns/net`, by node name; the
+    /// control-plane node's in a cluster without workers), when this process may enter them.
+    node_networks: Vec<(String, PathBuf)>,
 }
 
 impl ClusterBackend {
@@ -88,17 +89,12 @@ impl ClusterBackend {
             PodControl::Unsupported
         };
         let docker = std::env::var("E2E_DOCKER").unwrap_or_else(|_| "docker".to_string());
-        // A worker's network, not the control-plane node's: kube-apiserver runs on the host
+        // Workers' networks, not the control-plane node's: kube-apiserver runs on the host
         // network of that node, so a program run there shares the API server's source address
         // (no pod ever does), and an attacker run there would be taken for the API server.
-        let node_network = match (control, context.strip_prefix("kind-")) {
-            (PodControl::KindNodes, Some(cluster)) => {
-                match node_network(&docker, &format!("{cluster}-worker")).await {
-                    Some(worker) => Some(worker),
-                    None => node_network(&docker, &format!("{cluster}-control-plane")).await,
-                }
-            }
-            _ => None,
+        let node_networks = match (control, context.strip_prefix("kind-")) {
+            (PodControl::KindNodes, Some(cluster)) => kind_node_networks(&docker, cluster).await,
+            _ => Vec::new(),
         };
         Ok(Self {
             name: match control {
@@ -111,7 +107,7 @@ impl ClusterBackend {
             _dir: dir,
             kubeconfig: path,
             docker,
-            node_network,
+            node_networks,
         })
     }
 
@@ -207,12 +203,57 @@ impl ClusterBackend {
     }
 }
 
-/// The network namespace of the kind node container `node`, when this process is root and the
-/// engine runs here (its PID's namespace is then this machine's).
-async fn node_network(docker: &str, node: &str) -> Option<PathBuf> {
+/// The network namespaces of kind cluster `cluster`'s worker nodes, by node name (a kind node's
+/// container is named as its Node), or the control-plane node's when it has no worker; empty
+/// unless this process is root and the engine runs here (its PIDs are then this machine's).
+async fn kind_node_networks(docker: &str, cluster: &str) -> Vec<(String, PathBuf)> {
     if !is_root() {
-        return None;
+        return Vec::new();
     }
+    let mut networks = Vec::new();
+    for role in ["worker", "control-plane"] {
+        for node in kind_nodes(docker, cluster, role).await {
+            if let Some(network) = node_network(docker, &node).await {
+                networks.push((node, network));
+            }
+        }
+        if !networks.is_empty() {
+            break;
+        }
+    }
+    networks
+}
+
+/// The node containers of kind cluster `cluster` with `role`, by name.
+async fn kind_nodes(docker: &str, cluster: &str, role: &str) -> Vec<String> {
+    let output = Command::new(docker)
+        .args([
+            "ps",
+            "--filter",
+            &format!("label=io.x-k8s.kind.cluster={cluster}"),
+            "--filter",
+            &format!("label=io.x-k8s.kind.role={role}"),
+            "--format",
+            "{{.Names}}",
+        ])
+        .output()
+        .await;
+    let mut nodes: Vec<String> = output
+        .map(|output| {
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    nodes.sort();
+    nodes
+}
+
+/// The network namespace of the kind node container `node`.
+async fn node_network(docker: &str, node: &str) -> Option<PathBuf> {
     let output = Command::new(docker)
         .args(["inspect", "--format", "{{.State.Pid}}", node])
         .output()
@@ -239,6 +280,16 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// `program` run in the network namespace `network` (`nsenter --net`), with this host's files.
+fn enter(network: &Path, program: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new("nsenter");
+    command
+        .arg(format!("--net={}", network.display()))
+        .arg("--")
+        .arg(program);
+    command
+}
+
 /// How pods of this cluster are frozen, thawed and killed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PodControl {
@@ -257,13 +308,22 @@ impl Backend for ClusterBackend {
 
     fn command_inside(&self, program: &Path) -> Option<std::process::Command> {
         // The pods' network is the node container's: run there, with this host's files.
-        let network = self.node_network.as_ref()?;
-        let mut command = std::process::Command::new("nsenter");
-        command
-            .arg(format!("--net={}", network.display()))
-            .arg("--")
-            .arg(program);
-        Some(command)
+        let (_, network) = self.node_networks.first()?;
+        Some(enter(network, program))
+    }
+
+    fn command_inside_away_from(
+        &self,
+        program: &Path,
+        node: Option<&str>,
+    ) -> Option<std::process::Command> {
+        // On the pod's own node this program's source address would be the kubelet's (the
+        // node's end of the pod's link), and its probes would share its fate.
+        let (_, network) = self
+            .node_networks
+            .iter()
+            .find(|(name, _)| Some(name.as_str()) != node)?;
+        Some(enter(network, program))
     }
 
     fn kubeconfig_path(&self) -> &Path {

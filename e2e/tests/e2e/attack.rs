@@ -147,9 +147,14 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
     let ca_file = tempfile::NamedTempFile::new()?;
     std::fs::write(ca_file.path(), &ca.0)?;
     let attacker = Path::new(env!("CARGO_BIN_EXE_attacker"));
-    let Some(command) = ctx.env.backend.command_inside(attacker) else {
+    // Not from the guard's node: there the attacker would share the kubelet's source address,
+    // and the kubelet's readiness probes would be refused as the attacker's own connections
+    // (no pod has that address; a host-network pod needs rights no attacker is given).
+    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
+    let Some(command) = ctx.env.backend.command_inside_away_from(attacker, node) else {
         bail!(
-            "failed to run the attacker: backend {} has no place where pods are reachable",
+            "failed to run the attacker: backend {} has no place where pods are reachable other \
+             than the guard's node {node:?}",
             ctx.env.backend.name()
         );
     };
