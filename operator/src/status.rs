@@ -605,7 +605,10 @@ fn responding_condition(o: &Observation<'_>) -> Condition {
             RESPONDING,
             "True",
             "ProbeSucceeded",
-            format!("answered a dry-run review in {} ms", p.latency.as_millis()),
+            // No figure here: a message that changed with every probe's latency would be a
+            // status write per probe (the latency is `lastProbeLatencyMillis`, refreshed at
+            // most every PROBE_STATUS_REFRESH).
+            "answered a dry-run review within its latency budget".into(),
         ),
         Some(p) => condition(
             o,
@@ -658,7 +661,8 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
 }
 
 /// True when `next` need not be written over `previous`: nothing changed, or only the last
-/// probe's time and latency changed and those were refreshed recently.
+/// probe's time and latency changed and those were refreshed recently. The guard's witness in
+/// `previous` is not this writer's and is not compared.
 pub fn only_probe_figures_changed(
     previous: Option<&InitializerStatus>,
     next: &InitializerStatus,
@@ -673,6 +677,10 @@ pub fn only_probe_figures_changed(
     let mut same = next.clone();
     same.last_probe_time = previous.last_probe_time.clone();
     same.last_probe_latency_millis = previous.last_probe_latency_millis;
+    // The guard's witness is written apart, so a computed status never has it and a stored
+    // one may: compared, it made every probe a status write (and a reconcile) wherever the
+    // guard is in force.
+    same.guard = previous.guard.clone();
     let recent = previous.last_probe_time.as_ref().is_some_and(|t| {
         now.duration_since(t.0).as_secs()
             < i64::try_from(PROBE_STATUS_REFRESH.as_secs()).unwrap_or(i64::MAX)

@@ -421,6 +421,39 @@ fn the_workload_is_available_only_with_the_condition_and_a_replica() {
 }
 
 #[test]
+fn good_probes_that_differ_only_in_time_and_latency_are_no_status_write_guarded_or_not() {
+    let registered = |at: Timestamp, latency_ms: u64| Observation {
+        registered: true,
+        health: Some(snapshot(State::Registered, Some(1))),
+        probe: Some(ProbeRecord {
+            at,
+            latency: Duration::from_millis(latency_ms),
+            ..good_probe()
+        }),
+        ..base()
+    };
+    let mut first = compute(&registered(now(), 3));
+    // As stored where the guard on Initializers is in force: with its witness, written apart.
+    first.guard = Some(initializer_crds::GuardWitness {
+        binding_uid: "b-1".into(),
+        generation: 3,
+        held: false,
+    });
+    let next = compute(&Observation {
+        previous: Some(&first),
+        ..registered(now() + jiff::SignedDuration::from_secs(1), 41)
+    });
+    assert!(
+        only_probe_figures_changed(
+            Some(&first),
+            &next,
+            now() + jiff::SignedDuration::from_secs(1)
+        ),
+        "{first:#?}\n{next:#?}"
+    );
+}
+
+#[test]
 fn probe_figures_alone_are_written_only_when_stale() {
     let now = now();
     let previous = InitializerStatus {
