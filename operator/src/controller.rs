@@ -24,6 +24,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -910,11 +911,18 @@ pub fn own_pending_names(
 
 /// Removes orphans at start, whenever a managed configuration changes, and every minute (an
 /// Initializer removed without its finalizer leaves no event on the configuration); the
-/// minute sweep also stops supervising Initializers that no longer exist.
-pub async fn watch_orphans(client: Client, supervisor: Supervisor, shutdown: CancellationToken) {
+/// minute sweep also stops supervising Initializers that no longer exist. The same watch keeps
+/// `configurations`, the copy the supervisor checks healthy registrations against.
+pub async fn watch_orphans(
+    client: Client,
+    supervisor: Supervisor,
+    configurations: Writer<MutatingWebhookConfiguration>,
+    shutdown: CancellationToken,
+) {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let mut events = watcher(api, watcher::Config::default().labels(&managed_selector()))
         .default_backoff()
+        .reflect(configurations)
         .applied_objects()
         .boxed();
     let mut sweep = tokio::time::interval(Duration::from_secs(60));

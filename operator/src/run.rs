@@ -317,6 +317,8 @@ async fn lead(
             instance: Some(identity),
         },
     );
+    // Kept by the orphan sweep's watch; read by the probers.
+    let (configurations, configurations_writer) = kube::runtime::reflector::store();
     let supervisor = Supervisor::new(
         client.clone(),
         recorder.clone(),
@@ -328,7 +330,8 @@ async fn lead(
         leadership,
     )
     .with_connector(args.probe_connector.clone())
-    .with_watchdog(watchdog);
+    .with_watchdog(watchdog)
+    .with_configurations(configurations);
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder,
@@ -347,7 +350,12 @@ async fn lead(
     });
     tokio::join!(
         controller::run(ctx, term.clone()),
-        controller::watch_orphans(client, supervisor.clone(), term.clone()),
+        controller::watch_orphans(
+            client,
+            supervisor.clone(),
+            configurations_writer,
+            term.clone()
+        ),
     );
     supervisor.stop_all();
     info!("controllers stopped");

@@ -32,6 +32,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
@@ -464,6 +465,9 @@ struct Inner {
     /// Per legacy-backend Initializer: the resources its rules reached at a generation, and
     /// when that was discovered ([`Supervisor::discovered`]).
     discovered: Mutex<HashMap<String, Discovered>>,
+    /// The operator's webhook configurations as its watch last saw them
+    /// ([`Supervisor::with_configurations`]); none without that watch.
+    configurations: Option<Store<MutatingWebhookConfiguration>>,
 }
 
 /// The generation discovery ran for, when, and what the rules reached.
@@ -517,8 +521,26 @@ impl Supervisor {
                 checked: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
                 discovered: Mutex::new(HashMap::new()),
+                configurations: None,
             }),
         }
+    }
+
+    /// The supervisor checking a healthy registration against `configurations`, the watched
+    /// copy of the operator's webhook configurations, and reading the live object only when
+    /// that copy differs from what it wants: one watch instead of a read per probe and
+    /// Initializer. Call it on the supervisor `new` returned, before it is cloned.
+    pub fn with_configurations(
+        mut self,
+        configurations: Store<MutatingWebhookConfiguration>,
+    ) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.configurations = Some(configurations),
+            None => warn!(
+                "the watched configurations were given after the supervisor was shared; every probe reads the live one"
+            ),
+        }
+        self
     }
 
     /// Opens the probes' connections with `connector` instead of a plain connect (a test runs
@@ -1295,6 +1317,23 @@ impl Supervisor {
         })
     }
 
+    /// Whether the watched copy of the configuration is this Initializer's and holds what is
+    /// wanted for its presence (then reading the live one would change nothing).
+    fn watched_as_wanted(&self, st: &SupervisedState) -> bool {
+        if st.target.legacy.is_some() || st.applied.is_none() {
+            return false;
+        }
+        let Some(configurations) = &self.inner.configurations else {
+            return false;
+        };
+        let watched = configurations.get(&ObjectRef::new(&st.target.configuration()));
+        drift::unchanged(
+            st.target.desired(st.presence).as_ref(),
+            watched.as_deref(),
+            &st.target.label(),
+        )
+    }
+
     /// Reads the live configuration and records what the cluster holds: nothing, someone
     /// else's object (an error: it is never taken over), or ours, edited or not (an edited one
     /// is re-applied by the next converge).
@@ -1714,10 +1753,13 @@ impl Supervisor {
         let action = st.machine.observe(input, now);
         self.note(&mut st, action);
         // A healthy registration is compared with the live object once per probe, so an edit
-        // by someone else is put right within a probe period. (A failing one is being changed
-        // anyway; its converge needs no extra call on the way to failing open.)
+        // by someone else is put right within a probe period: with the watched copy when it is
+        // exactly what is wanted, read from the API server otherwise (an edit, a removal, or a
+        // write of this replica the watch has not shown yet). A failing one is being changed
+        // anyway; its converge needs no extra call on the way to failing open.
         if input == Input::ProbeSucceeded
             && st.presence != Presence::Absent
+            && !self.watched_as_wanted(&st)
             && let Err(e) = self.observe_live(&mut st).await
         {
             warn!(initializer = %st.target.initializer, error = %e, "failed to read the live configuration");

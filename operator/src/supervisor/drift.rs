@@ -14,6 +14,22 @@ pub fn is_ours(found: &MutatingWebhookConfiguration, initializer_label: &str) ->
         && label(INITIALIZER_LABEL) == Some(initializer_label)
 }
 
+/// Whether a copy of the live configuration (`watched`, as a watch last saw it) is this
+/// Initializer's and holds everything `desired` sets: then a fresh read would show nothing to
+/// put right. No copy, or nothing desired, is never unchanged.
+pub fn unchanged(
+    desired: Option<&MutatingWebhookConfiguration>,
+    watched: Option<&MutatingWebhookConfiguration>,
+    initializer_label: &str,
+) -> bool {
+    match (desired, watched) {
+        (Some(desired), Some(watched)) => {
+            is_ours(watched, initializer_label) && !drifted(desired, watched)
+        }
+        _ => false,
+    }
+}
+
 /// Whether the live configuration differs from what the operator wants in anything the
 /// operator sets (someone edited its selectors, failure policy or caBundle). Fields the API
 /// server defaults, and fields the operator does not set, are not compared.

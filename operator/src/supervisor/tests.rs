@@ -350,6 +350,26 @@ fn defaults_added_by_the_api_server_are_no_drift_but_edits_of_our_fields_are() {
 }
 
 #[test]
+fn a_watched_copy_spares_the_read_only_when_it_is_ours_and_holds_what_is_wanted() {
+    let labels =
+        serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
+    let desired = configuration(labels);
+    let mut watched = desired.clone();
+    watched.metadata.resource_version = Some("7".into());
+    watched.webhooks.as_mut().unwrap()[0].match_policy = Some("Equivalent".into());
+    assert!(drift::unchanged(Some(&desired), Some(&watched), "guard"));
+
+    // Not yet seen by the watch (or removed), nothing wanted, or someone else's: read it.
+    assert!(!drift::unchanged(Some(&desired), None, "guard"));
+    assert!(!drift::unchanged(None, Some(&watched), "guard"));
+    assert!(!drift::unchanged(Some(&desired), Some(&watched), "other"));
+    // Degraded to fail open (or edited) where the registration is meant to be normal.
+    let mut degraded = watched.clone();
+    degraded.webhooks.as_mut().unwrap()[0].failure_policy = Some("Ignore".into());
+    assert!(!drift::unchanged(Some(&desired), Some(&degraded), "guard"));
+}
+
+#[test]
 fn an_outage_found_in_progress_resumes_its_window_from_its_first_step_out() {
     let at = |s: i64| MicroTime(Timestamp::from_second(s).unwrap());
     let degraded_then_removed = Outage {
