@@ -8,6 +8,7 @@
 //! (OLM bundle, Helm chart, installer, manifests, RBAC tables, monitoring objects) is the
 //! `initializer-packaging` crate, which the binary's packaging subcommands call.
 
+pub mod api_client;
 pub mod api_requests;
 pub mod apply;
 pub mod build;

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::api_requests::CountRequests;
+use crate::api_client;
 use crate::build::Settings;
 use crate::build::network_policy::{self, Cidrs, NetworkPolicyMode};
 use crate::controller::{self, Context};
@@ -107,10 +107,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| Error::Client(Box::new(kube::Error::InferConfig(e))))?;
-    let client = kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| Error::Client(Box::new(e)))?
-        .with_layer(&CountRequests::new(metrics.api_requests.clone()))
-        .build();
+    let client = api_client::build(config, &metrics)?;
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
