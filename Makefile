@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run test unit conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench bench-scale profile link-order
+.PHONY: run test unit unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench bench-scale profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -27,9 +27,12 @@ e2e-real: build controlplane helm
 	E2E_CLUSTER=real E2E_INSTALL=helm $(CARGO) test -p initializer-e2e --test e2e
 
 ## e2e-olm: OLM installs, upgrades (as Helm and `install --bundle` do too) and removes the operator
-## on the real control plane (olm, catalog and opm from their Go modules; root), with timings
+## on the real control plane (olm, catalog and opm from their Go modules; root), with timings.
+## Its tests are ignored unless asked for (plain `cargo test` has neither root nor the Go
+## builds); the one that runs on kind is left to `make e2e-kind`
 e2e-olm: build controlplane helm olm
-	$(CARGO) test -p initializer-e2e --test olm -- --nocapture --test-threads=1
+	$(CARGO) test -p initializer-e2e --test olm -- --ignored \
+	  --skip olm_on_kind_installs_the_operator_and_the_example_registers --nocapture --test-threads=1
 
 ## olm: build OLM's olm and catalog and operator-registry's opm from their official Go modules
 ## (tools/olm/go.mod) into target/tools/olm; instant when built
@@ -66,31 +69,50 @@ build:
 ## each on the sandbox and on the real control plane; the legacy mode's conformance against
 ## kube-apiserver 1.13, and the legacy backend's e2e scenarios on the sandbox in legacy mode;
 ## OLM installing, upgrading and removing the operator on the real control plane)
-test: lint verify-generated verify-bundle chart-check monitoring unit conformance legacy-conformance e2e e2e-real e2e-olm
+test: lint verify-generated verify-bundle chart-check monitoring unit unit-real conformance legacy-conformance e2e e2e-real e2e-olm
 
-## unit: unit and component tests in the workspace, plus doctests (the e2e suite runs on its
-## own in `make e2e`, so its timings are not taken while other tests load the machine; the
-## conformance suite shares one control plane across its tests, so it runs in one process too)
-unit: build controlplane helm
+# The unit and component tests' binaries: all but the e2e suite, which runs on its own in `make
+# e2e` (its timings are not taken while other tests load the machine), and the suites that share
+# one server across their tests and run in one process each (`make conformance`,
+# `legacy-conformance`, `e2e-olm`).
+UNIT_TESTS := not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance) and not binary_id(initializer-e2e::legacy_conformance) and not binary_id(initializer-e2e::olm)
+UNIT_E2E_TESTS := --lib --bins --test controlplane_faults --test pod_credentials
+
+## unit: unit and component tests in the workspace, plus doctests: what a plain `cargo test` runs
+## of them, with only a Rust toolchain. The tests that need root and the real control plane, or
+## tools built from Go (helm, krew), are ignored there and run by `make unit-real`
+unit: build
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --workspace --no-fail-fast \
-	  -E 'not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance) and not binary_id(initializer-e2e::legacy_conformance) and not binary_id(initializer-e2e::olm)'
+	$(CARGO) nextest run --workspace --no-fail-fast -E '$(UNIT_TESTS)'
 else
 	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e
-	$(CARGO) test -p initializer-e2e --lib --bins --test controlplane_faults
+	$(CARGO) test -p initializer-e2e $(UNIT_E2E_TESTS)
 endif
 	$(CARGO) test --workspace --doc
 
+## unit-real: the tests `make unit` lists as ignored (every ignored test of its binaries): the
+## reconcile tests and the others on the real control plane (root), the chart through helm and
+## kube-apiserver, krew's validator, the control plane's faults. Builds what they need first
+unit-real: build controlplane helm
+ifeq ($(NEXTEST),yes)
+	$(CARGO) nextest run --workspace --no-fail-fast --run-ignored only -E '$(UNIT_TESTS)'
+else
+# --lib --bins --tests: not the doctests, whose ignored ones are not meant to run at all.
+	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e --lib --bins --tests -- --ignored
+	$(CARGO) test -p initializer-e2e $(UNIT_E2E_TESTS) -- --ignored
+endif
+
 ## conformance: the API conformance tests (kube-rs and kubectl), one body per test, run on the
-## sandbox and on the real control plane
+## sandbox and on the real control plane (whose results a plain `cargo test` lists as ignored)
 conformance: build controlplane
-	$(CARGO) test -p initializer-e2e --test conformance
+	$(CARGO) test -p initializer-e2e --test conformance -- --include-ignored
 
 ## legacy-conformance: the sandbox's legacy mode (Kubernetes 1.7-1.13 Initializers) and the SDK's
 ## controller mode against the sandbox and a real kube-apiserver v1.13.0 (tools/legacy-apiserver,
-## with the control plane's etcd, on loopback), one body per test, in one process
+## with the control plane's etcd, on loopback), one body per test, in one process (the 1.13
+## results are listed as ignored by a plain `cargo test`)
 legacy-conformance: build controlplane legacy-apiserver
-	$(CARGO) test -p initializer-e2e --test legacy_conformance
+	$(CARGO) test -p initializer-e2e --test legacy_conformance -- --include-ignored
 
 ## legacy-apiserver: build kube-apiserver v1.13.0, the last release with Initializers, from the Go
 ## module proxy into target/tools/kube-apiserver-1.13 (tools/legacy-apiserver); instant when built

@@ -3,6 +3,12 @@
 //! sandbox each and then on one real server, reported as `test NAME (LABEL) ... ok` lines and a
 //! libtest-style summary. It lives here so the two suites cannot drift apart in what they print
 //! or select; how each starts its backends and prepares its `Target` stays in the suite.
+//!
+//! The real server needs what a plain `cargo test` does not have (root, servers built from Go),
+//! so its results are ignored tests, as libtest's `#[ignore]` would make them: reported
+//! `ignored` with what they need and the command that runs them, and run when asked for, with
+//! `--ignored` (the real server only) or `--include-ignored` (both), or by naming the real
+//! server in the suite's variable (`real`, `both`).
 
 use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
@@ -11,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::{BoxFuture, LocalBoxFuture};
 
-use crate::runner::{Args, Scenario, panic_message};
+use crate::runner::{Args, panic_message};
 
 /// A body: behaviour stated against a suite's target.
 pub type Run<T> = for<'a> fn(&'a T) -> BoxFuture<'a, anyhow::Result<()>>;
@@ -63,6 +69,9 @@ pub struct Suite<T: 'static> {
     pub env_var: &'static str,
     /// What follows a test name on the real backend (`real`, `1.13`).
     pub real_label: &'static str,
+    /// Why the real backend's results are ignored unless asked for: what it needs, and the
+    /// command that runs it.
+    pub real_needs: &'static str,
     /// Every body, in running order.
     pub bodies: &'static [Body<T>],
     /// The longest one body may run.
@@ -78,13 +87,18 @@ impl<T> Suite<T> {
         }
     }
 
-    fn backends(&self) -> anyhow::Result<Vec<Backend>> {
-        match std::env::var(self.env_var).as_deref() {
-            Err(_) | Ok("") | Ok("both") => Ok(vec![Backend::Sandbox, Backend::Real]),
-            Ok("sandbox") => Ok(vec![Backend::Sandbox]),
-            Ok("real") => Ok(vec![Backend::Real]),
+    /// The backends the suite's variable names (both when unset), each with whether its results
+    /// run rather than being reported ignored: the real server's run only when asked for, by
+    /// naming it in the variable or with `--ignored` / `--include-ignored`.
+    fn backends(&self, args: &Args) -> anyhow::Result<Vec<(Backend, bool)>> {
+        let asked = args.ignored || args.include_ignored;
+        Ok(match std::env::var(self.env_var).as_deref() {
+            Err(_) | Ok("") => vec![(Backend::Sandbox, true), (Backend::Real, asked)],
+            Ok("both") => vec![(Backend::Sandbox, true), (Backend::Real, true)],
+            Ok("sandbox") => vec![(Backend::Sandbox, true)],
+            Ok("real") => vec![(Backend::Real, true)],
             Ok(other) => anyhow::bail!("{}={other}: expected sandbox, real or both", self.env_var),
-        }
+        })
     }
 
     /// Runs one body against a prepared target: a panic or a timeout is a failure.
@@ -112,7 +126,8 @@ pub type RunOnReal<T> =
 
 /// The suite's `main`: parses libtest's arguments, lists or runs the selected bodies on each
 /// chosen backend, then prints the summary. Each body gets a sandbox of its own (they start in
-/// milliseconds) and is reported `ignored` there when it is real-only.
+/// milliseconds) and is reported `ignored` there when it is real-only; on the real server, whose
+/// results are reported `ignored` unless asked for, every selected body runs on one server.
 pub fn main<T>(
     suite: &Suite<T>,
     on_fresh_sandbox: OnFreshSandbox<T>,
@@ -122,15 +137,22 @@ pub fn main<T>(
     let selected: Vec<&'static Body<T>> = suite
         .bodies
         .iter()
-        .filter(|body| args.selects(&as_scenario(body)))
+        // By name only: whether a result is ignored depends on its backend, below.
+        .filter(|body| args.matches_name(body.name))
         .collect();
-    let backends = match suite.backends() {
+    let named = match suite.backends(&args) {
         Ok(b) => b,
         Err(err) => {
             eprintln!("{}: {err}", suite.name);
             return ExitCode::FAILURE;
         }
     };
+    // `--ignored` asks for the ignored results only: the real server's.
+    let backends: Vec<(Backend, bool)> = named
+        .iter()
+        .copied()
+        .filter(|&(backend, _)| !(args.ignored && backend == Backend::Sandbox))
+        .collect();
     if args.list {
         for body in &selected {
             println!("{}: test", body.name);
@@ -156,11 +178,16 @@ pub fn main<T>(
             if total == 1 { "" } else { "s" }
         );
         let mut outcomes = Outcomes::default();
-        for &backend in &backends {
+        for &(backend, runs) in &backends {
             if selected.is_empty() {
                 break;
             }
             match backend {
+                Backend::Real if !runs => {
+                    for body in &selected {
+                        outcomes.ignore(suite, body, Backend::Real, suite.real_needs);
+                    }
+                }
                 Backend::Sandbox => {
                     for body in &selected {
                         if outcomes.skip_on_sandbox(suite, body) {
@@ -173,16 +200,13 @@ pub fn main<T>(
                 Backend::Real => run_on_real(&selected, &mut outcomes).await,
             }
         }
+        // Filtered out: every result the variable names but neither the filters nor
+        // `--ignored` select, as libtest counts them.
         outcomes.summary(
             started,
-            (suite.bodies.len() - selected.len()) * backends.len(),
+            suite.bodies.len() * named.len() - selected.len() * backends.len(),
         )
     })
-}
-
-/// Args::selects works on scenarios; a body is selected by the same rules.
-fn as_scenario<T>(body: &Body<T>) -> Scenario {
-    Scenario::new(body.name, |_| futures::future::ready(Ok(())).boxed())
 }
 
 /// One result line's outcome.
@@ -226,10 +250,15 @@ impl Outcomes {
         let Some(why) = body.real_only else {
             return false;
         };
-        let name = format!("{} ({})", body.name, suite.label(Backend::Sandbox));
+        self.ignore(suite, body, Backend::Sandbox, why);
+        true
+    }
+
+    /// Reports `body` as ignored on `backend`, with why, as libtest prints an ignored test.
+    fn ignore<T>(&mut self, suite: &Suite<T>, body: &Body<T>, backend: Backend, why: &str) {
+        let name = format!("{} ({})", body.name, suite.label(backend));
         println!("test {name} ... ignored, {why}");
         self.0.push((name, Outcome::Ignored));
-        true
     }
 
     fn summary(&self, started: Instant, filtered_out: usize) -> ExitCode {

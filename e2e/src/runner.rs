@@ -135,7 +135,8 @@ impl Args {
         parsed
     }
 
-    fn matches_name(&self, name: &str) -> bool {
+    /// Whether `name` passes the filters, `--exact` and `--skip`.
+    pub(crate) fn matches_name(&self, name: &str) -> bool {
         let hit = |filter: &String| {
             if self.exact {
                 name == filter

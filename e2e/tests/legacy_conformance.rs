@@ -10,12 +10,16 @@
 //! and a libtest-style summary. The SDK bodies run the real `sidecar-initializer` and
 //! `secret-guard-initializer` binaries in controller mode against each target.
 //!
-//! `cargo build -p sidecar-initializer -p secret-guard-initializer && cargo test -p initializer-e2e --test legacy_conformance`;
-//! `E2E_LEGACY_CONFORMANCE=sandbox` or `=real` runs one backend; filters, `--exact`, `--skip`
-//! and `--list` work as with any test binary. The real backend needs
-//! `target/tools/kube-apiserver-1.13` (`tools/legacy-apiserver/build.sh`, built on first use)
-//! and the control plane's etcd (`make controlplane`); when it cannot start, every body fails
-//! with its error. No root and no network namespace: both processes listen on loopback.
+//! `make legacy-conformance`, or `cargo build -p sidecar-initializer -p secret-guard-initializer
+//! && cargo test -p initializer-e2e --test legacy_conformance -- --include-ignored`. The real
+//! backend needs `target/tools/kube-apiserver-1.13` (`tools/legacy-apiserver/build.sh`, built on
+//! first use) and the control plane's etcd (`make controlplane`), both built from Go, so its
+//! results are ignored unless asked for: a plain `cargo test` runs the sandbox's and lists the
+//! 1.13 ones as ignored, `-- --ignored` runs the 1.13 ones only, and
+//! `E2E_LEGACY_CONFORMANCE=sandbox`, `=real` or `=both` names the backends to run. Filters,
+//! `--exact`, `--skip` and `--list` work as with any test binary. When the real backend cannot
+//! start, every body fails with its error. No root and no network namespace: both processes
+//! listen on loopback.
 //!
 //! A body that states what only the real server does (authorization: the `initialize` verb) is
 //! reported `ignored` on the sandbox with the reason; it is a difference, not a pass.
@@ -53,6 +57,7 @@ const SUITE: Suite<Target> = Suite {
     name: "legacy conformance",
     env_var: "E2E_LEGACY_CONFORMANCE",
     real_label: "1.13",
+    real_needs: "needs kube-apiserver 1.13 and etcd built from Go: make legacy-conformance, or cargo test -p initializer-e2e --test legacy_conformance -- --include-ignored",
     bodies: BODIES,
     body_timeout: Duration::from_secs(120),
 };

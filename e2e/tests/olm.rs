@@ -16,7 +16,8 @@
 //!   policy the README says remains, and creates in a matching namespace succeed.
 //!
 //! They need root (the control plane's network namespace), the binaries of `cargo build
-//! --workspace --bins`, `make controlplane helm olm`, and kubectl.
+//! --workspace --bins`, `make controlplane helm olm`, and kubectl: a plain `cargo test` lists
+//! them as ignored, and `make e2e-olm` runs them (`--ignored`, but for the one that runs on kind).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -138,6 +139,7 @@ where
 }
 
 #[test]
+#[ignore = "needs root, the real control plane, helm and OLM built from Go, and kubectl: make e2e-olm"]
 fn olm_installs_upgrades_under_load_and_removes_the_operator() {
     on_real_control_plane(|backend| async move {
         let tools = Tools::build().await?;
@@ -732,6 +734,7 @@ async fn operator_on_next(client: &Client) -> anyhow::Result<Option<String>> {
 }
 
 #[test]
+#[ignore = "needs root, the real control plane, helm and OLM built from Go, and kubectl: make e2e-olm"]
 fn helm_upgrade_under_load_loses_no_create() {
     on_real_control_plane(|backend| async move {
         let client = backend.client();
@@ -825,6 +828,7 @@ async fn helm_upgrade(chart: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
 }
 
 #[test]
+#[ignore = "needs root, the real control plane, helm and OLM built from Go, and kubectl: make e2e-olm"]
 fn bundle_upgrade_under_load_loses_no_create() {
     on_real_control_plane(|backend| async move {
         let client = backend.client();

@@ -6,7 +6,8 @@
 //! still reads what is its own (a Secret volume of mode 0400).
 //!
 //! Needs the binaries `cargo build --workspace --bins` makes and the control plane `make
-//! controlplane` builds, as root (a network namespace).
+//! controlplane` builds, as root (a network namespace): a plain `cargo test` lists it as
+//! ignored, and `make unit-real` runs it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -65,6 +66,7 @@ fn attacker(plane: &ControlPlane) -> Pod {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the real control plane: make unit-real, or cargo test -p initializer-e2e --test pod_credentials -- --ignored"]
 async fn a_pod_cannot_take_the_credentials_of_whoever_runs_the_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let images = dir.path().join("images.yaml");

@@ -8,10 +8,13 @@
 //! control plane and runs each body there, printing `test NAME (sandbox) ... ok` and
 //! `test NAME (real) ... ok` lines and a libtest-style summary.
 //!
-//! `cargo build -p initializer-node && cargo test -p initializer-e2e --test conformance`;
-//! `E2E_CONFORMANCE=sandbox` or `=real` runs one backend; filters, `--exact`, `--skip` and
-//! `--list` work as with any test binary. The real backend needs root (a network namespace) and
-//! the Go build (`make controlplane`); when it cannot start, every body fails with its error.
+//! `make conformance`, or `cargo build -p initializer-node && cargo test -p initializer-e2e --test
+//! conformance -- --include-ignored`. The real backend needs root (a network namespace) and the
+//! Go build (`make controlplane`), so its results are ignored unless asked for: a plain `cargo
+//! test` runs the sandbox's and lists the real ones as ignored, `-- --ignored` runs the real
+//! ones only, and `E2E_CONFORMANCE=sandbox`, `=real` or `=both` names the backends to run.
+//! Filters, `--exact`, `--skip` and `--list` work as with any test binary. When the real backend
+//! cannot start, every body fails with its error.
 //!
 //! What only the sandbox has (faults, `view()`, snapshots, startup time, pod logs from the state
 //! directory, bookmark interval) stays in `sandbox/tests/api_conformance.rs`. The differences this
@@ -46,6 +49,7 @@ const SUITE: Suite<Target> = Suite {
     name: "conformance",
     env_var: "E2E_CONFORMANCE",
     real_label: "real",
+    real_needs: "needs root and the real control plane: make conformance, or cargo test -p initializer-e2e --test conformance -- --include-ignored",
     bodies: BODIES,
     body_timeout: Duration::from_secs(180),
 };

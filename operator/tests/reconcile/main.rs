@@ -5,6 +5,10 @@
 //! kube-controller-manager from the Go modules (`<topic>::<test>::on_real`; see `support`), as
 //! `on_backends!` writes them; a body one backend cannot run says why, beside its name.
 //!
+//! The `on_real` tests need root (the control plane's network namespace): a plain `cargo test`
+//! lists them as ignored, and `make unit-real` (or `cargo test -p initializer-operator --tests
+//! -- --ignored`) runs them.
+//!
 //! One test binary with a module per topic, rather than a binary per topic: each binary links the
 //! whole operator. The topics, in the order of an Initializer's life:
 //!

@@ -6,7 +6,8 @@
 //! [`run`] starts the cluster, runs the body, and shuts the cluster down whether the body passed
 //! or panicked, so no control-plane process outlives a failed test. On the real control plane a
 //! failing test keeps the state directory (the components' logs are under `logs/`) and says where.
-//! `on_backends!` writes a body's tests, one per backend it runs on.
+//! `on_backends!` writes a body's tests, one per backend it runs on; those on the real control
+//! plane, which needs root, are ignored unless asked for (`make unit-real`).
 //!
 //! Pods are frozen, thawed and killed on the node in both cases: the sandbox's node agent signals
 //! the pod's process groups itself; on the real control plane the node agent reports each
@@ -275,8 +276,10 @@ where
 /// }
 /// ```
 ///
-/// A body one backend cannot run has no test there, rather than one always ignored, and says why
-/// in its module's documentation.
+/// A body one backend cannot run has no test there, rather than one always ignored (`make
+/// unit-real` runs every ignored test of these binaries), and says why in its module's
+/// documentation. `on_real` is ignored unless asked for, so that a plain `cargo test` needs
+/// neither root nor the control plane built from Go; its reason names the commands that run it.
 // Not every test binary that includes this file generates its tests with it.
 #[allow(unused_macros)]
 macro_rules! on_backends {
@@ -291,6 +294,7 @@ macro_rules! on_backends {
     };
     (@test on_real $body:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "needs root and the real control plane: make unit-real, or cargo test -p initializer-operator --tests -- --ignored"]
         async fn on_real() {
             crate::run(crate::support::Backend::Real, |cluster| {
                 Box::pin(super::$body(cluster))

@@ -1,8 +1,9 @@
 //! `kubectl initializer` against the operator installed from its bundle (the e2e crate's
 //! [`Env`]), on the sandbox (`::on_sandbox`) and on the real control plane built from the
-//! Kubernetes Go modules (`::on_real`). One body exercises every subcommand, checks each `why`
-//! verdict against what the API server actually did to the same object, and feeds every
-//! subcommand bad input. The binaries must be built first (`cargo build --workspace --bins`).
+//! Kubernetes Go modules (`::on_real`, which needs root: ignored unless asked for, `make
+//! unit-real` runs it). One body exercises every subcommand, checks each `why` verdict against
+//! what the API server actually did to the same object, and feeds every subcommand bad input. The
+//! binaries must be built first (`cargo build --workspace --bins`).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -621,6 +622,7 @@ mod every_subcommand_answers_as_the_cluster_behaves {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs root and the real control plane: make unit-real, or cargo test -p kubectl-initializer --test backends -- --ignored"]
     async fn on_real() -> anyhow::Result<()> {
         on(BackendChoice::Real).await
     }
