@@ -327,10 +327,14 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
     assert_ne!(current.data, planted.data, "the planted CA is never used");
     // The new CA's first pods may not serve its certificate yet, so the configuration can be
     // out of the path for a moment: judge the one registered.
-    wait_for("the configuration registered", Duration::from_secs(60), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-hooked").await.is_some() }
-    })
+    wait_for(
+        "the configuration registered",
+        Duration::from_secs(60),
+        || {
+            let c = client.clone();
+            async move { configuration(&c, "initializer-hooked").await.is_some() }
+        },
+    )
     .await;
     let trusted = configuration(&client, "initializer-hooked")
         .await
