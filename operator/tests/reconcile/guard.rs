@@ -13,7 +13,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::support::{self, TestCluster};
-use crate::{NS, configuration, guard, spawn, start, status_of, wait_for_event};
+use crate::{NS, configuration, guard, spawn, start, status_of, wait_for_event, wait_registered};
 
 on_backends! {
     /// The guard is a ValidatingAdmissionPolicy with the `authorizer` variable, in force where the
@@ -290,10 +290,12 @@ async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
     api.create(&PostParams::default(), &guard("late"))
         .await
         .unwrap();
-    wait_for("late registered", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-late").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-late",
+        "late registered",
+        Duration::from_secs(90),
+    )
     .await;
     assert!(configuration(&client, "initializer-early").await.is_none());
 
@@ -305,10 +307,12 @@ async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
     )
     .await
     .unwrap();
-    wait_for("early registered", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-early").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-early",
+        "early registered",
+        Duration::from_secs(90),
+    )
     .await;
     let proven = status_of(&client, "early").await.guard.unwrap();
     assert!(!proven.held, "{proven:?}");

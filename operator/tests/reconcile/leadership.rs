@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::outage::land_late_and_wait_for_its_removal;
 use crate::support::{self, TestCluster};
-use crate::{NS, configuration, guard, install, phase, spawn, start};
+use crate::{NS, configuration, guard, install, phase, spawn, start, wait_registered};
 
 on_backends!(sandbox and real:
     a_second_replica_takes_over_when_the_leader_stops,
@@ -46,10 +46,12 @@ async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster
         .create(&PostParams::default(), &guard("led"))
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-led").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-led",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     if first == "operator-test-0" {
         first_replica.stop();
@@ -137,13 +139,11 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
     api.create(&PostParams::default(), &guard("stale"))
         .await
         .unwrap();
-    wait_for(
+    wait_registered(
+        &client,
+        "initializer-stale",
         "registration by the leader",
         Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-stale").await.is_some() }
-        },
     )
     .await;
     let registered = configuration(&client, "initializer-stale").await.unwrap();

@@ -18,7 +18,9 @@ use serde_json::json;
 
 use crate::namespaces::terminating_namespace;
 use crate::support::TestCluster;
-use crate::{NS, configuration, guard, is_ready, phase, start, wait_for_event};
+use crate::{
+    NS, configuration, guard, is_ready, phase, start, wait_for_event, wait_registered, wait_removed,
+};
 
 on_backends!(sandbox and real:
     an_initializer_is_registered_when_answering_removed_when_frozen_and_cleaned_up_on_delete,
@@ -68,10 +70,12 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
         .unwrap();
 
     // Registered only once the Deployment is available and the probes answer.
-    let took = wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-guard").await.is_some() }
-    })
+    let took = wait_registered(
+        &client,
+        "initializer-guard",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     println!("registered {took:?} after creation");
     let config = configuration(&client, "initializer-guard").await.unwrap();
@@ -171,13 +175,11 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
         .items
         .remove(0);
     cluster.freeze(NS, &pod.name_any()).await.unwrap();
-    let took = wait_for(
+    let took = wait_removed(
+        &client,
+        "initializer-guard",
         "deregistration after a freeze",
         Duration::from_secs(20),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-guard").await.is_none() }
-        },
     )
     .await;
     println!("deregistered {took:?} after the freeze");
@@ -197,13 +199,11 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
 
     // Thaw: registered again after enough good probes.
     cluster.thaw(NS, &pod.name_any()).await.unwrap();
-    wait_for(
+    wait_registered(
+        &client,
+        "initializer-guard",
         "registration after the thaw",
         Duration::from_secs(60),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-guard").await.is_some() }
-        },
     )
     .await;
 
@@ -215,10 +215,12 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
     )
     .await
     .unwrap();
-    wait_for("deregistration on suspend", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-guard").await.is_none() }
-    })
+    wait_removed(
+        &client,
+        "initializer-guard",
+        "deregistration on suspend",
+        Duration::from_secs(10),
+    )
     .await;
     wait_for("phase Suspended", Duration::from_secs(10), || {
         let c = client.clone();
@@ -247,13 +249,11 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
     )
     .await
     .unwrap();
-    wait_for(
+    wait_registered(
+        &client,
+        "initializer-guard",
         "registration after resuming",
         Duration::from_secs(60),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-guard").await.is_some() }
-        },
     )
     .await;
     api.delete("guard", &DeleteParams::default()).await.unwrap();
@@ -282,10 +282,12 @@ async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster
     api.create(&PostParams::default(), &guard("guard"))
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-guard").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-guard",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     let hook = &configuration(&client, "initializer-guard")
         .await
@@ -342,10 +344,12 @@ async fn suspend_removes_the_configuration_even_when_the_workload_cannot_be_appl
     api.create(&PostParams::default(), &guard("brake"))
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-brake").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-brake",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     // The same change moves the workload to an allowed namespace that refuses new content:
     // applying it fails, and the break-glass switch must still take the initializer out of
@@ -358,10 +362,12 @@ async fn suspend_removes_the_configuration_even_when_the_workload_cannot_be_appl
     )
     .await
     .unwrap();
-    let took = wait_for("the suspend to remove it", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-brake").await.is_none() }
-    })
+    let took = wait_removed(
+        &client,
+        "initializer-brake",
+        "the suspend to remove it",
+        Duration::from_secs(10),
+    )
     .await;
     println!("suspended {took:?} after the change, with the workload failing to apply");
     wait_for("phase Suspended", Duration::from_secs(10), || {
@@ -381,10 +387,12 @@ async fn a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(clust
         .create(&PostParams::default(), &guard("stubborn"))
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-stubborn").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-stubborn",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     // The next eight deletes of the configuration fail with a 500: more than any fixed number of
     // quick retries absorbs.
@@ -411,13 +419,11 @@ async fn a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(clust
         .items
         .remove(0);
     cluster.freeze(NS, &pod.name_any()).await.unwrap();
-    let took = wait_for(
+    let took = wait_removed(
+        &client,
+        "initializer-stubborn",
         "the removal to get through",
         Duration::from_secs(30),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-stubborn").await.is_none() }
-        },
     )
     .await;
     println!("removed {took:?} after the freeze, through eight refused deletes");

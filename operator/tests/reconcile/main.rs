@@ -121,6 +121,32 @@ async fn configuration(client: &Client, name: &str) -> Option<MutatingWebhookCon
         .unwrap()
 }
 
+/// Waits until the configuration `name` is registered, failing as `what` after `timeout`; how
+/// long that took.
+async fn wait_registered(client: &Client, name: &str, what: &str, timeout: Duration) -> Duration {
+    wait_configuration(client, name, true, what, timeout).await
+}
+
+/// Waits until the configuration `name` is gone, failing as `what` after `timeout`; how long
+/// that took.
+async fn wait_removed(client: &Client, name: &str, what: &str, timeout: Duration) -> Duration {
+    wait_configuration(client, name, false, what, timeout).await
+}
+
+async fn wait_configuration(
+    client: &Client,
+    name: &str,
+    registered: bool,
+    what: &str,
+    timeout: Duration,
+) -> Duration {
+    wait_for(what, timeout, || {
+        let (client, name) = (client.clone(), name.to_string());
+        async move { configuration(&client, &name).await.is_some() == registered }
+    })
+    .await
+}
+
 async fn phase(client: &Client, name: &str) -> Option<Phase> {
     Api::<Initializer>::all(client.clone())
         .get_opt(name)

@@ -20,6 +20,7 @@ use serde_json::json;
 use crate::support::TestCluster;
 use crate::{
     NS, OPERATOR_ACCOUNT, configuration, guard, install, phase, spawn_as, start, wait_for_event,
+    wait_registered,
 };
 
 on_backends!(sandbox and real:
@@ -227,10 +228,12 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
         .await
         .unwrap();
     bind_workloads_role(&client, "team-hooks").await;
-    let took = wait_for("registration", Duration::from_secs(120), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-hooked").await.is_some() }
-    })
+    let took = wait_registered(
+        &client,
+        "initializer-hooked",
+        "registration",
+        Duration::from_secs(120),
+    )
     .await;
     println!("registered {took:?} after the namespace was labelled");
 
@@ -327,13 +330,11 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
     assert_ne!(current.data, planted.data, "the planted CA is never used");
     // The new CA's first pods may not serve its certificate yet, so the configuration can be
     // out of the path for a moment: judge the one registered.
-    wait_for(
+    wait_registered(
+        &client,
+        "initializer-hooked",
         "the configuration registered",
         Duration::from_secs(60),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-hooked").await.is_some() }
-        },
     )
     .await;
     let trusted = configuration(&client, "initializer-hooked")
@@ -412,10 +413,12 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
 
     // In its own namespace it deploys and registers with the Role alone.
     api.create(&post, &guard("home")).await.unwrap();
-    wait_for("registration at home", Duration::from_secs(120), || {
-        let c = admin.clone();
-        async move { configuration(&c, "initializer-home").await.is_some() }
-    })
+    wait_registered(
+        &admin,
+        "initializer-home",
+        "registration at home",
+        Duration::from_secs(120),
+    )
     .await;
 
     // Labelled but not bound: the API server refuses the operator, and the status says so.
@@ -451,10 +454,12 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
 
     // Bound: deployed and registered, with the bundle's rights only.
     bind_workloads_role(&admin, "team-hooks").await;
-    let took = wait_for("registration away", Duration::from_secs(120), || {
-        let c = admin.clone();
-        async move { configuration(&c, "initializer-away").await.is_some() }
-    })
+    let took = wait_registered(
+        &admin,
+        "initializer-away",
+        "registration away",
+        Duration::from_secs(120),
+    )
     .await;
     println!("registered {took:?} after the RoleBinding");
     assert!(secrets.get_opt("away-tls").await.unwrap().is_some());

@@ -14,7 +14,10 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::support::TestCluster;
-use crate::{NS, configuration, guard, is_ready, phase, start, status_of, wait_for_event};
+use crate::{
+    NS, configuration, guard, is_ready, phase, start, status_of, wait_for_event, wait_registered,
+    wait_removed,
+};
 
 on_backends!(sandbox and real:
     losing_every_ready_endpoint_deregisters_without_waiting_for_probes,
@@ -33,10 +36,12 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(clus
         latency_budget_millis: 1000,
     });
     api.create(&PostParams::default(), &fast).await.unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-fast").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-fast",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     // Registration needs one ready endpoint, not a finished rollout: wait until the only pod
     // left is the ready one, so that killing it leaves no endpoint behind.
@@ -56,13 +61,11 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(clus
     .await;
     let pod = pods.list(&selector).await.unwrap().items.remove(0);
     cluster.kill(NS, &pod.name_any()).await.unwrap();
-    let took = wait_for(
+    let took = wait_removed(
+        &client,
+        "initializer-fast",
         "deregistration after the kill",
         Duration::from_secs(5),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-fast").await.is_none() }
-        },
     )
     .await;
     println!("deregistered {took:?} after the last ready endpoint was killed");
@@ -86,14 +89,11 @@ pub(crate) async fn land_late_and_wait_for_its_removal(
         .create(&PostParams::default(), &late)
         .await
         .unwrap();
-    wait_for(
+    wait_removed(
+        client,
+        &name,
         "the late registration to go",
         Duration::from_secs(5),
-        || {
-            let c = client.clone();
-            let name = name.clone();
-            async move { configuration(&c, &name).await.is_none() }
-        },
     )
     .await
 }
@@ -140,10 +140,12 @@ async fn a_registration_landing_during_an_outage_is_removed_at_once(cluster: &Te
     api.create(&PostParams::default(), &guard("outage"))
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-outage").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-outage",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     let registered = configuration(&client, "initializer-outage").await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

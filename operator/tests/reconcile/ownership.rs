@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::support::TestCluster;
-use crate::{NS, configuration, guard, start, wait_for_event};
+use crate::{NS, configuration, guard, start, wait_for_event, wait_registered, wait_removed};
 
 on_backends!(sandbox and real:
     a_managed_configuration_without_an_initializer_is_removed,
@@ -53,10 +53,12 @@ async fn a_managed_configuration_without_an_initializer_is_removed(cluster: &Tes
         .create(&PostParams::default(), &orphan)
         .await
         .unwrap();
-    wait_for("the orphan to be removed", Duration::from_secs(20), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-gone").await.is_none() }
-    })
+    wait_removed(
+        &client,
+        "initializer-gone",
+        "the orphan to be removed",
+        Duration::from_secs(20),
+    )
     .await;
     assert!(configuration(&client, "someone-elses").await.is_some());
 }
@@ -67,10 +69,12 @@ async fn an_edited_configuration_is_put_back_within_a_probe_period(cluster: &Tes
         .create(&PostParams::default(), &guard("edited"))
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-edited").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-edited",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     let wanted = configuration(&client, "initializer-edited").await.unwrap();
     let hook = |c: &MutatingWebhookConfiguration| c.webhooks.clone().unwrap().remove(0);
@@ -271,10 +275,12 @@ async fn a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster
     );
     let api: Api<Initializer> = Api::all(client.clone());
     api.create(&PostParams::default(), &fenced).await.unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-fenced").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-fenced",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     assert!(untouched(&policies.get(&name).await.unwrap()));
 

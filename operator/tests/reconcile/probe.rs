@@ -16,7 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::support::TestCluster;
-use crate::{NS, configuration, guard, is_ready, start};
+use crate::{NS, configuration, guard, is_ready, start, wait_registered};
 
 on_backends!(sandbox and real:
     a_certificate_the_api_server_would_reject_is_never_registered,
@@ -191,13 +191,11 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
 
     // Serving the operator's own certificate again, it is registered.
     set_guard_env(&client, "pinned", &[]).await;
-    wait_for(
+    wait_registered(
+        &client,
+        "initializer-pinned",
         "registration with the operator's certificate",
         Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { configuration(&c, "initializer-pinned").await.is_some() }
-        },
     )
     .await;
 }
@@ -255,10 +253,12 @@ async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestClust
         .create(&PostParams::default(), &pair)
         .await
         .unwrap();
-    wait_for("registration", Duration::from_secs(90), || {
-        let c = client.clone();
-        async move { configuration(&c, "initializer-pair").await.is_some() }
-    })
+    wait_registered(
+        &client,
+        "initializer-pair",
+        "registration",
+        Duration::from_secs(90),
+    )
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=pair"));
