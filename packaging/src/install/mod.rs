@@ -279,6 +279,14 @@ pub async fn uninstall(client: Client, args: &UninstallArgs) -> Result<(), Error
                     && installed_by_us(&ns.metadata)
                 {
                     delete(&namespaces, &args.namespace, "Namespace").await?;
+                    // As `kubectl delete` does: wait until the namespace is gone, so an install
+                    // that follows (the installer again, or OLM) does not meet a terminating one.
+                    wait_until(deadline, "the namespace to be removed", || {
+                        let namespaces = namespaces.clone();
+                        let name = args.namespace.clone();
+                        async move { Ok(get_opt(&namespaces, &name, "Namespace").await?.is_none()) }
+                    })
+                    .await?;
                 }
             }
             UninstallStep::RemoveCrds => {
