@@ -304,7 +304,16 @@ pub fn resources(v: &Validated) -> ResourceRequirements {
     }
 }
 
-fn https_probe(path: &str, period: i32, failures: i32) -> Probe {
+/// The kubelet's readiness probe: as quick to judge as the API server's calls are (an
+/// initializer that cannot answer `/readyz` within a second cannot answer a review in time).
+const READINESS_TIMEOUT_SECONDS: i32 = 1;
+
+/// The kubelet's liveness probe waits longer: a restart is for a wedged process, which never
+/// answers, not for a busy one on a saturated node, which answers late (issue 29: saturation must
+/// not become churn). Readiness already takes a slow pod out of the path meanwhile.
+const LIVENESS_TIMEOUT_SECONDS: i32 = 5;
+
+fn https_probe(path: &str, period: i32, failures: i32, timeout: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
@@ -314,7 +323,7 @@ fn https_probe(path: &str, period: i32, failures: i32) -> Probe {
         }),
         period_seconds: Some(period),
         failure_threshold: Some(failures),
-        timeout_seconds: Some(1),
+        timeout_seconds: Some(timeout),
         ..Default::default()
     }
 }
@@ -363,8 +372,8 @@ pub fn deployment(
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
-        readiness_probe: Some(https_probe(READYZ_PATH, 2, 2)),
-        liveness_probe: Some(https_probe(HEALTHZ_PATH, 10, 3)),
+        readiness_probe: Some(https_probe(READYZ_PATH, 2, 2, READINESS_TIMEOUT_SECONDS)),
+        liveness_probe: Some(https_probe(HEALTHZ_PATH, 10, 3, LIVENESS_TIMEOUT_SECONDS)),
         resources: Some(resources(v)),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),

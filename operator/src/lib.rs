@@ -17,6 +17,7 @@ pub mod controller;
 pub mod error;
 pub mod guard;
 pub mod health;
+pub mod lag;
 pub mod leader;
 pub mod metrics;
 pub mod missed;

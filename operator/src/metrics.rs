@@ -57,6 +57,8 @@ pub struct Metrics {
     pub probe_latency: HistogramFamily<InitializerLabels>,
     /// Failed probes, by Initializer.
     pub probe_failures: Family<InitializerLabels, Counter>,
+    /// Timed-out probes not counted because the operator itself stalled meanwhile.
+    pub probes_excused: Family<InitializerLabels, Counter>,
     /// Registrations, by Initializer.
     pub registrations: Family<InitializerLabels, Counter>,
     /// Deregistrations, by Initializer and cause.
@@ -117,6 +119,7 @@ impl Default for Metrics {
         let probe_latency: HistogramFamily<InitializerLabels> =
             Family::new_with_constructor(latency_histogram);
         let probe_failures = Family::<InitializerLabels, Counter>::default();
+        let probes_excused = Family::<InitializerLabels, Counter>::default();
         let registrations = Family::<InitializerLabels, Counter>::default();
         let deregistrations = Family::<DeregistrationLabels, Counter>::default();
         let unresponsive_to_deregistered = latency_histogram();
@@ -145,6 +148,11 @@ impl Default for Metrics {
             probe_latency.clone(),
         );
         registry.register("probe_failures", "Failed probes", probe_failures.clone());
+        registry.register(
+            "probes_excused",
+            "Timed-out probes not counted against the initializer because the operator itself stalled meanwhile (its runtime or machine starved)",
+            probes_excused.clone(),
+        );
         registry.register(
             "registrations",
             "Webhook configurations registered",
@@ -203,6 +211,7 @@ impl Default for Metrics {
             reconcile_duration,
             probe_latency,
             probe_failures,
+            probes_excused,
             registrations,
             deregistrations,
             unresponsive_to_deregistered,
@@ -244,6 +253,15 @@ impl Metrics {
         if !ok {
             self.probe_failures.get_or_create(&labels).inc();
         }
+    }
+
+    /// Records a timed-out probe of `initializer` not counted: the operator stalled meanwhile.
+    pub fn probe_excused(&self, initializer: &str) {
+        self.probes_excused
+            .get_or_create(&InitializerLabels {
+                initializer: initializer.to_string(),
+            })
+            .inc();
     }
 
     /// Records whether `initializer`'s configuration is registered with `failurePolicy: Fail`.

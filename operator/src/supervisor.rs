@@ -1,7 +1,7 @@
 //! The health supervisor: per Initializer, a prober task (a dry-run AdmissionReview to every
 //! ready endpoint, as the API server calls a webhook, as often as the health machine asks) and an
-//! EndpointSlice watcher (it hands the prober the ready endpoints; zero ready endpoints removes
-//! the configuration at once). Both feed the Initializer's [`Machine`]; after
+//! endpoint watcher (it hands the prober the ready endpoints; zero ready endpoints removes
+//! the configuration at once), fed by one EndpointSlice watch per namespace. Both feed the Initializer's [`Machine`]; after
 //! every input the supervisor converges the cluster on what the machine wants (the
 //! configuration registered, degraded or absent; the fallback policy in force or not), under one
 //! lock per Initializer so that registration, degradation and removal never race. A step out of
@@ -14,8 +14,8 @@
 //! ([`Supervisor::report_unsupervised`], [`Supervisor::report_failure`]); the failure is an
 //! input of [`status::compute`], so no write drops another's `details.lastError`.
 //!
-//! The tasks live in `tasks`, the fallback's bookkeeping in `fallback`, and the pure
-//! comparisons with the live configuration in `drift`.
+//! The tasks live in `tasks`, the shared EndpointSlice watches in `slices`, the fallback's
+//! bookkeeping in `fallback`, and the pure comparisons with the live configuration in `drift`.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -44,6 +44,7 @@ use crate::apply::{self, FallbackCheck, Registrar, WebhookRegistrar};
 use crate::build::{self, FallbackPolicy};
 use crate::error::{Error, Result};
 use crate::health::{Action, Cause, HealthConfig, Input, Machine, State};
+use crate::lag::LagMeter;
 use crate::leader::Leadership;
 use crate::metrics::{InitializerGauges, Metrics};
 use crate::missed;
@@ -468,6 +469,10 @@ struct Inner {
     /// The operator's webhook configurations as its watch last saw them
     /// ([`Supervisor::with_configurations`]); none without that watch.
     configurations: Option<Store<MutatingWebhookConfiguration>>,
+    /// The EndpointSlice watches, one per namespace, shared by the Initializers there.
+    endpoint_slices: slices::EndpointSliceWatches,
+    /// The operator's own stalls, so that its starvation is not blamed on an initializer.
+    lag: LagMeter,
 }
 
 /// The generation discovery ran for, when, and what the rules reached.
@@ -507,6 +512,8 @@ impl Supervisor {
         Self {
             inner: Arc::new(Inner {
                 registrar: WebhookRegistrar::new(client.clone()),
+                endpoint_slices: slices::EndpointSliceWatches::new(client.clone()),
+                lag: LagMeter::new(),
                 legacy_registrar: InitializerConfigurationRegistrar::new(client.clone()),
                 client,
                 recorder,
@@ -1031,6 +1038,7 @@ impl Supervisor {
         for t in tasks.1.drain(..) {
             t.abort();
         }
+        self.inner.lag.start();
         let weak = Arc::downgrade(entry);
         let (ready_tx, ready_rx) = watch::channel(None);
         let prober = tokio::spawn(prober(
@@ -1785,6 +1793,7 @@ fn validate_fallback_name(target: &Supervision) -> String {
 
 mod drift;
 mod fallback;
+mod slices;
 mod tasks;
 
 pub use drift::{drifted, is_ours};

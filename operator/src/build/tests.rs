@@ -327,14 +327,13 @@ fn the_deployment_is_hardened_spread_and_never_drops_below_ready() {
         (ready.path.as_deref(), ready.scheme.as_deref()),
         (Some(READYZ_PATH), Some("HTTPS"))
     );
-    let live = c
-        .liveness_probe
-        .as_ref()
-        .unwrap()
-        .http_get
-        .as_ref()
-        .unwrap();
+    let liveness = c.liveness_probe.as_ref().unwrap();
+    let live = liveness.http_get.as_ref().unwrap();
     assert_eq!(live.path.as_deref(), Some(HEALTHZ_PATH));
+    assert!(
+        liveness.timeout_seconds > c.readiness_probe.as_ref().unwrap().timeout_seconds,
+        "a busy pod leaves the path (readiness) long before it is restarted (liveness)"
+    );
     let port = &c.ports.as_ref().unwrap()[0];
     assert_eq!(
         (port.name.as_deref(), port.container_port),

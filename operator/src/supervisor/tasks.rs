@@ -1,27 +1,29 @@
 //! The two tasks of one supervised Initializer: the prober (a dry-run review to every ready
 //! endpoint, or with the `InitializerConfiguration` backend a canary object through the API
-//! server, as often as the health machine asks) and the EndpointSlice watcher (the ready
-//! endpoints, handed to the prober; none at all deregisters at once).
+//! server, as often as the health machine asks) and the endpoint watcher (the ready endpoints of
+//! its Service, from the namespace's shared EndpointSlice watch in `slices`, handed to the
+//! prober; none at all deregisters at once).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
 use tokio::sync::{Notify, watch};
-use tracing::{debug, warn};
+use tracing::{debug, info};
 
 use super::{
     PROBE_SPACING, PROBER_STEP_SLACK, ReadyEndpoints, Supervised, Supervision, Supervisor,
 };
 use crate::health::Input;
+use crate::lag;
 use crate::probe::{self, Round};
 use crate::status::ProbeRecord;
+
+/// When to probe again after an excused timeout: soon, but not at the fast interval, which
+/// would add to the load that starved the operator.
+const EXCUSED_RETRY: Duration = Duration::from_secs(1);
 
 pub(super) async fn prober(
     sup: Supervisor,
@@ -45,6 +47,8 @@ pub(super) async fn prober(
     let mut last: Option<(bool, Option<probe::Failure>)> = None;
     let mut wait = Duration::ZERO;
     let mut last_start: Option<Instant> = None;
+    // When the current run of excused timeouts began (crate::lag); cleared by a good probe.
+    let mut excusing_since: Option<Instant> = None;
     loop {
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
@@ -56,7 +60,8 @@ pub(super) async fn prober(
                 tokio::time::sleep(PROBE_SPACING - since).await;
             }
         }
-        last_start = Some(Instant::now());
+        let started = Instant::now();
+        last_start = Some(started);
         // The step from here to the next wait is bounded (the probe by its budget, the
         // converge by its calls' bounds); one that outlives that is wedged.
         let _step = sup.inner.watchdog.start(
@@ -99,6 +104,23 @@ pub(super) async fn prober(
                 probe::combine(&results)
             }
         };
+        if outcome.ok {
+            excusing_since = None;
+        } else if outcome.failure == Some(probe::Failure::TimedOut) {
+            // A timeout while the operator itself was starved is not the initializer's fault:
+            // probe again soon instead of failing it open, for a bounded time (crate::lag).
+            // A stall that ended with the probe is recorded at the meter's next tick.
+            tokio::time::sleep(lag::TICK).await;
+            let now = Instant::now();
+            let stalled = sup.inner.lag.longest_within(started, now);
+            if lag::excused(stalled, target.budget, excusing_since, now) {
+                excusing_since.get_or_insert(now);
+                sup.inner.metrics.probe_excused(&target.initializer);
+                info!(initializer = %target.initializer, stalled_ms = stalled.as_millis() as u64, "probe timed out while the operator stalled: not counted");
+                wait = EXCUSED_RETRY;
+                continue;
+            }
+        }
         let Some(entry) = entry.upgrade() else {
             return;
         };
@@ -147,53 +169,23 @@ pub fn ready_endpoints(slice: &EndpointSlice) -> u32 {
     u32::try_from(ready).unwrap_or(u32::MAX)
 }
 
-/// One slice's ready endpoints: how many, and the addresses to probe.
-type SliceEndpoints = (u32, Vec<SocketAddr>);
-
-fn slice_endpoints(slice: &EndpointSlice) -> SliceEndpoints {
-    (ready_endpoints(slice), probe::ready_addresses(slice))
-}
-
 pub(super) async fn endpoints(
     sup: Supervisor,
     entry: std::sync::Weak<Supervised>,
     ready_tx: watch::Sender<ReadyEndpoints>,
     target: Supervision,
 ) {
-    let api: Api<EndpointSlice> = Api::namespaced(sup.inner.client.clone(), &target.namespace);
-    let config = watcher::Config::default()
-        .labels(&format!("kubernetes.io/service-name={}", target.service));
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut slices: HashMap<String, SliceEndpoints> = HashMap::new();
-    let mut initial: Option<HashMap<String, SliceEndpoints>> = None;
-    let mut listed = false;
+    let mut subscription = sup
+        .inner
+        .endpoint_slices
+        .subscribe(&target.namespace, &target.service);
     let mut last: Option<u32> = None;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Init) => initial = Some(HashMap::new()),
-            Ok(watcher::Event::InitApply(s)) => {
-                if let Some(buffer) = initial.as_mut() {
-                    buffer.insert(s.name_any(), slice_endpoints(&s));
-                }
-            }
-            Ok(watcher::Event::InitDone) => {
-                slices = initial.take().unwrap_or_default();
-                listed = true;
-            }
-            Ok(watcher::Event::Apply(s)) => {
-                slices.insert(s.name_any(), slice_endpoints(&s));
-            }
-            Ok(watcher::Event::Delete(s)) => {
-                slices.remove(&s.name_any());
-            }
-            Err(e) => {
-                warn!(initializer = %target.initializer, error = %e, "endpoint watch failed");
-                continue;
-            }
-        }
-        if !listed {
+    // The value present at subscription counts as a change: it may already be listed.
+    subscription.slices.mark_changed();
+    while subscription.slices.changed().await.is_ok() {
+        let Some(slices) = subscription.slices.borrow_and_update().clone() else {
             continue;
-        }
+        };
         let mut addresses: Vec<SocketAddr> = slices
             .values()
             .flat_map(|(_, a)| a.iter().copied())

@@ -1,0 +1,430 @@
+//! One EndpointSlice watch per namespace, shared by every Initializer whose Service is there.
+//!
+//! A watch holds a connection to the API server for as long as it runs (kube's client speaks
+//! HTTP/1.1), and a watch per Initializer was most of the leader's memory at 100 Initializers
+//! (issue 29; README, "Many Initializers at once"). The operator's rights over EndpointSlices
+//! are per namespace (its Role, and the RoleBindings an administrator adds where workloads
+//! run), so the shared watch is per namespace too, never cluster-wide.
+//!
+//! [`SliceTable`] is the pure part: the namespace's slices by Service, fed the watch's events.
+//! [`EndpointSliceWatches`] runs one watch per namespace while someone subscribes to it and
+//! hands each subscriber its Service's slices through a `watch` channel.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use futures::StreamExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tracing::warn;
+
+/// The label the EndpointSlice controller puts on a slice: the name of its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// One slice's ready endpoints: how many, and the addresses to probe.
+pub(super) type SliceEndpoints = (u32, Vec<SocketAddr>);
+
+/// A Service's slices by name; `None` until the namespace's watch has listed them.
+pub(super) type ServiceSlices = Option<BTreeMap<String, SliceEndpoints>>;
+
+/// What one watch event changed.
+#[derive(Debug, PartialEq, Eq)]
+enum Changed {
+    /// Nothing a subscriber sees (a slice buffered while the watch lists).
+    Nothing,
+    /// The slices of these Services.
+    Services(Vec<String>),
+    /// A new list replaced the whole table: every Service may have changed.
+    Everything,
+}
+
+/// The EndpointSlices of one namespace, by the Service they belong to (pure).
+#[derive(Debug, Default)]
+struct SliceTable {
+    /// Whether a list has completed: before it, no Service's slices are known.
+    listed: bool,
+    /// Service → slice name → its endpoints.
+    by_service: HashMap<String, BTreeMap<String, SliceEndpoints>>,
+    /// Slice name → its Service, so a slice relabelled to another Service leaves the first.
+    service_of: HashMap<String, String>,
+    /// The slices of a list in progress (a relist replaces the table only once it is complete).
+    listing: Option<Vec<(String, String, SliceEndpoints)>>,
+}
+
+impl SliceTable {
+    /// The slices of `service`: `None` until listed, then an empty map when it has none.
+    fn of(&self, service: &str) -> ServiceSlices {
+        self.listed
+            .then(|| self.by_service.get(service).cloned().unwrap_or_default())
+    }
+
+    fn apply(&mut self, event: watcher::Event<(String, String, SliceEndpoints)>) -> Changed {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(Vec::new());
+                Changed::Nothing
+            }
+            watcher::Event::InitApply(slice) => {
+                if let Some(listing) = self.listing.as_mut() {
+                    listing.push(slice);
+                }
+                Changed::Nothing
+            }
+            watcher::Event::InitDone => {
+                self.by_service.clear();
+                self.service_of.clear();
+                for (name, service, endpoints) in self.listing.take().unwrap_or_default() {
+                    self.insert(name, service, endpoints);
+                }
+                self.listed = true;
+                Changed::Everything
+            }
+            watcher::Event::Apply((name, service, endpoints)) => {
+                let mut changed = self.remove(&name).into_iter().collect::<Vec<_>>();
+                if !changed.contains(&service) {
+                    changed.push(service.clone());
+                }
+                self.insert(name, service, endpoints);
+                Changed::Services(changed)
+            }
+            watcher::Event::Delete((name, _, _)) => {
+                Changed::Services(self.remove(&name).into_iter().collect())
+            }
+        }
+    }
+
+    fn insert(&mut self, name: String, service: String, endpoints: SliceEndpoints) {
+        self.by_service
+            .entry(service.clone())
+            .or_default()
+            .insert(name.clone(), endpoints);
+        self.service_of.insert(name, service);
+    }
+
+    /// Removes slice `name`; the Service it belonged to, if it was known.
+    fn remove(&mut self, name: &str) -> Option<String> {
+        let service = self.service_of.remove(name)?;
+        if let Some(slices) = self.by_service.get_mut(&service) {
+            slices.remove(name);
+            if slices.is_empty() {
+                self.by_service.remove(&service);
+            }
+        }
+        Some(service)
+    }
+}
+
+/// A slice as the table keeps it: its name, its Service, its ready endpoints.
+fn entry(slice: &EndpointSlice) -> Option<(String, String, SliceEndpoints)> {
+    let service = slice.labels().get(SERVICE_NAME_LABEL)?.clone();
+    Some((
+        slice.name_any(),
+        service,
+        (
+            super::tasks::ready_endpoints(slice),
+            crate::probe::ready_addresses(slice),
+        ),
+    ))
+}
+
+/// A namespace's table and the channel of each Service someone subscribed to.
+#[derive(Default)]
+struct Shared {
+    table: SliceTable,
+    subscribers: HashMap<String, watch::Sender<ServiceSlices>>,
+}
+
+impl Shared {
+    fn publish(&mut self, changed: Changed) {
+        let services: Vec<String> = match changed {
+            Changed::Nothing => return,
+            Changed::Services(services) => services,
+            Changed::Everything => self.subscribers.keys().cloned().collect(),
+        };
+        for service in services {
+            if let Some(sender) = self.subscribers.get(&service) {
+                let now = self.table.of(&service);
+                sender.send_if_modified(|current| {
+                    let changed = *current != now;
+                    if changed {
+                        *current = now;
+                    }
+                    changed
+                });
+            }
+        }
+        // A Service nobody subscribes to any longer (its Initializer gone) keeps no channel.
+        self.subscribers
+            .retain(|_, sender| sender.receiver_count() > 0);
+    }
+}
+
+/// One namespace's running watch; dropping the last subscription stops it.
+struct NamespaceWatch {
+    shared: Arc<Mutex<Shared>>,
+    task: AbortHandle,
+}
+
+impl Drop for NamespaceWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A subscriber's view of its Service's slices; the namespace's watch runs while it is held.
+pub(super) struct Subscription {
+    pub slices: watch::Receiver<ServiceSlices>,
+    _watch: Arc<NamespaceWatch>,
+}
+
+/// The EndpointSlice watches of one supervisor, one per namespace in use.
+pub(super) struct EndpointSliceWatches {
+    client: Client,
+    namespaces: Mutex<HashMap<String, Weak<NamespaceWatch>>>,
+}
+
+impl EndpointSliceWatches {
+    pub(super) fn new(client: Client) -> Self {
+        Self {
+            client,
+            namespaces: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The slices of Service `service` in `namespace`, watched with every other subscriber
+    /// of that namespace (the watch starts with the first subscriber).
+    pub(super) fn subscribe(&self, namespace: &str, service: &str) -> Subscription {
+        let mut namespaces = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        namespaces.retain(|_, watch| watch.strong_count() > 0);
+        let watch = match namespaces.get(namespace).and_then(Weak::upgrade) {
+            Some(watch) => watch,
+            None => {
+                let watch = Arc::new(self.start(namespace));
+                namespaces.insert(namespace.to_string(), Arc::downgrade(&watch));
+                watch
+            }
+        };
+        let slices = {
+            let mut shared = watch.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            let Shared { table, subscribers } = &mut *shared;
+            subscribers
+                .entry(service.to_string())
+                .or_insert_with(|| watch::channel(table.of(service)).0)
+                .subscribe()
+        };
+        Subscription {
+            slices,
+            _watch: watch,
+        }
+    }
+
+    /// How many namespaces are watched now.
+    #[cfg(test)]
+    fn watched(&self) -> usize {
+        let namespaces = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        namespaces.values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    fn start(&self, namespace: &str) -> NamespaceWatch {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), namespace);
+        let task = tokio::spawn(run(api, shared.clone(), namespace.to_string()));
+        NamespaceWatch {
+            shared,
+            task: task.abort_handle(),
+        }
+    }
+}
+
+/// The watch of one namespace: every event goes through the table to the subscribers.
+async fn run(api: Api<EndpointSlice>, shared: Arc<Mutex<Shared>>, namespace: String) {
+    // Only slices that belong to a Service: the others can never be an initializer's.
+    let config = watcher::Config::default().labels(SERVICE_NAME_LABEL);
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                warn!(%namespace, error = %e, "endpoint watch failed");
+                continue;
+            }
+        };
+        let event = match event {
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
+            watcher::Event::InitApply(s) => match entry(&s) {
+                Some(e) => watcher::Event::InitApply(e),
+                None => continue,
+            },
+            watcher::Event::Apply(s) => match entry(&s) {
+                Some(e) => watcher::Event::Apply(e),
+                None => continue,
+            },
+            watcher::Event::Delete(s) => match entry(&s) {
+                Some(e) => watcher::Event::Delete(e),
+                None => continue,
+            },
+        };
+        let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = shared.table.apply(event);
+        shared.publish(changed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(name: &str, service: &str, ready: u32) -> (String, String, SliceEndpoints) {
+        let addresses = (0..ready)
+            .map(|i| SocketAddr::from(([10, 0, 0, u8::try_from(i).unwrap()], 8443)))
+            .collect();
+        (name.into(), service.into(), (ready, addresses))
+    }
+
+    fn listed(slices: Vec<(String, String, SliceEndpoints)>) -> SliceTable {
+        let mut table = SliceTable::default();
+        table.apply(watcher::Event::Init);
+        for s in slices {
+            table.apply(watcher::Event::InitApply(s));
+        }
+        assert_eq!(table.apply(watcher::Event::InitDone), Changed::Everything);
+        table
+    }
+
+    fn ready(table: &SliceTable, service: &str) -> Option<u32> {
+        table.of(service).map(|s| s.values().map(|(n, _)| n).sum())
+    }
+
+    #[test]
+    fn nothing_is_known_of_any_service_until_the_first_list_completes() {
+        let mut table = SliceTable::default();
+        assert_eq!(table.of("a"), None);
+        table.apply(watcher::Event::Init);
+        assert_eq!(
+            table.apply(watcher::Event::InitApply(slice("a-1", "a", 1))),
+            Changed::Nothing
+        );
+        assert_eq!(
+            table.of("a"),
+            None,
+            "a list in progress is not the namespace"
+        );
+        table.apply(watcher::Event::InitDone);
+        assert_eq!(ready(&table, "a"), Some(1));
+        assert_eq!(
+            ready(&table, "b"),
+            Some(0),
+            "listed, and no slice: none ready (which deregisters at once)"
+        );
+    }
+
+    #[test]
+    fn each_service_sees_only_its_own_slices_and_only_its_changes() {
+        let mut table = listed(vec![slice("a-1", "a", 1), slice("b-1", "b", 2)]);
+        assert_eq!(
+            table.apply(watcher::Event::Apply(slice("a-2", "a", 3))),
+            Changed::Services(vec!["a".into()])
+        );
+        assert_eq!(ready(&table, "a"), Some(4));
+        assert_eq!(ready(&table, "b"), Some(2));
+        assert_eq!(
+            table.apply(watcher::Event::Delete(slice("b-1", "b", 2))),
+            Changed::Services(vec!["b".into()])
+        );
+        assert_eq!(ready(&table, "b"), Some(0));
+        assert_eq!(
+            table.apply(watcher::Event::Delete(slice("gone", "c", 0))),
+            Changed::Services(vec![]),
+            "a slice never seen changes nobody"
+        );
+    }
+
+    #[test]
+    fn a_slice_moved_to_another_service_leaves_the_first() {
+        let mut table = listed(vec![slice("s", "a", 1)]);
+        assert_eq!(
+            table.apply(watcher::Event::Apply(slice("s", "b", 1))),
+            Changed::Services(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(ready(&table, "a"), Some(0));
+        assert_eq!(ready(&table, "b"), Some(1));
+    }
+
+    #[test]
+    fn a_relist_replaces_the_table_only_once_complete() {
+        let mut table = listed(vec![slice("a-1", "a", 1), slice("b-1", "b", 1)]);
+        table.apply(watcher::Event::Init);
+        table.apply(watcher::Event::InitApply(slice("a-1", "a", 2)));
+        assert_eq!(
+            ready(&table, "a"),
+            Some(1),
+            "the old list holds until the new completes"
+        );
+        assert_eq!(ready(&table, "b"), Some(1));
+        table.apply(watcher::Event::InitDone);
+        assert_eq!(ready(&table, "a"), Some(2));
+        assert_eq!(ready(&table, "b"), Some(0), "gone while the watch was down");
+    }
+
+    #[test]
+    fn subscribers_are_told_only_of_their_services_changes() {
+        let mut shared = Shared::default();
+        let (a_tx, mut a) = watch::channel(None);
+        let (b_tx, mut b) = watch::channel(None);
+        shared.subscribers.insert("a".into(), a_tx);
+        shared.subscribers.insert("b".into(), b_tx);
+        let changed = shared.table.apply(watcher::Event::Init);
+        shared.publish(changed);
+        let changed = shared.table.apply(watcher::Event::InitDone);
+        shared.publish(changed);
+        assert!(a.has_changed().unwrap() && b.has_changed().unwrap());
+        a.mark_unchanged();
+        b.mark_unchanged();
+        let changed = shared
+            .table
+            .apply(watcher::Event::Apply(slice("a-1", "a", 1)));
+        shared.publish(changed);
+        assert!(a.has_changed().unwrap());
+        assert!(!b.has_changed().unwrap());
+        drop(b);
+        let changed = shared
+            .table
+            .apply(watcher::Event::Apply(slice("a-1", "a", 2)));
+        shared.publish(changed);
+        assert_eq!(
+            shared.subscribers.keys().collect::<Vec<_>>(),
+            ["a"],
+            "the channel of a Service nobody watches is dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn initializers_in_one_namespace_share_one_watch_that_stops_with_the_last() {
+        // No API server answers here: the watches retry in the background, which is enough to
+        // count them.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let watches = EndpointSliceWatches::new(Client::try_from(config).unwrap());
+        let a = watches.subscribe("ops", "a");
+        let b = watches.subscribe("ops", "b");
+        let c = watches.subscribe("elsewhere", "c");
+        assert_eq!(watches.watched(), 2);
+        assert!(Arc::ptr_eq(&a._watch, &b._watch));
+        drop(a);
+        assert_eq!(watches.watched(), 2, "b still subscribes in ops");
+        drop(b);
+        assert_eq!(watches.watched(), 1);
+        drop(c);
+        assert_eq!(watches.watched(), 0);
+    }
+}
