@@ -1,8 +1,11 @@
 //! Unit tests of [`crate::supervisor`].
 
 use super::*;
+use crate::health::Action;
 use crate::probe;
 use crate::status::FallbackView;
+use crate::validate::Refusal;
+use initializer_crds::Initializer;
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};

@@ -1,0 +1,403 @@
+//! Converge: make the cluster hold what the health machine wants for one Initializer. It reads
+//! what is live (the watched copy first, `drift`), decides the next presence and the write
+//! (`decide`, pure), installs the fallback before a step out of the path, writes or removes the
+//! configuration, and retries a removal that failed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use tracing::{debug, info, warn};
+
+use crate::apply::{self, FallbackCheck, Registrar};
+use crate::build;
+use crate::error::{Error, Result};
+
+use super::{
+    ConfigurationWrite, FALLBACK_SETTLE, FallbackRun, Live, Presence, Supervised, SupervisedState,
+    Supervision, Supervisor, bounded, configuration_write, drift, drifted, is_ours, micro_now,
+    next_presence, removal_retry, validate_fallback_name,
+};
+
+impl Supervisor {
+    /// Makes the cluster hold what the machine wants: the fallback first (when the machine is
+    /// out of the path), then the configuration (a step out of the path waits for the
+    /// fallback to be in force), then the fallback lifted once the configuration is back.
+    pub(super) async fn converge(
+        &self,
+        entry: &Arc<Supervised>,
+        st: &mut SupervisedState,
+    ) -> Result<()> {
+        let now = Instant::now();
+        let name = st.target.initializer.clone();
+        let want_fallback = st.target.fallback.is_some() && st.machine.in_outage();
+        if want_fallback {
+            self.install_fallback(entry, st).await;
+        }
+        let wanted = Presence::of(st.machine.state());
+        let ready = !want_fallback || st.fallback.ready(now);
+        let next = next_presence(st.presence, wanted, ready);
+        if next != wanted {
+            debug!(initializer = %name, "waiting for the fallback to be in force before failing open");
+        }
+        match self.apply_presence(st, next).await {
+            Ok(()) => st.removal_retry = None,
+            Err(e) => {
+                if next == Presence::Absent {
+                    self.retry_removal(entry, st, &e);
+                }
+                return Err(e);
+            }
+        }
+        let lift = !want_fallback
+            && (st.fallback.applied.is_some() || st.fallback.installed_at.is_some())
+            && (st.presence == Presence::Normal || !st.machine.in_outage());
+        if lift {
+            let fallback_name = validate_fallback_name(&st.target);
+            let removed =
+                match self.may_write(st, || format!("remove the fallback {fallback_name}")) {
+                    Ok(()) => {
+                        bounded(
+                            || format!("remove the fallback {fallback_name}"),
+                            apply::remove_fallback(&self.inner.client, &fallback_name),
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
+            match removed {
+                Ok(_) => {
+                    st.fallback = FallbackRun::default();
+                    info!(initializer = %name, "fallback lifted");
+                    self.publish(
+                        &st.target.reference,
+                        EventType::Normal,
+                        "FallbackRemoved",
+                        format!(
+                            "removed the fallback {}: the initializer is back in the path",
+                            validate_fallback_name(&st.target)
+                        ),
+                    )
+                    .await;
+                }
+                Err(e) => warn!(initializer = %name, error = %e, "failed to lift the fallback"),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn install_fallback(&self, entry: &Arc<Supervised>, st: &mut SupervisedState) {
+        let Some(fallback) = st.target.fallback.clone() else {
+            return;
+        };
+        if st.fallback.unsupported
+            || (st.fallback.installed_at.is_some()
+                && st.fallback.applied.as_ref() == Some(&fallback))
+        {
+            return;
+        }
+        let name = st.target.initializer.clone();
+        let policy = fallback.policy.name_any();
+        if let Err(e) = self.may_write(st, || format!("install the fallback {policy}")) {
+            debug!(initializer = %name, error = %e, "not installing the fallback");
+            return;
+        }
+        let applied = bounded(
+            || format!("install the fallback {policy}"),
+            apply::apply_fallback(&self.inner.client, &fallback),
+        )
+        .await;
+        match applied {
+            Ok(FallbackCheck::Accepted) => {
+                let first = st.fallback.installed_at.is_none();
+                st.fallback.installed_at = Some(Instant::now());
+                st.fallback.applied = Some(fallback.clone());
+                st.fallback.failed = None;
+                if let Some(outage) = st.outage.as_mut() {
+                    outage.fallback_installed_at = Some(micro_now());
+                }
+                info!(initializer = %name, "fallback installed");
+                if first {
+                    self.publish(
+                        &st.target.reference,
+                        EventType::Normal,
+                        "FallbackInstalled",
+                        format!(
+                            "installed the fallback ValidatingAdmissionPolicy {} and its binding: its validations stay enforced while the initializer is out of the path",
+                            fallback.policy.name_any()
+                        ),
+                    )
+                    .await;
+                }
+                // Converge again once the API server enforces it.
+                tokio::spawn(
+                    self.clone()
+                        .reconverge_after(Arc::downgrade(entry), FALLBACK_SETTLE),
+                );
+            }
+            Ok(FallbackCheck::Unsupported) => {
+                st.fallback.unsupported = true;
+                warn!(initializer = %name, "the API server does not serve ValidatingAdmissionPolicy: no fallback");
+                self.publish(
+                    &st.target.reference,
+                    EventType::Warning,
+                    "FallbackUnsupported",
+                    "the API server does not serve ValidatingAdmissionPolicy: the fallback cannot be put in force".into(),
+                )
+                .await;
+            }
+            Ok(FallbackCheck::Refused(why)) => {
+                warn!(initializer = %name, %why, "the fallback was refused");
+                st.fallback.failed = Some(why);
+            }
+            Err(e) => {
+                warn!(initializer = %name, error = %e, "failed to install the fallback");
+                st.fallback.failed = Some(e.to_string());
+            }
+        }
+    }
+
+    /// After a failed removal, converges again with backoff until the API server confirms the
+    /// configuration is gone (one retry pending at a time; none once supervision stopped or
+    /// when retrying cannot help).
+    pub(super) fn retry_removal(
+        &self,
+        entry: &Arc<Supervised>,
+        st: &mut SupervisedState,
+        failure: &Error,
+    ) {
+        let hopeless = matches!(
+            failure,
+            Error::NotLeading { .. } | Error::SupervisionStopped { .. } | Error::NotOurs { .. }
+        );
+        if hopeless || st.stopped.is_cancelled() || st.removal_retry_pending {
+            return;
+        }
+        let delay = removal_retry(st.removal_retry);
+        st.removal_retry = Some(delay);
+        st.removal_retry_pending = true;
+        warn!(initializer = %st.target.initializer, error = %failure, retry_in_ms = delay.as_millis() as u64, "failed to remove the configuration; retrying");
+        let sup = self.clone();
+        let weak = Arc::downgrade(entry);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let Some(entry) = weak.upgrade() else {
+                return;
+            };
+            let mut st = entry.state.lock().await;
+            st.removal_retry_pending = false;
+            if let Err(e) = sup.converge(&entry, &mut st).await {
+                debug!(initializer = %st.target.initializer, error = %e, "removal retry failed");
+            }
+            sup.refresh_status(&mut st).await;
+        });
+    }
+
+    /// Converges one entry again after `delay` (boxed: converging may schedule this again).
+    pub(super) fn reconverge_after(
+        self,
+        entry: std::sync::Weak<Supervised>,
+        delay: Duration,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            let Some(entry) = entry.upgrade() else {
+                return;
+            };
+            let mut st = entry.state.lock().await;
+            if let Err(e) = self.converge(&entry, &mut st).await {
+                warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
+            }
+            self.refresh_status(&mut st).await;
+        })
+    }
+
+    /// What the cluster holds under the configuration's name, of the backend's kind.
+    pub(super) async fn live(&self, target: &Supervision) -> Result<Live> {
+        let configuration = target.configuration();
+        let label = target.label();
+        if target.legacy.is_some() {
+            return Ok(
+                match self.inner.legacy_registrar.get(&configuration).await? {
+                    None => Live::Absent,
+                    Some(found) if !apply::fallback_is_ours(&found.metadata, Some(&label)) => {
+                        Live::NotOurs
+                    }
+                    Some(found) => Live::Ours {
+                        degraded: false,
+                        webhook: None,
+                        legacy: Some(Box::new(found)),
+                    },
+                },
+            );
+        }
+        Ok(match self.inner.registrar.get(&configuration).await? {
+            None => Live::Absent,
+            Some(found) if !is_ours(&found, &label) => Live::NotOurs,
+            Some(found) => Live::Ours {
+                degraded: build::is_degraded(&found),
+                webhook: Some(Box::new(found)),
+                legacy: None,
+            },
+        })
+    }
+
+    /// Whether the watched copy of the configuration is this Initializer's and holds what is
+    /// wanted for its presence (then reading the live one would change nothing).
+    pub(super) fn watched_as_wanted(&self, st: &SupervisedState) -> bool {
+        if st.target.legacy.is_some() || st.applied.is_none() {
+            return false;
+        }
+        let Some(configurations) = &self.inner.configurations else {
+            return false;
+        };
+        let watched = configurations.get(&ObjectRef::new(&st.target.configuration()));
+        drift::unchanged(
+            st.target.desired(st.presence).as_ref(),
+            watched.as_deref(),
+            &st.target.label(),
+        )
+    }
+
+    /// Reads the live configuration and records what the cluster holds: nothing, someone
+    /// else's object (an error: it is never taken over), or ours, edited or not (an edited one
+    /// is re-applied by the next converge).
+    pub(super) async fn observe_live(&self, st: &mut SupervisedState) -> Result<()> {
+        let configuration = st.target.configuration();
+        let live = bounded(|| format!("read {configuration}"), self.live(&st.target)).await?;
+        match live {
+            Live::Absent => {
+                st.presence = Presence::Absent;
+                st.applied = None;
+            }
+            Live::NotOurs => {
+                st.presence = Presence::Absent;
+                st.applied = None;
+                return Err(Error::NotOurs {
+                    kind: st.target.configuration_kind(),
+                    name: configuration,
+                });
+            }
+            Live::Ours {
+                degraded,
+                webhook,
+                legacy,
+            } => {
+                if st.presence == Presence::Absent {
+                    // Left by an earlier run or another replica: the converge removes it if
+                    // it must not be there.
+                    st.presence = if degraded {
+                        Presence::Degraded
+                    } else {
+                        Presence::Normal
+                    };
+                }
+                let desired = st.target.desired(st.presence);
+                let changed = match (&st.target.legacy, &legacy) {
+                    // What the operator sets in an InitializerConfiguration: its initializers.
+                    (Some(wanted), Some(found)) => {
+                        build::legacy::registered_initializers(found)
+                            != build::legacy::registered_initializers(&wanted.configuration)
+                    }
+                    _ => desired
+                        .as_ref()
+                        .zip(webhook.as_ref())
+                        .is_some_and(|(d, found)| drifted(d, found)),
+                };
+                if changed {
+                    // Someone else edited it (rather than the spec changing what is wanted):
+                    // what was last applied is not what is live.
+                    let edited = match (&st.target.legacy, &webhook) {
+                        (None, Some(found)) => {
+                            st.applied.as_ref().is_some_and(|a| drifted(a, found))
+                        }
+                        _ => st.applied.is_some(),
+                    };
+                    if edited {
+                        info!(initializer = %st.target.initializer, %configuration, "the live configuration was changed by someone else: applying it again");
+                    }
+                    st.applied = None;
+                } else {
+                    st.applied = desired;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one configuration state, with its Event and metrics.
+    pub(super) async fn apply_presence(
+        &self,
+        st: &mut SupervisedState,
+        next: Presence,
+    ) -> Result<()> {
+        // Taken before the write: the API server cannot call the changed configuration before
+        // it is written, so an outage's window that starts here misses no create.
+        let write_started = Timestamp::now();
+        let name = st.target.initializer.clone();
+        let configuration = st.target.configuration();
+        let before = st.presence;
+        match configuration_write(
+            st.presence,
+            st.applied.as_ref(),
+            next,
+            st.target.desired(next),
+        ) {
+            ConfigurationWrite::Nothing => return Ok(()),
+            ConfigurationWrite::Apply(desired) => {
+                let desired = *desired;
+                self.may_write(st, || format!("register {configuration}"))?;
+                if st.applied.is_none() {
+                    // Never take over a configuration of the same name that is not ours.
+                    self.observe_live(st).await?;
+                }
+                let registered = bounded(|| format!("register {configuration}"), async {
+                    match &st.target.legacy {
+                        Some(legacy) => {
+                            self.inner
+                                .legacy_registrar
+                                .register(&legacy.configuration)
+                                .await
+                        }
+                        None => self.inner.registrar.register(&desired).await,
+                    }
+                })
+                .await;
+                if let Err(e) = registered {
+                    warn!(initializer = %name, error = %e, "failed to apply the configuration");
+                    // A registration that failed is tried again after the probes it needs; a
+                    // restore that failed leaves the degraded configuration in place and is
+                    // tried again at the next converge (resetting the machine would remove it).
+                    if next == Presence::Normal && before == Presence::Absent {
+                        st.machine.registration_failed();
+                    }
+                    return Err(e);
+                }
+                st.applied = Some(desired);
+                st.presence = next;
+            }
+            ConfigurationWrite::Remove => {
+                self.may_write(st, || format!("deregister {configuration}"))?;
+                // Never delete a configuration of the same name that is not ours.
+                self.observe_live(st).await?;
+                if st.presence != Presence::Absent {
+                    bounded(|| format!("deregister {configuration}"), async {
+                        if st.target.legacy.is_some() {
+                            self.inner.legacy_registrar.deregister(&configuration).await
+                        } else {
+                            self.inner.registrar.deregister(&configuration).await
+                        }
+                    })
+                    .await?;
+                }
+                st.applied = None;
+                st.presence = Presence::Absent;
+            }
+        }
+        self.transitioned(st, before, next, write_started).await;
+        Ok(())
+    }
+}

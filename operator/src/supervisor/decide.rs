@@ -1,0 +1,94 @@
+//! The pure decisions of converge: which configuration to hold next, what to write for it, and
+//! when to retry a removal or resume a fail-open window found in progress.
+
+use std::time::Duration;
+
+use initializer_crds::Outage;
+use jiff::Timestamp;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+
+use crate::health::State;
+
+use super::{FIRST_REMOVAL_RETRY, MAX_REMOVAL_RETRY};
+
+/// What the cluster holds for one Initializer's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// No configuration.
+    Absent,
+    /// Registered with the spec's values.
+    Normal,
+    /// Registered degraded: `failurePolicy: Ignore`, short timeout.
+    Degraded,
+}
+
+impl Presence {
+    pub(super) fn of(state: State) -> Self {
+        match state {
+            State::Registered => Presence::Normal,
+            State::Degraded => Presence::Degraded,
+            State::Waiting | State::Unresponsive | State::Suspended => Presence::Absent,
+        }
+    }
+}
+
+/// The configuration to hold now: what the machine wants, except that a step out of the path
+/// (from the spec's values to degraded or absent) waits while the fallback is not ready yet.
+pub fn next_presence(applied: Presence, wanted: Presence, fallback_ready: bool) -> Presence {
+    if applied == Presence::Normal && wanted != Presence::Normal && !fallback_ready {
+        applied
+    } else {
+        wanted
+    }
+}
+
+/// What to write to make the cluster hold one configuration state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigurationWrite {
+    /// The cluster already holds it.
+    Nothing,
+    /// Register (create or update) this configuration.
+    Apply(Box<MutatingWebhookConfiguration>),
+    /// Delete the configuration.
+    Remove,
+}
+
+/// The write that takes the cluster from `presence` (with `applied` the configuration last
+/// written and still live) to `next`, whose configuration is `desired` (`None` for
+/// [`Presence::Absent`]).
+pub fn configuration_write(
+    presence: Presence,
+    applied: Option<&MutatingWebhookConfiguration>,
+    next: Presence,
+    desired: Option<MutatingWebhookConfiguration>,
+) -> ConfigurationWrite {
+    match desired {
+        Some(desired) if presence == next && applied == Some(&desired) => {
+            ConfigurationWrite::Nothing
+        }
+        Some(desired) => ConfigurationWrite::Apply(Box::new(desired)),
+        None if presence == Presence::Absent => ConfigurationWrite::Nothing,
+        None => ConfigurationWrite::Remove,
+    }
+}
+
+/// The delay before the next attempt to remove a configuration, after one that failed.
+pub fn removal_retry(previous: Option<Duration>) -> Duration {
+    previous.map_or(FIRST_REMOVAL_RETRY, |d| (d * 2).min(MAX_REMOVAL_RETRY))
+}
+
+/// Where the fail-open window of an outage found in progress (no `restoredAt`) started: at its
+/// first step out of the path, less a second for the write that made it (the step's time is
+/// taken when the write had finished; nothing admitted before that write began lacked the
+/// initializer).
+pub fn resumed_window(outage: &Outage) -> Option<Timestamp> {
+    if outage.restored_at.is_some() {
+        return None;
+    }
+    let first = [outage.degraded_at.as_ref(), outage.deregistered_at.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|t| t.0)
+        .min()?;
+    first.checked_sub(jiff::SignedDuration::from_secs(1)).ok()
+}

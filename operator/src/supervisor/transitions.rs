@@ -1,0 +1,267 @@
+//! Transitions: every input of an Initializer's health machine goes through `Supervisor::observe`;
+//! what the machine decides is recorded (the outage's steps, the metrics) and published as Events,
+//! and the cluster is converged on it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use initializer_crds::Outage;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType};
+use tracing::{info, warn};
+
+use crate::health::{Action, Cause, Input};
+
+use super::{CALL_TIMEOUT, Presence, Supervised, SupervisedState, Supervisor, micro_now};
+
+impl Supervisor {
+    /// Publishes an Event about `reference` while this replica leads (bounded; a failure is
+    /// logged, never returned).
+    pub(crate) async fn publish(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        if !self.inner.leadership.is_leading() {
+            return;
+        }
+        match tokio::time::timeout(CALL_TIMEOUT, self.inner.recorder.publish(&event, reference))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, reason, "failed to publish event"),
+            Err(_) => warn!(reason, "failed to publish event: no answer in time"),
+        }
+    }
+
+    /// Remembers what an action needs for its Event once the cluster follows.
+    pub(super) fn note(&self, st: &mut SupervisedState, action: Action) {
+        match action {
+            Action::Degrade { since } => {
+                st.degrade_since = Some(since);
+                // An outage whose restore failed (the configuration still degraded) keeps its
+                // record; any other degrade starts one.
+                let unrestored = st.presence == Presence::Degraded
+                    && st.outage.as_ref().is_some_and(|o| o.restored_at.is_none());
+                if !unrestored {
+                    st.outage = Some(Outage {
+                        started_at: Some(micro_now()),
+                        ..Outage::default()
+                    });
+                }
+            }
+            Action::Deregister { cause, since } => {
+                st.deregister_cause = Some((cause, since));
+                if cause != Cause::Suspended
+                    && st.outage.as_ref().is_none_or(|o| o.restored_at.is_some())
+                {
+                    st.outage = Some(Outage {
+                        started_at: Some(micro_now()),
+                        ..Outage::default()
+                    });
+                }
+            }
+            Action::Register | Action::Restore | Action::None => {}
+        }
+    }
+
+    /// Feeds one input, converges, and writes the status when something changed; returns when
+    /// the next probe is due.
+    pub(super) async fn observe(
+        &self,
+        entry: &Arc<Supervised>,
+        input: Input,
+        always_write: bool,
+    ) -> Duration {
+        let mut st = entry.state.lock().await;
+        let before = (st.machine.state(), st.presence);
+        let now = Instant::now();
+        let action = st.machine.observe(input, now);
+        self.note(&mut st, action);
+        // A healthy registration is compared with the live object once per probe, so an edit
+        // by someone else is put right within a probe period: with the watched copy when it is
+        // exactly what is wanted, read from the API server otherwise (an edit, a removal, or a
+        // write of this replica the watch has not shown yet). A failing one is being changed
+        // anyway; its converge needs no extra call on the way to failing open.
+        if input == Input::ProbeSucceeded
+            && st.presence != Presence::Absent
+            && !self.watched_as_wanted(&st)
+            && let Err(e) = self.observe_live(&mut st).await
+        {
+            warn!(initializer = %st.target.initializer, error = %e, "failed to read the live configuration");
+        }
+        let needed = action != Action::None
+            || st.machine.in_outage()
+            || st.presence != Presence::of(st.machine.state())
+            || (st.presence != Presence::Absent && st.applied.is_none());
+        if needed && let Err(e) = self.converge(entry, &mut st).await {
+            warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
+        }
+        if always_write || (st.machine.state(), st.presence) != before {
+            self.refresh_status(&mut st).await;
+        }
+        st.machine.next_probe_in(Instant::now())
+    }
+
+    /// Events, metrics, the outage's steps and the missed-initializations window, for one
+    /// change of the configuration written from `write_started` on.
+    pub(super) async fn transitioned(
+        &self,
+        st: &mut SupervisedState,
+        before: Presence,
+        now_is: Presence,
+        write_started: Timestamp,
+    ) {
+        let name = st.target.initializer.clone();
+        let configuration = st.target.configuration();
+        let reference = st.target.reference.clone();
+        let outage_step = st.machine.in_outage()
+            || st
+                .deregister_cause
+                .is_some_and(|(c, _)| c != Cause::Suspended);
+        if before == Presence::Normal && now_is != Presence::Normal && outage_step {
+            st.window_from.get_or_insert(write_started);
+        }
+        match (before, now_is) {
+            (Presence::Normal, Presence::Degraded) => {
+                let took = st
+                    .degrade_since
+                    .take()
+                    .map(|s| s.elapsed())
+                    .unwrap_or_default();
+                if let Some(outage) = st.outage.as_mut() {
+                    outage.degraded_at = Some(micro_now());
+                }
+                info!(initializer = %name, %configuration, took_ms = took.as_millis() as u64, "degraded");
+                let now = if st.target.legacy.is_some() {
+                    "stays registered (an InitializerConfiguration has no failure policy to relax)"
+                        .to_string()
+                } else {
+                    format!(
+                        "fails open now (failurePolicy Ignore, timeoutSeconds 1), {} ms after the failed probe",
+                        took.as_millis()
+                    )
+                };
+                self.publish(
+                    &reference,
+                    EventType::Warning,
+                    "Degraded",
+                    format!(
+                        "a probe failed: {configuration} {now}; it is removed after {} failed probes in a row and restored after {} good ones",
+                        st.machine.config().failure_threshold,
+                        st.machine.config().success_threshold,
+                    ),
+                )
+                .await;
+            }
+            (_, Presence::Absent)
+                if std::mem::take(&mut st.adopted_stray) && st.deregister_cause.is_none() =>
+            {
+                // A configuration that appeared while the initializer was out of the path (a
+                // registration a replica frozen past its lease sent late, or someone's create)
+                // was removed: no probe, endpoint or suspend removed the initializer now. An
+                // outage in progress, its figures and the deregistration count stay the first
+                // removal's.
+                info!(initializer = %name, %configuration, "removed a configuration that appeared while the initializer was out of the path");
+                self.publish(
+                    &reference,
+                    EventType::Warning,
+                    // Its own reason: the recorder folds a second `Deregistered` Event into the
+                    // first one's series, note and all.
+                    "StrayConfigurationRemoved",
+                    format!(
+                        "removed {configuration}: it appeared while the initializer is out of the path (a registration that landed late, or someone else's write)"
+                    ),
+                )
+                .await;
+                if let Some(legacy) = st.target.legacy.clone() {
+                    self.release_pending(&name, legacy);
+                }
+            }
+            (_, Presence::Absent) => {
+                let (cause, since) = st
+                    .deregister_cause
+                    .take()
+                    .unwrap_or((Cause::ProbesFailed, Instant::now()));
+                let took = since.elapsed();
+                let measured = (cause != Cause::Suspended).then_some(took);
+                self.inner
+                    .metrics
+                    .deregistered(&name, cause.reason(), measured);
+                if cause != Cause::Suspended
+                    && let Some(outage) = st.outage.as_mut()
+                {
+                    outage.deregistered_at = Some(micro_now());
+                }
+                info!(initializer = %name, %configuration, cause = cause.reason(), took_ms = took.as_millis() as u64, "deregistered");
+                let (type_, note) = match cause {
+                    Cause::Suspended => (
+                        EventType::Normal,
+                        format!("removed {configuration}: spec.suspend is true"),
+                    ),
+                    Cause::ProbesFailed => (
+                        EventType::Warning,
+                        format!(
+                            "removed {configuration} (fail open) {} ms after the first failed probe: the initializer stopped answering",
+                            took.as_millis()
+                        ),
+                    ),
+                    Cause::NoReadyEndpoints => (
+                        EventType::Warning,
+                        format!(
+                            "removed {configuration} (fail open) {} ms after the Service lost its last ready endpoint",
+                            took.as_millis()
+                        ),
+                    ),
+                };
+                self.publish(&reference, type_, "Deregistered", note).await;
+                if cause != Cause::Suspended
+                    && let Some(legacy) = st.target.legacy.clone()
+                {
+                    self.release_pending(&name, legacy);
+                }
+            }
+            (from, Presence::Normal) => {
+                if from == Presence::Absent {
+                    self.inner.metrics.registered(&name);
+                }
+                let restored = from == Presence::Degraded;
+                if let Some(outage) = st.outage.as_mut().filter(|o| o.restored_at.is_none()) {
+                    outage.restored_at = Some(micro_now());
+                }
+                info!(initializer = %name, %configuration, restored, "registered");
+                let (reason, note) = if restored {
+                    (
+                        "Restored",
+                        format!(
+                            "restored {configuration} to the spec's failurePolicy and timeoutSeconds: the initializer answers again"
+                        ),
+                    )
+                } else {
+                    (
+                        "Registered",
+                        format!(
+                            "registered {configuration}: the initializer is available and answering"
+                        ),
+                    )
+                };
+                self.publish(&reference, EventType::Normal, reason, note)
+                    .await;
+                if let Some(from) = st.window_from.take() {
+                    self.count_missed(st, from);
+                }
+            }
+            _ => {}
+        }
+    }
+}
