@@ -1,39 +1,35 @@
 //! The reconciler: validate → build (pure) → apply → supervise (the supervisor computes the
 //! status, purely, and writes it as one patch),
 //! wrapped in the finalizer that removes the webhook configuration before the workload may go,
-//! plus the sweep that removes configurations whose Initializer no longer exists.
+//! plus the sweep that removes configurations whose Initializer no longer exists. The finalizer's
+//! paths (suspend first, cleanup) live in `finalizer`, the sweep in `orphans`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use initializer_crds::constants::{
-    FINALIZER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-};
-use initializer_crds::{Backend, Initializer, InitializerStatus, Phase};
+use initializer_crds::constants::FINALIZER;
+use initializer_crds::{Initializer, InitializerStatus, Phase};
 use jiff::Timestamp;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{ListParams, Preconditions};
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::reflector::store::Writer;
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
-use crate::apply::{self, Registrar, WebhookRegistrar};
+use crate::apply;
+use crate::apply::legacy::Canary;
 use crate::build::{self, Settings};
-use crate::error::{Error, Result, api_code};
+use crate::error::{Error, Result};
 use crate::guard;
 use crate::health::{HealthConfig, latency_budget};
 use crate::metrics::Metrics;
@@ -41,7 +37,7 @@ use crate::naming;
 use crate::pending;
 use crate::probe;
 use crate::status::{self, WorkloadObservation};
-use crate::supervisor::{LegacySupervision, Supervision, Supervisor, is_ours};
+use crate::supervisor::{LegacySupervision, Supervision, Supervisor};
 use crate::tls;
 use crate::validate::{self, describe, validate};
 
@@ -297,85 +293,6 @@ async fn shared_with(ctx: &Context) -> Result<Vec<String>> {
     Ok(status::foreign_deployments(&listed.items))
 }
 
-/// Removes this Initializer's configuration if it is there and ours (another object of the same
-/// name is never deleted); true when one was removed. Refused when this replica does not lead.
-async fn remove_configuration(
-    ctx: &Context,
-    initializer: &str,
-    configuration: &str,
-    backend: Backend,
-) -> Result<bool> {
-    ctx.supervisor
-        .leadership()
-        .check(|| format!("deregister {configuration}"))?;
-    if backend == Backend::InitializerConfiguration {
-        let registrar = InitializerConfigurationRegistrar::new(ctx.client.clone());
-        let label = naming::names(initializer).label;
-        return match registrar.get(configuration).await? {
-            Some(found) if apply::fallback_is_ours(&found.metadata, Some(&label)) => {
-                registrar.deregister(configuration).await
-            }
-            Some(_) => Err(Error::NotOurs {
-                kind: "InitializerConfiguration",
-                name: configuration.to_string(),
-            }),
-            None => Ok(false),
-        };
-    }
-    let registrar = WebhookRegistrar::new(ctx.client.clone());
-    match registrar.get(configuration).await? {
-        Some(found) if is_ours(&found, &naming::names(initializer).label) => {
-            registrar.deregister(configuration).await
-        }
-        Some(_) => Err(Error::NotOurs {
-            kind: "MutatingWebhookConfiguration",
-            name: configuration.to_string(),
-        }),
-        None => Ok(false),
-    }
-}
-
-/// The break-glass switch comes first: with `spec.suspend` the configuration (and any
-/// fallback) is removed before anything that could fail (validation, the namespace, the
-/// Deployment), so a suspend always takes the initializer out of the path.
-async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
-    let name = obj.name_any();
-    let names = naming::names(&name);
-    let registered = match obj.spec.backend {
-        Backend::Webhook => {
-            WebhookRegistrar::new(ctx.client.clone())
-                .is_registered(&names.configuration)
-                .await?
-        }
-        Backend::InitializerConfiguration => {
-            InitializerConfigurationRegistrar::new(ctx.client.clone())
-                .is_registered(&names.configuration)
-                .await?
-        }
-    };
-    if registered {
-        ctx.supervisor.stop(&name).await;
-        if remove_configuration(ctx, &name, &names.configuration, obj.spec.backend).await? {
-            ctx.metrics.deregistered(&name, "Suspended", None);
-            info!(initializer = %name, configuration = %names.configuration, "deregistered: suspended");
-        }
-    }
-    if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
-        info!(initializer = %name, "removed the fallback: suspended");
-    }
-    if suspend_is_news(obj) {
-        publish(
-            ctx,
-            obj,
-            EventType::Normal,
-            "Suspended",
-            "spec.suspend is true: the configuration is removed and stays removed; the workload keeps running".into(),
-        )
-        .await;
-    }
-    Ok(())
-}
-
 async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     let name = obj.name_any();
     let names = naming::names(&name);
@@ -595,45 +512,6 @@ async fn legacy_reached(
     Ok(pending::reached(rules, &served))
 }
 
-/// Releases what still waits on a deleted legacy-backend Initializer's name (its
-/// configuration is gone by now), with an Event; failures are logged, never block deletion.
-async fn release_on_delete(ctx: &Context, obj: &Initializer) {
-    let name = obj.name_any();
-    let Some(namespace) = obj
-        .spec
-        .namespace
-        .clone()
-        .or_else(|| Some(ctx.operator_namespace.clone()))
-    else {
-        return;
-    };
-    let pending_name = validate::legacy::pending_name(&name, &namespace);
-    let reached = match legacy_reached(&ctx.client, &obj.spec.rules).await {
-        Ok(reached) => reached,
-        Err(e) => {
-            warn!(initializer = %name, error = %e, "could not release pending objects");
-            return;
-        }
-    };
-    let released = apply::legacy::release(&ctx.client, &reached, &pending_name).await;
-    for failure in &released.failed {
-        warn!(initializer = %name, %failure, "could not release a pending object");
-    }
-    if released.count > 0 {
-        publish(
-            ctx,
-            obj,
-            EventType::Normal,
-            "ReleasedPendingObjects",
-            format!(
-                "released {} object(s) still pending on {pending_name}: the Initializer is deleted",
-                released.count
-            ),
-        )
-        .await;
-    }
-}
-
 /// Reads the workload namespace (unless it is the operator's) and decides whether workloads
 /// may run there ([`validate::workload_namespace_refusal`]).
 async fn check_workload_namespace(
@@ -687,265 +565,6 @@ async fn report_conflict(
         .report_unsupervised(obj, &[], configuration, Some(err.to_string()))
         .await?;
     Ok(Action::requeue(RESYNC))
-}
-
-async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> {
-    let name = obj.name_any();
-    let names = naming::names(&name);
-    ctx.supervisor.stop(&name).await;
-    match remove_configuration(ctx, &name, &names.configuration, obj.spec.backend).await {
-        Ok(true) => {
-            ctx.metrics.deregistered(&name, "Deleted", None);
-            publish(
-                ctx,
-                obj,
-                EventType::Normal,
-                "Deregistered",
-                format!(
-                    "removed {} before the workload is deleted",
-                    names.configuration
-                ),
-            )
-            .await;
-        }
-        Ok(false) => {}
-        // Someone else's object of the same name: ours was never registered, nothing to wait for.
-        Err(Error::NotOurs { kind, name: other }) => {
-            warn!(initializer = %name, %kind, configuration = %other, "left alone: not created by the operator");
-        }
-        Err(e) => return Err(e),
-    }
-    if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
-        info!(initializer = %name, "removed the fallback");
-    }
-    // The finalizer stays until the API server confirms the configuration is gone, so no
-    // create ever meets a configuration whose initializer has already been deleted.
-    let label = names.label.clone();
-    let left = match obj.spec.backend {
-        Backend::Webhook => WebhookRegistrar::new(ctx.client.clone())
-            .get(&names.configuration)
-            .await?
-            .is_some_and(|found| is_ours(&found, &label)),
-        Backend::InitializerConfiguration => {
-            InitializerConfigurationRegistrar::new(ctx.client.clone())
-                .get(&names.configuration)
-                .await?
-                .is_some_and(|found| apply::fallback_is_ours(&found.metadata, Some(&label)))
-        }
-    };
-    if left {
-        return Err(Error::CleanupPending(names.configuration));
-    }
-    // What waited on the initializer would wait on nothing once it is gone.
-    if obj.spec.backend == Backend::InitializerConfiguration {
-        release_on_delete(ctx, obj).await;
-    }
-    info!(initializer = %name, "cleaned up");
-    Ok(Action::await_change())
-}
-
-/// Whether the Initializer has (or had, as its status shows) a fallback that may be installed.
-pub fn had_fallback(obj: &Initializer) -> bool {
-    obj.spec.fallback.is_some()
-        || obj.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == status::FALLBACK_IN_FORCE)
-        })
-}
-
-/// Names of managed objects that belong to no existing Initializer: both labels the operator
-/// sets, the Initializer label naming none of `initializers`. An object with the managed-by
-/// label alone is not one the operator registered (anyone who can write it can set that label),
-/// so it is left alone.
-pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<String> {
-    let labels: Vec<String> = initializers
-        .iter()
-        .map(|n| naming::names(n).label)
-        .collect();
-    objects
-        .iter()
-        .filter(|c| {
-            c.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
-                && c.labels()
-                    .get(INITIALIZER_LABEL)
-                    .is_some_and(|owner| !labels.contains(owner))
-        })
-        .map(ResourceExt::name_any)
-        .collect()
-}
-
-/// Names of the Initializers that may have a configuration and a fallback: every one not
-/// suspended (`spec.suspend` removes both and keeps them removed).
-pub fn wanting_configurations(initializers: &[Initializer]) -> Vec<String> {
-    initializers
-        .iter()
-        .filter(|i| !i.spec.suspend)
-        .map(ResourceExt::name_any)
-        .collect()
-}
-
-fn managed_selector() -> String {
-    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
-}
-
-/// Deletes every managed configuration (webhook or `InitializerConfiguration`, whose waiting
-/// objects are then released), and every fallback policy and binding, whose
-/// Initializer no longer exists (removed without its finalizer, or while an outage had its
-/// fallback in force); and every webhook configuration and fallback of a suspended one (a
-/// registration still in flight when the suspend was handled, from a replica frozen past its
-/// lease, lands after it). Returns their names.
-pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
-    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let found = configs
-        .list(&ListParams::default().labels(&managed_selector()))
-        .await
-        .map_err(|e| Error::Orphans(Box::new(e)))?;
-    // Only fallbacks carry the Initializer label; other managed policies (the guard on
-    // Initializers) belong to the operator itself.
-    let fallbacks =
-        ListParams::default().labels(&format!("{},{INITIALIZER_LABEL}", managed_selector()));
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    let (policies, bindings) = match (
-        policies.list(&fallbacks).await,
-        bindings.list(&fallbacks).await,
-    ) {
-        (Ok(p), Ok(b)) => (p.items, b.items),
-        // An API server without ValidatingAdmissionPolicy has no fallbacks to sweep.
-        (Err(e), _) | (_, Err(e)) if matches!(api_code(&e), Some(404)) => (Vec::new(), Vec::new()),
-        (Err(e), _) | (_, Err(e)) => return Err(Error::Orphans(Box::new(e))),
-    };
-    let legacy = InitializerConfigurationRegistrar::new(client.clone())
-        .list(&managed_selector())
-        .await?;
-    if found.items.is_empty() && policies.is_empty() && bindings.is_empty() && legacy.is_empty() {
-        return Ok(Vec::new());
-    }
-    let initializers: Api<Initializer> = Api::all(client.clone());
-    let existing = initializers
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::Orphans(Box::new(e)))?
-        .items;
-    let wanting = wanting_configurations(&existing);
-    let unwanted = orphans(&found.items, &wanting);
-    let mut orphaned = Vec::new();
-    for listed in found
-        .items
-        .iter()
-        .filter(|c| unwanted.contains(&c.name_any()))
-    {
-        let name = listed.name_any();
-        // Only the object listed: one registered again since (an un-suspend) is left alone.
-        let preconditions = Preconditions {
-            uid: listed.metadata.uid.clone(),
-            resource_version: listed.metadata.resource_version.clone(),
-        };
-        let removed = apply::delete_unless_changed(&configs, &name, preconditions)
-            .await
-            .map_err(|source| Error::Deregister {
-                name: name.clone(),
-                source: Box::new(source),
-            })?;
-        if removed {
-            info!(configuration = %name, "removed orphaned configuration");
-            orphaned.push(name);
-        }
-    }
-    // A suspended legacy Initializer keeps what waits on its name (its workload still
-    // initializes it): only the configurations of Initializers that are gone are released.
-    let names: Vec<String> = existing.iter().map(ResourceExt::name_any).collect();
-    orphaned.extend(remove_legacy_orphans(client, legacy, &names).await?);
-    let mut fallbacks = orphans(&policies, &wanting);
-    fallbacks.extend(orphans(&bindings, &wanting));
-    fallbacks.sort();
-    fallbacks.dedup();
-    for name in &fallbacks {
-        apply::remove_fallback(client, name).await?;
-        info!(fallback = %name, "removed orphaned fallback");
-    }
-    Ok(orphaned.into_iter().chain(fallbacks).collect())
-}
-
-/// Deletes the managed `InitializerConfiguration`s among `found` whose Initializer no longer
-/// exists, then releases what still waits on their names (nothing would remove them); returns
-/// their names.
-async fn remove_legacy_orphans(
-    client: &Client,
-    found: Vec<kube::api::DynamicObject>,
-    initializers: &[String],
-) -> Result<Vec<String>> {
-    let registrar = InitializerConfigurationRegistrar::new(client.clone());
-    let orphaned = orphans(&found, initializers);
-    for configuration in found.iter().filter(|c| orphaned.contains(&c.name_any())) {
-        let name = configuration.name_any();
-        registrar.deregister(&name).await?;
-        info!(configuration = %name, "removed orphaned InitializerConfiguration");
-        for (pending_name, rules) in own_pending_names(configuration) {
-            let reached = legacy_reached(client, &rules).await?;
-            let released = apply::legacy::release(client, &reached, &pending_name).await;
-            info!(configuration = %name, %pending_name, released = released.count, "released what waited on an orphaned configuration");
-        }
-    }
-    Ok(orphaned)
-}
-
-/// What an orphaned `InitializerConfiguration` registers under the one name the operator gives
-/// the Initializer it was made for (`<base>.initializers.initializer.dev` for the configuration
-/// `initializer-<base>`): a name someone added to it is another initializer's, and stripping it
-/// from pending objects would let them skip that initializer.
-pub fn own_pending_names(
-    configuration: &kube::api::DynamicObject,
-) -> Vec<(String, Vec<initializer_crds::InterceptRule>)> {
-    let own = configuration
-        .metadata
-        .name
-        .as_deref()
-        .and_then(naming::webhook_of_configuration);
-    build::legacy::registered(configuration)
-        .into_iter()
-        .filter(|(name, _)| Some(name) == own.as_ref())
-        .collect()
-}
-
-/// Removes orphans at start, whenever a managed configuration changes, and every minute (an
-/// Initializer removed without its finalizer leaves no event on the configuration); the
-/// minute sweep also stops supervising Initializers that no longer exist. The same watch keeps
-/// `configurations`, the copy the supervisor checks healthy registrations against.
-pub async fn watch_orphans(
-    client: Client,
-    supervisor: Supervisor,
-    configurations: Writer<MutatingWebhookConfiguration>,
-    shutdown: CancellationToken,
-) {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let mut events = watcher(api, watcher::Config::default().labels(&managed_selector()))
-        .default_backoff()
-        .reflect(configurations)
-        .applied_objects()
-        .boxed();
-    let mut sweep = tokio::time::interval(Duration::from_secs(60));
-    let initializers: Api<Initializer> = Api::all(client.clone());
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = sweep.tick() => {
-                if let Ok(list) = initializers.list(&ListParams::default()).await {
-                    let names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
-                    supervisor.retain(&names);
-                }
-            }
-            event = events.next() => {
-                if event.is_none() {
-                    return;
-                }
-            }
-        }
-        if let Err(e) = remove_orphans(&client).await {
-            warn!(error = %e, "orphan sweep failed");
-        }
-    }
 }
 
 /// The Initializer owning `child`, from its owner references.
@@ -1059,6 +678,16 @@ fn guard_changes(
         guard.changed().await.ok().map(|()| ((), guard))
     })
 }
+
+mod finalizer;
+mod orphans;
+
+pub use finalizer::had_fallback;
+use finalizer::{cleanup, remove_configuration, suspend_first};
+use orphans::managed_selector;
+pub use orphans::{
+    orphans, own_pending_names, remove_orphans, wanting_configurations, watch_orphans,
+};
 
 #[cfg(test)]
 mod tests;

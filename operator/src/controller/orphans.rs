@@ -1,0 +1,222 @@
+//! The orphan sweep: webhook configurations, `InitializerConfiguration`s and fallback policies
+//! whose Initializer is gone (removed without its finalizer) or suspended are deleted at start,
+//! whenever a managed configuration changes, and every minute. The sweep's watch also keeps the
+//! copy of the operator's configurations the supervisor checks healthy registrations against.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use initializer_crds::Initializer;
+use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use kube::api::{ListParams, Preconditions};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::apply::legacy::InitializerConfigurationRegistrar;
+use crate::apply::{self, Registrar};
+use crate::build;
+use crate::error::{Error, Result, api_code};
+use crate::naming;
+use crate::supervisor::Supervisor;
+
+use super::legacy_reached;
+
+/// Names of managed objects that belong to no existing Initializer: both labels the operator
+/// sets, the Initializer label naming none of `initializers`. An object with the managed-by
+/// label alone is not one the operator registered (anyone who can write it can set that label),
+/// so it is left alone.
+pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<String> {
+    let labels: Vec<String> = initializers
+        .iter()
+        .map(|n| naming::names(n).label)
+        .collect();
+    objects
+        .iter()
+        .filter(|c| {
+            c.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+                && c.labels()
+                    .get(INITIALIZER_LABEL)
+                    .is_some_and(|owner| !labels.contains(owner))
+        })
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+/// Names of the Initializers that may have a configuration and a fallback: every one not
+/// suspended (`spec.suspend` removes both and keeps them removed).
+pub fn wanting_configurations(initializers: &[Initializer]) -> Vec<String> {
+    initializers
+        .iter()
+        .filter(|i| !i.spec.suspend)
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+pub(super) fn managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// Deletes every managed configuration (webhook or `InitializerConfiguration`, whose waiting
+/// objects are then released), and every fallback policy and binding, whose
+/// Initializer no longer exists (removed without its finalizer, or while an outage had its
+/// fallback in force); and every webhook configuration and fallback of a suspended one (a
+/// registration still in flight when the suspend was handled, from a replica frozen past its
+/// lease, lands after it). Returns their names.
+pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let found = configs
+        .list(&ListParams::default().labels(&managed_selector()))
+        .await
+        .map_err(|e| Error::Orphans(Box::new(e)))?;
+    // Only fallbacks carry the Initializer label; other managed policies (the guard on
+    // Initializers) belong to the operator itself.
+    let fallbacks =
+        ListParams::default().labels(&format!("{},{INITIALIZER_LABEL}", managed_selector()));
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let (policies, bindings) = match (
+        policies.list(&fallbacks).await,
+        bindings.list(&fallbacks).await,
+    ) {
+        (Ok(p), Ok(b)) => (p.items, b.items),
+        // An API server without ValidatingAdmissionPolicy has no fallbacks to sweep.
+        (Err(e), _) | (_, Err(e)) if matches!(api_code(&e), Some(404)) => (Vec::new(), Vec::new()),
+        (Err(e), _) | (_, Err(e)) => return Err(Error::Orphans(Box::new(e))),
+    };
+    let legacy = InitializerConfigurationRegistrar::new(client.clone())
+        .list(&managed_selector())
+        .await?;
+    if found.items.is_empty() && policies.is_empty() && bindings.is_empty() && legacy.is_empty() {
+        return Ok(Vec::new());
+    }
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    let existing = initializers
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::Orphans(Box::new(e)))?
+        .items;
+    let wanting = wanting_configurations(&existing);
+    let unwanted = orphans(&found.items, &wanting);
+    let mut orphaned = Vec::new();
+    for listed in found
+        .items
+        .iter()
+        .filter(|c| unwanted.contains(&c.name_any()))
+    {
+        let name = listed.name_any();
+        // Only the object listed: one registered again since (an un-suspend) is left alone.
+        let preconditions = Preconditions {
+            uid: listed.metadata.uid.clone(),
+            resource_version: listed.metadata.resource_version.clone(),
+        };
+        let removed = apply::delete_unless_changed(&configs, &name, preconditions)
+            .await
+            .map_err(|source| Error::Deregister {
+                name: name.clone(),
+                source: Box::new(source),
+            })?;
+        if removed {
+            info!(configuration = %name, "removed orphaned configuration");
+            orphaned.push(name);
+        }
+    }
+    // A suspended legacy Initializer keeps what waits on its name (its workload still
+    // initializes it): only the configurations of Initializers that are gone are released.
+    let names: Vec<String> = existing.iter().map(ResourceExt::name_any).collect();
+    orphaned.extend(remove_legacy_orphans(client, legacy, &names).await?);
+    let mut fallbacks = orphans(&policies, &wanting);
+    fallbacks.extend(orphans(&bindings, &wanting));
+    fallbacks.sort();
+    fallbacks.dedup();
+    for name in &fallbacks {
+        apply::remove_fallback(client, name).await?;
+        info!(fallback = %name, "removed orphaned fallback");
+    }
+    Ok(orphaned.into_iter().chain(fallbacks).collect())
+}
+
+/// Deletes the managed `InitializerConfiguration`s among `found` whose Initializer no longer
+/// exists, then releases what still waits on their names (nothing would remove them); returns
+/// their names.
+pub(super) async fn remove_legacy_orphans(
+    client: &Client,
+    found: Vec<kube::api::DynamicObject>,
+    initializers: &[String],
+) -> Result<Vec<String>> {
+    let registrar = InitializerConfigurationRegistrar::new(client.clone());
+    let orphaned = orphans(&found, initializers);
+    for configuration in found.iter().filter(|c| orphaned.contains(&c.name_any())) {
+        let name = configuration.name_any();
+        registrar.deregister(&name).await?;
+        info!(configuration = %name, "removed orphaned InitializerConfiguration");
+        for (pending_name, rules) in own_pending_names(configuration) {
+            let reached = legacy_reached(client, &rules).await?;
+            let released = apply::legacy::release(client, &reached, &pending_name).await;
+            info!(configuration = %name, %pending_name, released = released.count, "released what waited on an orphaned configuration");
+        }
+    }
+    Ok(orphaned)
+}
+
+/// What an orphaned `InitializerConfiguration` registers under the one name the operator gives
+/// the Initializer it was made for (`<base>.initializers.initializer.dev` for the configuration
+/// `initializer-<base>`): a name someone added to it is another initializer's, and stripping it
+/// from pending objects would let them skip that initializer.
+pub fn own_pending_names(
+    configuration: &kube::api::DynamicObject,
+) -> Vec<(String, Vec<initializer_crds::InterceptRule>)> {
+    let own = configuration
+        .metadata
+        .name
+        .as_deref()
+        .and_then(naming::webhook_of_configuration);
+    build::legacy::registered(configuration)
+        .into_iter()
+        .filter(|(name, _)| Some(name) == own.as_ref())
+        .collect()
+}
+
+/// Removes orphans at start, whenever a managed configuration changes, and every minute (an
+/// Initializer removed without its finalizer leaves no event on the configuration); the
+/// minute sweep also stops supervising Initializers that no longer exist. The same watch keeps
+/// `configurations`, the copy the supervisor checks healthy registrations against.
+pub async fn watch_orphans(
+    client: Client,
+    supervisor: Supervisor,
+    configurations: Writer<MutatingWebhookConfiguration>,
+    shutdown: CancellationToken,
+) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut events = watcher(api, watcher::Config::default().labels(&managed_selector()))
+        .default_backoff()
+        .reflect(configurations)
+        .applied_objects()
+        .boxed();
+    let mut sweep = tokio::time::interval(Duration::from_secs(60));
+    let initializers: Api<Initializer> = Api::all(client.clone());
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = sweep.tick() => {
+                if let Ok(list) = initializers.list(&ListParams::default()).await {
+                    let names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
+                    supervisor.retain(&names);
+                }
+            }
+            event = events.next() => {
+                if event.is_none() {
+                    return;
+                }
+            }
+        }
+        if let Err(e) = remove_orphans(&client).await {
+            warn!(error = %e, "orphan sweep failed");
+        }
+    }
+}
