@@ -9,9 +9,11 @@ pub mod constants;
 pub mod images;
 pub mod initializer;
 pub mod preset;
+pub mod protected;
 
 pub use initializer::*;
 pub use preset::PresetConfig;
+pub use protected::*;
 
 use kube::CustomResourceExt;
 
