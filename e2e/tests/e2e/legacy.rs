@@ -764,13 +764,25 @@ pub async fn legacy_denial_fails_the_create_with_the_handlers_message(
         }
         Err(err) => bail!("creating a weak Secret failed in an unexpected way: {err}"),
     }
+    // The era's API server answers the waiting create as soon as it sees the failure, and
+    // removes the object right after, in the update that recorded it
+    // (`shouldDeleteForFailedInitialization`): the answer can reach the client first.
     let secrets_path = format!("/api/v1/namespaces/{target}/secrets");
-    ensure!(
-        legacy::get_uninitialized(&client, &secrets_path, "weak")
-            .await?
-            .is_none(),
-        "the refused Secret is still stored (uninitialized or not)"
-    );
+    wait::until(
+        "the refused Secret to be removed".to_string(),
+        STEP_TIMEOUT,
+        || async {
+            Ok(
+                match legacy::get_uninitialized(&client, &secrets_path, "weak").await? {
+                    None => Check::Done(()),
+                    Some(_) => Check::Pending(
+                        "the refused Secret is still stored (uninitialized or not)".to_string(),
+                    ),
+                },
+            )
+        },
+    )
+    .await?;
     let strong = fixtures::secret("strong", "password", "correct-horse-battery-staple");
     secrets
         .create(&PostParams::default(), &strong)
