@@ -709,7 +709,7 @@ pub use decide::{
 };
 pub use drift::{drifted, is_ours};
 use fallback::FallbackRun;
-pub use tasks::ready_endpoints;
+pub use slices::ready_endpoints;
 
 #[cfg(test)]
 mod tests;

@@ -66,24 +66,11 @@ impl Supervisor {
         let to = Timestamp::now()
             .checked_add(jiff::SignedDuration::try_from(tail).unwrap_or_default())
             .unwrap_or_else(|_| Timestamp::now());
+        let webhook = st.target.webhook.webhooks.iter().flatten().next();
         let scope = missed::Scope {
             initializer: st.target.initializer.clone(),
-            namespace_selector: st
-                .target
-                .webhook
-                .webhooks
-                .iter()
-                .flatten()
-                .next()
-                .and_then(|w| w.namespace_selector.clone()),
-            object_selector: st
-                .target
-                .webhook
-                .webhooks
-                .iter()
-                .flatten()
-                .next()
-                .and_then(|w| w.object_selector.clone()),
+            namespace_selector: webhook.and_then(|w| w.namespace_selector.clone()),
+            object_selector: webhook.and_then(|w| w.object_selector.clone()),
             gate: st.target.gate.clone(),
             keys: st.target.mark_keys.clone(),
             from,

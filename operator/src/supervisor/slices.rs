@@ -124,11 +124,19 @@ fn entry(slice: &EndpointSlice) -> Option<(String, String, SliceEndpoints)> {
     Some((
         slice.name_any(),
         service,
-        (
-            super::tasks::ready_endpoints(slice),
-            crate::probe::ready_addresses(slice),
-        ),
+        (ready_endpoints(slice), crate::probe::ready_addresses(slice)),
     ))
+}
+
+/// Ready endpoints in a slice; an endpoint without a `ready` condition counts as ready, as the
+/// EndpointSlice API says consumers should treat an unknown state.
+pub fn ready_endpoints(slice: &EndpointSlice) -> u32 {
+    let ready = slice
+        .endpoints
+        .iter()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .count();
+    u32::try_from(ready).unwrap_or(u32::MAX)
 }
 
 /// A namespace's table and the channel of each Service someone subscribed to.

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info};
 
@@ -156,17 +155,6 @@ pub(super) async fn prober(
         last = Some(said);
         wait = sup.observe(&entry, input, changed).await;
     }
-}
-
-/// Ready endpoints in a slice; an endpoint without a `ready` condition counts as ready, as the
-/// EndpointSlice API says consumers should treat an unknown state.
-pub fn ready_endpoints(slice: &EndpointSlice) -> u32 {
-    let ready = slice
-        .endpoints
-        .iter()
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
-        .count();
-    u32::try_from(ready).unwrap_or(u32::MAX)
 }
 
 pub(super) async fn endpoints(
