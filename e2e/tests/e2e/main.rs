@@ -17,12 +17,14 @@ mod kubelet;
 mod legacy;
 mod lifecycle;
 mod registration;
+mod saturation;
 
 use std::process::ExitCode;
 
 use futures::FutureExt;
 use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::runner::{self, Scenario};
+use initializer_e2e::starve;
 
 /// A scenario named after its function; `ignore = "why"` when it cannot pass yet.
 macro_rules! scenario {
@@ -51,6 +53,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(failure::crashed_initializer_is_deregistered_by_its_endpoints),
     scenario!(failure::recovered_initializer_is_registered_again_without_a_storm),
     scenario!(failure::fallback_refuses_short_secrets_while_the_guard_is_down),
+    scenario!(saturation::starved_operator_fails_no_healthy_initializer_open),
     scenario!(attack::connection_attack_neither_deregisters_the_guard_nor_fails_a_create),
     scenario!(forgery::forged_marks_do_not_hide_objects_from_the_missed_count),
     scenario!(lifecycle::deletion_removes_the_configuration_before_the_workload),
@@ -119,6 +122,12 @@ const ONLY_ON_REAL_NODES: &[(&str, &str)] = &[
     ),
     ("rolling_update_and_drain_lose_no_create", REAL_NODES),
 ];
+/// What needs the pods' processes on this machine: the sandbox and the real control plane run
+/// them as process groups of the test's own host; a kind node runs them in its container.
+const ONLY_WITH_PODS_AS_PROCESSES: &[&str] =
+    &["starved_operator_fails_no_healthy_initializer_open"];
+const PODS_AS_PROCESSES: &str = "puts the operator's processes under a CPU quota, so needs them on this machine: runs on the sandbox and the real control plane (make e2e, make e2e-real), not on kind";
+
 const REAL_NODES: &str =
     "needs a real kubelet and container runtime: runs on kind (make e2e-kind), not here";
 
@@ -134,11 +143,20 @@ fn scenarios() -> Vec<Scenario> {
         let sandbox_lacks = NOT_ON_THE_SANDBOX.iter().filter(|_| sandbox);
         let real_lacks = NOT_YET_ON_THE_REAL_CONTROL_PLANE.iter().filter(|_| real);
         let no_kubelet = ONLY_ON_REAL_NODES.iter().filter(|_| sandbox || real);
+        let not_here = ONLY_WITH_PODS_AS_PROCESSES
+            .iter()
+            .filter(|_| !(sandbox || real))
+            .map(|name| (*name, PODS_AS_PROCESSES));
+        let cannot_starve = starve::unavailable()
+            .map(|why| ("starved_operator_fails_no_healthy_initializer_open", why));
         sandbox_lacks
             .chain(real_lacks)
             .chain(no_kubelet)
+            .copied()
+            .chain(not_here)
+            .chain(cannot_starve)
             .find(|(name, _)| *name == scenario.name)
-            .map(|(_, reason)| *reason)
+            .map(|(_, reason)| reason)
     };
     SCENARIOS
         .iter()
