@@ -114,6 +114,53 @@ pub struct Row {
     pub restarts: u32,
 }
 
+/// The median of each figure over several runs of the same control plane and count (each
+/// figure on its own: the median RSS and the median CPU may come from different runs). A run
+/// that did not get every Initializer Registered counts as the slowest. `None` for no runs.
+pub fn median(runs: &[Row]) -> Option<Row> {
+    let first = runs.first()?;
+    let mut all_registered: Vec<Option<Duration>> = runs.iter().map(|r| r.all_registered).collect();
+    // `None` (not within the timeout) sorts after every time.
+    all_registered.sort_by_key(|d| (d.is_none(), *d));
+    let verbs: std::collections::BTreeSet<&String> = runs
+        .iter()
+        .flat_map(|r| r.requests_per_second.keys())
+        .collect();
+    Some(Row {
+        cluster: first.cluster.clone(),
+        initializers: first.initializers,
+        all_registered: all_registered[all_registered.len() / 2],
+        registered_at_end: middle(runs.iter().map(|r| r.registered_at_end)),
+        left_registered: middle(runs.iter().map(|r| r.left_registered)),
+        leader_rss_mib: middle_f64(runs.iter().map(|r| r.leader_rss_mib)),
+        leader_cpu_percent: middle_f64(runs.iter().map(|r| r.leader_cpu_percent)),
+        requests_per_second: verbs
+            .into_iter()
+            .map(|verb| {
+                let rates = runs
+                    .iter()
+                    .map(|r| r.requests_per_second.get(verb).copied().unwrap_or(0.0));
+                (verb.clone(), middle_f64(rates))
+            })
+            .collect(),
+        probes_per_second: middle_f64(runs.iter().map(|r| r.probes_per_second)),
+        restarts: middle(runs.iter().map(|r| r.restarts)),
+    })
+}
+
+/// The middle value (the upper one of an even count).
+fn middle<T: Ord + Copy + Default>(values: impl Iterator<Item = T>) -> T {
+    let mut values: Vec<T> = values.collect();
+    values.sort();
+    values.get(values.len() / 2).copied().unwrap_or_default()
+}
+
+fn middle_f64(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or_default()
+}
+
 /// The benchmark's table, one row per run.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -200,6 +247,37 @@ initializer_operator_leader 1
         assert!(environ_has(environ, "POD_NAME", "initializer-operator-abc"));
         assert!(!environ_has(environ, "POD_NAME", "initializer-operator"));
         assert_eq!(cpu_percent(50, 100, Duration::from_secs(2)), 25.0);
+    }
+
+    #[test]
+    fn the_median_takes_each_figure_on_its_own_and_a_timeout_as_the_slowest() {
+        let run = |secs: Option<u64>, rss: f64, cpu: f64, get: f64, restarts: u32| Row {
+            cluster: "real".into(),
+            initializers: 100,
+            all_registered: secs.map(Duration::from_secs),
+            registered_at_end: 100,
+            leader_rss_mib: rss,
+            leader_cpu_percent: cpu,
+            requests_per_second: [("get".to_string(), get)].into(),
+            restarts,
+            ..Row::default()
+        };
+        let runs = [
+            run(Some(30), 70.0, 9.0, 1.0, 0),
+            run(None, 60.0, 12.0, 3.0, 2),
+            run(Some(20), 66.0, 8.0, 2.0, 0),
+        ];
+        let mid = median(&runs).expect("three runs");
+        assert_eq!(mid.all_registered, Some(Duration::from_secs(30)));
+        assert_eq!(mid.leader_rss_mib, 66.0);
+        assert_eq!(mid.leader_cpu_percent, 9.0);
+        assert_eq!(mid.requests_per_second["get"], 2.0);
+        assert_eq!(mid.restarts, 0);
+        assert_eq!((mid.cluster.as_str(), mid.initializers), ("real", 100));
+        // Two of three over the timeout: the median did not converge.
+        let slow = [runs[1].clone(), runs[1].clone(), runs[0].clone()];
+        assert_eq!(median(&slow).expect("runs").all_registered, None);
+        assert_eq!(median(&[]), None);
     }
 
     #[test]

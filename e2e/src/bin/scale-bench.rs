@@ -9,7 +9,10 @@
 //! cannot measure.
 //!
 //!   scale-bench [--cluster sandbox|real|both] [--counts 10,30,100] [--settle-seconds 30]
-//!               [--steady-seconds 30] [--timeout-seconds 300]
+//!               [--steady-seconds 30] [--timeout-seconds 300] [--repeats 1]
+//!
+//! With `--repeats N` each control plane and count runs N times, each on a fresh control plane,
+//! and the table gives every run and then the median of each figure (`scale::median`).
 //!
 //! The steady window opens `--settle-seconds` after the last Initializer was Registered (or
 //! after the timeout): the last ones' pods, Deployments and first probes settle meanwhile.
@@ -44,6 +47,7 @@ struct Args {
     settle: Duration,
     steady: Duration,
     timeout: Duration,
+    repeats: usize,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -53,6 +57,7 @@ fn parse_args() -> anyhow::Result<Args> {
         settle: Duration::from_secs(30),
         steady: Duration::from_secs(30),
         timeout: Duration::from_secs(300),
+        repeats: 1,
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -77,6 +82,12 @@ fn parse_args() -> anyhow::Result<Args> {
             "--settle-seconds" => args.settle = Duration::from_secs(value.parse()?),
             "--steady-seconds" => args.steady = Duration::from_secs(value.parse()?),
             "--timeout-seconds" => args.timeout = Duration::from_secs(value.parse()?),
+            "--repeats" => {
+                args.repeats = value.parse().context("--repeats takes a number")?;
+                if args.repeats == 0 {
+                    bail!("--repeats must be at least 1");
+                }
+            }
             other => bail!("unknown flag {other}"),
         }
     }
@@ -92,20 +103,34 @@ async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let ticks_per_second = clock_ticks()?;
     let mut rows = Vec::new();
+    let mut medians = Vec::new();
     for cluster in &args.clusters {
         for &count in &args.counts {
-            let env = Env::start_with(cluster.clone()).await?;
-            let name = match cluster {
-                BackendChoice::Real => "real",
-                _ => "sandbox",
-            };
-            eprintln!("scale-bench: {count} Initializers on the {name} control plane");
-            let row = run(&env, name, count, &args, ticks_per_second).await;
-            env.shutdown().await;
-            let row = row?;
-            eprintln!("{}", scale::table(std::slice::from_ref(&row)));
-            rows.push(row);
+            let mut runs = Vec::new();
+            for repeat in 1..=args.repeats {
+                let env = Env::start_with(cluster.clone()).await?;
+                let name = match cluster {
+                    BackendChoice::Real => "real",
+                    _ => "sandbox",
+                };
+                eprintln!(
+                    "scale-bench: {count} Initializers on the {name} control plane (run {repeat} of {})",
+                    args.repeats
+                );
+                let row = run(&env, name, count, &args, ticks_per_second).await;
+                env.shutdown().await;
+                let row = row?;
+                eprintln!("{}", scale::table(std::slice::from_ref(&row)));
+                runs.push(row);
+            }
+            medians.extend(scale::median(&runs));
+            rows.extend(runs);
         }
+    }
+    if args.repeats > 1 {
+        println!("every run:\n{}", scale::table(&rows));
+        println!("medians of {} runs:", args.repeats);
+        rows = medians;
     }
     println!("{}", scale::table(&rows));
     Ok(())
