@@ -17,10 +17,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+use crate::engine::diff;
 use crate::gate::AnnotationGate;
 use crate::mark::Marker;
+use crate::mutate;
 use crate::review::{Denial, Review};
-use crate::{diff, mutate};
 
 /// Mutate (or refuse) one kind of object. Implement it once per kind, or generically over
 /// kinds (for example over every [`PodSpecHolder`](crate::mutate::PodSpecHolder)).

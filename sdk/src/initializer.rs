@@ -15,9 +15,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::ConfigStore;
+use crate::engine::lane::{Lane, Lanes};
 use crate::gate::AnnotationGate;
 use crate::handler::{AnyHandler, Failure, Initialize, InitializeAsync, Outcome, Typed};
-use crate::lane::{Lane, Lanes};
 use crate::mark::{self, KeyCell, Marker, Stamp};
 use crate::metrics::Metrics;
 use crate::review::{
@@ -129,7 +129,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             failure_policy: FailurePolicy::default(),
             budget: DEFAULT_BUDGET,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
-            body_timeout: crate::server::DEFAULT_BODY_TIMEOUT,
+            body_timeout: crate::engine::server::DEFAULT_BODY_TIMEOUT,
             annotation_gate: None,
             gate_set: false,
             mark_initialized: true,
@@ -230,37 +230,12 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         self
     }
 
-    /// Largest accepted request body (default 7 MiB: an UPDATE of two 3 MiB objects).
-    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
-        self.max_request_bytes = bytes;
-        self
-    }
-
     /// Skip objects the annotation gate does not admit, before any handler runs. Without a
     /// call, the server takes the gate from its arguments (`--annotation`,
     /// `INITIALIZER_ANNOTATION`).
     pub fn annotation_gate(mut self, gate: Option<AnnotationGate>) -> Self {
         self.annotation_gate = gate;
         self.gate_set = true;
-        self
-    }
-
-    /// Whether to mark every object a handler changed, in
-    /// [`INITIALIZED_BY_ANNOTATION`](crate::mutate::INITIALIZED_BY_ANNOTATION):
-    /// `<name>/<generation>/t=<unix seconds>/<MAC>` (`<name>/t=…` without a generation), the MAC
-    /// made with a key derived from the serving key, over the object's namespace, group,
-    /// resource and name (or `generateName`) and the time stamp; `<name>/<generation>` unsigned
-    /// while no serving key is loaded (a handler called without a server). On by default: after
-    /// an outage the operator counts the objects created without a valid mark, so that they can
-    /// be recreated; an unsigned or copied mark counts as none.
-    pub fn mark_initialized(mut self, mark: bool) -> Self {
-        self.mark_initialized = mark;
-        self
-    }
-
-    /// The generation written into the mark (from `INITIALIZER_GENERATION` when served).
-    pub fn generation(mut self, generation: Option<i64>) -> Self {
-        self.generation = generation;
         self
     }
 
@@ -277,16 +252,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                 stamp,
             })
         })
-    }
-
-    /// Run handlers inside the task of the connection that received the request. Saves a task
-    /// spawn per request; panics are still caught, but the budget can no longer answer for a
-    /// handler that hangs. Only for handlers that never block. Without it, handlers already run
-    /// as tasks on the async workers (no thread hand-off) while one worker stays free of
-    /// handlers, and on tokio's blocking pool beyond that.
-    pub fn inline_handlers(mut self, inline: bool) -> Self {
-        self.inline_handlers = inline;
-        self
     }
 
     /// The initializer's name.
@@ -580,5 +545,29 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a non-string panic payload".to_owned()
+    }
+}
+
+impl<C> crate::advanced::sealed::Sealed for Initializer<C> {}
+
+impl<C> crate::advanced::Tuning for Initializer<C> {
+    fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
+        self
+    }
+
+    fn mark_initialized(mut self, mark: bool) -> Self {
+        self.mark_initialized = mark;
+        self
+    }
+
+    fn generation(mut self, generation: Option<i64>) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    fn inline_handlers(mut self, inline: bool) -> Self {
+        self.inline_handlers = inline;
+        self
     }
 }

@@ -1,7 +1,7 @@
 //! Write Kubernetes initializers (mutating admission webhooks) as typed Rust functions.
 //!
 //! The same handlers also run as a Kubernetes 1.7–1.13 initializer controller
-//! (`--mode controller`, see [`Mode`] and [`Initializer::bind_controller`]): instead of answering
+//! (`--mode controller`, see [`advanced::Mode`] and [`Initializer::bind_controller`]): instead of answering
 //! the API server's reviews, the initializer watches objects with `includeUninitialized=true` and
 //! acts on those whose `metadata.initializers.pending` starts with its `--pending-name`.
 //!
@@ -46,6 +46,10 @@
 //! ```
 //!
 //! A binary with flags of its own flattens [`ServeArgs`] into them and calls [`run_main`].
+//!
+//! The crate root is what an initializer author writes against; the rest (serving by hand, the
+//! controller mode's types, the raw answer types, and the [`Tuning`](advanced::Tuning) knobs) is
+//! in [`advanced`]. A server of your own serves the routes from [`Initializer::into_router`].
 //!
 //! Testing the same initializer needs no socket and no cluster, see [`testing`]:
 //!
@@ -105,39 +109,33 @@
 
 #![warn(missing_docs)]
 
+pub mod advanced;
 mod config;
-mod conn;
 mod controller;
-mod diff;
+// How reviews are served: the server, connections, the patch and the answer (`engine/mod.rs`).
+mod engine;
 #[cfg(feature = "init-tracing")]
 mod entry;
 mod error;
 pub mod gate;
 mod handler;
 mod initializer;
-mod lane;
 mod mark;
 mod metrics;
 pub mod mutate;
 mod reload;
-mod repoll;
 mod review;
-mod server;
-mod slots;
 pub mod testing;
 mod tls;
 
-pub use controller::{Mode, Rule, Rules};
 #[cfg(feature = "init-tracing")]
 pub use entry::{init_tracing, run_main};
 pub use error::Error;
 
 /// Result with the SDK's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub use engine::server::ServeArgs;
 pub use gate::AnnotationGate;
 pub use handler::{Initialize, InitializeAsync};
-pub use initializer::{
-    DEFAULT_BUDGET, DEFAULT_MAX_REQUEST_BYTES, FailurePolicy, Initializer, Rejection,
-};
-pub use review::{Denial, Operation, RequestInfo, Response, Review, Status, Verdict};
-pub use server::{INITIALIZE_PATH, ServeArgs, Server, block_on};
+pub use initializer::{FailurePolicy, Initializer};
+pub use review::{Denial, Operation, RequestInfo, Review};

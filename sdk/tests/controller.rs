@@ -19,9 +19,10 @@ use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use initializer_test_support::api::raw;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
+use kube_initializer::advanced::Server;
 use kube_initializer::mutate::{self, INITIALIZED_BY_ANNOTATION, PodSpecHolder};
 use kube_initializer::{
-    Denial, FailurePolicy, Initialize, InitializeAsync, Initializer, Review, ServeArgs, Server,
+    Denial, FailurePolicy, Initialize, InitializeAsync, Initializer, Review, ServeArgs,
 };
 use serde_json::{Value, json};
 
@@ -148,7 +149,7 @@ fn args(env: &Env, pending_name: &str) -> ServeArgs {
         env.tls.path(),
     )
     .controller(pending_name);
-    args.rules = Some(kube_initializer::Rules(
+    args.rules = Some(kube_initializer::advanced::Rules(
         serde_json::from_str(RULES).unwrap(),
     ));
     args.shutdown_grace_seconds = 1;
@@ -812,7 +813,7 @@ async fn every_kind_the_rules_match_is_watched_and_the_workload_controllers_wait
     let env = legacy_env(true, json!([{"name": MINE, "rules": rules}])).await;
     let handler = PodKinds::default();
     let mut args = args(&env, MINE);
-    args.rules = Some(kube_initializer::Rules(
+    args.rules = Some(kube_initializer::advanced::Rules(
         serde_json::from_value(rules).unwrap(),
     ));
     let initializer = Initializer::new("sidecar").handle_pod_kinds(handler.clone());

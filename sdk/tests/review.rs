@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
+use kube_initializer::advanced::Tuning;
 use kube_initializer::mutate::{self, PodSpecHolder};
 use kube_initializer::testing::{Tester, review};
 use kube_initializer::{AnnotationGate, Denial, FailurePolicy, Initializer, Operation, Review};

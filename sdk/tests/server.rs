@@ -14,9 +14,10 @@ use bytes::Bytes;
 use common::{TestPki, eventually};
 use initializer_load::client::{ClientError, Connection, Trust, connector};
 use k8s_openapi::api::core::v1::{Container, Pod};
+use kube_initializer::advanced::Server;
 use kube_initializer::mutate::{self, PodSpecHolder};
 use kube_initializer::testing::review;
-use kube_initializer::{Denial, Initializer, Review, ServeArgs, Server};
+use kube_initializer::{Denial, Initializer, Review, ServeArgs};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -183,7 +184,12 @@ async fn new_certificate_files_are_served_to_new_connections_without_a_restart()
 async fn mark_written(conn: &mut Connection, review: Vec<u8>) -> String {
     let reply = conn.post(Bytes::from(review)).await.unwrap();
     assert_eq!(reply.status, 200);
-    let doc: Value = serde_json::from_slice(&reply.body).unwrap();
+    mark_in(&reply.body)
+}
+
+/// The mark an answer's patch writes.
+fn mark_in(answer: &[u8]) -> String {
+    let doc: Value = serde_json::from_slice(answer).unwrap();
     let patch = doc["response"]["patch"].as_str().expect("a patch");
     let patch = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, patch).unwrap();
     let patch: Value = serde_json::from_slice(&patch).unwrap();
@@ -284,6 +290,89 @@ async fn the_mark_is_signed_for_the_object_with_the_serving_keys_key_and_a_forge
         Ok(())
     );
     server.shutdown().await;
+}
+
+/// `into_router` gives the routes to a server of one's own (here none at all: requests go
+/// straight to the router): the review is answered with the configuration in force and a mark
+/// signed with the serving key's key, and `/readyz` waits for that key.
+#[tokio::test]
+async fn into_router_serves_the_routes_in_a_server_of_ones_own() {
+    use axum::body::Body;
+    use http::Request;
+    use tower::ServiceExt;
+
+    let tls = tempfile::tempdir().unwrap();
+    let cfg = tempfile::tempdir().unwrap();
+    std::fs::write(cfg.path().join("config.yaml"), "image: envoy:1\n").unwrap();
+    let pki = TestPki::new("embedded");
+    pki.write(tls.path());
+    let router = Initializer::<Config>::with_config("test")
+        .handle(sidecar)
+        .into_router(&args(tls.path(), cfg.path()));
+    let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+
+    let ready = router.clone().oneshot(get("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let reply = router
+        .clone()
+        .oneshot(
+            Request::post(kube_initializer::advanced::INITIALIZE_PATH)
+                .header("content-type", "application/json")
+                .body(Body::from(review(&nginx_pod("web")).to_bytes()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let answer = axum::body::to_bytes(reply.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let doc: Value = serde_json::from_slice(&answer).unwrap();
+    let patch = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        doc["response"]["patch"].as_str().expect("a patch"),
+    )
+    .unwrap();
+    assert!(
+        String::from_utf8_lossy(&patch).contains("envoy:1"),
+        "the configuration's image is injected: {text}"
+    );
+    let mark = mark_in(&answer);
+    let keys = initializer_mark::Keys::current(
+        initializer_mark::MarkKey::from_serving_key_pem(pki.key_pem.as_bytes()).unwrap(),
+    );
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let stored = initializer_mark::Stored {
+        namespace: "default",
+        group: "",
+        resource: "pods",
+        name: "web",
+        generate_name: "",
+        created: now,
+    };
+    assert_eq!(
+        initializer_mark::verify(&keys, "test", Some(&mark), &stored),
+        Ok(()),
+        "signed with the serving key's key: {mark}"
+    );
+    let health = router.oneshot(get("/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    // Without a serving key there is nothing to sign with: not ready, and saying why.
+    let no_tls = tempfile::tempdir().unwrap();
+    let router = Initializer::<Config>::with_config("test")
+        .handle(sidecar)
+        .into_router(&args(no_tls.path(), cfg.path()));
+    let unready = router.oneshot(get("/readyz")).await.unwrap();
+    assert_eq!(unready.status(), 503);
+    let why = axum::body::to_bytes(unready.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&why).contains("serving certificate"),
+        "{why:?}"
+    );
 }
 
 #[tokio::test]

@@ -66,7 +66,7 @@ impl Server {
     fn path(self) -> &'static str {
         match self {
             Server::Baseline | Server::Floor => baseline::PATH,
-            Server::Preset | Server::Sidecar => kube_initializer::INITIALIZE_PATH,
+            Server::Preset | Server::Sidecar => kube_initializer::advanced::INITIALIZE_PATH,
         }
     }
 

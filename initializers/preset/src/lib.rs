@@ -28,6 +28,7 @@ use initializer_crds::preset::{Injection, PresetSelector};
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use kube_initializer::advanced::Tuning;
 use kube_initializer::gate::{AnnotationGate, name_matches, selector_matches};
 use kube_initializer::mutate::{self, PodSpecHolder};
 use kube_initializer::{Denial, Initialize, Initializer, Review};

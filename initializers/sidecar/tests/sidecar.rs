@@ -178,7 +178,7 @@ fn the_tutorial_flags_parse_into_a_required_annotation_gate() {
 
 #[test]
 fn the_same_binary_runs_as_a_controller_by_flag() {
-    use kube_initializer::Mode;
+    use kube_initializer::advanced::Mode;
     use sidecar_initializer::tutorial::{SIDECAR_PENDING_NAME, SIDECAR_RULES};
     #[derive(Parser)]
     struct Args {

@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
+use kube_initializer::advanced::Tuning;
 use kube_initializer::testing::{ReviewBuilder, Tester, review};
 use serde::Serialize;
 use serde::de::DeserializeOwned;

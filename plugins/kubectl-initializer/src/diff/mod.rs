@@ -38,6 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, GroupVersionKind};
 use kube::{Resource, ResourceExt};
+use kube_initializer::advanced::Tuning;
 use kube_initializer::testing::{ReviewBuilder, Tester};
 use serde::Serialize;
 use serde::de::DeserializeOwned;

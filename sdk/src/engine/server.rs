@@ -1,8 +1,9 @@
 //! The HTTPS server: `POST /initialize`, `GET /healthz`, `GET /readyz`, `GET /metrics` on one
 //! listener, certificate and configuration reload, graceful shutdown, and the bounds that keep
 //! a slow or greedy client from starving it (handshake, header, body and idle timeouts, a cap on
-//! connections that makes room for newcomers instead of shutting them out: `slots`). In controller mode (`--mode controller`) the same server runs beside the
-//! controller, and `/readyz` also waits for its watches to list once.
+//! connections that makes room for newcomers instead of shutting them out: `slots`). In
+//! controller mode (`--mode controller`) the same server runs beside the controller, and
+//! `/readyz` also waits for its watches to list once.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -26,13 +27,13 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::CONFIG_FILE;
-use crate::conn::{BodyWatch, Limits, Tracked, Watched};
 use crate::controller::{self, Controller, Mode, Rules, Synced};
+use crate::engine::conn::{BodyWatch, Limits, Tracked, Watched};
+use crate::engine::repoll::Repoll;
+use crate::engine::slots::{Admitted, Caps, Registry};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{Initializer, too_large};
-use crate::repoll::Repoll;
-use crate::slots::{Admitted, Caps, Registry};
 use crate::tls::CertStore;
 
 /// Default port (matches the operator's process contract).
@@ -505,18 +506,9 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         args: &ServeArgs,
         synced: Option<Arc<Synced>>,
     ) -> Result<Server, Error> {
-        let tls = Arc::new(
-            CertStore::new(&args.tls_dir).with_mark_key(Arc::clone(&initializer.mark_key)),
-        );
+        let shutdown = CancellationToken::new();
+        let tls = Self::start_reloads(&initializer, args, shutdown.clone());
         let connection_metrics = Arc::clone(&initializer.metrics);
-        let metrics = Arc::clone(&initializer.metrics);
-        let record = move |what: &'static str, result: Option<&'static str>| {
-            if let Some(result) = result {
-                metrics.observe_reload(what, result);
-            }
-        };
-        record("certificate", tls.poll_and_log());
-        record("configuration", initializer.config.poll_and_log());
 
         let addr = args.listen_addr();
         let listener = TcpListener::bind(addr)
@@ -526,32 +518,6 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             .local_addr()
             .map_err(|source| Error::Bind { addr, source })?;
         let acceptor = TlsAcceptor::from(Arc::new(tls.server_config()?));
-        let shutdown = CancellationToken::new();
-
-        let interval = Duration::from_millis(args.reload_interval_ms.max(10));
-        let config = Arc::clone(&initializer.config);
-        let watched_tls = Arc::clone(&tls);
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = ticker.tick() => {
-                        let (tls, config) = (Arc::clone(&watched_tls), Arc::clone(&config));
-                        let record = record.clone();
-                        let polled = tokio::task::spawn_blocking(move || {
-                            record("certificate", tls.poll_and_log());
-                            record("configuration", config.poll_and_log());
-                        });
-                        if let Err(e) = polled.await {
-                            tracing::error!(error = %e, "reload poll failed");
-                        }
-                    }
-                }
-            }
-        });
 
         let kinds: Vec<String> = initializer
             .kinds()
@@ -618,6 +584,75 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             task,
             controller: None,
         })
+    }
+
+    /// The routes this server serves (`POST /initialize`, `GET /healthz`, `GET /readyz`,
+    /// `GET /metrics`), for a server of your own, which terminates TLS and serves them where
+    /// it likes. The arguments apply as for [`bind`](Self::bind), but for those about listening
+    /// and connections, which are then yours to bound.
+    ///
+    /// `args.tls_dir` must still hold the serving key the API server's connections are made
+    /// with (`tls.key`, as the operator mounts it): objects are marked with a key derived from
+    /// it, so that the operator can tell them from forgeries, and `/readyz` answers 200 only
+    /// once it and the configuration are loaded. Both are read now and polled every
+    /// `args.reload_interval_ms` for as long as the router (or a clone) lives.
+    ///
+    /// Call it within a tokio runtime: the poll is a task.
+    pub fn into_router(mut self, args: &ServeArgs) -> Router {
+        self.configure(args);
+        let initializer = Arc::new(self);
+        // Cancelled by nothing: the poll ends when the routes, which hold the initializer and
+        // the certificate store, are dropped.
+        let tls = Self::start_reloads(&initializer, args, CancellationToken::new());
+        routes(initializer, tls, Arc::new(AtomicBool::new(false)), None)
+    }
+
+    /// The serving certificate (and the mark's key) from `args.tls_dir`, and the configuration,
+    /// read now and polled every `args.reload_interval_ms` until `stop` is cancelled or nothing
+    /// else holds them.
+    fn start_reloads(
+        initializer: &Arc<Self>,
+        args: &ServeArgs,
+        stop: CancellationToken,
+    ) -> Arc<CertStore> {
+        let tls = Arc::new(
+            CertStore::new(&args.tls_dir).with_mark_key(Arc::clone(&initializer.mark_key)),
+        );
+        let metrics = Arc::clone(&initializer.metrics);
+        let record = move |what: &'static str, result: Option<&'static str>| {
+            if let Some(result) = result {
+                metrics.observe_reload(what, result);
+            }
+        };
+        record("certificate", tls.poll_and_log());
+        record("configuration", initializer.config.poll_and_log());
+
+        let interval = Duration::from_millis(args.reload_interval_ms.max(10));
+        let watched_config = Arc::downgrade(&initializer.config);
+        let watched_tls = Arc::downgrade(&tls);
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = ticker.tick() => {
+                        let (Some(tls), Some(config)) = (watched_tls.upgrade(), watched_config.upgrade()) else {
+                            break;
+                        };
+                        let record = record.clone();
+                        let polled = tokio::task::spawn_blocking(move || {
+                            record("certificate", tls.poll_and_log());
+                            record("configuration", config.poll_and_log());
+                        });
+                        if let Err(e) = polled.await {
+                            tracing::error!(error = %e, "reload poll failed");
+                        }
+                    }
+                }
+            }
+        });
+        tls
     }
 
     /// Serve until SIGTERM or SIGINT; then keep serving for the shutdown delay with `/readyz`

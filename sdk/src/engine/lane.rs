@@ -11,6 +11,9 @@
 //! taken after that means a handler hangs or is slow; the run then goes to the blocking pool,
 //! so one stuck handler delays others by at most [`PATIENCE`] and never blocks them. A
 //! current-thread runtime or a single worker always uses the blocking pool.
+//!
+//! Justified by: sdk/README.md, "The biggest costs found", row "thread wake-ups per review"
+//! (runs on the blocking pool 13 % → 0 under saturation; futex calls 10.2 % → 1.5–1.7 % of the CPU).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Unit tests of [`crate::server`].
+//! Unit tests of [`crate::engine::server`].
 
 use super::*;
 

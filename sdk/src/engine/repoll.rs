@@ -13,6 +13,9 @@
 //! fairness yield is such a wake too, so a connection with pipelined requests now goes back to
 //! tokio after 48 turns of hyper's loop instead of 16: still bounded, and tokio's budget still
 //! stops a task that has used up its share (those wakes come after the poll).
+//!
+//! Justified by: sdk/README.md, "The biggest costs found", row "thread wake-ups per review"
+//! (p50 at 1,000 req/s 82–85 → 59–61 µs; 104,600 instructions per review without it).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -7,6 +7,9 @@
 //! `serde_json::Value`s. The operations are the ones `json_patch::diff` yields for the parsed
 //! documents (the same walk over objects, in key order, and arrays), at a fraction of the cost:
 //! no value tree of the whole object is built, dropped or walked.
+//!
+//! Justified by: sdk/README.md, "The biggest costs found", row "the JSON patch: diffing the two
+//! serializations" (7.4 % → 3.1–3.3 % of the preset server's CPU at saturation).
 
 use std::cmp::Ordering;
 
