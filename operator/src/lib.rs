@@ -15,6 +15,7 @@ pub mod build;
 pub mod cel;
 pub mod controller;
 pub mod error;
+pub mod events;
 pub mod guard;
 pub mod health;
 pub mod lag;

@@ -11,6 +11,7 @@ use tracing::{info, warn};
 use crate::apply::legacy::InitializerConfigurationRegistrar;
 use crate::apply::{self, Registrar, WebhookRegistrar};
 use crate::error::{Error, Result};
+use crate::events::Reason;
 use crate::naming;
 use crate::status;
 use crate::supervisor::is_ours;
@@ -89,7 +90,7 @@ pub(super) async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()
             ctx,
             obj,
             EventType::Normal,
-            "Suspended",
+            Reason::Suspended,
             "spec.suspend is true: the configuration is removed and stays removed; the workload keeps running".into(),
         )
         .await;
@@ -126,7 +127,7 @@ pub(super) async fn release_on_delete(ctx: &Context, obj: &Initializer) {
             ctx,
             obj,
             EventType::Normal,
-            "ReleasedPendingObjects",
+            Reason::ReleasedPendingObjects,
             format!(
                 "released {} object(s) still pending on {pending_name}: the Initializer is deleted",
                 released.count
@@ -147,7 +148,7 @@ pub(super) async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> 
                 ctx,
                 obj,
                 EventType::Normal,
-                "Deregistered",
+                Reason::Deregistered,
                 format!(
                     "removed {} before the workload is deleted",
                     names.configuration

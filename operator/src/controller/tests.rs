@@ -1,6 +1,8 @@
 //! Unit tests of [`crate::controller`].
 
 use super::*;
+use crate::tls;
+use crate::validate::validate;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -7,6 +7,7 @@ use kube::runtime::events::EventType;
 use tracing::info;
 
 use crate::apply;
+use crate::events::Reason;
 use crate::missed;
 
 use super::{LegacySupervision, SupervisedState, Supervisor, WINDOW_TAIL};
@@ -49,7 +50,7 @@ impl Supervisor {
             sup.publish(
                 &reference,
                 if released.failed.is_empty() { EventType::Normal } else { EventType::Warning },
-                "ReleasedPendingObjects",
+                Reason::ReleasedPendingObjects,
                 format!(
                     "released {} object(s) still pending on {pending_name} after its configuration was removed, so that their creates do not stay stuck{failed}",
                     released.count
@@ -90,7 +91,7 @@ impl Supervisor {
             let (type_, reason, note) = if report.count > 0 {
                 (
                     EventType::Warning,
-                    "MissedInitializations",
+                    Reason::MissedInitializations,
                     format!(
                         "{}{} object(s) in scope were created without the initializer between {} and {}{}: recreate them to initialize them",
                         if report.truncated { "at least " } else { "" },
@@ -107,7 +108,7 @@ impl Supervisor {
             } else {
                 (
                     EventType::Normal,
-                    "NoMissedInitializations",
+                    Reason::NoMissedInitializations,
                     format!(
                         "no object in scope was created without the initializer between {} and {}",
                         report.from.0, report.to.0

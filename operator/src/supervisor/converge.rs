@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use crate::apply::{self, FallbackCheck, Registrar};
 use crate::build;
 use crate::error::{Error, Result};
+use crate::events::Reason;
 
 use super::{
     ConfigurationWrite, FALLBACK_SETTLE, FallbackRun, Live, Presence, Supervised, SupervisedState,
@@ -75,7 +76,7 @@ impl Supervisor {
                     self.publish(
                         &st.target.reference,
                         EventType::Normal,
-                        "FallbackRemoved",
+                        Reason::FallbackRemoved,
                         format!(
                             "removed the fallback {}: the initializer is back in the path",
                             validate_fallback_name(&st.target)
@@ -124,7 +125,7 @@ impl Supervisor {
                     self.publish(
                         &st.target.reference,
                         EventType::Normal,
-                        "FallbackInstalled",
+                        Reason::FallbackInstalled,
                         format!(
                             "installed the fallback ValidatingAdmissionPolicy {} and its binding: its validations stay enforced while the initializer is out of the path",
                             fallback.policy.name_any()
@@ -144,7 +145,7 @@ impl Supervisor {
                 self.publish(
                     &st.target.reference,
                     EventType::Warning,
-                    "FallbackUnsupported",
+                    Reason::FallbackUnsupported,
                     "the API server does not serve ValidatingAdmissionPolicy: the fallback cannot be put in force".into(),
                 )
                 .await;

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use tracing::{info, warn};
 
+use crate::events::Reason;
 use crate::health::{Action, Cause, Input};
 
 use super::{CALL_TIMEOUT, Presence, Supervised, SupervisedState, Supervisor, micro_now};
@@ -22,12 +23,12 @@ impl Supervisor {
         &self,
         reference: &ObjectReference,
         type_: EventType,
-        reason: &str,
+        reason: Reason,
         note: String,
     ) {
         let event = Event {
             type_,
-            reason: reason.to_string(),
+            reason: reason.as_str().to_string(),
             note: Some(note),
             action: "Reconcile".to_string(),
             secondary: None,
@@ -39,8 +40,8 @@ impl Supervisor {
             .await
         {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(error = %e, reason, "failed to publish event"),
-            Err(_) => warn!(reason, "failed to publish event: no answer in time"),
+            Ok(Err(e)) => warn!(error = %e, %reason, "failed to publish event"),
+            Err(_) => warn!(%reason, "failed to publish event: no answer in time"),
         }
     }
 
@@ -155,7 +156,7 @@ impl Supervisor {
                 self.publish(
                     &reference,
                     EventType::Warning,
-                    "Degraded",
+                    Reason::Degraded,
                     format!(
                         "a probe failed: {configuration} {now}; it is removed after {} failed probes in a row and restored after {} good ones",
                         st.machine.config().failure_threshold,
@@ -178,7 +179,7 @@ impl Supervisor {
                     EventType::Warning,
                     // Its own reason: the recorder folds a second `Deregistered` Event into the
                     // first one's series, note and all.
-                    "StrayConfigurationRemoved",
+                    Reason::StrayConfigurationRemoved,
                     format!(
                         "removed {configuration}: it appeared while the initializer is out of the path (a registration that landed late, or someone else's write)"
                     ),
@@ -224,7 +225,8 @@ impl Supervisor {
                         ),
                     ),
                 };
-                self.publish(&reference, type_, "Deregistered", note).await;
+                self.publish(&reference, type_, Reason::Deregistered, note)
+                    .await;
                 if cause != Cause::Suspended
                     && let Some(legacy) = st.target.legacy.clone()
                 {
@@ -242,14 +244,14 @@ impl Supervisor {
                 info!(initializer = %name, %configuration, restored, "registered");
                 let (reason, note) = if restored {
                     (
-                        "Restored",
+                        Reason::Restored,
                         format!(
                             "restored {configuration} to the spec's failurePolicy and timeoutSeconds: the initializer answers again"
                         ),
                     )
                 } else {
                     (
-                        "Registered",
+                        Reason::Registered,
                         format!(
                             "registered {configuration}: the initializer is available and answering"
                         ),

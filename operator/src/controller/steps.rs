@@ -1,0 +1,508 @@
+//! The reconcile of one Initializer, in the order it happens: [`check`] (the spec, the guard,
+//! the workload's namespace, the fallback as the API server compiles it, the legacy backend's
+//! discovery), [`deploy`] (certificates, the desired objects built purely, the workload applied),
+//! then [`hand_over`] to the supervisor, which registers the configuration once the initializer
+//! answers. Every way a reconcile stops short is a [`Stop`], handled in one place ([`stopped`]).
+
+use std::time::Duration;
+
+use initializer_crds::Initializer;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::ListParams;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::finalizer::{remove_configuration, suspend_first};
+use super::{
+    Context, RESYNC, conflict_is_news, publish, refusal_is_news, requeue_after, supervision,
+};
+use crate::apply;
+use crate::apply::legacy::Canary;
+use crate::build;
+use crate::error::{Error, Result};
+use crate::events::Reason;
+use crate::guard;
+use crate::naming::{self, Names};
+use crate::pending;
+use crate::status;
+use crate::supervisor::LegacySupervision;
+use crate::tls;
+use crate::validate::{self, describe, validate};
+
+/// Why a reconcile stopped before the supervisor took over.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// Nothing to do yet: come back as the action says (the guard's witness was just written,
+    /// or the guard's state is not known yet).
+    Wait(Action),
+    /// The spec is refused: nothing registered or supervised, `Valid=False` and a `Refused`
+    /// Event. `again`: when to look again, if something other than the spec can lift it.
+    Refused {
+        refusals: Vec<validate::Refusal>,
+        again: Option<Duration>,
+    },
+    /// An object of the Initializer's names belongs to someone else: it is left alone.
+    Conflict(Error),
+    /// Deploying failed: the status says so, and the reconcile is retried.
+    Failed(Error),
+    /// A read or write failed on the way: retried, nothing reported beyond the error.
+    Error(Error),
+}
+
+impl Stop {
+    fn refused(refusal: validate::Refusal) -> Self {
+        Stop::Refused {
+            refusals: vec![refusal],
+            again: None,
+        }
+    }
+
+    /// Deploying failed with `err`: someone else's object in the way, or a failure to report.
+    fn deploying(err: Error) -> Self {
+        if err.is_conflict() {
+            Stop::Conflict(err)
+        } else {
+            Stop::Failed(err)
+        }
+    }
+}
+
+impl From<Error> for Stop {
+    fn from(err: Error) -> Self {
+        Stop::Error(err)
+    }
+}
+
+/// Reconciles a live Initializer (the finalizer's `Apply`).
+pub(super) async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
+    let names = naming::names(&obj.name_any());
+    // The probers write onto the version read here, whether or not this reconcile gets as far
+    // as the supervisor's sync.
+    ctx.supervisor.observed(obj).await;
+    if obj.spec.suspend {
+        suspend_first(obj, ctx).await?;
+    }
+    let reconciled = async {
+        let checked = check(obj, ctx).await?;
+        let deployed = deploy(obj, ctx, &names, &checked).await?;
+        hand_over(obj, ctx, checked, deployed).await
+    };
+    match reconciled.await {
+        Ok(action) => Ok(action),
+        Err(stop) => stopped(obj, ctx, &names.configuration, stop).await,
+    }
+}
+
+/// What the checks found: the validated spec, and what the legacy backend's rules reach.
+struct Checked {
+    validated: validate::Validated,
+    reached: Vec<pending::Served>,
+}
+
+/// Everything that must hold before anything is deployed.
+async fn check(obj: &Initializer, ctx: &Context) -> Result<Checked, Stop> {
+    let name = obj.name_any();
+    let validated =
+        validate(&obj.spec, &ctx.operator_namespace, &name).map_err(|refusals| Stop::Refused {
+            refusals,
+            again: None,
+        })?;
+    check_guard(obj, ctx).await?;
+    check_workload_namespace(ctx, &validated.namespace).await?;
+    // The API server compiles the fallback exactly as it will when an outage puts it in force:
+    // ask it now (a dry run), so that an expression it refuses is refused before anything runs.
+    if let Some(fallback) = build::fallback(&validated)
+        && let Some(why) = ctx
+            .supervisor
+            .check_fallback(&name, obj.metadata.generation, &fallback)
+            .await?
+    {
+        return Err(Stop::refused(validate::Refusal {
+            field: "spec.fallback.validations".into(),
+            message: format!("the API server refused the fallback policy: {why}"),
+        }));
+    }
+    // The legacy backend: only where the API server serves it, and only for rules that reach
+    // a served resource its probe can make a canary of (decided before anything is deployed).
+    let reached = match validated.pending_name {
+        Some(_) => {
+            let served = apply::legacy::api_served(&ctx.client).await?;
+            if let Some(refusal) = validate::legacy::api_refusal(served) {
+                return Err(Stop::refused(refusal));
+            }
+            let generation = obj.metadata.generation;
+            let reached = match ctx.supervisor.discovered(&name, generation) {
+                Some(reached) => reached,
+                None => {
+                    let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
+                    ctx.supervisor
+                        .remember_discovered(&name, generation, reached.clone());
+                    reached
+                }
+            };
+            let canary = pending::canary_resource(&reached);
+            if let Some(refusal) = validate::legacy::canary_refusal(canary.is_some()) {
+                return Err(Stop::refused(refusal));
+            }
+            reached
+        }
+        None => Vec::new(),
+    };
+    Ok(Checked { validated, reached })
+}
+
+/// What was deployed: the certificates in force, the desired objects, and the Deployment as
+/// the API server returned it.
+struct Deployed {
+    material: tls::TlsMaterial,
+    desired: build::Desired,
+    deployment: Deployment,
+}
+
+/// Certificates, the desired objects (built purely), the workload applied.
+async fn deploy(
+    obj: &Initializer,
+    ctx: &Context,
+    names: &Names,
+    checked: &Checked,
+) -> Result<Deployed, Stop> {
+    let name = obj.name_any();
+    let now = Timestamp::now();
+    let deployed = async {
+        let found = apply::read_tls(
+            &ctx.client,
+            validate::ca_namespace(&checked.validated),
+            &checked.validated.namespace,
+            &names.ca_secret,
+            &names.tls_secret,
+        )
+        .await?;
+        let (ca, serving) = (found.ca, found.serving);
+        // A CA replaced earlier leaves the bundle once every ready pod serves the new one's
+        // certificate (the probe saw it, with this very bundle).
+        let ca = ca.map(|ca| {
+            if ca.has_previous()
+                && ctx
+                    .supervisor
+                    .serves_current_ca(&name, ca.cert_pem.as_bytes())
+            {
+                ca.retire_previous()
+            } else {
+                ca
+            }
+        });
+        let before = serving.as_ref().map(|(_, key)| key.clone());
+        let mut material = tls::ensure(
+            ca,
+            serving,
+            &tls::dns_names(&names.base, &checked.validated.namespace),
+            now,
+        )?;
+        // A new serving key: the pods sign marks with the old one until they load it.
+        material.retired_mark_key =
+            tls::retire(before.as_deref(), &material, found.retired_mark_key, now);
+        let owner = obj.controller_owner_ref(&());
+        let mut desired =
+            build::build(&checked.validated, &material, &ctx.settings, owner.as_ref());
+        // The pods are told the generation that last changed what they run (they mark every
+        // object they change with it); other spec changes roll nothing.
+        let existing =
+            apply::read_deployment(&ctx.client, &checked.validated.namespace, &names.base).await?;
+        let hash = build::template_hash(&desired.deployment);
+        let generation = build::workload_generation(
+            existing.as_ref(),
+            &hash,
+            obj.metadata.generation.unwrap_or(1),
+        );
+        build::stamp_generation(&mut desired.deployment, &hash, generation);
+        if let Some(legacy) = &desired.legacy {
+            apply::legacy::apply_rbac(&ctx.client, legacy).await?;
+        }
+        let deployment =
+            apply::apply_workload(&ctx.client, &desired, desired.legacy.is_some()).await?;
+        // The CA is now in the operator's namespace: the copy an earlier version kept beside
+        // the workload goes (only ours).
+        if let (Some(stale), Some(uid)) = (&found.stale_ca, obj.metadata.uid.as_deref())
+            && apply::remove_stale_ca(&ctx.client, stale, uid).await?
+        {
+            info!(initializer = %name, namespace = %checked.validated.namespace, "moved the CA to the operator's namespace");
+        }
+        Ok::<_, Error>(Deployed {
+            material,
+            desired,
+            deployment,
+        })
+    };
+    deployed.await.map_err(Stop::deploying)
+}
+
+/// Hands the deployed Initializer to the supervisor, which registers its configuration once the
+/// initializer answers, and says when to look again.
+async fn hand_over(
+    obj: &Initializer,
+    ctx: &Context,
+    checked: Checked,
+    deployed: Deployed,
+) -> Result<Action, Stop> {
+    let name = obj.name_any();
+    let Checked { validated, reached } = checked;
+    let Deployed {
+        material,
+        desired,
+        deployment,
+    } = deployed;
+    let expiry = tls::inspect(&material.cert_pem).ok().map(|i| i.not_after);
+    let mut workload = status::observe_workload(&deployment);
+    workload.shared_with = shared_with(ctx).await?;
+    let mut target = supervision(obj, &validated, &desired, workload, expiry);
+    target.mark_keys = tls::mark_keys(&material);
+    if let Some(legacy) = &desired.legacy {
+        match legacy_supervision(ctx, &validated, legacy, reached).await {
+            Ok(supervised) => target.legacy = Some(supervised),
+            Err(err) => return Err(Stop::Failed(err)),
+        }
+    }
+    let synced = ctx.supervisor.sync(target).await;
+    let report = synced.map_err(|err| {
+        if err.is_conflict() {
+            Stop::Conflict(err)
+        } else {
+            Stop::Error(err)
+        }
+    })?;
+    tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
+    // The legacy backend looks again soon while unregistered: its own pods may be waiting on
+    // its name (cleared at each reconcile) until the initializer is up.
+    Ok(Action::requeue(requeue_after(
+        validated.namespace == ctx.operator_namespace && desired.legacy.is_none(),
+        report.registered,
+        obj.spec.suspend,
+    )))
+}
+
+/// Where every stop is handled: each says what happened in the status and Events, once.
+async fn stopped(
+    obj: &Initializer,
+    ctx: &Context,
+    configuration: &str,
+    stop: Stop,
+) -> Result<Action> {
+    match stop {
+        Stop::Wait(action) => Ok(action),
+        Stop::Refused { refusals, again } => {
+            refuse(obj, ctx, configuration, &refusals).await?;
+            Ok(again.map_or_else(Action::await_change, Action::requeue))
+        }
+        Stop::Conflict(err) => report_conflict(ctx, obj, configuration, &err).await,
+        Stop::Failed(err) => {
+            ctx.supervisor
+                .report_failure(obj, configuration, err.to_string())
+                .await;
+            Err(err)
+        }
+        Stop::Error(err) => Err(err),
+    }
+}
+
+/// Refuses a spec: nothing registered or supervised, `Valid=False` and a `Refused` Event (once
+/// per generation).
+async fn refuse(
+    obj: &Initializer,
+    ctx: &Context,
+    configuration: &str,
+    refusals: &[validate::Refusal],
+) -> Result<()> {
+    let name = obj.name_any();
+    ctx.supervisor.stop(&name).await;
+    remove_configuration(ctx, &name, configuration, obj.spec.backend).await?;
+    if refusal_is_news(obj) {
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::Refused,
+            describe(refusals),
+        )
+        .await;
+    }
+    ctx.supervisor
+        .report_unsupervised(obj, refusals, configuration, None)
+        .await?;
+    Ok(())
+}
+
+/// Deploys nothing for an Initializer that nothing shows passed the guard on Initializers
+/// ([`guard::judge`]): created before the guard was in force and its spec unchanged since, it
+/// could be anyone's. Records the witness in the status (and stops: the write brings the next
+/// reconcile), and refuses what is held.
+async fn check_guard(obj: &Initializer, ctx: &Context) -> Result<(), Stop> {
+    let state = ctx.guard.borrow().clone();
+    let stored = obj.status.as_ref().and_then(|s| s.guard.as_ref());
+    let (witness, held) = match guard::judge(&obj.metadata, stored, &state, Timestamp::now()) {
+        guard::Judgement::Unguarded => return Ok(()),
+        guard::Judgement::Wait(after) => return Err(Stop::Wait(Action::requeue(after))),
+        guard::Judgement::Proven(witness) => (witness, false),
+        guard::Judgement::Held(witness) => (witness, true),
+    };
+    let name = obj.name_any();
+    if stored != Some(&witness) {
+        ctx.supervisor
+            .leadership()
+            .check(|| format!("record the guard's witness on {name}"))?;
+        apply::apply_guard_witness(
+            &ctx.client,
+            &name,
+            &witness,
+            obj.metadata.resource_version.as_deref(),
+        )
+        .await?;
+        // The write wakes this Initializer again; the reconcile of that version goes on.
+        return Err(Stop::Wait(Action::await_change()));
+    }
+    if !held {
+        return Ok(());
+    }
+    let refusal = validate::Refusal {
+        field: "metadata".to_string(),
+        message: format!(
+            "held back: created before the guard on Initializers ({}) was in force and its spec \
+             unchanged since, so nothing shows its author may create \
+             mutatingwebhookconfigurations; have someone who may change its spec (any change) \
+             and it is deployed",
+            guard::GUARD_NAME
+        ),
+    };
+    Err(Stop::refused(refusal))
+}
+
+/// Reads the workload namespace (unless it is the operator's) and decides whether workloads
+/// may run there ([`validate::workload_namespace_refusal`]). A refusal is looked at again at the
+/// next resync: labelling the namespace changes no Initializer.
+async fn check_workload_namespace(ctx: &Context, namespace: &str) -> Result<(), Stop> {
+    if namespace == ctx.operator_namespace {
+        return Ok(());
+    }
+    let found = Api::<Namespace>::all(ctx.client.clone())
+        .get_opt(namespace)
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Namespace",
+            name: namespace.to_string(),
+            source: Box::new(source),
+        })?;
+    let labels = found.map(|ns| ns.metadata.labels.unwrap_or_default());
+    let found = match &labels {
+        Some(labels) => validate::NamespaceFound::Labelled(labels),
+        None => validate::NamespaceFound::Missing,
+    };
+    match validate::workload_namespace_refusal(namespace, &ctx.operator_namespace, found) {
+        None => Ok(()),
+        Some(refusal) => Err(Stop::Refused {
+            refusals: vec![refusal],
+            again: Some(RESYNC),
+        }),
+    }
+}
+
+/// Leaves someone else's object alone: supervision stops, this Initializer's own configuration
+/// (if any) is removed, since what it points at may no longer be ours, and the status carries a
+/// `Conflict` condition and `details.lastError`; a Warning Event names the object once. It is
+/// tried again at the next resync, so removing the other object resolves it.
+async fn report_conflict(
+    ctx: &Context,
+    obj: &Initializer,
+    configuration: &str,
+    err: &Error,
+) -> Result<Action> {
+    let name = obj.name_any();
+    warn!(initializer = %name, error = %err, "conflict: left the object alone");
+    ctx.supervisor.stop(&name).await;
+    match remove_configuration(ctx, &name, configuration, obj.spec.backend).await {
+        Ok(_) | Err(Error::NotOurs { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    if conflict_is_news(obj.status.as_ref()) {
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::Conflict,
+            err.to_string(),
+        )
+        .await;
+    }
+    ctx.supervisor
+        .report_unsupervised(obj, &[], configuration, Some(err.to_string()))
+        .await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// The Deployments in the operator's namespace someone else made ([`status::foreign_deployments`]),
+/// for the `SharedNamespace` warning.
+async fn shared_with(ctx: &Context) -> Result<Vec<String>> {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ctx.operator_namespace);
+    let listed = deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Deployment",
+            name: format!("(every one in {})", ctx.operator_namespace),
+            source: Box::new(source),
+        })?;
+    Ok(status::foreign_deployments(&listed.items))
+}
+
+/// What the supervisor needs for a legacy-backend Initializer: its own ReplicaSets and pods
+/// freed of its name first (they must never wait on the initializer they run), then what its
+/// rules `reached` (discovery) and the canary made of one of them (canaries an earlier probe
+/// left behind are deleted).
+async fn legacy_supervision(
+    ctx: &Context,
+    validated: &validate::Validated,
+    legacy: &build::legacy::LegacyDesired,
+    reached: Vec<pending::Served>,
+) -> Result<LegacySupervision> {
+    let selector = build::selector_labels(validated)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    apply::legacy::clear_own(
+        &ctx.client,
+        &validated.namespace,
+        &selector,
+        &legacy.pending_name,
+    )
+    .await?;
+    let canary = Canary {
+        resource: pending::canary_resource(&reached),
+        // In the operator's own namespace, not a shared one like `default`: the canary right
+        // (create/delete of any kind) is then granted there alone. The initializer's controller
+        // leaves that namespace out of its scope, so it removes the canary's name unhandled:
+        // the probe still shows its watch is alive and its writes land.
+        namespace: ctx.operator_namespace.clone(),
+        prefix: validated.names.base.clone(),
+        label: validated.names.label.clone(),
+        pending_name: legacy.pending_name.clone(),
+    };
+    apply::legacy::remove_stale_canaries(&ctx.client, &canary).await?;
+    Ok(LegacySupervision {
+        configuration: legacy.configuration.clone(),
+        canary,
+        reached,
+    })
+}
+
+/// The served resources `rules` reach.
+pub(super) async fn legacy_reached(
+    client: &Client,
+    rules: &[initializer_crds::InterceptRule],
+) -> Result<Vec<pending::Served>> {
+    let groups: Vec<String> = rules.iter().flat_map(|r| r.api_groups.clone()).collect();
+    let served = apply::legacy::discover(client, &groups).await?;
+    Ok(pending::reached(rules, &served))
+}

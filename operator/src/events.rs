@@ -1,0 +1,117 @@
+//! The reasons of the Events the operator publishes about an Initializer, in one place: they are
+//! part of its interface (people alert on them, the README lists them, a test holds the two
+//! together), and a reason spelled differently at one call site would be a new one.
+
+/// Why an Event about an Initializer was published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    /// Its configuration is registered: the initializer is available and answering.
+    Registered,
+    /// A probe failed: the configuration fails open (`failurePolicy: Ignore`) until it answers.
+    Degraded,
+    /// The initializer answers again: the spec's failure policy and timeout are back.
+    Restored,
+    /// The configuration is removed (failure, suspension, or deletion of the Initializer).
+    Deregistered,
+    /// A configuration that appeared while the initializer was out of the path, removed.
+    StrayConfigurationRemoved,
+    /// `spec.suspend` is true.
+    Suspended,
+    /// The fallback ValidatingAdmissionPolicy is in force while the initializer is out.
+    FallbackInstalled,
+    /// The fallback is removed: the initializer is back in the path.
+    FallbackRemoved,
+    /// The API server does not serve ValidatingAdmissionPolicy.
+    FallbackUnsupported,
+    /// Objects still pending on a removed legacy initializer were released.
+    ReleasedPendingObjects,
+    /// Objects in scope were created without the initializer during an outage.
+    MissedInitializations,
+    /// None were, during the last outage.
+    NoMissedInitializations,
+    /// The spec is refused (invalid, or not allowed here).
+    Refused,
+    /// A configuration or workload of the Initializer's name belongs to someone else.
+    Conflict,
+}
+
+impl Reason {
+    /// Every reason, for the tests that hold the documentation to them.
+    pub const ALL: [Reason; 14] = [
+        Reason::Registered,
+        Reason::Degraded,
+        Reason::Restored,
+        Reason::Deregistered,
+        Reason::StrayConfigurationRemoved,
+        Reason::Suspended,
+        Reason::FallbackInstalled,
+        Reason::FallbackRemoved,
+        Reason::FallbackUnsupported,
+        Reason::ReleasedPendingObjects,
+        Reason::MissedInitializations,
+        Reason::NoMissedInitializations,
+        Reason::Refused,
+        Reason::Conflict,
+    ];
+
+    /// The Event's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Registered => "Registered",
+            Reason::Degraded => "Degraded",
+            Reason::Restored => "Restored",
+            Reason::Deregistered => "Deregistered",
+            Reason::StrayConfigurationRemoved => "StrayConfigurationRemoved",
+            Reason::Suspended => "Suspended",
+            Reason::FallbackInstalled => "FallbackInstalled",
+            Reason::FallbackRemoved => "FallbackRemoved",
+            Reason::FallbackUnsupported => "FallbackUnsupported",
+            Reason::ReleasedPendingObjects => "ReleasedPendingObjects",
+            Reason::MissedInitializations => "MissedInitializations",
+            Reason::NoMissedInitializations => "NoMissedInitializations",
+            Reason::Refused => "Refused",
+            Reason::Conflict => "Conflict",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_is_spelled_once_and_as_its_variant() {
+        let spelled: std::collections::BTreeSet<&str> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(spelled.len(), Reason::ALL.len());
+        for reason in Reason::ALL {
+            assert_eq!(format!("{reason:?}"), reason.as_str());
+        }
+    }
+
+    /// The README's list of Events (section "Status") names every reason, and no other.
+    #[test]
+    fn the_readme_lists_every_event_reason() {
+        let readme = include_str!("../../README.md");
+        let start = readme
+            .find("Events (in namespace `default`")
+            .expect("the README's list of Events");
+        let list = &readme[start..];
+        let list = &list[..list.find("\n\n").unwrap_or(list.len())];
+        let named: std::collections::BTreeSet<&str> = list
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|word| word.chars().next().is_some_and(char::is_uppercase))
+            .collect();
+        let reasons: std::collections::BTreeSet<&str> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(named, reasons, "README: {list}");
+    }
+}
