@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Annotation listing, comma-separated, the initializers that changed an object, each as
 /// `<name>/<generation>/t=<unix seconds>/<MAC>` (see
-/// [`Initializer::mark_initialized`](crate::Initializer::mark_initialized)): the mark the
+/// [`Tuning::mark_initialized`](crate::advanced::Tuning::mark_initialized)): the mark the
 /// operator looks for after an outage.
 pub const INITIALIZED_BY_ANNOTATION: &str = initializer_mark::ANNOTATION;
 
