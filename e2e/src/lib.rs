@@ -22,6 +22,7 @@ pub mod load;
 pub mod olm;
 pub mod ops;
 pub mod paths;
+pub mod procfs;
 pub mod prometheus;
 pub mod real;
 pub mod runner;

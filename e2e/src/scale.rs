@@ -54,11 +54,8 @@ fn label_value<'a>(labels: &'a str, label: &str) -> Option<&'a str> {
 /// CPU time a process has used, in clock ticks (`utime + stime` of `/proc/<pid>/stat`; the
 /// fields are counted after the command name, which may hold spaces and parentheses).
 pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // After the name: state is field 3 of proc(5), utime 14 and stime 15.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let utime: u64 = crate::procfs::stat_field(stat, 14)?.parse().ok()?;
+    let stime: u64 = crate::procfs::stat_field(stat, 15)?.parse().ok()?;
     Some(utime + stime)
 }
 

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 
+use crate::procfs;
+
 /// Where cgroup v1 mounts its `cpu` controller.
 const V1_CPU: &str = "/sys/fs/cgroup/cpu";
 /// Where cgroup v2 mounts its single hierarchy.
@@ -63,33 +65,22 @@ fn quota_files(layout: &Layout, quota: Duration, period: Duration) -> Vec<(&'sta
 }
 
 /// The processes of the process groups `groups`: every pid whose `/proc/<pid>/stat` names one
-/// of them as its group (field 5 of proc(5)).
-fn processes_of(groups: &[i32]) -> anyhow::Result<Vec<i32>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        if process_group(&stat).is_some_and(|group| groups.contains(&group)) {
-            found.push(pid);
-        }
-    }
-    Ok(found)
+/// of them as its group.
+fn processes_of(groups: &[i32]) -> anyhow::Result<Vec<u32>> {
+    Ok(procfs::processes()?
+        .filter(|(_, dir)| {
+            std::fs::read_to_string(dir.join("stat"))
+                .ok()
+                .and_then(|stat| process_group(&stat))
+                .is_some_and(|group| groups.contains(&group))
+        })
+        .map(|(pid, _)| pid)
+        .collect())
 }
 
-/// The process group in `/proc/<pid>/stat` (the fields after the command name, which may hold
-/// spaces and parentheses: state, ppid, pgrp).
+/// The process group in `/proc/<pid>/stat` (field 5 of proc(5)).
 fn process_group(stat: &str) -> Option<i32> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(2)?.parse().ok()
+    procfs::stat_field(stat, 5)?.parse().ok()
 }
 
 /// Processes held under a CPU quota until dropped.
@@ -97,7 +88,7 @@ fn process_group(stat: &str) -> Option<i32> {
 pub struct Starved {
     cgroup: PathBuf,
     home: PathBuf,
-    pids: Vec<i32>,
+    pids: Vec<u32>,
 }
 
 impl Starved {
@@ -137,7 +128,7 @@ impl Starved {
     }
 
     /// The processes under the quota.
-    pub fn pids(&self) -> &[i32] {
+    pub fn pids(&self) -> &[u32] {
         &self.pids
     }
 

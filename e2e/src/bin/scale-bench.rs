@@ -30,6 +30,7 @@ use initializer_crds::Initializer;
 use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures;
+use initializer_e2e::procfs;
 use initializer_e2e::scale::{self, Row};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, PostParams};
@@ -325,19 +326,11 @@ async fn metrics(env: &Env, ip: &str) -> anyhow::Result<String> {
 /// Downward API variable of the operator's Deployment).
 fn pid_of(pod: &str) -> anyhow::Result<u32> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+    for (pid, dir) in procfs::processes()? {
+        let Ok(environ) = std::fs::read(dir.join("environ")) else {
             continue;
         };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        let exe = std::fs::read_link(dir.join("exe")).unwrap_or_default();
         if scale::environ_has(&environ, "POD_NAME", pod)
             && exe
                 .file_name()
