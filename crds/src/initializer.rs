@@ -56,6 +56,12 @@ pub const DEFAULT_LATENCY_BUDGET_MILLIS: i32 = 500;
     ),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(
+        name = "Engine",
+        type_ = "string",
+        json_path = ".status.engine",
+        description = "where the injection runs now: Webhook, or Policy (in the API server)"
+    ),
+    printcolumn(
         name = "Probe-ms",
         type_ = "integer",
         json_path = ".status.lastProbeLatencyMillis",
@@ -172,6 +178,50 @@ pub struct InitializerSpec {
     /// would leave objects pending on a name nothing serves.
     #[serde(default)]
     pub backend: Backend,
+
+    /// Where a preset Initializer's injection runs: `Auto` (the default) moves it into the API
+    /// server, as a MutatingAdmissionPolicy, once the operator has proven that the policy does
+    /// what the webhook does (and keeps the webhook, saying why, where it cannot); `Webhook`
+    /// keeps the webhook; `Policy` asks for the policy and reports, as a warning, whatever
+    /// keeps the webhook in force. An Initializer with an `image` always runs as a webhook.
+    #[serde(default)]
+    pub engine: Engine,
+}
+
+/// Where a preset Initializer's injection runs (`spec.engine`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Engine {
+    /// The API server where it serves MutatingAdmissionPolicy and the policy is proven to do
+    /// what the webhook does; the webhook otherwise.
+    #[default]
+    Auto,
+    /// The webhook, always.
+    Webhook,
+    /// The API server; what keeps the webhook in force is a warning.
+    Policy,
+}
+
+impl Engine {
+    /// The value as written in the spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Auto => "Auto",
+            Engine::Webhook => "Webhook",
+            Engine::Policy => "Policy",
+        }
+    }
+}
+
+/// The engine an Initializer's injection runs on now (`status.engine`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum EngineInForce {
+    /// The initializer's pods, called through its MutatingWebhookConfiguration (or
+    /// InitializerConfiguration).
+    #[default]
+    Webhook,
+    /// The API server, through a MutatingAdmissionPolicy and its binding: the webhook is
+    /// deregistered and its Deployment scaled to zero (kept, so it can come back).
+    Policy,
 }
 
 /// How an initializer is put in the API server's path.
@@ -503,6 +553,9 @@ pub enum Phase {
     Unresponsive,
     /// `spec.suspend` is true; the configuration is removed.
     Suspended,
+    /// The preset runs in the API server as a MutatingAdmissionPolicy, proven to do what the
+    /// webhook does; the webhook is deregistered and its Deployment scaled to zero.
+    InApiServer,
     /// The spec was refused; nothing is registered.
     Invalid,
 }
@@ -524,6 +577,9 @@ pub struct InitializerStatus {
     /// Ready initializer pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
+    /// Where the injection runs now (see the `InApiServer` condition for why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineInForce>,
     /// Whether the configuration (webhook or `InitializerConfiguration`) is registered now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registered: Option<bool>,

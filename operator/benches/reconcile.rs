@@ -120,6 +120,8 @@ async fn against_sandbox() {
             initializer_operator::leader::Leadership::unconditional(),
         ),
         guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
+        policy_canary: None,
+        engines: Default::default(),
     });
     // First reconciles: add the finalizer, create every object, make the certificates.
     for _ in 0..3 {

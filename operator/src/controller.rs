@@ -79,6 +79,11 @@ pub struct Context {
     pub supervisor: Supervisor,
     /// The guard on Initializers as [`crate::guard::keep_applied`] last saw it.
     pub guard: tokio::sync::watch::Receiver<crate::guard::GuardState>,
+    /// Where a preset's policy is proven against its webhook (`--policy-canary-namespace`);
+    /// `None`: nowhere, so presets stay on the webhook.
+    pub policy_canary: Option<String>,
+    /// Each Initializer's engine as last decided ([`crate::engine`]).
+    pub engines: Engines,
 }
 
 impl std::fmt::Debug for Context {
@@ -156,6 +161,7 @@ pub fn supervision(
         stored_version: obj.metadata.resource_version.clone(),
         legacy: None,
         mark_keys: initializer_mark::Keys::default(),
+        engine: None,
     }
 }
 
@@ -319,10 +325,12 @@ fn guard_changes(
     })
 }
 
+mod engine;
 mod finalizer;
 mod orphans;
 mod steps;
 
+pub use engine::Engines;
 use finalizer::cleanup;
 pub use finalizer::had_fallback;
 use orphans::managed_selector;

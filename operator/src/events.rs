@@ -33,11 +33,19 @@ pub enum Reason {
     Refused,
     /// A configuration or workload of the Initializer's name belongs to someone else.
     Conflict,
+    /// A preset's injection moved into the API server (Normal), or back to the webhook
+    /// (Warning, with why).
+    EngineSwitched,
+    /// The compiled policy and the webhook disagreed in the canary: the webhook stays, and
+    /// the Event says what differed.
+    EngineDisproved,
+    /// The proof of the compiled policy could not finish; it is tried again.
+    ProofFailed,
 }
 
 impl Reason {
     /// Every reason, for the tests that hold the documentation to them.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 17] = [
         Reason::Registered,
         Reason::Degraded,
         Reason::Restored,
@@ -52,6 +60,9 @@ impl Reason {
         Reason::NoMissedInitializations,
         Reason::Refused,
         Reason::Conflict,
+        Reason::EngineSwitched,
+        Reason::EngineDisproved,
+        Reason::ProofFailed,
     ];
 
     /// The Event's `reason`.
@@ -71,6 +82,9 @@ impl Reason {
             Reason::NoMissedInitializations => "NoMissedInitializations",
             Reason::Refused => "Refused",
             Reason::Conflict => "Conflict",
+            Reason::EngineSwitched => "EngineSwitched",
+            Reason::EngineDisproved => "EngineDisproved",
+            Reason::ProofFailed => "ProofFailed",
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod apply;
 pub mod build;
 pub mod cel;
 pub mod controller;
+pub mod engine;
 pub mod error;
 pub mod events;
 pub mod guard;

@@ -33,6 +33,13 @@ pub struct RunArgs {
     /// initializer's workload.
     #[arg(long, env = "POD_NAMESPACE", default_value = "initializer-system")]
     pub namespace: String,
+    /// The namespace where a preset's MutatingAdmissionPolicy is proven against its webhook
+    /// before it takes over (`spec.engine: Auto` or `Policy`): it must be one the Initializers
+    /// intercept, and the ClusterRole `initializer-operator-policy-canary` must be bound there
+    /// to the operator's ServiceAccount (dry-run creates of the proof's corpus). Unset: presets
+    /// stay on the webhook, and their status says why.
+    #[arg(long, env = "POLICY_CANARY_NAMESPACE")]
+    pub policy_canary_namespace: Option<String>,
     /// Image of the built-in preset initializer (for Initializers with only `spec.preset`).
     #[arg(long, env = "PRESET_IMAGE", default_value_t = images::image(PRESET_INITIALIZER))]
     pub preset_image: String,
@@ -344,6 +351,8 @@ async fn lead(
         operator_namespace: args.namespace.clone(),
         supervisor: supervisor.clone(),
         guard,
+        policy_canary: args.policy_canary_namespace.clone(),
+        engines: controller::Engines::default(),
     });
     tokio::join!(
         controller::run(ctx, term.clone()),

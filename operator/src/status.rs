@@ -6,13 +6,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use initializer_crds::{Initializer, InitializerStatus, MissedInitializations, Outage, Phase};
+use initializer_crds::{
+    EngineInForce, Initializer, InitializerStatus, MissedInitializations, Outage, Phase,
+};
 use initializer_packaging::manifest::{NAME_LABEL as OPERATOR_NAME_LABEL, OPERATOR_NAME};
 use initializer_packaging::readiness::deployment_available;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::engine::EngineView;
+pub use crate::engine::IN_API_SERVER;
 use crate::health::{Snapshot, State};
 use crate::probe::Failure;
 use crate::validate::{Refusal, describe};
@@ -203,6 +207,18 @@ pub struct Observation<'a> {
     /// Why the last reconcile could not deploy the workload (or left an object alone), shown
     /// as `details.lastError` until a reconcile deploys it.
     pub last_error: Option<&'a str>,
+    /// Where a preset's injection runs, and why ([`crate::engine`]); `None` for an
+    /// Initializer nothing supervises.
+    pub engine: Option<&'a EngineView>,
+}
+
+impl Observation<'_> {
+    /// Whether the injection runs in the API server: the webhook is deregistered and its
+    /// Deployment kept at zero replicas on purpose.
+    fn in_api_server(&self) -> bool {
+        self.engine
+            .is_some_and(|e| e.in_force == EngineInForce::Policy)
+    }
 }
 
 /// How soon, under `failurePolicy: Fail`, the operator takes a hung initializer out of the path.
@@ -220,6 +236,8 @@ pub fn phase(o: &Observation<'_>) -> Phase {
         Phase::Invalid
     } else if o.suspended {
         Phase::Suspended
+    } else if o.in_api_server() && !o.registered {
+        Phase::InApiServer
     } else if o.registered && o.degraded {
         Phase::Degraded
     } else if o.registered {
@@ -273,6 +291,9 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         if let Some(c) = shared_namespace_condition(o) {
             conditions.push(c);
         }
+        if let Some(c) = in_api_server_condition(o) {
+            conditions.push(c);
+        }
     }
     let mut details = BTreeMap::new();
     if let Some(p) = o.probe.as_ref().filter(|p| !p.ok) {
@@ -290,6 +311,7 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         observed_generation: o.generation,
         ready_replicas: o.workload.as_ref().map(|w| w.ready_replicas),
         registered: Some(o.registered),
+        engine: o.engine.map(|e| e.in_force),
         configuration_name: Some(o.configuration_name.to_string()),
         last_probe_time: o.probe.as_ref().map(|p| Time(p.at)),
         last_probe_latency_millis: o
@@ -334,6 +356,7 @@ pub fn unsupervised(
         missed: previous.and_then(|s| s.missed_initializations.clone()),
         fail_closed: None,
         last_error,
+        engine: None,
     })
 }
 
@@ -555,6 +578,16 @@ fn valid_condition(o: &Observation<'_>) -> Condition {
 }
 
 fn available_condition(o: &Observation<'_>) -> Condition {
+    if o.in_api_server() {
+        return condition(
+            o,
+            AVAILABLE,
+            "False",
+            "ScaledToZero",
+            "the preset runs in the API server: the webhook's Deployment is kept at zero replicas"
+                .into(),
+        );
+    }
     match &o.workload {
         None => condition(
             o,
@@ -583,6 +616,15 @@ fn available_condition(o: &Observation<'_>) -> Condition {
 }
 
 fn responding_condition(o: &Observation<'_>) -> Condition {
+    if o.in_api_server() {
+        return condition(
+            o,
+            RESPONDING,
+            "Unknown",
+            "InApiServer",
+            "nothing to probe: the preset runs in the API server".into(),
+        );
+    }
     if o.health.is_some_and(|h| h.endpoints == Some(0)) {
         return condition(
             o,
@@ -640,6 +682,15 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
             "spec.suspend is true: the configuration stays removed".into(),
         );
     }
+    if o.in_api_server() {
+        return condition(
+            o,
+            REGISTERED,
+            "False",
+            "InApiServer",
+            format!("{name} is removed: the preset runs in the API server"),
+        );
+    }
     match o.health.map(|h| h.state) {
         Some(State::Unresponsive) => condition(
             o,
@@ -658,6 +709,23 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
             "waiting for an available Deployment and enough good probes".into(),
         ),
     }
+}
+
+/// `InApiServer`: where a preset's injection runs, present once the engine is known.
+fn in_api_server_condition(o: &Observation<'_>) -> Option<Condition> {
+    let engine = o.engine?;
+    let status = if engine.in_force == EngineInForce::Policy {
+        "True"
+    } else {
+        "False"
+    };
+    Some(condition(
+        o,
+        IN_API_SERVER,
+        status,
+        engine.reason,
+        engine.message.clone(),
+    ))
 }
 
 /// True when `next` need not be written over `previous`: nothing changed, or only the last

@@ -53,6 +53,7 @@ use tracing::warn;
 use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
 use crate::apply::{self, FallbackCheck, WebhookRegistrar};
 use crate::build::{self, FallbackPolicy};
+use crate::engine::EngineView;
 use crate::error::{Error, Result};
 use crate::health::{Cause, HealthConfig, Input, Machine};
 use crate::lag::LagMeter;
@@ -135,6 +136,10 @@ pub struct Supervision {
     /// The keys the initializer's marks are checked with when missed initializations are
     /// counted ([`crate::tls::mark_keys`]).
     pub mark_keys: initializer_mark::Keys,
+    /// Where a preset's injection runs ([`crate::engine`]). With the policy in force the
+    /// configuration is removed and stays removed, as under `spec.suspend`: on purpose, so no
+    /// outage, fallback or missed-initializations window.
+    pub engine: Option<EngineView>,
 }
 
 /// What the `InitializerConfiguration` backend supervises beyond the webhook's.
@@ -179,6 +184,13 @@ type TaskKey = (
 type ReadyEndpoints = Option<Vec<SocketAddr>>;
 
 impl Supervision {
+    /// Whether the preset runs in the API server (the configuration stays removed).
+    pub fn in_api_server(&self) -> bool {
+        self.engine
+            .as_ref()
+            .is_some_and(|e| e.in_force == initializer_crds::EngineInForce::Policy)
+    }
+
     fn configuration(&self) -> String {
         self.webhook.name_any()
     }
@@ -662,7 +674,7 @@ impl Supervisor {
         st.target = target.clone();
         let now = Instant::now();
         for input in [
-            Input::Suspend(target.suspended),
+            Input::Suspend(target.suspended || target.in_api_server()),
             Input::Available(target.available),
         ] {
             let action = st.machine.observe(input, now);

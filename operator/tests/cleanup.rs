@@ -123,6 +123,8 @@ fn context(client: Client) -> Arc<Context> {
             initializer_operator::leader::Leadership::unconditional(),
         ),
         guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
+        policy_canary: None,
+        engines: Default::default(),
     })
 }
 

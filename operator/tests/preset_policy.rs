@@ -24,9 +24,10 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use initializer_crds::constants::{INITIALIZED_BY_ANNOTATION, NAMESPACE_NAME_LABEL};
+use initializer_crds::constants::NAMESPACE_NAME_LABEL;
 use initializer_crds::{AnnotationGate, InitializerSpec, PresetConfig};
 use initializer_operator::build;
+use initializer_operator::engine::compare::comparable;
 use initializer_operator::policy::api::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
 use initializer_operator::policy::corpus::{self, CorpusObject};
 use initializer_operator::policy::{self, BindingScope};
@@ -144,59 +145,6 @@ async fn dry_run_create(client: &Client, namespace: &str, object: &Value) -> Val
                 object["metadata"]["name"]
             )
         })
-}
-
-/// Leaves out what differs between two creates of the same object in two namespaces:
-/// identity, times, the namespace, status (a Pod's QoS class is computed after admission), the
-/// random suffix of the service account token volume, the object's uid wherever it is copied
-/// (a Job's selector and labels), and the webhook's initialized-by mark, which is signed for
-/// one object at one time and which a policy does not write.
-fn comparable(object: &Value) -> Value {
-    let uid = object["metadata"]["uid"]
-        .as_str()
-        .unwrap_or("none")
-        .to_owned();
-    let mut object = object.clone();
-    let metadata = object["metadata"].as_object_mut().unwrap();
-    for field in [
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-        "managedFields",
-        "namespace",
-    ] {
-        metadata.remove(field);
-    }
-    if let Some(annotations) = metadata
-        .get_mut("annotations")
-        .and_then(Value::as_object_mut)
-    {
-        annotations.remove(INITIALIZED_BY_ANNOTATION);
-        if annotations.is_empty() {
-            metadata.remove("annotations");
-        }
-    }
-    object.as_object_mut().unwrap().remove("status");
-    normalize_strings(&mut object, &uid);
-    object
-}
-
-fn normalize_strings(value: &mut Value, uid: &str) {
-    match value {
-        Value::String(s) => {
-            if let Some(suffix) = s.strip_prefix("kube-api-access-")
-                && suffix.len() == 5
-            {
-                *s = "kube-api-access-*".to_owned();
-            }
-            if s.contains(uid) {
-                *s = s.replace(uid, "<uid>");
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| normalize_strings(v, uid)),
-        Value::Object(map) => map.values_mut().for_each(|v| normalize_strings(v, uid)),
-        _ => {}
-    }
 }
 
 /// The object to create again: what the API server fills in on a create removed (a Job's

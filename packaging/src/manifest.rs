@@ -218,6 +218,23 @@ pub fn workloads_cluster_role() -> ClusterRole {
     }
 }
 
+/// The ClusterRole `initializer-operator-policy-canary`, a manifest of the bundle: the
+/// dry-run creates with which a preset's policy is proven against its webhook
+/// ([`crate::rbac::policy_canary_rules`]). It grants nothing until an administrator binds it
+/// with a RoleBinding to the operator's ServiceAccount in the namespace named by
+/// `--policy-canary-namespace`.
+pub fn policy_canary_cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(crate::rbac::POLICY_CANARY_CLUSTER_ROLE.to_string()),
+            labels: Some(selector_labels()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(crate::rbac::policy_canary_rules()),
+        aggregation_rule: None,
+    }
+}
+
 /// The ClusterRoles `initializer-operator-legacy-initializers` and
 /// `initializer-operator-legacy-canary`: the rights of `backend: InitializerConfiguration`
 /// ([`crate::rbac::legacy_rules`], [`crate::rbac::legacy_canary_rules`]). They reach every

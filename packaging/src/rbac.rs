@@ -9,6 +9,9 @@
 //! - [`workload_rules`] (the ClusterRole [`WORKLOADS_CLUSTER_ROLE`] shipped in the bundle): the
 //!   Role's rules without the Lease, for an administrator to bind with a RoleBinding in each
 //!   namespace labelled for workloads.
+//! - [`policy_canary_rules`] (the ClusterRole [`POLICY_CANARY_CLUSTER_ROLE`] shipped in the
+//!   bundle): the dry-run creates of the proof's corpus, for an administrator to bind with a
+//!   RoleBinding in the policy canary namespace.
 //! - [`legacy_rules`] and [`legacy_canary_rules`] (the ClusterRoles [`LEGACY_CLUSTER_ROLE`] and
 //!   [`LEGACY_CANARY_CLUSTER_ROLE`] shipped in the bundle): what `backend:
 //!   InitializerConfiguration` needs, granted only when an administrator binds them (the first
@@ -46,6 +49,11 @@ pub const LEGACY_CLUSTER_ROLE: &str = "initializer-operator-legacy-initializers"
 /// ServiceAccount) so that the legacy backend's probe may create its canaries there
 /// ([`legacy_canary_rules`]).
 pub const LEGACY_CANARY_CLUSTER_ROLE: &str = "initializer-operator-legacy-canary";
+
+/// The ClusterRole an administrator binds (RoleBinding to the operator's ServiceAccount) in the
+/// namespace named by `--policy-canary-namespace`, where a preset's policy is proven against
+/// its webhook ([`policy_canary_rules`]; shipped in the bundle).
+pub const POLICY_CANARY_CLUSTER_ROLE: &str = "initializer-operator-policy-canary";
 
 /// One API call the operator makes: (API group, resource, verb).
 pub type ApiCall = (&'static str, &'static str, &'static str);
@@ -168,6 +176,50 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     // Initializers are cluster-scoped.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
+    // The engine (operator/src/engine/proof.rs): a preset's MutatingAdmissionPolicy and its
+    // binding applied (server-side apply: patch), read to tell ours and to check for drift
+    // (get), dry-run created under another name for the drift check (create), and removed once
+    // the webhook is back (delete).
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicies",
+        "get",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicies",
+        "create",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicies",
+        "patch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicies",
+        "delete",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicybindings",
+        "get",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicybindings",
+        "create",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicybindings",
+        "patch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicybindings",
+        "delete",
+    ),
 ];
 
 /// Every API call the operator makes in a namespace where workloads run (its own, and each
@@ -277,6 +329,19 @@ pub const LEGACY_CANARY_CALLS: &[ApiCall] = &[
     ("*", "*", "delete"),
 ];
 
+/// The engine's calls in the policy canary namespace: the proof's corpus created through both
+/// engines, always as a server-side dry run (operator/src/engine/proof.rs). RBAC knows no
+/// dry-run verb, so these are `create`; nothing is ever stored.
+pub const POLICY_CANARY_CALLS: &[ApiCall] = &[
+    ("", "pods", "create"),
+    ("apps", "deployments", "create"),
+    ("apps", "statefulsets", "create"),
+    ("apps", "daemonsets", "create"),
+    ("apps", "replicasets", "create"),
+    ("batch", "jobs", "create"),
+    ("batch", "cronjobs", "create"),
+];
+
 /// The API calls the operator makes only in its own namespace: leader election on one Lease.
 pub const OPERATOR_NAMESPACE_CALLS: &[ApiCall] = &[
     ("coordination.k8s.io", "leases", "get"),
@@ -330,6 +395,16 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
                 "validatingadmissionpolicybindings",
             ],
             &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        // The engine: a preset's MutatingAdmissionPolicy and binding, applied (patch), read for
+        // ownership and drift (get; create: the drift check's dry run), removed (delete).
+        rule(
+            &["admissionregistration.k8s.io"],
+            &[
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+            ],
+            &["get", "create", "patch", "delete"],
         ),
         // get: is a workload namespace labelled for initializers; list: namespaces' labels, to
         // count missed initializations in the namespaces the webhook selects.
@@ -402,6 +477,19 @@ pub fn legacy_rules() -> Vec<PolicyRule> {
             &["*"],
             &["get", "list", "watch", "update", "initialize"],
         ),
+    ]
+}
+
+/// The rules of [`POLICY_CANARY_CLUSTER_ROLE`]: dry-run creates of the pod kinds.
+pub fn policy_canary_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(&[""], &["pods"], &["create"]),
+        rule(
+            &["apps"],
+            &["deployments", "statefulsets", "daemonsets", "replicasets"],
+            &["create"],
+        ),
+        rule(&["batch"], &["jobs", "cronjobs"], &["create"]),
     ]
 }
 
@@ -480,6 +568,16 @@ mod tests {
             granted(&namespace_rules()),
             calls(&[WORKLOAD_CALLS, OPERATOR_NAMESPACE_CALLS])
         );
+    }
+
+    #[test]
+    fn the_policy_canary_role_grants_only_the_proofs_creates() {
+        assert_eq!(
+            granted(&policy_canary_rules()),
+            calls(&[POLICY_CANARY_CALLS])
+        );
+        assert!(!allows(&policy_canary_rules(), ("", "pods", "delete")));
+        assert!(!allows(&policy_canary_rules(), ("", "secrets", "create")));
     }
 
     #[test]

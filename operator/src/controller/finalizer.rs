@@ -85,6 +85,10 @@ pub(super) async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()
     if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
         info!(initializer = %name, "removed the fallback: suspended");
     }
+    // A preset running in the API server leaves the path too: break-glass means nothing.
+    if super::engine::remove_policy(ctx, obj).await? {
+        info!(initializer = %name, "removed the policy: suspended");
+    }
     if suspend_is_news(obj) {
         publish(
             ctx,
@@ -166,6 +170,10 @@ pub(super) async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> 
     if had_fallback(obj) && apply::remove_fallback(&ctx.client, &names.fallback).await? {
         info!(initializer = %name, "removed the fallback");
     }
+    if super::engine::remove_policy(ctx, obj).await? {
+        info!(initializer = %name, "removed the policy");
+    }
+    ctx.engines.forget(&name);
     // The finalizer stays until the API server confirms the configuration is gone, so no
     // create ever meets a configuration whose initializer has already been deleted.
     let label = names.label.clone();

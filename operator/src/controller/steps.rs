@@ -16,6 +16,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
+use super::engine;
 use super::finalizer::{remove_configuration, suspend_first};
 use super::{
     Context, RESYNC, conflict_is_news, publish, refusal_is_news, requeue_after, supervision,
@@ -88,8 +89,9 @@ pub(super) async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     }
     let reconciled = async {
         let checked = check(obj, ctx).await?;
-        let deployed = deploy(obj, ctx, &names, &checked).await?;
-        hand_over(obj, ctx, checked, deployed).await
+        let engine = engine::plan(obj, ctx, &checked.validated).await?;
+        let deployed = deploy(obj, ctx, &names, &checked, engine.scale_to_zero()).await?;
+        hand_over(obj, ctx, checked, deployed, engine).await
     };
     match reconciled.await {
         Ok(action) => Ok(action),
@@ -163,12 +165,14 @@ struct Deployed {
     deployment: Deployment,
 }
 
-/// Certificates, the desired objects (built purely), the workload applied.
+/// Certificates, the desired objects (built purely), the workload applied (at zero replicas
+/// while the preset runs in the API server: kept, so the webhook can come back).
 async fn deploy(
     obj: &Initializer,
     ctx: &Context,
     names: &Names,
     checked: &Checked,
+    scale_to_zero: bool,
 ) -> Result<Deployed, Stop> {
     let name = obj.name_any();
     let now = Timestamp::now();
@@ -219,6 +223,9 @@ async fn deploy(
             obj.metadata.generation.unwrap_or(1),
         );
         build::stamp_generation(&mut desired.deployment, &hash, generation);
+        if scale_to_zero && let Some(spec) = desired.deployment.spec.as_mut() {
+            spec.replicas = Some(0);
+        }
         if let Some(legacy) = &desired.legacy {
             apply::legacy::apply_rbac(&ctx.client, legacy).await?;
         }
@@ -241,12 +248,15 @@ async fn deploy(
 }
 
 /// Hands the deployed Initializer to the supervisor, which registers its configuration once the
-/// initializer answers, and says when to look again.
+/// initializer answers (or keeps it removed while the preset runs in the API server); then the
+/// engine's step after the sync (the proof and cutover, or the policy removed once the webhook
+/// is back), and says when to look again.
 async fn hand_over(
     obj: &Initializer,
     ctx: &Context,
     checked: Checked,
     deployed: Deployed,
+    engine: engine::EngineStep,
 ) -> Result<Action, Stop> {
     let name = obj.name_any();
     let Checked { validated, reached } = checked;
@@ -260,23 +270,46 @@ async fn hand_over(
     workload.shared_with = shared_with(ctx).await?;
     let mut target = supervision(obj, &validated, &desired, workload, expiry);
     target.mark_keys = tls::mark_keys(&material);
+    target.engine = Some(engine.view.clone());
     if let Some(legacy) = &desired.legacy {
         match legacy_supervision(ctx, &validated, legacy, reached).await {
             Ok(supervised) => target.legacy = Some(supervised),
             Err(err) => return Err(Stop::Failed(err)),
         }
     }
-    let synced = ctx.supervisor.sync(target).await;
-    let report = synced.map_err(|err| {
+    let sync_error = |err: Error| {
         if err.is_conflict() {
             Stop::Conflict(err)
         } else {
             Stop::Error(err)
         }
-    })?;
+    };
+    let mut report = ctx
+        .supervisor
+        .sync(target.clone())
+        .await
+        .map_err(sync_error)?;
+    let switched = engine::after_sync(obj, ctx, &validated, &engine, &report).await?;
+    let cut_over = switched
+        .as_ref()
+        .is_some_and(|view| view.in_force != engine.view.in_force);
+    if let Some(view) = switched {
+        // With the policy now in force, this sync takes the webhook out of the path; the next
+        // reconcile scales its Deployment to zero.
+        target.engine = Some(view);
+        report = ctx.supervisor.sync(target).await.map_err(sync_error)?;
+    }
+    if cut_over {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
     // The legacy backend looks again soon while unregistered: its own pods may be waiting on
     // its name (cleared at each reconcile) until the initializer is up.
+    if engine.scale_to_zero() {
+        // Nothing watches the policy and its binding (the API may not be served where the
+        // operator starts): they are checked for drift this often instead.
+        return Ok(Action::requeue(engine::DRIFT_CHECK));
+    }
     Ok(Action::requeue(requeue_after(
         validated.namespace == ctx.operator_namespace && desired.legacy.is_none(),
         report.registered,

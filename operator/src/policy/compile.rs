@@ -149,7 +149,12 @@ pub enum BindingScope {
 
 /// The policy's (and its binding's) name.
 pub fn policy_name(v: &Validated) -> String {
-    format!("initializer-{}-preset", v.names.base)
+    policy_name_of(&v.names.base)
+}
+
+/// The policy's name for an Initializer whose workload is named `base`.
+pub fn policy_name_of(base: &str) -> String {
+    format!("initializer-{base}-preset")
 }
 
 /// Compiles a validated preset Initializer, or says which field keeps it on the webhook.

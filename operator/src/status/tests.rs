@@ -125,6 +125,7 @@ fn base() -> Observation<'static> {
         missed: None,
         fail_closed: None,
         last_error: None,
+        engine: None,
     }
 }
 

@@ -146,6 +146,7 @@ impl Supervisor {
             missed: st.missed.clone(),
             fail_closed: target.fail_closed_bounds(),
             last_error: failure.as_deref(),
+            engine: target.engine.as_ref(),
         });
         if let Some(legacy) = &target.legacy {
             status.details.insert(

@@ -95,6 +95,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         stored_version: None,
         legacy: None,
         mark_keys: Default::default(),
+        engine: None,
     };
     let stopped = CancellationToken::new();
     let entry = Arc::new(Supervised {

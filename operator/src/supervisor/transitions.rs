@@ -206,6 +206,12 @@ impl Supervisor {
                 }
                 info!(initializer = %name, %configuration, cause = cause.reason(), took_ms = took.as_millis() as u64, "deregistered");
                 let (type_, note) = match cause {
+                    Cause::Suspended if st.target.in_api_server() && !st.target.suspended => (
+                        EventType::Normal,
+                        format!(
+                            "removed {configuration}: the preset runs in the API server (its MutatingAdmissionPolicy is proven and in force)"
+                        ),
+                    ),
                     Cause::Suspended => (
                         EventType::Normal,
                         format!("removed {configuration}: spec.suspend is true"),

@@ -19,7 +19,8 @@
 //! - `leadership`: one leader writes, an old one writes nothing;
 //! - `ownership`: what is the operator's is kept as it wants it, what is not is left alone;
 //! - `namespaces`: where workloads run and with which rights;
-//! - `guard`: who may create Initializers.
+//! - `guard`: who may create Initializers;
+//! - `engine`: a preset moved into the API server once proven, and back.
 
 // Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -28,6 +29,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod engine;
 mod guard;
 mod leadership;
 mod lifecycle;

@@ -117,6 +117,11 @@ impl TestCluster {
         Ok(Self { client, plane, dir })
     }
 
+    /// Whether this is the real control plane (kube-apiserver), not the sandbox.
+    pub fn is_real(&self) -> bool {
+        matches!(self.plane, Plane::Real(_))
+    }
+
     /// A cluster-admin client.
     pub fn client(&self) -> Client {
         self.client.clone()

@@ -17,13 +17,24 @@ pub fn test_initializer() -> PathBuf {
     super::built("initializer-operator", "--example", "test_initializer").unwrap()
 }
 
-/// Runs one test body on `backend`, with the test initializer as `image_repository`'s image.
+/// Runs one test body on `backend`, with the test initializer as `image_repository`'s image and
+/// the preset initializer's binary as the preset image (what a preset Initializer deploys).
 pub async fn run_with_test_initializer<F>(backend: Backend, image_repository: &str, body: F)
 where
     F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
 {
     initializer_operator::run::init_tracing(false);
-    super::run(backend, &[(image_repository, test_initializer())], body).await;
+    let preset_image =
+        initializer_crds::images::image(initializer_crds::images::PRESET_INITIALIZER);
+    let preset_repository = preset_image
+        .rsplit_once(':')
+        .map_or(preset_image.as_str(), |(repository, _)| repository);
+    let preset = super::built("preset-initializer", "--bin", "preset-initializer").unwrap();
+    let images = [
+        (image_repository, test_initializer()),
+        (preset_repository, preset),
+    ];
+    super::run(backend, &images, body).await;
 }
 
 #[derive(Parser)]

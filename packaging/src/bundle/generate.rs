@@ -20,7 +20,7 @@ use super::csv::{
 };
 use super::{
     ANNOTATIONS_FILE, Bundle, CHANNEL, CRD_FILE, CSV_FILE, DOCKERFILE, PACKAGE, PDB_FILE,
-    SCORECARD_FILE, WORKLOADS_ROLE_FILE,
+    POLICY_CANARY_ROLE_FILE, SCORECARD_FILE, WORKLOADS_ROLE_FILE,
 };
 use crate::error::Error;
 use crate::manifest;
@@ -129,7 +129,10 @@ pub fn generate_with_rules(
         .map_err(|err| yaml_error("the PodDisruptionBudget", &err))?;
     let workloads_role = serde_yaml::to_string(&manifest::workloads_cluster_role())
         .map_err(|err| yaml_error("the workloads ClusterRole", &err))?;
+    let policy_canary_role = serde_yaml::to_string(&manifest::policy_canary_cluster_role())
+        .map_err(|err| yaml_error("the policy canary ClusterRole", &err))?;
     let mut files = BTreeMap::from([
+        (POLICY_CANARY_ROLE_FILE.to_string(), policy_canary_role),
         (CSV_FILE.to_string(), csv_yaml),
         (CRD_FILE.to_string(), crd),
         (PDB_FILE.to_string(), pdb),

@@ -40,6 +40,9 @@ pub const PDB_FILE: &str = "manifests/initializer-operator.poddisruptionbudget.y
 /// The ClusterRole an administrator binds in each namespace labelled for workloads, relative to
 /// the bundle directory.
 pub const WORKLOADS_ROLE_FILE: &str = "manifests/initializer-operator-workloads.clusterrole.yaml";
+/// The bundle's ClusterRole for the policy canary namespace.
+pub const POLICY_CANARY_ROLE_FILE: &str =
+    "manifests/initializer-operator-policy-canary.clusterrole.yaml";
 /// The bundle annotations, relative to the bundle directory.
 pub const ANNOTATIONS_FILE: &str = "metadata/annotations.yaml";
 /// The bundle image's Dockerfile, relative to the bundle directory (its build context).
@@ -247,6 +250,7 @@ mod tests {
             names,
             vec![
                 crate::monitoring::BUNDLE_SERVICE_FILE,
+                POLICY_CANARY_ROLE_FILE,
                 WORKLOADS_ROLE_FILE,
                 CSV_FILE,
                 PDB_FILE,

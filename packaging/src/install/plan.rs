@@ -401,10 +401,16 @@ mod tests {
             .collect();
         assert_eq!(
             bundle_roles,
-            [(
-                crate::rbac::WORKLOADS_CLUSTER_ROLE.to_string(),
-                crate::rbac::workload_rules()
-            )]
+            [
+                (
+                    crate::rbac::POLICY_CANARY_CLUSTER_ROLE.to_string(),
+                    crate::rbac::policy_canary_rules()
+                ),
+                (
+                    crate::rbac::WORKLOADS_CLUSTER_ROLE.to_string(),
+                    crate::rbac::workload_rules()
+                )
+            ]
         );
         assert_eq!(plan.deployments.len(), 1);
         assert_eq!(

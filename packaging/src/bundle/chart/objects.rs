@@ -204,7 +204,11 @@ fn set(value: &mut Value, pointer: &str, new: Value) -> Result<(), Error> {
     Ok(())
 }
 
-/// The template a ClusterRole shipped in the bundle goes to (the workloads one is the only one).
-pub(crate) fn bundle_role_template(_name: &str) -> &'static str {
-    "workloads-clusterrole.yaml"
+/// The template a ClusterRole shipped in the bundle goes to.
+pub(crate) fn bundle_role_template(name: &str) -> &'static str {
+    if name == crate::rbac::POLICY_CANARY_CLUSTER_ROLE {
+        "policy-canary-clusterrole.yaml"
+    } else {
+        "workloads-clusterrole.yaml"
+    }
 }

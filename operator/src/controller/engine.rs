@@ -1,0 +1,443 @@
+//! The engine step of a reconcile ([`crate::engine`]): before the workload is deployed, the
+//! plan (and, with the policy in force, the drift check and the way back); after the
+//! supervisor's sync, the proof and the cutover once the webhook is registered, and the
+//! removal of a policy the webhook has taken over from.
+//!
+//! Ordering is what keeps creates injected throughout: the policy is in force everywhere
+//! before the webhook is deregistered, the webhook is deregistered (by the supervisor, on
+//! purpose, as under `spec.suspend`) before its Deployment is scaled to zero, and on the way
+//! back the policy stays in force until the webhook is registered again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use initializer_crds::{Engine, EngineInForce, Initializer, Phase};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::events::EventType;
+use kube::{Api, Client, ResourceExt};
+use tracing::{info, warn};
+
+use super::{Context, publish};
+use crate::engine::proof::{self, PolicyObjects, Unproven};
+use crate::engine::{self, Canary, EngineView, IN_API_SERVER, Plan, Settled, Why, compare};
+use crate::error::{Error, Result};
+use crate::events::Reason;
+use crate::missed::selector_matches;
+use crate::policy::served::{self, Discovered, NotServed};
+use crate::policy::{BindingScope, Compiled};
+use crate::selector;
+use crate::supervisor::Report;
+use crate::validate::Validated;
+
+/// How often a policy in force is checked for drift (four requests: each object read, and
+/// dry-run created as desired).
+pub(super) const DRIFT_CHECK: Duration = Duration::from_secs(10);
+/// How long the API server's answer on serving MutatingAdmissionPolicy is reused.
+const DISCOVERY_TTL: Duration = Duration::from_secs(60);
+
+/// What the operator remembers of each Initializer's engine, and of the API server's
+/// discovery. Rebuilt from the stored status after a restart.
+#[derive(Debug, Default)]
+pub struct Engines {
+    served: Mutex<Option<(Instant, Result<&'static str, NotServed>)>>,
+    entries: Mutex<HashMap<String, Remembered>>,
+}
+
+/// One Initializer's engine, as last decided.
+#[derive(Clone, Debug)]
+struct Remembered {
+    /// The generation `settled` holds for.
+    generation: Option<i64>,
+    settled: Settled,
+    in_force: EngineInForce,
+    /// How the policy in force was proven (the condition's message).
+    proven: String,
+    /// The last proof's failure, shown until the next proof.
+    failure: Option<Why>,
+    /// A policy or binding of this Initializer may exist (removed once the webhook is back).
+    policy_may_exist: bool,
+}
+
+impl Remembered {
+    /// What the stored status says, for an Initializer this replica has not decided on yet.
+    fn recovered(obj: &Initializer) -> Self {
+        let status = obj.status.as_ref();
+        let in_force = status.and_then(|s| s.engine).unwrap_or_default();
+        let condition = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == IN_API_SERVER));
+        let message = condition.map(|c| c.message.clone()).unwrap_or_default();
+        let settled = match (in_force, condition.map(|c| c.reason.as_str())) {
+            (EngineInForce::Policy, _) => Settled::InForce,
+            (_, Some("Disproved")) => Settled::Webhook(Why::Disproved(message.clone())),
+            (_, Some("Drifted")) => Settled::Webhook(Why::Drifted(message.clone())),
+            _ => Settled::Nothing,
+        };
+        Self {
+            generation: status.and_then(|s| s.observed_generation),
+            settled,
+            in_force,
+            proven: message,
+            failure: None,
+            policy_may_exist: true,
+        }
+    }
+}
+
+impl Engines {
+    fn remembered(&self, obj: &Initializer) -> Remembered {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries
+            .get(&obj.name_any())
+            .cloned()
+            .unwrap_or_else(|| Remembered::recovered(obj))
+    }
+
+    fn remember(&self, name: &str, remembered: Remembered) {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_owned(), remembered);
+    }
+
+    /// Forgets a deleted Initializer.
+    pub fn forget(&self, name: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
+    }
+
+    /// The version MutatingAdmissionPolicy is written at, or why it cannot be.
+    async fn served_version(&self, client: &Client) -> Result<Result<&'static str, NotServed>> {
+        {
+            let cached = self
+                .served
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((at, served)) = cached.as_ref()
+                && at.elapsed() < DISCOVERY_TTL
+            {
+                return Ok(served.clone());
+            }
+        }
+        let mut discovered = Vec::new();
+        for version in served::VERSIONS {
+            let group_version = format!("{}/{version}", served::GROUP);
+            match client.list_api_group_resources(&group_version).await {
+                Ok(list) => discovered.push(Discovered {
+                    version: version.to_owned(),
+                    resources: list.resources.into_iter().map(|r| r.name).collect(),
+                }),
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::Get {
+                        kind: "APIResourceList",
+                        name: group_version,
+                        source: Box::new(source),
+                    });
+                }
+            }
+        }
+        let served = served::served_version(&discovered);
+        *self
+            .served
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((Instant::now(), served.clone()));
+        Ok(served)
+    }
+}
+
+/// What the engine step decided for one reconcile.
+pub(super) struct EngineStep {
+    plan: Plan,
+    /// What the status says.
+    pub(super) view: EngineView,
+    compiled: Option<Compiled>,
+    objects: Option<PolicyObjects>,
+}
+
+impl EngineStep {
+    /// Whether the Deployment is kept at zero replicas: the policy is in force and the
+    /// supervisor has taken the webhook out of the path.
+    pub(super) fn scale_to_zero(&self) -> bool {
+        self.view.in_force == EngineInForce::Policy
+    }
+}
+
+/// Plans the engine of `obj` for this reconcile. With the policy in force, checks it for drift
+/// (and goes back to the webhook when it drifted, or when anything else now keeps the
+/// webhook: the policy stays in force until the webhook is registered again).
+pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Result<EngineStep> {
+    let name = obj.name_any();
+    let mut remembered = ctx.engines.remembered(obj);
+    if remembered.generation != obj.metadata.generation {
+        remembered.generation = obj.metadata.generation;
+        remembered.settled = Settled::Nothing;
+        remembered.failure = None;
+    }
+    let compiled = crate::policy::compile(v);
+    let wanted = obj.spec.engine != Engine::Webhook && compiled.is_ok();
+    let needs_api = wanted
+        || remembered.in_force == EngineInForce::Policy
+        || (remembered.policy_may_exist && compiled.is_ok());
+    let version = if needs_api {
+        Some(ctx.engines.served_version(&ctx.client).await?)
+    } else {
+        None
+    };
+    let served = match &version {
+        Some(Err(not_served)) => Err(Why::not_served(not_served)),
+        _ => Ok(()),
+    };
+    let objects = match &version {
+        Some(Ok(version)) => Some(PolicyObjects::new(v, version)),
+        _ => None,
+    };
+    let canary = match (&compiled, &remembered.settled) {
+        (Ok(compiled), Settled::Nothing) if wanted && served.is_ok() => {
+            canary(&ctx.client, ctx.policy_canary.as_deref(), v, compiled).await?
+        }
+        _ => Canary::NotConfigured,
+    };
+    if obj.spec.suspend {
+        remembered.settled = Settled::Nothing;
+    }
+    let mut plan = engine::decide(
+        obj.spec.engine,
+        obj.spec.suspend,
+        compiled.as_ref().map(|_| ()).map_err(Why::not_compilable),
+        served,
+        &canary,
+        &remembered.settled,
+    );
+    if plan == Plan::KeepPolicy
+        && let (Ok(compiled), Some(objects)) = (&compiled, &objects)
+    {
+        let everywhere = crate::policy::binding(v, &BindingScope::Everywhere);
+        if let Some(drift) = objects
+            .drift(&ctx.client, &compiled.policy, &everywhere)
+            .await?
+        {
+            // What was proven goes back in force at once, so nothing is left uninjected
+            // while the webhook comes back.
+            ctx.supervisor
+                .leadership()
+                .check(|| format!("restore the policy of {name}"))?;
+            objects
+                .apply(&ctx.client, &compiled.policy, &everywhere)
+                .await?;
+            let why = Why::Drifted(format!(
+                "{drift}; it was put back as proven and stays in force until the webhook is \
+                 registered again, then removed"
+            ));
+            remembered.settled = Settled::Webhook(why.clone());
+            plan = Plan::Webhook(why);
+        }
+    }
+    if remembered.in_force == EngineInForce::Policy && plan != Plan::KeepPolicy {
+        let why = match &plan {
+            Plan::Webhook(why) => why.message(),
+            _ => "the spec changed: the new policy is proven against the webhook first".to_owned(),
+        };
+        info!(initializer = %name, %why, "going back to the webhook");
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::EngineSwitched,
+            format!("back to the webhook: {why}; the policy stays in force until the webhook is registered"),
+        )
+        .await;
+        remembered.in_force = EngineInForce::Webhook;
+        remembered.policy_may_exist = true;
+    }
+    let in_force = match (&plan, remembered.in_force) {
+        (_, EngineInForce::Policy) => Ok(remembered.proven.clone()),
+        (Plan::Webhook(why), _) => Err(why.clone()),
+        _ => Err(remembered.failure.clone().unwrap_or(Why::AwaitingWebhook)),
+    };
+    let view = engine::view(obj.spec.engine, &in_force);
+    ctx.engines.remember(&name, remembered);
+    Ok(EngineStep {
+        plan,
+        view,
+        compiled: compiled.ok(),
+        objects,
+    })
+}
+
+/// What the configured canary namespace is to `v`.
+async fn canary(
+    client: &Client,
+    configured: Option<&str>,
+    v: &Validated,
+    compiled: &Compiled,
+) -> Result<Canary> {
+    let Some(namespace) = configured else {
+        return Ok(Canary::NotConfigured);
+    };
+    let found = Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Namespace",
+            name: namespace.to_owned(),
+            source: Box::new(source),
+        })?;
+    let Some(found) = found else {
+        return Ok(Canary::OutOfScope(format!(
+            "the canary namespace {namespace} does not exist"
+        )));
+    };
+    let scope = selector::namespace_selector(
+        v.spec.namespaces.as_ref(),
+        &v.operator_namespace,
+        &v.namespace,
+    );
+    if !selector_matches(&scope, &found.metadata.labels.unwrap_or_default()) {
+        return Ok(Canary::OutOfScope(format!(
+            "the canary namespace {namespace} is outside this Initializer's namespaces \
+             (spec.namespaces): the proof compares the two engines there"
+        )));
+    }
+    if !compare::proof_corpus(v, &compiled.program, namespace)
+        .iter()
+        .any(|p| p.injected)
+    {
+        return Ok(Canary::NothingToProve(format!(
+            "the preset changes no object of the proof's corpus in the canary namespace \
+             {namespace} (spec.preset.selector)"
+        )));
+    }
+    Ok(Canary::InScope(namespace.to_owned()))
+}
+
+/// After the supervisor's sync: proves the policy and cuts over once the webhook is registered
+/// and healthy, or removes a policy the registered webhook took over from. Returns the new view
+/// when the status must say something new (the caller syncs again with it: with the policy in
+/// force, that sync deregisters the webhook).
+pub(super) async fn after_sync(
+    obj: &Initializer,
+    ctx: &Context,
+    v: &Validated,
+    step: &EngineStep,
+    report: &Report,
+) -> Result<Option<EngineView>> {
+    let name = obj.name_any();
+    let mut remembered = ctx.engines.remembered(obj);
+    let healthy = report.registered && report.status.phase == Some(Phase::Registered);
+    let (Some(objects), true) = (&step.objects, remembered.in_force == EngineInForce::Webhook)
+    else {
+        return Ok(None);
+    };
+    let view = match (&step.plan, &step.compiled) {
+        (Plan::Prove { canary }, Some(compiled)) if healthy => {
+            ctx.supervisor
+                .leadership()
+                .check(|| format!("prove the policy of {name}"))?;
+            remembered.policy_may_exist = true;
+            match proof::prove(&ctx.client, objects, v, compiled, canary).await {
+                Ok(proven) => {
+                    let message = format!(
+                        "MutatingAdmissionPolicy {} ({}) and its binding are in force: {} \
+                         corpus objects created through both engines in {canary} agreed ({} \
+                         injected); proven and in force everywhere {:.1}s after the first apply",
+                        objects.name,
+                        objects.version,
+                        proven.compared,
+                        proven.injected,
+                        proven.took.as_secs_f64()
+                    );
+                    info!(initializer = %name, took_ms = proven.took.as_millis() as u64, "the policy is proven and in force");
+                    publish(
+                        ctx,
+                        obj,
+                        EventType::Normal,
+                        Reason::EngineSwitched,
+                        format!(
+                            "the preset runs in the API server now; the webhook is deregistered \
+                             and its Deployment scaled to zero. {message}"
+                        ),
+                    )
+                    .await;
+                    remembered.in_force = EngineInForce::Policy;
+                    remembered.settled = Settled::InForce;
+                    remembered.proven = message.clone();
+                    remembered.failure = None;
+                    Some(engine::view(obj.spec.engine, &Ok(message)))
+                }
+                Err(Unproven::Disproved(diff)) => {
+                    warn!(initializer = %name, %diff, "the policy disagrees with the webhook");
+                    publish(
+                        ctx,
+                        obj,
+                        EventType::Warning,
+                        Reason::EngineDisproved,
+                        format!("the webhook stays: {diff}"),
+                    )
+                    .await;
+                    let why = Why::Disproved(format!(
+                        "the compiled policy and the webhook disagreed in {canary}: {diff}"
+                    ));
+                    remembered.settled = Settled::Webhook(why.clone());
+                    remembered.policy_may_exist = false;
+                    Some(engine::view(obj.spec.engine, &Err(why)))
+                }
+                Err(Unproven::Failed(failure)) => {
+                    warn!(initializer = %name, %failure, "the proof could not finish");
+                    if let Err(e) = objects.remove(&ctx.client).await {
+                        warn!(initializer = %name, error = %e, "failed to remove the unproven policy");
+                    }
+                    let why =
+                        Why::ProofFailed(format!("{failure}; tried again at the next resync"));
+                    if remembered.failure.as_ref() != Some(&why) {
+                        publish(ctx, obj, EventType::Warning, Reason::ProofFailed, failure).await;
+                    }
+                    remembered.failure = Some(why.clone());
+                    Some(engine::view(obj.spec.engine, &Err(why)))
+                }
+            }
+        }
+        _ if remembered.policy_may_exist && report.registered => {
+            ctx.supervisor
+                .leadership()
+                .check(|| format!("remove the policy of {name}"))?;
+            if objects.remove(&ctx.client).await? {
+                info!(initializer = %name, "removed the policy: the webhook is registered");
+            }
+            remembered.policy_may_exist = false;
+            None
+        }
+        _ => None,
+    };
+    ctx.engines.remember(&name, remembered);
+    Ok(view)
+}
+
+/// Removes the policy and binding of a deleted or suspended Initializer (only ours), where the
+/// API server serves them.
+pub(super) async fn remove_policy(ctx: &Context, obj: &Initializer) -> Result<bool> {
+    // Only a preset is ever compiled; one whose spec changed since shows the policy in force.
+    let ran_in_api_server =
+        obj.status.as_ref().and_then(|s| s.engine) == Some(EngineInForce::Policy);
+    if obj.spec.preset.is_none() && !ran_in_api_server {
+        return Ok(false);
+    }
+    let names = crate::naming::names(&obj.name_any());
+    let Ok(version) = ctx.engines.served_version(&ctx.client).await? else {
+        return Ok(false);
+    };
+    let objects = PolicyObjects::named(&names, version);
+    let removed = objects.remove(&ctx.client).await?;
+    if removed {
+        let mut remembered = ctx.engines.remembered(obj);
+        remembered.in_force = EngineInForce::Webhook;
+        remembered.policy_may_exist = false;
+        ctx.engines.remember(&obj.name_any(), remembered);
+    }
+    Ok(removed)
+}

@@ -1,0 +1,248 @@
+//! The engine choice: where a preset Initializer's injection runs. A preset is exactly what a
+//! `MutatingAdmissionPolicy` can express, so the API server itself can run it: no pod, no
+//! certificate, no network hop, nothing to go down. The operator moves a preset there only once
+//! it has proven, on the API server itself, that the policy does what the webhook does, and
+//! moves it back at the first sign that it may not.
+//!
+//! ```text
+//!  Webhook registered ──prove──► canary binding, corpus agrees ──widen──► in force everywhere
+//!        ▲                                    │ disagreement                    │
+//!        │                                    ▼                                 ▼
+//!        └──────── way back ◄──── policy removed, Disproved        webhook deregistered,
+//!                     ▲                                            Deployment scaled to zero
+//!                     └──── policy or binding edited or deleted (Drifted), a new spec
+//! ```
+//!
+//! - this file, pure: [`decide`] (the plan for one reconcile, from the spec, the compiler, the
+//!   API server's discovery, the canary namespace and what is already settled for this
+//!   generation) and [`view`] (what the status says: `status.engine` and the `InApiServer`
+//!   condition's reason and message);
+//! - [`compare`]: the corpus dressed for the Initializer's selectors, and two stored objects
+//!   compared as the engines must agree;
+//! - [`proof`]: the IO: the policy and its canary binding applied, the corpus created through
+//!   both engines by server-side dry run, the binding widened and confirmed in force, the drift
+//!   check, and the removal.
+//!
+//! What proves the policy in force without taking the webhook away first: the webhook marks
+//! only what it changes (its signed `initialized-by` annotation), and policies run before every
+//! webhook. A create that comes back injected and unmarked was injected by the policy.
+//!
+//! The proof runs in one namespace, the canary namespace an administrator names
+//! (`--policy-canary-namespace`) and grants the operator dry-run creates in (the ClusterRole
+//! `initializer-operator-policy-canary`, bound there): it must be one the Initializer
+//! intercepts, or there is nothing to compare.
+
+pub mod compare;
+pub mod proof;
+
+use initializer_crds::{Engine, EngineInForce};
+
+use crate::policy::CompileError;
+use crate::policy::served::NotServed;
+
+/// Condition type: the injection runs in the API server (True), or why not (False).
+pub const IN_API_SERVER: &str = "InApiServer";
+
+/// Why the webhook is the engine in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// `spec.engine: Webhook`.
+    Pinned,
+    /// `spec.suspend`: neither engine is in the path.
+    Suspended,
+    /// The compiler cannot express the Initializer (it names the field).
+    NotCompilable { field: String, message: String },
+    /// The API server serves no MutatingAdmissionPolicy the operator can write.
+    NotServed(String),
+    /// No canary namespace is configured: nowhere to prove the policy.
+    NoCanaryNamespace,
+    /// The canary namespace is missing or outside the Initializer's namespaces.
+    CanaryOutOfScope(String),
+    /// Nothing of the corpus is changed by the preset in the canary namespace: a proof would
+    /// compare nothing.
+    NothingToProve(String),
+    /// Waiting for the webhook to be registered: the proof compares the policy with it.
+    AwaitingWebhook,
+    /// The proof could not finish (an API call failed, the policy never came in force): tried
+    /// again at the next reconcile.
+    ProofFailed(String),
+    /// The policy and the webhook disagreed on the corpus (or the policy failed in the
+    /// canary): the webhook stays for this generation of the spec.
+    Disproved(String),
+    /// The policy or its binding was edited or deleted by someone else while in force: the
+    /// webhook came back, and stays for this generation of the spec.
+    Drifted(String),
+}
+
+impl Why {
+    /// The condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Why::Pinned => "Pinned",
+            Why::Suspended => "Suspended",
+            Why::NotCompilable { .. } => "NotCompilable",
+            Why::NotServed(_) => "NotServed",
+            Why::NoCanaryNamespace => "NoCanaryNamespace",
+            Why::CanaryOutOfScope(_) => "CanaryOutOfScope",
+            Why::NothingToProve(_) => "NothingToProve",
+            Why::AwaitingWebhook => "AwaitingWebhook",
+            Why::ProofFailed(_) => "ProofFailed",
+            Why::Disproved(_) => "Disproved",
+            Why::Drifted(_) => "Drifted",
+        }
+    }
+
+    /// The condition's message.
+    pub fn message(&self) -> String {
+        match self {
+            Why::Pinned => "spec.engine is Webhook".to_owned(),
+            Why::Suspended => {
+                "spec.suspend is true: neither the webhook nor the policy is in the path; the \
+                 policy is proven again when it is false"
+                    .to_owned()
+            }
+            Why::NotCompilable { field, message } => {
+                format!("{field} cannot run as a MutatingAdmissionPolicy: {message}")
+            }
+            Why::NotServed(why) => why.clone(),
+            Why::NoCanaryNamespace => "the operator has no canary namespace to prove the policy \
+                 in (--policy-canary-namespace, env POLICY_CANARY_NAMESPACE)"
+                .to_owned(),
+            Why::CanaryOutOfScope(why)
+            | Why::NothingToProve(why)
+            | Why::ProofFailed(why)
+            | Why::Disproved(why)
+            | Why::Drifted(why) => why.clone(),
+            Why::AwaitingWebhook => {
+                "the policy is proven against the webhook once the webhook is registered".to_owned()
+            }
+        }
+    }
+
+    /// Whether it holds for the rest of this generation of the spec (the others are looked at
+    /// again at every reconcile).
+    pub fn settles(&self) -> bool {
+        matches!(self, Why::Disproved(_) | Why::Drifted(_))
+    }
+
+    /// From a compile error.
+    pub fn not_compilable(error: &CompileError) -> Self {
+        Why::NotCompilable {
+            field: error.field().to_owned(),
+            message: error.to_string(),
+        }
+    }
+
+    /// From the API server's discovery.
+    pub fn not_served(error: &NotServed) -> Self {
+        Why::NotServed(error.to_string())
+    }
+}
+
+/// What the canary namespace is to this Initializer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Canary {
+    /// None is configured.
+    NotConfigured,
+    /// Configured, but missing or outside the Initializer's namespaces: why.
+    OutOfScope(String),
+    /// In scope, but the preset changes nothing of the corpus there: why.
+    NothingToProve(String),
+    /// This namespace, which the Initializer intercepts.
+    InScope(String),
+}
+
+/// What is already settled for this generation of the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Nothing yet.
+    Nothing,
+    /// The policy was proven and is in force.
+    InForce,
+    /// The webhook stays, for this reason ([`Why::settles`]).
+    Webhook(Why),
+}
+
+/// What one reconcile does about the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// The webhook, for this reason.
+    Webhook(Why),
+    /// Prove the policy in the canary namespace (once the webhook is registered) and cut over.
+    Prove {
+        /// The canary namespace.
+        canary: String,
+    },
+    /// Keep the policy in force (drift-checked).
+    KeepPolicy,
+}
+
+/// The plan for one reconcile. `compiled` and `served` are the compiler's and the API
+/// server's answers (`Ok(())` when they allow the policy); the first reason that keeps the
+/// webhook wins, in the order a reader would check them.
+pub fn decide(
+    engine: Engine,
+    suspended: bool,
+    compiled: Result<(), Why>,
+    served: Result<(), Why>,
+    canary: &Canary,
+    settled: &Settled,
+) -> Plan {
+    if engine == Engine::Webhook {
+        return Plan::Webhook(Why::Pinned);
+    }
+    if suspended {
+        return Plan::Webhook(Why::Suspended);
+    }
+    if let Err(why) = compiled.and(served) {
+        return Plan::Webhook(why);
+    }
+    match settled {
+        Settled::InForce => return Plan::KeepPolicy,
+        Settled::Webhook(why) => return Plan::Webhook(why.clone()),
+        Settled::Nothing => {}
+    }
+    match canary {
+        Canary::NotConfigured => Plan::Webhook(Why::NoCanaryNamespace),
+        Canary::OutOfScope(why) => Plan::Webhook(Why::CanaryOutOfScope(why.clone())),
+        Canary::NothingToProve(why) => Plan::Webhook(Why::NothingToProve(why.clone())),
+        Canary::InScope(namespace) => Plan::Prove {
+            canary: namespace.clone(),
+        },
+    }
+}
+
+/// What the status says about the engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineView {
+    /// The engine in force.
+    pub in_force: EngineInForce,
+    /// The `InApiServer` condition's reason.
+    pub reason: &'static str,
+    /// Its message.
+    pub message: String,
+    /// `spec.engine: Policy` and the webhook in force: the condition is a warning.
+    pub warning: bool,
+}
+
+/// The view of an engine in force: the policy (`policy` names it, `proven` says how) or the
+/// webhook for `why`.
+pub fn view(engine: Engine, in_force: &Result<String, Why>) -> EngineView {
+    match in_force {
+        Ok(proven) => EngineView {
+            in_force: EngineInForce::Policy,
+            reason: "Proven",
+            message: proven.clone(),
+            warning: false,
+        },
+        Err(why) => EngineView {
+            in_force: EngineInForce::Webhook,
+            reason: why.reason(),
+            message: why.message(),
+            warning: engine == Engine::Policy,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,498 @@
+//! The engine's IO: the compiled policy and its binding applied (first to the canary, then
+//! everywhere), the proof by server-side dry-run creates, the drift check and the removal. The
+//! policy and binding are written at the version discovery found ([`served_version`]), as
+//! dynamic objects: the spec is the same at v1beta1 and v1.
+//!
+//! [`served_version`]: crate::policy::served::served_version
+
+use std::time::{Duration, Instant};
+
+use initializer_crds::constants::{
+    FIELD_MANAGER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAMESPACE_NAME_LABEL,
+};
+use k8s_openapi::api::admissionregistration::v1beta1::MatchResources;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::{Api, Client};
+use serde_json::Value;
+use tracing::info;
+
+use super::compare::{self, PROOF_LABEL, ProofObject};
+use crate::error::{Error, Result};
+use crate::policy::api::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
+use crate::policy::served::GROUP;
+use crate::policy::{BindingScope, Compiled, RequestFacts};
+use crate::validate::Validated;
+
+/// How long a policy or binding may take to come in force (the API server reloads admission
+/// policies on a one-second tick once its informers have seen them).
+pub const IN_FORCE_WITHIN: Duration = Duration::from_secs(30);
+/// Between two looks at whether a policy is in force.
+const IN_FORCE_POLL: Duration = Duration::from_millis(200);
+/// The suffix of the name the drift check dry-run creates the desired objects under.
+const DRIFT_CHECK_SUFFIX: &str = "-drift-check";
+
+/// How a proof ended short of a cutover.
+#[derive(Debug)]
+pub enum Unproven {
+    /// The engines disagreed, or the policy failed in the canary: what differed.
+    Disproved(String),
+    /// The proof could not finish (an API call failed, the policy never came in force).
+    Failed(String),
+}
+
+impl From<Error> for Unproven {
+    fn from(err: Error) -> Self {
+        Unproven::Failed(err.to_string())
+    }
+}
+
+/// What a proof showed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proven {
+    /// Corpus objects created through both engines, all agreeing.
+    pub compared: usize,
+    /// Of them, the ones the preset changed.
+    pub injected: usize,
+    /// From the first apply to the policy confirmed in force everywhere.
+    pub took: Duration,
+}
+
+/// The policy and binding of one Initializer at one served version.
+#[derive(Clone, Debug)]
+pub struct PolicyObjects {
+    /// `v1` or `v1beta1`.
+    pub version: &'static str,
+    /// The name both share.
+    pub name: String,
+    /// The Initializer's label value, which the objects carry (ours: [`is_ours`]).
+    pub label: String,
+}
+
+impl PolicyObjects {
+    /// For the Initializer `v` at `version`.
+    pub fn new(v: &Validated, version: &'static str) -> Self {
+        Self::named(&v.names, version)
+    }
+
+    /// For the Initializer of `names` at `version`.
+    pub fn named(names: &crate::naming::Names, version: &'static str) -> Self {
+        Self {
+            version,
+            name: crate::policy::compile::policy_name_of(&names.base),
+            label: names.label.clone(),
+        }
+    }
+
+    fn resource(&self, kind: &str, plural: &str) -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, self.version, kind), plural)
+    }
+
+    fn policies(&self, client: &Client) -> Api<DynamicObject> {
+        Api::all_with(
+            client.clone(),
+            &self.resource("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+        )
+    }
+
+    fn bindings(&self, client: &Client) -> Api<DynamicObject> {
+        Api::all_with(
+            client.clone(),
+            &self.resource(
+                "MutatingAdmissionPolicyBinding",
+                "mutatingadmissionpolicybindings",
+            ),
+        )
+    }
+
+    fn policy_json(&self, policy: &MutatingAdmissionPolicy) -> Result<Value> {
+        self.typed_json(policy, "MutatingAdmissionPolicy")
+    }
+
+    fn binding_json(&self, binding: &MutatingAdmissionPolicyBinding) -> Result<Value> {
+        self.typed_json(binding, "MutatingAdmissionPolicyBinding")
+    }
+
+    fn typed_json(&self, object: &impl serde::Serialize, kind: &'static str) -> Result<Value> {
+        let mut value = serde_json::to_value(object).map_err(|e| Error::Serialize {
+            what: "an admission policy",
+            reason: e.to_string(),
+        })?;
+        value["apiVersion"] = Value::String(format!("{GROUP}/{}", self.version));
+        value["kind"] = Value::String(kind.to_owned());
+        Ok(value)
+    }
+
+    /// Applies the policy and the binding (server-side apply, the operator's field manager).
+    pub async fn apply(
+        &self,
+        client: &Client,
+        policy: &MutatingAdmissionPolicy,
+        binding: &MutatingAdmissionPolicyBinding,
+    ) -> Result<()> {
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let policy = self.policy_json(policy)?;
+        self.policies(client)
+            .patch(&self.name, &params, &Patch::Apply(&policy))
+            .await
+            .map_err(|source| Error::Apply {
+                kind: "MutatingAdmissionPolicy",
+                name: self.name.clone(),
+                source: Box::new(source),
+            })?;
+        let binding = self.binding_json(binding)?;
+        self.bindings(client)
+            .patch(&self.name, &params, &Patch::Apply(&binding))
+            .await
+            .map_err(|source| Error::Apply {
+                kind: "MutatingAdmissionPolicyBinding",
+                name: self.name.clone(),
+                source: Box::new(source),
+            })?;
+        Ok(())
+    }
+
+    /// Removes the binding, then the policy: only ours; `true` when either existed.
+    pub async fn remove(&self, client: &Client) -> Result<bool> {
+        let mut removed = false;
+        for (api, kind) in [
+            (self.bindings(client), "MutatingAdmissionPolicyBinding"),
+            (self.policies(client), "MutatingAdmissionPolicy"),
+        ] {
+            let found = api.get_opt(&self.name).await.map_err(|source| Error::Get {
+                kind,
+                name: self.name.clone(),
+                source: Box::new(source),
+            })?;
+            let Some(found) = found else { continue };
+            if !is_ours(&found, &self.label) {
+                continue;
+            }
+            api.delete(&self.name, &DeleteParams::default())
+                .await
+                .map_err(|source| Error::Delete {
+                    kind,
+                    name: self.name.clone(),
+                    source: Box::new(source),
+                })?;
+            removed = true;
+        }
+        Ok(removed)
+    }
+
+    /// Why the live policy or binding is no longer what the operator applied: missing, someone
+    /// else's, or its spec differs from the desired one as the API server stores it (a dry-run
+    /// create of the desired object under another name shows that, defaults and all, so an
+    /// edit of any field counts, not only of those the operator sets). `None`: as applied.
+    pub async fn drift(
+        &self,
+        client: &Client,
+        policy: &MutatingAdmissionPolicy,
+        binding: &MutatingAdmissionPolicyBinding,
+    ) -> Result<Option<String>> {
+        let desired = [
+            (
+                self.policies(client),
+                "MutatingAdmissionPolicy",
+                self.policy_json(policy)?,
+            ),
+            (
+                self.bindings(client),
+                "MutatingAdmissionPolicyBinding",
+                self.binding_json(binding)?,
+            ),
+        ];
+        for (api, kind, mut object) in desired {
+            let live = api.get_opt(&self.name).await.map_err(|source| Error::Get {
+                kind,
+                name: self.name.clone(),
+                source: Box::new(source),
+            })?;
+            let Some(live) = live else {
+                return Ok(Some(format!("the {kind} {} was deleted", self.name)));
+            };
+            if !is_ours(&live, &self.label) {
+                return Ok(Some(format!(
+                    "the {kind} {} no longer carries this Initializer's labels",
+                    self.name
+                )));
+            }
+            let check_name = format!("{}{DRIFT_CHECK_SUFFIX}", self.name);
+            object["metadata"]["name"] = Value::String(check_name.clone());
+            if kind == "MutatingAdmissionPolicyBinding" {
+                object["spec"]["policyName"] = Value::String(self.name.clone());
+            }
+            let object: DynamicObject =
+                serde_json::from_value(object).map_err(|e| Error::Serialize {
+                    what: "an admission policy",
+                    reason: e.to_string(),
+                })?;
+            let stored = api
+                .create(
+                    &PostParams {
+                        dry_run: true,
+                        field_manager: Some(FIELD_MANAGER.to_owned()),
+                    },
+                    &object,
+                )
+                .await
+                .map_err(|source| Error::Apply {
+                    kind,
+                    name: check_name,
+                    source: Box::new(source),
+                })?;
+            let differences = compare::differences(&live.data["spec"], &stored.data["spec"]);
+            if !differences.is_empty() {
+                return Ok(Some(format!(
+                    "the {kind} {} was edited (live / as applied): {}",
+                    self.name,
+                    differences
+                        .join("; ")
+                        .replace("policy ", "")
+                        .replace("webhook ", "")
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Whether a policy or binding is this Initializer's (the operator's labels with its name).
+pub fn is_ours(found: &DynamicObject, initializer_label: &str) -> bool {
+    let labels = found.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
+        && label(INITIALIZER_LABEL) == Some(initializer_label)
+}
+
+/// The canary scope: the canary namespace, and only objects carrying [`PROOF_LABEL`].
+pub fn canary_scope(canary: &str) -> BindingScope {
+    BindingScope::Namespaces(vec![canary.to_owned()])
+}
+
+/// The binding for the canary: [`canary_scope`] narrowed to objects carrying [`PROOF_LABEL`].
+pub fn canary_binding(v: &Validated, canary: &str) -> MutatingAdmissionPolicyBinding {
+    let mut binding = crate::policy::binding(v, &canary_scope(canary));
+    if let Some(spec) = binding.spec.as_mut() {
+        let resources = spec
+            .match_resources
+            .get_or_insert_with(MatchResources::default);
+        resources.namespace_selector = Some(LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: NAMESPACE_NAME_LABEL.to_owned(),
+                operator: "In".to_owned(),
+                values: Some(vec![canary.to_owned()]),
+            }]),
+        });
+        resources.object_selector = Some(LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: PROOF_LABEL.to_owned(),
+                operator: "Exists".to_owned(),
+                values: None,
+            }]),
+        });
+    }
+    binding
+}
+
+/// What the API server stores for a create of `object` in `namespace` (a dry run: nothing is
+/// stored), or its refusal as text.
+async fn dry_run_create(
+    client: &Client,
+    namespace: &str,
+    proof: &ProofObject,
+    object: &Value,
+) -> Result<Value, String> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(proof.kind.group, proof.kind.version, proof.kind.kind),
+        &compare::plural(proof.kind),
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let object: DynamicObject =
+        serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+    };
+    let stored = api
+        .create(&params, &object)
+        .await
+        .map_err(|e| e.to_string())?;
+    serde_json::to_value(stored).map_err(|e| e.to_string())
+}
+
+/// Whether the policy (not the webhook) injected `proof` in `namespace`: the stored object
+/// needs no injection any more and carries no webhook mark.
+async fn injected_by_policy(
+    client: &Client,
+    namespace: &str,
+    compiled: &Compiled,
+    proof: &ProofObject,
+    object: &Value,
+) -> Result<bool, String> {
+    let stored = dry_run_create(client, namespace, proof, object).await?;
+    let facts = RequestFacts {
+        group: proof.kind.group,
+        version: proof.kind.version,
+        kind: proof.kind.kind,
+        namespace,
+    };
+    Ok(!compiled.program.needs_injection(&facts, &stored) && !compare::marked(&stored))
+}
+
+/// Waits until a create of `object` in `namespace` is injected by the policy.
+async fn until_in_force(
+    client: &Client,
+    namespace: &str,
+    compiled: &Compiled,
+    proof: &ProofObject,
+    object: &Value,
+    what: &str,
+) -> Result<(), Unproven> {
+    let deadline = Instant::now() + IN_FORCE_WITHIN;
+    loop {
+        let last = match injected_by_policy(client, namespace, compiled, proof, object).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => "its creates came back without the policy's injection".to_owned(),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(Unproven::Failed(format!(
+                "the policy was not in force {what} within {}s: {last}",
+                IN_FORCE_WITHIN.as_secs()
+            )));
+        }
+        tokio::time::sleep(IN_FORCE_POLL).await;
+    }
+}
+
+/// Proves the compiled policy against the registered webhook in the `canary` namespace, and
+/// puts it in force everywhere when every corpus object agrees:
+///
+/// 1. the policy, with its binding narrowed to the canary scope ([`canary_binding`]), until a
+///    labelled create there comes back injected by it;
+/// 2. every corpus object created (dry run) with the proof label (the policy, then the webhook
+///    with nothing left to do) and without (the webhook alone): the two stored objects must be
+///    the same but for [`compare::comparable`]'s exceptions, and the webhook must have left the
+///    policy's output alone (no mark);
+/// 3. the binding widened to the webhook's whole scope, until an unlabelled create in the canary
+///    namespace comes back injected by the policy: in force where the webhook was.
+///
+/// On a disagreement the policy and binding are removed before returning. The webhook stays
+/// registered throughout: taking it away is the caller's next step.
+pub async fn prove(
+    client: &Client,
+    objects: &PolicyObjects,
+    v: &Validated,
+    compiled: &Compiled,
+    canary: &str,
+) -> Result<Proven, Unproven> {
+    let started = Instant::now();
+    let corpus = compare::proof_corpus(v, &compiled.program, canary);
+    let Some(probe) = corpus.iter().find(|p| p.injected).cloned() else {
+        return Err(Unproven::Failed(format!(
+            "no corpus object is changed by the preset in {canary}"
+        )));
+    };
+    objects
+        .apply(client, &compiled.policy, &canary_binding(v, canary))
+        .await?;
+    let result = async {
+        until_in_force(
+            client,
+            canary,
+            compiled,
+            &probe,
+            &compare::with_proof_label(&probe.object),
+            "in the canary",
+        )
+        .await?;
+        let (compared, injected) = compare_corpus(client, canary, &corpus).await?;
+        objects
+            .apply(
+                client,
+                &compiled.policy,
+                &crate::policy::binding(v, &BindingScope::Everywhere),
+            )
+            .await?;
+        until_in_force(
+            client,
+            canary,
+            compiled,
+            &probe,
+            &probe.object,
+            "everywhere",
+        )
+        .await?;
+        Ok::<_, Unproven>(Proven {
+            compared,
+            injected,
+            took: started.elapsed(),
+        })
+    }
+    .await;
+    if let Err(Unproven::Disproved(_)) = &result {
+        objects.remove(client).await?;
+    }
+    result
+}
+
+/// Creates every corpus object through both engines and compares; returns how many were
+/// compared and how many the preset changed.
+async fn compare_corpus(
+    client: &Client,
+    canary: &str,
+    corpus: &[ProofObject],
+) -> Result<(usize, usize), Unproven> {
+    let mut injected = 0;
+    for proof in corpus {
+        let labelled = compare::with_proof_label(&proof.object);
+        let by_policy = dry_run_create(client, canary, proof, &labelled).await;
+        let by_webhook = dry_run_create(client, canary, proof, &proof.object)
+            .await
+            .map_err(|e| {
+                Unproven::Failed(format!(
+                    "the webhook refused {} in {canary}: {e}",
+                    proof.name
+                ))
+            })?;
+        let by_policy = by_policy.map_err(|e| {
+            Unproven::Disproved(format!(
+                "{}: the API server refused its create through the policy ({e}); the webhook \
+                 accepted it",
+                proof.name
+            ))
+        })?;
+        if compare::marked(&by_policy) {
+            return Err(Unproven::Disproved(format!(
+                "{}: the webhook still changed what the policy stored",
+                proof.name
+            )));
+        }
+        let differences = compare::differences(
+            &compare::comparable(&by_policy),
+            &compare::comparable(&by_webhook),
+        );
+        if !differences.is_empty() {
+            return Err(Unproven::Disproved(format!(
+                "{}: {}",
+                proof.name,
+                differences.join("; ")
+            )));
+        }
+        if proof.injected {
+            injected += 1;
+        }
+    }
+    info!(
+        canary,
+        compared = corpus.len(),
+        injected,
+        "the policy agrees with the webhook"
+    );
+    Ok((corpus.len(), injected))
+}

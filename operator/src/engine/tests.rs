@@ -1,0 +1,260 @@
+use initializer_crds::{Engine, EngineInForce, InitializerSpec};
+use serde_json::json;
+
+use super::compare::{self, PROOF_LABEL};
+use super::{Canary, Plan, Settled, Why, decide, view};
+use crate::policy::corpus;
+use crate::validate::{Validated, validate};
+
+fn preset_initializer(extra: serde_json::Value) -> Validated {
+    let mut spec = json!({
+        "preset": corpus::representative_preset(),
+        "rules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
+            {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}
+        ]
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let spec: InitializerSpec = serde_json::from_value(spec).expect("a valid spec");
+    validate(&spec, "initializer-system", "proof").expect("valid")
+}
+
+const IN_SCOPE: fn() -> Canary = || Canary::InScope("team-canary".into());
+
+#[test]
+fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            false,
+            Ok(()),
+            Ok(()),
+            &IN_SCOPE(),
+            &Settled::Nothing
+        ),
+        Plan::Prove {
+            canary: "team-canary".into()
+        }
+    );
+    assert_eq!(
+        decide(
+            Engine::Webhook,
+            false,
+            Ok(()),
+            Ok(()),
+            &IN_SCOPE(),
+            &Settled::InForce
+        ),
+        Plan::Webhook(Why::Pinned),
+        "pinned to the webhook, even with a policy in force: the way back"
+    );
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            true,
+            Ok(()),
+            Ok(()),
+            &IN_SCOPE(),
+            &Settled::InForce
+        ),
+        Plan::Webhook(Why::Suspended),
+        "break-glass takes the policy out of the path too"
+    );
+    let not_served = Why::NotServed("no v1beta1".into());
+    assert_eq!(
+        decide(
+            Engine::Policy,
+            false,
+            Ok(()),
+            Err(not_served.clone()),
+            &IN_SCOPE(),
+            &Settled::Nothing
+        ),
+        Plan::Webhook(not_served)
+    );
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            false,
+            Ok(()),
+            Ok(()),
+            &Canary::NotConfigured,
+            &Settled::Nothing
+        ),
+        Plan::Webhook(Why::NoCanaryNamespace)
+    );
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            false,
+            Ok(()),
+            Ok(()),
+            &Canary::OutOfScope("x".into()),
+            &Settled::Nothing
+        ),
+        Plan::Webhook(Why::CanaryOutOfScope("x".into()))
+    );
+}
+
+#[test]
+fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
+    let disproved = Why::Disproved("pod-bare: /spec differs".into());
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            false,
+            Ok(()),
+            Ok(()),
+            &IN_SCOPE(),
+            &Settled::Webhook(disproved.clone())
+        ),
+        Plan::Webhook(disproved.clone())
+    );
+    assert!(disproved.settles());
+    assert!(!Why::ProofFailed("timeout".into()).settles());
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            false,
+            Ok(()),
+            Ok(()),
+            &IN_SCOPE(),
+            &Settled::InForce
+        ),
+        Plan::KeepPolicy
+    );
+    // What the compiler refuses wins over what was settled before the spec changed.
+    let field = Why::NotCompilable {
+        field: "spec.image".into(),
+        message: "an image".into(),
+    };
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            false,
+            Err(field.clone()),
+            Ok(()),
+            &IN_SCOPE(),
+            &Settled::InForce
+        ),
+        Plan::Webhook(field)
+    );
+}
+
+#[test]
+fn the_view_warns_only_when_the_policy_was_asked_for() {
+    let webhook = view(Engine::Policy, &Err(Why::NoCanaryNamespace));
+    assert_eq!(webhook.in_force, EngineInForce::Webhook);
+    assert_eq!(webhook.reason, "NoCanaryNamespace");
+    assert!(webhook.message.contains("--policy-canary-namespace"));
+    assert!(webhook.warning);
+    assert!(!view(Engine::Auto, &Err(Why::NoCanaryNamespace)).warning);
+    let policy = view(Engine::Auto, &Ok("proven".into()));
+    assert_eq!(
+        (policy.in_force, policy.reason, policy.warning),
+        (EngineInForce::Policy, "Proven", false)
+    );
+}
+
+#[test]
+fn the_proof_corpus_keeps_the_intercepted_kinds_and_knows_what_the_preset_changes() {
+    let v = preset_initializer(json!({}));
+    let compiled = crate::policy::compile(&v).expect("compiles");
+    let proof = compare::proof_corpus(&v, &compiled.program, "preset-canary");
+    assert!(!proof.is_empty());
+    assert!(
+        proof
+            .iter()
+            .all(|p| matches!(p.kind.kind, "Pod" | "Deployment")),
+        "only the kinds the rules intercept"
+    );
+    assert!(proof.iter().all(|p| {
+        p.object["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with(compare::NAME_PREFIX))
+    }));
+    assert!(proof.iter().any(|p| p.injected));
+    assert!(
+        proof.iter().any(|p| !p.injected),
+        "the opted-out objects stay unchanged"
+    );
+    // A namespace the preset's patterns do not select: nothing to prove there.
+    let elsewhere = compare::proof_corpus(&v, &compiled.program, "elsewhere");
+    assert!(elsewhere.iter().all(|p| !p.injected));
+}
+
+#[test]
+fn dressing_adds_what_the_selectors_require_and_never_what_they_refuse() {
+    let v = preset_initializer(json!({
+        "objectSelector": {"matchLabels": {"team": "a"},
+                           "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "db"]},
+                                                {"key": "legacy", "operator": "DoesNotExist"}]},
+        "annotation": {"name": "inject.example.com/on", "required": true}
+    }));
+    let mut object = json!({"metadata": {"name": "x", "labels": {"tier": "mine"}}});
+    compare::dress(&mut object, &v);
+    assert_eq!(object["metadata"]["labels"]["team"], "a");
+    assert_eq!(
+        object["metadata"]["labels"]["tier"], "mine",
+        "an object's own label is kept"
+    );
+    assert!(object["metadata"]["labels"].get("legacy").is_none());
+    assert_eq!(
+        object["metadata"]["annotations"]["inject.example.com/on"],
+        "true"
+    );
+}
+
+#[test]
+fn comparing_ignores_identity_the_mark_and_the_proof_label_and_names_what_differs() {
+    let stored = |namespace: &str, uid: &str, extra: serde_json::Value| {
+        let mut object = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": namespace, "uid": uid, "resourceVersion": "7",
+                         "labels": {"app": "x", "controller-uid": uid}},
+            "spec": {"selector": {"matchLabels": {"controller-uid": uid}},
+                     "template": {"metadata": {"labels": {"app": "x"}},
+                                  "spec": {"volumes": [{"name": "kube-api-access-abcde"}]}}}
+        });
+        if let (Some(o), Some(e)) = (object["metadata"].as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                if let (Some(map), Some(add)) =
+                    (o.get_mut(k).and_then(|m| m.as_object_mut()), v.as_object())
+                {
+                    map.extend(add.clone());
+                } else {
+                    o.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        object
+    };
+    let by_policy = stored("canary", "u1", json!({"labels": {PROOF_LABEL: "true"}}));
+    let mut by_webhook = stored(
+        "canary",
+        "u2",
+        json!({"annotations": {"initializer.dev/initialized-by": "proof/1"}}),
+    );
+    by_webhook["spec"]["template"]["spec"]["volumes"][0]["name"] = json!("kube-api-access-zyxwv");
+    assert!(compare::marked(&by_webhook) && !compare::marked(&by_policy));
+    assert_eq!(
+        compare::differences(
+            &compare::comparable(&by_policy),
+            &compare::comparable(&by_webhook)
+        ),
+        Vec::<String>::new()
+    );
+    by_webhook["spec"]["template"]["metadata"]["labels"]["injected"] = json!("true");
+    assert_eq!(
+        compare::differences(
+            &compare::comparable(&by_policy),
+            &compare::comparable(&by_webhook)
+        ),
+        vec![
+            "/spec/template/metadata/labels/injected: policy (absent) / webhook \"true\""
+                .to_owned()
+        ]
+    );
+}
