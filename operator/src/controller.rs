@@ -17,6 +17,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -236,6 +237,17 @@ pub fn configured_by(
         .collect()
 }
 
+/// The Initializers whose preset policy (and binding) is named `policy`.
+pub fn policy_of(initializers: &[Arc<Initializer>], policy: &str) -> Vec<ObjectRef<Initializer>> {
+    initializers
+        .iter()
+        .filter(|i| {
+            crate::policy::compile::policy_name_of(&naming::names(&i.name_any()).base) == policy
+        })
+        .map(|i| ObjectRef::from_obj(i.as_ref()))
+        .collect()
+}
+
 /// Runs the controller until `shutdown`. The owned objects are watched in the operator's
 /// namespace only (its Role covers that namespace, and nothing wider is granted); workloads in
 /// labelled namespaces are reconciled at every [`RESYNC`], and their endpoints are watched by
@@ -266,6 +278,35 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         )
     } else {
         controller
+    };
+    // A preset's policy and binding, where the API server serves them (decided once, at
+    // start): an edit or deletion by someone else is put right at once, not at the next drift
+    // check.
+    let controller = match ctx.engines.served_version(&client).await {
+        Ok(Ok(version)) => {
+            let mut controller = controller;
+            for (kind, plural) in [
+                ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+                (
+                    "MutatingAdmissionPolicyBinding",
+                    "mutatingadmissionpolicybindings",
+                ),
+            ] {
+                let resource = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(crate::policy::served::GROUP, version, kind),
+                    plural,
+                );
+                let known = controller.store();
+                controller = controller.watches_with(
+                    Api::<DynamicObject>::all_with(client.clone(), &resource),
+                    resource,
+                    watcher::Config::default().labels(&managed_selector()),
+                    move |policy| policy_of(&known.state(), &policy.name_any()),
+                );
+            }
+            controller
+        }
+        _ => controller,
     };
     controller
         .watches(

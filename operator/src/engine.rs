@@ -223,23 +223,28 @@ pub struct EngineView {
     pub message: String,
     /// `spec.engine: Policy` and the webhook in force: the condition is a warning.
     pub warning: bool,
+    /// Whether the `InApiServer` condition is shown: only for Initializers that run the
+    /// built-in preset initializer (for code, the webhook is the only engine there is).
+    pub shown: bool,
 }
 
-/// The view of an engine in force: the policy (`policy` names it, `proven` says how) or the
-/// webhook for `why`.
-pub fn view(engine: Engine, in_force: &Result<String, Why>) -> EngineView {
+/// The view of an engine in force: the policy (`proven` says how) or the webhook for `why`.
+/// `preset`: the Initializer runs the built-in preset initializer (no `spec.image`).
+pub fn view(engine: Engine, preset: bool, in_force: &Result<String, Why>) -> EngineView {
     match in_force {
         Ok(proven) => EngineView {
             in_force: EngineInForce::Policy,
             reason: "Proven",
             message: proven.clone(),
             warning: false,
+            shown: true,
         },
         Err(why) => EngineView {
             in_force: EngineInForce::Webhook,
             reason: why.reason(),
             message: why.message(),
             warning: engine == Engine::Policy,
+            shown: preset,
         },
     }
 }

@@ -713,7 +713,7 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
 
 /// `InApiServer`: where a preset's injection runs, present once the engine is known.
 fn in_api_server_condition(o: &Observation<'_>) -> Option<Condition> {
-    let engine = o.engine?;
+    let engine = o.engine.filter(|e| e.shown)?;
     let status = if engine.in_force == EngineInForce::Policy {
         "True"
     } else {

@@ -178,12 +178,33 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     ("events.k8s.io", "events", "patch"),
     // The engine (operator/src/engine/proof.rs): a preset's MutatingAdmissionPolicy and its
     // binding applied (server-side apply: patch), read to tell ours and to check for drift
-    // (get), dry-run created under another name for the drift check (create), and removed once
-    // the webhook is back (delete).
+    // (get), dry-run created under another name for the drift check (create), removed once
+    // the webhook is back (delete), and watched by controller::run (list, watch) so that an
+    // edit or deletion is put right at once.
     (
         "admissionregistration.k8s.io",
         "mutatingadmissionpolicies",
         "get",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicies",
+        "list",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicies",
+        "watch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicybindings",
+        "list",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingadmissionpolicybindings",
+        "watch",
     ),
     (
         "admissionregistration.k8s.io",
@@ -397,14 +418,15 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
         // The engine: a preset's MutatingAdmissionPolicy and binding, applied (patch), read for
-        // ownership and drift (get; create: the drift check's dry run), removed (delete).
+        // ownership and drift (get; create: the drift check's dry run), watched (list, watch),
+        // removed (delete).
         rule(
             &["admissionregistration.k8s.io"],
             &[
                 "mutatingadmissionpolicies",
                 "mutatingadmissionpolicybindings",
             ],
-            &["get", "create", "patch", "delete"],
+            &["get", "list", "watch", "create", "patch", "delete"],
         ),
         // get: is a workload namespace labelled for initializers; list: namespaces' labels, to
         // count missed initializations in the namespaces the webhook selects.

@@ -111,7 +111,10 @@ impl Engines {
     }
 
     /// The version MutatingAdmissionPolicy is written at, or why it cannot be.
-    async fn served_version(&self, client: &Client) -> Result<Result<&'static str, NotServed>> {
+    pub(super) async fn served_version(
+        &self,
+        client: &Client,
+    ) -> Result<Result<&'static str, NotServed>> {
         {
             let cached = self
                 .served
@@ -260,7 +263,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         (Plan::Webhook(why), _) => Err(why.clone()),
         _ => Err(remembered.failure.clone().unwrap_or(Why::AwaitingWebhook)),
     };
-    let view = engine::view(obj.spec.engine, &in_force);
+    let view = engine::view(obj.spec.engine, obj.spec.image.is_none(), &in_force);
     ctx.engines.remember(&name, remembered);
     Ok(EngineStep {
         plan,
@@ -368,7 +371,11 @@ pub(super) async fn after_sync(
                     remembered.settled = Settled::InForce;
                     remembered.proven = message.clone();
                     remembered.failure = None;
-                    Some(engine::view(obj.spec.engine, &Ok(message)))
+                    Some(engine::view(
+                        obj.spec.engine,
+                        obj.spec.image.is_none(),
+                        &Ok(message),
+                    ))
                 }
                 Err(Unproven::Disproved(diff)) => {
                     warn!(initializer = %name, %diff, "the policy disagrees with the webhook");
@@ -385,7 +392,11 @@ pub(super) async fn after_sync(
                     ));
                     remembered.settled = Settled::Webhook(why.clone());
                     remembered.policy_may_exist = false;
-                    Some(engine::view(obj.spec.engine, &Err(why)))
+                    Some(engine::view(
+                        obj.spec.engine,
+                        obj.spec.image.is_none(),
+                        &Err(why),
+                    ))
                 }
                 Err(Unproven::Failed(failure)) => {
                     warn!(initializer = %name, %failure, "the proof could not finish");
@@ -398,7 +409,11 @@ pub(super) async fn after_sync(
                         publish(ctx, obj, EventType::Warning, Reason::ProofFailed, failure).await;
                     }
                     remembered.failure = Some(why.clone());
-                    Some(engine::view(obj.spec.engine, &Err(why)))
+                    Some(engine::view(
+                        obj.spec.engine,
+                        obj.spec.image.is_none(),
+                        &Err(why),
+                    ))
                 }
             }
         }

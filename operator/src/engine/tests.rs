@@ -145,13 +145,17 @@ fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
 
 #[test]
 fn the_view_warns_only_when_the_policy_was_asked_for() {
-    let webhook = view(Engine::Policy, &Err(Why::NoCanaryNamespace));
+    let webhook = view(Engine::Policy, true, &Err(Why::NoCanaryNamespace));
     assert_eq!(webhook.in_force, EngineInForce::Webhook);
     assert_eq!(webhook.reason, "NoCanaryNamespace");
     assert!(webhook.message.contains("--policy-canary-namespace"));
     assert!(webhook.warning);
-    assert!(!view(Engine::Auto, &Err(Why::NoCanaryNamespace)).warning);
-    let policy = view(Engine::Auto, &Ok("proven".into()));
+    assert!(!view(Engine::Auto, true, &Err(Why::NoCanaryNamespace)).warning);
+    assert!(
+        !view(Engine::Auto, false, &Err(Why::NoCanaryNamespace)).shown,
+        "no condition for an initializer that is code"
+    );
+    let policy = view(Engine::Auto, true, &Ok("proven".into()));
     assert_eq!(
         (policy.in_force, policy.reason, policy.warning),
         (EngineInForce::Policy, "Proven", false)

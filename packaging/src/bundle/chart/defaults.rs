@@ -16,6 +16,8 @@ use crate::manifest;
 pub const LOG_JSON_ENV: &str = "LOG_JSON";
 /// The operator's `--network-policy` as an environment variable (`on` or `off`).
 pub const NETWORK_POLICY_ENV: &str = "NETWORK_POLICY";
+/// The operator's `--policy-canary-namespace`, as its environment variable.
+pub const POLICY_CANARY_ENV: &str = "POLICY_CANARY_NAMESPACE";
 /// The operator's `--api-server-cidrs` as an environment variable (comma-separated CIDRs).
 pub const API_SERVER_CIDRS_ENV: &str = "API_SERVER_CIDRS";
 /// The env var holding the operator's log filter.
@@ -134,7 +136,7 @@ impl Defaults {
             Hole::PresetImage => json!(format!("{}:{}", self.preset_repository, self.preset_tag)),
             Hole::Resources => self.resources.clone(),
             Hole::LogLevel => json!(self.log_level),
-            Hole::LogFormat | Hole::NetworkPolicy => json!([]),
+            Hole::LogFormat | Hole::NetworkPolicy | Hole::PolicyCanary => json!([]),
             Hole::MetricsAddr => {
                 json!(format!(
                     "$({}):{}",

@@ -6,7 +6,7 @@ use initializer_crds::constants;
 use serde_json::{Map, Value};
 
 use super::HELPER;
-use super::defaults::{API_SERVER_CIDRS_ENV, LOG_JSON_ENV, NETWORK_POLICY_ENV};
+use super::defaults::{API_SERVER_CIDRS_ENV, LOG_JSON_ENV, NETWORK_POLICY_ENV, POLICY_CANARY_ENV};
 use super::rules::rule_parameters;
 use crate::error::Error;
 
@@ -33,6 +33,8 @@ pub enum Hole {
     LogFormat,
     /// `NETWORK_POLICY` and `API_SERVER_CIDRS`, present only with `networkPolicy.enabled`.
     NetworkPolicy,
+    /// `POLICY_CANARY_NAMESPACE`, present only with `policyCanaryNamespace` set.
+    PolicyCanary,
     /// `METRICS_ADDR`: the pod IP and the metrics port.
     MetricsAddr,
     /// The container port of the health and metrics listener.
@@ -48,7 +50,7 @@ pub enum Hole {
 }
 
 /// Every hole, in a fixed order.
-pub const HOLES: [Hole; 16] = [
+pub const HOLES: [Hole; 17] = [
     Hole::Namespace,
     Hole::Labels,
     Hole::Replicas,
@@ -59,6 +61,7 @@ pub const HOLES: [Hole; 16] = [
     Hole::LogLevel,
     Hole::LogFormat,
     Hole::NetworkPolicy,
+    Hole::PolicyCanary,
     Hole::MetricsAddr,
     Hole::MetricsPort,
     Hole::PodScheduling,
@@ -119,6 +122,14 @@ impl Hole {
                     "  value: \"on\"".to_string(),
                     format!("- name: {API_SERVER_CIDRS_ENV}"),
                     "  value: {{ required \"networkPolicy.apiServerCIDRs: name the ranges the API server's calls come from\" (join \",\" .Values.networkPolicy.apiServerCIDRs) | quote }}".to_string(),
+                    "{{- end }}".to_string(),
+                ]
+            }),
+            Hole::PolicyCanary => Shape::Block(|_| {
+                vec![
+                    "{{- with .Values.policyCanaryNamespace }}".to_string(),
+                    format!("- name: {POLICY_CANARY_ENV}"),
+                    "  value: {{ . | quote }}".to_string(),
                     "{{- end }}".to_string(),
                 ]
             }),

@@ -184,6 +184,7 @@ fn open_deployment_holes(deployment: &mut Value) -> Result<(), Error> {
     }
     env.push(token(Hole::LogFormat));
     env.push(token(Hole::NetworkPolicy));
+    env.push(token(Hole::PolicyCanary));
     let port = container
         .get_mut("ports")
         .and_then(Value::as_array_mut)

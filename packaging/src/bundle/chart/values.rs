@@ -183,6 +183,12 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
             ],
         ),
         leaf(
+            "policyCanaryNamespace",
+            "Where a preset's MutatingAdmissionPolicy is proven against its webhook before it takes over (the operator's `--policy-canary-namespace`): a namespace the Initializers intercept, where an administrator binds the ClusterRole `initializer-operator-policy-canary` to the operator's ServiceAccount. Empty: presets stay on the webhook.",
+            json!(""),
+            json!({"type": "string", "pattern": "^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"}),
+        ),
+        leaf(
             "nodeSelector",
             "Node labels the operator's pods must run on.",
             json!({}),
