@@ -9,6 +9,9 @@
 //! webhook's preset code on the same corpus, this is the proof that the CEL text does what the
 //! interpreter does.
 //!
+//! And the operator's proof (`engine::proof::prove`) against a webhook that disagrees: disproved,
+//! naming the difference, and nothing left behind.
+//!
 //! On the real control plane only: the sandbox serves no MutatingAdmissionPolicy.
 
 // Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
@@ -60,6 +63,7 @@ const INJECTED_LABEL: &str = "preset.example.com/injected";
 on_backends! {
     /// The sandbox serves no MutatingAdmissionPolicy.
     real only: the_compiled_preset_policy_does_what_the_webhook_does,
+        a_policy_that_disagrees_with_its_webhook_is_disproved_and_removed,
 }
 
 /// Runs one test body on `backend`, with no image mapped: the preset webhook runs as a process
@@ -392,4 +396,65 @@ async fn the_compiled_preset_policy_does_what_the_webhook_does(cluster: &TestClu
     // Everything the preset selects is injected: every corpus object in the selected
     // namespaces but the two opted out (by label, by annotation); nothing elsewhere.
     assert_eq!(changed, objects.len() - 2, "{changed} injected");
+}
+
+/// The operator's proof (`engine::proof::prove`) against a webhook that injects something else
+/// than the policy: here the webhook runs the representative preset and the policy is compiled
+/// from the same preset with one env var's value changed, as a compiler bug would make it. The
+/// proof must say where they differ, and leave no policy or binding behind.
+async fn a_policy_that_disagrees_with_its_webhook_is_disproved_and_removed(cluster: &TestCluster) {
+    use initializer_operator::engine::proof::{self, PolicyObjects, Unproven};
+
+    let client = cluster.client();
+    create_namespace(&client, POLICY_NS).await;
+    let webhook_v = initializer();
+    let preset = webhook_v.spec.preset.clone().unwrap();
+    let gate = webhook_v.spec.annotation.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (_webhook, ca_pem) = start_webhook(cluster, dir.path(), &webhook_v, &preset, &gate);
+    let configuration = webhook_configuration(&webhook_v, &ca_pem, &[POLICY_NS]);
+    let configuration_name = configuration["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let apply = PatchParams::apply("preset-policy-test").force();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .patch(&configuration_name, &apply, &Patch::Apply(&configuration))
+        .await
+        .unwrap();
+    in_force(&client, POLICY_NS, "the webhook in force").await;
+
+    // The same Initializer, but its policy sets the injected env var to another value.
+    let mut policy_v = webhook_v.clone();
+    let env = &mut policy_v.spec.preset.as_mut().unwrap().inject.env;
+    // The representative preset injects env.
+    let first = env.first_mut().unwrap();
+    first.value = Some("not what the webhook injects".to_owned());
+    let compiled = policy::compile(&policy_v).unwrap();
+    let objects = PolicyObjects::new(&policy_v, "v1beta1");
+    let outcome = proof::prove(&client, &objects, &policy_v, &compiled, POLICY_NS).await;
+    let diff = match outcome {
+        Err(Unproven::Disproved(diff)) => diff,
+        Err(Unproven::Failed(why)) => panic!("the proof failed instead of disproving: {why}"),
+        Ok(proven) => panic!("a disagreeing policy was proven: {proven:?}"),
+    };
+    println!("disproved: {diff}");
+    assert!(
+        diff.contains("/env/") && diff.contains("not what the webhook injects"),
+        "the difference names the env var and both values: {diff}"
+    );
+    let name = policy::policy_name(&policy_v);
+    assert!(
+        Api::<MutatingAdmissionPolicy>::all(client.clone())
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_none()
+            && Api::<MutatingAdmissionPolicyBinding>::all(client.clone())
+                .get_opt(&name)
+                .await
+                .unwrap()
+                .is_none(),
+        "a disproved policy and its binding are removed"
+    );
 }
