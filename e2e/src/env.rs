@@ -77,6 +77,12 @@ impl Env {
             backend.shutdown().await;
             return Err(err);
         }
+        if let Err(err) =
+            install::prepare_policy_canary(&backend.client(), &operator_namespace).await
+        {
+            backend.shutdown().await;
+            return Err(err);
+        }
         let install_time = started.elapsed();
         eprintln!(
             "e2e: operator installed from the bundle, available in namespace {} after {:.2}s",

@@ -120,6 +120,8 @@ pub fn helm_install_args(chart: &Path, kubeconfig: &Path) -> Vec<String> {
         ),
         "--set",
         &format!("presetImage.tag={}", images::TAG),
+        "--set",
+        &format!("policyCanaryNamespace={POLICY_CANARY_NAMESPACE}"),
     ]
     .into_iter()
     .map(str::to_string)
@@ -238,6 +240,46 @@ pub async fn wait_available(client: &Client) -> anyhow::Result<String> {
         },
     )
     .await
+}
+
+/// The namespace where the operator proves a preset's policy (the chart's
+/// `policyCanaryNamespace`, set by [`helm_install_args`]).
+pub const POLICY_CANARY_NAMESPACE: &str = "initializer-e2e-canary";
+/// The label the canary namespace carries, and with it every namespace an engine scenario's
+/// Initializer selects: the canary is in their scope and in no other scenario's.
+pub const ENGINE_LABEL: &str = "e2e.initializer.dev/engine";
+
+/// What an administrator does for the policy engine (README, "Presets in the API server"): the
+/// canary namespace, labelled [`ENGINE_LABEL`], and the bundle's ClusterRole
+/// `initializer-operator-policy-canary` bound there to the operator's service account.
+pub async fn prepare_policy_canary(
+    client: &Client,
+    operator_namespace: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    use kube::api::{Patch, PatchParams};
+    let params = PatchParams::apply("initializer-e2e").force();
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": POLICY_CANARY_NAMESPACE, "labels": {ENGINE_LABEL: "true"}},
+    }))?;
+    Api::<Namespace>::all(client.clone())
+        .patch(POLICY_CANARY_NAMESPACE, &params, &Patch::Apply(&namespace))
+        .await
+        .context("failed to apply the policy canary namespace")?;
+    let role = initializer_packaging::rbac::POLICY_CANARY_CLUSTER_ROLE;
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": role, "namespace": POLICY_CANARY_NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_NAME, "namespace": operator_namespace}],
+    }))?;
+    Api::<RoleBinding>::namespaced(client.clone(), POLICY_CANARY_NAMESPACE)
+        .patch(role, &params, &Patch::Apply(&binding))
+        .await
+        .context("failed to bind the policy canary ClusterRole")?;
+    Ok(())
 }
 
 /// The ClusterRole (and its binding) that lets the operator list what the scenarios intercept,

@@ -33,6 +33,9 @@ pub struct Row {
     pub failed_creates_failure: Option<CreateCount>,
     /// Creates that failed between the recovery and the registration.
     pub failed_creates_recovery: Option<CreateCount>,
+    /// From applying a preset Initializer to its policy proven and in force in the API server
+    /// (`status.engine: Policy`).
+    pub to_policy: Option<Duration>,
     /// From the initializer's Deployment being available to its configuration being registered.
     pub available_to_registered: Option<Duration>,
     /// From the failure to creates no longer failing: the configuration degraded
@@ -97,10 +100,11 @@ impl RowHandle {
     }
 }
 
-const HEADERS: [&str; 15] = [
+const HEADERS: [&str; 16] = [
     "scenario",
     "outcome",
     "to registered",
+    "to policy",
     "available→registered",
     "creates stop failing",
     "degraded",
@@ -117,13 +121,14 @@ const HEADERS: [&str; 15] = [
 
 /// The table as text, one line per scenario, columns aligned.
 pub fn render(rows: &[Row]) -> String {
-    let cells: Vec<[String; 15]> = rows
+    let cells: Vec<[String; 16]> = rows
         .iter()
         .map(|row| {
             [
                 row.scenario.clone(),
                 row.outcome.clone(),
                 duration(row.to_registered),
+                duration(row.to_policy),
                 duration(row.available_to_registered),
                 duration(row.creates_stop_failing),
                 duration(row.degraded),

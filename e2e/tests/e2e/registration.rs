@@ -278,6 +278,9 @@ pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> a
             "namespace": workload_ns,
             "preset": {"inject": {"annotations": {mark.clone(): "true"}}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            // Every namespace, the policy canary included: this is about the webhook's own
+            // pods, so the webhook it stays.
+            "engine": "Webhook",
         }),
     )?;
     let applied = Instant::now();
