@@ -1,5 +1,6 @@
 //! `kubectl initializer status`: one row per Initializer from the status the operator writes
-//! (phase, registration, the `Responding` condition, the last probe, the certificate's expiry),
+//! (phase, engine, registration, the `Responding` condition, the last probe, the certificate's
+//! expiry),
 //! and the human table. Pure: the time is a parameter.
 
 use initializer_crds::Initializer;
@@ -20,6 +21,8 @@ pub struct StatusRow {
     pub name: String,
     /// The phase the operator reports (`Unknown` before its first status).
     pub phase: String,
+    /// Where its injection runs now: `Webhook`, or `Policy` (in the API server).
+    pub engine: String,
     /// Whether its configuration is registered now.
     pub registered: bool,
     /// The name of the registered MutatingWebhookConfiguration.
@@ -92,6 +95,7 @@ pub fn row(initializer: &Initializer, now: Timestamp) -> StatusRow {
     StatusRow {
         name: initializer.name_any(),
         phase,
+        engine: format!("{:?}", status.engine.unwrap_or_default()),
         registered,
         configuration: status.configuration_name.clone().filter(|_| registered),
         health,
@@ -127,11 +131,12 @@ pub fn short_duration(seconds: i64) -> String {
     }
 }
 
-/// The table: NAME, PHASE, REGISTERED, HEALTH, READY, LAST-PROBE, LATENCY, CERT-EXPIRES.
+/// The table: NAME, PHASE, ENGINE, REGISTERED, HEALTH, READY, LAST-PROBE, LATENCY, CERT-EXPIRES.
 pub fn table(rows: &[StatusRow]) -> String {
     let header = [
         "NAME",
         "PHASE",
+        "ENGINE",
         "REGISTERED",
         "HEALTH",
         "READY",
@@ -159,6 +164,7 @@ pub fn table(rows: &[StatusRow]) -> String {
                 } else {
                     r.phase.clone()
                 },
+                r.engine.clone(),
                 r.registered.to_string(),
                 r.health.clone(),
                 format!("{}/{}", r.ready_replicas, r.replicas),
@@ -250,6 +256,31 @@ mod tests {
         assert_eq!(r.configuration, None);
         assert_eq!(r.health, "ProbeTimedOut");
         assert_eq!(r.health_message.as_deref(), Some("no answer within 500 ms"));
+    }
+
+    #[test]
+    fn a_preset_in_the_api_server_shows_its_engine() {
+        let mut init = registered();
+        let status = init.status.as_mut().unwrap();
+        status.phase = Some(initializer_crds::Phase::InApiServer);
+        status.engine = Some(initializer_crds::EngineInForce::Policy);
+        status.registered = Some(false);
+        let r = row(&init, at("2026-11-23T10:00:30Z"));
+        assert_eq!(
+            (r.phase.as_str(), r.engine.as_str()),
+            ("InApiServer", "Policy")
+        );
+        let table = table(&[r]);
+        assert!(
+            table.lines().next().is_some_and(|h| h.contains(" ENGINE ")),
+            "{table}"
+        );
+        assert!(table.contains("Policy"), "{table}");
+        // Before the operator wrote an engine, the webhook.
+        assert_eq!(
+            row(&registered(), at("2026-11-23T10:00:30Z")).engine,
+            "Webhook"
+        );
     }
 
     #[test]
