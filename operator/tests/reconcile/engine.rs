@@ -27,6 +27,7 @@ on_backends!(sandbox and real:
 on_backends! {
     /// The sandbox serves no MutatingAdmissionPolicy.
     real only: a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_drifts,
+        the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_pin,
 }
 
 /// Where the operator proves the policy: a namespace the Initializer intercepts.
@@ -462,4 +463,136 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
         },
     )
     .await;
+}
+
+/// Whether the preset's policy and binding both exist.
+async fn policy_present(client: &Client) -> bool {
+    let name = "initializer-engine-preset";
+    policies(client).get_opt(name).await.unwrap().is_some()
+        && bindings(client).get_opt(name).await.unwrap().is_some()
+}
+
+async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_pin(
+    cluster: &TestCluster,
+) {
+    let client = install(cluster).await;
+    for namespace in [CANARY, TEAM] {
+        create_namespace(&client, namespace).await;
+    }
+    let flags = ["--no-leader-election", "--policy-canary-namespace", CANARY];
+    let first = Operator::spawn_with(cluster, cluster.client(), NS, "operator-test-0", &flags);
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &preset("engine"))
+        .await
+        .unwrap();
+    let minute = Duration::from_secs(60);
+    wait_engine(
+        &client,
+        "engine",
+        EngineInForce::Policy,
+        "Proven",
+        Duration::from_secs(90),
+    )
+    .await;
+    wait_for(
+        "the Deployment at zero replicas",
+        Duration::from_secs(30),
+        || async { deployment_replicas(&client, "engine").await == Some(0) },
+    )
+    .await;
+
+    // A new operator takes over what the status and the API server hold: the policy stays in
+    // force (through a drift check), nothing is registered or scaled up.
+    first.stop();
+    drop(first);
+    let _second = Operator::spawn_with(cluster, cluster.client(), NS, "operator-test-1", &flags);
+    let steady_until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < steady_until {
+        let (engine, phase, why) = engine_of(&client, "engine").await;
+        assert_eq!(
+            (engine, phase),
+            (Some(EngineInForce::Policy), Some(Phase::InApiServer)),
+            "after the restart: {why}"
+        );
+        assert!(configuration(&client, "initializer-engine").await.is_none());
+        assert!(policy_present(&client).await);
+        assert_eq!(deployment_replicas(&client, "engine").await, Some(0));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pod = create_pod(&client).await;
+    assert!(injected(&pod) && !marked(&pod), "the policy still injects");
+
+    // Suspended: the break-glass takes the policy out of the path too.
+    api.patch(
+        "engine",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true}})),
+    )
+    .await
+    .unwrap();
+    wait_for("the policy removed by the suspend", minute, || async {
+        !policy_present(&client).await
+    })
+    .await;
+    wait_engine(
+        &client,
+        "engine",
+        EngineInForce::Webhook,
+        "Suspended",
+        minute,
+    )
+    .await;
+    assert!(configuration(&client, "initializer-engine").await.is_none());
+    wait_for(
+        "creates no longer injected",
+        Duration::from_secs(10),
+        || async { !injected(&create_pod(&client).await) },
+    )
+    .await;
+
+    // Resumed: proven again, in the API server again.
+    api.patch(
+        "engine",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": false}})),
+    )
+    .await
+    .unwrap();
+    wait_engine(
+        &client,
+        "engine",
+        EngineInForce::Policy,
+        "Proven",
+        Duration::from_secs(90),
+    )
+    .await;
+
+    // Pinned to the webhook: it comes back (registered, scaled up), then the policy goes.
+    api.patch(
+        "engine",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"engine": "Webhook"}})),
+    )
+    .await
+    .unwrap();
+    wait_registered(
+        &client,
+        "initializer-engine",
+        "the webhook back",
+        Duration::from_secs(90),
+    )
+    .await;
+    wait_for(
+        "the policy removed after the webhook's return",
+        minute,
+        || async { !policy_present(&client).await },
+    )
+    .await;
+    wait_engine(&client, "engine", EngineInForce::Webhook, "Pinned", minute).await;
+    assert_eq!(deployment_replicas(&client, "engine").await, Some(1));
+    let pod = create_pod(&client).await;
+    assert!(
+        injected(&pod) && marked(&pod),
+        "the webhook injects and marks"
+    );
 }
