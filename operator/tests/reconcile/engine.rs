@@ -590,9 +590,15 @@ async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_
     .await;
     wait_engine(&client, "engine", EngineInForce::Webhook, "Pinned", minute).await;
     assert_eq!(deployment_replicas(&client, "engine").await, Some(1));
-    let pod = create_pod(&client).await;
-    assert!(
-        injected(&pod) && marked(&pod),
-        "the webhook injects and marks"
-    );
+    // The API server drops a deleted policy at its next reload (about a second): until then
+    // the policy still injects first, and the webhook finds nothing to do.
+    wait_for(
+        "the webhook injecting and marking",
+        Duration::from_secs(10),
+        || async {
+            let pod = create_pod(&client).await;
+            injected(&pod) && marked(&pod)
+        },
+    )
+    .await;
 }
