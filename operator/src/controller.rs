@@ -83,8 +83,8 @@ pub struct Context {
     /// Where a preset's policy is proven against its webhook (`--policy-canary-namespace`);
     /// `None`: nowhere, so presets stay on the webhook.
     pub policy_canary: Option<String>,
-    /// Each Initializer's engine as last decided ([`crate::engine`]).
-    pub engines: Engines,
+    /// Whether the API server serves MutatingAdmissionPolicy ([`crate::engine`]).
+    pub policy_api: PolicyApi,
 }
 
 impl std::fmt::Debug for Context {
@@ -282,7 +282,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     // A preset's policy and binding, where the API server serves them (decided once, at
     // start): an edit or deletion by someone else is put right at once, not at the next drift
     // check.
-    let controller = match ctx.engines.served_version(&client).await {
+    let controller = match ctx.policy_api.served_version(&client).await {
         Ok(Ok(version)) => {
             let mut controller = controller;
             for (kind, plural) in [
@@ -371,7 +371,7 @@ mod finalizer;
 mod orphans;
 mod steps;
 
-pub use engine::Engines;
+pub use engine::PolicyApi;
 use finalizer::cleanup;
 pub use finalizer::had_fallback;
 use orphans::managed_selector;

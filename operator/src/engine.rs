@@ -35,7 +35,7 @@
 pub mod compare;
 pub mod proof;
 
-use initializer_crds::{Engine, EngineInForce};
+use initializer_crds::{Engine, EngineInForce, InitializerStatus};
 
 use crate::policy::CompileError;
 use crate::policy::served::NotServed;
@@ -161,6 +161,49 @@ pub enum Settled {
     InForce,
     /// The webhook stays, for this reason ([`Why::settles`]).
     Webhook(Why),
+}
+
+/// What the operator remembers of one Initializer's engine between reconciles (the supervisor
+/// keeps it with the rest of what is known of the Initializer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    /// The generation `settled` holds for.
+    pub generation: Option<i64>,
+    /// What is settled for that generation.
+    pub settled: Settled,
+    /// The engine in force now.
+    pub in_force: EngineInForce,
+    /// How the policy in force was proven (the condition's message).
+    pub proven: String,
+    /// The last proof's failure, shown until the next proof.
+    pub failure: Option<Why>,
+    /// A policy or binding of this Initializer may exist (removed once the webhook is back).
+    pub policy_may_exist: bool,
+}
+
+impl Remembered {
+    /// What a stored status says, for an Initializer this replica has not decided on yet (after
+    /// a restart, or a change of leader): the engine in force, and a disproof or drift that
+    /// holds for the generation the status describes. A policy may exist.
+    pub fn recovered(status: Option<&InitializerStatus>) -> Self {
+        let in_force = status.and_then(|s| s.engine).unwrap_or_default();
+        let condition = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == IN_API_SERVER));
+        let message = condition.map(|c| c.message.clone()).unwrap_or_default();
+        let settled = match (in_force, condition.map(|c| c.reason.as_str())) {
+            (EngineInForce::Policy, _) => Settled::InForce,
+            (_, Some("Disproved")) => Settled::Webhook(Why::Disproved(message.clone())),
+            (_, Some("Drifted")) => Settled::Webhook(Why::Drifted(message.clone())),
+            _ => Settled::Nothing,
+        };
+        Self {
+            generation: status.and_then(|s| s.observed_generation),
+            settled,
+            in_force,
+            proven: message,
+            failure: None,
+            policy_may_exist: true,
+        }
+    }
 }
 
 /// What one reconcile does about the engine.

@@ -352,7 +352,7 @@ async fn lead(
         supervisor: supervisor.clone(),
         guard,
         policy_canary: args.policy_canary_namespace.clone(),
-        engines: controller::Engines::default(),
+        policy_api: controller::PolicyApi::default(),
     });
     tokio::join!(
         controller::run(ctx, term.clone()),

@@ -16,7 +16,10 @@
 //!
 //! One Initializer's life, file by file, in the order things happen:
 //! - this file: the handle and its public calls ([`Supervisor::sync`] and the rest), and the
-//!   per-Initializer state;
+//!   per-Initializer state: two maps by name, the supervised entries (tasks and state under
+//!   one lock) and everything else known of each Initializer, supervised or not (`Known`: the
+//!   reconcile's last failure, discovery, the fallback's compile check, the CA its pods serve,
+//!   where its preset runs);
 //! - `entry`: the entry made on the first sync (what the API server holds taken over) and its
 //!   two tasks started;
 //! - `tasks`: the prober and the endpoint watcher, fed by the shared watches of `slices`;
@@ -53,7 +56,7 @@ use tracing::warn;
 use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
 use crate::apply::{self, FallbackCheck, WebhookRegistrar};
 use crate::build::{self, FallbackPolicy};
-use crate::engine::EngineView;
+use crate::engine::{EngineView, Remembered};
 use crate::error::{Error, Result};
 use crate::health::{Cause, HealthConfig, Input, Machine};
 use crate::lag::LagMeter;
@@ -391,20 +394,13 @@ struct Inner {
     metrics: Arc<Metrics>,
     probe_user: String,
     connector: Connector,
-    /// Per Initializer: the `caBundle` of its last probe round, and whether every ready pod
-    /// served a certificate of the bundle's current CA.
-    served: Mutex<HashMap<String, (Vec<u8>, bool)>>,
     leadership: Leadership,
     watchdog: Watchdog,
     prober_count: std::sync::atomic::AtomicU64,
+    /// The Initializers supervised now: their tasks and state under one lock each.
     entries: Mutex<HashMap<String, Arc<Supervised>>>,
-    checked: Mutex<HashMap<String, FallbackChecked>>,
-    /// Per Initializer: why its last reconcile failed (`details.lastError`), until a reconcile
-    /// deploys its workload again.
-    failures: Mutex<HashMap<String, String>>,
-    /// Per legacy-backend Initializer: the resources its rules reached at a generation, and
-    /// when that was discovered ([`Supervisor::discovered`]).
-    discovered: Mutex<HashMap<String, Discovered>>,
+    /// Everything else known of each Initializer, supervised or not ([`Known`]).
+    known: Mutex<HashMap<String, Known>>,
     /// The operator's webhook configurations as its watch last saw them
     /// ([`Supervisor::with_configurations`]); none without that watch.
     configurations: Option<Store<MutatingWebhookConfiguration>>,
@@ -416,6 +412,27 @@ struct Inner {
 
 /// The generation discovery ran for, when, and what the rules reached.
 type Discovered = (Option<i64>, Instant, Vec<Served>);
+
+/// What the supervisor knows of one Initializer beyond its supervision (which starts at its
+/// first sync and ends at [`Supervisor::stop`]): what the reconcile learned before or without
+/// it, and what the probes found. Kept until the Initializer is gone ([`Supervisor::retain`]).
+#[derive(Debug, Default)]
+struct Known {
+    /// Why its last reconcile failed (`details.lastError`), until a reconcile deploys its
+    /// workload again.
+    failure: Option<String>,
+    /// Legacy backend: what its rules reached at a generation, and when discovery ran
+    /// ([`Supervisor::discovered`]).
+    discovered: Option<Discovered>,
+    /// Whether the API server compiled its fallback, at a generation
+    /// ([`Supervisor::check_fallback`]).
+    fallback_checked: Option<FallbackChecked>,
+    /// The `caBundle` of its last probe round, and whether every ready pod served a
+    /// certificate of the bundle's current CA ([`Supervisor::serves_current_ca`]).
+    served: Option<(Vec<u8>, bool)>,
+    /// Where its preset's injection runs, as the reconcile last decided ([`crate::engine`]).
+    engine: Option<Remembered>,
+}
 
 /// How long what an Initializer's rules reach is reused before discovery runs again (a CRD
 /// installed meanwhile is seen within it; a spec change at once).
@@ -459,14 +476,11 @@ impl Supervisor {
                 metrics,
                 probe_user,
                 connector: Connector::direct(),
-                served: Mutex::new(HashMap::new()),
                 leadership,
                 watchdog: Watchdog::new(),
                 prober_count: std::sync::atomic::AtomicU64::new(0),
                 entries: Mutex::new(HashMap::new()),
-                checked: Mutex::new(HashMap::new()),
-                failures: Mutex::new(HashMap::new()),
-                discovered: Mutex::new(HashMap::new()),
+                known: Mutex::new(HashMap::new()),
                 configurations: None,
             }),
         }
@@ -505,12 +519,32 @@ impl Supervisor {
     /// pod serving a certificate of the bundle's current CA: a CA it replaced may then leave the
     /// bundle.
     pub fn serves_current_ca(&self, initializer: &str, ca_bundle: &[u8]) -> bool {
-        self.inner
-            .served
+        self.known(initializer, |known| {
+            known
+                .served
+                .as_ref()
+                .is_some_and(|(bundle, current)| *current && bundle == ca_bundle)
+        })
+    }
+
+    /// Reads or updates what is known of `initializer` (a short critical section: no await).
+    fn known<T>(&self, initializer: &str, f: impl FnOnce(&mut Known) -> T) -> T {
+        let mut known = self
+            .inner
+            .known
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(initializer)
-            .is_some_and(|(bundle, current)| *current && bundle == ca_bundle)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(known.entry(initializer.to_string()).or_default())
+    }
+
+    /// Where the preset of `initializer` runs, as last remembered ([`Supervisor::remember_engine`]).
+    pub fn engine(&self, initializer: &str) -> Option<Remembered> {
+        self.known(initializer, |known| known.engine.clone())
+    }
+
+    /// Remembers where the preset of `initializer` runs.
+    pub fn remember_engine(&self, initializer: &str, engine: Remembered) {
+        self.known(initializer, |known| known.engine = Some(engine));
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Supervised>>> {
@@ -557,6 +591,16 @@ impl Supervisor {
         self.inner.metrics.forget_initializer(initializer);
     }
 
+    /// Forgets everything known of a deleted `initializer` (call [`Supervisor::stop`] first), so
+    /// that one created again under its name starts afresh.
+    pub fn forget(&self, initializer: &str) {
+        self.inner
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(initializer);
+    }
+
     /// Stops everything (this replica lost the lead).
     pub fn stop_all(&self) {
         for (name, entry) in self.entries().drain() {
@@ -568,9 +612,8 @@ impl Supervisor {
     /// Stops supervising every Initializer not named in `existing` (deleted while the
     /// controller could not see it).
     pub fn retain(&self, existing: &[String]) {
-        self.failures().retain(|name, _| existing.contains(name));
         self.inner
-            .discovered
+            .known
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|name, _| existing.contains(name));
@@ -595,13 +638,13 @@ impl Supervisor {
     /// What the rules of `initializer` at `generation` reached when discovery last ran for it,
     /// unless that was more than [`DISCOVERY_TTL`] ago or for another generation.
     pub fn discovered(&self, initializer: &str, generation: Option<i64>) -> Option<Vec<Served>> {
-        self.inner
-            .discovered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(initializer)
-            .filter(|(g, at, _)| *g == generation && at.elapsed() < DISCOVERY_TTL)
-            .map(|(_, _, reached)| reached.clone())
+        self.known(initializer, |known| {
+            known
+                .discovered
+                .as_ref()
+                .filter(|(g, at, _)| *g == generation && at.elapsed() < DISCOVERY_TTL)
+                .map(|(_, _, reached)| reached.clone())
+        })
     }
 
     /// Remembers what the rules of `initializer` at `generation` reach.
@@ -611,14 +654,9 @@ impl Supervisor {
         generation: Option<i64>,
         reached: Vec<Served>,
     ) {
-        self.inner
-            .discovered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                initializer.to_string(),
-                (generation, Instant::now(), reached),
-            );
+        self.known(initializer, |known| {
+            known.discovered = Some((generation, Instant::now(), reached));
+        });
     }
 
     /// Asks the API server to compile an Initializer's fallback (a dry-run apply), once per
@@ -630,14 +668,13 @@ impl Supervisor {
         generation: Option<i64>,
         fallback: &FallbackPolicy,
     ) -> Result<Option<String>> {
-        let cached = self
-            .inner
-            .checked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(initializer)
-            .filter(|(g, _)| *g == generation)
-            .map(|(_, why)| why.clone());
+        let cached = self.known(initializer, |known| {
+            known
+                .fallback_checked
+                .as_ref()
+                .filter(|(g, _)| *g == generation)
+                .map(|(_, why)| why.clone())
+        });
         if let Some(why) = cached {
             return Ok(why);
         }
@@ -645,11 +682,9 @@ impl Supervisor {
             FallbackCheck::Refused(why) => Some(why),
             FallbackCheck::Accepted | FallbackCheck::Unsupported => None,
         };
-        self.inner
-            .checked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(initializer.to_string(), (generation, why.clone()));
+        self.known(initializer, |known| {
+            known.fallback_checked = Some((generation, why.clone()));
+        });
         Ok(why)
     }
 
@@ -664,7 +699,7 @@ impl Supervisor {
         };
         self.ensure_tasks(&entry, &target);
         // The workload was deployed: the last failure is over.
-        self.failures().remove(&target.initializer);
+        self.known(&target.initializer, |known| known.failure = None);
         let mut st = entry.state.lock().await;
         st.machine.set_config(target.health);
         st.adopt(

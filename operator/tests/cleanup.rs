@@ -124,7 +124,7 @@ fn context(client: Client) -> Arc<Context> {
         ),
         guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
         policy_canary: None,
-        engines: Default::default(),
+        policy_api: Default::default(),
     })
 }
 

@@ -8,7 +8,6 @@
 //! purpose, as under `spec.suspend`) before its Deployment is scaled to zero, and on the way
 //! back the policy stays in force until the webhook is registered again.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,7 @@ use tracing::{info, warn};
 
 use super::{Context, publish};
 use crate::engine::proof::{self, PolicyObjects, Unproven};
-use crate::engine::{self, Canary, EngineView, IN_API_SERVER, Plan, Settled, Why, compare};
+use crate::engine::{self, Canary, EngineView, Plan, Remembered, Settled, Why, compare};
 use crate::error::{Error, Result};
 use crate::events::Reason;
 use crate::missed::selector_matches;
@@ -36,80 +35,15 @@ pub(super) const DRIFT_CHECK: Duration = Duration::from_secs(10);
 /// How long the API server's answer on serving MutatingAdmissionPolicy is reused.
 const DISCOVERY_TTL: Duration = Duration::from_secs(60);
 
-/// What the operator remembers of each Initializer's engine, and of the API server's
-/// discovery. Rebuilt from the stored status after a restart.
+/// The API server's answer on serving MutatingAdmissionPolicy, reused for a minute
+/// (each Initializer's engine is remembered by the supervisor, with the rest of what is known
+/// of it: [`Supervisor::engine`](crate::supervisor::Supervisor::engine)).
 #[derive(Debug, Default)]
-pub struct Engines {
+pub struct PolicyApi {
     served: Mutex<Option<(Instant, Result<&'static str, NotServed>)>>,
-    entries: Mutex<HashMap<String, Remembered>>,
 }
 
-/// One Initializer's engine, as last decided.
-#[derive(Clone, Debug)]
-struct Remembered {
-    /// The generation `settled` holds for.
-    generation: Option<i64>,
-    settled: Settled,
-    in_force: EngineInForce,
-    /// How the policy in force was proven (the condition's message).
-    proven: String,
-    /// The last proof's failure, shown until the next proof.
-    failure: Option<Why>,
-    /// A policy or binding of this Initializer may exist (removed once the webhook is back).
-    policy_may_exist: bool,
-}
-
-impl Remembered {
-    /// What the stored status says, for an Initializer this replica has not decided on yet.
-    fn recovered(obj: &Initializer) -> Self {
-        let status = obj.status.as_ref();
-        let in_force = status.and_then(|s| s.engine).unwrap_or_default();
-        let condition = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == IN_API_SERVER));
-        let message = condition.map(|c| c.message.clone()).unwrap_or_default();
-        let settled = match (in_force, condition.map(|c| c.reason.as_str())) {
-            (EngineInForce::Policy, _) => Settled::InForce,
-            (_, Some("Disproved")) => Settled::Webhook(Why::Disproved(message.clone())),
-            (_, Some("Drifted")) => Settled::Webhook(Why::Drifted(message.clone())),
-            _ => Settled::Nothing,
-        };
-        Self {
-            generation: status.and_then(|s| s.observed_generation),
-            settled,
-            in_force,
-            proven: message,
-            failure: None,
-            policy_may_exist: true,
-        }
-    }
-}
-
-impl Engines {
-    fn remembered(&self, obj: &Initializer) -> Remembered {
-        let entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries
-            .get(&obj.name_any())
-            .cloned()
-            .unwrap_or_else(|| Remembered::recovered(obj))
-    }
-
-    fn remember(&self, name: &str, remembered: Remembered) {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_owned(), remembered);
-    }
-
-    /// Forgets a deleted Initializer.
-    pub fn forget(&self, name: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(name);
-    }
-
+impl PolicyApi {
     /// The version MutatingAdmissionPolicy is written at, or why it cannot be.
     pub(super) async fn served_version(
         &self,
@@ -154,6 +88,14 @@ impl Engines {
     }
 }
 
+/// What the supervisor remembers of `obj`'s engine, or what its stored status says after a
+/// restart.
+fn remembered(ctx: &Context, obj: &Initializer) -> Remembered {
+    ctx.supervisor
+        .engine(&obj.name_any())
+        .unwrap_or_else(|| Remembered::recovered(obj.status.as_ref()))
+}
+
 /// What the engine step decided for one reconcile.
 pub(super) struct EngineStep {
     plan: Plan,
@@ -176,7 +118,7 @@ impl EngineStep {
 /// webhook: the policy stays in force until the webhook is registered again).
 pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Result<EngineStep> {
     let name = obj.name_any();
-    let mut remembered = ctx.engines.remembered(obj);
+    let mut remembered = remembered(ctx, obj);
     if remembered.generation != obj.metadata.generation {
         remembered.generation = obj.metadata.generation;
         remembered.settled = Settled::Nothing;
@@ -188,7 +130,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         || remembered.in_force == EngineInForce::Policy
         || (remembered.policy_may_exist && compiled.is_ok());
     let version = if needs_api {
-        Some(ctx.engines.served_version(&ctx.client).await?)
+        Some(ctx.policy_api.served_version(&ctx.client).await?)
     } else {
         None
     };
@@ -264,7 +206,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         _ => Err(remembered.failure.clone().unwrap_or(Why::AwaitingWebhook)),
     };
     let view = engine::view(obj.spec.engine, obj.spec.image.is_none(), &in_force);
-    ctx.engines.remember(&name, remembered);
+    ctx.supervisor.remember_engine(&name, remembered);
     Ok(EngineStep {
         plan,
         view,
@@ -331,7 +273,7 @@ pub(super) async fn after_sync(
     report: &Report,
 ) -> Result<Option<EngineView>> {
     let name = obj.name_any();
-    let mut remembered = ctx.engines.remembered(obj);
+    let mut remembered = remembered(ctx, obj);
     let healthy = report.registered && report.status.phase == Some(Phase::Registered);
     let (Some(objects), true) = (&step.objects, remembered.in_force == EngineInForce::Webhook)
     else {
@@ -429,7 +371,7 @@ pub(super) async fn after_sync(
         }
         _ => None,
     };
-    ctx.engines.remember(&name, remembered);
+    ctx.supervisor.remember_engine(&name, remembered);
     Ok(view)
 }
 
@@ -443,16 +385,16 @@ pub(super) async fn remove_policy(ctx: &Context, obj: &Initializer) -> Result<bo
         return Ok(false);
     }
     let names = crate::naming::names(&obj.name_any());
-    let Ok(version) = ctx.engines.served_version(&ctx.client).await? else {
+    let Ok(version) = ctx.policy_api.served_version(&ctx.client).await? else {
         return Ok(false);
     };
     let objects = PolicyObjects::named(&names, version);
     let removed = objects.remove(&ctx.client).await?;
     if removed {
-        let mut remembered = ctx.engines.remembered(obj);
+        let mut remembered = remembered(ctx, obj);
         remembered.in_force = EngineInForce::Webhook;
         remembered.policy_may_exist = false;
-        ctx.engines.remember(&obj.name_any(), remembered);
+        ctx.supervisor.remember_engine(&obj.name_any(), remembered);
     }
     Ok(removed)
 }

@@ -173,7 +173,7 @@ pub(super) async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> 
     if super::engine::remove_policy(ctx, obj).await? {
         info!(initializer = %name, "removed the policy");
     }
-    ctx.engines.forget(&name);
+    ctx.supervisor.forget(&name);
     // The finalizer stays until the API server confirms the configuration is gone, so no
     // create ever meets a configuration whose initializer has already been deleted.
     let label = names.label.clone();

@@ -3,7 +3,6 @@
 //! fenced by resourceVersion; the reconciler's refusals and failures go through here too, so no
 //! write drops another's `details.lastError`.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
@@ -21,16 +20,9 @@ use crate::validate::Refusal;
 use super::{PENDING_NAME_DETAIL, Presence, SupervisedState, Supervisor, bounded};
 
 impl Supervisor {
-    pub(super) fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.inner
-            .failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// The last failure the reconciler reported for `initializer`.
     pub(super) fn failure(&self, initializer: &str) -> Option<String> {
-        self.failures().get(initializer).cloned()
+        self.known(initializer, |known| known.failure.clone())
     }
 
     /// Records why a reconcile of `obj` could not deploy its workload and shows it in the
@@ -40,7 +32,7 @@ impl Supervisor {
     /// reconcile handed over first ([`Supervisor::observed`]).
     pub async fn report_failure(&self, obj: &Initializer, configuration: &str, error: String) {
         let name = obj.name_any();
-        self.failures().insert(name.clone(), error.clone());
+        self.known(&name, |known| known.failure = Some(error.clone()));
         let entry = self.entries().get(&name).cloned();
         if let Some(entry) = entry {
             let mut st = entry.state.lock().await;
@@ -78,10 +70,7 @@ impl Supervisor {
         conflict: Option<String>,
     ) -> Result<InitializerStatus> {
         let name = obj.name_any();
-        match &conflict {
-            Some(why) => self.failures().insert(name, why.clone()),
-            None => self.failures().remove(&name),
-        };
+        self.known(&name, |known| known.failure = conflict.clone());
         let now = Timestamp::now();
         let status = status::unsupervised(obj, refusals, configuration, conflict.as_deref(), now);
         let status = match conflict {

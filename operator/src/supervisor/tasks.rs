@@ -126,14 +126,9 @@ pub(super) async fn prober(
         sup.inner
             .metrics
             .probe(&target.initializer, outcome.latency, outcome.ok);
-        sup.inner
-            .served
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                target.initializer.clone(),
-                (ca_bundle.clone(), outcome.ok && outcome.current_ca),
-            );
+        sup.known(&target.initializer, |known| {
+            known.served = Some((ca_bundle.clone(), outcome.ok && outcome.current_ca));
+        });
         debug!(initializer = %target.initializer, ok = outcome.ok, latency_ms = outcome.latency.as_millis() as u64, message = %outcome.message, "probe");
         {
             let mut st = entry.state.lock().await;
