@@ -141,6 +141,14 @@ async fn the_table_shows_the_initializer_printer_columns() {
         .collect();
     assert_eq!(
         cols,
-        vec!["Name", "Phase", "Registered", "Ready", "Probe-ms", "Age"]
+        vec![
+            "Name",
+            "Phase",
+            "Registered",
+            "Ready",
+            "Engine",
+            "Probe-ms",
+            "Age"
+        ]
     );
 }
