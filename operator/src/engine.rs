@@ -179,6 +179,9 @@ pub struct Remembered {
     pub failure: Option<Why>,
     /// A policy or binding of this Initializer may exist (removed once the webhook is back).
     pub policy_may_exist: bool,
+    /// The reason last published in a `PolicyUnavailable` Warning, so that each is published
+    /// once.
+    pub warned: Option<&'static str>,
 }
 
 impl Remembered {
@@ -202,6 +205,7 @@ impl Remembered {
             proven: message,
             failure: None,
             policy_may_exist: true,
+            warned: None,
         }
     }
 }
@@ -264,7 +268,8 @@ pub struct EngineView {
     pub reason: &'static str,
     /// Its message.
     pub message: String,
-    /// `spec.engine: Policy` and the webhook in force: the condition is a warning.
+    /// `spec.engine: Policy` and the webhook in force for a reason other than waiting for the
+    /// proof: the message says so, and a `PolicyUnavailable` Warning Event is published.
     pub warning: bool,
     /// Whether the `InApiServer` condition is shown: only for Initializers that run the
     /// built-in preset initializer (for code, the webhook is the only engine there is).
@@ -282,13 +287,23 @@ pub fn view(engine: Engine, preset: bool, in_force: &Result<String, Why>) -> Eng
             warning: false,
             shown: true,
         },
-        Err(why) => EngineView {
-            in_force: EngineInForce::Webhook,
-            reason: why.reason(),
-            message: why.message(),
-            warning: engine == Engine::Policy,
-            shown: preset,
-        },
+        Err(why) => {
+            let warning = engine == Engine::Policy && *why != Why::AwaitingWebhook;
+            EngineView {
+                in_force: EngineInForce::Webhook,
+                reason: why.reason(),
+                message: if warning {
+                    format!(
+                        "spec.engine is Policy, but the webhook runs: {}",
+                        why.message()
+                    )
+                } else {
+                    why.message()
+                },
+                warning,
+                shown: preset,
+            }
+        }
     }
 }
 

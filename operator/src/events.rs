@@ -41,11 +41,13 @@ pub enum Reason {
     EngineDisproved,
     /// The proof of the compiled policy could not finish; it is tried again.
     ProofFailed,
+    /// `spec.engine: Policy`, and something keeps the webhook in force (the Event says what).
+    PolicyUnavailable,
 }
 
 impl Reason {
     /// Every reason, for the tests that hold the documentation to them.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::Registered,
         Reason::Degraded,
         Reason::Restored,
@@ -63,6 +65,7 @@ impl Reason {
         Reason::EngineSwitched,
         Reason::EngineDisproved,
         Reason::ProofFailed,
+        Reason::PolicyUnavailable,
     ];
 
     /// The Event's `reason`.
@@ -85,6 +88,7 @@ impl Reason {
             Reason::EngineSwitched => "EngineSwitched",
             Reason::EngineDisproved => "EngineDisproved",
             Reason::ProofFailed => "ProofFailed",
+            Reason::PolicyUnavailable => "PolicyUnavailable",
         }
     }
 }

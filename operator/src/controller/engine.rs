@@ -206,6 +206,18 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         _ => Err(remembered.failure.clone().unwrap_or(Why::AwaitingWebhook)),
     };
     let view = engine::view(obj.spec.engine, obj.spec.image.is_none(), &in_force);
+    let warned = view.warning.then_some(view.reason);
+    if warned.is_some() && warned != remembered.warned {
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::PolicyUnavailable,
+            view.message.clone(),
+        )
+        .await;
+    }
+    remembered.warned = warned;
     ctx.supervisor.remember_engine(&name, remembered);
     Ok(EngineStep {
         plan,

@@ -150,6 +150,17 @@ fn the_view_warns_only_when_the_policy_was_asked_for() {
     assert_eq!(webhook.reason, "NoCanaryNamespace");
     assert!(webhook.message.contains("--policy-canary-namespace"));
     assert!(webhook.warning);
+    assert!(
+        webhook
+            .message
+            .starts_with("spec.engine is Policy, but the webhook runs:"),
+        "{}",
+        webhook.message
+    );
+    assert!(
+        !view(Engine::Policy, true, &Err(Why::AwaitingWebhook)).warning,
+        "waiting for the proof is no warning"
+    );
     assert!(!view(Engine::Auto, true, &Err(Why::NoCanaryNamespace)).warning);
     assert!(
         !view(Engine::Auto, false, &Err(Why::NoCanaryNamespace)).shown,

@@ -235,6 +235,17 @@ async fn without_a_place_to_prove_it_a_preset_stays_on_the_webhook_and_says_why(
         injected(&pod) && marked(&pod),
         "the webhook injects and marks"
     );
+
+    // Asked for the API server: the same reason, as a warning.
+    let mut wanted = preset("wanted");
+    wanted.spec.engine = initializer_crds::Engine::Policy;
+    api.create(&PostParams::default(), &wanted).await.unwrap();
+    wait_for_event(
+        &client,
+        "PolicyUnavailable",
+        "spec.engine is Policy, but the webhook runs",
+    )
+    .await;
 }
 
 async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_drifts(
