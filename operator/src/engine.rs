@@ -276,6 +276,14 @@ pub struct EngineView {
     pub shown: bool,
 }
 
+impl EngineView {
+    /// Whether the injection runs in the API server: the webhook is out of the path on purpose
+    /// and its Deployment kept at zero replicas.
+    pub fn in_api_server(&self) -> bool {
+        self.in_force == EngineInForce::Policy
+    }
+}
+
 /// The view of an engine in force: the policy (`proven` says how) or the webhook for `why`.
 /// `preset`: the Initializer runs the built-in preset initializer (no `spec.image`).
 pub fn view(engine: Engine, preset: bool, in_force: &Result<String, Why>) -> EngineView {

@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use initializer_crds::{
-    EngineInForce, Initializer, InitializerStatus, MissedInitializations, Outage, Phase,
-};
+use initializer_crds::{Initializer, InitializerStatus, MissedInitializations, Outage, Phase};
 use initializer_packaging::manifest::{NAME_LABEL as OPERATOR_NAME_LABEL, OPERATOR_NAME};
 use initializer_packaging::readiness::deployment_available;
 use jiff::Timestamp;
@@ -216,8 +214,7 @@ impl Observation<'_> {
     /// Whether the injection runs in the API server: the webhook is deregistered and its
     /// Deployment kept at zero replicas on purpose.
     fn in_api_server(&self) -> bool {
-        self.engine
-            .is_some_and(|e| e.in_force == EngineInForce::Policy)
+        self.engine.is_some_and(EngineView::in_api_server)
     }
 }
 
@@ -714,7 +711,7 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
 /// `InApiServer`: where a preset's injection runs, present once the engine is known.
 fn in_api_server_condition(o: &Observation<'_>) -> Option<Condition> {
     let engine = o.engine.filter(|e| e.shown)?;
-    let status = if engine.in_force == EngineInForce::Policy {
+    let status = if engine.in_api_server() {
         "True"
     } else {
         "False"

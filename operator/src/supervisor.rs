@@ -189,9 +189,7 @@ type ReadyEndpoints = Option<Vec<SocketAddr>>;
 impl Supervision {
     /// Whether the preset runs in the API server (the configuration stays removed).
     pub fn in_api_server(&self) -> bool {
-        self.engine
-            .as_ref()
-            .is_some_and(|e| e.in_force == initializer_crds::EngineInForce::Policy)
+        self.engine.as_ref().is_some_and(EngineView::in_api_server)
     }
 
     fn configuration(&self) -> String {

@@ -109,7 +109,7 @@ impl EngineStep {
     /// Whether the Deployment is kept at zero replicas: the policy is in force and the
     /// supervisor has taken the webhook out of the path.
     pub(super) fn scale_to_zero(&self) -> bool {
-        self.view.in_force == EngineInForce::Policy
+        self.view.in_api_server()
     }
 }
 
@@ -291,6 +291,9 @@ pub(super) async fn after_sync(
     else {
         return Ok(None);
     };
+    let view_of = |in_force: &Result<String, Why>| {
+        engine::view(obj.spec.engine, obj.spec.image.is_none(), in_force)
+    };
     let view = match (&step.plan, &step.compiled) {
         (Plan::Prove { canary }, Some(compiled)) if healthy => {
             ctx.supervisor
@@ -325,11 +328,7 @@ pub(super) async fn after_sync(
                     remembered.settled = Settled::InForce;
                     remembered.proven = message.clone();
                     remembered.failure = None;
-                    Some(engine::view(
-                        obj.spec.engine,
-                        obj.spec.image.is_none(),
-                        &Ok(message),
-                    ))
+                    Some(view_of(&Ok(message)))
                 }
                 Err(Unproven::Disproved(diff)) => {
                     warn!(initializer = %name, %diff, "the policy disagrees with the webhook");
@@ -346,11 +345,7 @@ pub(super) async fn after_sync(
                     ));
                     remembered.settled = Settled::Webhook(why.clone());
                     remembered.policy_may_exist = false;
-                    Some(engine::view(
-                        obj.spec.engine,
-                        obj.spec.image.is_none(),
-                        &Err(why),
-                    ))
+                    Some(view_of(&Err(why)))
                 }
                 Err(Unproven::Failed(failure)) => {
                     warn!(initializer = %name, %failure, "the proof could not finish");
@@ -363,11 +358,7 @@ pub(super) async fn after_sync(
                         publish(ctx, obj, EventType::Warning, Reason::ProofFailed, failure).await;
                     }
                     remembered.failure = Some(why.clone());
-                    Some(engine::view(
-                        obj.spec.engine,
-                        obj.spec.image.is_none(),
-                        &Err(why),
-                    ))
+                    Some(view_of(&Err(why)))
                 }
             }
         }

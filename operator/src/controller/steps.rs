@@ -303,13 +303,13 @@ async fn hand_over(
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
-    // The legacy backend looks again soon while unregistered: its own pods may be waiting on
-    // its name (cleared at each reconcile) until the initializer is up.
     if engine.scale_to_zero() {
-        // Nothing watches the policy and its binding (the API may not be served where the
-        // operator starts): they are checked for drift this often instead.
+        // The policy and its binding are watched only where the API server served them when
+        // the operator started: they are checked for drift this often besides.
         return Ok(Action::requeue(engine::DRIFT_CHECK));
     }
+    // The legacy backend looks again soon while unregistered: its own pods may be waiting on
+    // its name (cleared at each reconcile) until the initializer is up.
     Ok(Action::requeue(requeue_after(
         validated.namespace == ctx.operator_namespace && desired.legacy.is_none(),
         report.registered,

@@ -241,15 +241,27 @@ fn normalize_strings(value: &mut Value, uid: &str) {
     }
 }
 
-/// Where two comparable objects differ, as JSON pointers with both values (at most
-/// five, each value cut to 120 characters): empty when they agree.
+/// Where what the policy and the webhook stored differ: [`labelled_differences`] with the
+/// sides named `policy` and `webhook`.
 pub fn differences(policy: &Value, webhook: &Value) -> Vec<String> {
+    labelled_differences(policy, webhook, ("policy", "webhook"))
+}
+
+/// Where two objects differ, as JSON pointers with both values under the sides' `names` (at
+/// most five, each value cut to 120 characters): empty when they agree.
+pub fn labelled_differences(left: &Value, right: &Value, names: (&str, &str)) -> Vec<String> {
     let mut out = Vec::new();
-    walk(policy, webhook, &mut String::new(), &mut out);
+    walk(left, right, names, &mut String::new(), &mut out);
     out
 }
 
-fn walk(left: &Value, right: &Value, path: &mut String, out: &mut Vec<String>) {
+fn walk(
+    left: &Value,
+    right: &Value,
+    names: (&str, &str),
+    path: &mut String,
+    out: &mut Vec<String>,
+) {
     if out.len() >= MAX_DIFFERENCES || left == right {
         return;
     }
@@ -263,6 +275,7 @@ fn walk(left: &Value, right: &Value, path: &mut String, out: &mut Vec<String>) {
                 walk(
                     l.get(key).unwrap_or(&Value::Null),
                     r.get(key).unwrap_or(&Value::Null),
+                    names,
                     path,
                     out,
                 );
@@ -273,14 +286,16 @@ fn walk(left: &Value, right: &Value, path: &mut String, out: &mut Vec<String>) {
             for (i, (a, b)) in l.iter().zip(r).enumerate() {
                 let len = path.len();
                 path.push_str(&format!("/{i}"));
-                walk(a, b, path, out);
+                walk(a, b, names, path, out);
                 path.truncate(len);
             }
         }
         _ => out.push(format!(
-            "{}: policy {} / webhook {}",
+            "{}: {} {} / {} {}",
             if path.is_empty() { "/" } else { path },
+            names.0,
             cut(left),
+            names.1,
             cut(right)
         )),
     }

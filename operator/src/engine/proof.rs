@@ -7,9 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use initializer_crds::constants::{
-    FIELD_MANAGER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAMESPACE_NAME_LABEL,
-};
+use initializer_crds::constants::FIELD_MANAGER;
 use k8s_openapi::api::admissionregistration::v1beta1::MatchResources;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::{
@@ -20,6 +18,7 @@ use serde_json::Value;
 use tracing::info;
 
 use super::compare::{self, PROOF_LABEL, ProofObject};
+use crate::apply;
 use crate::error::{Error, Result};
 use crate::policy::api::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
 use crate::policy::served::GROUP;
@@ -67,7 +66,7 @@ pub struct PolicyObjects {
     pub version: &'static str,
     /// The name both share.
     pub name: String,
-    /// The Initializer's label value, which the objects carry (ours: [`is_ours`]).
+    /// The Initializer's label value, which the objects carry (ours: [`apply::fallback_is_ours`]).
     pub label: String,
 }
 
@@ -219,11 +218,9 @@ impl PolicyObjects {
                     self.name
                 )));
             }
+            // Under another name; a binding still names the policy, as applied.
             let check_name = format!("{}{DRIFT_CHECK_SUFFIX}", self.name);
             object["metadata"]["name"] = Value::String(check_name.clone());
-            if kind == "MutatingAdmissionPolicyBinding" {
-                object["spec"]["policyName"] = Value::String(self.name.clone());
-            }
             let object: DynamicObject =
                 serde_json::from_value(object).map_err(|e| Error::Serialize {
                     what: "an admission policy",
@@ -243,15 +240,16 @@ impl PolicyObjects {
                     name: check_name,
                     source: Box::new(source),
                 })?;
-            let differences = compare::differences(&live.data["spec"], &stored.data["spec"]);
+            let differences = compare::labelled_differences(
+                &live.data["spec"],
+                &stored.data["spec"],
+                ("live", "as applied"),
+            );
             if !differences.is_empty() {
                 return Ok(Some(format!(
-                    "the {kind} {} was edited (live / as applied): {}",
+                    "the {kind} {} was edited: {}",
                     self.name,
-                    differences
-                        .join("; ")
-                        .replace("policy ", "")
-                        .replace("webhook ", "")
+                    differences.join("; ")
                 )));
             }
         }
@@ -259,34 +257,20 @@ impl PolicyObjects {
     }
 }
 
-/// Whether a policy or binding is this Initializer's (the operator's labels with its name).
-pub fn is_ours(found: &DynamicObject, initializer_label: &str) -> bool {
-    let labels = found.metadata.labels.as_ref();
-    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-    label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
-        && label(INITIALIZER_LABEL) == Some(initializer_label)
+/// Whether a policy or binding is this Initializer's: the operator's labels with its name, as
+/// for its fallback ([`apply::fallback_is_ours`]).
+fn is_ours(found: &DynamicObject, initializer_label: &str) -> bool {
+    apply::fallback_is_ours(&found.metadata, Some(initializer_label))
 }
 
-/// The canary scope: the canary namespace, and only objects carrying [`PROOF_LABEL`].
-pub fn canary_scope(canary: &str) -> BindingScope {
-    BindingScope::Namespaces(vec![canary.to_owned()])
-}
-
-/// The binding for the canary: [`canary_scope`] narrowed to objects carrying [`PROOF_LABEL`].
+/// The binding for the canary: the canary namespace alone, narrowed to objects carrying
+/// [`PROOF_LABEL`].
 pub fn canary_binding(v: &Validated, canary: &str) -> MutatingAdmissionPolicyBinding {
-    let mut binding = crate::policy::binding(v, &canary_scope(canary));
+    let mut binding = crate::policy::binding(v, &BindingScope::Namespaces(vec![canary.to_owned()]));
     if let Some(spec) = binding.spec.as_mut() {
         let resources = spec
             .match_resources
             .get_or_insert_with(MatchResources::default);
-        resources.namespace_selector = Some(LabelSelector {
-            match_labels: None,
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: NAMESPACE_NAME_LABEL.to_owned(),
-                operator: "In".to_owned(),
-                values: Some(vec![canary.to_owned()]),
-            }]),
-        });
         resources.object_selector = Some(LabelSelector {
             match_labels: None,
             match_expressions: Some(vec![LabelSelectorRequirement {

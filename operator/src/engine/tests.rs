@@ -272,4 +272,13 @@ fn comparing_ignores_identity_the_mark_and_the_proof_label_and_names_what_differ
                 .to_owned()
         ]
     );
+    // The drift check names its sides its own way, values and all left as they are.
+    assert_eq!(
+        compare::labelled_differences(
+            &json!({"failurePolicy": "policy Fail"}),
+            &json!({"failurePolicy": "Ignore"}),
+            ("live", "as applied")
+        ),
+        vec!["/failurePolicy: live \"policy Fail\" / as applied \"Ignore\"".to_owned()]
+    );
 }
