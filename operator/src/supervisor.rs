@@ -8,11 +8,10 @@
 //! the path waits until the fallback, if any, is in force, so that what it enforces never has a
 //! gap. After a fail-open window it counts the objects that slipped through
 //! ([`crate::missed`]). The reconciler calls [`Supervisor::sync`] with the latest
-//! [`Supervision`]. The supervisor is the only writer of an Initializer's status: on every sync
-//! and every transition (under the same lock, so writes never reorder), and for the reconciler
-//! when it refuses a spec, leaves someone else's object alone or fails to deploy
-//! ([`Supervisor::report_unsupervised`], [`Supervisor::report_failure`]); the failure is an
-//! input of [`status::compute`], so no write drops another's `details.lastError`.
+//! [`Supervision`]. The supervisor is the only writer of an Initializer's status: each entry
+//! has one writer task, which every sync, transition, converge and count only marks due, and
+//! the reconciler's refusals and failures go through it too ([`Supervisor::report_unsupervised`],
+//! [`Supervisor::report_failure`]); see `status_writes`.
 //!
 //! One Initializer's life, file by file, in the order things happen:
 //! - this file: the handle and its public calls ([`Supervisor::sync`] and the rest), and the
@@ -28,7 +27,7 @@
 //! - `converge`: the cluster made to hold what the machine wants (`decide`, pure: the next
 //!   presence and the write; `drift`, pure: the live configuration compared; `fallback`: the
 //!   fallback's bookkeeping);
-//! - `status_writes`: the one writer of `.status`;
+//! - `status_writes`: the entry's status writer, the one writer of `.status`;
 //! - `aftermath`: after a fail-open window, pending objects released and missed ones counted.
 
 use std::collections::{HashMap, VecDeque};
@@ -84,6 +83,11 @@ const PROBER_STEP_SLACK: Duration = Duration::from_secs(60);
 const FIRST_REMOVAL_RETRY: Duration = Duration::from_millis(100);
 /// Longest delay between two attempts to remove a configuration that must go.
 const MAX_REMOVAL_RETRY: Duration = Duration::from_secs(5);
+/// First delay before the status writer tries a failed write again; doubles up to
+/// [`MAX_STATUS_RETRY`].
+const FIRST_STATUS_RETRY: Duration = Duration::from_millis(200);
+/// Longest delay between two attempts to write a status the API server did not take.
+const MAX_STATUS_RETRY: Duration = Duration::from_secs(10);
 /// Creates may land this long after the window closes (an API server still calling the old
 /// configuration); the count waits for them.
 const WINDOW_TAIL: Duration = Duration::from_secs(1);
@@ -266,12 +270,13 @@ impl Supervision {
 }
 
 /// What a sync leaves behind: whether the configuration is registered now (the reconciler's
-/// next look depends on it) and the status as last computed.
+/// next look depends on it) and the status as the sync left it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     /// Whether the configuration is registered now.
     pub registered: bool,
-    /// The status as last computed (and written, unless only probe figures changed).
+    /// The status as the sync left it, which the entry's writer writes (unless only probe
+    /// figures changed).
     pub status: InitializerStatus,
 }
 
@@ -326,9 +331,17 @@ struct SupervisedState {
     /// With the legacy backend: how many objects pending on the name the last removal of the
     /// configuration released (`details.releasedObjects`).
     released: Option<u64>,
+    /// Wakes the entry's status writer ([`SupervisedState::status_due`]).
+    status_writer: Arc<Notify>,
 }
 
 impl SupervisedState {
+    /// Something that shows in the status changed: the entry's writer computes the status from
+    /// the state as it then is and writes it ([`status_writes`]). Marks coalesce.
+    fn status_due(&self) {
+        self.status_writer.notify_one();
+    }
+
     /// Takes the status and version a reconcile read: compared with that, what an earlier
     /// replica or this one without an entry wrote is brought up to date. Unless what it read is
     /// older than this replica's own writes (its cache lags them): then what was written stays.
@@ -362,17 +375,39 @@ impl Replaced {
     }
 }
 
-/// One supervised Initializer: its state, its tasks, and the signal that wakes its prober.
+/// One supervised Initializer: its state, its status writer, its tasks, and the signal that
+/// wakes its prober.
 struct Supervised {
     stopped: CancellationToken,
     state: tokio::sync::Mutex<SupervisedState>,
     wake: Arc<Notify>,
+    /// The one task that writes its status ([`status_writes::status_writer`]).
+    writer: AbortHandle,
+    /// The prober and the endpoint watcher, and what they were started with.
     tasks: Mutex<(Option<TaskKey>, Vec<AbortHandle>)>,
+}
+
+impl Supervised {
+    /// The entry holding `state`, with its status writer started (its other tasks start on
+    /// [`Supervisor::ensure_tasks`]).
+    fn start(sup: &Supervisor, state: SupervisedState) -> Arc<Self> {
+        let stopped = state.stopped.clone();
+        let due = state.status_writer.clone();
+        Arc::new_cyclic(|weak| Self {
+            stopped,
+            state: tokio::sync::Mutex::new(state),
+            wake: Arc::new(Notify::new()),
+            writer: tokio::spawn(status_writes::status_writer(sup.clone(), weak.clone(), due))
+                .abort_handle(),
+            tasks: Mutex::new((None, Vec::new())),
+        })
+    }
 }
 
 impl Drop for Supervised {
     fn drop(&mut self) {
         self.stopped.cancel();
+        self.writer.abort();
         if let Ok(tasks) = self.tasks.get_mut() {
             for t in &tasks.1 {
                 t.abort();
@@ -725,10 +760,10 @@ impl Supervisor {
             st.adopted_stray = false;
         }
         converged?;
-        let status = self.write_status(&mut st).await?;
+        st.status_due();
         Ok(Report {
             registered: st.presence != Presence::Absent,
-            status,
+            status: self.current_status(&st),
         })
     }
 }
@@ -750,7 +785,8 @@ mod tasks;
 mod transitions;
 
 pub use decide::{
-    ConfigurationWrite, Presence, configuration_write, next_presence, removal_retry, resumed_window,
+    ConfigurationWrite, Presence, configuration_write, next_presence, removal_retry,
+    resumed_window, status_write_retry,
 };
 pub use drift::{drifted, is_ours};
 use fallback::FallbackRun;

@@ -36,7 +36,7 @@ impl Supervisor {
             };
             let mut st = entry.state.lock().await;
             st.released = Some(released.count);
-            sup.refresh_status(&mut st).await;
+            st.status_due();
             let reference = st.target.reference.clone();
             drop(st);
             let failed = if released.failed.is_empty() {
@@ -116,7 +116,7 @@ impl Supervisor {
                 )
             };
             st.missed = Some(report);
-            sup.refresh_status(&mut st).await;
+            st.status_due();
             let reference = st.target.reference.clone();
             drop(st);
             sup.publish(&reference, type_, reason, note).await;

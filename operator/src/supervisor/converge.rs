@@ -193,7 +193,7 @@ impl Supervisor {
             if let Err(e) = sup.converge(&entry, &mut st).await {
                 debug!(initializer = %st.target.initializer, error = %e, "removal retry failed");
             }
-            sup.refresh_status(&mut st).await;
+            st.status_due();
         });
     }
 
@@ -212,7 +212,7 @@ impl Supervisor {
             if let Err(e) = self.converge(&entry, &mut st).await {
                 warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
             }
-            self.refresh_status(&mut st).await;
+            st.status_due();
         })
     }
 

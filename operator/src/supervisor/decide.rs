@@ -1,5 +1,5 @@
 //! The pure decisions of converge: which configuration to hold next, what to write for it, and
-//! when to retry a removal or resume a fail-open window found in progress.
+//! when to retry a removal or a status write, or resume a fail-open window found in progress.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 
 use crate::health::State;
 
-use super::{FIRST_REMOVAL_RETRY, MAX_REMOVAL_RETRY};
+use super::{FIRST_REMOVAL_RETRY, FIRST_STATUS_RETRY, MAX_REMOVAL_RETRY, MAX_STATUS_RETRY};
 
 /// What the cluster holds for one Initializer's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +75,12 @@ pub fn configuration_write(
 /// The delay before the next attempt to remove a configuration, after one that failed.
 pub fn removal_retry(previous: Option<Duration>) -> Duration {
     previous.map_or(FIRST_REMOVAL_RETRY, |d| (d * 2).min(MAX_REMOVAL_RETRY))
+}
+
+/// The delay before the status writer tries again, after a write the API server did not take
+/// (it answered with an error, or not in time): from 200 ms, doubling up to 10 s.
+pub fn status_write_retry(previous: Option<Duration>) -> Duration {
+    previous.map_or(FIRST_STATUS_RETRY, |d| (d * 2).min(MAX_STATUS_RETRY))
 }
 
 /// Where the fail-open window of an outage found in progress (no `restoredAt`) started: at its

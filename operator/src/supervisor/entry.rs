@@ -3,7 +3,7 @@
 //! the last left off) and its two tasks (the prober and the endpoint watcher, in `tasks`),
 //! started again whenever what they watch changes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
@@ -62,10 +62,9 @@ impl Supervisor {
             .and_then(|s| s.last_outage.as_ref())
             .filter(|_| presence != Presence::Normal || machine.in_outage())
             .and_then(resumed_window);
-        let stopped = CancellationToken::new();
-        let entry = Arc::new(Supervised {
-            stopped: stopped.clone(),
-            state: tokio::sync::Mutex::new(SupervisedState {
+        let entry = Supervised::start(
+            self,
+            SupervisedState {
                 machine,
                 target: target.clone(),
                 last_probe: None,
@@ -83,16 +82,15 @@ impl Supervisor {
                 deregister_cause: None,
                 adopted_stray: false,
                 degrade_since: None,
-                stopped,
+                stopped: CancellationToken::new(),
                 removal_retry: None,
                 removal_retry_pending: false,
                 released: stored
                     .and_then(|s| s.details.get(RELEASED_OBJECTS_DETAIL))
                     .and_then(|n| n.parse().ok()),
-            }),
-            wake: Arc::new(Notify::new()),
-            tasks: Mutex::new((None, Vec::new())),
-        });
+                status_writer: Arc::new(Notify::new()),
+            },
+        );
         Ok(self
             .entries()
             .entry(target.initializer.clone())

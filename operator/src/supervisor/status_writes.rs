@@ -1,23 +1,40 @@
-//! The status writes: the supervisor is the only writer of an Initializer's `.status`. A supervised
-//! one's status is computed ([`status::compute`], pure) from its entry and written under its lock,
-//! fenced by resourceVersion; the reconciler's refusals and failures go through here too, so no
+//! The status writes: the supervisor is the only writer of an Initializer's `.status`.
+//!
+//! A supervised Initializer has one writer, its entry's [`status_writer`] task. Whatever learns
+//! something that shows in the status (a sync, a probe's transition, a converge, a released or
+//! missed count, a reconcile's failure) only marks the entry's status due
+//! ([`SupervisedState::status_due`]); the writer then takes the entry's lock, computes the status
+//! from everything the entry holds ([`status::compute`], pure) and writes it, leader-gated and
+//! fenced by resourceVersion. Marks made while it writes coalesce into one more write, so the
+//! last write always carries the latest state: the order of writes is the writer's structure,
+//! not a lock rule each call site must keep.
+//!
+//! An Initializer without an entry (refused, someone else's object in the way, or a reconcile
+//! that failed before its first sync) is written by the reconcile through
+//! [`Supervisor::report_unsupervised`] and [`Supervisor::report_failure`], onto the version it
+//! read. The reconcile's last failure is an input of the computed status either way, so no
 //! write drops another's `details.lastError`.
 
-use std::time::Instant;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
 use initializer_crds::{Initializer, InitializerStatus};
 use jiff::Timestamp;
 use kube::ResourceExt;
-use tracing::{info, warn};
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
 
 use crate::apply;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::InitializerGauges;
 use crate::status::{self, Observation};
 use crate::validate::Refusal;
 
-use super::{PENDING_NAME_DETAIL, Presence, SupervisedState, Supervisor, bounded};
+use super::{
+    PENDING_NAME_DETAIL, Presence, Supervised, SupervisedState, Supervisor, bounded,
+    status_write_retry,
+};
 
 impl Supervisor {
     /// The last failure the reconciler reported for `initializer`.
@@ -28,15 +45,14 @@ impl Supervisor {
     /// Records why a reconcile of `obj` could not deploy its workload and shows it in the
     /// status (`details.lastError`) until a reconcile succeeds: a supervised Initializer's
     /// status is computed with it from now on; any other keeps its stored status beside it.
-    /// The registration is left as it is. A supervised status is written onto the version the
-    /// reconcile handed over first ([`Supervisor::observed`]).
+    /// The registration is left as it is. A supervised status is marked due for its writer,
+    /// which writes onto the version the reconcile handed over first ([`Supervisor::observed`]).
     pub async fn report_failure(&self, obj: &Initializer, configuration: &str, error: String) {
         let name = obj.name_any();
         self.known(&name, |known| known.failure = Some(error.clone()));
         let entry = self.entries().get(&name).cloned();
         if let Some(entry) = entry {
-            let mut st = entry.state.lock().await;
-            self.refresh_status(&mut st).await;
+            entry.state.lock().await.status_due();
             return;
         }
         let status = status::after_failure(obj, configuration, &error, Timestamp::now());
@@ -108,9 +124,9 @@ impl Supervisor {
         .map(|_| ())
     }
 
-    /// Computes the status from everything known and writes it unless only the probe figures
-    /// changed and were written recently; only onto the version last read or written.
-    pub(super) async fn write_status(&self, st: &mut SupervisedState) -> Result<InitializerStatus> {
+    /// The status of a supervised Initializer, computed from everything its entry and the
+    /// supervisor know (and shown in the metrics as it is computed).
+    pub(super) fn current_status(&self, st: &SupervisedState) -> InitializerStatus {
         let target = &st.target;
         let previous = st.written.as_ref().or(target.stored_status.as_ref());
         let configuration = target.configuration();
@@ -165,38 +181,81 @@ impl Supervisor {
                 probe_budget: target.budget,
             },
         );
-        if !status::only_probe_figures_changed(previous, &status, Timestamp::now()) {
-            self.may_write(st, || {
-                format!("write the status of initializer {}", target.initializer)
-            })?;
-            let version = bounded(
-                || format!("write the status of initializer {}", target.initializer),
-                apply::apply_status(
-                    &self.inner.client,
-                    &target.initializer,
-                    &status,
-                    st.version.as_deref(),
-                ),
-            )
-            .await?;
-            st.written = Some(status.clone());
-            st.replaced
-                .record(std::mem::replace(&mut st.version, version));
-        }
-        Ok(status)
+        status
     }
 
-    pub(super) async fn refresh_status(&self, st: &mut SupervisedState) {
-        match self.write_status(st).await {
-            Ok(_) => {}
-            // Someone wrote the Initializer since this replica read it: the reconcile of that
-            // change brings the new version, and the status is written onto it then.
-            Err(e) if e.is_stale_write() => {
-                info!(initializer = %st.target.initializer, error = %e, "status not written: the Initializer changed since it was read");
-            }
-            Err(e) => {
-                warn!(initializer = %st.target.initializer, error = %e, "failed to write status");
+    /// Computes the status and writes it, unless only the probe figures changed and were
+    /// written recently; only while this supervision may write, and only onto the version last
+    /// read or written.
+    async fn write_status(&self, st: &mut SupervisedState) -> Result<()> {
+        let status = self.current_status(st);
+        let previous = st.written.as_ref().or(st.target.stored_status.as_ref());
+        if status::only_probe_figures_changed(previous, &status, Timestamp::now()) {
+            return Ok(());
+        }
+        let initializer = st.target.initializer.clone();
+        self.may_write(st, || {
+            format!("write the status of initializer {initializer}")
+        })?;
+        let version = bounded(
+            || format!("write the status of initializer {initializer}"),
+            apply::apply_status(
+                &self.inner.client,
+                &initializer,
+                &status,
+                st.version.as_deref(),
+            ),
+        )
+        .await?;
+        st.written = Some(status);
+        st.replaced
+            .record(std::mem::replace(&mut st.version, version));
+        Ok(())
+    }
+}
+
+/// The status writer of one supervised Initializer (see the module header): waits until its
+/// status is due, then writes it under the entry's lock. A write the API server did not take is
+/// tried again after a growing delay ([`status_write_retry`]), except one made onto a version
+/// someone else's write replaced: the reconcile of that write brings the new version and marks
+/// the status due again. Ends with the entry, or when its supervision stops.
+pub(super) async fn status_writer(sup: Supervisor, entry: Weak<Supervised>, due: Arc<Notify>) {
+    let mut retry: Option<Duration> = None;
+    loop {
+        match retry {
+            None => due.notified().await,
+            Some(delay) => {
+                tokio::select! {
+                    () = due.notified() => {}
+                    () = tokio::time::sleep(delay) => {}
+                }
             }
         }
+        let Some(entry) = entry.upgrade() else {
+            return;
+        };
+        let mut st = entry.state.lock().await;
+        retry = match sup.write_status(&mut st).await {
+            Ok(()) => None,
+            Err(Error::SupervisionStopped { .. }) => return,
+            // Counted as the reconciles' were when they wrote the status (`stale_status`,
+            // `status`), so the reconcile-errors alert keeps seeing writes that keep failing.
+            Err(e) if e.is_stale_write() => {
+                sup.inner.metrics.reconcile_failed(&e);
+                info!(initializer = %st.target.initializer, error = %e, "status not written: the Initializer changed since it was read");
+                None
+            }
+            // A replica that does not lead writes nothing; the leader's entry writes it.
+            Err(e @ Error::NotLeading { .. }) => {
+                debug!(initializer = %st.target.initializer, error = %e, "status not written");
+                None
+            }
+            Err(e) => {
+                sup.inner.metrics.reconcile_failed(&e);
+                let delay = status_write_retry(retry);
+                warn!(initializer = %st.target.initializer, error = %e, retry_in_ms = delay.as_millis() as u64, "failed to write status; retrying");
+                Some(delay)
+            }
+        };
     }
 }

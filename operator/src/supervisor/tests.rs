@@ -97,10 +97,9 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         mark_keys: Default::default(),
         engine: None,
     };
-    let stopped = CancellationToken::new();
-    let entry = Arc::new(Supervised {
-        stopped: stopped.clone(),
-        state: tokio::sync::Mutex::new(SupervisedState {
+    let entry = Supervised::start(
+        &sup,
+        SupervisedState {
             machine,
             target,
             last_probe: None,
@@ -116,16 +115,30 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
             deregister_cause: None,
             adopted_stray: false,
             degrade_since: None,
-            stopped,
+            stopped: CancellationToken::new(),
             removal_retry: None,
             removal_retry_pending: false,
             released: None,
-        }),
-        wake: Arc::new(Notify::new()),
-        tasks: Mutex::new((None, Vec::new())),
-    });
+            status_writer: Arc::new(Notify::new()),
+        },
+    );
     sup.entries().insert("guard".into(), entry.clone());
     (sup, entry)
+}
+
+/// The statuses written once the entry's writer has written `count` of them (within 5 s).
+async fn writes(written: &Mutex<Vec<serde_json::Value>>, count: usize) -> Vec<serde_json::Value> {
+    for _ in 0..500 {
+        let now = written.lock().unwrap().clone();
+        if now.len() >= count {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the writer wrote {} statuses in 5 s, not {count}",
+        written.lock().unwrap().len()
+    );
 }
 
 #[tokio::test]
@@ -135,6 +148,7 @@ async fn a_deploy_failure_stays_in_the_status_when_the_supervisor_writes_it_agai
     let failure = "failed to apply Deployment ops/guard: forbidden";
     sup.report_failure(&guard(), "initializer-guard", failure.into())
         .await;
+    writes(&written, 1).await;
     // A probe fails afterwards: the supervisor writes the status for its own reasons.
     {
         let mut st = entry.state.lock().await;
@@ -145,9 +159,9 @@ async fn a_deploy_failure_stays_in_the_status_when_the_supervisor_writes_it_agai
             message: "connection refused".into(),
             failure: None,
         });
-        sup.refresh_status(&mut st).await;
+        st.status_due();
     }
-    let written = written.lock().unwrap().clone();
+    let written = writes(&written, 2).await;
     assert_eq!(written.len(), 2, "{written:?}");
     for status in &written {
         assert_eq!(status["details"][status::LAST_ERROR], failure, "{status}");
@@ -156,6 +170,80 @@ async fn a_deploy_failure_stays_in_the_status_when_the_supervisor_writes_it_agai
         written[1]["details"]["lastProbeError"],
         "connection refused"
     );
+}
+
+#[tokio::test]
+async fn marks_made_while_the_writer_waits_coalesce_into_one_write_of_the_latest_state() {
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let (sup, entry) = supervising_guard(recording_client(written.clone()));
+    {
+        // Three places learn something while the entry is locked, each marking it due.
+        let mut st = entry.state.lock().await;
+        for message in ["refused", "reset", "timed out"] {
+            st.last_probe = Some(ProbeRecord {
+                at: Timestamp::now(),
+                latency: Duration::from_millis(3),
+                ok: false,
+                message: message.into(),
+                failure: None,
+            });
+            st.status_due();
+        }
+    }
+    let first = writes(&written, 1).await;
+    assert_eq!(first[0]["details"]["lastProbeError"], "timed out");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        written.lock().unwrap().len(),
+        1,
+        "one write for three marks"
+    );
+    // Once supervision stops, a mark writes nothing.
+    sup.stop("guard").await;
+    entry.state.lock().await.status_due();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(written.lock().unwrap().len(), 1, "nothing after stop");
+}
+
+#[tokio::test]
+async fn a_status_the_api_server_did_not_take_is_written_again() {
+    use http_body_util::BodyExt;
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let recording = written.clone();
+    let counted = attempts.clone();
+    // The first two writes meet an API server that fails them; the third is taken.
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let written = recording.clone();
+        let attempt = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            let patch = req.into_body().collect().await.unwrap().to_bytes();
+            let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap_or_default();
+            let (code, body) = if attempt < 2 {
+                (
+                    500,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
+                )
+            } else {
+                written.lock().unwrap().push(patch["status"].clone());
+                let mut obj = serde_json::to_value(guard()).unwrap();
+                obj["status"] = patch["status"].clone();
+                (200, obj)
+            };
+            let response = http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    let (_sup, entry) = supervising_guard(Client::new(service, "default"));
+    entry.state.lock().await.status_due();
+    let written = writes(&written, 1).await;
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(written.len(), 1);
 }
 
 #[tokio::test]
@@ -404,6 +492,19 @@ fn an_outage_found_in_progress_resumes_its_window_from_its_first_step_out() {
         None,
         "never left the path"
     );
+}
+
+#[test]
+fn a_refused_status_write_is_retried_soon_first_and_never_more_rarely_than_every_ten_seconds() {
+    let mut delays = vec![status_write_retry(None)];
+    for _ in 0..10 {
+        delays.push(status_write_retry(delays.last().copied()));
+    }
+    assert_eq!(delays[0], FIRST_STATUS_RETRY);
+    assert_eq!(delays[1], FIRST_STATUS_RETRY * 2);
+    assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(*delays.last().unwrap(), MAX_STATUS_RETRY);
+    assert_eq!(MAX_STATUS_RETRY, Duration::from_secs(10), "as the doc says");
 }
 
 #[test]

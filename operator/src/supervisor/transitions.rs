@@ -76,13 +76,14 @@ impl Supervisor {
         }
     }
 
-    /// Feeds one input, converges, and writes the status when something changed; returns when
-    /// the next probe is due.
+    /// Feeds one input, converges, and marks the status due when the machine or the
+    /// configuration changed (always with `status_changed`: the probe's record is new); returns
+    /// when the next probe is due.
     pub(super) async fn observe(
         &self,
         entry: &Arc<Supervised>,
         input: Input,
-        always_write: bool,
+        status_changed: bool,
     ) -> Duration {
         let mut st = entry.state.lock().await;
         let before = (st.machine.state(), st.presence);
@@ -108,8 +109,8 @@ impl Supervisor {
         if needed && let Err(e) = self.converge(entry, &mut st).await {
             warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
         }
-        if always_write || (st.machine.state(), st.presence) != before {
-            self.refresh_status(&mut st).await;
+        if status_changed || (st.machine.state(), st.presence) != before {
+            st.status_due();
         }
         st.machine.next_probe_in(Instant::now())
     }

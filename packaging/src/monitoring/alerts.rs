@@ -273,7 +273,7 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
                     prometheus_duration(params.reconcile_errors_for)
                 ),
             ),
-            meaning: "Reconciles keep failing with the same error (the `error` label names the step: `apply`, `register`, `status`, `tls`, `get`, ...). Handoffs between replicas (`not_leading`, `supervision_stopped`) are not counted.",
+            meaning: "Reconciles keep failing with the same error (the `error` label names the step: `apply`, `register`, `status`, `tls`, `get`, ...). Handoffs between replicas (`not_leading`, `supervision_stopped`) are not counted. `status` and `stale_status` also count the writes of a supervised Initializer's status, which its own writer makes after the reconcile.",
             actions: &[
                 "The operator's logs (`kubectl logs -n initializer-system deploy/initializer-operator`) carry the full error; Events on the Initializers name the one affected.",
                 "`apply`, `get`, `register`, `status`: often RBAC (the bundle's ClusterRole, the workloads ClusterRole bound in the workload namespace) or an admission policy refusing the operator's writes.",
