@@ -5,6 +5,7 @@
 //! initializer, the bundle generator and the end-to-end suite all depend on it.
 
 pub mod apidoc;
+pub mod conditions;
 pub mod constants;
 pub mod images;
 pub mod initializer;

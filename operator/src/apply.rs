@@ -1,14 +1,11 @@
 //! The IO shell that writes desired objects: server-side apply with one field manager, reading
-//! the existing certificates, and the [`Registrar`] that registers and removes the webhook
+//! the existing certificates, and the [`WebhookRegistrar`] that registers and removes the webhook
 //! configuration. A workload object that already exists is written only when it is this
 //! Initializer's ([`ownership`]): a user's object of the same name is never taken over.
 
 use std::fmt::Debug;
-use std::future::Future;
 
-use initializer_crds::constants::{
-    FIELD_MANAGER, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-};
+use initializer_crds::constants::{FIELD_MANAGER, INITIALIZER_LABEL};
 use initializer_crds::{GuardWitness, Initializer, InitializerStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -24,6 +21,9 @@ use serde::de::DeserializeOwned;
 
 use crate::build::{Desired, FallbackPolicy};
 use crate::error::{Error, Result, api_code, is_not_found};
+pub use crate::ownership::{
+    Ownership, controller_uid, fallback_is_ours, labelled_ours, ownership, registered_by_operator,
+};
 use crate::tls::Ca;
 
 fn apply_params() -> PatchParams {
@@ -50,47 +50,6 @@ impl<K> NamespacedObject for K where
         + Serialize
         + DeserializeOwned
 {
-}
-
-/// What the cluster holds under the name of an object the operator wants to write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ownership {
-    /// Nothing: the operator creates it.
-    Absent,
-    /// This Initializer's object: the managed-by label and a controller owner reference with
-    /// the Initializer's UID. The operator may change it (and garbage collection deletes it).
-    Ours,
-    /// Someone else's object of the same name: never changed, adopted or deleted.
-    NotOurs,
-}
-
-/// Decides whether the live object `live` (if any) belongs to the Initializer with UID
-/// `owner_uid`. Without an owner UID nothing that exists can be proven ours.
-pub fn ownership(live: Option<&ObjectMeta>, owner_uid: Option<&str>) -> Ownership {
-    let Some(meta) = live else {
-        return Ownership::Absent;
-    };
-    let labelled = labelled_ours(meta);
-    let owned = owner_uid.is_some_and(|uid| {
-        meta.owner_references
-            .iter()
-            .flatten()
-            .any(|r| r.controller == Some(true) && r.uid == uid)
-    });
-    if labelled && owned {
-        Ownership::Ours
-    } else {
-        Ownership::NotOurs
-    }
-}
-
-/// The UID of the controller owner reference on a desired object (the Initializer's).
-fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
 }
 
 /// Reads the live object of `obj`'s name and refuses with [`Error::NotOurs`] when it is not
@@ -213,15 +172,6 @@ where
     } else {
         apply_claimed(client, obj, claimed).await
     }
-}
-
-/// Whether an object carries the operator's managed-by label. Secrets without it are not the
-/// operator's, so their keys are never used (the apply that follows refuses them).
-pub fn labelled_ours(meta: &ObjectMeta) -> bool {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == MANAGED_BY_VALUE)
 }
 
 /// The certificates found for one Initializer.
@@ -516,17 +466,6 @@ async fn apply_fallback_with(
     }
 }
 
-/// Whether a live fallback policy or binding is the one the operator put in force for the
-/// Initializer labelled `initializer_label`: the operator's managed-by label and that
-/// Initializer's label (cluster-scoped fallbacks carry no owner reference). With no label to
-/// compare, any Initializer's label will do.
-pub fn fallback_is_ours(live: &ObjectMeta, initializer_label: Option<&str>) -> bool {
-    let label = |key: &str| live.labels.as_ref().and_then(|l| l.get(key));
-    label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
-        && label(INITIALIZER_LABEL)
-            .is_some_and(|v| initializer_label.is_none_or(|expected| v == expected))
-}
-
 /// Refuses with [`Error::NotOurs`] when a cluster-scoped object of `obj`'s name exists and is
 /// not this Initializer's fallback.
 async fn claim_fallback<K>(client: &Client, obj: &K) -> Result<()>
@@ -616,23 +555,8 @@ pub async fn remove_fallback(client: &Client, name: &str) -> Result<bool> {
     Ok(binding || policy)
 }
 
-/// Registers and removes an initializer's admission configuration: implemented by the webhook
-/// backend and by the legacy `InitializerConfiguration` backend.
-pub trait Registrar: Send + Sync {
-    /// The configuration type this backend registers.
-    type Configuration: Send + Sync;
-
-    /// Creates or updates the configuration.
-    fn register(&self, desired: &Self::Configuration) -> impl Future<Output = Result<()>> + Send;
-
-    /// Deletes the configuration `name`; true when something was deleted.
-    fn deregister(&self, name: &str) -> impl Future<Output = Result<bool>> + Send;
-
-    /// Whether the configuration `name` exists now.
-    fn is_registered(&self, name: &str) -> impl Future<Output = Result<bool>> + Send;
-}
-
-/// Registers `MutatingWebhookConfiguration`s.
+/// Reads, registers and removes `MutatingWebhookConfiguration`s (the webhook backend's kind;
+/// [`crate::backend::Configurations`] chooses between the two backends).
 #[derive(Clone)]
 pub struct WebhookRegistrar {
     client: Client,
@@ -656,21 +580,15 @@ impl WebhookRegistrar {
             source: Box::new(source),
         })
     }
-}
 
-impl Registrar for WebhookRegistrar {
-    type Configuration = MutatingWebhookConfiguration;
-
-    async fn register(&self, desired: &MutatingWebhookConfiguration) -> Result<()> {
+    /// Creates or updates the configuration.
+    pub async fn register(&self, desired: &MutatingWebhookConfiguration) -> Result<()> {
         register_configuration(&self.api(), desired).await
     }
 
-    async fn deregister(&self, name: &str) -> Result<bool> {
+    /// Deletes the configuration `name` if it is the operator's; true when something was deleted.
+    pub async fn deregister(&self, name: &str) -> Result<bool> {
         deregister_configuration(&self.api(), name).await
-    }
-
-    async fn is_registered(&self, name: &str) -> Result<bool> {
-        self.get(name).await.map(|found| found.is_some())
     }
 }
 
@@ -688,18 +606,6 @@ where
             name,
             source: Box::new(source),
         })
-}
-
-/// Whether a configuration named `name` with `meta` is one the operator registered: both of
-/// its labels ([`labelled_ours`]), the Initializer label naming an Initializer whose
-/// configuration is `name`.
-pub fn registered_by_operator(meta: &ObjectMeta, name: &str) -> bool {
-    labelled_ours(meta)
-        && meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(INITIALIZER_LABEL))
-            .is_some_and(|owner| crate::naming::names(owner).configuration == name)
 }
 
 /// Reads before deleting this many times when the configuration changes in between.

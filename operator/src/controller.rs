@@ -160,7 +160,7 @@ pub fn supervision(
         certificate_not_after,
         stored_status: obj.status.clone(),
         stored_version: obj.metadata.resource_version.clone(),
-        legacy: None,
+        registration: crate::supervisor::Registration::Webhook,
         mark_keys: initializer_mark::Keys::default(),
         engine: None,
     }

@@ -176,6 +176,12 @@ pub enum Error {
     },
 }
 
+impl From<initializer_core::tls::TlsError> for Error {
+    fn from(e: initializer_core::tls::TlsError) -> Self {
+        Error::Tls(e.0)
+    }
+}
+
 impl Error {
     /// A short, stable label for the `reconcile_errors_total` metric.
     pub fn metric_label(&self) -> &'static str {

@@ -23,30 +23,10 @@ use crate::validate::{Refusal, describe};
 /// probes alone do not turn into a stream of status writes.
 pub const PROBE_STATUS_REFRESH: Duration = Duration::from_secs(25);
 
-/// Condition: the spec passed validation.
-pub const VALID: &str = "Valid";
-/// Condition: the Deployment is available.
-pub const AVAILABLE: &str = "Available";
-/// Condition: the initializer answers probes correctly within its budget.
-pub const RESPONDING: &str = "Responding";
-/// Condition: the webhook configuration is registered.
-pub const REGISTERED: &str = "Registered";
-/// Condition: the initializer is out of the path as the spec has it (degraded to fail open, or
-/// removed); present from the first outage on.
-pub const DEGRADED: &str = "Degraded";
-/// Condition: the fallback policy is in force; present with `spec.fallback`.
-pub const FALLBACK_IN_FORCE: &str = "FallbackInForce";
-/// Present under `failurePolicy: Fail`: `True` while the spec's configuration is registered, so
-/// matching creates are refused whenever the initializer cannot answer; says how soon the
-/// operator takes a hung initializer out of the path, and that nothing does while it is down.
-pub const FAIL_CLOSED: &str = "FailClosed";
-/// `True` while an object the operator would create for this Initializer exists and is not
-/// its own (it is left alone, so nothing is registered).
-pub const CONFLICT: &str = "Conflict";
-/// Condition type: the operator's namespace, where every CA key lives, holds another party's
-/// Deployments (another operator's, under OLM's shared `operators` namespace), whose Roles there
-/// can read those keys.
-pub const SHARED_NAMESPACE: &str = "SharedNamespace";
+pub use initializer_crds::conditions::{
+    AVAILABLE, CONFLICT, DEGRADED, FAIL_CLOSED, FALLBACK_IN_FORCE, REGISTERED, RESPONDING,
+    SHARED_NAMESPACE, VALID,
+};
 
 /// The `details` key holding why the last reconcile failed.
 pub const LAST_ERROR: &str = "lastError";

@@ -22,6 +22,8 @@
 //! - `entry`: the entry made on the first sync (what the API server holds taken over) and its
 //!   two tasks started;
 //! - `tasks`: the prober and the endpoint watcher, fed by the shared watches of `slices`;
+//! - `registration`: where the two backends' paths differ (what is registered, how it is
+//!   probed, what a removal releases); reading and writing either kind is [`crate::backend`]'s;
 //! - `transitions`: every input through `Supervisor::observe` into the machine, the outage's
 //!   steps recorded and published as Events;
 //! - `converge`: the cluster made to hold what the machine wants (`decide`, pure: the next
@@ -43,7 +45,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::DynamicObject;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
@@ -52,8 +53,8 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::apply::legacy::{Canary, InitializerConfigurationRegistrar};
-use crate::apply::{self, FallbackCheck, WebhookRegistrar};
+use crate::apply::legacy::Canary;
+use crate::apply::{self, FallbackCheck};
 use crate::build::{self, FallbackPolicy};
 use crate::engine::{EngineView, Remembered};
 use crate::error::{Error, Result};
@@ -136,10 +137,11 @@ pub struct Supervision {
     /// The Initializer's resourceVersion when the reconcile read it: the next status write is
     /// made onto it ([`apply::apply_status`]), unless this replica's own writes moved past it.
     pub stored_version: Option<String>,
-    /// With `backend: InitializerConfiguration`: what is registered instead of
+    /// How it is registered and probed: the webhook configuration itself, or with
+    /// `backend: InitializerConfiguration` what is registered instead of
     /// [`Supervision::webhook`] (which then only names and labels the configuration), the
     /// canary the prober creates, and what a deregistration releases.
-    pub legacy: Option<LegacySupervision>,
+    pub registration: Registration,
     /// The keys the initializer's marks are checked with when missed initializations are
     /// counted ([`crate::tls::mark_keys`]).
     pub mark_keys: initializer_mark::Keys,
@@ -147,33 +149,6 @@ pub struct Supervision {
     /// configuration is removed and stays removed, as under `spec.suspend`: on purpose, so no
     /// outage, fallback or missed-initializations window.
     pub engine: Option<EngineView>,
-}
-
-/// What the `InitializerConfiguration` backend supervises beyond the webhook's.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LegacySupervision {
-    /// The configuration to register.
-    pub configuration: DynamicObject,
-    /// The end-to-end probe's canary.
-    pub canary: Canary,
-    /// The resources the rules reach: where objects pending on the name are looked for when
-    /// the configuration is removed.
-    pub reached: Vec<Served>,
-}
-
-/// What the cluster holds under the configuration's name.
-enum Live {
-    /// Nothing.
-    Absent,
-    /// Someone else's object.
-    NotOurs,
-    /// Ours: whether it is degraded, and whether someone changed what the operator set in it
-    /// (compared with the configuration the given presence wants).
-    Ours {
-        degraded: bool,
-        webhook: Option<Box<MutatingWebhookConfiguration>>,
-        legacy: Option<Box<DynamicObject>>,
-    },
 }
 
 /// Namespace, Service, budget, probe target, `caBundle` and canary: what the tasks were
@@ -202,11 +177,7 @@ impl Supervision {
 
     /// The kind of the configuration this backend registers.
     fn configuration_kind(&self) -> &'static str {
-        if self.legacy.is_some() {
-            "InitializerConfiguration"
-        } else {
-            "MutatingWebhookConfiguration"
-        }
+        self.registration.kind()
     }
 
     /// The value of the Initializer label the configuration carries.
@@ -252,7 +223,7 @@ impl Supervision {
             self.budget,
             self.probe.clone(),
             self.ca_bundle(),
-            self.legacy.as_ref().map(|l| l.canary.clone()),
+            self.registration.canary().cloned(),
         )
     }
 
@@ -421,8 +392,6 @@ type FallbackChecked = (Option<i64>, Option<String>);
 
 struct Inner {
     client: Client,
-    registrar: WebhookRegistrar,
-    legacy_registrar: InitializerConfigurationRegistrar,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     probe_user: String,
@@ -500,10 +469,8 @@ impl Supervisor {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                registrar: WebhookRegistrar::new(client.clone()),
                 endpoint_slices: slices::EndpointSliceWatches::new(client.clone()),
                 lag: LagMeter::new(),
-                legacy_registrar: InitializerConfigurationRegistrar::new(client.clone()),
                 client,
                 recorder,
                 metrics,
@@ -779,6 +746,7 @@ mod decide;
 mod drift;
 mod entry;
 mod fallback;
+mod registration;
 mod slices;
 mod status_writes;
 mod tasks;
@@ -788,8 +756,9 @@ pub use decide::{
     ConfigurationWrite, Presence, configuration_write, next_presence, removal_retry,
     resumed_window, status_write_retry,
 };
-pub use drift::{drifted, is_ours};
+pub use drift::drifted;
 use fallback::FallbackRun;
+pub use registration::{LegacySupervision, Registration};
 pub use slices::ready_endpoints;
 
 #[cfg(test)]

@@ -72,7 +72,8 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     // blockOwnerDeletion to its Initializer, which OwnerReferencesPermissionEnforcement (on in
     // OpenShift) allows only to whoever may update the Initializer's finalizers.
     ("initializer.dev", "initializers/finalizers", "update"),
-    // apply::WebhookRegistrar, controller::remove_orphans, and controller::run, which watches them.
+    // backend::Configurations (apply::WebhookRegistrar), controller::remove_orphans, and
+    // controller::run, which watches them.
     (
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",
@@ -298,9 +299,9 @@ pub const WORKLOAD_CALLS: &[ApiCall] = &[
 /// Every cluster-wide API call of the `InitializerConfiguration` backend, with where it is
 /// made (`*` stands for every group and every resource the rules may reach).
 pub const LEGACY_CALLS: &[ApiCall] = &[
-    // apply::legacy::InitializerConfigurationRegistrar (get, server-side apply, delete), from
-    // the supervisor and controller::remove_configuration and cleanup; list: the orphan sweep
-    // (controller::remove_orphans).
+    // backend::Configurations (apply::legacy::InitializerConfigurationRegistrar: get,
+    // server-side apply, delete), from the supervisor and controller::remove_configuration and
+    // cleanup; list: the orphan sweep (controller::remove_orphans).
     (
         "admissionregistration.k8s.io",
         "initializerconfigurations",

@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use super::{Ownership, Registrar, deregister_configuration, ownership, register_configuration};
+use super::{Ownership, deregister_configuration, ownership, register_configuration};
 use crate::build::legacy::{LegacyDesired, configuration_resource};
 use crate::error::{Error, Result, api_code, is_not_found};
 use crate::pending::{self, Served};
@@ -207,7 +207,8 @@ pub async fn apply_rbac(client: &Client, legacy: &LegacyDesired) -> Result<()> {
     apply_cluster_owned(client, &legacy.cluster_role_binding).await
 }
 
-/// Registers `InitializerConfiguration`s.
+/// Reads, registers and removes `InitializerConfiguration`s (the legacy backend's kind;
+/// [`crate::backend::Configurations`] chooses between the two backends).
 #[derive(Clone)]
 pub struct InitializerConfigurationRegistrar {
     client: Client,
@@ -238,6 +239,16 @@ impl InitializerConfigurationRegistrar {
         }
     }
 
+    /// Creates or updates the configuration.
+    pub async fn register(&self, desired: &DynamicObject) -> Result<()> {
+        register_configuration(&self.api(), desired).await
+    }
+
+    /// Deletes the configuration `name` if it is the operator's; true when something was deleted.
+    pub async fn deregister(&self, name: &str) -> Result<bool> {
+        deregister_configuration(&self.api(), name).await
+    }
+
     /// Every configuration carrying `labels` (none when the API server does not serve the
     /// kind).
     pub async fn list(&self, labels: &str) -> Result<Vec<DynamicObject>> {
@@ -259,22 +270,6 @@ impl InitializerConfigurationRegistrar {
             return Ok(false);
         }
         Ok(!api_served(&self.client).await?)
-    }
-}
-
-impl Registrar for InitializerConfigurationRegistrar {
-    type Configuration = DynamicObject;
-
-    async fn register(&self, desired: &DynamicObject) -> Result<()> {
-        register_configuration(&self.api(), desired).await
-    }
-
-    async fn deregister(&self, name: &str) -> Result<bool> {
-        deregister_configuration(&self.api(), name).await
-    }
-
-    async fn is_registered(&self, name: &str) -> Result<bool> {
-        self.get(name).await.map(|found| found.is_some())
     }
 }
 

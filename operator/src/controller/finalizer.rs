@@ -8,19 +8,19 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
-use crate::apply::legacy::InitializerConfigurationRegistrar;
-use crate::apply::{self, Registrar, WebhookRegistrar};
+use crate::apply;
+use crate::backend::Configurations;
 use crate::error::{Error, Result};
 use crate::events::Reason;
 use crate::naming;
 use crate::status;
-use crate::supervisor::is_ours;
 use crate::validate;
 
 use super::{Context, legacy_reached, publish, suspend_is_news};
 
 /// Removes this Initializer's configuration if it is there and ours (another object of the same
-/// name is never deleted); true when one was removed. Refused when this replica does not lead.
+/// name is never deleted: [`Error::NotOurs`]); true when one was removed. Refused when this
+/// replica does not lead.
 pub(super) async fn remove_configuration(
     ctx: &Context,
     initializer: &str,
@@ -30,31 +30,9 @@ pub(super) async fn remove_configuration(
     ctx.supervisor
         .leadership()
         .check(|| format!("deregister {configuration}"))?;
-    if backend == Backend::InitializerConfiguration {
-        let registrar = InitializerConfigurationRegistrar::new(ctx.client.clone());
-        let label = naming::names(initializer).label;
-        return match registrar.get(configuration).await? {
-            Some(found) if apply::fallback_is_ours(&found.metadata, Some(&label)) => {
-                registrar.deregister(configuration).await
-            }
-            Some(_) => Err(Error::NotOurs {
-                kind: "InitializerConfiguration",
-                name: configuration.to_string(),
-            }),
-            None => Ok(false),
-        };
-    }
-    let registrar = WebhookRegistrar::new(ctx.client.clone());
-    match registrar.get(configuration).await? {
-        Some(found) if is_ours(&found, &naming::names(initializer).label) => {
-            registrar.deregister(configuration).await
-        }
-        Some(_) => Err(Error::NotOurs {
-            kind: "MutatingWebhookConfiguration",
-            name: configuration.to_string(),
-        }),
-        None => Ok(false),
-    }
+    Configurations::new(ctx.client.clone(), backend)
+        .remove(configuration, &naming::names(initializer).label)
+        .await
 }
 
 /// The break-glass switch comes first: with `spec.suspend` the configuration (and any
@@ -63,18 +41,9 @@ pub(super) async fn remove_configuration(
 pub(super) async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
     let name = obj.name_any();
     let names = naming::names(&name);
-    let registered = match obj.spec.backend {
-        Backend::Webhook => {
-            WebhookRegistrar::new(ctx.client.clone())
-                .is_registered(&names.configuration)
-                .await?
-        }
-        Backend::InitializerConfiguration => {
-            InitializerConfigurationRegistrar::new(ctx.client.clone())
-                .is_registered(&names.configuration)
-                .await?
-        }
-    };
+    let registered = Configurations::new(ctx.client.clone(), obj.spec.backend)
+        .holds_ours(&names.configuration, &names.label)
+        .await?;
     if registered {
         ctx.supervisor.stop(&name).await;
         if remove_configuration(ctx, &name, &names.configuration, obj.spec.backend).await? {
@@ -176,19 +145,9 @@ pub(super) async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> 
     ctx.supervisor.forget(&name);
     // The finalizer stays until the API server confirms the configuration is gone, so no
     // create ever meets a configuration whose initializer has already been deleted.
-    let label = names.label.clone();
-    let left = match obj.spec.backend {
-        Backend::Webhook => WebhookRegistrar::new(ctx.client.clone())
-            .get(&names.configuration)
-            .await?
-            .is_some_and(|found| is_ours(&found, &label)),
-        Backend::InitializerConfiguration => {
-            InitializerConfigurationRegistrar::new(ctx.client.clone())
-                .get(&names.configuration)
-                .await?
-                .is_some_and(|found| apply::fallback_is_ours(&found.metadata, Some(&label)))
-        }
-    };
+    let left = Configurations::new(ctx.client.clone(), obj.spec.backend)
+        .holds_ours(&names.configuration, &names.label)
+        .await?;
     if left {
         return Err(Error::CleanupPending(names.configuration));
     }

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use initializer_crds::Initializer;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_crds::{Backend, Initializer};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -18,8 +18,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::apply;
 use crate::apply::legacy::InitializerConfigurationRegistrar;
-use crate::apply::{self, Registrar};
+use crate::backend::Configurations;
 use crate::build;
 use crate::error::{Error, Result, api_code};
 use crate::naming;
@@ -149,11 +150,11 @@ pub(super) async fn remove_legacy_orphans(
     found: Vec<kube::api::DynamicObject>,
     initializers: &[String],
 ) -> Result<Vec<String>> {
-    let registrar = InitializerConfigurationRegistrar::new(client.clone());
+    let configurations = Configurations::new(client.clone(), Backend::InitializerConfiguration);
     let orphaned = orphans(&found, initializers);
     for configuration in found.iter().filter(|c| orphaned.contains(&c.name_any())) {
         let name = configuration.name_any();
-        registrar.deregister(&name).await?;
+        configurations.deregister(&name).await?;
         info!(configuration = %name, "removed orphaned InitializerConfiguration");
         for (pending_name, rules) in own_pending_names(configuration) {
             let reached = legacy_reached(client, &rules).await?;

@@ -30,7 +30,7 @@ use crate::guard;
 use crate::naming::{self, Names};
 use crate::pending;
 use crate::status;
-use crate::supervisor::LegacySupervision;
+use crate::supervisor::{LegacySupervision, Registration};
 use crate::tls;
 use crate::validate::{self, describe, validate};
 
@@ -273,7 +273,9 @@ async fn hand_over(
     target.engine = Some(engine.view.clone());
     if let Some(legacy) = &desired.legacy {
         match legacy_supervision(ctx, &validated, legacy, reached).await {
-            Ok(supervised) => target.legacy = Some(supervised),
+            Ok(supervised) => {
+                target.registration = Registration::InitializerConfiguration(Box::new(supervised));
+            }
             Err(err) => return Err(Stop::Failed(err)),
         }
     }

@@ -12,15 +12,15 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
-use crate::apply::{self, FallbackCheck, Registrar};
-use crate::build;
+use crate::apply::{self, FallbackCheck};
+use crate::backend::Live;
 use crate::error::{Error, Result};
 use crate::events::Reason;
 
 use super::{
-    ConfigurationWrite, FALLBACK_SETTLE, FallbackRun, Live, Presence, Supervised, SupervisedState,
-    Supervision, Supervisor, bounded, configuration_write, drift, drifted, is_ours, micro_now,
-    next_presence, removal_retry, validate_fallback_name,
+    ConfigurationWrite, FALLBACK_SETTLE, FallbackRun, Presence, Supervised, SupervisedState,
+    Supervision, Supervisor, bounded, configuration_write, drift, micro_now, next_presence,
+    removal_retry, validate_fallback_name,
 };
 
 impl Supervisor {
@@ -218,38 +218,17 @@ impl Supervisor {
 
     /// What the cluster holds under the configuration's name, of the backend's kind.
     pub(super) async fn live(&self, target: &Supervision) -> Result<Live> {
-        let configuration = target.configuration();
-        let label = target.label();
-        if target.legacy.is_some() {
-            return Ok(
-                match self.inner.legacy_registrar.get(&configuration).await? {
-                    None => Live::Absent,
-                    Some(found) if !apply::fallback_is_ours(&found.metadata, Some(&label)) => {
-                        Live::NotOurs
-                    }
-                    Some(found) => Live::Ours {
-                        degraded: false,
-                        webhook: None,
-                        legacy: Some(Box::new(found)),
-                    },
-                },
-            );
-        }
-        Ok(match self.inner.registrar.get(&configuration).await? {
-            None => Live::Absent,
-            Some(found) if !is_ours(&found, &label) => Live::NotOurs,
-            Some(found) => Live::Ours {
-                degraded: build::is_degraded(&found),
-                webhook: Some(Box::new(found)),
-                legacy: None,
-            },
-        })
+        target
+            .registration
+            .configurations(self)
+            .live(&target.configuration(), &target.label())
+            .await
     }
 
     /// Whether the watched copy of the configuration is this Initializer's and holds what is
     /// wanted for its presence (then reading the live one would change nothing).
     pub(super) fn watched_as_wanted(&self, st: &SupervisedState) -> bool {
-        if st.target.legacy.is_some() || st.applied.is_none() {
+        if !st.target.registration.watched() || st.applied.is_none() {
             return false;
         }
         let Some(configurations) = &self.inner.configurations else {
@@ -282,41 +261,28 @@ impl Supervisor {
                     name: configuration,
                 });
             }
-            Live::Ours {
-                degraded,
-                webhook,
-                legacy,
-            } => {
+            Live::Ours(found) => {
                 if st.presence == Presence::Absent {
                     // Left by an earlier run or another replica: the converge removes it if
                     // it must not be there.
-                    st.presence = if degraded {
+                    st.presence = if found.degraded() {
                         Presence::Degraded
                     } else {
                         Presence::Normal
                     };
                 }
                 let desired = st.target.desired(st.presence);
-                let changed = match (&st.target.legacy, &legacy) {
-                    // What the operator sets in an InitializerConfiguration: its initializers.
-                    (Some(wanted), Some(found)) => {
-                        build::legacy::registered_initializers(found)
-                            != build::legacy::registered_initializers(&wanted.configuration)
-                    }
-                    _ => desired
-                        .as_ref()
-                        .zip(webhook.as_ref())
-                        .is_some_and(|(d, found)| drifted(d, found)),
-                };
+                let registration = &st.target.registration;
+                let changed = desired
+                    .as_ref()
+                    .is_some_and(|d| found.differs_from(registration.desired(d)));
                 if changed {
                     // Someone else edited it (rather than the spec changing what is wanted):
                     // what was last applied is not what is live.
-                    let edited = match (&st.target.legacy, &webhook) {
-                        (None, Some(found)) => {
-                            st.applied.as_ref().is_some_and(|a| drifted(a, found))
-                        }
-                        _ => st.applied.is_some(),
-                    };
+                    let edited = st
+                        .applied
+                        .as_ref()
+                        .is_some_and(|a| found.differs_from(registration.desired(a)));
                     if edited {
                         info!(initializer = %st.target.initializer, %configuration, "the live configuration was changed by someone else: applying it again");
                     }
@@ -355,17 +321,13 @@ impl Supervisor {
                     // Never take over a configuration of the same name that is not ours.
                     self.observe_live(st).await?;
                 }
-                let registered = bounded(|| format!("register {configuration}"), async {
-                    match &st.target.legacy {
-                        Some(legacy) => {
-                            self.inner
-                                .legacy_registrar
-                                .register(&legacy.configuration)
-                                .await
-                        }
-                        None => self.inner.registrar.register(&desired).await,
-                    }
-                })
+                let registration = &st.target.registration;
+                let registered = bounded(
+                    || format!("register {configuration}"),
+                    registration
+                        .configurations(self)
+                        .register(registration.desired(&desired)),
+                )
                 .await;
                 if let Err(e) = registered {
                     warn!(initializer = %name, error = %e, "failed to apply the configuration");
@@ -385,13 +347,13 @@ impl Supervisor {
                 // Never delete a configuration of the same name that is not ours.
                 self.observe_live(st).await?;
                 if st.presence != Presence::Absent {
-                    bounded(|| format!("deregister {configuration}"), async {
-                        if st.target.legacy.is_some() {
-                            self.inner.legacy_registrar.deregister(&configuration).await
-                        } else {
-                            self.inner.registrar.deregister(&configuration).await
-                        }
-                    })
+                    bounded(
+                        || format!("deregister {configuration}"),
+                        st.target
+                            .registration
+                            .configurations(self)
+                            .deregister(&configuration),
+                    )
                     .await?;
                 }
                 st.applied = None;

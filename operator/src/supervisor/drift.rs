@@ -1,18 +1,9 @@
-//! Whether a configuration in the cluster is ours, and whether someone edited what the
-//! operator set in it: pure comparisons of the desired and the live object.
+//! Whether someone edited what the operator set in a webhook configuration: pure comparisons of
+//! the desired and the live object (whether it is ours at all is [`crate::backend::is_ours`]).
 
-use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 
-/// Whether a configuration found in the cluster is this Initializer's: it carries the
-/// operator's managed-by label and this Initializer's label. Anything else with the same name
-/// belongs to someone else and is neither taken over nor deleted.
-pub fn is_ours(found: &MutatingWebhookConfiguration, initializer_label: &str) -> bool {
-    let labels = found.metadata.labels.as_ref();
-    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-    label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
-        && label(INITIALIZER_LABEL) == Some(initializer_label)
-}
+use crate::backend::is_ours;
 
 /// Whether a copy of the live configuration (`watched`, as a watch last saw it) is this
 /// Initializer's and holds everything `desired` sets: then a fresh read would show nothing to
@@ -24,7 +15,7 @@ pub fn unchanged(
 ) -> bool {
     match (desired, watched) {
         (Some(desired), Some(watched)) => {
-            is_ours(watched, initializer_label) && !drifted(desired, watched)
+            is_ours(&watched.metadata, initializer_label) && !drifted(desired, watched)
         }
         _ => false,
     }

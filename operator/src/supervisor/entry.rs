@@ -17,9 +17,11 @@ use crate::health::Machine;
 use crate::status;
 
 use super::tasks::{endpoints, prober};
+use crate::backend::Live;
+
 use super::{
-    FallbackRun, Live, Presence, Replaced, Supervised, SupervisedState, Supervision, Supervisor,
-    bounded, resumed_window, validate_fallback_name,
+    FallbackRun, Presence, Replaced, Supervised, SupervisedState, Supervision, Supervisor, bounded,
+    resumed_window, validate_fallback_name,
 };
 
 impl Supervisor {
@@ -31,8 +33,8 @@ impl Supervisor {
         let found = bounded(|| format!("read {configuration}"), self.live(target)).await?;
         let presence = match found {
             Live::Absent | Live::NotOurs => Presence::Absent,
-            Live::Ours { degraded: true, .. } => Presence::Degraded,
-            Live::Ours { .. } => Presence::Normal,
+            Live::Ours(found) if found.degraded() => Presence::Degraded,
+            Live::Ours(_) => Presence::Normal,
         };
         let stored = target.stored_status.as_ref();
         if presence != Presence::Absent {

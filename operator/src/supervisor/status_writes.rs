@@ -18,7 +18,6 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
 use initializer_crds::{Initializer, InitializerStatus};
 use jiff::Timestamp;
 use kube::ResourceExt;
@@ -31,10 +30,7 @@ use crate::metrics::InitializerGauges;
 use crate::status::{self, Observation};
 use crate::validate::Refusal;
 
-use super::{
-    PENDING_NAME_DETAIL, Presence, Supervised, SupervisedState, Supervisor, bounded,
-    status_write_retry,
-};
+use super::{Presence, Supervised, SupervisedState, Supervisor, bounded, status_write_retry};
 
 impl Supervisor {
     /// The last failure the reconciler reported for `initializer`.
@@ -153,17 +149,7 @@ impl Supervisor {
             last_error: failure.as_deref(),
             engine: target.engine.as_ref(),
         });
-        if let Some(legacy) = &target.legacy {
-            status.details.insert(
-                PENDING_NAME_DETAIL.to_string(),
-                legacy.canary.pending_name.clone(),
-            );
-            if let Some(released) = st.released {
-                status
-                    .details
-                    .insert(RELEASED_OBJECTS_DETAIL.to_string(), released.to_string());
-            }
-        }
+        target.registration.add_details(&mut status, st.released);
         self.inner.metrics.set_fail_closed(
             &target.initializer,
             status

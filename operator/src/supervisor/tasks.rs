@@ -77,17 +77,7 @@ pub(super) async fn prober(
             user: &sup.inner.probe_user,
             budget: target.budget,
         };
-        let probed = match &target.legacy {
-            // The legacy backend is probed end to end through the API server: a canary pending
-            // on this initializer alone must come back initialized within the budget.
-            Some(legacy) => Err(crate::apply::legacy::canary_probe(
-                &sup.inner.client,
-                &legacy.canary,
-                target.budget,
-            )
-            .await),
-            None => probe::probe_each(&sup.inner.connector, &round).await,
-        };
+        let probed = target.registration.probe(&sup, &round, target.budget).await;
         let outcome = match probed {
             Err(outcome) => outcome,
             Ok(results) => {

@@ -93,7 +93,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         certificate_not_after: None,
         stored_status: None,
         stored_version: None,
-        legacy: None,
+        registration: Registration::Webhook,
         mark_keys: Default::default(),
         engine: None,
     };
@@ -367,18 +367,6 @@ fn configuration(labels: serde_json::Value) -> MutatingWebhookConfiguration {
         }],
     }))
     .unwrap()
-}
-
-#[test]
-fn only_a_configuration_with_our_labels_for_this_initializer_is_ours() {
-    let ours = serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
-    assert!(is_ours(&configuration(ours), "guard"));
-    let other_initializer =
-        serde_json::json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "other"});
-    assert!(!is_ours(&configuration(other_initializer), "guard"));
-    let unmanaged = serde_json::json!({INITIALIZER_LABEL: "guard"});
-    assert!(!is_ours(&configuration(unmanaged), "guard"));
-    assert!(!is_ours(&configuration(serde_json::json!({})), "guard"));
 }
 
 #[test]

@@ -145,15 +145,7 @@ impl Supervisor {
                     outage.degraded_at = Some(micro_now());
                 }
                 info!(initializer = %name, %configuration, took_ms = took.as_millis() as u64, "degraded");
-                let now = if st.target.legacy.is_some() {
-                    "stays registered (an InitializerConfiguration has no failure policy to relax)"
-                        .to_string()
-                } else {
-                    format!(
-                        "fails open now (failurePolicy Ignore, timeoutSeconds 1), {} ms after the failed probe",
-                        took.as_millis()
-                    )
-                };
+                let now = st.target.registration.degraded_note(took);
                 self.publish(
                     &reference,
                     EventType::Warning,
@@ -186,8 +178,8 @@ impl Supervisor {
                     ),
                 )
                 .await;
-                if let Some(legacy) = st.target.legacy.clone() {
-                    self.release_pending(&name, legacy);
+                if let Some(legacy) = st.target.registration.left_pending() {
+                    self.release_pending(&name, legacy.clone());
                 }
             }
             (_, Presence::Absent) => {
@@ -235,9 +227,9 @@ impl Supervisor {
                 self.publish(&reference, type_, Reason::Deregistered, note)
                     .await;
                 if cause != Cause::Suspended
-                    && let Some(legacy) = st.target.legacy.clone()
+                    && let Some(legacy) = st.target.registration.left_pending()
                 {
-                    self.release_pending(&name, legacy);
+                    self.release_pending(&name, legacy.clone());
                 }
             }
             (from, Presence::Normal) => {

@@ -2,10 +2,10 @@
 //!
 //! A client outside the cluster cannot dial the initializer's pods the way the operator does.
 //! What it can honestly do is ask the API server: the probe POSTs the operator's own synthetic
-//! dry-run AdmissionReview ([`initializer_operator::probe::review`]) through the API server's
+//! dry-run AdmissionReview ([`initializer_core::probe::review`]) through the API server's
 //! service proxy (`/api/v1/namespaces/NS/services/https:NAME:443/proxy/initialize`) to the
 //! Service the configuration names, and judges the answer with the operator's own check
-//! ([`initializer_operator::probe::check_answer`]). The latency measured includes the hop through
+//! ([`initializer_core::probe::check_answer`]). The latency measured includes the hop through
 //! the API server. Two limits, said in the help text: the service proxy sends the request to one
 //! ready endpoint of its choosing (the operator probes every ready endpoint), and it does not
 //! verify the serving certificate against the `caBundle` (the operator does, as the API server
@@ -14,9 +14,9 @@
 use std::time::Duration;
 
 use base64::Engine as _;
+use initializer_core::probe::{Failure, check_answer, review, target_for};
 use initializer_crds::Initializer;
 use initializer_crds::constants::{SERVICE_PORT, WEBHOOK_PATH};
-use initializer_operator::probe::{Failure, check_answer, review, target_for};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -84,7 +84,7 @@ pub fn probed_service(
         })?;
     Ok(ProbedService {
         namespace,
-        service: initializer_operator::naming::names(&initializer.name_any()).base,
+        service: initializer_core::naming::names(&initializer.name_any()).base,
         port: i32::from(SERVICE_PORT),
         path: WEBHOOK_PATH.to_string(),
     })

@@ -4,7 +4,7 @@
 //! and the human table. Pure: the time is a parameter.
 
 use initializer_crds::Initializer;
-use initializer_operator::status::{DEGRADED, REGISTERED, RESPONDING};
+use initializer_crds::conditions::{DEGRADED, REGISTERED, RESPONDING};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;

@@ -243,12 +243,12 @@ async fn live_configuration(
     client: &Client,
     initializer: &Initializer,
 ) -> Result<Option<MutatingWebhookConfiguration>> {
-    let name = initializer_operator::naming::names(&initializer.name_any()).configuration;
+    let name = initializer_core::naming::names(&initializer.name_any()).configuration;
     match Api::<MutatingWebhookConfiguration>::all(client.clone())
         .get_opt(&name)
         .await
     {
-        Ok(found) => Ok(found.filter(|c| initializer_operator::apply::labelled_ours(&c.metadata))),
+        Ok(found) => Ok(found.filter(|c| initializer_core::ownership::labelled_ours(&c.metadata))),
         Err(e) => Err(Error::api(
             format!("read MutatingWebhookConfiguration {name}"),
             e,

@@ -4,7 +4,7 @@
 //! Every object goes through both engines a preset can run on, each with the code it runs:
 //!
 //! - **the webhook**: the scope the operator would register (its own validation and
-//!   [`initializer_operator::build::webhook`], judged by [`crate::why::decide`] as `why` judges
+//!   [`initializer_core::build::webhook`], judged by [`crate::why::decide`] as `why` judges
 //!   a live configuration, the annotation gate included), then the preset initializer's own
 //!   code ([`preset_initializer::initializer`]) called through the SDK's router as the API
 //!   server calls it;
@@ -28,9 +28,9 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+use initializer_core::policy::ir::{POD_KINDS, PodKind};
 use initializer_crds::constants::NAMESPACE_NAME_LABEL;
 use initializer_crds::{Backend, Initializer, PresetConfig};
-use initializer_operator::policy::ir::{POD_KINDS, PodKind};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -259,7 +259,7 @@ impl Prepared {
                 if let Ok(p) = policy {
                     engines.push(format!(
                         "policy {} (compiled from spec.preset, run by the compiler's interpreter)",
-                        initializer_operator::policy::policy_name(&p.validated)
+                        initializer_core::policy::policy_name(&p.validated)
                     ));
                 }
                 engines
@@ -307,7 +307,7 @@ pub fn prepare(initializer: &Initializer, assumptions: &Assumptions) -> Result<P
              not modelled offline; diff models the webhook and the policy"
         ));
     }
-    let validated = initializer_operator::validate::validate(
+    let validated = initializer_core::validate::validate(
         &initializer.spec,
         &assumptions.operator_namespace,
         &name,
@@ -315,10 +315,10 @@ pub fn prepare(initializer: &Initializer, assumptions: &Assumptions) -> Result<P
     .map_err(|refusals| {
         format!(
             "Initializer {name}: the operator refuses the spec: {}",
-            initializer_operator::validate::describe(&refusals)
+            initializer_core::validate::describe(&refusals)
         )
     })?;
-    let configuration = initializer_operator::build::webhook(&validated, "");
+    let configuration = initializer_core::build::webhook(&validated, "");
     let code = match (&initializer.spec.image, &initializer.spec.preset) {
         (Some(image), _) => Code::Opaque(image.clone()),
         (None, Some(preset)) => {
@@ -334,7 +334,7 @@ pub fn prepare(initializer: &Initializer, assumptions: &Assumptions) -> Result<P
                 .mark_initialized(false)
                 .annotation_gate(gate)
                 .fixed_config(preset.clone());
-            let policy = initializer_operator::policy::compile(&validated)
+            let policy = initializer_core::policy::compile(&validated)
                 .map(|compiled| {
                     Box::new(CompiledPreset {
                         validated: validated.clone(),

@@ -2,7 +2,7 @@
 //! report as text.
 
 use super::*;
-use initializer_operator::policy::corpus;
+use initializer_core::policy::corpus;
 use serde_json::json;
 
 fn initializer(spec: Value) -> Initializer {

@@ -7,7 +7,7 @@
 //! mandatory exclusion) and supplies the annotation gate, which the initializer itself applies
 //! (the SDK's [`kube_initializer::gate::AnnotationGate`]) after the API server called it. When
 //! nothing is registered, the configuration the operator would register (built by the operator's
-//! own [`initializer_operator::build::webhook`]) says what would happen once it is.
+//! own [`initializer_core::build::webhook`]) says what would happen once it is.
 //!
 //! For a preset Initializer, the `MutatingAdmissionPolicy` the operator compiles from
 //! `spec.preset` is judged on the same request ([`policy`]): its constraints, and which of its
@@ -145,12 +145,12 @@ pub fn would_register(
         );
     };
     let name = initializer.name_any();
-    initializer_operator::validate::validate(&initializer.spec, operator_namespace, &name)
-        .map(|validated| initializer_operator::build::webhook(&validated, ""))
+    initializer_core::validate::validate(&initializer.spec, operator_namespace, &name)
+        .map(|validated| initializer_core::build::webhook(&validated, ""))
         .map_err(|refusals| {
             format!(
                 "the operator refuses the spec: {}",
-                initializer_operator::validate::describe(&refusals)
+                initializer_core::validate::describe(&refusals)
             )
         })
 }
@@ -165,7 +165,7 @@ pub fn unregistered_detail(initializer: &Initializer) -> String {
     let condition = status.and_then(|s| {
         s.conditions
             .iter()
-            .find(|c| c.type_ == initializer_operator::status::REGISTERED)
+            .find(|c| c.type_ == initializer_crds::conditions::REGISTERED)
     });
     let mut detail = format!("no MutatingWebhookConfiguration is registered; phase {phase}");
     if initializer.spec.suspend {
@@ -219,7 +219,7 @@ pub fn decide(
             ));
         }
         if live.is_some() && hook.failure_policy.as_deref() == Some("Ignore") {
-            let degraded = configuration.is_some_and(initializer_operator::build::is_degraded);
+            let degraded = configuration.is_some_and(initializer_core::build::is_degraded);
             notes.push(if degraded {
                 format!(
                     "the configuration is degraded (failurePolicy Ignore, timeout {} s): the \

@@ -1,21 +1,21 @@
 //! The compiled policy's match, explained as the webhook's is.
 //!
 //! A preset Initializer compiles into a `MutatingAdmissionPolicy` (the operator's own compiler,
-//! [`initializer_operator::policy`]). This module judges one request against that policy the
+//! [`initializer_core::policy`]). This module judges one request against that policy the
 //! way the API server does: first its `matchConstraints` (the webhook's rules with the
 //! operations a policy can mutate, and the same namespace and object selectors, evaluated by
 //! the same code as the webhook's, so the reasons read the same), then every `matchCondition`,
-//! each run by the compiler's interpreter ([`initializer_operator::policy::Program`]) and, when
+//! each run by the compiler's interpreter ([`initializer_core::policy::Program`]) and, when
 //! false, explained from the preset's fields. A preset that does not compile says which field
 //! keeps it on the webhook.
 
 use std::collections::BTreeMap;
 
+use initializer_core::policy::compile::{ANNOTATION_GATE, NEEDS_INJECTION};
+use initializer_core::policy::ir::{Condition, POD_KINDS, PodKind};
+use initializer_core::policy::{Compiled, RequestFacts};
+use initializer_core::validate::Validated;
 use initializer_crds::{Initializer, InitializerSpec};
-use initializer_operator::policy::compile::{ANNOTATION_GATE, NEEDS_INJECTION};
-use initializer_operator::policy::ir::{Condition, POD_KINDS, PodKind};
-use initializer_operator::policy::{Compiled, RequestFacts};
-use initializer_operator::validate::Validated;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, RuleWithOperations, ServiceReference, WebhookClientConfig,
 };
@@ -131,7 +131,7 @@ pub fn compile(
             "the operator's namespace was not found (pass --operator-namespace)".to_string(),
         )));
     };
-    let validated = match initializer_operator::validate::validate(
+    let validated = match initializer_core::validate::validate(
         &initializer.spec,
         operator_namespace,
         &initializer.name_any(),
@@ -140,11 +140,11 @@ pub fn compile(
         Err(refusals) => {
             return Some(Err(PolicyExplanation::Unknown(format!(
                 "the operator refuses the spec: {}",
-                initializer_operator::validate::describe(&refusals)
+                initializer_core::validate::describe(&refusals)
             ))));
         }
     };
-    Some(match initializer_operator::policy::compile(&validated) {
+    Some(match initializer_core::policy::compile(&validated) {
         Ok(compiled) => Ok(CompiledPreset {
             validated,
             compiled,
@@ -187,7 +187,7 @@ pub fn judge(
     let v = &preset.validated;
     let program = &preset.compiled.program;
     let mut verdict = PolicyVerdict {
-        policy: initializer_operator::policy::policy_name(v),
+        policy: initializer_core::policy::policy_name(v),
         mutates: false,
         constraints: Vec::new(),
         conditions: Vec::new(),
@@ -261,7 +261,7 @@ fn constraints_hook(v: &Validated, constraints: &MatchResources) -> MutatingWebh
         })
         .collect();
     MutatingWebhook {
-        name: initializer_operator::policy::policy_name(v),
+        name: initializer_core::policy::policy_name(v),
         client_config: WebhookClientConfig {
             service: Some(ServiceReference {
                 name: v.names.base.clone(),

@@ -289,7 +289,7 @@ fn the_live_configuration_is_the_truth_over_the_spec() {
 #[test]
 fn a_degraded_configuration_is_noted() {
     let init = sidecar();
-    let config = initializer_operator::build::degraded(&live(&init));
+    let config = initializer_core::build::degraded(&live(&init));
     let v = decide(
         &init,
         Some(&config),

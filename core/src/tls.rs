@@ -26,7 +26,13 @@ use rcgen::{
 };
 use x509_parser::extensions::GeneralName;
 
-use crate::error::{Error, Result};
+/// A certificate or key that could not be made or read (what failed, and why).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsError(pub String);
+
+/// The result of a certificate operation.
+pub type Result<T> = std::result::Result<T, TlsError>;
 
 /// Lifetime of the CA: ten years.
 pub const CA_LIFETIME: SignedDuration = SignedDuration::from_hours(24 * 3652);
@@ -169,12 +175,12 @@ pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
 /// Reads validity, names and issuer from a PEM certificate.
 pub fn inspect(cert_pem: &str) -> Result<CertInfo> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes())
-        .map_err(|e| Error::Tls(format!("failed to read PEM: {e}")))?;
+        .map_err(|e| TlsError(format!("failed to read PEM: {e}")))?;
     let cert = pem
         .parse_x509()
-        .map_err(|e| Error::Tls(format!("failed to parse certificate: {e}")))?;
+        .map_err(|e| TlsError(format!("failed to parse certificate: {e}")))?;
     let ts = |t: i64| {
-        Timestamp::from_second(t).map_err(|e| Error::Tls(format!("failed to read validity: {e}")))
+        Timestamp::from_second(t).map_err(|e| TlsError(format!("failed to read validity: {e}")))
     };
     let mut dns = Vec::new();
     if let Ok(Some(san)) = cert.subject_alternative_name() {
@@ -229,11 +235,11 @@ pub fn needs_rotation(material: &TlsMaterial, now: Timestamp, names: &[String]) 
 
 fn offset(t: Timestamp) -> Result<time::OffsetDateTime> {
     time::OffsetDateTime::from_unix_timestamp(t.as_second())
-        .map_err(|e| Error::Tls(format!("failed to convert time: {e}")))
+        .map_err(|e| TlsError(format!("failed to convert time: {e}")))
 }
 
-fn rcgen_err(what: &str) -> impl Fn(rcgen::Error) -> Error + '_ {
-    move |e| Error::Tls(format!("failed to {what}: {e}"))
+fn rcgen_err(what: &str) -> impl Fn(rcgen::Error) -> TlsError + '_ {
+    move |e| TlsError(format!("failed to {what}: {e}"))
 }
 
 /// Makes a new CA valid from `now` for [`CA_LIFETIME`]. Its common name carries a random suffix

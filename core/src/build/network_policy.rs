@@ -271,34 +271,6 @@ mod tests {
     }
 
     #[test]
-    fn network_policy_on_needs_api_server_cidrs_on_the_command_line() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            run: crate::run::RunArgs,
-        }
-        let parse = |args: &[&str]| Cli::try_parse_from([&["run"], args].concat());
-        let off = parse(&[]).unwrap().run;
-        assert_eq!(off.network_policy, NetworkPolicyMode::Off, "off by default");
-        let err = parse(&["--network-policy", "on"])
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(err.contains("--api-server-cidrs"), "{err}");
-        assert!(parse(&["--network-policy", "on", "--api-server-cidrs", ""]).is_err());
-        let on = parse(&[
-            "--network-policy",
-            "on",
-            "--api-server-cidrs",
-            "10.0.0.0/24",
-        ])
-        .unwrap()
-        .run;
-        assert_eq!(on.api_server_cidrs, Some("10.0.0.0/24".parse().unwrap()));
-    }
-
-    #[test]
     fn network_policy_cidrs_are_checked_when_parsed() {
         let parsed = parse_cidrs(" 10.0.0.0/24, fd00::/64 ,").unwrap();
         assert_eq!(

@@ -1,0 +1,147 @@
+//! How one supervised Initializer is registered, probed and released, by backend
+//! ([`Registration`]): every place where the supervisor's path differs between a
+//! `MutatingWebhookConfiguration` and an `InitializerConfiguration`, in one file. Reading,
+//! registering and removing either kind, and deciding what is ours, is [`crate::backend`]'s.
+
+use std::time::Duration;
+
+use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
+use initializer_crds::{Backend, InitializerStatus};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use kube::api::DynamicObject;
+
+use crate::apply::legacy::Canary;
+use crate::backend::{Configurations, Desired};
+use crate::pending::Served;
+use crate::probe::{self, EndpointResult, Outcome, Round};
+
+use super::{PENDING_NAME_DETAIL, Supervisor};
+
+/// How one Initializer is registered and probed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Registration {
+    /// A `MutatingWebhookConfiguration` (the [`super::Supervision::webhook`] itself), probed
+    /// with a dry-run AdmissionReview to every ready endpoint, as the API server calls it.
+    Webhook,
+    /// An `InitializerConfiguration` (`spec.backend: InitializerConfiguration`), probed end to
+    /// end through the API server with a canary.
+    InitializerConfiguration(Box<LegacySupervision>),
+}
+
+/// What the `InitializerConfiguration` backend supervises beyond the webhook's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LegacySupervision {
+    /// The configuration to register. [`super::Supervision::webhook`] then only names and
+    /// labels it.
+    pub configuration: DynamicObject,
+    /// The end-to-end probe's canary.
+    pub canary: Canary,
+    /// The resources the rules reach: where objects pending on the name are looked for when
+    /// the configuration is removed.
+    pub reached: Vec<Served>,
+}
+
+impl Registration {
+    /// The backend that registers it.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Registration::Webhook => Backend::Webhook,
+            Registration::InitializerConfiguration(_) => Backend::InitializerConfiguration,
+        }
+    }
+
+    /// The kind of the configuration it registers.
+    pub(super) fn kind(&self) -> &'static str {
+        crate::backend::kind(self.backend())
+    }
+
+    /// The configurations of its kind, read and written through `sup`'s client.
+    pub(super) fn configurations(&self, sup: &Supervisor) -> Configurations {
+        Configurations::new(sup.inner.client.clone(), self.backend())
+    }
+
+    /// What is registered for the webhook configuration `webhook` (the presence wanted, built
+    /// by [`super::Supervision::desired`]): that configuration, or the `InitializerConfiguration`,
+    /// which has one state only.
+    pub(super) fn desired<'a>(&'a self, webhook: &'a MutatingWebhookConfiguration) -> Desired<'a> {
+        match self {
+            Registration::Webhook => Desired::Webhook(webhook),
+            Registration::InitializerConfiguration(legacy) => {
+                Desired::InitializerConfiguration(&legacy.configuration)
+            }
+        }
+    }
+
+    /// Whether the operator's watch of webhook configurations holds a copy of it (the watch
+    /// covers `MutatingWebhookConfiguration`s only).
+    pub(super) fn watched(&self) -> bool {
+        matches!(self, Registration::Webhook)
+    }
+
+    /// The canary the prober creates, if it probes with one (part of what its tasks are
+    /// started with).
+    pub(super) fn canary(&self) -> Option<&Canary> {
+        match self {
+            Registration::Webhook => None,
+            Registration::InitializerConfiguration(legacy) => Some(&legacy.canary),
+        }
+    }
+
+    /// One probe round: each ready endpoint's result, or the outcome when the round as a whole
+    /// has one (no endpoint could be tried; the canary's end-to-end verdict).
+    pub(super) async fn probe(
+        &self,
+        sup: &Supervisor,
+        round: &Round<'_>,
+        budget: Duration,
+    ) -> Result<Vec<EndpointResult>, Outcome> {
+        match self {
+            Registration::Webhook => probe::probe_each(&sup.inner.connector, round).await,
+            // A canary pending on this initializer alone must come back initialized within the
+            // budget: the path the API server's own objects take.
+            Registration::InitializerConfiguration(legacy) => Err(
+                crate::apply::legacy::canary_probe(&sup.inner.client, &legacy.canary, budget).await,
+            ),
+        }
+    }
+
+    /// What a degrade means for creates, for its Event.
+    pub(super) fn degraded_note(&self, took: Duration) -> String {
+        match self {
+            Registration::Webhook => format!(
+                "fails open now (failurePolicy Ignore, timeoutSeconds 1), {} ms after the failed probe",
+                took.as_millis()
+            ),
+            Registration::InitializerConfiguration(_) => {
+                "stays registered (an InitializerConfiguration has no failure policy to relax)"
+                    .to_string()
+            }
+        }
+    }
+
+    /// What waits on the initializer's name once its configuration is removed and must be
+    /// released: only an `InitializerConfiguration` leaves objects pending.
+    pub(super) fn left_pending(&self) -> Option<&LegacySupervision> {
+        match self {
+            Registration::Webhook => None,
+            Registration::InitializerConfiguration(legacy) => Some(legacy.as_ref()),
+        }
+    }
+
+    /// What the status says beyond the shared conditions: the pending name, and how many
+    /// objects the last removal released.
+    pub(super) fn add_details(&self, status: &mut InitializerStatus, released: Option<u64>) {
+        let Registration::InitializerConfiguration(legacy) = self else {
+            return;
+        };
+        status.details.insert(
+            PENDING_NAME_DETAIL.to_string(),
+            legacy.canary.pending_name.clone(),
+        );
+        if let Some(released) = released {
+            status
+                .details
+                .insert(RELEASED_OBJECTS_DETAIL.to_string(), released.to_string());
+        }
+    }
+}
