@@ -206,20 +206,6 @@ fn found_meta(found: &Found) -> &ObjectMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
-        ObjectMeta {
-            name: Some("initializer-guard".into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect::<BTreeMap<_, _>>(),
-            ),
-            ..ObjectMeta::default()
-        }
-    }
 
     #[test]
     fn only_a_webhook_configuration_can_be_degraded_and_each_kind_is_compared_on_what_the_operator_sets()
@@ -244,7 +230,10 @@ mod tests {
         assert!(found_webhook.differs_from(Desired::Webhook(&degraded)));
         let legacy = DynamicObject {
             types: None,
-            metadata: meta(&[]),
+            metadata: ObjectMeta {
+                name: Some("initializer-guard".into()),
+                ..ObjectMeta::default()
+            },
             data: serde_json::json!({"initializers": []}),
         };
         let found_legacy = Found::InitializerConfiguration(Box::new(legacy.clone()));

@@ -9,7 +9,7 @@ use kube::runtime::events::EventType;
 use tracing::{info, warn};
 
 use crate::apply;
-use crate::backend::Configurations;
+use crate::backend::{Configurations, Live};
 use crate::error::{Error, Result};
 use crate::events::Reason;
 use crate::naming;
@@ -41,10 +41,12 @@ pub(super) async fn remove_configuration(
 pub(super) async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
     let name = obj.name_any();
     let names = naming::names(&name);
-    let registered = Configurations::new(ctx.client.clone(), obj.spec.backend)
-        .holds_ours(&names.configuration, &names.label)
+    // Anything under the name counts, as before the backend object: someone else's object is
+    // then refused by remove_configuration (NotOurs), not passed over.
+    let live = Configurations::new(ctx.client.clone(), obj.spec.backend)
+        .live(&names.configuration, &names.label)
         .await?;
-    if registered {
+    if !matches!(live, Live::Absent) {
         ctx.supervisor.stop(&name).await;
         if remove_configuration(ctx, &name, &names.configuration, obj.spec.backend).await? {
             ctx.metrics.deregistered(&name, "Suspended", None);

@@ -18,8 +18,8 @@ use serde_json::Value;
 use tracing::info;
 
 use super::compare::{self, PROOF_LABEL, ProofObject};
-use crate::apply;
 use crate::error::{Error, Result};
+use crate::ownership;
 use crate::policy::api::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
 use crate::policy::served::GROUP;
 use crate::policy::{BindingScope, Compiled, RequestFacts};
@@ -66,7 +66,8 @@ pub struct PolicyObjects {
     pub version: &'static str,
     /// The name both share.
     pub name: String,
-    /// The Initializer's label value, which the objects carry (ours: [`apply::fallback_is_ours`]).
+    /// The Initializer's label value, which the objects carry (ours: [`ownership::is_ours`], as
+    /// for its fallback).
     pub label: String,
 }
 
@@ -166,7 +167,7 @@ impl PolicyObjects {
                 source: Box::new(source),
             })?;
             let Some(found) = found else { continue };
-            if !is_ours(&found, &self.label) {
+            if !ownership::is_ours(&found.metadata, &self.label) {
                 continue;
             }
             api.delete(&self.name, &DeleteParams::default())
@@ -212,7 +213,7 @@ impl PolicyObjects {
             let Some(live) = live else {
                 return Ok(Some(format!("the {kind} {} was deleted", self.name)));
             };
-            if !is_ours(&live, &self.label) {
+            if !ownership::is_ours(&live.metadata, &self.label) {
                 return Ok(Some(format!(
                     "the {kind} {} no longer carries this Initializer's labels",
                     self.name
@@ -255,12 +256,6 @@ impl PolicyObjects {
         }
         Ok(None)
     }
-}
-
-/// Whether a policy or binding is this Initializer's: the operator's labels with its name, as
-/// for its fallback ([`apply::fallback_is_ours`]).
-fn is_ours(found: &DynamicObject, initializer_label: &str) -> bool {
-    apply::fallback_is_ours(&found.metadata, Some(initializer_label))
 }
 
 /// The binding for the canary: the canary namespace alone, narrowed to objects carrying

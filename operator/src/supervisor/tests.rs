@@ -38,23 +38,45 @@ fn guard() -> Initializer {
 /// A client whose API server answers every status patch with the Initializer, recording
 /// the statuses written.
 fn recording_client(written: Arc<Mutex<Vec<serde_json::Value>>>) -> Client {
+    failing_then_recording_client(written, 0).0
+}
+
+/// [`recording_client`], whose API server first fails `failures` patches (a 500, as when etcd
+/// times out) without recording them; with the count of patches it was sent.
+fn failing_then_recording_client(
+    written: Arc<Mutex<Vec<serde_json::Value>>>,
+    failures: usize,
+) -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
     use http_body_util::BodyExt;
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = attempts.clone();
     let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
         let written = written.clone();
+        let attempt = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         async move {
             let patch = req.into_body().collect().await.unwrap().to_bytes();
             let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap_or_default();
-            written.lock().unwrap().push(patch["status"].clone());
-            let mut obj = serde_json::to_value(guard()).unwrap();
-            obj["status"] = patch["status"].clone();
+            let (code, body) = if attempt < failures {
+                (
+                    500,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
+                )
+            } else {
+                written.lock().unwrap().push(patch["status"].clone());
+                let mut obj = serde_json::to_value(guard()).unwrap();
+                obj["status"] = patch["status"].clone();
+                (200, obj)
+            };
             let response = http::Response::builder()
+                .status(code)
                 .header("content-type", "application/json")
-                .body(kube::client::Body::from(serde_json::to_vec(&obj).unwrap()))
+                .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
                 .unwrap();
             Ok::<_, std::convert::Infallible>(response)
         }
     });
-    Client::new(service, "default")
+    (Client::new(service, "default"), attempts)
 }
 
 /// A supervisor holding `guard` registered and answering, as a sync leaves it.
@@ -207,39 +229,10 @@ async fn marks_made_while_the_writer_waits_coalesce_into_one_write_of_the_latest
 
 #[tokio::test]
 async fn a_status_the_api_server_did_not_take_is_written_again() {
-    use http_body_util::BodyExt;
     let written = Arc::new(Mutex::new(Vec::new()));
-    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let recording = written.clone();
-    let counted = attempts.clone();
     // The first two writes meet an API server that fails them; the third is taken.
-    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let written = recording.clone();
-        let attempt = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        async move {
-            let patch = req.into_body().collect().await.unwrap().to_bytes();
-            let patch: serde_json::Value = serde_json::from_slice(&patch).unwrap_or_default();
-            let (code, body) = if attempt < 2 {
-                (
-                    500,
-                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
-                )
-            } else {
-                written.lock().unwrap().push(patch["status"].clone());
-                let mut obj = serde_json::to_value(guard()).unwrap();
-                obj["status"] = patch["status"].clone();
-                (200, obj)
-            };
-            let response = http::Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
-                .unwrap();
-            Ok::<_, std::convert::Infallible>(response)
-        }
-    });
-    let (_sup, entry) = supervising_guard(Client::new(service, "default"));
+    let (client, attempts) = failing_then_recording_client(written.clone(), 2);
+    let (_sup, entry) = supervising_guard(client);
     entry.state.lock().await.status_due();
     let written = writes(&written, 1).await;
     assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
