@@ -412,21 +412,102 @@ async fn ensure_olm_rbac(client: &Client) -> anyhow::Result<()> {
 }
 
 /// The README's removal commands, then what must (not) remain.
+/// What explains a Deployment OLM did not remove once its CSV was deleted: who owns it, which
+/// CSVs and InstallPlans are left (their UIDs against the owner's), and the state and last words
+/// of the controller manager, whose garbage collector deletes a CSV's dependents.
+const REMOVAL_DIAGNOSTICS: &str = "\
+kubectl get deployment -n initializer-system initializer-operator \\
+  -o jsonpath='owners: {.metadata.ownerReferences}{\"\\n\"}deletion: {.metadata.deletionTimestamp} finalizers: {.metadata.finalizers}{\"\\n\"}' || true
+kubectl get csv,installplan,subscription -A \\
+  -o custom-columns=KIND:.kind,NAMESPACE:.metadata.namespace,NAME:.metadata.name,UID:.metadata.uid,PHASE:.status.phase,DELETION:.metadata.deletionTimestamp \\
+  | head -n 40 || true
+kubectl get pods -n kube-system -o wide || true
+kubectl get lease -n kube-system kube-controller-manager \\
+  -o jsonpath='controller manager lease: {.spec}{\"\\n\"}' || true
+kubectl logs -n kube-system -l component=kube-controller-manager --tail=2000 \\
+  | grep -i -E 'garbage|graph_builder|leader' | tail -n 40 || true
+kubectl logs -n kube-system -l component=kube-controller-manager --tail=20 || true
+kubectl logs -n kube-system -l component=kube-controller-manager --previous --tail=20 || true
+";
+
+/// Kubernetes' garbage collector deletes a CSV's Deployment when it sees the CSV go, and it sees
+/// that only once it watches CSVs: kube-controller-manager learns new resource types at its
+/// discovery sync, every 30 s. A CSV deleted before then is, to the collector, an owner it has
+/// never observed, which it re-checks with exponential backoff, so its Deployment can stay for
+/// minutes. Users remove an operator long after OLM's CRDs were made; this test may do it seconds
+/// after, so it first lets two of those syncs pass.
+const GARBAGE_COLLECTOR_DISCOVERY: Duration = Duration::from_secs(60);
+const CSV_CRD: &str = "clusterserviceversions.operators.coreos.com";
+
+/// Waits until OLM's CSV CRD is [`GARBAGE_COLLECTOR_DISCOVERY`] old.
+async fn let_the_garbage_collector_learn_csvs(client: &Client) -> anyhow::Result<()> {
+    let crd = Api::<CustomResourceDefinition>::all(client.clone())
+        .get(CSV_CRD)
+        .await
+        .with_context(|| format!("failed to read the CRD {CSV_CRD}"))?;
+    let created = crd
+        .metadata
+        .creation_timestamp
+        .with_context(|| format!("the CRD {CSV_CRD} has no creationTimestamp"))?
+        .0;
+    let age = created.duration_until(k8s_openapi::jiff::Timestamp::now());
+    // A negative age (clocks apart) counts as none.
+    let age = Duration::try_from(age).unwrap_or_default();
+    if let Some(rest) = GARBAGE_COLLECTOR_DISCOVERY.checked_sub(age) {
+        eprintln!(
+            "olm: {CSV_CRD} is {:.1}s old; waiting {:.1}s for the garbage collector to watch CSVs",
+            age.as_secs_f64(),
+            rest.as_secs_f64()
+        );
+        tokio::time::sleep(rest).await;
+    }
+    Ok(())
+}
+
 async fn olm_removal(client: &Client, kubeconfig: &Path) -> anyhow::Result<Row> {
+    // The Deployment OLM made: the removal must delete this very object.
+    let made = install::operator_deployment(client)
+        .await?
+        .context("no operator Deployment before the removal")?;
+    let (namespace, uid) = (
+        made.namespace().unwrap_or_default(),
+        made.uid().unwrap_or_default(),
+    );
+    ensure!(
+        namespace == olm::OPERATOR_NAMESPACE,
+        "the operator's Deployment is in {namespace}, not in OLM's {}",
+        olm::OPERATOR_NAMESPACE
+    );
+    let_the_garbage_collector_learn_csvs(client).await?;
     let started = Instant::now();
     let output = run(kubeconfig, olm::REMOVAL_COMMANDS).await?;
     eprintln!("olm: removal commands said:\n{output}");
-    wait::until(
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &namespace);
+    let removed = wait::until(
         "OLM to remove the operator's Deployment",
         OLM_TIMEOUT,
         || async {
-            Ok(match install::operator_deployment(client).await? {
+            Ok(match deployments.get_opt(OPERATOR_NAME).await? {
                 None => Check::Done(()),
-                Some(d) => Check::Pending(format!("Deployment {} still there", d.name_any())),
+                Some(d) if d.uid().as_deref() == Some(uid.as_str()) => Check::Pending(format!(
+                    "Deployment {namespace}/{OPERATOR_NAME} (uid {uid}) still there"
+                )),
+                Some(d) => Check::Pending(format!(
+                    "Deployment {namespace}/{OPERATOR_NAME} made again (uid {:?}, labels {:?})",
+                    d.uid(),
+                    d.labels()
+                )),
             })
         },
     )
-    .await?;
+    .await;
+    if let Err(err) = removed {
+        let said = run(kubeconfig, REMOVAL_DIAGNOSTICS)
+            .await
+            .unwrap_or_else(|failed| format!("{failed:#}"));
+        eprintln!("olm: the Deployment stayed; what the cluster says:\n{said}");
+        return Err(err);
+    }
     let removal = started.elapsed();
     let selector = ListParams::default().labels(&scope::managed_selector());
     let webhooks = Api::<MutatingWebhookConfiguration>::all(client.clone())
