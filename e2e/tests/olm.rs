@@ -411,24 +411,28 @@ async fn ensure_olm_rbac(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The README's removal commands, then what must (not) remain.
-/// What explains a Deployment OLM did not remove once its CSV was deleted: who owns it, which
-/// CSVs and InstallPlans are left (their UIDs against the owner's), and the state and last words
-/// of the controller manager, whose garbage collector deletes a CSV's dependents.
-const REMOVAL_DIAGNOSTICS: &str = "\
-kubectl get deployment -n initializer-system initializer-operator \\
-  -o jsonpath='owners: {.metadata.ownerReferences}{\"\\n\"}deletion: {.metadata.deletionTimestamp} finalizers: {.metadata.finalizers}{\"\\n\"}' || true
+/// What explains a Deployment OLM did not remove once its CSV was deleted (the one named
+/// [`OPERATOR_NAME`] in `namespace`): who owns it, which CSVs and InstallPlans are left (their UIDs
+/// against the owner's), and the state and last words of the controller manager, whose garbage
+/// collector deletes a CSV's dependents.
+fn removal_diagnostics(namespace: &str) -> String {
+    format!(
+        "\
+kubectl get deployment -n {namespace} {OPERATOR_NAME} \\
+  -o jsonpath='owners: {{.metadata.ownerReferences}}{{\"\\n\"}}deletion: {{.metadata.deletionTimestamp}} finalizers: {{.metadata.finalizers}}{{\"\\n\"}}' || true
 kubectl get csv,installplan,subscription -A \\
   -o custom-columns=KIND:.kind,NAMESPACE:.metadata.namespace,NAME:.metadata.name,UID:.metadata.uid,PHASE:.status.phase,DELETION:.metadata.deletionTimestamp \\
   | head -n 40 || true
 kubectl get pods -n kube-system -o wide || true
 kubectl get lease -n kube-system kube-controller-manager \\
-  -o jsonpath='controller manager lease: {.spec}{\"\\n\"}' || true
+  -o jsonpath='controller manager lease: {{.spec}}{{\"\\n\"}}' || true
 kubectl logs -n kube-system -l component=kube-controller-manager --tail=2000 \\
   | grep -i -E 'garbage|graph_builder|leader' | tail -n 40 || true
 kubectl logs -n kube-system -l component=kube-controller-manager --tail=20 || true
 kubectl logs -n kube-system -l component=kube-controller-manager --previous --tail=20 || true
-";
+"
+    )
+}
 
 /// Kubernetes' garbage collector deletes a CSV's Deployment when it sees the CSV go, and it sees
 /// that only once it watches CSVs: kube-controller-manager learns new resource types at its
@@ -464,6 +468,7 @@ async fn let_the_garbage_collector_learn_csvs(client: &Client) -> anyhow::Result
     Ok(())
 }
 
+/// The README's removal commands, then what must (not) remain.
 async fn olm_removal(client: &Client, kubeconfig: &Path) -> anyhow::Result<Row> {
     // The Deployment OLM made: the removal must delete this very object.
     let made = install::operator_deployment(client)
@@ -502,7 +507,7 @@ async fn olm_removal(client: &Client, kubeconfig: &Path) -> anyhow::Result<Row> 
     )
     .await;
     if let Err(err) = removed {
-        let said = run(kubeconfig, REMOVAL_DIAGNOSTICS)
+        let said = run(kubeconfig, &removal_diagnostics(&namespace))
             .await
             .unwrap_or_else(|failed| format!("{failed:#}"));
         eprintln!("olm: the Deployment stayed; what the cluster says:\n{said}");
