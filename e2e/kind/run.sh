@@ -58,15 +58,15 @@ log() {
   echo "e2e-kind: $*" >&2
 }
 
-# stage NAME COMMAND...: runs a step and records its duration for the summary at the end.
-stages=()
-stage() {
-  local name="$1" started=$SECONDS
-  shift
-  log "$name"
-  "$@"
-  stages+=("$name: $((SECONDS - started)) s")
-}
+# stage NAME COMMAND...: a step, with when it starts and how long it took; the table of them
+# at the end (CI's own table when run from CI, which set STAGE_LOG).
+# shellcheck source=tools/lib/stage.sh
+source "$root/tools/lib/stage.sh"
+own_stage_log=""
+if [[ -z "${STAGE_LOG:-}" ]]; then
+  own_stage_log="$(mktemp -t e2e-kind-stages.XXXXXX)"
+  export STAGE_LOG="$own_stage_log"
+fi
 
 engine_started=0
 kind_bin=""
@@ -85,9 +85,11 @@ teardown() {
       "$here/offline/engine.sh" stop || true
     fi
   fi
-  if ((${#stages[@]})); then
+  stage_failed "$status"
+  if [[ -n "$own_stage_log" ]]; then
     log "stages:"
-    printf '  %s\n' "${stages[@]}" >&2
+    stage_summary >&2
+    rm -f "$own_stage_log"
   fi
   exit "$status"
 }

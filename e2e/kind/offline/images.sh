@@ -23,6 +23,17 @@ export DOCKER_BUILDKIT=0
 
 log() { echo "images: $*" >&2; }
 have_image() { "$docker" image inspect "$1" >/dev/null 2>&1; }
+# drop_other_tags IMAGE: removes the images of IMAGE's repository with another tag (made from
+# other inputs, see versions.sh), so that the engine's store keeps what a build now would make.
+drop_other_tags() {
+  local repository="${1%:*}" other
+  "$docker" image ls --format '{{.Repository}}:{{.Tag}}' "$repository" | while read -r other; do
+    if [[ "$other" != "$1" && "$other" != "$1-base" ]]; then
+      log "removing $other (made from other inputs)"
+      "$docker" image rm "$other" >/dev/null || true
+    fi
+  done
+}
 
 # debian_image: Debian minbase from debootstrap, imported as an image.
 debian_image() {
@@ -46,6 +57,7 @@ runtime_image() {
     log "building $RUNTIME_BASE_IMAGE"
     "$docker" build -q -f "$here/runtime-base.Dockerfile" --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE" \
       -t "$RUNTIME_BASE_IMAGE" "$here" >/dev/null
+    drop_other_tags "$RUNTIME_BASE_IMAGE"
   fi
   echo "$RUNTIME_BASE_IMAGE"
 }
@@ -131,6 +143,7 @@ node_image() {
   "$docker" commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
     "$builder" "$NODE_IMAGE" >/dev/null
   rm -f "$state/control-plane-images.tar"
+  drop_other_tags "$NODE_IMAGE"
   echo "$NODE_IMAGE"
 }
 

@@ -17,10 +17,17 @@ ETCD_VERSION="$(_go_mod_version go.etcd.io/etcd/server/v3 "$_versions_root/e2e/c
 KIND_VERSION="$(_go_mod_version sigs.k8s.io/kind "$_versions_root/e2e/kind/go/go.mod")"
 COREDNS_VERSION="$(_go_mod_version github.com/coredns/coredns "$_versions_root/e2e/kind/go/go.mod")"
 
+# _inputs_digest FILE...: a short digest of the files an image is made from, for its tag.
+_inputs_digest() { (cd "$_versions_root" && cat "$@") | sha256sum | cut -c1-12; }
+
 # The node image `make e2e-kind` builds when kindest/node cannot be pulled; its tag says what it
-# holds, so a version change builds a new one.
-NODE_IMAGE="initializer-e2e/kind-node:${K8S_VERSION}-kind${KIND_VERSION#v}"
+# holds and ends with a digest of the files it is made from, so a change to any of them (or to a
+# version) builds a new one, and an image kept in the engine's store is reused only when a build
+# now would make the same.
+NODE_IMAGE="initializer-e2e/kind-node:${K8S_VERSION}-kind${KIND_VERSION#v}-$(_inputs_digest \
+  e2e/kind/offline/{images.sh,versions.sh,node.Dockerfile,cni.conflist,runc-without-sys-resource} \
+  e2e/controlplane/go/{go.mod,go.sum,build.sh} e2e/kind/go/{go.mod,go.sum,build.sh})"
 # Local bases: Debian minbase, and a distroless-like runtime (glibc, libgcc, CA certificates,
 # uid 65532, no shell) for images/Dockerfile's runtime stage.
 DEBIAN_IMAGE="initializer-e2e/debian:${DEBIAN_SUITE}"
-RUNTIME_BASE_IMAGE="initializer-e2e/runtime-base:${DEBIAN_SUITE}"
+RUNTIME_BASE_IMAGE="initializer-e2e/runtime-base:${DEBIAN_SUITE}-$(_inputs_digest e2e/kind/offline/runtime-base.Dockerfile)"
