@@ -9,8 +9,9 @@
 #   3. create the cluster (its own kubeconfig, not yours); offline, give each node its pod
 #      network (offline/network.sh stands in for kindnetd, which ships only as an image)
 #   4. the images users deploy, from images/Dockerfile: online `make docker-build` (the Rust build
-#      inside the image); offline the workspace built once here and each image the Dockerfile's
-#      `prebuilt` target on a local runtime base. Each is loaded with `kind load docker-image`
+#      inside the image); offline the workspace built once here (in release, or as
+#      E2E_KIND_PROFILE=debug says) and each image the Dockerfile's `prebuilt` target on a local
+#      runtime base. Each is loaded with `kind load docker-image`
 #   5. install the operator from the bundle, then run the suite with E2E_CLUSTER=kind
 #   6. OLM on kind (when no scenario is named): an image of the OLM binaries tools/olm/build.sh
 #      builds, loaded like ours; the bundle's install removed, OLM's operators and the catalog
@@ -29,6 +30,15 @@ root="$(cd "$here/../.." && pwd)"
 cluster="${KIND_CLUSTER_NAME:-initializer-e2e}"
 keep="${E2E_KEEP_CLUSTER:-0}"
 cargo="${CARGO:-cargo}"
+# The profile of the binaries in the images built offline: release, what images/Dockerfile
+# builds and users run, or debug, the workspace's debug build that the suite needs anyway (CI
+# sets it: the claims kind adds are the kubelet's, the runtime's and the network's, not the
+# optimiser's, and the release build of every dependency cost a cold CI run 11 minutes).
+profile="${E2E_KIND_PROFILE:-release}"
+if [[ "$profile" != release && "$profile" != debug ]]; then
+  echo "e2e-kind: E2E_KIND_PROFILE is release or debug, not '$profile'" >&2
+  exit 2
+fi
 docker="${DOCKER:-docker}"
 export DOCKER="$docker" E2E_DOCKER="$docker"
 state="$root/target/kind"
@@ -154,15 +164,19 @@ build_images() {
   fi
   local runtime context="$state/image-context"
   runtime="$("$here/offline/images.sh" runtime)"
-  local packages=()
-  for binary in "${binaries[@]}"; do packages+=(-p "$binary"); done
-  # The release build images/Dockerfile makes (its link order and packed relocations; the
-  # runtime base's glibc is 2.36).
-  (cd "$root" && INITIALIZER_LINK_ORDER=1 INITIALIZER_PACK_RELOCS=1 \
-    "$cargo" build -q --release "${packages[@]}")
+  if [[ "$profile" == release ]]; then
+    local packages=()
+    for binary in "${binaries[@]}"; do packages+=(-p "$binary"); done
+    # The release build images/Dockerfile makes (its link order and packed relocations; the
+    # runtime base's glibc is 2.36).
+    (cd "$root" && INITIALIZER_LINK_ORDER=1 INITIALIZER_PACK_RELOCS=1 \
+      "$cargo" build -q --release "${packages[@]}")
+  else
+    (cd "$root" && "$cargo" build -q --workspace --bins)
+  fi
   rm -rf "$context" && mkdir -p "$context"
   for binary in "${binaries[@]}"; do
-    cp "$root/target/release/$binary" "$context/"
+    cp "$root/target/$profile/$binary" "$context/"
     build_image --target prebuilt --build-arg "RUNTIME_IMAGE=$runtime" --build-arg "BINARY=$binary" \
       -t "ghcr.io/initializer-dev/$binary:$version" "$context"
   done
