@@ -96,9 +96,9 @@ check:
 ## just run it)
 TEST_BUILD_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm
 TEST_E2E_STAGES := e2e-legacy e2e-real e2e-olm
-# These wait on their servers more than they compute (unit-real used 57 % of the machine's CPU
-# alone in a cold CI run) and take no timings: they run side by side, each its own stage, their
-# output kept together per stage. The e2e suites run alone: their fail-open times are measured.
+# These wait on their servers more than they compute (the CPU column of CI's stage table) and
+# take no timings: they run side by side, each its own stage, their output kept together per
+# stage. The e2e suites run alone: their fail-open times are measured.
 SIDE_BY_SIDE_STAGES := unit-real conformance legacy-conformance
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_BUILD_STAGES))

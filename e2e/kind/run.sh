@@ -33,7 +33,7 @@ cargo="${CARGO:-cargo}"
 # The profile of the binaries in the images built offline: release, what images/Dockerfile
 # builds and users run, or debug, the workspace's debug build that the suite needs anyway (CI
 # sets it: the claims kind adds are the kubelet's, the runtime's and the network's, not the
-# optimiser's, and the release build of every dependency cost a cold CI run 11 minutes).
+# optimiser's, and a release build of every dependency is the longest build of a cold run).
 profile="${E2E_KIND_PROFILE:-release}"
 if [[ "$profile" != release && "$profile" != debug ]]; then
   echo "e2e-kind: E2E_KIND_PROFILE is release or debug, not '$profile'" >&2
