@@ -94,7 +94,7 @@ check:
 ## scenarios on the sandbox in legacy mode (`make e2e` runs the whole suite on the sandbox), and
 ## OLM installing, upgrading and removing the operator. CHECKED=1 skips `make check` (CI has
 ## just run it)
-TEST_BUILD_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm conformance
+TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm conformance
 TEST_E2E_STAGES := e2e-legacy e2e-real e2e-olm
 # The legacy conformance suite waits out the 1.7 Initializers' timeouts and computes almost
 # nothing (the CPU column of CI's stage table), and neither it nor unit-real takes timings: they
@@ -102,7 +102,7 @@ TEST_E2E_STAGES := e2e-legacy e2e-real e2e-olm
 # alone: their fail-open times are measured.
 SIDE_BY_SIDE_STAGES := unit-real legacy-conformance
 test: $(if $(CHECKED),,check)
-	@$(call run_stages,$(TEST_BUILD_STAGES))
+	@$(call run_stages,$(TEST_FIRST_STAGES))
 	@$(STAGE) "side by side: $(SIDE_BY_SIDE_STAGES)" $(MAKE) --no-print-directory \
 	  -j$(words $(SIDE_BY_SIDE_STAGES)) --output-sync=recurse $(addprefix stage/,$(SIDE_BY_SIDE_STAGES))
 	@$(call run_stages,$(TEST_E2E_STAGES))
