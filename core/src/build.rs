@@ -348,6 +348,7 @@ pub fn deployment(
                 key: key.clone(),
                 path: CONFIG_FILE.to_string(),
                 mode: None,
+                ..Default::default()
             }]),
             ..Default::default()
         },
@@ -408,7 +409,7 @@ pub fn deployment(
     };
     Deployment {
         metadata: meta(v, &v.names.base, owner),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(v.spec.replicas),
             revision_history_limit: Some(3),
             selector: label_selector.clone(),
@@ -480,7 +481,7 @@ pub fn deployment(
                 }),
             },
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }
@@ -701,12 +702,12 @@ pub fn fallback(v: &Validated) -> Option<FallbackPolicy> {
     };
     let binding = ValidatingAdmissionPolicyBinding {
         metadata,
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(v.names.fallback.clone()),
-            validation_actions: Some(vec!["Deny".into()]),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: v.names.fallback.clone(),
+            validation_actions: vec!["Deny".into()],
             match_resources: None,
             param_ref: None,
-        }),
+        },
     };
     Some(FallbackPolicy { policy, binding })
 }
@@ -714,11 +715,7 @@ pub fn fallback(v: &Validated) -> Option<FallbackPolicy> {
 /// A stable digest of the pod template (FNV-1a of its JSON), to tell whether a new build
 /// changes what the pods run.
 pub fn template_hash(deployment: &Deployment) -> String {
-    let template = deployment
-        .spec
-        .as_ref()
-        .and_then(|s| serde_json::to_vec(&s.template).ok())
-        .unwrap_or_default();
+    let template = serde_json::to_vec(&deployment.spec.template).unwrap_or_default();
     let hash = template.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     });
@@ -757,8 +754,9 @@ pub fn stamp_generation(deployment: &mut Deployment, hash: &str, generation: i64
     );
     let containers = deployment
         .spec
+        .template
+        .spec
         .as_mut()
-        .and_then(|s| s.template.spec.as_mut())
         .map(|p| p.containers.iter_mut());
     for container in containers.into_iter().flatten() {
         let vars = container.env.get_or_insert_with(Vec::new);

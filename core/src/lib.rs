@@ -15,6 +15,12 @@
 //! Nothing here holds a client: the operator's IO shell (`initializer-operator`'s `apply`,
 //! `controller`, `supervisor`) calls it.
 
+// The Kubernetes version is the binary's choice (k8s-openapi's rule for libraries); this crate is
+// written against the newest types, in which several specs are no longer optional (1.37).
+k8s_openapi::k8s_if_le_1_36! {
+    compile_error!("initializer-core needs k8s-openapi's v1_37 feature (or a later one)");
+}
+
 pub mod build;
 pub mod cel;
 pub mod naming;

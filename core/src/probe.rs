@@ -455,6 +455,7 @@ pub fn ready_addresses(slice: &EndpointSlice) -> Vec<SocketAddr> {
     slice
         .endpoints
         .iter()
+        .flatten()
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
         .flat_map(|e| &e.addresses)
         .filter_map(|a| a.parse::<IpAddr>().ok())

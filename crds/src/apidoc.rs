@@ -17,9 +17,9 @@ use std::fmt::Write as _;
 use schemars::JsonSchema;
 use serde_json::Value;
 
-/// The Kubernetes minor version whose API reference the embedded types link to (the oldest
-/// supported, as the `v1_31` feature of k8s-openapi).
-pub const KUBERNETES_REFERENCE: &str = "v1.31";
+/// The Kubernetes minor version whose API reference the embedded types link to: the version of
+/// the types the CRD embeds (k8s-openapi's newest, which crdgen is built with).
+pub const KUBERNETES_REFERENCE: &str = "v1.37";
 
 /// A Kubernetes type embedded in the schema, recognised by its properties.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -72,9 +72,12 @@ impl ClusterBackend {
             context: Some(context.clone()),
             ..Default::default()
         };
-        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .with_context(|| format!("failed to load the kubeconfig context {context:?}"))?;
+        // The suite sees every answer as the API server gives it: kube's retry of 429, 503 and
+        // 504 would turn a refused create into a slow success.
+        config.default_retry = false;
         let client = Client::try_from(config).context("failed to build a client")?;
         let version = client
             .apiserver_version()

@@ -150,12 +150,7 @@ pub fn container_names(spec: Option<&PodSpec>) -> Vec<String> {
 
 /// The container names of a Deployment's pod template.
 pub fn template_containers(deployment: &Deployment) -> Vec<String> {
-    container_names(
-        deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref()),
-    )
+    container_names(deployment.spec.template.spec.as_ref())
 }
 
 /// Whether the tutorial's sidecar was injected into a Deployment's pod template.

@@ -54,7 +54,7 @@ pub struct KindNode {
 }
 
 /// Parses and checks a kind configuration: the kind and version, at least one control plane,
-/// known roles, and node images of one Kubernetes version no older than 1.31.
+/// known roles, and node images of one Kubernetes version no older than 1.35.
 pub fn check(text: &str) -> anyhow::Result<KindCluster> {
     let cluster: KindCluster = serde_yaml::from_str(text)?;
     anyhow::ensure!(
@@ -87,8 +87,8 @@ pub fn check(text: &str) -> anyhow::Result<KindCluster> {
                 .and_then(|m| m.parse().ok())
                 .ok_or_else(|| anyhow::anyhow!("failed to read the version of {image}"))?;
             anyhow::ensure!(
-                minor >= 31,
-                "node image {image} is older than Kubernetes 1.31"
+                minor >= 35,
+                "node image {image} is older than Kubernetes 1.35"
             );
         }
     }
@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn an_old_node_image_is_refused() {
         let text = "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n  image: kindest/node:v1.29.0\n";
-        assert!(check(text).unwrap_err().to_string().contains("1.31"));
+        assert!(check(text).unwrap_err().to_string().contains("1.35"));
     }
 
     #[test]

@@ -792,7 +792,10 @@ pub async fn deploy_as_pods(
                     .status
                     .iter()
                     .flat_map(|s| s.conditions.iter().flatten())
-                    .any(|c| c.type_ == "Available" && c.status == "True");
+                    .any(|c| {
+                        c.type_.as_deref() == Some("Available")
+                            && c.status.as_deref() == Some("True")
+                    });
                 Ok(if available {
                     Check::Done(())
                 } else {

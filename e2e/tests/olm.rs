@@ -643,7 +643,7 @@ where
             let deployment = install::operator_deployment(client).await?;
             let rolled = deployment.as_ref().is_some_and(|d| {
                 let status = d.status.clone().unwrap_or_default();
-                let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let replicas = d.spec.replicas.unwrap_or(1);
                 status.observed_generation >= d.metadata.generation
                     && status.updated_replicas == Some(replicas)
                     && status.available_replicas == Some(replicas)
@@ -810,8 +810,9 @@ async fn operator_on_next(client: &Client) -> anyhow::Result<Option<String>> {
         .context("no operator Deployment")?;
     let image = deployment
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .and_then(|s| s.containers.first())
         .and_then(|c| c.image.clone())
         .unwrap_or_default();

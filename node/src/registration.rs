@@ -152,6 +152,7 @@ pub fn node_status(identity: &NodeIdentity, now: jiff::Timestamp) -> NodeStatus 
             machine_id: String::new(),
             system_uuid: String::new(),
             boot_id: String::new(),
+            ..NodeSystemInfo::default()
         }),
         ..NodeStatus::default()
     }

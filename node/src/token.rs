@@ -58,8 +58,8 @@ impl TokenKey {
     /// The TokenRequest for this key.
     pub fn request(&self) -> TokenRequest {
         TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: self.audience.iter().cloned().collect(),
+            spec: Some(TokenRequestSpec {
+                audiences: self.audience.clone().map(|audience| vec![audience]),
                 expiration_seconds: Some(self.expiration_seconds),
                 bound_object_ref: Some(BoundObjectReference {
                     api_version: Some("v1".into()),
@@ -67,7 +67,8 @@ impl TokenKey {
                     name: Some(self.pod.clone()),
                     uid: Some(self.pod_uid.clone()),
                 }),
-            },
+                ..TokenRequestSpec::default()
+            }),
             ..TokenRequest::default()
         }
     }
@@ -160,7 +161,7 @@ impl Tokens {
                         key.namespace, key.service_account
                     )
                 })?;
-            let token = answer.status.map(|s| s.token).unwrap_or_default();
+            let token = answer.status.and_then(|s| s.token).unwrap_or_default();
             let refresh_at = Instant::now() + refresh_after(key.expiration_seconds);
             if let Ok(mut issued) = self.issued.lock() {
                 issued.insert(key, Issued { token, refresh_at });
@@ -202,6 +203,7 @@ mod tests {
                                 audience: audience.map(Into::into),
                                 expiration_seconds: expiration,
                                 path: "token".into(),
+                                ..ServiceAccountTokenProjection::default()
                             }),
                             ..VolumeProjection::default()
                         }]),
@@ -222,11 +224,12 @@ mod tests {
         assert_eq!(keys.len(), 1);
         assert_eq!(keys[0].service_account, "initializer-operator");
         let request = keys[0].request();
-        let bound = request.spec.bound_object_ref.unwrap();
+        let spec = request.spec.unwrap();
+        let bound = spec.bound_object_ref.unwrap();
         assert_eq!(bound.kind.as_deref(), Some("Pod"));
         assert_eq!(bound.uid.as_deref(), Some("u-1"));
-        assert_eq!(request.spec.expiration_seconds, Some(3607));
-        assert!(request.spec.audiences.is_empty());
+        assert_eq!(spec.expiration_seconds, Some(3607));
+        assert_eq!(spec.audiences, None);
     }
 
     #[test]
@@ -234,7 +237,10 @@ mod tests {
         let key = &keys(&pod_with(Some("vault"), None, None))[0];
         assert_eq!(key.service_account, "default");
         assert_eq!(key.expiration_seconds, DEFAULT_EXPIRATION_SECONDS);
-        assert_eq!(key.request().spec.audiences, ["vault"]);
+        assert_eq!(
+            key.request().spec.unwrap().audiences,
+            Some(vec!["vault".to_string()])
+        );
     }
 
     #[test]

@@ -525,6 +525,7 @@ mod tests {
             key: "a".into(),
             path: "sub/x".into(),
             mode: Some(0o600),
+            ..KeyToPath::default()
         }];
         let files = project(&entries, Some(&items), 0o644, "configmap n/c", false).unwrap();
         assert_eq!(files.len(), 1);
@@ -533,6 +534,7 @@ mod tests {
             key: "zz".into(),
             path: "z".into(),
             mode: None,
+            ..KeyToPath::default()
         }];
         assert!(project(&entries, Some(&missing), 0o644, "configmap n/c", false).is_err());
         assert!(

@@ -8,6 +8,15 @@
 //! leader holding about 400 idle TLS connections to the API server, with their buffers, beside
 //! the watches' own: `make bench-scale` measured 508 connections for 100 Initializers on the
 //! sandbox. client-go keeps at most 25 idle per host; so does this client.
+//!
+//! Two of kube's defaults are not the operator's. kube sets no read timeout (its watcher has its
+//! own idle timeout); the operator's calls include the one that removes a webhook configuration
+//! when an initializer stops answering, which must fail and be tried again, never hang, so a
+//! response that does not come within [`READ_TIMEOUT`] fails. kube retries 429, 503 and 504 with
+//! a backoff of up to minutes; the operator's reconcilers already retry with their own backoff,
+//! and a retry inside a call would hold the removal back, so the client does not.
+
+use std::time::Duration;
 
 use hyper_util::client::legacy::Builder;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -23,8 +32,17 @@ use crate::metrics::Metrics;
 /// Idle connections to the API server kept for reuse (client-go's `MaxIdleConnsPerHost`).
 pub const IDLE_CONNECTIONS: usize = 25;
 
+/// How long a request waits for its response: longer than the API server's longest watch
+/// (kube's watcher asks for 290 s), the timeout kube itself used before it left watches to the
+/// watcher.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(295);
+
 /// A client of the API server `config` names, counting its requests in `metrics`.
-pub fn build(config: Config, metrics: &Metrics) -> Result<Client> {
+pub fn build(mut config: Config, metrics: &Metrics) -> Result<Client> {
+    config.read_timeout.get_or_insert(READ_TIMEOUT);
+    // The timeout counts from the request, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config.default_retry = false;
     let failed = |e: kube::Error| Error::Client(Box::new(e));
     let counted = CountRequests::new(metrics.api_requests.clone());
     if config.proxy_url.is_some() {
@@ -43,6 +61,7 @@ pub fn build(config: Config, metrics: &Metrics) -> Result<Client> {
     let mut timed = hyper_timeout::TimeoutConnector::new(https);
     timed.set_read_timeout(config.read_timeout);
     timed.set_write_timeout(config.write_timeout);
+    timed.set_reset_reader_on_write(config.reset_reader_on_write);
     let connections = Builder::new(TokioExecutor::new())
         .pool_max_idle_per_host(IDLE_CONNECTIONS)
         .build(timed);

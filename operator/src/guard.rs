@@ -389,12 +389,9 @@ mod tests {
     #[test]
     fn the_binding_denies_with_the_policy_everywhere() {
         let b = binding();
-        let spec = b.spec.unwrap();
-        assert_eq!(spec.policy_name.as_deref(), Some(GUARD_NAME));
-        assert_eq!(
-            spec.validation_actions.as_deref(),
-            Some(&["Deny".to_string()][..])
-        );
+        let spec = b.spec;
+        assert_eq!(spec.policy_name, GUARD_NAME);
+        assert_eq!(spec.validation_actions, ["Deny"]);
         assert!(spec.match_resources.is_none(), "every namespace and object");
         assert!(spec.param_ref.is_none());
     }

@@ -94,8 +94,9 @@ pub fn foreign_deployments(deployments: &[Deployment]) -> Vec<String> {
             let own = d.metadata.labels.as_ref();
             let pods = d
                 .spec
+                .template
+                .metadata
                 .as_ref()
-                .and_then(|s| s.template.metadata.as_ref())
                 .and_then(|m| m.labels.as_ref());
             let operator = [own, pods]
                 .into_iter()
@@ -114,13 +115,9 @@ pub fn observe_workload(deployment: &Deployment) -> WorkloadObservation {
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == "Available");
+        .find(|c| c.type_.as_deref() == Some("Available"));
     WorkloadObservation {
-        replicas: deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(1),
+        replicas: deployment.spec.replicas.unwrap_or(1),
         ready_replicas: status.ready_replicas.unwrap_or(0),
         available_replicas: status.available_replicas.unwrap_or(0),
         available: deployment_available(deployment),

@@ -196,7 +196,7 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
         .get("guard")
         .await
         .unwrap();
-    let args = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+    let args = deployment.spec.template.spec.unwrap().containers[0]
         .args
         .clone()
         .unwrap();

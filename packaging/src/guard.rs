@@ -88,10 +88,10 @@ pub const EARLIER_BINDINGS_KEPT: usize = 8;
 pub fn binding() -> ValidatingAdmissionPolicyBinding {
     ValidatingAdmissionPolicyBinding {
         metadata: metadata(),
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(GUARD_NAME.to_string()),
-            validation_actions: Some(vec!["Deny".to_string()]),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: GUARD_NAME.to_string(),
+            validation_actions: vec!["Deny".to_string()],
             ..Default::default()
-        }),
+        },
     }
 }

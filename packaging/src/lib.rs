@@ -17,6 +17,12 @@
 //! The operator's metric names, which the alert rules query, stay with the gauges in the
 //! operator; a test there checks every rule's metric against what the operator exports.
 
+// The Kubernetes version is the binary's choice (k8s-openapi's rule for libraries); this crate is
+// written against the newest types, in which several specs are no longer optional (1.37).
+k8s_openapi::k8s_if_le_1_36! {
+    compile_error!("initializer-packaging needs k8s-openapi's v1_37 feature (or a later one)");
+}
+
 pub mod bundle;
 pub mod error;
 pub mod guard;

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use initializer_crds::{constants, images};
 use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EnvVar, Namespace, PodAffinityTerm, PodAntiAffinity,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, ServiceAccount,
+    Affinity, Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    Namespace, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, ServiceAccount,
     WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -20,10 +21,6 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi_ext::{
-    ContainerExt, ContainerPortExt, EnvVarExt, LabelSelectorExt, NamespaceExt, PodSpecExt,
-    ProbeExt, ResourceBuilder, ServiceAccountExt,
-};
 
 /// Name of the operator's Deployment, ServiceAccount and RBAC objects.
 pub const OPERATOR_NAME: &str = images::OPERATOR;
@@ -78,12 +75,25 @@ pub fn pod_labels() -> BTreeMap<String, String> {
 
 /// The operator's namespace.
 pub fn namespace(name: &str) -> Namespace {
-    Namespace::new(name)
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    }
 }
 
 /// The operator's ServiceAccount in `namespace`.
 pub fn service_account(namespace: &str) -> ServiceAccount {
-    ServiceAccount::new(OPERATOR_NAME).namespace(namespace)
+    ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(OPERATOR_NAME.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    }
 }
 
 /// The arguments the operator container runs with.
@@ -98,64 +108,130 @@ pub fn operator_args() -> Vec<String> {
 /// The operator's container: the `run` command, health and metrics on [`HTTP_PORT`], small
 /// requests, a read-only root filesystem and no privileges at all.
 pub fn operator_container() -> Container {
-    Container::new(OPERATOR_NAME)
-        .image(images::image(images::OPERATOR))
-        .image_pull_policy("IfNotPresent")
-        .args(operator_args())
-        .env([
-            EnvVar::metadata_namespace(POD_NAMESPACE_ENV),
-            EnvVar::metadata_name(POD_NAME_ENV),
-            EnvVar::status_pod_ip(constants::POD_IP_ENV),
-            EnvVar::spec_service_account_name(SERVICE_ACCOUNT_ENV),
+    Container {
+        name: OPERATOR_NAME.to_string(),
+        image: Some(images::image(images::OPERATOR)),
+        image_pull_policy: Some("IfNotPresent".to_string()),
+        args: Some(operator_args()),
+        env: Some(vec![
+            downward_env(POD_NAMESPACE_ENV, "metadata.namespace"),
+            downward_env(POD_NAME_ENV, "metadata.name"),
+            downward_env(constants::POD_IP_ENV, "status.podIP"),
+            downward_env(SERVICE_ACCOUNT_ENV, "spec.serviceAccountName"),
             // Each replica listens on its own pod IP: on the sandbox all pods share one host.
-            EnvVar::value(
+            literal_env(
                 METRICS_ADDR_ENV,
                 format!("$({}):{HTTP_PORT}", constants::POD_IP_ENV),
             ),
-            EnvVar::value("RUST_LOG", "info"),
-        ])
-        .ports([ContainerPort::tcp(HTTP_PORT).name(HTTP_PORT_NAME)])
-        .liveness_probe(
-            Probe::http_get(constants::HEALTHZ_PATH, HTTP_PORT_NAME)
-                .initial_delay_seconds(5)
-                .period_seconds(10)
-                .timeout_seconds(2)
-                .failure_threshold(3),
-        )
-        .readiness_probe(
-            Probe::http_get(constants::READYZ_PATH, HTTP_PORT_NAME)
-                .period_seconds(5)
-                .timeout_seconds(2)
-                .failure_threshold(2),
-        )
-        .resource_requests([
-            ("cpu".to_string(), Quantity("50m".to_string())),
-            ("memory".to_string(), Quantity("64Mi".to_string())),
-        ])
-        .resource_limits([
-            ("cpu".to_string(), Quantity("500m".to_string())),
-            ("memory".to_string(), Quantity("256Mi".to_string())),
-        ])
-        .allow_privilege_escalation(false)
-        .read_only_root_filesystem(true)
-        .run_as_non_root(true)
-        .run_as_user(NONROOT_UID)
-        .drop_capabilities(["ALL"])
+            literal_env("RUST_LOG", "info"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some(HTTP_PORT_NAME.to_string()),
+            container_port: HTTP_PORT,
+            protocol: Some("TCP".to_string()),
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(Probe {
+            initial_delay_seconds: Some(5),
+            period_seconds: Some(10),
+            timeout_seconds: Some(2),
+            failure_threshold: Some(3),
+            ..http_probe(constants::HEALTHZ_PATH)
+        }),
+        readiness_probe: Some(Probe {
+            period_seconds: Some(5),
+            timeout_seconds: Some(2),
+            failure_threshold: Some(2),
+            ..http_probe(constants::READYZ_PATH)
+        }),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities([("cpu", "50m"), ("memory", "64Mi")])),
+            limits: Some(quantities([("cpu", "500m"), ("memory", "256Mi")])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            run_as_user: Some(NONROOT_UID),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }
+}
+
+/// An env var the kubelet fills from the pod's own `field_path` (the downward API).
+fn downward_env(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.to_string(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// An env var with a literal value.
+fn literal_env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+/// A plain-HTTP GET of `path` on the [`HTTP_PORT_NAME`] port, with the API server's defaults
+/// for everything a caller does not set.
+fn http_probe(path: &str) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String(HTTP_PORT_NAME.to_string()),
+            scheme: Some("HTTP".to_string()),
+            ..HTTPGetAction::default()
+        }),
+        ..Probe::default()
+    }
+}
+
+/// Resource quantities by resource name.
+fn quantities<const N: usize>(amounts: [(&str, &str); N]) -> BTreeMap<String, Quantity> {
+    amounts
+        .into_iter()
+        .map(|(resource, amount)| (resource.to_string(), Quantity(amount.to_string())))
+        .collect()
+}
+
+/// A selector of exactly [`selector_labels`].
+fn operator_selector() -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(selector_labels()),
+        ..LabelSelector::default()
+    }
 }
 
 /// The operator's pod: non-root with the runtime's default seccomp profile, spread across nodes
 /// when it can be.
 pub fn operator_pod_spec() -> PodSpec {
-    let mut spec = PodSpec::container(operator_container())
-        .service_account_name(OPERATOR_NAME)
-        .termination_grace_period_seconds(10)
-        .affinity(Affinity {
+    PodSpec {
+        containers: vec![operator_container()],
+        service_account_name: Some(OPERATOR_NAME.to_string()),
+        termination_grace_period_seconds: Some(10),
+        affinity: Some(Affinity {
             pod_anti_affinity: Some(PodAntiAffinity {
                 preferred_during_scheduling_ignored_during_execution: Some(vec![
                     WeightedPodAffinityTerm {
                         weight: 100,
                         pod_affinity_term: PodAffinityTerm {
-                            label_selector: Some(LabelSelector::match_labels(selector_labels())),
+                            label_selector: Some(operator_selector()),
                             topology_key: "kubernetes.io/hostname".to_string(),
                             ..PodAffinityTerm::default()
                         },
@@ -164,18 +240,19 @@ pub fn operator_pod_spec() -> PodSpec {
                 ..PodAntiAffinity::default()
             }),
             ..Affinity::default()
-        });
-    spec.security_context = Some(PodSecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(NONROOT_UID),
-        run_as_group: Some(NONROOT_UID),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_string(),
-            ..SeccompProfile::default()
         }),
-        ..PodSecurityContext::default()
-    });
-    spec
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(NONROOT_UID),
+            run_as_group: Some(NONROOT_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        ..PodSpec::default()
+    }
 }
 
 /// The operator's Deployment spec, as it goes into the ClusterServiceVersion.
@@ -183,7 +260,7 @@ pub fn deployment_spec() -> DeploymentSpec {
     DeploymentSpec {
         replicas: Some(REPLICAS),
         revision_history_limit: Some(3),
-        selector: LabelSelector::match_labels(selector_labels()),
+        selector: operator_selector(),
         strategy: Some(DeploymentStrategy {
             type_: Some("RollingUpdate".to_string()),
             rolling_update: Some(RollingUpdateDeployment {
@@ -294,7 +371,7 @@ pub fn pod_disruption_budget() -> PodDisruptionBudget {
         },
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector::match_labels(selector_labels())),
+            selector: Some(operator_selector()),
             ..PodDisruptionBudgetSpec::default()
         }),
         status: None,

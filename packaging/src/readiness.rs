@@ -26,7 +26,7 @@ pub fn deployment_available(deployment: &Deployment) -> bool {
             .conditions
             .iter()
             .flatten()
-            .any(|c| c.type_ == "Available" && c.status == "True")
+            .any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"))
 }
 
 /// True when the Deployment controller has observed the latest spec (`status.observedGeneration`
@@ -91,7 +91,7 @@ mod tests {
         assert!(!deployment_available(&d), "scaled to zero serves nothing");
         let status = d.status.as_mut().unwrap();
         status.available_replicas = Some(1);
-        status.conditions.as_mut().unwrap()[0].status = "False".into();
+        status.conditions.as_mut().unwrap()[0].status = Some("False".into());
         assert!(!deployment_available(&d), "condition false");
     }
 

@@ -132,7 +132,7 @@ async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
         .await
         .unwrap();
     assert!(installed_by_us(&deployment.metadata));
-    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    let container = &deployment.spec.template.spec.unwrap().containers[0];
     assert_eq!(
         container.image.as_deref(),
         Some(images::image(images::OPERATOR).as_str())

@@ -201,7 +201,7 @@ async fn main() {
                     .unwrap();
                 list.items
                     .iter()
-                    .flat_map(|s| s.endpoints.iter())
+                    .flat_map(|s| s.endpoints.iter().flatten())
                     .any(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(want))
             }
         };
@@ -284,9 +284,7 @@ async fn main() {
     let cpu = cpu_seconds();
     let t = Instant::now();
     let mut big = deployment("big", "/nonexistent");
-    if let Some(spec) = big.spec.as_mut() {
-        spec.replicas = Some(100);
-    }
+    big.spec.replicas = Some(100);
     deployments
         .create(&PostParams::default(), &big)
         .await

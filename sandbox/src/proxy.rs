@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use http_body_util::BodyExt as _;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 
 pub use initializer_node::exchange::{
@@ -166,8 +168,7 @@ pub fn resolve_endpoint(
 /// holds none: every server is then refused).
 pub fn verified_tls_config(ca_pem: &[u8]) -> Result<rustls::ClientConfig, rustls::Error> {
     let mut roots = rustls::RootCertStore::empty();
-    let mut reader = ca_pem;
-    for cert in rustls_pemfile::certs(&mut reader).flatten() {
+    for cert in CertificateDer::pem_slice_iter(ca_pem).flatten() {
         // A malformed certificate in the bundle is skipped, like Go's AppendCertsFromPEM does.
         let _ = roots.add(cert);
     }

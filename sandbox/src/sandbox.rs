@@ -242,12 +242,15 @@ impl Sandbox {
         tls::write_kubeconfig(&kubeconfig_path, &text)?;
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&text)
             .map_err(|e| Error::BuildClient(e.to_string()))?;
-        let kcfg = kube::Config::from_custom_kubeconfig(
+        let mut kcfg = kube::Config::from_custom_kubeconfig(
             kubeconfig,
             &kube::config::KubeConfigOptions::default(),
         )
         .await
         .map_err(|e| Error::BuildClient(e.to_string()))?;
+        // Tests see every answer as the sandbox gives it (faults included), without kube's
+        // retries.
+        kcfg.default_retry = false;
         let client = kube::Client::try_from(kcfg).map_err(|e| Error::BuildClient(e.to_string()))?;
 
         let handle = SandboxHandle {

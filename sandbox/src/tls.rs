@@ -13,6 +13,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use rustls::pki_types::pem::{self, PemObject as _};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::error::Error;
 
@@ -114,13 +116,13 @@ fn write_private(path: &Path, text: &str) -> Result<(), Error> {
 /// A rustls server configuration serving `certs`, offering HTTP/2 and HTTP/1.1.
 pub fn server_config(certs: &Certificates) -> Result<Arc<rustls::ServerConfig>, Error> {
     let tls_err = |e: &dyn std::fmt::Display| Error::ConfigureTls(e.to_string());
-    let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
-        rustls_pemfile::certs(&mut certs.cert_pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .map_err(|e| tls_err(&e))?;
-    let key = rustls_pemfile::private_key(&mut certs.key_pem.as_bytes())
-        .map_err(|e| tls_err(&e))?
-        .ok_or_else(|| Error::ConfigureTls("no private key in pem".into()))?;
+    let chain = CertificateDer::pem_slice_iter(certs.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls_err(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(certs.key_pem.as_bytes()).map_err(|e| match e {
+        pem::Error::NoItemsFound => Error::ConfigureTls("no private key in pem".into()),
+        e => tls_err(&e),
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -277,7 +277,7 @@ async fn excluded_pods_start_while_a_failing_webhook_blocks_everything_else() {
             d.status?
                 .conditions?
                 .into_iter()
-                .find(|c| c.type_ == "ReplicaFailure")
+                .find(|c| c.type_.as_deref() == Some("ReplicaFailure"))
         },
     )
     .await;
@@ -308,7 +308,7 @@ async fn excluded_pods_start_while_a_failing_webhook_blocks_everything_else() {
             .conditions
             .unwrap()
             .iter()
-            .all(|c| c.type_ != "ReplicaFailure")
+            .all(|c| c.type_.as_deref() != Some("ReplicaFailure"))
     );
     env.stop().await;
 }

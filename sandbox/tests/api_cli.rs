@@ -37,9 +37,11 @@ async fn sandbox_up_serves_faults_from_the_cli_and_exits_on_sigterm() {
     assert!(std::path::Path::new(&logs.unwrap()).is_dir());
 
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
+    // The injected 503 must reach the test, not be retried away by kube.
+    config.default_retry = false;
     let client = kube::Client::try_from(config).unwrap();
     let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::default_namespaced(client);

@@ -35,7 +35,7 @@ async fn slice_ready(env: &Env, ns: &str, svc: &str) -> Vec<(String, bool)> {
         .items;
     let mut out: Vec<(String, bool)> = slices
         .iter()
-        .flat_map(|s| s.endpoints.iter())
+        .flat_map(|s| s.endpoints.iter().flatten())
         .map(|e| {
             (
                 e.addresses[0].clone(),
@@ -87,14 +87,17 @@ async fn deployment_gets_ready_pods_with_distinct_loopback_addresses_and_status(
     );
     assert_eq!(s.observed_generation, d.metadata.generation);
     let conditions = s.conditions.unwrap();
-    let available = conditions.iter().find(|c| c.type_ == "Available").unwrap();
+    let available = conditions
+        .iter()
+        .find(|c| c.type_.as_deref() == Some("Available"))
+        .unwrap();
     assert_eq!(
-        (available.status.as_str(), available.reason.as_deref()),
-        ("True", Some("MinimumReplicasAvailable"))
+        (available.status.as_deref(), available.reason.as_deref()),
+        (Some("True"), Some("MinimumReplicasAvailable"))
     );
     let progressing = conditions
         .iter()
-        .find(|c| c.type_ == "Progressing")
+        .find(|c| c.type_.as_deref() == Some("Progressing"))
         .unwrap();
     assert_eq!(
         progressing.reason.as_deref(),

@@ -8,8 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, ReplicaSet, ReplicaSetSpec, StatefulSet,
+    StatefulSetSpec,
+};
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, Pod, PodSpec, PodTemplate, PodTemplateSpec, Volume, VolumeMount,
 };
@@ -79,20 +82,59 @@ impl PodSpecHolder for Option<PodTemplateSpec> {
     }
 }
 
+/// A workload's `spec`: k8s-openapi types it `Option<_>` up to Kubernetes 1.36 and, for most
+/// workload kinds, a plain value from 1.37. The SDK builds with whichever version the
+/// initializer's binary chooses, so it reads the field through this either way.
+trait WorkloadSpec<T> {
+    fn present(&self) -> Option<&T>;
+    fn present_mut(&mut self) -> Option<&mut T>;
+}
+
+macro_rules! workload_spec {
+    ($($spec:ty),*) => {$(
+        impl WorkloadSpec<$spec> for $spec {
+            fn present(&self) -> Option<&$spec> {
+                Some(self)
+            }
+            fn present_mut(&mut self) -> Option<&mut $spec> {
+                Some(self)
+            }
+        }
+
+        impl WorkloadSpec<$spec> for Option<$spec> {
+            fn present(&self) -> Option<&$spec> {
+                self.as_ref()
+            }
+            fn present_mut(&mut self) -> Option<&mut $spec> {
+                self.as_mut()
+            }
+        }
+    )*};
+}
+
+workload_spec!(
+    DeploymentSpec,
+    StatefulSetSpec,
+    DaemonSetSpec,
+    ReplicaSetSpec,
+    JobSpec,
+    CronJobSpec
+);
+
 macro_rules! template_holder {
     ($($kind:ty),*) => {$(
         impl PodSpecHolder for $kind {
             fn pod_spec(&self) -> Option<&PodSpec> {
-                self.spec.as_ref().and_then(|s| s.template.pod_spec())
+                self.spec.present().and_then(|s| s.template.pod_spec())
             }
             fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
-                self.spec.as_mut().and_then(|s| s.template.pod_spec_mut())
+                self.spec.present_mut().and_then(|s| s.template.pod_spec_mut())
             }
             fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
-                self.spec.as_mut().and_then(|s| s.template.pod_meta_mut())
+                self.spec.present_mut().and_then(|s| s.template.pod_meta_mut())
             }
             fn pod_meta(&self) -> Option<&ObjectMeta> {
-                self.spec.as_ref().and_then(|s| s.template.pod_meta())
+                self.spec.present().and_then(|s| s.template.pod_meta())
             }
         }
     )*};
@@ -103,26 +145,26 @@ template_holder!(Deployment, StatefulSet, DaemonSet, ReplicaSet, Job);
 impl PodSpecHolder for CronJob {
     fn pod_spec(&self) -> Option<&PodSpec> {
         self.spec
-            .as_ref()
-            .and_then(|s| s.job_template.spec.as_ref())
+            .present()
+            .and_then(|s| s.job_template.spec.present())
             .and_then(|s| s.template.pod_spec())
     }
     fn pod_spec_mut(&mut self) -> Option<&mut PodSpec> {
         self.spec
-            .as_mut()
-            .and_then(|s| s.job_template.spec.as_mut())
+            .present_mut()
+            .and_then(|s| s.job_template.spec.present_mut())
             .and_then(|s| s.template.pod_spec_mut())
     }
     fn pod_meta_mut(&mut self) -> Option<&mut ObjectMeta> {
         self.spec
-            .as_mut()
-            .and_then(|s| s.job_template.spec.as_mut())
+            .present_mut()
+            .and_then(|s| s.job_template.spec.present_mut())
             .and_then(|s| s.template.pod_meta_mut())
     }
     fn pod_meta(&self) -> Option<&ObjectMeta> {
         self.spec
-            .as_ref()
-            .and_then(|s| s.job_template.spec.as_ref())
+            .present()
+            .and_then(|s| s.job_template.spec.present())
             .and_then(|s| s.template.pod_meta())
     }
 }
@@ -491,7 +533,7 @@ mod tests {
         ));
         assert!(set_label(deployment.pod_meta_mut().unwrap(), "a", "b"));
         assert_eq!(deployment.pod_spec().unwrap().containers.len(), 2);
-        let tmpl = deployment.spec.unwrap().template;
+        let tmpl = deployment.spec.template;
         assert_eq!(tmpl.metadata.unwrap().labels.unwrap()["a"], "b");
 
         let mut cron: CronJob = serde_json::from_value(serde_json::json!({
@@ -508,7 +550,6 @@ mod tests {
     fn objects_without_a_pod_spec_offer_none() {
         let mut deployment = Deployment::default();
         assert!(deployment.pod_spec_mut().is_none());
-        assert!(deployment.pod_meta_mut().is_none());
         let mut pod = Pod::default();
         assert!(pod.pod_spec_mut().is_none());
     }

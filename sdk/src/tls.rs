@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject as _};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
@@ -154,15 +156,16 @@ fn certified_key(
         dir: dir.to_owned(),
         message,
     };
-    let chain = rustls_pemfile::certs(&mut &cert[..])
+    let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| fail(format!("failed to parse {CERT_FILE}: {e}")))?;
     if chain.is_empty() {
         return Err(fail(format!("failed to find a certificate in {CERT_FILE}")));
     }
-    let key = rustls_pemfile::private_key(&mut &key[..])
-        .map_err(|e| fail(format!("failed to parse {KEY_FILE}: {e}")))?
-        .ok_or_else(|| fail(format!("failed to find a private key in {KEY_FILE}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| match e {
+        pem::Error::NoItemsFound => fail(format!("failed to find a private key in {KEY_FILE}")),
+        e => fail(format!("failed to parse {KEY_FILE}: {e}")),
+    })?;
     CertifiedKey::from_der(chain, key, provider)
         .map_err(|e| fail(format!("failed to pair the certificate and key: {e}")))
 }

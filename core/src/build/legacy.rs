@@ -114,7 +114,7 @@ pub fn cluster_role_binding(v: &Validated, owner: Option<&OwnerReference>) -> Cl
     ClusterRoleBinding {
         metadata: cluster_meta(v, owner),
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "ClusterRole".into(),
             name: v.names.cluster_role.clone(),
         },

@@ -44,7 +44,7 @@ fn desired() -> Desired {
 }
 
 fn pod_spec(d: &Deployment) -> &PodSpec {
-    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+    d.spec.template.spec.as_ref().unwrap()
 }
 
 #[test]
@@ -238,7 +238,7 @@ fn a_config_map_reference_is_projected_as_config_yaml() {
 #[test]
 fn initializer_pods_carry_the_exclusion_label_and_the_contract_env() {
     let d = desired();
-    let template = &d.deployment.spec.as_ref().unwrap().template;
+    let template = &d.deployment.spec.template;
     let labels = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
     assert_eq!(labels[EXCLUDE_LABEL], EXCLUDE_LABEL_VALUE);
     let c = &pod_spec(&d.deployment).containers[0];
@@ -288,7 +288,7 @@ fn user_env_never_replaces_the_contract_and_keeps_its_last_value() {
 #[test]
 fn the_deployment_is_hardened_spread_and_never_drops_below_ready() {
     let d = desired();
-    let spec = d.deployment.spec.as_ref().unwrap();
+    let spec = &d.deployment.spec;
     assert_eq!(spec.replicas, Some(2));
     let ru = spec
         .strategy
@@ -407,8 +407,6 @@ fn service_and_pdb_select_the_initializer_pods() {
     let pod_labels = d
         .deployment
         .spec
-        .as_ref()
-        .unwrap()
         .template
         .metadata
         .as_ref()
@@ -541,15 +539,9 @@ fn the_fallback_matches_what_the_webhook_matches_and_denies() {
     let validation = &policy.validations.unwrap()[0];
     assert!(validation.expression.contains(">= 27"));
     assert_eq!(validation.reason.as_deref(), Some("Invalid"));
-    let binding = fallback.binding.spec.unwrap();
-    assert_eq!(
-        binding.policy_name.as_deref(),
-        Some("initializer-secret-guard-fallback")
-    );
-    assert_eq!(
-        binding.validation_actions.as_deref(),
-        Some(&["Deny".to_string()][..])
-    );
+    let binding = fallback.binding.spec;
+    assert_eq!(binding.policy_name, "initializer-secret-guard-fallback");
+    assert_eq!(binding.validation_actions, ["Deny"]);
 }
 
 #[test]

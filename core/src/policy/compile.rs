@@ -13,17 +13,15 @@ use initializer_crds::{
     AnnotationGate, Backend, FailurePolicy, InterceptRule, Operation, PresetConfig,
     ReinvocationPolicy,
 };
-use k8s_openapi::api::admissionregistration::v1beta1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations,
-};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use serde::Serialize;
 
 use super::api::{
-    JsonPatch, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
-    MutatingAdmissionPolicyBindingSpec, MutatingAdmissionPolicySpec, Mutation,
+    JSONPatch, MatchCondition, MatchResources, MutatingAdmissionPolicy,
+    MutatingAdmissionPolicyBinding, MutatingAdmissionPolicyBindingSpec,
+    MutatingAdmissionPolicySpec, Mutation, NamedRuleWithOperations,
 };
 use super::ir::{
     Condition, FieldPath, Keyed, KindProgram, LabelRequirement, NamePattern, POD_KINDS, Program,
@@ -194,7 +192,7 @@ pub fn compile(v: &Validated) -> Result<Compiled, CompileError> {
             check_size(&expression, "spec.preset.inject")?;
             Ok(Mutation {
                 patch_type: "JSONPatch".to_owned(),
-                json_patch: Some(JsonPatch {
+                json_patch: Some(JSONPatch {
                     expression: Some(expression),
                 }),
                 apply_configuration: None,
@@ -231,6 +229,7 @@ pub fn compile(v: &Validated) -> Result<Compiled, CompileError> {
                 }
                 .to_owned(),
             ),
+            ..MutatingAdmissionPolicySpec::default()
         }),
     };
     Ok(Compiled { program, policy })

@@ -562,7 +562,7 @@ fn the_binding_puts_the_policy_in_force_everywhere_or_in_a_canary() {
 fn policy_and_binding_are_written_with_their_api_version_and_kind() {
     let v = representative_initializer();
     let policy = serde_json::to_value(compile(&v).unwrap().policy).unwrap();
-    assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1beta1");
+    assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
     assert_eq!(policy["kind"], "MutatingAdmissionPolicy");
     assert_eq!(policy["spec"]["mutations"][0]["patchType"], "JSONPatch");
     assert!(policy["spec"]["mutations"][0]["jsonPatch"]["expression"].is_string());

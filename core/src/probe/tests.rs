@@ -246,11 +246,11 @@ fn ready_endpoints_are_dialled_on_the_named_port() {
     };
     let slice = EndpointSlice {
         address_type: "IPv4".into(),
-        endpoints: vec![
+        endpoints: Some(vec![
             endpoint("127.0.0.2", Some(true)),
             endpoint("127.0.0.3", None),
             endpoint("127.0.0.4", Some(false)),
-        ],
+        ]),
         ports: Some(vec![port("metrics", 9090), port("https", 8443)]),
         ..Default::default()
     };

@@ -101,10 +101,11 @@ impl Layout {
 
     /// kube-apiserver: flags as envtest sets them, plus RBAC authorization, service-account
     /// token signing (so pods get real, bound tokens), and aggregator routing (webhooks and the
-    /// service proxy reach endpoints directly: there is no kube-proxy).
-    pub fn apiserver_args(&self) -> Vec<String> {
+    /// service proxy reach endpoints directly: there is no kube-proxy). `version` is the
+    /// API server's (`1.37.2`).
+    pub fn apiserver_args(&self, version: &str) -> Vec<String> {
         let pki = |name: &str| self.pki(name).display().to_string();
-        vec![
+        let mut args = vec![
             format!("--etcd-servers=http://127.0.0.1:{ETCD_CLIENT_PORT}"),
             format!("--advertise-address={}", self.host_ip),
             "--bind-address=0.0.0.0".into(),
@@ -127,15 +128,18 @@ impl Layout {
             format!("--service-account-signing-key-file={}", pki("sa.key")),
             "--enable-aggregator-routing=true".into(),
             "--allow-privileged=true".into(),
-            // MutatingAdmissionPolicy is beta and off by default in 1.34 and 1.35: its gate turns
-            // the admission plugin on, and the runtime config serves its API (v1beta1, which
-            // also serves the deprecated v1beta1 of ValidatingAdmissionPolicy; v1 stays the
-            // preferred version). The preset compiler is proven against it (issue 27).
-            "--feature-gates=MutatingAdmissionPolicy=true".into(),
-            "--runtime-config=admissionregistration.k8s.io/v1beta1=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
-        ]
+        ];
+        // MutatingAdmissionPolicy is served at v1 and on by default from 1.36. In 1.34 and 1.35
+        // it is beta and off: its gate turns the admission plugin on, and the runtime config
+        // serves its API (v1beta1, which also serves the deprecated v1beta1 of
+        // ValidatingAdmissionPolicy; v1 stays the preferred version).
+        if minor_of(version).is_some_and(|minor| minor < 36) {
+            args.push("--feature-gates=MutatingAdmissionPolicy=true".into());
+            args.push("--runtime-config=admissionregistration.k8s.io/v1beta1=true".into());
+        }
+        args
     }
 
     /// kube-controller-manager: every default controller (Deployment, ReplicaSet,
@@ -201,6 +205,16 @@ impl Layout {
     }
 }
 
+/// The minor of a `1.N.P` version.
+fn minor_of(version: &str) -> Option<u32> {
+    version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The first usable address of a CIDR (the `kubernetes` Service's cluster IP).
 pub fn first_service_ip(cidr: &str) -> Option<Ipv4Addr> {
     let (base, _) = cidr.split_once('/')?;
@@ -216,22 +230,44 @@ mod tests {
         Layout::new("initializer-test", "/state")
     }
 
+    const BETA_POLICY_FLAGS: [&str; 2] = [
+        "--feature-gates=MutatingAdmissionPolicy=true",
+        "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+    ];
+
     #[test]
-    fn the_api_server_authorizes_with_rbac_routes_to_endpoints_and_serves_mutating_policies() {
-        let args = layout().apiserver_args();
+    fn the_api_server_authorizes_with_rbac_and_routes_to_endpoints() {
+        let args = layout().apiserver_args("1.37.2");
         for flag in [
             "--authorization-mode=RBAC",
             "--enable-aggregator-routing=true",
             "--advertise-address=10.200.0.1",
             "--client-ca-file=/state/pki/ca.crt",
             "--service-account-signing-key-file=/state/pki/sa.key",
-            "--feature-gates=MutatingAdmissionPolicy=true",
-            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         ] {
             assert!(
                 args.iter().any(|a| a == flag),
                 "{flag} missing from {args:?}"
             );
+        }
+    }
+
+    #[test]
+    fn mutating_policies_need_flags_only_before_1_36() {
+        for version in ["1.36.6", "1.37.2", "v1.38.0"] {
+            let args = layout().apiserver_args(version);
+            for flag in BETA_POLICY_FLAGS {
+                assert!(
+                    !args.iter().any(|a| a == flag),
+                    "{version}: {flag} in {args:?}"
+                );
+            }
+        }
+        for version in ["1.34.13", "1.35.4"] {
+            let args = layout().apiserver_args(version);
+            for flag in BETA_POLICY_FLAGS {
+                assert!(args.iter().any(|a| a == flag), "{version}: {flag} missing");
+            }
         }
     }
 

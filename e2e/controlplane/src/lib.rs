@@ -202,7 +202,7 @@ impl ControlPlane {
         components.push(start(
             "kube-apiserver",
             &binaries.apiserver,
-            layout.apiserver_args(),
+            layout.apiserver_args(&binaries.version),
         )?);
         let mut plane = Self {
             version: binaries.version.clone(),
@@ -404,8 +404,10 @@ fn http_get(path: &'static str) -> http::Request<Vec<u8>> {
 
 async fn client_for(kubeconfig: &str) -> Result<Client, Error> {
     let parsed = Kubeconfig::from_yaml(kubeconfig).map_err(|e| Error::Client(e.to_string()))?;
-    let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+    let mut config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
         .await
         .map_err(|e| Error::Client(e.to_string()))?;
+    // Tests see every answer as the API server gives it, without kube's retries.
+    config.default_retry = false;
     Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
 }

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use rustls::pki_types::ServerName;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
@@ -46,7 +47,7 @@ fn var(name: &str) -> anyhow::Result<String> {
 fn connector(ca_pem: &[u8]) -> anyhow::Result<TlsConnector> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
         roots.add(cert.context("failed to parse the CA")?)?;
     }
     if roots.is_empty() {

@@ -29,7 +29,7 @@ pub async fn merge_json_and_strategic_patches_apply(t: &Target) -> anyhow::Resul
     deps.patch("web", &PatchParams::default(), &Patch::<()>::Json(ops))
         .await?;
     let d = deps.get("web").await?;
-    let spec = d.spec.unwrap();
+    let spec = d.spec;
     assert_eq!(spec.replicas, Some(3));
     let c = &spec.template.spec.unwrap().containers[0];
     let env: Vec<String> = c.env.clone().unwrap().into_iter().map(|e| e.name).collect();

@@ -7,8 +7,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
-use kube::runtime::watcher;
+use kube::core::{GroupVersionKind, PartialObjectMeta};
+use kube::runtime::watcher::{self, watcher};
 use serde_json::{Value, json};
 
 use crate::support::{api_code, cm, deployment, names, raw, refused};
@@ -502,8 +502,8 @@ pub async fn metadata_only_lists_and_watches_serve_partial_object_metadata(
         .await?;
     assert_eq!(list.items.len(), 1);
     assert_eq!(list.items[0].metadata.labels.as_ref().unwrap()["x"], "1");
-    let mut events =
-        kube::runtime::metadata_watcher(cms.clone(), watcher::Config::default()).boxed();
+    let metadata: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(t.client(), t.namespace());
+    let mut events = watcher(metadata, watcher::Config::default()).boxed();
     cms.create(&PostParams::default(), &cm("b", json!({})))
         .await?;
     let mut names = Vec::new();
@@ -587,7 +587,7 @@ pub async fn the_scale_subresource_reads_and_sets_replicas(t: &Target) -> anyhow
     )
     .await?;
     let d = deps.get("web").await?;
-    assert_eq!(d.spec.unwrap().replicas, Some(4));
+    assert_eq!(d.spec.replicas, Some(4));
     assert_eq!(d.metadata.generation, Some(2));
     Ok(())
 }

@@ -22,6 +22,8 @@ use hyper_util::service::TowerToHyperService;
 use kube::ResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -116,10 +118,11 @@ fn json(body: bytes::Bytes) -> Response {
 /// A TLS acceptor for the PEM certificate chain and key in `dir` (`tls.crt`, `tls.key`).
 pub fn acceptor(dir: &Path) -> io::Result<TlsAcceptor> {
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-    let certs = rustls_pemfile::certs(&mut &std::fs::read(dir.join("tls.crt"))?[..])
-        .collect::<Result<Vec<_>, _>>()?;
-    let key = rustls_pemfile::private_key(&mut &std::fs::read(dir.join("tls.key"))?[..])?
-        .ok_or_else(|| invalid("failed to find a private key in tls.key".into()))?;
+    let certs = CertificateDer::pem_slice_iter(&std::fs::read(dir.join("tls.crt"))?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(format!("failed to parse tls.crt: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(&std::fs::read(dir.join("tls.key"))?)
+        .map_err(|e| invalid(format!("failed to find a private key in tls.key: {e}")))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

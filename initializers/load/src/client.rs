@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -93,7 +94,7 @@ pub fn connector(trust: &Trust) -> Result<TlsConnector, ClientError> {
         .with_safe_default_protocol_versions()?;
     let Trust::CaPem(pem) = trust;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+    for cert in CertificateDer::pem_slice_iter(pem) {
         let cert = cert.map_err(|e| ClientError::Ca(e.to_string()))?;
         roots.add(cert)?;
     }

@@ -60,7 +60,7 @@ async fn everything_is_injected_into_the_nginx_deployment() {
         "applied"
     );
     assert!(mutate::is_initialized_by(&d.metadata, "preset"));
-    let template = d.spec.unwrap().template;
+    let template = d.spec.template;
     assert_eq!(
         template.metadata.as_ref().unwrap().labels.as_ref().unwrap()["preset"],
         "true"

@@ -87,15 +87,7 @@ async fn deployments_get_the_proxy_in_their_template_once() {
         .unwrap()
         .patched()
         .unwrap();
-    let containers = &patched
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers;
+    let containers = &patched.spec.template.spec.as_ref().unwrap().containers;
     assert_eq!(containers[1].name, "proxy");
     assert!(
         tester

@@ -121,7 +121,7 @@ pub fn nginx_with_annotation() -> Deployment {
 /// A pod of the `nginx` Deployment, as its ReplicaSet creates it.
 pub fn nginx_pod() -> Pod {
     let deployment = nginx_deployment();
-    let template = deployment.spec.map(|s| s.template).unwrap_or_default();
+    let template = deployment.spec.template;
     let mut metadata = template.metadata.unwrap_or_default();
     metadata.name = None;
     metadata.generate_name = Some("nginx-f5f94b64-".into());

@@ -16,8 +16,6 @@ fn config() -> SidecarConfig {
 
 fn containers(d: &Deployment) -> Vec<String> {
     d.spec
-        .as_ref()
-        .unwrap()
         .template
         .spec
         .as_ref()
@@ -48,7 +46,7 @@ async fn the_tutorial_config_injects_sidecar_nginx_into_the_nginx_deployment() {
         .unwrap();
     let patched: Deployment = answer.patched().unwrap();
     assert_eq!(containers(&patched), ["nginx", "sidecar-nginx"]);
-    let sidecar = &patched.spec.unwrap().template.spec.unwrap().containers[1];
+    let sidecar = &patched.spec.template.spec.unwrap().containers[1];
     assert_eq!(sidecar.image.as_deref(), Some("nginx:1.8.1"));
     assert_eq!(sidecar.image_pull_policy.as_deref(), Some("IfNotPresent"));
 }
@@ -113,15 +111,7 @@ async fn volumes_in_the_config_are_added_once() {
         .unwrap()
         .patched()
         .unwrap();
-    let volumes = patched
-        .spec
-        .clone()
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .volumes
-        .unwrap();
+    let volumes = patched.spec.template.clone().spec.unwrap().volumes.unwrap();
     assert_eq!(volumes.len(), 1);
     assert!(
         tester

@@ -99,7 +99,7 @@ async fn deployments_in_test_namespaces_get_it_in_their_template() {
         .await
         .unwrap();
     let patched: Deployment = answer.patched().unwrap();
-    let spec = patched.spec.unwrap().template.spec.unwrap();
+    let spec = patched.spec.template.spec.unwrap();
     assert_eq!(mounts(&spec.containers[0]), ["/etc/test-certs"]);
 }
 

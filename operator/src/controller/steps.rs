@@ -223,8 +223,8 @@ async fn deploy(
             obj.metadata.generation.unwrap_or(1),
         );
         build::stamp_generation(&mut desired.deployment, &hash, generation);
-        if scale_to_zero && let Some(spec) = desired.deployment.spec.as_mut() {
-            spec.replicas = Some(0);
+        if scale_to_zero {
+            desired.deployment.spec.replicas = Some(0);
         }
         if let Some(legacy) = &desired.legacy {
             apply::legacy::apply_rbac(&ctx.client, legacy).await?;

@@ -8,7 +8,6 @@
 use std::time::{Duration, Instant};
 
 use initializer_crds::constants::FIELD_MANAGER;
-use k8s_openapi::api::admissionregistration::v1beta1::MatchResources;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -20,7 +19,7 @@ use tracing::info;
 use super::compare::{self, PROOF_LABEL, ProofObject};
 use crate::error::{Error, Result};
 use crate::ownership;
-use crate::policy::api::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
+use crate::policy::api::{MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
 use crate::policy::served::GROUP;
 use crate::policy::{BindingScope, Compiled, RequestFacts};
 use crate::validate::Validated;

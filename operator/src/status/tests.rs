@@ -396,16 +396,16 @@ fn unchanged_conditions_keep_their_transition_time() {
 #[test]
 fn the_workload_is_available_only_with_the_condition_and_a_replica() {
     let mut d = Deployment {
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(2),
             ..Default::default()
-        }),
+        },
         status: Some(DeploymentStatus {
             available_replicas: Some(1),
             ready_replicas: Some(1),
             conditions: Some(vec![DeploymentCondition {
-                type_: "Available".into(),
-                status: "True".into(),
+                type_: Some("Available".into()),
+                status: Some("True".into()),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -496,7 +496,7 @@ fn a_namespace_shared_with_another_partys_deployments_is_a_warning() {
                 labels: labels(own),
                 ..Default::default()
             },
-            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+            spec: k8s_openapi::api::apps::v1::DeploymentSpec {
                 template: k8s_openapi::api::core::v1::PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: labels(pods),
@@ -505,7 +505,7 @@ fn a_namespace_shared_with_another_partys_deployments_is_a_warning() {
                     spec: None,
                 },
                 ..Default::default()
-            }),
+            },
             status: None,
         }
     };

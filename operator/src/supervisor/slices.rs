@@ -134,6 +134,7 @@ pub fn ready_endpoints(slice: &EndpointSlice) -> u32 {
     let ready = slice
         .endpoints
         .iter()
+        .flatten()
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
         .count();
     u32::try_from(ready).unwrap_or(u32::MAX)

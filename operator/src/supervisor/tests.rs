@@ -507,7 +507,11 @@ fn a_failed_removal_is_retried_sooner_first_and_never_more_rarely_than_every_fiv
 fn only_endpoints_not_marked_unready_count_as_ready() {
     let slice = EndpointSlice {
         address_type: "IPv4".into(),
-        endpoints: vec![endpoint(Some(true)), endpoint(None), endpoint(Some(false))],
+        endpoints: Some(vec![
+            endpoint(Some(true)),
+            endpoint(None),
+            endpoint(Some(false)),
+        ]),
         ..Default::default()
     };
     assert_eq!(ready_endpoints(&slice), 2);

@@ -187,8 +187,7 @@ async fn deployment_replicas(client: &Client, name: &str) -> Option<i32> {
         .get_opt(name)
         .await
         .unwrap()
-        .and_then(|d| d.spec)
-        .and_then(|s| s.replicas)
+        .and_then(|d| d.spec.replicas)
 }
 
 async fn without_a_place_to_prove_it_a_preset_stays_on_the_webhook_and_says_why(

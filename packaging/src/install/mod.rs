@@ -578,7 +578,7 @@ pub async fn deregister(client: &Client) -> Result<(), Error> {
 
 /// The Deployment's `matchLabels` as a label selector string, if it has any.
 fn pod_selector(deployment: &Deployment) -> Option<String> {
-    let labels = deployment.spec.as_ref()?.selector.match_labels.as_ref()?;
+    let labels = deployment.spec.selector.match_labels.as_ref()?;
     (!labels.is_empty()).then(|| {
         labels
             .iter()

@@ -286,7 +286,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         ..Subject::default()
     };
     let role_ref = |kind: &str, name: &str| RoleRef {
-        api_group: "rbac.authorization.k8s.io".to_string(),
+        api_group: Some("rbac.authorization.k8s.io".to_string()),
         kind: kind.to_string(),
         name: name.to_string(),
     };
@@ -322,7 +322,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         .into_iter()
         .map(|deployment| Deployment {
             metadata: meta(&deployment.name, Some(namespace), &deployment.label),
-            spec: Some(deployment.spec),
+            spec: deployment.spec,
             status: None,
         })
         .collect();
@@ -413,10 +413,7 @@ mod tests {
             ]
         );
         assert_eq!(plan.deployments.len(), 1);
-        assert_eq!(
-            plan.deployments[0].spec.as_ref().unwrap(),
-            &manifest::deployment_spec()
-        );
+        assert_eq!(plan.deployments[0].spec, manifest::deployment_spec());
         assert_eq!(plan.pod_disruption_budgets.len(), 1);
         assert_eq!(
             plan.pod_disruption_budgets[0].spec,
@@ -525,8 +522,6 @@ mod tests {
         }
         let pod_labels = deployment
             .spec
-            .as_ref()
-            .unwrap()
             .template
             .metadata
             .as_ref()

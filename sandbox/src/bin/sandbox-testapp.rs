@@ -12,9 +12,12 @@ use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 
 #[derive(Clone, Debug, Default)]
@@ -39,9 +42,9 @@ fn options() -> Options {
 fn tls_config(dir: &std::path::Path) -> anyhow::Result<rustls::ServerConfig> {
     let cert = std::fs::read(dir.join("tls.crt"))?;
     let key = std::fs::read(dir.join("tls.key"))?;
-    let certs = rustls_pemfile::certs(&mut cert.as_slice()).collect::<Result<Vec<_>, _>>()?;
-    let key = rustls_pemfile::private_key(&mut key.as_slice())?
-        .ok_or_else(|| anyhow::anyhow!("no private key in {}", dir.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&cert).collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(&key)
+        .with_context(|| format!("failed to read the private key in {}", dir.display()))?;
     Ok(rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))

@@ -60,7 +60,7 @@ impl Defaults {
     /// Reads the defaults from the operator's Deployment as the plan has it.
     pub fn from_plan(plan: &InstallPlan) -> Result<Self, Error> {
         let deployment = operator_deployment(plan)?;
-        let spec = deployment.spec.as_ref().ok_or_else(|| missing("a spec"))?;
+        let spec = &deployment.spec;
         let container = operator_container(&spec.template)?;
         let image = container
             .image

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use initializer_core::policy::api::MatchResources;
 use initializer_core::policy::compile::{ANNOTATION_GATE, NEEDS_INJECTION};
 use initializer_core::policy::ir::{Condition, POD_KINDS, PodKind};
 use initializer_core::policy::{Compiled, RequestFacts};
@@ -19,7 +20,6 @@ use initializer_crds::{Initializer, InitializerSpec};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, RuleWithOperations, ServiceReference, WebhookClientConfig,
 };
-use k8s_openapi::api::admissionregistration::v1beta1::MatchResources;
 use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::Value;

@@ -126,11 +126,7 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 .cloned()
                 .collect();
             let selector_matches = |p: &Pod| {
-                let sel = deploy
-                    .spec
-                    .as_ref()
-                    .map(|s| s.selector.clone())
-                    .unwrap_or_default();
+                let sel = deploy.spec.selector.clone();
                 let labels: BTreeMap<String, String> =
                     p.metadata.labels.clone().unwrap_or_default();
                 selector::selects(&sel, &labels).unwrap_or(false)
@@ -146,7 +142,7 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 })
                 .cloned()
                 .collect();
-            let hash = template_hash(&deploy.spec.clone().unwrap_or_default().template);
+            let hash = template_hash(&deploy.spec.template);
             let old_terminating = owned.iter().any(|p| {
                 p.metadata.deletion_timestamp.is_some()
                     && p.metadata

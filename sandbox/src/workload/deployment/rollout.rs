@@ -95,7 +95,7 @@ pub struct Plan {
 /// Decides creations and deletions for `deploy` given its active (not terminating) pods and
 /// whether pods of an earlier template are still terminating.
 pub fn plan(deploy: &Deployment, active: &[Arc<Pod>], old_terminating: bool) -> Plan {
-    let spec = deploy.spec.clone().unwrap_or_default();
+    let spec = deploy.spec.clone();
     let desired = spec.replicas.unwrap_or(1).max(0);
     let hash = template_hash(&spec.template);
     let has_hash = |p: &Pod| {
@@ -223,7 +223,7 @@ pub fn status(
     create_failure: Option<&str>,
     now: jiff::Timestamp,
 ) -> Value {
-    let spec = deploy.spec.clone().unwrap_or_default();
+    let spec = deploy.spec.clone();
     let desired = spec.replicas.unwrap_or(1).max(0);
     let hash = template_hash(&spec.template);
     let name = deploy.metadata.name.clone().unwrap_or_default();
@@ -430,7 +430,7 @@ pub(super) fn status_differs(stored: &Value, wanted: &Value) -> bool {
 
 /// A pod for `deploy` from its template.
 pub(super) fn new_pod(deploy: &Deployment, hash: &str) -> Pod {
-    let spec = deploy.spec.clone().unwrap_or_default();
+    let spec = deploy.spec.clone();
     let template = spec.template;
     let name = deploy.metadata.name.clone().unwrap_or_default();
     let suffix = name_suffix();
@@ -481,7 +481,7 @@ mod tests {
                 generation: Some(2),
                 ..Default::default()
             },
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 replicas: Some(replicas),
                 selector: LabelSelector {
                     match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
@@ -509,7 +509,7 @@ mod tests {
                     }),
                 },
                 ..Default::default()
-            }),
+            },
             status: None,
         }
     }
@@ -553,8 +553,8 @@ mod tests {
 
     #[test]
     fn template_hash_is_stable_and_changes_with_the_template() {
-        let a = deployment(1, "img:1", 1, 0).spec.unwrap().template;
-        let b = deployment(1, "img:2", 1, 0).spec.unwrap().template;
+        let a = deployment(1, "img:1", 1, 0).spec.template;
+        let b = deployment(1, "img:2", 1, 0).spec.template;
         assert_eq!(template_hash(&a), template_hash(&a));
         assert_ne!(template_hash(&a), template_hash(&b));
         assert!(
@@ -573,7 +573,7 @@ mod tests {
     #[test]
     fn scale_down_removes_unready_pods_first() {
         let d = deployment(1, "img:1", 1, 0);
-        let h = template_hash(&d.spec.clone().unwrap().template);
+        let h = template_hash(&d.spec.template);
         let p = plan(&d, &[pod("a", &h, true), pod("b", &h, false)], false);
         assert_eq!(p.delete, vec!["b".to_owned()]);
         assert_eq!(p.create, 0);
@@ -582,7 +582,7 @@ mod tests {
     #[test]
     fn rolling_update_with_surge_one_and_no_unavailability_steps_one_pod_at_a_time() {
         let d = deployment(2, "img:2", 1, 0);
-        let h = template_hash(&d.spec.clone().unwrap().template);
+        let h = template_hash(&d.spec.template);
         // Start: two old ready pods. Surge one new pod, delete nothing.
         let p = plan(&d, &[pod("o1", "old", true), pod("o2", "old", true)], false);
         assert_eq!((p.create, p.delete.len()), (1, 0));
@@ -634,7 +634,7 @@ mod tests {
     #[test]
     fn recreate_waits_for_old_pods_to_be_gone() {
         let mut d = deployment(2, "img:2", 1, 0);
-        d.spec.as_mut().unwrap().strategy = Some(DeploymentStrategy {
+        d.spec.strategy = Some(DeploymentStrategy {
             type_: Some("Recreate".into()),
             rolling_update: None,
         });
@@ -647,7 +647,7 @@ mod tests {
     #[test]
     fn status_reports_counts_and_conditions_with_real_reasons() {
         let d = deployment(2, "img:1", 1, 0);
-        let h = template_hash(&d.spec.clone().unwrap().template);
+        let h = template_hash(&d.spec.template);
         let s = status(
             &d,
             &[pod("a", &h, true), pod("b", &h, true)],
@@ -682,10 +682,10 @@ mod tests {
     #[test]
     fn paused_deployment_scales_without_rolling_out() {
         let mut d = deployment(3, "img:2", 1, 0);
-        d.spec.as_mut().unwrap().paused = Some(true);
+        d.spec.paused = Some(true);
         let p = plan(&d, &[pod("o1", "old", true), pod("o2", "old", true)], false);
         assert_eq!((p.create, p.delete.len()), (1, 0));
-        d.spec.as_mut().unwrap().replicas = Some(1);
+        d.spec.replicas = Some(1);
         let p = plan(
             &d,
             &[pod("o1", "old", true), pod("o2", "old", false)],
