@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
+.PHONY: oldest-minor run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -94,11 +94,12 @@ check:
 ## test: `make check`, then what needs root, Go and the real servers: the OLM validators, the
 ## chart and the monitoring files checked by their own tools, the tests `make unit` lists as
 ## ignored, API conformance (sandbox against the real control plane, and the legacy mode against
-## kube-apiserver 1.13), the e2e suite on the real control plane and the legacy backend's
+## kube-apiserver 1.13), conformance and a preset's policy on the oldest supported minor
+## (`make oldest-minor`), the e2e suite on the real control plane and the legacy backend's
 ## scenarios on the sandbox in legacy mode (`make e2e` runs the whole suite on the sandbox), and
 ## OLM installing, upgrading and removing the operator. CHECKED=1 skips `make check` (CI has
 ## just run it)
-TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm conformance
+TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm conformance oldest-minor
 TEST_E2E_STAGES := e2e-legacy e2e-real e2e-olm
 # The legacy conformance suite waits out the 1.7 Initializers' timeouts and computes almost
 # nothing (the CPU column of CI's stage table), and neither it nor unit-real takes timings: they
@@ -157,6 +158,14 @@ conformance: build controlplane
 ## results are listed as ignored by a plain `cargo test`)
 legacy-conformance: build controlplane legacy-apiserver
 	$(CARGO) test -p initializer-e2e --test legacy_conformance -- --include-ignored
+
+## oldest-minor: the oldest Kubernetes minor upstream supports (OLDEST_K8S), where
+## MutatingAdmissionPolicy is beta and served at v1beta1 only with the control plane's flags:
+## the API conformance suite, and a preset's policy proven against its webhook, on it
+OLDEST_K8S := 1.35.4
+oldest-minor: build
+	K8S_VERSION=$(OLDEST_K8S) $(MAKE) --no-print-directory conformance
+	K8S_VERSION=$(OLDEST_K8S) $(CARGO) test -p initializer-operator --test preset_policy -- --ignored
 
 ## legacy-apiserver: build kube-apiserver v1.13.0, the last release with Initializers, from the Go
 ## module proxy into target/tools/kube-apiserver-1.13 (tools/legacy-apiserver); instant when built

@@ -1,4 +1,6 @@
-//! The compiled preset on a real API server (kube-apiserver v1.35.4, MutatingAdmissionPolicy on),
+//! The compiled preset on a real API server (MutatingAdmissionPolicy at v1 on the pinned
+//! kube-apiserver, at v1beta1 on 1.35 with the beta on: `make oldest-minor`, each written at the
+//! version the API server serves, as the operator writes it),
 //! side by side with the preset webhook on the same API server: the preset initializer's own
 //! binary, run inside the control plane's network namespace and registered with the operator's
 //! webhook configuration (its scope narrowed to two namespaces). The API server accepts the
@@ -31,8 +33,9 @@ use initializer_crds::constants::NAMESPACE_NAME_LABEL;
 use initializer_crds::{AnnotationGate, InitializerSpec, PresetConfig};
 use initializer_operator::build;
 use initializer_operator::engine::compare::comparable;
-use initializer_operator::policy::api::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
+use initializer_operator::engine::proof::PolicyObjects;
 use initializer_operator::policy::corpus::{self, CorpusObject};
+use initializer_operator::policy::served::{self, Discovered};
 use initializer_operator::policy::{self, BindingScope};
 use initializer_operator::tls;
 use initializer_operator::validate::{Validated, validate};
@@ -288,27 +291,29 @@ async fn in_force(client: &Client, namespace: &str, what: &str) -> Duration {
     .await
 }
 
+/// The version the API server serves MutatingAdmissionPolicy at, as the operator finds it.
+async fn served_version(client: &Client) -> &'static str {
+    let mut discovered = Vec::new();
+    for version in served::VERSIONS {
+        let uri = format!("/apis/{}/{version}", served::GROUP);
+        let (code, list) = raw(client, "GET", &uri, None, None, None).await.unwrap();
+        if code == 200 {
+            let resources = list["resources"].as_array().cloned().unwrap_or_default();
+            discovered.push(Discovered {
+                version: version.to_owned(),
+                resources: resources
+                    .iter()
+                    .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                    .collect(),
+            });
+        }
+    }
+    served::served_version(&discovered).unwrap()
+}
+
 async fn the_compiled_preset_policy_does_what_the_webhook_does(cluster: &TestCluster) {
     let client = cluster.client();
-    let (code, served) = raw(
-        &client,
-        "GET",
-        "/apis/admissionregistration.k8s.io/v1beta1",
-        None,
-        None,
-        None,
-    )
-    .await
-    .unwrap();
-    assert_eq!(code, 200, "{served}");
-    assert!(
-        served["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["name"] == "mutatingadmissionpolicies"),
-        "v1beta1 serves no MutatingAdmissionPolicy: {served}"
-    );
+    let version = served_version(&client).await;
     for name in [
         POLICY_NS,
         POLICY_ELSEWHERE_NS,
@@ -330,13 +335,8 @@ async fn the_compiled_preset_policy_does_what_the_webhook_does(cluster: &TestClu
         &v,
         &BindingScope::Namespaces(vec![POLICY_NS.to_owned(), POLICY_ELSEWHERE_NS.to_owned()]),
     );
-    let name = policy::policy_name(&v);
-    Api::<MutatingAdmissionPolicy>::all(client.clone())
-        .patch(&name, &apply, &Patch::Apply(&compiled.policy))
-        .await
-        .unwrap();
-    Api::<MutatingAdmissionPolicyBinding>::all(client.clone())
-        .patch(&name, &apply, &Patch::Apply(&binding))
+    PolicyObjects::new(&v, version)
+        .apply(&client, &compiled.policy, &binding)
         .await
         .unwrap();
     let policy_in_force = in_force(&client, POLICY_NS, "the policy in force").await;
@@ -431,7 +431,8 @@ async fn a_policy_that_disagrees_with_its_webhook_is_disproved_and_removed(clust
     let first = env.first_mut().unwrap();
     first.value = Some("not what the webhook injects".to_owned());
     let compiled = policy::compile(&policy_v).unwrap();
-    let objects = PolicyObjects::new(&policy_v, "v1beta1");
+    let version = served_version(&client).await;
+    let objects = PolicyObjects::new(&policy_v, version);
     let outcome = proof::prove(&client, &objects, &policy_v, &compiled, POLICY_NS).await;
     let diff = match outcome {
         Err(Unproven::Disproved(diff)) => diff,
@@ -444,17 +445,15 @@ async fn a_policy_that_disagrees_with_its_webhook_is_disproved_and_removed(clust
         "the difference names the env var and both values: {diff}"
     );
     let name = policy::policy_name(&policy_v);
-    assert!(
-        Api::<MutatingAdmissionPolicy>::all(client.clone())
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none()
-            && Api::<MutatingAdmissionPolicyBinding>::all(client.clone())
-                .get_opt(&name)
-                .await
-                .unwrap()
-                .is_none(),
-        "a disproved policy and its binding are removed"
-    );
+    for plural in [
+        "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings",
+    ] {
+        let uri = format!("/apis/{}/{version}/{plural}/{name}", served::GROUP);
+        let (code, _) = raw(&client, "GET", &uri, None, None, None).await.unwrap();
+        assert_eq!(
+            code, 404,
+            "a disproved policy and its binding are removed: {uri}"
+        );
+    }
 }

@@ -36,8 +36,9 @@ if [[ -f "$marker" ]]; then
 fi
 command -v go >/dev/null || { echo "go is required to build the control plane (Go >= 1.25)" >&2; exit 1; }
 
-# The module to build from: ours for the pinned version; for another one, a copy with every
-# k8s.io version moved and etcd taken from what that Kubernetes release requires.
+# The module to build from: ours for the pinned version; for another one, a module made from
+# that release's own go.mod: our tool list, its etcd, and its staging modules (the list changes
+# between releases) at the matching version. Go's module resolution does the rest.
 src="$here"
 if [[ "$version" != "$pinned" ]]; then
   src="$cache/src-v$version"
@@ -47,11 +48,15 @@ if [[ "$version" != "$pinned" ]]; then
     echo "the Go module proxy refused k8s.io/kubernetes@v$version:" >&2; echo "$mod" >&2; exit 1; }
   gomod="$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$mod")"
   etcd="$(sed -n 's#^\tgo.etcd.io/etcd/server/v3 \(v[^ ]*\).*#\1#p' "$gomod")"
-  sed -e "s#^\tk8s.io/kubernetes v[0-9.]*#\tk8s.io/kubernetes v$version#" \
-      -e "s#^\t\(k8s.io/[a-z0-9-]*\) => \(k8s.io/[a-z0-9-]*\) v0[.0-9]*#\t\1 => \2 v$staging#" \
-      -e "s#^\tgo.etcd.io/etcd/server/v3 v[0-9.]*#\tgo.etcd.io/etcd/server/v3 ${etcd:-v3.6.5}#" \
-      "$here/go.mod" > "$src/go.mod"
-  cp "$here/go.sum" "$src/go.sum"
+  {
+    sed -n '1,/^)/p' "$here/go.mod"
+    printf '\nrequire (\n\tgo.etcd.io/etcd/server/v3 %s // indirect\n\tk8s.io/kubernetes v%s // indirect\n)\n\nreplace (\n' \
+      "${etcd:?no etcd in k8s.io/kubernetes@v$version}" "$version"
+    sed -n "s#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 v$staging#p" "$gomod"
+    printf ')\n'
+  } > "$src/go.mod"
+  sed -i "s/^go [0-9.]*$/$(grep '^go ' "$gomod")/" "$src/go.mod"
+  rm -f "$src/go.sum"
   (cd "$src" && go mod tidy) || { echo "go mod tidy failed for Kubernetes v$version (see above for the module)" >&2; exit 1; }
 fi
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use initializer_crds::constants::{INITIALIZED_BY_ANNOTATION, INITIALIZER_LABEL};
 use initializer_crds::{EngineInForce, Initializer, Phase};
+use initializer_operator::policy::served::{self, Discovered};
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -158,28 +159,49 @@ async fn wait_engine(
     .await
 }
 
-fn bindings(client: &Client) -> Api<DynamicObject> {
+/// The version the API server serves MutatingAdmissionPolicy at (v1 from 1.36, v1beta1 on 1.35
+/// with the beta on), as the operator finds it.
+async fn served_version(client: &Client) -> &'static str {
+    let mut discovered = Vec::new();
+    for version in served::VERSIONS {
+        if let Ok(list) = client
+            .list_api_group_resources(&format!("{}/{version}", served::GROUP))
+            .await
+        {
+            discovered.push(Discovered {
+                version: version.to_owned(),
+                resources: list.resources.into_iter().map(|r| r.name).collect(),
+            });
+        }
+    }
+    served::served_version(&discovered).unwrap()
+}
+
+async fn policy_objects(client: &Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let version = served_version(client).await;
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "admissionregistration.k8s.io",
-            "v1beta1",
-            "MutatingAdmissionPolicyBinding",
-        ),
-        "mutatingadmissionpolicybindings",
+        &GroupVersionKind::gvk(served::GROUP, version, kind),
+        plural,
     );
     Api::all_with(client.clone(), &resource)
 }
 
-fn policies(client: &Client) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "admissionregistration.k8s.io",
-            "v1beta1",
-            "MutatingAdmissionPolicy",
-        ),
+async fn bindings(client: &Client) -> Api<DynamicObject> {
+    policy_objects(
+        client,
+        "MutatingAdmissionPolicyBinding",
+        "mutatingadmissionpolicybindings",
+    )
+    .await
+}
+
+async fn policies(client: &Client) -> Api<DynamicObject> {
+    policy_objects(
+        client,
+        "MutatingAdmissionPolicy",
         "mutatingadmissionpolicies",
-    );
-    Api::all_with(client.clone(), &resource)
+    )
+    .await
 }
 
 async fn deployment_replicas(client: &Client, name: &str) -> Option<i32> {
@@ -370,6 +392,7 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     // first injected create after it is back, every one is injected, the way back included.
     let name = "initializer-engine-preset";
     bindings(&client)
+        .await
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
@@ -377,7 +400,12 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     let (mut creates, mut gap, mut after_restore) = (0, 0, 0);
     let mut restored_at = None;
     loop {
-        let binding_back = bindings(&client).get_opt(name).await.unwrap().is_some();
+        let binding_back = bindings(&client)
+            .await
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some();
         let pod = create_pod(&client).await;
         creates += 1;
         match (injected(&pod), restored_at) {
@@ -387,7 +415,12 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
             _ => {}
         }
         let registered = configuration(&client, configuration_name).await.is_some();
-        let policy_gone = policies(&client).get_opt(name).await.unwrap().is_none();
+        let policy_gone = policies(&client)
+            .await
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_none();
         if registered && policy_gone {
             break;
         }
@@ -468,8 +501,18 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
         "the policy and binding removed",
         Duration::from_secs(30),
         || async {
-            policies(&client).get_opt(name).await.unwrap().is_none()
-                && bindings(&client).get_opt(name).await.unwrap().is_none()
+            policies(&client)
+                .await
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_none()
+                && bindings(&client)
+                    .await
+                    .get_opt(name)
+                    .await
+                    .unwrap()
+                    .is_none()
         },
     )
     .await;
@@ -478,8 +521,18 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
 /// Whether the preset's policy and binding both exist.
 async fn policy_present(client: &Client) -> bool {
     let name = "initializer-engine-preset";
-    policies(client).get_opt(name).await.unwrap().is_some()
-        && bindings(client).get_opt(name).await.unwrap().is_some()
+    policies(client)
+        .await
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+        && bindings(client)
+            .await
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some()
 }
 
 async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_pin(
