@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: oldest-minor run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
+.PHONY: oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -84,10 +84,10 @@ STAGE := tools/stage
 run_stages = for stage in $(1); do $(STAGE) "$$stage" $(MAKE) --no-print-directory "$$stage" || exit; done
 
 ## check: the fast gate, with only a Rust toolchain (no root, Go or container engine): format,
-## clippy, rustdoc, cargo-deny, the architecture table, shellcheck of the scripts, generated-file
+## clippy, the SDK with the oldest Kubernetes types, rustdoc, cargo-deny, the architecture table, shellcheck of the scripts, generated-file
 ## drift, the unit and component tests. CI runs it first, so that a failure there ends the run
 ## in minutes
-CHECK_STAGES := fmt-check clippy rustdoc deny architecture e2e-kind-lint verify-generated build unit
+CHECK_STAGES := fmt-check clippy library-versions rustdoc deny architecture e2e-kind-lint verify-generated build unit
 check:
 	@$(call run_stages,$(CHECK_STAGES))
 
@@ -206,6 +206,15 @@ advisory-db:
 
 architecture:
 	python3 tools/check-architecture.py
+
+## library-versions: the libraries an initializer's author links (the SDK, the CRD types) build
+## with k8s-openapi's oldest Kubernetes version too: they leave the version to the binary (the
+## workspace's binaries choose the newest). Its own target directory, inside target/debug so that
+## CI's cache keeps it
+OLDEST_K8S_OPENAPI := 1.33
+library-versions:
+	K8S_OPENAPI_ENABLED_VERSION=$(OLDEST_K8S_OPENAPI) CARGO_TARGET_DIR=target/debug/k8s-openapi-$(OLDEST_K8S_OPENAPI) \
+	  $(CARGO) check -q -p kube-initializer -p initializer-crds
 
 fmt:
 	$(CARGO) fmt --all
