@@ -552,7 +552,7 @@ fn check_config(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) -> Option<C
             ));
             None
         }
-        (None, Some(preset)) => match serde_yaml::to_string(preset) {
+        (None, Some(preset)) => match initializer_crds::yaml::to_string(preset) {
             Ok(text) => Some(ConfigPlan::Text(text)),
             Err(err) => {
                 refusals.push(Refusal::new(

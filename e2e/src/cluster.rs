@@ -65,7 +65,7 @@ impl ClusterBackend {
             .context("failed to create a directory for the kubeconfig")?;
         let path = dir.path().join("kubeconfig");
         let body =
-            serde_yaml::to_string(&kubeconfig).context("failed to serialize the kubeconfig")?;
+            serde_saphyr::to_string(&kubeconfig).context("failed to serialize the kubeconfig")?;
         std::fs::write(&path, body)
             .with_context(|| format!("failed to write {}", path.display()))?;
         let options = KubeConfigOptions {

@@ -237,7 +237,7 @@ mod tests {
             readme.contains(&format!("```yaml\n{object}```")),
             "README.md and examples/sidecar-initializer-legacy.yaml differ"
         );
-        let initializer: Initializer = serde_yaml::from_str(example).unwrap();
+        let initializer: Initializer = serde_saphyr::from_str(example).unwrap();
         let spec = serde_json::to_value(&initializer.spec).unwrap();
         assert_eq!(spec["backend"], LEGACY_BACKEND);
         assert_eq!(

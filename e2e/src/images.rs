@@ -41,7 +41,7 @@ pub fn render(map: &BTreeMap<String, PathBuf>) -> anyhow::Result<String> {
         .iter()
         .map(|(image, path)| (image.as_str(), path.display().to_string()))
         .collect();
-    serde_yaml::to_string(&strings).context("failed to render the image map")
+    serde_saphyr::to_string(&strings).context("failed to render the image map")
 }
 
 /// Writes `images.yaml` and the idle program into `dir`, and returns the map's path.
@@ -94,7 +94,7 @@ mod tests {
     fn rendered_map_is_a_yaml_mapping_of_image_to_path() {
         let map = image_map(Path::new("/t/debug"), Path::new("/s/idle.sh"));
         let parsed: BTreeMap<String, String> =
-            serde_yaml::from_str(&render(&map).unwrap()).unwrap();
+            serde_saphyr::from_str(&render(&map).unwrap()).unwrap();
         assert_eq!(parsed.len(), map.len());
         assert_eq!(
             parsed["ghcr.io/initializer-dev/preset-initializer"],

@@ -56,7 +56,7 @@ pub struct KindNode {
 /// Parses and checks a kind configuration: the kind and version, at least one control plane,
 /// known roles, and node images of one Kubernetes version no older than 1.35.
 pub fn check(text: &str) -> anyhow::Result<KindCluster> {
-    let cluster: KindCluster = serde_yaml::from_str(text)?;
+    let cluster: KindCluster = serde_saphyr::from_str(text)?;
     anyhow::ensure!(
         cluster.kind == "Cluster",
         "kind must be Cluster, not {}",
@@ -125,7 +125,7 @@ mod tests {
             Some(true)
         );
         for patch in &offline.kubeadm_config_patches {
-            let _: serde_yaml::Value = serde_yaml::from_str(patch).unwrap();
+            let _: serde_json::Value = serde_saphyr::from_str(patch).unwrap();
         }
     }
 

@@ -103,7 +103,7 @@ pub fn next_bundle(from: &Path, to: &Path) -> anyhow::Result<()> {
 /// The CSV text of `from` moved to `to`: its name, `spec.version` and every image tag of
 /// `from`, with `spec.replaces` set to the CSV it upgrades.
 pub fn bump_csv(text: &str, from: &str, to: &str) -> anyhow::Result<String> {
-    let csv: serde_yaml::Value = serde_yaml::from_str(text).context("failed to parse the CSV")?;
+    let csv: serde_json::Value = serde_saphyr::from_str(text).context("failed to parse the CSV")?;
     let name = csv["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -114,14 +114,14 @@ pub fn bump_csv(text: &str, from: &str, to: &str) -> anyhow::Result<String> {
             csv_name(from)
         );
     }
-    // Text replacement of the tag keeps every other byte as committed; the name and version
-    // are then set and checked structurally.
-    let retagged = serde_yaml::to_string(&csv)?.replace(&format!(":{from}"), &format!(":{to}"));
-    let mut csv: serde_yaml::Value = serde_yaml::from_str(&retagged)?;
+    // Text replacement of the tag (in JSON, whose layout never splits a string) keeps every
+    // other value as committed; the name and version are then set and checked structurally.
+    let retagged = serde_json::to_string(&csv)?.replace(&format!(":{from}"), &format!(":{to}"));
+    let mut csv: serde_json::Value = serde_json::from_str(&retagged)?;
     csv["metadata"]["name"] = csv_name(to).into();
     csv["spec"]["version"] = to.into();
     csv["spec"]["replaces"] = csv_name(from).into();
-    Ok(serde_yaml::to_string(&csv)?)
+    Ok(initializer_crds::yaml::to_string(&csv)?)
 }
 
 fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
@@ -291,7 +291,7 @@ pub async fn install_apis(client: &Client, kubeconfig: &Path, tools: &Tools) -> 
         let path = entry?.path();
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("failed to read {}", path.display()))?;
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
             .with_context(|| format!("failed to parse {}", path.display()))?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         crds.patch(&name, &params, &Patch::Apply(&crd))

@@ -244,7 +244,7 @@ mod tests {
             Path::new("/tmp/x/rules.yaml"),
             Duration::from_secs(1),
         );
-        let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
         assert_eq!(doc["global"]["scrape_interval"], "1000ms");
         assert_eq!(doc["global"]["evaluation_interval"], "1000ms");
         assert_eq!(doc["rule_files"][0], "/tmp/x/rules.yaml");

@@ -794,7 +794,7 @@ fn progress(started: Instant, pending: &str) {
 
 /// An nginx Deployment carrying the annotation the example Initializer selects on.
 fn example_workload() -> anyhow::Result<Deployment> {
-    let example: serde_yaml::Value = serde_yaml::from_str(&paths::read_workspace_file(EXAMPLE)?)?;
+    let example: serde_json::Value = serde_saphyr::from_str(&paths::read_workspace_file(EXAMPLE)?)?;
     let annotation = example["spec"]["annotation"]["name"]
         .as_str()
         .context("the example Initializer has no spec.annotation.name")?;

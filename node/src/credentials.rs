@@ -85,28 +85,28 @@ current-context: in-cluster
 /// Credentials stay the shared file's. `None` when `text` is not a kubeconfig with contexts and
 /// users.
 pub fn shared_kubeconfig(text: &str, namespace: &str, service_account: &str) -> Option<String> {
-    let mut config: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
-    let user = serde_yaml::Value::from(format!(
+    let mut config: serde_json::Value = serde_saphyr::from_str(text).ok()?;
+    let user = serde_json::Value::from(format!(
         "system:serviceaccount:{namespace}:{service_account}"
     ));
     let old_user = config["contexts"][0]["context"]["user"].clone();
-    for context in config.get_mut("contexts")?.as_sequence_mut()? {
+    for context in config.get_mut("contexts")?.as_array_mut()? {
         if let Some(c) = context
             .get_mut("context")
-            .and_then(serde_yaml::Value::as_mapping_mut)
+            .and_then(serde_json::Value::as_object_mut)
         {
             c.insert("namespace".into(), namespace.into());
             c.insert("user".into(), user.clone());
         }
     }
-    for entry in config.get_mut("users")?.as_sequence_mut()? {
+    for entry in config.get_mut("users")?.as_array_mut()? {
         if entry.get("name") == Some(&old_user)
-            && let Some(m) = entry.as_mapping_mut()
+            && let Some(m) = entry.as_object_mut()
         {
             m.insert("name".into(), user.clone());
         }
     }
-    serde_yaml::to_string(&config).ok()
+    serde_saphyr::to_string(&config).ok()
 }
 
 #[cfg(test)]
@@ -211,8 +211,8 @@ current-context: sandbox
             context.user.as_deref(),
             Some("system:serviceaccount:ops:builder")
         );
-        let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-        let users = yaml["users"].as_sequence().unwrap();
+        let yaml: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let users = yaml["users"].as_array().unwrap();
         let renamed = users
             .iter()
             .find(|u| u["name"] == "system:serviceaccount:ops:builder")

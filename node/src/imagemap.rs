@@ -30,7 +30,9 @@ impl ImageMap {
         let raw: BTreeMap<String, String> = if text.trim().is_empty() {
             BTreeMap::new()
         } else {
-            serde_yaml::from_str(text).map_err(|e| Error::ImageMap(e.to_string()))?
+            let plain = serde_saphyr::options! { with_snippet: false };
+            serde_saphyr::from_str_with_options(text, plain)
+                .map_err(|e| Error::ImageMap(e.to_string()))?
         };
         let entries = raw
             .into_iter()

@@ -74,7 +74,7 @@ async fn bundle_installs_a_running_operator_on_the_sandbox_and_uninstalls_it() {
     assert!(deployment_available(&deployment));
     // An Initializer the running operator takes under its finalizer.
     let initializers = Api::<Initializer>::all(client.clone());
-    let sidecar: Initializer = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    let sidecar: Initializer = serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     initializers
         .create(&PostParams::default(), &sidecar)
         .await

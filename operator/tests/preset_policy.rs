@@ -219,7 +219,7 @@ fn start_webhook(
     std::fs::write(tls_dir.join("tls.key"), &serving.key_pem).unwrap();
     std::fs::write(
         config_dir.join("config.yaml"),
-        serde_yaml::to_string(preset).unwrap(),
+        serde_saphyr::to_string(preset).unwrap(),
     )
     .unwrap();
     let binary = support::built("preset-initializer", "--bin", "preset-initializer").unwrap();

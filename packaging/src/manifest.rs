@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use initializer_crds::{constants, images};
+use initializer_crds::{constants, images, yaml};
 use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
@@ -341,20 +341,10 @@ pub fn legacy_cluster_roles() -> [ClusterRole; 2] {
 }
 
 /// [`legacy_cluster_roles`] as one YAML stream, for `kubectl apply -f -`.
-pub fn legacy_rbac_yaml() -> Result<String, serde_yaml::Error> {
+pub fn legacy_rbac_yaml() -> Result<String, serde_saphyr::SerializeError> {
     let documents = legacy_cluster_roles()
         .iter()
-        .map(|role| {
-            let mut value = serde_yaml::to_value(role)?;
-            if let serde_yaml::Value::Mapping(map) = &mut value {
-                let mut typed = serde_yaml::Mapping::new();
-                typed.insert("apiVersion".into(), "rbac.authorization.k8s.io/v1".into());
-                typed.insert("kind".into(), "ClusterRole".into());
-                typed.extend(std::mem::take(map));
-                *map = typed;
-            }
-            serde_yaml::to_string(&value)
-        })
+        .map(yaml::to_string)
         .collect::<Result<Vec<_>, _>>()?;
     Ok(documents.join("---\n"))
 }
@@ -388,7 +378,7 @@ mod tests {
         let roles: Vec<ClusterRole> = text
             .split("---\n")
             .map(|doc| {
-                let value: serde_json::Value = serde_yaml::from_str(doc).unwrap();
+                let value: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
                 assert_eq!(value["apiVersion"], "rbac.authorization.k8s.io/v1");
                 assert_eq!(value["kind"], "ClusterRole");
                 serde_json::from_value(value).unwrap()

@@ -157,7 +157,7 @@ mod toml_like {
 #[test]
 fn related_images_are_version_tags_until_the_images_are_published() {
     let csv = std::fs::read_to_string(root().join(bundle::BUNDLE_DIR).join(CSV_FILE)).unwrap();
-    let csv: serde_json::Value = serde_yaml::from_str(&csv).unwrap();
+    let csv: serde_json::Value = serde_saphyr::from_str(&csv).unwrap();
     let related: Vec<&str> = csv["spec"]["relatedImages"]
         .as_array()
         .unwrap()

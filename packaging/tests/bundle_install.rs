@@ -329,7 +329,8 @@ async fn uninstall_stops_and_names_initializers_whose_finalizers_never_run() {
     install::apply_plan(&client, &committed_plan(), deadline())
         .await
         .unwrap();
-    let mut sidecar: Initializer = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    let mut sidecar: Initializer =
+        serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     sidecar.metadata.finalizers = Some(vec![constants::FINALIZER.to_string()]);
     Api::<Initializer>::all(client.clone())
         .create(&PostParams::default(), &sidecar)
@@ -385,7 +386,7 @@ async fn uninstall_keeps_initializers_the_crd_and_the_namespace_unless_asked() {
         .await
         .unwrap();
     let initializers = Api::<Initializer>::all(client.clone());
-    let sidecar: Initializer = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    let sidecar: Initializer = serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     initializers
         .create(&PostParams::default(), &sidecar)
         .await

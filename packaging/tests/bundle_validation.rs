@@ -7,9 +7,12 @@
 
 use std::path::{Path, PathBuf};
 
+use initializer_crds::Initializer;
 use initializer_packaging::bundle::{
     self, Bundle, BundleViolation, CRD_FILE, CSV_FILE, DOCKERFILE, validate,
 };
+use initializer_packaging::{manifest, monitoring, rbac};
+use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 const ANNOTATIONS: &str = "metadata/annotations.yaml";
@@ -52,9 +55,9 @@ impl Copy {
 
     /// Edits a YAML file as JSON.
     fn edit(&self, name: &str, change: impl FnOnce(&mut Value)) {
-        let mut value: Value = serde_yaml::from_str(&self.text(name)).unwrap();
+        let mut value: Value = serde_saphyr::from_str(&self.text(name)).unwrap();
         change(&mut value);
-        self.write(name, &serde_yaml::to_string(&value).unwrap());
+        self.write(name, &serde_saphyr::to_string(&value).unwrap());
     }
 
     fn edit_csv(&self, change: impl FnOnce(&mut Value)) {
@@ -108,6 +111,68 @@ fn committed_bundle_equals_what_the_generator_produces() {
 }
 
 #[test]
+fn committed_bundle_reads_back_as_the_objects_it_was_written_from() {
+    // The YAML means what the code built: no string the emitter writes (`"true"`, `"1.0"`,
+    // `"*"`, text with `: ` or several lines) comes back as another value.
+    fn to_json(object: &impl serde::Serialize) -> Value {
+        serde_json::to_value(object).unwrap()
+    }
+    let committed = Bundle::read(&committed_dir()).unwrap();
+    let expected: Vec<(&str, Value)> = vec![
+        (CRD_FILE, to_json(&Initializer::crd())),
+        (
+            CSV_FILE,
+            to_json(
+                &bundle::generate::cluster_service_version(
+                    rbac::cluster_rules(),
+                    rbac::namespace_rules(),
+                )
+                .unwrap(),
+            ),
+        ),
+        (
+            bundle::PDB_FILE,
+            to_json(&manifest::pod_disruption_budget()),
+        ),
+        (
+            bundle::WORKLOADS_ROLE_FILE,
+            to_json(&manifest::workloads_cluster_role()),
+        ),
+        (
+            bundle::POLICY_CANARY_ROLE_FILE,
+            to_json(&manifest::policy_canary_cluster_role()),
+        ),
+        (
+            ANNOTATIONS,
+            json!({ "annotations": bundle::generate::annotations() }),
+        ),
+        (bundle::SCORECARD_FILE, bundle::generate::scorecard_config()),
+        (
+            monitoring::BUNDLE_RULE_FILE,
+            monitoring::prometheus_rule(None, &monitoring::AlertParameters::default()),
+        ),
+        (
+            monitoring::BUNDLE_SERVICE_MONITOR_FILE,
+            monitoring::service_monitor(None),
+        ),
+        (
+            monitoring::BUNDLE_SERVICE_FILE,
+            to_json(&monitoring::metrics_service(None)),
+        ),
+    ];
+    for (name, object) in &expected {
+        let read: Value = serde_saphyr::from_str(committed.file(name).unwrap()).unwrap();
+        assert!(read == *object, "{name} does not read back as its object");
+    }
+    let yaml_files: Vec<&String> = committed
+        .files
+        .keys()
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    assert_eq!(yaml_files.len(), expected.len(), "{yaml_files:?}");
+}
+
+#[test]
 fn generating_twice_gives_identical_bytes() {
     assert_eq!(bundle::generate().unwrap(), bundle::generate().unwrap());
 }
@@ -126,9 +191,9 @@ fn bundle_crd_is_byte_identical_to_the_committed_crd_manifest() {
 
 #[test]
 fn alm_example_is_the_sidecar_fixture_shown_in_the_readme() {
-    let fixture: Value = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    let fixture: Value = serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     let csv: Value =
-        serde_yaml::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
+        serde_saphyr::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
     let examples: Vec<Value> = serde_json::from_str(
         csv["metadata"]["annotations"]["alm-examples"]
             .as_str()
@@ -148,7 +213,7 @@ fn readme_permissions_table_lists_every_rule_the_bundle_grants() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
             .unwrap();
     let csv: Value =
-        serde_yaml::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
+        serde_saphyr::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
     let strategy = &csv["spec"]["install"]["spec"];
     let mut rows = 0;
     for field in ["permissions", "clusterPermissions"] {
@@ -203,8 +268,8 @@ fn readme_initializer_example_is_the_sidecar_fixture() {
         .filter_map(|rest| rest.split("```").next())
         .find(|block| block.contains("kind: Initializer") && block.contains("name: sidecar"))
         .expect("the README shows the sidecar Initializer");
-    let shown: Value = serde_yaml::from_str(block).unwrap();
-    let fixture: Value = serde_yaml::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
+    let shown: Value = serde_saphyr::from_str(block).unwrap();
+    let fixture: Value = serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     assert_eq!(
         shown, fixture,
         "README.md and examples/sidecar-initializer.yaml differ"
@@ -566,7 +631,7 @@ fn container_image_annotation_not_run_by_the_install_strategy_is_reported() {
 #[test]
 fn committed_bundle_gives_the_operator_a_disruption_budget_of_max_unavailable_one() {
     let bundle = Bundle::read(&committed_dir()).unwrap();
-    let pdb: Value = serde_yaml::from_str(bundle.file(bundle::PDB_FILE).unwrap()).unwrap();
+    let pdb: Value = serde_saphyr::from_str(bundle.file(bundle::PDB_FILE).unwrap()).unwrap();
     assert_eq!(pdb["apiVersion"], "policy/v1");
     assert_eq!(pdb["kind"], "PodDisruptionBudget");
     assert_eq!(pdb["spec"]["maxUnavailable"], 1);

@@ -12,14 +12,14 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// A client for the sandbox whose kubeconfig user carries `token` (none when `None`).
 async fn client_with_token(kubeconfig: &std::path::Path, token: Option<&str>) -> kube::Client {
-    let mut yaml: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
-    let user = yaml["users"][0]["user"].as_mapping_mut().unwrap();
+    let mut yaml: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
+    let user = yaml["users"][0]["user"].as_object_mut().unwrap();
     match token {
         Some(t) => user.insert("token".into(), t.into()),
         None => user.remove("token"),
     };
-    let parsed = Kubeconfig::from_yaml(&serde_yaml::to_string(&yaml).unwrap()).unwrap();
+    let parsed = Kubeconfig::from_yaml(&serde_saphyr::to_string(&yaml).unwrap()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
         .await
         .unwrap();
@@ -72,7 +72,7 @@ async fn every_sandbox_gets_its_own_token() {
     let b = api_support::start().await;
     let token = |sb: &api_support::TestSandbox| {
         let text = std::fs::read_to_string(sb.handle.kubeconfig_path()).unwrap();
-        let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let yaml: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
         yaml["users"][0]["user"]["token"]
             .as_str()
             .unwrap()

@@ -15,7 +15,7 @@ async fn install(client: &kube::Client) -> Api<DynamicObject> {
         env!("CARGO_MANIFEST_DIR"),
         "/../crds/manifests/initializer.dev_initializers.yaml"
     );
-    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let crds: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &ApiResource::from_gvk_with_plural(

@@ -188,11 +188,11 @@ async fn container_sees_rewritten_args_and_env_and_refreshed_secret_files() {
     // The pod's kubeconfig: the sandbox's cluster and credentials, its own namespace.
     let kubeconfig = std::path::PathBuf::from(info["env"]["KUBECONFIG"].as_str().unwrap());
     assert_ne!(kubeconfig, env.sandbox.kubeconfig_path());
-    let config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
+    let config: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
     assert_eq!(config["contexts"][0]["context"]["namespace"], "apps");
-    let shared: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(env.sandbox.kubeconfig_path()).unwrap())
+    let shared: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(env.sandbox.kubeconfig_path()).unwrap())
             .unwrap();
     assert_eq!(config["clusters"], shared["clusters"]);
     let pod_client = kube::Client::try_from(

@@ -140,7 +140,10 @@ pub(crate) fn parse<C: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<C,
         message: e.to_string(),
     })?;
     let text = if text.trim().is_empty() { "{}" } else { text };
-    serde_yaml::from_str(text).map_err(|e| Error::ParseConfig {
+    // Without the source snippet: the message goes into one log line, and the file's text
+    // stays out of the logs.
+    let plain = serde_saphyr::options! { with_snippet: false };
+    serde_saphyr::from_str_with_options(text, plain).map_err(|e| Error::ParseConfig {
         path: path.to_owned(),
         message: e.to_string(),
     })

@@ -196,7 +196,7 @@ fn the_config_map_holds_inline_config_or_the_preset() {
     let d = build(&v, &TLS, &settings(), None);
     let text = d.config_map.unwrap().data.unwrap()[CONFIG_FILE].clone();
     assert_eq!(
-        serde_yaml::from_str::<PresetConfig>(&text).unwrap(),
+        serde_saphyr::from_str::<PresetConfig>(&text).unwrap(),
         PresetConfig::default()
     );
     let c = &pod_spec(&d.deployment).containers[0];
@@ -499,7 +499,7 @@ fn the_degraded_configuration_fails_open_within_a_second_and_says_so() {
 #[test]
 fn the_fallback_matches_what_the_webhook_matches_and_denies() {
     assert!(desired().fallback.is_none());
-    let example: initializer_crds::Initializer = serde_yaml::from_str(include_str!(
+    let example: initializer_crds::Initializer = serde_saphyr::from_str(include_str!(
         "../../../examples/secret-guard-initializer.yaml"
     ))
     .unwrap();

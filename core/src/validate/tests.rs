@@ -40,7 +40,7 @@ spec:
 "#;
 
 pub(crate) fn sidecar() -> Initializer {
-    serde_yaml::from_str(SIDECAR_YAML).unwrap()
+    serde_saphyr::from_str(SIDECAR_YAML).unwrap()
 }
 
 fn refused(spec: &InitializerSpec) -> Vec<Refusal> {
@@ -167,7 +167,7 @@ fn the_sidecar_example_is_accepted() {
 
 #[test]
 fn the_secret_guard_example_and_its_fallback_are_accepted() {
-    let example: Initializer = serde_yaml::from_str(include_str!(
+    let example: Initializer = serde_saphyr::from_str(include_str!(
         "../../../examples/secret-guard-initializer.yaml"
     ))
     .unwrap();
@@ -223,7 +223,7 @@ fn a_fallback_that_does_not_compile_or_names_protected_resources_is_refused() {
 #[test]
 fn the_committed_sidecar_example_is_accepted() {
     let example: Initializer =
-        serde_yaml::from_str(include_str!("../../../examples/sidecar-initializer.yaml")).unwrap();
+        serde_saphyr::from_str(include_str!("../../../examples/sidecar-initializer.yaml")).unwrap();
     let v = validate(&example.spec, "initializer-system", "sidecar").unwrap();
     assert!(matches!(v.config, ConfigPlan::Text(ref t) if t.contains("sidecar-nginx")));
     assert_eq!(v.spec.annotation.unwrap().name, "initializer.dev/sidecar");
@@ -689,7 +689,7 @@ fn a_preset_alone_runs_the_built_in_initializer_with_the_preset_as_config() {
     let ConfigPlan::Text(text) = v.config else {
         panic!("preset should be written as text");
     };
-    let back: PresetConfig = serde_yaml::from_str(&text).unwrap();
+    let back: PresetConfig = serde_saphyr::from_str(&text).unwrap();
     assert_eq!(back, PresetConfig::default());
 }
 

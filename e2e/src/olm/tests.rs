@@ -23,9 +23,9 @@ spec:
 
 #[test]
 fn olm_as_pods_runs_the_loaded_image_with_the_processes_flags() {
-    let docs: Vec<serde_yaml::Value> = operators_yaml("initializer-e2e/olm:v1")
+    let docs: Vec<serde_json::Value> = operators_yaml("initializer-e2e/olm:v1")
         .split("\n---\n")
-        .map(|d| serde_yaml::from_str(d).unwrap())
+        .map(|d| serde_saphyr::from_str(d).unwrap())
         .collect();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
     assert_eq!(
@@ -43,7 +43,7 @@ fn olm_as_pods_runs_the_loaded_image_with_the_processes_flags() {
     assert_eq!(container["imagePullPolicy"], "Never");
     assert_eq!(container["command"][0], "/usr/local/bin/catalog");
     let args: Vec<&str> = container["args"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap())
@@ -63,9 +63,9 @@ fn olm_as_pods_runs_the_loaded_image_with_the_processes_flags() {
 
 #[test]
 fn the_catalog_service_serves_the_address_the_catalog_source_names() {
-    let docs: Vec<serde_yaml::Value> = catalog_yaml("initializer-e2e/olm:v1")
+    let docs: Vec<serde_json::Value> = catalog_yaml("initializer-e2e/olm:v1")
         .split("\n---\n")
-        .map(|d| serde_yaml::from_str(d).unwrap())
+        .map(|d| serde_saphyr::from_str(d).unwrap())
         .collect();
     let service = &docs[1];
     assert_eq!(
@@ -91,8 +91,8 @@ fn the_catalog_service_serves_the_address_the_catalog_source_names() {
 
 #[test]
 fn the_next_csv_changes_only_the_version_and_replaces_the_committed_one() {
-    let next: serde_yaml::Value =
-        serde_yaml::from_str(&bump_csv(CSV, "0.1.0", "0.2.0").unwrap()).unwrap();
+    let next: serde_json::Value =
+        serde_saphyr::from_str(&bump_csv(CSV, "0.1.0", "0.2.0").unwrap()).unwrap();
     assert_eq!(next["metadata"]["name"], "initializer-operator.v0.2.0");
     assert_eq!(next["spec"]["version"], "0.2.0");
     assert_eq!(next["spec"]["replaces"], "initializer-operator.v0.1.0");
@@ -100,14 +100,14 @@ fn the_next_csv_changes_only_the_version_and_replaces_the_committed_one() {
         next["metadata"]["annotations"]["containerImage"],
         "ghcr.io/initializer-dev/initializer-operator:0.2.0"
     );
-    let mut back: serde_yaml::Value = next.clone();
-    back["spec"].as_mapping_mut().unwrap().remove("replaces");
-    let back = serde_yaml::to_string(&back)
+    let mut back: serde_json::Value = next.clone();
+    back["spec"].as_object_mut().unwrap().remove("replaces");
+    let back = serde_saphyr::to_string(&back)
         .unwrap()
         .replace("0.2.0", "0.1.0");
     assert_eq!(
-        serde_yaml::from_str::<serde_yaml::Value>(&back).unwrap(),
-        serde_yaml::from_str::<serde_yaml::Value>(CSV).unwrap()
+        serde_saphyr::from_str::<serde_json::Value>(&back).unwrap(),
+        serde_saphyr::from_str::<serde_json::Value>(CSV).unwrap()
     );
     assert!(bump_csv(CSV, "0.3.0", "0.4.0").is_err());
 }
@@ -126,7 +126,7 @@ fn the_channel_lists_each_bundle_with_what_it_replaces() {
             replaces: Some(csv_name("0.1.0")),
         },
     ];
-    let channel: serde_yaml::Value = serde_yaml::from_str(&channel_yaml(&entries)).unwrap();
+    let channel: serde_json::Value = serde_saphyr::from_str(&channel_yaml(&entries)).unwrap();
     assert_eq!(channel["schema"], "olm.channel");
     assert_eq!(channel["name"], CHANNEL);
     assert_eq!(channel["entries"][0]["name"], "initializer-operator.v0.1.0");

@@ -448,7 +448,7 @@ pub async fn fallback_refuses_short_secrets_while_the_guard_is_down(
             ctx.env.backend.name()
         );
     }
-    let example: Initializer = serde_yaml::from_str(include_str!(
+    let example: Initializer = serde_saphyr::from_str(include_str!(
         "../../../examples/secret-guard-initializer.yaml"
     ))
     .context("failed to read examples/secret-guard-initializer.yaml")?;

@@ -36,7 +36,7 @@ fn per_op(label: &str, iterations: u32, mut f: impl FnMut()) {
 }
 
 fn config() -> SidecarConfig {
-    serde_yaml::from_str(tutorial::SIDECAR_CONFIG).unwrap()
+    serde_saphyr::from_str(tutorial::SIDECAR_CONFIG).unwrap()
 }
 
 fn in_process(runtime: &tokio::runtime::Runtime) {

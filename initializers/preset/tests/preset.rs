@@ -36,7 +36,7 @@ inject:
 ";
 
 fn preset(selector: &str) -> PresetConfig {
-    serde_yaml::from_str(&format!("{PRESET}{selector}")).unwrap()
+    serde_saphyr::from_str(&format!("{PRESET}{selector}")).unwrap()
 }
 
 fn tester(selector: &str) -> Tester {
@@ -200,10 +200,10 @@ async fn namespaces_narrow_the_selection() {
 
 #[tokio::test]
 async fn the_config_the_operator_writes_round_trips() {
-    let written = serde_yaml::to_string(&preset("selector:\n  kinds: [Pod]\n")).unwrap();
-    let read: PresetConfig = serde_yaml::from_str(&written).unwrap();
+    let written = serde_saphyr::to_string(&preset("selector:\n  kinds: [Pod]\n")).unwrap();
+    let read: PresetConfig = serde_saphyr::from_str(&written).unwrap();
     assert_eq!(read, preset("selector:\n  kinds: [Pod]\n"));
-    let empty: PresetConfig = serde_yaml::from_str("{}").unwrap();
+    let empty: PresetConfig = serde_saphyr::from_str("{}").unwrap();
     let tester = Tester::new(initializer().fixed_config(empty));
     assert!(
         tester
@@ -217,12 +217,12 @@ async fn the_config_the_operator_writes_round_trips() {
 
 #[tokio::test]
 async fn a_template_without_metadata_gets_none_when_no_label_or_annotation_is_added() {
-    let job: Job = serde_yaml::from_str(
+    let job: Job = serde_saphyr::from_str(
         "metadata: {name: j}\nspec: {template: {spec: {containers: [{name: task, image: busybox}]}}}\n",
     )
     .unwrap();
     let only_env: PresetConfig =
-        serde_yaml::from_str("inject:\n  env: [{name: MODE, value: preset}]\n").unwrap();
+        serde_saphyr::from_str("inject:\n  env: [{name: MODE, value: preset}]\n").unwrap();
     let patched: Job = Tester::new(initializer().fixed_config(only_env))
         .call(&review(&job))
         .await

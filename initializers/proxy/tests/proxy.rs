@@ -102,7 +102,7 @@ async fn deployments_get_the_proxy_in_their_template_once() {
 #[tokio::test]
 async fn the_proxy_container_comes_from_the_config() {
     let config: ProxyConfig =
-        serde_yaml::from_str("container:\n  name: my-proxy\n  image: haproxy:2\nport: 8080\n")
+        serde_saphyr::from_str("container:\n  name: my-proxy\n  image: haproxy:2\nport: 8080\n")
             .unwrap();
     let tester = Tester::new(initializer().fixed_config(config));
     let patched: Pod = tester

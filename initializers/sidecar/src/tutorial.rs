@@ -105,7 +105,7 @@ pub const SIDECAR_RULES: &str =
 
 fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
     // Compiled-in fixtures: a parse failure is a bug in this file, caught by its tests.
-    serde_yaml::from_str(yaml).unwrap_or_else(|e| unreachable!("tutorial fixture: {e}"))
+    serde_saphyr::from_str(yaml).unwrap_or_else(|e| unreachable!("tutorial fixture: {e}"))
 }
 
 /// The `nginx` Deployment.
@@ -146,17 +146,17 @@ mod tests {
             "true"
         );
         assert_eq!(nginx_pod().spec.unwrap().containers[0].name, "nginx");
-        let config: serde_yaml::Value = serde_yaml::from_str(SIDECAR_CONFIG).unwrap();
+        let config: serde_json::Value = serde_saphyr::from_str(SIDECAR_CONFIG).unwrap();
         assert_eq!(config["containers"][0]["name"], "sidecar-nginx");
     }
 
     #[test]
     fn the_configuration_names_the_pending_name_and_the_rules() {
-        let configuration: serde_yaml::Value =
-            serde_yaml::from_str(SIDECAR_INITIALIZER_CONFIGURATION).unwrap();
+        let configuration: serde_json::Value =
+            serde_saphyr::from_str(SIDECAR_INITIALIZER_CONFIGURATION).unwrap();
         let initializer = &configuration["initializers"][0];
         assert_eq!(initializer["name"], SIDECAR_PENDING_NAME);
-        let rules: serde_yaml::Value = serde_yaml::from_str(SIDECAR_RULES).unwrap();
+        let rules: serde_json::Value = serde_saphyr::from_str(SIDECAR_RULES).unwrap();
         assert_eq!(initializer["rules"], rules);
     }
 }

@@ -11,7 +11,7 @@ use sidecar_initializer::tutorial;
 use sidecar_initializer::{SidecarConfig, initializer};
 
 fn config() -> SidecarConfig {
-    serde_yaml::from_str(tutorial::SIDECAR_CONFIG).unwrap()
+    serde_saphyr::from_str(tutorial::SIDECAR_CONFIG).unwrap()
 }
 
 fn containers(d: &Deployment) -> Vec<String> {
@@ -103,7 +103,7 @@ async fn volumes_in_the_config_are_added_once() {
         "{}volumes:\n- name: shared\n  emptyDir: {{}}\n",
         tutorial::SIDECAR_CONFIG
     );
-    let cfg: SidecarConfig = serde_yaml::from_str(&yaml).unwrap();
+    let cfg: SidecarConfig = serde_saphyr::from_str(&yaml).unwrap();
     let tester = Tester::new(initializer().fixed_config(cfg));
     let patched: Deployment = tester
         .call(&review(&tutorial::nginx_deployment()))

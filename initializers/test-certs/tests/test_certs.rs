@@ -105,9 +105,10 @@ async fn deployments_in_test_namespaces_get_it_in_their_template() {
 
 #[tokio::test]
 async fn the_namespaces_and_secret_come_from_the_config() {
-    let config: TestCertsConfig =
-        serde_yaml::from_str("namespaces: [staging]\nsecretName: staging-ca\nmountPath: /certs\n")
-            .unwrap();
+    let config: TestCertsConfig = serde_saphyr::from_str(
+        "namespaces: [staging]\nsecretName: staging-ca\nmountPath: /certs\n",
+    )
+    .unwrap();
     let tester = Tester::new(initializer(TestCerts::by_name()).fixed_config(config));
     assert!(patched_pod(&tester, "test").await.is_none());
     let pod = patched_pod(&tester, "staging").await.unwrap();

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use initializer_crds::{constants, images};
+use initializer_crds::{constants, images, yaml};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -119,18 +119,17 @@ pub fn generate_with_rules(
 ) -> Result<Bundle, Error> {
     let crd = initializer_crds::crd_yaml().map_err(|err| yaml_error("the CRD", &err))?;
     let csv = cluster_service_version(cluster_rules, namespace_rules)?;
-    let csv_yaml =
-        quote_created_at(&serde_yaml::to_string(&csv).map_err(|err| yaml_error("the CSV", &err))?);
+    let csv_yaml = yaml::to_string(&csv).map_err(|err| yaml_error("the CSV", &err))?;
     let annotations = annotations();
-    let annotations_yaml = serde_yaml::to_string(&BTreeMap::from([("annotations", &annotations)]))
+    let annotations_yaml = yaml::to_string(&BTreeMap::from([("annotations", &annotations)]))
         .map_err(|err| yaml_error("the annotations", &err))?;
-    let scorecard = serde_yaml::to_string(&scorecard_config())
+    let scorecard = yaml::to_string(&scorecard_config())
         .map_err(|err| yaml_error("the scorecard configuration", &err))?;
-    let pdb = serde_yaml::to_string(&manifest::pod_disruption_budget())
+    let pdb = yaml::to_string(&manifest::pod_disruption_budget())
         .map_err(|err| yaml_error("the PodDisruptionBudget", &err))?;
-    let workloads_role = serde_yaml::to_string(&manifest::workloads_cluster_role())
+    let workloads_role = yaml::to_string(&manifest::workloads_cluster_role())
         .map_err(|err| yaml_error("the workloads ClusterRole", &err))?;
-    let policy_canary_role = serde_yaml::to_string(&manifest::policy_canary_cluster_role())
+    let policy_canary_role = yaml::to_string(&manifest::policy_canary_cluster_role())
         .map_err(|err| yaml_error("the policy canary ClusterRole", &err))?;
     let mut files = BTreeMap::from([
         (POLICY_CANARY_ROLE_FILE.to_string(), policy_canary_role),
@@ -152,7 +151,7 @@ pub fn cluster_service_version(
     cluster_rules: Vec<PolicyRule>,
     namespace_rules: Vec<PolicyRule>,
 ) -> Result<ClusterServiceVersion, Error> {
-    let example: serde_json::Value = serde_yaml::from_str(SIDECAR_EXAMPLE).map_err(|err| {
+    let example: serde_json::Value = serde_saphyr::from_str(SIDECAR_EXAMPLE).map_err(|err| {
         Error::BundleGenerate(format!("failed to parse the sidecar example: {err}"))
     })?;
     let alm_examples = serde_json::to_string_pretty(&vec![example])
@@ -361,22 +360,6 @@ pub fn scorecard_config() -> serde_json::Value {
     })
 }
 
-/// Quotes `createdAt`: unquoted, YAML 1.1 readers (OLM's among them) take it for a timestamp
-/// instead of the string annotations must be.
-fn quote_created_at(csv_yaml: &str) -> String {
-    csv_yaml
-        .lines()
-        .map(|line| match line.strip_prefix("    createdAt: ") {
-            Some(value) if !value.starts_with('\'') && !value.starts_with('"') => {
-                format!("    createdAt: '{value}'")
-            }
-            _ => line.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
-}
-
-fn yaml_error(what: &str, err: &serde_yaml::Error) -> Error {
+fn yaml_error(what: &str, err: &serde_saphyr::SerializeError) -> Error {
     Error::BundleGenerate(format!("failed to serialize {what}: {err}"))
 }

@@ -213,7 +213,7 @@ mod tests {
     fn no_role_the_bundle_ships_reaches_every_resource() {
         let bundle = generate().unwrap();
         for (name, text) in bundle.manifests() {
-            let value: serde_json::Value = serde_yaml::from_str(text).unwrap();
+            let value: serde_json::Value = serde_saphyr::from_str(text).unwrap();
             let rules: Vec<&serde_json::Value> = match value["kind"].as_str() {
                 Some("ClusterRole") => value["rules"].as_array().into_iter().flatten().collect(),
                 Some("ClusterServiceVersion") => ["clusterPermissions", "permissions"]

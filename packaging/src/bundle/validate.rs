@@ -164,7 +164,9 @@ pub fn check(bundle: &Bundle) -> Vec<BundleViolation> {
     let mut crds = Vec::new();
     let mut budgets = Vec::new();
     for (path, text) in bundle.manifests() {
-        let value: Value = match serde_yaml::from_str(text) {
+        // Without the source snippet: the message is one line of the violation list.
+        let plain = serde_saphyr::options! { with_snippet: false };
+        let value: Value = match serde_saphyr::from_str_with_options(text, plain) {
             Ok(value) => value,
             Err(err) => {
                 out.push(BundleViolation::Unparseable {
@@ -229,7 +231,8 @@ fn check_annotations(bundle: &Bundle, out: &mut Vec<BundleViolation>) -> BTreeMa
     struct File {
         annotations: BTreeMap<String, String>,
     }
-    let annotations = match serde_yaml::from_str::<File>(text) {
+    let plain = serde_saphyr::options! { with_snippet: false };
+    let annotations = match serde_saphyr::from_str_with_options::<File>(text, plain) {
         Ok(file) => file.annotations,
         Err(err) => {
             out.push(BundleViolation::Unparseable {

@@ -180,7 +180,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
     let mut services = Vec::new();
     let mut monitoring = Vec::new();
     for (path, text) in bundle.manifests() {
-        let kind = serde_yaml::from_str::<serde_json::Value>(text)
+        let kind = serde_saphyr::from_str::<serde_json::Value>(text)
             .ok()
             .and_then(|value| {
                 value
@@ -189,13 +189,10 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                     .map(str::to_string)
             })
             .unwrap_or_default();
-        let parse_error =
-            |err: serde_yaml::Error| Error::InstallPlan(format!("failed to read {path}: {err}"));
         match kind.as_str() {
-            "ClusterServiceVersion" => csv = Some(serde_yaml::from_str(text).map_err(parse_error)?),
+            "ClusterServiceVersion" => csv = Some(read_manifest(path, text)?),
             "CustomResourceDefinition" => {
-                let mut crd: CustomResourceDefinition =
-                    serde_yaml::from_str(text).map_err(parse_error)?;
+                let mut crd: CustomResourceDefinition = read_manifest(path, text)?;
                 crd.metadata
                     .labels
                     .get_or_insert_default()
@@ -203,8 +200,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                 crds.push(crd);
             }
             "PodDisruptionBudget" => {
-                let mut pdb: PodDisruptionBudget =
-                    serde_yaml::from_str(text).map_err(parse_error)?;
+                let mut pdb: PodDisruptionBudget = read_manifest(path, text)?;
                 pdb.metadata.namespace = Some(namespace.to_string());
                 pdb.metadata
                     .labels
@@ -213,7 +209,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                 pod_disruption_budgets.push(pdb);
             }
             "ClusterRole" => {
-                let mut role: ClusterRole = serde_yaml::from_str(text).map_err(parse_error)?;
+                let mut role: ClusterRole = read_manifest(path, text)?;
                 role.metadata
                     .labels
                     .get_or_insert_default()
@@ -221,7 +217,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                 bundle_cluster_roles.push(role);
             }
             "Service" => {
-                let mut service: Service = serde_yaml::from_str(text).map_err(parse_error)?;
+                let mut service: Service = read_manifest(path, text)?;
                 service.metadata.namespace = Some(namespace.to_string());
                 service
                     .metadata
@@ -231,8 +227,7 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
                 services.push(service);
             }
             "PrometheusRule" | "ServiceMonitor" => {
-                let mut object: serde_json::Value =
-                    serde_yaml::from_str(text).map_err(parse_error)?;
+                let mut object: serde_json::Value = read_manifest(path, text)?;
                 object["metadata"]["namespace"] = serde_json::json!(namespace);
                 for (key, value) in installer_labels() {
                     object["metadata"]["labels"][key] = serde_json::json!(value);
@@ -346,6 +341,12 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
         guard_policy: crate::guard::policy(),
         guard_binding: crate::guard::binding(),
     })
+}
+
+/// The bundle manifest `text` at `path` as `T`; the error is one line naming `path`.
+fn read_manifest<T: serde::de::DeserializeOwned>(path: &str, text: &str) -> Result<T, Error> {
+    serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
+        .map_err(|err| Error::InstallPlan(format!("failed to read {path}: {err}")))
 }
 
 /// The rules of every permission entry, merged per service account, in name order.

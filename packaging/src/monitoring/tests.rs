@@ -113,7 +113,7 @@ fn the_prometheus_rule_carries_the_same_groups_as_the_rules_file() {
     assert_eq!(rule["apiVersion"], MONITORING_API_VERSION);
     assert_eq!(rule["kind"], "PrometheusRule");
     assert_eq!(rule["metadata"]["namespace"], "initializer-system");
-    let file: serde_json::Value = serde_yaml::from_str(&rules_file(&params).unwrap()).unwrap();
+    let file: serde_json::Value = serde_saphyr::from_str(&rules_file(&params).unwrap()).unwrap();
     assert_eq!(rule["spec"]["groups"], file["groups"]);
     assert!(
         prometheus_rule(None, &params)["metadata"]
@@ -229,4 +229,18 @@ fn the_committed_monitoring_files_match_the_code() {
         for_seconds: None,
     })
     .unwrap();
+}
+
+#[test]
+fn the_committed_rules_file_reads_back_as_the_rule_groups() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(MONITORING_DIR)
+        .join(RULES_FILE_NAME);
+    let read: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(
+        read,
+        serde_json::json!({ "groups": rule_groups(&AlertParameters::default()) })
+    );
 }

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use initializer_packaging::bundle::chart;
-use serde::Deserialize;
 use serde_json::Value;
 
 /// The namespace every rendering installs into.
@@ -48,8 +47,6 @@ pub fn template(args: &[&str]) -> Result<Vec<Value>, String> {
         return Err(String::from_utf8_lossy(&output.stderr).into_owned());
     }
     let text = String::from_utf8(output.stdout).unwrap();
-    Ok(serde_yaml::Deserializer::from_str(&text)
-        .map(|document| Value::deserialize(document).unwrap())
-        .filter(|value| !value.is_null())
-        .collect())
+    // A template that renders nothing gives an empty document, which is skipped.
+    Ok(serde_saphyr::from_multiple(&text).unwrap())
 }

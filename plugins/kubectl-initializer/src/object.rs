@@ -79,14 +79,12 @@ pub fn pick<'a>(query: &str, resources: &'a [ApiResource]) -> Option<&'a ApiReso
 /// The objects of a YAML or JSON text (several YAML documents; a `List`'s items), each with an
 /// `apiVersion` and a `kind`.
 pub fn parse_objects(text: &str, source: &str) -> Result<Vec<Value>> {
+    // Empty documents are skipped; the error names its line, in one line.
+    let plain = serde_saphyr::options! { with_snippet: false };
+    let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, plain)
+        .map_err(|e| Error::BadInput(format!("{source} is not YAML: {e}")))?;
     let mut objects = Vec::new();
-    for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value: Value = serde::Deserialize::deserialize(document).map_err(|e| {
-            Error::BadInput(format!("{source}: document {} is not YAML: {e}", i + 1))
-        })?;
-        if value.is_null() {
-            continue;
-        }
+    for (i, value) in documents.into_iter().enumerate() {
         let items = match value.get("kind").and_then(Value::as_str) {
             Some(kind) if kind.ends_with("List") => value
                 .get("items")

@@ -23,7 +23,7 @@ pub fn structured<T: Serialize>(format: Format, value: &T) -> Result<Option<Stri
         Format::Json => serde_json::to_string_pretty(value)
             .map(|s| Some(s + "\n"))
             .map_err(|e| Error::Output(e.to_string())),
-        Format::Yaml => serde_yaml::to_string(value)
+        Format::Yaml => initializer_crds::yaml::to_string(value)
             .map(Some)
             .map_err(|e| Error::Output(e.to_string())),
     }

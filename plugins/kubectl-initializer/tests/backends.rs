@@ -523,7 +523,7 @@ async fn preset_verdicts(
     std::fs::write(&objects, list.to_string())?;
     let objects_arg = objects.display().to_string();
     let initializer_file = dir.path().join("initializer.yaml");
-    std::fs::write(&initializer_file, serde_yaml::to_string(&preset)?)?;
+    std::fs::write(&initializer_file, serde_saphyr::to_string(&preset)?)?;
     let initializer_arg = initializer_file.display().to_string();
 
     let reports = json_of(&ok(kc, &["why", "-f", &objects_arg, "-o", "json"]).await?)?;

@@ -77,17 +77,17 @@ fn krew_validates_the_manifest_and_installs_the_plugin_from_it() {
 
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(manifest()).unwrap();
-    let mut plugin: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut plugin: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
 
     // A broken copy (no `bin`) is refused: the validator is not a rubber stamp.
     let mut broken = plugin.clone();
     broken["spec"]["platforms"][0]
-        .as_mapping_mut()
+        .as_object_mut()
         .unwrap()
         .remove("bin");
     let broken_path = dir.path().join("broken").join("initializer.yaml");
     std::fs::create_dir_all(broken_path.parent().unwrap()).unwrap();
-    std::fs::write(&broken_path, serde_yaml::to_string(&broken).unwrap()).unwrap();
+    std::fs::write(&broken_path, serde_saphyr::to_string(&broken).unwrap()).unwrap();
     let refused = validate(&tools, &broken_path).unwrap();
     assert!(!refused.status.success(), "a manifest without bin passed");
     assert!(
@@ -121,7 +121,7 @@ fn krew_validates_the_manifest_and_installs_the_plugin_from_it() {
         lines.contains(archive.file_name().unwrap().to_str().unwrap()),
         "the printed uri names the archive: {lines}"
     );
-    let platforms = plugin["spec"]["platforms"].as_sequence_mut().unwrap();
+    let platforms = plugin["spec"]["platforms"].as_array_mut().unwrap();
     let ours = platforms
         .iter_mut()
         .find(|p| {
@@ -129,9 +129,9 @@ fn krew_validates_the_manifest_and_installs_the_plugin_from_it() {
                 && p["selector"]["matchLabels"]["arch"] == arch
         })
         .expect("the manifest has this machine's platform");
-    ours["sha256"] = serde_yaml::Value::String(sha);
+    ours["sha256"] = serde_json::Value::String(sha);
     let release = dir.path().join("initializer.yaml");
-    std::fs::write(&release, serde_yaml::to_string(&plugin).unwrap()).unwrap();
+    std::fs::write(&release, serde_saphyr::to_string(&plugin).unwrap()).unwrap();
     let checked = validate(&tools, &release).unwrap();
     assert!(checked.status.success(), "{}", show(&checked));
 

@@ -142,7 +142,9 @@ fn parse_body(bytes: &[u8], content_type: &str) -> Result<Value, ApiError> {
         return Ok(Value::Null);
     }
     if content_type.contains("yaml") {
-        return serde_yaml::from_slice::<Value>(bytes)
+        // Without the source snippet: the Status message is one line, as kube-apiserver's.
+        let plain = serde_saphyr::options! { with_snippet: false };
+        return serde_saphyr::from_slice_with_options::<Value>(bytes, plain)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
     }
     if content_type.contains("protobuf") {

@@ -1,7 +1,7 @@
 //! The chart's files besides the templates of the plan's objects and the values:
 //! `templates/_helpers.tpl`, `templates/NOTES.txt`, `Chart.yaml` and the README.
 
-use initializer_crds::constants;
+use initializer_crds::{constants, yaml};
 use serde_json::json;
 
 use super::values::{Field, leaves};
@@ -73,8 +73,15 @@ it removes their webhook configurations. Helm keeps the CRD; delete it yourself 
 /// `Chart.yaml`: the chart's version and appVersion (both the operator's), the Kubernetes
 /// versions it installs on, and where it comes from.
 pub fn chart_yaml() -> Result<String, Error> {
+    let yaml = yaml::to_string(&chart_metadata())
+        .map_err(|err| Error::ChartGenerate(format!("failed to serialize Chart.yaml: {err}")))?;
+    Ok(format!("{GENERATED_HEADER}\n{yaml}"))
+}
+
+/// What [`chart_yaml`] writes.
+pub(super) fn chart_metadata() -> serde_json::Value {
     let repository = generate::REPOSITORY;
-    let chart = json!({
+    json!({
         "apiVersion": "v2",
         "name": CHART_NAME,
         "description": manifest::OPERATOR_DESCRIPTION,
@@ -87,10 +94,7 @@ pub fn chart_yaml() -> Result<String, Error> {
         "icon": format!("{repository}/raw/main/packaging/src/bundle/assets/icon.svg"),
         "keywords": ["admission", "initializer", "webhook", "mutating", "sidecar", "injection"],
         "maintainers": [{"name": "initializer-dev maintainers", "email": "maintainers@initializer.dev"}],
-    });
-    let yaml = serde_yaml::to_string(&chart)
-        .map_err(|err| Error::ChartGenerate(format!("failed to serialize Chart.yaml: {err}")))?;
-    Ok(format!("{GENERATED_HEADER}\n{yaml}"))
+    })
 }
 
 /// The chart's `README.md`: how to install it and every value.

@@ -2,7 +2,7 @@
 //! token string ([`Hole::token`]); [`render_template`] writes it as Helm template text and
 //! [`fill_holes`] fills it with values (the unit tests fill it with the defaults).
 
-use initializer_crds::constants;
+use initializer_crds::{constants, yaml};
 use serde_json::{Map, Value};
 
 use super::HELPER;
@@ -213,7 +213,7 @@ pub fn fill_holes(value: &Value, fill: &impl Fn(Hole) -> Value) -> Value {
 
 /// Writes `object` as a template: YAML whose hole tokens become template text.
 pub fn render_template(object: &Value) -> Result<String, Error> {
-    let yaml = serde_yaml::to_string(object)
+    let yaml = yaml::to_string(object)
         .map_err(|err| Error::ChartGenerate(format!("failed to serialize an object: {err}")))?;
     // Literal braces (the alerts' own `{{ $labels.x }}` templates) are printed by Helm as text.
     let yaml = yaml.replace("{{", "{{ \"{{\" }}");
@@ -239,7 +239,8 @@ fn render_line(line: &str) -> Vec<String> {
     let indent = line.len() - line.trim_start().len();
     let pad = " ".repeat(indent);
     for hole in HOLES {
-        let quoted = format!("'{}'", hole.token());
+        // The emitter double-quotes a token (`@` cannot start a plain scalar).
+        let quoted = format!("\"{}\"", hole.token());
         if !line.contains(&quoted) {
             continue;
         }
@@ -248,7 +249,7 @@ fn render_line(line: &str) -> Vec<String> {
             Shape::Inline(text) => vec![line.replace(&quoted, &text)],
             Shape::Block(lines) => {
                 let (head, at) =
-                    if trimmed == format!("- {quoted}") || trimmed == format!("{quoted}: ''") {
+                    if trimmed == format!("- {quoted}") || trimmed == format!("{quoted}: \"\"") {
                         (None, indent)
                     } else if let Some(key) = trimmed.strip_suffix(&format!(" {quoted}")) {
                         (Some(format!("{pad}{key}")), indent + 2)

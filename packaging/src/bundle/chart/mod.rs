@@ -142,7 +142,7 @@ pub fn from_bundle(bundle: &Bundle) -> Result<Chart, Error> {
         );
     }
     for (path, text) in bundle.manifests() {
-        let is_crd = serde_yaml::from_str::<Value>(text)
+        let is_crd = serde_saphyr::from_str::<Value>(text)
             .ok()
             .and_then(|value| {
                 value

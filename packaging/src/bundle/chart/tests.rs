@@ -213,9 +213,19 @@ fn filling_a_key_hole_merges_entries_and_a_list_hole_splices_items() {
 }
 
 #[test]
+fn the_committed_chart_yaml_reads_back_as_its_metadata() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(CHART_DIR)
+        .join("Chart.yaml");
+    let read: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(read, super::files::chart_metadata());
+}
+
+#[test]
 fn values_yaml_holds_every_default_and_the_schema_describes_every_value() {
     let chart = generate().unwrap();
-    let values: Value = serde_yaml::from_str(chart.file("values.yaml").unwrap()).unwrap();
+    let values: Value = serde_saphyr::from_str(chart.file("values.yaml").unwrap()).unwrap();
     let schema: Value = serde_json::from_str(chart.file("values.schema.json").unwrap()).unwrap();
     let plan = install::plan(&bundle(), NS).unwrap();
     let fields = super::values(&Defaults::from_plan(&plan).unwrap());

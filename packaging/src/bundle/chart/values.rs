@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use initializer_crds::yaml;
 use serde_json::{Map, Value, json};
 
 use super::defaults::Defaults;
@@ -362,7 +363,7 @@ fn write_values(fields: &[Field], indent: usize, text: &mut String) -> Result<()
                 write_values(children, indent + 2, text)?;
             }
             Node::Leaf { default, .. } => {
-                let yaml = serde_yaml::to_string(default).map_err(|err| {
+                let yaml = yaml::to_string(default).map_err(|err| {
                     Error::ChartGenerate(format!("failed to serialize a default: {err}"))
                 })?;
                 let nested = match default {

@@ -9,7 +9,8 @@ use super::{Check, ObjectDiff, Outcome, Report};
 
 /// The object as YAML, as `kubectl get -o yaml` writes it (keys in order).
 pub fn yaml(object: &Value) -> String {
-    serde_yaml::to_string(object).unwrap_or_else(|e| format!("# failed to write YAML: {e}\n"))
+    initializer_crds::yaml::to_string(object)
+        .unwrap_or_else(|e| format!("# failed to write YAML: {e}\n"))
 }
 
 /// A unified diff (three lines of context) from `before` to `after` under the header

@@ -376,8 +376,8 @@ fn engines_that_disagree_are_reported_with_both_changes() {
         out.contains("+++ Deployment/apps/web (after Initializer sidecar, policy)"),
         "{out}"
     );
-    assert!(out.contains("+    a: '1'"), "{out}");
-    assert!(out.contains("+    b: '2'"), "{out}");
+    assert!(out.contains("+    a: \"1\""), "{out}");
+    assert!(out.contains("+    b: \"2\""), "{out}");
 }
 
 #[tokio::test]
