@@ -115,9 +115,8 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[
 
 /// Scenarios that need the operator told where to prove a preset's policy, which the chart's
 /// `policyCanaryNamespace` does (E2E_INSTALL=helm, as make e2e-real installs) and the bundle's
-/// install does not; and an API server serving MutatingAdmissionPolicy, which kind's node image
-/// does not (kindest/node v1.31.2, or the v1.35.4 image `make e2e-kind` builds where it cannot be
-/// pulled: neither has the beta turned on), nor does `make e2e-kind` install with Helm.
+/// install does not; and an API server serving MutatingAdmissionPolicy. kind's node (1.37)
+/// serves it, but `make e2e-kind` installs from the bundle.
 const ONLY_WITH_THE_POLICY_ENGINE: &[&str] =
     &["preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook"];
 const POLICY_ENGINE: &str = "needs MutatingAdmissionPolicy and the operator's policy canary namespace: runs on the real control plane installed with Helm (make e2e-real)";
