@@ -33,9 +33,9 @@ use initializer_crds::constants::NAMESPACE_NAME_LABEL;
 use initializer_crds::{AnnotationGate, InitializerSpec, PresetConfig};
 use initializer_operator::build;
 use initializer_operator::engine::compare::comparable;
-use initializer_operator::engine::proof::PolicyObjects;
+use initializer_operator::engine::proof::{self, PolicyObjects};
 use initializer_operator::policy::corpus::{self, CorpusObject};
-use initializer_operator::policy::served::{self, Discovered};
+use initializer_operator::policy::served;
 use initializer_operator::policy::{self, BindingScope};
 use initializer_operator::tls;
 use initializer_operator::validate::{Validated, validate};
@@ -293,22 +293,7 @@ async fn in_force(client: &Client, namespace: &str, what: &str) -> Duration {
 
 /// The version the API server serves MutatingAdmissionPolicy at, as the operator finds it.
 async fn served_version(client: &Client) -> &'static str {
-    let mut discovered = Vec::new();
-    for version in served::VERSIONS {
-        let uri = format!("/apis/{}/{version}", served::GROUP);
-        let (code, list) = raw(client, "GET", &uri, None, None, None).await.unwrap();
-        if code == 200 {
-            let resources = list["resources"].as_array().cloned().unwrap_or_default();
-            discovered.push(Discovered {
-                version: version.to_owned(),
-                resources: resources
-                    .iter()
-                    .filter_map(|r| r["name"].as_str().map(str::to_owned))
-                    .collect(),
-            });
-        }
-    }
-    served::served_version(&discovered).unwrap()
+    proof::served_version(client).await.unwrap().unwrap()
 }
 
 async fn the_compiled_preset_policy_does_what_the_webhook_does(cluster: &TestCluster) {
@@ -403,7 +388,7 @@ async fn the_compiled_preset_policy_does_what_the_webhook_does(cluster: &TestClu
 /// from the same preset with one env var's value changed, as a compiler bug would make it. The
 /// proof must say where they differ, and leave no policy or binding behind.
 async fn a_policy_that_disagrees_with_its_webhook_is_disproved_and_removed(cluster: &TestCluster) {
-    use initializer_operator::engine::proof::{self, PolicyObjects, Unproven};
+    use initializer_operator::engine::proof::Unproven;
 
     let client = cluster.client();
     create_namespace(&client, POLICY_NS).await;

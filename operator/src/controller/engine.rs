@@ -23,7 +23,7 @@ use crate::engine::{self, Canary, EngineView, Plan, Remembered, Settled, Why, co
 use crate::error::{Error, Result};
 use crate::events::Reason;
 use crate::missed::selector_matches;
-use crate::policy::served::{self, Discovered, NotServed};
+use crate::policy::served::NotServed;
 use crate::policy::{BindingScope, Compiled};
 use crate::selector;
 use crate::supervisor::Report;
@@ -60,25 +60,7 @@ impl PolicyApi {
                 return Ok(served.clone());
             }
         }
-        let mut discovered = Vec::new();
-        for version in served::VERSIONS {
-            let group_version = format!("{}/{version}", served::GROUP);
-            match client.list_api_group_resources(&group_version).await {
-                Ok(list) => discovered.push(Discovered {
-                    version: version.to_owned(),
-                    resources: list.resources.into_iter().map(|r| r.name).collect(),
-                }),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(source) => {
-                    return Err(Error::Get {
-                        kind: "APIResourceList",
-                        name: group_version,
-                        source: Box::new(source),
-                    });
-                }
-            }
-        }
-        let served = served::served_version(&discovered);
+        let served = proof::served_version(client).await?;
         *self
             .served
             .lock()

@@ -20,7 +20,7 @@ use super::compare::{self, PROOF_LABEL, ProofObject};
 use crate::error::{Error, Result};
 use crate::ownership;
 use crate::policy::api::{MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
-use crate::policy::served::GROUP;
+use crate::policy::served::{self, Discovered, GROUP, NotServed};
 use crate::policy::{BindingScope, Compiled, RequestFacts};
 use crate::validate::Validated;
 
@@ -56,6 +56,33 @@ pub struct Proven {
     pub injected: usize,
     /// From the first apply to the policy confirmed in force everywhere.
     pub took: Duration,
+}
+
+/// The version the API server serves MutatingAdmissionPolicy and its binding at, from its
+/// discovery of each version the compiler writes, or why none can be used. Uncached: the
+/// controller keeps its own answer for a while.
+pub async fn served_version(
+    client: &Client,
+) -> Result<std::result::Result<&'static str, NotServed>> {
+    let mut discovered = Vec::new();
+    for version in served::VERSIONS {
+        let group_version = format!("{GROUP}/{version}");
+        match client.list_api_group_resources(&group_version).await {
+            Ok(list) => discovered.push(Discovered {
+                version: version.to_owned(),
+                resources: list.resources.into_iter().map(|r| r.name).collect(),
+            }),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Get {
+                    kind: "APIResourceList",
+                    name: group_version,
+                    source: Box::new(source),
+                });
+            }
+        }
+    }
+    Ok(served::served_version(&discovered))
 }
 
 /// The policy and binding of one Initializer at one served version.

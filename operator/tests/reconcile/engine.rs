@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use initializer_crds::constants::{INITIALIZED_BY_ANNOTATION, INITIALIZER_LABEL};
 use initializer_crds::{EngineInForce, Initializer, Phase};
-use initializer_operator::policy::served::{self, Discovered};
+use initializer_operator::engine::proof;
+use initializer_operator::policy::served;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -162,19 +163,7 @@ async fn wait_engine(
 /// The version the API server serves MutatingAdmissionPolicy at (v1 from 1.36, v1beta1 on 1.35
 /// with the beta on), as the operator finds it.
 async fn served_version(client: &Client) -> &'static str {
-    let mut discovered = Vec::new();
-    for version in served::VERSIONS {
-        if let Ok(list) = client
-            .list_api_group_resources(&format!("{}/{version}", served::GROUP))
-            .await
-        {
-            discovered.push(Discovered {
-                version: version.to_owned(),
-                resources: list.resources.into_iter().map(|r| r.name).collect(),
-            });
-        }
-    }
-    served::served_version(&discovered).unwrap()
+    proof::served_version(client).await.unwrap().unwrap()
 }
 
 async fn policy_objects(client: &Client, kind: &str, plural: &str) -> Api<DynamicObject> {
