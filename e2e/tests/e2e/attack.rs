@@ -38,17 +38,22 @@ const ATTACKER_ADDRESSES: u8 = 20;
 const REOPEN_AFTER: Duration = Duration::from_millis(1_000);
 /// How long creates run under the attack.
 const ATTACK_WINDOW: Duration = Duration::from_secs(30);
-/// Connections the attacker must hold before the window starts: most of the server's default
-/// cap (256), so the attack is on when the creates begin.
-const HELD_BEFORE_THE_WINDOW: usize = 200;
+/// Connections the attacker must have open at once before the window starts, in any phase:
+/// most of the server's default cap (256), so the attack is on when the creates begin. Not the
+/// ones past their handshake: the server makes room by closing idle connections, so with more
+/// attacker connections than slots most of them are always new (the attacker keeps about 60
+/// of 256 past their handshake on the real control plane, 256 on kind, where they share one
+/// address and the per-peer share turns the rest away).
+const CONNECTED_BEFORE_THE_WINDOW: usize = 200;
 /// The serving port of the process contract.
 const INITIALIZER_PORT: u16 = 8443;
 
-/// The attacker's last report: `held idle=… slow=… opened=… closed_by_server=… failed=…`.
+/// The attacker's last report: `held idle=… slow=… connected=… opened=… closed_by_server=…
+/// failed=…`.
 #[derive(Clone, Debug, Default)]
 struct Report {
     line: String,
-    held: usize,
+    connected: usize,
 }
 
 fn parse_report(line: &str) -> Report {
@@ -59,7 +64,7 @@ fn parse_report(line: &str) -> Report {
     };
     Report {
         line: line.to_string(),
-        held: field("idle=") + field("slow="),
+        connected: field("connected="),
     }
 }
 
@@ -197,11 +202,11 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
     let last_report = || report.lock().map(|r| r.clone()).unwrap_or_default();
 
     let attack = wait::until(
-        format!("the attacker to hold {HELD_BEFORE_THE_WINDOW} connections"),
+        format!("the attacker to have {CONNECTED_BEFORE_THE_WINDOW} connections open"),
         STEP_TIMEOUT,
         || async {
             let report = last_report();
-            Ok(if report.held >= HELD_BEFORE_THE_WINDOW {
+            Ok(if report.connected >= CONNECTED_BEFORE_THE_WINDOW {
                 Check::Done(report)
             } else {
                 Check::Pending(format!("attacker: {}", report.line))
