@@ -161,7 +161,9 @@ pub async fn install_with_helm(chart: &Path, kubeconfig: &Path) -> anyhow::Resul
     Ok(())
 }
 
-/// Runs `initializer-operator install --bundle DIR` against `kubeconfig`.
+/// Runs `initializer-operator install --bundle DIR` against `kubeconfig`, telling the operator
+/// where to prove a preset's policy (`--env`, as the chart's `policyCanaryNamespace` and a
+/// Subscription's `config.env` would).
 pub async fn install_from_bundle(bundle: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
     let binary = paths::binary(images::OPERATOR)?;
     let output = tokio::time::timeout(
@@ -170,6 +172,8 @@ pub async fn install_from_bundle(bundle: &Path, kubeconfig: &Path) -> anyhow::Re
             .arg("install")
             .arg("--bundle")
             .arg(bundle)
+            .arg("--env")
+            .arg(format!("POLICY_CANARY_NAMESPACE={POLICY_CANARY_NAMESPACE}"))
             .env("KUBECONFIG", kubeconfig)
             .kill_on_drop(true)
             .output(),

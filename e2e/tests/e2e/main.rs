@@ -24,7 +24,6 @@ use std::process::ExitCode;
 
 use futures::FutureExt;
 use initializer_e2e::backend::BackendChoice;
-use initializer_e2e::install::InstallMethod;
 use initializer_e2e::runner::{self, Scenario};
 use initializer_e2e::starve;
 
@@ -109,17 +108,9 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[
     ),
     (
         "preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook",
-        "not on the sandbox: it does not serve MutatingAdmissionPolicy (runs on the real control plane)",
+        "not on the sandbox: it does not serve MutatingAdmissionPolicy (runs on the real control plane and on kind)",
     ),
 ];
-
-/// Scenarios that need the operator told where to prove a preset's policy, which the chart's
-/// `policyCanaryNamespace` does (E2E_INSTALL=helm, as make e2e-real installs) and the bundle's
-/// install does not; and an API server serving MutatingAdmissionPolicy. kind's node (1.37)
-/// serves it, but `make e2e-kind` installs from the bundle.
-const ONLY_WITH_THE_POLICY_ENGINE: &[&str] =
-    &["preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook"];
-const POLICY_ENGINE: &str = "needs MutatingAdmissionPolicy and the operator's policy canary namespace: runs on the real control plane installed with Helm (make e2e-real)";
 
 /// Scenarios the real control plane cannot pass yet, and what they wait for.
 const NOT_YET_ON_THE_REAL_CONTROL_PLANE: &[(&str, &str)] = &[];
@@ -183,11 +174,6 @@ fn scenarios() -> Vec<Scenario> {
             .map(|name| (*name, PODS_AS_PROCESSES));
         let cannot_starve = starve::unavailable()
             .map(|why| ("starved_operator_fails_no_healthy_initializer_open", why));
-        let helm = matches!(InstallMethod::from_env(), Ok(InstallMethod::Helm));
-        let no_policy_engine = ONLY_WITH_THE_POLICY_ENGINE
-            .iter()
-            .filter(|_| !(real && helm))
-            .map(|name| (*name, POLICY_ENGINE));
         let proven_already = PROVEN_BY_THE_API_SERVER
             .iter()
             .filter(|_| kind)
@@ -199,7 +185,6 @@ fn scenarios() -> Vec<Scenario> {
             .chain(not_here)
             .chain(proven_already)
             .chain(cannot_starve)
-            .chain(no_policy_engine)
             .find(|(name, _)| *name == scenario.name)
             .map(|(_, reason)| reason)
     };
@@ -225,7 +210,6 @@ fn unknown_names() -> Vec<&'static str> {
         .chain(NOT_YET_ON_THE_REAL_CONTROL_PLANE)
         .chain(ONLY_ON_REAL_NODES)
         .map(|(name, _)| *name)
-        .chain(ONLY_WITH_THE_POLICY_ENGINE.iter().copied())
         .chain(ONLY_WITH_PODS_AS_PROCESSES.iter().copied())
         .chain(PROVEN_BY_THE_API_SERVER.iter().copied())
         .filter(|name| !names.contains(name))

@@ -17,7 +17,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{EnvVar, Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -40,7 +40,7 @@ mod plan;
 
 pub use plan::{
     InstallPlan, UninstallStep, binds_install, installed_by_us, installer_labels, monitoring_split,
-    plan, steps,
+    parse_env, plan, steps,
 };
 
 /// Field manager of every server-side apply the installer makes.
@@ -62,6 +62,11 @@ pub struct InstallArgs {
     /// How long to wait for the CRDs and the operator to become available, in seconds.
     #[arg(long, default_value_t = 180)]
     pub timeout: u64,
+    /// A variable set on every container of the operator's Deployments, as OLM's Subscription
+    /// `spec.config.env` sets it (replacing one of the same name); repeatable. E.g.
+    /// `--env POLICY_CANARY_NAMESPACE=initializer-canary`.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub env: Vec<EnvVar>,
 }
 
 /// Flags of `initializer-operator uninstall`.
@@ -98,7 +103,8 @@ impl UninstallArgs {
 /// Reads the bundle in `args.bundle` and installs it; returns once the operator is available.
 pub async fn run_install(client: Client, args: &InstallArgs) -> Result<(), Error> {
     let bundle = Bundle::read(&args.bundle)?;
-    let plan = plan(&bundle, &args.namespace)?;
+    let mut plan = plan(&bundle, &args.namespace)?;
+    plan.set_env(&args.env);
     install(client, &plan, Duration::from_secs(args.timeout)).await
 }
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{EnvVar, Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -108,6 +108,40 @@ pub struct InstallPlan {
     pub guard_policy: ValidatingAdmissionPolicy,
     /// The guard's binding.
     pub guard_binding: ValidatingAdmissionPolicyBinding,
+}
+
+impl InstallPlan {
+    /// Sets `env` on every container of every Deployment, as OLM sets a Subscription's
+    /// `spec.config.env`: a variable of the same name is replaced in place, the others are
+    /// appended in the order given.
+    pub fn set_env(&mut self, env: &[EnvVar]) {
+        let containers = self
+            .deployments
+            .iter_mut()
+            .filter_map(|deployment| deployment.spec.template.spec.as_mut())
+            .flat_map(|pod| pod.containers.iter_mut());
+        for container in containers {
+            let present = container.env.get_or_insert_default();
+            for var in env {
+                match present.iter_mut().find(|p| p.name == var.name) {
+                    Some(same_name) => *same_name = var.clone(),
+                    None => present.push(var.clone()),
+                }
+            }
+        }
+    }
+}
+
+/// Reads `--env`'s `NAME=VALUE` (the value may be empty and may hold `=`).
+pub fn parse_env(text: &str) -> Result<EnvVar, String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok(EnvVar {
+            name: name.to_string(),
+            value: Some(value.to_string()),
+            ..EnvVar::default()
+        }),
+        _ => Err(format!("expected NAME=VALUE, got {text:?}")),
+    }
 }
 
 /// Splits the plan's monitoring objects into those to apply and the kinds to skip, given the
@@ -372,6 +406,54 @@ mod tests {
 
     fn generated_plan() -> InstallPlan {
         plan(&bundle::generate().unwrap(), "initializer-system").unwrap()
+    }
+
+    fn env_of(plan: &InstallPlan) -> Vec<(String, Option<String>)> {
+        let pod = plan.deployments[0].spec.template.spec.as_ref();
+        pod.unwrap().containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|var| (var.name.clone(), var.value.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn env_is_set_on_the_operator_as_a_subscription_sets_it() {
+        let mut plan = generated_plan();
+        let before = env_of(&plan);
+        let existing = before[0].0.clone();
+        let env = [
+            parse_env("POLICY_CANARY_NAMESPACE=canary").unwrap(),
+            parse_env(&format!("{existing}=replaced")).unwrap(),
+            parse_env("EMPTY=").unwrap(),
+        ];
+        plan.set_env(&env);
+        let after = env_of(&plan);
+        assert_eq!(after.len(), before.len() + 2, "{after:?}");
+        assert_eq!(after[0], (existing, Some("replaced".to_string())));
+        assert_eq!(after[1..before.len()], before[1..]);
+        assert_eq!(
+            after[before.len()..],
+            [
+                (
+                    "POLICY_CANARY_NAMESPACE".to_string(),
+                    Some("canary".to_string())
+                ),
+                ("EMPTY".to_string(), Some(String::new())),
+            ]
+        );
+        plan.set_env(&env);
+        assert_eq!(env_of(&plan), after, "setting it again changes nothing");
+    }
+
+    #[test]
+    fn env_without_a_name_or_an_equals_sign_is_refused() {
+        assert_eq!(parse_env("A=b=c").unwrap().value.as_deref(), Some("b=c"));
+        for bad in ["=value", "NAME", ""] {
+            let err = parse_env(bad).unwrap_err();
+            assert!(err.contains("expected NAME=VALUE"), "{bad}: {err}");
+        }
     }
 
     #[test]
