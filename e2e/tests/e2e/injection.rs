@@ -3,12 +3,13 @@
 use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
+use initializer_crds::constants::{CONFIG_FILE, INITIALIZER_LABEL};
 use initializer_crds::images;
 use initializer_e2e::fixtures::{self, Health, SIDECAR_CONTAINER};
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -248,6 +249,110 @@ pub async fn test_certificates_go_to_pods_in_test_namespaces(ctx: Ctx) -> anyhow
     ensure!(
         !other_volumes.iter().any(|v| v == "test-certs"),
         "a pod in {other_ns}, not a test namespace, got the test-certs volume: volumes {other_volumes:?}"
+    );
+    Ok(())
+}
+
+/// A container restart rule (`restartPolicyRules`, Kubernetes 1.34, on by default from 1.35):
+/// newer than the oldest Pod types the SDK builds against (1.33).
+fn restart_rules() -> Value {
+    json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}])
+}
+
+/// An environment variable read from a file (`fileKeyRef`, Kubernetes 1.34, on by default from
+/// 1.35), in an emptyDir the preset injects too.
+fn file_key_ref() -> Value {
+    json!({"path": "current.env", "volumeName": "current-env", "key": "CURRENT", "optional": true})
+}
+
+/// The container called `name` in `containers` (a JSON array), or `Null`.
+fn named<'a>(containers: Option<&'a Value>, name: &str) -> &'a Value {
+    containers
+        .and_then(Value::as_array)
+        .and_then(|all| all.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+/// What of the two new fields `containers` (the injected container) and `env` (the injected
+/// variable) hold, as `(restartPolicyRules, fileKeyRef)`.
+fn new_fields<'a>(containers: Option<&'a Value>, env: Option<&'a Value>) -> (&'a Value, &'a Value) {
+    let variable = env
+        .and_then(Value::as_array)
+        .and_then(|all| all.iter().find(|v| v["name"] == "CURRENT_FROM_FILE"))
+        .unwrap_or(&Value::Null);
+    (
+        &named(containers, "current-sidecar")["restartPolicyRules"],
+        &variable["valueFrom"]["fileKeyRef"],
+    )
+}
+
+/// Pod fields newer than 1.33 in a preset lose nothing on their way: not in the Initializer the
+/// API server stores (the CRD's schema embeds current Pod types, nothing is pruned), not in the
+/// preset's configuration the operator writes, and not in the pod the preset injects.
+pub async fn preset_keeps_pod_fields_newer_than_1_33(ctx: Ctx) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("current-init", &ctx.env.operator_namespace)
+        .await?;
+    let name = ctx.scope.name("current");
+    let initializer = fixtures::initializer(
+        &name,
+        json!({
+            "preset": {"inject": {
+                "containers": [{"name": "current-sidecar", "image": "busybox:1.36",
+                                "command": ["sleep", "3600"], "restartPolicy": "Never",
+                                "restartPolicyRules": restart_rules()}],
+                "env": [{"name": "CURRENT_FROM_FILE", "valueFrom": {"fileKeyRef": file_key_ref()}}],
+                "volumes": [{"name": "current-env", "emptyDir": {}}],
+            }},
+            "namespace": workload_ns,
+            "rules": pod_rules(),
+            "namespaces": fixtures::target_namespaces(&ctx.scope.target_selector()),
+            "replicas": 1,
+        }),
+    )?;
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    let (_, registered) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
+    ctx.row
+        .update(|row| row.to_registered = Some(registered - applied));
+    let expected = (&restart_rules(), &file_key_ref());
+
+    let stored = serde_json::to_value(ops::initializer(&client, &name).await?)?;
+    let inject = &stored["spec"]["preset"]["inject"];
+    let found = new_fields(inject.get("containers"), inject.get("env"));
+    ensure!(
+        found == expected,
+        "the stored Initializer lost new Pod fields: {found:?}, applied {expected:?}"
+    );
+
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &workload_ns)
+        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}={name}")))
+        .await
+        .context("failed to list the preset's ConfigMaps")?;
+    let config: Value = config_maps
+        .items
+        .iter()
+        .find_map(|map| map.data.as_ref()?.get(CONFIG_FILE))
+        .map(|text| serde_saphyr::from_str(text))
+        .transpose()
+        .context("failed to read the preset's configuration")?
+        .with_context(|| format!("no ConfigMap in {workload_ns} holds {CONFIG_FILE} of {name}"))?;
+    let inject = &config["inject"];
+    let found = new_fields(inject.get("containers"), inject.get("env"));
+    ensure!(
+        found == expected,
+        "the preset's configuration lost new Pod fields: {found:?}, applied {expected:?}"
+    );
+
+    let target_ns = ctx.scope.target_namespace("apps").await?;
+    let pod = serde_json::to_value(create_pod(&ctx, &target_ns, "app", None).await?)?;
+    let containers = pod.pointer("/spec/containers");
+    let found = new_fields(containers, named(containers, "app").get("env"));
+    ensure!(
+        found == expected,
+        "the injected pod lost new Pod fields: {found:?}, applied {expected:?}"
     );
     Ok(())
 }

@@ -48,6 +48,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(injection::secret_guard_denial_reaches_the_client),
     scenario!(injection::proxy_sidecar_goes_to_pods_exposing_port_80),
     scenario!(injection::test_certificates_go_to_pods_in_test_namespaces),
+    scenario!(injection::preset_keeps_pod_fields_newer_than_1_33),
     scenario!(registration::own_pods_and_system_namespaces_are_never_intercepted),
     scenario!(engine::preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook),
     scenario!(failure::hung_initializer_is_deregistered_within_budget),
@@ -145,6 +146,7 @@ const REAL_NODES: &str =
 /// e2e/controlplane/go). On kind the suite runs what it adds: pods started, probed, restarted
 /// and killed by a real kubelet, our images in a container runtime, a real pod network.
 const PROVEN_BY_THE_API_SERVER: &[&str] = &[
+    "preset_keeps_pod_fields_newer_than_1_33",
     "own_pods_and_system_namespaces_are_never_intercepted",
     "deregistration_alert_fires_while_the_initializer_hangs",
     "fallback_refuses_short_secrets_while_the_guard_is_down",
