@@ -860,21 +860,20 @@ fn next_chart(chart: &Path, dir: &Path) -> anyhow::Result<PathBuf> {
         &next.display().to_string(),
     ])?;
     let path = next.join("Chart.yaml");
-    let text = std::fs::read_to_string(&path)?;
-    let bumped = text
-        .replace(
-            &format!("appVersion: {}", olm::VERSION),
-            &format!("appVersion: {}", olm::NEXT_VERSION),
-        )
-        .replace(
-            &format!("\nversion: {}", olm::VERSION),
-            &format!("\nversion: {}", olm::NEXT_VERSION),
+    let mut chart_yaml: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&path)?)
+            .with_context(|| format!("failed to read {}", path.display()))?;
+    for key in ["version", "appVersion"] {
+        ensure!(
+            chart_yaml[key] == olm::VERSION,
+            "failed to bump {}: its {key} is {}, not {}",
+            path.display(),
+            chart_yaml[key],
+            olm::VERSION
         );
-    ensure!(
-        bumped.matches(olm::NEXT_VERSION).count() == 2,
-        "failed to bump {}",
-        path.display()
-    );
+        chart_yaml[key] = json!(olm::NEXT_VERSION);
+    }
+    let bumped = initializer_crds::yaml::to_string(&chart_yaml)?;
     std::fs::write(&path, bumped)?;
     Ok(next)
 }
