@@ -256,7 +256,7 @@ bundle:
 	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
 	$(CARGO) run -q -p initializer-operator -- monitoring
 
-## helm: build helm from helm.sh/helm/v3 (tools/helm/go.mod) into target/tools/helm; instant when built
+## helm: build Helm 4 from helm.sh/helm/v4 (tools/helm/go.mod) into target/tools/helm; instant when built
 helm:
 	tools/helm/build.sh >/dev/null
 

@@ -1,5 +1,5 @@
 //! The committed Helm chart is what the generator produces, and the real `helm` (built from
-//! helm.sh/helm/v3 by `tools/helm/build.sh`) renders it, with its defaults, into exactly the
+//! helm.sh/helm/v4 by `tools/helm/build.sh`) renders it, with its defaults, into exactly the
 //! objects `install --bundle` applies; and values reach the objects they name. (That kube-apiserver
 //! accepts every rendered object is `operator/tests/helm_dry_run.rs`, which has the clusters.)
 //!

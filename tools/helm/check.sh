@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the Helm chart with the real helm (built from helm.sh/helm/v3 by build.sh):
+# Checks the Helm chart with the real helm (built from helm.sh/helm/v4 by build.sh):
 #
 #   tools/helm/check.sh                  # lint, template, and every invalid values file refused
 #   tools/helm/check.sh --server         # also: helm template | kubectl apply --server-side
