@@ -153,7 +153,7 @@ conformance: build controlplane
 	$(CARGO) test -p initializer-e2e --test conformance -- --include-ignored
 
 ## legacy-conformance: the sandbox's legacy mode (Kubernetes 1.7-1.13 Initializers) and the SDK's
-## controller mode against the sandbox and a real kube-apiserver v1.13.0 (tools/legacy-apiserver,
+## controller mode against the sandbox and a real kube-apiserver v1.13.3 (tools/legacy-apiserver,
 ## with the control plane's etcd, on loopback), one body per test, in one process (the 1.13
 ## results are listed as ignored by a plain `cargo test`)
 legacy-conformance: build controlplane legacy-apiserver
@@ -167,7 +167,7 @@ oldest-minor: build
 	K8S_VERSION=$(OLDEST_K8S) $(MAKE) --no-print-directory conformance
 	K8S_VERSION=$(OLDEST_K8S) $(CARGO) test -p initializer-operator --test preset_policy -- --ignored
 
-## legacy-apiserver: build kube-apiserver v1.13.0, the last release with Initializers, from the Go
+## legacy-apiserver: build kube-apiserver v1.13.3, of the last minor with Initializers, from the Go
 ## module proxy into target/tools/kube-apiserver-1.13 (tools/legacy-apiserver); instant when built
 legacy-apiserver:
 	tools/legacy-apiserver/build.sh >/dev/null

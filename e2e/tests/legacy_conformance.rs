@@ -1,7 +1,7 @@
 //! The sandbox's legacy mode answers to the real thing: one set of Initializers tests
 //! (Kubernetes 1.7–1.13, `admissionregistration.k8s.io/v1alpha1`), run against the sandbox
-//! started with `legacy_initializers` and against a real kube-apiserver v1.13.0, the last
-//! release that had them (`initializer_controlplane::LegacyApiServer`,
+//! started with `legacy_initializers` and against a real kube-apiserver v1.13.3, of the last
+//! minor that had them (`initializer_controlplane::LegacyApiServer`,
 //! `tools/legacy-apiserver/`).
 //!
 //! Every body is an `async fn(&Target) -> anyhow::Result<()>` in a namespace of its own. The

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver v1.13.0, the last release that served Initializers
+# Builds kube-apiserver v1.13.3, of the last minor that served Initializers
 # (admissionregistration.k8s.io/v1alpha1, removed in 1.14), from the Go module proxy only, with
-# today's Go, into target/tools/kube-apiserver-1.13, and prints the binary's path.
+# today's Go, into target/tools/kube-apiserver-1.13, and prints the binary's path. 1.13.3 rather
+# than 1.13.0: it is the first 1.13 release with the fix of kubernetes/kubernetes#71696 (a write
+# that raced the end of its request was answered 200 with an empty body, seen here under load),
+# and the packages kube-apiserver imports are pinned to the same revisions as in 1.13.0, so
+# deps.txt serves both.
 #
 #   tools/legacy-apiserver/build.sh     # instant when already built
 #
 # 1.13 predates go.mod: it was built in GOPATH mode from a vendor/ tree pinned by
-# Godeps/Godeps.json. The module zip of k8s.io/kubernetes@v1.13.0 has Godeps.json but no vendor/,
+# Godeps/Godeps.json. The module zip of k8s.io/kubernetes@v1.13.3 has Godeps.json but no vendor/,
 # so this script rebuilds that tree: the zip's source goes to a GOPATH under target/, vendor/k8s.io/*
 # link to staging/ (as in the 1.13 repository), and every other repository kube-apiserver
 # imports is copied from the module version deps.txt names (written by gen-deps.py from
@@ -16,13 +20,13 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
 source "$here/../lib/go-tool.sh"
-version=v1.13.0
+version=v1.13.3
 cache="${LEGACY_APISERVER_CACHE:-$(cd "$here/../.." && pwd)/target/tools}"
 out="$cache/kube-apiserver-1.13"
 work="$cache/legacy-apiserver"
 tree="$work/gopath/src/k8s.io/kubernetes"
 
-if [[ -x "$out" && -f "$work/.complete" ]]; then
+if [[ -x "$out" && "$(cat "$work/.complete" 2>/dev/null)" == "$version" ]]; then
   echo "$out"
   exit 0
 fi
@@ -89,5 +93,5 @@ echo "building kube-apiserver $version (GOPATH mode, $(go env GOVERSION))" >&2
 started=$SECONDS
 (cd "$tree" && go build -trimpath -ldflags "$ldflags" -o "$out" ./cmd/kube-apiserver)
 echo "built kube-apiserver $version in $((SECONDS - started)) s ($(du -m "$out" | cut -f1) MiB)" >&2
-touch "$work/.complete"
+echo "$version" >"$work/.complete"
 echo "$out"

@@ -1,4 +1,4 @@
-//! kube-apiserver v1.13.0, the last release with Initializers, for the legacy conformance tier.
+//! kube-apiserver v1.13.3, of the last minor with Initializers, for the legacy conformance tier.
 //!
 //! `tools/legacy-apiserver/build.sh` builds the binary into `target/tools/kube-apiserver-1.13`
 //! (`make legacy-apiserver`); etcd is the control plane's own (v3.6.5, which 1.13's etcd client
@@ -35,7 +35,7 @@ use crate::layout::Layout;
 use crate::{Error, binaries, client_for, http_get, pki};
 
 /// The Kubernetes version the legacy binary is.
-pub const LEGACY_VERSION: &str = "1.13.0";
+pub const LEGACY_VERSION: &str = "1.13.3";
 /// The user name of the admin token (in `system:masters`).
 pub const ADMIN_USER: &str = "legacy-admin";
 /// The user name of the unprivileged token (in no group: RBAC grants it nothing by itself).
