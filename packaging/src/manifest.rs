@@ -180,7 +180,7 @@ fn downward_env(name: &str, field_path: &str) -> EnvVar {
 }
 
 /// An env var with a literal value.
-fn literal_env(name: &str, value: impl Into<String>) -> EnvVar {
+pub(crate) fn literal_env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
         name: name.to_string(),
         value: Some(value.into()),

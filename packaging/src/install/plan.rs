@@ -22,6 +22,7 @@ use super::{MANAGED_BY_VALUE, UninstallArgs};
 use crate::bundle::csv::{ClusterServiceVersion, StrategyDeploymentPermissions};
 use crate::bundle::{self, Bundle, BundleViolation};
 use crate::error::Error;
+use crate::manifest;
 
 /// One step of an uninstall.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,11 +136,7 @@ impl InstallPlan {
 /// Reads `--env`'s `NAME=VALUE` (the value may be empty and may hold `=`).
 pub fn parse_env(text: &str) -> Result<EnvVar, String> {
     match text.split_once('=') {
-        Some((name, value)) if !name.is_empty() => Ok(EnvVar {
-            name: name.to_string(),
-            value: Some(value.to_string()),
-            ..EnvVar::default()
-        }),
+        Some((name, value)) if !name.is_empty() => Ok(manifest::literal_env(name, value)),
         _ => Err(format!("expected NAME=VALUE, got {text:?}")),
     }
 }
@@ -402,7 +399,6 @@ mod tests {
     use kube::ResourceExt;
 
     use super::*;
-    use crate::manifest;
 
     fn generated_plan() -> InstallPlan {
         plan(&bundle::generate().unwrap(), "initializer-system").unwrap()
