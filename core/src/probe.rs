@@ -15,6 +15,7 @@ use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -644,7 +645,10 @@ pub async fn probe_each(
         let (tls, body, uid) = (&tls, body.clone(), uid.as_str());
         async move {
             let started = Instant::now();
-            let result = tokio::time::timeout(budget, call(connector, tls, *addr, body, uid)).await;
+            let reached = Reached::default();
+            let result =
+                tokio::time::timeout(budget, call(connector, tls, *addr, body, uid, &reached))
+                    .await;
             match result {
                 Ok(result) => (*addr, started.elapsed(), result),
                 Err(_) => (
@@ -653,8 +657,9 @@ pub async fn probe_each(
                     Err(Rejection::new(
                         Failure::TimedOut,
                         format!(
-                            "no answer within the latency budget of {} ms",
-                            budget.as_millis()
+                            "no answer within the latency budget of {} ms ({})",
+                            budget.as_millis(),
+                            reached.stalled_at()
                         ),
                     )),
                 ),
@@ -662,6 +667,30 @@ pub async fn probe_each(
         }
     });
     Ok(futures::future::join_all(calls).await)
+}
+
+/// How far one exchange got, read when its budget runs out: a timeout while connecting (a full
+/// listen backlog), in the TLS handshake (a server short of CPU) and waiting for the answer (a
+/// slow handler) are different troubles.
+#[derive(Default)]
+struct Reached(AtomicU8);
+
+impl Reached {
+    const CONNECTED: u8 = 1;
+    const HANDSHAKEN: u8 = 2;
+
+    fn set(&self, stage: u8) {
+        self.0.store(stage, Ordering::Relaxed);
+    }
+
+    /// Where the exchange was when it stopped.
+    fn stalled_at(&self) -> &'static str {
+        match self.0.load(Ordering::Relaxed) {
+            0 => "still connecting",
+            Self::CONNECTED => "in the TLS handshake",
+            _ => "waiting for the answer",
+        }
+    }
 }
 
 /// One exchange with one endpoint: connect, TLS, POST over HTTP/1.1, read at most
@@ -672,16 +701,19 @@ async fn call(
     addr: SocketAddr,
     body: bytes::Bytes,
     uid: &str,
+    reached: &Reached,
 ) -> Result<Answer, Rejection> {
     let tcp = connector
         .connect(addr)
         .await
         .map_err(|e| io_rejection("connect", &e))?;
+    reached.set(Reached::CONNECTED);
     let _ = tcp.set_nodelay(true);
     let stream = tokio_rustls::TlsConnector::from(tls.config.clone())
         .connect(tls.server_name.clone(), tcp)
         .await
         .map_err(|e| io_rejection("complete the TLS handshake", &e))?;
+    reached.set(Reached::HANDSHAKEN);
     let current_ca = tls.issued_by_current(
         stream
             .get_ref()

@@ -326,6 +326,32 @@ pub async fn wait_warning_event(
     .await
 }
 
+/// The Warning Events about the Initializer `name`, oldest first, as `reason: note`: why the
+/// operator judged it unhealthy, for a failure message.
+pub async fn warning_events(client: &Client, name: &str) -> anyhow::Result<Vec<String>> {
+    let events = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("failed to list Events")?;
+    let mut warnings: Vec<&Event> = events
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .collect();
+    warnings.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    Ok(warnings
+        .into_iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.as_deref().unwrap_or_default(),
+                e.note.as_deref().unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
 /// Waits until `pick` takes something from one of the Events about the Initializer `name`;
 /// `none` says what was there instead while waiting (the timeout error shows the last).
 pub async fn wait_event_about<T>(

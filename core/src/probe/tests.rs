@@ -341,9 +341,18 @@ fn internal_error(uid: &str) -> Value {
 }
 
 async fn round(bundle: &str, endpoints: &[SocketAddr], budget: Duration) -> Outcome {
+    round_with(&Connector::direct(), bundle, endpoints, budget).await
+}
+
+async fn round_with(
+    connector: &Connector,
+    bundle: &str,
+    endpoints: &[SocketAddr],
+    budget: Duration,
+) -> Outcome {
     let target = target_for(&[]);
     probe(
-        &Connector::direct(),
+        connector,
         &Round {
             service: "sidecar",
             namespace: "initializer-system",
@@ -429,6 +438,10 @@ async fn one_hung_endpoint_of_two_fails_the_round_within_the_budget() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(outcome.failure, Some(Failure::TimedOut), "{outcome:?}");
     assert!(outcome.message.contains(&hung.to_string()), "{outcome:?}");
+    assert!(
+        outcome.message.contains("(waiting for the answer)"),
+        "{outcome:?}"
+    );
     // Without endpoints there is nothing to probe.
     let outcome = round(&ca.cert_pem, &[], budget).await;
     assert_eq!(outcome.failure, Some(Failure::NoEndpoints));
@@ -439,6 +452,33 @@ async fn one_hung_endpoint_of_two_fails_the_round_within_the_budget() {
     };
     let outcome = round(&ca.cert_pem, &[closed], budget).await;
     assert_eq!(outcome.failure, Some(Failure::Refused), "{outcome:?}");
+}
+
+/// A timeout says how far the exchange got: a full listen backlog (never connected) and a
+/// server short of CPU (connected, no handshake) are told apart from a slow handler.
+#[tokio::test]
+async fn a_timeout_says_where_the_exchange_stalled() {
+    use crate::tls;
+    let now = jiff::Timestamp::now();
+    let ca = tls::new_ca(now).unwrap();
+    let budget = Duration::from_millis(200);
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    // Accepted by the kernel, never answered: the handshake stalls.
+    let outcome = round(&ca.cert_pem, &[addr], budget).await;
+    assert_eq!(outcome.failure, Some(Failure::TimedOut), "{outcome:?}");
+    assert!(
+        outcome.message.contains("(in the TLS handshake)"),
+        "{outcome:?}"
+    );
+    let never_connects = Connector::new(|_| std::future::pending());
+    let outcome = round_with(&never_connects, &ca.cert_pem, &[addr], budget).await;
+    assert_eq!(outcome.failure, Some(Failure::TimedOut), "{outcome:?}");
+    assert!(
+        outcome.message.contains("(still connecting)"),
+        "{outcome:?}"
+    );
+    drop(silent);
 }
 
 #[tokio::test]

@@ -300,12 +300,15 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
             format!("{} at +{}", state, s(seen.at - window_start))
         })
         .collect();
-    ensure!(
-        changes.is_empty(),
-        "the guard's webhook configuration changed under the attack (the operator judged the \
-         attacked replica unhealthy): {changes:?}; attacker: {}",
-        during.line
-    );
+    if !changes.is_empty() {
+        let why = ops::warning_events(&ctx.client(), &name).await?;
+        bail!(
+            "the guard's webhook configuration changed under the attack (the operator judged \
+             the attacked replica unhealthy): {changes:?}; its Warning Events: {why:?}; \
+             attacker: {}",
+            during.line
+        );
+    }
     let initializer = ops::initializer(&ctx.client(), &name).await?;
     ensure!(
         ops::status_registered(&initializer),

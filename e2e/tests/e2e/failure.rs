@@ -66,6 +66,23 @@ pub async fn hung_initializer_is_deregistered_within_budget(ctx: Ctx) -> anyhow:
     let (reason, note) =
         ops::wait_warning_event(&ctx.client(), &sidecar.name, STEP_TIMEOUT).await?;
     eprintln!("{}: Warning Event {reason}: {note}", sidecar.name);
+    // On-call reads why from the Event: a frozen process's kernel still completes the TCP
+    // connection, so the probe stalls in the TLS handshake.
+    let degraded_note = ops::wait_event_about(
+        &ctx.client(),
+        &sidecar.name,
+        "its Degraded Event".to_string(),
+        STEP_TIMEOUT,
+        |event| (event.reason.as_deref() == Some("Degraded")).then(|| event.note.clone()),
+        |about| format!("{} event(s) about it, none Degraded", about.len()),
+    )
+    .await?
+    .unwrap_or_default();
+    ensure!(
+        degraded_note.contains("no answer within the latency budget")
+            && degraded_note.contains("(in the TLS handshake)"),
+        "the Degraded Event should say where the probe stalled: {degraded_note}"
+    );
     let responding = ops::condition(&initializer, "Responding");
     ensure!(
         responding.is_some_and(|c| c.status == "False"),

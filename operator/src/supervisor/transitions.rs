@@ -146,12 +146,18 @@ impl Supervisor {
                 }
                 info!(initializer = %name, %configuration, took_ms = took.as_millis() as u64, "degraded");
                 let now = st.target.registration.degraded_note(took);
+                let why = st
+                    .last_probe
+                    .as_ref()
+                    .filter(|probe| !probe.ok)
+                    .map(|probe| format!(" ({})", probe.message))
+                    .unwrap_or_default();
                 self.publish(
                     &reference,
                     EventType::Warning,
                     Reason::Degraded,
                     format!(
-                        "a probe failed: {configuration} {now}; it is removed after {} failed probes in a row and restored after {} good ones",
+                        "a probe failed{why}: {configuration} {now}; it is removed after {} failed probes in a row and restored after {} good ones",
                         st.machine.config().failure_threshold,
                         st.machine.config().success_threshold,
                     ),
