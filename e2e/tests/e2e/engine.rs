@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, ensure};
 use initializer_crds::constants::INITIALIZED_BY_ANNOTATION;
-use initializer_crds::{EngineInForce, Phase};
+use initializer_crds::{EngineInForce, Initializer, Phase};
 use initializer_e2e::install::ENGINE_LABEL;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::timings::{CreateCount, Missed};
@@ -26,11 +26,21 @@ const CREATES: usize = 30;
 /// The label the scenario's preset injects.
 const INJECTED: &str = "e2e.initializer.dev/engine-injected";
 
-pub async fn preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook(
-    ctx: Ctx,
-) -> anyhow::Result<()> {
+/// A preset Initializer the operator moved into the API server.
+pub struct InApiServer {
+    /// Its name.
+    pub name: String,
+    /// As applied.
+    pub initializer: Initializer,
+    /// The namespace whose pods it injects.
+    pub target_namespace: String,
+}
+
+/// Applies a preset Initializer and waits until it is registered as a webhook, proven, and in
+/// the API server (its webhook configuration gone); records both times in the row.
+pub async fn preset_in_the_api_server(ctx: &Ctx) -> anyhow::Result<InApiServer> {
     let client = ctx.client();
-    let target_ns = ctx
+    let target_namespace = ctx
         .scope
         .namespace("engine", &[(ENGINE_LABEL, "true")])
         .await?;
@@ -74,6 +84,22 @@ pub async fn preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook(
         ops::configurations_of(&client, &name).await?.is_empty(),
         "the webhook configuration is still registered with the policy in force"
     );
+    Ok(InApiServer {
+        name,
+        initializer,
+        target_namespace,
+    })
+}
+
+pub async fn preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let InApiServer {
+        name,
+        initializer,
+        target_namespace: target_ns,
+    } = preset_in_the_api_server(&ctx).await?;
 
     // Every pod of the old webhook deleted at once (the Deployment is being scaled to zero
     // anyway): creates go on, injected by the API server.
