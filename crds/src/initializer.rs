@@ -224,6 +224,19 @@ pub enum EngineInForce {
     Policy,
 }
 
+impl EngineInForce {
+    /// Both engines.
+    pub const ALL: [EngineInForce; 2] = [EngineInForce::Webhook, EngineInForce::Policy];
+
+    /// The value as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineInForce::Webhook => "Webhook",
+            EngineInForce::Policy => "Policy",
+        }
+    }
+}
+
 /// How an initializer is put in the API server's path.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum Backend {
@@ -558,6 +571,34 @@ pub enum Phase {
     InApiServer,
     /// The spec was refused; nothing is registered.
     Invalid,
+}
+
+impl Phase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [Phase; 8] = [
+        Phase::Pending,
+        Phase::Deploying,
+        Phase::Registered,
+        Phase::Degraded,
+        Phase::Unresponsive,
+        Phase::Suspended,
+        Phase::InApiServer,
+        Phase::Invalid,
+    ];
+
+    /// The value as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Deploying => "Deploying",
+            Phase::Registered => "Registered",
+            Phase::Degraded => "Degraded",
+            Phase::Unresponsive => "Unresponsive",
+            Phase::Suspended => "Suspended",
+            Phase::InApiServer => "InApiServer",
+            Phase::Invalid => "Invalid",
+        }
+    }
 }
 
 /// Observed state of an `Initializer`.

@@ -11,6 +11,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use initializer_crds::conditions::{CONFLICT, FALLBACK_IN_FORCE, VALID};
+use initializer_crds::{EngineInForce, InitializerStatus, Phase};
+
 use crate::api_requests::VerbLabels;
 use crate::error::Error;
 
@@ -35,6 +38,33 @@ pub struct DeregistrationLabels {
     pub initializer: String,
     /// Why (`ProbesFailed`, `NoReadyEndpoints`, `Suspended`, ...).
     pub cause: String,
+}
+
+/// Labels of the phase gauge: one series per phase, 1 for the Initializer's phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// The Initializer's name.
+    pub initializer: String,
+    /// [`Phase::as_str`].
+    pub phase: String,
+}
+
+/// Labels of the engine gauge: one series per engine, 1 for the one in force.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineLabels {
+    /// The Initializer's name.
+    pub initializer: String,
+    /// [`EngineInForce::as_str`].
+    pub engine: String,
+}
+
+/// Labels of the stalled gauge: one series per reason, 1 for the reason that holds.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StalledLabels {
+    /// The Initializer's name.
+    pub initializer: String,
+    /// [`Stalled::as_str`].
+    pub reason: String,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -87,6 +117,79 @@ pub struct Metrics {
     pub probe_budget: Family<InitializerLabels, Gauge<f64, AtomicU64>>,
     /// Requests this replica made to the API server, by verb ([`crate::api_requests`]).
     pub api_requests: Family<VerbLabels, Counter>,
+    /// 1 for an Initializer's phase, 0 for the others. Exported by the leader for every
+    /// Initializer it reconciled, supervised or not (refused, in conflict).
+    pub phase: Family<PhaseLabels, Gauge>,
+    /// 1 for the engine an Initializer's injection runs on now, 0 for the other.
+    pub engine: Family<EngineLabels, Gauge>,
+    /// 1 while an Initializer's fallback policy is in force.
+    pub fallback_in_force: Family<InitializerLabels, Gauge>,
+    /// 1 for why an Initializer is stalled (the operator cannot deploy or register it until
+    /// something changes), 0 for the other reasons; all 0 while it is not.
+    pub stalled: Family<StalledLabels, Gauge>,
+    /// Objects created without their initializer while it was out of the path, as counted
+    /// after each fail-open window.
+    pub missed_initializations: Family<InitializerLabels, Counter>,
+}
+
+/// Why the operator cannot deploy or register an Initializer until something changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stalled {
+    /// The spec was refused (`Valid=False`), or it is held back until its spec changes.
+    Refused,
+    /// An object the operator would create belongs to someone else (`Conflict=True`).
+    Conflict,
+}
+
+impl Stalled {
+    /// Every reason.
+    pub const ALL: [Stalled; 2] = [Stalled::Refused, Stalled::Conflict];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stalled::Refused => "Refused",
+            Stalled::Conflict => "Conflict",
+        }
+    }
+}
+
+/// What an Initializer's status shows, as the gauges every reconciled Initializer has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusGauges {
+    /// `status.phase`.
+    pub phase: Phase,
+    /// `status.engine`, when the status says.
+    pub engine: Option<EngineInForce>,
+    /// `FallbackInForce=True`.
+    pub fallback_in_force: bool,
+    /// Why it is stalled, if it is.
+    pub stalled: Option<Stalled>,
+}
+
+impl StatusGauges {
+    /// The gauges of `status`.
+    pub fn of(status: &InitializerStatus) -> Self {
+        let holds = |type_: &str, value: &str| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.status == value)
+        };
+        let stalled = if holds(VALID, "False") {
+            Some(Stalled::Refused)
+        } else if holds(CONFLICT, "True") {
+            Some(Stalled::Conflict)
+        } else {
+            None
+        };
+        Self {
+            phase: status.phase.unwrap_or_default(),
+            engine: status.engine,
+            fallback_in_force: holds(FALLBACK_IN_FORCE, "True"),
+            stalled,
+        }
+    }
 }
 
 /// What the operator knows about one supervised Initializer, as its gauges show it.
@@ -131,6 +234,11 @@ impl Default for Metrics {
         let certificate_expiry = Family::<InitializerLabels, Gauge>::default();
         let probe_budget = Family::<InitializerLabels, Gauge<f64, AtomicU64>>::default();
         let api_requests = Family::<VerbLabels, Counter>::default();
+        let phase = Family::<PhaseLabels, Gauge>::default();
+        let engine = Family::<EngineLabels, Gauge>::default();
+        let fallback_in_force = Family::<InitializerLabels, Gauge>::default();
+        let stalled = Family::<StalledLabels, Gauge>::default();
+        let missed_initializations = Family::<InitializerLabels, Counter>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -204,6 +312,31 @@ impl Default for Metrics {
             "Requests this replica made to the API server, by verb",
             api_requests.clone(),
         );
+        registry.register(
+            "phase",
+            "1 for the Initializer's phase (status.phase), 0 for the others; exported by the leader for every Initializer it reconciled",
+            phase.clone(),
+        );
+        registry.register(
+            "engine",
+            "1 for the engine the Initializer's injection runs on now (status.engine: Webhook, or Policy in the API server), 0 for the other",
+            engine.clone(),
+        );
+        registry.register(
+            "fallback_in_force",
+            "1 while the Initializer's fallback policy is in force (FallbackInForce=True)",
+            fallback_in_force.clone(),
+        );
+        registry.register(
+            "stalled",
+            "1 for why the operator cannot deploy or register the Initializer until something changes (Refused: Valid=False, held back included; Conflict: an object in its way is someone else's), 0 for the other reasons",
+            stalled.clone(),
+        );
+        registry.register(
+            "missed_initializations",
+            "Objects created without the initializer while it was out of the path, counted after each fail-open window",
+            missed_initializations.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -223,6 +356,11 @@ impl Default for Metrics {
             certificate_expiry,
             probe_budget,
             api_requests,
+            phase,
+            engine,
+            fallback_in_force,
+            stalled,
+            missed_initializations,
         }
     }
 }
@@ -300,9 +438,51 @@ impl Metrics {
             .set(gauges.probe_budget.as_secs_f64());
     }
 
-    /// Drops the gauges of an Initializer this replica no longer supervises (deleted, refused,
-    /// or the lead went elsewhere): the replica that supervises it now exports them, and a
-    /// stale 1 or 0 here would contradict it.
+    /// Sets the gauges any reconciled Initializer has, from what its status shows.
+    pub fn observe_status(&self, initializer: &str, gauges: &StatusGauges) {
+        for phase in Phase::ALL {
+            self.phase
+                .get_or_create(&phase_labels(initializer, phase))
+                .set(i64::from(phase == gauges.phase));
+        }
+        for engine in EngineInForce::ALL {
+            let labels = engine_labels(initializer, engine);
+            match gauges.engine {
+                Some(in_force) => {
+                    self.engine
+                        .get_or_create(&labels)
+                        .set(i64::from(engine == in_force));
+                }
+                None => {
+                    self.engine.remove(&labels);
+                }
+            }
+        }
+        self.fallback_in_force
+            .get_or_create(&InitializerLabels {
+                initializer: initializer.to_string(),
+            })
+            .set(i64::from(gauges.fallback_in_force));
+        for reason in Stalled::ALL {
+            self.stalled
+                .get_or_create(&stalled_labels(initializer, reason))
+                .set(i64::from(gauges.stalled == Some(reason)));
+        }
+    }
+
+    /// Counts the objects a fail-open window of `initializer` let through without it.
+    pub fn missed(&self, initializer: &str, count: i64) {
+        self.missed_initializations
+            .get_or_create(&InitializerLabels {
+                initializer: initializer.to_string(),
+            })
+            .inc_by(u64::try_from(count).unwrap_or(0));
+    }
+
+    /// Drops the gauges of an Initializer this replica no longer supervises or reconciles
+    /// (deleted, refused, or the lead went elsewhere): the replica that does now exports them,
+    /// and a stale 1 or 0 here would contradict it. A refused Initializer's status gauges are
+    /// set again by the write that refuses it.
     pub fn forget_initializer(&self, initializer: &str) {
         let labels = InitializerLabels {
             initializer: initializer.to_string(),
@@ -313,6 +493,16 @@ impl Metrics {
         self.suspended.remove(&labels);
         self.certificate_expiry.remove(&labels);
         self.probe_budget.remove(&labels);
+        self.fallback_in_force.remove(&labels);
+        for phase in Phase::ALL {
+            self.phase.remove(&phase_labels(initializer, phase));
+        }
+        for engine in EngineInForce::ALL {
+            self.engine.remove(&engine_labels(initializer, engine));
+        }
+        for reason in Stalled::ALL {
+            self.stalled.remove(&stalled_labels(initializer, reason));
+        }
     }
 
     /// Counts a registration.
@@ -363,6 +553,16 @@ impl Metrics {
                 probe_budget: Duration::ZERO,
             },
         );
+        m.observe_status(
+            "x",
+            &StatusGauges {
+                phase: Phase::Pending,
+                engine: Some(EngineInForce::Webhook),
+                fallback_in_force: false,
+                stalled: None,
+            },
+        );
+        m.missed("x", 0);
         series_names(&m.encode())
     }
 
@@ -372,6 +572,27 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+fn phase_labels(initializer: &str, phase: Phase) -> PhaseLabels {
+    PhaseLabels {
+        initializer: initializer.to_string(),
+        phase: phase.as_str().to_string(),
+    }
+}
+
+fn engine_labels(initializer: &str, engine: EngineInForce) -> EngineLabels {
+    EngineLabels {
+        initializer: initializer.to_string(),
+        engine: engine.as_str().to_string(),
+    }
+}
+
+fn stalled_labels(initializer: &str, reason: Stalled) -> StalledLabels {
+    StalledLabels {
+        initializer: initializer.to_string(),
+        reason: reason.as_str().to_string(),
     }
 }
 
@@ -483,6 +704,94 @@ mod tests {
         assert!(text.contains(r#"initializer_operator_suspended{initializer="guard"} 1"#));
     }
 
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn status_with(phase: Phase, conditions: &[(&str, &str)]) -> InitializerStatus {
+        InitializerStatus {
+            phase: Some(phase),
+            conditions: conditions
+                .iter()
+                .map(|(type_, status)| Condition {
+                    type_: type_.to_string(),
+                    status: status.to_string(),
+                    reason: "Test".to_string(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A refused or conflicting Initializer, never supervised, is seen by its phase and why it
+    /// is stalled; one in the API server by its engine; each series one per value, 1 for the
+    /// value that holds.
+    #[test]
+    fn status_gauges_show_phase_engine_fallback_and_why_it_is_stalled() {
+        let refused = StatusGauges::of(&status_with(Phase::Invalid, &[(VALID, "False")]));
+        assert_eq!(refused.stalled, Some(Stalled::Refused));
+        let conflict = StatusGauges::of(&status_with(
+            Phase::Pending,
+            &[(VALID, "True"), (CONFLICT, "True")],
+        ));
+        assert_eq!(conflict.stalled, Some(Stalled::Conflict));
+        let mut in_api_server = status_with(
+            Phase::InApiServer,
+            &[
+                (VALID, "True"),
+                (CONFLICT, "False"),
+                (FALLBACK_IN_FORCE, "False"),
+            ],
+        );
+        in_api_server.engine = Some(EngineInForce::Policy);
+        let in_api_server = StatusGauges::of(&in_api_server);
+        assert_eq!(in_api_server.stalled, None);
+        assert!(!in_api_server.fallback_in_force);
+        let degraded = StatusGauges::of(&status_with(
+            Phase::Degraded,
+            &[(VALID, "True"), (FALLBACK_IN_FORCE, "True")],
+        ));
+        assert!(degraded.fallback_in_force);
+
+        let m = Metrics::default();
+        m.observe_status("refused", &refused);
+        m.observe_status("preset", &in_api_server);
+        m.missed("preset", 3);
+        let text = m.encode();
+        for line in [
+            r#"initializer_operator_phase{initializer="refused",phase="Invalid"} 1"#,
+            r#"initializer_operator_phase{initializer="refused",phase="Registered"} 0"#,
+            r#"initializer_operator_stalled{initializer="refused",reason="Refused"} 1"#,
+            r#"initializer_operator_stalled{initializer="refused",reason="Conflict"} 0"#,
+            r#"initializer_operator_phase{initializer="preset",phase="InApiServer"} 1"#,
+            r#"initializer_operator_engine{initializer="preset",engine="Policy"} 1"#,
+            r#"initializer_operator_engine{initializer="preset",engine="Webhook"} 0"#,
+            r#"initializer_operator_stalled{initializer="preset",reason="Refused"} 0"#,
+            r#"initializer_operator_missed_initializations_total{initializer="preset"} 3"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
+        // No engine in the status: no engine series, rather than a made-up one.
+        assert!(!text.contains(r#"engine{initializer="refused""#), "{text}");
+        // Fixed: the refusal's series falls to 0; forgotten: its series go.
+        m.observe_status(
+            "refused",
+            &StatusGauges::of(&status_with(Phase::Deploying, &[])),
+        );
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"initializer_operator_stalled{initializer="refused",reason="Refused"} 0"#
+            )
+        );
+        assert!(
+            text.contains(r#"initializer_operator_phase{initializer="refused",phase="Invalid"} 0"#)
+        );
+        m.forget_initializer("refused");
+        assert!(!m.encode().contains(r#"initializer="refused""#));
+    }
+
     #[test]
     fn exported_names_expand_counters_and_histograms_as_prometheus_stores_them() {
         let names = Metrics::exported_names();
@@ -495,6 +804,11 @@ mod tests {
             "initializer_operator_probe_budget_seconds",
             "initializer_operator_certificate_expiry_timestamp_seconds",
             "initializer_operator_deregistrations_total",
+            "initializer_operator_phase",
+            "initializer_operator_engine",
+            "initializer_operator_fallback_in_force",
+            "initializer_operator_stalled",
+            "initializer_operator_missed_initializations_total",
         ] {
             assert!(names.contains(name), "{name} missing from {names:?}");
         }

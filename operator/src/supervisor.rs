@@ -601,10 +601,22 @@ impl Supervisor {
             .remove(initializer);
     }
 
-    /// Stops everything (this replica lost the lead).
+    /// Stops everything (this replica lost the lead), and drops the metrics of every
+    /// Initializer it knew, supervised or not: the new leader exports them.
     pub fn stop_all(&self) {
         for (name, entry) in self.entries().drain() {
             entry.stopped.cancel();
+            self.inner.metrics.forget_initializer(&name);
+        }
+        let known: Vec<String> = self
+            .inner
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        for name in known {
             self.inner.metrics.forget_initializer(&name);
         }
     }
@@ -616,7 +628,13 @@ impl Supervisor {
             .known
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|name, _| existing.contains(name));
+            .retain(|name, _| {
+                let keep = existing.contains(name);
+                if !keep {
+                    self.inner.metrics.forget_initializer(name);
+                }
+                keep
+            });
         self.entries().retain(|name, entry| {
             let keep = existing.contains(name);
             if !keep {

@@ -91,3 +91,38 @@ fn protected_reached_follows_the_api_servers_wildcard_forms() {
     );
     assert!(protected_reached(&["apps".to_string()], "*/*").is_empty());
 }
+
+/// `ALL` lists every value the schema allows, each named as serde writes it.
+#[test]
+fn phase_and_engine_names_are_their_status_values() {
+    fn schema_values<T: schemars::JsonSchema>() -> Vec<String> {
+        let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap();
+        let values = schema["enum"]
+            .as_array()
+            .or_else(|| schema["oneOf"].as_array())
+            .unwrap_or_else(|| panic!("no enum in {schema}"));
+        values
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .or_else(|| v["const"].as_str())
+                    .or_else(|| v["enum"][0].as_str())
+                    .unwrap_or_else(|| panic!("not a name: {v}"))
+                    .to_string()
+            })
+            .collect()
+    }
+    let phases: Vec<String> = Phase::ALL.iter().map(|p| p.as_str().to_string()).collect();
+    assert_eq!(phases, schema_values::<Phase>());
+    for phase in Phase::ALL {
+        assert_eq!(serde_json::to_value(phase).unwrap(), phase.as_str());
+    }
+    let engines: Vec<String> = EngineInForce::ALL
+        .iter()
+        .map(|e| e.as_str().to_string())
+        .collect();
+    assert_eq!(engines, schema_values::<EngineInForce>());
+    for engine in EngineInForce::ALL {
+        assert_eq!(serde_json::to_value(engine).unwrap(), engine.as_str());
+    }
+}

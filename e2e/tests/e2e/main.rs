@@ -53,6 +53,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(engine::preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook),
     scenario!(failure::hung_initializer_is_deregistered_within_budget),
     scenario!(alerts::deregistration_alert_fires_while_the_initializer_hangs),
+    scenario!(alerts::alerts_tell_a_refused_initializer_from_one_in_the_api_server),
     scenario!(failure::crashed_initializer_is_deregistered_by_its_endpoints),
     scenario!(failure::recovered_initializer_is_registered_again_without_a_storm),
     scenario!(failure::fallback_refuses_short_secrets_while_the_guard_is_down),
@@ -111,6 +112,10 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[
         "preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook",
         "not on the sandbox: it does not serve MutatingAdmissionPolicy (runs on the real control plane and on kind)",
     ),
+    (
+        "alerts_tell_a_refused_initializer_from_one_in_the_api_server",
+        "not on the sandbox: it does not serve MutatingAdmissionPolicy (runs on the real control plane)",
+    ),
 ];
 
 /// Scenarios the real control plane cannot pass yet, and what they wait for.
@@ -149,6 +154,7 @@ const PROVEN_BY_THE_API_SERVER: &[&str] = &[
     "preset_keeps_pod_fields_newer_than_1_33",
     "own_pods_and_system_namespaces_are_never_intercepted",
     "deregistration_alert_fires_while_the_initializer_hangs",
+    "alerts_tell_a_refused_initializer_from_one_in_the_api_server",
     "fallback_refuses_short_secrets_while_the_guard_is_down",
     "forged_marks_do_not_hide_objects_from_the_missed_count",
     "suspended_initializer_stays_deregistered_until_resumed",

@@ -88,6 +88,7 @@ impl Supervisor {
             };
             let mut st = entry.state.lock().await;
             info!(initializer = %name, count = report.count, "missed initializations counted");
+            sup.inner.metrics.missed(&name, report.count);
             let (type_, reason, note) = if report.count > 0 {
                 (
                     EventType::Warning,

@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 
 use crate::apply;
 use crate::error::{Error, Result};
-use crate::metrics::InitializerGauges;
+use crate::metrics::{InitializerGauges, StatusGauges};
 use crate::status::{self, Observation};
 use crate::validate::Refusal;
 
@@ -94,19 +94,23 @@ impl Supervisor {
     }
 
     /// Writes `status` for an Initializer without an entry, unless only the probe figures
-    /// changed (bounded, only while this replica leads, and only onto the version of `obj`).
+    /// changed (bounded, only while this replica leads, and only onto the version of `obj`),
+    /// and shows it in the metrics.
     pub(super) async fn write_unsupervised(
         &self,
         obj: &Initializer,
         status: &InitializerStatus,
     ) -> Result<()> {
-        if status::only_probe_figures_changed(obj.status.as_ref(), status, Timestamp::now()) {
-            return Ok(());
-        }
         let name = obj.name_any();
         self.inner
             .leadership
             .check(|| format!("write the status of initializer {name}"))?;
+        self.inner
+            .metrics
+            .observe_status(&name, &StatusGauges::of(status));
+        if status::only_probe_figures_changed(obj.status.as_ref(), status, Timestamp::now()) {
+            return Ok(());
+        }
         bounded(
             || format!("write the status of initializer {name}"),
             apply::apply_status(
@@ -167,6 +171,9 @@ impl Supervisor {
                 probe_budget: target.budget,
             },
         );
+        self.inner
+            .metrics
+            .observe_status(&target.initializer, &StatusGauges::of(&status));
         status
     }
 

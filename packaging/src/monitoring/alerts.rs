@@ -19,6 +19,9 @@ pub struct AlertParameters {
     /// How long an Initializer's configuration stays degraded before `InitializerDegraded`
     /// fires.
     pub degraded_for: Duration,
+    /// How long an Initializer stays stalled (refused, held back, in conflict) before
+    /// `InitializerStalled` fires.
+    pub stalled_for: Duration,
     /// The fraction of the latency budget the 99th percentile probe latency may reach before
     /// `InitializerProbeLatencyNearBudget` fires.
     pub latency_budget_ratio: f64,
@@ -49,6 +52,7 @@ impl Default for AlertParameters {
         Self {
             deregistered_for: Duration::from_secs(10 * 60),
             degraded_for: Duration::from_secs(10 * 60),
+            stalled_for: Duration::from_secs(10 * 60),
             latency_budget_ratio: 0.8,
             latency_window: Duration::from_secs(5 * 60),
             latency_for: Duration::from_secs(15 * 60),
@@ -68,6 +72,7 @@ impl AlertParameters {
         Self {
             deregistered_for: for_,
             degraded_for: for_,
+            stalled_for: for_,
             latency_for: for_,
             no_leader_for: for_,
             reconcile_errors_for: for_,
@@ -144,6 +149,7 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
     };
     let deregistered_for = prometheus_duration(params.deregistered_for);
     let degraded_for = prometheus_duration(params.degraded_for);
+    let stalled_for = prometheus_duration(params.stalled_for);
     let latency_window = prometheus_duration(params.latency_window);
     let error_window = prometheus_duration(params.reconcile_error_window);
     let ratio_percent = (params.latency_budget_ratio * 100.0).round();
@@ -154,17 +160,19 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
                 "critical",
                 "(max by (initializer) (initializer_operator_registered) == 0)\n\
                  unless on (initializer)\n\
-                 (max by (initializer) (initializer_operator_suspended) == 1)"
+                 (max by (initializer) (initializer_operator_suspended) == 1)\n\
+                 unless on (initializer)\n\
+                 (max by (initializer) (initializer_operator_engine{engine=\"Policy\"}) == 1)"
                     .to_string(),
                 params.deregistered_for,
                 &format!(
                     "Initializer {{{{ $labels.initializer }}}} has been out of the admission path for more than {deregistered_for}"
                 ),
                 format!(
-                    "The webhook configuration of Initializer {{{{ $labels.initializer }}}} has not been registered for {deregistered_for} although the Initializer is not suspended: the operator took it out of the path (it stopped answering its probes, or lost its ready endpoints) or never got it in (its workload is not available). Matching objects are created without it. Check `kubectl describe initializer {{{{ $labels.initializer }}}}` (phase, conditions, Events) and the initializer's pods."
+                    "The webhook configuration of Initializer {{{{ $labels.initializer }}}} has not been registered for {deregistered_for} although the Initializer is neither suspended nor running in the API server: the operator took it out of the path (it stopped answering its probes, or lost its ready endpoints) or never got it in (its workload is not available). Matching objects are created without it. Check `kubectl describe initializer {{{{ $labels.initializer }}}}` (phase, conditions, Events) and the initializer's pods."
                 ),
             ),
-            meaning: "The Initializer's webhook configuration does not exist and the Initializer is not suspended. The operator removed it because the initializer stopped answering (probes failed or no ready endpoints), or never registered it because the workload never became available and answering. Creates are not blocked (fail open), but every matching object created meanwhile is created without the initializer.",
+            meaning: "The Initializer's webhook configuration does not exist, the Initializer is not suspended, and its injection does not run in the API server (`initializer_operator_engine{engine=\"Policy\"}`, phase `InApiServer`, where no webhook is registered on purpose). The operator removed it because the initializer stopped answering (probes failed or no ready endpoints), or never registered it because the workload never became available and answering. Creates are not blocked (fail open), but every matching object created meanwhile is created without the initializer.",
             actions: &[
                 "`kubectl describe initializer NAME`: the phase, the `Responding`, `Available` and `Registered` conditions and the operator's Events say why (`Deregistered` with the cause).",
                 "Look at the initializer's pods in its workload namespace (`kubectl get pods -n NS -l initializer.dev/initializer=NAME`): crash loops, a hung process, a failing readiness probe.",
@@ -190,6 +198,26 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
                 "`kubectl describe initializer NAME`: last probe latency and error, Events `Degraded` and `Restored`.",
                 "Compare the probe latency with `spec.health.latencyBudgetMillis`: an initializer slower than its budget fails its probes; make it faster or raise the budget.",
                 "Check the initializer's pods for restarts and resource limits (CPU throttling makes answers slow).",
+            ],
+        },
+        Alert {
+            rule: rule(
+                "InitializerStalled",
+                "warning",
+                "max by (initializer, reason) (initializer_operator_stalled) == 1".to_string(),
+                params.stalled_for,
+                &format!(
+                    "Initializer {{{{ $labels.initializer }}}} has been stalled ({{{{ $labels.reason }}}}) for more than {stalled_for}"
+                ),
+                format!(
+                    "The operator has not been able to deploy or register Initializer {{{{ $labels.initializer }}}} for {stalled_for} ({{{{ $labels.reason }}}}), and will not until something changes: Refused means its spec was refused or is held back (the Valid condition says why), Conflict that an object it would create belongs to someone else (the Conflict condition names it). Nothing of it is in the admission path. Check `kubectl describe initializer {{{{ $labels.initializer }}}}`."
+                ),
+            ),
+            meaning: "The operator refused the Initializer (`Valid=False`: an invalid spec, a workload namespace not allowed, or held back because nothing shows its author may register webhooks) or left it alone because an object it would create belongs to someone else (`Conflict=True`). It deploys and registers nothing until the spec, the namespace or the other object changes, so nothing it should do is done, and no other alert says so: it was never in the path.",
+            actions: &[
+                "`kubectl describe initializer NAME`: the `Valid` or `Conflict` condition and the `Refused` or `Conflict` Event say what to change.",
+                "Refused: fix the spec. Held back: have someone who may create mutatingwebhookconfigurations change its spec (any change), so that the guard on Initializers judges them. A workload namespace not allowed: `kubectl label namespace NS initializer.dev/workloads=true` and the RoleBinding the message names.",
+                "Conflict: remove or rename the object named in the message (it is not the operator's, and the operator never takes it over), or rename the Initializer.",
             ],
         },
         Alert {

@@ -35,6 +35,7 @@ fn every_alert_the_issue_asks_for_exists_with_a_severity_and_runbook_text() {
         [
             "InitializerDeregistered",
             "InitializerDegraded",
+            "InitializerStalled",
             "InitializerProbeLatencyNearBudget",
             "InitializerCertificateExpiringSoon",
             "InitializerOperatorNoLeader",
@@ -69,6 +70,7 @@ fn the_parameters_reach_the_rules() {
     let params = AlertParameters {
         deregistered_for: Duration::from_secs(15),
         degraded_for: Duration::from_secs(20),
+        stalled_for: Duration::from_secs(25),
         latency_budget_ratio: 0.9,
         expiry_warning: Duration::from_secs(7 * 86_400),
         no_leader_for: Duration::from_secs(60),
@@ -79,6 +81,7 @@ fn the_parameters_reach_the_rules() {
     assert_eq!(rule(&alerts, "InitializerDeregistered").for_, "15s");
     assert!(rule(&alerts, "InitializerDeregistered").annotations["summary"].ends_with("15s"));
     assert_eq!(rule(&alerts, "InitializerDegraded").for_, "20s");
+    assert_eq!(rule(&alerts, "InitializerStalled").for_, "25s");
     assert!(
         rule(&alerts, "InitializerProbeLatencyNearBudget")
             .expr
@@ -197,7 +200,7 @@ fn check_reports_every_drifted_file_and_writing_fixes_it() {
     };
     run(&short).unwrap();
     let rules = std::fs::read_to_string(dir.path().join(RULES_FILE_NAME)).unwrap();
-    assert_eq!(rules.matches("for: 15s").count(), 5, "{rules}");
+    assert_eq!(rules.matches("for: 15s").count(), 6, "{rules}");
     assert!(
         rules.contains("for: 15m"),
         "the certificate alert keeps its own for"

@@ -17,6 +17,7 @@ pub fn sentinel_parameters() -> AlertParameters {
     AlertParameters {
         deregistered_for: secs(1001),
         degraded_for: secs(1002),
+        stalled_for: secs(1008),
         latency_budget_ratio: 0.4321,
         latency_window: secs(1003),
         latency_for: secs(1004),
@@ -62,6 +63,7 @@ pub fn rule_parameters() -> Vec<RuleParameter> {
             defaults.deregistered_for,
         ),
         duration("degradedFor", sentinel.degraded_for, defaults.degraded_for),
+        duration("stalledFor", sentinel.stalled_for, defaults.stalled_for),
         duration(
             "latencyWindow",
             sentinel.latency_window,

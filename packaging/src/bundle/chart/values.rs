@@ -276,13 +276,18 @@ fn rule_fields() -> Vec<Field> {
         extra_labels_leaf("a Prometheus whose ruleSelector asks for them"),
         duration(
             "deregisteredFor",
-            "InitializerDeregistered fires when an Initializer (not suspended) has been out of the admission path this long.",
+            "InitializerDeregistered fires when an Initializer (neither suspended nor running in the API server) has been out of the admission path this long.",
             defaults.deregistered_for,
         ),
         duration(
             "degradedFor",
             "InitializerDegraded fires when a configuration has been degraded (failing open) this long.",
             defaults.degraded_for,
+        ),
+        duration(
+            "stalledFor",
+            "InitializerStalled fires when an Initializer has been refused (held back included) or in conflict with an object not the operator's this long.",
+            defaults.stalled_for,
         ),
         leaf(
             "latencyBudgetRatio",
