@@ -329,17 +329,22 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
     let current = in_operator.get("hooked-ca").await.unwrap();
     assert_ne!(current.data, planted.data, "the planted CA is never used");
     // The new CA's first pods may not serve its certificate yet, so the configuration can be
-    // out of the path for a moment: judge the one registered.
-    wait_registered(
-        &client,
-        "initializer-hooked",
-        "the configuration registered",
-        Duration::from_secs(60),
-    )
-    .await;
-    let trusted = configuration(&client, "initializer-hooked")
-        .await
-        .and_then(|c| c.webhooks?.first()?.client_config.ca_bundle.clone());
+    // out of the path for a moment: judge the one registered, as read when it was (a second
+    // read may find it out of the path again).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let registered = loop {
+        if let Some(found) = configuration(&client, "initializer-hooked").await {
+            break found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the configuration was never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let trusted = registered
+        .webhooks
+        .and_then(|w| w.first()?.client_config.ca_bundle.clone());
     assert!(
         trusted.is_some_and(|b| !String::from_utf8_lossy(&b.0).contains("planted")),
         "the API server never trusts the planted CA"
