@@ -102,15 +102,18 @@ impl Supervisor {
         status: &InitializerStatus,
     ) -> Result<()> {
         let name = obj.name_any();
-        self.inner
-            .leadership
-            .check(|| format!("write the status of initializer {name}"))?;
-        self.inner
-            .metrics
-            .observe_status(&name, &StatusGauges::of(status));
+        // Only the leader exports an Initializer's gauges, written or not.
+        if self.inner.leadership.is_leading() {
+            self.inner
+                .metrics
+                .observe_status(&name, &StatusGauges::of(status));
+        }
         if status::only_probe_figures_changed(obj.status.as_ref(), status, Timestamp::now()) {
             return Ok(());
         }
+        self.inner
+            .leadership
+            .check(|| format!("write the status of initializer {name}"))?;
         bounded(
             || format!("write the status of initializer {name}"),
             apply::apply_status(
