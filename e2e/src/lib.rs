@@ -29,6 +29,7 @@ pub mod runner;
 pub mod sandbox;
 pub mod scale;
 pub mod scope;
+pub mod sharing;
 pub mod starve;
 pub mod timings;
 pub use initializer_test_support::wait;

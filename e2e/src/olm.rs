@@ -813,24 +813,5 @@ pub fn csv_phase(csv: &DynamicObject) -> Option<String> {
     csv.data["status"]["phase"].as_str().map(str::to_string)
 }
 
-/// Takes the suite's lock file (`<target>/e2e.lock`), waiting while another run holds it, so
-/// no figure here is measured while another suite loads the machine.
-pub fn lock_suite() -> anyhow::Result<std::fs::File> {
-    let path = paths::target_dir().join("e2e.lock");
-    std::fs::create_dir_all(paths::target_dir())?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("failed to open {}", path.display()))?;
-    if file.try_lock().is_err() {
-        eprintln!("e2e: waiting for another run to release {}", path.display());
-        file.lock()
-            .with_context(|| format!("failed to lock {}", path.display()))?;
-    }
-    Ok(file)
-}
-
 #[cfg(test)]
 mod tests;

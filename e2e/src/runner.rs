@@ -4,7 +4,8 @@
 //! It understands the part of libtest's command line that `cargo test` and `cargo nextest` use:
 //! name filters, `--exact`, `--skip`, `--ignored`, `--include-ignored` and
 //! `--list --format terse`. Under nextest each scenario runs in its own process (and its own
-//! sandbox); `make e2e` runs them all in one.
+//! sandbox); `make e2e` runs them all in one. Each scenario runs in its turn of the suite's lock
+//! (`sharing.rs`): beside another run's scenarios, or alone when it says so.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use futures::future::BoxFuture;
 use crate::backend::BackendChoice;
 use crate::env::Env;
 use crate::scope::Scope;
+use crate::sharing::{self, Share};
 use crate::timings::{self, Row, RowHandle};
 
 /// What a scenario gets: the shared environment, its own scope and its row of timings.
@@ -60,6 +62,8 @@ pub struct Scenario {
     pub body: Body,
     /// Where it runs.
     pub needs: Needs,
+    /// Whether it may share the machine with another run's scenarios.
+    pub share: Share,
 }
 
 impl Scenario {
@@ -70,6 +74,7 @@ impl Scenario {
             ignore: None,
             body,
             needs: Needs::ChosenBackend,
+            share: Share::Shared,
         }
     }
 
@@ -80,6 +85,16 @@ impl Scenario {
             ignore: Some(reason),
             body,
             needs: Needs::ChosenBackend,
+            share: Share::Shared,
+        }
+    }
+
+    /// The same scenario, run while no other run of the suites runs one: it loads the machine
+    /// on purpose, or another run's load would spoil what it shows.
+    pub const fn alone(self) -> Self {
+        Self {
+            share: Share::Alone,
+            ..self
         }
     }
 
@@ -181,19 +196,6 @@ pub fn main(scenarios: &[Scenario]) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     initializer_test_support::init_test_tracing("E2E_LOG");
-    // One suite at a time per target directory: under `cargo nextest` every scenario is its own
-    // process, and scenarios measuring fail-open times must not share two cores with others.
-    let _lock = if selected.iter().any(|s| args.runs(s)) {
-        match lock_suite() {
-            Ok(lock) => Some(lock),
-            Err(err) => {
-                eprintln!("e2e: {err:#}");
-                return ExitCode::FAILURE;
-            }
-        }
-    } else {
-        None
-    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -359,28 +361,6 @@ fn table_label(needs: Needs) -> String {
     }
 }
 
-/// Takes the suite's lock file (`<target>/e2e.lock`), waiting while another run holds it.
-fn lock_suite() -> anyhow::Result<std::fs::File> {
-    use anyhow::Context;
-    let path = crate::paths::target_dir().join("e2e.lock");
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("failed to create {}", dir.display()))?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("failed to open the suite's lock file {}", path.display()))?;
-    if file.try_lock().is_err() {
-        eprintln!("e2e: another run holds {}; waiting for it", path.display());
-        file.lock()
-            .with_context(|| format!("failed to lock {}", path.display()))?;
-    }
-    Ok(file)
-}
-
 fn backend_label() -> String {
     match std::env::var("E2E_CLUSTER") {
         Ok(cluster) if !cluster.is_empty() => cluster,
@@ -391,8 +371,15 @@ fn backend_label() -> String {
 /// Runs one scenario in its own task (so a panic is a failure, not the end of the run), then
 /// cleans its scope up whatever happened.
 async fn run_one(env: Arc<Env>, scenario: &Scenario) -> (Row, Result<(), String>) {
-    let scope = Arc::new(Scope::new(env.client(), scenario.name));
     let row = RowHandle::new(scenario.name);
+    let _turn = match sharing::take_async(scenario.share, scenario.name).await {
+        Ok(turn) => turn,
+        Err(err) => {
+            row.update(|row| row.outcome = "FAILED".to_string());
+            return (row.snapshot(), Err(format!("{err:#}")));
+        }
+    };
+    let scope = Arc::new(Scope::new(env.client(), scenario.name));
     let ctx = Ctx {
         env,
         scope: scope.clone(),
@@ -450,6 +437,7 @@ mod tests {
             ignore,
             body: |_| async { Ok(()) }.boxed(),
             needs: Needs::ChosenBackend,
+            share: Share::Shared,
         }
     }
 

@@ -34,6 +34,7 @@ use initializer_e2e::install::{self, OPERATOR_NAME, OPERATOR_POD_SELECTOR};
 use initializer_e2e::load::{self, CreateLoad};
 use initializer_e2e::olm::{self, Entry, Olm, Tools};
 use initializer_e2e::real::RealBackend;
+use initializer_e2e::sharing::{self, Share};
 use initializer_e2e::timings::CreateCount;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::Recorder;
@@ -120,7 +121,7 @@ where
     F: FnOnce(std::sync::Arc<RealBackend>) -> Fut,
     Fut: Future<Output = anyhow::Result<Vec<Row>>>,
 {
-    let _lock = olm::lock_suite().unwrap();
+    let _turn = sharing::take(Share::Shared, "the OLM suite").unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -954,6 +955,7 @@ fn olm_on_kind_installs_the_operator_and_the_example_registers() {
         PathBuf::from(std::env::var_os("KUBECONFIG").expect("KUBECONFIG names the kind cluster"));
     let image = std::env::var("E2E_OLM_IMAGE")
         .expect("E2E_OLM_IMAGE names OLM's image, loaded into the nodes");
+    let _turn = sharing::take(Share::Shared, "OLM on kind").unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

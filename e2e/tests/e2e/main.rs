@@ -27,10 +27,15 @@ use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::runner::{self, Scenario};
 use initializer_e2e::starve;
 
-/// A scenario named after its function; `ignore = "why"` when it cannot pass yet.
+/// A scenario named after its function; `alone` when no other run's scenario may share the
+/// machine with it (it loads the machine, or is spoilt by load); `ignore = "why"` when it cannot
+/// pass yet.
 macro_rules! scenario {
     ($module:ident :: $name:ident) => {
         Scenario::new(stringify!($name), |ctx| $module::$name(ctx).boxed())
+    };
+    ($module:ident :: $name:ident, alone) => {
+        Scenario::new(stringify!($name), |ctx| $module::$name(ctx).boxed()).alone()
     };
     ($module:ident :: $name:ident, legacy) => {
         Scenario::new(stringify!($name), |ctx| $module::$name(ctx).boxed()).on_legacy_sandbox()
@@ -57,8 +62,14 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(failure::crashed_initializer_is_deregistered_by_its_endpoints),
     scenario!(failure::recovered_initializer_is_registered_again_without_a_storm),
     scenario!(failure::fallback_refuses_short_secrets_while_the_guard_is_down),
-    scenario!(saturation::starved_operator_fails_no_healthy_initializer_open),
-    scenario!(attack::connection_attack_neither_deregisters_the_guard_nor_fails_a_create),
+    scenario!(
+        saturation::starved_operator_fails_no_healthy_initializer_open,
+        alone
+    ),
+    scenario!(
+        attack::connection_attack_neither_deregisters_the_guard_nor_fails_a_create,
+        alone
+    ),
     scenario!(forgery::forged_marks_do_not_hide_objects_from_the_missed_count),
     scenario!(lifecycle::deletion_removes_the_configuration_before_the_workload),
     scenario!(lifecycle::suspended_initializer_stays_deregistered_until_resumed),
