@@ -13,6 +13,7 @@ version="$(sed -n 's#^\thelm.sh/helm/v4 \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
 [[ -n "$version" ]] || { echo "failed to read helm's version from $here/go.mod" >&2; exit 1; }
 cache="${HELM_CACHE:-$(cd "$here/../.." && pwd)/target/tools/helm}"
 out="$cache/$version"
+one_build_at_a_time "$cache" helm
 
 if [[ -x "$out/helm" && -f "$out/.complete" ]]; then
   echo "$out/helm"

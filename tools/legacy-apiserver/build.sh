@@ -25,6 +25,7 @@ cache="${LEGACY_APISERVER_CACHE:-$(cd "$here/../.." && pwd)/target/tools}"
 out="$cache/kube-apiserver-1.13"
 work="$cache/legacy-apiserver"
 tree="$work/gopath/src/k8s.io/kubernetes"
+one_build_at_a_time "$cache" legacy-apiserver
 
 if [[ -x "$out" && "$(cat "$work/.complete" 2>/dev/null)" == "$version" ]]; then
   echo "$out"

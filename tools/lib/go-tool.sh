@@ -19,3 +19,13 @@ download_modules() {
     exit 1
   fi
 }
+
+# one_build_at_a_time DIR NAME: wait while another build of NAME writes to DIR, then hold the lock
+# until this script exits. CI builds the tools in the background while its stages ask for them,
+# and a second build of the same output beside the first would only repeat it; the waiter then
+# finds the tool built and returns at once.
+one_build_at_a_time() {
+  mkdir -p "$1"
+  exec {build_lock}>"$1/.$2.build-lock"
+  flock "$build_lock"
+}

@@ -2,6 +2,7 @@
 # Runs the official operator-framework bundle validators (this directory's Go module) on a bundle:
 #
 #   tools/olm-validate/run.sh bundles/initializer-operator
+#   tools/olm-validate/run.sh --build      # only build it
 #
 # Builds target/tools/olm-validate first when it is missing or older than its sources (Go's
 # module and build caches make a rebuild cost only the link). Exits non-zero on any error, or on a
@@ -13,6 +14,9 @@ if [[ $# -lt 1 ]]; then
   echo "usage: $0 BUNDLE_DIR [olm-validate flags]" >&2
   exit 2
 fi
+# shellcheck source=/dev/null
+source "$here/../lib/go-tool.sh"
+one_build_at_a_time "$(dirname "$bin")" olm-validate
 stale=0
 if [[ ! -x "$bin" ]]; then
   stale=1
@@ -28,6 +32,7 @@ if [[ "$stale" == 1 ]]; then
   mkdir -p "$(dirname "$bin")"
   (cd "$here" && go build -o "$bin" .)
 fi
+[[ "$1" == --build ]] && exit 0
 bundle="$1"
 shift
 exec "$bin" "$@" "$bundle"

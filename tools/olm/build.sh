@@ -22,6 +22,7 @@ opm="$(sed -n 's#^\tgithub.com/operator-framework/operator-registry \(v[0-9.]*\)
 prometheus_operator=v0.88.0
 cache="${OLM_CACHE:-$(cd "$here/../.." && pwd)/target/tools/olm}"
 out="$cache/$olm-$opm-$prometheus_operator"
+one_build_at_a_time "$cache" olm
 
 if [[ -x "$out/olm" && -x "$out/catalog" && -x "$out/opm" && -d "$out/crds" && -d "$out/monitoring-crds" && -f "$out/.complete" ]]; then
   echo "$out"

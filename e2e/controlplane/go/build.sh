@@ -12,6 +12,8 @@
 # caches are reused, so a rebuild after a cache wipe of ours costs only the link.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null
+source "$here/../../../tools/lib/go-tool.sh"
 pinned="$(sed -n 's#^\tk8s.io/kubernetes v\([0-9.]*\).*#\1#p' "$here/go.mod")"
 version="${K8S_VERSION:-$pinned}"
 cache="${CONTROLPLANE_CACHE:-$here/../../../target/controlplane}"
@@ -30,6 +32,7 @@ elif [[ -n "${1:-}" ]]; then
   exit 2
 fi
 
+one_build_at_a_time "$cache" "v$version"
 if [[ -f "$marker" ]]; then
   echo "$out"
   exit 0

@@ -7,6 +7,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
 source "$here/../../../tools/lib/go-tool.sh"
 out="${KIND_BIN_DIR:-$here/../../../target/kind/bin}"
+one_build_at_a_time "$out" kind
 marker="$out/.complete-$(sha256sum "$here/go.mod" | cut -c1-16)"
 if [[ -f "$marker" ]]; then
   echo "$out"

@@ -12,6 +12,7 @@ version="$(sed -n 's#^require sigs.k8s.io/krew \(v[0-9.]*\).*#\1#p' "$here/go.mo
 [[ -n "$version" ]] || { echo "failed to read krew's version from $here/go.mod" >&2; exit 1; }
 cache="${KREW_TOOLS_CACHE:-$(cd "$here/../../../.." && pwd)/target/tools/krew}"
 out="$cache/$version"
+one_build_at_a_time "$cache" krew
 
 if [[ -x "$out/kubectl-krew" && -x "$out/validate-krew-manifest" && -f "$out/.complete" ]]; then
   echo "$out"
