@@ -98,23 +98,27 @@ check:
 ## (`make oldest-minor`), the e2e suite on the real control plane and the legacy backend's
 ## scenarios on the sandbox in legacy mode (`make e2e` runs the whole suite on the sandbox), and
 ## OLM installing, upgrading and removing the operator. CHECKED=1 skips `make check` (CI has
-## just run it)
-TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm conformance oldest-minor
-TEST_E2E_STAGES := e2e-legacy e2e-real e2e-olm
-# The legacy conformance suite waits out the 1.7 Initializers' timeouts and computes almost
-# nothing (the CPU column of CI's stage table), and neither it nor unit-real takes timings: they
-# run side by side, each its own stage, their output kept together per stage. The e2e suites run
-# alone: their fail-open times are measured.
-SIDE_BY_SIDE_STAGES := unit-real legacy-conformance
+## just run it); KIND=1 runs `make e2e-kind` too, beside the e2e suites on the real control plane
+TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm
+# Lanes run side by side, the stages of a lane one after another (a lane is its stages joined by
+# `+`). The first lanes take no timings but the legacy scenarios', whose budgets are the 1.7
+# Initializers' timeouts, and mostly wait (the CPU column of CI's stage table); the e2e lanes
+# run after them, each scenario in its turn of the suite's lock (e2e/src/sharing.rs): beside the
+# other suite's, or alone when it loads the machine or would be spoilt by load.
+CHECK_LANES := unit-real legacy-conformance+e2e-legacy conformance+oldest-minor
+E2E_LANES := e2e-real+e2e-olm $(if $(KIND),e2e-kind)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
-	@$(STAGE) "side by side: $(SIDE_BY_SIDE_STAGES)" $(MAKE) --no-print-directory \
-	  -j$(words $(SIDE_BY_SIDE_STAGES)) --output-sync=recurse $(addprefix stage/,$(SIDE_BY_SIDE_STAGES))
-	@$(call run_stages,$(TEST_E2E_STAGES))
+	@$(call run_lanes,$(CHECK_LANES))
+	@$(call run_lanes,$(E2E_LANES))
 
-# stage/NAME: `make NAME` as a stage of its own (for the stages run side by side).
-stage/%:
-	@$(STAGE) $* $(MAKE) --no-print-directory $*
+# run_lanes: the lanes side by side, one stage in the table, each lane's output kept together.
+run_lanes = $(STAGE) "side by side: $(1)" $(MAKE) --no-print-directory -j$(words $(1)) \
+  --output-sync=recurse $(addprefix lane/,$(1))
+
+# lane/A+B: the stages A and B, one after another.
+lane/%:
+	@$(call run_stages,$(subst +, ,$*))
 
 # The unit and component tests' binaries: all but the e2e suite, which runs on its own in `make
 # e2e` (its timings are not taken while other tests load the machine), and the suites that share
