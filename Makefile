@@ -106,7 +106,7 @@ TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane lega
 # run after them, each scenario in its turn of the suite's lock (e2e/src/sharing.rs): beside the
 # other suite's, or alone when it loads the machine or would be spoilt by load.
 CHECK_LANES := unit-real legacy-conformance+e2e-legacy conformance+oldest-minor
-E2E_LANES := e2e-real+e2e-olm $(if $(KIND),e2e-kind)
+E2E_LANES := e2e-real e2e-olm $(if $(KIND),e2e-kind)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
 	@$(call run_lanes,$(CHECK_LANES))
@@ -126,13 +126,18 @@ lane/%:
 # `legacy-conformance`, `e2e-olm`).
 UNIT_TESTS := not binary_id(initializer-e2e::e2e) and not binary_id(initializer-e2e::conformance) and not binary_id(initializer-e2e::legacy_conformance) and not binary_id(initializer-e2e::olm)
 UNIT_E2E_TESTS := --lib --bins --test controlplane_faults --test pod_credentials
+# These tests mostly wait (on timers, probes and servers starting), so more of them at a time
+# than nextest's one per core keeps the cores busy: four for `make unit`; three for `make
+# unit-real`, whose tests each start a control plane and which runs beside two other lanes.
+UNIT_THREADS ?= 4
+UNIT_REAL_THREADS ?= 3
 
 ## unit: unit and component tests in the workspace, plus doctests: what a plain `cargo test` runs
 ## of them, with only a Rust toolchain. The tests that need root and the real control plane, or
 ## tools built from Go (helm, krew), are ignored there and run by `make unit-real`
 unit: build
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run $(WORKSPACE) --no-fail-fast -E '$(UNIT_TESTS)'
+	$(CARGO) nextest run $(WORKSPACE) --no-fail-fast --test-threads $(UNIT_THREADS) -E '$(UNIT_TESTS)'
 else
 	$(CARGO) test $(WORKSPACE) --no-fail-fast --exclude initializer-e2e
 	$(CARGO) test -p initializer-e2e $(UNIT_E2E_TESTS)
@@ -144,7 +149,8 @@ endif
 ## kube-apiserver, krew's validator, the control plane's faults. Builds what they need first
 unit-real: build controlplane helm
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run $(WORKSPACE) --no-fail-fast --run-ignored only -E '$(UNIT_TESTS)'
+	$(CARGO) nextest run $(WORKSPACE) --no-fail-fast --test-threads $(UNIT_REAL_THREADS) \
+	  --run-ignored only -E '$(UNIT_TESTS)'
 else
 # --lib --bins --tests: not the doctests, whose ignored ones are not meant to run at all.
 	$(CARGO) test $(WORKSPACE) --no-fail-fast --exclude initializer-e2e --lib --bins --tests -- --ignored

@@ -11,10 +11,10 @@
 #   4. the images users deploy, from images/Dockerfile: online `make docker-build` (the Rust build
 #      inside the image); offline the workspace built once here (in release, or as
 #      E2E_KIND_PROFILE=debug says) and each image the Dockerfile's `prebuilt` target on a local
-#      runtime base. Each is loaded with `kind load docker-image`
+#      runtime base. All are loaded with one `kind load docker-image`
 #   5. install the operator from the bundle, then run the suite with E2E_CLUSTER=kind
 #   6. OLM on kind (when no scenario is named): an image of the OLM binaries tools/olm/build.sh
-#      builds, loaded like ours; the bundle's install removed, OLM's operators and the catalog
+#      builds, made and loaded in step 4 with ours; the bundle's install removed, OLM's operators and the catalog
 #      deployed as pods (the catalog behind a Service) and the operator installed by Subscription
 #      (e2e/tests/olm.rs, olm_on_kind_installs_the_operator_and_the_example_registers)
 #   7. delete the cluster and stop what step 1 started (always: success, failure or Ctrl-C;
@@ -196,20 +196,40 @@ build_image_from() {
     DOCKER_BUILDKIT=1 "$docker" build -q -f "$dockerfile" "$@" >/dev/null
   fi
 }
+# OLM's image, for step 6 (built with ours, so that one load carries them all).
+olm_image=""
+build_olm_image() {
+  local tools context="$state/olm-context" args=()
+  tools="$("$root/tools/olm/build.sh")"
+  olm_image="initializer-e2e/olm:$(basename "$tools")"
+  rm -rf "$context" && mkdir -p "$context"
+  cp "$tools/olm" "$tools/catalog" "$tools/opm" "$context/"
+  if [[ "$offline" == "1" ]]; then
+    args+=(--build-arg "RUNTIME_IMAGE=$("$here/offline/images.sh" runtime)")
+  fi
+  build_image_from "$here/olm.Dockerfile" "${args[@]}" -t "$olm_image" "$context"
+}
+# load_images: every image in one `kind load`, which saves them as one archive (the layers they
+# share, the runtime base above all, once) and imports it into each node.
 load_images() {
-  for binary in "${binaries[@]}"; do
-    "$kind_bin" load docker-image --name "$cluster" "ghcr.io/initializer-dev/$binary:$version"
-  done
+  local images=() binary image
+  for binary in "${binaries[@]}"; do images+=("ghcr.io/initializer-dev/$binary:$version"); done
+  if [[ -n "$olm_image" ]]; then images+=("$olm_image"); fi
   for image in "${extra_images[@]}"; do
     # Scenarios only inspect these pods' specs; a pull failure makes them wait, not fail.
     if "$docker" image inspect "$image" >/dev/null 2>&1 || "$docker" pull --quiet "$image" >/dev/null 2>&1; then
-      "$kind_bin" load docker-image --name "$cluster" "$image"
+      images+=("$image")
     else
       log "could not pull $image; pods using it will wait for their image"
     fi
   done
+  "$kind_bin" load docker-image --name "$cluster" "${images[@]}"
 }
 stage "building the images" build_images
+# OLM on kind runs unless the run was asked for some scenarios only (step 6).
+if (($# == 0)); then
+  stage "building OLM's image" build_olm_image
+fi
 stage "loading the images" load_images
 
 # 5. Install, then the suite (it applies the same install again: idempotent, the code path the
@@ -224,24 +244,10 @@ run_suite() {
 stage "running the suite against kind-$cluster" run_suite "$@"
 
 # 6. OLM on kind, unless the run was asked for some scenarios only.
-olm_image=""
-build_olm_image() {
-  local tools context="$state/olm-context" args=()
-  tools="$("$root/tools/olm/build.sh")"
-  olm_image="initializer-e2e/olm:$(basename "$tools")"
-  rm -rf "$context" && mkdir -p "$context"
-  cp "$tools/olm" "$tools/catalog" "$tools/opm" "$context/"
-  if [[ "$offline" == "1" ]]; then
-    args+=(--build-arg "RUNTIME_IMAGE=$("$here/offline/images.sh" runtime)")
-  fi
-  build_image_from "$here/olm.Dockerfile" "${args[@]}" -t "$olm_image" "$context"
-  "$kind_bin" load docker-image --name "$cluster" "$olm_image"
-}
 run_olm() {
   E2E_OLM_IMAGE="$olm_image" "$cargo" test -q -p initializer-e2e --test olm -- --ignored --exact \
     olm_on_kind_installs_the_operator_and_the_example_registers --nocapture
 }
 if (($# == 0)); then
-  stage "building and loading OLM's image" build_olm_image
   stage "OLM on kind: install by Subscription, removal" run_olm
 fi
