@@ -204,15 +204,20 @@ pub fn apply(
     if !merged.is_object() {
         merged = json!({});
     }
-    // Deepest first, so removing a list element does not hide its fields' removal.
+    // A field kept alive through a child owned by someone else stays.
     let mut removed: Vec<&Path> = previous
         .difference(&applied_set)
         .filter(|p| !others.contains(*p))
+        .filter(|p| !others.iter().any(|o| o.len() > p.len() && o.starts_with(p)))
         .collect();
     removed.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in removed {
-        // A field kept alive through a child owned by someone else stays.
-        if others.iter().any(|o| o.len() > p.len() && o.starts_with(p)) {
+    for p in &removed {
+        // What lies inside something removed goes with it: removed on its own first, an
+        // element's key fields would leave it an element no key finds.
+        if removed
+            .iter()
+            .any(|q| q.len() < p.len() && p.starts_with(q))
+        {
             continue;
         }
         remove_at(shape, &mut merged, p);
@@ -322,6 +327,16 @@ mod tests {
         .unwrap();
         let second = apply(&req("m", false), &first, &json!({"data": {"a": "1"}})).unwrap();
         assert_eq!(second["data"], json!({"a": "1"}));
+    }
+
+    #[test]
+    fn a_list_element_a_manager_stops_applying_is_removed_whole() {
+        let live = json!({});
+        let both = json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}});
+        let first = apply(&req("m", false), &live, &both).unwrap();
+        let one = json!({"spec": {"containers": [{"name": "a", "image": "x"}]}});
+        let second = apply(&req("m", false), &first, &one).unwrap();
+        assert_eq!(second["spec"]["containers"], one["spec"]["containers"]);
     }
 
     #[test]
