@@ -2,6 +2,18 @@
 //! kubectl plugin's status and explanations). What each means for a user is in the README's
 //! status section and `docs/api.md`.
 
+/// Condition: the initializer does its job as the spec has it: registered and answering, in
+/// force in the API server, or suspended because the spec says so. With `Reconciling` and
+/// `Stalled`, what tools that know no Initializer read (kstatus, and so Flux and kpt; `kubectl
+/// wait --for=condition=Ready`; Argo CD's health check): exactly one of the three is `True`.
+pub const READY: &str = "Ready";
+/// Condition: the operator works towards the spec (deploying, or waiting for the initializer to
+/// answer again while it is out of the path).
+pub const RECONCILING: &str = "Reconciling";
+/// Condition: the operator cannot get to the spec without a change: the spec was refused or
+/// held back, another party's object is in the way, or the workload never became ready within
+/// its Deployment's progress deadline.
+pub const STALLED: &str = "Stalled";
 /// Condition: the spec passed validation.
 pub const VALID: &str = "Valid";
 /// Condition: the Deployment is available.

@@ -608,9 +608,11 @@ pub struct InitializerStatus {
     /// Lifecycle phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
-    /// `Valid`, `Available`, `Responding`, `Registered`, and `Degraded` (after the first
-    /// outage) and `FallbackInForce` (with `spec.fallback`).
+    /// `Ready`, `Reconciling` and `Stalled` (exactly one `True`), `Valid`, `Available`,
+    /// `Responding`, `Registered`, and `Degraded` (after the first outage) and
+    /// `FallbackInForce` (with `spec.fallback`); one of each type.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

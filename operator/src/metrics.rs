@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use initializer_crds::conditions::{CONFLICT, FALLBACK_IN_FORCE, VALID};
+use initializer_crds::conditions::{FALLBACK_IN_FORCE, STALLED};
 use initializer_crds::{EngineInForce, InitializerStatus, Phase};
 
 use crate::api_requests::VerbLabels;
@@ -132,24 +132,32 @@ pub struct Metrics {
     pub missed_initializations: Family<InitializerLabels, Counter>,
 }
 
-/// Why the operator cannot deploy or register an Initializer until something changes.
+/// Why the operator cannot deploy or register an Initializer until something changes: the
+/// reason of its `Stalled=True` condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stalled {
     /// The spec was refused (`Valid=False`), or it is held back until its spec changes.
     Refused,
     /// An object the operator would create belongs to someone else (`Conflict=True`).
     Conflict,
+    /// The workload never became ready within its Deployment's progress deadline.
+    ProgressDeadlineExceeded,
 }
 
 impl Stalled {
     /// Every reason.
-    pub const ALL: [Stalled; 2] = [Stalled::Refused, Stalled::Conflict];
+    pub const ALL: [Stalled; 3] = [
+        Stalled::Refused,
+        Stalled::Conflict,
+        Stalled::ProgressDeadlineExceeded,
+    ];
 
-    /// The metric label.
+    /// The metric label, the condition's reason.
     pub fn as_str(self) -> &'static str {
         match self {
             Stalled::Refused => "Refused",
             Stalled::Conflict => "Conflict",
+            Stalled::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
         }
     }
 }
@@ -176,13 +184,11 @@ impl StatusGauges {
                 .iter()
                 .any(|c| c.type_ == type_ && c.status == value)
         };
-        let stalled = if holds(VALID, "False") {
-            Some(Stalled::Refused)
-        } else if holds(CONFLICT, "True") {
-            Some(Stalled::Conflict)
-        } else {
-            None
-        };
+        let stalled = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == STALLED && c.status == "True")
+            .and_then(|c| Stalled::ALL.into_iter().find(|r| r.as_str() == c.reason));
         Self {
             phase: status.phase.unwrap_or_default(),
             engine: status.engine,
@@ -329,7 +335,7 @@ impl Default for Metrics {
         );
         registry.register(
             "stalled",
-            "1 for why the operator cannot deploy or register the Initializer until something changes (Refused: Valid=False, held back included; Conflict: an object in its way is someone else's), 0 for the other reasons",
+            "1 for why the operator cannot deploy or register the Initializer until something changes, the reason of its Stalled condition (Refused: Valid=False, held back included; Conflict: an object in its way is someone else's; ProgressDeadlineExceeded: the workload never became ready within its Deployment's progress deadline), 0 for the other reasons",
             stalled.clone(),
         );
         registry.register(
@@ -724,25 +730,28 @@ mod tests {
         }
     }
 
+    /// A status whose `Stalled` condition is `True` for `reason`.
+    fn stalled_by(phase: Phase, reason: &str) -> InitializerStatus {
+        let mut status = status_with(phase, &[(STALLED, "True")]);
+        status.conditions[0].reason = reason.to_string();
+        status
+    }
+
     /// A refused or conflicting Initializer, never supervised, is seen by its phase and why it
-    /// is stalled; one in the API server by its engine; each series one per value, 1 for the
-    /// value that holds.
+    /// is stalled (its `Stalled` condition's reason); one in the API server by its engine; each
+    /// series one per value, 1 for the value that holds.
     #[test]
     fn status_gauges_show_phase_engine_fallback_and_why_it_is_stalled() {
-        let refused = StatusGauges::of(&status_with(Phase::Invalid, &[(VALID, "False")]));
+        let refused = StatusGauges::of(&stalled_by(Phase::Invalid, "Refused"));
         assert_eq!(refused.stalled, Some(Stalled::Refused));
-        let conflict = StatusGauges::of(&status_with(
-            Phase::Pending,
-            &[(VALID, "True"), (CONFLICT, "True")],
-        ));
+        let conflict = StatusGauges::of(&stalled_by(Phase::Pending, "Conflict"));
         assert_eq!(conflict.stalled, Some(Stalled::Conflict));
+        let never_ready =
+            StatusGauges::of(&stalled_by(Phase::Deploying, "ProgressDeadlineExceeded"));
+        assert_eq!(never_ready.stalled, Some(Stalled::ProgressDeadlineExceeded));
         let mut in_api_server = status_with(
             Phase::InApiServer,
-            &[
-                (VALID, "True"),
-                (CONFLICT, "False"),
-                (FALLBACK_IN_FORCE, "False"),
-            ],
+            &[(STALLED, "False"), (FALLBACK_IN_FORCE, "False")],
         );
         in_api_server.engine = Some(EngineInForce::Policy);
         let in_api_server = StatusGauges::of(&in_api_server);
@@ -750,7 +759,7 @@ mod tests {
         assert!(!in_api_server.fallback_in_force);
         let degraded = StatusGauges::of(&status_with(
             Phase::Degraded,
-            &[(VALID, "True"), (FALLBACK_IN_FORCE, "True")],
+            &[(STALLED, "False"), (FALLBACK_IN_FORCE, "True")],
         ));
         assert!(degraded.fallback_in_force);
 

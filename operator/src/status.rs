@@ -24,8 +24,8 @@ use crate::validate::{Refusal, describe};
 pub const PROBE_STATUS_REFRESH: Duration = Duration::from_secs(25);
 
 pub use initializer_crds::conditions::{
-    AVAILABLE, CONFLICT, DEGRADED, FAIL_CLOSED, FALLBACK_IN_FORCE, REGISTERED, RESPONDING,
-    SHARED_NAMESPACE, VALID,
+    AVAILABLE, CONFLICT, DEGRADED, FAIL_CLOSED, FALLBACK_IN_FORCE, READY, RECONCILING, REGISTERED,
+    RESPONDING, SHARED_NAMESPACE, STALLED, VALID,
 };
 
 /// The `details` key holding why the last reconcile failed.
@@ -76,6 +76,9 @@ pub struct WorkloadObservation {
     pub available: bool,
     /// The Deployment's own explanation when it is not available.
     pub message: Option<String>,
+    /// The Deployment's `Progressing` message once its progress deadline passed without a
+    /// rollout completing (reason `ProgressDeadlineExceeded`): it will not get there by itself.
+    pub past_deadline: Option<String>,
     /// Deployments in the operator's namespace that neither the operator nor an Initializer
     /// made ([`foreign_deployments`]).
     pub shared_with: Vec<String>,
@@ -111,17 +114,23 @@ pub fn foreign_deployments(deployments: &[Deployment]) -> Vec<String> {
 /// Reads the relevant figures from a Deployment.
 pub fn observe_workload(deployment: &Deployment) -> WorkloadObservation {
     let status = deployment.status.clone().unwrap_or_default();
-    let condition = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_.as_deref() == Some("Available"));
+    let condition = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_.as_deref() == Some(type_))
+    };
+    let past_deadline = condition("Progressing")
+        .filter(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded"))
+        .map(|c| c.message.clone().unwrap_or_default());
     WorkloadObservation {
         replicas: deployment.spec.replicas.unwrap_or(1),
         ready_replicas: status.ready_replicas.unwrap_or(0),
         available_replicas: status.available_replicas.unwrap_or(0),
         available: deployment_available(deployment),
-        message: condition.and_then(|c| c.message.clone()),
+        message: condition("Available").and_then(|c| c.message.clone()),
+        past_deadline,
         shared_with: Vec::new(),
     }
 }
@@ -279,7 +288,7 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
     if let Some(error) = o.last_error {
         details.insert(LAST_ERROR.to_string(), error.to_string());
     }
-    InitializerStatus {
+    let status = InitializerStatus {
         phase: Some(phase(o)),
         conditions,
         observed_generation: o.generation,
@@ -298,7 +307,109 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         missed_initializations: o.missed.clone(),
         // The guard's witness is written apart (`apply::apply_guard_witness`).
         guard: None,
+    };
+    let past_deadline = o.workload.as_ref().and_then(|w| w.past_deadline.as_deref());
+    with_standing(status, past_deadline, o.previous, o.now)
+}
+
+/// Where an Initializer stands, in the terms of Kubernetes' conventions for any object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// The one of `Ready`, `Reconciling` and `Stalled` that is `True`.
+    pub type_: &'static str,
+    /// Why, in one word (the reason of all three conditions).
+    pub reason: &'static str,
+    /// Why, for humans.
+    pub message: String,
+}
+
+/// Where a status stands: stalled when a change is needed (a refused or held-back spec,
+/// another party's object in the way, a workload past its progress deadline), reconciling while
+/// the operator works towards the spec or waits for the initializer to answer again, ready when
+/// the initializer does its job as the spec has it (suspended included: that is what the spec
+/// asks). `past_deadline` is the Deployment's message once its progress deadline passed.
+pub fn standing(status: &InitializerStatus, past_deadline: Option<&str>) -> Standing {
+    let stand = |type_, reason, message: &str| Standing {
+        type_,
+        reason,
+        message: message.to_string(),
+    };
+    let message_of = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map_or("", |c| c.message.as_str())
+    };
+    let conflict = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CONFLICT && c.status == "True");
+    if conflict {
+        return stand(STALLED, "Conflict", message_of(CONFLICT));
     }
+    match status.phase.unwrap_or_default() {
+        Phase::Invalid => stand(STALLED, "Refused", message_of(VALID)),
+        Phase::Pending | Phase::Deploying => match past_deadline {
+            Some(message) => stand(
+                STALLED,
+                "ProgressDeadlineExceeded",
+                &format!("the workload never became ready: {message}"),
+            ),
+            None => stand(
+                RECONCILING,
+                "Deploying",
+                "the workload is being deployed; the configuration is registered once it is ready and answering",
+            ),
+        },
+        Phase::Degraded => stand(RECONCILING, "Degraded", message_of(DEGRADED)),
+        Phase::Unresponsive => stand(RECONCILING, "Unresponsive", message_of(DEGRADED)),
+        Phase::Registered => stand(READY, "Registered", message_of(REGISTERED)),
+        Phase::InApiServer => stand(READY, "InApiServer", message_of(IN_API_SERVER)),
+        Phase::Suspended => stand(
+            READY,
+            "Suspended",
+            "suspended, as the spec asks: nothing is registered",
+        ),
+    }
+}
+
+/// `status` with its `Ready`, `Reconciling` and `Stalled` conditions set from [`standing`]
+/// (each keeping its `lastTransitionTime` from `previous` while its status stays the same).
+pub fn with_standing(
+    mut status: InitializerStatus,
+    past_deadline: Option<&str>,
+    previous: Option<&InitializerStatus>,
+    now: Timestamp,
+) -> InitializerStatus {
+    let standing = standing(&status, past_deadline);
+    status
+        .conditions
+        .retain(|c| ![READY, RECONCILING, STALLED].contains(&c.type_.as_str()));
+    for (i, type_) in [READY, RECONCILING, STALLED].into_iter().enumerate() {
+        let truth = if type_ == standing.type_ {
+            "True"
+        } else {
+            "False"
+        };
+        let since = previous
+            .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_))
+            .filter(|c| c.status == truth)
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or(Time(now));
+        status.conditions.insert(
+            i,
+            Condition {
+                type_: type_.to_string(),
+                status: truth.to_string(),
+                reason: standing.reason.to_string(),
+                message: standing.message.clone(),
+                observed_generation: status.observed_generation,
+                last_transition_time: since,
+            },
+        );
+    }
+    status
 }
 
 /// The status of an Initializer with nothing registered or supervised (refused, in conflict,
@@ -540,7 +651,7 @@ pub fn with_conflict(
         observed_generation: status.observed_generation,
         last_transition_time: since,
     });
-    status
+    with_standing(status, None, previous, now)
 }
 
 fn valid_condition(o: &Observation<'_>) -> Condition {

@@ -91,6 +91,7 @@ fn ready() -> WorkloadObservation {
         available_replicas: 2,
         available: true,
         message: None,
+        past_deadline: None,
         shared_with: Vec::new(),
     }
 }
@@ -161,7 +162,7 @@ fn a_new_initializer_is_pending_with_unknown_health() {
     assert_eq!(cond(&s, RESPONDING).status, "Unknown");
     assert_eq!(cond(&s, REGISTERED).reason, "WaitingForReadiness");
     assert_eq!(s.registered, Some(false));
-    assert_eq!(s.conditions.len(), 4);
+    assert_eq!(s.conditions.len(), 7);
 }
 
 #[test]
@@ -194,6 +195,7 @@ fn a_deploying_initializer_reports_replicas_and_probe_failures() {
             available_replicas: 0,
             available: false,
             message: Some("Deployment does not have minimum availability.".into()),
+            past_deadline: None,
             replicas: 2,
             shared_with: Vec::new(),
         }),
@@ -556,4 +558,202 @@ fn a_namespace_shared_with_another_partys_deployments_is_a_warning() {
         ..base()
     });
     assert!(alone.conditions.iter().all(|c| c.type_ != SHARED_NAMESPACE));
+}
+
+/// The one of `Ready`, `Reconciling` and `Stalled` that is `True`, and the reason all three
+/// give (failing unless exactly one is `True` and they agree).
+fn standing_of(s: &InitializerStatus) -> (String, String) {
+    let three: Vec<&Condition> = [READY, RECONCILING, STALLED]
+        .iter()
+        .map(|t| cond(s, t))
+        .collect();
+    let truths: Vec<&&Condition> = three.iter().filter(|c| c.status == "True").collect();
+    assert_eq!(truths.len(), 1, "{three:?}");
+    assert!(
+        three.iter().all(|c| c.reason == truths[0].reason),
+        "{three:?}"
+    );
+    (truths[0].type_.clone(), truths[0].reason.clone())
+}
+
+#[test]
+fn every_phase_stands_ready_reconciling_or_stalled() {
+    let refusals = [Refusal {
+        field: "spec.namespace".into(),
+        message: "not labelled for workloads".into(),
+    }];
+    let deploying = WorkloadObservation {
+        ready_replicas: 0,
+        available_replicas: 0,
+        available: false,
+        ..ready()
+    };
+    let past_deadline = WorkloadObservation {
+        past_deadline: Some("ReplicaSet \"x\" has timed out progressing.".into()),
+        ..deploying.clone()
+    };
+    let in_api_server = crate::engine::view(
+        initializer_crds::Engine::Auto,
+        true,
+        &Ok("proven against the webhook".into()),
+    );
+    let cases: Vec<(&str, Observation<'_>, &str, &str)> = vec![
+        ("new", base(), RECONCILING, "Deploying"),
+        (
+            "deploying",
+            Observation {
+                workload: Some(deploying.clone()),
+                ..base()
+            },
+            RECONCILING,
+            "Deploying",
+        ),
+        (
+            "never ready within the deadline",
+            Observation {
+                workload: Some(past_deadline),
+                ..base()
+            },
+            STALLED,
+            "ProgressDeadlineExceeded",
+        ),
+        (
+            "registered",
+            Observation {
+                workload: Some(ready()),
+                health: Some(snapshot(State::Registered, Some(2))),
+                probe: Some(good_probe()),
+                registered: true,
+                ..base()
+            },
+            READY,
+            "Registered",
+        ),
+        (
+            "degraded",
+            Observation {
+                workload: Some(ready()),
+                registered: true,
+                degraded: true,
+                outage: Some(outage()),
+                ..base()
+            },
+            RECONCILING,
+            "Degraded",
+        ),
+        (
+            "unresponsive",
+            Observation {
+                workload: Some(ready()),
+                health: Some(snapshot(State::Unresponsive, Some(0))),
+                outage: Some(outage()),
+                ..base()
+            },
+            RECONCILING,
+            "Unresponsive",
+        ),
+        (
+            "suspended",
+            Observation {
+                suspended: true,
+                ..base()
+            },
+            READY,
+            "Suspended",
+        ),
+        (
+            "in the API server",
+            Observation {
+                engine: Some(&in_api_server),
+                ..base()
+            },
+            READY,
+            "InApiServer",
+        ),
+        (
+            "refused",
+            Observation {
+                refusals: &refusals,
+                ..base()
+            },
+            STALLED,
+            "Refused",
+        ),
+    ];
+    for (case, o, type_, reason) in cases {
+        let s = compute(&o);
+        assert_eq!(
+            standing_of(&s),
+            (type_.to_string(), reason.to_string()),
+            "{case}: {:?}",
+            s.phase
+        );
+    }
+    let refused = compute(&Observation {
+        refusals: &refusals,
+        ..base()
+    });
+    assert!(
+        cond(&refused, STALLED)
+            .message
+            .contains("spec.namespace: not labelled for workloads"),
+        "{:?}",
+        cond(&refused, STALLED)
+    );
+}
+
+#[test]
+fn another_partys_object_in_the_way_stalls_the_initializer_until_it_goes() {
+    let registered = compute(&Observation {
+        workload: Some(ready()),
+        registered: true,
+        ..base()
+    });
+    assert_eq!(standing_of(&registered).0, READY);
+    let conflict = with_conflict(
+        registered.clone(),
+        "MutatingWebhookConfiguration initializer-sidecar is not ours".into(),
+        Some(&registered),
+        now(),
+    );
+    assert_eq!(
+        standing_of(&conflict),
+        (STALLED.to_string(), "Conflict".to_string())
+    );
+    assert!(cond(&conflict, STALLED).message.contains("is not ours"));
+}
+
+#[test]
+fn the_standing_keeps_its_transition_time_and_names_the_generation_it_describes() {
+    let earlier = now() - jiff::SignedDuration::from_hours(1);
+    let deploying = compute(&Observation {
+        now: earlier,
+        ..base()
+    });
+    let still = compute(&Observation {
+        previous: Some(&deploying),
+        ..base()
+    });
+    assert_eq!(
+        cond(&still, RECONCILING).last_transition_time,
+        Time(earlier)
+    );
+    let registered = compute(&Observation {
+        previous: Some(&still),
+        workload: Some(ready()),
+        registered: true,
+        ..base()
+    });
+    assert_eq!(cond(&registered, READY).last_transition_time, Time(now()));
+    assert_eq!(
+        cond(&registered, RECONCILING).last_transition_time,
+        Time(now())
+    );
+    assert_eq!(
+        cond(&registered, STALLED).last_transition_time,
+        Time(earlier)
+    );
+    for type_ in [READY, RECONCILING, STALLED] {
+        assert_eq!(cond(&registered, type_).observed_generation, Some(3));
+    }
 }

@@ -210,14 +210,15 @@ pub fn alerts(params: &AlertParameters) -> Vec<Alert> {
                     "Initializer {{{{ $labels.initializer }}}} has been stalled ({{{{ $labels.reason }}}}) for more than {stalled_for}"
                 ),
                 format!(
-                    "The operator has not been able to deploy or register Initializer {{{{ $labels.initializer }}}} for {stalled_for} ({{{{ $labels.reason }}}}), and will not until something changes: Refused means its spec was refused or is held back (the Valid condition says why), Conflict that an object it would create belongs to someone else (the Conflict condition names it). Nothing of it is in the admission path. Check `kubectl describe initializer {{{{ $labels.initializer }}}}`."
+                    "The operator has not been able to deploy or register Initializer {{{{ $labels.initializer }}}} for {stalled_for} ({{{{ $labels.reason }}}}), and will not until something changes: Refused means its spec was refused or is held back (the Valid condition says why), Conflict that an object it would create belongs to someone else (the Conflict condition names it), ProgressDeadlineExceeded that its workload never became ready within its Deployment's progress deadline. Nothing of it is in the admission path. Check `kubectl describe initializer {{{{ $labels.initializer }}}}`."
                 ),
             ),
-            meaning: "The operator refused the Initializer (`Valid=False`: an invalid spec, a workload namespace not allowed, or held back because nothing shows its author may register webhooks) or left it alone because an object it would create belongs to someone else (`Conflict=True`). It deploys and registers nothing until the spec, the namespace or the other object changes, so nothing it should do is done, and no other alert says so: it was never in the path.",
+            meaning: "The operator refused the Initializer (`Valid=False`: an invalid spec, a workload namespace not allowed, or held back because nothing shows its author may register webhooks) or left it alone because an object it would create belongs to someone else (`Conflict=True`), or its workload never became ready within its Deployment's progress deadline (an image that cannot be pulled, a pod that never starts). Its `Stalled` condition says which. It registers nothing until the spec, the namespace, the other object or the workload changes, so nothing it should do is done, and no other alert says so: it was never in the path.",
             actions: &[
-                "`kubectl describe initializer NAME`: the `Valid` or `Conflict` condition and the `Refused` or `Conflict` Event say what to change.",
+                "`kubectl describe initializer NAME`: the `Stalled` condition, the `Valid` or `Conflict` condition and the `Refused` or `Conflict` Event say what to change.",
                 "Refused: fix the spec. Held back: have someone who may create mutatingwebhookconfigurations change its spec (any change), so that the guard on Initializers judges them. A workload namespace not allowed: `kubectl label namespace NS initializer.dev/workloads=true` and the RoleBinding the message names.",
                 "Conflict: remove or rename the object named in the message (it is not the operator's, and the operator never takes it over), or rename the Initializer.",
+                "ProgressDeadlineExceeded: `kubectl -n NAMESPACE describe deployment NAME` (the Deployment is named after the Initializer) and its pods' events say why they never became ready (image pull, crash, scheduling); fix the image or the cluster.",
             ],
         },
         Alert {
