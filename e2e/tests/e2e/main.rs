@@ -13,6 +13,7 @@ mod common;
 mod engine;
 mod failure;
 mod forgery;
+mod gitops;
 mod injection;
 mod kubelet;
 mod legacy;
@@ -74,6 +75,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(lifecycle::deletion_removes_the_configuration_before_the_workload),
     scenario!(lifecycle::suspended_initializer_stays_deregistered_until_resumed),
     scenario!(lifecycle::bad_input_is_refused_and_registers_nothing),
+    scenario!(gitops::gitops_tools_judge_each_phase_by_its_conditions),
     scenario!(lifecycle::operator_killed_mid_rollout_converges_without_duplicates_or_orphans),
     scenario!(legacy::legacy_backend_without_the_api_is_invalid_and_deploys_nothing),
     scenario!(kubelet::port_forward_reaches_an_initializer_pod),
@@ -126,6 +128,10 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[
     (
         "alerts_tell_a_refused_initializer_from_one_in_the_api_server",
         "not on the sandbox: it does not serve MutatingAdmissionPolicy (runs on the real control plane)",
+    ),
+    (
+        "gitops_tools_judge_each_phase_by_its_conditions",
+        "not on the sandbox: it judges with kstatus and gopher-lua, built from their Go modules (runs on the real control plane and on kind)",
     ),
 ];
 
