@@ -392,11 +392,7 @@ pub fn with_standing(
         } else {
             "False"
         };
-        let since = previous
-            .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_))
-            .filter(|c| c.status == truth)
-            .map(|c| c.last_transition_time.clone())
-            .unwrap_or(Time(now));
+        let since = transition_time(previous, type_, truth, now);
         status.conditions.insert(
             i,
             Condition {
@@ -613,12 +609,7 @@ fn condition(
     reason: &str,
     message: String,
 ) -> Condition {
-    let since = o
-        .previous
-        .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_))
-        .filter(|c| c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(o.now));
+    let since = transition_time(o.previous, type_, status, o.now);
     Condition {
         type_: type_.to_string(),
         status: status.to_string(),
@@ -629,6 +620,21 @@ fn condition(
     }
 }
 
+/// When condition `type_` took `status`: kept from `previous` while it has that status, else
+/// `now`.
+fn transition_time(
+    previous: Option<&InitializerStatus>,
+    type_: &str,
+    status: &str,
+    now: Timestamp,
+) -> Time {
+    previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now))
+}
+
 /// The status with a `Conflict` condition saying `message`: an object the operator would
 /// create exists and belongs to someone else, so nothing is registered until it goes.
 pub fn with_conflict(
@@ -637,11 +643,7 @@ pub fn with_conflict(
     previous: Option<&InitializerStatus>,
     now: Timestamp,
 ) -> InitializerStatus {
-    let since = previous
-        .and_then(|p| p.conditions.iter().find(|c| c.type_ == CONFLICT))
-        .filter(|c| c.status == "True")
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
+    let since = transition_time(previous, CONFLICT, "True", now);
     status.conditions.retain(|c| c.type_ != CONFLICT);
     status.conditions.push(Condition {
         type_: CONFLICT.to_string(),
