@@ -25,6 +25,8 @@ use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
 /// of probes, 100 ms apart while waiting, takes a few hundred milliseconds; the rest is margin
 /// for a busy machine.
 const REGISTERED_AFTER_READY: Duration = Duration::from_secs(5);
+/// The highest `spec.health.successThreshold` the operator accepts.
+const SUCCESS_THRESHOLD_MAX: i32 = 100;
 
 /// Applying an Initializer never yields a configuration while its Deployment is unavailable;
 /// it is registered within a bounded time once its pods are ready.
@@ -174,10 +176,11 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
     Ok(())
 }
 
-/// Freezes an initializer's pods the moment its Deployment is seen available (a success
-/// threshold of thirty probes, 100 ms apart while waiting, leaves three seconds before it could
-/// register), checks that nothing is registered while they do not answer, then thaws them and
-/// checks it registers only then.
+/// Freezes an initializer's pods the moment its Deployment is seen available (the highest
+/// success threshold, a hundred probes 100 ms apart while waiting, leaves ten seconds before it
+/// could register: the Deployment's status and the signals through the node's runtime take
+/// seconds of their own on a loaded machine), checks that nothing is registered while they do
+/// not answer, then thaws them and checks it registers only then.
 async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
     let workload_ns = ctx
@@ -186,7 +189,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
         .await?;
     let name = ctx.scope.name("mute");
     let health = Health {
-        success_threshold: Some(30),
+        success_threshold: Some(SUCCESS_THRESHOLD_MAX),
         ..Health::default()
     };
     let initializer =
@@ -207,18 +210,24 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
             |s| deployment_available(&s.object),
         )
         .await?;
-    let frozen_at = Instant::now();
+    let available_at = Instant::now();
     let pods: Vec<String> = ops::workload_pods(&client, &workload_ns, &name)
         .await?
         .iter()
         .map(|p| p.name_any())
         .collect();
-    for pod in &pods {
-        ctx.env.backend.freeze_pod(&workload_ns, pod).await?;
-    }
+    futures::future::try_join_all(
+        pods.iter()
+            .map(|pod| ctx.env.backend.freeze_pod(&workload_ns, pod)),
+    )
+    .await?;
+    let frozen_at = Instant::now();
     ensure!(
         configurations.additions_since(applied) == 0,
-        "the configuration appeared before the initializer had answered thirty probes: {}",
+        "the configuration appeared before the initializer had answered {SUCCESS_THRESHOLD_MAX} \
+         probes (Deployment seen available {} after apply, pods frozen {} later): {}",
+        s(available_at - applied),
+        s(frozen_at - available_at),
         configurations.summary()
     );
     let held = wait::holds_for(
