@@ -539,6 +539,42 @@ fn admission_rule(r: &InterceptRule) -> RuleWithOperations {
     }
 }
 
+/// Name of the webhook's matchCondition that leaves out requests without an object (DELETE,
+/// CONNECT), which the preset initializer admits unchanged.
+pub const HAS_OBJECT: &str = "initializer-has-object";
+
+/// The webhook's `matchConditions`: what the initializer would leave alone, checked by the API
+/// server so that it does not call the initializer at all for such an object. The annotation
+/// gate ([`gate_condition`]), for any initializer: the SDK applies the same gate, and the
+/// Initializer declares it as what is touched. For the preset initializer (a preset without an
+/// image), its whole selection as the policy compiler renders it (the gate, the kinds, labels,
+/// annotation and namespaces of `spec.preset.selector`), after a condition that leaves out
+/// requests without an object, on which those would fail to evaluate. A selection that does not
+/// compile keeps the gate alone: the preset initializer still checks it. The missed-count
+/// scope (the operator's `missed` module) has the same gate, so an object the API server did
+/// not send is not counted as missed.
+pub fn webhook_conditions(v: &Validated) -> Option<Vec<MatchCondition>> {
+    let spec = &v.spec;
+    let gate = spec.annotation.as_ref();
+    let preset_selection = spec
+        .preset
+        .as_ref()
+        .filter(|_| spec.image.is_none())
+        .and_then(|preset| crate::policy::program(preset, gate).ok())
+        .and_then(|program| crate::policy::compile::selection_conditions(&program).ok());
+    match preset_selection {
+        Some(selection) if !selection.is_empty() => {
+            let mut conditions = vec![MatchCondition {
+                name: HAS_OBJECT.into(),
+                expression: "object != null".into(),
+            }];
+            conditions.extend(selection);
+            Some(conditions)
+        }
+        _ => gate.map(|g| vec![gate_condition(g)]),
+    }
+}
+
 /// The MutatingWebhookConfiguration, registered only while the initializer is healthy.
 pub fn webhook(v: &Validated, ca_pem: &str) -> MutatingWebhookConfiguration {
     let spec = &v.spec;
@@ -584,7 +620,7 @@ pub fn webhook(v: &Validated, ca_pem: &str) -> MutatingWebhookConfiguration {
             rules: Some(rules),
             side_effects: "None".into(),
             timeout_seconds: Some(spec.timeout_seconds),
-            ..Default::default()
+            match_conditions: webhook_conditions(v),
         }]),
     }
 }

@@ -81,6 +81,13 @@ pub const INITIALIZER_NAME_ENV: &str = "INITIALIZER_NAME";
 /// pod template last changed. The SDK writes it into the mark on every object it changes.
 pub const GENERATION_ENV: &str = "INITIALIZER_GENERATION";
 
+/// Annotation that suspends an Initializer, like `spec.suspend`, while it is present (whatever
+/// its value, which says why). It is the break-glass switch `kubectl initializer suspend` sets
+/// with its own field manager, so that a GitOps sync of the spec (client-side or server-side
+/// apply, with force) leaves it in place. The guard on Initializers judges setting, changing
+/// and removing it as it judges the spec.
+pub const BREAK_GLASS_ANNOTATION: &str = "initializer.dev/break-glass";
+
 /// Annotation the SDK puts on every object an initializer changed: comma-separated
 /// `<initializer>/<generation>` entries (a bare `<initializer>` from older SDKs). After a
 /// fail-open window the operator counts the objects in scope that lack its entry.

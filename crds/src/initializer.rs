@@ -132,7 +132,8 @@ pub struct InitializerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_selector: Option<LabelSelector>,
 
-    /// Annotation gate, passed to the initializer (`INITIALIZER_ANNOTATION`,
+    /// Annotation gate: a matchCondition of the webhook (the API server sends the initializer
+    /// only objects it admits), also passed to the initializer (`INITIALIZER_ANNOTATION`,
     /// `INITIALIZER_REQUIRE_ANNOTATION`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotation: Option<AnnotationGate>,
@@ -154,7 +155,9 @@ pub struct InitializerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthPolicy>,
 
-    /// Deregister and stay deregistered while true (break-glass). The workload keeps running.
+    /// Deregister and stay deregistered while true. The workload keeps running. For a
+    /// break-glass that a GitOps sync of this spec does not undo, see the annotation
+    /// `initializer.dev/break-glass` (`kubectl initializer suspend`).
     #[serde(default)]
     pub suspend: bool,
 
@@ -541,6 +544,52 @@ impl Default for HealthPolicy {
     }
 }
 
+/// Why an Initializer is out of the admission path on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suspension {
+    /// `spec.suspend` is true: declared with the rest of the spec.
+    Spec,
+    /// The break-glass annotation is present ([`crate::constants::BREAK_GLASS_ANNOTATION`]):
+    /// set on the live object, so a sync of the spec does not undo it.
+    BreakGlass,
+}
+
+impl Suspension {
+    /// Which switch is on, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Suspension::Spec => "spec.suspend is true",
+            Suspension::BreakGlass => {
+                "the break-glass annotation initializer.dev/break-glass is set"
+            }
+        }
+    }
+}
+
+impl Initializer {
+    /// Whether, and by which switch, the Initializer is suspended. The break-glass annotation
+    /// is named first when both are on: it is the one a sync of the spec does not clear.
+    pub fn suspension(&self) -> Option<Suspension> {
+        let break_glass = self
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crate::constants::BREAK_GLASS_ANNOTATION));
+        if break_glass {
+            Some(Suspension::BreakGlass)
+        } else if self.spec.suspend {
+            Some(Suspension::Spec)
+        } else {
+            None
+        }
+    }
+
+    /// Whether either switch suspends the Initializer.
+    pub fn is_suspended(&self) -> bool {
+        self.suspension().is_some()
+    }
+}
+
 impl InitializerSpec {
     /// The health policy in force: the spec's, or the defaults.
     pub fn health_policy(&self) -> HealthPolicy {
@@ -564,7 +613,8 @@ pub enum Phase {
     Degraded,
     /// The initializer stopped answering; the configuration is removed (fail open).
     Unresponsive,
-    /// `spec.suspend` is true; the configuration is removed.
+    /// `spec.suspend` is true or the break-glass annotation is present; the configuration is
+    /// removed.
     Suspended,
     /// The preset runs in the API server as a MutatingAdmissionPolicy, proven to do what the
     /// webhook does; the webhook is deregistered and its Deployment scaled to zero.

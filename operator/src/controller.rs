@@ -154,7 +154,7 @@ pub fn supervision(
         gate: validated.spec.annotation.clone(),
         timeout: Duration::from_secs(u64::try_from(validated.spec.timeout_seconds).unwrap_or(5)),
         available: workload.available,
-        suspended: obj.spec.suspend,
+        suspended: obj.suspension(),
         generation: obj.metadata.generation,
         workload,
         certificate_not_after,

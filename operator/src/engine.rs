@@ -35,7 +35,7 @@
 pub mod compare;
 pub mod proof;
 
-use initializer_crds::{Engine, EngineInForce, InitializerStatus};
+use initializer_crds::{Engine, EngineInForce, InitializerStatus, Suspension};
 
 use crate::policy::CompileError;
 use crate::policy::served::NotServed;
@@ -48,8 +48,8 @@ pub const IN_API_SERVER: &str = "InApiServer";
 pub enum Why {
     /// `spec.engine: Webhook`.
     Pinned,
-    /// `spec.suspend`: neither engine is in the path.
-    Suspended,
+    /// Suspended (`spec.suspend` or the break-glass annotation): neither engine is in the path.
+    Suspended(Suspension),
     /// The compiler cannot express the Initializer (it names the field).
     NotCompilable { field: String, message: String },
     /// The API server serves no MutatingAdmissionPolicy the operator can write.
@@ -79,7 +79,7 @@ impl Why {
     pub fn reason(&self) -> &'static str {
         match self {
             Why::Pinned => "Pinned",
-            Why::Suspended => "Suspended",
+            Why::Suspended(_) => "Suspended",
             Why::NotCompilable { .. } => "NotCompilable",
             Why::NotServed(_) => "NotServed",
             Why::NoCanaryNamespace => "NoCanaryNamespace",
@@ -96,11 +96,11 @@ impl Why {
     pub fn message(&self) -> String {
         match self {
             Why::Pinned => "spec.engine is Webhook".to_owned(),
-            Why::Suspended => {
-                "spec.suspend is true: neither the webhook nor the policy is in the path; the \
-                 policy is proven again when it is false"
-                    .to_owned()
-            }
+            Why::Suspended(suspension) => format!(
+                "{}: neither the webhook nor the policy is in the path; the policy is proven \
+                 again once it is resumed",
+                suspension.describe()
+            ),
             Why::NotCompilable { field, message } => {
                 format!("{field} cannot run as a MutatingAdmissionPolicy: {message}")
             }
@@ -229,7 +229,7 @@ pub enum Plan {
 /// webhook wins, in the order a reader would check them.
 pub fn decide(
     engine: Engine,
-    suspended: bool,
+    suspension: Option<Suspension>,
     compiled: Result<(), Why>,
     served: Result<(), Why>,
     canary: &Canary,
@@ -238,8 +238,8 @@ pub fn decide(
     if engine == Engine::Webhook {
         return Plan::Webhook(Why::Pinned);
     }
-    if suspended {
-        return Plan::Webhook(Why::Suspended);
+    if let Some(suspension) = suspension {
+        return Plan::Webhook(Why::Suspended(suspension));
     }
     if let Err(why) = compiled.and(served) {
         return Plan::Webhook(why);

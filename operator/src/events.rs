@@ -15,7 +15,7 @@ pub enum Reason {
     Deregistered,
     /// A configuration that appeared while the initializer was out of the path, removed.
     StrayConfigurationRemoved,
-    /// `spec.suspend` is true.
+    /// Suspended: `spec.suspend` is true or the break-glass annotation is present.
     Suspended,
     /// The fallback ValidatingAdmissionPolicy is in force while the initializer is out.
     FallbackInstalled,

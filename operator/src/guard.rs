@@ -3,10 +3,11 @@
 //! Secrets of its workload namespace. Under OLM, everyone bound to `edit` or `admin` may create
 //! one, because OLM aggregates rights on owned CRDs into those roles. So the operator keeps a
 //! ValidatingAdmissionPolicy and its binding (admissionregistration.k8s.io/v1, Kubernetes 1.30
-//! and later) that refuse creating an Initializer, changing its spec, writing its status or
-//! deleting it, unless the requester may create MutatingWebhookConfigurations, which is the
-//! power an Initializer hands out. Deleting a security initializer switches it off, and a
-//! status the operator adopts after a restart (an outage's record, a degraded phase) steers it.
+//! and later) that refuse creating an Initializer, changing its spec, writing its status,
+//! setting or removing its break-glass annotation, or deleting it, unless the requester may
+//! create MutatingWebhookConfigurations, which is the power an Initializer hands out. Deleting
+//! or suspending a security initializer switches it off, and a status the operator adopts after
+//! a restart (an outage's record, a degraded phase) steers it.
 //!
 //! The installer and the Helm chart apply both before the CRD; a registry+v1 bundle cannot carry
 //! a policy, so under OLM the operator alone applies them, at startup (server-side apply, our
@@ -34,7 +35,7 @@ use tracing::{info, warn};
 
 pub use initializer_packaging::guard::{
     EARLIER_BINDINGS_ANNOTATION, EARLIER_BINDINGS_KEPT, GUARD_EXPRESSION, GUARD_MESSAGE,
-    GUARD_NAME, MATCH_EXPRESSION, NOT_SERVED_WARNING, binding, policy,
+    GUARD_NAME, NOT_SERVED_WARNING, binding, match_expression, policy,
 };
 
 /// How long after its binding's `creationTimestamp` (whole seconds, rounded down) the guard is
@@ -380,7 +381,7 @@ mod tests {
         );
         assert_eq!(validations[0].reason.as_deref(), Some("Forbidden"));
         let conditions = spec.match_conditions.unwrap();
-        assert_eq!(conditions[0].expression, MATCH_EXPRESSION);
+        assert_eq!(conditions[0].expression, match_expression());
         for expression in [&validations[0].expression, &conditions[0].expression] {
             crate::cel::check(expression, crate::cel::VARIABLES).unwrap();
         }

@@ -88,7 +88,8 @@ pub enum State {
     Degraded,
     /// The configuration was removed because the initializer stopped answering.
     Unresponsive,
-    /// `spec.suspend` is true: removed and never registered again until it is false.
+    /// Suspended (either switch), or in the API server: removed and never registered again
+    /// until that ends.
     Suspended,
 }
 
@@ -103,7 +104,8 @@ pub enum Input {
     Endpoints(u32),
     /// Whether the Deployment is available.
     Available(bool),
-    /// The value of `spec.suspend`.
+    /// Whether the Initializer is out of the path on purpose: suspended (`spec.suspend` or the
+    /// break-glass annotation) or in the API server.
     Suspend(bool),
 }
 
@@ -114,7 +116,7 @@ pub enum Cause {
     ProbesFailed,
     /// The Service has no ready endpoint.
     NoReadyEndpoints,
-    /// `spec.suspend` became true.
+    /// The Initializer went out of the path on purpose ([`Input::Suspend`]).
     Suspended,
 }
 

@@ -108,7 +108,8 @@ pub struct Metrics {
     /// 1 while an Initializer's configuration is degraded (`failurePolicy: Ignore`, short
     /// timeout) after a failed probe.
     pub degraded: Family<InitializerLabels, Gauge>,
-    /// 1 while an Initializer is suspended (`spec.suspend`): deregistered on purpose.
+    /// 1 while an Initializer is suspended (`spec.suspend` or the break-glass annotation):
+    /// deregistered on purpose.
     pub suspended: Family<InitializerLabels, Gauge>,
     /// Expiry of an Initializer's serving certificate, in Unix seconds.
     pub certificate_expiry: Family<InitializerLabels, Gauge>,
@@ -205,7 +206,7 @@ pub struct InitializerGauges {
     pub registered: bool,
     /// The configuration is degraded.
     pub degraded: bool,
-    /// `spec.suspend` is true.
+    /// Suspended (`spec.suspend` or the break-glass annotation).
     pub suspended: bool,
     /// Expiry of the serving certificate, in Unix seconds, when known.
     pub certificate_expiry: Option<i64>,
@@ -300,7 +301,7 @@ impl Default for Metrics {
         );
         registry.register(
             "suspended",
-            "1 while the Initializer is suspended (spec.suspend): deregistered on purpose",
+            "1 while the Initializer is suspended (spec.suspend or the break-glass annotation initializer.dev/break-glass): deregistered on purpose",
             suspended.clone(),
         );
         registry.register(

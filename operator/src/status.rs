@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use initializer_crds::{Initializer, InitializerStatus, MissedInitializations, Outage, Phase};
+use initializer_crds::{
+    Initializer, InitializerStatus, MissedInitializations, Outage, Phase, Suspension,
+};
 use initializer_packaging::manifest::{NAME_LABEL as OPERATOR_NAME_LABEL, OPERATOR_NAME};
 use initializer_packaging::readiness::deployment_available;
 use jiff::Timestamp;
@@ -157,8 +159,8 @@ pub struct Observation<'a> {
     pub generation: Option<i64>,
     /// Refusals, when the spec is invalid.
     pub refusals: &'a [Refusal],
-    /// `spec.suspend`.
-    pub suspended: bool,
+    /// Whether, and by which switch, it is suspended.
+    pub suspended: Option<Suspension>,
     /// The Deployment, once it exists.
     pub workload: Option<WorkloadObservation>,
     /// The health machine, once it runs.
@@ -217,7 +219,7 @@ pub struct FailClosedBounds {
 pub fn phase(o: &Observation<'_>) -> Phase {
     if !o.refusals.is_empty() {
         Phase::Invalid
-    } else if o.suspended {
+    } else if o.suspended.is_some() {
         Phase::Suspended
     } else if o.in_api_server() && !o.registered {
         Phase::InApiServer
@@ -366,11 +368,7 @@ pub fn standing(status: &InitializerStatus, past_deadline: Option<&str>) -> Stan
         Phase::Unresponsive => stand(RECONCILING, "Unresponsive", message_of(DEGRADED)),
         Phase::Registered => stand(READY, "Registered", message_of(REGISTERED)),
         Phase::InApiServer => stand(READY, "InApiServer", message_of(IN_API_SERVER)),
-        Phase::Suspended => stand(
-            READY,
-            "Suspended",
-            "suspended, as the spec asks: nothing is registered",
-        ),
+        Phase::Suspended => stand(READY, "Suspended", message_of(REGISTERED)),
     }
 }
 
@@ -421,7 +419,7 @@ pub fn unsupervised(
     compute(&Observation {
         generation: obj.metadata.generation,
         refusals,
-        suspended: obj.spec.suspend,
+        suspended: obj.suspension(),
         workload: None,
         health: None,
         probe: None,
@@ -451,7 +449,7 @@ pub fn after_failure(
     now: Timestamp,
 ) -> InitializerStatus {
     match obj.status.clone() {
-        Some(stored) if !obj.spec.suspend => with_last_error(stored, Some(error)),
+        Some(stored) if !obj.is_suspended() => with_last_error(stored, Some(error)),
         _ => unsupervised(obj, &[], configuration, Some(error), now),
     }
 }
@@ -760,13 +758,16 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
             format!("{} {name} is registered", o.configuration_kind),
         );
     }
-    if o.suspended {
+    if let Some(suspension) = o.suspended {
         return condition(
             o,
             REGISTERED,
             "False",
             "Suspended",
-            "spec.suspend is true: the configuration stays removed".into(),
+            format!(
+                "{}: the configuration stays removed, on purpose",
+                suspension.describe()
+            ),
         );
     }
     if o.in_api_server() {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use initializer_crds::constants::INITIALIZER_LABEL;
 use initializer_crds::{
-    AnnotationGate, InitializerStatus, InterceptRule, MissedInitializations, Outage,
+    AnnotationGate, InitializerStatus, InterceptRule, MissedInitializations, Outage, Suspension,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -124,8 +124,8 @@ pub struct Supervision {
     pub timeout: Duration,
     /// Whether the Deployment is available.
     pub available: bool,
-    /// `spec.suspend`.
-    pub suspended: bool,
+    /// Whether, and by which switch, it is suspended.
+    pub suspended: Option<Suspension>,
     /// `metadata.generation` of the Initializer.
     pub generation: Option<i64>,
     /// The Deployment's figures.
@@ -727,7 +727,7 @@ impl Supervisor {
         st.target = target.clone();
         let now = Instant::now();
         for input in [
-            Input::Suspend(target.suspended || target.in_api_server()),
+            Input::Suspend(target.suspended.is_some() || target.in_api_server()),
             Input::Available(target.available),
         ] {
             let action = st.machine.observe(input, now);

@@ -1,13 +1,16 @@
 //! The guard on Initializers, as objects: the ValidatingAdmissionPolicy and binding that refuse
-//! creating an Initializer, changing its spec or status, or deleting it, unless the requester
-//! may create MutatingWebhookConfigurations (the power an Initializer hands out). Pure builders,
-//! shared by everything that puts the guard in force: the installer and the Helm chart apply it
-//! before the CRD exists, and the operator applies it again at startup and keeps it in place
-//! (a registry+v1 bundle cannot carry a policy, so under OLM the operator is the only one).
+//! creating an Initializer, changing its spec, status or break-glass annotation, or deleting it,
+//! unless the requester may create MutatingWebhookConfigurations (the power an Initializer hands
+//! out). Pure builders, shared by everything that puts the guard in force: the installer and the
+//! Helm chart apply it before the CRD exists, and the operator applies it again at startup and
+//! keeps it in place (a registry+v1 bundle cannot carry a policy, so under OLM the operator is
+//! the only one).
 
 use std::collections::BTreeMap;
 
-use initializer_crds::constants::{GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL};
+use initializer_crds::constants::{
+    BREAK_GLASS_ANNOTATION, GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL,
+};
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
@@ -24,12 +27,29 @@ pub const NOT_SERVED_WARNING: &str = "the API server does not serve admissionreg
 pub const GUARD_EXPRESSION: &str = "authorizer.group('admissionregistration.k8s.io').resource('mutatingwebhookconfigurations').check('create').allowed()";
 
 /// What a refused requester reads.
-pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one, changing its spec or status, or deleting it needs the right to create mutatingwebhookconfigurations";
+pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one, changing its spec or status, setting, changing or removing its break-glass annotation, or deleting it needs the right to create mutatingwebhookconfigurations";
 
-/// Creates, deletes, status writes and spec changes need the check; metadata-only updates of the
+/// Which requests need the check: creates, deletes, status writes, spec changes, and any
+/// change to the break-glass annotation ([`BREAK_GLASS_ANNOTATION`]: setting it takes the
+/// Initializer out of the path, removing it puts it back). Other metadata-only updates of the
 /// main resource (finalizers removed by the garbage collector, labels) hand out no power.
-/// (`request.subResource` is absent, not empty, on the main resource: hence `has`.)
-pub const MATCH_EXPRESSION: &str = "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource == 'status') || object.spec != oldObject.spec";
+/// (`request.subResource` is absent, not empty, on the main resource: hence `has`.) The
+/// annotation's presence and its value are compared apart: no value stands for "absent".
+pub fn match_expression() -> String {
+    let present = |o: &str| {
+        format!(
+            "(has({o}.metadata.annotations) && '{BREAK_GLASS_ANNOTATION}' in {o}.metadata.annotations)"
+        )
+    };
+    let value = |o: &str| format!("{o}.metadata.annotations['{BREAK_GLASS_ANNOTATION}']");
+    let (new, old) = (present("object"), present("oldObject"));
+    format!(
+        "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource == 'status') \
+         || object.spec != oldObject.spec || {new} != {old} || ({new} && {old} && {} != {})",
+        value("object"),
+        value("oldObject"),
+    )
+}
 
 fn metadata() -> ObjectMeta {
     ObjectMeta {
@@ -62,7 +82,7 @@ pub fn policy() -> ValidatingAdmissionPolicy {
             }),
             match_conditions: Some(vec![MatchCondition {
                 name: "creates-deletes-or-changes-spec-or-status".to_string(),
-                expression: MATCH_EXPRESSION.to_string(),
+                expression: match_expression(),
             }]),
             validations: Some(vec![Validation {
                 expression: GUARD_EXPRESSION.to_string(),

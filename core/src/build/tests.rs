@@ -699,3 +699,24 @@ fn a_found_configuration_says_which_names_and_rules_it_registers() {
     assert_eq!(registered[0].1[0].resources, ["deployments"]);
     assert_eq!(registered[0].1[0].api_groups, ["apps"]);
 }
+
+#[test]
+fn the_webhook_is_not_called_for_what_the_annotation_gate_leaves_alone() {
+    let v = validated();
+    let gate = v.spec.annotation.clone().unwrap();
+    let conditions = |v: &Validated| webhook(v, "").webhooks.unwrap()[0].match_conditions.clone();
+    assert_eq!(conditions(&v), Some(vec![gate_condition(&gate)]));
+    // A degraded configuration keeps them: failing open changes when, not what, it is called.
+    let degraded = degraded(&webhook(&v, ""));
+    assert_eq!(
+        degraded.webhooks.unwrap()[0].match_conditions,
+        Some(vec![gate_condition(&gate)])
+    );
+    // An image reading a preset decides the rest in its own code: the gate alone.
+    let mut custom = v.clone();
+    custom.spec.preset = Some(PresetConfig::default());
+    assert_eq!(conditions(&custom), Some(vec![gate_condition(&gate)]));
+    let mut ungated = v.clone();
+    ungated.spec.annotation = None;
+    assert_eq!(conditions(&ungated), None);
+}

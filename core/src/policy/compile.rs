@@ -169,21 +169,13 @@ pub fn compile(v: &Validated) -> Result<Compiled, CompileError> {
     }
     let program = program(preset, spec.annotation.as_ref())?;
     let resource_rules = resource_rules(&spec.rules)?;
-    let mut match_conditions: Vec<MatchCondition> = program
-        .conditions
-        .iter()
-        .map(|c| MatchCondition {
-            name: c.name().to_owned(),
-            expression: render::condition(c),
-        })
-        .collect();
+    let mut match_conditions = selection_conditions(&program)?;
+    let needs_injection = render::needs_injection(&program);
+    check_size(&needs_injection, "spec.preset.selector")?;
     match_conditions.push(MatchCondition {
         name: NEEDS_INJECTION.to_owned(),
-        expression: render::needs_injection(&program),
+        expression: needs_injection,
     });
-    for condition in &match_conditions {
-        check_size(&condition.expression, "spec.preset.selector")?;
-    }
     let mutations = program
         .kinds
         .iter()
@@ -267,6 +259,24 @@ fn metadata(v: &Validated) -> ObjectMeta {
         labels: Some(build::labels(v)),
         ..ObjectMeta::default()
     }
+}
+
+/// The program's conditions (the annotation gate, the preset's kinds, labels, annotation and
+/// namespaces) as `matchConditions`: what the preset initializer checks before it changes
+/// anything. The policy has them, and so has the preset's webhook ([`crate::build::webhook`]).
+pub fn selection_conditions(program: &Program) -> Result<Vec<MatchCondition>, CompileError> {
+    program
+        .conditions
+        .iter()
+        .map(|c| {
+            let expression = render::condition(c);
+            check_size(&expression, "spec.preset.selector")?;
+            Ok(MatchCondition {
+                name: c.name().to_owned(),
+                expression,
+            })
+        })
+        .collect()
 }
 
 fn check_size(expression: &str, field: &str) -> Result<(), CompileError> {

@@ -96,6 +96,13 @@ async fn agree(
         webhook_patched,
         "{name}: one engine patched, the other did not: {evaluation:?}"
     );
+    // The preset's webhook carries these conditions as its matchConditions: what they leave
+    // out, the API server does not send, so the preset initializer must leave it alone.
+    let selected = program.conditions.iter().all(|c| c.holds(&request, &input));
+    assert!(
+        selected || !webhook_patched,
+        "{name} in {namespace:?}: the webhook patched an object its matchConditions leave out"
+    );
     // Reinvocation, or a create of an object that already has everything.
     let again = review_of(&expected, namespace);
     let (unchanged, patched_again) = webhook(preset, gate, &again).await;
@@ -451,6 +458,53 @@ fn every_expression_parses_and_stays_shallow() {
         assert!(deepest < 40, "nesting {deepest}: {expression}");
         assert!(expression.chars().count() < render::MAX_EXPRESSION_CODE_POINTS);
     }
+}
+
+/// The variables a webhook's `matchConditions` may use.
+const WEBHOOK_NAMES: &[&str] = &["object", "oldObject", "request", "authorizer"];
+
+#[test]
+fn the_preset_webhook_is_called_only_for_what_the_preset_selects() {
+    let v = representative_initializer();
+    let policy = compile(&v).unwrap().policy.spec.unwrap();
+    let policy_conditions = policy.match_conditions.unwrap();
+    let webhook = crate::build::webhook(&v, "");
+    let conditions = webhook.webhooks.unwrap()[0]
+        .match_conditions
+        .clone()
+        .unwrap();
+    assert_eq!(conditions[0].name, crate::build::HAS_OBJECT);
+    assert_eq!(conditions[0].expression, "object != null");
+    let (needs, selection) = policy_conditions.split_last().unwrap();
+    assert_eq!(needs.name, compile::NEEDS_INJECTION);
+    assert_eq!(&conditions[1..], selection);
+    let names: Vec<&str> = conditions.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            crate::build::HAS_OBJECT,
+            compile::ANNOTATION_GATE,
+            "preset-kinds",
+            "preset-labels",
+            "preset-namespaces"
+        ]
+    );
+    for condition in &conditions {
+        assert_eq!(
+            crate::cel::check(&condition.expression, WEBHOOK_NAMES),
+            Ok(()),
+            "{}",
+            condition.expression
+        );
+    }
+    // A preset whose selection does not compile (no pod kind) keeps the gate alone.
+    let mut v = v;
+    v.spec.preset.as_mut().unwrap().selector.kinds = vec!["Service".into()];
+    let gate = crate::build::gate_condition(v.spec.annotation.as_ref().unwrap());
+    assert_eq!(
+        crate::build::webhook(&v, "").webhooks.unwrap()[0].match_conditions,
+        Some(vec![gate])
+    );
 }
 
 #[test]

@@ -126,3 +126,41 @@ fn phase_and_engine_names_are_their_status_values() {
         assert_eq!(serde_json::to_value(engine).unwrap(), engine.as_str());
     }
 }
+
+#[test]
+fn either_switch_suspends_and_the_break_glass_is_named_first() {
+    let mut initializer: Initializer = serde_json::from_value(serde_json::json!({
+        "apiVersion": "initializer.dev/v1alpha1", "kind": "Initializer",
+        "metadata": {"name": "guard"},
+        "spec": {"image": "x", "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]},
+    }))
+    .unwrap();
+    assert_eq!(initializer.suspension(), None);
+    initializer.spec.suspend = true;
+    assert_eq!(initializer.suspension(), Some(Suspension::Spec));
+    // Present is on, whatever the value: the value is the reason, an empty one included.
+    for reason in ["", "false", "incident 42"] {
+        initializer.metadata.annotations = Some(BTreeMap::from([(
+            crate::constants::BREAK_GLASS_ANNOTATION.to_string(),
+            reason.to_string(),
+        )]));
+        initializer.spec.suspend = false;
+        assert_eq!(
+            initializer.suspension(),
+            Some(Suspension::BreakGlass),
+            "{reason:?}"
+        );
+        initializer.spec.suspend = true;
+        assert_eq!(
+            initializer.suspension(),
+            Some(Suspension::BreakGlass),
+            "{reason:?}"
+        );
+    }
+    initializer.metadata.annotations = Some(BTreeMap::from([(
+        "initializer.dev/break-glass-note".to_string(),
+        "not the switch".to_string(),
+    )]));
+    initializer.spec.suspend = false;
+    assert!(!initializer.is_suspended());
+}

@@ -75,6 +75,98 @@ pub async fn tutorial_sidecar_is_injected_only_where_asked(ctx: Ctx) -> anyhow::
     Ok(())
 }
 
+/// The sum of the API server's `metric` series (counters) whose labels include `name="webhook"`,
+/// read from its own `/metrics`.
+async fn webhook_counter(ctx: &Ctx, metric: &str, webhook: &str) -> anyhow::Result<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = ctx
+        .client()
+        .request_text(request)
+        .await
+        .context("failed to read the API server's /metrics")?;
+    let label = format!("name=\"{webhook}\"");
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(&label))
+        .map(|line| {
+            line.rsplit(' ')
+                .next()
+                .and_then(|value| value.parse::<f64>().ok())
+                .with_context(|| format!("failed to read the value of {line:?}"))
+        })
+        .sum()
+}
+
+/// What the sidecar initializer would leave alone, the API server does not send it: the
+/// webhook's `matchConditions` carry the Initializer's annotation gate. Twenty Deployments
+/// without the annotation make no call (`apiserver_admission_webhook_request_total` of its
+/// webhook does not move, and the match-condition exclusions count twenty), and one with it
+/// makes a call and is injected.
+pub async fn webhook_is_not_called_for_what_the_gate_leaves_alone(ctx: Ctx) -> anyhow::Result<()> {
+    const PLAIN: usize = 20;
+    const CALLS: &str = "apiserver_admission_webhook_request_total";
+    const EXCLUSIONS: &str = "apiserver_admission_match_condition_exclusions_total";
+    let sidecar = common::registered_sidecar(&ctx, "gated", Health::default()).await?;
+    let configuration = ops::configurations_of(&ctx.client(), &sidecar.name)
+        .await?
+        .into_iter()
+        .next()
+        .context("no configuration registered")?;
+    let hook = configuration
+        .webhooks
+        .iter()
+        .flatten()
+        .next()
+        .context("the configuration has no webhook")?;
+    let conditions: Vec<&str> = hook
+        .match_conditions
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    ensure!(
+        conditions == ["initializer-annotation-gate"],
+        "the webhook's matchConditions: {conditions:?}"
+    );
+    let webhook = hook.name.clone();
+    let calls_before = webhook_counter(&ctx, CALLS, &webhook).await?;
+    let excluded_before = webhook_counter(&ctx, EXCLUSIONS, &webhook).await?;
+    for i in 0..PLAIN {
+        let plain =
+            common::create_nginx(&ctx, &sidecar.target_ns, &format!("plain-{i}"), false).await?;
+        ensure!(
+            fixtures::template_containers(&plain) == ["nginx"],
+            "a Deployment without the annotation was changed: {:?}",
+            fixtures::template_containers(&plain)
+        );
+    }
+    let calls = webhook_counter(&ctx, CALLS, &webhook).await? - calls_before;
+    let excluded = webhook_counter(&ctx, EXCLUSIONS, &webhook).await? - excluded_before;
+    ensure!(
+        calls == 0.0,
+        "the API server called the webhook {calls} times for {PLAIN} Deployments its gate leaves alone"
+    );
+    ensure!(
+        excluded >= PLAIN as f64,
+        "the API server counted {excluded} match-condition exclusions for {PLAIN} Deployments"
+    );
+    let annotated = common::create_nginx(&ctx, &sidecar.target_ns, "annotated", true).await?;
+    ensure!(
+        fixtures::has_sidecar(&annotated),
+        "the annotated Deployment was not injected: {:?}",
+        fixtures::template_containers(&annotated)
+    );
+    let called = webhook_counter(&ctx, CALLS, &webhook).await? - calls_before;
+    ensure!(
+        called >= 1.0,
+        "the annotated Deployment was injected without a call the API server counted ({called})"
+    );
+    eprintln!(
+        "{}: {PLAIN} Deployments outside the gate: 0 calls, {excluded} exclusions; the annotated one: {called} call(s)",
+        sidecar.name
+    );
+    Ok(())
+}
+
 /// Applies an example initializer (by binary name) for `rules` in the scope's target
 /// namespaces and waits until it is registered.
 async fn registered_example(

@@ -51,6 +51,7 @@ macro_rules! scenario {
 const SCENARIOS: &[Scenario] = &[
     scenario!(registration::initializer_is_registered_only_after_its_pods_are_ready),
     scenario!(injection::tutorial_sidecar_is_injected_only_where_asked),
+    scenario!(injection::webhook_is_not_called_for_what_the_gate_leaves_alone),
     scenario!(injection::secret_guard_denial_reaches_the_client),
     scenario!(injection::proxy_sidecar_goes_to_pods_exposing_port_80),
     scenario!(injection::test_certificates_go_to_pods_in_test_namespaces),
@@ -130,6 +131,10 @@ const NOT_ON_THE_SANDBOX: &[(&str, &str)] = &[
         "not on the sandbox: it does not serve MutatingAdmissionPolicy (runs on the real control plane)",
     ),
     (
+        "webhook_is_not_called_for_what_the_gate_leaves_alone",
+        "not on the sandbox: it does not evaluate matchConditions (sandbox/README.md) nor serve the API server's metrics (runs on the real control plane)",
+    ),
+    (
         "gitops_tools_judge_each_phase_by_its_conditions",
         "not on the sandbox: it judges with kstatus and gopher-lua, built from their Go modules (runs on the real control plane and on kind)",
     ),
@@ -168,6 +173,7 @@ const REAL_NODES: &str =
 /// e2e/controlplane/go). On kind the suite runs what it adds: pods started, probed, restarted
 /// and killed by a real kubelet, our images in a container runtime, a real pod network.
 const PROVEN_BY_THE_API_SERVER: &[&str] = &[
+    "webhook_is_not_called_for_what_the_gate_leaves_alone",
     "preset_keeps_pod_fields_newer_than_1_33",
     "own_pods_and_system_namespaces_are_never_intercepted",
     "deregistration_alert_fires_while_the_initializer_hangs",

@@ -130,12 +130,12 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         }
         _ => Canary::NotConfigured,
     };
-    if obj.spec.suspend {
+    if obj.is_suspended() {
         remembered.settled = Settled::Nothing;
     }
     let mut plan = engine::decide(
         obj.spec.engine,
-        obj.spec.suspend,
+        obj.suspension(),
         compiled.as_ref().map(|_| ()).map_err(Why::not_compilable),
         served,
         &canary,

@@ -2,7 +2,7 @@
 //! fallback removed and kept removed); a deleted one is cleaned up (configuration, fallback and,
 //! with the legacy backend, the objects still pending on its name) before its workload may go.
 
-use initializer_crds::{Backend, Initializer};
+use initializer_crds::{Backend, Initializer, Suspension};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -35,10 +35,15 @@ pub(super) async fn remove_configuration(
         .await
 }
 
-/// The break-glass switch comes first: with `spec.suspend` the configuration (and any
-/// fallback) is removed before anything that could fail (validation, the namespace, the
-/// Deployment), so a suspend always takes the initializer out of the path.
-pub(super) async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()> {
+/// The break-glass switch comes first: suspended (`spec.suspend` or the break-glass
+/// annotation), the configuration (and any fallback) is removed before anything that could fail
+/// (validation, the namespace, the Deployment), so a suspend always takes the initializer out
+/// of the path.
+pub(super) async fn suspend_first(
+    obj: &Initializer,
+    ctx: &Context,
+    suspension: Suspension,
+) -> Result<()> {
     let name = obj.name_any();
     let names = naming::names(&name);
     // Anything under the name counts, as before the backend object: someone else's object is
@@ -66,7 +71,10 @@ pub(super) async fn suspend_first(obj: &Initializer, ctx: &Context) -> Result<()
             obj,
             EventType::Normal,
             Reason::Suspended,
-            "spec.suspend is true: the configuration is removed and stays removed; the workload keeps running".into(),
+            format!(
+                "{}: the configuration is removed and stays removed; the workload keeps running",
+                suspension.describe()
+            ),
         )
         .await;
     }

@@ -50,11 +50,11 @@ pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<Strin
 }
 
 /// Names of the Initializers that may have a configuration and a fallback: every one not
-/// suspended (`spec.suspend` removes both and keeps them removed).
+/// suspended (either switch removes both and keeps them removed).
 pub fn wanting_configurations(initializers: &[Initializer]) -> Vec<String> {
     initializers
         .iter()
-        .filter(|i| !i.spec.suspend)
+        .filter(|i| !i.is_suspended())
         .map(ResourceExt::name_any)
         .collect()
 }

@@ -84,8 +84,8 @@ pub(super) async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     // The probers write onto the version read here, whether or not this reconcile gets as far
     // as the supervisor's sync.
     ctx.supervisor.observed(obj).await;
-    if obj.spec.suspend {
-        suspend_first(obj, ctx).await?;
+    if let Some(suspension) = obj.suspension() {
+        suspend_first(obj, ctx, suspension).await?;
     }
     let reconciled = async {
         let checked = check(obj, ctx).await?;
@@ -315,7 +315,7 @@ async fn hand_over(
     Ok(Action::requeue(requeue_after(
         validated.namespace == ctx.operator_namespace && desired.legacy.is_none(),
         report.registered,
-        obj.spec.suspend,
+        obj.is_suspended(),
     )))
 }
 

@@ -1,4 +1,4 @@
-use initializer_crds::{Engine, EngineInForce, InitializerSpec};
+use initializer_crds::{Engine, EngineInForce, InitializerSpec, Suspension};
 use serde_json::json;
 
 use super::compare::{self, PROOF_LABEL};
@@ -28,7 +28,7 @@ fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
     assert_eq!(
         decide(
             Engine::Auto,
-            false,
+            None,
             Ok(()),
             Ok(()),
             &IN_SCOPE(),
@@ -41,7 +41,7 @@ fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
     assert_eq!(
         decide(
             Engine::Webhook,
-            false,
+            None,
             Ok(()),
             Ok(()),
             &IN_SCOPE(),
@@ -53,20 +53,20 @@ fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
     assert_eq!(
         decide(
             Engine::Auto,
-            true,
+            Some(Suspension::Spec),
             Ok(()),
             Ok(()),
             &IN_SCOPE(),
             &Settled::InForce
         ),
-        Plan::Webhook(Why::Suspended),
+        Plan::Webhook(Why::Suspended(Suspension::Spec)),
         "break-glass takes the policy out of the path too"
     );
     let not_served = Why::NotServed("no v1beta1".into());
     assert_eq!(
         decide(
             Engine::Policy,
-            false,
+            None,
             Ok(()),
             Err(not_served.clone()),
             &IN_SCOPE(),
@@ -77,7 +77,7 @@ fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
     assert_eq!(
         decide(
             Engine::Auto,
-            false,
+            None,
             Ok(()),
             Ok(()),
             &Canary::NotConfigured,
@@ -88,7 +88,7 @@ fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
     assert_eq!(
         decide(
             Engine::Auto,
-            false,
+            None,
             Ok(()),
             Ok(()),
             &Canary::OutOfScope("x".into()),
@@ -104,7 +104,7 @@ fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
     assert_eq!(
         decide(
             Engine::Auto,
-            false,
+            None,
             Ok(()),
             Ok(()),
             &IN_SCOPE(),
@@ -117,7 +117,7 @@ fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
     assert_eq!(
         decide(
             Engine::Auto,
-            false,
+            None,
             Ok(()),
             Ok(()),
             &IN_SCOPE(),
@@ -133,7 +133,7 @@ fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
     assert_eq!(
         decide(
             Engine::Auto,
-            false,
+            None,
             Err(field.clone()),
             Ok(()),
             &IN_SCOPE(),

@@ -110,7 +110,7 @@ fn base() -> Observation<'static> {
     Observation {
         generation: Some(3),
         refusals: &[],
-        suspended: false,
+        suspended: None,
         workload: None,
         health: None,
         probe: None,
@@ -367,7 +367,7 @@ fn after_an_outage_the_degraded_condition_stays_false_with_the_steps() {
 #[test]
 fn a_suspended_initializer_keeps_its_workload_and_says_so() {
     let o = Observation {
-        suspended: true,
+        suspended: Some(Suspension::Spec),
         workload: Some(ready()),
         health: Some(snapshot(State::Suspended, Some(2))),
         probe: Some(good_probe()),
@@ -655,7 +655,7 @@ fn every_phase_stands_ready_reconciling_or_stalled() {
         (
             "suspended",
             Observation {
-                suspended: true,
+                suspended: Some(Suspension::Spec),
                 ..base()
             },
             READY,

@@ -169,7 +169,7 @@ impl Supervisor {
             &InitializerGauges {
                 registered: st.presence != Presence::Absent,
                 degraded: st.presence == Presence::Degraded,
-                suspended: target.suspended,
+                suspended: target.suspended.is_some(),
                 certificate_expiry: target.certificate_not_after.map(|t| t.as_second()),
                 probe_budget: target.budget,
             },

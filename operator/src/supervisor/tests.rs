@@ -109,7 +109,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         gate: None,
         timeout: Duration::from_secs(5),
         available: true,
-        suspended: false,
+        suspended: None,
         generation: Some(2),
         workload: WorkloadObservation::default(),
         certificate_not_after: None,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use initializer_crds::Outage;
+use initializer_crds::{Outage, Suspension};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
@@ -205,15 +205,24 @@ impl Supervisor {
                 }
                 info!(initializer = %name, %configuration, cause = cause.reason(), took_ms = took.as_millis() as u64, "deregistered");
                 let (type_, note) = match cause {
-                    Cause::Suspended if st.target.in_api_server() && !st.target.suspended => (
-                        EventType::Normal,
-                        format!(
-                            "removed {configuration}: the preset runs in the API server (its MutatingAdmissionPolicy is proven and in force)"
-                        ),
-                    ),
+                    Cause::Suspended
+                        if st.target.in_api_server() && st.target.suspended.is_none() =>
+                    {
+                        (
+                            EventType::Normal,
+                            format!(
+                                "removed {configuration}: the preset runs in the API server (its MutatingAdmissionPolicy is proven and in force)"
+                            ),
+                        )
+                    }
                     Cause::Suspended => (
                         EventType::Normal,
-                        format!("removed {configuration}: spec.suspend is true"),
+                        format!(
+                            "removed {configuration}: {}",
+                            st.target
+                                .suspended
+                                .map_or("suspended", Suspension::describe)
+                        ),
                     ),
                     Cause::ProbesFailed => (
                         EventType::Warning,

@@ -1,11 +1,11 @@
 //! The guard on Initializers (a ValidatingAdmissionPolicy the operator applies at startup):
-//! only those who may create webhook configurations may create or change Initializers, the
-//! guard is put back when deleted, and an Initializer created before it was in force is held
-//! until an administrator changes its spec.
+//! only those who may create webhook configurations may create or change Initializers (their
+//! spec, status and break-glass annotation), the guard is put back when deleted, and an
+//! Initializer created before it was in force is held until an administrator changes its spec.
 
 use std::time::Duration;
 
-use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_crds::constants::{BREAK_GLASS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_crds::{Initializer, Phase};
 use initializer_test_support::wait_until as wait_for;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -188,6 +188,50 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
         }
     }
     assert!(api.get_opt("by-admin").await.unwrap().is_some());
+    // Nor take it out of the path with the break-glass annotation, nor, once an administrator
+    // has, put it back or rewrite the reason the administrator gave.
+    let break_glass = |value: serde_json::Value| {
+        kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+            .patch(
+                "by-admin",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: value}}}),
+                ),
+            )
+            .unwrap()
+    };
+    let refused_to_alice = |what: &'static str, request| {
+        let client = client.clone();
+        async move {
+            match client.request::<serde_json::Value>(as_alice(request)).await {
+                Err(kube::Error::Api(status)) => {
+                    assert_eq!(status.code, 403, "{what}: {status:?}");
+                    assert!(status.message.contains(GUARD_MESSAGE), "{what}: {status:?}");
+                }
+                other => panic!("the editor's {what} went through: {other:?}"),
+            }
+        }
+    };
+    refused_to_alice("break-glass", break_glass(json!("by alice"))).await;
+    refused_to_alice("break-glass with an empty reason", break_glass(json!(""))).await;
+    client
+        .request::<serde_json::Value>(break_glass(json!("incident 42")))
+        .await
+        .unwrap_or_else(|e| panic!("an administrator may break the glass: {e}"));
+    refused_to_alice("new break-glass reason", break_glass(json!("all clear"))).await;
+    refused_to_alice("resume", break_glass(serde_json::Value::Null)).await;
+    let live = api.get("by-admin").await.unwrap();
+    assert_eq!(
+        live.annotations()
+            .get(BREAK_GLASS_ANNOTATION)
+            .map(String::as_str),
+        Some("incident 42")
+    );
+    client
+        .request::<serde_json::Value>(break_glass(serde_json::Value::Null))
+        .await
+        .unwrap_or_else(|e| panic!("an administrator may resume: {e}"));
     // Metadata-only updates pass: the editor's label, and the operator's finalizer.
     let label_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
         .patch(

@@ -55,12 +55,14 @@ pub enum Command {
         /// Only this Initializer.
         name: Option<String>,
     },
-    /// Break-glass: set spec.suspend, so the operator removes the webhook configuration and
-    /// keeps it removed (the workload keeps running). A JSON merge patch with the field manager
-    /// `kubectl-initializer`.
-    Suspend(Switch),
-    /// Clear spec.suspend: the operator registers the configuration again once the initializer
-    /// is ready and answering.
+    /// Break-glass: set the annotation initializer.dev/break-glass, so the operator removes the
+    /// webhook configuration and keeps it removed (the workload keeps running). Server-side
+    /// apply with the field manager `kubectl-initializer`: a GitOps sync of the spec, even one
+    /// that states `suspend: false` and forces, leaves it in place.
+    Suspend(Suspend),
+    /// Remove the break-glass annotation and clear spec.suspend: the operator registers the
+    /// configuration again once the initializer is ready and answering. A spec.suspend that a
+    /// GitOps tool applies comes back at its next sync: clear it where the spec comes from.
     Resume(Switch),
     /// Run one probe now and print the answer and its latency.
     ///
@@ -153,6 +155,17 @@ pub fn parse_label(text: &str) -> Result<(String, String), String> {
             "failed to read {text:?} as a label: write KEY=VALUE"
         )),
     }
+}
+
+/// Arguments of `suspend`.
+#[derive(Debug, clap::Args)]
+pub struct Suspend {
+    #[command(flatten)]
+    pub switch: Switch,
+    /// Why, kept as the annotation's value for whoever looks next (the operator reads only
+    /// whether the annotation is there).
+    #[arg(long, default_value = "")]
+    pub reason: String,
 }
 
 /// Arguments of `suspend` and `resume`.

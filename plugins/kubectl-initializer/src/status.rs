@@ -52,7 +52,7 @@ pub struct StatusRow {
     /// Seconds until the certificate expires (negative once expired).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certificate_expires_in_seconds: Option<i64>,
-    /// Whether `spec.suspend` is set.
+    /// Whether it is suspended (`spec.suspend` or the break-glass annotation).
     pub suspended: bool,
 }
 
@@ -116,7 +116,7 @@ pub fn row(initializer: &Initializer, now: Timestamp) -> StatusRow {
             .certificate_not_after
             .as_ref()
             .map(|t| -seconds_between(t, now)),
-        suspended: initializer.spec.suspend,
+        suspended: initializer.is_suspended(),
     }
 }
 

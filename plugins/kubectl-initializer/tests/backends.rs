@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use initializer_crds::Initializer;
+use initializer_crds::constants::BREAK_GLASS_ANNOTATION;
 use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures::{self, Health};
@@ -281,8 +282,8 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
         "{delete}"
     );
 
-    // suspend: the break-glass switch, with a field manager of its own.
-    let suspended = ok(kc, &["suspend", &name, "--wait"]).await?;
+    // suspend: the break-glass annotation, applied with a field manager of its own.
+    let suspended = ok(kc, &["suspend", &name, "--wait", "--reason", "drill"]).await?;
     ensure!(
         suspended.contains(&format!("initializer.initializer.dev/{name} suspended")),
         "{suspended}"
@@ -291,14 +292,46 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
         ops::configurations_of(&client, &name).await?.is_empty(),
         "still registered after suspend"
     );
-    let live = Api::<Initializer>::all(client.clone()).get(&name).await?;
-    ensure!(live.spec.suspend, "spec.suspend was not set");
+    let initializers = Api::<Initializer>::all(client.clone());
+    let live = initializers.get(&name).await?;
     ensure!(
+        live.annotations()
+            .get(BREAK_GLASS_ANNOTATION)
+            .map(String::as_str)
+            == Some("drill"),
+        "the break-glass annotation was not set: {:?}",
+        live.annotations()
+    );
+    ensure!(!live.spec.suspend, "spec.suspend was set");
+    ensure!(
+        live.managed_fields().iter().any(|f| {
+            f.manager.as_deref() == Some("kubectl-initializer")
+                && f.operation.as_deref() == Some("Apply")
+        }),
+        "no applied managedFields entry for kubectl-initializer: {:?}",
         live.managed_fields()
-            .iter()
-            .any(|f| f.manager.as_deref() == Some("kubectl-initializer")),
-        "no managedFields entry for kubectl-initializer: {:?}",
-        live.managed_fields()
+    );
+    // A GitOps tool syncs the manifest from Git, which states `suspend: false`, by server-side
+    // apply with force: the break-glass is not its field, so it stays, and so does the suspension.
+    let mut manifest = serde_json::to_value(&sidecar)?;
+    manifest["spec"]["suspend"] = json!(false);
+    initializers
+        .patch(
+            &name,
+            &PatchParams::apply("gitops-sync").force(),
+            &Patch::Apply(&manifest),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let live = initializers.get(&name).await?;
+    ensure!(
+        live.annotations().contains_key(BREAK_GLASS_ANNOTATION),
+        "a forced apply of the manifest removed the break-glass annotation: {:?}",
+        live.annotations()
+    );
+    ensure!(
+        ops::configurations_of(&client, &name).await?.is_empty(),
+        "registered again after a forced apply of the manifest"
     );
     let status = json_of(&ok(kc, &["status", &name, "-o", "json"]).await?)?;
     ensure!(status["items"][0]["phase"] == "Suspended", "{status}");
@@ -314,7 +347,10 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
     ensure!(unregistered["onceRegistered"] == true, "{report}");
     let text = ok(kc, &["why", "deployment/injected", "-n", &target]).await?;
     ensure!(text.contains("would be once registered again"), "{text}");
-    ensure!(text.contains("spec.suspend is true"), "{text}");
+    ensure!(
+        text.contains("the break-glass annotation initializer.dev/break-glass is set"),
+        "{text}"
+    );
     // Suspended, the workload still runs: probe finds the Service the operator deploys.
     let probe = json_of(&ok(kc, &["probe", &name, "-o", "json"]).await?)?;
     ensure!(probe["ok"] == true, "probe while suspended: {probe}");

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt as _;
+use initializer_crds::constants::BREAK_GLASS_ANNOTATION;
 use initializer_crds::{Initializer, Phase};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
@@ -88,8 +89,13 @@ pub async fn run(cli: Cli) -> Result<String> {
     let operator_namespace = cli.operator_namespace.clone();
     match cli.command {
         Command::Status { name } => status_command(&conn, name.as_deref(), format).await,
-        Command::Suspend(switch) => switch_command(&conn, &switch, true, format).await,
-        Command::Resume(switch) => switch_command(&conn, &switch, false, format).await,
+        Command::Suspend(suspend) => {
+            let action = SwitchAction::Suspend(&suspend.reason);
+            switch_command(&conn, &suspend.switch, action, format).await
+        }
+        Command::Resume(switch) => {
+            switch_command(&conn, &switch, SwitchAction::Resume, format).await
+        }
         Command::Probe { name, timeout } => {
             probe_command(&conn, &name, timeout, operator_namespace, format).await
         }
@@ -163,28 +169,68 @@ pub fn switch_done(initializer: &Initializer, suspend: bool) -> bool {
     }
 }
 
+/// What `suspend` and `resume` change.
+#[derive(Clone, Copy, Debug)]
+enum SwitchAction<'a> {
+    /// Set the break-glass annotation, with this reason as its value.
+    Suspend(&'a str),
+    /// Remove the break-glass annotation (whoever set it) and clear `spec.suspend`.
+    Resume,
+}
+
+/// The request that flips the switch: the annotation by server-side apply, so that this field
+/// manager owns it and an apply by another manager that omits it leaves it; a resume by a
+/// merge patch, which removes the annotation whoever set it (`kubectl annotate`, a manifest) and
+/// clears `spec.suspend` too.
+fn switch_patch(name: &str, action: SwitchAction<'_>) -> (Patch<serde_json::Value>, PatchParams) {
+    match action {
+        SwitchAction::Suspend(reason) => (
+            Patch::Apply(json!({
+                "apiVersion": "initializer.dev/v1alpha1",
+                "kind": "Initializer",
+                "metadata": {"name": name, "annotations": {BREAK_GLASS_ANNOTATION: reason}},
+            })),
+            PatchParams::apply(FIELD_MANAGER).force(),
+        ),
+        SwitchAction::Resume => (
+            Patch::Merge(json!({
+                "metadata": {"annotations": {BREAK_GLASS_ANNOTATION: null}},
+                "spec": {"suspend": false},
+            })),
+            PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            },
+        ),
+    }
+}
+
 async fn switch_command(
     conn: &Connection,
     switch: &Switch,
-    suspend: bool,
+    action: SwitchAction<'_>,
     format: Format,
 ) -> Result<String> {
     let api = Api::<Initializer>::all(conn.client.clone());
     let before = get_initializer(&conn.client, &switch.name).await?;
+    let suspend = matches!(action, SwitchAction::Suspend(_));
     let verb = if suspend { "suspend" } else { "resume" };
-    let changed = before.spec.suspend != suspend;
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PatchParams::default()
+    // A suspend without a reason keeps the reason already recorded.
+    let changed = match action {
+        SwitchAction::Suspend(reason) => before
+            .annotations()
+            .get(BREAK_GLASS_ANNOTATION)
+            .is_none_or(|recorded| !reason.is_empty() && recorded != reason),
+        SwitchAction::Resume => before.is_suspended(),
     };
-    let mut current = api
-        .patch(
-            &switch.name,
-            &params,
-            &Patch::Merge(json!({"spec": {"suspend": suspend}})),
-        )
-        .await
-        .map_err(|e| Error::api(format!("{verb} Initializer {}", switch.name), e))?;
+    let mut current = if changed {
+        let (patch, params) = switch_patch(&switch.name, action);
+        api.patch(&switch.name, &params, &patch)
+            .await
+            .map_err(|e| Error::api(format!("{verb} Initializer {}", switch.name), e))?
+    } else {
+        before
+    };
     if switch.wait {
         let started = Instant::now();
         while !switch_done(&current, suspend) {

@@ -264,7 +264,14 @@ async fn other_kinds_are_not_matched_and_say_why() {
     wide.spec.rules[0].resources.push("services".into());
     let within_the_rules = one(&wide, &service, &Assumptions::default()).await;
     assert_eq!(within_the_rules.outcome, Outcome::NotMatched);
-    assert_eq!(within_the_rules.webhook.reasons[0].check, "Kind");
+    // The preset's kinds are a matchCondition of its webhook: the API server does not call it.
+    assert_eq!(within_the_rules.webhook.reasons[0].check, "PresetSelection");
+    assert!(
+        within_the_rules.webhook.reasons[0]
+            .detail
+            .contains("matchCondition preset-kinds"),
+        "{within_the_rules:#?}"
+    );
     assert!(
         checks(&within_the_rules).contains(&"preset-kinds"),
         "{within_the_rules:#?}"

@@ -4,8 +4,9 @@
 //! The truth is the live MutatingWebhookConfiguration: its rules, `namespaceSelector` and
 //! `objectSelector` are evaluated the way the API server evaluates them. The Initializer's spec
 //! explains a failed requirement (which part the user wrote, which part is the operator's
-//! mandatory exclusion) and supplies the annotation gate, which the initializer itself applies
-//! (the SDK's [`kube_initializer::gate::AnnotationGate`]) after the API server called it. When
+//! mandatory exclusion) and the `matchConditions` the operator compiles from it: the annotation
+//! gate (judged by the SDK's own [`kube_initializer::gate::AnnotationGate`]) and, for the preset
+//! initializer, the preset's selection (judged by the policy compiler's interpreter). When
 //! nothing is registered, the configuration the operator would register (built by the operator's
 //! own [`initializer_core::build::webhook`]) says what would happen once it is.
 //!
@@ -66,8 +67,12 @@ pub enum ReasonKind {
     NamespaceSelector,
     /// The object's labels do not match `spec.objectSelector`.
     ObjectSelector,
-    /// The API server calls the initializer, which leaves the object alone: `spec.annotation`.
+    /// The webhook's matchCondition for `spec.annotation` is false: the API server does not
+    /// call the initializer.
     AnnotationGate,
+    /// A matchCondition from the preset's selection (`spec.preset.selector`: kinds, labels,
+    /// annotation, namespaces) is false: the API server does not call the preset initializer.
+    PresetSelection,
 }
 
 impl ReasonKind {
@@ -80,6 +85,7 @@ impl ReasonKind {
             ReasonKind::NamespaceSelector => "NamespaceSelector",
             ReasonKind::ObjectSelector => "ObjectSelector",
             ReasonKind::AnnotationGate => "AnnotationGate",
+            ReasonKind::PresetSelection => "PresetSelection",
         }
     }
 }
@@ -113,8 +119,8 @@ pub struct Verdict {
     /// What the verdict was evaluated against.
     pub basis: Basis,
     /// Every reason it is not intercepted, most fundamental first; empty when intercepted. The
-    /// annotation gate is among them only when the API server calls (or, once registered, would
-    /// call) the initializer.
+    /// matchConditions (the annotation gate, the preset's selection) are among them only when
+    /// the rules and selectors let the request through, as the API server evaluates them.
     pub reasons: Vec<Reason>,
     /// What else a reader should know (degraded configuration, conditions not evaluated).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -168,8 +174,11 @@ pub fn unregistered_detail(initializer: &Initializer) -> String {
             .find(|c| c.type_ == initializer_crds::conditions::REGISTERED)
     });
     let mut detail = format!("no MutatingWebhookConfiguration is registered; phase {phase}");
-    if initializer.spec.suspend {
-        detail.push_str("; spec.suspend is true (resume with `kubectl initializer resume`)");
+    if let Some(suspension) = initializer.suspension() {
+        detail.push_str(&format!(
+            "; {} (resume with `kubectl initializer resume`)",
+            suspension.describe()
+        ));
     }
     if let Some(c) = condition.filter(|c| !c.message.is_empty()) {
         detail.push_str(&format!("; {}: {}", c.reason, c.message));
@@ -207,15 +216,19 @@ pub fn decide(
         .iter()
         .flat_map(|c| c.webhooks.iter().flatten())
     {
-        if !hook
+        let unexplained: Vec<&str> = hook
             .match_conditions
-            .as_deref()
-            .unwrap_or_default()
-            .is_empty()
-        {
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .filter(|name| !operator_condition(name))
+            .collect();
+        if !unexplained.is_empty() {
             notes.push(format!(
-                "webhook {} has matchConditions, which are not evaluated here",
-                hook.name
+                "webhook {} has matchConditions the operator does not write ({}), which are \
+                 not evaluated here",
+                hook.name,
+                unexplained.join(", ")
             ));
         }
         if live.is_some() && hook.failure_policy.as_deref() == Some("Ignore") {
@@ -239,10 +252,11 @@ pub fn decide(
             }
         }
     }
-    // The gate is the initializer's own check: it matters only when the API server calls it.
+    // The matchConditions are evaluated only for a request the rules and selectors let through.
     let called = known && reasons.iter().all(|r| r.kind == ReasonKind::NotRegistered);
-    if let Some(reason) = annotation_gate(spec, request).filter(|_| called) {
-        reasons.push(reason);
+    if called {
+        reasons.extend(annotation_gate(spec, request));
+        reasons.extend(preset_selection(spec, request));
     }
     reasons.sort_by_key(|r| r.kind);
     reasons.dedup();
@@ -334,7 +348,42 @@ fn evaluate_hook(
     Ok(reasons)
 }
 
-/// The annotation gate as the initializer applies it (the SDK's gate, before any handler).
+/// Whether a matchCondition is one the operator writes ([`initializer_core::build::webhook_conditions`]),
+/// which [`annotation_gate`] and [`preset_selection`] explain.
+fn operator_condition(name: &str) -> bool {
+    name == initializer_core::build::HAS_OBJECT
+        || name == initializer_core::policy::compile::ANNOTATION_GATE
+        || name.starts_with("preset-")
+}
+
+/// The webhook's matchConditions from the preset's selection (the preset initializer without an
+/// image), other than the annotation gate: each that is false, explained from the preset.
+fn preset_selection(spec: &InitializerSpec, request: &Request) -> Vec<Reason> {
+    let Some(preset) = spec.preset.as_ref().filter(|_| spec.image.is_none()) else {
+        return Vec::new();
+    };
+    let Ok(program) = initializer_core::policy::program(preset, spec.annotation.as_ref()) else {
+        return Vec::new();
+    };
+    let facts = policy::facts(request);
+    program
+        .conditions
+        .iter()
+        .filter(|c| c.name() != initializer_core::policy::compile::ANNOTATION_GATE)
+        .filter(|c| !c.holds(&facts, &request.object))
+        .map(|c| Reason {
+            kind: ReasonKind::PresetSelection,
+            detail: format!(
+                "the API server does not call the initializer: matchCondition {}: {}",
+                c.name(),
+                policy::condition_detail(c, false, spec, &facts, &request.object)
+            ),
+        })
+        .collect()
+}
+
+/// The webhook's matchCondition for the annotation gate (the SDK's gate too, so the initializer
+/// would leave the object alone if it were called).
 fn annotation_gate(spec: &InitializerSpec, request: &Request) -> Option<Reason> {
     let gate = spec.annotation.as_ref()?;
     let sdk_gate = AnnotationGate::new(gate.name.clone(), gate.required);
@@ -348,12 +397,15 @@ fn annotation_gate(spec: &InitializerSpec, request: &Request) -> Option<Reason> 
         .and_then(Value::as_str);
     let detail = match value {
         Some(value) => format!(
-            "the initializer is called but leaves the object alone: its annotation {} is {value:?}",
+            "the API server does not call the initializer: matchCondition {} (spec.annotation): \
+             its annotation {} is {value:?}",
+            initializer_core::policy::compile::ANNOTATION_GATE,
             gate.name
         ),
         None => format!(
-            "the initializer is called but leaves the object alone: spec.annotation requires the \
-             annotation {} (any value but \"false\"), which the object lacks",
+            "the API server does not call the initializer: matchCondition {} (spec.annotation) \
+             requires the annotation {} (any value but \"false\"), which the object lacks",
+            initializer_core::policy::compile::ANNOTATION_GATE,
             gate.name
         ),
     };

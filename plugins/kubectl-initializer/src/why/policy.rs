@@ -296,7 +296,7 @@ fn shown_pod_kind(kind: &PodKind) -> String {
 }
 
 /// What a condition checks and what the object has.
-fn condition_detail(
+pub(super) fn condition_detail(
     condition: &Condition,
     holds: bool,
     spec: &InitializerSpec,
