@@ -72,6 +72,10 @@ e2e-kind-lint:
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
 # feature that chooses their Kubernetes version (crds/Cargo.toml).
 WORKSPACE := --workspace --features initializer-crds/generate
+# Where `make build` puts the binaries. The generated-file checks run them from there rather than
+# through `cargo run -p`, which resolves the features of one package and so compiles the crates
+# under it again, apart from the workspace build.
+DEBUG_BIN := $(or $(CARGO_TARGET_DIR),target)/debug
 
 ## build: every binary, debug profile
 build:
@@ -87,7 +91,7 @@ run_stages = for stage in $(1); do $(STAGE) "$$stage" $(MAKE) --no-print-directo
 ## clippy, the SDK with the oldest Kubernetes types, rustdoc, cargo-deny, the architecture table, shellcheck of the scripts, generated-file
 ## drift, the unit and component tests. CI runs it first, so that a failure there ends the run
 ## in minutes
-CHECK_STAGES := fmt-check clippy library-versions rustdoc deny architecture e2e-kind-lint verify-generated build unit
+CHECK_STAGES := fmt-check clippy library-versions rustdoc deny architecture e2e-kind-lint build verify-generated unit
 check:
 	@$(call run_stages,$(CHECK_STAGES))
 
@@ -99,13 +103,16 @@ check:
 ## scenarios on the sandbox in legacy mode (`make e2e` runs the whole suite on the sandbox), and
 ## OLM installing, upgrading and removing the operator. CHECKED=1 skips `make check` (CI has
 ## just run it); KIND=1 runs `make e2e-kind` too, beside the e2e suites on the real control plane
-TEST_FIRST_STAGES := helm chart-check verify-bundle monitoring controlplane legacy-apiserver olm health
+TEST_FIRST_STAGES := helm controlplane
 # Lanes run side by side, the stages of a lane one after another (a lane is its stages joined by
 # `+`). The first lanes take no timings but the legacy scenarios', whose budgets are the 1.7
-# Initializers' timeouts, and mostly wait (the CPU column of CI's stage table); the e2e lanes
+# Initializers' timeouts, and mostly wait (the CPU column of CI's stage table), so the Go builds
+# the first stages do not need (kube-apiserver 1.13, OLM, the health tool) and the checks by
+# other ecosystems' tools go there, where they use the cores the tests leave idle; the e2e lanes
 # run after them, each scenario in its turn of the suite's lock (e2e/src/sharing.rs): beside the
 # other suite's, or alone when it loads the machine or would be spoilt by load.
-CHECK_LANES := unit-real legacy-conformance+e2e-legacy conformance+oldest-minor
+CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy conformance+oldest-minor \
+  chart-check+verify-bundle+monitoring+olm+health
 E2E_LANES := e2e-real e2e-olm $(if $(KIND),e2e-kind)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
@@ -231,24 +238,24 @@ fmt:
 
 ## generate: rewrite every generated file (what `make bundle` writes, and the API reference)
 generate: bundle
-	$(CARGO) run -q -p initializer-crds --features generate --bin apidoc > docs/api.md
+	$(DEBUG_BIN)/apidoc > docs/api.md
 
 ## verify-generated: fail when a committed generated file differs from what the code produces
-verify-generated:
+verify-generated: build
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	$(CARGO) run -q -p initializer-crds --features generate --bin crdgen > "$$tmp/crd.yaml"; \
+	$(DEBUG_BIN)/crdgen > "$$tmp/crd.yaml"; \
 	diff -u crds/manifests/initializer.dev_initializers.yaml "$$tmp/crd.yaml" \
 	  || { echo "generated files drifted: run 'make generate'"; exit 1; }; \
-	$(CARGO) run -q -p initializer-crds --features generate --bin apidoc > "$$tmp/api.md"; \
+	$(DEBUG_BIN)/apidoc > "$$tmp/api.md"; \
 	diff -u docs/api.md "$$tmp/api.md" \
 	  || { echo "docs/api.md drifted: run 'make generate'"; exit 1; }; \
-	$(CARGO) run -q -p initializer-operator -- bundle --out "$$tmp/bundle" >/dev/null; \
+	$(DEBUG_BIN)/initializer-operator bundle --out "$$tmp/bundle" >/dev/null; \
 	diff -ru $(BUNDLE_DIR) "$$tmp/bundle" \
 	  || { echo "the bundle drifted: run 'make bundle'"; exit 1; }; \
-	$(CARGO) run -q -p initializer-operator -- chart --out "$$tmp/chart" >/dev/null; \
+	$(DEBUG_BIN)/initializer-operator chart --out "$$tmp/chart" >/dev/null; \
 	diff -ru $(CHART_DIR) "$$tmp/chart" \
 	  || { echo "the Helm chart drifted: run 'make bundle'"; exit 1; }; \
-	$(CARGO) run -q -p initializer-operator -- monitoring --check
+	$(DEBUG_BIN)/initializer-operator monitoring --check
 
 ## verify-bundle: the official operator-framework validators (operator-framework/api, built from
 ## its Go module into target/tools) on the committed bundle, and their own tests
@@ -260,11 +267,11 @@ verify-bundle:
 ## Helm chart generated from it, and the monitoring files (rules and runbook) both carry
 BUNDLE_DIR := bundles/initializer-operator
 CHART_DIR := charts/initializer-operator
-bundle:
-	$(CARGO) run -q -p initializer-crds --features generate --bin crdgen > crds/manifests/initializer.dev_initializers.yaml
-	$(CARGO) run -q -p initializer-operator -- bundle --out $(BUNDLE_DIR)
-	$(CARGO) run -q -p initializer-operator -- chart --out $(CHART_DIR)
-	$(CARGO) run -q -p initializer-operator -- monitoring
+bundle: build
+	$(DEBUG_BIN)/crdgen > crds/manifests/initializer.dev_initializers.yaml
+	$(DEBUG_BIN)/initializer-operator bundle --out $(BUNDLE_DIR)
+	$(DEBUG_BIN)/initializer-operator chart --out $(CHART_DIR)
+	$(DEBUG_BIN)/initializer-operator monitoring
 
 ## helm: build Helm 4 from helm.sh/helm/v4 (tools/helm/go.mod) into target/tools/helm; instant when built
 helm:

@@ -115,6 +115,29 @@ if ! "$docker" info >/dev/null 2>&1; then
   engine_started=1
 fi
 
+# The setup below (builds, the cluster, the images saved and unpacked on every node) loads the
+# machine, so it holds a shared turn of the suites' lock (e2e/src/sharing.rs, the same flock
+# protocol): a scenario of another suite that must have the machine to itself waits until it is
+# done. Released before the suite, whose scenarios take their own turns.
+suites_dir="${CARGO_TARGET_DIR:-$root/target}"
+case "$suites_dir" in /*) ;; *) suites_dir="$root/$suites_dir" ;; esac
+mkdir -p "$suites_dir"
+exec 7>"$suites_dir/e2e.turnstile" 8>"$suites_dir/e2e.lock"
+if ! flock -n 7; then
+  log "waiting for the turnstile (another run of the suites waits to have the machine to itself)"
+  flock 7
+fi
+if ! flock -n -s 8; then
+  log "waiting for a shared turn (another run of the suites has the machine to itself)"
+  flock -s 8
+fi
+flock -u 7
+exec 7>&-
+release_turn() {
+  flock -u 8 2>/dev/null || true
+  exec 8>&-
+}
+
 # kind: the one on PATH, else built from the module pinned in e2e/kind/go.
 if command -v kind >/dev/null 2>&1; then
   kind_bin="$(command -v kind)"
@@ -177,6 +200,9 @@ build_images() {
   rm -rf "$context" && mkdir -p "$context"
   for binary in "${binaries[@]}"; do
     cp "$root/target/$profile/$binary" "$context/"
+    # The debug build's symbols and line tables are more than half its size, and every image is
+    # saved, copied and unpacked on each node: a panic still names its file and line without them.
+    if [[ "$profile" == debug ]]; then strip --strip-all "$context/$binary"; fi
     build_image --target prebuilt --build-arg "RUNTIME_IMAGE=$runtime" --build-arg "BINARY=$binary" \
       -t "ghcr.io/initializer-dev/$binary:$version" "$context"
   done
@@ -238,6 +264,7 @@ cd "$root"
 stage "building the binaries" "$cargo" build -q --workspace --bins
 stage "installing the operator from the bundle" \
   "$cargo" run -q -p initializer-operator -- install --bundle bundles/initializer-operator
+release_turn
 run_suite() {
   E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q -p initializer-e2e --test e2e -- "$@"
 }
