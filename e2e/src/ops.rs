@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use initializer_crds::{Initializer, Phase, constants};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -53,6 +53,20 @@ pub async fn configurations_of(
         .into_iter()
         .filter(|c| belongs_to(c, name))
         .collect())
+}
+
+/// The webhook of the configuration registered for the Initializer `name`.
+pub async fn registered_webhook(client: &Client, name: &str) -> anyhow::Result<MutatingWebhook> {
+    configurations_of(client, name)
+        .await?
+        .into_iter()
+        .next()
+        .with_context(|| format!("no configuration of {name} is registered"))?
+        .webhooks
+        .into_iter()
+        .flatten()
+        .next()
+        .with_context(|| format!("the configuration of {name} has no webhook"))
 }
 
 /// Every webhook configuration managed by the operator.

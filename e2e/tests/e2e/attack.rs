@@ -121,17 +121,7 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
 ) -> anyhow::Result<()> {
     let (name, pod) = registered_guard(&ctx).await?;
     let configurations = common::record_configurations(&ctx, &name);
-    let configuration = ops::configurations_of(&ctx.client(), &name)
-        .await?
-        .into_iter()
-        .next()
-        .context("the registered guard has no configuration")?;
-    let webhook = configuration
-        .webhooks
-        .iter()
-        .flatten()
-        .next()
-        .context("the guard's configuration has no webhook")?;
+    let webhook = ops::registered_webhook(&ctx.client(), &name).await?;
     let service = webhook
         .client_config
         .service

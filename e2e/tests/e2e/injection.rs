@@ -84,16 +84,12 @@ async fn webhook_counter(ctx: &Ctx, metric: &str, webhook: &str) -> anyhow::Resu
         .request_text(request)
         .await
         .context("failed to read the API server's /metrics")?;
-    let label = format!("name=\"{webhook}\"");
-    text.lines()
-        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(&label))
-        .map(|line| {
-            line.rsplit(' ')
-                .next()
-                .and_then(|value| value.parse::<f64>().ok())
-                .with_context(|| format!("failed to read the value of {line:?}"))
-        })
-        .sum()
+    Ok(
+        initializer_e2e::scale::metric_by_label(&text, metric, "name")
+            .get(webhook)
+            .copied()
+            .unwrap_or(0.0),
+    )
 }
 
 /// What the sidecar initializer would leave alone, the API server does not send it: the
@@ -106,17 +102,7 @@ pub async fn webhook_is_not_called_for_what_the_gate_leaves_alone(ctx: Ctx) -> a
     const CALLS: &str = "apiserver_admission_webhook_request_total";
     const EXCLUSIONS: &str = "apiserver_admission_match_condition_exclusions_total";
     let sidecar = common::registered_sidecar(&ctx, "gated", Health::default()).await?;
-    let configuration = ops::configurations_of(&ctx.client(), &sidecar.name)
-        .await?
-        .into_iter()
-        .next()
-        .context("no configuration registered")?;
-    let hook = configuration
-        .webhooks
-        .iter()
-        .flatten()
-        .next()
-        .context("the configuration has no webhook")?;
+    let hook = ops::registered_webhook(&ctx.client(), &sidecar.name).await?;
     let conditions: Vec<&str> = hook
         .match_conditions
         .iter()
