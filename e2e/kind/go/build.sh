@@ -8,7 +8,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../../../tools/lib/go-tool.sh"
 out="${KIND_BIN_DIR:-$here/../../../target/kind/bin}"
 one_build_at_a_time "$out" kind
-marker="$out/.complete-$(sha256sum "$here/go.mod" | cut -c1-16)"
+marker="$out/.complete-$(cat "$here/go.mod" "$here/coredns/main.go" | sha256sum | cut -c1-16)"
 if [[ -f "$marker" ]]; then
   echo "$out"
   exit 0
@@ -18,7 +18,7 @@ download_modules "kind, CoreDNS and crictl" "$(sed -n 's#^\tsigs.k8s.io/kind \(v
 mkdir -p "$out"
 declare -A packages=(
   [kind]=sigs.k8s.io/kind
-  [coredns]=github.com/coredns/coredns
+  [coredns]=./coredns
   [crictl]=sigs.k8s.io/cri-tools/cmd/crictl
 )
 for tool in kind coredns crictl; do

@@ -3,7 +3,7 @@
 # are pinned by their go.mod files and read from there; the rest is pinned here.
 #
 #   Kubernetes (kubeadm, kubelet, kubectl, the control plane's images): e2e/controlplane/go/go.mod
-#   kind and CoreDNS: e2e/kind/go/go.mod
+#   kind, crictl and CoreDNS: e2e/kind/go/go.mod
 #   pause: the TAG of build/pause/Makefile in that Kubernetes module
 _versions_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 
@@ -11,7 +11,8 @@ _versions_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 DEBIAN_SUITE=bookworm
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
-_go_mod_version() { sed -n "s#^\t$1 \(v[^ ]*\).*#\1#p" "$2" | head -n1; }
+# _go_mod_version MODULE GO_MOD: the version GO_MOD requires, in a require block or on one line.
+_go_mod_version() { sed -n "s#^\(\t\|require \)$1 \(v[^ ]*\).*#\2#p" "$2" | head -n1; }
 K8S_VERSION="$(_go_mod_version k8s.io/kubernetes "$_versions_root/e2e/controlplane/go/go.mod")"
 ETCD_VERSION="$(_go_mod_version go.etcd.io/etcd/server/v3 "$_versions_root/e2e/controlplane/go/go.mod")"
 KIND_VERSION="$(_go_mod_version sigs.k8s.io/kind "$_versions_root/e2e/kind/go/go.mod")"
@@ -26,7 +27,7 @@ _inputs_digest() { (cd "$_versions_root" && cat "$@") | sha256sum | cut -c1-12; 
 # now would make the same.
 NODE_IMAGE="initializer-e2e/kind-node:${K8S_VERSION}-kind${KIND_VERSION#v}-$(_inputs_digest \
   e2e/kind/offline/{images.sh,versions.sh,node.Dockerfile,cni.conflist,runc-without-sys-resource} \
-  e2e/controlplane/go/{go.mod,go.sum,build.sh} e2e/kind/go/{go.mod,go.sum,build.sh})"
+  e2e/controlplane/go/{go.mod,go.sum,build.sh} e2e/kind/go/{go.mod,go.sum,build.sh,coredns/main.go})"
 # Local bases: Debian minbase, and a distroless-like runtime (glibc, libgcc, CA certificates,
 # uid 65532, no shell) for images/Dockerfile's runtime stage.
 DEBIAN_IMAGE="initializer-e2e/debian:${DEBIAN_SUITE}"
