@@ -30,9 +30,12 @@ e2e-legacy: build
 
 ## e2e-real: the same suite on the real control plane (etcd, kube-apiserver,
 ## kube-controller-manager from the Go modules, our node agent, in a network namespace; root),
-## with the operator installed through the Helm chart (the sandbox run installs from the bundle)
+## with the operator installed through the Helm chart (the sandbox run installs from the bundle).
+## With KIND=1 (`make test KIND=1`, where kind runs the suite beside it) it leaves to kind the
+## scenarios kind runs, which kind proves with the same kube-apiserver and a real kubelet
 e2e-real: build controlplane helm
-	E2E_CLUSTER=real E2E_INSTALL=helm $(CARGO) test -p initializer-e2e --test e2e
+	E2E_CLUSTER=real E2E_INSTALL=helm $(if $(KIND),E2E_KIND_RUNS_TOO=1) \
+	  $(CARGO) test -p initializer-e2e --test e2e
 
 ## e2e-olm: OLM installs, upgrades (as Helm and `install --bundle` do too) and removes the operator
 ## on the real control plane (olm, catalog and opm from their Go modules; root), with timings.
@@ -111,8 +114,8 @@ TEST_FIRST_STAGES := helm controlplane
 # other ecosystems' tools go there, where they use the cores the tests leave idle; the e2e lanes
 # run after them, each scenario in its turn of the suite's lock (e2e/src/sharing.rs): beside the
 # other suite's, or alone when it loads the machine or would be spoilt by load.
-CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy conformance+oldest-minor \
-  chart-check+verify-bundle+monitoring+olm+health
+CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy oldest-minor \
+  conformance+chart-check+verify-bundle+monitoring+olm+health
 E2E_LANES := e2e-real e2e-olm $(if $(KIND),e2e-kind)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))

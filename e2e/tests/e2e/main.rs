@@ -186,38 +186,73 @@ const PROVEN_BY_THE_API_SERVER: &[&str] = &[
 ];
 const API_SERVER_ONLY: &str = "its claim is the API server's and the operator's, which make e2e-real proves with the kube-apiserver this kind node runs; kind adds the kubelet, the container runtime, images and the pod network, which it does not use (--include-ignored runs it here)";
 
+/// `make test KIND=1` runs the suite on kind beside the real control plane, and sets this for
+/// the real run: what kind runs, it proves with everything the real control plane has (the same
+/// kube-apiserver, built from e2e/controlplane/go) and a real kubelet, container runtime and pod
+/// network besides, so the real run leaves those scenarios to kind and runs the rest. `make
+/// e2e-real` alone runs them all.
+const KIND_RUNS_TOO: &str = "E2E_KIND_RUNS_TOO";
+const LEFT_TO_KIND: &str = "kind runs it in this run (make test KIND=1), with the same kube-apiserver and a real kubelet; make e2e-real on its own runs it here";
+
+/// Where the suite runs, as far as the skip lists tell places apart.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Sandbox,
+    Real,
+    Kind,
+    OtherCluster,
+}
+
+/// Why `place` does not run the scenario `name`, when it does not.
+fn not_run_at(name: &str, place: Place) -> Option<&'static str> {
+    let listed = |list: &[(&'static str, &'static str)]| {
+        list.iter()
+            .find(|(listed, _)| *listed == name)
+            .map(|(_, reason)| *reason)
+    };
+    let named = |list: &[&str], reason: &'static str| list.contains(&name).then_some(reason);
+    let pods_are_processes = matches!(place, Place::Sandbox | Place::Real);
+    let by_place = match place {
+        Place::Sandbox => listed(NOT_ON_THE_SANDBOX).or_else(|| listed(ONLY_ON_REAL_NODES)),
+        Place::Real => {
+            listed(NOT_YET_ON_THE_REAL_CONTROL_PLANE).or_else(|| listed(ONLY_ON_REAL_NODES))
+        }
+        Place::Kind => named(PROVEN_BY_THE_API_SERVER, API_SERVER_ONLY),
+        Place::OtherCluster => None,
+    };
+    by_place
+        .or_else(|| {
+            (!pods_are_processes)
+                .then(|| named(ONLY_WITH_PODS_AS_PROCESSES, PODS_AS_PROCESSES))
+                .flatten()
+        })
+        .or_else(|| {
+            starve::unavailable()
+                .filter(|_| name == "starved_operator_fails_no_healthy_initializer_open")
+        })
+}
+
 /// The suite for the backend `E2E_CLUSTER` / `E2E_KUBECONTEXT` choose: a scenario the backend
 /// cannot run is listed as ignored with the reason (`--include-ignored` runs it anyway, and it
 /// fails saying what the backend lacks).
 fn scenarios() -> Vec<Scenario> {
-    let choice = BackendChoice::from_env();
-    let sandbox = matches!(choice, Ok(BackendChoice::Sandbox));
-    let real = matches!(choice, Ok(BackendChoice::Real));
-    let kind = matches!(choice, Ok(BackendChoice::Cluster { kind: true, .. }));
-    let legacy: &[Scenario] = if sandbox { LEGACY_SCENARIOS } else { &[] };
+    let place = match BackendChoice::from_env() {
+        Ok(BackendChoice::Sandbox) => Place::Sandbox,
+        Ok(BackendChoice::Real) => Place::Real,
+        Ok(BackendChoice::Cluster { kind: true, .. }) => Place::Kind,
+        _ => Place::OtherCluster,
+    };
+    let kind_runs_too = place == Place::Real && std::env::var_os(KIND_RUNS_TOO).is_some();
+    let legacy: &[Scenario] = if place == Place::Sandbox {
+        LEGACY_SCENARIOS
+    } else {
+        &[]
+    };
     let skipped = |scenario: &Scenario| {
-        let sandbox_lacks = NOT_ON_THE_SANDBOX.iter().filter(|_| sandbox);
-        let real_lacks = NOT_YET_ON_THE_REAL_CONTROL_PLANE.iter().filter(|_| real);
-        let no_kubelet = ONLY_ON_REAL_NODES.iter().filter(|_| sandbox || real);
-        let not_here = ONLY_WITH_PODS_AS_PROCESSES
-            .iter()
-            .filter(|_| !(sandbox || real))
-            .map(|name| (*name, PODS_AS_PROCESSES));
-        let cannot_starve = starve::unavailable()
-            .map(|why| ("starved_operator_fails_no_healthy_initializer_open", why));
-        let proven_already = PROVEN_BY_THE_API_SERVER
-            .iter()
-            .filter(|_| kind)
-            .map(|name| (*name, API_SERVER_ONLY));
-        sandbox_lacks
-            .chain(real_lacks)
-            .chain(no_kubelet)
-            .copied()
-            .chain(not_here)
-            .chain(proven_already)
-            .chain(cannot_starve)
-            .find(|(name, _)| *name == scenario.name)
-            .map(|(_, reason)| reason)
+        not_run_at(scenario.name, place).or_else(|| {
+            (kind_runs_too && not_run_at(scenario.name, Place::Kind).is_none())
+                .then_some(LEFT_TO_KIND)
+        })
     };
     SCENARIOS
         .iter()
@@ -232,8 +267,6 @@ fn scenarios() -> Vec<Scenario> {
         .collect()
 }
 
-/// Every name a skip list gives is a scenario's, so that a renamed scenario cannot leave a list
-/// silently skipping nothing.
 fn unknown_names() -> Vec<&'static str> {
     let names: Vec<&str> = SCENARIOS.iter().map(|scenario| scenario.name).collect();
     NOT_ON_THE_SANDBOX
