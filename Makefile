@@ -4,7 +4,16 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
+.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
+
+## help: every target with the first clause of its description (the `##` blocks of this file)
+help:
+	@echo "make TARGET, where TARGET is one of:"
+	@awk -f tools/help.awk $(firstword $(MAKEFILE_LIST))
+
+## help-check: fail when a target has no `##` line for `make help`
+help-check:
+	@awk -v check=1 -f tools/help.awk $(firstword $(MAKEFILE_LIST))
 
 ## run: the demo on the embedded sandbox (no cluster needed); `make run CLUSTER=real` runs it on
 ## the real control plane; `make run LEGACY=1` tells the same story on the Kubernetes 1.7
@@ -94,7 +103,7 @@ run_stages = for stage in $(1); do $(STAGE) "$$stage" $(MAKE) --no-print-directo
 ## clippy, the SDK with the oldest Kubernetes types, rustdoc, cargo-deny, the architecture table, shellcheck of the scripts, generated-file
 ## drift, the unit and component tests. CI runs it first, so that a failure there ends the run
 ## in minutes
-CHECK_STAGES := fmt-check clippy library-versions rustdoc deny architecture e2e-kind-lint build verify-generated unit
+CHECK_STAGES := fmt-check clippy library-versions rustdoc deny architecture help-check e2e-kind-lint build verify-generated unit
 check:
 	@$(call run_stages,$(CHECK_STAGES))
 
@@ -198,12 +207,15 @@ legacy-apiserver:
 ## table agrees with cargo metadata
 lint: fmt-check clippy rustdoc deny architecture
 
+## fmt-check: rustfmt in check mode: fails on any file `make fmt` would change
 fmt-check:
 	$(CARGO) fmt --all --check
 
+## clippy: clippy on every crate and target, warnings as errors
 clippy:
 	$(CARGO) clippy $(WORKSPACE) --all-targets -- -D warnings
 
+## rustdoc: the workspace's documentation, warnings (broken intra-doc links among them) as errors
 rustdoc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc $(WORKSPACE) --no-deps
 
@@ -212,6 +224,7 @@ rustdoc:
 # reads (every target's, as cargo metadata lists them) are fetched from crates.io before, by
 # cargo, which is instant when they are there. Warnings are printed (an ignored advisory that no
 # longer applies, an allowed license no crate uses); errors fail.
+## deny: cargo-deny's licenses, bans, sources and advisories checks (deny.toml), offline
 deny:
 	tools/advisory-db/install.sh
 	$(CARGO) fetch --quiet
@@ -224,6 +237,7 @@ ADVISORY_DB ?= https://github.com/rustsec/advisory-db
 advisory-db:
 	tools/advisory-db/refresh.sh $(ADVISORY_DB)
 
+## architecture: docs/architecture.md's crate table agrees with cargo metadata
 architecture:
 	python3 tools/check-architecture.py
 
@@ -236,6 +250,7 @@ library-versions:
 	K8S_OPENAPI_ENABLED_VERSION=$(OLDEST_K8S_OPENAPI) CARGO_TARGET_DIR=target/debug/k8s-openapi-$(OLDEST_K8S_OPENAPI) \
 	  $(CARGO) check -q -p kube-initializer -p initializer-crds
 
+## fmt: format every crate with rustfmt
 fmt:
 	$(CARGO) fmt --all
 
