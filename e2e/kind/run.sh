@@ -121,22 +121,9 @@ fi
 # done. Released before the suite, whose scenarios take their own turns.
 suites_dir="${CARGO_TARGET_DIR:-$root/target}"
 case "$suites_dir" in /*) ;; *) suites_dir="$root/$suites_dir" ;; esac
-mkdir -p "$suites_dir"
-exec 7>"$suites_dir/e2e.turnstile" 8>"$suites_dir/e2e.lock"
-if ! flock -n 7; then
-  log "waiting for the turnstile (another run of the suites waits to have the machine to itself)"
-  flock 7
-fi
-if ! flock -n -s 8; then
-  log "waiting for a shared turn (another run of the suites has the machine to itself)"
-  flock -s 8
-fi
-flock -u 7
-exec 7>&-
-release_turn() {
-  flock -u 8 2>/dev/null || true
-  exec 8>&-
-}
+# shellcheck source=tools/lib/turn.sh
+source "$root/tools/lib/turn.sh"
+take_shared_turn "$suites_dir" e2e-kind
 
 # kind: the one on PATH, else built from the module pinned in e2e/kind/go.
 if command -v kind >/dev/null 2>&1; then
