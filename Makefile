@@ -123,12 +123,13 @@ TEST_FIRST_STAGES := helm controlplane
 # other ecosystems' tools go there, where they use the cores the tests leave idle; the e2e lanes
 # run after them, each scenario in its turn of the suite's lock (e2e/src/sharing.rs): beside the
 # other suite's, or alone when it loads the machine or would be spoilt by load. The kind lane is
-# the longest, and its suite leaves a core idle: oldest-minor follows the real control plane's
-# suite there, its control plane's build at the lowest CPU priority, so that it takes only what
-# kind's builds and scenarios leave.
+# the longest, and its suite leaves a core idle: oldest-minor follows OLM's suite, the shortest,
+# its control plane's build at the lowest CPU priority, so that it takes only what kind's builds
+# and scenarios leave (the real control plane's suite waits for kind's setup to run its scenario
+# that needs the machine alone, so nothing follows it).
 CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy \
   conformance+chart-check+verify-bundle+monitoring+olm+health
-E2E_LANES := e2e-real+oldest-minor e2e-olm $(if $(KIND),e2e-kind)
+E2E_LANES := e2e-real e2e-olm+oldest-minor $(if $(KIND),e2e-kind)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
 	@$(call run_lanes,$(CHECK_LANES))

@@ -3,6 +3,11 @@
 # the Go check and the module download with a short, readable failure. Go's module and build
 # caches are reused, so a rebuild after a wipe of target/ costs only the link.
 
+# The Go compiler and linker are Go programs: with the collector's target at 400 % instead of
+# 100 % they spend a sixth less CPU on a cold build, for a little more memory (a cold crictl:
+# 94 -> 78 s; kube-apiserver's link: 2.35 -> 2.54 GB). A GOGC set by the caller is kept.
+export GOGC="${GOGC:-400}"
+
 # require_go TOOL: fail naming TOOL when go is missing.
 require_go() {
   command -v go >/dev/null || { echo "go is required to build $1 (Go >= 1.25)" >&2; exit 1; }
