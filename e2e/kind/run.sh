@@ -27,7 +27,10 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-cluster="${KIND_CLUSTER_NAME:-initializer-e2e}"
+# The cluster's name is ours (E2E_KIND_CLUSTER), never kind's own KIND_CLUSTER_NAME: the recipe
+# deletes its cluster at the end, and a name exported for one's own clusters must not lead it to
+# someone else's.
+cluster="${E2E_KIND_CLUSTER:-initializer-e2e}"
 keep="${E2E_KEEP_CLUSTER:-0}"
 cargo="${CARGO:-cargo}"
 # The profile of the binaries in the images built offline: release, what images/Dockerfile
@@ -41,7 +44,10 @@ if [[ "$profile" != release && "$profile" != debug ]]; then
 fi
 docker="${DOCKER:-docker}"
 export DOCKER="$docker" E2E_DOCKER="$docker"
-state="$root/target/kind"
+# The recipe's state (kubeconfig, cluster mark, build contexts; the engine's log): the offline
+# scripts read the same variable.
+state="${KIND_STATE_DIR:-$root/target/kind}"
+export KIND_STATE_DIR="$state"
 mkdir -p "$state"
 kubeconfig="$state/kubeconfig"
 
@@ -80,15 +86,20 @@ fi
 
 engine_started=0
 kind_bin=""
+# Whether this run may delete the cluster: set once the recipe knows the cluster of that name is
+# its own (none existed, or one an earlier run made and left, by its mark in $state).
+cluster_ours=0
+cluster_mark="$state/cluster-$cluster.made-here"
 teardown() {
   local status=$?
   trap - EXIT INT TERM
   if [[ "$keep" == "1" ]]; then
     log "keeping cluster '$cluster' (E2E_KEEP_CLUSTER=1); export KUBECONFIG=$kubeconfig"
   else
-    if [[ -n "$kind_bin" ]]; then
+    if [[ "$cluster_ours" == "1" ]]; then
       log "deleting cluster '$cluster'"
       "$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
+      rm -f "$cluster_mark"
     fi
     rm -f "$kubeconfig"
     if [[ "$engine_started" == "1" ]]; then
@@ -133,6 +144,16 @@ else
   kind_bin="$root/target/kind/bin/kind"
 fi
 
+# A cluster of that name that no run of this recipe made is someone else's: refuse, touch nothing.
+if "$kind_bin" get clusters 2>/dev/null | grep -qxF "$cluster"; then
+  if [[ ! -f "$cluster_mark" ]]; then
+    echo "e2e-kind: a kind cluster named '$cluster' exists and this recipe did not make it; it is left alone. Delete it yourself (kind delete cluster --name $cluster) or name this run's cluster with E2E_KIND_CLUSTER" >&2
+    exit 1
+  fi
+  log "cluster '$cluster' was left by an earlier run: it goes"
+fi
+cluster_ours=1
+
 # 2. The node image.
 config="$here/kind-config.yaml"
 node_image="$(sed -n 's/^ *image: *//p' "$config" | head -n1)"
@@ -157,6 +178,7 @@ fi
 
 # 3. The cluster.
 "$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
+touch "$cluster_mark"
 stage "creating cluster '$cluster'" "$kind_bin" create cluster --name "$cluster" \
   --config "$config" --kubeconfig "$kubeconfig" --retain
 export KUBECONFIG="$kubeconfig"

@@ -150,6 +150,89 @@ mod tests {
         assert!(check(text).unwrap_err().to_string().contains("1.35"));
     }
 
+    /// Runs the recipe with fakes of docker, kind, kubectl and cargo first on PATH, `kind get
+    /// clusters` answering `existing`; returns its exit status, its stderr and every kind
+    /// command it ran.
+    fn recipe_with_fakes(existing: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kind.log");
+        let fake = |name: &str, body: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        fake(
+            "kind",
+            &format!(
+                "echo \"$*\" >> '{}'\n[ \"$1\" = get ] && printf '%s\\n' {}\nexit 0",
+                log.display(),
+                existing.join(" ")
+            ),
+        );
+        for tool in ["docker", "kubectl", "cargo"] {
+            fake(tool, "exit 0");
+        }
+        let path = format!(
+            "{}:{}",
+            dir.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let output = std::process::Command::new("bash")
+            .arg(paths::workspace_root().join(KIND_RECIPE))
+            .env("PATH", path)
+            .env("DOCKER", dir.path().join("docker"))
+            .env("CARGO", dir.path().join("cargo"))
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env("KIND_STATE_DIR", dir.path().join("state"))
+            .env_remove("E2E_KIND_CLUSTER")
+            .env_remove("STAGE_LOG")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let commands = std::fs::read_to_string(&log).unwrap_or_default();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+            commands,
+        )
+    }
+
+    #[test]
+    fn recipe_never_deletes_a_cluster_it_did_not_make() {
+        let name = format!("theirs-{}", std::process::id());
+        let (status, stderr, commands) = recipe_with_fakes(
+            &["kind", &name],
+            &[("E2E_KIND_CLUSTER", &name), ("KIND_CLUSTER_NAME", "kind")],
+        );
+        assert_eq!(status, 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("a kind cluster named '{name}' exists")),
+            "{stderr}"
+        );
+        assert!(
+            !commands.contains("delete") && !commands.contains("create"),
+            "the recipe ran: {commands}"
+        );
+    }
+
+    #[test]
+    fn recipe_ignores_kinds_own_cluster_name() {
+        let (status, stderr, commands) = recipe_with_fakes(
+            &["kind", "initializer-e2e"],
+            &[("KIND_CLUSTER_NAME", "kind")],
+        );
+        assert_eq!(status, 1, "{stderr}");
+        assert!(
+            stderr.contains("a kind cluster named 'initializer-e2e' exists"),
+            "{stderr}"
+        );
+        assert!(
+            !commands.contains("delete") && !commands.contains("create"),
+            "the recipe ran: {commands}"
+        );
+    }
+
     #[test]
     fn recipe_loads_an_image_for_every_shipped_binary() {
         let script = paths::read_workspace_file(KIND_RECIPE).unwrap();
