@@ -24,12 +24,19 @@ use tracing::warn;
 
 /// The label the EndpointSlice controller puts on a slice: the name of its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label naming who maintains a slice, and the EndpointSlice controller's value of it.
+const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+const ENDPOINT_SLICE_CONTROLLER: &str = "endpointslice-controller.k8s.io";
 
 /// One slice's ready endpoints: how many, and the addresses to probe.
 pub(super) type SliceEndpoints = (u32, Vec<SocketAddr>);
 
 /// A Service's slices by name; `None` until the namespace's watch has listed them.
 pub(super) type ServiceSlices = Option<BTreeMap<String, SliceEndpoints>>;
+
+/// A slice as the table is fed it: its name, and its Service and ready endpoints when it is the
+/// EndpointSlice controller's slice of that Service (`None`: a slice the table ignores).
+type Slice = (String, Option<(String, SliceEndpoints)>);
 
 /// What one watch event changed.
 #[derive(Debug, PartialEq, Eq)]
@@ -62,15 +69,16 @@ impl SliceTable {
             .then(|| self.by_service.get(service).cloned().unwrap_or_default())
     }
 
-    fn apply(&mut self, event: watcher::Event<(String, String, SliceEndpoints)>) -> Changed {
+    fn apply(&mut self, event: watcher::Event<Slice>) -> Changed {
         match event {
             watcher::Event::Init => {
                 self.listing = Some(Vec::new());
                 Changed::Nothing
             }
-            watcher::Event::InitApply(slice) => {
-                if let Some(listing) = self.listing.as_mut() {
-                    listing.push(slice);
+            watcher::Event::InitApply((name, slice)) => {
+                if let (Some(listing), Some((service, endpoints))) = (self.listing.as_mut(), slice)
+                {
+                    listing.push((name, service, endpoints));
                 }
                 Changed::Nothing
             }
@@ -83,7 +91,10 @@ impl SliceTable {
                 self.listed = true;
                 Changed::Everything
             }
-            watcher::Event::Apply((name, service, endpoints)) => {
+            watcher::Event::Apply((name, None)) => {
+                Changed::Services(self.remove(&name).into_iter().collect())
+            }
+            watcher::Event::Apply((name, Some((service, endpoints)))) => {
                 let mut changed = self.remove(&name).into_iter().collect::<Vec<_>>();
                 if !changed.contains(&service) {
                     changed.push(service.clone());
@@ -91,7 +102,7 @@ impl SliceTable {
                 self.insert(name, service, endpoints);
                 Changed::Services(changed)
             }
-            watcher::Event::Delete((name, _, _)) => {
+            watcher::Event::Delete((name, _)) => {
                 Changed::Services(self.remove(&name).into_iter().collect())
             }
         }
@@ -118,14 +129,27 @@ impl SliceTable {
     }
 }
 
-/// A slice as the table keeps it: its name, its Service, its ready endpoints.
-fn entry(slice: &EndpointSlice) -> Option<(String, String, SliceEndpoints)> {
-    let service = slice.labels().get(SERVICE_NAME_LABEL)?.clone();
-    Some((
+/// A slice as the table is fed it. Only the EndpointSlice controller's slices of a Service
+/// count: its managed-by label, and a controlling owner reference to the Service its
+/// service-name label names. Whoever may write EndpointSlices in the namespace could otherwise
+/// hand the probe addresses to dial, fail it with a slice of unready endpoints, or churn the
+/// list so that a hung initializer is never judged.
+fn entry(slice: &EndpointSlice) -> Slice {
+    let labels = slice.labels();
+    let trusted = labels.get(SERVICE_NAME_LABEL).filter(|service| {
+        labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(ENDPOINT_SLICE_CONTROLLER)
+            && slice.owner_references().iter().any(|owner| {
+                owner.controller == Some(true)
+                    && owner.api_version == "v1"
+                    && owner.kind == "Service"
+                    && &owner.name == *service
+            })
+    });
+    let endpoints = || (ready_endpoints(slice), crate::probe::ready_addresses(slice));
+    (
         slice.name_any(),
-        service,
-        (ready_endpoints(slice), crate::probe::ready_addresses(slice)),
-    ))
+        trusted.map(|service| (service.clone(), endpoints())),
+    )
 }
 
 /// Ready endpoints in a slice; an endpoint without a `ready` condition counts as ready, as the
@@ -271,18 +295,9 @@ async fn run(api: Api<EndpointSlice>, shared: Arc<Mutex<Shared>>, namespace: Str
         let event = match event {
             watcher::Event::Init => watcher::Event::Init,
             watcher::Event::InitDone => watcher::Event::InitDone,
-            watcher::Event::InitApply(s) => match entry(&s) {
-                Some(e) => watcher::Event::InitApply(e),
-                None => continue,
-            },
-            watcher::Event::Apply(s) => match entry(&s) {
-                Some(e) => watcher::Event::Apply(e),
-                None => continue,
-            },
-            watcher::Event::Delete(s) => match entry(&s) {
-                Some(e) => watcher::Event::Delete(e),
-                None => continue,
-            },
+            watcher::Event::InitApply(slice) => watcher::Event::InitApply(entry(&slice)),
+            watcher::Event::Apply(slice) => watcher::Event::Apply(entry(&slice)),
+            watcher::Event::Delete(slice) => watcher::Event::Delete(entry(&slice)),
         };
         let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
         let changed = shared.table.apply(event);
@@ -294,14 +309,14 @@ async fn run(api: Api<EndpointSlice>, shared: Arc<Mutex<Shared>>, namespace: Str
 mod tests {
     use super::*;
 
-    fn slice(name: &str, service: &str, ready: u32) -> (String, String, SliceEndpoints) {
+    fn slice(name: &str, service: &str, ready: u32) -> Slice {
         let addresses = (0..ready)
             .map(|i| SocketAddr::from(([10, 0, 0, u8::try_from(i).unwrap()], 8443)))
             .collect();
-        (name.into(), service.into(), (ready, addresses))
+        (name.into(), Some((service.into(), (ready, addresses))))
     }
 
-    fn listed(slices: Vec<(String, String, SliceEndpoints)>) -> SliceTable {
+    fn listed(slices: Vec<Slice>) -> SliceTable {
         let mut table = SliceTable::default();
         table.apply(watcher::Event::Init);
         for s in slices {
@@ -416,6 +431,98 @@ mod tests {
             ["a"],
             "the channel of a Service nobody watches is dropped"
         );
+    }
+
+    /// A slice of Service `service` with one ready endpoint at `10.0.0.9`, as the EndpointSlice
+    /// controller writes it.
+    fn controller_slice(service: &str) -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": format!("{service}-x1"),
+                "labels": {SERVICE_NAME_LABEL: service, MANAGED_BY_LABEL: ENDPOINT_SLICE_CONTROLLER},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": service,
+                    "uid": "u", "controller": true, "blockOwnerDeletion": true}],
+            },
+            "addressType": "IPv4",
+            "ports": [{"port": 8443}],
+            "endpoints": [{"addresses": ["10.0.0.9"], "conditions": {"ready": true}}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_endpoint_slice_controllers_slice_of_the_service_counts() {
+        let (name, trusted) = entry(&controller_slice("a"));
+        assert_eq!(name, "a-x1");
+        let (service, (ready, addresses)) = trusted.expect("the controller's slice counts");
+        assert_eq!((service.as_str(), ready), ("a", 1));
+        assert_eq!(addresses, [SocketAddr::from(([10, 0, 0, 9], 8443))]);
+    }
+
+    #[test]
+    fn a_slice_anyone_else_wrote_is_ignored() {
+        let forged = |change: fn(&mut EndpointSlice)| {
+            let mut slice = controller_slice("a");
+            change(&mut slice);
+            entry(&slice).1
+        };
+        assert_eq!(
+            forged(|s| {
+                s.labels_mut().remove(MANAGED_BY_LABEL);
+            }),
+            None,
+            "without the controller's managed-by label"
+        );
+        assert_eq!(
+            forged(|s| {
+                s.labels_mut()
+                    .insert(MANAGED_BY_LABEL.into(), "someone.example.com".into());
+            }),
+            None,
+            "managed by someone else"
+        );
+        assert_eq!(
+            forged(|s| s.metadata.owner_references = None),
+            None,
+            "owned by nothing"
+        );
+        assert_eq!(
+            forged(|s| {
+                s.owner_references_mut()[0].name = "b".into();
+            }),
+            None,
+            "owned by another Service than the one it names"
+        );
+        assert_eq!(
+            forged(|s| {
+                s.owner_references_mut()[0].controller = None;
+            }),
+            None,
+            "owned by the Service, but not as its controller's"
+        );
+        assert_eq!(
+            forged(|s| {
+                s.owner_references_mut()[0].kind = "ConfigMap".into();
+            }),
+            None,
+            "owned by something of the same name that is no Service"
+        );
+    }
+
+    #[test]
+    fn a_slice_that_stops_being_the_controllers_leaves_its_service() {
+        let mut table = listed(vec![slice("a-1", "a", 1), slice("a-2", "a", 1)]);
+        assert_eq!(
+            table.apply(watcher::Event::Apply(("a-2".into(), None))),
+            Changed::Services(vec!["a".into()])
+        );
+        assert_eq!(ready(&table, "a"), Some(1));
+        let mut relisted = SliceTable::default();
+        relisted.apply(watcher::Event::Init);
+        relisted.apply(watcher::Event::InitApply(slice("a-1", "a", 1)));
+        relisted.apply(watcher::Event::InitApply(("forged".into(), None)));
+        relisted.apply(watcher::Event::InitDone);
+        assert_eq!(ready(&relisted, "a"), Some(1));
     }
 
     #[tokio::test]
