@@ -361,13 +361,16 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         let kind = info.kind.kind.clone();
         // A create is stamped when it arrives (the API server sets the creation time just
         // after); an update with the stored object's creation, never the request's own
-        // metadata (see `mark`).
+        // metadata, and never later than now (see `mark`).
+        let now = mark::now();
         let stamp = match info.operation {
-            Operation::Update => old_object
-                .as_deref()
-                .and_then(mark::created_at)
-                .map_or_else(|| Stamp::At(mark::now()), Stamp::At),
-            _ => Stamp::At(mark::now()),
+            Operation::Update => Stamp::At(
+                old_object
+                    .as_deref()
+                    .and_then(mark::created_at)
+                    .map_or(now, |created| created.min(now)),
+            ),
+            _ => Stamp::At(now),
         };
         Ok((kind, self.answer(info, object, old_object, stamp).await))
     }

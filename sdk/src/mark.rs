@@ -8,8 +8,10 @@
 //! for a time to come and replay it then). So: a webhook CREATE is stamped with this process's
 //! clock when the review arrives (the API server sets the creation time just after admission);
 //! a webhook UPDATE with the stored object's creation time (`oldObject`, read from storage, not
-//! the request's object, whose metadata the client wrote); the controller mode with the object's
-//! own creation time (it handles objects already stored).
+//! the request's object, whose metadata the client wrote), but never later than that clock:
+//! `/initialize` answers anyone who reaches it, and a review posted by hand can put any time in
+//! its `oldObject`; the controller mode with the object's own creation time (it handles objects
+//! already stored).
 
 use std::sync::{Arc, PoisonError, RwLock};
 

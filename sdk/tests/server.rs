@@ -289,6 +289,36 @@ async fn the_mark_is_signed_for_the_object_with_the_serving_keys_key_and_a_forge
         initializer_mark::verify(&keys, "test", Some(&mark), &stored("web", "", now - 3600)),
         Ok(())
     );
+
+    // Anyone may post a review: one whose oldObject claims a creation an hour ahead must not
+    // buy a mark for an object to be created then (created uninjected during an outage, it
+    // would pass as initialized). Stamped no later than this process's clock.
+    let ahead = k8s_openapi::jiff::Timestamp::from_second(now + 3600).unwrap();
+    let mut old = nginx_pod("hidden");
+    old.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ahead));
+    let new = old.clone();
+    let mark = mark_written(&mut conn, review(&new).update(&old).to_bytes()).await;
+    let stamped: i64 = mark
+        .strip_prefix("test/t=")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no time stamp in {mark}"));
+    assert!(
+        stamped <= k8s_openapi::jiff::Timestamp::now().as_second(),
+        "stamped {}s ahead: {mark}",
+        stamped - now
+    );
+    assert_eq!(
+        initializer_mark::verify(
+            &keys,
+            "test",
+            Some(&mark),
+            &stored("hidden", "", now + 3600)
+        ),
+        Err(initializer_mark::Refusal::OutsideWindow),
+        "the mark is no good for the object created an hour from now"
+    );
     server.shutdown().await;
 }
 
