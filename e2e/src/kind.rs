@@ -54,7 +54,7 @@ pub struct KindNode {
 }
 
 /// Parses and checks a kind configuration: the kind and version, at least one control plane,
-/// known roles, and node images of one Kubernetes version no older than 1.35.
+/// known roles, and node images of one Kubernetes version no older than 1.35, pinned by digest.
 pub fn check(text: &str) -> anyhow::Result<KindCluster> {
     let cluster: KindCluster = serde_saphyr::from_str(text)?;
     anyhow::ensure!(
@@ -89,6 +89,14 @@ pub fn check(text: &str) -> anyhow::Result<KindCluster> {
             anyhow::ensure!(
                 minor >= 35,
                 "node image {image} is older than Kubernetes 1.35"
+            );
+            let digest = image.split_once("@sha256:").map(|(_, digest)| digest);
+            anyhow::ensure!(
+                digest.is_some_and(|d| d.len() == 64
+                    && d.bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))),
+                "node image {image} is not pinned by digest (a tag moves; kind's release notes, \
+                 and pkg/apis/config/defaults/image.go in its module, give each node image's)"
             );
         }
     }
@@ -231,6 +239,12 @@ mod tests {
             !commands.contains("delete") && !commands.contains("create"),
             "the recipe ran: {commands}"
         );
+    }
+
+    #[test]
+    fn a_node_image_by_tag_alone_is_refused() {
+        let text = "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n  image: kindest/node:v1.37.0\n";
+        assert!(check(text).unwrap_err().to_string().contains("digest"));
     }
 
     #[test]

@@ -104,6 +104,25 @@ fn dockerfile_base_images_are_pinned_by_digest() {
     }
 }
 
+/// The `ARG NAME=default` of a Dockerfile.
+fn dockerfile_arg(relative: &str, name: &str) -> String {
+    let dockerfile = std::fs::read_to_string(root().join(relative)).unwrap();
+    dockerfile
+        .lines()
+        .filter_map(|line| line.strip_prefix("ARG "))
+        .find_map(|arg| arg.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{relative} has no default for {name}"))
+        .to_string()
+}
+
+#[test]
+fn olm_image_for_kind_runs_on_the_same_pinned_base_as_ours() {
+    assert_eq!(
+        dockerfile_arg("e2e/kind/olm.Dockerfile", "RUNTIME_IMAGE"),
+        dockerfile_arg("images/Dockerfile", "RUNTIME_IMAGE"),
+    );
+}
+
 #[test]
 fn bundle_images_follow_the_scheme() {
     let bundle = bundle::generate().unwrap();
