@@ -130,11 +130,9 @@ fi
 # machine, so it holds a shared turn of the suites' lock (e2e/src/sharing.rs, the same flock
 # protocol): a scenario of another suite that must have the machine to itself waits until it is
 # done. Released before the suite, whose scenarios take their own turns.
-suites_dir="${CARGO_TARGET_DIR:-$root/target}"
-case "$suites_dir" in /*) ;; *) suites_dir="$root/$suites_dir" ;; esac
 # shellcheck source=tools/lib/turn.sh
 source "$root/tools/lib/turn.sh"
-take_shared_turn "$suites_dir" e2e-kind
+take_shared_turn "$root" e2e-kind
 
 # kind: the one on PATH, else built from the module pinned in e2e/kind/go.
 if command -v kind >/dev/null 2>&1; then

@@ -4,11 +4,15 @@
 # beside the suites holds one, so that a scenario that must have the machine to itself waits
 # until it is done; the scenarios that share it run on meanwhile.
 
-# take_shared_turn TARGET_DIR WHO: waits (saying so, as WHO) for a shared turn, held on fd 8
-# until release_turn or the end of the process and every child that inherited it.
+# take_shared_turn ROOT WHO: waits (saying so, as WHO) for a shared turn of the lock in the
+# suites' target directory ($CARGO_TARGET_DIR, relative to the repository ROOT, else
+# ROOT/target), held on fd 8 until release_turn or the end of the process and every child that
+# inherited it.
 take_shared_turn() {
-  mkdir -p "$1"
-  exec 7>"$1/e2e.turnstile" 8>"$1/e2e.lock"
+  local dir="${CARGO_TARGET_DIR:-$1/target}"
+  case "$dir" in /*) ;; *) dir="$1/$dir" ;; esac
+  mkdir -p "$dir"
+  exec 7>"$dir/e2e.turnstile" 8>"$dir/e2e.lock"
   if ! flock -n 7; then
     echo "$2: waiting for the turnstile (another run of the suites waits to have the machine to itself)" >&2
     flock 7
