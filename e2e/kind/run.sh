@@ -177,19 +177,25 @@ fi
 # 3. The cluster.
 "$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
 touch "$cluster_mark"
+# ANCHOR: cluster
 stage "creating cluster '$cluster'" "$kind_bin" create cluster --name "$cluster" \
   --config "$config" --kubeconfig "$kubeconfig" --retain
 export KUBECONFIG="$kubeconfig"
+# ANCHOR_END: cluster
 if [[ "$offline" == "1" ]]; then
   stage "giving each node its pod network" "$here/offline/network.sh" "$cluster"
 fi
+# ANCHOR: ready
 stage "waiting for every node to be Ready" kubectl wait --for=condition=Ready node --all --timeout=180s
+# ANCHOR_END: ready
 kubectl cluster-info
 
 # 4. The images.
 build_images() {
   if [[ "$offline" == "0" ]]; then
+    # ANCHOR: build
     make -C "$root" docker-build
+    # ANCHOR_END: build
     return
   fi
   local runtime context="$state/image-context"
@@ -256,7 +262,9 @@ load_images() {
       log "could not pull $image; pods using it will wait for their image"
     fi
   done
+  # ANCHOR: load
   "$kind_bin" load docker-image --name "$cluster" "${images[@]}"
+  # ANCHOR_END: load
 }
 stage "building the images" build_images
 # OLM on kind runs unless the run was asked for some scenarios only (step 6).
@@ -269,8 +277,10 @@ stage "loading the images" load_images
 # sandbox uses).
 cd "$root"
 stage "building the binaries" "$cargo" build -q --workspace --bins
+# ANCHOR: install
 stage "installing the operator from the bundle" \
   "$cargo" run -q -p initializer-operator -- install --bundle bundles/initializer-operator
+# ANCHOR_END: install
 release_turn
 run_suite() {
   E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q -p initializer-e2e --test e2e -- "$@"
