@@ -1,6 +1,6 @@
 //! The condition types of `status.conditions` that the operator writes and its tools read (the
-//! kubectl plugin's status and explanations). What each means for a user is in the README's
-//! status section and `docs/api.md`.
+//! kubectl plugin's status and explanations). What each means for a user is in the book's
+//! `docs/src/reference/status.md` and `docs/api.md`.
 
 /// Condition: the initializer does its job as the spec has it: registered and answering, in
 /// force in the API server, or suspended because the spec says so. With `Reconciling` and

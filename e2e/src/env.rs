@@ -71,7 +71,8 @@ impl Env {
                     return Err(err);
                 }
             };
-        // As an administrator who wants missed initializations counted (README, Permissions):
+        // As an administrator who wants missed initializations counted
+        // (`docs/src/install/permissions.md`):
         // the operator may list what the scenarios intercept.
         if let Err(err) = install::grant_counting(&backend.client(), &operator_namespace).await {
             backend.shutdown().await;

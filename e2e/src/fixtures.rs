@@ -225,17 +225,22 @@ mod tests {
     }
 
     #[test]
-    fn the_legacy_example_is_the_readmes_and_asks_for_the_legacy_backend() {
+    fn the_legacy_example_is_the_books_and_asks_for_the_legacy_backend() {
         let example = include_str!("../../examples/sidecar-initializer-legacy.yaml");
-        let object: String = example
-            .lines()
-            .filter(|line| !line.starts_with('#'))
-            .map(|line| format!("{line}\n"))
-            .collect();
-        let readme = include_str!("../../README.md");
+        // The page shows the file itself, through mdBook's include: the include must be there, in
+        // a YAML block, and name this very file.
+        let page = include_str!("../../docs/src/guides/legacy.md");
+        let include = "{{#include ../../../examples/sidecar-initializer-legacy.yaml}}";
         assert!(
-            readme.contains(&format!("```yaml\n{object}```")),
-            "README.md and examples/sidecar-initializer-legacy.yaml differ"
+            page.contains(&format!("```yaml\n{include}\n```")),
+            "docs/src/guides/legacy.md does not include examples/sidecar-initializer-legacy.yaml"
+        );
+        let page_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/guides");
+        let included = include.trim_start_matches("{{#include ").trim_end_matches("}}");
+        assert_eq!(
+            std::fs::read_to_string(page_dir.join(included)).unwrap(),
+            example,
+            "the include of docs/src/guides/legacy.md is not examples/sidecar-initializer-legacy.yaml"
         );
         let initializer: Initializer = serde_saphyr::from_str(example).unwrap();
         let spec = serde_json::to_value(&initializer.spec).unwrap();

@@ -253,7 +253,7 @@ pub const POLICY_CANARY_NAMESPACE: &str = "initializer-e2e-canary";
 /// Initializer selects: the canary is in their scope and in no other scenario's.
 pub const ENGINE_LABEL: &str = "e2e.initializer.dev/engine";
 
-/// What an administrator does for the policy engine (README, "Presets in the API server"): the
+/// What an administrator does for the policy engine (`docs/src/guides/engine.md`): the
 /// canary namespace, labelled [`ENGINE_LABEL`], and the bundle's ClusterRole
 /// `initializer-operator-policy-canary` bound there to the operator's service account.
 pub async fn prepare_policy_canary(
@@ -291,8 +291,8 @@ pub async fn prepare_policy_canary(
 pub const COUNTING_ROLE: &str = "initializer-operator-count";
 
 /// Grants the operator's service account in `operator_namespace` list on Deployments, Pods and
-/// Secrets cluster-wide, as the README tells an administrator who wants missed initializations
-/// counted (without it the count says `unchecked`).
+/// Secrets cluster-wide, as `docs/src/install/permissions.md` tells an administrator who wants
+/// missed initializations counted (without it the count says `unchecked`).
 pub async fn grant_counting(client: &Client, operator_namespace: &str) -> anyhow::Result<()> {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     use kube::api::{Patch, PatchParams};

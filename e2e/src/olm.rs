@@ -470,13 +470,14 @@ spec:
     disableCopiedCSVs: true
 ";
 
-/// The objects that subscribe to the operator: the README's YAML (section "Install with
-/// OLM"), with the catalog at `address` (the README's alternative to a catalog image).
+/// The objects that subscribe to the operator: the YAML of the book's OLM page
+/// (`docs/src/install/olm.md`), with the catalog at `address` (the page's alternative to a
+/// catalog image).
 pub fn subscription_yaml(address: &str) -> String {
     SUBSCRIPTION_YAML.replace("127.0.0.1:50051", address)
 }
 
-/// Exactly the README's block; a test keeps the two equal.
+/// Exactly the block of `docs/src/install/olm.md`; a test keeps the two equal.
 pub const SUBSCRIPTION_YAML: &str = "\
 apiVersion: operators.coreos.com/v1alpha1
 kind: CatalogSource
@@ -512,8 +513,8 @@ spec:
   sourceNamespace: olm
 ";
 
-/// The README's removal commands (section "Install with OLM"), run as they are; a test keeps
-/// the two equal.
+/// The removal commands of the book's uninstall page (`docs/src/install/uninstall.md`, section
+/// "OLM"), run as they are; a test keeps the two equal.
 pub const REMOVAL_COMMANDS: &str = "\
 kubectl get initializers -o name \\
   | xargs -r -I{} kubectl patch {} --type merge -p '{\"spec\":{\"suspend\":true}}'

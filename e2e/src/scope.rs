@@ -115,7 +115,7 @@ impl Scope {
     /// Creates a namespace an administrator allowed for initializers' workloads: labelled
     /// `initializer.dev/workloads: "true"`, with the bundle's `initializer-operator-workloads`
     /// ClusterRole bound there to the operator's service account in `operator_namespace` (the
-    /// README's two commands). Removed, with the binding, on cleanup.
+    /// two commands of `docs/src/install/permissions.md`). Removed, with the binding, on cleanup.
     pub async fn workload_namespace(
         &self,
         role: &str,

@@ -3,7 +3,7 @@
 //! `catalog` and `opm` built from their modules (`make olm`). Each test starts a control plane
 //! of its own and prints its figures as a table (`make e2e-olm`):
 //!
-//! - install: catalog → Subscription → InstallPlan → CSV `Succeeded` → the README's example
+//! - install: catalog → Subscription → InstallPlan → CSV `Succeeded` → the book's example
 //!   Initializer registered, the operator running under the RBAC OLM generated from the CSV;
 //!   the window between the CRD being established and the operator's guard policy in force;
 //! - upgrade under load: the example Initializer (`failurePolicy: Fail`) registered, an
@@ -12,8 +12,9 @@
 //!   fails, the Initializer never leaves `Registered`, the old CSV is gone, the new one
 //!   `Succeeded`, and the new operator reconciles the next generation. The same upgrade through
 //!   `helm upgrade` and through `install --bundle` of the next bundle, in tests of their own;
-//! - removal: the README's commands, then no webhook configuration of ours, only the guard
-//!   policy the README says remains, and creates in a matching namespace succeed.
+//! - removal: the book's commands (`docs/src/install/uninstall.md`), then no webhook
+//!   configuration of ours, only the guard policy the book says remains, and creates in a
+//!   matching namespace succeed.
 //!
 //! They need root (the control plane's network namespace), the binaries of `cargo build
 //! --workspace --bins`, `make controlplane helm olm`, and kubectl: a plain `cargo test` lists
@@ -51,7 +52,8 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-/// The README's example Initializer, the one the bundle offers (alm-examples).
+/// The book's example Initializer (`docs/src/guides/initializer-api.md`), the one the bundle
+/// offers (alm-examples).
 const EXAMPLE: &str = "examples/sidecar-initializer.yaml";
 const EXAMPLE_NAME: &str = "sidecar";
 /// The operator's guard on Initializers (operator/src/guard.rs), policy and binding.
@@ -147,7 +149,7 @@ fn olm_installs_upgrades_under_load_and_removes_the_operator() {
         let client = backend.client();
         let kubeconfig = backend.kubeconfig_path().to_path_buf();
         // The bundle ships a PrometheusRule and a ServiceMonitor, and OLM installs every object
-        // of a bundle: the cluster needs prometheus-operator's CRDs (README, Install with OLM).
+        // of a bundle: the cluster needs prometheus-operator's CRDs (`docs/src/install/olm.md`).
         run(
             &kubeconfig,
             &format!(
@@ -245,8 +247,8 @@ async fn olm_scenarios(
     Ok(rows)
 }
 
-/// The README's subscription, applied as it is with the catalog at `address`; figures up to
-/// the example registered.
+/// The book's subscription (`docs/src/install/olm.md`), applied as it is with the catalog at
+/// `address`; figures up to the example registered.
 async fn olm_install(client: &Client, kubeconfig: &Path, address: &str) -> anyhow::Result<Row> {
     let started = Instant::now();
     olm::kubectl_apply(kubeconfig, &olm::subscription_yaml(address)).await?;
@@ -469,7 +471,7 @@ async fn let_the_garbage_collector_learn_csvs(client: &Client) -> anyhow::Result
     Ok(())
 }
 
-/// The README's removal commands, then what must (not) remain.
+/// The book's removal commands (`docs/src/install/uninstall.md`), then what must (not) remain.
 async fn olm_removal(client: &Client, kubeconfig: &Path) -> anyhow::Result<Row> {
     // The Deployment OLM made: the removal must delete this very object.
     let made = install::operator_deployment(client)
@@ -542,8 +544,9 @@ async fn olm_removal(client: &Client, kubeconfig: &Path) -> anyhow::Result<Row> 
         .iter()
         .map(ResourceExt::name_any)
         .collect();
-    // The guard stays on purpose (README): OLM leaves the CRD, so Initializers can still be
-    // created, and the guard keeps that to those who may create webhook configurations.
+    // The guard stays on purpose (`docs/src/install/uninstall.md`): OLM leaves the CRD, so
+    // Initializers can still be created, and the guard keeps that to those who may create
+    // webhook configurations.
     ensure!(
         policies == [GUARD] && bindings == [GUARD],
         "admission policies left: {policies:?}, bindings {bindings:?}"
@@ -947,7 +950,7 @@ fn bundle_upgrade_under_load_loses_no_create() {
 /// OLM on kind: its two operators and the catalog as pods (the catalog behind a Service), from
 /// one image of the same binaries. The cluster comes from `make e2e-kind`, whose suite installed
 /// the operator from the bundle: that install is removed first (`uninstall
-/// --delete-initializers`, the README's command), so OLM installs into a cluster without it.
+/// --delete-initializers`, the book's command), so OLM installs into a cluster without it.
 #[test]
 #[ignore = "runs on the kind cluster of make e2e-kind, after its suite (KUBECONFIG and E2E_OLM_IMAGE set by e2e/kind/run.sh)"]
 fn olm_on_kind_installs_the_operator_and_the_example_registers() {

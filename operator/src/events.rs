@@ -1,6 +1,7 @@
 //! The reasons of the Events the operator publishes about an Initializer, in one place: they are
-//! part of its interface (people alert on them, the README lists them, a test holds the two
-//! together), and a reason spelled differently at one call site would be a new one.
+//! part of its interface (people alert on them, the book lists them in
+//! `docs/src/reference/events.md`, a test holds the two together), and a reason spelled
+//! differently at one call site would be a new one.
 
 /// Why an Event about an Initializer was published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -113,23 +114,26 @@ mod tests {
         }
     }
 
-    /// The README's list of Events (section "Status") names every reason, and no other.
+    /// The book's table of Events (`docs/src/reference/events.md`) names every reason once,
+    /// and no other.
     #[test]
-    fn the_readme_lists_every_event_reason() {
-        let readme = include_str!("../../README.md");
-        let start = readme
-            .find("Events (in namespace `default`")
-            .expect("the README's list of Events");
-        let list = &readme[start..];
-        let list = &list[..list.find("\n\n").unwrap_or(list.len())];
-        let named: std::collections::BTreeSet<&str> = list
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .filter(|word| word.chars().next().is_some_and(char::is_uppercase))
+    fn the_book_lists_every_event_reason() {
+        let page = include_str!("../../docs/src/reference/events.md");
+        let start = page
+            .find("| reason |")
+            .expect("the book's table of Events");
+        let rows: Vec<&str> = page[start..]
+            .lines()
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .collect();
+        let named: std::collections::BTreeSet<&str> = rows
+            .iter()
+            .filter_map(|row| row.split('`').nth(1))
             .collect();
         let reasons: std::collections::BTreeSet<&str> =
             Reason::ALL.iter().map(|r| r.as_str()).collect();
-        assert_eq!(named, reasons, "README: {list}");
+        assert_eq!(named.len(), rows.len(), "a reason listed twice: {rows:#?}");
+        assert_eq!(named, reasons, "docs/src/reference/events.md: {rows:#?}");
     }
 }

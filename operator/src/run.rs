@@ -79,8 +79,8 @@ pub struct RunArgs {
     #[arg(skip)]
     pub probe_connector: Connector,
     /// `on`: write a NetworkPolicy in front of every initializer's pods that lets in only the
-    /// operator's pods and `--api-server-cidrs`. `off` (the default, see the README's security
-    /// model): none, and one written before is removed.
+    /// operator's pods and `--api-server-cidrs`. `off` (the default, see the book's security
+    /// model, `docs/src/security/connections.md`): none, and one written before is removed.
     #[arg(long, env = "NETWORK_POLICY", value_enum, default_value_t = NetworkPolicyMode::Off, requires_if("on", "api_server_cidrs"))]
     pub network_policy: NetworkPolicyMode,
     /// Where the API server's calls to initializers come from (the control plane's address

@@ -190,7 +190,7 @@ fn bundle_crd_is_byte_identical_to_the_committed_crd_manifest() {
 }
 
 #[test]
-fn alm_example_is_the_sidecar_fixture_shown_in_the_readme() {
+fn alm_example_is_the_sidecar_fixture_shown_in_the_book() {
     let fixture: Value = serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     let csv: Value =
         serde_saphyr::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
@@ -207,11 +207,14 @@ fn alm_example_is_the_sidecar_fixture_shown_in_the_readme() {
     );
 }
 
+/// The book's permissions page, `docs/src/install/permissions.md`, lists exactly the rules the
+/// bundle grants.
 #[test]
-fn readme_permissions_table_lists_every_rule_the_bundle_grants() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+fn book_permissions_table_lists_every_rule_the_bundle_grants() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/install/permissions.md"),
+    )
+    .unwrap();
     let csv: Value =
         serde_saphyr::from_str(bundle::generate().unwrap().file(CSV_FILE).unwrap()).unwrap();
     let strategy = &csv["spec"]["install"]["spec"];
@@ -238,14 +241,14 @@ fn readme_permissions_table_lists_every_rule_the_bundle_grants() {
                     join("verbs")
                 );
                 assert!(
-                    readme.contains(&row),
-                    "README.md has no permissions row {row}"
+                    page.contains(&row),
+                    "docs/src/install/permissions.md has no permissions row {row}"
                 );
                 rows += 1;
             }
         }
     }
-    let table_rows = readme
+    let table_rows = page
         .lines()
         .skip_while(|line| !line.starts_with("| API group |"))
         .skip(2)
@@ -253,26 +256,29 @@ fn readme_permissions_table_lists_every_rule_the_bundle_grants() {
         .count();
     assert_eq!(
         table_rows, rows,
-        "the README lists rules the bundle does not grant"
+        "docs/src/install/permissions.md lists rules the bundle does not grant"
     );
 }
 
+/// The annotated example of the book's Initializer API page, `docs/src/guides/initializer-api.md`,
+/// is `examples/sidecar-initializer.yaml`, field for field.
 #[test]
-fn readme_initializer_example_is_the_sidecar_fixture() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
-    let block = readme
+fn book_initializer_example_is_the_sidecar_fixture() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/guides/initializer-api.md"),
+    )
+    .unwrap();
+    let block = page
         .split("```yaml\n")
         .skip(1)
         .filter_map(|rest| rest.split("```").next())
         .find(|block| block.contains("kind: Initializer") && block.contains("name: sidecar"))
-        .expect("the README shows the sidecar Initializer");
+        .expect("the Initializer API page shows the sidecar Initializer");
     let shown: Value = serde_saphyr::from_str(block).unwrap();
     let fixture: Value = serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     assert_eq!(
         shown, fixture,
-        "README.md and examples/sidecar-initializer.yaml differ"
+        "docs/src/guides/initializer-api.md and examples/sidecar-initializer.yaml differ"
     );
 }
 

@@ -136,15 +136,24 @@ fn the_channel_lists_each_bundle_with_what_it_replaces() {
     );
 }
 
+/// The book shows exactly what the scenarios apply and run: the Subscription on the OLM install
+/// page, the removal commands in the OLM section of the uninstall page.
 #[test]
-fn the_readme_shows_exactly_what_the_scenarios_apply_and_run() {
-    let readme = paths::read_workspace_file("README.md").unwrap();
-    let section = readme
-        .split("## Install with OLM")
+fn the_book_shows_exactly_what_the_scenarios_apply_and_run() {
+    let install = paths::read_workspace_file("docs/src/install/olm.md").unwrap();
+    assert!(
+        install.contains(&format!("```yaml\n{SUBSCRIPTION_YAML}```")),
+        "the Subscription YAML of docs/src/install/olm.md"
+    );
+    let uninstall = paths::read_workspace_file("docs/src/install/uninstall.md").unwrap();
+    let section = uninstall
+        .split("\n## OLM\n")
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
-        .unwrap();
-    assert!(section.contains(SUBSCRIPTION_YAML), "the Subscription YAML");
-    assert!(section.contains(REMOVAL_COMMANDS), "the removal commands");
+        .expect("the OLM section of docs/src/install/uninstall.md");
+    assert!(
+        section.contains(&format!("```sh\n{REMOVAL_COMMANDS}```")),
+        "the removal commands of docs/src/install/uninstall.md"
+    );
     assert!(subscription_yaml("127.0.0.1:4242").contains("address: 127.0.0.1:4242 "));
 }

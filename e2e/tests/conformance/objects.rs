@@ -312,7 +312,7 @@ pub async fn unknown_resources_and_methods_get_status_errors(t: &Target) -> anyh
     let client = t.client();
     let ns = t.namespace();
     // A group the server does not serve: 404 (kube-apiserver's fallback answers plain text, the
-    // sandbox a Status; see the README's differences).
+    // sandbox a Status; see `sandbox/README.md`'s differences).
     let (code, body) = raw(&client, "GET", "/apis/nope.dev/v1/things", None, None, None).await?;
     assert_eq!(code, 404, "{body}");
     // A resource a served version does not have: a Status.

@@ -16,7 +16,7 @@ pub use initializer_test_support::eventually;
 use crate::target::Target;
 
 /// The ConfigMap kube-controller-manager publishes into every namespace (the sandbox does not;
-/// see the README's differences). Bodies that count ConfigMaps leave it out.
+/// see `sandbox/README.md`'s differences). Bodies that count ConfigMaps leave it out.
 pub const ROOT_CA: &str = "kube-root-ca.crt";
 
 /// How long a controller (garbage collector, namespace deleter) may take to act.

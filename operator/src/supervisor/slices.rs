@@ -2,7 +2,7 @@
 //!
 //! A watch holds a connection to the API server for as long as it runs (kube's client speaks
 //! HTTP/1.1), and a watch per Initializer was most of the leader's memory at 100 Initializers
-//! (issue 29; README, "Many Initializers at once"). The operator's rights over EndpointSlices
+//! (issue 29; `docs/src/design/2026-11-jemalloc.md`). The operator's rights over EndpointSlices
 //! are per namespace (its Role, and the RoleBindings an administrator adds where workloads
 //! run), so the shared watch is per namespace too, never cluster-wide.
 //!

@@ -107,7 +107,7 @@ async fn labelled_namespace(client: &Client, name: &str) {
 }
 
 /// Binds the operator's workloads ClusterRole (applied first if absent) in `namespace` to the
-/// operator's service account, as the README tells an administrator to.
+/// operator's service account, as `docs/src/install/permissions.md` tells an administrator to.
 async fn bind_workloads_role(client: &Client, namespace: &str) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
     let roles = Api::<ClusterRole>::all(client.clone());

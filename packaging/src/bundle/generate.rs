@@ -35,7 +35,8 @@ pub const MIN_KUBE_VERSION: &str = "1.35.0";
 pub const RELEASES: [(&str, &str); 1] = [("0.1.0", "2026-11-21T00:00:00Z")];
 /// Project home.
 pub const REPOSITORY: &str = env!("CARGO_PKG_REPOSITORY");
-/// The sidecar Initializer shown in the README and offered by OLM consoles (`alm-examples`).
+/// The sidecar Initializer shown in the book (`docs/src/guides/initializer-api.md`) and offered
+/// by OLM consoles (`alm-examples`).
 pub const SIDECAR_EXAMPLE: &str = include_str!("../../../examples/sidecar-initializer.yaml");
 /// The icon catalogs show next to the operator's name (SVG, base64-encoded into the CSV).
 pub const ICON_SVG: &str = include_str!("assets/icon.svg");

@@ -444,7 +444,8 @@ async fn every_subcommand(env: &Env, scope: &Scope) -> anyhow::Result<()> {
         stdout(&output),
         stderr(&output)
     );
-    // The transcript for the README: through kubectl, an object that was not injected.
+    // The transcript for the book (`docs/src/guides/kubectl-plugin.md`): through kubectl, an
+    // object that was not injected.
     for (object, namespace) in [
         ("deployment/plain", &target),
         ("deployment/elsewhere", &outside),

@@ -94,8 +94,8 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     explain(env);
 
     step("1. the tutorial's sidecar initializer, as an Initializer");
-    // The workload namespace, allowed by an administrator as the README says: labelled, and the
-    // operator's workloads ClusterRole bound there.
+    // The workload namespace, allowed by an administrator as `docs/src/install/permissions.md`
+    // says: labelled, and the operator's workloads ClusterRole bound there.
     apply_namespace(
         &client,
         WORKLOAD_NS,
