@@ -6,6 +6,7 @@
 //! - [`wait`]: polling with a deadline: [`wait::eventually`] (a bool), [`wait::wait_for`] (a value,
 //!   panics naming what it waited for), [`wait::until`] (an error with the last observation).
 //! - [`api`]: raw requests through a kube client and the code of an API error.
+//! - [`latency`]: latencies measured one by one, and their percentiles.
 //! - [`init_test_tracing`]: test logging through the workspace's one tracing setup.
 //!
 //! Only tests and the e2e harness (test tooling itself) depend on this crate: no shipped crate
@@ -13,9 +14,11 @@
 //! otherwise unwrap, so a failed fixture names what failed.
 
 pub mod api;
+pub mod latency;
 pub mod pki;
 pub mod wait;
 
+pub use latency::Latencies;
 pub use pki::{TestCa, TestPki};
 pub use wait::{eventually, wait_for, wait_until};
 

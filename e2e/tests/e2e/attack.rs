@@ -18,6 +18,7 @@ use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::Change;
+use initializer_test_support::Latencies;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
@@ -255,23 +256,16 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
     let failed = load::count_in(&attempts, window_start, None);
     ctx.row
         .update(|row| row.failed_creates_failure = Some(failed));
-    let mut latencies: Vec<Duration> = attempts.iter().map(|a| a.finished - a.started).collect();
-    latencies.sort();
-    let percentile = |p: usize| {
-        latencies
-            .get((latencies.len() * p / 100).min(latencies.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default()
-    };
+    let latencies: Latencies = attempts.iter().map(|a| a.finished - a.started).collect();
     eprintln!(
         "attack on {pod_ip}: {} creates in {}, {} failed, latency p50 {} p99 {} max {}; \
          weak Secrets refused {weak_refused}/{n}; attacker at the end: {}",
         failed.total,
         s(ATTACK_WINDOW),
         failed.failed,
-        s(percentile(50)),
-        s(percentile(99)),
-        s(latencies.last().copied().unwrap_or_default()),
+        s(latencies.percentile(50)),
+        s(latencies.percentile(99)),
+        s(latencies.max()),
         during.line,
     );
 

@@ -9,6 +9,7 @@ use initializer_crds::constants::{INITIALIZED_BY_ANNOTATION, INITIALIZER_LABEL};
 use initializer_crds::{EngineInForce, Initializer, Phase};
 use initializer_operator::engine::proof;
 use initializer_operator::policy::served;
+use initializer_test_support::Latencies;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -97,24 +98,16 @@ async fn create_pod(client: &Client) -> Pod {
 /// How many creates each engine's latency is measured over.
 const LATENCY_CREATES: usize = 1_000;
 
-/// The latency of `count` dry-run pod creates one after another, sorted; every one must be
-/// injected.
-async fn create_latencies(client: &Client, count: usize) -> Vec<Duration> {
-    let mut latencies = Vec::with_capacity(count);
+/// The latency of `count` dry-run pod creates one after another; every one must be injected.
+async fn create_latencies(client: &Client, count: usize) -> Latencies {
+    let mut latencies = Latencies::with_capacity(count);
     for _ in 0..count {
         let started = Instant::now();
         let pod = create_pod(client).await;
         latencies.push(started.elapsed());
         assert!(injected(&pod), "a create was not injected");
     }
-    latencies.sort();
     latencies
-}
-
-/// The `p`th percentile of sorted latencies, in milliseconds.
-fn percentile(sorted: &[Duration], p: usize) -> f64 {
-    let at = (sorted.len() * p / 100).min(sorted.len() - 1);
-    sorted[at].as_secs_f64() * 1000.0
 }
 
 fn injected(pod: &Pod) -> bool {
@@ -459,10 +452,10 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     println!(
         "pod create latency over {LATENCY_CREATES} dry-run creates each, the same injection: \
          policy p50 {:.1} ms p99 {:.1} ms; webhook p50 {:.1} ms p99 {:.1} ms",
-        percentile(&by_policy, 50),
-        percentile(&by_policy, 99),
-        percentile(&by_webhook, 50),
-        percentile(&by_webhook, 99)
+        by_policy.millis(50),
+        by_policy.millis(99),
+        by_webhook.millis(50),
+        by_webhook.millis(99)
     );
 
     // A new spec is proven again.
