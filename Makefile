@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale profile link-order
+.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale bench-kind profile link-order
 
 ## help: every target with the first clause of its description (the `##` blocks of this file)
 help:
@@ -335,6 +335,12 @@ RELEASE_INITIALIZERS = $(RELEASE_ENV) $(CARGO) build -q --release -p preset-init
 bench-scale: controlplane
 	$(CARGO) build --release $(WORKSPACE) --bins
 	target/release/scale-bench $(SCALE_ARGS)
+
+## bench-kind: on kind (a real pod network, images in release), 1,000 dry-run creates on each side:
+## Deployments with no Initializer vs outside the sidecar's annotation gate (its webhook's calls),
+## and pods through a preset as a webhook vs the same preset in the API server; p50/p99 table
+bench-kind:
+	e2e/kind/run.sh --ignored --exact create_latency_with_gates_and_engines
 
 ## bench: the SDK's cost against a hand-written webhook, in one interleaved run (baseline, preset with
 ## the same one-label work, sidecar): saturation, 1,000 req/s open loop, CPU per review, RSS, ratios

@@ -77,7 +77,7 @@ pub async fn tutorial_sidecar_is_injected_only_where_asked(ctx: Ctx) -> anyhow::
 
 /// The sum of the API server's `metric` series (counters) whose labels include `name="webhook"`,
 /// read from its own `/metrics`.
-async fn webhook_counter(ctx: &Ctx, metric: &str, webhook: &str) -> anyhow::Result<f64> {
+pub async fn webhook_counter(ctx: &Ctx, metric: &str, webhook: &str) -> anyhow::Result<f64> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
     let text = ctx
         .client()

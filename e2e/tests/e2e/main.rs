@@ -9,6 +9,7 @@
 
 mod alerts;
 mod attack;
+mod bench;
 mod common;
 mod engine;
 mod failure;
@@ -83,7 +84,14 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(kubelet::logs_and_exec_reach_the_operator_and_an_initializer),
     scenario!(kubelet::restricted_pod_security_runs_initializers_without_warnings),
     scenario!(kubelet::rolling_update_and_drain_lose_no_create),
+    Scenario::ignored("create_latency_with_gates_and_engines", BENCHMARK, |ctx| {
+        bench::create_latency_with_gates_and_engines(ctx).boxed()
+    })
+    .alone(),
 ];
+
+/// Why the benchmark is not in the suite's runs, and how to run it.
+const BENCHMARK: &str = "a benchmark, not a test: make bench-kind runs it on kind and prints its table (on the real control plane: E2E_CLUSTER=real cargo test -p initializer-e2e --test e2e -- --ignored --exact create_latency_with_gates_and_engines)";
 
 /// The legacy backend's scenarios: on the sandbox in legacy mode, after the others (the runner
 /// stops the chosen backend and starts that sandbox). Only the sandbox serves the Kubernetes 1.7
