@@ -16,6 +16,7 @@
 //! `initializer_packaging::guard`); [`keep_applied`] keeps them applied, and only logs a warning
 //! where the API server does not serve the API: the operator still starts.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -26,9 +27,11 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -215,20 +218,80 @@ pub async fn apply(
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let applied = async {
-        policies
-            .patch(GUARD_NAME, &params, &Patch::Apply(policy()))
+        let desired = policy();
+        let live = policies
+            .patch(GUARD_NAME, &params, &Patch::Apply(&desired))
             .await?;
+        put_back_whole(&policies, &live, &desired).await?;
         let found = bindings.get_opt(GUARD_NAME).await?;
-        let binding = binding_to_apply(found.as_ref(), last_seen);
-        bindings
-            .patch(GUARD_NAME, &params, &Patch::Apply(binding))
-            .await
+        let desired = binding_to_apply(found.as_ref(), last_seen);
+        let live = bindings
+            .patch(GUARD_NAME, &params, &Patch::Apply(&desired))
+            .await?;
+        put_back_whole(&bindings, &live, &desired).await
     };
     match applied.await {
         Ok(binding) => Ok(Outcome::Applied(Box::new(binding))),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Outcome::NotServed),
         Err(e) => Err(e),
     }
+}
+
+/// Makes `live` (just applied) exactly `desired`, as the API server stores it: a forced apply
+/// takes back the fields the operator sets, but keeps what other field managers added beside
+/// them, such as a `matchConditions` entry that is always false or an `excludeResourceRules`
+/// on the binding, either of which switches the guard off while its binding's UID stays. A
+/// dry-run create of `desired` under another name shows it as stored (defaults and all); when
+/// the live spec differs, it is replaced whole by a JSON patch (the `patch` right the apply
+/// needs anyway), on the version read, and the same object, UID and all, is kept.
+async fn put_back_whole<K>(api: &Api<K>, live: &K, desired: &K) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let mut check = desired.clone();
+    check.meta_mut().name = Some(format!("{GUARD_NAME}{PUT_BACK_CHECK_SUFFIX}"));
+    let stored = api
+        .create(
+            &PostParams {
+                dry_run: true,
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+            },
+            &check,
+        )
+        .await?;
+    let Some(patch) = whole_spec_patch(live, &stored) else {
+        return Ok(live.clone());
+    };
+    warn!(
+        name = GUARD_NAME,
+        kind = %K::kind(&()),
+        "the guard carried changes of another field manager: replaced whole"
+    );
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch(GUARD_NAME, &params, &Patch::Json::<()>(patch))
+        .await
+}
+
+/// The suffix of the name the guard's objects are dry-run created under, to read them as stored.
+const PUT_BACK_CHECK_SUFFIX: &str = "-put-back-check";
+
+/// The JSON patch that makes `live`'s spec `stored`'s, on `live`'s resource version (pure);
+/// `None` when the two specs are equal already.
+fn whole_spec_patch<K: Resource + Serialize>(live: &K, stored: &K) -> Option<json_patch::Patch> {
+    let spec = |object: &K| serde_json::to_value(object).ok().map(|v| v["spec"].clone());
+    let (live_spec, stored_spec) = (spec(live)?, spec(stored)?);
+    if live_spec == stored_spec {
+        return None;
+    }
+    let version = live.meta().resource_version.clone().unwrap_or_default();
+    serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "replace", "path": "/spec", "value": stored_spec},
+    ]))
+    .ok()
 }
 
 /// Publishes what an apply came to (a binding without its server-set fields publishes nothing).
@@ -581,5 +644,41 @@ mod tests {
             assert_eq!(meta.name.as_deref(), Some(GUARD_NAME));
             assert_eq!(meta.labels.unwrap()[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
         }
+    }
+
+    #[test]
+    fn another_managers_additions_are_replaced_whole_on_the_version_read() {
+        use k8s_openapi::api::admissionregistration::v1::MatchCondition;
+        let mut stored = policy();
+        stored.metadata.resource_version = Some("7".to_string());
+        assert!(
+            whole_spec_patch(&stored, &stored).is_none(),
+            "nothing to put back"
+        );
+
+        let mut live = stored.clone();
+        if let Some(conditions) = live.spec.as_mut().and_then(|s| s.match_conditions.as_mut()) {
+            conditions.push(MatchCondition {
+                name: "neuter".to_string(),
+                expression: "false".to_string(),
+            });
+        }
+        let patch = whole_spec_patch(&live, &stored).expect("a patch");
+        let ops = serde_json::to_value(&patch).unwrap();
+        assert_eq!(
+            ops[0],
+            serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}),
+            "only on the version read"
+        );
+        let mut patched = serde_json::to_value(&live).unwrap();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        assert_eq!(
+            patched["spec"],
+            serde_json::to_value(&stored).unwrap()["spec"]
+        );
+        assert_eq!(
+            patched["spec"]["matchConditions"].as_array().map(Vec::len),
+            Some(1)
+        );
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use initializer_crds::constants::{
-    BREAK_GLASS_ANNOTATION, GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL,
+    BREAK_GLASS_ANNOTATION, FINALIZER, GROUP, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PLURAL,
 };
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
@@ -27,14 +27,16 @@ pub const NOT_SERVED_WARNING: &str = "the API server does not serve admissionreg
 pub const GUARD_EXPRESSION: &str = "authorizer.group('admissionregistration.k8s.io').resource('mutatingwebhookconfigurations').check('create').allowed()";
 
 /// What a refused requester reads.
-pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one, changing its spec or status, setting, changing or removing its break-glass annotation, or deleting it needs the right to create mutatingwebhookconfigurations";
+pub const GUARD_MESSAGE: &str = "an Initializer is cluster-admin power (it intercepts and may change every object it matches): creating one, changing its spec or status, setting, changing or removing its break-glass annotation, removing the operator's finalizer, or deleting it needs the right to create mutatingwebhookconfigurations";
 
-/// Which requests need the check: creates, deletes, status writes, spec changes, and any
-/// change to the break-glass annotation ([`BREAK_GLASS_ANNOTATION`]: setting it takes the
-/// Initializer out of the path, removing it puts it back). Other metadata-only updates of the
-/// main resource (finalizers removed by the garbage collector, labels) hand out no power.
-/// (`request.subResource` is absent, not empty, on the main resource: hence `has`.) The
-/// annotation's presence and its value are compared apart: no value stands for "absent".
+/// Which requests need the check: creates, deletes, status writes, spec changes, any change to
+/// the break-glass annotation ([`BREAK_GLASS_ANNOTATION`]: setting it takes the Initializer out
+/// of the path, removing it puts it back), and the removal of the operator's [`FINALIZER`] (a
+/// deletion without it skips the cleanup that takes what the operator made out of force). Other
+/// metadata-only updates of the main resource (the garbage collector's own finalizers, labels)
+/// hand out no power. (`request.subResource` is absent, not empty, on the main resource: hence
+/// `has`.) The annotation's presence and its value are compared apart: no value stands for
+/// "absent".
 pub fn match_expression() -> String {
     let present = |o: &str| {
         format!(
@@ -42,12 +44,18 @@ pub fn match_expression() -> String {
         )
     };
     let value = |o: &str| format!("{o}.metadata.annotations['{BREAK_GLASS_ANNOTATION}']");
+    let finalized = |o: &str| {
+        format!("(has({o}.metadata.finalizers) && '{FINALIZER}' in {o}.metadata.finalizers)")
+    };
     let (new, old) = (present("object"), present("oldObject"));
     format!(
         "request.operation != 'UPDATE' || (has(request.subResource) && request.subResource == 'status') \
-         || object.spec != oldObject.spec || {new} != {old} || ({new} && {old} && {} != {})",
+         || object.spec != oldObject.spec || {new} != {old} || ({new} && {old} && {} != {}) \
+         || ({} && !{})",
         value("object"),
         value("oldObject"),
+        finalized("oldObject"),
+        finalized("object"),
     )
 }
 

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use initializer_crds::constants::{BREAK_GLASS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_crds::constants::{
+    BREAK_GLASS_ANNOTATION, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
 use initializer_crds::{Initializer, Phase};
 use initializer_test_support::wait_until as wait_for;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -21,6 +23,7 @@ on_backends! {
     real only:
         only_those_who_may_create_webhook_configurations_may_create_initializers,
         an_initializer_created_before_the_guard_is_held_until_its_spec_changes,
+        what_another_manager_adds_to_the_guard_is_taken_out,
 }
 
 /// Creates `initializer` as `user` (impersonated by the admin client).
@@ -42,6 +45,44 @@ async fn create_as(
     client.request::<Initializer>(request).await
 }
 
+/// Makes `user` an editor of Initializers (what OLM aggregates into `edit` and `admin`) who may
+/// not create webhook configurations: RBAC lets them through, the guard alone refuses them.
+async fn grant_initializer_editing(client: &Client, user: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let role = "initializer-editor";
+    let params = PatchParams::apply("reconcile-test").force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch(
+            role,
+            &params,
+            &Patch::Apply(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": role},
+                "rules": [{
+                    "apiGroups": ["initializer.dev"],
+                    "resources": ["initializers", "initializers/status"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                }],
+            })),
+        )
+        .await
+        .unwrap();
+    let binding = format!("{role}-{user}");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(
+            &binding,
+            &params,
+            &Patch::Apply(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": binding},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+            })),
+        )
+        .await
+        .unwrap();
+}
+
 async fn only_those_who_may_create_webhook_configurations_may_create_initializers(
     cluster: &TestCluster,
 ) {
@@ -49,7 +90,6 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
     use k8s_openapi::api::admissionregistration::v1::{
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     };
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 
     let (client, _operator) = start(cluster).await;
     // The operator applies the guard at startup, labelled as managed.
@@ -74,35 +114,7 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
     )
     .await;
 
-    // An editor of Initializers (what OLM aggregates into `edit` and `admin`) who may not create
-    // webhook configurations.
-    Api::<ClusterRole>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "initializer-editor"},
-                "rules": [{
-                    "apiGroups": ["initializer.dev"],
-                    "resources": ["initializers", "initializers/status"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                }],
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "initializer-editor-alice"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "initializer-editor"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    grant_initializer_editing(&client, "alice").await;
 
     // Refused by the guard (not by RBAC: the message is the policy's). The API server loads a
     // new policy within moments, so a create that passes is deleted and retried.
@@ -221,6 +233,36 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
         .unwrap_or_else(|e| panic!("an administrator may break the glass: {e}"));
     refused_to_alice("new break-glass reason", break_glass(json!("all clear"))).await;
     refused_to_alice("resume", break_glass(serde_json::Value::Null)).await;
+    // Nor strip the operator's finalizer: a deletion would then skip the operator's cleanup and
+    // could leave what it made in force (a preset's admission policy) with nothing to show it.
+    wait_for("the operator's finalizer", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            api.get("by-admin")
+                .await
+                .unwrap()
+                .finalizers()
+                .iter()
+                .any(|f| f == FINALIZER)
+        }
+    })
+    .await;
+    let strip = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .patch(
+            "by-admin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .unwrap();
+    refused_to_alice("finalizer removal", strip).await;
+    assert!(
+        api.get("by-admin")
+            .await
+            .unwrap()
+            .finalizers()
+            .iter()
+            .any(|f| f == FINALIZER)
+    );
     let live = api.get("by-admin").await.unwrap();
     assert_eq!(
         live.annotations()
@@ -409,4 +451,108 @@ async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
             "{name} stays registered"
         );
     }
+}
+
+/// A forced apply keeps what other field managers add beside the operator's fields. Someone who
+/// may write the guard (not the operator) adds a `matchConditions` entry that is always false to
+/// the policy and an `excludeResourceRules` for Initializers to the binding, each of which
+/// switches it off with the binding's UID unchanged: the operator replaces both whole, in
+/// place, and an Initializer created by a user without webhook rights is refused again.
+async fn what_another_manager_adds_to_the_guard_is_taken_out(cluster: &TestCluster) {
+    use initializer_operator::guard::{GUARD_MESSAGE, GUARD_NAME};
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+
+    let (client, _operator) = start(cluster).await;
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    wait_for("the guard applied", Duration::from_secs(20), || async {
+        bindings.get_opt(GUARD_NAME).await.unwrap().is_some()
+    })
+    .await;
+    let uid = bindings.get(GUARD_NAME).await.unwrap().uid();
+
+    let intruder = PatchParams::apply("intruder");
+    policies
+        .patch(
+            GUARD_NAME,
+            &intruder,
+            &Patch::Apply(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": GUARD_NAME},
+                "spec": {"matchConditions": [{"name": "neuter", "expression": "false"}]},
+            })),
+        )
+        .await
+        .unwrap();
+    bindings
+        .patch(
+            GUARD_NAME,
+            &intruder,
+            &Patch::Apply(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": GUARD_NAME},
+                "spec": {"matchResources": {"excludeResourceRules": [{
+                    "apiGroups": ["initializer.dev"], "apiVersions": ["*"],
+                    "operations": ["*"], "resources": ["*"]
+                }]}},
+            })),
+        )
+        .await
+        .unwrap();
+
+    let took = wait_for("the guard whole again", Duration::from_secs(20), || async {
+        let policy = policies.get(GUARD_NAME).await.unwrap();
+        let binding = bindings.get(GUARD_NAME).await.unwrap();
+        let neutered = policy
+            .spec
+            .as_ref()
+            .and_then(|s| s.match_conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.name == "neuter"));
+        let excluded = binding
+            .spec
+            .match_resources
+            .as_ref()
+            .and_then(|m| m.exclude_resource_rules.as_ref())
+            .is_some_and(|rules| !rules.is_empty());
+        !neutered && !excluded
+    })
+    .await;
+    println!("the guard put back whole {took:?} after another manager's additions");
+    assert_eq!(
+        bindings.get(GUARD_NAME).await.unwrap().uid(),
+        uid,
+        "the same binding, put back in place"
+    );
+    // In force: an editor of Initializers without webhook rights is refused by the guard's own
+    // message (the API server reloads policies on a one-second tick).
+    grant_initializer_editing(&client, "bob").await;
+    let refused = wait_for(
+        "the guard to refuse the editor",
+        Duration::from_secs(20),
+        || {
+            let c = client.clone();
+            async move {
+                match create_as(&c, "bob", &guard("by-bob")).await {
+                    Err(kube::Error::Api(status)) => {
+                        assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
+                        true
+                    }
+                    Err(e) => panic!("failed to create as bob: {e}"),
+                    Ok(_) => {
+                        Api::<Initializer>::all(c)
+                            .delete("by-bob", &DeleteParams::default())
+                            .await
+                            .unwrap();
+                        false
+                    }
+                }
+            }
+        },
+    )
+    .await;
+    println!("the editor refused by the guard again {refused:?} later");
 }
