@@ -422,6 +422,7 @@ async fn a_policy_that_disagrees_with_its_webhook_is_disproved_and_removed(clust
     let diff = match outcome {
         Err(Unproven::Disproved(diff)) => diff,
         Err(Unproven::Failed(why)) => panic!("the proof failed instead of disproving: {why}"),
+        Err(Unproven::Conflict(err)) => panic!("the proof met someone else's policy: {err}"),
         Ok(proven) => panic!("a disagreeing policy was proven: {proven:?}"),
     };
     println!("disproved: {diff}");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use initializer_crds::{Engine, EngineInForce, Initializer, Phase};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::events::EventType;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{Context, publish};
@@ -121,9 +121,16 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         _ => Ok(()),
     };
     let objects = match &version {
-        Some(Ok(version)) => Some(PolicyObjects::new(v, version)),
+        Some(Ok(version)) => {
+            Some(PolicyObjects::new(v, version).owned_by(obj.controller_owner_ref(&())))
+        }
         _ => None,
     };
+    // Someone else's policy or binding of this Initializer's names is found before anything is
+    // deployed, as for every other object of ours: a conflict, and it is left alone.
+    if let (true, Some(objects)) = (wanted, &objects) {
+        objects.claim(&ctx.client).await?;
+    }
     let canary = match (&compiled, &remembered.settled) {
         (Ok(compiled), Settled::Nothing) if wanted && served.is_ok() => {
             canary(&ctx.client, ctx.policy_canary.as_deref(), v, compiled).await?
@@ -328,6 +335,12 @@ pub(super) async fn after_sync(
                     remembered.settled = Settled::Webhook(why.clone());
                     remembered.policy_may_exist = false;
                     Some(view_of(&Err(why)))
+                }
+                Err(Unproven::Conflict(err)) => {
+                    if let Err(e) = objects.remove(&ctx.client).await {
+                        warn!(initializer = %name, error = %e, "failed to remove the unproven policy");
+                    }
+                    return Err(err);
                 }
                 Err(Unproven::Failed(failure)) => {
                     warn!(initializer = %name, %failure, "the proof could not finish");

@@ -1,5 +1,6 @@
-//! The orphan sweep: webhook configurations, `InitializerConfiguration`s and fallback policies
-//! whose Initializer is gone (removed without its finalizer) or suspended are deleted at start,
+//! The orphan sweep: webhook configurations, `InitializerConfiguration`s, fallback policies and
+//! preset policies whose Initializer is gone (removed without its finalizer) or suspended (the
+//! preset policies: gone only) are deleted at start,
 //! whenever a managed configuration changes, and every minute. The sweep's watch also keeps the
 //! copy of the operator's configurations the supervisor checks healthy registrations against.
 
@@ -11,7 +12,7 @@ use initializer_crds::{Backend, Initializer};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use kube::api::{ListParams, Preconditions};
+use kube::api::{DynamicObject, ListParams, Preconditions};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -22,6 +23,7 @@ use crate::apply;
 use crate::apply::legacy::InitializerConfigurationRegistrar;
 use crate::backend::Configurations;
 use crate::build;
+use crate::engine::proof::{self, PolicyObjects};
 use crate::error::{Error, Result, api_code};
 use crate::naming;
 use crate::supervisor::Supervisor;
@@ -68,7 +70,8 @@ pub(super) fn managed_selector() -> String {
 /// Initializer no longer exists (removed without its finalizer, or while an outage had its
 /// fallback in force); and every webhook configuration and fallback of a suspended one (a
 /// registration still in flight when the suspend was handled, from a replica frozen past its
-/// lease, lands after it). Returns their names.
+/// lease, lands after it); and every preset policy and binding (MutatingAdmissionPolicy) whose
+/// Initializer no longer exists. Returns their names.
 pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let found = configs
@@ -93,7 +96,13 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
     let legacy = InitializerConfigurationRegistrar::new(client.clone())
         .list(&managed_selector())
         .await?;
-    if found.items.is_empty() && policies.is_empty() && bindings.is_empty() && legacy.is_empty() {
+    let presets = preset_policies(client, &fallbacks).await?;
+    if found.items.is_empty()
+        && policies.is_empty()
+        && bindings.is_empty()
+        && legacy.is_empty()
+        && presets.iter().all(|(_, _, listed)| listed.is_empty())
+    {
         return Ok(Vec::new());
     }
     let initializers: Api<Initializer> = Api::all(client.clone());
@@ -139,7 +148,53 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         apply::remove_fallback(client, name).await?;
         info!(fallback = %name, "removed orphaned fallback");
     }
-    Ok(orphaned.into_iter().chain(fallbacks).collect())
+    orphaned.extend(fallbacks);
+    // A preset's policy and binding stay in force with nobody to show for them once their
+    // Initializer is gone without the operator's cleanup: its owner reference lets the garbage
+    // collector remove them, and the sweep removes those applied before they carried one.
+    for (api, kind, listed) in presets {
+        let unowned = orphans(&listed, &names);
+        for object in listed.iter().filter(|o| unowned.contains(&o.name_any())) {
+            let name = object.name_any();
+            let preconditions = Preconditions {
+                uid: object.metadata.uid.clone(),
+                resource_version: object.metadata.resource_version.clone(),
+            };
+            let removed = apply::delete_unless_changed(&api, &name, preconditions)
+                .await
+                .map_err(|source| Error::Delete {
+                    kind,
+                    name: name.clone(),
+                    source: Box::new(source),
+                })?;
+            if removed {
+                info!(%kind, %name, "removed an orphaned preset policy");
+                orphaned.push(name);
+            }
+        }
+    }
+    Ok(orphaned)
+}
+
+/// The preset policies and bindings (MutatingAdmissionPolicy) the operator applied, bindings
+/// first, with their APIs and kinds; none where the API server does not serve them.
+async fn preset_policies(
+    client: &Client,
+    managed: &ListParams,
+) -> Result<Vec<(Api<DynamicObject>, &'static str, Vec<DynamicObject>)>> {
+    let Ok(version) = proof::served_version(client).await? else {
+        return Ok(Vec::new());
+    };
+    let mut listed = Vec::new();
+    for (api, kind) in PolicyObjects::apis(client, version) {
+        let objects = api
+            .list(managed)
+            .await
+            .map_err(|e| Error::Orphans(Box::new(e)))?
+            .items;
+        listed.push((api, kind, objects));
+    }
+    Ok(listed)
 }
 
 /// Deletes the managed `InitializerConfiguration`s among `found` whose Initializer no longer

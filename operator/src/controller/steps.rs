@@ -70,6 +70,16 @@ impl Stop {
             Stop::Failed(err)
         }
     }
+
+    /// A step that claims or writes objects failed with `err`: someone else's object in the
+    /// way, or an error that is retried.
+    fn claiming(err: Error) -> Self {
+        if err.is_conflict() {
+            Stop::Conflict(err)
+        } else {
+            Stop::Error(err)
+        }
+    }
 }
 
 impl From<Error> for Stop {
@@ -89,7 +99,9 @@ pub(super) async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
     }
     let reconciled = async {
         let checked = check(obj, ctx).await?;
-        let engine = engine::plan(obj, ctx, &checked.validated).await?;
+        let engine = engine::plan(obj, ctx, &checked.validated)
+            .await
+            .map_err(Stop::claiming)?;
         let deployed = deploy(obj, ctx, &names, &checked, engine.scale_to_zero()).await?;
         hand_over(obj, ctx, checked, deployed, engine).await
     };
@@ -279,19 +291,14 @@ async fn hand_over(
             Err(err) => return Err(Stop::Failed(err)),
         }
     }
-    let sync_error = |err: Error| {
-        if err.is_conflict() {
-            Stop::Conflict(err)
-        } else {
-            Stop::Error(err)
-        }
-    };
     let mut report = ctx
         .supervisor
         .sync(target.clone())
         .await
-        .map_err(sync_error)?;
-    let switched = engine::after_sync(obj, ctx, &validated, &engine, &report).await?;
+        .map_err(Stop::claiming)?;
+    let switched = engine::after_sync(obj, ctx, &validated, &engine, &report)
+        .await
+        .map_err(Stop::claiming)?;
     let cut_over = switched
         .as_ref()
         .is_some_and(|view| view.in_force != engine.view.in_force);
@@ -299,7 +306,7 @@ async fn hand_over(
         // With the policy now in force, this sync takes the webhook out of the path; the next
         // reconcile scales its Deployment to zero.
         target.engine = Some(view);
-        report = ctx.supervisor.sync(target).await.map_err(sync_error)?;
+        report = ctx.supervisor.sync(target).await.map_err(Stop::claiming)?;
     }
     if cut_over {
         return Ok(Action::requeue(Duration::from_secs(1)));

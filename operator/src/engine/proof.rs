@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use initializer_crds::constants::FIELD_MANAGER;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, OwnerReference,
+};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -39,11 +41,17 @@ pub enum Unproven {
     Disproved(String),
     /// The proof could not finish (an API call failed, the policy never came in force).
     Failed(String),
+    /// A policy or binding of this Initializer's names is someone else's: left alone.
+    Conflict(Error),
 }
 
 impl From<Error> for Unproven {
     fn from(err: Error) -> Self {
-        Unproven::Failed(err.to_string())
+        if err.is_conflict() {
+            Unproven::Conflict(err)
+        } else {
+            Unproven::Failed(err.to_string())
+        }
     }
 }
 
@@ -95,6 +103,9 @@ pub struct PolicyObjects {
     /// The Initializer's label value, which the objects carry (ours: [`ownership::is_ours`], as
     /// for its fallback).
     pub label: String,
+    /// The Initializer, as the objects' owner: when it is removed without the operator's
+    /// cleanup (its finalizer stripped), the garbage collector removes them.
+    pub owner: Option<OwnerReference>,
 }
 
 impl PolicyObjects {
@@ -109,7 +120,13 @@ impl PolicyObjects {
             version,
             name: crate::policy::compile::policy_name_of(&names.base),
             label: names.label.clone(),
+            owner: None,
         }
+    }
+
+    /// The same objects, owned by `owner` (the Initializer) once applied.
+    pub fn owned_by(self, owner: Option<OwnerReference>) -> Self {
+        Self { owner, ..self }
     }
 
     fn resource(&self, kind: &str, plural: &str) -> ApiResource {
@@ -148,45 +165,90 @@ impl PolicyObjects {
         })?;
         value["apiVersion"] = Value::String(format!("{GROUP}/{}", self.version));
         value["kind"] = Value::String(kind.to_owned());
+        if let Some(owner) = &self.owner {
+            value["metadata"]["ownerReferences"] = serde_json::json!([owner]);
+        }
         Ok(value)
     }
 
-    /// Applies the policy and the binding (server-side apply, the operator's field manager).
+    /// How each of the policy and the binding may be applied: [`Error::NotOurs`] when either
+    /// exists and is not this Initializer's (it is never taken over); otherwise with `force`
+    /// for our own, without for an absent one, so that one someone else creates meanwhile
+    /// makes the apply fail with a conflict instead of being taken over.
+    pub async fn claim(&self, client: &Client) -> Result<[PatchParams; 2]> {
+        let mut params = [
+            PatchParams::apply(FIELD_MANAGER),
+            PatchParams::apply(FIELD_MANAGER),
+        ];
+        for ((api, kind), params) in self.both(client).into_iter().zip(params.iter_mut()) {
+            let live = api.get_opt(&self.name).await.map_err(|source| Error::Get {
+                kind,
+                name: self.name.clone(),
+                source: Box::new(source),
+            })?;
+            match live {
+                Some(live) if !ownership::is_ours(&live.metadata, &self.label) => {
+                    return Err(Error::NotOurs {
+                        kind,
+                        name: self.name.clone(),
+                    });
+                }
+                Some(_) => *params = PatchParams::apply(FIELD_MANAGER).force(),
+                None => {}
+            }
+        }
+        Ok(params)
+    }
+
+    /// The policy's API and the binding's, with their kinds, in the order they are applied.
+    fn both(&self, client: &Client) -> [(Api<DynamicObject>, &'static str); 2] {
+        [
+            (self.policies(client), "MutatingAdmissionPolicy"),
+            (self.bindings(client), "MutatingAdmissionPolicyBinding"),
+        ]
+    }
+
+    /// The APIs of every policy and binding at `version`, with their kinds, bindings first (the
+    /// order they are removed in).
+    pub fn apis(client: &Client, version: &'static str) -> [(Api<DynamicObject>, &'static str); 2] {
+        let any = Self {
+            version,
+            name: String::new(),
+            label: String::new(),
+            owner: None,
+        };
+        let [policies, bindings] = any.both(client);
+        [bindings, policies]
+    }
+
+    /// Applies the policy and the binding (server-side apply, the operator's field manager),
+    /// once [`claim`](Self::claim) found neither someone else's.
     pub async fn apply(
         &self,
         client: &Client,
         policy: &MutatingAdmissionPolicy,
         binding: &MutatingAdmissionPolicyBinding,
     ) -> Result<()> {
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let policy = self.policy_json(policy)?;
-        self.policies(client)
-            .patch(&self.name, &params, &Patch::Apply(&policy))
-            .await
-            .map_err(|source| Error::Apply {
-                kind: "MutatingAdmissionPolicy",
-                name: self.name.clone(),
-                source: Box::new(source),
-            })?;
-        let binding = self.binding_json(binding)?;
-        self.bindings(client)
-            .patch(&self.name, &params, &Patch::Apply(&binding))
-            .await
-            .map_err(|source| Error::Apply {
-                kind: "MutatingAdmissionPolicyBinding",
-                name: self.name.clone(),
-                source: Box::new(source),
-            })?;
+        let params = self.claim(client).await?;
+        let objects = [self.policy_json(policy)?, self.binding_json(binding)?];
+        for (((api, kind), params), object) in
+            self.both(client).into_iter().zip(params).zip(objects)
+        {
+            api.patch(&self.name, &params, &Patch::Apply(&object))
+                .await
+                .map_err(|source| Error::Apply {
+                    kind,
+                    name: self.name.clone(),
+                    source: Box::new(source),
+                })?;
+        }
         Ok(())
     }
 
     /// Removes the binding, then the policy: only ours; `true` when either existed.
     pub async fn remove(&self, client: &Client) -> Result<bool> {
         let mut removed = false;
-        for (api, kind) in [
-            (self.bindings(client), "MutatingAdmissionPolicyBinding"),
-            (self.policies(client), "MutatingAdmissionPolicy"),
-        ] {
+        for (api, kind) in self.both(client).into_iter().rev() {
             let found = api.get_opt(&self.name).await.map_err(|source| Error::Get {
                 kind,
                 name: self.name.clone(),

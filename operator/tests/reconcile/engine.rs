@@ -31,6 +31,8 @@ on_backends! {
     /// The sandbox serves no MutatingAdmissionPolicy.
     real only: a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_drifts,
         the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_pin,
+        a_same_named_policy_is_never_taken_over,
+        a_preset_policy_never_outlives_its_initializer,
 }
 
 /// Where the operator proves the policy: a namespace the Initializer intercepts.
@@ -646,4 +648,275 @@ async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_
         },
     )
     .await;
+}
+
+/// The policy and binding an Initializer named `name` would write.
+fn policy_name(name: &str) -> String {
+    initializer_operator::policy::compile::policy_name_of(
+        &initializer_operator::naming::names(name).base,
+    )
+}
+
+/// Someone else's MutatingAdmissionPolicy of the name the operator would give a preset's
+/// policy (adding a label to ConfigMaps, nothing the preset does).
+async fn create_foreign_policy(client: &Client, name: &str) {
+    let version = served_version(client).await;
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/{version}", served::GROUP),
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": {"team": "platform"}},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["configmaps"]
+            }]},
+            "failurePolicy": "Ignore",
+            "reinvocationPolicy": "Never",
+            "mutations": [{
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {\"theirs\": \"true\"}}}"}
+            }]
+        }
+    }))
+    .unwrap();
+    policies(client)
+        .await
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+}
+
+/// Whether the policy `name` is still exactly someone else's: their label, none of ours, their
+/// rule, and no field of it managed by the operator.
+async fn left_alone(client: &Client, name: &str) -> bool {
+    let Some(live) = policies(client).await.get_opt(name).await.unwrap() else {
+        return false;
+    };
+    let labels = live.labels();
+    let rule = &live.data["spec"]["matchConstraints"]["resourceRules"][0]["resources"][0];
+    labels.get("team").map(String::as_str) == Some("platform")
+        && !labels.contains_key(INITIALIZER_LABEL)
+        && rule == "configmaps"
+        && live
+            .managed_fields()
+            .iter()
+            .all(|m| m.manager.as_deref() != Some(initializer_crds::constants::FIELD_MANAGER))
+}
+
+async fn conflict_in_status(client: &Client, initializer: &str, about: &str) {
+    wait_for(
+        "the Conflict condition",
+        Duration::from_secs(60),
+        || async {
+            status_of(client, initializer)
+                .await
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Conflict" && c.status == "True" && c.message.contains(about))
+        },
+    )
+    .await;
+}
+
+async fn a_same_named_policy_is_never_taken_over(cluster: &TestCluster) {
+    let client = install(cluster).await;
+    for namespace in [CANARY, TEAM] {
+        create_namespace(&client, namespace).await;
+    }
+    let _operator = spawn(cluster, &["--policy-canary-namespace", CANARY]);
+    let name = policy_name("engine");
+
+    // Someone else's policy of that name first: a Conflict before anything is deployed, as for
+    // every other object of ours, and their policy as it was.
+    create_foreign_policy(&client, &name).await;
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.create(&PostParams::default(), &preset("engine"))
+        .await
+        .unwrap();
+    conflict_in_status(&client, "engine", &name).await;
+    wait_for_event(&client, "Conflict", &name).await;
+    assert!(left_alone(&client, &name).await, "their policy was changed");
+    assert_eq!(deployment_replicas(&client, "engine").await, None);
+    assert!(configuration(&client, "initializer-engine").await.is_none());
+
+    // Once it goes, the preset is proven and moves into the API server.
+    policies(&client)
+        .await
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_engine(
+        &client,
+        "engine",
+        EngineInForce::Policy,
+        "Proven",
+        Duration::from_secs(120),
+    )
+    .await;
+
+    // Our policy stripped of our labels is someone else's now: not re-applied over, a Conflict.
+    let stripped = json!({"metadata": {"labels": {INITIALIZER_LABEL: null,
+        initializer_crds::constants::MANAGED_BY_LABEL: null, "team": "platform"}}});
+    policies(&client)
+        .await
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&stripped))
+        .await
+        .unwrap();
+    conflict_in_status(&client, "engine", &name).await;
+    let live = policies(&client).await.get(&name).await.unwrap();
+    assert!(
+        !live.labels().contains_key(INITIALIZER_LABEL),
+        "our labels were put back: {:?}",
+        live.labels()
+    );
+}
+
+/// Whether the policy and the binding of the Initializer `name` are both gone.
+async fn policy_gone(client: &Client, name: &str) -> bool {
+    let name = policy_name(name);
+    policies(client)
+        .await
+        .get_opt(&name)
+        .await
+        .unwrap()
+        .is_none()
+        && bindings(client)
+            .await
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_none()
+}
+
+/// Takes the Initializer `name` away as an administrator would who skipped the operator's
+/// cleanup: its finalizer stripped, then deleted.
+async fn remove_without_cleanup(client: &Client, name: &str) {
+    let api: Api<Initializer> = Api::all(client.clone());
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    wait_for("the Initializer gone", Duration::from_secs(10), || async {
+        api.get_opt(name).await.unwrap().is_none()
+    })
+    .await;
+}
+
+/// Stops the operator and gives its tasks a moment to end, so that what follows is not its work.
+async fn stop(operator: Operator) {
+    operator.stop();
+    drop(operator);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// Applies `preset(name)` and waits until it runs in the API server.
+async fn in_api_server(client: &Client, name: &str) {
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &preset(name))
+        .await
+        .unwrap();
+    wait_engine(
+        client,
+        name,
+        EngineInForce::Policy,
+        "Proven",
+        Duration::from_secs(120),
+    )
+    .await;
+}
+
+/// A preset's policy and binding never outlive their Initializer: owned by it (the garbage
+/// collector removes them when it goes without the operator's cleanup), swept by the operator
+/// when they carry no owner (applied by an operator before they did), removed by `uninstall`.
+async fn a_preset_policy_never_outlives_its_initializer(cluster: &TestCluster) {
+    let client = install(cluster).await;
+    for namespace in [CANARY, TEAM] {
+        create_namespace(&client, namespace).await;
+    }
+    let flags = ["--policy-canary-namespace", CANARY];
+
+    // Owned: gone with the Initializer, the operator stopped.
+    let operator = spawn(cluster, &flags);
+    in_api_server(&client, "owned").await;
+    let uid = initializer_uid(&client, "owned").await;
+    for object in [
+        policies(&client)
+            .await
+            .get(&policy_name("owned"))
+            .await
+            .unwrap(),
+        bindings(&client)
+            .await
+            .get(&policy_name("owned"))
+            .await
+            .unwrap(),
+    ] {
+        assert!(
+            object
+                .owner_references()
+                .iter()
+                .any(|o| o.kind == "Initializer" && o.uid == uid),
+            "{} is not owned by its Initializer: {:?}",
+            object.name_any(),
+            object.owner_references()
+        );
+    }
+    stop(operator).await;
+    remove_without_cleanup(&client, "owned").await;
+    let took = wait_for(
+        "the garbage collector to remove the policy",
+        Duration::from_secs(60),
+        || async { policy_gone(&client, "owned").await },
+    )
+    .await;
+    println!("an owned policy removed {took:?} after its Initializer");
+
+    // Unowned (as an earlier operator applied it): the sweep at the next start removes it.
+    let operator = spawn(cluster, &flags);
+    in_api_server(&client, "unowned").await;
+    for api in [policies(&client).await, bindings(&client).await] {
+        api.patch(
+            &policy_name("unowned"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+        )
+        .await
+        .unwrap();
+    }
+    stop(operator).await;
+    remove_without_cleanup(&client, "unowned").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !policy_gone(&client, "unowned").await,
+        "nothing but the sweep may remove an unowned policy"
+    );
+    let operator = spawn(cluster, &flags);
+    wait_for(
+        "the sweep to remove the policy",
+        Duration::from_secs(60),
+        || async { policy_gone(&client, "unowned").await },
+    )
+    .await;
+
+    // Uninstall removes what is in force.
+    in_api_server(&client, "installed").await;
+    stop(operator).await;
+    initializer_packaging::install::deregister(&client)
+        .await
+        .unwrap();
+    assert!(policy_gone(&client, "installed").await);
+}
+
+async fn initializer_uid(client: &Client, name: &str) -> String {
+    Api::<Initializer>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap()
 }

@@ -540,9 +540,13 @@ pub async fn remove_guard(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
-/// Deletes every webhook configuration the operator manages and every fallback policy and
-/// binding it put in force (labelled by the operator for an Initializer). An API server that
-/// does not serve ValidatingAdmissionPolicy has no fallbacks.
+/// The versions the operator writes a preset's MutatingAdmissionPolicy at, where served.
+const PRESET_POLICY_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
+
+/// Deletes every webhook configuration the operator manages, every fallback policy and binding
+/// it put in force, and every preset policy and binding it moved into the API server (each
+/// labelled by the operator for an Initializer). An API server that does not serve an API has
+/// none of its objects.
 pub async fn deregister(client: &Client) -> Result<(), Error> {
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     delete_webhook_configurations(&webhooks).await?;
@@ -565,6 +569,27 @@ pub async fn deregister(client: &Client) -> Result<(), Error> {
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     for policy in list_if_served(&policies, &fallbacks, "ValidatingAdmissionPolicy").await? {
         delete(&policies, &policy.name_any(), "ValidatingAdmissionPolicy").await?;
+    }
+    // The presets the operator moved into the API server (MutatingAdmissionPolicy, v1 from
+    // Kubernetes 1.36, v1beta1 before): left behind, they would go on injecting with no
+    // operator to take them out. Bindings first; a version not served lists none.
+    for version in PRESET_POLICY_VERSIONS {
+        for (kind, plural) in [
+            (
+                "MutatingAdmissionPolicyBinding",
+                "mutatingadmissionpolicybindings",
+            ),
+            ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+        ] {
+            let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", version, kind);
+            let api: Api<DynamicObject> = Api::all_with(
+                client.clone(),
+                &ApiResource::from_gvk_with_plural(&gvk, plural),
+            );
+            for object in list_if_served(&api, &fallbacks, kind).await? {
+                delete(&api, &object.name_any(), kind).await?;
+            }
+        }
     }
     // The legacy backend's registrations (Kubernetes 1.7–1.13, the sandbox's legacy mode): a
     // configuration outliving the operator leaves every matching create pending on a name no
