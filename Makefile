@@ -331,7 +331,7 @@ RELEASE_INITIALIZERS = $(RELEASE_ENV) $(CARGO) build -q --release -p preset-init
 ## bench-scale: N preset Initializers (10, 30, 100) applied at once on the sandbox and on the real
 ## control plane, every binary in release: time until all Registered, churn, the leader's RSS, CPU,
 ## API requests/s by verb and probe rounds/s while steady, pod restarts (SCALE_ARGS to change them;
-## --repeats 3 for the medians the README's table gives)
+## --repeats 3 for the medians the book's table gives, docs/src/operations/scale.md)
 bench-scale: controlplane
 	$(CARGO) build --release $(WORKSPACE) --bins
 	target/release/scale-bench $(SCALE_ARGS)

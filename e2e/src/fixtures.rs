@@ -236,7 +236,9 @@ mod tests {
             "docs/src/guides/legacy.md does not include examples/sidecar-initializer-legacy.yaml"
         );
         let page_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/guides");
-        let included = include.trim_start_matches("{{#include ").trim_end_matches("}}");
+        let included = include
+            .trim_start_matches("{{#include ")
+            .trim_end_matches("}}");
         assert_eq!(
             std::fs::read_to_string(page_dir.join(included)).unwrap(),
             example,

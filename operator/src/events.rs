@@ -119,9 +119,7 @@ mod tests {
     #[test]
     fn the_book_lists_every_event_reason() {
         let page = include_str!("../../docs/src/reference/events.md");
-        let start = page
-            .find("| reason |")
-            .expect("the book's table of Events");
+        let start = page.find("| reason |").expect("the book's table of Events");
         let rows: Vec<&str> = page[start..]
             .lines()
             .skip(2)

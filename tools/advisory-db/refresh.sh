@@ -42,7 +42,7 @@ date $date
 SOURCE
 
 phrase="advisory-db of ${date:0:10} (commit ${commit:0:12})"
-for doc in README.md deny.toml tools/advisory-db/README.md; do
+for doc in docs/src/security/supply-chain.md deny.toml tools/advisory-db/README.md; do
   sed -E -i "s/advisory-db of [0-9]{4}-[0-9]{2}-[0-9]{2} \(commit [0-9a-f]{12}\)/$phrase/g" "$repo/$doc"
   grep -qF "$phrase" "$repo/$doc" || echo "warning: $doc does not name the snapshot ($phrase)" >&2
 done

@@ -167,7 +167,7 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
         ),
         group(
             "networkPolicy",
-            "A NetworkPolicy in front of every initializer's pods, admitting only the operator's pods and the API server's ranges (the README's security model says why it is off by default).",
+            "A NetworkPolicy in front of every initializer's pods, admitting only the operator's pods and the API server's ranges (the user guide's security model, docs/src/security/index.md, says why it is off by default).",
             vec![
                 leaf(
                     "enabled",
