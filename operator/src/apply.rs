@@ -288,6 +288,15 @@ pub async fn remove_stale_ca(client: &Client, stale: &ObjectMeta, owner_uid: &st
         })
 }
 
+/// The preconditions of an object as it was read: its UID and resourceVersion, so that a
+/// delete takes only that object, unchanged since ([`delete_unless_changed`]).
+pub fn as_read(meta: &ObjectMeta) -> Preconditions {
+    Preconditions {
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+    }
+}
+
 /// Deletes `name` only while it still meets `preconditions` (the UID and resourceVersion it was
 /// read with); false when it is gone, or was replaced or changed since it was read.
 pub async fn delete_unless_changed<K>(

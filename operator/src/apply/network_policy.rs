@@ -2,10 +2,9 @@
 //! written before once `--network-policy` is off, so that the setting is what the cluster holds.
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::Preconditions;
 use kube::{Api, Client, Resource, ResourceExt};
 
-use super::{Ownership, claim, controller_uid, delete_unless_changed, ownership};
+use super::{Ownership, as_read, claim, controller_uid, delete_unless_changed, ownership};
 use crate::build::Desired;
 use crate::error::{Error, Result};
 
@@ -54,11 +53,7 @@ async fn remove(client: &Client, desired: &Desired) -> Result<bool> {
     if ownership(Some(&live.metadata), controller_uid(service.meta())) != Ownership::Ours {
         return Ok(false);
     }
-    let preconditions = Preconditions {
-        uid: live.metadata.uid.clone(),
-        resource_version: live.metadata.resource_version.clone(),
-    };
-    let removed = delete_unless_changed(&api, &name, preconditions)
+    let removed = delete_unless_changed(&api, &name, as_read(&live.metadata))
         .await
         .map_err(|source| Error::Delete {
             kind: KIND,

@@ -12,7 +12,7 @@ use initializer_crds::{Backend, Initializer};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use kube::api::{DynamicObject, ListParams, Preconditions};
+use kube::api::{DynamicObject, ListParams};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -121,16 +121,13 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
     {
         let name = listed.name_any();
         // Only the object listed: one registered again since (an un-suspend) is left alone.
-        let preconditions = Preconditions {
-            uid: listed.metadata.uid.clone(),
-            resource_version: listed.metadata.resource_version.clone(),
-        };
-        let removed = apply::delete_unless_changed(&configs, &name, preconditions)
-            .await
-            .map_err(|source| Error::Deregister {
-                name: name.clone(),
-                source: Box::new(source),
-            })?;
+        let removed =
+            apply::delete_unless_changed(&configs, &name, apply::as_read(&listed.metadata))
+                .await
+                .map_err(|source| Error::Deregister {
+                    name: name.clone(),
+                    source: Box::new(source),
+                })?;
         if removed {
             info!(configuration = %name, "removed orphaned configuration");
             orphaned.push(name);
@@ -156,17 +153,14 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
         let unowned = orphans(&listed, &names);
         for object in listed.iter().filter(|o| unowned.contains(&o.name_any())) {
             let name = object.name_any();
-            let preconditions = Preconditions {
-                uid: object.metadata.uid.clone(),
-                resource_version: object.metadata.resource_version.clone(),
-            };
-            let removed = apply::delete_unless_changed(&api, &name, preconditions)
-                .await
-                .map_err(|source| Error::Delete {
-                    kind,
-                    name: name.clone(),
-                    source: Box::new(source),
-                })?;
+            let removed =
+                apply::delete_unless_changed(&api, &name, apply::as_read(&object.metadata))
+                    .await
+                    .map_err(|source| Error::Delete {
+                        kind,
+                        name: name.clone(),
+                        source: Box::new(source),
+                    })?;
             if removed {
                 info!(%kind, %name, "removed an orphaned preset policy");
                 orphaned.push(name);
@@ -186,7 +180,7 @@ async fn preset_policies(
         return Ok(Vec::new());
     };
     let mut listed = Vec::new();
-    for (api, kind) in PolicyObjects::apis(client, version) {
+    for (api, kind) in PolicyObjects::apis(client, version).into_iter().rev() {
         let objects = api
             .list(managed)
             .await

@@ -129,25 +129,36 @@ impl PolicyObjects {
         Self { owner, ..self }
     }
 
-    fn resource(&self, kind: &str, plural: &str) -> ApiResource {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, self.version, kind), plural)
-    }
-
-    fn policies(&self, client: &Client) -> Api<DynamicObject> {
-        Api::all_with(
-            client.clone(),
-            &self.resource("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
-        )
-    }
-
-    fn bindings(&self, client: &Client) -> Api<DynamicObject> {
-        Api::all_with(
-            client.clone(),
-            &self.resource(
+    /// The API of every policy and of every binding at `version`, with their kinds, in the order
+    /// they are applied (removed in the reverse one).
+    pub fn apis(client: &Client, version: &str) -> [(Api<DynamicObject>, &'static str); 2] {
+        let api = |kind: &'static str, plural: &str| {
+            let gvk = GroupVersionKind::gvk(GROUP, version, kind);
+            let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+            (Api::all_with(client.clone(), &resource), kind)
+        };
+        [
+            api("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+            api(
                 "MutatingAdmissionPolicyBinding",
                 "mutatingadmissionpolicybindings",
             ),
-        )
+        ]
+    }
+
+    /// The policy's API and the binding's at this version, with their kinds ([`Self::apis`]).
+    fn both(&self, client: &Client) -> [(Api<DynamicObject>, &'static str); 2] {
+        Self::apis(client, self.version)
+    }
+
+    fn policies(&self, client: &Client) -> Api<DynamicObject> {
+        let [(policies, _), _] = self.both(client);
+        policies
+    }
+
+    fn bindings(&self, client: &Client) -> Api<DynamicObject> {
+        let [_, (bindings, _)] = self.both(client);
+        bindings
     }
 
     fn policy_json(&self, policy: &MutatingAdmissionPolicy) -> Result<Value> {
@@ -198,27 +209,6 @@ impl PolicyObjects {
             }
         }
         Ok(params)
-    }
-
-    /// The policy's API and the binding's, with their kinds, in the order they are applied.
-    fn both(&self, client: &Client) -> [(Api<DynamicObject>, &'static str); 2] {
-        [
-            (self.policies(client), "MutatingAdmissionPolicy"),
-            (self.bindings(client), "MutatingAdmissionPolicyBinding"),
-        ]
-    }
-
-    /// The APIs of every policy and binding at `version`, with their kinds, bindings first (the
-    /// order they are removed in).
-    pub fn apis(client: &Client, version: &'static str) -> [(Api<DynamicObject>, &'static str); 2] {
-        let any = Self {
-            version,
-            name: String::new(),
-            label: String::new(),
-            owner: None,
-        };
-        let [policies, bindings] = any.both(client);
-        [bindings, policies]
     }
 
     /// Applies the policy and the binding (server-side apply, the operator's field manager),
