@@ -21,8 +21,8 @@ use crate::handler::{AnyHandler, Failure, Initialize, InitializeAsync, Outcome, 
 use crate::mark::{self, KeyCell, Marker, Stamp};
 use crate::metrics::Metrics;
 use crate::review::{
-    Operation, REVIEW_API_VERSION, REVIEW_KIND, RequestInfo, Response, Review, ReviewIn, Status,
-    Verdict,
+    Operation, REVIEW_API_VERSION, REVIEW_KIND, RequestIn, RequestInfo, Response, Review, ReviewIn,
+    Status, Verdict,
 };
 
 /// Largest request body accepted by default: 7 MiB. The API server accepts objects up to 3 MiB
@@ -311,40 +311,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
 
     /// Answer a review given as bytes, returning the kind it was for and the response.
     pub async fn review(&self, body: &[u8]) -> Result<(String, Response), Rejection> {
-        if body.len() > self.max_request_bytes {
-            return Err(too_large(self.max_request_bytes));
-        }
-        let parsed: ReviewIn = serde_json::from_slice(body).map_err(|e| {
-            Rejection::new(
-                400,
-                "malformed",
-                format!("failed to parse the AdmissionReview: {e}"),
-            )
-        })?;
-        if parsed.api_version != REVIEW_API_VERSION || parsed.kind != REVIEW_KIND {
-            return Err(Rejection::new(
-                400,
-                "unsupported",
-                format!(
-                    "failed to accept the review: expected apiVersion {REVIEW_API_VERSION} and kind {REVIEW_KIND}, got {:?} and {:?}",
-                    parsed.api_version, parsed.kind
-                ),
-            ));
-        }
-        let Some(mut request) = parsed.request else {
-            return Err(Rejection::new(
-                400,
-                "malformed",
-                "failed to accept the review: it has no request",
-            ));
-        };
-        if request.uid.is_empty() {
-            return Err(Rejection::new(
-                400,
-                "malformed",
-                "failed to accept the review: request.uid is empty",
-            ));
-        }
+        let mut request = self.parse_review(body)?;
         let object = request.object.take();
         let old_object = request.old_object.take();
         let info = RequestInfo {
@@ -373,6 +340,45 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             _ => Stamp::At(now),
         };
         Ok((kind, self.answer(info, object, old_object, stamp).await))
+    }
+
+    /// A review given as bytes, checked to be one this SDK answers: its request.
+    fn parse_review(&self, body: &[u8]) -> Result<RequestIn, Rejection> {
+        if body.len() > self.max_request_bytes {
+            return Err(too_large(self.max_request_bytes));
+        }
+        let parsed: ReviewIn = serde_json::from_slice(body).map_err(|e| {
+            Rejection::new(
+                400,
+                "malformed",
+                format!("failed to parse the AdmissionReview: {e}"),
+            )
+        })?;
+        if parsed.api_version != REVIEW_API_VERSION || parsed.kind != REVIEW_KIND {
+            return Err(Rejection::new(
+                400,
+                "unsupported",
+                format!(
+                    "failed to accept the review: expected apiVersion {REVIEW_API_VERSION} and kind {REVIEW_KIND}, got {:?} and {:?}",
+                    parsed.api_version, parsed.kind
+                ),
+            ));
+        }
+        let Some(request) = parsed.request else {
+            return Err(Rejection::new(
+                400,
+                "malformed",
+                "failed to accept the review: it has no request",
+            ));
+        };
+        if request.uid.is_empty() {
+            return Err(Rejection::new(
+                400,
+                "malformed",
+                "failed to accept the review: request.uid is empty",
+            ));
+        }
+        Ok(request)
     }
 
     /// Run the handler of `info.kind` on `object` under the budget and the failure policy: the

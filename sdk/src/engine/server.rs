@@ -322,6 +322,19 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
     State(state): State<Arc<AppState<C>>>,
     request: Request<Body>,
 ) -> Response {
+    let body = match read_review(&state, request).await {
+        Ok(body) => body,
+        Err(rejected) => return rejected,
+    };
+    json_or_plain(state.initializer.review_json(&body).await)
+}
+
+/// The body of a review, read within the size limit and the body timeout; the answer to send
+/// instead when it cannot be.
+async fn read_review<C>(
+    state: &AppState<C>,
+    request: Request<Body>,
+) -> Result<axum::body::Bytes, Response> {
     let limit = state.initializer.max_request_bytes;
     // While the body arrives the connection may be closed to make room (a slow sender must not
     // hold a slot a newcomer needs); dropped once it is read, or on any early answer.
@@ -335,16 +348,26 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return rejection(too_large(limit), &state);
+        return Err(rejection(too_large(limit), state));
     }
     let read = axum::body::to_bytes(request.into_body(), limit);
     let body = match tokio::time::timeout(state.initializer.body_timeout, read).await {
         Ok(Ok(b)) => b,
-        Ok(Err(_)) => return rejection(too_large(limit), &state),
-        Err(_) => return rejection(body_timed_out(state.initializer.body_timeout), &state),
+        Ok(Err(_)) => return Err(rejection(too_large(limit), state)),
+        Err(_) => {
+            return Err(rejection(
+                body_timed_out(state.initializer.body_timeout),
+                state,
+            ));
+        }
     };
     drop(reading);
-    match state.initializer.review_json(&body).await {
+    Ok(body)
+}
+
+/// A review's JSON answer, or the plain-text refusal of what was no review.
+fn json_or_plain(answer: Result<Vec<u8>, crate::initializer::Rejection>) -> Response {
+    match answer {
         Ok(json) => (
             [(
                 header::CONTENT_TYPE,
