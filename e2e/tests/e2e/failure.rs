@@ -67,7 +67,8 @@ pub async fn hung_initializer_is_deregistered_within_budget(ctx: Ctx) -> anyhow:
         ops::wait_warning_event(&ctx.client(), &sidecar.name, STEP_TIMEOUT).await?;
     eprintln!("{}: Warning Event {reason}: {note}", sidecar.name);
     // On-call reads why from the Event: a frozen process's kernel still completes the TCP
-    // connection, so the probe stalls in the TLS handshake.
+    // connection, so the probe stalls in the TLS handshake; or, when the freeze caught a probe
+    // in flight (likelier on a loaded machine), waiting for the answer.
     let degraded_note = ops::wait_event_about(
         &ctx.client(),
         &sidecar.name,
@@ -80,7 +81,8 @@ pub async fn hung_initializer_is_deregistered_within_budget(ctx: Ctx) -> anyhow:
     .unwrap_or_default();
     ensure!(
         degraded_note.contains("no answer within the latency budget")
-            && degraded_note.contains("(in the TLS handshake)"),
+            && (degraded_note.contains("(in the TLS handshake)")
+                || degraded_note.contains("(waiting for the answer)")),
         "the Degraded Event should say where the probe stalled: {degraded_note}"
     );
     let responding = ops::condition(&initializer, "Responding");
