@@ -7,7 +7,8 @@
 //!   backend's pending names ([`pending`]);
 //! - [`build`]: every object the operator deploys and the admission configuration it registers;
 //! - [`probe`]: the review the operator sends an initializer, as the API server does, and the
-//!   check of its answer; the serving certificates it verifies ([`tls`]);
+//!   check of its answer; the serving certificates it verifies ([`tls`]); the [`route`] check
+//!   that the API server reaches it through its Service;
 //! - [`policy`]: a preset compiled to a MutatingAdmissionPolicy, and its interpreter;
 //! - [`naming`] and [`ownership`]: the names the operator gives, and whether an object in the
 //!   cluster is the operator's.
@@ -28,6 +29,7 @@ pub mod ownership;
 pub mod pending;
 pub mod policy;
 pub mod probe;
+pub mod route;
 pub mod selector;
 pub mod tls;
 pub mod validate;

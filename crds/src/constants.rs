@@ -98,6 +98,12 @@ pub const INITIALIZED_BY_ANNOTATION: &str = "initializer.dev/initialized-by";
 pub const DEGRADED_ANNOTATION: &str = "initializer.dev/degraded";
 /// `timeoutSeconds` of a degraded configuration (never more than the spec's).
 pub const DEGRADED_TIMEOUT_SECONDS: i32 = 1;
+/// Prefix of the name of the route check's webhook (before the Initializer's webhook name),
+/// which only the configuration registered while the route is being proven holds.
+pub const ROUTE_CHECK_WEBHOOK_PREFIX: &str = "route-check.";
+/// Label on the dry-run ConfigMap of the route check (valued with the Initializer's label),
+/// which the route check's webhook selects.
+pub const ROUTE_CHECK_LABEL: &str = "initializer.dev/route-check";
 
 /// Annotation on the initializer's Deployment: digest of its pod template.
 pub const TEMPLATE_HASH_ANNOTATION: &str = "initializer.dev/template-hash";

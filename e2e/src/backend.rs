@@ -90,8 +90,87 @@ pub trait Backend: Send + Sync {
         self.command_inside(program)
     }
 
+    /// Makes the API server's connections to the Service address `ip:port` refused on its own
+    /// node, as kube-proxy there refuses them until it routes a new Service's endpoints, and as a
+    /// firewall between the control plane and the nodes does; pods elsewhere still reach it.
+    /// Lifted by [`RouteBlock::lift`], or when the block is dropped. Only kind has such a node
+    /// here: the other backends say so.
+    fn refuse_from_api_server<'a>(
+        &'a self,
+        ip: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, anyhow::Result<RouteBlock>> {
+        Box::pin(async move {
+            anyhow::bail!(
+                "failed to refuse {ip}:{port} to the API server: {} has no node of its own (runs on kind)",
+                self.name()
+            )
+        })
+    }
+
     /// Stops whatever the backend started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// An `iptables` rule in a node container, deleted by [`RouteBlock::lift`] or, failing that,
+/// when dropped (a scenario that fails or panics leaves no rule behind).
+pub struct RouteBlock {
+    docker: String,
+    node: String,
+    rule: Vec<String>,
+    lifted: bool,
+}
+
+impl RouteBlock {
+    /// Inserts `rule` (the arguments after `iptables -I` / `-D`) in node container `node`.
+    pub async fn insert(docker: &str, node: &str, rule: Vec<String>) -> anyhow::Result<Self> {
+        let mut block = Self {
+            docker: docker.to_string(),
+            node: node.to_string(),
+            rule,
+            lifted: true,
+        };
+        block.iptables("-I").await?;
+        block.lifted = false;
+        Ok(block)
+    }
+
+    /// Deletes the rule.
+    pub async fn lift(mut self) -> anyhow::Result<()> {
+        self.iptables("-D").await?;
+        self.lifted = true;
+        Ok(())
+    }
+
+    async fn iptables(&self, action: &str) -> anyhow::Result<()> {
+        let output = tokio::process::Command::new(&self.docker)
+            .args(["exec", &self.node, "iptables", action])
+            .args(&self.rule)
+            .output()
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("failed to run {} exec {}: {e}", self.docker, self.node)
+            })?;
+        anyhow::ensure!(
+            output.status.success(),
+            "failed to run iptables {action} {} in {}: {}",
+            self.rule.join(" "),
+            self.node,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        Ok(())
+    }
+}
+
+impl Drop for RouteBlock {
+    fn drop(&mut self) {
+        if !self.lifted {
+            let _ = std::process::Command::new(&self.docker)
+                .args(["exec", &self.node, "iptables", "-D"])
+                .args(&self.rule)
+                .status();
+        }
+    }
 }
 
 /// What to do to a pod's processes: freeze (SIGSTOP, the hung initializer), thaw (SIGCONT) or

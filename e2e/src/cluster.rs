@@ -21,12 +21,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client, Config, ResourceExt};
 use tokio::process::Command;
 
-use crate::backend::{Backend, PodAction};
+use crate::backend::{Backend, PodAction, RouteBlock};
 
 /// A cluster reached through a kubeconfig context.
 pub struct ClusterBackend {
@@ -344,6 +345,38 @@ impl Backend for ClusterBackend {
         action: PodAction,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         self.signal_pod(namespace, name, action).boxed()
+    }
+
+    fn refuse_from_api_server<'a>(
+        &'a self,
+        ip: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, anyhow::Result<RouteBlock>> {
+        async move {
+            if self.control != PodControl::KindNodes {
+                bail!("failed to refuse {ip}:{port} to the API server: it needs a kind cluster, whose control-plane node is a container here");
+            }
+            let nodes = Api::<Node>::all(self.client.clone())
+                .list(&ListParams::default().labels("node-role.kubernetes.io/control-plane"))
+                .await
+                .context("failed to list the control-plane nodes")?;
+            let node = nodes
+                .items
+                .first()
+                .map(ResourceExt::name_any)
+                .context("failed to find a control-plane node")?;
+            // kube-apiserver runs on that node's host network: its connections leave through
+            // OUTPUT, after kube-proxy's DNAT, so the Service address is matched as conntrack
+            // saw it first.
+            let rule = [
+                "OUTPUT", "-p", "tcp", "-m", "conntrack", "--ctorigdst", ip, "--ctorigdstport",
+                &port.to_string(), "-j", "REJECT", "--reject-with", "tcp-reset",
+            ]
+            .map(str::to_string)
+            .to_vec();
+            RouteBlock::insert(&self.docker, &node, rule).await
+        }
+        .boxed()
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -404,6 +404,16 @@ pub fn is_degraded(configuration: &MutatingWebhookConfiguration) -> bool {
         .any(|w| w.failure_policy.as_deref() == Some("Ignore"))
 }
 
+/// Whether a configuration is the one the operator registers, failing open, while it proves
+/// that the API server reaches the initializer (it holds the route check's webhook).
+pub fn is_proving(configuration: &MutatingWebhookConfiguration) -> bool {
+    configuration
+        .webhooks
+        .iter()
+        .flatten()
+        .any(|w| w.name.starts_with(constants::ROUTE_CHECK_WEBHOOK_PREFIX))
+}
+
 /// Waits until the Initializer reports missed initializations for a window that ends after
 /// `after`, and returns them.
 pub async fn wait_missed(

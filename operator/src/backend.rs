@@ -57,6 +57,14 @@ impl Found {
         }
     }
 
+    /// Whether it is the proving form (degraded, with the route check's webhook).
+    pub fn proving(&self) -> bool {
+        match self {
+            Found::Webhook(found) => crate::route::is_proving(found),
+            Found::InitializerConfiguration(_) => false,
+        }
+    }
+
     /// Whether it differs from `desired` in what the operator sets: every field it applies in a
     /// webhook configuration ([`crate::supervisor::drifted`]); the registered initializers in an
     /// `InitializerConfiguration`. Another kind than `desired` always differs.

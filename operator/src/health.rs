@@ -10,6 +10,13 @@
 //! [`HealthConfig::fast_interval`], and `successThreshold` good probes in a row return it to
 //! the path.
 //!
+//! The first way in is proven, not timed: once ready and answering, the machine asks for the
+//! proving configuration ([`Action::Prove`]: failing open, with the route check of
+//! [`initializer_core::route`]) and registers with the spec's values only when the caller reports
+//! that the API server's call reached the initializer ([`Input::Routed`]). New endpoints (after the
+//! Service had none) are proven again; a degraded configuration, whose endpoints never left, is
+//! restored without.
+//!
 //! Hysteresis keeps a flapping initializer from causing a storm: returning needs
 //! `successThreshold` consecutive good probes (and an available workload), and every time the
 //! initializer leaves the path a hold-down forbids returning for a while, counted from when it
@@ -22,15 +29,6 @@ use initializer_crds::HealthPolicy;
 
 /// Interval between probes while waiting to register or to restore.
 pub const FAST_INTERVAL: Duration = Duration::from_millis(100);
-
-/// How long endpoints must have been ready before the configuration is registered. The probe
-/// dials each endpoint directly, but the API server dials the Service's cluster IP, which
-/// kube-proxy on the API server's node starts routing to a new endpoint only at its next sync:
-/// within its `minSyncPeriod` (1 s by default) plus the sync itself. Registering sooner sends the
-/// first creates to a rule that still rejects them (seen on kind: `connection refused` for every
-/// create in the first 0.1 s after registration, with `failurePolicy: Fail`). Measured there:
-/// 0.05-0.15 s in a quiet cluster; the bound is the sync period.
-pub const ROUTE_SETTLE: Duration = Duration::from_millis(1500);
 
 /// Thresholds and timings of the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,8 +47,10 @@ pub struct HealthConfig {
     pub max_hold_down: Duration,
     /// A registration that lasted this long resets the hold-down to its base.
     pub stable_after: Duration,
-    /// Endpoints must have been ready this long before registering ([`ROUTE_SETTLE`]).
-    pub route_settle: Duration,
+    /// Whether registering waits for [`Input::Routed`]: a webhook's, which the API server calls
+    /// through the Service; not an `InitializerConfiguration`'s, whose canary probe already
+    /// takes the API server's path.
+    pub prove_route: bool,
 }
 
 impl HealthConfig {
@@ -66,7 +66,7 @@ impl HealthConfig {
             base_hold_down: period,
             max_hold_down: (period * 64).min(Duration::from_secs(300)).max(period),
             stable_after: Duration::from_secs(600),
-            route_settle: ROUTE_SETTLE,
+            prove_route: true,
         }
     }
 }
@@ -107,6 +107,9 @@ pub enum Input {
     /// Whether the Initializer is out of the path on purpose: suspended (`spec.suspend` or the
     /// break-glass annotation) or in the API server.
     Suspend(bool),
+    /// A call of the API server through the Service reached the initializer (the route check
+    /// answered).
+    Routed,
 }
 
 /// Why the configuration is removed.
@@ -136,6 +139,9 @@ impl Cause {
 pub enum Action {
     /// Leave the configuration as it is.
     None,
+    /// Create the proving configuration (failing open, with the route check) and check the
+    /// route.
+    Prove,
     /// Create or update the configuration with the spec's values.
     Register,
     /// Patch the configuration to fail open quickly (`failurePolicy: Ignore`, short timeout).
@@ -165,8 +171,9 @@ pub struct Machine {
     ok_streak: u32,
     fail_streak: u32,
     endpoints: Option<u32>,
-    /// Since when some endpoint has been ready (without a count of zero in between).
-    serving_since: Option<Instant>,
+    /// Whether the API server was seen reaching the initializer since its endpoints were last
+    /// counted at zero.
+    routed: bool,
     available: bool,
     suspended: bool,
     hold_down: Option<Duration>,
@@ -202,7 +209,7 @@ impl Machine {
             ok_streak: 0,
             fail_streak: 0,
             endpoints: None,
-            serving_since: None,
+            routed: false,
             available: false,
             suspended: false,
             hold_down: None,
@@ -230,6 +237,15 @@ impl Machine {
     /// True when the configuration should exist now (with the spec's values or degraded).
     pub fn is_registered(&self) -> bool {
         matches!(self.state, State::Registered | State::Degraded)
+    }
+
+    /// True while the proving configuration should exist: ready to register, the route not
+    /// proven yet ([`Action::Prove`]).
+    pub fn is_proving(&self, now: Instant) -> bool {
+        matches!(self.state, State::Waiting | State::Unresponsive)
+            && self.config.prove_route
+            && !self.routed
+            && self.ready(now)
     }
 
     /// True while the initializer is out of the path after trouble: degraded, or removed and
@@ -351,7 +367,7 @@ impl Machine {
             Input::Endpoints(ready) => {
                 self.endpoints = Some(ready);
                 if ready == 0 {
-                    self.serving_since = None;
+                    self.routed = false;
                     self.ok_streak = 0;
                     match self.state {
                         State::Registered => {
@@ -364,7 +380,6 @@ impl Machine {
                         _ => Action::None,
                     }
                 } else {
-                    self.serving_since.get_or_insert(now);
                     self.try_return(now)
                 }
             }
@@ -388,6 +403,10 @@ impl Machine {
                     Action::None
                 }
             }
+            Input::Routed => {
+                self.routed = true;
+                self.try_return(now)
+            }
             Input::Suspend(false) => {
                 if self.suspended {
                     self.suspended = false;
@@ -400,22 +419,26 @@ impl Machine {
         }
     }
 
-    /// Back into the path: register (from waiting or unresponsive) or restore (from degraded)
-    /// once the workload is available, an endpoint is ready, `successThreshold` good probes came
-    /// in a row and the hold-down is over. Registering also waits until the endpoints have been
-    /// ready for [`HealthConfig::route_settle`], so that the Service routes to them wherever the
-    /// API server runs; a degraded configuration kept its endpoints, and is restored at once.
-    fn try_return(&mut self, now: Instant) -> Action {
-        let ready = !self.suspended
+    /// Whether the initializer may come back into the path: the workload is available, an
+    /// endpoint is ready, `successThreshold` good probes came in a row and the hold-down is over.
+    fn ready(&self, now: Instant) -> bool {
+        !self.suspended
             && self.available
             && self.endpoints != Some(0)
             && self.ok_streak >= self.config.success_threshold
-            && self.hold_until.is_none_or(|until| now >= until);
-        let routed = self
-            .serving_since
-            .is_some_and(|since| now >= since + self.config.route_settle);
+            && self.hold_until.is_none_or(|until| now >= until)
+    }
+
+    /// Back into the path once [`Machine::ready`]: register (from waiting or unresponsive) or
+    /// restore (from degraded). Registering first proves the route ([`Action::Prove`] until
+    /// [`Input::Routed`]), so that the Service routes to the endpoints where the API server runs;
+    /// a degraded configuration kept its endpoints, and is restored at once.
+    fn try_return(&mut self, now: Instant) -> Action {
+        let ready = self.ready(now);
+        let routed = self.routed || !self.config.prove_route;
         match self.state {
-            State::Waiting | State::Unresponsive if ready && routed => {
+            State::Waiting | State::Unresponsive if ready && !routed => Action::Prove,
+            State::Waiting | State::Unresponsive if ready => {
                 self.before_register = self.state;
                 self.state = State::Registered;
                 self.registered_at = Some(now);

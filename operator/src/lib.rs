@@ -33,7 +33,7 @@ pub mod watchdog;
 // The pure core the kubectl plugin shares (initializer-core), under the paths the operator has
 // always used for it.
 pub use initializer_core::{
-    build, cel, naming, ownership, pending, policy, probe, selector, tls, validate,
+    build, cel, naming, ownership, pending, policy, probe, route, selector, tls, validate,
 };
 
 pub use error::{Error, Result};

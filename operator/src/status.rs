@@ -196,6 +196,9 @@ pub struct Observation<'a> {
     /// Where a preset's injection runs, and why ([`crate::engine`]); `None` for an
     /// Initializer nothing supervises.
     pub engine: Option<&'a EngineView>,
+    /// While the proving configuration is registered: what the last route check saw
+    /// ([`crate::route`]).
+    pub route_check: Option<&'a str>,
 }
 
 impl Observation<'_> {
@@ -436,6 +439,7 @@ pub fn unsupervised(
         fail_closed: None,
         last_error,
         engine: None,
+        route_check: None,
     })
 }
 
@@ -787,6 +791,16 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
             "Unresponsive",
             format!(
                 "{name} was removed because the initializer stopped answering; it is registered again after enough good probes"
+            ),
+        ),
+        _ if o.route_check.is_some() => condition(
+            o,
+            REGISTERED,
+            "False",
+            "ProvingRoute",
+            format!(
+                "{name} is registered failing open until a call of the API server is seen reaching the initializer through its Service; the last check: {}",
+                o.route_check.unwrap_or_default()
             ),
         ),
         _ => condition(

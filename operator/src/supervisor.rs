@@ -84,6 +84,11 @@ const PROBER_STEP_SLACK: Duration = Duration::from_secs(60);
 const FIRST_REMOVAL_RETRY: Duration = Duration::from_millis(100);
 /// Longest delay between two attempts to remove a configuration that must go.
 const MAX_REMOVAL_RETRY: Duration = Duration::from_secs(5);
+/// First delay before the next route check after one that saw no answer; doubles up to
+/// [`MAX_ROUTE_CHECK_RETRY`].
+const FIRST_ROUTE_CHECK_RETRY: Duration = Duration::from_millis(100);
+/// Longest delay between two route checks of an initializer the API server does not reach.
+const MAX_ROUTE_CHECK_RETRY: Duration = Duration::from_secs(5);
 /// First delay before the status writer tries a failed write again; doubles up to
 /// [`MAX_STATUS_RETRY`].
 const FIRST_STATUS_RETRY: Duration = Duration::from_millis(200);
@@ -211,6 +216,11 @@ impl Supervision {
         match presence {
             Presence::Normal => Some(self.webhook.clone()),
             Presence::Degraded => Some(build::degraded(&self.webhook)),
+            Presence::Proving => Some(crate::route::proving(
+                &self.webhook,
+                &self.namespace,
+                &self.label(),
+            )),
             Presence::Absent => None,
         }
     }
@@ -302,8 +312,19 @@ struct SupervisedState {
     /// With the legacy backend: how many objects pending on the name the last removal of the
     /// configuration released (`details.releasedObjects`).
     released: Option<u64>,
+    /// The route checks while the proving configuration is registered.
+    route: RouteChecks,
     /// Wakes the entry's status writer ([`SupervisedState::status_due`]).
     status_writer: Arc<Notify>,
+}
+
+/// The route checks of one proving registration ([`crate::route`]): what the last one saw, and
+/// when the next is due (from every probe at first, backing off while none is answered).
+#[derive(Clone, Debug, Default)]
+struct RouteChecks {
+    last: Option<String>,
+    next_at: Option<Instant>,
+    backoff: Option<Duration>,
 }
 
 impl SupervisedState {
@@ -747,7 +768,7 @@ impl Supervisor {
         converged?;
         st.status_due();
         Ok(Report {
-            registered: st.presence != Presence::Absent,
+            registered: st.presence.is_registered(),
             status: self.current_status(&st),
         })
     }
@@ -772,7 +793,7 @@ mod transitions;
 
 pub use decide::{
     ConfigurationWrite, Presence, configuration_write, next_presence, removal_retry,
-    resumed_window, status_write_retry,
+    resumed_window, route_check_retry, status_write_retry,
 };
 pub use drift::drifted;
 use fallback::FallbackRun;

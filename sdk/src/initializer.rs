@@ -381,6 +381,13 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
         Ok(request)
     }
 
+    /// Answer the operator's route check given as bytes (a review sent to
+    /// [`crate::route::ROUTE_CHECK_PATH`]): the JSON response.
+    pub fn route_check_json(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {
+        let request = self.parse_review(body)?;
+        Ok(crate::route::answer(&request).to_json().0)
+    }
+
     /// Run the handler of `info.kind` on `object` under the budget and the failure policy: the
     /// answer to one request, from the webhook's reviews and the controller mode alike. A mark
     /// is stamped per `stamp`.

@@ -125,6 +125,7 @@ mod metrics;
 pub mod mutate;
 mod reload;
 mod review;
+pub mod route;
 pub mod testing;
 mod tls;
 

@@ -77,9 +77,12 @@ pub async fn registered_sidecar(ctx: &Ctx, role: &str, health: Health) -> anyhow
     ctx.scope.create_initializer(&initializer).await?;
     ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;
     let registered = configurations
-        .wait_for("the configuration to appear", applied, STEP_TIMEOUT, |s| {
-            s.change == initializer_e2e::watch::Change::Added
-        })
+        .wait_for(
+            "the configuration with the spec's values",
+            applied,
+            STEP_TIMEOUT,
+            |s| s.change != initializer_e2e::watch::Change::Deleted && !ops::is_proving(&s.object),
+        )
         .await?
         .at;
     ctx.row

@@ -58,6 +58,7 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(injection::test_certificates_go_to_pods_in_test_namespaces),
     scenario!(injection::preset_keeps_pod_fields_newer_than_1_33),
     scenario!(registration::own_pods_and_system_namespaces_are_never_intercepted),
+    scenario!(registration::a_route_the_api_server_lacks_fails_open_until_it_works),
     scenario!(engine::preset_runs_in_the_api_server_once_proven_and_outlives_its_webhook),
     scenario!(failure::hung_initializer_is_deregistered_within_budget),
     scenario!(alerts::deregistration_alert_fires_while_the_initializer_hangs),
@@ -165,6 +166,10 @@ const ONLY_ON_REAL_NODES: &[(&str, &str)] = &[
         REAL_NODES,
     ),
     ("rolling_update_and_drain_lose_no_create", REAL_NODES),
+    (
+        "a_route_the_api_server_lacks_fails_open_until_it_works",
+        "refuses a Service on the API server's own node with iptables in its container: runs on kind (make e2e-kind), where kube-apiserver reaches Services through kube-proxy",
+    ),
 ];
 /// What needs the pods' processes on this machine: the sandbox and the real control plane run
 /// them as process groups of the test's own host; a kind node runs them in its container.

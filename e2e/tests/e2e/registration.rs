@@ -9,11 +9,11 @@ use initializer_crds::{Phase, images};
 use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
-use initializer_e2e::wait;
+use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::{Change, Recorder};
 use initializer_packaging::readiness::deployment_available;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -120,8 +120,16 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
             s.change == Change::Added
         })
         .await?;
+    let registered = configurations
+        .wait_for(
+            "the configuration with the spec's values",
+            applied,
+            STEP_TIMEOUT,
+            |s| s.change != Change::Deleted && !ops::is_proving(&s.object),
+        )
+        .await?;
     ctx.row
-        .update(|row| row.to_registered = Some(added.at - applied));
+        .update(|row| row.to_registered = Some(registered.at - applied));
     let available = deployments
         .first_after(applied, |s| deployment_available(&s.object))
         .with_context(|| {
@@ -141,12 +149,13 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
             configurations.summary()
         );
     }
-    let after_ready = added.at - available.at;
+    let after_ready = registered.at - available.at;
     ctx.row
         .update(|row| row.available_to_registered = Some(after_ready));
     eprintln!(
-        "{name}: registered {} after its Deployment was available",
-        s(after_ready)
+        "{name}: registered {} after its Deployment was available (failing open from {}, while the route was proven)",
+        s(after_ready),
+        s(added.at - available.at)
     );
     ensure!(
         after_ready <= REGISTERED_AFTER_READY,
@@ -389,4 +398,142 @@ async fn create_pod(client: &kube::Client, namespace: &str, name: &str) -> anyho
         .create(&PostParams::default(), &pod)
         .await
         .with_context(|| format!("failed to create pod {namespace}/{name}"))
+}
+
+/// How long the scenario below holds the API server's route refused once the initializer is
+/// ready: long enough for the route check to back off to its longest interval.
+const ROUTE_REFUSED_FOR: Duration = Duration::from_secs(8);
+
+/// The API server's own node refuses the initializer's Service (as kube-proxy there does until
+/// it routes new endpoints, or a firewall between the control plane and the nodes): the
+/// initializer, ready and answering the operator's direct probes, is registered failing open and
+/// says `ProvingRoute`, and creates go through untouched rather than refused. Once the route
+/// works it is registered with the spec's `failurePolicy: Fail` and injects.
+pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let client = ctx.client();
+    let workload_ns = ctx
+        .scope
+        .workload_namespace("routeless-init", &ctx.env.operator_namespace)
+        .await?;
+    let target_ns = ctx.scope.target_namespace("routeless-apps").await?;
+    let name = ctx.scope.name("routeless");
+    let initializer = fixtures::sidecar_initializer(
+        &name,
+        &workload_ns,
+        &ctx.scope.target_selector(),
+        Health::default(),
+    )?;
+    ensure!(
+        initializer.spec.failure_policy == initializer_crds::FailurePolicy::Fail,
+        "the scenario needs failurePolicy Fail, which a refused route would turn into refused creates"
+    );
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    // The Service comes with the Deployment, seconds before any pod is ready.
+    let services = Api::<Service>::namespaced(client.clone(), &workload_ns);
+    let selector = format!("{}={name}", initializer_crds::constants::INITIALIZER_LABEL);
+    let ip = wait::until("the initializer's Service", STEP_TIMEOUT, || async {
+        let found = services
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await?;
+        let ip = found
+            .items
+            .into_iter()
+            .find_map(|s| s.spec.and_then(|spec| spec.cluster_ip))
+            .filter(|ip| !ip.is_empty() && ip != "None");
+        Ok(match ip {
+            Some(ip) => Check::Done(ip),
+            None => Check::Pending("no Service with a cluster IP yet".to_string()),
+        })
+    })
+    .await?;
+    let block = ctx.env.backend.refuse_from_api_server(&ip, 443).await?;
+    let blocked = Instant::now();
+    let early = ops::initializer(&client, &name).await?;
+    ensure!(
+        !ops::status_registered(&early),
+        "registered {} after apply, before its route could be refused: {}",
+        s(blocked - applied),
+        ops::describe(&early)
+    );
+    let proving = wait::until(
+        "the configuration failing open while the route is proven",
+        REGISTER_TIMEOUT,
+        || async {
+            let configurations = ops::configurations_of(&client, &name).await?;
+            Ok(match configurations.first() {
+                Some(c) if ops::is_proving(c) => Check::Done(Instant::now()),
+                Some(c) => Check::Pending(format!("{} holds no route check", c.name_any())),
+                None => Check::Pending("no configuration yet".to_string()),
+            })
+        },
+    )
+    .await?;
+    // Held refused: the configuration never takes the spec's values, the status says why, and
+    // a create the initializer would change goes through unchanged instead of being refused.
+    let mut checks = 0;
+    while proving.elapsed() < ROUTE_REFUSED_FOR {
+        let configurations = ops::configurations_of(&client, &name).await?;
+        ensure!(
+            configurations.iter().all(ops::is_proving),
+            "registered with the spec's values {} after the route was refused: {:?}",
+            s(proving.elapsed()),
+            configurations
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>()
+        );
+        let current = ops::initializer(&client, &name).await?;
+        let registered = ops::condition(&current, "Registered");
+        ensure!(
+            registered.is_some_and(|c| c.status == "False" && c.reason == "ProvingRoute"),
+            "while the route is refused Registered should be False/ProvingRoute: {}",
+            ops::describe(&current)
+        );
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let passed = common::create_nginx(&ctx, &target_ns, "nginx", true)
+        .await
+        .context("a create was refused while the route was: the configuration did not fail open")?;
+    ensure!(
+        fixtures::template_containers(&passed) == ["nginx"],
+        "the API server reached the initializer through a refused route: {:?}",
+        fixtures::template_containers(&passed)
+    );
+    let message = ops::initializer(&client, &name)
+        .await
+        .ok()
+        .and_then(|i| ops::condition(&i, "Registered").map(|c| c.message.clone()))
+        .unwrap_or_default();
+    block.lift().await?;
+    let lifted = Instant::now();
+    let (configuration, _) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
+    let back = lifted.elapsed();
+    ensure!(
+        !ops::is_proving(&configuration)
+            && configuration
+                .webhooks
+                .iter()
+                .flatten()
+                .all(|w| w.failure_policy.as_deref() == Some("Fail")),
+        "once the route works the spec's failurePolicy Fail should be registered: {:?}",
+        configuration.webhooks
+    );
+    let injected = common::create_nginx(&ctx, &target_ns, "nginx-routed", true).await?;
+    ensure!(
+        fixtures::has_sidecar(&injected),
+        "not injected once registered: {:?}",
+        fixtures::template_containers(&injected)
+    );
+    ctx.row
+        .update(|row| row.to_registered = Some(lifted - applied + back));
+    eprintln!(
+        "{name}: failing open {} with the route refused ({checks} checks, Registered said: {message}); registered {} after the route came back",
+        s(ROUTE_REFUSED_FOR),
+        s(back)
+    );
+    Ok(())
 }

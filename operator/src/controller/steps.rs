@@ -287,6 +287,8 @@ async fn hand_over(
         match legacy_supervision(ctx, &validated, legacy, reached).await {
             Ok(supervised) => {
                 target.registration = Registration::InitializerConfiguration(Box::new(supervised));
+                // Its canary probe already takes the API server's path.
+                target.health.prove_route = false;
             }
             Err(err) => return Err(Stop::Failed(err)),
         }

@@ -5,11 +5,11 @@ use super::*;
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
 
-/// The default policy's machine, without the route settle (its own tests below show it), so
+/// The default policy's machine, without the route check (its own tests below show it), so
 /// that the other tests register at the first good probe after the endpoints are counted.
 fn config() -> HealthConfig {
     HealthConfig {
-        route_settle: Duration::ZERO,
+        prove_route: false,
         ..HealthConfig::from_policy(&HealthPolicy::default())
     }
 }
@@ -628,72 +628,100 @@ fn raised_thresholds_apply_to_the_next_inputs() {
 }
 
 #[test]
-fn registration_waits_until_the_endpoints_had_time_to_be_routed() {
+fn registration_waits_until_the_api_server_is_seen_reaching_the_initializer() {
     let t0 = Instant::now();
-    let settle = HealthConfig::from_policy(&HealthPolicy::default()).route_settle;
-    assert_eq!(settle, ROUTE_SETTLE);
-    let mut m = Machine::new(HealthConfig {
-        route_settle: settle,
-        ..config()
-    });
+    let proving = HealthConfig::from_policy(&HealthPolicy::default());
+    assert!(proving.prove_route, "a webhook proves its route by default");
+    let mut m = Machine::new(proving);
     m.observe(Input::Available(true), t0);
     m.observe(Input::Endpoints(2), t0);
+    assert!(!m.is_proving(t0), "not before the good probes");
     let mut t = t0;
-    let early = probes_every(&mut m, &mut t, true, 14, 100 * MS);
+    let early = probes_every(&mut m, &mut t, true, 50, 100 * MS);
     assert!(
-        early.is_empty(),
-        "registered {:?} after the endpoints: {early:?}",
-        t - t0
+        early.iter().all(|a| *a == Action::Prove) && !early.is_empty(),
+        "five seconds of good probes without the route: {early:?}"
     );
-    let rest = settle - (t - t0);
-    let settled = probes_every(&mut m, &mut t, true, 1, rest);
-    assert_eq!(settled, [Action::Register]);
-}
-
-/// Probes every 100 ms from `*t` (40 probes at most) and returns how long after `since` the
-/// machine asked to register, if it did.
-fn registers_after(m: &mut Machine, t: &mut Instant, since: Instant) -> Option<Duration> {
-    let mut registered = None;
-    for _ in 0..40 {
-        *t += 100 * MS;
-        if m.observe(Input::ProbeSucceeded, *t) == Action::Register {
-            registered.get_or_insert(*t - since);
-        }
-    }
-    registered
+    assert!(m.is_proving(t) && !m.is_registered());
+    assert_eq!(m.observe(Input::Routed, t), Action::Register);
+    assert!(m.is_registered() && !m.is_proving(t));
 }
 
 #[test]
-fn endpoints_that_came_back_settle_again_but_a_degraded_configuration_is_restored_at_once() {
+fn a_machine_that_is_not_ready_proves_nothing_and_a_route_seen_early_waits_for_readiness() {
     let t0 = Instant::now();
-    let settle = ROUTE_SETTLE;
-    // A hold-down shorter than the settle, so that the settle is what holds the return.
+    let mut m = Machine::new(HealthConfig::from_policy(&HealthPolicy::default()));
+    m.observe(Input::Endpoints(1), t0);
+    let mut t = t0;
+    assert!(
+        probes_every(&mut m, &mut t, true, 5, 100 * MS).is_empty(),
+        "no available workload"
+    );
+    assert!(!m.is_proving(t));
+    assert_eq!(m.observe(Input::Routed, t), Action::None);
+    assert_eq!(m.observe(Input::Available(true), t), Action::Register);
+}
+
+/// Probes every 100 ms from `*t` (40 probes at most), reporting the route proven at the
+/// `routed_at`-th probe that asks to prove it, and returns the actions other than
+/// [`Action::Prove`] and how many probes asked to prove.
+fn probes_proving(m: &mut Machine, t: &mut Instant, routed_at: usize) -> (Vec<Action>, usize) {
+    let mut actions = Vec::new();
+    let mut proving = 0;
+    for _ in 0..40 {
+        *t += 100 * MS;
+        match m.observe(Input::ProbeSucceeded, *t) {
+            Action::Prove => {
+                proving += 1;
+                if proving == routed_at {
+                    actions.push(m.observe(Input::Routed, *t));
+                }
+            }
+            Action::None => {}
+            other => actions.push(other),
+        }
+    }
+    (actions, proving)
+}
+
+#[test]
+fn endpoints_that_came_back_are_proven_again_but_a_degraded_configuration_is_restored_at_once() {
+    let t0 = Instant::now();
     let mut m = Machine::new(HealthConfig {
-        route_settle: settle,
         base_hold_down: 100 * MS,
         max_hold_down: 100 * MS,
-        ..config()
+        ..HealthConfig::from_policy(&HealthPolicy::default())
     });
     m.observe(Input::Available(true), t0);
     m.observe(Input::Endpoints(1), t0);
     let mut t = t0;
-    assert_eq!(registers_after(&mut m, &mut t, t0), Some(settle));
-    // A failed probe degrades; good probes after the hold-down restore without a new settle.
+    let (actions, proving) = probes_proving(&mut m, &mut t, 3);
+    assert_eq!(actions, [Action::Register]);
+    assert_eq!(proving, 3, "proved at the third check, then registered");
+    // A failed probe degrades; good probes after the hold-down restore without a new proof.
     t += SEC;
     assert!(matches!(
         m.observe(Input::ProbeFailed, t),
         Action::Degrade { .. }
     ));
-    let restored = probes_every(&mut m, &mut t, true, 30, 100 * MS);
-    assert_eq!(restored, [Action::Restore]);
-    // The endpoints go to zero and come back: the new ones must settle first.
+    let (restored, proving) = probes_proving(&mut m, &mut t, 1);
+    assert_eq!((restored, proving), (vec![Action::Restore], 0));
+    // Removed after failed probes with the endpoints still there: registered again at once.
+    for _ in 0..3 {
+        t += SEC;
+        m.observe(Input::ProbeFailed, t);
+    }
+    assert!(!m.is_registered());
+    let (back, proving) = probes_proving(&mut m, &mut t, 1);
+    assert_eq!((back, proving), (vec![Action::Register], 0));
+    // The endpoints go to zero and come back: the new ones must be proven first.
     t += SEC;
     assert!(matches!(
         m.observe(Input::Endpoints(0), t),
         Action::Deregister { .. }
     ));
     t += SEC;
-    let back = t;
-    m.observe(Input::Endpoints(1), back);
-    assert_eq!(registers_after(&mut m, &mut t, back), Some(settle));
+    m.observe(Input::Endpoints(1), t);
+    let (again, proving) = probes_proving(&mut m, &mut t, 2);
+    assert_eq!((again, proving), (vec![Action::Register], 2));
 }

@@ -127,6 +127,7 @@ fn base() -> Observation<'static> {
         fail_closed: None,
         last_error: None,
         engine: None,
+        route_check: None,
     }
 }
 
@@ -163,6 +164,30 @@ fn a_new_initializer_is_pending_with_unknown_health() {
     assert_eq!(cond(&s, REGISTERED).reason, "WaitingForReadiness");
     assert_eq!(s.registered, Some(false));
     assert_eq!(s.conditions.len(), 7);
+}
+
+#[test]
+fn a_configuration_proving_its_route_is_not_registered_and_says_what_the_check_saw() {
+    let s = compute(&Observation {
+        route_check: Some("refused without the initializer's answer: connection refused"),
+        ..base()
+    });
+    let registered = cond(&s, REGISTERED);
+    assert_eq!(
+        (registered.status.as_str(), registered.reason.as_str()),
+        ("False", "ProvingRoute")
+    );
+    assert!(
+        registered.message.contains("connection refused"),
+        "{}",
+        registered.message
+    );
+    assert!(
+        registered.message.contains("failing open"),
+        "{}",
+        registered.message
+    );
+    assert_eq!(s.registered, Some(false));
 }
 
 #[test]

@@ -38,7 +38,7 @@ impl Supervisor {
         if want_fallback {
             self.install_fallback(entry, st).await;
         }
-        let wanted = Presence::of(st.machine.state());
+        let wanted = Presence::of(&st.machine, now);
         let ready = !want_fallback || st.fallback.ready(now);
         let next = next_presence(st.presence, wanted, ready);
         if next != wanted {
@@ -265,11 +265,7 @@ impl Supervisor {
                 if st.presence == Presence::Absent {
                     // Left by an earlier run or another replica: the converge removes it if
                     // it must not be there.
-                    st.presence = if found.degraded() {
-                        Presence::Degraded
-                    } else {
-                        Presence::Normal
-                    };
+                    st.presence = Presence::found(&found);
                 }
                 let desired = st.target.desired(st.presence);
                 let registration = &st.target.registration;
@@ -334,7 +330,7 @@ impl Supervisor {
                     // A registration that failed is tried again after the probes it needs; a
                     // restore that failed leaves the degraded configuration in place and is
                     // tried again at the next converge (resetting the machine would remove it).
-                    if next == Presence::Normal && before == Presence::Absent {
+                    if next == Presence::Normal && !before.is_registered() {
                         st.machine.registration_failed();
                     }
                     return Err(e);

@@ -1,15 +1,18 @@
 //! The pure decisions of converge: which configuration to hold next, what to write for it, and
 //! when to retry a removal or a status write, or resume a fail-open window found in progress.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use initializer_crds::Outage;
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 
-use crate::health::State;
+use crate::health::{Machine, State};
 
-use super::{FIRST_REMOVAL_RETRY, FIRST_STATUS_RETRY, MAX_REMOVAL_RETRY, MAX_STATUS_RETRY};
+use super::{
+    FIRST_REMOVAL_RETRY, FIRST_ROUTE_CHECK_RETRY, FIRST_STATUS_RETRY, MAX_REMOVAL_RETRY,
+    MAX_ROUTE_CHECK_RETRY, MAX_STATUS_RETRY,
+};
 
 /// What the cluster holds for one Initializer's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,13 +23,35 @@ pub enum Presence {
     Normal,
     /// Registered degraded: `failurePolicy: Ignore`, short timeout.
     Degraded,
+    /// Registered to prove the route: degraded, with the route check's webhook
+    /// (`initializer_core::route::proving`).
+    Proving,
 }
 
 impl Presence {
-    pub(super) fn of(state: State) -> Self {
-        match state {
+    /// Whether the Initializer is in the path: registered with the spec's values or degraded
+    /// (a proving configuration is not yet).
+    pub fn is_registered(self) -> bool {
+        matches!(self, Presence::Normal | Presence::Degraded)
+    }
+
+    /// What a configuration found in the cluster holds.
+    pub(super) fn found(found: &crate::backend::Found) -> Self {
+        if found.proving() {
+            Presence::Proving
+        } else if found.degraded() {
+            Presence::Degraded
+        } else {
+            Presence::Normal
+        }
+    }
+
+    /// What the machine wants the cluster to hold at `now`.
+    pub(super) fn of(machine: &Machine, now: Instant) -> Self {
+        match machine.state() {
             State::Registered => Presence::Normal,
             State::Degraded => Presence::Degraded,
+            State::Waiting | State::Unresponsive if machine.is_proving(now) => Presence::Proving,
             State::Waiting | State::Unresponsive | State::Suspended => Presence::Absent,
         }
     }
@@ -75,6 +100,13 @@ pub fn configuration_write(
 /// The delay before the next attempt to remove a configuration, after one that failed.
 pub fn removal_retry(previous: Option<Duration>) -> Duration {
     previous.map_or(FIRST_REMOVAL_RETRY, |d| (d * 2).min(MAX_REMOVAL_RETRY))
+}
+
+/// The delay before the next route check, after one that saw no answer.
+pub fn route_check_retry(previous: Option<Duration>) -> Duration {
+    previous.map_or(FIRST_ROUTE_CHECK_RETRY, |d| {
+        (d * 2).min(MAX_ROUTE_CHECK_RETRY)
+    })
 }
 
 /// The delay before the status writer tries again, after a write the API server did not take

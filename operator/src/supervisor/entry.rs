@@ -20,8 +20,8 @@ use super::tasks::{endpoints, prober};
 use crate::backend::Live;
 
 use super::{
-    FallbackRun, Presence, Replaced, Supervised, SupervisedState, Supervision, Supervisor, bounded,
-    resumed_window, validate_fallback_name,
+    FallbackRun, Presence, Replaced, RouteChecks, Supervised, SupervisedState, Supervision,
+    Supervisor, bounded, resumed_window, validate_fallback_name,
 };
 
 impl Supervisor {
@@ -33,11 +33,12 @@ impl Supervisor {
         let found = bounded(|| format!("read {configuration}"), self.live(target)).await?;
         let presence = match found {
             Live::Absent | Live::NotOurs => Presence::Absent,
-            Live::Ours(found) if found.degraded() => Presence::Degraded,
-            Live::Ours(_) => Presence::Normal,
+            Live::Ours(found) => Presence::found(&found),
         };
         let stored = target.stored_status.as_ref();
-        if presence != Presence::Absent {
+        // A proving configuration is not adopted: the route is proven again, or the
+        // configuration removed, by the first converge.
+        if presence.is_registered() {
             machine.adopt_registered(presence == Presence::Degraded, Instant::now());
         } else if stored.and_then(|s| s.phase) == Some(initializer_crds::Phase::Unresponsive) {
             // An outage in progress: keep its fallback in force until the initializer is back.
@@ -90,6 +91,7 @@ impl Supervisor {
                 released: stored
                     .and_then(|s| s.details.get(RELEASED_OBJECTS_DETAIL))
                     .and_then(|n| n.parse().ok()),
+                route: RouteChecks::default(),
                 status_writer: Arc::new(Notify::new()),
             },
         );

@@ -3,19 +3,25 @@
 //! `MutatingWebhookConfiguration` and an `InitializerConfiguration`, in one file. Reading,
 //! registering and removing either kind, and deciding what is ours, is [`crate::backend`]'s.
 
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
+use initializer_crds::constants::{FIELD_MANAGER, RELEASED_OBJECTS_DETAIL};
 use initializer_crds::{Backend, InitializerStatus};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use kube::api::DynamicObject;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DynamicObject, PostParams};
+use tracing::{debug, info};
 
 use crate::apply::legacy::Canary;
 use crate::backend::{Configurations, Desired};
 use crate::pending::Served;
 use crate::probe::{self, EndpointResult, Outcome, Round};
+use crate::route;
 
-use super::{PENDING_NAME_DETAIL, Supervisor};
+use super::{
+    CALL_TIMEOUT, PENDING_NAME_DETAIL, RouteChecks, SupervisedState, Supervisor, route_check_retry,
+};
 
 /// How one Initializer is registered and probed.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,6 +148,66 @@ impl Registration {
             status
                 .details
                 .insert(RELEASED_OBJECTS_DETAIL.to_string(), released.to_string());
+        }
+    }
+}
+
+impl Supervisor {
+    /// One route check while the proving configuration is registered, when one is due: a
+    /// dry-run create of the check object, which proves the route only when refused with the
+    /// initializer's answer for it ([`route::reached`]). What it saw is kept for the status;
+    /// checks that see no answer back off.
+    pub(super) async fn route_reached(&self, st: &mut SupervisedState) -> bool {
+        let now = Instant::now();
+        if st.route.next_at.is_some_and(|at| now < at) {
+            return false;
+        }
+        let nonce = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let namespace = &st.target.namespace;
+        let object = route::check_object(namespace, &st.target.label(), nonce);
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let check = st
+            .target
+            .webhook
+            .webhooks
+            .iter()
+            .flatten()
+            .next()
+            .map(|own| route::check_name(&own.name))
+            .unwrap_or_default();
+        let params = PostParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.to_string()),
+        };
+        let api = Api::<ConfigMap>::namespaced(self.inner.client.clone(), namespace);
+        let seen = match tokio::time::timeout(CALL_TIMEOUT, api.create(&params, &object)).await {
+            Err(_) => Err(format!("no answer from the API server within {CALL_TIMEOUT:?}")),
+            Ok(Ok(_)) => Err("admitted without the initializer's answer (the API server has not loaded the configuration yet, or its call failed open)".to_string()),
+            Ok(Err(kube::Error::Api(refusal))) if route::reached(&refusal.message, &check, &name) => {
+                Ok(())
+            }
+            Ok(Err(kube::Error::Api(refusal))) => Err(format!("refused without the initializer's answer: {}", refusal.message)),
+            Ok(Err(e)) => Err(format!("failed: {e}")),
+        };
+        match seen {
+            Ok(()) => {
+                info!(initializer = %st.target.initializer, took_ms = now.elapsed().as_millis() as u64, "the API server reaches the initializer through its Service");
+                st.route = RouteChecks::default();
+                true
+            }
+            Err(why) => {
+                debug!(initializer = %st.target.initializer, %why, "route check not answered");
+                let delay = route_check_retry(st.route.backoff);
+                st.route.backoff = Some(delay);
+                st.route.next_at = Some(Instant::now() + delay);
+                if st.route.last.as_ref() != Some(&why) {
+                    st.route.last = Some(why);
+                    st.status_due();
+                }
+                false
+            }
         }
     }
 }

@@ -142,7 +142,7 @@ impl Supervisor {
             workload: Some(target.workload.clone()),
             health: Some(st.machine.snapshot()),
             probe: st.last_probe.clone(),
-            registered: st.presence != Presence::Absent,
+            registered: st.presence.is_registered(),
             configuration_name: &configuration,
             configuration_kind: target.configuration_kind(),
             certificate_not_after: target.certificate_not_after,
@@ -155,6 +155,8 @@ impl Supervisor {
             fail_closed: target.fail_closed_bounds(),
             last_error: failure.as_deref(),
             engine: target.engine.as_ref(),
+            route_check: (st.presence == Presence::Proving)
+                .then_some(st.route.last.as_deref().unwrap_or("not answered yet")),
         });
         target.registration.add_details(&mut status, st.released);
         self.inner.metrics.set_fail_closed(
@@ -167,7 +169,7 @@ impl Supervisor {
         self.inner.metrics.observe_initializer(
             &target.initializer,
             &InitializerGauges {
-                registered: st.presence != Presence::Absent,
+                registered: st.presence.is_registered(),
                 degraded: st.presence == Presence::Degraded,
                 suspended: target.suspended.is_some(),
                 certificate_expiry: target.certificate_not_after.map(|t| t.as_second()),

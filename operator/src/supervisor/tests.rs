@@ -141,6 +141,7 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
             removal_retry: None,
             removal_retry_pending: false,
             released: None,
+            route: RouteChecks::default(),
             status_writer: Arc::new(Notify::new()),
         },
     );
@@ -277,10 +278,12 @@ fn the_configuration_is_written_only_when_the_cluster_holds_something_else() {
     let mut spec = MutatingWebhookConfiguration::default();
     spec.metadata.name = Some("initializer-guard".into());
     let degraded = build::degraded(&spec);
+    let proving = crate::route::proving(&spec, "guard-init", "guard");
     let write = |presence, applied: Option<&MutatingWebhookConfiguration>, next| {
         let desired = match next {
             Normal => Some(spec.clone()),
             Degraded => Some(degraded.clone()),
+            Proving => Some(proving.clone()),
             Absent => None,
         };
         configuration_write(presence, applied, next, desired)
@@ -311,6 +314,22 @@ fn the_configuration_is_written_only_when_the_cluster_holds_something_else() {
         write(Normal, Some(&spec), Absent),
         ConfigurationWrite::Remove
     );
+    assert_eq!(
+        write(Absent, None, Proving),
+        ConfigurationWrite::Apply(Box::new(proving.clone()))
+    );
+    assert_eq!(
+        write(Proving, Some(&proving), Proving),
+        ConfigurationWrite::Nothing
+    );
+    assert_eq!(
+        write(Proving, Some(&proving), Normal),
+        ConfigurationWrite::Apply(Box::new(spec.clone()))
+    );
+    assert_eq!(
+        write(Proving, Some(&proving), Absent),
+        ConfigurationWrite::Remove
+    );
 }
 
 #[test]
@@ -322,6 +341,8 @@ fn a_step_out_of_the_path_waits_for_the_fallback_and_nothing_else_does() {
     assert_eq!(next_presence(Degraded, Absent, false), Absent);
     assert_eq!(next_presence(Absent, Normal, false), Normal);
     assert_eq!(next_presence(Degraded, Normal, false), Normal);
+    assert_eq!(next_presence(Absent, Proving, false), Proving);
+    assert_eq!(next_presence(Proving, Absent, false), Absent);
 }
 
 #[test]

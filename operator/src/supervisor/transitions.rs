@@ -72,7 +72,7 @@ impl Supervisor {
                     });
                 }
             }
-            Action::Register | Action::Restore | Action::None => {}
+            Action::Prove | Action::Register | Action::Restore | Action::None => {}
         }
     }
 
@@ -104,10 +104,17 @@ impl Supervisor {
         }
         let needed = action != Action::None
             || st.machine.in_outage()
-            || st.presence != Presence::of(st.machine.state())
+            || st.presence != Presence::of(&st.machine, now)
             || (st.presence != Presence::Absent && st.applied.is_none());
         if needed && let Err(e) = self.converge(entry, &mut st).await {
             warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
+        }
+        if st.presence == Presence::Proving && self.route_reached(&mut st).await {
+            let action = st.machine.observe(Input::Routed, Instant::now());
+            self.note(&mut st, action);
+            if let Err(e) = self.converge(entry, &mut st).await {
+                warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
+            }
         }
         if status_changed || (st.machine.state(), st.presence) != before {
             st.status_due();
@@ -135,6 +142,9 @@ impl Supervisor {
             st.window_from.get_or_insert(write_started);
         }
         match (before, now_is) {
+            (_, Presence::Proving) => {
+                info!(initializer = %name, %configuration, "registered failing open until the API server is seen reaching the initializer");
+            }
             (Presence::Normal, Presence::Degraded) => {
                 let took = st
                     .degrade_since
@@ -187,6 +197,10 @@ impl Supervisor {
                 if let Some(legacy) = st.target.registration.left_pending() {
                     self.release_pending(&name, legacy.clone());
                 }
+            }
+            (Presence::Proving, Presence::Absent) if st.deregister_cause.is_none() => {
+                st.route = super::RouteChecks::default();
+                info!(initializer = %name, %configuration, "removed the proving configuration: the initializer is no longer ready");
             }
             (_, Presence::Absent) => {
                 let (cause, since) = st
@@ -248,7 +262,7 @@ impl Supervisor {
                 }
             }
             (from, Presence::Normal) => {
-                if from == Presence::Absent {
+                if !from.is_registered() {
                     self.inner.metrics.registered(&name);
                 }
                 let restored = from == Presence::Degraded;

@@ -144,7 +144,11 @@ async fn wait_configuration(
 ) -> Duration {
     wait_for(what, timeout, || {
         let (client, name) = (client.clone(), name.to_string());
-        async move { configuration(&client, &name).await.is_some() == registered }
+        // A proving configuration is not a registration yet: it fails open.
+        async move {
+            let found = configuration(&client, &name).await;
+            found.is_some_and(|c| !initializer_operator::route::is_proving(&c)) == registered
+        }
     })
     .await
 }

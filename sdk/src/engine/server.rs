@@ -34,6 +34,7 @@ use crate::engine::slots::{Admitted, Caps, Registry};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{Initializer, too_large};
+use crate::route::ROUTE_CHECK_PATH;
 use crate::tls::CertStore;
 
 /// Default port (matches the operator's process contract).
@@ -312,6 +313,7 @@ fn routes<C: DeserializeOwned + Send + Sync + 'static>(
     });
     Router::new()
         .route(INITIALIZE_PATH, post(initialize::<C>))
+        .route(ROUTE_CHECK_PATH, post(route_check::<C>))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz::<C>))
         .route("/metrics", get(metrics::<C>))
@@ -327,6 +329,18 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
         Err(rejected) => return rejected,
     };
     json_or_plain(state.initializer.review_json(&body).await)
+}
+
+/// The operator's route check ([`crate::route`]): no handler runs.
+async fn route_check<C: DeserializeOwned + Send + Sync + 'static>(
+    State(state): State<Arc<AppState<C>>>,
+    request: Request<Body>,
+) -> Response {
+    let body = match read_review(&state, request).await {
+        Ok(body) => body,
+        Err(rejected) => return rejected,
+    };
+    json_or_plain(state.initializer.route_check_json(&body))
 }
 
 /// The body of a review, read within the size limit and the body timeout; the answer to send
