@@ -127,8 +127,11 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         _ => None,
     };
     // Someone else's policy or binding of this Initializer's names is found before anything is
-    // deployed, as for every other object of ours: a conflict, and it is left alone.
-    if let (true, Some(objects)) = (wanted, &objects) {
+    // deployed, as for every other object of ours: a conflict, and it is left alone. While ours
+    // are in force the drift check reads them anyway and the restore claims them, so the claim
+    // is not read twice every reconcile.
+    let in_force = remembered.in_force == EngineInForce::Policy;
+    if let (true, false, Some(objects)) = (wanted, in_force, &objects) {
         objects.claim(&ctx.client).await?;
     }
     let canary = match (&compiled, &remembered.settled) {

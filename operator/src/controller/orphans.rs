@@ -23,12 +23,12 @@ use crate::apply;
 use crate::apply::legacy::InitializerConfigurationRegistrar;
 use crate::backend::Configurations;
 use crate::build;
-use crate::engine::proof::{self, PolicyObjects};
+use crate::engine::proof::PolicyObjects;
 use crate::error::{Error, Result, api_code};
 use crate::naming;
 use crate::supervisor::Supervisor;
 
-use super::legacy_reached;
+use super::{PolicyApi, legacy_reached};
 
 /// Names of managed objects that belong to no existing Initializer: both labels the operator
 /// sets, the Initializer label naming none of `initializers`. An object with the managed-by
@@ -71,8 +71,9 @@ pub(super) fn managed_selector() -> String {
 /// fallback in force); and every webhook configuration and fallback of a suspended one (a
 /// registration still in flight when the suspend was handled, from a replica frozen past its
 /// lease, lands after it); and every preset policy and binding (MutatingAdmissionPolicy) whose
-/// Initializer no longer exists. Returns their names.
-pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
+/// Initializer no longer exists (where the API server serves them, as `policy_api` last found
+/// out). Returns their names.
+pub async fn remove_orphans(client: &Client, policy_api: &PolicyApi) -> Result<Vec<String>> {
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let found = configs
         .list(&ListParams::default().labels(&managed_selector()))
@@ -96,7 +97,7 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
     let legacy = InitializerConfigurationRegistrar::new(client.clone())
         .list(&managed_selector())
         .await?;
-    let presets = preset_policies(client, &fallbacks).await?;
+    let presets = preset_policies(client, policy_api, &fallbacks).await?;
     if found.items.is_empty()
         && policies.is_empty()
         && bindings.is_empty()
@@ -174,9 +175,10 @@ pub async fn remove_orphans(client: &Client) -> Result<Vec<String>> {
 /// first, with their APIs and kinds; none where the API server does not serve them.
 async fn preset_policies(
     client: &Client,
+    policy_api: &PolicyApi,
     managed: &ListParams,
 ) -> Result<Vec<(Api<DynamicObject>, &'static str, Vec<DynamicObject>)>> {
-    let Ok(version) = proof::served_version(client).await? else {
+    let Ok(version) = policy_api.served_version(client).await? else {
         return Ok(Vec::new());
     };
     let mut listed = Vec::new();
@@ -250,6 +252,9 @@ pub async fn watch_orphans(
         .boxed();
     let mut sweep = tokio::time::interval(Duration::from_secs(60));
     let initializers: Api<Initializer> = Api::all(client.clone());
+    // Every change of a managed configuration sweeps: the API server's discovery is asked once
+    // a minute, not each time.
+    let policy_api = PolicyApi::default();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -265,7 +270,7 @@ pub async fn watch_orphans(
                 }
             }
         }
-        if let Err(e) = remove_orphans(&client).await {
+        if let Err(e) = remove_orphans(&client, &policy_api).await {
             warn!(error = %e, "orphan sweep failed");
         }
     }
