@@ -225,6 +225,17 @@ impl Supervision {
         }
     }
 
+    /// The name of the route check's webhook in its proving configuration.
+    fn route_check_name(&self) -> String {
+        self.webhook
+            .webhooks
+            .iter()
+            .flatten()
+            .next()
+            .map(|own| crate::route::check_name(&own.name))
+            .unwrap_or_default()
+    }
+
     /// What, when changed, needs the tasks restarted.
     fn task_key(&self) -> TaskKey {
         (

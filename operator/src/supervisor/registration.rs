@@ -152,6 +152,11 @@ impl Registration {
     }
 }
 
+/// What a route check admitted without the initializer's answer says.
+const UNANSWERED: &str = "admitted without the initializer's answer: the API server has not \
+    loaded the configuration yet, or its call failed (refused, timed out, or the image does not \
+    serve /route-check)";
+
 impl Supervisor {
     /// One route check while the proving configuration is registered, when one is due: a
     /// dry-run create of the check object, which proves the route only when refused with the
@@ -168,28 +173,27 @@ impl Supervisor {
         let namespace = &st.target.namespace;
         let object = route::check_object(namespace, &st.target.label(), nonce);
         let name = object.metadata.name.clone().unwrap_or_default();
-        let check = st
-            .target
-            .webhook
-            .webhooks
-            .iter()
-            .flatten()
-            .next()
-            .map(|own| route::check_name(&own.name))
-            .unwrap_or_default();
+        let check = st.target.route_check_name();
         let params = PostParams {
             dry_run: true,
             field_manager: Some(FIELD_MANAGER.to_string()),
         };
         let api = Api::<ConfigMap>::namespaced(self.inner.client.clone(), namespace);
-        let seen = match tokio::time::timeout(CALL_TIMEOUT, api.create(&params, &object)).await {
-            Err(_) => Err(format!("no answer from the API server within {CALL_TIMEOUT:?}")),
-            Ok(Ok(_)) => Err("admitted without the initializer's answer (the API server has not loaded the configuration yet, or its call failed open)".to_string()),
-            Ok(Err(kube::Error::Api(refusal))) if route::reached(&refusal.message, &check, &name) => {
+        let created = tokio::time::timeout(CALL_TIMEOUT, api.create(&params, &object)).await;
+        let seen = match created {
+            Ok(Err(kube::Error::Api(refused)))
+                if route::reached(&refused.message, &check, &name) =>
+            {
                 Ok(())
             }
-            Ok(Err(kube::Error::Api(refusal))) => Err(format!("refused without the initializer's answer: {}", refusal.message)),
+            Ok(Err(kube::Error::Api(refused))) => {
+                Err(format!("refused, not by the check: {}", refused.message))
+            }
             Ok(Err(e)) => Err(format!("failed: {e}")),
+            Ok(Ok(_)) => Err(UNANSWERED.to_string()),
+            Err(_) => Err(format!(
+                "no answer from the API server within {CALL_TIMEOUT:?}"
+            )),
         };
         match seen {
             Ok(()) => {
