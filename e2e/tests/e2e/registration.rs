@@ -471,6 +471,19 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
         },
     )
     .await?;
+    let proving_route = |initializer: &initializer_crds::Initializer| {
+        ops::condition(initializer, "Registered")
+            .is_some_and(|c| c.status == "False" && c.reason == "ProvingRoute")
+    };
+    wait::until("the status to say ProvingRoute", STEP_TIMEOUT, || async {
+        let current = ops::initializer(&client, &name).await?;
+        Ok(if proving_route(&current) {
+            Check::Done(())
+        } else {
+            Check::Pending(ops::describe(&current))
+        })
+    })
+    .await?;
     // Held refused: the configuration never takes the spec's values, the status says why, and
     // a create the initializer would change goes through unchanged instead of being refused.
     let mut checks = 0;
@@ -486,9 +499,8 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
                 .collect::<Vec<_>>()
         );
         let current = ops::initializer(&client, &name).await?;
-        let registered = ops::condition(&current, "Registered");
         ensure!(
-            registered.is_some_and(|c| c.status == "False" && c.reason == "ProvingRoute"),
+            proving_route(&current),
             "while the route is refused Registered should be False/ProvingRoute: {}",
             ops::describe(&current)
         );
