@@ -76,3 +76,115 @@ async fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// The book's CLI page (`docs/src/reference/cli.md`).
+    const PAGE: &str = include_str!("../../docs/src/reference/cli.md");
+
+    /// The flags a subcommand declares, each with its environment variable.
+    fn declared(subcommand: &str) -> BTreeMap<String, Option<String>> {
+        let cli = Cli::command();
+        let command = cli
+            .find_subcommand(subcommand)
+            .unwrap_or_else(|| panic!("no subcommand {subcommand}"));
+        command
+            .get_arguments()
+            .filter_map(|arg| {
+                let long = arg.get_long()?;
+                let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+                Some((format!("--{long}"), env))
+            })
+            .filter(|(long, _)| long != "--help" && long != "--version")
+            .collect()
+    }
+
+    /// The rows of the table under `heading`: each flag named in a row's first cell (after the
+    /// `subcommand` column when the table has one), with the cell after it.
+    fn documented(heading: &str, subcommand: Option<&str>) -> BTreeMap<String, String> {
+        let section = PAGE
+            .split_once(heading)
+            .unwrap_or_else(|| panic!("{heading} is not in the page"))
+            .1;
+        let mut flags = BTreeMap::new();
+        for row in section
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+        {
+            // Between the row's first and last `|`: empty cells keep their place.
+            let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
+            let mut cells: Vec<&str> = inner.split('|').map(str::trim).collect();
+            if let Some(subcommand) = subcommand {
+                if cells.first() != Some(&format!("`{subcommand}`").as_str()) {
+                    continue;
+                }
+                cells.remove(0);
+            }
+            let (Some(first), next) = (cells.first(), cells.get(1)) else {
+                continue;
+            };
+            // What is inside backticks: every other piece.
+            let quoted = first.split('`').skip(1).step_by(2);
+            for flag in quoted.filter(|s| s.starts_with("--")) {
+                let flag = flag.split_whitespace().next().unwrap_or(flag);
+                flags.insert(
+                    flag.to_string(),
+                    next.copied().unwrap_or_default().to_string(),
+                );
+            }
+        }
+        flags
+    }
+
+    #[test]
+    fn the_book_lists_every_flag_of_run_with_its_variable() {
+        let declared = declared("run");
+        let documented = documented("### `run`", None);
+        assert_eq!(
+            declared.keys().collect::<Vec<_>>(),
+            documented.keys().collect::<Vec<_>>(),
+            "docs/src/reference/cli.md, `run`"
+        );
+        for (flag, env) in declared {
+            let cell = &documented[&flag];
+            let wanted = env.map(|e| format!("`{e}`")).unwrap_or_default();
+            assert_eq!(cell, &wanted, "the variable of {flag}");
+        }
+    }
+
+    #[test]
+    fn the_book_lists_every_flag_of_the_other_subcommands() {
+        for (subcommand, heading, column) in [
+            ("install", "### `install`", None),
+            ("uninstall", "### `uninstall`", None),
+            (
+                "bundle",
+                "### `bundle`, `chart`, `monitoring`",
+                Some("bundle"),
+            ),
+            (
+                "chart",
+                "### `bundle`, `chart`, `monitoring`",
+                Some("chart"),
+            ),
+            (
+                "monitoring",
+                "### `bundle`, `chart`, `monitoring`",
+                Some("monitoring"),
+            ),
+        ] {
+            assert_eq!(
+                declared(subcommand).keys().collect::<Vec<_>>(),
+                documented(heading, column).keys().collect::<Vec<_>>(),
+                "docs/src/reference/cli.md, `{subcommand}`"
+            );
+        }
+    }
+}
