@@ -143,14 +143,18 @@ pub enum Stalled {
     Conflict,
     /// The workload never became ready within its Deployment's progress deadline.
     ProgressDeadlineExceeded,
+    /// The API server was not seen reaching the initializer through its Service within
+    /// [`crate::status::ROUTE_DEADLINE`]; it stays registered failing open.
+    RouteNotProven,
 }
 
 impl Stalled {
     /// Every reason.
-    pub const ALL: [Stalled; 3] = [
+    pub const ALL: [Stalled; 4] = [
         Stalled::Refused,
         Stalled::Conflict,
         Stalled::ProgressDeadlineExceeded,
+        Stalled::RouteNotProven,
     ];
 
     /// The metric label, the condition's reason.
@@ -159,6 +163,7 @@ impl Stalled {
             Stalled::Refused => "Refused",
             Stalled::Conflict => "Conflict",
             Stalled::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+            Stalled::RouteNotProven => "RouteNotProven",
         }
     }
 }
@@ -336,7 +341,7 @@ impl Default for Metrics {
         );
         registry.register(
             "stalled",
-            "1 for why the operator cannot deploy or register the Initializer until something changes, the reason of its Stalled condition (Refused: Valid=False, held back included; Conflict: an object in its way is someone else's; ProgressDeadlineExceeded: the workload never became ready within its Deployment's progress deadline), 0 for the other reasons",
+            "1 for why the operator cannot deploy or register the Initializer until something changes, the reason of its Stalled condition (Refused: Valid=False, held back included; Conflict: an object in its way is someone else's; ProgressDeadlineExceeded: the workload never became ready within its Deployment's progress deadline; RouteNotProven: the API server was not seen reaching it through its Service for 5 minutes, so it stays registered failing open), 0 for the other reasons",
             stalled.clone(),
         );
         registry.register(

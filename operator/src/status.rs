@@ -196,9 +196,32 @@ pub struct Observation<'a> {
     /// Where a preset's injection runs, and why ([`crate::engine`]); `None` for an
     /// Initializer nothing supervises.
     pub engine: Option<&'a EngineView>,
-    /// While the proving configuration is registered: what the last route check saw
+    /// While the proving configuration is registered: what the route checks saw
     /// ([`crate::route`]).
-    pub route_check: Option<&'a str>,
+    pub route_check: Option<RouteCheck<'a>>,
+}
+
+/// The route checks of a proving configuration, as the status shows them.
+#[derive(Clone, Copy, Debug)]
+pub struct RouteCheck<'a> {
+    /// What the last check saw.
+    pub last: &'a str,
+    /// How long the checks have gone unanswered.
+    pub unanswered_for: Duration,
+}
+
+/// How long the route checks may go unanswered before the Initializer is `Stalled`: the API
+/// server does not reach it, and something outside the spec (a firewall, a NetworkPolicy, an
+/// image without `/route-check`) must change. It recovers by itself once that is put right.
+pub const ROUTE_DEADLINE: Duration = Duration::from_secs(300);
+
+/// What has not happened within its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overdue<'a> {
+    /// The Deployment's progress deadline passed: its message.
+    Workload(&'a str),
+    /// The route checks went unanswered for [`ROUTE_DEADLINE`]: what the last one saw.
+    Route(&'a str),
 }
 
 impl Observation<'_> {
@@ -313,8 +336,16 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         // The guard's witness is written apart (`apply::apply_guard_witness`).
         guard: None,
     };
-    let past_deadline = o.workload.as_ref().and_then(|w| w.past_deadline.as_deref());
-    with_standing(status, past_deadline, o.previous, o.now)
+    let workload = o.workload.as_ref().and_then(|w| w.past_deadline.as_deref());
+    let route = o
+        .route_check
+        .filter(|check| check.unanswered_for >= ROUTE_DEADLINE);
+    let overdue = match (workload, route) {
+        (Some(message), _) => Some(Overdue::Workload(message)),
+        (None, Some(check)) => Some(Overdue::Route(check.last)),
+        (None, None) => None,
+    };
+    with_standing(status, overdue, o.previous, o.now)
 }
 
 /// Where an Initializer stands, in the terms of Kubernetes' conventions for any object.
@@ -332,8 +363,8 @@ pub struct Standing {
 /// another party's object in the way, a workload past its progress deadline), reconciling while
 /// the operator works towards the spec or waits for the initializer to answer again, ready when
 /// the initializer does its job as the spec has it (suspended included: that is what the spec
-/// asks). `past_deadline` is the Deployment's message once its progress deadline passed.
-pub fn standing(status: &InitializerStatus, past_deadline: Option<&str>) -> Standing {
+/// asks). `overdue` is what did not happen within its deadline, if anything.
+pub fn standing(status: &InitializerStatus, overdue: Option<Overdue<'_>>) -> Standing {
     let stand = |type_, reason, message: &str| Standing {
         type_,
         reason,
@@ -355,11 +386,19 @@ pub fn standing(status: &InitializerStatus, past_deadline: Option<&str>) -> Stan
     }
     match status.phase.unwrap_or_default() {
         Phase::Invalid => stand(STALLED, "Refused", message_of(VALID)),
-        Phase::Pending | Phase::Deploying => match past_deadline {
-            Some(message) => stand(
+        Phase::Pending | Phase::Deploying => match overdue {
+            Some(Overdue::Workload(message)) => stand(
                 STALLED,
                 "ProgressDeadlineExceeded",
                 &format!("the workload never became ready: {message}"),
+            ),
+            Some(Overdue::Route(last)) => stand(
+                STALLED,
+                "RouteNotProven",
+                &format!(
+                    "the API server has not been seen reaching the initializer through its Service for {} s; it stays registered failing open; the last check: {last}",
+                    ROUTE_DEADLINE.as_secs()
+                ),
             ),
             None => stand(
                 RECONCILING,
@@ -379,11 +418,11 @@ pub fn standing(status: &InitializerStatus, past_deadline: Option<&str>) -> Stan
 /// (each keeping its `lastTransitionTime` from `previous` while its status stays the same).
 pub fn with_standing(
     mut status: InitializerStatus,
-    past_deadline: Option<&str>,
+    overdue: Option<Overdue<'_>>,
     previous: Option<&InitializerStatus>,
     now: Timestamp,
 ) -> InitializerStatus {
-    let standing = standing(&status, past_deadline);
+    let standing = standing(&status, overdue);
     status
         .conditions
         .retain(|c| ![READY, RECONCILING, STALLED].contains(&c.type_.as_str()));
@@ -793,14 +832,14 @@ fn registered_condition(o: &Observation<'_>) -> Condition {
                 "{name} was removed because the initializer stopped answering; it is registered again after enough good probes"
             ),
         ),
-        _ if o.route_check.is_some() => condition(
+        _ if let Some(check) = o.route_check => condition(
             o,
             REGISTERED,
             "False",
             "ProvingRoute",
             format!(
                 "{name} is registered failing open until a call of the API server is seen reaching the initializer through its Service; the last check: {}",
-                o.route_check.unwrap_or_default()
+                check.last
             ),
         ),
         _ => condition(

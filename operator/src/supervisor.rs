@@ -334,6 +334,8 @@ struct SupervisedState {
 #[derive(Clone, Debug, Default)]
 struct RouteChecks {
     last: Option<String>,
+    /// When the first check went unanswered.
+    since: Option<Instant>,
     next_at: Option<Instant>,
     backoff: Option<Duration>,
 }

@@ -169,7 +169,10 @@ fn a_new_initializer_is_pending_with_unknown_health() {
 #[test]
 fn a_configuration_proving_its_route_is_not_registered_and_says_what_the_check_saw() {
     let s = compute(&Observation {
-        route_check: Some("refused without the initializer's answer: connection refused"),
+        route_check: Some(RouteCheck {
+            last: "refused without the initializer's answer: connection refused",
+            unanswered_for: Duration::from_secs(3),
+        }),
         ..base()
     });
     let registered = cond(&s, REGISTERED);
@@ -188,6 +191,40 @@ fn a_configuration_proving_its_route_is_not_registered_and_says_what_the_check_s
         registered.message
     );
     assert_eq!(s.registered, Some(false));
+    assert_eq!(cond(&s, RECONCILING).status, "True", "proving is progress");
+}
+
+#[test]
+fn route_checks_unanswered_past_the_deadline_stall_it() {
+    let check = |unanswered_for| RouteCheck {
+        last: "admitted without the initializer's answer",
+        unanswered_for,
+    };
+    let just_before = compute(&Observation {
+        route_check: Some(check(ROUTE_DEADLINE - Duration::from_secs(1))),
+        ..base()
+    });
+    assert_eq!(cond(&just_before, RECONCILING).status, "True");
+    let past = compute(&Observation {
+        route_check: Some(check(ROUTE_DEADLINE)),
+        ..base()
+    });
+    let stalled = cond(&past, STALLED);
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "RouteNotProven")
+    );
+    assert!(
+        stalled
+            .message
+            .contains("admitted without the initializer's answer")
+    );
+    assert_eq!(cond(&past, REGISTERED).reason, "ProvingRoute");
+    assert_eq!(
+        crate::metrics::StatusGauges::of(&past).stalled,
+        Some(crate::metrics::Stalled::RouteNotProven),
+        "the stalled gauge and its alert see the reason"
+    );
 }
 
 #[test]

@@ -203,6 +203,7 @@ impl Supervisor {
             }
             Err(why) => {
                 debug!(initializer = %st.target.initializer, %why, "route check not answered");
+                st.route.since.get_or_insert(now);
                 let delay = route_check_retry(st.route.backoff);
                 st.route.backoff = Some(delay);
                 st.route.next_at = Some(Instant::now() + delay);

@@ -155,8 +155,10 @@ impl Supervisor {
             fail_closed: target.fail_closed_bounds(),
             last_error: failure.as_deref(),
             engine: target.engine.as_ref(),
-            route_check: (st.presence == Presence::Proving)
-                .then_some(st.route.last.as_deref().unwrap_or("not answered yet")),
+            route_check: (st.presence == Presence::Proving).then(|| status::RouteCheck {
+                last: st.route.last.as_deref().unwrap_or("not answered yet"),
+                unanswered_for: st.route.since.map(|s| s.elapsed()).unwrap_or_default(),
+            }),
         });
         target.registration.add_details(&mut status, st.released);
         self.inner.metrics.set_fail_closed(
