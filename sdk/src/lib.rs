@@ -102,7 +102,8 @@
 //!   further clients wait in the listen backlog (all set by [`ServeArgs`]);
 //! - `/readyz` answers 200 only once the certificate and the configuration are loaded;
 //!   `/healthz` answers 200 while the process serves; `/metrics` is Prometheus text;
-//! - SIGTERM stops accepting and drains in-flight requests.
+//! - SIGTERM fails `/readyz` and has every answer close its connection; after the shutdown
+//!   delay (5 s) the listener closes and in-flight requests drain.
 //! - in controller mode, each object pending on the initializer gets ONE update (the handler's
 //!   change and the name's removal, or a failure `result` for a refusal), redone from a fresh read
 //!   after a 409; `/readyz` also waits for every watch to list once.

@@ -541,14 +541,15 @@ async fn a_terminating_server_fails_readiness_but_still_answers_reviews() {
     // SIGTERM: the pod leaves its Service's ready endpoints, but a call already routed to it
     // (the API server's, the operator's probe) must still be answered.
     server.begin_termination();
-    let ready = conn.request("GET", Some("/readyz"), Bytes::new()).await;
-    let ready = ready.unwrap();
-    assert_eq!(ready.status, 503);
-    assert!(String::from_utf8_lossy(&ready.body).contains("shutting down"));
     assert_eq!(
         injected_image(&mut conn, "web").await.as_deref(),
         Some("envoy:1")
     );
+    let mut fresh = connect(&server, &pki.ca_pem).await.unwrap();
+    let ready = fresh.request("GET", Some("/readyz"), Bytes::new()).await;
+    let ready = ready.unwrap();
+    assert_eq!(ready.status, 503);
+    assert!(String::from_utf8_lossy(&ready.body).contains("shutting down"));
     let mut fresh = connect(&server, &pki.ca_pem).await.unwrap();
     assert_eq!(
         injected_image(&mut fresh, "web-2").await.as_deref(),
@@ -558,6 +559,38 @@ async fn a_terminating_server_fails_readiness_but_still_answers_reviews() {
     let addr = server.local_addr();
     server.shutdown().await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn a_terminating_server_closes_each_connection_after_its_next_answer() {
+    // The API server keeps its connections to a pod alive. Closing one that sits idle when the
+    // pod stops races the API server's next request on it, which then fails with `EOF` and
+    // fails a create; told to close with an answer, the API server opens its next connection
+    // through the Service, which no longer lists this pod.
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |_| {}).await;
+    let mut kept = tls_from(&server, &pki.ca_pem, [127, 0, 0, 1])
+        .await
+        .unwrap();
+    let (head, _) = exchange(&mut kept, "/healthz").await.unwrap();
+    assert_eq!(header(&head, "connection"), None, "{head}");
+
+    server.begin_termination();
+    let (head, body) = exchange(&mut kept, "/healthz")
+        .await
+        .expect("a connection opened before termination is still answered");
+    assert_eq!(body, "ok");
+    assert_eq!(
+        header(&head, "connection").as_deref(),
+        Some("close"),
+        "{head}"
+    );
+    assert!(
+        closed_by_server(&mut kept).await,
+        "the server kept the connection open after telling the client to close it"
+    );
+    server.shutdown().await;
 }
 
 /// A running server with a certificate and a configuration, the limits set by `tune`.
@@ -703,6 +736,16 @@ async fn get(
     tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
     path: &str,
 ) -> Option<String> {
+    let (head, body) = exchange(tls, path).await?;
+    head.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+/// `GET path` on a kept-alive connection: the answer's head (status line and headers) and
+/// body, `None` if the connection closed or nothing came within 5 s.
+async fn exchange(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    path: &str,
+) -> Option<(String, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let asked = async {
         let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -713,18 +756,9 @@ async fn get(
         loop {
             let text = String::from_utf8_lossy(&seen).to_string();
             if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length: ")
-                            .map(str::to_owned)
-                    })?
-                    .trim()
-                    .parse()
-                    .ok()?;
+                let length: usize = header(head, "content-length")?.parse().ok()?;
                 if body.len() >= length {
-                    return head.starts_with("HTTP/1.1 200").then(|| body.to_string());
+                    return Some((head.to_string(), body.to_string()));
                 }
             }
             let n = tls.read(&mut buf).await.ok()?;
@@ -738,6 +772,15 @@ async fn get(
         .await
         .ok()
         .flatten()
+}
+
+/// The value of header `name` (lower case) in an answer's head.
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name)
+            .then(|| value.trim().to_string())
+    })
 }
 
 /// `GET /healthz` on a kept-alive connection: whether it was answered `ok`.

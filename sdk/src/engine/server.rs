@@ -15,6 +15,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::middleware::map_response_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -308,7 +309,7 @@ fn routes<C: DeserializeOwned + Send + Sync + 'static>(
     let state = Arc::new(AppState {
         initializer,
         tls,
-        terminating,
+        terminating: Arc::clone(&terminating),
         synced,
     });
     Router::new()
@@ -318,6 +319,24 @@ fn routes<C: DeserializeOwned + Send + Sync + 'static>(
         .route("/readyz", get(readyz::<C>))
         .route("/metrics", get(metrics::<C>))
         .with_state(state)
+        .layer(map_response_with_state(terminating, close_when_terminating))
+}
+
+/// Once terminating, every answer tells the client to close its connection. The API server
+/// keeps connections to a pod alive, and one the server closed while idle can race the API
+/// server's next request on it, which then fails the create (`EOF`). Closed after an answer
+/// instead, each connection ends cleanly, and the next one goes through the Service, which no
+/// longer lists this pod.
+async fn close_when_terminating(
+    State(terminating): State<Arc<AtomicBool>>,
+    mut response: Response,
+) -> Response {
+    if terminating.load(Ordering::Relaxed) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
