@@ -546,9 +546,17 @@ async fn olm_removal(client: &Client, kubeconfig: &Path) -> anyhow::Result<Row> 
         .collect();
     // The guard stays on purpose (`docs/src/install/uninstall.md`): OLM leaves the CRD, so
     // Initializers can still be created, and the guard keeps that to those who may create
-    // webhook configurations.
+    // webhook configurations. So do the bounds the operator put on its account, which a
+    // reinstall under the same account finds in place.
+    let bounds =
+        initializer_packaging::bounds::name(&initializer_packaging::bounds::service_account_user(
+            olm::OPERATOR_NAMESPACE,
+            OPERATOR_NAME,
+        ))
+        .context("the operator's account has no bounds name")?;
+    let left = [bounds.as_str(), GUARD];
     ensure!(
-        policies == [GUARD] && bindings == [GUARD],
+        policies == left && bindings == left,
         "admission policies left: {policies:?}, bindings {bindings:?}"
     );
     // A create the suspended Initializer matched still succeeds, untouched.

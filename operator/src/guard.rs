@@ -41,10 +41,9 @@ pub use initializer_packaging::guard::{
     GUARD_NAME, NOT_SERVED_WARNING, binding, match_expression, policy,
 };
 
-/// How long after its binding's `creationTimestamp` (whole seconds, rounded down) the guard is
-/// taken to be in force: at least one full second after the binding was stored, time for the
-/// API server to load a new policy. An Initializer created sooner is treated as unguarded.
-pub const IN_FORCE_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
+/// [`initializer_packaging::guard::IN_FORCE_AFTER`], as a span of server time.
+pub const IN_FORCE_AFTER: jiff::SignedDuration =
+    jiff::SignedDuration::from_secs(initializer_packaging::guard::IN_FORCE_AFTER.as_secs() as i64);
 
 /// What the operator knows about the guard, published by [`keep_applied`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -14,6 +14,7 @@ pub mod api_client;
 pub mod api_requests;
 pub mod apply;
 pub mod backend;
+pub mod bounds;
 pub mod controller;
 pub mod engine;
 pub mod error;

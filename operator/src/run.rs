@@ -175,6 +175,9 @@ pub async fn run_with_metrics(
         .await
         .map_err(|e| Error::Client(Box::new(e)))?;
     info!(server = %version.git_version, namespace = %args.namespace, "connected");
+    // The operator's bounds, in the background like the guard: failing to apply them must not
+    // stop the operator, which RBAC still bounds.
+    tokio::spawn(crate::bounds::keep_trying(client.clone(), shutdown.clone()));
     let (guard_tx, guard) = watch::channel(GuardState::Unknown);
     tokio::spawn(crate::guard::keep_applied(
         client.clone(),

@@ -20,6 +20,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use crate::manifest::GUARD_NAME;
 
+/// How long after its binding's `creationTimestamp` (whole seconds, rounded down) the guard is
+/// taken to be in force: at least one full second after the binding was stored, time for the
+/// API server to load a new policy. The operator treats an Initializer created sooner as
+/// unguarded, so the installer creates the CRD only this long after a new binding.
+pub const IN_FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the installer and the operator log where the API server does not serve the guard's API.
 pub const NOT_SERVED_WARNING: &str = "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30 or later): Initializers are guarded by RBAC alone";
 

@@ -23,6 +23,7 @@ k8s_openapi::k8s_if_le_1_36! {
     compile_error!("initializer-packaging needs k8s-openapi's v1_37 feature (or a later one)");
 }
 
+pub mod bounds;
 pub mod bundle;
 pub mod error;
 pub mod guard;

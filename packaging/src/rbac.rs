@@ -169,6 +169,10 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
         "validatingadmissionpolicybindings",
         "delete",
     ),
+    // bounds::put_in_place (at startup): which account the operator runs as, to bound it
+    // (what `system:basic-user` grants every account, granted here so the operator's rights
+    // stand on their own). Its policy and binding are created and read with the rights above.
+    ("authentication.k8s.io", "selfsubjectreviews", "create"),
     // controller::check_workload_namespace (is it labelled for workloads?) and missed::count
     // (namespaces' labels for the namespace selector).
     ("", "namespaces", "get"),
@@ -409,7 +413,8 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
         // The fallback: server-side apply creates (and, as a dry run, compiles) the policy and
         // its binding while the initializer is out of the path; delete lifts them, and list
         // finds those an Initializer left behind. The guard on Initializers (guard.rs) is
-        // applied the same way at startup, and watched so that it is put back at once.
+        // applied the same way at startup, and watched so that it is put back at once; the
+        // bounds on the operator's account (bounds.rs) are created once and read.
         rule(
             &["admissionregistration.k8s.io"],
             &[
@@ -428,6 +433,12 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
                 "mutatingadmissionpolicybindings",
             ],
             &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        // create: the operator's own user name, for the bounds on its account (bounds.rs).
+        rule(
+            &["authentication.k8s.io"],
+            &["selfsubjectreviews"],
+            &["create"],
         ),
         // get: is a workload namespace labelled for initializers; list: namespaces' labels, to
         // count missed initializations in the namespaces the webhook selects.

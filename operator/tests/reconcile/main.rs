@@ -20,6 +20,7 @@
 //! - `ownership`: what is the operator's is kept as it wants it, what is not is left alone;
 //! - `namespaces`: where workloads run and with which rights;
 //! - `guard`: who may create Initializers;
+//! - `bounds`: what the operator's own account may not touch;
 //! - `engine`: a preset moved into the API server once proven, and back.
 
 // Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
@@ -29,6 +30,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bounds;
 mod engine;
 mod guard;
 mod leadership;

@@ -127,6 +127,19 @@ impl TestCluster {
         self.client.clone()
     }
 
+    /// A client acting as `user` on every request (the cluster admin impersonating it): only
+    /// the real control plane authorizes, so only there does it mean anything.
+    pub async fn client_as(&self, user: &str) -> anyhow::Result<Client> {
+        let Plane::Real(plane) = &self.plane else {
+            bail!("impersonation needs the real control plane");
+        };
+        let kubeconfig = kube::config::Kubeconfig::read_from(plane.kubeconfig_path())?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        config.auth_info.impersonate = Some(user.to_string());
+        Ok(Client::try_from(config)?)
+    }
+
     /// Makes the next `times` requests of `verb` on `resource` (in `group`) named `name` suffer
     /// `action` (an error, or a delay). Only the sandbox can: kube-apiserver has no fault
     /// injection.

@@ -116,14 +116,18 @@ pub async fn install(client: Client, plan: &InstallPlan, timeout: Duration) -> R
     wait_available(&client, plan, deadline).await
 }
 
-/// Applies every object of `plan`: the guard on Initializers first, then the CRDs (waiting until
-/// they are established), then the rest.
+/// Applies every object of `plan`: the guard on Initializers first, then, once a new guard is in
+/// force, the CRDs (waiting until they are established), then the rest.
 pub async fn apply_plan(
     client: &Client,
     plan: &InstallPlan,
     deadline: Instant,
 ) -> Result<(), Error> {
-    apply_guard(client, plan).await?;
+    if apply_guard(client, plan).await? {
+        // The operator holds back an Initializer created before a new guard was in force: the
+        // CRD, without which none can be created, waits until it is.
+        tokio::time::sleep(crate::guard::IN_FORCE_AFTER).await;
+    }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in &plan.crds {
         apply(&crds, crd, "CustomResourceDefinition").await?;
@@ -437,7 +441,39 @@ async fn remove_permissions(client: &Client, namespace: &str) -> Result<(), Erro
     }
     delete_in_namespace::<RoleBinding>(client, namespace, "RoleBinding").await?;
     delete_in_namespace::<Role>(client, namespace, "Role").await?;
-    delete_in_namespace::<ServiceAccount>(client, namespace, "ServiceAccount").await
+    delete_in_namespace::<ServiceAccount>(client, namespace, "ServiceAccount").await?;
+    remove_bounds(client, namespace).await
+}
+
+/// Deletes the bounds the operator put on its own account in `namespace`
+/// ([`crate::bounds`]), if they are there and carry the operator's label. The operator itself
+/// may not: its bounds refuse that.
+async fn remove_bounds(client: &Client, namespace: &str) -> Result<(), Error> {
+    let user = crate::bounds::service_account_user(namespace, crate::manifest::OPERATOR_NAME);
+    match crate::bounds::name(&user) {
+        Some(name) => remove_operator_policy(client, &name).await,
+        None => Ok(()),
+    }
+}
+
+/// Deletes the ValidatingAdmissionPolicy binding and policy `name`, each only if it carries the
+/// operator's label (binding first, so no binding names a missing policy).
+async fn remove_operator_policy(client: &Client, name: &str) -> Result<(), Error> {
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    if get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding")
+        .await?
+        .is_some_and(|b| operator_made(&b.metadata))
+    {
+        delete(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
+    }
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    if get_opt(&policies, name, "ValidatingAdmissionPolicy")
+        .await?
+        .is_some_and(|p| operator_made(&p.metadata))
+    {
+        delete(&policies, name, "ValidatingAdmissionPolicy").await?;
+    }
+    Ok(())
 }
 
 async fn delete_in_namespace<K>(
@@ -467,16 +503,19 @@ fn operator_made(meta: &ObjectMeta) -> bool {
 }
 
 /// Applies the guard on Initializers, policy before binding, before any CRD exists, so that no
-/// Initializer is created unguarded. An object of that name without the operator's label is
-/// someone else's and is left alone (the install fails); an API server that does not serve
-/// ValidatingAdmissionPolicy (before Kubernetes 1.30) leaves Initializers to RBAC alone.
-async fn apply_guard(client: &Client, plan: &InstallPlan) -> Result<(), Error> {
+/// Initializer is created unguarded, and says whether the binding is new. An object of that
+/// name without the operator's label is someone else's and is left alone (the install fails);
+/// an API server that does not serve ValidatingAdmissionPolicy (before Kubernetes 1.30) leaves
+/// Initializers to RBAC alone.
+async fn apply_guard(client: &Client, plan: &InstallPlan) -> Result<bool, Error> {
     let name = crate::manifest::GUARD_NAME;
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let existing = get_opt(&policies, name, "ValidatingAdmissionPolicy").await?;
     let binding = get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
+    // A new policy under an old binding is new to the API server too.
+    let created = existing.is_none() || binding.is_none();
     for (kind, meta) in [
         ("ValidatingAdmissionPolicy", existing.map(|p| p.metadata)),
         (
@@ -502,42 +541,28 @@ async fn apply_guard(client: &Client, plan: &InstallPlan) -> Result<(), Error> {
             .map_err(|source| ("ValidatingAdmissionPolicyBinding", source))
     };
     match applied.await {
-        Ok(_) => tracing::info!(name, "applied the guard on Initializers"),
+        Ok(_) => {
+            tracing::info!(name, "applied the guard on Initializers");
+            Ok(created)
+        }
         // A get of a kind that is not served looks like a missing object; the apply says which.
         Err((_, err)) if crate::error::is_not_found(&err) => {
-            tracing::warn!("{}", crate::guard::NOT_SERVED_WARNING)
+            tracing::warn!("{}", crate::guard::NOT_SERVED_WARNING);
+            Ok(false)
         }
-        Err((kind, source)) => {
-            return Err(Error::Apply {
-                kind,
-                name: name.to_string(),
-                source: Box::new(source),
-            });
-        }
+        Err((kind, source)) => Err(Error::Apply {
+            kind,
+            name: name.to_string(),
+            source: Box::new(source),
+        }),
     }
-    Ok(())
 }
 
 /// Deletes the operator's guard on Initializers (its ValidatingAdmissionPolicy and binding), if
 /// it is there and carries the operator's label. An API server that does not serve
 /// ValidatingAdmissionPolicy has none.
 pub async fn remove_guard(client: &Client) -> Result<(), Error> {
-    let name = crate::manifest::GUARD_NAME;
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    if get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding")
-        .await?
-        .is_some_and(|b| operator_made(&b.metadata))
-    {
-        delete(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
-    }
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    if get_opt(&policies, name, "ValidatingAdmissionPolicy")
-        .await?
-        .is_some_and(|p| operator_made(&p.metadata))
-    {
-        delete(&policies, name, "ValidatingAdmissionPolicy").await?;
-    }
-    Ok(())
+    remove_operator_policy(client, crate::manifest::GUARD_NAME).await
 }
 
 /// The versions the operator writes a preset's MutatingAdmissionPolicy at, where served.

@@ -34,7 +34,8 @@ pub enum UninstallStep {
     DeleteInitializers,
     /// Delete the operator's Deployments and wait until their pods have stopped.
     RemoveOperator,
-    /// Delete the installer's RBAC and service accounts.
+    /// Delete the installer's RBAC and service accounts, and the bounds the operator put on its
+    /// account.
     RemovePermissions,
     /// Delete the installer's namespace (never one it did not create).
     RemoveNamespace,
