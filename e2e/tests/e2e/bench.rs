@@ -9,7 +9,9 @@
 //! them. The two sides of each comparison are interleaved so that a machine that slows down
 //! slows both: the gate's side by side in rounds (no Initializer registered, then registered,
 //! the order swapped each round), the engines create by create (two namespaces, one per
-//! engine).
+//! engine). The whole comparison runs `E2E_BENCH_RUNS` times (3 unless set) on the same
+//! Initializers, each run printed, then the median of the runs' figures: one run's p99 is the
+//! tenth slowest of 1,000 creates, too few to tell a few per cent apart on a shared machine.
 
 use std::time::{Duration, Instant};
 
@@ -39,38 +41,124 @@ const CALLS: &str = "apiserver_admission_webhook_request_total";
 const EXCLUSIONS: &str = "apiserver_admission_match_condition_exclusions_total";
 /// The label both presets inject.
 const INJECTED: &str = "e2e.initializer.dev/bench-injected";
+/// How many times the whole comparison runs, unless `E2E_BENCH_RUNS` says.
+const DEFAULT_RUNS: usize = 3;
 
 pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<()> {
-    let gate = gate_side_by_side(&ctx).await?;
-    let engines = engines_side_by_side(&ctx).await?;
+    let runs = match std::env::var("E2E_BENCH_RUNS") {
+        Ok(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .with_context(|| format!("E2E_BENCH_RUNS={text:?} is not a positive count"))?,
+        Err(_) => DEFAULT_RUNS,
+    };
+    let sidecar = common::registered_sidecar(&ctx, "bench-gate", Default::default()).await?;
+    let sides = engines_in_force(&ctx).await?;
+    let mut figures = Vec::with_capacity(runs);
+    for run in 1..=runs {
+        let gate = gate_side_by_side(&ctx, &sidecar.name, &sidecar.target_ns).await?;
+        let engines = engines_side_by_side(&sides).await?;
+        let run_figures = Figures::of(&gate, &engines);
+        eprintln!(
+            "\nrun {run} of {runs}: create latency, {CREATES} server-side dry-run creates on each \
+             side, one after another, interleaved\n\n{}",
+            run_figures.table()
+        );
+        figures.push(run_figures);
+    }
     eprintln!(
-        "\ncreate latency, {CREATES} server-side dry-run creates on each side, one after another, \
-         interleaved\n\n\
-         | creates | p50 | p99 | webhook calls |\n|---|---|---|---|\n\
-         | Deployments, no Initializer registered (the sidecar suspended) | {} | {} | - |\n\
-         | the same, the sidecar registered; none carries its annotation | {} ({:+.1} %) | {} ({:+.1} %) | {} ({} spared by matchConditions) |\n\
-         | pods, the preset as a webhook | {} | {} | - |\n\
-         | pods, the same preset in the API server (MutatingAdmissionPolicy) | {} ({:+.1} %) | {} ({:+.1} %) | - |\n",
-        ms(&gate.none, 50),
-        ms(&gate.none, 99),
-        ms(&gate.gated, 50),
-        change(&gate.none, &gate.gated, 50),
-        ms(&gate.gated, 99),
-        change(&gate.none, &gate.gated, 99),
-        gate.calls,
-        gate.spared,
-        ms(&engines.webhook, 50),
-        ms(&engines.webhook, 99),
-        ms(&engines.policy, 50),
-        change(&engines.webhook, &engines.policy, 50),
-        ms(&engines.policy, 99),
-        change(&engines.webhook, &engines.policy, 99),
+        "\nthe median of {runs} runs (each figure apart; the changes are the medians of each run's \
+         change; the webhook calls and the calls spared are summed over the runs)\n\n{}",
+        Figures::median(&figures).table()
     );
     Ok(())
 }
 
-fn ms(latencies: &Latencies, p: u32) -> String {
-    format!("{:.2} ms", latencies.millis(p))
+/// One run's figures, in milliseconds, and the gate's webhook counts.
+#[derive(Clone, Debug, Default)]
+struct Figures {
+    /// p50 and p99 with no Initializer registered.
+    none: [f64; 2],
+    /// p50 and p99 with the sidecar registered, outside its gate.
+    gated: [f64; 2],
+    /// p50 and p99 through the preset as a webhook.
+    webhook: [f64; 2],
+    /// p50 and p99 through the same preset in the API server.
+    policy: [f64; 2],
+    /// The gated side against the no-Initializer side, p50 and p99, in per cent.
+    gate_change: [f64; 2],
+    /// The policy against the webhook, p50 and p99, in per cent.
+    engine_change: [f64; 2],
+    /// The API server's calls to the sidecar's webhook for the gated creates.
+    calls: f64,
+    /// The calls its `matchConditions` spared it.
+    spared: f64,
+}
+
+impl Figures {
+    fn of(gate: &Gate, engines: &Engines) -> Self {
+        let both = |l: &Latencies| [l.millis(50), l.millis(99)];
+        let changes = |base: &Latencies, other: &Latencies| {
+            [change(base, other, 50), change(base, other, 99)]
+        };
+        Self {
+            none: both(&gate.none),
+            gated: both(&gate.gated),
+            webhook: both(&engines.webhook),
+            policy: both(&engines.policy),
+            gate_change: changes(&gate.none, &gate.gated),
+            engine_change: changes(&engines.webhook, &engines.policy),
+            calls: gate.calls,
+            spared: gate.spared,
+        }
+    }
+
+    /// Each figure's median over `runs` (the upper one of an even count); the counts summed.
+    fn median(runs: &[Self]) -> Self {
+        let of = |pick: &dyn Fn(&Self) -> [f64; 2]| {
+            [0, 1].map(|i| {
+                let mut values: Vec<f64> = runs.iter().map(|r| pick(r)[i]).collect();
+                values.sort_by(f64::total_cmp);
+                values.get(values.len() / 2).copied().unwrap_or_default()
+            })
+        };
+        Self {
+            none: of(&|r| r.none),
+            gated: of(&|r| r.gated),
+            webhook: of(&|r| r.webhook),
+            policy: of(&|r| r.policy),
+            gate_change: of(&|r| r.gate_change),
+            engine_change: of(&|r| r.engine_change),
+            calls: runs.iter().map(|r| r.calls).sum(),
+            spared: runs.iter().map(|r| r.spared).sum(),
+        }
+    }
+
+    fn table(&self) -> String {
+        let ms = |v: f64| format!("{v:.2} ms");
+        format!(
+            "| creates | p50 | p99 | webhook calls |\n|---|---|---|---|\n\
+             | Deployments, no Initializer registered (the sidecar suspended) | {} | {} | - |\n\
+             | the same, the sidecar registered; none carries its annotation | {} ({:+.1} %) | {} ({:+.1} %) | {} ({} spared by matchConditions) |\n\
+             | pods, the preset as a webhook | {} | {} | - |\n\
+             | pods, the same preset in the API server (MutatingAdmissionPolicy) | {} ({:+.1} %) | {} ({:+.1} %) | - |\n",
+            ms(self.none[0]),
+            ms(self.none[1]),
+            ms(self.gated[0]),
+            self.gate_change[0],
+            ms(self.gated[1]),
+            self.gate_change[1],
+            self.calls,
+            self.spared,
+            ms(self.webhook[0]),
+            ms(self.webhook[1]),
+            ms(self.policy[0]),
+            self.engine_change[0],
+            ms(self.policy[1]),
+            self.engine_change[1],
+        )
+    }
 }
 
 /// How much `other`'s `p`th percentile differs from `base`'s, in percent.
@@ -89,13 +177,14 @@ struct Gate {
     spared: f64,
 }
 
-/// The sidecar example registered, and Deployments without its annotation created beside the
-/// same Deployments with the sidecar suspended (its webhook configuration removed).
-async fn gate_side_by_side(ctx: &Ctx) -> anyhow::Result<Gate> {
-    let sidecar = common::registered_sidecar(ctx, "bench-gate", Default::default()).await?;
+/// The sidecar example `name` registered, and Deployments without its annotation created in
+/// `namespace` beside the same Deployments with the sidecar suspended (its webhook
+/// configuration removed).
+async fn gate_side_by_side(ctx: &Ctx, name: &str, namespace: &str) -> anyhow::Result<Gate> {
     let client = ctx.client();
-    let webhook = ops::registered_webhook(&client, &sidecar.name).await?.name;
-    let deployments = Api::<Deployment>::namespaced(client.clone(), &sidecar.target_ns);
+    suspend(ctx, name, false).await?;
+    let webhook = ops::registered_webhook(&client, name).await?.name;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace);
     let plain = fixtures::nginx_deployment("bench-plain", false, 1)?;
     let annotated = fixtures::nginx_deployment("bench-annotated", true, 1)?;
     let unchanged = |d: &Deployment| fixtures::template_containers(d) == ["nginx"];
@@ -108,7 +197,7 @@ async fn gate_side_by_side(ctx: &Ctx) -> anyhow::Result<Gate> {
     };
     for round in 0..ROUNDS {
         for registered in [round % 2 == 0, round % 2 == 1] {
-            suspend(ctx, &sidecar.name, !registered).await?;
+            suspend(ctx, name, !registered).await?;
             // What the API server does, not only what the operator says: the annotated
             // Deployment is injected exactly while the configuration is in the API server's hands.
             wait::until(
@@ -138,7 +227,7 @@ async fn gate_side_by_side(ctx: &Ctx) -> anyhow::Result<Gate> {
         }
     }
     // Left suspended: the engines' pods are in no scope of its, and no webhook of it is called.
-    suspend(ctx, &sidecar.name, true).await?;
+    suspend(ctx, name, true).await?;
     ensure!(
         gate.calls == 0.0,
         "the API server called the sidecar's webhook {} times for {} Deployments its gate leaves alone",
@@ -178,9 +267,16 @@ struct Engines {
     policy: Latencies,
 }
 
+/// Where the engines' pods are created, and what an injected one looks like.
+struct EngineSides {
+    /// The preset's webhook's namespace, then the policy's.
+    apis: [Api<Pod>; 2],
+    pod: Pod,
+}
+
 /// Two Initializers with the same preset, one pinned to its webhook, the other moved into the
-/// API server once proven, each for its own namespace; pods created in the two by turns.
-async fn engines_side_by_side(ctx: &Ctx) -> anyhow::Result<Engines> {
+/// API server once proven, each for its own namespace; returns once each injects.
+async fn engines_in_force(ctx: &Ctx) -> anyhow::Result<EngineSides> {
     let client = ctx.client();
     let by_webhook_ns = ctx.scope.target_namespace("bench-webhook").await?;
     let by_policy_ns = ctx
@@ -233,13 +329,12 @@ async fn engines_side_by_side(ctx: &Ctx) -> anyhow::Result<Engines> {
         "metadata": {"name": "bench-app"},
         "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]},
     }))?;
-    let injected = |p: &Pod| p.labels().get(INJECTED).is_some_and(|v| v == "true");
-    let sides = [
+    let apis = [
         Api::<Pod>::namespaced(client.clone(), &by_webhook_ns),
         Api::<Pod>::namespaced(client.clone(), &by_policy_ns),
     ];
     // Both in force before any is timed: each side's first create injected.
-    for api in &sides {
+    for api in &apis {
         wait::until("the first create injected", STEP_TIMEOUT, || async {
             let created = dry_run(api, &pod).await?;
             Ok(if injected(&created) {
@@ -250,6 +345,15 @@ async fn engines_side_by_side(ctx: &Ctx) -> anyhow::Result<Engines> {
         })
         .await?;
     }
+    Ok(EngineSides { apis, pod })
+}
+
+fn injected(pod: &Pod) -> bool {
+    pod.labels().get(INJECTED).is_some_and(|v| v == "true")
+}
+
+/// Pods created through the two engines by turns, every one injected.
+async fn engines_side_by_side(sides: &EngineSides) -> anyhow::Result<Engines> {
     let mut engines = Engines {
         webhook: Latencies::with_capacity(CREATES),
         policy: Latencies::with_capacity(CREATES),
@@ -257,7 +361,7 @@ async fn engines_side_by_side(ctx: &Ctx) -> anyhow::Result<Engines> {
     for i in 0..CREATES {
         let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {
-            let latency = timed(&sides[side], &pod, 1, injected).await?;
+            let latency = timed(&sides.apis[side], &sides.pod, 1, injected).await?;
             if side == 0 {
                 engines.webhook.extend(latency);
             } else {
