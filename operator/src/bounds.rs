@@ -17,6 +17,8 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::guard;
+
 /// What putting the bounds in place came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -67,8 +69,7 @@ pub async fn put_in_place(client: &Client) -> Result<Outcome, kube::Error> {
 }
 
 /// Creates `desired` unless an object of its name exists; says whether what is there now has
-/// `desired`'s spec (as the API server stores it: compared after a dry-run create under another
-/// name, which fills in the defaults the same way).
+/// `desired`'s spec as the API server stores it ([`guard::as_stored`]).
 async fn create_once<K>(client: &Client, desired: &K) -> Result<bool, kube::Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
@@ -82,29 +83,16 @@ where
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.to_owned()),
     };
-    let name = desired.meta().name.clone().unwrap_or_default();
     match api.create(&params, desired).await {
         Ok(_) => return Ok(true),
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(e) => return Err(e),
     }
-    let live = api.get(&name).await?;
-    let mut check = desired.clone();
-    check.meta_mut().name = Some(format!("{name}-check"));
-    let stored = api
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..params
-            },
-            &check,
-        )
+    let live = api
+        .get(desired.meta().name.as_deref().unwrap_or_default())
         .await?;
-    Ok(spec(&live) == spec(&stored))
-}
-
-fn spec<K: Serialize>(object: &K) -> Option<serde_json::Value> {
-    serde_json::to_value(object).ok().map(|v| v["spec"].clone())
+    let stored = guard::as_stored(&api, desired).await?;
+    Ok(guard::whole_spec_patch(&live, &stored).is_none())
 }
 
 /// Puts the bounds in place at startup, retrying with backoff (up to a minute apart) until
@@ -120,7 +108,7 @@ pub async fn keep_trying(client: Client, shutdown: CancellationToken) {
             Ok(Outcome::Differ(name)) => {
                 warn!(
                     %name,
-                    "the operator's bounds in place differ from this version's; an administrator may replace them (the operator may not)"
+                    "the operator's bounds in place differ from this version's; left as they are (an administrator's to replace)"
                 );
                 return;
             }

@@ -247,17 +247,7 @@ async fn put_back_whole<K>(api: &Api<K>, live: &K, desired: &K) -> Result<K, kub
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
-    let mut check = desired.clone();
-    check.meta_mut().name = Some(format!("{GUARD_NAME}{PUT_BACK_CHECK_SUFFIX}"));
-    let stored = api
-        .create(
-            &PostParams {
-                dry_run: true,
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-            },
-            &check,
-        )
-        .await?;
+    let stored = as_stored(api, desired).await?;
     let Some(patch) = whole_spec_patch(live, &stored) else {
         return Ok(live.clone());
     };
@@ -274,12 +264,35 @@ where
         .await
 }
 
-/// The suffix of the name the guard's objects are dry-run created under, to read them as stored.
+/// The suffix of the name an object of the operator's own is dry-run created under, to read it
+/// as stored.
 const PUT_BACK_CHECK_SUFFIX: &str = "-put-back-check";
+
+/// `desired` as the API server would store it (defaults and all): a dry-run create under its
+/// name with [`PUT_BACK_CHECK_SUFFIX`], which stores nothing.
+pub(crate) async fn as_stored<K>(api: &Api<K>, desired: &K) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let mut check = desired.clone();
+    let name = desired.meta().name.clone().unwrap_or_default();
+    check.meta_mut().name = Some(format!("{name}{PUT_BACK_CHECK_SUFFIX}"));
+    api.create(
+        &PostParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+        },
+        &check,
+    )
+    .await
+}
 
 /// The JSON patch that makes `live`'s spec `stored`'s, on `live`'s resource version (pure);
 /// `None` when the two specs are equal already.
-fn whole_spec_patch<K: Resource + Serialize>(live: &K, stored: &K) -> Option<json_patch::Patch> {
+pub(crate) fn whole_spec_patch<K: Resource + Serialize>(
+    live: &K,
+    stored: &K,
+) -> Option<json_patch::Patch> {
     let spec = |object: &K| serde_json::to_value(object).ok().map(|v| v["spec"].clone());
     let (live_spec, stored_spec) = (spec(live)?, spec(stored)?);
     if live_spec == stored_spec {

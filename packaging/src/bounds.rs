@@ -12,15 +12,13 @@
 //! it runs as (under OLM a bundle cannot carry a policy, and only the running operator knows its
 //! account for sure), and `uninstall` removes them.
 
-use std::collections::BTreeMap;
-
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicySpec, Validation,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::guard::{denying_binding, operator_metadata};
 
 /// The API group of everything the bounds cover.
 const GROUP: &str = "admissionregistration.k8s.io";
@@ -87,22 +85,11 @@ pub fn ownership_expression() -> String {
     )
 }
 
-fn metadata(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        labels: Some(BTreeMap::from([(
-            MANAGED_BY_LABEL.to_string(),
-            MANAGED_BY_VALUE.to_string(),
-        )])),
-        ..Default::default()
-    }
-}
-
 /// The policy for the account `username`, named [`name`] (`None` when it is no service account).
 pub fn policy(username: &str) -> Option<ValidatingAdmissionPolicy> {
     let name = name(username)?;
     Some(ValidatingAdmissionPolicy {
-        metadata: metadata(&name),
+        metadata: operator_metadata(&name),
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".to_string()),
             match_constraints: Some(MatchResources {
@@ -134,15 +121,7 @@ pub fn policy(username: &str) -> Option<ValidatingAdmissionPolicy> {
 
 /// The binding of [`policy`], everywhere, denying.
 pub fn binding(username: &str) -> Option<ValidatingAdmissionPolicyBinding> {
-    let name = name(username)?;
-    Some(ValidatingAdmissionPolicyBinding {
-        metadata: metadata(&name),
-        spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: name,
-            validation_actions: vec!["Deny".to_string()],
-            ..Default::default()
-        },
-    })
+    name(username).map(|name| denying_binding(&name))
 }
 
 #[cfg(test)]

@@ -65,9 +65,10 @@ pub fn match_expression() -> String {
     )
 }
 
-fn metadata() -> ObjectMeta {
+/// The metadata of a policy or binding of the operator's own: `name`, with the operator's label.
+pub(crate) fn operator_metadata(name: &str) -> ObjectMeta {
     ObjectMeta {
-        name: Some(GUARD_NAME.to_string()),
+        name: Some(name.to_string()),
         labels: Some(BTreeMap::from([(
             MANAGED_BY_LABEL.to_string(),
             MANAGED_BY_VALUE.to_string(),
@@ -76,11 +77,24 @@ fn metadata() -> ObjectMeta {
     }
 }
 
+/// A binding named as its policy `name`, with the operator's label: the policy, everywhere,
+/// denying.
+pub(crate) fn denying_binding(name: &str) -> ValidatingAdmissionPolicyBinding {
+    ValidatingAdmissionPolicyBinding {
+        metadata: operator_metadata(name),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: name.to_string(),
+            validation_actions: vec!["Deny".to_string()],
+            ..Default::default()
+        },
+    }
+}
+
 /// The policy: CREATE, UPDATE and DELETE of `initializers.initializer.dev` and its status are
 /// refused (fail closed) unless the requester may create MutatingWebhookConfigurations.
 pub fn policy() -> ValidatingAdmissionPolicy {
     ValidatingAdmissionPolicy {
-        metadata: metadata(),
+        metadata: operator_metadata(GUARD_NAME),
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".to_string()),
             match_constraints: Some(MatchResources {
@@ -120,12 +134,5 @@ pub const EARLIER_BINDINGS_KEPT: usize = 8;
 
 /// The binding: the policy, everywhere, denying.
 pub fn binding() -> ValidatingAdmissionPolicyBinding {
-    ValidatingAdmissionPolicyBinding {
-        metadata: metadata(),
-        spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: GUARD_NAME.to_string(),
-            validation_actions: vec!["Deny".to_string()],
-            ..Default::default()
-        },
-    }
+    denying_binding(GUARD_NAME)
 }
