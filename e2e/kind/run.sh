@@ -86,6 +86,8 @@ fi
 
 engine_started=0
 kind_bin=""
+# The background apply of the first Initializer (step 5), stopped if the run ends before it.
+beside=""
 # Whether this run may delete the cluster: set once the recipe knows the cluster of that name is
 # its own (none existed, or one an earlier run made and left, by its mark in $state).
 cluster_ours=0
@@ -93,6 +95,9 @@ cluster_mark="$state/cluster-$cluster.made-here"
 teardown() {
   local status=$?
   trap - EXIT INT TERM
+  if [[ -n "$beside" ]]; then
+    kill "$beside" 2>/dev/null || true
+  fi
   if [[ "$keep" == "1" ]]; then
     log "keeping cluster '$cluster' (E2E_KEEP_CLUSTER=1); export KUBECONFIG=$kubeconfig"
   else
@@ -277,10 +282,40 @@ stage "loading the images" load_images
 # sandbox uses).
 cd "$root"
 stage "building the binaries" "$cargo" build -q --workspace --bins
+# The book's first Initializer, applied beside the install as a GitOps sync of both applies it:
+# again every 200 ms until the API server serves Initializers. The install puts the guard in force
+# before the CRD exists, so it must be deployed as created (generation 1), not held back.
+apply_beside() {
+  local tries=0
+  until kubectl apply -f examples/sidecar-initializer.yaml >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    ((tries < 1500)) || return 1
+    sleep 0.2
+  done
+}
+apply_beside &
+beside=$!
 # ANCHOR: install
 stage "installing the operator from the bundle" \
   "$cargo" run -q -p initializer-operator -- install --bundle bundles/initializer-operator
 # ANCHOR_END: install
+first_initializer() {
+  wait "$beside"
+  beside=""
+  # ANCHOR: first
+  kubectl apply -f examples/sidecar-initializer.yaml
+  kubectl wait initializer/sidecar --for=condition=Ready --timeout=120s
+  kubectl get initializers        # PHASE Registered
+  # ANCHOR_END: first
+  local generation
+  generation="$(kubectl get initializer sidecar -o jsonpath='{.metadata.generation}')"
+  if [[ "$generation" != "1" ]]; then
+    log "the Initializer applied beside the install is Ready at generation $generation, not 1"
+    return 1
+  fi
+  kubectl delete initializer sidecar --wait --timeout=60s
+}
+stage "the first Initializer, applied beside the install" first_initializer
 release_turn
 run_suite() {
   E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q -p initializer-e2e --test e2e -- "$@"

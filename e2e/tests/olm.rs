@@ -11,7 +11,10 @@
 //!   version (a bundle generated from the committed one, `replaces` in the channel): no create
 //!   fails, the Initializer never leaves `Registered`, the old CSV is gone, the new one
 //!   `Succeeded`, and the new operator reconciles the next generation. The same upgrade through
-//!   `helm upgrade` and through `install --bundle` of the next bundle, in tests of their own;
+//!   `helm upgrade` and through `install --bundle` of the next bundle, in tests of their own,
+//!   each of which first installs with the example applied beside the install every 200 ms (as
+//!   a GitOps sync of both does): the CRD must come no sooner than the guard is in force, and
+//!   the example must be deployed as created, never held back;
 //! - removal: the book's commands (`docs/src/install/uninstall.md`), then no webhook
 //!   configuration of ours, only the guard policy the book says remains, and creates in a
 //!   matching namespace succeed.
@@ -58,6 +61,9 @@ const EXAMPLE: &str = "examples/sidecar-initializer.yaml";
 const EXAMPLE_NAME: &str = "sidecar";
 /// The operator's guard on Initializers (operator/src/guard.rs), policy and binding.
 const GUARD: &str = "initializer-operator-guard";
+/// How long after its binding's creation (whole seconds) the operator takes the guard to be in
+/// force.
+const IN_FORCE_AFTER: Duration = initializer_packaging::guard::IN_FORCE_AFTER;
 /// How long OLM may take to install or replace the operator.
 const OLM_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often the load creates.
@@ -70,6 +76,7 @@ struct Row {
     subscription_to_succeeded: Option<Duration>,
     subscription_to_registered: Option<Duration>,
     guard_window: Option<Duration>,
+    example_after_guard: Option<Duration>,
     next_only: Option<Duration>,
     upgrade: Option<Duration>,
     creates: Option<CreateCount>,
@@ -83,6 +90,7 @@ fn table(rows: &[Row]) -> String {
         "subscription→CSV Succeeded",
         "subscription→registered",
         "CRD established→guard in force",
+        "guard's binding→example created (server clock)",
         "upgrade: trigger→only the next operator ready",
         "upgrade: trigger→done",
         "failed creates",
@@ -98,6 +106,7 @@ fn table(rows: &[Row]) -> String {
                 secs(row.subscription_to_succeeded),
                 secs(row.subscription_to_registered),
                 secs(row.guard_window),
+                secs(row.example_after_guard),
                 secs(row.next_only),
                 secs(row.upgrade),
                 row.creates
@@ -839,27 +848,105 @@ fn helm_upgrade_under_load_loses_no_create() {
         let client = backend.client();
         let kubeconfig = backend.kubeconfig_path().to_path_buf();
         let chart = paths::workspace_root().join(install::CHART_DIR);
-        install::install_with_helm(&chart, &kubeconfig).await?;
-        install::wait_available(&client).await?;
-        run(
+        let example_after_guard = install_with_the_example_beside(
+            &client,
             &kubeconfig,
-            &format!(
-                "kubectl apply -f {}",
-                paths::workspace_root().join(EXAMPLE).display()
-            ),
+            install::install_with_helm(&chart, &kubeconfig),
         )
         .await?;
         let next_dir = tempfile::tempdir()?;
         let next = next_chart(&chart, next_dir.path())?;
-        let row = upgrade_under_load(
+        let mut row = upgrade_under_load(
             &client,
             "upgrade_by_helm_under_load_loses_no_create",
             helm_upgrade(&next, &kubeconfig),
             || operator_on_next(&client),
         )
         .await?;
+        row.example_after_guard = Some(example_after_guard);
         Ok(vec![row])
     });
+}
+
+/// Runs `install` while the book's example is applied beside it, as a GitOps sync of the
+/// install and the Initializers together does: `kubectl apply` again every 200 ms until the API
+/// server serves Initializers, so the example is created as early as any sync could. Then the
+/// example must be deployed as created: registered at generation 1, with no spec change (held
+/// back, it would wait for one). Returns how long after the guard's binding it was created, by
+/// the API server's clock (whole seconds). Whatever this run's timing, the CRD must have been
+/// created no sooner than [`IN_FORCE_AFTER`] after the guard's binding.
+async fn install_with_the_example_beside(
+    client: &Client,
+    kubeconfig: &Path,
+    install: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Duration> {
+    let example = paths::workspace_root().join(EXAMPLE);
+    let apply = async {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let applied = run(
+                kubeconfig,
+                &format!("kubectl apply -f {}", example.display()),
+            )
+            .await;
+            match applied {
+                Ok(_) => return Ok(tries),
+                Err(err) if tries * 200 > OLM_TIMEOUT.as_millis() => return Err(err),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    };
+    let (installed, applied) = tokio::join!(install, apply);
+    installed?;
+    let tries = applied.context("the example was never accepted beside the install")?;
+    install::wait_available(client).await?;
+    ops::wait_registered(client, EXAMPLE_NAME, Duration::from_secs(120))
+        .await
+        .context("the example applied beside the install was not deployed")?;
+    let created = Api::<Initializer>::all(client.clone())
+        .get(EXAMPLE_NAME)
+        .await?;
+    ensure!(
+        created.metadata.generation == Some(1),
+        "the example reached Registered at generation {:?}, not 1",
+        created.metadata.generation
+    );
+    let binding = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .get(GUARD)
+        .await?;
+    let at = |meta: &kube::api::ObjectMeta| {
+        meta.creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .context("no creationTimestamp")
+    };
+    let crd = Api::<CustomResourceDefinition>::all(client.clone())
+        .get(initializer_crds::constants::CRD_NAME)
+        .await?;
+    let guard_at = at(&binding.metadata)?;
+    // A time before the guard's reads as zero.
+    let since_guard = |meta| -> anyhow::Result<Duration> {
+        Ok(Duration::try_from(at(meta)?.duration_since(guard_at)).unwrap_or_default())
+    };
+    let crd_after = since_guard(&crd.metadata)?;
+    let after = since_guard(&created.metadata)?;
+    eprintln!(
+        "e2e: the CRD was created {}s after the guard's binding; the example was accepted at \
+         apply {tries}, {}s after it",
+        crd_after.as_secs(),
+        after.as_secs()
+    );
+    // Whatever the timing of this run's applies, no Initializer could have been created before
+    // the operator takes the guard to be in force.
+    ensure!(
+        crd_after >= IN_FORCE_AFTER,
+        "the CRD was created {}s after the guard's binding, not {}s: an Initializer applied then \
+         would be held back",
+        crd_after.as_secs(),
+        IN_FORCE_AFTER.as_secs()
+    );
+    Ok(after)
 }
 
 /// The chart at the next version: `version` and `appVersion`, nothing else.
@@ -931,26 +1018,23 @@ fn bundle_upgrade_under_load_loses_no_create() {
     on_real_control_plane(|backend| async move {
         let client = backend.client();
         let kubeconfig = backend.kubeconfig_path().to_path_buf();
-        install::install_from_bundle(&paths::bundle_dir(), &kubeconfig).await?;
-        install::wait_available(&client).await?;
-        run(
+        let example_after_guard = install_with_the_example_beside(
+            &client,
             &kubeconfig,
-            &format!(
-                "kubectl apply -f {}",
-                paths::workspace_root().join(EXAMPLE).display()
-            ),
+            install::install_from_bundle(&paths::bundle_dir(), &kubeconfig),
         )
         .await?;
         let next_dir = tempfile::tempdir()?;
         let next = next_dir.path().join("initializer-operator");
         olm::next_bundle(&paths::bundle_dir(), &next)?;
-        let row = upgrade_under_load(
+        let mut row = upgrade_under_load(
             &client,
             "upgrade_by_install_bundle_under_load_loses_no_create",
             install::install_from_bundle(&next, &kubeconfig),
             || operator_on_next(&client),
         )
         .await?;
+        row.example_after_guard = Some(example_after_guard);
         Ok(vec![row])
     });
 }

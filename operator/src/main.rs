@@ -27,6 +27,9 @@ enum Command {
     Crd,
     /// Install a registry+v1 bundle without OLM into the current cluster.
     Install(initializer_packaging::install::InstallArgs),
+    /// Apply the guard on Initializers and return once it is in force (the Helm chart's
+    /// pre-install hook, run before the CRD exists).
+    Guard,
     /// Remove what `install` created (webhook configurations and Initializers first).
     Uninstall(initializer_packaging::install::UninstallArgs),
     /// Write the generated OLM bundle (or check it with --check) and validate it.
@@ -54,6 +57,11 @@ async fn main() -> anyhow::Result<()> {
                 args.bundle.display(),
                 args.namespace
             );
+        }
+        Command::Guard => {
+            let client = kube::Client::try_default().await?;
+            initializer_packaging::install::run_guard(client).await?;
+            println!("the guard on Initializers is in force");
         }
         Command::Uninstall(args) => {
             let client = kube::Client::try_default().await?;

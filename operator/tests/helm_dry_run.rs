@@ -1,5 +1,5 @@
-//! kube-apiserver accepts every object the committed Helm chart renders: `helm template
-//! --include-crds`, then a server-side apply of every object with `dryRun=All` on the real
+//! kube-apiserver accepts every object the committed Helm chart renders (its CRD and its guard
+//! hook included): `helm template`, then a server-side apply of every object with `dryRun=All` on the real
 //! control plane (here because the operator's tests own the cluster harness; the chart's other
 //! tests are `packaging/tests/helm.rs`).
 
@@ -38,11 +38,11 @@ where
     support::run(backend, &[], body).await;
 }
 
-/// `helm template --include-crds`, then a server-side apply of every object with `dryRun=All`
+/// `helm template` (hooks included), then a server-side apply of every object with `dryRun=All`
 /// against kube-apiserver: the API server's schema validation, defaulting and admission accept
 /// the whole chart (the namespace exists first, as `helm install --create-namespace` makes it).
 async fn kube_apiserver_accepts_the_rendered_chart_in_a_server_side_dry_run(cluster: &TestCluster) {
-    let objects = template(&["--include-crds"]).unwrap();
+    let objects = template(&[]).unwrap();
     assert!(
         objects.len() > 5,
         "the chart rendered {} objects",

@@ -23,7 +23,8 @@ pub use crate::manifest::GUARD_NAME;
 /// How long after its binding's `creationTimestamp` (whole seconds, rounded down) the guard is
 /// taken to be in force: at least one full second after the binding was stored, time for the
 /// API server to load a new policy. The operator treats an Initializer created sooner as
-/// unguarded, so the installer creates the CRD only this long after a new binding.
+/// unguarded, so the installer and the chart's pre-install hook (`initializer-operator guard`)
+/// let the CRD be created only this long after a new binding.
 pub const IN_FORCE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the installer and the operator log where the API server does not serve the guard's API.

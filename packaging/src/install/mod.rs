@@ -123,11 +123,9 @@ pub async fn apply_plan(
     plan: &InstallPlan,
     deadline: Instant,
 ) -> Result<(), Error> {
-    if apply_guard(client, plan).await? {
-        // The operator holds back an Initializer created before a new guard was in force: the
-        // CRD, without which none can be created, waits until it is.
-        tokio::time::sleep(crate::guard::IN_FORCE_AFTER).await;
-    }
+    // The operator holds back an Initializer created before a new guard was in force: the CRD,
+    // without which none can be created, waits until it is.
+    put_guard_in_force(client, &plan.guard_policy, &plan.guard_binding).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in &plan.crds {
         apply(&crds, crd, "CustomResourceDefinition").await?;
@@ -502,25 +500,49 @@ fn operator_made(meta: &ObjectMeta) -> bool {
         .is_some_and(|v| v == constants::MANAGED_BY_VALUE)
 }
 
+/// `initializer-operator guard`, the Helm chart's pre-install hook: applies the guard on
+/// Initializers ([`crate::guard`]) and returns once it is in force, so that Helm creates the
+/// CRD only after it.
+pub async fn run_guard(client: Client) -> Result<(), Error> {
+    put_guard_in_force(&client, &crate::guard::policy(), &crate::guard::binding()).await
+}
+
+/// Applies the guard on Initializers ([`apply_guard`]) and returns once it is in force: at once
+/// when its binding was there, [`crate::guard::IN_FORCE_AFTER`] later when it is new.
+async fn put_guard_in_force(
+    client: &Client,
+    policy: &ValidatingAdmissionPolicy,
+    binding: &ValidatingAdmissionPolicyBinding,
+) -> Result<(), Error> {
+    if apply_guard(client, policy, binding).await? {
+        tokio::time::sleep(crate::guard::IN_FORCE_AFTER).await;
+    }
+    Ok(())
+}
+
 /// Applies the guard on Initializers, policy before binding, before any CRD exists, so that no
 /// Initializer is created unguarded, and says whether the binding is new. An object of that
 /// name without the operator's label is someone else's and is left alone (the install fails);
 /// an API server that does not serve ValidatingAdmissionPolicy (before Kubernetes 1.30) leaves
 /// Initializers to RBAC alone.
-async fn apply_guard(client: &Client, plan: &InstallPlan) -> Result<bool, Error> {
+async fn apply_guard(
+    client: &Client,
+    policy: &ValidatingAdmissionPolicy,
+    binding: &ValidatingAdmissionPolicyBinding,
+) -> Result<bool, Error> {
     let name = crate::manifest::GUARD_NAME;
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let existing = get_opt(&policies, name, "ValidatingAdmissionPolicy").await?;
-    let binding = get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
+    let existing_binding = get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
     // A new policy under an old binding is new to the API server too.
-    let created = existing.is_none() || binding.is_none();
+    let created = existing.is_none() || existing_binding.is_none();
     for (kind, meta) in [
         ("ValidatingAdmissionPolicy", existing.map(|p| p.metadata)),
         (
             "ValidatingAdmissionPolicyBinding",
-            binding.map(|b| b.metadata),
+            existing_binding.map(|b| b.metadata),
         ),
     ] {
         if meta.is_some_and(|meta| !operator_made(&meta)) {
@@ -532,11 +554,11 @@ async fn apply_guard(client: &Client, plan: &InstallPlan) -> Result<bool, Error>
     }
     let applied = async {
         policies
-            .patch(name, &params, &Patch::Apply(&plan.guard_policy))
+            .patch(name, &params, &Patch::Apply(policy))
             .await
             .map_err(|source| ("ValidatingAdmissionPolicy", source))?;
         bindings
-            .patch(name, &params, &Patch::Apply(&plan.guard_binding))
+            .patch(name, &params, &Patch::Apply(binding))
             .await
             .map_err(|source| ("ValidatingAdmissionPolicyBinding", source))
     };

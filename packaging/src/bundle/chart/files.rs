@@ -122,9 +122,11 @@ kubectl -n {namespace} rollout status deployment/{name}
 ```
 
 One release per cluster: the CRD, the ClusterRoles and the webhook configurations the operator
-manages are cluster-wide, so the objects keep the bundle's names. The CRD is in `crds/`, so Helm
-installs it once and never upgrades or deletes it: after an upgrade that changes it, apply
-`crds/` with `kubectl apply --server-side`. Before `helm uninstall`, delete (or suspend) every
+manages are cluster-wide, so the objects keep the bundle's names. The CRD is a template, not a file
+of `crds/`: Helm creates it only once the pre-install hook (the Job `{hook}`, in the
+operator's image) has put the guard on Initializers in force, so that no Initializer is ever
+created unguarded; `helm upgrade` upgrades it; `helm uninstall` leaves it, and every
+Initializer with it (`helm.sh/resource-policy: keep`). Before `helm uninstall`, delete (or suspend) every
 Initializer while the operator still runs, so that it removes their webhook configurations.
 
 ## Values
@@ -139,5 +141,6 @@ and name it.
         description = manifest::OPERATOR_DESCRIPTION,
         namespace = manifest::DEFAULT_NAMESPACE,
         name = manifest::OPERATOR_NAME,
+        hook = super::GUARD_HOOK_NAME,
     ))
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::defaults::{LOG_LEVEL_ENV, PRESET_IMAGE_FLAG};
+use super::guard_hook::guard_hook_objects;
 use super::holes::Hole;
 use super::rules::open_rule_parameters;
 use super::{MANAGED_BY_LABEL, json_error, missing};
@@ -33,10 +34,10 @@ pub fn namespace_token() -> String {
 /// The objects of `plan` (made for [`namespace_token`]) with their holes, by template file.
 pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error> {
     let mut objects = Vec::new();
-    // No guard here: Helm creates kinds it does not order (ValidatingAdmissionPolicy) after the
-    // Deployment, so the chart raced the operator's own apply of it and `helm install` failed
-    // with `already exists`. The operator applies it at startup, as under OLM, and holds back
-    // any Initializer created before it was in force (`guard` there).
+    let mut hooks = Vec::new();
+    // The guard is applied by a pre-install hook (`guard_hook.rs`), never as a template: Helm
+    // creates kinds it does not order (ValidatingAdmissionPolicy) after the Deployment, so it
+    // would race the operator's own apply of it.
     let mut push = |file: &str, object: Result<Value, Error>| -> Result<(), Error> {
         objects.push(TemplateObject {
             file: file.to_string(),
@@ -45,6 +46,9 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
         });
         Ok(())
     };
+    for crd in &plan.crds {
+        push(CRD_FILE, kept_on_uninstall(with_labels(crd)?))?;
+    }
     for account in &plan.service_accounts {
         push("serviceaccount.yaml", with_labels(account))?;
     }
@@ -68,6 +72,7 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
         let mut object = with_labels(deployment)?;
         if deployment.metadata.name.as_deref() == Some(manifest::OPERATOR_NAME) {
             open_deployment_holes(&mut object)?;
+            hooks.extend(guard_hook_objects(deployment)?);
         }
         push("deployment.yaml", Ok(object))?;
     }
@@ -77,6 +82,7 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
     for service in &plan.services {
         push("metrics-service.yaml", with_labels(service))?;
     }
+    objects.extend(hooks);
     for object in &plan.monitoring {
         let kind = object["kind"].as_str().unwrap_or_default();
         let (file, value, labels_hole) = match kind {
@@ -119,8 +125,28 @@ pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error
     Ok(objects)
 }
 
+/// The CRD's template: a template, not a file of `crds/`, so that Helm creates it after the
+/// guard's pre-install hook (it creates `crds/` before any hook) and upgrades it with the chart.
+pub const CRD_FILE: &str = "crd.yaml";
+/// The annotation that has Helm leave an object in place on `helm uninstall`.
+pub const RESOURCE_POLICY_ANNOTATION: &str = "helm.sh/resource-policy";
+
+/// `object` with Helm's `resource-policy: keep`: deleting the CRD would delete every Initializer
+/// with it, so `helm uninstall` leaves it, as it left a CRD of `crds/`.
+fn kept_on_uninstall(mut object: Value) -> Result<Value, Error> {
+    let metadata = object
+        .pointer_mut("/metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| Error::ChartGenerate("failed to find the CRD's metadata".to_string()))?;
+    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+    if let Some(annotations) = annotations.as_object_mut() {
+        annotations.insert(RESOURCE_POLICY_ANNOTATION.to_string(), json!("keep"));
+    }
+    Ok(object)
+}
+
 /// The object as JSON with the installer's `managed-by` label replaced by [`Hole::Labels`].
-fn with_labels(object: &impl Serialize) -> Result<Value, Error> {
+pub(super) fn with_labels(object: &impl Serialize) -> Result<Value, Error> {
     let mut value = serde_json::to_value(object).map_err(|err| json_error("an object", &err))?;
     let labels = value
         .pointer_mut("/metadata")

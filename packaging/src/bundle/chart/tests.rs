@@ -1,6 +1,6 @@
 //! The chart generator's unit tests: holes, defaults, values and rendering.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::values::wrap;
 use super::*;
@@ -26,6 +26,11 @@ fn plan_objects() -> Vec<(String, Value)> {
         }
         value
     };
+    for crd in &plan.crds {
+        let mut crd = strip(crd);
+        crd["metadata"]["annotations"] = json!({RESOURCE_POLICY_ANNOTATION: "keep"});
+        push(CRD_FILE, crd);
+    }
     plan.service_accounts
         .iter()
         .for_each(|o| push("serviceaccount.yaml", strip(o)));
@@ -90,7 +95,72 @@ fn filled_objects() -> Vec<(String, Value)> {
 
 #[test]
 fn the_chart_filled_with_its_defaults_gives_every_object_of_the_install_plan() {
-    assert_eq!(filled_objects(), plan_objects());
+    let (hooks, objects): (Vec<_>, Vec<_>) = filled_objects()
+        .into_iter()
+        .partition(|(file, _)| file == GUARD_HOOK_FILE);
+    assert_eq!(objects, plan_objects());
+    assert_eq!(hooks.len(), 4, "{hooks:?}");
+}
+
+#[test]
+fn the_guard_hook_runs_before_the_crd_in_the_operators_image_with_rights_to_the_guard_only() {
+    let filled = filled_objects();
+    let (_, operator) = filled
+        .iter()
+        .find(|(file, _)| file == "deployment.yaml")
+        .unwrap();
+    let hooks: Vec<&Value> = filled
+        .iter()
+        .filter(|(file, _)| file == GUARD_HOOK_FILE)
+        .map(|(_, object)| object)
+        .collect();
+    let kinds: Vec<&str> = hooks.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"]
+    );
+    for hook in &hooks {
+        let annotations = &hook["metadata"]["annotations"];
+        // Helm creates `crds/` before any hook: the CRD must be a template to come after it.
+        assert_eq!(annotations["helm.sh/hook"], json!("pre-install"), "{hook}");
+        assert_eq!(
+            annotations["helm.sh/hook-delete-policy"],
+            json!("before-hook-creation,hook-succeeded")
+        );
+        assert_eq!(hook["metadata"]["name"], json!(GUARD_HOOK_NAME));
+    }
+    // The Job's weight is the highest: its account and rights exist before it runs.
+    assert_eq!(
+        hooks[3]["metadata"]["annotations"]["helm.sh/hook-weight"],
+        json!("0")
+    );
+    assert_eq!(
+        hooks[0]["metadata"]["annotations"]["helm.sh/hook-weight"],
+        json!("-10")
+    );
+    assert_eq!(
+        hooks[1]["rules"],
+        json!([{
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+            "resourceNames": [manifest::GUARD_NAME],
+            "verbs": ["get", "patch", "create"],
+        }])
+    );
+    assert_eq!(hooks[2]["subjects"][0]["namespace"], json!(NS));
+    let job_pod = &hooks[3]["spec"]["template"]["spec"];
+    let operator_pod = &operator["spec"]["template"]["spec"];
+    assert_eq!(job_pod["serviceAccountName"], json!(GUARD_HOOK_NAME));
+    assert_eq!(job_pod["securityContext"], operator_pod["securityContext"]);
+    let (job, operator) = (&job_pod["containers"][0], &operator_pod["containers"][0]);
+    assert_eq!(job["args"], json!([GUARD_SUBCOMMAND]));
+    for field in ["image", "imagePullPolicy", "resources", "securityContext"] {
+        assert_eq!(job[field], operator[field], "{field}");
+    }
+    assert_eq!(
+        hooks[3]["spec"]["template"]["metadata"]["labels"][constants::EXCLUDE_LABEL],
+        json!("true"),
+    );
 }
 
 #[test]
@@ -255,14 +325,11 @@ fn values_yaml_holds_every_default_and_the_schema_describes_every_value() {
 }
 
 #[test]
-fn the_crd_is_the_bundles_byte_for_byte_and_every_template_is_marked_generated() {
+fn every_template_is_marked_generated() {
     let chart = generate().unwrap();
-    assert_eq!(
-        chart.file("crds/initializer.dev_initializers.yaml"),
-        bundle().file(super::super::CRD_FILE)
-    );
+    assert!(chart.file(&format!("templates/{CRD_FILE}")).is_some());
     for (name, text) in &chart.files {
-        if name.ends_with(".yaml") && !name.starts_with("crds/") {
+        if name.ends_with(".yaml") {
             assert!(text.starts_with(GENERATED_HEADER), "{name}");
         }
     }
