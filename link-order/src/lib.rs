@@ -2,9 +2,9 @@
 //! profile saw run (`make link-order` records them) together at the start of `.text`.
 //!
 //! Why: the kernel maps a binary's code 64 KiB at a time around each page it faults in, so code
-//! that runs spread thinly over a large binary makes most of it resident. The preset
-//! initializer runs 1.3 MiB of functions scattered over 8.5 MiB of code, and 6.2 MiB of it was
-//! resident; packed, 2.8 MiB is.
+//! that runs spread thinly over a large binary makes most of it resident. An initializer runs a
+//! small part of its code, scattered over all of it; packed together, that part is about all
+//! that stays resident (the figures: `docs/src/design/2026-11-sdk-overhead.md`).
 //!
 //! Two opt-in switches, both set by the image build:
 //! - `INITIALIZER_LINK_ORDER=1`: the ordering. It needs lld's `--symbol-ordering-file`, so it
@@ -13,7 +13,7 @@
 //!   links as usual.
 //! - `INITIALIZER_PACK_RELOCS=1`: with the ordering, the relative relocations packed
 //!   (`-z pack-relative-relocs`). The loader then reads a few KiB of them at start instead of
-//!   620 KiB, which stayed resident; the binary needs glibc 2.36 or later to start (Debian 12,
+//!   the hundreds that stayed resident; the binary needs glibc 2.36 or later to start (Debian 12,
 //!   the image's base). `make bench` sets it when the machine's glibc has it.
 //!
 //! A list from an older build only loses its effect: names it gives that the binary no longer

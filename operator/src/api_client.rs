@@ -5,9 +5,9 @@
 //!
 //! kube's builder keeps every idle connection a burst opened, for 90 s. The client speaks
 //! HTTP/1.1, one request per connection at a time, so applying 100 Initializers at once left the
-//! leader holding about 400 idle TLS connections to the API server, with their buffers, beside
-//! the watches' own: `make bench-scale` measured 508 connections for 100 Initializers on the
-//! sandbox. client-go keeps at most 25 idle per host; so does this client.
+//! leader holding hundreds of idle TLS connections to the API server, with their buffers, beside
+//! the watches' own (`make bench-scale` counts them). client-go keeps at most 25 idle per host;
+//! so does this client.
 //!
 //! Two of kube's defaults are not the operator's. kube sets no read timeout (its watcher has its
 //! own idle timeout); the operator's calls include the one that removes a webhook configuration

@@ -4,10 +4,9 @@
 use clap::{Parser, Subcommand};
 
 /// jemalloc rather than the system allocator: glibc's malloc keeps much of what the probes and
-/// reconciles free in holes inside its heap, never returned to the system (at 100 Initializers on
-/// the sandbox, 81 MiB resident against 66 with jemalloc, 54 with its options set in
-/// `.cargo/config.toml`; `docs/src/design/2026-11-jemalloc.md`). mimalloc, tried too, kept more
-/// than glibc (113 MiB).
+/// reconciles free in holes inside its heap, never returned to the system; jemalloc, with the
+/// options `.cargo/config.toml` sets, returns it. (mimalloc kept more than glibc. The figures
+/// are in `docs/src/design/2026-11-jemalloc.md`.)
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
