@@ -86,7 +86,7 @@ impl Env {
         }
         let install_time = started.elapsed();
         eprintln!(
-            "e2e: operator installed from the bundle, available in namespace {} after {:.2}s",
+            "e2e: operator installed, available in namespace {} after {:.2}s",
             operator_namespace,
             install_time.as_secs_f64()
         );

@@ -1,12 +1,13 @@
 //! An object author who forges the initializer's mark: while the initializer is out of the path,
 //! Deployments are created carrying `initializer.dev/initialized-by` as the author can write it
-//! (the unsigned form the SDK wrote before, a signed form with a made-up MAC, and a genuine mark
-//! copied from another object). None of them may hide its object from the operator's count of
-//! missed initializations; a Deployment the initializer genuinely marked in the window is not
-//! counted.
+//! (the unsigned form the SDK wrote before, a signed form with a made-up MAC, a genuine mark
+//! copied from another object, and a genuine mark bought ahead of time for the very object, by
+//! posting the initializer an UPDATE review whose `oldObject` claims a creation time to come).
+//! None of them may hide its object from the operator's count of missed initializations; a
+//! Deployment the initializer genuinely marked in the window is not counted.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use initializer_e2e::fixtures;
@@ -14,15 +15,26 @@ use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::timings::Missed;
 use initializer_e2e::watch::Change;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhook;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::ListParams;
+use serde_json::{Value, json};
 
 use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
 
 /// The mark's annotation (`kube_initializer::mutate::INITIALIZED_BY_ANNOTATION`).
 pub const MARK: &str = "initializer.dev/initialized-by";
+
+/// How far ahead a bought mark's review claims its object was created: beyond the mark's window
+/// (`initializer_mark::WINDOW_SECONDS`, 10 s) from the moment it is bought, so that a mark
+/// stamped with the claim fits a create made at the claimed time, and one stamped with the
+/// initializer's own clock does not.
+const BOUGHT_AHEAD: Duration = Duration::from_secs(25);
+/// The Deployment a mark is bought for ahead of time.
+const BOUGHT: &str = "forged-bought";
 
 /// The mark a Deployment carries.
 pub fn mark_of(deployment: &Deployment) -> Option<&str> {
@@ -60,6 +72,79 @@ pub fn forgeries(genuine: &str, now: i64) -> anyhow::Result<Vec<(&'static str, S
             genuine.to_string(),
         ),
     ])
+}
+
+/// Asks the initializer for a mark on the Deployment `namespace/name`, as anyone who reaches its
+/// `/initialize` can (here through the API server's service proxy): an UPDATE review whose
+/// `oldObject` claims the Deployment was created at `claimed`. Returns the mark its answer
+/// writes, if any.
+async fn buy_mark(
+    ctx: &Ctx,
+    webhook: &MutatingWebhook,
+    namespace: &str,
+    name: &str,
+    claimed: Timestamp,
+) -> anyhow::Result<Option<String>> {
+    let service = webhook
+        .client_config
+        .service
+        .as_ref()
+        .context("the webhook calls no Service")?;
+    let path = format!(
+        "/api/v1/namespaces/{}/services/https:{}:{}/proxy{}",
+        service.namespace,
+        service.name,
+        service.port.unwrap_or(443),
+        service.path.as_deref().unwrap_or("/")
+    );
+    let mut deployment = serde_json::to_value(fixtures::nginx_deployment(name, true, 0)?)?;
+    deployment["metadata"]["namespace"] = json!(namespace);
+    deployment["metadata"]["creationTimestamp"] = json!(claimed.to_string());
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "bought-ahead",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "name": name,
+            "namespace": namespace,
+            "operation": "UPDATE",
+            "userInfo": {"username": "system:serviceaccount:team-a:default"},
+            "object": deployment,
+            "oldObject": deployment,
+        },
+    });
+    let request = http::Request::post(&path)
+        .header("Content-Type", "application/json")
+        .body(serde_json::to_vec(&review)?)?;
+    let answer: Value = serde_json::from_str(
+        &ctx.client()
+            .request_text(request)
+            .await
+            .with_context(|| format!("failed to post a review to {path}"))?,
+    )?;
+    let Some(patch) = answer["response"].get("patch") else {
+        return Ok(None);
+    };
+    let patch: k8s_openapi::ByteString = serde_json::from_value(patch.clone())?;
+    let operations: Vec<Value> = serde_json::from_slice(&patch.0)?;
+    let key = MARK.replace('/', "~1");
+    Ok(operations.iter().find_map(|op| {
+        let value = match op["path"].as_str()? {
+            "/metadata/annotations" => &op["value"][MARK],
+            path if path == format!("/metadata/annotations/{key}") => &op["value"],
+            _ => return None,
+        };
+        value.as_str().map(str::to_string)
+    }))
+}
+
+/// The time stamp of a signed mark (`<name>/<generation>/t=<seconds>/<MAC>`), in Unix seconds.
+fn stamp_of(mark: &str) -> Option<i64> {
+    mark.split('/')
+        .find_map(|part| part.strip_prefix("t="))
+        .and_then(|time| time.parse().ok())
 }
 
 /// Creates an annotated nginx Deployment (no replicas) carrying `mark`, if any.
@@ -102,8 +187,20 @@ pub async fn forged_marks_do_not_hide_objects_from_the_missed_count(
         .context("the injected Deployment carries no mark")?
         .to_string();
     eprintln!("{}: a genuine mark: {genuine_mark}", sidecar.name);
+    // A mark bought now for a Deployment to be created during the outage, at the claimed time.
+    let claimed = Timestamp::now() + BOUGHT_AHEAD;
+    let webhook = ops::registered_webhook(&ctx.client(), &sidecar.name).await?;
+    let bought = buy_mark(&ctx, &webhook, &ns, BOUGHT, claimed)
+        .await?
+        .context("the initializer wrote no mark for an annotated Deployment's update")?;
+    let bought_stamp = stamp_of(&bought).context("the bought mark is not signed")?;
+    ensure!(
+        bought_stamp <= Timestamp::now().as_second(),
+        "the initializer stamped a mark {}s in the future, the time the review claimed: {bought}",
+        bought_stamp - Timestamp::now().as_second()
+    );
 
-    let frozen_wall = k8s_openapi::jiff::Timestamp::now();
+    let frozen_wall = Timestamp::now();
     let frozen_at = Instant::now();
     let frozen = common::freeze_all(&ctx, &sidecar).await?;
     let removed = sidecar
@@ -117,8 +214,15 @@ pub async fn forged_marks_do_not_hide_objects_from_the_missed_count(
         .await;
     let forged = async {
         removed?;
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let mut created = Vec::new();
+        // Created at the time the review claimed, where a mark stamped with that claim would
+        // pass.
+        if let Ok(wait) = Duration::try_from(claimed.duration_since(Timestamp::now())) {
+            tokio::time::sleep(wait).await;
+        }
+        let deployment = create_marked(&ctx, &ns, BOUGHT, Some(&bought)).await?;
+        created.push(("a genuine mark bought ahead of time", deployment));
+        let now = Timestamp::now().as_second();
         for (n, (what, mark)) in forgeries(&genuine_mark, now)?.into_iter().enumerate() {
             let deployment = create_marked(&ctx, &ns, &format!("forged-{n}"), Some(&mark)).await?;
             created.push((what, deployment));
