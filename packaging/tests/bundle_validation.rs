@@ -282,6 +282,47 @@ fn book_initializer_example_is_the_sidecar_fixture() {
     );
 }
 
+/// The NetworkPolicy the book offers to keep the operator's `/metrics` in
+/// (`examples/operator-metrics-networkpolicy.yaml`) selects the operator's pods in its default
+/// namespace, and admits them on the port that serves `/metrics`, by that port's name.
+#[test]
+fn the_metrics_network_policy_example_selects_the_operators_pods_and_port() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/operator-metrics-networkpolicy.yaml"),
+    )
+    .unwrap();
+    let policy: Value = serde_saphyr::from_str(&text).unwrap();
+    let plan = initializer_packaging::install::plan(
+        &bundle::generate().unwrap(),
+        manifest::DEFAULT_NAMESPACE,
+    )
+    .unwrap();
+    let operator = plan
+        .deployments
+        .iter()
+        .find(|d| d.metadata.name.as_deref() == Some(manifest::OPERATOR_NAME))
+        .unwrap();
+    assert_eq!(
+        policy["metadata"]["namespace"],
+        json!(manifest::DEFAULT_NAMESPACE)
+    );
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        serde_json::to_value(&operator.spec.selector.match_labels).unwrap()
+    );
+    let container = operator.spec.template.spec.as_ref().unwrap().containers[0].clone();
+    let metrics_port = container
+        .ports
+        .iter()
+        .flatten()
+        .find(|port| port.name.as_deref() == Some(manifest::HTTP_PORT_NAME))
+        .expect("the operator's container names its metrics port");
+    let admitted = &policy["spec"]["ingress"][0]["ports"][0]["port"];
+    assert_eq!(admitted, &json!(metrics_port.name));
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+}
+
 // One broken copy per rule.
 
 #[test]
