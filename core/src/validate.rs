@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 
 use initializer_crds::constants::{SYSTEM_NAMESPACES, WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE};
 use initializer_crds::{
-    Backend, ConfigSource, FailurePolicy, HealthPolicy, InitializerSpec, InterceptRule, Operation,
-    PROTECTED_SUMMARY, protected_reached,
+    Backend, ConfigSource, FAILURE_THRESHOLD_LIMITS, FailurePolicy, HealthPolicy, InitializerSpec,
+    InterceptRule, LATENCY_BUDGET_MILLIS_LIMITS, Operation, PERIOD_SECONDS_LIMITS,
+    PROTECTED_SUMMARY, REPLICAS_LIMITS, SUCCESS_THRESHOLD_LIMITS, TIMEOUT_SECONDS_LIMITS,
+    protected_reached,
 };
 
 use crate::cel;
@@ -459,36 +461,47 @@ fn check_selector(selector: &LabelSelector, field: &str, refusals: &mut Vec<Refu
     }
 }
 
+/// The CRD's schema refuses the same numbers at the API server (one table, `initializer_crds`'s
+/// `*_LIMITS`); checked here too for what reaches the operator without it (a sandbox that does
+/// not validate, an object stored before a narrower schema).
 fn check_numbers(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
-    if spec.replicas < 1 {
-        refusals.push(Refusal::new(
-            "spec.replicas",
-            format!("must be at least 1, got {}", spec.replicas),
-        ));
-    }
-    if !(1..=30).contains(&spec.timeout_seconds) {
-        refusals.push(Refusal::new(
-            "spec.timeoutSeconds",
-            format!("must be between 1 and 30, got {}", spec.timeout_seconds),
-        ));
-    }
     let health = spec.health_policy();
     let ranges = [
-        ("periodSeconds", health.period_seconds, 1, 300),
-        ("failureThreshold", health.failure_threshold, 1, 100),
-        ("successThreshold", health.success_threshold, 1, 100),
+        ("spec.replicas", spec.replicas, REPLICAS_LIMITS),
         (
-            "latencyBudgetMillis",
+            "spec.timeoutSeconds",
+            spec.timeout_seconds,
+            TIMEOUT_SECONDS_LIMITS,
+        ),
+        (
+            "spec.health.periodSeconds",
+            health.period_seconds,
+            PERIOD_SECONDS_LIMITS,
+        ),
+        (
+            "spec.health.failureThreshold",
+            health.failure_threshold,
+            FAILURE_THRESHOLD_LIMITS,
+        ),
+        (
+            "spec.health.successThreshold",
+            health.success_threshold,
+            SUCCESS_THRESHOLD_LIMITS,
+        ),
+        (
+            "spec.health.latencyBudgetMillis",
             health.latency_budget_millis,
-            10,
-            30_000,
+            LATENCY_BUDGET_MILLIS_LIMITS,
         ),
     ];
-    for (field, value, min, max) in ranges {
-        if !(min..=max).contains(&value) {
+    for (field, value, limits) in ranges {
+        if !limits.contains(value) {
             refusals.push(Refusal::new(
-                format!("spec.health.{field}"),
-                format!("must be between {min} and {max}, got {value}"),
+                field,
+                format!(
+                    "must be between {} and {}, got {value}",
+                    limits.min, limits.max
+                ),
             ));
         }
     }

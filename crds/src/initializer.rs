@@ -31,6 +31,39 @@ pub const DEFAULT_SUCCESS_THRESHOLD: i32 = 3;
 /// Default latency budget of one probe, in milliseconds.
 pub const DEFAULT_LATENCY_BUDGET_MILLIS: i32 = 500;
 
+/// The inclusive range a number of the spec must lie in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The least allowed.
+    pub min: i32,
+    /// The most allowed.
+    pub max: i32,
+}
+
+impl Limits {
+    /// Whether `value` lies in the range.
+    pub const fn contains(self, value: i32) -> bool {
+        self.min <= value && value <= self.max
+    }
+}
+
+/// `spec.replicas`. Each range is both the CRD schema's `minimum` and `maximum` and what the
+/// operator's validation enforces, so the two cannot differ.
+pub const REPLICAS_LIMITS: Limits = Limits { min: 1, max: 10 };
+/// `spec.timeoutSeconds`: the API server's own bounds on a webhook's timeout.
+pub const TIMEOUT_SECONDS_LIMITS: Limits = Limits { min: 1, max: 30 };
+/// `spec.health.periodSeconds`.
+pub const PERIOD_SECONDS_LIMITS: Limits = Limits { min: 1, max: 300 };
+/// `spec.health.failureThreshold`.
+pub const FAILURE_THRESHOLD_LIMITS: Limits = Limits { min: 1, max: 100 };
+/// `spec.health.successThreshold`.
+pub const SUCCESS_THRESHOLD_LIMITS: Limits = Limits { min: 1, max: 100 };
+/// `spec.health.latencyBudgetMillis`.
+pub const LATENCY_BUDGET_MILLIS_LIMITS: Limits = Limits {
+    min: 10,
+    max: 30_000,
+};
+
 /// An initializer: code that mutates or rejects objects before Kubernetes creates them.
 ///
 /// The operator deploys `image` (or the built-in preset initializer when only `preset` is given),
@@ -98,7 +131,7 @@ pub struct InitializerSpec {
 
     /// Number of initializer pods.
     #[serde(default = "default_replicas")]
-    #[schemars(range(min = 1, max = 10))]
+    #[schemars(range(min = REPLICAS_LIMITS.min, max = REPLICAS_LIMITS.max))]
     pub replicas: i32,
 
     /// Namespace the initializer's workload runs in. Defaults to the operator's namespace.
@@ -144,7 +177,7 @@ pub struct InitializerSpec {
 
     /// How long the API server waits for the initializer, in seconds.
     #[serde(default = "default_timeout_seconds")]
-    #[schemars(range(min = 1, max = 30))]
+    #[schemars(range(min = TIMEOUT_SECONDS_LIMITS.min, max = TIMEOUT_SECONDS_LIMITS.max))]
     pub timeout_seconds: i32,
 
     /// Whether the initializer is called again when a later webhook changed the object.
@@ -517,19 +550,22 @@ pub enum ReinvocationPolicy {
 pub struct HealthPolicy {
     /// Seconds between active probes.
     #[serde(default = "default_period_seconds")]
-    #[schemars(range(min = 1, max = 300))]
+    #[schemars(range(min = PERIOD_SECONDS_LIMITS.min, max = PERIOD_SECONDS_LIMITS.max))]
     pub period_seconds: i32,
     /// Consecutive failed probes before the configuration is removed.
     #[serde(default = "default_failure_threshold")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = FAILURE_THRESHOLD_LIMITS.min, max = FAILURE_THRESHOLD_LIMITS.max))]
     pub failure_threshold: i32,
     /// Consecutive good probes before the configuration is registered again.
     #[serde(default = "default_success_threshold")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = SUCCESS_THRESHOLD_LIMITS.min, max = SUCCESS_THRESHOLD_LIMITS.max))]
     pub success_threshold: i32,
     /// A probe slower than this counts as failed, in milliseconds.
     #[serde(default = "default_latency_budget_millis")]
-    #[schemars(range(min = 10, max = 30000))]
+    #[schemars(range(
+        min = LATENCY_BUDGET_MILLIS_LIMITS.min,
+        max = LATENCY_BUDGET_MILLIS_LIMITS.max
+    ))]
     pub latency_budget_millis: i32,
 }
 

@@ -45,6 +45,46 @@ mod tests {
         );
     }
 
+    /// The schema's bounds are the table the operator's validation reads: a literal written in
+    /// an attribute again would show here.
+    #[test]
+    fn the_schemas_bounds_are_the_limits_the_validation_enforces() {
+        let crd = serde_json::to_value(Initializer::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        let health = &spec["health"]["properties"];
+        for (field, schema, limits) in [
+            ("replicas", &spec["replicas"], REPLICAS_LIMITS),
+            (
+                "timeoutSeconds",
+                &spec["timeoutSeconds"],
+                TIMEOUT_SECONDS_LIMITS,
+            ),
+            (
+                "periodSeconds",
+                &health["periodSeconds"],
+                PERIOD_SECONDS_LIMITS,
+            ),
+            (
+                "failureThreshold",
+                &health["failureThreshold"],
+                FAILURE_THRESHOLD_LIMITS,
+            ),
+            (
+                "successThreshold",
+                &health["successThreshold"],
+                SUCCESS_THRESHOLD_LIMITS,
+            ),
+            (
+                "latencyBudgetMillis",
+                &health["latencyBudgetMillis"],
+                LATENCY_BUDGET_MILLIS_LIMITS,
+            ),
+        ] {
+            assert_eq!(schema["minimum"].as_f64(), Some(f64::from(limits.min)), "{field}");
+            assert_eq!(schema["maximum"].as_f64(), Some(f64::from(limits.max)), "{field}");
+        }
+    }
+
     #[test]
     fn committed_crd_manifest_reads_back_as_the_crd() {
         let committed = include_str!("../manifests/initializer.dev_initializers.yaml");

@@ -592,6 +592,15 @@ fn zero_replicas_are_refused() {
 }
 
 #[test]
+fn replicas_beyond_what_the_schema_allows_are_refused() {
+    let mut spec = sidecar().spec;
+    spec.replicas = initializer_crds::REPLICAS_LIMITS.max;
+    assert!(validate(&spec, "initializer-system", "sidecar").is_ok());
+    spec.replicas += 1;
+    assert!(refused_field(&spec, "spec.replicas"));
+}
+
+#[test]
 fn out_of_range_timeouts_are_refused() {
     for t in [0, 31, -1] {
         let mut spec = sidecar().spec;
