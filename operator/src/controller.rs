@@ -153,6 +153,7 @@ pub fn supervision(
         rules: validated.spec.rules.clone(),
         gate: validated.spec.annotation.clone(),
         timeout: Duration::from_secs(u64::try_from(validated.spec.timeout_seconds).unwrap_or(5)),
+        failure_policy: validated.spec.failure_policy,
         available: workload.available,
         suspended: obj.suspension(),
         generation: obj.metadata.generation,

@@ -39,7 +39,8 @@ use std::time::{Duration, Instant};
 
 use initializer_crds::constants::INITIALIZER_LABEL;
 use initializer_crds::{
-    AnnotationGate, InitializerStatus, InterceptRule, MissedInitializations, Outage, Suspension,
+    AnnotationGate, FailurePolicy, InitializerStatus, InterceptRule, MissedInitializations, Outage,
+    Suspension,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -127,6 +128,9 @@ pub struct Supervision {
     pub gate: Option<AnnotationGate>,
     /// The webhook's timeout.
     pub timeout: Duration,
+    /// What the API server does with a matching create while the initializer does not answer
+    /// (the spec's, which the registered configuration carries).
+    pub failure_policy: FailurePolicy,
     /// Whether the Deployment is available.
     pub available: bool,
     /// Whether, and by which switch, it is suspended.
@@ -199,13 +203,7 @@ impl Supervision {
     /// Under `failurePolicy: Fail`, how soon a hung initializer is taken out of the path: at the
     /// first failed probe (a period and the budget), and at the failure threshold.
     fn fail_closed_bounds(&self) -> Option<status::FailClosedBounds> {
-        let fail = self
-            .webhook
-            .webhooks
-            .iter()
-            .flatten()
-            .any(|w| w.failure_policy.as_deref() == Some("Fail"));
-        fail.then(|| status::FailClosedBounds {
+        (self.failure_policy == FailurePolicy::Fail).then(|| status::FailClosedBounds {
             degraded_within: self.period + self.budget,
             removed_within: self.period * self.health.failure_threshold + self.budget,
         })

@@ -5,8 +5,8 @@ use crate::health::Action;
 use crate::probe;
 use crate::status::FallbackView;
 use crate::validate::Refusal;
-use initializer_crds::Initializer;
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_crds::{FailurePolicy, Initializer};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
 
@@ -108,6 +108,8 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         rules: Vec::new(),
         gate: None,
         timeout: Duration::from_secs(5),
+        // The configuration above has no webhook: nothing fails closed.
+        failure_policy: FailurePolicy::Ignore,
         available: true,
         suspended: None,
         generation: Some(2),
