@@ -5,7 +5,6 @@
 //! operator: bounds that differ from what this operator would make (an older version's, or an
 //! administrator's) are reported, and replacing them is an administrator's call.
 
-use std::time::Duration;
 
 use initializer_crds::constants::FIELD_MANAGER;
 use initializer_packaging::bounds;
@@ -98,38 +97,22 @@ where
 /// Puts the bounds in place at startup, retrying with backoff (up to a minute apart) until
 /// done or `shutdown`; logs what it came to. Never fails the operator.
 pub async fn keep_trying(client: Client, shutdown: CancellationToken) {
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match put_in_place(&client).await {
-            Ok(Outcome::InPlace(name)) => {
-                info!(%name, "the operator's bounds are in place");
-                return;
-            }
-            Ok(Outcome::Differ(name)) => {
-                warn!(
-                    %name,
-                    "the operator's bounds in place differ from this version's; left as they are (an administrator's to replace)"
-                );
-                return;
-            }
-            Ok(Outcome::NotAnAccount(user)) => {
-                info!(%user, "running as no service account the bounds can name: the operator's bounds are not applied");
-                return;
-            }
-            Ok(Outcome::NotServed) => {
-                warn!(
-                    "the API server serves no SelfSubjectReview or ValidatingAdmissionPolicy: the operator is bounded by RBAC alone"
-                );
-                return;
-            }
-            Err(e) => {
-                warn!(error = %e, retry_in = ?delay, "failed to put the operator's bounds in place")
-            }
+    let outcome = crate::retry::until_done(&shutdown, "put the operator's bounds in place", || {
+        put_in_place(&client)
+    })
+    .await;
+    match outcome {
+        None => {}
+        Some(Outcome::InPlace(name)) => info!(%name, "the operator's bounds are in place"),
+        Some(Outcome::Differ(name)) => warn!(
+            %name,
+            "the operator's bounds in place differ from this version's; left as they are (an administrator's to replace)"
+        ),
+        Some(Outcome::NotAnAccount(user)) => {
+            info!(%user, "running as no service account the bounds can name: the operator's bounds are not applied")
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(60));
+        Some(Outcome::NotServed) => warn!(
+            "the API server serves no SelfSubjectReview or ValidatingAdmissionPolicy: the operator is bounded by RBAC alone"
+        ),
     }
 }

@@ -330,29 +330,20 @@ pub async fn keep_applied(
     state: watch::Sender<GuardState>,
     shutdown: CancellationToken,
 ) {
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match apply(&client, None).await {
-            Ok(outcome) => {
-                publish(&outcome, &state);
-                let Outcome::Applied(binding) = outcome else {
-                    warn!("{NOT_SERVED_WARNING}");
-                    return;
-                };
-                info!(name = GUARD_NAME, "guard on Initializers applied");
-                keep_restoring(&client, *binding, &state, &shutdown).await;
-                return;
-            }
-            Err(e) => {
-                warn!(error = %e, retry_in = ?delay, "failed to apply the guard on Initializers")
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(60));
-    }
+    let applied = crate::retry::until_done(&shutdown, "apply the guard on Initializers", || {
+        apply(&client, None)
+    })
+    .await;
+    let Some(outcome) = applied else {
+        return;
+    };
+    publish(&outcome, &state);
+    let Outcome::Applied(binding) = outcome else {
+        warn!("{NOT_SERVED_WARNING}");
+        return;
+    };
+    info!(name = GUARD_NAME, "guard on Initializers applied");
+    keep_restoring(&client, *binding, &state, &shutdown).await;
 }
 
 /// Watches the policy and the binding and applies both again at every change seen: a deletion,

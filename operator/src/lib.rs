@@ -25,6 +25,7 @@ pub mod lag;
 pub mod leader;
 pub mod metrics;
 pub mod missed;
+pub mod retry;
 pub mod run;
 pub mod server;
 pub mod status;
