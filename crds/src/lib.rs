@@ -80,8 +80,16 @@ mod tests {
                 LATENCY_BUDGET_MILLIS_LIMITS,
             ),
         ] {
-            assert_eq!(schema["minimum"].as_f64(), Some(f64::from(limits.min)), "{field}");
-            assert_eq!(schema["maximum"].as_f64(), Some(f64::from(limits.max)), "{field}");
+            assert_eq!(
+                schema["minimum"].as_f64(),
+                Some(f64::from(limits.min)),
+                "{field}"
+            );
+            assert_eq!(
+                schema["maximum"].as_f64(),
+                Some(f64::from(limits.max)),
+                "{field}"
+            );
         }
     }
 

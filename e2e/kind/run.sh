@@ -286,10 +286,13 @@ stage "building the binaries" "$cargo" build -q --workspace --bins
 # again every 200 ms until the API server serves Initializers. The install puts the guard in force
 # before the CRD exists, so it must be deployed as created (generation 1), not held back.
 apply_beside() {
-  local tries=0
-  until kubectl apply -f examples/sidecar-initializer.yaml >/dev/null 2>&1; do
+  local tries=0 refused
+  until refused="$(kubectl apply -f examples/sidecar-initializer.yaml 2>&1)"; do
     tries=$((tries + 1))
-    ((tries < 1500)) || return 1
+    if ((tries >= 1500)); then
+      log "the first Initializer was refused $tries times beside the install, last: $refused"
+      return 1
+    fi
     sleep 0.2
   done
 }

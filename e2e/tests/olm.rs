@@ -897,8 +897,18 @@ async fn install_with_the_example_beside(
             }
         }
     };
-    let (installed, applied) = tokio::join!(install, apply);
-    installed?;
+    // An install that fails ends the applies too.
+    let (mut install, mut apply) = (std::pin::pin!(install), std::pin::pin!(apply));
+    let applied = tokio::select! {
+        installed = &mut install => {
+            installed?;
+            apply.await
+        }
+        applied = &mut apply => {
+            install.await?;
+            applied
+        }
+    };
     let tries = applied.context("the example was never accepted beside the install")?;
     install::wait_available(client).await?;
     ops::wait_registered(client, EXAMPLE_NAME, Duration::from_secs(120))

@@ -13,7 +13,7 @@
 //!   links as usual.
 //! - `INITIALIZER_PACK_RELOCS=1`: with the ordering, the relative relocations packed
 //!   (`-z pack-relative-relocs`). The loader then reads a few KiB of them at start instead of
-//!   the hundreds that stayed resident; the binary needs glibc 2.36 or later to start (Debian 12,
+//!   the hundreds of KiB that stayed resident; the binary needs glibc 2.36 or later to start (Debian 12,
 //!   the image's base). `make bench` sets it when the machine's glibc has it.
 //!
 //! A list from an older build only loses its effect: names it gives that the binary no longer

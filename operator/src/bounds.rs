@@ -5,7 +5,6 @@
 //! operator: bounds that differ from what this operator would make (an older version's, or an
 //! administrator's) are reported, and replacing them is an administrator's call.
 
-
 use initializer_crds::constants::FIELD_MANAGER;
 use initializer_packaging::bounds;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;

@@ -58,9 +58,17 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         Command::Guard => {
+            use initializer_packaging::install::GuardApplied;
             let client = kube::Client::try_default().await?;
-            initializer_packaging::install::run_guard(client).await?;
-            println!("the guard on Initializers is in force");
+            match initializer_packaging::install::run_guard(client).await? {
+                GuardApplied::New => println!("the guard on Initializers is applied and in force"),
+                GuardApplied::AlreadyThere => {
+                    println!("the guard on Initializers was in force; applied again")
+                }
+                GuardApplied::NotServed => {
+                    eprintln!("{}", initializer_packaging::guard::NOT_SERVED_WARNING)
+                }
+            }
         }
         Command::Uninstall(args) => {
             let client = kube::Client::try_default().await?;
@@ -164,6 +172,18 @@ mod tests {
             let wanted = env.map(|e| format!("`{e}`")).unwrap_or_default();
             assert_eq!(cell, &wanted, "the variable of {flag}");
         }
+    }
+
+    /// The chart's hook Job runs the subcommand by the name the chart generator gives it.
+    #[test]
+    fn the_charts_hook_runs_the_guard_subcommand() {
+        use clap::Parser;
+        let cli = Cli::try_parse_from([
+            "initializer-operator",
+            initializer_packaging::bundle::chart::GUARD_SUBCOMMAND,
+        ])
+        .unwrap();
+        assert!(matches!(cli.command, super::Command::Guard));
     }
 
     #[test]

@@ -77,6 +77,11 @@ fn the_committed_chart_is_what_the_generator_produces() {
             "{name} drifted: run `cargo run -p initializer-operator -- chart`"
         );
     }
+    // Helm would create a CRD of `crds/` before any hook, ahead of the guard.
+    assert!(
+        !chart_dir().join("crds").exists(),
+        "charts/initializer-operator/crds/ exists: the CRD is a template, created after the guard's hook"
+    );
     for dir in chart::GENERATED_DIRS {
         for entry in std::fs::read_dir(chart_dir().join(dir)).unwrap() {
             let name = format!("{dir}/{}", entry.unwrap().file_name().to_string_lossy());

@@ -500,10 +500,21 @@ fn operator_made(meta: &ObjectMeta) -> bool {
         .is_some_and(|v| v == constants::MANAGED_BY_VALUE)
 }
 
-/// `initializer-operator guard`, the Helm chart's pre-install hook: applies the guard on
-/// Initializers ([`crate::guard`]) and returns once it is in force, so that Helm creates the
-/// CRD only after it.
-pub async fn run_guard(client: Client) -> Result<(), Error> {
+/// What applying the guard on Initializers found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardApplied {
+    /// Its policy or binding was missing: both are applied, and the binding is new.
+    New,
+    /// Both were there: applied again over them, the binding kept.
+    AlreadyThere,
+    /// The API server does not serve ValidatingAdmissionPolicy: nothing is applied.
+    NotServed,
+}
+
+/// `initializer-operator guard`, the Helm chart's hook: applies the guard on Initializers
+/// ([`crate::guard`]) and returns once it is in force, so that Helm creates the CRD only after
+/// it; says what it found.
+pub async fn run_guard(client: Client) -> Result<GuardApplied, Error> {
     put_guard_in_force(&client, &crate::guard::policy(), &crate::guard::binding()).await
 }
 
@@ -513,11 +524,12 @@ async fn put_guard_in_force(
     client: &Client,
     policy: &ValidatingAdmissionPolicy,
     binding: &ValidatingAdmissionPolicyBinding,
-) -> Result<(), Error> {
-    if apply_guard(client, policy, binding).await? {
+) -> Result<GuardApplied, Error> {
+    let applied = apply_guard(client, policy, binding).await?;
+    if applied == GuardApplied::New {
         tokio::time::sleep(crate::guard::IN_FORCE_AFTER).await;
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// Applies the guard on Initializers, policy before binding, before any CRD exists, so that no
@@ -529,7 +541,7 @@ async fn apply_guard(
     client: &Client,
     policy: &ValidatingAdmissionPolicy,
     binding: &ValidatingAdmissionPolicyBinding,
-) -> Result<bool, Error> {
+) -> Result<GuardApplied, Error> {
     let name = crate::manifest::GUARD_NAME;
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
@@ -537,7 +549,11 @@ async fn apply_guard(
     let existing = get_opt(&policies, name, "ValidatingAdmissionPolicy").await?;
     let existing_binding = get_opt(&bindings, name, "ValidatingAdmissionPolicyBinding").await?;
     // A new policy under an old binding is new to the API server too.
-    let created = existing.is_none() || existing_binding.is_none();
+    let found = if existing.is_none() || existing_binding.is_none() {
+        GuardApplied::New
+    } else {
+        GuardApplied::AlreadyThere
+    };
     for (kind, meta) in [
         ("ValidatingAdmissionPolicy", existing.map(|p| p.metadata)),
         (
@@ -565,12 +581,12 @@ async fn apply_guard(
     match applied.await {
         Ok(_) => {
             tracing::info!(name, "applied the guard on Initializers");
-            Ok(created)
+            Ok(found)
         }
         // A get of a kind that is not served looks like a missing object; the apply says which.
         Err((_, err)) if crate::error::is_not_found(&err) => {
             tracing::warn!("{}", crate::guard::NOT_SERVED_WARNING);
-            Ok(false)
+            Ok(GuardApplied::NotServed)
         }
         Err((kind, source)) => Err(Error::Apply {
             kind,

@@ -122,11 +122,11 @@ kubectl -n {namespace} rollout status deployment/{name}
 ```
 
 One release per cluster: the CRD, the ClusterRoles and the webhook configurations the operator
-manages are cluster-wide, so the objects keep the bundle's names. The CRD is a template, not a file
-of `crds/`: Helm creates it only once the pre-install hook (the Job `{hook}`, in the
-operator's image) has put the guard on Initializers in force, so that no Initializer is ever
-created unguarded; `helm upgrade` upgrades it; `helm uninstall` leaves it, and every
-Initializer with it (`helm.sh/resource-policy: keep`). Before `helm uninstall`, delete (or suspend) every
+manages are cluster-wide, so the objects keep the bundle's names. The CRD is a template, not a
+file of `crds/`: Helm creates or upgrades it only once the pre-install and pre-upgrade hook (the
+Job `{hook}`, in the operator's image) has put the guard on Initializers in force, so that no
+Initializer is created unguarded; `helm uninstall` leaves it, and every Initializer with it
+(`helm.sh/resource-policy: keep`). Before `helm uninstall`, delete (or suspend) every
 Initializer while the operator still runs, so that it removes their webhook configurations.
 
 ## Values

@@ -1,13 +1,17 @@
-//! The chart's pre-install hook that puts the guard on Initializers in force before Helm creates
-//! the CRD: a Job that runs `initializer-operator guard` in the operator's image, under a
-//! ServiceAccount of its own that may only read and apply the guard's two objects.
+//! The chart's hook that puts the guard on Initializers in force before Helm creates (or
+//! upgrades) the CRD: a Job that runs `initializer-operator guard` in the operator's image, under
+//! a ServiceAccount of its own that may only read and apply the guard's two objects. It runs
+//! before an upgrade too: `helm upgrade --install` upgrades a release whose first install failed,
+//! and that path must not create the CRD before the guard either; with the guard there, the Job
+//! ends at once.
 //!
 //! The guard's objects are not hooks themselves: Helm deletes and creates a hook object again
 //! each time the hook runs, and the operator holds back every Initializer created before a new
 //! binding was in force. The Job applies the guard (a binding already there stays, with its
 //! UID) and completes only once a new binding is in force; Helm waits for a hook Job to complete
-//! before it creates the templates, the CRD among them. Argo CD runs Helm's pre-install hooks
-//! as PreSync hooks, before every sync; the Job then finds the guard there and ends at once.
+//! before it creates the templates, the CRD among them. Argo CD runs Helm's pre-install and
+//! pre-upgrade hooks as PreSync hooks, before every sync; the Job then finds the guard there and
+//! ends at once.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -26,11 +30,14 @@ use crate::manifest;
 pub const GUARD_HOOK_NAME: &str = "initializer-operator-guard-hook";
 /// The operator's subcommand the Job runs.
 pub const GUARD_SUBCOMMAND: &str = "guard";
+/// When Helm runs the hook.
+pub const HOOK_EVENTS: &str = "pre-install,pre-upgrade";
 /// The template file the hook's objects go to.
 pub const GUARD_HOOK_FILE: &str = "guard-hook.yaml";
-/// How long the Job may run: the API server answers within seconds, and a new binding adds
-/// [`crate::guard::IN_FORCE_AFTER`].
-const ACTIVE_DEADLINE_SECONDS: i64 = 120;
+/// How long the Job may run, its pod's start (a first pull of the image on a cold node, and the
+/// backoff between tries) included: Helm's own default `--timeout`, which it waits for the hook
+/// at most anyway.
+const ACTIVE_DEADLINE_SECONDS: i64 = 300;
 /// Tries of the Job's pod before the install fails.
 const BACKOFF_LIMIT: i32 = 3;
 
@@ -187,17 +194,24 @@ fn job_with_holes(operator: &Deployment) -> Result<Value, Error> {
     Ok(object)
 }
 
-/// Marks `object` as a pre-install hook of `weight`, deleted before the hook runs again and once
-/// it has succeeded.
+/// Marks `object` as a pre-install and pre-upgrade hook of `weight`, deleted before the hook
+/// runs again and once it has succeeded; the account and its rights also once it has failed
+/// (the Job stays, for its pod's log).
 fn annotate_as_hook(object: &mut Value, weight: i32) -> Result<(), Error> {
+    let is_job = object["kind"] == "Job";
     let metadata = object
         .pointer_mut("/metadata")
         .and_then(Value::as_object_mut)
         .ok_or_else(|| missing("a hook object's metadata"))?;
+    let delete_policy = if is_job {
+        "before-hook-creation,hook-succeeded"
+    } else {
+        "before-hook-creation,hook-succeeded,hook-failed"
+    };
     let annotations = serde_json::json!({
-        "helm.sh/hook": "pre-install",
+        "helm.sh/hook": HOOK_EVENTS,
         "helm.sh/hook-weight": weight.to_string(),
-        "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
+        "helm.sh/hook-delete-policy": delete_policy,
     });
     metadata.insert("annotations".to_string(), annotations);
     Ok(())

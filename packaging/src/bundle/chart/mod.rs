@@ -5,8 +5,8 @@
 //! `install --bundle` applies (ServiceAccount, the Role and ClusterRole of the CSV's
 //! `permissions` and `clusterPermissions` with their bindings, the install strategy's
 //! Deployment, the PodDisruptionBudget, the bundled workloads ClusterRole, the CRD), adds the
-//! pre-install hook that puts the guard on Initializers in force before the CRD exists, and only
-//! then opens a few holes in those objects for the chart's values: the
+//! hook that puts the guard on Initializers in force before the CRD is created or upgraded, and
+//! only then opens a few holes in those objects for the chart's values: the
 //! namespace, the image, replicas, resources, logging and the metrics port. Every default in
 //! `values.yaml` is read back from the CSV, so rendering the chart with its defaults gives the
 //! CSV's objects again (a unit test fills the holes with the defaults; `packaging/tests/helm.rs`
@@ -44,7 +44,7 @@ mod values;
 
 pub use defaults::{Defaults, LOG_JSON_ENV, LOG_LEVEL_ENV, PRESET_IMAGE_FLAG, split_image};
 pub use files::{chart_yaml, helpers, notes, readme};
-pub use guard_hook::{GUARD_HOOK_FILE, GUARD_HOOK_NAME, GUARD_SUBCOMMAND};
+pub use guard_hook::{GUARD_HOOK_FILE, GUARD_HOOK_NAME, GUARD_SUBCOMMAND, HOOK_EVENTS};
 pub use holes::{HOLES, Hole, fill_holes, render_template};
 pub use objects::{
     CRD_FILE, RESOURCE_POLICY_ANNOTATION, TemplateObject, namespace_token, template_objects,
@@ -126,7 +126,8 @@ fn json_error(what: &str, err: &serde_json::Error) -> Error {
 }
 
 /// Generates the chart from `bundle`: one template per kind of the plan's objects (the CRD
-/// among them), the guard's pre-install hook, and the files around them (helpers, notes, `Chart.yaml`, values, schema, README).
+/// among them), the guard's hook, and the files around them (helpers, notes, `Chart.yaml`,
+/// values, schema, README).
 pub fn from_bundle(bundle: &Bundle) -> Result<Chart, Error> {
     let plan = install::plan(bundle, &namespace_token())?;
     let defaults = Defaults::from_plan(&plan)?;

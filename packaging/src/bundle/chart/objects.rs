@@ -35,7 +35,7 @@ pub fn namespace_token() -> String {
 pub fn template_objects(plan: &InstallPlan) -> Result<Vec<TemplateObject>, Error> {
     let mut objects = Vec::new();
     let mut hooks = Vec::new();
-    // The guard is applied by a pre-install hook (`guard_hook.rs`), never as a template: Helm
+    // The guard is applied by the chart's hook (`guard_hook.rs`), never as a template: Helm
     // creates kinds it does not order (ValidatingAdmissionPolicy) after the Deployment, so it
     // would race the operator's own apply of it.
     let mut push = |file: &str, object: Result<Value, Error>| -> Result<(), Error> {

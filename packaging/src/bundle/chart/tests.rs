@@ -122,11 +122,18 @@ fn the_guard_hook_runs_before_the_crd_in_the_operators_image_with_rights_to_the_
     for hook in &hooks {
         let annotations = &hook["metadata"]["annotations"];
         // Helm creates `crds/` before any hook: the CRD must be a template to come after it.
-        assert_eq!(annotations["helm.sh/hook"], json!("pre-install"), "{hook}");
         assert_eq!(
-            annotations["helm.sh/hook-delete-policy"],
-            json!("before-hook-creation,hook-succeeded")
+            annotations["helm.sh/hook"],
+            json!("pre-install,pre-upgrade"),
+            "{hook}"
         );
+        // The rights never outlive the hook; a failed Job stays for its log.
+        let policy = if hook["kind"] == "Job" {
+            "before-hook-creation,hook-succeeded"
+        } else {
+            "before-hook-creation,hook-succeeded,hook-failed"
+        };
+        assert_eq!(annotations["helm.sh/hook-delete-policy"], json!(policy));
         assert_eq!(hook["metadata"]["name"], json!(GUARD_HOOK_NAME));
     }
     // The Job's weight is the highest: its account and rights exist before it runs.
