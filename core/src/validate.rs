@@ -10,10 +10,8 @@ use std::collections::BTreeMap;
 
 use initializer_crds::constants::{SYSTEM_NAMESPACES, WORKLOADS_LABEL, WORKLOADS_LABEL_VALUE};
 use initializer_crds::{
-    Backend, ConfigSource, FAILURE_THRESHOLD_LIMITS, FailurePolicy, HealthPolicy, InitializerSpec,
-    InterceptRule, LATENCY_BUDGET_MILLIS_LIMITS, Operation, PERIOD_SECONDS_LIMITS,
-    PROTECTED_SUMMARY, REPLICAS_LIMITS, SUCCESS_THRESHOLD_LIMITS, TIMEOUT_SECONDS_LIMITS,
-    protected_reached,
+    Backend, ConfigSource, FailurePolicy, HealthPolicy, InitializerSpec, InterceptRule, Operation,
+    PROTECTED_SUMMARY, protected_reached,
 };
 
 use crate::cel;
@@ -461,40 +459,11 @@ fn check_selector(selector: &LabelSelector, field: &str, refusals: &mut Vec<Refu
     }
 }
 
-/// The CRD's schema refuses the same numbers at the API server (one table, `initializer_crds`'s
-/// `*_LIMITS`); checked here too for what reaches the operator without it (a sandbox that does
+/// The CRD's schema refuses the same numbers at the API server (one list,
+/// [`InitializerSpec::bounded_numbers`]); checked here too for what reaches the operator without it (a sandbox that does
 /// not validate, an object stored before a narrower schema).
 fn check_numbers(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
-    let health = spec.health_policy();
-    let ranges = [
-        ("spec.replicas", spec.replicas, REPLICAS_LIMITS),
-        (
-            "spec.timeoutSeconds",
-            spec.timeout_seconds,
-            TIMEOUT_SECONDS_LIMITS,
-        ),
-        (
-            "spec.health.periodSeconds",
-            health.period_seconds,
-            PERIOD_SECONDS_LIMITS,
-        ),
-        (
-            "spec.health.failureThreshold",
-            health.failure_threshold,
-            FAILURE_THRESHOLD_LIMITS,
-        ),
-        (
-            "spec.health.successThreshold",
-            health.success_threshold,
-            SUCCESS_THRESHOLD_LIMITS,
-        ),
-        (
-            "spec.health.latencyBudgetMillis",
-            health.latency_budget_millis,
-            LATENCY_BUDGET_MILLIS_LIMITS,
-        ),
-    ];
-    for (field, value, limits) in ranges {
+    for (field, value, limits) in spec.bounded_numbers() {
         if !limits.contains(value) {
             refusals.push(Refusal::new(
                 field,
@@ -507,6 +476,7 @@ fn check_numbers(spec: &InitializerSpec, refusals: &mut Vec<Refusal>) {
     }
     // Under `Fail`, a hung initializer refuses matching creates until the operator takes it out
     // of the path: cap how long that can take, so no spec can turn an outage into a long one.
+    let health = spec.health_policy();
     let removal_millis =
         i64::from(health.failure_threshold) * i64::from(health.period_seconds) * 1000
             + i64::from(health.latency_budget_millis);

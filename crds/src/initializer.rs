@@ -631,6 +631,40 @@ impl InitializerSpec {
     pub fn health_policy(&self) -> HealthPolicy {
         self.health.clone().unwrap_or_default()
     }
+
+    /// Every bounded number of the spec (health defaults filled in): its path, its value and the
+    /// limits its schema attribute names. The one list the validation and the schema's test walk.
+    pub fn bounded_numbers(&self) -> [(&'static str, i32, Limits); 6] {
+        let health = self.health_policy();
+        [
+            ("spec.replicas", self.replicas, REPLICAS_LIMITS),
+            (
+                "spec.timeoutSeconds",
+                self.timeout_seconds,
+                TIMEOUT_SECONDS_LIMITS,
+            ),
+            (
+                "spec.health.periodSeconds",
+                health.period_seconds,
+                PERIOD_SECONDS_LIMITS,
+            ),
+            (
+                "spec.health.failureThreshold",
+                health.failure_threshold,
+                FAILURE_THRESHOLD_LIMITS,
+            ),
+            (
+                "spec.health.successThreshold",
+                health.success_threshold,
+                SUCCESS_THRESHOLD_LIMITS,
+            ),
+            (
+                "spec.health.latencyBudgetMillis",
+                health.latency_budget_millis,
+                LATENCY_BUDGET_MILLIS_LIMITS,
+            ),
+        ]
+    }
 }
 
 /// The lifecycle phase, as shown by `kubectl get initializers`.

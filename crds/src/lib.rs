@@ -50,36 +50,17 @@ mod tests {
     #[test]
     fn the_schemas_bounds_are_the_limits_the_validation_enforces() {
         let crd = serde_json::to_value(Initializer::crd()).unwrap();
-        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-        let health = &spec["health"]["properties"];
-        for (field, schema, limits) in [
-            ("replicas", &spec["replicas"], REPLICAS_LIMITS),
-            (
-                "timeoutSeconds",
-                &spec["timeoutSeconds"],
-                TIMEOUT_SECONDS_LIMITS,
-            ),
-            (
-                "periodSeconds",
-                &health["periodSeconds"],
-                PERIOD_SECONDS_LIMITS,
-            ),
-            (
-                "failureThreshold",
-                &health["failureThreshold"],
-                FAILURE_THRESHOLD_LIMITS,
-            ),
-            (
-                "successThreshold",
-                &health["successThreshold"],
-                SUCCESS_THRESHOLD_LIMITS,
-            ),
-            (
-                "latencyBudgetMillis",
-                &health["latencyBudgetMillis"],
-                LATENCY_BUDGET_MILLIS_LIMITS,
-            ),
-        ] {
+        let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let spec: InitializerSpec =
+            serde_json::from_value(serde_json::json!({"image": "i", "rules": []})).unwrap();
+        for (field, _, limits) in spec.bounded_numbers() {
+            let pointer: String = field
+                .split('.')
+                .map(|part| format!("/properties/{part}"))
+                .collect();
+            let schema = root
+                .pointer(&pointer)
+                .unwrap_or_else(|| panic!("{field} in the schema"));
             assert_eq!(
                 schema["minimum"].as_f64(),
                 Some(f64::from(limits.min)),
