@@ -84,6 +84,132 @@ fn attacker_sources(pod_ip: IpAddr) -> Vec<IpAddr> {
     }
 }
 
+/// The attacker, running against one initializer pod, and its last report.
+struct Attacker {
+    pod_ip: IpAddr,
+    child: tokio::process::Child,
+    report: Arc<Mutex<Report>>,
+    reader: tokio::task::JoinHandle<()>,
+    /// The CA the attacker verifies the server with, removed when the attacker is dropped.
+    _ca_file: tempfile::NamedTempFile,
+}
+
+impl Attacker {
+    /// Starts the attacker against `pod` of the Initializer `name` (verifying it as any client
+    /// would, with the CA of its webhook), with `settings` (`ATTACK_*`) on top of the target's.
+    async fn start(
+        ctx: &Ctx,
+        name: &str,
+        pod: &Pod,
+        settings: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
+        let webhook = ops::registered_webhook(&ctx.client(), name).await?;
+        let service = webhook
+            .client_config
+            .service
+            .as_ref()
+            .context("the guard's webhook calls no Service")?;
+        let ca = webhook
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .context("the guard's webhook has no caBundle")?;
+        let pod_ip: IpAddr = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .context("the guard's pod has no IP")?
+            .parse()?;
+        let ca_file = tempfile::NamedTempFile::new()?;
+        std::fs::write(ca_file.path(), &ca.0)?;
+        let attacker = Path::new(env!("CARGO_BIN_EXE_attacker"));
+        // Not from the guard's node: there the attacker would share the kubelet's source
+        // address, and the kubelet's readiness probes would be refused as the attacker's own
+        // connections (no pod has that address; a host-network pod needs rights no attacker is
+        // given).
+        let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
+        let Some(command) = ctx.env.backend.command_inside_away_from(attacker, node) else {
+            bail!(
+                "failed to run the attacker: backend {} has no place where pods are reachable \
+                 other than the guard's node {node:?}",
+                ctx.env.backend.name()
+            );
+        };
+        let sources: Vec<String> = attacker_sources(pod_ip)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let mut command = tokio::process::Command::from(command);
+        command
+            .env(
+                "ATTACK_TARGET",
+                SocketAddr::new(pod_ip, INITIALIZER_PORT).to_string(),
+            )
+            .env(
+                "ATTACK_SERVER_NAME",
+                format!("{}.{}.svc", service.name, service.namespace),
+            )
+            .env("ATTACK_CA", ca_file.path())
+            .env("ATTACK_REOPEN_MS", REOPEN_AFTER.as_millis().to_string())
+            .env("ATTACK_SOURCES", sources.join(","))
+            .envs(settings.iter().map(|(k, v)| (*k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().context("failed to start the attacker")?;
+        let report = Arc::new(Mutex::new(Report::default()));
+        let stdout = child.stdout.take().context("the attacker has no stdout")?;
+        let reader = tokio::spawn({
+            let report = Arc::clone(&report);
+            async move {
+                let mut lines = tokio::io::BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Ok(mut report) = report.lock() {
+                        *report = parse_report(&line);
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            pod_ip,
+            child,
+            report,
+            reader,
+            _ca_file: ca_file,
+        })
+    }
+
+    /// The attacker's last report.
+    fn last(&self) -> Report {
+        self.report.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Waits for a report that `done` accepts (then returns it) for at most [`STEP_TIMEOUT`].
+    async fn wait_for(
+        &self,
+        what: String,
+        done: impl Fn(&Report) -> bool,
+    ) -> anyhow::Result<Report> {
+        wait::until(what, STEP_TIMEOUT, || async {
+            let report = self.last();
+            Ok(if done(&report) {
+                Check::Done(report)
+            } else {
+                Check::Pending(format!("attacker: {}", report.line))
+            })
+        })
+        .await
+    }
+
+    /// Stops the attacker; returns its last report.
+    async fn stop(mut self) -> Report {
+        let last = self.last();
+        let _ = self.child.kill().await;
+        self.reader.abort();
+        last
+    }
+}
+
 /// The secret-guard example with one replica, registered; returns its name and its pod.
 async fn registered_guard(ctx: &Ctx) -> anyhow::Result<(String, Pod)> {
     let workload_ns = ctx
@@ -122,96 +248,23 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
 ) -> anyhow::Result<()> {
     let (name, pod) = registered_guard(&ctx).await?;
     let configurations = common::record_configurations(&ctx, &name);
-    let webhook = ops::registered_webhook(&ctx.client(), &name).await?;
-    let service = webhook
-        .client_config
-        .service
-        .as_ref()
-        .context("the guard's webhook calls no Service")?;
-    let ca = webhook
-        .client_config
-        .ca_bundle
-        .as_ref()
-        .context("the guard's webhook has no caBundle")?;
-    let pod_ip: IpAddr = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.as_deref())
-        .context("the guard's pod has no IP")?
-        .parse()?;
-
-    let ca_file = tempfile::NamedTempFile::new()?;
-    std::fs::write(ca_file.path(), &ca.0)?;
-    let attacker = Path::new(env!("CARGO_BIN_EXE_attacker"));
-    // Not from the guard's node: there the attacker would share the kubelet's source address,
-    // and the kubelet's readiness probes would be refused as the attacker's own connections
-    // (no pod has that address; a host-network pod needs rights no attacker is given).
-    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
-    let Some(command) = ctx.env.backend.command_inside_away_from(attacker, node) else {
-        bail!(
-            "failed to run the attacker: backend {} has no place where pods are reachable other \
-             than the guard's node {node:?}",
-            ctx.env.backend.name()
-        );
-    };
-    let sources: Vec<String> = attacker_sources(pod_ip)
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let mut command = tokio::process::Command::from(command);
-    command
-        .env(
-            "ATTACK_TARGET",
-            SocketAddr::new(pod_ip, INITIALIZER_PORT).to_string(),
-        )
-        .env(
-            "ATTACK_SERVER_NAME",
-            format!("{}.{}.svc", service.name, service.namespace),
-        )
-        .env("ATTACK_CA", ca_file.path())
-        .env("ATTACK_IDLE", IDLE_CONNECTIONS.to_string())
-        .env("ATTACK_SLOW", SLOW_CONNECTIONS.to_string())
-        .env("ATTACK_REOPEN_MS", REOPEN_AFTER.as_millis().to_string())
-        .env("ATTACK_SOURCES", sources.join(","))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = command.spawn().context("failed to start the attacker")?;
-    let report = Arc::new(Mutex::new(Report::default()));
-    let stdout = child.stdout.take().context("the attacker has no stdout")?;
-    let reader = tokio::spawn({
-        let report = Arc::clone(&report);
-        async move {
-            let mut lines = tokio::io::BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(mut report) = report.lock() {
-                    *report = parse_report(&line);
-                }
-            }
-        }
-    });
-    let last_report = || report.lock().map(|r| r.clone()).unwrap_or_default();
-
-    let attack = wait::until(
-        format!("the attacker to have {CONNECTED_BEFORE_THE_WINDOW} connections open"),
-        STEP_TIMEOUT,
-        || async {
-            let report = last_report();
-            Ok(if report.connected >= CONNECTED_BEFORE_THE_WINDOW {
-                Check::Done(report)
-            } else {
-                Check::Pending(format!("attacker: {}", report.line))
-            })
-        },
+    let attacker = Attacker::start(
+        &ctx,
+        &name,
+        &pod,
+        &[
+            ("ATTACK_IDLE", IDLE_CONNECTIONS.to_string()),
+            ("ATTACK_SLOW", SLOW_CONNECTIONS.to_string()),
+        ],
     )
-    .await;
-    let attack = match attack {
-        Ok(report) => report,
-        Err(err) => {
-            let _ = child.kill().await;
-            return Err(err);
-        }
-    };
+    .await?;
+    let pod_ip = attacker.pod_ip;
+    let attack = attacker
+        .wait_for(
+            format!("the attacker to have {CONNECTED_BEFORE_THE_WINDOW} connections open"),
+            |report| report.connected >= CONNECTED_BEFORE_THE_WINDOW,
+        )
+        .await?;
     eprintln!("attack on {pod_ip}: {}", attack.line);
 
     let target = ctx.scope.target_namespace("apps").await?;
@@ -249,9 +302,7 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let attempts = creates.stop().await;
-    let during = last_report();
-    let _ = child.kill().await;
-    reader.abort();
+    let during = attacker.stop().await;
 
     let failed = load::count_in(&attempts, window_start, None);
     ctx.row
