@@ -17,8 +17,9 @@ use initializer_e2e::load::{self, CreateLoad};
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
-use initializer_e2e::watch::Change;
+use initializer_e2e::watch::{Change, Recorder};
 use initializer_test_support::Latencies;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
@@ -266,7 +267,21 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
         )
         .await?;
     eprintln!("attack on {pod_ip}: {}", attack.line);
+    creates_under_attack(&ctx, &name, attacker, &configurations).await?;
+    Ok(())
+}
 
+/// Runs strong Secret creates every [`LOAD_INTERVAL`] and a weak one every second for
+/// [`ATTACK_WINDOW`] while `attacker` runs, then stops it: fails unless every strong create
+/// succeeded, every weak one was refused by the guard itself, and the guard's configuration
+/// stayed as it was and its Initializer Registered. Returns the attacker's last report.
+async fn creates_under_attack(
+    ctx: &Ctx,
+    name: &str,
+    attacker: Attacker,
+    configurations: &Recorder<MutatingWebhookConfiguration>,
+) -> anyhow::Result<Report> {
+    let pod_ip = attacker.pod_ip;
     let target = ctx.scope.target_namespace("apps").await?;
     let secrets = Api::<Secret>::namespaced(ctx.client(), &target);
     let window_start = Instant::now();
@@ -336,7 +351,7 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
         })
         .collect();
     if !changes.is_empty() {
-        let why = ops::warning_events(&ctx.client(), &name).await?;
+        let why = ops::warning_events(&ctx.client(), name).await?;
         bail!(
             "the guard's webhook configuration changed under the attack (the operator judged \
              the attacked replica unhealthy): {changes:?}; its Warning Events: {why:?}; \
@@ -344,7 +359,7 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
             during.line
         );
     }
-    let initializer = ops::initializer(&ctx.client(), &name).await?;
+    let initializer = ops::initializer(&ctx.client(), name).await?;
     ensure!(
         ops::status_registered(&initializer),
         "the guard is no longer registered after the attack: {}",
@@ -364,5 +379,5 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
          without the guard's answer: {weak_failed_otherwise:?}; attacker: {}",
         during.line
     );
-    Ok(())
+    Ok(during)
 }
