@@ -8,9 +8,9 @@ use initializer_crds::constants::{
     ANNOTATION_ENV, CONFIG_DIR, CONFIG_DIR_ENV, CONFIG_FILE, DEGRADED_ANNOTATION,
     DEGRADED_TIMEOUT_SECONDS, EXCLUDE_LABEL, EXCLUDE_LABEL_VALUE, GENERATION_ENV, HEALTHZ_PATH,
     INITIALIZER_LABEL, INITIALIZER_NAME_ENV, INITIALIZER_PORT, INITIALIZER_PORT_NAME,
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_IP_ENV, READYZ_PATH, REQUIRE_ANNOTATION_ENV,
-    SERVICE_PORT, TEMPLATE_HASH_ANNOTATION, TIMEOUT_SECONDS_ENV, TLS_DIR, TLS_DIR_ENV,
-    WEBHOOK_PATH, WORKLOAD_GENERATION_ANNOTATION,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, MEMORY_LIMIT_ENV, POD_IP_ENV, READYZ_PATH,
+    REQUIRE_ANNOTATION_ENV, SERVICE_PORT, TEMPLATE_HASH_ANNOTATION, TIMEOUT_SECONDS_ENV, TLS_DIR,
+    TLS_DIR_ENV, WEBHOOK_PATH, WORKLOAD_GENERATION_ANNOTATION,
 };
 use initializer_crds::{AnnotationGate, FailurePolicy, InterceptRule, ReinvocationPolicy};
 use k8s_openapi::ByteString;
@@ -26,9 +26,10 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
     EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount, WeightedPodAffinityTerm,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceFieldSelector,
+    ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -253,6 +254,18 @@ pub fn container_env(v: &Validated) -> Vec<EnvVar> {
         env(CONFIG_DIR_ENV, CONFIG_DIR),
         env(INITIALIZER_NAME_ENV, v.names.initializer.clone()),
         env(TIMEOUT_SECONDS_ENV, v.spec.timeout_seconds.to_string()),
+        EnvVar {
+            name: MEMORY_LIMIT_ENV.to_string(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                resource_field_ref: Some(ResourceFieldSelector {
+                    container_name: Some(CONTAINER_NAME.to_string()),
+                    resource: "limits.memory".into(),
+                    divisor: None,
+                }),
+                ..Default::default()
+            }),
+        },
     ];
     if let Some(gate) = &v.spec.annotation {
         vars.push(env(ANNOTATION_ENV, gate.name.clone()));

@@ -75,6 +75,9 @@ pub const ANNOTATION_ENV: &str = "INITIALIZER_ANNOTATION";
 pub const REQUIRE_ANNOTATION_ENV: &str = "INITIALIZER_REQUIRE_ANNOTATION";
 /// Env var holding the webhook's `timeoutSeconds`; the SDK answers every review before it.
 pub const TIMEOUT_SECONDS_ENV: &str = "INITIALIZER_TIMEOUT_SECONDS";
+/// Env var holding the container's memory limit in bytes (the downward API's `limits.memory`):
+/// the SDK keeps the request bodies it holds at once to a share of it.
+pub const MEMORY_LIMIT_ENV: &str = "INITIALIZER_MEMORY_LIMIT";
 /// Env var holding the Initializer's name, for logs and metrics.
 pub const INITIALIZER_NAME_ENV: &str = "INITIALIZER_NAME";
 /// Env var holding the workload generation: the Initializer's `metadata.generation` when the

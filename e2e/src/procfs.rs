@@ -20,9 +20,30 @@ pub fn stat_field(stat: &str, number: usize) -> Option<&str> {
     after_name.split_whitespace().nth(number.checked_sub(3)?)
 }
 
+/// The peak resident memory of a process so far, in KiB (`VmHWM` of `/proc/<pid>/status`).
+pub fn peak_rss_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_peak_is_read_from_the_high_water_mark() {
+        let status =
+            "Name:\tsecret-guard\nVmPeak:\t  90000 kB\nVmHWM:\t   41234 kB\nVmRSS:\t 30000 kB\n";
+        assert_eq!(peak_rss_kib(status), Some(41_234));
+        assert_eq!(peak_rss_kib("Name:\tx\n"), None);
+        let mine = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        assert!(peak_rss_kib(&mine).is_some_and(|kib| kib > 0));
+    }
 
     #[test]
     fn stat_fields_are_counted_past_a_name_with_spaces_and_parentheses() {

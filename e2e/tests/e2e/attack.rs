@@ -1,8 +1,9 @@
-//! A pod that tries to starve a security initializer of connections: it holds 1,000 idle
-//! keep-alive connections and 100 slow-header connections against the one replica of the
-//! secret-guard example, reopening every one the server closes, while the operator probes the
-//! replica and the API server sends it reviews. The initializer must stay registered and every
-//! create must be reviewed and succeed.
+//! A pod that tries to starve a security initializer of connections or of memory: it holds
+//! 1,000 idle keep-alive connections and 100 slow-header connections, or 60 request bodies of
+//! 7 MB, against the one replica of the secret-guard example, reopening every one the server
+//! closes, while the operator probes the replica and the API server sends it reviews. The
+//! initializer must stay registered, within its memory, and every create must be reviewed and
+//! succeed.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -21,8 +22,8 @@ use initializer_e2e::watch::{Change, Recorder};
 use initializer_test_support::Latencies;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::Api;
 use kube::api::PostParams;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 
@@ -47,6 +48,13 @@ const ATTACK_WINDOW: Duration = Duration::from_secs(30);
 /// of 256 past their handshake on the real control plane, 256 on kind, where they share one
 /// address and the per-peer share turns the rest away).
 const CONNECTED_BEFORE_THE_WINDOW: usize = 200;
+/// Request bodies the attacker holds at once, from one address (the issue's figure).
+const HELD_BODIES: usize = 60;
+/// The size of each: just under the server's request limit (7 MiB).
+const BODY_BYTES: usize = 7_000_000;
+/// How long each body's last byte is held back: within the server's body timeout (10 s), so the
+/// server holds what it has read of the body for as long as a client can make it.
+const BODY_HOLD: Duration = Duration::from_secs(8);
 /// The serving port of the process contract.
 const INITIALIZER_PORT: u16 = 8443;
 
@@ -56,6 +64,7 @@ const INITIALIZER_PORT: u16 = 8443;
 struct Report {
     line: String,
     connected: usize,
+    opened: usize,
 }
 
 fn parse_report(line: &str) -> Report {
@@ -67,6 +76,7 @@ fn parse_report(line: &str) -> Report {
     Report {
         line: line.to_string(),
         connected: field("connected="),
+        opened: field("opened="),
     }
 }
 
@@ -83,6 +93,15 @@ fn attacker_sources(pod_ip: IpAddr) -> Vec<IpAddr> {
         }
         IpAddr::V6(_) => Vec::new(),
     }
+}
+
+/// Where the attacker's connections come from.
+#[derive(Clone, Copy)]
+enum Sources {
+    /// Spread over [`ATTACKER_ADDRESSES`] addresses, as that many attacker pods would.
+    Many,
+    /// One address no pod has, as one attacker pod.
+    One,
 }
 
 /// The attacker, running against one initializer pod, and its last report.
@@ -102,6 +121,7 @@ impl Attacker {
         ctx: &Ctx,
         name: &str,
         pod: &Pod,
+        sources: Sources,
         settings: &[(&str, String)],
     ) -> anyhow::Result<Self> {
         let webhook = ops::registered_webhook(&ctx.client(), name).await?;
@@ -136,10 +156,11 @@ impl Attacker {
                 ctx.env.backend.name()
             );
         };
-        let sources: Vec<String> = attacker_sources(pod_ip)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let mut addresses = attacker_sources(pod_ip);
+        if matches!(sources, Sources::One) {
+            addresses.truncate(1);
+        }
+        let sources: Vec<String> = addresses.iter().map(ToString::to_string).collect();
         let mut command = tokio::process::Command::from(command);
         command
             .env(
@@ -211,7 +232,8 @@ impl Attacker {
     }
 }
 
-/// The secret-guard example with one replica, registered; returns its name and its pod.
+/// The secret-guard example with one replica (and the default `failurePolicy: Fail`),
+/// registered; returns its name and its pod.
 async fn registered_guard(ctx: &Ctx) -> anyhow::Result<(String, Pod)> {
     let workload_ns = ctx
         .scope
@@ -253,6 +275,7 @@ pub async fn connection_attack_neither_deregisters_the_guard_nor_fails_a_create(
         &ctx,
         &name,
         &pod,
+        Sources::Many,
         &[
             ("ATTACK_IDLE", IDLE_CONNECTIONS.to_string()),
             ("ATTACK_SLOW", SLOW_CONNECTIONS.to_string()),
@@ -380,4 +403,136 @@ async fn creates_under_attack(
         during.line
     );
     Ok(during)
+}
+
+/// Any pod in the cluster can send an initializer request bodies: 60 of 7 MB from one address,
+/// each held just within the body timeout, against the one replica of a `failurePolicy: Fail`
+/// secret guard. The replica must stay within its memory (on kind, where the limit is enforced,
+/// it is never OOM-killed; where pods are processes, its peak resident memory stays under the
+/// limit), no weak Secret may be admitted, and the API server's reviews, from an address of
+/// their own, must still get through.
+pub async fn body_flood_neither_exhausts_the_guard_nor_lets_a_weak_secret_in(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let (name, pod) = registered_guard(&ctx).await?;
+    let limit = memory_limit(&pod)?;
+    let configurations = common::record_configurations(&ctx, &name);
+    let attacker = Attacker::start(
+        &ctx,
+        &name,
+        &pod,
+        Sources::One,
+        &[
+            ("ATTACK_BODIES", HELD_BODIES.to_string()),
+            ("ATTACK_BODY_BYTES", BODY_BYTES.to_string()),
+            ("ATTACK_BODY_HOLD_MS", BODY_HOLD.as_millis().to_string()),
+        ],
+    )
+    .await?;
+    let pod_ip = attacker.pod_ip;
+    let attack = attacker
+        .wait_for(
+            format!("the attacker to have sent {HELD_BODIES} bodies"),
+            |report| report.opened >= HELD_BODIES,
+        )
+        .await?;
+    eprintln!("body flood on {pod_ip}: {}", attack.line);
+    let under = creates_under_attack(&ctx, &name, attacker, &configurations).await;
+
+    // Whatever the creates saw, say what the replica's memory did.
+    let pods = Api::<Pod>::namespaced(ctx.client(), pod.namespace().as_deref().unwrap_or_default());
+    let now = pods.get(&pod.name_any()).await?;
+    let restarts = restarts_of(&now);
+    let memory = process_memory(&now)?;
+    eprintln!(
+        "body flood on {pod_ip}: memory limit {limit}, {}, restarts {restarts:?}",
+        memory.map_or(
+            "peak resident unknown (not a process here)".to_string(),
+            |m| format!(
+                "peak resident {} MiB of the {} MiB the process was told",
+                m.peak_kib / 1024,
+                m.limit / MIB
+            )
+        ),
+    );
+    let under = under?;
+    ensure!(
+        restarts.is_empty(),
+        "the guard's container restarted under the body flood: {restarts:?}; attacker: {}",
+        under.line
+    );
+    if let Some(m) = memory {
+        ensure!(
+            m.peak_kib * 1024 < m.limit,
+            "the guard's peak resident memory, {} MiB, passed its limit of {} MiB: on a \
+             kubelet it would have been OOM-killed; attacker: {}",
+            m.peak_kib / 1024,
+            m.limit / MIB,
+            under.line
+        );
+    }
+    Ok(())
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// The memory limit of the pod's container, as written.
+fn memory_limit(pod: &Pod) -> anyhow::Result<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.containers.first())
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|limits| limits.get("memory"))
+        .map(|q| q.0.clone())
+        .context("the guard's container has no memory limit")
+}
+
+/// What a pod's process used and was told of its memory.
+#[derive(Clone, Copy)]
+struct ProcessMemory {
+    /// Its peak resident memory, in KiB.
+    peak_kib: u64,
+    /// The limit the operator passed it (`INITIALIZER_MEMORY_LIMIT`, by the downward API), in
+    /// bytes.
+    limit: u64,
+}
+
+/// Where pods are processes of this machine (the sandbox and the real control plane), what the
+/// pod's process used and was told of its memory; `None` elsewhere.
+fn process_memory(pod: &Pod) -> anyhow::Result<Option<ProcessMemory>> {
+    let Some(pid) = initializer_controlplane::signal::process_groups(pod)
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+    let peak_kib = initializer_e2e::procfs::peak_rss_kib(&status)
+        .context("the guard's process has no VmHWM")?;
+    let limit = environ
+        .split(|b| *b == 0)
+        .find_map(|entry| entry.strip_prefix(b"INITIALIZER_MEMORY_LIMIT="))
+        .and_then(|value| std::str::from_utf8(value).ok()?.parse().ok())
+        .context("the operator did not pass the guard INITIALIZER_MEMORY_LIMIT")?;
+    Ok(Some(ProcessMemory { peak_kib, limit }))
+}
+
+/// Each restart of the pod's containers: its count and why the last one ended.
+fn restarts_of(pod: &Pod) -> Vec<String> {
+    pod.status
+        .iter()
+        .flat_map(|status| status.container_statuses.iter().flatten())
+        .filter(|c| c.restart_count > 0)
+        .map(|c| {
+            let why = c
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .and_then(|t| t.reason.clone())
+                .unwrap_or_default();
+            format!("{}: {} restart(s), last {why}", c.name, c.restart_count)
+        })
+        .collect()
 }

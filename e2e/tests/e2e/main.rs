@@ -74,6 +74,10 @@ const SCENARIOS: &[Scenario] = &[
         attack::connection_attack_neither_deregisters_the_guard_nor_fails_a_create,
         alone
     ),
+    scenario!(
+        attack::body_flood_neither_exhausts_the_guard_nor_lets_a_weak_secret_in,
+        alone
+    ),
     scenario!(forgery::forged_marks_do_not_hide_objects_from_the_missed_count),
     scenario!(lifecycle::deletion_removes_the_configuration_before_the_workload),
     scenario!(lifecycle::suspended_initializer_stays_deregistered_until_resumed),

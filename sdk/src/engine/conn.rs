@@ -17,6 +17,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use crate::engine::budget::BodyAllowance;
+
 /// The time bounds of one connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Limits {
@@ -257,17 +259,23 @@ impl BodyWatch {
     }
 }
 
-/// A hyper service that marks each request busy from its head until its answer is produced.
+/// A hyper service that marks each request busy from its head until its answer is produced,
+/// and gives each request the body budget it draws on.
 #[derive(Clone)]
 pub(crate) struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    allowance: BodyAllowance,
 }
 
 impl<S> Tracked<S> {
-    /// Wrap `inner`, reporting to `activity`.
-    pub fn new(inner: S, activity: Arc<Activity>) -> Self {
-        Self { inner, activity }
+    /// Wrap `inner`, reporting to `activity`; its bodies draw on `allowance`.
+    pub fn new(inner: S, activity: Arc<Activity>, allowance: BodyAllowance) -> Self {
+        Self {
+            inner,
+            activity,
+            allowance,
+        }
     }
 }
 
@@ -291,9 +299,9 @@ where
 
     fn call(&self, mut request: http::Request<B>) -> Self::Future {
         self.activity.request_started();
-        request
-            .extensions_mut()
-            .insert(BodyWatch(Arc::clone(&self.activity)));
+        let extensions = request.extensions_mut();
+        extensions.insert(BodyWatch(Arc::clone(&self.activity)));
+        extensions.insert(self.allowance.clone());
         let guard = InFlight(Arc::clone(&self.activity));
         let answer = self.inner.call(request);
         Box::pin(async move {

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::CONFIG_FILE;
 use crate::controller::{self, Controller, Mode, Rules, Synced};
+use crate::engine::budget::{self, BodyAllowance, BodyBudget, Reservation, Shortfall, Sizes};
 use crate::engine::conn::{BodyWatch, Limits, Tracked, Watched};
 use crate::engine::repoll::Repoll;
 use crate::engine::slots::{Admitted, Caps, Registry};
@@ -127,6 +128,12 @@ pub struct ServeArgs {
     /// connections are then refused.
     #[arg(long, env = "INITIALIZER_MAX_CONNECTIONS_PER_PEER", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_PEER)]
     pub max_connections_per_peer: usize,
+    /// The container's memory limit in bytes (the operator sets it from the pod's
+    /// `limits.memory`); read from the process's cgroup when unset, else 256 Mi is assumed.
+    /// Request bodies held at once are kept to an eighth of it, and those of one peer address
+    /// to a quarter of that.
+    #[arg(long, env = "INITIALIZER_MEMORY_LIMIT")]
+    pub memory_limit: Option<u64>,
     /// `webhook`: answer admission reviews on /initialize. `controller`: act on objects whose
     /// metadata.initializers.pending starts with --pending-name (Kubernetes 1.7–1.13).
     #[arg(long, env = "INITIALIZER_MODE", value_enum, default_value_t = Mode::Webhook)]
@@ -172,6 +179,7 @@ impl ServeArgs {
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT.as_secs(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            memory_limit: None,
             mode: Mode::Webhook,
             pending_name: None,
             rules: None,
@@ -222,6 +230,14 @@ impl ServeArgs {
             total: self.max_connections.max(1),
             per_peer: self.max_connections_per_peer.max(1),
         }
+    }
+
+    /// The request-body budget for bodies of up to `max_request` bytes.
+    fn body_sizes(&self, max_request: usize) -> Sizes {
+        Sizes::for_memory(
+            budget::memory_limit(self.memory_limit, budget::cgroup_memory_limit()),
+            max_request,
+        )
     }
 
     fn limits(&self) -> Limits {
@@ -343,11 +359,14 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
     State(state): State<Arc<AppState<C>>>,
     request: Request<Body>,
 ) -> Response {
-    let body = match read_review(&state, request).await {
-        Ok(body) => body,
+    let (body, held) = match read_review(&state, request).await {
+        Ok(read) => read,
         Err(rejected) => return rejected,
     };
-    json_or_plain(state.initializer.review_json(&body).await)
+    let answer = json_or_plain(state.initializer.review_json(&body).await);
+    // The body and what the handler made of it are held until the answer is ready.
+    drop((body, held));
+    answer
 }
 
 /// The operator's route check ([`crate::route`]): no handler runs.
@@ -355,19 +374,20 @@ async fn route_check<C: DeserializeOwned + Send + Sync + 'static>(
     State(state): State<Arc<AppState<C>>>,
     request: Request<Body>,
 ) -> Response {
-    let body = match read_review(&state, request).await {
-        Ok(body) => body,
+    let (body, _held) = match read_review(&state, request).await {
+        Ok(read) => read,
         Err(rejected) => return rejected,
     };
     json_or_plain(state.initializer.route_check_json(&body))
 }
 
-/// The body of a review, read within the size limit and the body timeout; the answer to send
-/// instead when it cannot be.
+/// The body of a review, read within the size limit, the body budget and the body timeout,
+/// with the budget's reservation for it (none on a server of the caller's own: `into_router`),
+/// held until the review is answered; the answer to send instead when it cannot be.
 async fn read_review<C>(
     state: &AppState<C>,
     request: Request<Body>,
-) -> Result<axum::body::Bytes, Response> {
+) -> Result<(axum::body::Bytes, Option<Reservation>), Response> {
     let limit = state.initializer.max_request_bytes;
     // While the body arrives the connection may be closed to make room (a slow sender must not
     // hold a slot a newcomer needs); dropped once it is read, or on any early answer.
@@ -375,6 +395,10 @@ async fn read_review<C>(
         .extensions()
         .get::<BodyWatch>()
         .map(BodyWatch::reading);
+    let mut held = request
+        .extensions()
+        .get::<BodyAllowance>()
+        .map(|a| a.budget.reservation(a.peer));
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -383,10 +407,14 @@ async fn read_review<C>(
     if declared.is_some_and(|n| n > limit) {
         return Err(rejection(too_large(limit), state));
     }
-    let read = axum::body::to_bytes(request.into_body(), limit);
+    let read = collect_within(
+        request.into_body(),
+        declared.unwrap_or(limit),
+        held.as_mut(),
+    );
     let body = match tokio::time::timeout(state.initializer.body_timeout, read).await {
         Ok(Ok(b)) => b,
-        Ok(Err(_)) => return Err(rejection(too_large(limit), state)),
+        Ok(Err(unread)) => return Err(rejection(unread.rejection(limit), state)),
         Err(_) => {
             return Err(rejection(
                 body_timed_out(state.initializer.body_timeout),
@@ -394,8 +422,112 @@ async fn read_review<C>(
             ));
         }
     };
+    if let Some(reservation) = held.as_mut() {
+        reservation.arrived();
+        reservation
+            .grow_to(budget::decode_cost(&body))
+            .await
+            .map_err(|short| rejection(BodyRefused::Costly(short).rejection(limit), state))?;
+    }
     drop(reading);
-    Ok(body)
+    Ok((body, held))
+}
+
+/// Why a body was not taken: not read whole, or too costly to decode.
+enum BodyRefused {
+    TooLarge,
+    /// The client stopped sending it, or sent what is no HTTP body.
+    Broken(String),
+    /// The budget had no room for it.
+    OverBudget(Shortfall),
+    /// Cut off to make room for another client's body.
+    CutOff,
+    /// Read, but decoding it would cost more than the budget allows.
+    Costly(Shortfall),
+}
+
+impl BodyRefused {
+    fn rejection(self, limit: usize) -> crate::initializer::Rejection {
+        use crate::initializer::Rejection;
+        let over = |whose: &str| {
+            Rejection::new(
+                503,
+                "over_budget",
+                format!(
+                    "failed to accept the review: {whose} the request bodies its memory \
+                     allows; try again"
+                ),
+            )
+        };
+        match self {
+            Self::TooLarge => too_large(limit),
+            Self::Broken(why) => Rejection::new(
+                400,
+                "malformed",
+                format!("failed to read the request body: {why}"),
+            ),
+            Self::OverBudget(Shortfall::PeerHoldsItsShare) => {
+                over("this address already holds its share of")
+            }
+            Self::OverBudget(Shortfall::ServerHoldsItsBudget) => over("the server already holds"),
+            Self::CutOff => over("cut off to make room for others: this address held most of"),
+            Self::Costly(short) => Rejection::new(
+                503,
+                "over_budget",
+                format!(
+                    "failed to accept the review: decoding it would take more memory than {} \
+                     allows (a review of this many values and keys)",
+                    match short {
+                        Shortfall::PeerHoldsItsShare => "this address's share of the budget",
+                        Shortfall::ServerHoldsItsBudget => "the budget has left",
+                    }
+                ),
+            ),
+        }
+    }
+}
+
+/// The body's bytes, at most `room` of them (the declared length, else the request limit). The
+/// buffer grows by doubling up to `room`, and each growth is taken from `reservation` first, so
+/// the budget counts the memory the body takes, not only the bytes that came.
+async fn collect_within(
+    mut body: Body,
+    room: usize,
+    mut reservation: Option<&mut Reservation>,
+) -> Result<axum::body::Bytes, BodyRefused> {
+    use http_body_util::BodyExt as _;
+    /// The first allocation, for a small review to arrive in one.
+    const FIRST: usize = 16 * 1024;
+    let mut bytes: Vec<u8> = Vec::new();
+    loop {
+        let frame = match reservation.as_deref() {
+            Some(held) => tokio::select! {
+                frame = body.frame() => frame,
+                () = held.cut_off() => return Err(BodyRefused::CutOff),
+            },
+            None => body.frame().await,
+        };
+        let Some(frame) = frame else { break };
+        let frame = frame.map_err(|e| BodyRefused::Broken(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let needed = bytes.len() + data.len();
+        if needed > room {
+            return Err(BodyRefused::TooLarge);
+        }
+        if needed > bytes.capacity() {
+            let grown = (bytes.capacity() * 2).max(FIRST).max(needed).min(room);
+            if let Some(held) = reservation.as_deref_mut() {
+                held.grow(grown - bytes.capacity())
+                    .await
+                    .map_err(BodyRefused::OverBudget)?;
+            }
+            bytes.reserve_exact(grown - bytes.len());
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok(axum::body::Bytes::from(bytes))
 }
 
 /// A review's JSON answer, or the plain-text refusal of what was no review.
@@ -582,9 +714,14 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                 g => format!("{g}/{}/{}", k.version, k.kind),
             })
             .collect();
+        let budget = BodyBudget::new(
+            args.body_sizes(initializer.max_request_bytes),
+            initializer.metrics.body_bytes(),
+        );
         tracing::info!(
             %local_addr,
             initializer = %initializer.name,
+            body_budget = ?budget.sizes(),
             ?kinds,
             annotation_gate = ?initializer.annotation_gate,
             budget = ?initializer.budget,
@@ -616,6 +753,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
                     acceptor: acceptor.clone(),
                     limits: args.limits(),
                     caps: args.caps(),
+                    budget: budget.clone(),
                     metrics: Arc::clone(&connection_metrics),
                 },
                 app.clone(),
@@ -789,11 +927,18 @@ async fn shutdown_signal() -> Result<(), Error> {
     Ok(())
 }
 
+/// The most a connection buffers of what it reads before the handler takes it: a request head
+/// (the API server's are a few hundred bytes) or a piece of a body. hyper's default, about
+/// 400 KiB, across the connection cap would hold more than the body budget does.
+const READ_BUFFER: usize = 64 * 1024;
+
 struct Listener {
     listener: TcpListener,
     acceptor: TlsAcceptor,
     limits: Limits,
     caps: Caps,
+    /// What request bodies draw on, across this server's listeners.
+    budget: BodyBudget,
     /// Where connections closed because the server was full are counted.
     metrics: Arc<crate::metrics::Metrics>,
 }
@@ -809,6 +954,7 @@ async fn accept_loop(
         acceptor,
         limits,
         caps,
+        budget,
         metrics,
     } = listener;
     let graceful = GracefulShutdown::new();
@@ -820,7 +966,8 @@ async fn accept_loop(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(None)
-        .keep_alive(true);
+        .keep_alive(true)
+        .max_buf_size(READ_BUFFER);
     let registry = Registry::new(caps);
     loop {
         // Accept whatever the cap: a full server makes room (or refuses) at once, so nobody waits
@@ -857,6 +1004,10 @@ async fn accept_loop(
         let service = TowerToHyperService::new(app.clone());
         let builder = builder.clone();
         let watcher = graceful.watcher();
+        let allowance = BodyAllowance {
+            budget: budget.clone(),
+            peer: peer.ip(),
+        };
         // Repoll: the connection wakes itself when its handler takes the request body; see
         // `repoll` for why that must not go through the scheduler.
         tokio::spawn(Repoll::new(async move {
@@ -883,8 +1034,8 @@ async fn accept_loop(
             let activity = Arc::clone(&slot.activity);
             activity.handshaken();
             let io = TokioIo::new(Watched::new(tls, Arc::clone(&activity)));
-            let connection =
-                builder.serve_connection(io, Tracked::new(service, Arc::clone(&activity)));
+            let connection = builder
+                .serve_connection(io, Tracked::new(service, Arc::clone(&activity), allowance));
             tokio::select! {
                 ended = watcher.watch(connection) => if let Err(e) = ended {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
