@@ -12,7 +12,7 @@ use initializer_crds::constants::{
     REQUIRE_ANNOTATION_ENV, SERVICE_PORT, TEMPLATE_HASH_ANNOTATION, TIMEOUT_SECONDS_ENV, TLS_DIR,
     TLS_DIR_ENV, WEBHOOK_PATH, WORKLOAD_GENERATION_ANNOTATION,
 };
-use initializer_crds::{AnnotationGate, FailurePolicy, InterceptRule, ReinvocationPolicy};
+use initializer_crds::{AnnotationGate, InterceptRule};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, MutatingWebhook, MutatingWebhookConfiguration,
@@ -37,7 +37,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::selector;
+use crate::selector::InterceptScope;
 use crate::tls::TlsMaterial;
 use crate::validate::{self, ConfigPlan, Validated};
 
@@ -591,6 +591,7 @@ pub fn webhook_conditions(v: &Validated) -> Option<Vec<MatchCondition>> {
 /// The MutatingWebhookConfiguration, registered only while the initializer is healthy.
 pub fn webhook(v: &Validated, ca_pem: &str) -> MutatingWebhookConfiguration {
     let spec = &v.spec;
+    let scope = InterceptScope::of(v);
     let rules = spec.rules.iter().map(admission_rule).collect();
     let mut metadata = meta(v, &v.names.configuration, None);
     metadata.namespace = None;
@@ -609,27 +610,11 @@ pub fn webhook(v: &Validated, ca_pem: &str) -> MutatingWebhookConfiguration {
                 }),
                 url: None,
             },
-            failure_policy: Some(
-                match spec.failure_policy {
-                    FailurePolicy::Fail => "Fail",
-                    FailurePolicy::Ignore => "Ignore",
-                }
-                .into(),
-            ),
-            match_policy: Some("Equivalent".into()),
-            namespace_selector: Some(selector::namespace_selector(
-                spec.namespaces.as_ref(),
-                &v.operator_namespace,
-                &v.namespace,
-            )),
-            object_selector: Some(selector::object_selector(spec.object_selector.as_ref())),
-            reinvocation_policy: Some(
-                match spec.reinvocation_policy {
-                    ReinvocationPolicy::Never => "Never",
-                    ReinvocationPolicy::IfNeeded => "IfNeeded",
-                }
-                .into(),
-            ),
+            failure_policy: Some(spec.failure_policy.as_str().into()),
+            match_policy: Some(InterceptScope::MATCH_POLICY.into()),
+            namespace_selector: Some(scope.namespace_selector),
+            object_selector: Some(scope.object_selector),
+            reinvocation_policy: Some(spec.reinvocation_policy.as_str().into()),
             rules: Some(rules),
             side_effects: "None".into(),
             timeout_seconds: Some(spec.timeout_seconds),
@@ -697,6 +682,7 @@ pub fn gate_condition(gate: &AnnotationGate) -> MatchCondition {
 pub fn fallback(v: &Validated) -> Option<FallbackPolicy> {
     let spec = &v.spec;
     let fallback = spec.fallback.as_ref()?;
+    let scope = InterceptScope::of(v);
     let rules = if fallback.rules.is_empty() {
         &spec.rules
     } else {
@@ -733,13 +719,9 @@ pub fn fallback(v: &Validated) -> Option<FallbackPolicy> {
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".into()),
             match_constraints: Some(MatchResources {
-                match_policy: Some("Equivalent".into()),
-                namespace_selector: Some(selector::namespace_selector(
-                    spec.namespaces.as_ref(),
-                    &v.operator_namespace,
-                    &v.namespace,
-                )),
-                object_selector: Some(selector::object_selector(spec.object_selector.as_ref())),
+                match_policy: Some(InterceptScope::MATCH_POLICY.into()),
+                namespace_selector: Some(scope.namespace_selector),
+                object_selector: Some(scope.object_selector),
                 resource_rules: Some(resource_rules),
                 exclude_resource_rules: None,
             }),

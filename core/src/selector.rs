@@ -11,6 +11,8 @@ use initializer_crds::NamespaceScope;
 use initializer_crds::constants::{NAMESPACE_NAME_LABEL, SYSTEM_NAMESPACES};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
+use crate::validate::Validated;
+
 /// The webhook's `namespaceSelector`: the user's selector, plus `NotIn` for every namespace that
 /// must never be intercepted, plus `In` for `include` when it is given.
 pub fn namespace_selector(
@@ -46,6 +48,33 @@ pub fn namespace_selector(
 /// is added: no label an object's author can set exempts it from interception.
 pub fn object_selector(user: Option<&LabelSelector>) -> LabelSelector {
     user.cloned().unwrap_or_default()
+}
+
+/// Where an Initializer intercepts, the same for its webhook, its fallback policy and its
+/// compiled policy: the namespaces (with the exclusions) and the objects they match, by
+/// equivalent resource (`matchPolicy: Equivalent`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InterceptScope {
+    pub namespace_selector: LabelSelector,
+    pub object_selector: LabelSelector,
+}
+
+impl InterceptScope {
+    /// `matchPolicy` of every configuration: a request for another version of a matched
+    /// resource is intercepted too.
+    pub const MATCH_POLICY: &'static str = "Equivalent";
+
+    /// The scope of the validated Initializer `v`.
+    pub fn of(v: &Validated) -> Self {
+        Self {
+            namespace_selector: namespace_selector(
+                v.spec.namespaces.as_ref(),
+                &v.operator_namespace,
+                &v.namespace,
+            ),
+            object_selector: object_selector(v.spec.object_selector.as_ref()),
+        }
+    }
 }
 
 #[cfg(test)]

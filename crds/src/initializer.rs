@@ -534,6 +534,16 @@ pub enum FailurePolicy {
     Ignore,
 }
 
+impl FailurePolicy {
+    /// The value of a webhook's or policy's `failurePolicy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fail => "Fail",
+            Self::Ignore => "Ignore",
+        }
+    }
+}
+
 /// Whether the initializer is called again when a later webhook changed the object.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum ReinvocationPolicy {
@@ -542,6 +552,16 @@ pub enum ReinvocationPolicy {
     Never,
     /// Call again if a later webhook changed the object.
     IfNeeded,
+}
+
+impl ReinvocationPolicy {
+    /// The value of a webhook's or policy's `reinvocationPolicy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "Never",
+            Self::IfNeeded => "IfNeeded",
+        }
+    }
 }
 
 /// How the operator judges the initializer's health.

@@ -1,18 +1,14 @@
 //! Preset Initializer → [`Program`] → MutatingAdmissionPolicy and binding.
 //!
 //! The policy's scope is the webhook's: the same rules (their mutating operations), the same
-//! namespace selector with the same mandatory exclusions ([`selector::namespace_selector`]), the
-//! same object selector, `matchPolicy: Equivalent`, the same failure and reinvocation
-//! policies. What the webhook decides inside the preset initializer (the annotation gate, the
+//! [`InterceptScope`] (the namespaces, with the mandatory exclusions, and the objects, by
+//! equivalent resource), the same failure and reinvocation policies. What the webhook decides inside the preset initializer (the annotation gate, the
 //! preset's kinds, labels, annotation and namespaces) becomes `matchConditions`, followed by
 //! "needs injection", which is false once everything is there: the policy then does not act,
 //! so a reinvocation, or a create of an object that already has it all, changes nothing.
 
 use initializer_crds::constants::{INITIALIZED_BY_ANNOTATION, NAMESPACE_NAME_LABEL};
-use initializer_crds::{
-    AnnotationGate, Backend, FailurePolicy, InterceptRule, Operation, PresetConfig,
-    ReinvocationPolicy,
-};
+use initializer_crds::{AnnotationGate, Backend, InterceptRule, Operation, PresetConfig};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
@@ -28,8 +24,9 @@ use super::ir::{
     Step, first_by_key,
 };
 use super::render::{self, MAX_EXPRESSION_CODE_POINTS};
+use crate::build;
+use crate::selector::InterceptScope;
 use crate::validate::Validated;
-use crate::{build, selector};
 
 /// Name of the "needs injection" matchCondition.
 pub const NEEDS_INJECTION: &str = "needs-injection";
@@ -169,6 +166,7 @@ pub fn compile(v: &Validated) -> Result<Compiled, CompileError> {
     }
     let program = program(preset, spec.annotation.as_ref())?;
     let resource_rules = resource_rules(&spec.rules)?;
+    let scope = InterceptScope::of(v);
     let mut match_conditions = selection_conditions(&program)?;
     let needs_injection = render::needs_injection(&program);
     check_size(&needs_injection, "spec.preset.selector")?;
@@ -194,33 +192,17 @@ pub fn compile(v: &Validated) -> Result<Compiled, CompileError> {
     let policy = MutatingAdmissionPolicy {
         metadata: metadata(v),
         spec: Some(MutatingAdmissionPolicySpec {
-            failure_policy: Some(
-                match spec.failure_policy {
-                    FailurePolicy::Fail => "Fail",
-                    FailurePolicy::Ignore => "Ignore",
-                }
-                .to_owned(),
-            ),
+            failure_policy: Some(spec.failure_policy.as_str().to_owned()),
             match_conditions: Some(match_conditions),
             match_constraints: Some(MatchResources {
-                match_policy: Some("Equivalent".to_owned()),
-                namespace_selector: Some(selector::namespace_selector(
-                    spec.namespaces.as_ref(),
-                    &v.operator_namespace,
-                    &v.namespace,
-                )),
-                object_selector: Some(selector::object_selector(spec.object_selector.as_ref())),
+                match_policy: Some(InterceptScope::MATCH_POLICY.to_owned()),
+                namespace_selector: Some(scope.namespace_selector),
+                object_selector: Some(scope.object_selector),
                 resource_rules: Some(resource_rules),
                 exclude_resource_rules: None,
             }),
             mutations: Some(mutations),
-            reinvocation_policy: Some(
-                match spec.reinvocation_policy {
-                    ReinvocationPolicy::Never => "Never",
-                    ReinvocationPolicy::IfNeeded => "IfNeeded",
-                }
-                .to_owned(),
-            ),
+            reinvocation_policy: Some(spec.reinvocation_policy.as_str().to_owned()),
             ..MutatingAdmissionPolicySpec::default()
         }),
     };
