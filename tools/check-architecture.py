@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Checks that the crate table of docs/architecture.md says what `cargo metadata` says: every
 workspace crate is listed once, in its directory, with exactly its workspace dependencies
-(normal and dev). Exits 1 naming every difference, so the map cannot drift from the code."""
+(normal and dev); and that the SDK's top-level modules import one another without a circle
+(the engine depends on what it serves, never the other way round). Exits 1 naming every
+difference and every circle, so the map cannot drift from the code."""
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
+SDK = ROOT / "sdk" / "src"
 BEGIN, END = "<!-- crate-dependencies: begin -->", "<!-- crate-dependencies: end -->"
 
 
@@ -67,7 +71,57 @@ def differences(doc, cargo):
     return found
 
 
+def module_imports(src):
+    """The SDK's top-level modules and the others each imports (`crate::x`), tests and comments
+    (doc links) left out."""
+    imports = {}
+    for path in src.rglob("*.rs"):
+        top = path.relative_to(src).parts[0].removesuffix(".rs")
+        if top in ("lib", "main") or path.name == "tests.rs":
+            continue
+        text = path.read_text().split("#[cfg(test)]\nmod tests", 1)[0]
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+        used = set(re.findall(r"crate::([a-z_]+)", code)) - {top}
+        imports.setdefault(top, set()).update(used)
+    return {m: {d for d in deps if d in imports} for m, deps in imports.items()}
+
+
+def circles(imports):
+    """Every group of modules that import one another in a circle (strongly connected, more
+    than one), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for dep in sorted(imports[module]):
+            if dep not in index:
+                visit(dep)
+                low[module] = min(low[module], low[dep])
+            elif dep in on_stack:
+                low[module] = min(low[module], index[dep])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(imports):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
 def main():
+    for group in circles(module_imports(SDK)):
+        print(f"sdk/src: these modules import one another in a circle: {', '.join(group)}", file=sys.stderr)
+        sys.exit(1)
     found = differences(documented(DOC.read_text()), actual())
     for line in found:
         print(f"docs/architecture.md: {line}", file=sys.stderr)

@@ -42,3 +42,27 @@ pub(crate) mod sealed {
     /// Only the SDK's own types take [`Tuning`](super::Tuning), so it can grow.
     pub trait Sealed {}
 }
+
+impl<C> sealed::Sealed for crate::Initializer<C> {}
+
+impl<C> Tuning for crate::Initializer<C> {
+    fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
+        self
+    }
+
+    fn mark_initialized(mut self, mark: bool) -> Self {
+        self.mark_initialized = mark;
+        self
+    }
+
+    fn generation(mut self, generation: Option<i64>) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    fn inline_handlers(mut self, inline: bool) -> Self {
+        self.inline_handlers = inline;
+        self
+    }
+}

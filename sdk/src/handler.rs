@@ -7,6 +7,9 @@
 //! parses only the subtrees that differ (see `diff`). The initialized-by mark of a changed
 //! object is one operation added to that patch, not a third serialization.
 
+pub(crate) mod diff;
+pub(crate) mod lane;
+
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -17,7 +20,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
-use crate::engine::diff;
 use crate::gate::AnnotationGate;
 use crate::mark::Marker;
 use crate::mutate;

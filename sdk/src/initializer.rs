@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::ConfigStore;
-use crate::engine::lane::{Lane, Lanes};
 use crate::gate::AnnotationGate;
+use crate::handler::lane::{Lane, Lanes};
 use crate::handler::{AnyHandler, Failure, Initialize, InitializeAsync, Outcome, Typed};
 use crate::mark::{self, KeyCell, Marker, Stamp};
 use crate::metrics::Metrics;
@@ -29,6 +29,9 @@ use crate::review::{
 /// each, and an UPDATE's review carries two (`object` and `oldObject`) plus the request around
 /// them; controller-runtime's webhook server uses the same limit.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 7 * 1024 * 1024;
+
+/// Default time a client has to send a request body once its head arrived: 10 s.
+pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default handler budget: the default webhook timeout (5 s) minus 500 ms of margin.
 pub const DEFAULT_BUDGET: Duration = Duration::from_millis(4_500);
 
@@ -83,11 +86,11 @@ pub struct Initializer<C = ()> {
     pub(crate) body_timeout: Duration,
     pub(crate) annotation_gate: Option<AnnotationGate>,
     pub(crate) gate_set: bool,
-    mark_initialized: bool,
+    pub(crate) mark_initialized: bool,
     pub(crate) generation: Option<i64>,
     /// The key marks are signed with, filled by the certificate store while serving.
     pub(crate) mark_key: Arc<KeyCell>,
-    inline_handlers: bool,
+    pub(crate) inline_handlers: bool,
     lanes: Lanes,
     pub(crate) metrics: Arc<Metrics>,
 }
@@ -129,7 +132,7 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
             failure_policy: FailurePolicy::default(),
             budget: DEFAULT_BUDGET,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
-            body_timeout: crate::engine::server::DEFAULT_BODY_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
             annotation_gate: None,
             gate_set: false,
             mark_initialized: true,
@@ -561,29 +564,5 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a non-string panic payload".to_owned()
-    }
-}
-
-impl<C> crate::advanced::sealed::Sealed for Initializer<C> {}
-
-impl<C> crate::advanced::Tuning for Initializer<C> {
-    fn max_request_bytes(mut self, bytes: usize) -> Self {
-        self.max_request_bytes = bytes;
-        self
-    }
-
-    fn mark_initialized(mut self, mark: bool) -> Self {
-        self.mark_initialized = mark;
-        self
-    }
-
-    fn generation(mut self, generation: Option<i64>) -> Self {
-        self.generation = generation;
-        self
-    }
-
-    fn inline_handlers(mut self, inline: bool) -> Self {
-        self.inline_handlers = inline;
-        self
     }
 }

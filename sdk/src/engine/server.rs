@@ -35,7 +35,7 @@ use crate::engine::repoll::Repoll;
 use crate::engine::slots::{Admitted, Caps, Registry};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
-use crate::initializer::{Initializer, too_large};
+use crate::initializer::{DEFAULT_BODY_TIMEOUT, Initializer, too_large};
 use crate::route::ROUTE_CHECK_PATH;
 use crate::tls::CertStore;
 
@@ -50,8 +50,6 @@ pub const INITIALIZE_PATH: &str = "/initialize";
 /// Default time a client has for the TLS handshake, and for a request head from its first byte
 /// (or from the handshake, for the first request): 10 s.
 pub(crate) const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default time a client has to send a request body once its head arrived: 10 s.
-pub(crate) const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time an idle keep-alive connection is kept: 120 s, longer than the API server's own
 /// idle timeout (90 s), so the API server closes first and never sends on a closing connection.
 pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
