@@ -485,17 +485,19 @@ impl BodyRefused {
     }
 }
 
-/// The body's bytes, at most `room` of them (the declared length, else the request limit). The
-/// buffer grows by doubling up to `room`, and each growth is taken from `reservation` first, so
-/// the budget counts the memory the body takes, not only the bytes that came.
+/// The body's bytes, at most `room` of them (the declared length, else the request limit). A
+/// body that comes in one piece, as a review mostly does, is kept as it came; one in several is
+/// gathered in a buffer that grows by doubling up to `room`. What each piece or growth takes is
+/// taken from `reservation` first, so the budget counts the memory the body takes.
 async fn collect_within(
     mut body: Body,
     room: usize,
     mut reservation: Option<&mut Reservation>,
 ) -> Result<axum::body::Bytes, BodyRefused> {
     use http_body_util::BodyExt as _;
-    /// The first allocation, for a small review to arrive in one.
+    /// The first allocation of a buffer, for a small review to fit in one.
     const FIRST: usize = 16 * 1024;
+    let mut first: Option<axum::body::Bytes> = None;
     let mut bytes: Vec<u8> = Vec::new();
     loop {
         let frame = match reservation.as_deref() {
@@ -510,9 +512,23 @@ async fn collect_within(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let needed = bytes.len() + data.len();
+        let held_before = first.as_ref().map_or(bytes.len(), axum::body::Bytes::len);
+        let needed = held_before + data.len();
         if needed > room {
             return Err(BodyRefused::TooLarge);
+        }
+        if first.is_none() && bytes.capacity() == 0 {
+            if let Some(held) = reservation.as_deref_mut() {
+                held.grow(data.len())
+                    .await
+                    .map_err(BodyRefused::OverBudget)?;
+            }
+            first = Some(data);
+            continue;
+        }
+        if let Some(piece) = first.take() {
+            // Its bytes are reserved already: the buffer starts at exactly their size.
+            bytes = piece.to_vec();
         }
         if needed > bytes.capacity() {
             let grown = (bytes.capacity() * 2).max(FIRST).max(needed).min(room);
@@ -525,7 +541,7 @@ async fn collect_within(
         }
         bytes.extend_from_slice(&data);
     }
-    Ok(axum::body::Bytes::from(bytes))
+    Ok(first.unwrap_or_else(|| axum::body::Bytes::from(bytes)))
 }
 
 /// A review's JSON answer, or the plain-text refusal of what was no review.
