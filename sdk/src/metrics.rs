@@ -158,7 +158,7 @@ impl Metrics {
         let body_bytes = Gauge::default();
         registry.register(
             "request_body_bytes",
-            "Bytes the server holds for request bodies being received or answered (its budget is a sixteenth of the memory limit)",
+            "Bytes the server holds for request bodies being received or answered (its budget is half of the memory limit)",
             body_bytes.clone(),
         );
         registry.register(

@@ -97,9 +97,14 @@ pub(crate) struct Body {
     pub bytes: usize,
     /// Still arriving: nothing has been worked on, so cutting it off loses no answer.
     pub arriving: bool,
-    /// Cut off to make room; its bytes come back when it is dropped.
-    pub cut_off: bool,
+    /// Cancelled when it is cut off to make room; its bytes come back when it is dropped.
     cut: CancellationToken,
+}
+
+impl Body {
+    fn cut_off(&self) -> bool {
+        self.cut.is_cancelled()
+    }
 }
 
 /// What a reservation's request for more bytes got.
@@ -132,7 +137,6 @@ impl Ledger {
                 peer,
                 bytes: 0,
                 arriving: true,
-                cut_off: false,
                 cut: cut.clone(),
             },
         );
@@ -160,7 +164,7 @@ impl Ledger {
         let freeing: usize = self
             .bodies
             .values()
-            .filter(|b| b.cut_off)
+            .filter(|b| b.cut_off())
             .map(|b| b.bytes)
             .sum();
         if (self.held - freeing).saturating_add(bytes) <= sizes.total {
@@ -168,8 +172,7 @@ impl Ledger {
         }
         match victim(&self.bodies, &self.by_peer, peer, peer_held + bytes) {
             Some(victim) => {
-                if let Some(body) = self.bodies.get_mut(&victim) {
-                    body.cut_off = true;
+                if let Some(body) = self.bodies.get(&victim) {
                     body.cut.cancel();
                 }
                 Grant::MakingRoom
@@ -202,6 +205,11 @@ impl Ledger {
     /// The bytes held in all.
     pub fn held(&self) -> usize {
         self.held
+    }
+
+    /// The bytes body `id` holds.
+    fn held_by(&self, id: u64) -> usize {
+        self.bodies.get(&id).map_or(0, |b| b.bytes)
     }
 }
 
@@ -246,7 +254,7 @@ pub(crate) fn victim(
     let holding = |p: &IpAddr| by_peer.get(p).copied().unwrap_or(0);
     bodies
         .iter()
-        .filter(|(_, b)| b.arriving && !b.cut_off && b.bytes > 0)
+        .filter(|(_, b)| b.arriving && !b.cut_off() && b.bytes > 0)
         .filter(|(_, b)| b.peer != peer && holding(&b.peer) > wanted)
         .max_by_key(|(id, b)| (holding(&b.peer), b.bytes, std::cmp::Reverse(**id)))
         .map(|(id, _)| *id)
@@ -348,12 +356,7 @@ impl Reservation {
 
     /// Grows the reservation to `cost` in all (a no-op when it holds that much already).
     pub async fn grow_to(&mut self, cost: usize) -> Result<(), Shortfall> {
-        let held = self
-            .budget
-            .ledger()
-            .bodies
-            .get(&self.id)
-            .map_or(0, |b| b.bytes);
+        let held = self.budget.ledger().held_by(self.id);
         self.grow(cost.saturating_sub(held)).await
     }
 

@@ -127,9 +127,9 @@ pub struct ServeArgs {
     #[arg(long, env = "INITIALIZER_MAX_CONNECTIONS_PER_PEER", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_PEER)]
     pub max_connections_per_peer: usize,
     /// The container's memory limit in bytes (the operator sets it from the pod's
-    /// `limits.memory`); read from the process's cgroup when unset, else 256 Mi is assumed.
-    /// Request bodies held at once are kept to an eighth of it, and those of one peer address
-    /// to a quarter of that.
+    /// `limits.memory`); the cgroup's limit when that is smaller or this is unset, else 256 Mi
+    /// is assumed. Request bodies may cost half of it at once, and those of one peer address a
+    /// quarter of that.
     #[arg(long, env = "INITIALIZER_MEMORY_LIMIT")]
     pub memory_limit: Option<u64>,
     /// `webhook`: answer admission reviews on /initialize. `controller`: act on objects whose
@@ -447,16 +447,14 @@ enum BodyRefused {
 impl BodyRefused {
     fn rejection(self, limit: usize) -> crate::initializer::Rejection {
         use crate::initializer::Rejection;
-        let over = |whose: &str| {
+        let over = |why: String| {
             Rejection::new(
                 503,
                 "over_budget",
-                format!(
-                    "failed to accept the review: {whose} the request bodies its memory \
-                     allows; try again"
-                ),
+                format!("failed to accept the review: {why}"),
             )
         };
+        let full = |whose: &str| format!("{whose} the request bodies its memory allows; try again");
         match self {
             Self::TooLarge => too_large(limit),
             Self::Broken(why) => Rejection::new(
@@ -465,22 +463,22 @@ impl BodyRefused {
                 format!("failed to read the request body: {why}"),
             ),
             Self::OverBudget(Shortfall::PeerHoldsItsShare) => {
-                over("this address already holds its share of")
+                over(full("this address already holds its share of"))
             }
-            Self::OverBudget(Shortfall::ServerHoldsItsBudget) => over("the server already holds"),
-            Self::CutOff => over("cut off to make room for others: this address held most of"),
-            Self::Costly(short) => Rejection::new(
-                503,
-                "over_budget",
-                format!(
-                    "failed to accept the review: decoding it would take more memory than {} \
-                     allows (a review of this many values and keys)",
-                    match short {
-                        Shortfall::PeerHoldsItsShare => "this address's share of the budget",
-                        Shortfall::ServerHoldsItsBudget => "the budget has left",
-                    }
-                ),
-            ),
+            Self::OverBudget(Shortfall::ServerHoldsItsBudget) => {
+                over(full("the server already holds"))
+            }
+            Self::CutOff => over(full(
+                "cut off to make room for others: this address held most of",
+            )),
+            Self::Costly(short) => over(format!(
+                "decoding it would take more memory than {} allows (a review of this many \
+                 values and keys)",
+                match short {
+                    Shortfall::PeerHoldsItsShare => "this address's share of the budget",
+                    Shortfall::ServerHoldsItsBudget => "the budget has left",
+                }
+            )),
         }
     }
 }
