@@ -283,8 +283,8 @@ fn resource_value(
             .ok_or_else(|| format!("unreadable quantity {:?}", quantity.0))?,
         None if kind == "requests" => 0,
         None => match resource {
-            "cpu" => i128::try_from(capacity.0).unwrap_or(i128::MAX) * 1000,
-            "memory" => i128::from(capacity.1) * 1024 * 1000,
+            "cpu" => u128::try_from(capacity.0).unwrap_or(u128::MAX / 1000) * 1000,
+            "memory" => u128::from(capacity.1) * 1024 * 1000,
             _ => return Err(unsupported()),
         },
     };
@@ -298,21 +298,16 @@ fn resource_value(
         None => 1000,
     };
     let value = if resource == "cpu" {
-        ceil_div(milli, divisor)
+        milli.div_ceil(divisor)
     } else {
-        ceil_div(ceil_div(milli, 1000), ceil_div(divisor, 1000).max(1))
+        milli.div_ceil(1000).div_ceil(divisor.div_ceil(1000).max(1))
     };
     Ok(value.to_string())
 }
 
-fn ceil_div(a: i128, b: i128) -> i128 {
-    let q = a / b;
-    if a % b > 0 { q + 1 } else { q }
-}
-
 /// A resource quantity in whole milli-units, rounded up (`256Mi`, `500m`, `1.5G`, `1e3`), as
 /// Kubernetes' `MilliValue`; `None` when it does not parse or is negative.
-fn quantity_milli(quantity: &str) -> Option<i128> {
+fn quantity_milli(quantity: &str) -> Option<u128> {
     /// Binary suffixes as powers of 1024, decimal ones as powers of ten.
     const SUFFIXES: [(&str, u32, i32); 16] = [
         ("Ki", 1, 0),
@@ -352,17 +347,14 @@ fn quantity_milli(quantity: &str) -> Option<i128> {
         {
             return None;
         }
-        let digits: i128 = format!("{whole}{fraction}").parse().ok()?;
-        let digits = digits.checked_mul(1024i128.checked_pow(binary)?)?;
+        let digits: u128 = format!("{whole}{fraction}").parse().ok()?;
+        let digits = digits.checked_mul(1024u128.checked_pow(binary)?)?;
         // milli-units: three more powers of ten.
         let shift = exponent + decimal + 3 - i32::try_from(fraction.len()).ok()?;
         if shift >= 0 {
-            digits.checked_mul(10i128.checked_pow(u32::try_from(shift).ok()?)?)
+            digits.checked_mul(10u128.checked_pow(u32::try_from(shift).ok()?)?)
         } else {
-            Some(ceil_div(
-                digits,
-                10i128.checked_pow(u32::try_from(-shift).ok()?)?,
-            ))
+            Some(digits.div_ceil(10u128.checked_pow(u32::try_from(-shift).ok()?)?))
         }
     })
 }
