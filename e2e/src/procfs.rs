@@ -22,13 +22,7 @@ pub fn stat_field(stat: &str, number: usize) -> Option<&str> {
 
 /// The peak resident memory of a process so far, in KiB (`VmHWM` of `/proc/<pid>/status`).
 pub fn peak_rss_kib(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    initializer_controlplane::component::status_kib(status, "VmHWM")
 }
 
 #[cfg(test)]

@@ -61,13 +61,7 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
 
 /// Resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
 pub fn rss_kib(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    initializer_controlplane::component::parse_rss_kib(status)
 }
 
 /// Whether `/proc/<pid>/environ` (NUL-separated) holds `key=value`.

@@ -160,9 +160,14 @@ impl Component {
 
 /// The `VmRSS` of a `/proc/PID/status` text, in KiB.
 pub fn parse_rss_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmRSS")
+}
+
+/// A field given in kB (`VmRSS`, `VmHWM`, …) of a `/proc/PID/status` text, in KiB.
+pub fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))?
         .split_whitespace()
         .next()?
         .parse()

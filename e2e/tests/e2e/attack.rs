@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use initializer_crds::constants::MEMORY_LIMIT_ENV;
 use initializer_crds::images;
 use initializer_e2e::fixtures;
 use initializer_e2e::load::{self, CreateLoad};
@@ -513,9 +514,13 @@ fn process_memory(pod: &Pod) -> anyhow::Result<Option<ProcessMemory>> {
         .context("the guard's process has no VmHWM")?;
     let limit = environ
         .split(|b| *b == 0)
-        .find_map(|entry| entry.strip_prefix(b"INITIALIZER_MEMORY_LIMIT="))
+        .find_map(|entry| {
+            entry
+                .strip_prefix(MEMORY_LIMIT_ENV.as_bytes())?
+                .strip_prefix(b"=")
+        })
         .and_then(|value| std::str::from_utf8(value).ok()?.parse().ok())
-        .context("the operator did not pass the guard INITIALIZER_MEMORY_LIMIT")?;
+        .with_context(|| format!("the operator did not pass the guard {MEMORY_LIMIT_ENV}"))?;
     Ok(Some(ProcessMemory { peak_kib, limit }))
 }
 
