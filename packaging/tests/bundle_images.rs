@@ -116,11 +116,17 @@ fn dockerfile_arg(relative: &str, name: &str) -> String {
 }
 
 #[test]
-fn olm_image_for_kind_runs_on_the_same_pinned_base_as_ours() {
-    assert_eq!(
-        dockerfile_arg("e2e/kind/olm.Dockerfile", "RUNTIME_IMAGE"),
-        dockerfile_arg("images/Dockerfile", "RUNTIME_IMAGE"),
-    );
+fn the_olm_and_catalog_images_run_on_the_same_pinned_base_as_ours() {
+    for other in [
+        "e2e/kind/olm.Dockerfile",
+        "tools/release/catalog.Dockerfile",
+    ] {
+        assert_eq!(
+            dockerfile_arg(other, "RUNTIME_IMAGE"),
+            dockerfile_arg("images/Dockerfile", "RUNTIME_IMAGE"),
+            "{other}"
+        );
+    }
 }
 
 #[test]
@@ -169,12 +175,11 @@ mod toml_like {
     }
 }
 
-/// No image is published yet, so there is no digest to pin: the CSV's `relatedImages` name each
-/// image by its version tag. Once images are pushed, `relatedImages` must carry `@sha256:`
-/// digests (what OLM mirrors for disconnected clusters) and this test turns into one that
-/// demands them.
+/// The committed bundle is the source of every release and names each image by its version
+/// tag; a release's bundle (`bundle --image`, what `make release` writes) names each by its
+/// digest instead (`bundle::pin`'s tests, and `tools/release/verify.sh` on a pushed release).
 #[test]
-fn related_images_are_version_tags_until_the_images_are_published() {
+fn the_committed_bundle_names_version_tags_a_release_pins_them() {
     let csv = std::fs::read_to_string(root().join(bundle::BUNDLE_DIR).join(CSV_FILE)).unwrap();
     let csv: serde_json::Value = serde_saphyr::from_str(&csv).unwrap();
     let related: Vec<&str> = csv["spec"]["relatedImages"]

@@ -181,6 +181,29 @@ fn monitoring_objects_are_rendered_only_where_the_api_is_served_and_enabled() {
 
 #[test]
 #[ignore = "needs helm built from its Go module (make helm): make unit-real, or cargo test -p initializer-packaging --test helm -- --ignored"]
+fn a_digest_names_the_image_whatever_the_tag() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let args = [
+        "--set".to_string(),
+        format!(
+            "image.tag=dev,image.digest={digest},presetImage.repository=r/p,presetImage.digest={digest}"
+        ),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let objects = template(&args).unwrap();
+    let deployment = find(&objects, "Deployment", "initializer-operator");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        json!(format!(
+            "ghcr.io/initializer-dev/initializer-operator@{digest}"
+        ))
+    );
+    assert_eq!(container["args"][2], json!(format!("r/p@{digest}")));
+}
+
+#[test]
+#[ignore = "needs helm built from its Go module (make helm): make unit-real, or cargo test -p initializer-packaging --test helm -- --ignored"]
 fn values_reach_the_objects_they_name() {
     let args = with_monitoring(&[
         "--set",

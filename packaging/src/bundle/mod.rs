@@ -10,6 +10,7 @@ pub mod chart;
 pub mod csv;
 pub mod generate;
 pub mod output;
+pub mod pin;
 pub mod validate;
 pub mod violation;
 
@@ -60,15 +61,27 @@ pub struct BundleArgs {
     #[arg(long, default_value = BUNDLE_DIR)]
     pub out: PathBuf,
     /// Only validate the bundle already in `--out`; write nothing.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "images")]
     pub check: bool,
+    /// Name an image of ours by this reference instead of its version tag (a release passes
+    /// each image's digest: `--image initializer-operator=REGISTRY/initializer-operator@sha256:…`);
+    /// repeated, once per image the bundle names.
+    #[arg(long = "image", value_name = "BINARY=REFERENCE", value_parser = pin::image_flag)]
+    pub images: Vec<(String, initializer_crds::images::Reference)>,
 }
 
-/// `initializer-operator bundle`: writes the generated bundle to `args.out` (or, with
-/// `--check`, validates what is there) and validates the result.
+/// `initializer-operator bundle`: writes the generated bundle to `args.out`, its images pinned
+/// when `--image` is given (or, with `--check`, validates what is there), and validates the
+/// result.
 pub fn run(args: &BundleArgs) -> Result<(), Error> {
     if !args.check {
-        generate()?.write(&args.out)?;
+        let bundle = generate()?;
+        let bundle = if args.images.is_empty() {
+            bundle
+        } else {
+            pin::pin(&bundle, &args.images.iter().cloned().collect())?
+        };
+        bundle.write(&args.out)?;
     }
     validate(&args.out).map_err(|violations| Error::BundleInvalid(violation::summary(&violations)))
 }

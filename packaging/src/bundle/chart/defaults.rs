@@ -2,6 +2,7 @@
 //! rendered with its defaults gives the bundle's objects again.
 
 use initializer_crds::constants;
+use initializer_crds::images::Reference;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
 use serde_json::{Value, json};
@@ -28,16 +29,13 @@ pub const PRESET_IMAGE_FLAG: &str = "--preset-image";
 /// The chart's values that have a default in the CSV, read from its Deployment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Defaults {
-    /// Repository of the operator's image.
-    pub image_repository: String,
-    /// Tag of the operator's image (the chart's appVersion when it is the operator's version).
-    pub image_tag: String,
+    /// The operator's image: by tag (the chart's appVersion when it is the operator's version)
+    /// or, in a release, by digest.
+    pub image: Reference,
     /// The operator container's pull policy.
     pub pull_policy: String,
-    /// Repository of the preset initializer's image.
-    pub preset_repository: String,
-    /// Tag of the preset initializer's image.
-    pub preset_tag: String,
+    /// The preset initializer's image, likewise.
+    pub preset: Reference,
     /// How many operator replicas run (one leads, the others stand by).
     pub replicas: i32,
     /// The operator container's `resources`.
@@ -50,12 +48,6 @@ pub struct Defaults {
     pub scrape_interval: String,
 }
 
-/// Splits `registry/repository:tag` at the tag's colon (a registry port is not a tag).
-pub fn split_image(image: &str) -> Option<(&str, &str)> {
-    let (repository, tag) = image.rsplit_once(':')?;
-    (!tag.contains('/') && !repository.is_empty() && !tag.is_empty()).then_some((repository, tag))
-}
-
 impl Defaults {
     /// Reads the defaults from the operator's Deployment as the plan has it.
     pub fn from_plan(plan: &InstallPlan) -> Result<Self, Error> {
@@ -66,16 +58,16 @@ impl Defaults {
             .image
             .as_deref()
             .ok_or_else(|| missing("an image"))?;
-        let (image_repository, image_tag) =
-            split_image(image).ok_or_else(|| missing("an image with a tag"))?;
+        let image =
+            Reference::parse(image).ok_or_else(|| missing("an image with a tag or a digest"))?;
         let args = container.args.as_deref().unwrap_or_default();
         let preset = args
             .iter()
             .position(|arg| arg == PRESET_IMAGE_FLAG)
             .and_then(|at| args.get(at + 1))
             .ok_or_else(|| missing(PRESET_IMAGE_FLAG))?;
-        let (preset_repository, preset_tag) =
-            split_image(preset).ok_or_else(|| missing("a preset image with a tag"))?;
+        let preset = Reference::parse(preset)
+            .ok_or_else(|| missing("a preset image with a tag or a digest"))?;
         let log_level = container
             .env
             .iter()
@@ -105,14 +97,12 @@ impl Defaults {
         let resources = serde_json::to_value(container.resources.clone().unwrap_or_default())
             .map_err(|err| json_error("the resources", &err))?;
         Ok(Self {
-            image_repository: image_repository.to_string(),
-            image_tag: image_tag.to_string(),
+            image,
             pull_policy: container
                 .image_pull_policy
                 .clone()
                 .ok_or_else(|| missing("an imagePullPolicy"))?,
-            preset_repository: preset_repository.to_string(),
-            preset_tag: preset_tag.to_string(),
+            preset,
             replicas: spec.replicas.ok_or_else(|| missing("replicas"))?,
             resources,
             log_level,
@@ -131,9 +121,9 @@ impl Defaults {
             }
             Hole::ScrapeInterval => json!(self.scrape_interval),
             Hole::Replicas => json!(self.replicas),
-            Hole::Image => json!(format!("{}:{}", self.image_repository, self.image_tag)),
+            Hole::Image => json!(self.image.to_string()),
             Hole::PullPolicy => json!(self.pull_policy),
-            Hole::PresetImage => json!(format!("{}:{}", self.preset_repository, self.preset_tag)),
+            Hole::PresetImage => json!(self.preset.to_string()),
             Hole::Resources => self.resources.clone(),
             Hole::LogLevel => json!(self.log_level),
             Hole::LogFormat | Hole::NetworkPolicy | Hole::PolicyCanary => json!([]),

@@ -28,14 +28,25 @@ app.kubernetes.io/version: {{{{ .Chart.AppVersion | quote }}}}
 app.kubernetes.io/managed-by: {{{{ .Release.Service }}}}
 {{{{- end -}}}}
 
-{{{{/* The operator's image: repository:tag, the tag defaulting to the chart's appVersion. */}}}}
-{{{{- define "{HELPER}.image" -}}}}
-{{{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}}}
+{{{{/* An image's reference from its values: repository@digest when a digest is set, else
+repository:tag, the tag defaulting to the chart's appVersion. Called with (list $image $). */}}}}
+{{{{- define "{HELPER}.imageReference" -}}}}
+{{{{- $image := index . 0 -}}}}
+{{{{- if $image.digest -}}}}
+{{{{- printf "%s@%s" $image.repository $image.digest -}}}}
+{{{{- else -}}}}
+{{{{- printf "%s:%s" $image.repository ($image.tag | default (index . 1).Chart.AppVersion) -}}}}
+{{{{- end -}}}}
 {{{{- end -}}}}
 
-{{{{/* The preset initializer's image, likewise. */}}}}
+{{{{/* The operator's image. */}}}}
+{{{{- define "{HELPER}.image" -}}}}
+{{{{- include "{HELPER}.imageReference" (list .Values.image .) -}}}}
+{{{{- end -}}}}
+
+{{{{/* The preset initializer's image. */}}}}
 {{{{- define "{HELPER}.presetImage" -}}}}
-{{{{- printf "%s:%s" .Values.presetImage.repository (.Values.presetImage.tag | default .Chart.AppVersion) -}}}}
+{{{{- include "{HELPER}.imageReference" (list .Values.presetImage .) -}}}}
 {{{{- end -}}}}
 "#,
         header = GENERATED_HEADER.trim_start_matches("# ")

@@ -42,7 +42,7 @@ mod objects;
 mod rules;
 mod values;
 
-pub use defaults::{Defaults, LOG_JSON_ENV, LOG_LEVEL_ENV, PRESET_IMAGE_FLAG, split_image};
+pub use defaults::{Defaults, LOG_JSON_ENV, LOG_LEVEL_ENV, PRESET_IMAGE_FLAG};
 pub use files::{chart_yaml, helpers, notes, readme};
 pub use guard_hook::{GUARD_HOOK_FILE, GUARD_HOOK_NAME, GUARD_SUBCOMMAND, HOOK_EVENTS};
 pub use holes::{HOLES, Hole, fill_holes, render_template};
@@ -74,11 +74,19 @@ pub struct ChartArgs {
     /// Directory to write the chart to.
     #[arg(long, default_value = CHART_DIR)]
     pub out: PathBuf,
+    /// Generate the chart from the bundle in this directory (a release's, its images pinned)
+    /// instead of the bundle the operator generates.
+    #[arg(long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
 }
 
 /// `initializer-operator chart`: writes the chart generated from the bundle to `args.out`.
 pub fn run(args: &ChartArgs) -> Result<(), Error> {
-    generate()?.write(&args.out)
+    let chart = match &args.bundle {
+        Some(dir) => from_bundle(&Bundle::read(dir)?)?,
+        None => generate()?,
+    };
+    chart.write(&args.out)
 }
 
 /// Generates the chart from the bundle [`super::generate`](fn@super::generate) produces.

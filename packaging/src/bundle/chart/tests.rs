@@ -1,5 +1,6 @@
 //! The chart generator's unit tests: holes, defaults, values and rendering.
 
+use initializer_crds::images::Pin;
 use serde_json::{Value, json};
 
 use super::values::wrap;
@@ -207,10 +208,10 @@ fn defaults_are_read_from_the_csvs_deployment() {
     assert_eq!(defaults.replicas, manifest::REPLICAS);
     assert_eq!(defaults.metrics_port, manifest::HTTP_PORT);
     assert_eq!(
-        format!("{}:{}", defaults.image_repository, defaults.image_tag),
+        defaults.image.to_string(),
         initializer_crds::images::image(initializer_crds::images::OPERATOR)
     );
-    assert_eq!(defaults.image_tag, APP_VERSION);
+    assert_eq!(defaults.image.pin, Pin::Tag(APP_VERSION.to_string()));
     assert_eq!(defaults.pull_policy, "IfNotPresent");
     assert_eq!(defaults.log_level, "info");
     assert_eq!(defaults.resources["requests"]["cpu"], json!("50m"));
@@ -227,17 +228,6 @@ fn a_plan_without_the_operators_deployment_is_refused_with_its_name() {
         ),
         "{err}"
     );
-}
-
-#[test]
-fn an_image_splits_at_its_tag_not_at_a_registry_port() {
-    assert_eq!(
-        split_image("localhost:5000/op:1.2"),
-        Some(("localhost:5000/op", "1.2"))
-    );
-    assert_eq!(split_image("localhost:5000/op"), None);
-    assert_eq!(split_image("op"), None);
-    assert_eq!(split_image("op:"), None);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use initializer_crds::images::{Pin, Reference};
 use initializer_crds::yaml;
 use serde_json::{Map, Value, json};
 
@@ -58,18 +59,39 @@ fn group(name: &'static str, doc: &str, fields: Vec<Field>) -> Field {
 /// The chart's `appVersion`, and the tag an empty `tag` value stands for.
 pub const APP_VERSION: &str = crate::bundle::generate::VERSION;
 
-/// A tag's value: empty when it is the chart's appVersion (the Helm convention).
-fn tag_value(tag: &str) -> Value {
-    if tag == APP_VERSION {
-        json!("")
-    } else {
-        json!(tag)
-    }
+/// The `repository`, `tag` and `digest` values of an image. The tag is empty when it is the
+/// chart's appVersion (the Helm convention); the digest, when set, wins over the tag (a release
+/// pins every image by digest).
+fn image_fields(image: &Reference) -> Vec<Field> {
+    let (tag, digest) = match &image.pin {
+        Pin::Tag(tag) if tag == APP_VERSION => ("", ""),
+        Pin::Tag(tag) => (tag.as_str(), ""),
+        Pin::Digest(digest) => ("", digest.as_str()),
+    };
+    vec![
+        leaf(
+            "repository",
+            "Image repository.",
+            json!(image.repository),
+            json!({"type": "string", "minLength": 1}),
+        ),
+        leaf(
+            "tag",
+            "Image tag. Empty: the chart's appVersion.",
+            json!(tag),
+            json!({"type": "string"}),
+        ),
+        leaf(
+            "digest",
+            "Image digest (`sha256:…`). When set, the image is pulled by it and `tag` is not used.",
+            json!(digest),
+            json!({"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"}),
+        ),
+    ]
 }
 
 /// Every value of the chart, with the defaults read from the CSV.
 pub fn values(defaults: &Defaults) -> Vec<Field> {
-    let string = json!({"type": "string"});
     let quantities = json!({
         "type": "object",
         "additionalProperties": {"type": ["string", "number"]},
@@ -84,26 +106,15 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
         group(
             "image",
             "The operator's image.",
-            vec![
-                leaf(
-                    "repository",
-                    "Image repository.",
-                    json!(defaults.image_repository),
-                    json!({"type": "string", "minLength": 1}),
-                ),
-                leaf(
-                    "tag",
-                    "Image tag. Empty: the chart's appVersion.",
-                    tag_value(&defaults.image_tag),
-                    string.clone(),
-                ),
-                leaf(
+            image_fields(&defaults.image)
+                .into_iter()
+                .chain([leaf(
                     "pullPolicy",
                     "When the kubelet pulls the image: Always, IfNotPresent or Never.",
                     json!(defaults.pull_policy),
                     json!({"type": "string", "enum": ["Always", "IfNotPresent", "Never"]}),
-                ),
-            ],
+                )])
+                .collect(),
         ),
         leaf(
             "imagePullSecrets",
@@ -122,20 +133,7 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
         group(
             "presetImage",
             "Image of the built-in preset initializer, which the operator deploys for an Initializer without `spec.image`.",
-            vec![
-                leaf(
-                    "repository",
-                    "Image repository.",
-                    json!(defaults.preset_repository),
-                    json!({"type": "string", "minLength": 1}),
-                ),
-                leaf(
-                    "tag",
-                    "Image tag. Empty: the chart's appVersion.",
-                    tag_value(&defaults.preset_tag),
-                    string,
-                ),
-            ],
+            image_fields(&defaults.preset),
         ),
         leaf(
             "replicas",

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the release's tools from their official Go modules, pinned in go.mod beside this script:
+# cosign (github.com/sigstore/cosign/v3) and distribution's registry
+# (github.com/distribution/distribution/v3), into target/tools/release/<cosign>-<registry>/, and
+# prints that directory.
+#
+#   tools/release/build.sh        # instant when those versions are already built
+#
+# Go's module and build caches are reused, so a rebuild after a wipe of target/ costs only the links.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null
+source "$here/../lib/go-tool.sh"
+cosign="$(sed -n 's#^\tgithub.com/sigstore/cosign/v3 \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
+registry="$(sed -n 's#^\tgithub.com/distribution/distribution/v3 \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
+[[ -n "$cosign" && -n "$registry" ]] \
+  || { echo "failed to read cosign's and the registry's versions from $here/go.mod" >&2; exit 1; }
+cache="${RELEASE_TOOLS_CACHE:-$(cd "$here/../.." && pwd)/target/tools/release}"
+out="$cache/$cosign-$registry"
+one_build_at_a_time "$cache" release
+
+if [[ -x "$out/cosign" && -x "$out/registry" && -f "$out/.complete" ]]; then
+  echo "$out"
+  exit 0
+fi
+require_go "cosign and the registry"
+download_modules "cosign and the registry" "$cosign and $registry" "$here"
+
+mkdir -p "$out"
+started=$SECONDS
+# The stamps their own Makefiles set, so that `cosign version` and `registry --version` tell the truth.
+echo "building cosign $cosign" >&2
+(cd "$here" && CGO_ENABLED=0 go build -trimpath \
+  -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$cosign -X sigs.k8s.io/release-utils/version.gitTreeState=clean" \
+  -o "$out/cosign" github.com/sigstore/cosign/v3/cmd/cosign)
+echo "building the registry $registry" >&2
+(cd "$here" && CGO_ENABLED=0 go build -trimpath \
+  -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$registry -X github.com/distribution/distribution/v3/version.mainpkg=github.com/distribution/distribution/v3" \
+  -o "$out/registry" github.com/distribution/distribution/v3/cmd/registry)
+echo "built cosign and the registry in $((SECONDS - started)) s" >&2
+touch "$out/.complete"
+echo "$out"

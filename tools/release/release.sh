@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# make release REGISTRY=<host:port> [VERSION=<semver>]: a release a platform team pulls.
+#
+#   1. the six images (the operator, the preset, the four examples), each images/Dockerfile's
+#      `prebuilt` target around a binary built here, pushed to REGISTRY/initializer-dev/<binary>
+#      and read back by digest;
+#   2. the bundle with every image named by its digest (`initializer-operator bundle --image`),
+#      its image, and a file-based catalog of it (`opm render` of the bundle image, so OLM
+#      unpacks that image) in a catalog image served by `opm serve`; both pushed;
+#   3. the Helm chart generated from that bundle (its values name the digests), packaged and
+#      pushed to oci://REGISTRY/charts/initializer-operator;
+#   4. every image and the chart signed with cosign (the key in COSIGN_KEY, else one generated
+#      into the release directory beside its public half), and each image of a binary given its
+#      SBOM (CycloneDX, from cargo-cyclonedx) as a signed attestation;
+#   5. the kubectl plugin's archive for this machine with a krew manifest naming its real sha256,
+#      and SHA256SUMS over the release's files.
+#
+# Everything is written under target/release/<VERSION>/ (images.txt lists every pushed
+# reference); `tools/release/verify.sh` checks a release against its registry. VERSION is the
+# workspace's version (Cargo.toml): another version is built from its own tree. Plain HTTP is
+# used only for a registry on the loopback interface. RELEASE_PROFILE=debug builds the binaries
+# in the debug profile, stripped: for tests of the release machinery, never for a release.
+# Needs a container engine (docker), Go (cosign, helm and opm are built from their modules) and
+# cargo (cargo-cyclonedx is installed into target/tools when missing).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+# shellcheck source=tools/release/common.sh
+source "$here/common.sh"
+
+registry="${REGISTRY:-}"
+[[ -n "$registry" ]] || { echo "release: REGISTRY=<host:port> is required" >&2; exit 2; }
+workspace_version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)"
+version="${VERSION:-$workspace_version}"
+if [[ "$version" != "$workspace_version" ]]; then
+  echo "release: VERSION=$version is not the workspace's version ($workspace_version, Cargo.toml): a release of another version is built from its own tree" >&2
+  exit 2
+fi
+profile="${RELEASE_PROFILE:-release}"
+[[ "$profile" == release || "$profile" == debug ]] \
+  || { echo "release: RELEASE_PROFILE is release or debug, not '$profile'" >&2; exit 2; }
+docker="${DOCKER:-docker}"
+cargo="${CARGO:-cargo}"
+out="$root/target/release/$version"
+repository="$registry/initializer-dev"
+release_registry "$registry"
+
+log() { echo "release: $*" >&2; }
+
+# The tools, each built or installed once per version.
+tools="$("$here/build.sh")"
+cosign="$tools/cosign"
+helm="$("$root/tools/helm/build.sh")"
+opm="$("$root/tools/olm/build.sh")/opm"
+
+rm -rf "$out"
+mkdir -p "$out"
+: >"$out/images.txt"
+
+# push IMAGE: pushes the tagged IMAGE and prints it by the digest the registry gave it.
+push() {
+  "$docker" push --quiet "$1" >/dev/null
+  local digest
+  digest="$("$docker" image inspect --format '{{join .RepoDigests "\n"}}' "$1" | grep -F "${1%:*}@" | head -n1)"
+  [[ -n "$digest" ]] || { log "the registry gave no digest for $1"; exit 1; }
+  echo "$digest"
+}
+
+# The runtime every image runs on: images/Dockerfile's pinned base where it can be pulled,
+# else the same Debian packages assembled on this machine (e2e/kind/offline/images.sh).
+runtime="$(sed -n 's/^ARG RUNTIME_IMAGE=//p' "$root/images/Dockerfile")"
+if [[ -n "${RUNTIME_IMAGE:-}" ]]; then
+  runtime="$RUNTIME_IMAGE"
+elif ! "$docker" image inspect "$runtime" >/dev/null 2>&1 && ! "$docker" pull --quiet "$runtime" >/dev/null 2>&1; then
+  log "cannot pull $runtime: the images run on the same packages built here"
+  runtime="$("$root/e2e/kind/offline/images.sh" runtime)"
+fi
+
+# 1. The binaries and their images.
+packages=()
+for binary in "${RELEASE_BINARIES[@]}"; do packages+=(-p "$binary"); done
+log "building ${RELEASE_BINARIES[*]} ($profile)"
+if [[ "$profile" == release ]]; then
+  (cd "$root" && INITIALIZER_LINK_ORDER=1 INITIALIZER_PACK_RELOCS=1 "$cargo" build -q --release "${packages[@]}")
+else
+  (cd "$root" && "$cargo" build -q "${packages[@]}")
+fi
+context="$out/.image-context"
+declare -A pinned
+pins=()
+for binary in "${RELEASE_BINARIES[@]}"; do
+  rm -rf "$context" && mkdir -p "$context"
+  cp "$root/target/$profile/$binary" "$context/"
+  if [[ "$profile" == debug ]]; then strip --strip-all "$context/$binary"; fi
+  tag="$repository/$binary:$version"
+  DOCKER_BUILDKIT=1 "$docker" build -q -f "$root/images/Dockerfile" --target prebuilt \
+    --build-arg "RUNTIME_IMAGE=$runtime" --build-arg "BINARY=$binary" -t "$tag" "$context" >/dev/null
+  pinned[$binary]="$(push "$tag")"
+  pins+=(--image "$binary=${pinned[$binary]}")
+  echo "${pinned[$binary]}" >>"$out/images.txt"
+  log "pushed ${pinned[$binary]}"
+done
+rm -rf "$context"
+
+# 2. The bundle by digest, its image, and the catalog of it.
+(cd "$root" && "$cargo" run -q -p initializer-operator -- bundle --out "$out/bundle" "${pins[@]}") >/dev/null
+rm -f "$out/bundle/.generated"
+bundle_tag="$repository/initializer-operator-bundle:v$version"
+"$docker" build -q -f "$out/bundle/bundle.Dockerfile" -t "$bundle_tag" "$out/bundle" >/dev/null
+bundle_image="$(push "$bundle_tag")"
+echo "$bundle_image" >>"$out/images.txt"
+log "pushed $bundle_image"
+
+catalog="$out/catalog"
+mkdir -p "$catalog/configs/initializer-operator"
+# opm pulls through containers/image, which reads its signature policy from $HOME: one that
+# accepts the bundle's repository alone, in a home of its own.
+opm_home="$out/.opm-home"
+mkdir -p "$opm_home/.config/containers"
+printf '{"default": [{"type": "reject"}], "transports": {"docker": {"%s": [{"type": "insecureAcceptAnything"}]}}}\n' \
+  "${bundle_tag%:*}" >"$opm_home/.config/containers/policy.json"
+{
+  "$opm" init initializer-operator --default-channel=candidate --output yaml
+  HOME="$opm_home" "$opm" render "$bundle_image" --output yaml "${OPM_REGISTRY[@]}"
+  printf -- '---\nschema: olm.channel\npackage: initializer-operator\nname: candidate\nentries:\n- name: initializer-operator.v%s\n' "$version"
+} >"$catalog/configs/initializer-operator/catalog.yaml"
+"$opm" validate "$catalog/configs"
+rm -rf "$opm_home"
+cp "$opm" "$catalog/opm"
+catalog_tag="$repository/initializer-operator-catalog:v$version"
+"$docker" build -q -f "$here/catalog.Dockerfile" --build-arg "RUNTIME_IMAGE=$runtime" \
+  -t "$catalog_tag" "$catalog" >/dev/null
+rm "$catalog/opm"
+catalog_image="$(push "$catalog_tag")"
+echo "$catalog_image" >>"$out/images.txt"
+log "pushed $catalog_image"
+
+# 3. The chart, from the bundle above.
+(cd "$root" && "$cargo" run -q -p initializer-operator -- chart --bundle "$out/bundle" --out "$out/chart/initializer-operator") >/dev/null
+rm -f "$out/chart/initializer-operator/.generated"
+"$helm" package "$out/chart/initializer-operator" --destination "$out" >/dev/null
+chart_archive="$out/initializer-operator-$version.tgz"
+chart_push="$("$helm" push "$chart_archive" "oci://$registry/charts" "${HELM_REGISTRY[@]}" 2>&1)"
+chart_digest="$(sed -n 's/^Digest: //p' <<<"$chart_push")"
+[[ -n "$chart_digest" ]] || { log "helm push printed no digest: $chart_push"; exit 1; }
+chart_image="$registry/charts/initializer-operator@$chart_digest"
+echo "$chart_image" >>"$out/images.txt"
+log "pushed the chart $chart_image"
+
+# 4. Signatures and SBOMs. A key given in COSIGN_KEY (its password in COSIGN_PASSWORD) signs;
+# else a key pair is generated into the release, without a password, its public half beside it.
+if [[ -n "${COSIGN_KEY:-}" ]]; then
+  key="$COSIGN_KEY"
+  "$cosign" public-key --key "$key" >"$out/cosign.pub"
+else
+  (cd "$out" && COSIGN_PASSWORD="" "$cosign" generate-key-pair >/dev/null 2>&1)
+  key="$out/cosign.key"
+  export COSIGN_PASSWORD=""
+fi
+# cosign_quiet ARGS...: cosign, its output shown only when it fails.
+cosign_quiet() {
+  local output
+  output="$("$cosign" "$@" "${COSIGN_REGISTRY[@]}" 2>&1)" || { log "cosign $1 failed: $output"; exit 1; }
+}
+while read -r image; do
+  cosign_quiet sign "${COSIGN_SIGN[@]}" --key "$key" "$image"
+done <"$out/images.txt"
+log "signed $(($(wc -l <"$out/images.txt") - 1)) images and the chart"
+"$here/cyclonedx.sh" sbom "$root" "$out/sbom"
+for binary in "${RELEASE_BINARIES[@]}"; do
+  sbom="$out/sbom/$binary.cdx.json"
+  cosign_quiet attest "${COSIGN_SIGN[@]}" --key "$key" --type cyclonedx --predicate "$sbom" "${pinned[$binary]}"
+done
+log "attached an SBOM to each of ${#RELEASE_BINARIES[@]} images"
+
+# 5. The kubectl plugin for this machine, and its krew manifest.
+(cd "$root" && if [[ "$profile" == release ]]; then "$cargo" build -q --release -p kubectl-initializer; else "$cargo" build -q -p kubectl-initializer; fi)
+plugin="$out/plugin"
+mkdir -p "$plugin"
+os="$(uname -s | tr '[:upper:]' '[:lower:]')"
+arch="$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')"
+lines="$("$root/plugins/kubectl-initializer/krew/package.sh" "$root/target/$profile/kubectl-initializer" "$os" "$arch" "$plugin")"
+"$here/krew-manifest.sh" "$root/plugins/kubectl-initializer/krew/initializer.yaml" "$os" "$arch" \
+  "$(sed -n 's/^ *sha256: "\(.*\)"$/\1/p' <<<"$lines")" >"$plugin/initializer.yaml"
+
+# What is published, checksummed: everything but the private key.
+sums="$(mktemp)"
+(cd "$out" && find . -type f ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$sums")
+chmod 0644 "$sums" && mv "$sums" "$out/SHA256SUMS"
+log "release $version in $out"
