@@ -8,17 +8,21 @@
 #      cluster configured for it (e2e/kind/offline/kind-config.yaml)
 #   3. create the cluster (its own kubeconfig, not yours); offline, give each node its pod
 #      network (offline/network.sh stands in for kindnetd, which ships only as an image)
-#   4. the images users deploy, from images/Dockerfile: online `make docker-build` (the Rust build
-#      inside the image); offline the workspace built once here (in release, or as
-#      E2E_KIND_PROFILE=debug says) and each image the Dockerfile's `prebuilt` target on a local
-#      runtime base. All are loaded with one `kind load docker-image`
-#   5. install the operator from the bundle, then run the suite with E2E_CLUSTER=kind
+#   4. a release, as users pull one: distribution's registry as a container on kind's network
+#      (each node's containerd pulls from it under its own name and as ghcr.io's mirror), then
+#      `make release` to it (tools/release/release.sh: the binaries built here, in release or as
+#      E2E_KIND_PROFILE=debug says, our images, bundle and catalog images and chart pushed by
+#      digest, signed, with SBOMs) and tools/release/verify.sh before anything is installed.
+#      Only OLM's image and the scenarios' third-party images are loaded with `kind load`
+#   5. install the operator from the release's bundle (every image by digest), and with its OCI
+#      chart through Helm; then run the suite (which installs the bundle again) with
+#      E2E_CLUSTER=kind and E2E_RELEASE naming the release
 #   6. OLM on kind (when no scenario is named): an image of the OLM binaries tools/olm/build.sh
-#      builds, made and loaded in step 4 with ours; the bundle's install removed, OLM's operators and the catalog
-#      deployed as pods (the catalog behind a Service) and the operator installed by Subscription
-#      (e2e/tests/olm.rs, olm_on_kind_installs_the_operator_and_the_example_registers)
-#   7. delete the cluster and stop what step 1 started (always: success, failure or Ctrl-C;
-#      E2E_KEEP_CLUSTER=1 keeps the cluster and the engine)
+#      builds, loaded in step 4; the bundle's install removed, OLM's operators deployed as pods,
+#      and the operator installed by Subscription (e2e/tests/olm.rs,
+#      olm_on_kind_installs_the_operator_and_the_example_registers)
+#   7. delete the cluster and the registry, and stop what step 1 started (always: success,
+#      failure or Ctrl-C; E2E_KEEP_CLUSTER=1 keeps the cluster, the registry and the engine)
 #
 # Needs kubectl and cargo; kind is built from its Go module (e2e/kind/go) when not on PATH.
 # Pods are frozen and killed by signalling their processes on the kind node
@@ -51,10 +55,6 @@ export KIND_STATE_DIR="$state"
 mkdir -p "$state"
 kubeconfig="$state/kubeconfig"
 
-# The binaries that ship as images (see docs/contracts.md and initializer_crds::images).
-# shellcheck source=tools/release/common.sh
-source "$root/tools/release/common.sh"
-binaries=("${RELEASE_BINARIES[@]}")
 # Third-party images the scenarios create pods from (loaded when they can be pulled).
 extra_images=(nginx:1.8.1 busybox:1.36)
 
@@ -81,6 +81,8 @@ fi
 
 engine_started=0
 kind_bin=""
+# The registry's container (step 4), removed at the end with the cluster.
+registry_container=""
 # The background apply of the first Initializer (step 5), stopped if the run ends before it.
 beside=""
 # Whether this run may delete the cluster: set once the recipe knows the cluster of that name is
@@ -96,6 +98,9 @@ teardown() {
   if [[ "$keep" == "1" ]]; then
     log "keeping cluster '$cluster' (E2E_KEEP_CLUSTER=1); export KUBECONFIG=$kubeconfig"
   else
+    if [[ -n "$registry_container" ]]; then
+      "$docker" rm -f "$registry_container" >/dev/null 2>&1 || true
+    fi
     if [[ "$cluster_ours" == "1" ]]; then
       log "deleting cluster '$cluster'"
       "$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
@@ -190,69 +195,75 @@ stage "waiting for every node to be Ready" kubectl wait --for=condition=Ready no
 # ANCHOR_END: ready
 kubectl cluster-info
 
-# 4. The images.
-build_images() {
-  if [[ "$offline" == "0" ]]; then
-    # ANCHOR: build
-    make -C "$root" docker-build
-    # ANCHOR_END: build
-    return
-  fi
-  local runtime context="$state/image-context"
-  runtime="$("$here/offline/images.sh" runtime)"
-  if [[ "$profile" == release ]]; then
-    local packages=()
-    for binary in "${binaries[@]}"; do packages+=(-p "$binary"); done
-    # The release build images/Dockerfile makes (its link order and packed relocations; the
-    # runtime base's glibc is 2.36).
-    (cd "$root" && INITIALIZER_LINK_ORDER=1 INITIALIZER_PACK_RELOCS=1 \
-      "$cargo" build -q --release "${packages[@]}")
-  else
-    (cd "$root" && "$cargo" build -q --workspace --bins)
-  fi
-  rm -rf "$context" && mkdir -p "$context"
-  for binary in "${binaries[@]}"; do
-    cp "$root/target/$profile/$binary" "$context/"
-    # The debug build's symbols and line tables are more than half its size, and every image is
-    # saved, copied and unpacked on each node: a panic still names its file and line without them.
-    if [[ "$profile" == debug ]]; then strip --strip-all "$context/$binary"; fi
-    build_image --target prebuilt --build-arg "RUNTIME_IMAGE=$runtime" --build-arg "BINARY=$binary" \
-      -t "ghcr.io/initializer-dev/$binary:$version" "$context"
+# 4. The images: a release, as users pull one. distribution's registry runs as a container on
+# kind's network; tools/release/release.sh builds our six images, the bundle and catalog
+# images and the chart, pushes them to it by digest, signs them and attaches their SBOMs; and
+# tools/release/verify.sh checks it all before anything is installed. Each node's containerd
+# pulls from that registry under its own name (what the release's bundle and chart name, by
+# digest) and as ghcr.io's mirror (what the scenarios' Initializers name, by tag): nothing of
+# ours is loaded into the nodes. The binaries are built here, in release or as
+# E2E_KIND_PROFILE=debug says; the images run on images/Dockerfile's base where it can be
+# pulled, else on the same Debian packages built here.
+start_registry() {
+  local image port node host
+  image="$("$here/offline/images.sh" registry)"
+  registry_container="$cluster-registry"
+  "$docker" rm -f "$registry_container" >/dev/null 2>&1 || true
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: /var/lib/registry\nhttp:\n  addr: :5000\n' \
+    >"$state/registry.yml"
+  # ANCHOR: registry
+  "$docker" run -d --name "$registry_container" --network kind -p "127.0.0.1:$port:5000" \
+    -v "$state/registry.yml:/etc/distribution/config.yml:ro" "$image" serve /etc/distribution/config.yml >/dev/null
+  # ANCHOR_END: registry
+  for _ in $(seq 1 50); do
+    curl -sf "http://127.0.0.1:$port/v2/" >/dev/null && break
+    sleep 0.2
   done
+  curl -sf "http://127.0.0.1:$port/v2/" >/dev/null \
+    || { "$docker" logs "$registry_container" >&2; log "the registry did not answer"; return 1; }
+  registry="localhost:$port"
+  # ANCHOR: mirror
+  for node in $("$kind_bin" get nodes --name "$cluster"); do
+    for host in "$registry" ghcr.io; do
+      "$docker" exec "$node" sh -c "mkdir -p '/etc/containerd/certs.d/$host' && printf '%s\n' \
+        '[host.\"http://$registry_container:5000\"]' '  capabilities = [\"pull\", \"resolve\"]' \
+        > '/etc/containerd/certs.d/$host/hosts.toml'"
+    done
+  done
+  # ANCHOR_END: mirror
+  log "registry $registry (on the nodes: $registry_container:5000, also as ghcr.io's mirror)"
 }
-# build_image ARGS...: images/Dockerfile with BuildKit (buildx when installed, else the
-# client's own BuildKit), which builds only the stages the target uses.
-build_image() {
-  build_image_from "$root/images/Dockerfile" "$@"
+release() {
+  # ANCHOR: release
+  REGISTRY="$registry" RELEASE_PROFILE="$profile" "$root/tools/release/release.sh"
+  "$root/tools/release/verify.sh" "$release_dir"
+  # ANCHOR_END: release
 }
-# build_image_from DOCKERFILE ARGS...: the same, from another Dockerfile.
-build_image_from() {
-  local dockerfile="$1"
-  shift
-  if "$docker" buildx version >/dev/null 2>&1; then
-    "$docker" buildx build --load -q -f "$dockerfile" "$@" >/dev/null
-  else
-    DOCKER_BUILDKIT=1 "$docker" build -q -f "$dockerfile" "$@" >/dev/null
-  fi
-}
-# OLM's image, for step 6 (built with ours, so that one load carries them all).
+stage "starting the cluster's registry" start_registry
+release_dir="$root/target/release/$version"
+export E2E_RELEASE="$release_dir"
+stage "the release: pushed, signed and verified" release
+# OLM's image, for step 6, and the third-party images the scenarios create pods from: these
+# are loaded into the nodes (`kind load`, one archive for all, the layers they share once).
 olm_image=""
 build_olm_image() {
   local tools context="$state/olm-context" args=()
   tools="$("$root/tools/olm/build.sh")"
   olm_image="initializer-e2e/olm:$(basename "$tools")"
   rm -rf "$context" && mkdir -p "$context"
-  cp "$tools/olm" "$tools/catalog" "$tools/opm" "$context/"
+  cp "$tools/olm" "$tools/catalog" "$tools/opm" "$tools/cpb" "$tools/busybox" "$context/"
   if [[ "$offline" == "1" ]]; then
     args+=(--build-arg "RUNTIME_IMAGE=$("$here/offline/images.sh" runtime)")
   fi
-  build_image_from "$here/olm.Dockerfile" "${args[@]}" -t "$olm_image" "$context"
+  if "$docker" buildx version >/dev/null 2>&1; then
+    "$docker" buildx build --load -q -f "$here/olm.Dockerfile" "${args[@]}" -t "$olm_image" "$context" >/dev/null
+  else
+    DOCKER_BUILDKIT=1 "$docker" build -q -f "$here/olm.Dockerfile" "${args[@]}" -t "$olm_image" "$context" >/dev/null
+  fi
 }
-# load_images: every image in one `kind load`, which saves them as one archive (the layers they
-# share, the runtime base above all, once) and imports it into each node.
 load_images() {
-  local images=() binary image
-  for binary in "${binaries[@]}"; do images+=("ghcr.io/initializer-dev/$binary:$version"); done
+  local images=() image
   if [[ -n "$olm_image" ]]; then images+=("$olm_image"); fi
   for image in "${extra_images[@]}"; do
     # Scenarios only inspect these pods' specs; a pull failure makes them wait, not fail.
@@ -262,16 +273,17 @@ load_images() {
       log "could not pull $image; pods using it will wait for their image"
     fi
   done
-  # ANCHOR: load
-  "$kind_bin" load docker-image --name "$cluster" "${images[@]}"
-  # ANCHOR_END: load
+  if ((${#images[@]})); then
+    # ANCHOR: load
+    "$kind_bin" load docker-image --name "$cluster" "${images[@]}"
+    # ANCHOR_END: load
+  fi
 }
-stage "building the images" build_images
 # OLM on kind runs unless the run was asked for some scenarios only (step 6).
 if (($# == 0)); then
   stage "building OLM's image" build_olm_image
 fi
-stage "loading the images" load_images
+stage "loading OLM's and the scenarios' third-party images" load_images
 
 # 5. Install, then the suite (it applies the same install again: idempotent, the code path the
 # sandbox uses).
@@ -294,8 +306,8 @@ apply_beside() {
 apply_beside &
 beside=$!
 # ANCHOR: install
-stage "installing the operator from the bundle" \
-  "$cargo" run -q -p initializer-operator -- install --bundle bundles/initializer-operator
+stage "installing the operator from the release's bundle" \
+  "$cargo" run -q -p initializer-operator -- install --bundle "$release_dir"
 # ANCHOR_END: install
 first_initializer() {
   wait "$beside"
@@ -314,6 +326,33 @@ first_initializer() {
   kubectl delete initializer sidecar --wait --timeout=60s
 }
 stage "the first Initializer, applied beside the install" first_initializer
+# The same release through its OCI chart, as a Helm user installs it: the bundle's install
+# removed, the chart pulled from the registry at the release's version, the operator's image
+# checked to be the release's digest, the first Initializer registered, then everything removed
+# as the uninstall page says for Helm; the suite installs the release's bundle again.
+helm_from_the_release() {
+  local helm operator image
+  helm="$("$root/tools/helm/build.sh")"
+  "$cargo" run -q -p initializer-operator -- uninstall --delete-initializers >/dev/null
+  kubectl wait --for=delete namespace/initializer-system --timeout=120s 2>/dev/null || true
+  # ANCHOR: helm
+  "$helm" install initializer-operator "oci://$registry/charts/initializer-operator" \
+    --version "$version" --plain-http -n initializer-system --create-namespace --wait --timeout 180s
+  # ANCHOR_END: helm
+  operator="$(grep -F '/initializer-dev/initializer-operator@' "$release_dir/images.txt")"
+  image="$(kubectl -n initializer-system get deployment initializer-operator \
+    -o jsonpath='{.spec.template.spec.containers[0].image}')"
+  [[ "$image" == "$operator" ]] || { log "Helm deployed $image, not the release's $operator"; return 1; }
+  kubectl apply -f examples/sidecar-initializer.yaml
+  kubectl wait initializer/sidecar --for=condition=Ready --timeout=120s
+  kubectl delete initializer sidecar --wait --timeout=60s
+  "$helm" uninstall initializer-operator -n initializer-system --wait --timeout 120s
+  kubectl delete crd initializers.initializer.dev --wait --timeout=60s
+  kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy initializer-operator-guard \
+    initializer-operator-bounds.initializer-system.initializer-operator --ignore-not-found
+  kubectl delete namespace initializer-system --wait --timeout=120s
+}
+stage "the release's chart, installed with Helm from the registry" helm_from_the_release
 release_turn
 run_suite() {
   E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q -p initializer-e2e --test e2e -- "$@"

@@ -1,6 +1,6 @@
 //! Installs the operator the way users do: from the bundle, with
 //! `initializer-operator install --bundle bundles/initializer-operator` (the same command on the
-//! sandbox and on kind), or, with `E2E_INSTALL=helm`, through the Helm chart generated from that
+//! sandbox and on kind; on kind, the release's bundle, `E2E_RELEASE`), or, with `E2E_INSTALL=helm`, through the Helm chart generated from that
 //! bundle (`helm upgrade --install` with the real helm, built by `tools/helm/build.sh`). Either
 //! way the same wait for the CRD and the operator's Deployment follows.
 
@@ -66,7 +66,7 @@ impl InstallMethod {
 pub async fn install(client: &Client, kubeconfig: &Path) -> anyhow::Result<String> {
     match InstallMethod::from_env()? {
         InstallMethod::Bundle => {
-            let bundle = paths::bundle_dir();
+            let bundle = paths::install_bundle_dir();
             if !bundle.join("manifests").is_dir() {
                 bail!(
                     "failed to install the operator: no bundle at {} (run `make bundle`)",

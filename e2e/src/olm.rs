@@ -470,11 +470,40 @@ spec:
     disableCopiedCSVs: true
 ";
 
+/// The catalog image of the release in `release` (a `make release` directory), by digest, as
+/// its `images.txt` lists it.
+pub fn release_catalog_image(release: &Path) -> anyhow::Result<String> {
+    let list = release.join("images.txt");
+    let images = std::fs::read_to_string(&list)
+        .with_context(|| format!("failed to read {}", list.display()))?;
+    images
+        .lines()
+        .find(|image| image.contains("/initializer-operator-catalog@sha256:"))
+        .map(str::to_string)
+        .with_context(|| format!("{} lists no catalog image", list.display()))
+}
+
+/// Where OLM finds the catalog: an address `opm serve` listens on, or a catalog image OLM runs
+/// itself (a release's).
+#[derive(Clone, Copy, Debug)]
+pub enum CatalogSource<'a> {
+    /// The CatalogSource's `spec.address`.
+    Address(&'a str),
+    /// The CatalogSource's `spec.image`.
+    Image(&'a str),
+}
+
 /// The objects that subscribe to the operator: the YAML of the book's OLM page
-/// (`docs/src/install/olm.md`), with the catalog at `address` (the page's alternative to a
-/// catalog image).
-pub fn subscription_yaml(address: &str) -> String {
-    SUBSCRIPTION_YAML.replace("127.0.0.1:50051", address)
+/// (`docs/src/install/olm.md`), with the catalog at `source`.
+pub fn subscription_yaml(source: CatalogSource<'_>) -> String {
+    const ADDRESS: &str = "127.0.0.1:50051";
+    match source {
+        CatalogSource::Address(address) => SUBSCRIPTION_YAML.replace(ADDRESS, address),
+        CatalogSource::Image(image) => SUBSCRIPTION_YAML.replace(
+            &format!("address: {ADDRESS}       # opm serve catalog --port 50051"),
+            &format!("image: {image}"),
+        ),
+    }
 }
 
 /// Exactly the block of `docs/src/install/olm.md`; a test keeps the two equal.
@@ -690,7 +719,12 @@ subjects:
                 "--writeStatusName",
                 "",
                 "--interval",
-                &interval
+                &interval,
+                // The bundle unpack Job's images: opm's, and the one holding `cpb` and `cp`.
+                "--opmImage",
+                image,
+                "--util-image",
+                image,
             ]
         ),
     )
@@ -750,40 +784,25 @@ spec:
     )
 }
 
-/// OLM running as pods on a cluster of real nodes (kind): its APIs, its two operators and the
-/// catalog of `entries` behind a Service, each Deployment Available.
+/// OLM running as pods on a cluster of real nodes (kind): its APIs and its two operators, each
+/// Deployment Available; with `entries`, also their catalog behind a Service (without, OLM
+/// runs a catalog image a CatalogSource names).
 pub async fn deploy_as_pods(
     client: &Client,
     kubeconfig: &Path,
     tools: &Tools,
     image: &str,
-    entries: &[Entry],
+    entries: Option<&[Entry]>,
 ) -> anyhow::Result<()> {
     install_apis(client, kubeconfig, tools).await?;
     kubectl_apply(kubeconfig, &operators_yaml(image)).await?;
-    let rendered = tempfile::tempdir()?;
-    render_catalog(tools, entries, rendered.path()).await?;
-    let index = std::fs::read_to_string(rendered.path().join("index.yaml"))?;
-    let config_map = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(CATALOG_SERVICE.into()),
-            namespace: Some(OLM_NAMESPACE.into()),
-            ..Default::default()
-        },
-        data: Some([("index.yaml".to_string(), index)].into()),
-        ..Default::default()
-    };
-    Api::<ConfigMap>::namespaced(client.clone(), OLM_NAMESPACE)
-        .patch(
-            CATALOG_SERVICE,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&config_map),
-        )
-        .await
-        .context("failed to apply the catalog's ConfigMap")?;
-    kubectl_apply(kubeconfig, &catalog_yaml(image)).await?;
+    let mut names = vec!["olm-operator", "catalog-operator"];
+    if let Some(entries) = entries {
+        serve_catalog(client, kubeconfig, tools, image, entries).await?;
+        names.push(CATALOG_SERVICE);
+    }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), OLM_NAMESPACE);
-    for name in ["olm-operator", "catalog-operator", CATALOG_SERVICE] {
+    for name in names {
         wait::until(
             format!("OLM's Deployment {name} to be available"),
             Duration::from_secs(180),
@@ -807,6 +826,38 @@ pub async fn deploy_as_pods(
         .await?;
     }
     Ok(())
+}
+
+/// The catalog of `entries`, rendered, in a ConfigMap that `opm serve` (in a Deployment from
+/// `image`) serves behind the Service [`CATALOG_SERVICE`].
+async fn serve_catalog(
+    client: &Client,
+    kubeconfig: &Path,
+    tools: &Tools,
+    image: &str,
+    entries: &[Entry],
+) -> anyhow::Result<()> {
+    let rendered = tempfile::tempdir()?;
+    render_catalog(tools, entries, rendered.path()).await?;
+    let index = std::fs::read_to_string(rendered.path().join("index.yaml"))?;
+    let config_map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CATALOG_SERVICE.into()),
+            namespace: Some(OLM_NAMESPACE.into()),
+            ..Default::default()
+        },
+        data: Some([("index.yaml".to_string(), index)].into()),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), OLM_NAMESPACE)
+        .patch(
+            CATALOG_SERVICE,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&config_map),
+        )
+        .await
+        .context("failed to apply the catalog's ConfigMap")?;
+    kubectl_apply(kubeconfig, &catalog_yaml(image)).await
 }
 
 /// A CSV's `status.phase`.

@@ -90,6 +90,24 @@ pub fn bundle_dir() -> PathBuf {
         .join("initializer-operator")
 }
 
+/// Env var naming a release directory (`target/release/<version>`, what `make release` writes):
+/// the suite then installs that release, every image by its digest, instead of the committed
+/// bundle and chart.
+pub const RELEASE_ENV: &str = "E2E_RELEASE";
+
+/// The release `E2E_RELEASE` names, if any.
+pub fn release_dir() -> Option<PathBuf> {
+    std::env::var_os(RELEASE_ENV)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The bundle the suite installs: the release's, when `E2E_RELEASE` names one, else the
+/// committed bundle.
+pub fn install_bundle_dir() -> PathBuf {
+    release_dir().map_or_else(bundle_dir, |release| release.join("bundle"))
+}
+
 /// Reads a file under the workspace root, with the path in the error.
 pub fn read_workspace_file(relative: &str) -> anyhow::Result<String> {
     let path = workspace_root().join(relative);

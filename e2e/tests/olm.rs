@@ -36,7 +36,7 @@ use initializer_e2e::backend::Backend;
 use initializer_e2e::fixtures::{has_sidecar, nginx_deployment};
 use initializer_e2e::install::{self, OPERATOR_NAME, OPERATOR_POD_SELECTOR};
 use initializer_e2e::load::{self, CreateLoad};
-use initializer_e2e::olm::{self, Entry, Olm, Tools};
+use initializer_e2e::olm::{self, CatalogSource, Entry, Olm, Tools};
 use initializer_e2e::real::RealBackend;
 use initializer_e2e::sharing::{self, Share};
 use initializer_e2e::timings::CreateCount;
@@ -204,7 +204,7 @@ async fn olm_scenarios(
     olm.serve(std::slice::from_ref(&first)).await?;
 
     let mut rows = Vec::new();
-    rows.push(olm_install(client, kubeconfig, &olm.address()).await?);
+    rows.push(olm_install(client, kubeconfig, CatalogSource::Address(&olm.address())).await?);
     olm.check()?;
 
     let entries = [
@@ -258,9 +258,13 @@ async fn olm_scenarios(
 
 /// The book's subscription (`docs/src/install/olm.md`), applied as it is with the catalog at
 /// `address`; figures up to the example registered.
-async fn olm_install(client: &Client, kubeconfig: &Path, address: &str) -> anyhow::Result<Row> {
+async fn olm_install(
+    client: &Client,
+    kubeconfig: &Path,
+    source: CatalogSource<'_>,
+) -> anyhow::Result<Row> {
     let started = Instant::now();
-    olm::kubectl_apply(kubeconfig, &olm::subscription_yaml(address)).await?;
+    olm::kubectl_apply(kubeconfig, &olm::subscription_yaml(source)).await?;
     // When the CRD is established and when the guard is in force, seen from here every 50 ms.
     let window = tokio::spawn(guard_window(client.clone(), started));
     let csvs = olm::olm_api(
@@ -1087,17 +1091,34 @@ fn olm_on_kind_installs_the_operator_and_the_example_registers() {
         )
         .await?;
         let started = Instant::now();
+        // A release's catalog image (E2E_RELEASE), as users subscribe: OLM runs it, and unpacks
+        // the bundle image it names; else the committed bundle, rendered and served by opm.
+        let catalog_image = paths::release_dir()
+            .map(|release| olm::release_catalog_image(&release))
+            .transpose()?;
         let entry = Entry {
             bundle: paths::bundle_dir(),
             version: olm::VERSION.into(),
             replaces: None,
         };
-        olm::deploy_as_pods(&client, &kubeconfig, &tools, &image, &[entry]).await?;
+        let entries = [entry];
+        let rendered = catalog_image.is_none().then_some(&entries[..]);
+        olm::deploy_as_pods(&client, &kubeconfig, &tools, &image, rendered).await?;
         eprintln!(
-            "olm: its operators and the catalog Available on kind {:.2}s after the first apply",
+            "olm: its operators{} Available on kind {:.2}s after the first apply",
+            if rendered.is_some() {
+                " and the catalog"
+            } else {
+                ""
+            },
             started.elapsed().as_secs_f64()
         );
-        let install = olm_install(&client, &kubeconfig, &olm::catalog_service_address()).await;
+        let address = olm::catalog_service_address();
+        let source = match &catalog_image {
+            Some(image) => CatalogSource::Image(image),
+            None => CatalogSource::Address(&address),
+        };
+        let install = olm_install(&client, &kubeconfig, source).await;
         let rows = match install {
             Ok(row) => vec![
                 Row {

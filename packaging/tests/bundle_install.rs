@@ -219,13 +219,17 @@ async fn uninstall_removes_what_install_created_and_nothing_else() {
 
     assert!(exists(&Api::<ClusterRole>::all(client.clone()), "bystander").await);
     assert!(!exists(&Api::<ClusterRole>::all(client.clone()), OPERATOR).await);
-    assert!(
-        !exists(
-            &Api::<ClusterRole>::all(client.clone()),
-            initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE
-        )
-        .await
-    );
+    // The bundle's own ClusterRoles, bound by no binding of the install: the last install takes
+    // them with it (a Helm install after this one would find them and refuse).
+    for shared in [
+        initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE,
+        initializer_packaging::rbac::POLICY_CANARY_CLUSTER_ROLE,
+    ] {
+        assert!(
+            !exists(&Api::<ClusterRole>::all(client.clone()), shared).await,
+            "{shared} outlived the uninstall"
+        );
+    }
     assert!(!exists(&Api::<ClusterRoleBinding>::all(client.clone()), OPERATOR).await);
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
     assert!(!exists(&deployments, OPERATOR).await);
@@ -481,14 +485,13 @@ async fn uninstall_leaves_the_objects_of_an_install_in_another_namespace_alone()
 
     assert!(!exists(&cluster_roles, OPERATOR).await);
     assert!(exists(&cluster_roles, "other-operator").await);
-    // The workloads ClusterRole is shared: it stays while another install remains.
-    assert!(
-        exists(
-            &cluster_roles,
-            initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE
-        )
-        .await
-    );
+    // The bundle's ClusterRoles are shared: they stay while another install remains.
+    for shared in [
+        initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE,
+        initializer_packaging::rbac::POLICY_CANARY_CLUSTER_ROLE,
+    ] {
+        assert!(exists(&cluster_roles, shared).await, "{shared}");
+    }
     assert!(exists(&bindings, "other-operator").await);
     assert!(exists(&accounts, "other-operator").await);
     let elsewhere = Api::<Namespace>::all(client.clone())

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds OLM's `olm` and `catalog` (github.com/operator-framework/operator-lifecycle-manager) and
-# `opm` (github.com/operator-framework/operator-registry) from their official Go modules, pinned
-# in go.mod beside this script, into target/tools/olm/<olm version>-<opm version>/, and prints
-# that directory.
+# Builds OLM's `olm`, `catalog` and `cpb` (github.com/operator-framework/operator-lifecycle-manager)
+# and `opm` (github.com/operator-framework/operator-registry) from their official Go modules,
+# pinned in go.mod beside this script, with Debian's static busybox beside them, into
+# target/tools/olm/<olm version>-<opm version>/, and prints that directory.
 #
 #   tools/olm/build.sh        # instant when those versions are already built
 #
@@ -24,7 +24,7 @@ cache="${OLM_CACHE:-$(cd "$here/../.." && pwd)/target/tools/olm}"
 out="$cache/$olm-$opm-$prometheus_operator"
 one_build_at_a_time "$cache" olm
 
-if [[ -x "$out/olm" && -x "$out/catalog" && -x "$out/opm" && -d "$out/crds" && -d "$out/monitoring-crds" && -f "$out/.complete" ]]; then
+if [[ -x "$out/olm" && -x "$out/catalog" && -x "$out/opm" && -x "$out/cpb" && -x "$out/busybox" && -d "$out/crds" && -d "$out/monitoring-crds" && -f "$out/.complete" ]]; then
   echo "$out"
   exit 0
 fi
@@ -47,7 +47,17 @@ echo "building opm $opm" >&2
 (cd "$here" && CGO_ENABLED=1 go build -trimpath -tags json1,containers_image_openpgp \
   -ldflags "-s -w -X $opm_pkg/cmd/opm/version.gitCommit=$opm -X $opm_pkg/cmd/opm/version.opmVersion=$opm" \
   -o "$out/opm" "$opm_pkg/cmd/opm")
-echo "built olm, catalog and opm in $((SECONDS - started)) s" >&2
+# What OLM's bundle unpack Job runs from its util image: `cpb`, which copies a bundle image's
+# files, and `/bin/cp`, busybox's in OLM's own image and here Debian's static busybox.
+(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/cpb" "$olm_pkg/util/cpb")
+debs="$(mktemp -d)"
+(cd "$debs" && apt-get download -q busybox-static >/dev/null 2>&1) \
+  || { echo "failed to download Debian's busybox-static (apt-get download busybox-static)" >&2; exit 1; }
+dpkg-deb -x "$debs"/busybox-static_*.deb "$debs/root"
+install -m 0755 "$debs/root/bin/busybox" "$out/busybox"
+echo "busybox: $(basename "$debs"/busybox-static_*.deb .deb)" >&2
+rm -rf "$debs"
+echo "built olm, catalog, opm and cpb in $((SECONDS - started)) s" >&2
 # OLM's own CRDs, from the same module version (deploy/chart/crds; the quickstart's are stale).
 crds="$(cd "$here" && go list -m -f '{{.Dir}}' "$olm_pkg")/deploy/chart/crds"
 rm -rf "$out/crds"

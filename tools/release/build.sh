@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the release's tools from their official Go modules, pinned in go.mod beside this script:
-# cosign (github.com/sigstore/cosign/v3) and distribution's registry
-# (github.com/distribution/distribution/v3), into target/tools/release/<cosign>-<registry>/, and
-# prints that directory.
+# cosign (github.com/sigstore/cosign/v3), distribution's registry
+# (github.com/distribution/distribution/v3) and grpc_health_probe
+# (github.com/grpc-ecosystem/grpc-health-probe, which OLM runs in a catalog image to probe it),
+# into target/tools/release/<cosign>-<registry>-<probe>/, and prints that directory.
 #
 #   tools/release/build.sh        # instant when those versions are already built
 #
@@ -13,18 +14,19 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../lib/go-tool.sh"
 cosign="$(sed -n 's#^\tgithub.com/sigstore/cosign/v3 \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
 registry="$(sed -n 's#^\tgithub.com/distribution/distribution/v3 \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
-[[ -n "$cosign" && -n "$registry" ]] \
-  || { echo "failed to read cosign's and the registry's versions from $here/go.mod" >&2; exit 1; }
+probe="$(sed -n 's#^\tgithub.com/grpc-ecosystem/grpc-health-probe \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
+[[ -n "$cosign" && -n "$registry" && -n "$probe" ]] \
+  || { echo "failed to read cosign's, the registry's and grpc_health_probe's versions from $here/go.mod" >&2; exit 1; }
 cache="${RELEASE_TOOLS_CACHE:-$(cd "$here/../.." && pwd)/target/tools/release}"
-out="$cache/$cosign-$registry"
+out="$cache/$cosign-$registry-$probe"
 one_build_at_a_time "$cache" release
 
-if [[ -x "$out/cosign" && -x "$out/registry" && -f "$out/.complete" ]]; then
+if [[ -x "$out/cosign" && -x "$out/registry" && -x "$out/grpc_health_probe" && -f "$out/.complete" ]]; then
   echo "$out"
   exit 0
 fi
-require_go "cosign and the registry"
-download_modules "cosign and the registry" "$cosign and $registry" "$here"
+require_go "cosign, the registry and grpc_health_probe"
+download_modules "cosign, the registry and grpc_health_probe" "$cosign, $registry and $probe" "$here"
 
 mkdir -p "$out"
 started=$SECONDS
@@ -37,6 +39,9 @@ echo "building the registry $registry" >&2
 (cd "$here" && CGO_ENABLED=0 go build -trimpath \
   -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$registry -X github.com/distribution/distribution/v3/version.mainpkg=github.com/distribution/distribution/v3" \
   -o "$out/registry" github.com/distribution/distribution/v3/cmd/registry)
-echo "built cosign and the registry in $((SECONDS - started)) s" >&2
+echo "building grpc_health_probe $probe" >&2
+(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.versionTag=$probe" \
+  -o "$out/grpc_health_probe" github.com/grpc-ecosystem/grpc-health-probe)
+echo "built cosign, the registry and grpc_health_probe in $((SECONDS - started)) s" >&2
 touch "$out/.complete"
 echo "$out"

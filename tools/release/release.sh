@@ -20,6 +20,9 @@
 # workspace's version (Cargo.toml): another version is built from its own tree. Plain HTTP is
 # used only for a registry on the loopback interface. RELEASE_PROFILE=debug builds the binaries
 # in the debug profile, stripped: for tests of the release machinery, never for a release.
+# RELEASE_TARGET (a Rust target triple, aarch64-unknown-linux-gnu for linux/arm64) builds for
+# another platform where that target's standard library is installed; each image is then built
+# for its platform (`docker build --platform`).
 # Needs a container engine (docker), Go (cosign, helm and opm are built from their modules) and
 # cargo (cargo-cyclonedx is installed into target/tools when missing).
 set -euo pipefail
@@ -39,6 +42,20 @@ fi
 profile="${RELEASE_PROFILE:-release}"
 [[ "$profile" == release || "$profile" == debug ]] \
   || { echo "release: RELEASE_PROFILE is release or debug, not '$profile'" >&2; exit 2; }
+# The Rust target the binaries are built for (RELEASE_TARGET, a triple such as
+# aarch64-unknown-linux-gnu; this machine's when unset) and the image platform it makes.
+target="${RELEASE_TARGET:-$(rustc -vV | sed -n 's/^host: //p')}"
+case "$target" in
+  x86_64-unknown-linux-gnu) platform=linux/amd64 ;;
+  aarch64-unknown-linux-gnu) platform=linux/arm64 ;;
+  *) echo "release: no image platform for the Rust target '$target'" >&2; exit 2 ;;
+esac
+cargo_target=() bin="$root/target/$profile"
+if [[ -n "${RELEASE_TARGET:-}" ]]; then
+  cargo_target=(--target "$target") bin="$root/target/$target/$profile"
+fi
+cargo_profile=()
+[[ "$profile" == debug ]] || cargo_profile=(--release)
 docker="${DOCKER:-docker}"
 cargo="${CARGO:-cargo}"
 out="$root/target/release/$version"
@@ -81,19 +98,28 @@ packages=()
 for binary in "${RELEASE_BINARIES[@]}"; do packages+=(-p "$binary"); done
 log "building ${RELEASE_BINARIES[*]} ($profile)"
 if [[ "$profile" == release ]]; then
-  (cd "$root" && INITIALIZER_LINK_ORDER=1 INITIALIZER_PACK_RELOCS=1 "$cargo" build -q --release "${packages[@]}")
+  # What images/Dockerfile builds: its link order and packed relocations (the runtime base's
+  # glibc is 2.36), and the kubectl plugin.
+  (cd "$root" && INITIALIZER_LINK_ORDER=1 INITIALIZER_PACK_RELOCS=1 \
+    "$cargo" build -q --release "${cargo_target[@]}" "${packages[@]}" \
+    && "$cargo" build -q --release "${cargo_target[@]}" -p kubectl-initializer)
 else
-  (cd "$root" && "$cargo" build -q "${packages[@]}")
+  # The workspace's debug build, which the test suites build anyway (a build of some packages
+  # alone unifies other features, and would compile their dependencies again).
+  (cd "$root" && "$cargo" build -q "${cargo_target[@]}" --workspace --bins)
 fi
+# The bundle and chart are written by this machine's own build of the operator.
+tool="$root/target/$profile/initializer-operator"
+[[ -x "$tool" ]] || (cd "$root" && "$cargo" build -q "${cargo_profile[@]}" -p initializer-operator)
 context="$out/.image-context"
 declare -A pinned
 pins=()
 for binary in "${RELEASE_BINARIES[@]}"; do
   rm -rf "$context" && mkdir -p "$context"
-  cp "$root/target/$profile/$binary" "$context/"
+  cp "$bin/$binary" "$context/"
   if [[ "$profile" == debug ]]; then strip --strip-all "$context/$binary"; fi
   tag="$repository/$binary:$version"
-  DOCKER_BUILDKIT=1 "$docker" build -q -f "$root/images/Dockerfile" --target prebuilt \
+  DOCKER_BUILDKIT=1 "$docker" build -q --platform "$platform" -f "$root/images/Dockerfile" --target prebuilt \
     --build-arg "RUNTIME_IMAGE=$runtime" --build-arg "BINARY=$binary" -t "$tag" "$context" >/dev/null
   pinned[$binary]="$(push "$tag")"
   pins+=(--image "$binary=${pinned[$binary]}")
@@ -103,7 +129,7 @@ done
 rm -rf "$context"
 
 # 2. The bundle by digest, its image, and the catalog of it.
-(cd "$root" && "$cargo" run -q -p initializer-operator -- bundle --out "$out/bundle" "${pins[@]}") >/dev/null
+"$tool" bundle --out "$out/bundle" "${pins[@]}" >/dev/null
 rm -f "$out/bundle/.generated"
 bundle_tag="$repository/initializer-operator-bundle:v$version"
 "$docker" build -q -f "$out/bundle/bundle.Dockerfile" -t "$bundle_tag" "$out/bundle" >/dev/null
@@ -126,17 +152,17 @@ printf '{"default": [{"type": "reject"}], "transports": {"docker": {"%s": [{"typ
 } >"$catalog/configs/initializer-operator/catalog.yaml"
 "$opm" validate "$catalog/configs"
 rm -rf "$opm_home"
-cp "$opm" "$catalog/opm"
+cp "$opm" "$tools/grpc_health_probe" "$catalog/"
 catalog_tag="$repository/initializer-operator-catalog:v$version"
-"$docker" build -q -f "$here/catalog.Dockerfile" --build-arg "RUNTIME_IMAGE=$runtime" \
+"$docker" build -q --platform "$platform" -f "$here/catalog.Dockerfile" --build-arg "RUNTIME_IMAGE=$runtime" \
   -t "$catalog_tag" "$catalog" >/dev/null
-rm "$catalog/opm"
+rm "$catalog/opm" "$catalog/grpc_health_probe"
 catalog_image="$(push "$catalog_tag")"
 echo "$catalog_image" >>"$out/images.txt"
 log "pushed $catalog_image"
 
 # 3. The chart, from the bundle above.
-(cd "$root" && "$cargo" run -q -p initializer-operator -- chart --bundle "$out/bundle" --out "$out/chart/initializer-operator") >/dev/null
+"$tool" chart --bundle "$out/bundle" --out "$out/chart/initializer-operator" >/dev/null
 rm -f "$out/chart/initializer-operator/.generated"
 "$helm" package "$out/chart/initializer-operator" --destination "$out" >/dev/null
 chart_archive="$out/initializer-operator-$version.tgz"
@@ -174,12 +200,10 @@ done
 log "attached an SBOM to each of ${#RELEASE_BINARIES[@]} images"
 
 # 5. The kubectl plugin for this machine, and its krew manifest.
-(cd "$root" && if [[ "$profile" == release ]]; then "$cargo" build -q --release -p kubectl-initializer; else "$cargo" build -q -p kubectl-initializer; fi)
 plugin="$out/plugin"
 mkdir -p "$plugin"
-os="$(uname -s | tr '[:upper:]' '[:lower:]')"
-arch="$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')"
-lines="$("$root/plugins/kubectl-initializer/krew/package.sh" "$root/target/$profile/kubectl-initializer" "$os" "$arch" "$plugin")"
+os="${platform%/*}" arch="${platform#*/}"
+lines="$("$root/plugins/kubectl-initializer/krew/package.sh" "$bin/kubectl-initializer" "$os" "$arch" "$plugin")"
 "$here/krew-manifest.sh" "$root/plugins/kubectl-initializer/krew/initializer.yaml" "$os" "$arch" \
   "$(sed -n 's/^ *sha256: "\(.*\)"$/\1/p' <<<"$lines")" >"$plugin/initializer.yaml"
 

@@ -4,6 +4,8 @@
 #
 #   e2e/kind/offline/images.sh node      # the kind node image; prints its name
 #   e2e/kind/offline/images.sh runtime   # the runtime base for images/Dockerfile; prints its name
+#   e2e/kind/offline/images.sh registry  # distribution's registry, which the cluster pulls our
+#                                        # images from (built here online too); prints its name
 #
 # Each is built once and kept in the engine's image store (its tag names its versions). The
 # node image is assembled the way `kind build node-image` assembles one, which itself cannot run
@@ -147,8 +149,23 @@ node_image() {
   echo "$NODE_IMAGE"
 }
 
+# registry_image: distribution's registry (tools/release/build.sh) alone in an image, the
+# registry the kind cluster pulls our images from.
+registry_image() {
+  local tools image
+  tools="$("$root/tools/release/build.sh")"
+  image="initializer-e2e/registry:$(basename "$tools")"
+  if ! have_image "$image"; then
+    log "building $image"
+    binary_image "$image" "$tools/registry" /usr/local/bin/registry
+    drop_other_tags "$image"
+  fi
+  echo "$image"
+}
+
 case "${1:-}" in
   node) node_image ;;
   runtime) runtime_image ;;
-  *) echo "usage: $0 node|runtime" >&2; exit 2 ;;
+  registry) registry_image ;;
+  *) echo "usage: $0 node|runtime|registry" >&2; exit 2 ;;
 esac

@@ -56,7 +56,11 @@ fn olm_as_pods_runs_the_loaded_image_with_the_processes_flags() {
             "--writeStatusName",
             "",
             "--interval",
-            "10s"
+            "10s",
+            "--opmImage",
+            "initializer-e2e/olm:v1",
+            "--util-image",
+            "initializer-e2e/olm:v1"
         ]
     );
 }
@@ -84,7 +88,7 @@ fn the_catalog_service_serves_the_address_the_catalog_source_names() {
         "index.yaml"
     );
     assert!(
-        subscription_yaml(&catalog_service_address())
+        subscription_yaml(CatalogSource::Address(&catalog_service_address()))
             .contains("address: initializer-catalog.olm.svc:50051")
     );
 }
@@ -155,5 +159,21 @@ fn the_book_shows_exactly_what_the_scenarios_apply_and_run() {
         section.contains(&format!("```sh\n{REMOVAL_COMMANDS}```")),
         "the removal commands of docs/src/install/uninstall.md"
     );
-    assert!(subscription_yaml("127.0.0.1:4242").contains("address: 127.0.0.1:4242 "));
+    assert!(
+        subscription_yaml(CatalogSource::Address("127.0.0.1:4242"))
+            .contains("address: 127.0.0.1:4242 ")
+    );
+}
+
+#[test]
+fn a_catalog_image_replaces_the_address_and_nothing_else() {
+    let image = "localhost:5000/initializer-dev/initializer-operator-catalog@sha256:ab";
+    let yaml = subscription_yaml(CatalogSource::Image(image));
+    assert!(yaml.contains(&format!("  image: {image}\n")), "{yaml}");
+    assert!(!yaml.contains("address:"), "{yaml}");
+    assert_eq!(
+        yaml.lines().count(),
+        SUBSCRIPTION_YAML.lines().count(),
+        "only the address line changes"
+    );
 }

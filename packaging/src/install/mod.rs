@@ -9,7 +9,7 @@
 //! deletes an object without that label, nor one of another install's namespace.
 
 use std::fmt::Debug;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use initializer_crds::{Initializer, constants};
@@ -53,7 +53,8 @@ const POLL: Duration = Duration::from_millis(500);
 /// Flags of `initializer-operator install`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct InstallArgs {
-    /// The registry+v1 bundle directory to install.
+    /// The registry+v1 bundle directory to install, or a release's directory (what `make
+    /// release` writes: its `bundle/`, every image named by digest).
     #[arg(long, default_value = bundle::BUNDLE_DIR)]
     pub bundle: PathBuf,
     /// Namespace the operator runs in (created when missing).
@@ -100,9 +101,20 @@ impl UninstallArgs {
     }
 }
 
+/// The bundle `--bundle` names: `dir` itself, or a release directory's `bundle/` (a release holds
+/// its bundle beside its chart, catalog and SBOMs).
+pub fn bundle_dir(dir: &Path) -> PathBuf {
+    let release_bundle = dir.join("bundle");
+    if !dir.join("manifests").is_dir() && release_bundle.join("manifests").is_dir() {
+        release_bundle
+    } else {
+        dir.to_path_buf()
+    }
+}
+
 /// Reads the bundle in `args.bundle` and installs it; returns once the operator is available.
 pub async fn run_install(client: Client, args: &InstallArgs) -> Result<(), Error> {
-    let bundle = Bundle::read(&args.bundle)?;
+    let bundle = Bundle::read(&bundle_dir(&args.bundle))?;
     let mut plan = plan(&bundle, &args.namespace)?;
     plan.set_env(&args.env);
     install(client, &plan, Duration::from_secs(args.timeout)).await
@@ -426,15 +438,20 @@ async fn remove_permissions(client: &Client, namespace: &str) -> Result<(), Erro
             delete(&roles, &name, "ClusterRole").await?;
         }
     }
-    // The workloads ClusterRole is shared by every install (it names no namespace): it goes
-    // with the last one. The RoleBindings administrators made to it are theirs to remove.
+    // The bundle's own ClusterRoles (the workloads' and the policy canary's) are shared by every
+    // install (they name no namespace): they go with the last one. The RoleBindings
+    // administrators made to them are theirs to remove.
     let others = list(&bindings, &by_us, "ClusterRoleBinding").await?;
     if others.iter().all(|b| !installed_by_us(&b.metadata)) {
-        let name = crate::rbac::WORKLOADS_CLUSTER_ROLE;
-        if let Some(role) = get_opt(&roles, name, "ClusterRole").await?
-            && installed_by_us(&role.metadata)
-        {
-            delete(&roles, name, "ClusterRole").await?;
+        for name in [
+            crate::rbac::WORKLOADS_CLUSTER_ROLE,
+            crate::rbac::POLICY_CANARY_CLUSTER_ROLE,
+        ] {
+            if let Some(role) = get_opt(&roles, name, "ClusterRole").await?
+                && installed_by_us(&role.metadata)
+            {
+                delete(&roles, name, "ClusterRole").await?;
+            }
         }
     }
     delete_in_namespace::<RoleBinding>(client, namespace, "RoleBinding").await?;
@@ -885,5 +902,22 @@ where
             });
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_directory_names_its_bundle_and_a_bundle_itself() {
+        let release = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(release.path().join("bundle/manifests")).unwrap();
+        assert_eq!(bundle_dir(release.path()), release.path().join("bundle"));
+        let bundle = release.path().join("bundle");
+        assert_eq!(bundle_dir(&bundle), bundle);
+        // Neither: the path as given, for Bundle::read's error to name.
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(bundle_dir(empty.path()), empty.path());
     }
 }
