@@ -12,6 +12,8 @@ pub const KIND_OFFLINE_CONFIG: &str = "e2e/kind/offline/kind-config.yaml";
 pub const OFFLINE_NODE_IMAGE: &str = "${NODE_IMAGE}";
 /// Path of the recipe script, relative to the workspace root.
 pub const KIND_RECIPE: &str = "e2e/kind/run.sh";
+/// The list of binaries `make release` pushes an image of.
+pub const RELEASE_BINARIES: &str = "tools/release/common.sh";
 
 /// The fields of kind's `Cluster` (kind.x-k8s.io/v1alpha4) the recipe uses; any other field is
 /// refused, so a typo cannot pass unnoticed.
@@ -32,7 +34,15 @@ pub struct KindCluster {
     /// kubeadm configuration patches, each a YAML document.
     #[serde(default)]
     pub kubeadm_config_patches: Vec<String>,
+    /// containerd configuration patches, each TOML (the registry hosts directory the recipe
+    /// writes into, [`CONTAINERD_HOSTS_PATCH`]).
+    #[serde(default)]
+    pub containerd_config_patches: Vec<String>,
 }
+
+/// What each node's containerd must be told for the recipe's registry to reach it: read
+/// registries' hosts from the directory the recipe writes them into (kind's local-registry way).
+pub const CONTAINERD_HOSTS_PATCH: &str = "config_path = \"/etc/containerd/certs.d\"";
 
 /// The networking fields of kind's `Cluster` the recipe uses.
 #[derive(Debug, Deserialize)]
@@ -247,14 +257,37 @@ mod tests {
         assert!(check(text).unwrap_err().to_string().contains("digest"));
     }
 
+    /// The recipe installs a release, and the release pushes an image of every shipped binary.
     #[test]
-    fn recipe_loads_an_image_for_every_shipped_binary() {
+    fn recipe_releases_an_image_for_every_shipped_binary() {
         let script = paths::read_workspace_file(KIND_RECIPE).unwrap();
+        assert!(
+            script.contains("tools/release/release.sh"),
+            "{KIND_RECIPE} makes no release"
+        );
+        let release = paths::read_workspace_file(RELEASE_BINARIES).unwrap();
         for binary in paths::shipped_binaries() {
             assert!(
-                script.lines().any(|line| line.trim() == binary),
-                "{KIND_RECIPE} does not load the image of {binary}"
+                release.lines().any(|line| line.trim() == binary),
+                "{RELEASE_BINARIES} does not release an image of {binary}"
             );
         }
+    }
+
+    /// Both configurations let the nodes pull from the recipe's registry.
+    #[test]
+    fn both_configs_point_containerd_at_the_registry_hosts_the_recipe_writes() {
+        for config in [KIND_CONFIG, KIND_OFFLINE_CONFIG] {
+            let cluster = check(&paths::read_workspace_file(config).unwrap()).unwrap();
+            assert!(
+                cluster
+                    .containerd_config_patches
+                    .iter()
+                    .any(|patch| patch.contains(CONTAINERD_HOSTS_PATCH)),
+                "{config}"
+            );
+        }
+        let script = paths::read_workspace_file(KIND_RECIPE).unwrap();
+        assert!(script.contains("/etc/containerd/certs.d/$host/hosts.toml"));
     }
 }
