@@ -294,7 +294,7 @@ stage "building the binaries" "$cargo" build -q --workspace --bins
 # before the CRD exists, so it must be deployed as created (generation 1), not held back.
 apply_beside() {
   local tries=0 refused
-  until refused="$(kubectl apply -f examples/sidecar-initializer.yaml 2>&1)"; do
+  until refused="$(kubectl apply -f "$release_dir/examples/sidecar-initializer.yaml" 2>&1)"; do
     tries=$((tries + 1))
     if ((tries >= 1500)); then
       log "the first Initializer was refused $tries times beside the install, last: $refused"
@@ -313,7 +313,7 @@ first_initializer() {
   wait "$beside"
   beside=""
   # ANCHOR: first
-  kubectl apply -f examples/sidecar-initializer.yaml
+  kubectl apply -f "$release_dir/examples/sidecar-initializer.yaml"
   kubectl wait initializer/sidecar --for=condition=Ready --timeout=120s
   kubectl get initializers        # PHASE Registered
   # ANCHOR_END: first
@@ -343,7 +343,7 @@ helm_from_the_release() {
   image="$(kubectl -n initializer-system get deployment initializer-operator \
     -o jsonpath='{.spec.template.spec.containers[0].image}')"
   [[ "$image" == "$operator" ]] || { log "Helm deployed $image, not the release's $operator"; return 1; }
-  kubectl apply -f examples/sidecar-initializer.yaml
+  kubectl apply -f "$release_dir/examples/sidecar-initializer.yaml"
   kubectl wait initializer/sidecar --for=condition=Ready --timeout=120s
   kubectl delete initializer sidecar --wait --timeout=60s
   "$helm" uninstall initializer-operator -n initializer-system --wait --timeout 120s

@@ -13,7 +13,7 @@
 #      into the release directory beside its public half), and each image of a binary given its
 #      SBOM (CycloneDX, from cargo-cyclonedx) as a signed attestation;
 #   5. the kubectl plugin's archive for this machine with a krew manifest naming its real sha256,
-#      and SHA256SUMS over the release's files.
+#      the examples with every image of ours by digest, and SHA256SUMS over the release's files.
 #
 # Everything is written under target/release/<VERSION>/ (images.txt lists every pushed
 # reference); `tools/release/verify.sh` checks a release against its registry. VERSION is the
@@ -160,6 +160,17 @@ rm "$catalog/opm" "$catalog/grpc_health_probe"
 catalog_image="$(push "$catalog_tag")"
 echo "$catalog_image" >>"$out/images.txt"
 log "pushed $catalog_image"
+
+# The examples, each image of ours named by the release's digest (`kubectl apply -f` them after
+# an install from this release).
+mkdir -p "$out/examples"
+for example in "$root"/examples/*.yaml; do
+  pinned_example="$out/examples/$(basename "$example")"
+  cp "$example" "$pinned_example"
+  for binary in "${RELEASE_BINARIES[@]}"; do
+    sed -i "s|ghcr.io/initializer-dev/$binary:$version|${pinned[$binary]}|g" "$pinned_example"
+  done
+done
 
 # 3. The chart, from the bundle above.
 "$tool" chart --bundle "$out/bundle" --out "$out/chart/initializer-operator" >/dev/null

@@ -9,7 +9,8 @@
 #     its signature verifies with PUBLIC_KEY (the release's cosign.pub unless given);
 #   - each image of a binary carries a signed CycloneDX SBOM naming that binary, and the
 #     operator's names the kube crate at the version Cargo.lock pins;
-#   - the bundle's CSV and the chart's values name only images of the release, by digest.
+#   - the bundle's CSV, the examples and the chart's values name only images of the release, by
+#     digest.
 #
 # Exits non-zero naming the first image, file or reference that fails, so that an install
 # guarded by it never runs an image whose signature does not verify.
@@ -65,13 +66,14 @@ for binary in "${RELEASE_BINARIES[@]}"; do
   fi
 done
 
-# Every image reference the CSV and the chart's values carry for an image of ours.
+# Every image reference the CSV, the examples and the chart's values carry for an image of ours.
 csv="$release/bundle/manifests/initializer-operator.clusterserviceversion.yaml"
 values="$release/chart/initializer-operator/values.yaml"
-mapfile -t named < <(grep -ohE "[^ \"]*/initializer-dev/[a-z-]+[@:][^ \"]+" "$csv")
+mapfile -t named < <(grep -ohE "[^ \"]*/initializer-dev/[a-z-]+[@:][^ \"]+" "$csv" "$release"/examples/*.yaml)
 ((${#named[@]} > 0)) || fail "the CSV names no image of ours"
 for reference in "${named[@]}"; do
-  grep -qxF "$reference" "$release/images.txt" || fail "the CSV names $reference, which is not an image of the release"
+  grep -qxF "$reference" "$release/images.txt" \
+    || fail "the CSV or an example names $reference, which is not an image of the release"
 done
 for group in image presetImage; do
   repository="$(sed -n "/^$group:/,/^[^ ]/s/^  repository: //p" "$values")"
@@ -79,4 +81,4 @@ for group in image presetImage; do
   grep -qxF "$repository@$digest" "$release/images.txt" \
     || fail "the chart's $group is $repository@$digest, not an image of the release"
 done
-echo "release $(basename "$release"): ${#images[@]} signatures, ${#RELEASE_BINARIES[@]} SBOMs, the CSV's ${#named[@]} and the chart's 2 image references verified against $registry"
+echo "release $(basename "$release"): ${#images[@]} signatures, ${#RELEASE_BINARIES[@]} SBOMs, the CSV's and the examples' ${#named[@]} and the chart's 2 image references verified against $registry"
