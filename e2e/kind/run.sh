@@ -236,12 +236,14 @@ start_registry() {
 }
 release() {
   # ANCHOR: release
-  REGISTRY="$registry" RELEASE_PROFILE="$profile" "$root/tools/release/release.sh"
-  "$root/tools/release/verify.sh" "$release_dir"
+  REGISTRY="$registry" RELEASE_PROFILE="$profile" RELEASE_OUT="$release_dir" \
+    "$root/tools/release/release.sh"
+  "$root/tools/release/verify.sh" "$release_dir" "$release_dir/cosign.pub"
   # ANCHOR_END: release
 }
 stage "starting the cluster's registry" start_registry
-release_dir="$root/target/release/$version"
+# The recipe's release, in its state (never over a release of yours in target/release).
+release_dir="$state/release-$version"
 export E2E_RELEASE="$release_dir"
 stage "the release: pushed, signed and verified" release
 # OLM's image, for step 6, and the third-party images the scenarios create pods from: these

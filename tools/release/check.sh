@@ -2,7 +2,9 @@
 # make release-check: `make release` against a registry of its own, then the checks a platform
 # team runs before installing (verify.sh), then the same checks made to fail:
 #
-#   1. a container engine (the one that answers, else dockerd, as make e2e-kind starts it) and
+#   1. first, that plain HTTP is chosen only for registries on the loopback interface
+#      (release_loopback: 127.0.0.1.example.com is not one); then a container engine (the one
+#      that answers, else dockerd, as make e2e-kind starts it) and
 #      distribution's registry started on a free loopback port, its storage in a temporary
 #      directory (what this started is stopped and removed at the end: success, failure or
 #      Ctrl-C);
@@ -11,7 +13,9 @@
 #   3. verify.sh must refuse, naming what it refuses: the release checked with another key; a
 #      CSV that names an image pushed to the same repository but never signed (its checksums
 #      written again, as whoever can change the files can); a changed file under the original
-#      checksums; a chart whose digest is not the release's.
+#      checksums; a chart whose digest is not the release's; a CSV naming an image from another
+#      registry, the release's list unchanged. The release is written to a temporary directory,
+#      never over target/release.
 #
 # Needs what release.sh needs (a container engine, Go, cargo) and jq, curl.
 set -euo pipefail
@@ -38,6 +42,18 @@ fi
 
 log() { echo "release-check: $*" >&2; }
 
+# Plain HTTP only on the loopback interface: a name that merely starts like a loopback address
+# gets TLS.
+# shellcheck source=tools/release/common.sh
+source "$here/common.sh"
+for registry in 127.0.0.1:5000 127.0.0.1 127.9.9.9:80 localhost:5001 localhost "[::1]:5000" "[::1]"; do
+  release_loopback "$registry" || { log "FAIL: $registry is on the loopback interface"; exit 1; }
+done
+for registry in 127.0.0.1.example.com:5000 localhost.example.com "[::1]x:5000" 127.1:5000 \
+    registry.example.com:5000 10.0.0.1:5000 "127.0.0.1:5000/path"; do
+  ! release_loopback "$registry" || { log "FAIL: $registry would be reached over plain HTTP"; exit 1; }
+done
+
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 registry="127.0.0.1:$port"
 cat >"$work/registry.yml" <<EOF
@@ -60,9 +76,9 @@ curl -sf "http://$registry/v2/" >/dev/null || { cat "$work/registry.log" >&2; lo
 log "registry on $registry"
 
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)"
-REGISTRY="$registry" RELEASE_PROFILE="${RELEASE_PROFILE:-debug}" "$here/release.sh"
-release="$root/target/release/$version"
-"$here/verify.sh" "$release"
+REGISTRY="$registry" RELEASE_PROFILE="${RELEASE_PROFILE:-debug}" RELEASE_OUT="$work/out" "$here/release.sh"
+release="$work/out"
+"$here/verify.sh" "$release" "$release/cosign.pub"
 
 # refused WHAT TEXT DIR [KEY]: verify.sh on DIR must fail and say TEXT.
 refused() {
@@ -92,16 +108,25 @@ unsigned="$("$docker" image inspect --format '{{join .RepoDigests "\n"}}' "${ope
 sed -i "s|$operator|$unsigned|g" "$copy/images.txt" "$copy/bundle/manifests/"*.clusterserviceversion.yaml
 (cd "$copy" && find . -type f ! -name SHA256SUMS ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$work/sums")
 mv "$work/sums" "$copy/SHA256SUMS"
-refused "an unsigned image in the CSV" "the signature of $unsigned does not verify" "$copy"
+refused "an unsigned image in the CSV" "the signature of $unsigned does not verify" "$copy" "$release/cosign.pub"
 "$docker" image rm "${operator%@*}:unsigned" >/dev/null
 
 rm -rf "$copy" && cp -a "$release" "$copy"
 sed -i "s|$operator|${operator%@*}:$version|g" "$copy/bundle/manifests/"*.clusterserviceversion.yaml
-refused "a changed CSV under the original checksums" "does not match SHA256SUMS" "$copy"
+refused "a changed CSV under the original checksums" "does not match SHA256SUMS" "$copy" "$release/cosign.pub"
 
 rm -rf "$copy" && cp -a "$release" "$copy"
 sed -i 's|^  digest: sha256:[0-9a-f]*$|  digest: sha256:'"$(printf '0%.0s' $(seq 64))"'|' "$copy/chart/initializer-operator/values.yaml"
 (cd "$copy" && find . -type f ! -name SHA256SUMS ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$work/sums")
 mv "$work/sums" "$copy/SHA256SUMS"
-refused "a chart that names another digest" "not an image of the release" "$copy"
-log "release $version: made, verified, and each of 4 tampered copies refused"
+refused "a chart that names another digest" "not an image of the release" "$copy" "$release/cosign.pub"
+
+# An image from elsewhere in the CSV's Deployment, the release's list left as it was.
+rm -rf "$copy" && cp -a "$release" "$copy"
+sed -i "0,\|image: $operator|s||image: registry.example.com/other/operator:latest|" \
+  "$copy/bundle/manifests/"*.clusterserviceversion.yaml
+(cd "$copy" && find . -type f ! -name SHA256SUMS ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$work/sums")
+mv "$work/sums" "$copy/SHA256SUMS"
+refused "an image from another registry in the CSV" \
+  "names registry.example.com/other/operator:latest, which is not an image of the release" "$copy" "$release/cosign.pub"
+log "release $version: made, verified, and each of 5 tampered copies refused"

@@ -17,17 +17,21 @@ RELEASE_BINARIES=(
 # cosign, helm and opm need to reach REGISTRY: plain HTTP for 127.0.0.0/8, localhost and [::1]
 # only, TLS everywhere else.
 release_registry() {
-  local host="${1%:*}"
   COSIGN_REGISTRY=()
   HELM_REGISTRY=()
   OPM_REGISTRY=()
-  case "$host" in
-    127.*|localhost|\[::1\])
-      COSIGN_REGISTRY=(--allow-http-registry)
-      HELM_REGISTRY=(--plain-http)
-      OPM_REGISTRY=(--use-http)
-      ;;
-  esac
+  if release_loopback "$1"; then
+    COSIGN_REGISTRY=(--allow-http-registry)
+    HELM_REGISTRY=(--plain-http)
+    OPM_REGISTRY=(--use-http)
+  fi
+}
+
+# release_loopback REGISTRY: whether REGISTRY (a host, with or without its port) is on the
+# loopback interface: an IPv4 address of 127.0.0.0/8, localhost or [::1], exactly
+# (127.0.0.1.example.com is not).
+release_loopback() {
+  [[ "$1" =~ ^(127\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}|localhost|\[::1\])(:[0-9]+)?$ ]]
 }
 
 # Signing with a key, offline: a signing configuration with neither a transparency log nor a

@@ -15,8 +15,9 @@
 #   5. the kubectl plugin's archive for this machine with a krew manifest naming its real sha256,
 #      the examples with every image of ours by digest, and SHA256SUMS over the release's files.
 #
-# Everything is written under target/release/<VERSION>/ (images.txt lists every pushed
-# reference); `tools/release/verify.sh` checks a release against its registry. VERSION is the
+# Everything is written under target/release/<VERSION>/, or RELEASE_OUT (the tests' releases go
+# there, never over yours), images.txt listing every pushed reference; `tools/release/verify.sh`
+# checks a release against its registry. VERSION is the
 # workspace's version (Cargo.toml): another version is built from its own tree. Plain HTTP is
 # used only for a registry on the loopback interface. RELEASE_PROFILE=debug builds the binaries
 # in the debug profile, stripped: for tests of the release machinery, never for a release.
@@ -58,7 +59,7 @@ cargo_profile=()
 [[ "$profile" == debug ]] || cargo_profile=(--release)
 docker="${DOCKER:-docker}"
 cargo="${CARGO:-cargo}"
-out="$root/target/release/$version"
+out="${RELEASE_OUT:-$root/target/release/$version}"
 repository="$registry/initializer-dev"
 release_registry "$registry"
 
@@ -197,7 +198,7 @@ fi
 # cosign_quiet ARGS...: cosign, its output shown only when it fails.
 cosign_quiet() {
   local output
-  output="$("$cosign" "$@" "${COSIGN_REGISTRY[@]}" 2>&1)" || { log "cosign $1 failed: $output"; exit 1; }
+  output="$("$cosign" "$@" "${COSIGN_REGISTRY[@]}" 2>&1 </dev/null)" || { log "cosign $1 failed: $output"; exit 1; }
 }
 while read -r image; do
   cosign_quiet sign "${COSIGN_SIGN[@]}" --key "$key" "$image"

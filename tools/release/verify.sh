@@ -2,11 +2,13 @@
 # Checks a release the way a platform team does before installing it, against the registry it was
 # pushed to:
 #
-#   tools/release/verify.sh RELEASE_DIR [PUBLIC_KEY]
+#   tools/release/verify.sh RELEASE_DIR PUBLIC_KEY
 #
+# PUBLIC_KEY is the publisher's key as you obtained it apart from the release (its cosign.pub
+# proves nothing about a directory whoever can change the files can also re-sign).
 #   - every file SHA256SUMS lists has that checksum, and the krew manifest names its archive's;
 #   - every image and the chart (images.txt) is named by digest, served by the registry, and
-#     its signature verifies with PUBLIC_KEY (the release's cosign.pub unless given);
+#     its signature verifies with PUBLIC_KEY;
 #   - each image of a binary carries a signed CycloneDX SBOM naming that binary, and the
 #     operator's names the kube crate at the version Cargo.lock pins;
 #   - the bundle's CSV, the examples and the chart's values name only images of the release, by
@@ -19,9 +21,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 # shellcheck source=tools/release/common.sh
 source "$here/common.sh"
-[[ $# -ge 1 && $# -le 2 ]] || { echo "usage: $0 RELEASE_DIR [PUBLIC_KEY]" >&2; exit 2; }
+[[ $# -eq 2 ]] || { echo "usage: $0 RELEASE_DIR PUBLIC_KEY (the publisher's key, obtained apart from the release)" >&2; exit 2; }
 release="$(cd "$1" && pwd)"
-key="${2:-$release/cosign.pub}"
+key="$2"
 cosign="$("$here/build.sh")/cosign"
 command -v jq >/dev/null || { echo "verify: jq is required" >&2; exit 1; }
 
@@ -66,18 +68,26 @@ for binary in "${RELEASE_BINARIES[@]}"; do
   fi
 done
 
-# Every image reference the CSV, the examples and the chart's values carry for an image of ours.
+# Every image the CSV names (its Deployment's containers and `--preset-image`, `relatedImages`,
+# `containerImage`, the example in `alm-examples`) and every example's `spec.image`, whatever
+# its registry or shape: each must be one of the release's.
 csv="$release/bundle/manifests/initializer-operator.clusterserviceversion.yaml"
 values="$release/chart/initializer-operator/values.yaml"
-mapfile -t named < <(grep -ohE "[^ \"]*/initializer-dev/[a-z-]+[@:][^ \"]+" "$csv" "$release"/examples/*.yaml)
-((${#named[@]} > 0)) || fail "the CSV names no image of ours"
+mapfile -t named < <(
+  sed -n -e 's/^ *\(- \)\{0,1\}image: *//p' -e 's/^ *containerImage: *//p' \
+    -e 's/^ *"image": *"\([^"]*\)",\{0,1\}$/\1/p' -e '/^ *- --preset-image$/{n;s/^ *- *//p;}' "$csv"
+  sed -n 's/^  image: *//p' "$release"/examples/*.yaml
+)
+((${#named[@]} >= 6)) || fail "the CSV and the examples name ${#named[@]} images, fewer than a release has"
 for reference in "${named[@]}"; do
-  grep -qxF "$reference" "$release/images.txt" \
+  grep -qxF -- "$reference" "$release/images.txt" \
     || fail "the CSV or an example names $reference, which is not an image of the release"
 done
 for group in image presetImage; do
+  [[ "$(grep -c "^$group:" "$values")" == 1 ]] || fail "the chart's values have not one $group"
   repository="$(sed -n "/^$group:/,/^[^ ]/s/^  repository: //p" "$values")"
   digest="$(sed -n "/^$group:/,/^[^ ]/s/^  digest: //p" "$values")"
+  [[ "$repository" != *$'\n'* && "$digest" != *$'\n'* ]] || fail "the chart's $group names more than one image"
   grep -qxF "$repository@$digest" "$release/images.txt" \
     || fail "the chart's $group is $repository@$digest, not an image of the release"
 done

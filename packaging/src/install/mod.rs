@@ -418,7 +418,8 @@ async fn remove_operator(client: &Client, namespace: &str, deadline: Instant) ->
 
 /// Deletes the installer's RBAC and service accounts of the install in `namespace`: the
 /// ClusterRoleBindings whose subjects are all of that namespace and the ClusterRoles they
-/// bind, the bundle's workloads ClusterRole unless another install remains, and the Roles,
+/// bind, the bundle's shared ClusterRoles (workloads, policy canary) unless another install
+/// remains, and the Roles,
 /// RoleBindings and ServiceAccounts in it.
 async fn remove_permissions(client: &Client, namespace: &str) -> Result<(), Error> {
     let by_us = installer_selector();
