@@ -106,8 +106,7 @@ printf 'FROM %s\nLABEL org.opencontainers.image.description=not-the-release\n' "
 unsigned="$("$docker" image inspect --format '{{join .RepoDigests "\n"}}' "${operator%@*}:unsigned" | grep -vF "$operator" | grep -F "${operator%@*}@" | head -n1)"
 [[ -n "$unsigned" && "$unsigned" != "$operator" ]] || { log "failed to push an image beside the operator's"; exit 1; }
 sed -i "s|$operator|$unsigned|g" "$copy/images.txt" "$copy/bundle/manifests/"*.clusterserviceversion.yaml
-(cd "$copy" && find . -type f ! -name SHA256SUMS ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$work/sums")
-mv "$work/sums" "$copy/SHA256SUMS"
+release_checksums "$copy"
 refused "an unsigned image in the CSV" "the signature of $unsigned does not verify" "$copy" "$release/cosign.pub"
 "$docker" image rm "${operator%@*}:unsigned" >/dev/null
 
@@ -117,16 +116,14 @@ refused "a changed CSV under the original checksums" "does not match SHA256SUMS"
 
 rm -rf "$copy" && cp -a "$release" "$copy"
 sed -i 's|^  digest: sha256:[0-9a-f]*$|  digest: sha256:'"$(printf '0%.0s' $(seq 64))"'|' "$copy/chart/initializer-operator/values.yaml"
-(cd "$copy" && find . -type f ! -name SHA256SUMS ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$work/sums")
-mv "$work/sums" "$copy/SHA256SUMS"
+release_checksums "$copy"
 refused "a chart that names another digest" "not an image of the release" "$copy" "$release/cosign.pub"
 
 # An image from elsewhere in the CSV's Deployment, the release's list left as it was.
 rm -rf "$copy" && cp -a "$release" "$copy"
 sed -i "0,\|image: $operator|s||image: registry.example.com/other/operator:latest|" \
   "$copy/bundle/manifests/"*.clusterserviceversion.yaml
-(cd "$copy" && find . -type f ! -name SHA256SUMS ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$work/sums")
-mv "$work/sums" "$copy/SHA256SUMS"
+release_checksums "$copy"
 refused "an image from another registry in the CSV" \
   "names registry.example.com/other/operator:latest, which is not an image of the release" "$copy" "$release/cosign.pub"
 log "release $version: made, verified, and each of 5 tampered copies refused"

@@ -41,3 +41,13 @@ release_loopback() {
 COSIGN_SIGN=(--signing-config "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/signing-config.json" --yes)
 # shellcheck disable=SC2034
 COSIGN_VERIFY=(--insecure-ignore-tlog)
+
+# release_checksums DIR: writes DIR/SHA256SUMS, the checksum of every file below DIR but the
+# private key (what is published), in a stable order.
+release_checksums() {
+  local sums
+  sums="$(mktemp)"
+  (cd "$1" && find . -type f ! -name SHA256SUMS ! -name cosign.key -printf '%P\n' | LC_ALL=C sort \
+    | xargs sha256sum >"$sums")
+  chmod 0644 "$sums" && mv "$sums" "$1/SHA256SUMS"
+}

@@ -219,8 +219,5 @@ lines="$("$root/plugins/kubectl-initializer/krew/package.sh" "$bin/kubectl-initi
 "$here/krew-manifest.sh" "$root/plugins/kubectl-initializer/krew/initializer.yaml" "$os" "$arch" \
   "$(sed -n 's/^ *sha256: "\(.*\)"$/\1/p' <<<"$lines")" >"$plugin/initializer.yaml"
 
-# What is published, checksummed: everything but the private key.
-sums="$(mktemp)"
-(cd "$out" && find . -type f ! -name cosign.key -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >"$sums")
-chmod 0644 "$sums" && mv "$sums" "$out/SHA256SUMS"
+release_checksums "$out"
 log "release $version in $out"
