@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use initializer_crds::constants::{
     ANNOTATION_ENV, CONFIG_DIR, CONFIG_DIR_ENV, CONFIG_FILE, DEGRADED_ANNOTATION,
     DEGRADED_TIMEOUT_SECONDS, EXCLUDE_LABEL, EXCLUDE_LABEL_VALUE, GENERATION_ENV, HEALTHZ_PATH,
-    INITIALIZER_LABEL, INITIALIZER_NAME_ENV, INITIALIZER_PORT, INITIALIZER_PORT_NAME,
+    INITIALIZER_LABEL, INITIALIZER_NAME_ENV, INITIALIZER_PORT, INITIALIZER_PORT_NAME, LOG_ENV,
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, MEMORY_LIMIT_ENV, POD_IP_ENV, READYZ_PATH,
     REQUIRE_ANNOTATION_ENV, SERVICE_PORT, TEMPLATE_HASH_ANNOTATION, TIMEOUT_SECONDS_ENV, TLS_DIR,
     TLS_DIR_ENV, WEBHOOK_PATH, WORKLOAD_GENERATION_ANNOTATION,
 };
-use initializer_crds::{AnnotationGate, InterceptRule};
+use initializer_crds::{AnnotationGate, InterceptRule, LogLevel};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, MutatingWebhook, MutatingWebhookConfiguration,
@@ -272,6 +272,11 @@ pub fn container_env(v: &Validated) -> Vec<EnvVar> {
         vars.push(env(REQUIRE_ANNOTATION_ENV, gate.required.to_string()));
     }
     let reserved: Vec<String> = vars.iter().map(|e| e.name.clone()).collect();
+    // The default level is the image's own: an Initializer that leaves it adds nothing to its
+    // pods, so a new field's default rolls none of them.
+    if v.spec.log_level != LogLevel::default() {
+        vars.push(env(LOG_ENV, v.spec.log_level.filter()));
+    }
     for user in &v.spec.env {
         if reserved.contains(&user.name) {
             continue;

@@ -78,6 +78,9 @@ pub const TIMEOUT_SECONDS_ENV: &str = "INITIALIZER_TIMEOUT_SECONDS";
 /// Env var holding the container's memory limit in bytes (the downward API's `limits.memory`):
 /// the SDK keeps the request bodies it holds at once to a share of it.
 pub const MEMORY_LIMIT_ENV: &str = "INITIALIZER_MEMORY_LIMIT";
+/// Env var holding the initializer's log filter (`spec.logLevel`), as the preset and the SDK
+/// read it.
+pub const LOG_ENV: &str = "RUST_LOG";
 /// Env var holding the Initializer's name, for logs and metrics.
 pub const INITIALIZER_NAME_ENV: &str = "INITIALIZER_NAME";
 /// Env var holding the workload generation: the Initializer's `metadata.generation` when the

@@ -222,6 +222,53 @@ pub struct InitializerSpec {
     /// keeps the webhook in force. An Initializer with an `image` always runs as a webhook.
     #[serde(default)]
     pub engine: Engine,
+
+    /// How much the initializer logs: `Info` (the default) leaves its container as it is;
+    /// another level sets `RUST_LOG` to it, which the preset and every initializer built with the
+    /// SDK read. A `RUST_LOG` in `env` wins over this (it can name modules). Raising it rolls
+    /// the initializer's pods, one at a time.
+    #[serde(default)]
+    pub log_level: LogLevel,
+}
+
+/// How much an initializer logs (`spec.logLevel`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Errors and warnings.
+    Warn,
+    /// What the initializer's image logs by default.
+    #[default]
+    Info,
+    /// Each request, and why it was changed or left alone.
+    Debug,
+    /// Everything, the libraries' own lines too.
+    Trace,
+}
+
+impl LogLevel {
+    /// The value as written in the spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "Error",
+            LogLevel::Warn => "Warn",
+            LogLevel::Info => "Info",
+            LogLevel::Debug => "Debug",
+            LogLevel::Trace => "Trace",
+        }
+    }
+
+    /// The level as `RUST_LOG` names it.
+    pub fn filter(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
 }
 
 /// Where a preset Initializer's injection runs (`spec.engine`).

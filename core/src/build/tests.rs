@@ -295,6 +295,30 @@ fn user_env_never_replaces_the_contract_and_keeps_its_last_value() {
 }
 
 #[test]
+fn the_log_level_sets_rust_log_only_when_it_is_not_the_default() {
+    let log = |vars: &[EnvVar]| -> Vec<Option<String>> {
+        vars.iter()
+            .filter(|e| e.name == LOG_ENV)
+            .map(|e| e.value.clone())
+            .collect()
+    };
+    let mut spec = sidecar().spec;
+    assert_eq!(spec.log_level, LogLevel::Info);
+    let v = validate(&spec, "initializer-system", "sidecar").unwrap();
+    assert!(log(&container_env(&v)).is_empty(), "the default adds nothing");
+    spec.log_level = LogLevel::Debug;
+    let v = validate(&spec, "initializer-system", "sidecar").unwrap();
+    assert_eq!(log(&container_env(&v)), [Some("debug".to_string())]);
+    spec.env = vec![env(LOG_ENV, "initializer_sdk=trace")];
+    let v = validate(&spec, "initializer-system", "sidecar").unwrap();
+    assert_eq!(
+        log(&container_env(&v)),
+        [Some("initializer_sdk=trace".to_string())],
+        "the user's RUST_LOG wins"
+    );
+}
+
+#[test]
 fn the_deployment_is_hardened_spread_and_never_drops_below_ready() {
     let d = desired();
     let spec = &d.deployment.spec;
