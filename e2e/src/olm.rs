@@ -45,10 +45,11 @@ const FIELD_MANAGER: &str = "initializer-e2e-olm";
 /// itself does not trigger a resolution (the default, 15 min, is far too long for a test).
 pub const OLM_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The version of the committed bundle, and the next one the upgrade scenarios generate.
-pub const VERSION: &str = "0.1.0";
-/// The version the upgrade scenarios move to.
-pub const NEXT_VERSION: &str = "0.2.0";
+/// The version of the committed bundle: the workspace's.
+pub const VERSION: &str = initializer_packaging::bundle::generate::VERSION;
+/// The version the upgrade scenarios on the real control plane generate from the committed
+/// bundle and move to.
+pub const NEXT_VERSION: &str = "0.3.0";
 
 /// The CSV's name for a version.
 pub fn csv_name(version: &str) -> String {

@@ -305,7 +305,10 @@ fn the_log_level_sets_rust_log_only_when_it_is_not_the_default() {
     let mut spec = sidecar().spec;
     assert_eq!(spec.log_level, LogLevel::Info);
     let v = validate(&spec, "initializer-system", "sidecar").unwrap();
-    assert!(log(&container_env(&v)).is_empty(), "the default adds nothing");
+    assert!(
+        log(&container_env(&v)).is_empty(),
+        "the default adds nothing"
+    );
     spec.log_level = LogLevel::Debug;
     let v = validate(&spec, "initializer-system", "sidecar").unwrap();
     assert_eq!(log(&container_env(&v)), [Some("debug".to_string())]);

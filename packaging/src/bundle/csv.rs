@@ -49,6 +49,9 @@ pub struct CsvSpec {
     /// Oldest Kubernetes version the operator supports (semver).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_kube_version: Option<String>,
+    /// The CSV this version upgrades (OLM's `replaces`), the previous release's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
     /// `alpha`, `beta`, `stable`…
     pub maturity: String,
     /// Who publishes the operator.

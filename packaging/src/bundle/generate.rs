@@ -32,7 +32,10 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const MIN_KUBE_VERSION: &str = "1.35.0";
 /// Release dates by version, the source of the CSV's `createdAt`. Add a line when the version
 /// changes; generation refuses a version without one.
-pub const RELEASES: [(&str, &str); 1] = [("0.1.0", "2026-11-21T00:00:00Z")];
+pub const RELEASES: [(&str, &str); 2] = [
+    ("0.1.0", "2026-11-21T00:00:00Z"),
+    ("0.2.0", "2026-11-30T00:00:00Z"),
+];
 /// Project home.
 pub const REPOSITORY: &str = env!("CARGO_PKG_REPOSITORY");
 /// The sidecar Initializer shown in the book (`docs/src/guides/initializer-api.md`) and offered
@@ -105,6 +108,14 @@ pub fn created_at(version: &str) -> Result<&'static str, Error> {
         .find(|(release, _)| *release == version)
         .map(|(_, date)| *date)
         .ok_or_else(|| Error::BundleGenerate(format!("failed to find the release date of version {version}: add it to bundle::generate::RELEASES")))
+}
+
+/// The release before `version` in [`RELEASES`], which its CSV replaces.
+pub fn previous_release(version: &str) -> Option<&'static str> {
+    let at = RELEASES
+        .iter()
+        .position(|(release, _)| *release == version)?;
+    at.checked_sub(1).map(|before| RELEASES[before].0)
 }
 
 /// Generates the whole bundle with the operator's RBAC from [`crate::rbac`].
@@ -188,6 +199,7 @@ pub fn cluster_service_version(
             description: DESCRIPTION.to_string(),
             version: VERSION.to_string(),
             min_kube_version: Some(MIN_KUBE_VERSION.to_string()),
+            replaces: previous_release(VERSION).map(csv_name),
             maturity: super::MATURITY.to_string(),
             provider: Provider {
                 name: "initializer-dev".to_string(),

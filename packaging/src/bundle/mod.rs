@@ -174,6 +174,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_release_replaces_the_one_before_it() {
+        assert_eq!(generate::previous_release(generate::RELEASES[0].0), None);
+        for pair in generate::RELEASES.windows(2) {
+            assert_eq!(generate::previous_release(pair[1].0), Some(pair[0].0));
+        }
+        assert_eq!(generate::previous_release("9.9.9"), None);
+        let csv = generate::cluster_service_version(Vec::new(), Vec::new()).unwrap();
+        assert_eq!(
+            csv.spec.replaces,
+            generate::previous_release(generate::VERSION).map(generate::csv_name)
+        );
+    }
+
+    #[test]
     fn a_written_bundle_reads_back_identically_and_stale_manifests_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
