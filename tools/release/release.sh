@@ -15,6 +15,8 @@
 #   5. the kubectl plugin's archive for this machine with a krew manifest naming its real sha256,
 #      the examples with every image of ours by digest, and SHA256SUMS over the release's files.
 #
+# PREVIOUS_RELEASE=DIR, the release this version replaces (tools/release/previous.sh writes
+# one), puts its bundle in the catalog with the upgrade edge to this one.
 # Everything is written under target/release/<VERSION>/, or RELEASE_OUT (the tests' releases go
 # there, never over yours), images.txt listing every pushed reference; `tools/release/verify.sh`
 # checks a release against its registry. VERSION is the
@@ -39,6 +41,18 @@ version="${VERSION:-$workspace_version}"
 if [[ "$version" != "$workspace_version" ]]; then
   echo "release: VERSION=$version is not the workspace's version ($workspace_version, Cargo.toml): a release of another version is built from its own tree" >&2
   exit 2
+fi
+# The upgrade edge: PREVIOUS_RELEASE names the directory of the release this version replaces
+# (the CSV's spec.replaces; tools/release/previous.sh builds it); its bundle image joins the
+# catalog, and the channel leads from it to this one, so OLM upgrades a Subscription at it.
+previous_csv="" previous_bundle=""
+if [[ -n "${PREVIOUS_RELEASE:-}" ]]; then
+  replaces="$(sed -n 's/^  replaces: //p' "$root/bundles/initializer-operator/manifests/initializer-operator.clusterserviceversion.yaml")"
+  previous_csv="$(sed -n 's/^  name: //p' "$PREVIOUS_RELEASE/bundle/manifests/initializer-operator.clusterserviceversion.yaml" 2>/dev/null | head -n1)"
+  [[ -n "$replaces" && "$previous_csv" == "$replaces" ]] \
+    || { echo "release: PREVIOUS_RELEASE is ${previous_csv:-no release}, and $version replaces ${replaces:-none}" >&2; exit 2; }
+  previous_bundle="$(grep -F '/initializer-operator-bundle@' "$PREVIOUS_RELEASE/images.txt" || true)"
+  [[ -n "$previous_bundle" ]] || { echo "release: PREVIOUS_RELEASE lists no bundle image in its images.txt" >&2; exit 2; }
 fi
 profile="${RELEASE_PROFILE:-release}"
 [[ "$profile" == release || "$profile" == debug ]] \
@@ -138,18 +152,31 @@ bundle_image="$(push "$bundle_tag")"
 echo "$bundle_image" >>"$out/images.txt"
 log "pushed $bundle_image"
 
+channel="- name: initializer-operator.v$version"
+bundle_images=("$bundle_image")
+if [[ -n "$previous_bundle" ]]; then
+  bundle_images=("$previous_bundle" "$bundle_image")
+  channel="- name: $previous_csv"$'\n'"$channel"$'\n'"  replaces: $previous_csv"
+fi
+
 catalog="$out/catalog"
 mkdir -p "$catalog/configs/initializer-operator"
 # opm pulls through containers/image, which reads its signature policy from $HOME: one that
 # accepts the bundle's repository alone, in a home of its own.
 opm_home="$out/.opm-home"
 mkdir -p "$opm_home/.config/containers"
-printf '{"default": [{"type": "reject"}], "transports": {"docker": {"%s": [{"type": "insecureAcceptAnything"}]}}}\n' \
-  "${bundle_tag%:*}" >"$opm_home/.config/containers/policy.json"
+accepted=""
+while read -r bundle_repository; do
+  accepted+="${accepted:+, }\"$bundle_repository\": [{\"type\": \"insecureAcceptAnything\"}]"
+done < <(printf '%s\n' "${bundle_images[@]%@*}" | sort -u)
+printf '{"default": [{"type": "reject"}], "transports": {"docker": {%s}}}\n' "$accepted" \
+  >"$opm_home/.config/containers/policy.json"
 {
   "$opm" init initializer-operator --default-channel=candidate --output yaml
-  HOME="$opm_home" "$opm" render "$bundle_image" --output yaml "${OPM_REGISTRY[@]}"
-  printf -- '---\nschema: olm.channel\npackage: initializer-operator\nname: candidate\nentries:\n- name: initializer-operator.v%s\n' "$version"
+  for image in "${bundle_images[@]}"; do
+    HOME="$opm_home" "$opm" render "$image" --output yaml "${OPM_REGISTRY[@]}"
+  done
+  printf -- '---\nschema: olm.channel\npackage: initializer-operator\nname: candidate\nentries:\n%s\n' "$channel"
 } >"$catalog/configs/initializer-operator/catalog.yaml"
 "$opm" validate "$catalog/configs"
 rm -rf "$opm_home"
