@@ -12,15 +12,21 @@
 #      (each node's containerd pulls from it under its own name and as ghcr.io's mirror), then
 #      `make release` to it (tools/release/release.sh: the binaries built here, in release or as
 #      E2E_KIND_PROFILE=debug says, our images, bundle and catalog images and chart pushed by
-#      digest, signed, with SBOMs) and tools/release/verify.sh before anything is installed.
-#      Only OLM's image and the scenarios' third-party images are loaded with `kind load`
+#      digest, signed, with SBOMs) and tools/release/verify.sh before anything is installed;
+#      before it (when no scenario is named), the previous release built from its own tree
+#      (tools/release/previous.sh), which this release's catalog carries too. One publisher key
+#      signs both. Only OLM's image and the scenarios' third-party images are loaded with
+#      `kind load`
 #   5. install the operator from the release's bundle (every image by digest), and with its OCI
 #      chart through Helm; then run the suite (which installs the bundle again) with
 #      E2E_CLUSTER=kind and E2E_RELEASE naming the release
-#   6. OLM on kind (when no scenario is named): an image of the OLM binaries tools/olm/build.sh
-#      builds, loaded in step 4; the bundle's install removed, OLM's operators deployed as pods,
-#      and the operator installed by Subscription (e2e/tests/olm.rs,
-#      olm_on_kind_installs_the_operator_and_the_example_registers)
+#   6. when no scenario is named: the upgrades from the previous release to this one under
+#      load, through `install --bundle` and `helm upgrade` of the OCI chart (e2e/tests/olm.rs,
+#      release_upgrades_on_kind_lose_no_create); then OLM on kind: an image of the OLM binaries
+#      tools/olm/build.sh builds, loaded in step 4; the bundle's install removed, OLM's
+#      operators deployed as pods, the operator installed by Subscription from the previous
+#      release's catalog image and upgraded by rolling the CatalogSource to this release's
+#      (olm_on_kind_installs_the_operator_and_the_example_registers)
 #   7. delete the cluster and the registry, and stop what step 1 started (always: success,
 #      failure or Ctrl-C; E2E_KEEP_CLUSTER=1 keeps the cluster, the registry and the engine)
 #
@@ -234,14 +240,40 @@ start_registry() {
   # ANCHOR_END: mirror
   log "registry $registry (on the nodes: $registry_container:5000, also as ghcr.io's mirror)"
 }
+# One publisher key for both releases, as a project signs every release with its own.
+publisher_key() {
+  local cosign
+  cosign="$("$root/tools/release/build.sh")/cosign"
+  rm -rf "$state/publisher" && mkdir -p "$state/publisher"
+  (cd "$state/publisher" && COSIGN_PASSWORD="" "$cosign" generate-key-pair >/dev/null 2>&1)
+  export COSIGN_KEY="$state/publisher/cosign.key" COSIGN_PASSWORD=""
+}
+# The previous release (tools/release/previous names it), built from its own tree and pushed
+# to the same registry: this release's catalog carries its bundle too, with the upgrade edge,
+# and the upgrade scenarios (step 6) start from it.
+# shellcheck source=tools/release/previous
+source "$root/tools/release/previous"
+previous_dir=""
+previous_release() {
+  previous_dir="$state/release-$PREVIOUS_VERSION"
+  REGISTRY="$registry" RELEASE_PROFILE="$profile" RELEASE_OUT="$previous_dir" \
+    "$root/tools/release/previous.sh" >/dev/null
+  "$root/tools/release/verify.sh" "$previous_dir" "$state/publisher/cosign.pub"
+}
 release() {
   # ANCHOR: release
   REGISTRY="$registry" RELEASE_PROFILE="$profile" RELEASE_OUT="$release_dir" \
-    "$root/tools/release/release.sh"
-  "$root/tools/release/verify.sh" "$release_dir" "$release_dir/cosign.pub"
+    PREVIOUS_RELEASE="$previous_dir" "$root/tools/release/release.sh"
+  "$root/tools/release/verify.sh" "$release_dir" "$state/publisher/cosign.pub"
   # ANCHOR_END: release
 }
 stage "starting the cluster's registry" start_registry
+stage "the publisher's signing key" publisher_key
+# The upgrade scenarios run unless the run was asked for some scenarios only.
+if (($# == 0)); then
+  stage "the previous release ($PREVIOUS_VERSION), from its own tree" previous_release
+  export E2E_PREVIOUS_RELEASE="$previous_dir"
+fi
 # The recipe's release, in its state (never over a release of yours in target/release).
 release_dir="$state/release-$version"
 export E2E_RELEASE="$release_dir"
@@ -361,11 +393,19 @@ run_suite() {
 }
 stage "running the suite against kind-$cluster" run_suite "$@"
 
-# 6. OLM on kind, unless the run was asked for some scenarios only.
+# 6. The upgrades from the previous release and OLM on kind, unless the run was asked for some
+# scenarios only.
+run_upgrades() {
+  "$cargo" test -q -p initializer-e2e --test olm -- --ignored --exact \
+    release_upgrades_on_kind_lose_no_create --nocapture
+}
+if (($# == 0)); then
+  stage "upgrades from $PREVIOUS_VERSION: install --bundle, Helm" run_upgrades
+fi
 run_olm() {
   E2E_OLM_IMAGE="$olm_image" "$cargo" test -q -p initializer-e2e --test olm -- --ignored --exact \
     olm_on_kind_installs_the_operator_and_the_example_registers --nocapture
 }
 if (($# == 0)); then
-  stage "OLM on kind: install by Subscription, removal" run_olm
+  stage "OLM on kind: install by Subscription, upgrade, removal" run_olm
 fi

@@ -25,6 +25,7 @@ pub mod paths;
 pub mod procfs;
 pub mod prometheus;
 pub mod real;
+pub mod release;
 pub mod runner;
 pub mod sandbox;
 pub mod scale;

@@ -471,19 +471,6 @@ spec:
     disableCopiedCSVs: true
 ";
 
-/// The catalog image of the release in `release` (a `make release` directory), by digest, as
-/// its `images.txt` lists it.
-pub fn release_catalog_image(release: &Path) -> anyhow::Result<String> {
-    let list = release.join("images.txt");
-    let images = std::fs::read_to_string(&list)
-        .with_context(|| format!("failed to read {}", list.display()))?;
-    images
-        .lines()
-        .find(|image| image.contains("/initializer-operator-catalog@sha256:"))
-        .map(str::to_string)
-        .with_context(|| format!("{} lists no catalog image", list.display()))
-}
-
 /// Where OLM finds the catalog: an address `opm serve` listens on, or a catalog image OLM runs
 /// itself (a release's).
 #[derive(Clone, Copy, Debug)]

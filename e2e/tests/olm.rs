@@ -42,7 +42,7 @@ use initializer_e2e::sharing::{self, Share};
 use initializer_e2e::timings::CreateCount;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::Recorder;
-use initializer_e2e::{ops, paths, scope};
+use initializer_e2e::{ops, paths, release, scope};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -204,7 +204,17 @@ async fn olm_scenarios(
     olm.serve(std::slice::from_ref(&first)).await?;
 
     let mut rows = Vec::new();
-    rows.push(olm_install(client, kubeconfig, CatalogSource::Address(&olm.address())).await?);
+    let example = paths::workspace_root().join(EXAMPLE);
+    rows.push(
+        olm_install(
+            client,
+            kubeconfig,
+            CatalogSource::Address(&olm.address()),
+            olm::VERSION,
+            &example,
+        )
+        .await?,
+    );
     olm.check()?;
 
     let entries = [
@@ -215,36 +225,15 @@ async fn olm_scenarios(
             replaces: Some(olm::csv_name(olm::VERSION)),
         },
     ];
-    let csvs = olm::olm_api(
-        client,
-        "ClusterServiceVersion",
-        Some(olm::OPERATOR_NAMESPACE),
-    );
-    let csvs = &csvs;
     // A new catalog, as a catalog image rolled to its next tag: OLM re-resolves the
     // Subscription on reconnect (or at its resync) and replaces the CSV.
+    let next_image = format!(":{}", olm::NEXT_VERSION);
     let mut row = upgrade_under_load(
         client,
         "upgrade_by_olm_under_load_loses_no_create",
+        &next_image,
         olm.serve(&entries),
-        move || async move {
-            let old = csvs.get_opt(&olm::csv_name(olm::VERSION)).await?;
-            let new = csvs.get_opt(&olm::csv_name(olm::NEXT_VERSION)).await?;
-            let new_phase = new.as_ref().and_then(olm::csv_phase);
-            Ok(
-                if old.is_none() && new_phase.as_deref() == Some("Succeeded") {
-                    None
-                } else {
-                    Some(format!(
-                        "old CSV {}; new CSV {:?}",
-                        old.as_ref()
-                            .map_or("gone".to_string(), |c| olm::csv_phase(c)
-                                .unwrap_or_default()),
-                        new_phase
-                    ))
-                },
-            )
-        },
+        || csv_replaced(client, olm::VERSION, olm::NEXT_VERSION),
     )
     .await?;
     olm.check()?;
@@ -257,11 +246,14 @@ async fn olm_scenarios(
 }
 
 /// The book's subscription (`docs/src/install/olm.md`), applied as it is with the catalog at
-/// `address`; figures up to the example registered.
+/// `source`, until the CSV of `version` succeeds; then `example` applied; figures up to the
+/// example registered.
 async fn olm_install(
     client: &Client,
     kubeconfig: &Path,
     source: CatalogSource<'_>,
+    version: &str,
+    example: &Path,
 ) -> anyhow::Result<Row> {
     let started = Instant::now();
     olm::kubectl_apply(kubeconfig, &olm::subscription_yaml(source)).await?;
@@ -272,7 +264,7 @@ async fn olm_install(
         "ClusterServiceVersion",
         Some(olm::OPERATOR_NAMESPACE),
     );
-    let name = olm::csv_name(olm::VERSION);
+    let name = olm::csv_name(version);
     let succeeded = wait::until(format!("CSV {name} to succeed"), OLM_TIMEOUT, || async {
         let csv = csvs.get_opt(&name).await?;
         Ok(match csv.as_ref().and_then(olm::csv_phase) {
@@ -286,10 +278,7 @@ async fn olm_install(
     .await?;
     run(
         kubeconfig,
-        &format!(
-            "kubectl apply -f {}",
-            paths::workspace_root().join(EXAMPLE).display()
-        ),
+        &format!("kubectl apply -f {}", example.display()),
     )
     .await?;
     let (_, registered) =
@@ -297,7 +286,7 @@ async fn olm_install(
     let (crd_at, guard_at) = tokio::time::timeout(Duration::from_secs(60), window)
         .await
         .context("the guard never came in force")???;
-    ensure_olm_rbac(client).await?;
+    ensure_olm_rbac(client, version).await?;
     eprintln!(
         "olm: CRD established {:.2}s after the Subscription, guard in force {:.2}s after",
         (crd_at - started).as_secs_f64(),
@@ -356,9 +345,9 @@ async fn guard_window(client: Client, since: Instant) -> anyhow::Result<(Instant
     bail!("CRD established at {crd_at:?}, guard at {guard_at:?} after {OLM_TIMEOUT:?}")
 }
 
-/// The operator runs under the RBAC OLM generated from the CSV: every binding of its service
-/// account is OLM's (`olm.owner`), none the installer's or Helm's.
-async fn ensure_olm_rbac(client: &Client) -> anyhow::Result<()> {
+/// The operator runs under the RBAC OLM generated from the CSV of `version`: every binding of
+/// its service account is OLM's for that CSV (`olm.owner`), none the installer's or Helm's.
+async fn ensure_olm_rbac(client: &Client, version: &str) -> anyhow::Result<()> {
     let account = scope::OPERATOR_ACCOUNT;
     let ours = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
         subjects.iter().flatten().any(|s| {
@@ -391,7 +380,7 @@ async fn ensure_olm_rbac(client: &Client) -> anyhow::Result<()> {
     let names = |labels: Vec<(String, Option<String>)>| {
         labels
             .into_iter()
-            .filter(|(_, owner)| owner.as_deref() != Some(&olm::csv_name(olm::VERSION)))
+            .filter(|(_, owner)| owner.as_deref() != Some(&olm::csv_name(version)))
             .map(|(name, owner)| format!("{name} (olm.owner {owner:?})"))
             .collect::<Vec<_>>()
     };
@@ -415,7 +404,7 @@ async fn ensure_olm_rbac(client: &Client) -> anyhow::Result<()> {
         .context("no operator Deployment")?;
     ensure!(
         deployment.labels().get("olm.owner").map(String::as_str)
-            == Some(olm::csv_name(olm::VERSION).as_str()),
+            == Some(olm::csv_name(version).as_str()),
         "the operator's Deployment is not OLM's: labels {:?}",
         deployment.labels()
     );
@@ -606,12 +595,13 @@ async fn run(kubeconfig: &Path, script: &str) -> anyhow::Result<String> {
 
 /// With the example Initializer registered (`failurePolicy: Fail`) and an annotated Deployment
 /// created every 100 ms, runs `upgrade` and waits until the operator runs the next version
-/// only (and `done` says nothing more is pending); then checks that no create failed, every
-/// one was injected, the Initializer never left `Registered`, and the new operator reconciles
-/// the next generation.
+/// only, its pods' image ending in `next_image` (and `done` says nothing more is pending);
+/// then checks that no create failed, every one was injected, the Initializer never left
+/// `Registered`, and the new operator reconciles the next generation.
 async fn upgrade_under_load<UF, D, DF>(
     client: &Client,
     scenario: &str,
+    next_image: &str,
     upgrade: UF,
     done: D,
 ) -> anyhow::Result<Row>
@@ -642,12 +632,11 @@ where
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
     upgrade.await?;
-    let next_image = format!(":{}", olm::NEXT_VERSION);
     // When only the next version's pods were running, all ready (before the installer, Helm or
     // OLM said it was done).
     let next_only = std::sync::Mutex::new(None);
     wait::until(
-        format!("{scenario}: the operator to run {} only", olm::NEXT_VERSION),
+        format!("{scenario}: the operator to run {next_image} only"),
         OLM_TIMEOUT,
         || async {
             let pods = Api::<Pod>::namespaced(client.clone(), olm::OPERATOR_NAMESPACE)
@@ -662,7 +651,16 @@ where
                         .as_ref()
                         .map(|s| s.containers[0].image.clone().unwrap_or_default())
                         .unwrap_or_default();
-                    format!("{} {image} ready={}", p.name_any(), ops::pod_ready(p))
+                    let terminating = if p.metadata.deletion_timestamp.is_some() {
+                        " terminating"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{} {image}{terminating} ready={}",
+                        p.name_any(),
+                        ops::pod_ready(p)
+                    )
                 })
                 .collect();
             let deployment = install::operator_deployment(client).await?;
@@ -677,9 +675,24 @@ where
             let all_next = !pods.is_empty()
                 && images
                     .iter()
-                    .all(|i| i.contains(&next_image) && i.ends_with("ready=true"));
+                    .all(|i| i.contains(&format!("{next_image} ready=true")));
             if !(rolled && all_next) {
-                let pending = format!("rolled {rolled}; pods {images:?}");
+                // The Deployment's own account, to tell a slow rollout from a slow status.
+                let counts = deployment.as_ref().map_or("no Deployment".into(), |d| {
+                    let status = d.status.clone().unwrap_or_default();
+                    format!(
+                        "generation {:?} observed {:?}, replicas {:?} updated {:?} ready {:?} \
+                         available {:?} terminating {:?}",
+                        d.metadata.generation,
+                        status.observed_generation,
+                        status.replicas,
+                        status.updated_replicas,
+                        status.ready_replicas,
+                        status.available_replicas,
+                        status.terminating_replicas
+                    )
+                });
+                let pending = format!("rolled {rolled} ({counts}); pods {images:?}");
                 progress(started, &pending);
                 return Ok(Check::Pending(pending));
             }
@@ -828,8 +841,8 @@ fn example_workload() -> anyhow::Result<Deployment> {
     Ok(deployment)
 }
 
-/// The operator's Deployment has moved to the next version's image.
-async fn operator_on_next(client: &Client) -> anyhow::Result<Option<String>> {
+/// The operator's Deployment has moved to the image ending in `next_image`.
+async fn operator_on(client: &Client, next_image: &str) -> anyhow::Result<Option<String>> {
     let deployment = install::operator_deployment(client)
         .await?
         .context("no operator Deployment")?;
@@ -841,8 +854,7 @@ async fn operator_on_next(client: &Client) -> anyhow::Result<Option<String>> {
         .and_then(|s| s.containers.first())
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
-    Ok((!image.ends_with(&format!(":{}", olm::NEXT_VERSION)))
-        .then(|| format!("{OPERATOR_NAME} runs {image}")))
+    Ok((!image.ends_with(next_image)).then(|| format!("{OPERATOR_NAME} runs {image}")))
 }
 
 #[test]
@@ -860,11 +872,13 @@ fn helm_upgrade_under_load_loses_no_create() {
         .await?;
         let next_dir = tempfile::tempdir()?;
         let next = next_chart(&chart, next_dir.path())?;
+        let next_image = format!(":{}", olm::NEXT_VERSION);
         let mut row = upgrade_under_load(
             &client,
             "upgrade_by_helm_under_load_loses_no_create",
+            &next_image,
             helm_upgrade(&next, &kubeconfig),
-            || operator_on_next(&client),
+            || operator_on(&client, &next_image),
         )
         .await?;
         row.example_after_guard = Some(example_after_guard);
@@ -1041,11 +1055,13 @@ fn bundle_upgrade_under_load_loses_no_create() {
         let next_dir = tempfile::tempdir()?;
         let next = next_dir.path().join("initializer-operator");
         olm::next_bundle(&paths::bundle_dir(), &next)?;
+        let next_image = format!(":{}", olm::NEXT_VERSION);
         let mut row = upgrade_under_load(
             &client,
             "upgrade_by_install_bundle_under_load_loses_no_create",
+            &next_image,
             install::install_from_bundle(&next, &kubeconfig),
-            || operator_on_next(&client),
+            || operator_on(&client, &next_image),
         )
         .await?;
         row.example_after_guard = Some(example_after_guard);
@@ -1060,18 +1076,9 @@ fn bundle_upgrade_under_load_loses_no_create() {
 #[test]
 #[ignore = "runs on the kind cluster of make e2e-kind, after its suite (KUBECONFIG and E2E_OLM_IMAGE set by e2e/kind/run.sh)"]
 fn olm_on_kind_installs_the_operator_and_the_example_registers() {
-    let kubeconfig =
-        PathBuf::from(std::env::var_os("KUBECONFIG").expect("KUBECONFIG names the kind cluster"));
     let image = std::env::var("E2E_OLM_IMAGE")
         .expect("E2E_OLM_IMAGE names OLM's image, loaded into the nodes");
-    let _turn = sharing::take(Share::Shared, "OLM on kind").unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let result = runtime.block_on(async {
-        let client = Client::try_default().await?;
+    on_kind("OLM on kind", |client, kubeconfig| async move {
         let tools = Tools::build().await?;
         let operator = paths::binary(initializer_crds::images::OPERATOR)?;
         run(
@@ -1091,11 +1098,26 @@ fn olm_on_kind_installs_the_operator_and_the_example_registers() {
         )
         .await?;
         let started = Instant::now();
-        // A release's catalog image (E2E_RELEASE), as users subscribe: OLM runs it, and unpacks
-        // the bundle image it names; else the committed bundle, rendered and served by opm.
-        let catalog_image = paths::release_dir()
-            .map(|release| olm::release_catalog_image(&release))
+        // A release's catalog image, as users subscribe: OLM runs it, and unpacks the bundle
+        // image it names. The previous release's (E2E_PREVIOUS_RELEASE) when there is one,
+        // upgraded below to this release's (E2E_RELEASE); else this release's; else the
+        // committed bundle, rendered and served by opm.
+        let upgrade = release::Upgrade::from_env();
+        let first = upgrade
+            .as_ref()
+            .map(|u| u.from.clone())
+            .or_else(paths::release_dir);
+        let catalog_image = first
+            .as_ref()
+            .map(|dir| release::image(dir, release::CATALOG))
             .transpose()?;
+        let (version, example) = match &first {
+            Some(dir) => (release::version(dir)?, release::example(dir)),
+            None => (
+                olm::VERSION.to_string(),
+                paths::workspace_root().join(EXAMPLE),
+            ),
+        };
         let entry = Entry {
             bundle: paths::bundle_dir(),
             version: olm::VERSION.into(),
@@ -1118,15 +1140,22 @@ fn olm_on_kind_installs_the_operator_and_the_example_registers() {
             Some(image) => CatalogSource::Image(image),
             None => CatalogSource::Address(&address),
         };
-        let install = olm_install(&client, &kubeconfig, source).await;
-        let rows = match install {
-            Ok(row) => vec![
-                Row {
-                    scenario: "olm_on_kind_installs_the_operator_and_the_example_registers".into(),
-                    ..row
-                },
-                olm_removal(&client, &kubeconfig).await?,
-            ],
+        let scenarios = async {
+            let row = olm_install(&client, &kubeconfig, source, &version, &example).await?;
+            let mut rows = vec![Row {
+                scenario: format!(
+                    "olm_on_kind_installs_the_operator_and_the_example_registers ({version})"
+                ),
+                ..row
+            }];
+            if let Some(upgrade) = &upgrade {
+                rows.push(olm_upgrade_between_releases(&client, &kubeconfig, upgrade).await?);
+            }
+            rows.push(olm_removal(&client, &kubeconfig).await?);
+            anyhow::Ok(rows)
+        };
+        let rows = match scenarios.await {
+            Ok(rows) => rows,
             Err(err) => {
                 // OLM's own words explain a failure here.
                 for deployment in ["olm-operator", "catalog-operator", olm::CATALOG_SERVICE] {
@@ -1146,8 +1175,248 @@ fn olm_on_kind_installs_the_operator_and_the_example_registers() {
         };
         anyhow::Ok(rows)
     });
+}
+
+/// OLM's upgrade from one release to the next, as a catalog image's user gets it: the
+/// CatalogSource rolled to the next release's catalog image (which carries both bundles, the
+/// next one replacing the first) under load; done when the old CSV is gone and the new one
+/// succeeded. Then the example, created at the first release, has gained the next one's
+/// default.
+async fn olm_upgrade_between_releases(
+    client: &Client,
+    kubeconfig: &Path,
+    upgrade: &release::Upgrade,
+) -> anyhow::Result<Row> {
+    let (from, to) = (
+        release::version(&upgrade.from)?,
+        release::version(&upgrade.to)?,
+    );
+    let scenario = format!("upgrade_{from}_to_{to}_by_olm_from_the_catalog_image");
+    let next_image = release::image(&upgrade.to, initializer_crds::images::OPERATOR)?;
+    let next_catalog = release::image(&upgrade.to, release::CATALOG)?;
+    let mut row = upgrade_under_load(
+        client,
+        &scenario,
+        &next_image,
+        olm::kubectl_apply(
+            kubeconfig,
+            &olm::subscription_yaml(CatalogSource::Image(&next_catalog)),
+        ),
+        || csv_replaced(client, &from, &to),
+    )
+    .await?;
+    gained_the_default(kubeconfig).await?;
+    row.scenario = scenario;
+    Ok(row)
+}
+
+/// `None` once the CSV of `from` is gone and the one of `to` succeeded; else what is pending.
+async fn csv_replaced(client: &Client, from: &str, to: &str) -> anyhow::Result<Option<String>> {
+    let csvs = olm::olm_api(
+        client,
+        "ClusterServiceVersion",
+        Some(olm::OPERATOR_NAMESPACE),
+    );
+    let old = csvs.get_opt(&olm::csv_name(from)).await?;
+    let new = csvs.get_opt(&olm::csv_name(to)).await?;
+    let new_phase = new.as_ref().and_then(olm::csv_phase);
+    Ok(
+        if old.is_none() && new_phase.as_deref() == Some("Succeeded") {
+            None
+        } else {
+            Some(format!(
+                "old CSV {}; new CSV {new_phase:?}",
+                old.as_ref()
+                    .map_or("gone".to_string(), |c| olm::csv_phase(c)
+                        .unwrap_or_default())
+            ))
+        },
+    )
+}
+
+/// The example, stored before the CRD gained `spec.logLevel`, is served with the field's
+/// default: read as the API server returns it (not through our types, whose own default would
+/// hide its absence).
+async fn gained_the_default(kubeconfig: &Path) -> anyhow::Result<()> {
+    let level = run(
+        kubeconfig,
+        &format!("kubectl get initializer {EXAMPLE_NAME} -o jsonpath='{{.spec.logLevel}}'"),
+    )
+    .await?;
+    ensure!(
+        level.trim() == "Info",
+        "the Initializer created before the upgrade has spec.logLevel {:?}, not the new CRD's default Info",
+        level.trim()
+    );
+    Ok(())
+}
+
+/// A real upgrade on kind, from the previous release (E2E_PREVIOUS_RELEASE, built from its own
+/// tree by tools/release/previous.sh) to this one (E2E_RELEASE), both in the cluster's
+/// registry, every image by digest: through `install --bundle` and through `helm upgrade` of
+/// the OCI chart, each under creates every 100 ms with the example Initializer of the previous
+/// release registered (`failurePolicy: Fail`). The CRD gains a field with a default
+/// (`spec.logLevel`): the example must keep working and be served with it. OLM's upgrade is in
+/// `olm_on_kind_installs_the_operator_and_the_example_registers`.
+#[test]
+#[ignore = "runs on the kind cluster of make e2e-kind, after its suite (KUBECONFIG, E2E_RELEASE and E2E_PREVIOUS_RELEASE set by e2e/kind/run.sh)"]
+fn release_upgrades_on_kind_lose_no_create() {
+    let upgrade = release::Upgrade::from_env()
+        .expect("E2E_PREVIOUS_RELEASE and E2E_RELEASE name the releases to upgrade between");
+    on_kind("upgrades on kind", |client, kubeconfig| async move {
+        let (from, to) = (
+            release::version(&upgrade.from)?,
+            release::version(&upgrade.to)?,
+        );
+        // The suite's install removed: each path starts from nothing of ours.
+        uninstall(&client, &kubeconfig).await?;
+        let by_bundle = upgrade_between_releases(
+            &client,
+            &kubeconfig,
+            &upgrade,
+            format!("upgrade_{from}_to_{to}_by_install_bundle"),
+            install::install_from_bundle(&upgrade.from.join("bundle"), &kubeconfig),
+            install::install_from_bundle(&upgrade.to.join("bundle"), &kubeconfig),
+        )
+        .await?;
+        uninstall(&client, &kubeconfig).await?;
+        let registry = release::registry(&upgrade.to)?;
+        let by_helm = upgrade_between_releases(
+            &client,
+            &kubeconfig,
+            &upgrade,
+            format!("upgrade_{from}_to_{to}_by_helm_from_the_oci_chart"),
+            helm_from_registry(&kubeconfig, &registry, "install", &from),
+            helm_from_registry(&kubeconfig, &registry, "upgrade", &to),
+        )
+        .await?;
+        helm_uninstall(&client, &kubeconfig).await?;
+        Ok(vec![by_bundle, by_helm])
+    });
+}
+
+/// Installs the first release (`install`), applies its example, then upgrades to the next one
+/// (`upgrade`) under load; the example must then be served with the default the CRD gained.
+async fn upgrade_between_releases(
+    client: &Client,
+    kubeconfig: &Path,
+    releases: &release::Upgrade,
+    scenario: String,
+    install: impl Future<Output = anyhow::Result<()>>,
+    upgrade: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Row> {
+    let next_image = release::image(&releases.to, initializer_crds::images::OPERATOR)?;
+    install.await?;
+    install::wait_available(client).await?;
+    let example = release::example(&releases.from);
+    run(
+        kubeconfig,
+        &format!("kubectl apply -f {}", example.display()),
+    )
+    .await?;
+    let row = upgrade_under_load(client, &scenario, &next_image, upgrade, || {
+        operator_on(client, &next_image)
+    })
+    .await?;
+    gained_the_default(kubeconfig).await?;
+    Ok(Row { scenario, ..row })
+}
+
+/// Runs `body` on the kind cluster `make e2e-kind` made (KUBECONFIG), the suite's turn held as
+/// `what`, and prints the rows it returns.
+fn on_kind<F, Fut>(what: &str, body: F)
+where
+    F: FnOnce(Client, PathBuf) -> Fut,
+    Fut: Future<Output = anyhow::Result<Vec<Row>>>,
+{
+    let kubeconfig =
+        PathBuf::from(std::env::var_os("KUBECONFIG").expect("KUBECONFIG names the kind cluster"));
+    let _turn = sharing::take(Share::Shared, what).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(async {
+        let client = Client::try_default().await?;
+        body(client, kubeconfig).await
+    });
     match result {
         Ok(rows) => eprintln!("\n{}", table(&rows)),
         Err(err) => panic!("{err:?}"),
     }
+}
+
+/// `helm install` or `helm upgrade` of the OCI chart in `registry` at `version`, as the book
+/// says (`docs/src/install/release.md`).
+async fn helm_from_registry(
+    kubeconfig: &Path,
+    registry: &str,
+    verb: &str,
+    version: &str,
+) -> anyhow::Result<()> {
+    let helm = install::helm_binary().await?;
+    run(
+        kubeconfig,
+        &format!(
+            "{} {verb} {} oci://{registry}/charts/initializer-operator --version {version} \
+             --plain-http -n {} --create-namespace --wait --timeout 300s",
+            helm.display(),
+            install::HELM_RELEASE,
+            olm::OPERATOR_NAMESPACE
+        ),
+    )
+    .await
+    .map(drop)
+}
+
+/// The book's uninstall (`docs/src/install/uninstall.md`), the Initializers with it, and the
+/// operator's namespace gone.
+async fn uninstall(client: &Client, kubeconfig: &Path) -> anyhow::Result<()> {
+    let operator = paths::binary(initializer_crds::images::OPERATOR)?;
+    run(
+        kubeconfig,
+        &format!("{} uninstall --delete-initializers", operator.display()),
+    )
+    .await?;
+    namespace_gone(client).await
+}
+
+/// Helm's uninstall as the book says (`docs/src/install/uninstall.md`): the Initializers first,
+/// then the release; then what it leaves (the CRD, the guard, the bounds) and the namespace Helm
+/// created.
+async fn helm_uninstall(client: &Client, kubeconfig: &Path) -> anyhow::Result<()> {
+    let helm = install::helm_binary().await?;
+    let namespace = olm::OPERATOR_NAMESPACE;
+    run(
+        kubeconfig,
+        &format!(
+            "kubectl delete initializers --all --wait --timeout=120s && \
+             {helm} uninstall {release} -n {namespace} --wait --timeout 120s && \
+             kubectl delete crd {crd} --wait --timeout=60s && \
+             kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy \
+               {GUARD} initializer-operator-bounds.{namespace}.{release} --ignore-not-found && \
+             kubectl delete namespace {namespace} --wait --timeout=120s",
+            helm = helm.display(),
+            release = install::HELM_RELEASE,
+            crd = initializer_crds::constants::CRD_NAME,
+        ),
+    )
+    .await?;
+    namespace_gone(client).await
+}
+
+async fn namespace_gone(client: &Client) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    wait::until(
+        format!("namespace {} to be gone", olm::OPERATOR_NAMESPACE),
+        Duration::from_secs(180),
+        || async {
+            Ok(match namespaces.get_opt(olm::OPERATOR_NAMESPACE).await? {
+                None => Check::Done(()),
+                Some(_) => Check::Pending("still there".into()),
+            })
+        },
+    )
+    .await
 }
