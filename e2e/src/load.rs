@@ -58,6 +58,40 @@ impl CreateLoad {
     where
         K: Resource + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static,
     {
+        Self::with_params(api, interval, PostParams::default(), make, mutated)
+    }
+
+    /// As [`CreateLoad::start`], each create a server-side dry run: admitted exactly as a create
+    /// (every webhook and policy runs, the answer is the object as it would be stored), but
+    /// nothing is stored, so no controller has work from it. For a load that must test the
+    /// admission path and nothing else: a thousand stored Deployments are a thousand syncs for
+    /// kube-controller-manager, which slow down every other rollout in the cluster.
+    pub fn start_dry_run<K>(
+        api: Api<K>,
+        interval: Duration,
+        make: impl Fn(usize) -> K + Send + Sync + 'static,
+        mutated: impl Fn(&K) -> bool + Send + Sync + 'static,
+    ) -> Self
+    where
+        K: Resource + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        Self::with_params(api, interval, params, make, mutated)
+    }
+
+    fn with_params<K>(
+        api: Api<K>,
+        interval: Duration,
+        params: PostParams,
+        make: impl Fn(usize) -> K + Send + Sync + 'static,
+        mutated: impl Fn(&K) -> bool + Send + Sync + 'static,
+    ) -> Self
+    where
+        K: Resource + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
         let attempts = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let make = Arc::new(make);
@@ -80,13 +114,12 @@ impl CreateLoad {
                     let api = api.clone();
                     let attempts = attempts.clone();
                     let mutated = mutated.clone();
+                    let params = params.clone();
                     tasks.push(tokio::spawn(async move {
                         let started = Instant::now();
-                        let result = tokio::time::timeout(
-                            CREATE_TIMEOUT,
-                            api.create(&PostParams::default(), &object),
-                        )
-                        .await;
+                        let result =
+                            tokio::time::timeout(CREATE_TIMEOUT, api.create(&params, &object))
+                                .await;
                         let outcome = match result {
                             Ok(Ok(created)) => Ok(mutated(&created)),
                             Ok(Err(kube::Error::Api(status))) => Err(format!(
