@@ -58,31 +58,13 @@ impl CreateLoad {
     where
         K: Resource + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static,
     {
-        Self::with_params(api, interval, PostParams::default(), make, mutated)
+        Self::start_with(api, interval, PostParams::default(), make, mutated)
     }
 
-    /// As [`CreateLoad::start`], each create a server-side dry run: admitted exactly as a create
-    /// (every webhook and policy runs, the answer is the object as it would be stored), but
-    /// nothing is stored, so no controller has work from it. For a load that must test the
-    /// admission path and nothing else: a thousand stored Deployments are a thousand syncs for
-    /// kube-controller-manager, which slow down every other rollout in the cluster.
-    pub fn start_dry_run<K>(
-        api: Api<K>,
-        interval: Duration,
-        make: impl Fn(usize) -> K + Send + Sync + 'static,
-        mutated: impl Fn(&K) -> bool + Send + Sync + 'static,
-    ) -> Self
-    where
-        K: Resource + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static,
-    {
-        let params = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        Self::with_params(api, interval, params, make, mutated)
-    }
-
-    fn with_params<K>(
+    /// As [`CreateLoad::start`], each create made with `params`: `dry_run: true` for a load
+    /// that tests the admission path and nothing else (every webhook and policy runs and the
+    /// answer is the object as it would be stored, but no controller gets work from it).
+    pub fn start_with<K>(
         api: Api<K>,
         interval: Duration,
         params: PostParams,

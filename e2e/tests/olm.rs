@@ -620,9 +620,13 @@ where
     let template = example_workload()?;
     // Dry runs: admitted like any create, but stored Deployments (a thousand in an upgrade)
     // would queue ahead of the operator's own in kube-controller-manager and slow its rollout.
-    let load = CreateLoad::start_dry_run(
+    let load = CreateLoad::start_with(
         Api::<Deployment>::namespaced(client.clone(), &namespace),
         CREATE_EVERY,
+        PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
         move |n| {
             let mut deployment = template.clone();
             deployment.metadata.name = Some(format!("load-{n}"));

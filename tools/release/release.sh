@@ -162,7 +162,7 @@ fi
 catalog="$out/catalog"
 mkdir -p "$catalog/configs/initializer-operator"
 # opm pulls through containers/image, which reads its signature policy from $HOME: one that
-# accepts the bundle's repository alone, in a home of its own.
+# accepts the bundles' repositories alone, in a home of its own.
 opm_home="$out/.opm-home"
 mkdir -p "$opm_home/.config/containers"
 accepted=""
