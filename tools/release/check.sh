@@ -13,8 +13,9 @@
 #   3. verify.sh must refuse, naming what it refuses: the release checked with another key; a
 #      CSV that names an image pushed to the same repository but never signed (its checksums
 #      written again, as whoever can change the files can); a changed file under the original
-#      checksums; a chart whose digest is not the release's; a CSV naming an image from another
-#      registry, the release's list unchanged. The release is written to a temporary directory,
+#      checksums; a CSV whose permissions grow, its checksums written again (the signed bundle
+#      image's SBOM lists the CSV that was released); a chart whose digest is not the release's;
+#      a CSV naming an image from another registry, the release's list unchanged. The release is written to a temporary directory,
 #      never over target/release.
 #
 # Needs what release.sh needs (a container engine, Go, cargo) and jq, curl.
@@ -114,6 +115,16 @@ rm -rf "$copy" && cp -a "$release" "$copy"
 sed -i "s|$operator|${operator%@*}:$version|g" "$copy/bundle/manifests/"*.clusterserviceversion.yaml
 refused "a changed CSV under the original checksums" "does not match SHA256SUMS" "$copy" "$release/cosign.pub"
 
+# What the images do not name: a rule of the CSV that grants every verb, all checksums again.
+rm -rf "$copy" && cp -a "$release" "$copy"
+sed -i '0,/^\( *\)- get$/s//\1- "*"/' "$copy/bundle/manifests/"*.clusterserviceversion.yaml
+! cmp -s "$release/bundle/manifests/"*.clusterserviceversion.yaml "$copy/bundle/manifests/"*.clusterserviceversion.yaml \
+  || { log "failed to change the CSV's permissions"; exit 1; }
+release_checksums "$copy"
+refused "a CSV granting more, its checksums written again" \
+  "$copy/bundle/manifests/initializer-operator.clusterserviceversion.yaml is not what the signed SBOM of" \
+  "$copy" "$release/cosign.pub"
+
 rm -rf "$copy" && cp -a "$release" "$copy"
 sed -i 's|^  digest: sha256:[0-9a-f]*$|  digest: sha256:'"$(printf '0%.0s' $(seq 64))"'|' "$copy/chart/initializer-operator/values.yaml"
 release_checksums "$copy"
@@ -126,4 +137,4 @@ sed -i "0,\|image: $operator|s||image: registry.example.com/other/operator:lates
 release_checksums "$copy"
 refused "an image from another registry in the CSV" \
   "names registry.example.com/other/operator:latest, which is not an image of the release" "$copy" "$release/cosign.pub"
-log "release $version: made, verified, and each of 5 tampered copies refused"
+log "release $version: made, verified, and each of 6 tampered copies refused"

@@ -10,8 +10,10 @@
 #   3. the Helm chart generated from that bundle (its values name the digests), packaged and
 #      pushed to oci://REGISTRY/charts/initializer-operator;
 #   4. every image and the chart signed with cosign (the key in COSIGN_KEY, else one generated
-#      into the release directory beside its public half), and each image of a binary given its
-#      SBOM (CycloneDX, from cargo-cyclonedx) as a signed attestation;
+#      into the release directory beside its public half), and each image given its SBOM
+#      (CycloneDX: cargo-cyclonedx's for a binary of ours; for the bundle and the catalog, the
+#      files they carry, the images the bundle deploys and the Go binaries the catalog runs,
+#      image-sbom.sh) as a signed attestation;
 #   5. the kubectl plugin's archive for this machine with a krew manifest naming its real sha256,
 #      the examples with every image of ours by digest, and SHA256SUMS over the release's files.
 #
@@ -232,11 +234,23 @@ while read -r image; do
 done <"$out/images.txt"
 log "signed $(($(wc -l <"$out/images.txt") - 1)) images and the chart"
 "$here/cyclonedx.sh" sbom "$root" "$out/sbom"
+declare -A described
+binary_images=()
 for binary in "${RELEASE_BINARIES[@]}"; do
-  sbom="$out/sbom/$binary.cdx.json"
-  cosign_quiet attest "${COSIGN_SIGN[@]}" --key "$key" --type cyclonedx --predicate "$sbom" "${pinned[$binary]}"
+  described[$binary]="${pinned[$binary]}"
+  binary_images+=("${pinned[$binary]}")
 done
-log "attached an SBOM to each of ${#RELEASE_BINARIES[@]} images"
+"$here/image-sbom.sh" bundle "$version" "$out/bundle" "${binary_images[@]}" \
+  >"$out/sbom/initializer-operator-bundle.cdx.json"
+described[initializer-operator-bundle]="$bundle_image"
+"$here/image-sbom.sh" catalog "$version" "$catalog" "$opm" "$tools/grpc_health_probe" \
+  >"$out/sbom/initializer-operator-catalog.cdx.json"
+described[initializer-operator-catalog]="$catalog_image"
+for name in "${!described[@]}"; do
+  cosign_quiet attest "${COSIGN_SIGN[@]}" --key "$key" --type cyclonedx --predicate "$out/sbom/$name.cdx.json" \
+    "${described[$name]}"
+done
+log "attached an SBOM to each of ${#described[@]} images"
 
 # 5. The kubectl plugin for this machine, and its krew manifest.
 plugin="$out/plugin"

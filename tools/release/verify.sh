@@ -9,8 +9,11 @@
 #   - every file SHA256SUMS lists has that checksum, and the krew manifest names its archive's;
 #   - every image and the chart (images.txt) is named by digest, served by the registry, and
 #     its signature verifies with PUBLIC_KEY;
-#   - each image of a binary carries a signed CycloneDX SBOM naming that binary, and the
-#     operator's names the kube crate at the version Cargo.lock pins;
+#   - every image carries a signed CycloneDX SBOM: each image of a binary's names that binary
+#     (the operator's, the kube crate at the version Cargo.lock pins); the bundle image's lists
+#     exactly the files of the release's bundle/ and the release's images of a binary; the
+#     catalog image's, exactly the files of its catalog/configs/, and opm and grpc_health_probe at
+#     the versions tools/olm/go.mod and tools/release/go.mod pin;
 #   - the bundle's CSV, the examples and the chart's values name only images of the release, by
 #     digest.
 #
@@ -55,19 +58,35 @@ for image in "${images[@]}"; do
     || fail "the signature of $image does not verify with $key"
 done
 
-kube_version="$(awk '/^name = "kube"$/ { getline; gsub(/"/, "", $3); print $3; exit }' "$root/Cargo.lock")"
-for binary in "${RELEASE_BINARIES[@]}"; do
-  image="$(grep -F "/initializer-dev/$binary@" "$release/images.txt")" || fail "the release has no image of $binary"
+# sbom NAME: the image of the release named NAME, and the SBOM its attestation carries once
+# that verifies with the key (sets image and sbom).
+sbom() {
+  image="$(grep -F "/initializer-dev/$1@" "$release/images.txt")" || fail "the release has no image of $1"
   sbom="$("$cosign" verify-attestation --key "$key" --type cyclonedx "${COSIGN_VERIFY[@]}" "${COSIGN_REGISTRY[@]}" \
     "$image" 2>/dev/null | head -n1 | jq -r .payload | base64 -d | jq .predicate)" \
     || fail "$image has no SBOM attestation that verifies with $key"
-  [[ "$(jq -r .metadata.component.name <<<"$sbom")" == "$binary" ]] || fail "the SBOM of $image does not describe $binary"
+  [[ "$(jq -r .metadata.component.name <<<"$sbom")" == "$1" ]] || fail "the SBOM of $image does not describe $1"
+}
+# carries DIR SUBDIR...: the SBOM's files must be exactly DIR's below those SUBDIRs, each with
+# its SHA-256; else fails naming the first file that differs.
+carries() {
+  local dir="$1" listed expected difference
+  shift
+  listed="$(jq -r '.components[] | select(.type == "file") | "\(.hashes[0].content)  \(.name)"' <<<"$sbom" | LC_ALL=C sort -k2)"
+  expected="$(cd "$dir" && find "$@" -type f | LC_ALL=C sort | xargs sha256sum)"
+  difference="$({ diff <(echo "$listed") <(echo "$expected") || true; } | sed -n 's/^[<>] [0-9a-f]*  //p' | head -n1)"
+  [[ -z "$difference" ]] || fail "$dir/$difference is not what the signed SBOM of $image lists"
+}
+kube_version="$(awk '/^name = "kube"$/ { getline; gsub(/"/, "", $3); print $3; exit }' "$root/Cargo.lock")"
+binary_images=()
+for binary in "${RELEASE_BINARIES[@]}"; do
+  sbom "$binary"
+  binary_images+=("$image")
   if [[ "$binary" == initializer-operator ]]; then
     jq -e --arg v "$kube_version" '.components[] | select(.name == "kube" and .version == $v)' <<<"$sbom" >/dev/null \
       || fail "the SBOM of $image does not name kube $kube_version"
   fi
 done
-
 # Every image the CSV names (its Deployment's containers and `--preset-image`, `relatedImages`,
 # `containerImage`, the example in `alm-examples`) and every example's `spec.image`, whatever
 # its registry or shape: each must be one of the release's.
@@ -91,4 +110,21 @@ for group in image presetImage; do
   grep -qxF "$repository@$digest" "$release/images.txt" \
     || fail "the chart's $group is $repository@$digest, not an image of the release"
 done
-echo "release $(basename "$release"): ${#images[@]} signatures, ${#RELEASE_BINARIES[@]} SBOMs, the CSV's and the examples' ${#named[@]} and the chart's 2 image references verified against $registry"
+# What the release directory holds of the bundle and the catalog is what their signed images
+# carry (who can rewrite the files and SHA256SUMS still cannot sign).
+sbom initializer-operator-bundle
+carries "$release/bundle" manifests metadata tests
+[[ "$(jq -r '.components[] | select(.type == "container") | ."bom-ref"' <<<"$sbom")" == "$(printf '%s\n' "${binary_images[@]}")" ]] \
+  || fail "the SBOM of $image does not list the release's ${#binary_images[@]} images of a binary"
+sbom initializer-operator-catalog
+carries "$release/catalog" configs
+for module in "github.com/operator-framework/operator-registry $root/tools/olm/go.mod" \
+    "github.com/grpc-ecosystem/grpc-health-probe $root/tools/release/go.mod"; do
+  read -r path go_mod <<<"$module"
+  module_version="$(awk -v m="$path" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$go_mod")"
+  jq -e --arg m "$path" --arg v "$module_version" \
+    '.components[] | select(.type == "application" and .name == $m and .version == $v)' <<<"$sbom" >/dev/null \
+    || fail "the SBOM of $image does not name $path $module_version"
+done
+
+echo "release $(basename "$release"): ${#images[@]} signatures, $((${#RELEASE_BINARIES[@]} + 2)) SBOMs, the CSV's and the examples' ${#named[@]} and the chart's 2 image references verified against $registry"
