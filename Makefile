@@ -343,10 +343,10 @@ bench-scale: controlplane
 	$(CARGO) build --release $(WORKSPACE) --bins
 	target/release/scale-bench $(SCALE_ARGS)
 
-## bench-kind: on kind (a real pod network, images in release), 1,000 dry-run creates on each side:
-## Deployments with no Initializer vs outside the sidecar's annotation gate (its webhook's calls),
-## and pods through a preset as a webhook vs the same preset in the API server; p50/p99 table of
-## each run and their median (E2E_BENCH_RUNS runs, 3 unless set)
+## bench-kind: on kind (a real pod network, images in release), 1,000 dry-run creates on each side,
+## interleaved: Deployments where no Initializer applies vs outside the sidecar's annotation gate
+## (its webhook's calls), and pods through a preset as a webhook vs the same preset in the API
+## server; p50/p99 table of each run and of all runs pooled (E2E_BENCH_RUNS runs, 3 unless set)
 bench-kind:
 	e2e/kind/run.sh --ignored --exact create_latency_with_gates_and_engines
 

@@ -63,6 +63,15 @@ impl Extend<Duration> for Latencies {
     }
 }
 
+impl IntoIterator for Latencies {
+    type Item = Duration;
+    type IntoIter = std::vec::IntoIter<Duration>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +92,18 @@ mod tests {
         assert_eq!(three.percentile(50), Duration::from_millis(20));
         assert_eq!(three.percentile(99), Duration::from_millis(30));
         assert!((three.millis(50) - 20.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn latencies_pool_into_one_another_in_order() {
+        let mut pooled = ms(&[30, 10]);
+        pooled.extend(ms(&[20, 40]));
+        assert_eq!(pooled.len(), 4);
+        assert_eq!(pooled.percentile(50), Duration::from_millis(20));
+        assert_eq!(
+            pooled.into_iter().collect::<Vec<_>>(),
+            [30, 10, 20, 40].map(Duration::from_millis)
+        );
     }
 
     #[test]

@@ -2,17 +2,17 @@
 //! pod network): what an Initializer costs the creates it does not change, and a preset in the
 //! API server against the same preset as a webhook. It prints its tables and fails only when it
 //! cannot measure, or when what it measures is wrong (a create changed that should not be, one
-//! not injected that should be, a webhook call for a create its gate leaves alone).
+//! not injected that should be, a webhook call for a create its gate leaves alone, a gate
+//! evaluated for a create outside its namespaces).
 //!
 //! Every create is a server-side dry run (admission runs in full, nothing is stored or
 //! scheduled), one after another from this process, as `kubectl create --dry-run=server` makes
-//! them. The two sides of each comparison are interleaved so that a machine that slows down
-//! slows both: the gate's side by side in rounds (no Initializer registered, then registered,
-//! the order swapped each round, each side's round run alike: the API server's counters read,
-//! untimed creates, then the timed ones), the engines create by create (two namespaces, one per
-//! engine). The whole comparison runs `E2E_BENCH_RUNS` times (3 unless set) on the same
-//! Initializers, each run printed, then the median of the runs' figures: one run's p99 is the
-//! tenth slowest of 1,000 creates, too few to tell a few per cent apart on a shared machine.
+//! them. The two sides of each comparison are interleaved create by create, so that a machine
+//! that slows down slows both: the gate's in two namespaces, one that no Initializer covers and
+//! the sidecar's own (its webhook registered throughout), the engines' in two namespaces, one per
+//! engine. The whole comparison runs `E2E_BENCH_RUNS` times (3 unless set) on the same
+//! Initializers, each run printed, then every run's creates pooled: one run's p99 is the tenth
+//! slowest of 1,000 creates, too few to tell a few per cent apart on a shared machine.
 
 use std::time::{Duration, Instant};
 
@@ -32,11 +32,9 @@ use serde_json::{Value, json};
 use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT};
 use crate::injection::webhook_counter;
 
-/// Creates on each side of each comparison.
+/// Creates on each side of each comparison, in each run.
 const CREATES: usize = 1_000;
-/// Rounds the gate's comparison is split into (each side `CREATES / ROUNDS` per round).
-const ROUNDS: usize = 5;
-/// Untimed creates before each round's timed ones, on both sides.
+/// Untimed creates before the timed ones, on both sides.
 const WARM_UP: usize = 20;
 /// The API server's count of its calls to a webhook, by the webhook's name.
 const CALLS: &str = "apiserver_admission_webhook_request_total";
@@ -57,39 +55,55 @@ pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<(
         Err(_) => DEFAULT_RUNS,
     };
     let sidecar = common::registered_sidecar(&ctx, "bench-gate", Default::default()).await?;
+    let outside = ctx.scope.namespace("bench-outside", &[]).await?;
     let sides = engines_in_force(&ctx).await?;
-    let mut figures = Vec::with_capacity(runs);
+    let mut pooled = (Gate::default(), Engines::default());
+    let mut each_run = Vec::with_capacity(runs);
     for run in 1..=runs {
-        let gate = gate_side_by_side(&ctx, &sidecar.name, &sidecar.target_ns).await?;
+        let gate = gate_side_by_side(&ctx, &sidecar.name, &outside, &sidecar.target_ns).await?;
         let engines = engines_side_by_side(&sides).await?;
-        let run_figures = Figures::of(&gate, &engines);
+        let figures = Figures::of(&gate, &engines);
         eprintln!(
             "\nrun {run} of {runs}: create latency, {CREATES} server-side dry-run creates on each \
-             side, one after another, interleaved\n\n{}",
-            run_figures.table()
+             side, one after another, interleaved create by create\n\n{}",
+            figures.table()
         );
-        figures.push(run_figures);
+        each_run.push(figures);
+        pooled.0.absorb(gate);
+        pooled.1.absorb(engines);
     }
+    let per_run = |pick: fn(&Figures) -> f64| {
+        each_run
+            .iter()
+            .map(|c| format!("{:+.1}", pick(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     eprintln!(
-        "\nthe median of {runs} runs (each figure apart; the changes are the medians of each run's \
-         change; the webhook calls and the calls spared are summed over the runs)\n\n{}",
-        Figures::median(&figures).table()
+        "\nthe {runs} runs pooled ({} creates on each side)\n\n{}\n\
+         each run's change, in per cent: gate p50 {}; gate p99 {}; engines p50 {}; engines p99 {}",
+        pooled.0.gated.len(),
+        Figures::of(&pooled.0, &pooled.1).table(),
+        per_run(|f| f.gate_change[0]),
+        per_run(|f| f.gate_change[1]),
+        per_run(|f| f.engine_change[0]),
+        per_run(|f| f.engine_change[1]),
     );
     Ok(())
 }
 
-/// One run's figures, in milliseconds, and the gate's webhook counts.
+/// The figures of one run, or of the runs pooled, in milliseconds, and the gate's webhook counts.
 #[derive(Clone, Debug, Default)]
 struct Figures {
-    /// p50 and p99 with no Initializer registered.
-    none: [f64; 2],
-    /// p50 and p99 with the sidecar registered, outside its gate.
+    /// p50 and p99 in a namespace no Initializer covers.
+    outside: [f64; 2],
+    /// p50 and p99 in the sidecar's namespace, outside its gate.
     gated: [f64; 2],
     /// p50 and p99 through the preset as a webhook.
     webhook: [f64; 2],
     /// p50 and p99 through the same preset in the API server.
     policy: [f64; 2],
-    /// The gated side against the no-Initializer side, p50 and p99, in per cent.
+    /// The gated side against the side no Initializer covers, p50 and p99, in per cent.
     gate_change: [f64; 2],
     /// The policy against the webhook, p50 and p99, in per cent.
     engine_change: [f64; 2],
@@ -106,35 +120,14 @@ impl Figures {
             [change(base, other, 50), change(base, other, 99)]
         };
         Self {
-            none: both(&gate.none),
+            outside: both(&gate.outside),
             gated: both(&gate.gated),
             webhook: both(&engines.webhook),
             policy: both(&engines.policy),
-            gate_change: changes(&gate.none, &gate.gated),
+            gate_change: changes(&gate.outside, &gate.gated),
             engine_change: changes(&engines.webhook, &engines.policy),
             calls: gate.calls,
             spared: gate.spared,
-        }
-    }
-
-    /// Each figure's median over `runs` (the upper one of an even count); the counts summed.
-    fn median(runs: &[Self]) -> Self {
-        let of = |pick: &dyn Fn(&Self) -> [f64; 2]| {
-            [0, 1].map(|i| {
-                let mut values: Vec<f64> = runs.iter().map(|r| pick(r)[i]).collect();
-                values.sort_by(f64::total_cmp);
-                values.get(values.len() / 2).copied().unwrap_or_default()
-            })
-        };
-        Self {
-            none: of(&|r| r.none),
-            gated: of(&|r| r.gated),
-            webhook: of(&|r| r.webhook),
-            policy: of(&|r| r.policy),
-            gate_change: of(&|r| r.gate_change),
-            engine_change: of(&|r| r.engine_change),
-            calls: runs.iter().map(|r| r.calls).sum(),
-            spared: runs.iter().map(|r| r.spared).sum(),
         }
     }
 
@@ -142,12 +135,12 @@ impl Figures {
         let ms = |v: f64| format!("{v:.2} ms");
         format!(
             "| creates | p50 | p99 | webhook calls |\n|---|---|---|---|\n\
-             | Deployments, no Initializer registered (the sidecar suspended) | {} | {} | - |\n\
-             | the same, the sidecar registered; none carries its annotation | {} ({:+.1} %) | {} ({:+.1} %) | {} ({} spared by matchConditions) |\n\
+             | Deployments in a namespace no Initializer covers | {} | {} | - |\n\
+             | the same in the sidecar's namespace; none carries its annotation | {} ({:+.1} %) | {} ({:+.1} %) | {} ({} spared by matchConditions) |\n\
              | pods, the preset as a webhook | {} | {} | - |\n\
              | pods, the same preset in the API server (MutatingAdmissionPolicy) | {} ({:+.1} %) | {} ({:+.1} %) | - |\n",
-            ms(self.none[0]),
-            ms(self.none[1]),
+            ms(self.outside[0]),
+            ms(self.outside[1]),
             ms(self.gated[0]),
             self.gate_change[0],
             ms(self.gated[1]),
@@ -169,75 +162,87 @@ fn change(base: &Latencies, other: &Latencies, p: u32) -> f64 {
     (other.millis(p) / base.millis(p) - 1.0) * 100.0
 }
 
+#[derive(Default)]
 struct Gate {
-    /// With no Initializer registered.
-    none: Latencies,
-    /// With the sidecar registered, for Deployments its annotation gate leaves alone.
+    /// In a namespace no Initializer covers.
+    outside: Latencies,
+    /// In the sidecar's namespace, for Deployments its annotation gate leaves alone.
     gated: Latencies,
-    /// The API server's calls to the sidecar's webhook during the gated creates.
+    /// The API server's calls to the sidecar's webhook meanwhile.
     calls: f64,
     /// The calls its `matchConditions` spared it meanwhile.
     spared: f64,
 }
 
-/// The sidecar example `name` registered, and Deployments without its annotation created in
-/// `namespace` beside the same Deployments with the sidecar suspended (its webhook
-/// configuration removed).
-async fn gate_side_by_side(ctx: &Ctx, name: &str, namespace: &str) -> anyhow::Result<Gate> {
+impl Gate {
+    /// Another run's creates and counts added to these.
+    fn absorb(&mut self, run: Self) {
+        self.outside.extend(run.outside);
+        self.gated.extend(run.gated);
+        self.calls += run.calls;
+        self.spared += run.spared;
+    }
+}
+
+/// The sidecar example `name` registered, and Deployments without its annotation created by
+/// turns in `outside`, a namespace no Initializer covers, and in `gated`, one of the sidecar's.
+/// The baseline is the same creates with no webhook of ours evaluated: for `outside` the API
+/// server matches the webhook's namespace selector against the namespace's labels and goes no
+/// further, which the exclusion count proves (it counts the gated side's creates alone).
+async fn gate_side_by_side(
+    ctx: &Ctx,
+    name: &str,
+    outside: &str,
+    gated: &str,
+) -> anyhow::Result<Gate> {
     let client = ctx.client();
     suspend(ctx, name, false).await?;
     let webhook = ops::registered_webhook(&client, name).await?.name;
-    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace);
+    let apis = [
+        Api::<Deployment>::namespaced(client.clone(), outside),
+        Api::<Deployment>::namespaced(client.clone(), gated),
+    ];
     let plain = fixtures::nginx_deployment("bench-plain", false, 1)?;
     let annotated = fixtures::nginx_deployment("bench-annotated", true, 1)?;
     let unchanged = |d: &Deployment| fixtures::template_containers(d) == ["nginx"];
-    let per_round = CREATES / ROUNDS;
-    let mut gate = Gate {
-        none: Latencies::with_capacity(CREATES),
-        gated: Latencies::with_capacity(CREATES),
-        calls: 0.0,
-        spared: 0.0,
-    };
-    for round in 0..ROUNDS {
-        for registered in [round % 2 == 0, round % 2 == 1] {
-            suspend(ctx, name, !registered).await?;
-            // What the API server does, not only what the operator says: the annotated
-            // Deployment is injected exactly while the configuration is in the API server's hands.
-            wait::until(
-                format!("the API server to see the sidecar's webhook registered={registered}"),
-                STEP_TIMEOUT,
-                || async {
-                    let created = dry_run(&deployments, &annotated).await?;
-                    Ok(if fixtures::has_sidecar(&created) == registered {
-                        Check::Done(())
-                    } else {
-                        Check::Pending(format!("{:?}", fixtures::template_containers(&created)))
-                    })
-                },
-            )
-            .await?;
-            // Both sides alike: the API server's counters read (a large /metrics answer, whose
-            // garbage its next requests pay for), then untimed creates, then the timed ones.
-            let calls = webhook_counter(ctx, CALLS, &webhook).await?;
-            let spared = webhook_counter(ctx, EXCLUSIONS, &webhook).await?;
-            timed(&deployments, &plain, WARM_UP, unchanged).await?;
-            let latencies = timed(&deployments, &plain, per_round, unchanged).await?;
-            let calls = webhook_counter(ctx, CALLS, &webhook).await? - calls;
-            let spared = webhook_counter(ctx, EXCLUSIONS, &webhook).await? - spared;
-            if registered {
-                gate.gated.extend(latencies);
-                gate.calls += calls;
-                gate.spared += spared;
+    // What the API server does, not only what the operator says: the annotated Deployment is
+    // injected in the sidecar's namespace, and not outside it.
+    wait::until(
+        "the API server to call the sidecar's webhook",
+        STEP_TIMEOUT,
+        || async {
+            let created = dry_run(&apis[1], &annotated).await?;
+            Ok(if fixtures::has_sidecar(&created) {
+                Check::Done(())
             } else {
-                ensure!(
-                    calls == 0.0 && spared == 0.0,
-                    "with the sidecar suspended, the API server counted {calls} calls and {spared} \
-                     exclusions of its webhook"
-                );
-                gate.none.extend(latencies);
+                Check::Pending(format!("{:?}", fixtures::template_containers(&created)))
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        !fixtures::has_sidecar(&dry_run(&apis[0], &annotated).await?),
+        "a Deployment in {outside}, which no Initializer covers, was injected"
+    );
+    let calls = webhook_counter(ctx, CALLS, &webhook).await?;
+    let spared = webhook_counter(ctx, EXCLUSIONS, &webhook).await?;
+    for api in &apis {
+        timed(api, &plain, WARM_UP, unchanged).await?;
+    }
+    let mut gate = Gate::default();
+    for i in 0..CREATES {
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let latency = timed(&apis[side], &plain, 1, unchanged).await?;
+            if side == 0 {
+                gate.outside.extend(latency);
+            } else {
+                gate.gated.extend(latency);
             }
         }
     }
+    gate.calls = webhook_counter(ctx, CALLS, &webhook).await? - calls;
+    gate.spared = webhook_counter(ctx, EXCLUSIONS, &webhook).await? - spared;
     // Left suspended: the engines' pods are in no scope of its, and no webhook of it is called.
     suspend(ctx, name, true).await?;
     ensure!(
@@ -246,11 +251,13 @@ async fn gate_side_by_side(ctx: &Ctx, name: &str, namespace: &str) -> anyhow::Re
         gate.calls,
         gate.gated.len()
     );
+    let gated_creates = (WARM_UP + gate.gated.len()) as f64;
     ensure!(
-        gate.spared >= gate.gated.len() as f64,
-        "the API server counted {} match-condition exclusions for {} Deployments",
+        gate.spared == gated_creates,
+        "the API server counted {} match-condition exclusions for {gated_creates} Deployments in \
+         the sidecar's namespace (and none should count for the {} outside it)",
         gate.spared,
-        gate.gated.len()
+        WARM_UP + gate.outside.len()
     );
     Ok(gate)
 }
@@ -274,9 +281,18 @@ async fn suspend(ctx: &Ctx, name: &str, suspended: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(Default)]
 struct Engines {
     webhook: Latencies,
     policy: Latencies,
+}
+
+impl Engines {
+    /// Another run's creates added to these.
+    fn absorb(&mut self, run: Self) {
+        self.webhook.extend(run.webhook);
+        self.policy.extend(run.policy);
+    }
 }
 
 /// Where the engines' pods are created, and what an injected one looks like.
