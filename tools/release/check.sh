@@ -14,9 +14,9 @@
 #      CSV that names an image pushed to the same repository but never signed (its checksums
 #      written again, as whoever can change the files can); a changed file under the original
 #      checksums; a CSV whose permissions grow, its checksums written again (the signed bundle
-#      image's SBOM lists the CSV that was released); a chart whose digest is not the release's;
-#      a CSV naming an image from another registry, the release's list unchanged. The release is written to a temporary directory,
-#      never over target/release.
+#      image's SBOM lists the CSV that was released); a link among the bundle's manifests; a chart whose digest is not the release's;
+#      a CSV naming an image from another registry, the release's list unchanged. The release is
+#      written to a temporary directory, never over target/release.
 #
 # Needs what release.sh needs (a container engine, Go, cargo) and jq, curl.
 set -euo pipefail
@@ -125,6 +125,12 @@ refused "a CSV granting more, its checksums written again" \
   "$copy/bundle/manifests/initializer-operator.clusterserviceversion.yaml is not what the signed SBOM of" \
   "$copy" "$release/cosign.pub"
 
+# A manifest the checksums cannot see: a link (install --bundle would read what it points to).
+rm -rf "$copy" && cp -a "$release" "$copy"
+ln -s ../../chart/initializer-operator/values.yaml "$copy/bundle/manifests/zz-extra.yaml"
+refused "a link among the bundle's manifests" \
+  "$copy/bundle/manifests/zz-extra.yaml is not a plain file or directory of a release" "$copy" "$release/cosign.pub"
+
 rm -rf "$copy" && cp -a "$release" "$copy"
 sed -i 's|^  digest: sha256:[0-9a-f]*$|  digest: sha256:'"$(printf '0%.0s' $(seq 64))"'|' "$copy/chart/initializer-operator/values.yaml"
 release_checksums "$copy"
@@ -137,4 +143,4 @@ sed -i "0,\|image: $operator|s||image: registry.example.com/other/operator:lates
 release_checksums "$copy"
 refused "an image from another registry in the CSV" \
   "names registry.example.com/other/operator:latest, which is not an image of the release" "$copy" "$release/cosign.pub"
-log "release $version: made, verified, and each of 6 tampered copies refused"
+log "release $version: made, verified, and each of 7 tampered copies refused"

@@ -51,3 +51,20 @@ release_checksums() {
     | xargs sha256sum >"$sums")
   chmod 0644 "$sums" && mv "$sums" "$1/SHA256SUMS"
 }
+
+# release_files DIR SUBDIR...: "SHA-256  PATH" of each file below DIR's SUBDIRs, PATH relative to
+# DIR, sorted by path. Fails, naming it, on the first entry that is neither a file nor a
+# directory (a link would be followed by whoever reads the release) or whose path holds anything
+# but letters, digits and '.', '_', '-', '/': no file of a release does, and such a name would
+# not survive a listing by lines.
+release_files() {
+  local dir="$1" odd
+  shift
+  odd="$(cd "$dir" && find "$@" -regextype posix-extended \
+    \( \( ! -type f ! -type d \) -o ! -regex '[A-Za-z0-9._/-]+' \) -print -quit)" || return 1
+  if [[ -n "$odd" ]]; then
+    echo "$dir/$odd is not a plain file or directory of a release" >&2
+    return 1
+  fi
+  (cd "$dir" && find "$@" -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum)
+}

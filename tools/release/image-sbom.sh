@@ -14,7 +14,11 @@
 # who can rewrite the files and SHA256SUMS still cannot sign. cyclonedx-gomod is built once from
 # tools/release/go.mod into target/tools/release/cyclonedx-gomod/<version>/.
 set -euo pipefail
+# Its functions run in command substitutions, where a failure must stop the script too.
+shopt -s inherit_errexit
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=tools/release/common.sh
+source "$here/common.sh"
 usage() {
   echo "usage: $0 catalog VERSION DIR BINARY... | $0 bundle VERSION DIR IMAGE..." >&2
   exit 2
@@ -42,9 +46,14 @@ document() {
 
 # files SUBDIR...: each file below DIR's SUBDIRs, by its path in the image, with its SHA-256.
 files() {
-  (cd "$dir" && find "$@" -type f | LC_ALL=C sort | xargs sha256sum) \
-    | jq -R -s 'split("\n") | map(select(. != "") | capture("^(?<sha>[0-9a-f]{64})  (?<path>.*)$")
-        | {type: "file", "bom-ref": ("file:" + .path), name: .path, hashes: [{alg: "SHA-256", content: .sha}]})'
+  local listing found
+  listing="$(release_files "$dir" "$@")" || exit 1
+  found="$(jq -R -s 'split("\n") | map(select(. != "") | capture("^(?<sha>[0-9a-f]{64})  (?<path>.*)$")
+    | {type: "file", "bom-ref": ("file:" + .path), name: .path, hashes: [{alg: "SHA-256", content: .sha}]})' \
+    <<<"$listing")"
+  [[ "$(jq length <<<"$found")" == "$(grep -c . <<<"$listing")" ]] \
+    || { echo "image-sbom: a file of $dir was not listed" >&2; exit 1; }
+  echo "$found"
 }
 
 case "$kind" in
@@ -71,7 +80,8 @@ case "$kind" in
     # Both binaries may use the same module at the same version: one component, one entry in
     # the dependency graph, whose dependencies are the union of both.
     [[ -d "$dir/configs" ]] || { echo "image-sbom: $dir has no configs/" >&2; exit 1; }
-    components="$(jq --argjson files "$(files configs)" \
+    carried="$(files configs)"
+    components="$(jq --argjson files "$carried" \
       '$files + ([.[].metadata.component] + [.[].components[]?] | unique_by(."bom-ref"))' <<<"$boms")"
     dependencies="$(jq --arg name initializer-operator-catalog '
       [{ref: $name, dependsOn: [.[].metadata.component."bom-ref"]}]
@@ -81,8 +91,8 @@ case "$kind" in
     ;;
   bundle)
     [[ -d "$dir/manifests" && -d "$dir/metadata" ]] || { echo "image-sbom: $dir is not a bundle" >&2; exit 1; }
-    carried=(manifests metadata)
-    [[ ! -d "$dir/tests" ]] || carried+=(tests)
+    parts=(manifests metadata)
+    [[ ! -d "$dir/tests" ]] || parts+=(tests)
     # Each image by digest, named as the purl spec names an OCI artifact: its last path element,
     # the digest as version, the repository as repository_url.
     images="$(printf '%s\n' "$@" | jq -R -s 'split("\n") | map(select(. != "")
@@ -91,7 +101,8 @@ case "$kind" in
       | {type: "container", "bom-ref": (.repository + "@" + .digest), name: $last, version: .digest,
          purl: ("pkg:oci/" + $last + "@" + (.digest | sub(":"; "%3A")) + "?repository_url=" + .repository)})')"
     (($# == $(jq length <<<"$images"))) || { echo "image-sbom: every IMAGE must be named by digest" >&2; exit 1; }
-    document initializer-operator-bundle "$(jq -n --argjson f "$(files "${carried[@]}")" --argjson i "$images" '$f + $i')" \
+    carried="$(files "${parts[@]}")"
+    document initializer-operator-bundle "$(jq -n --argjson f "$carried" --argjson i "$images" '$f + $i')" \
       "$(jq -n --argjson i "$images" '[{ref: "initializer-operator-bundle", dependsOn: [$i[]."bom-ref"]}]')"
     ;;
   *) usage ;;

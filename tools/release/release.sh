@@ -28,8 +28,8 @@
 # RELEASE_TARGET (a Rust target triple, aarch64-unknown-linux-gnu for linux/arm64) builds for
 # another platform where that target's standard library is installed; each image is then built
 # for its platform (`docker build --platform`).
-# Needs a container engine (docker), Go (cosign, helm and opm are built from their modules) and
-# cargo (cargo-cyclonedx is installed into target/tools when missing).
+# Needs a container engine (docker), Go (cosign, helm, opm and cyclonedx-gomod are built from
+# their modules), jq and cargo (cargo-cyclonedx is installed into target/tools when missing).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

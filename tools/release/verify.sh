@@ -59,23 +59,30 @@ for image in "${images[@]}"; do
 done
 
 # sbom NAME: the image of the release named NAME, and the SBOM its attestation carries once
-# that verifies with the key (sets image and sbom).
+# that verifies with the key (sets image and sbom). An image attested more than once by the key
+# (a release made again to the same registry) has its first SBOM read.
 sbom() {
+  local attestations
   image="$(grep -F "/initializer-dev/$1@" "$release/images.txt")" || fail "the release has no image of $1"
-  sbom="$("$cosign" verify-attestation --key "$key" --type cyclonedx "${COSIGN_VERIFY[@]}" "${COSIGN_REGISTRY[@]}" \
-    "$image" 2>/dev/null | head -n1 | jq -r .payload | base64 -d | jq .predicate)" \
-    || fail "$image has no SBOM attestation that verifies with $key"
+  attestations="$("$cosign" verify-attestation --key "$key" --type cyclonedx "${COSIGN_VERIFY[@]}" \
+    "${COSIGN_REGISTRY[@]}" "$image" 2>/dev/null)" || fail "$image has no SBOM attestation that verifies with $key"
+  sbom="$(head -n1 <<<"$attestations" | jq -r .payload | base64 -d | jq .predicate)" \
+    || fail "the SBOM attestation of $image is not a CycloneDX document"
   [[ "$(jq -r .metadata.component.name <<<"$sbom")" == "$1" ]] || fail "the SBOM of $image does not describe $1"
 }
-# carries DIR SUBDIR...: the SBOM's files must be exactly DIR's below those SUBDIRs, each with
-# its SHA-256; else fails naming the first file that differs.
+# carries DIR SUBDIR...: the SBOM's files must be exactly DIR's below those SUBDIRs (release_files:
+# plain files and directories only), each with its SHA-256; else fails naming the first that
+# differs.
 carries() {
   local dir="$1" listed expected difference
   shift
-  listed="$(jq -r '.components[] | select(.type == "file") | "\(.hashes[0].content)  \(.name)"' <<<"$sbom" | LC_ALL=C sort -k2)"
-  expected="$(cd "$dir" && find "$@" -type f | LC_ALL=C sort | xargs sha256sum)"
-  difference="$({ diff <(echo "$listed") <(echo "$expected") || true; } | sed -n 's/^[<>] [0-9a-f]*  //p' | head -n1)"
-  [[ -z "$difference" ]] || fail "$dir/$difference is not what the signed SBOM of $image lists"
+  expected="$(release_files "$dir" "$@" | LC_ALL=C sort -k2)" || fail "$dir holds what no release holds"
+  listed="$(jq -r '.components[] | select(.type == "file") | .hashes[0].content + "  " + .name' <<<"$sbom" \
+    | LC_ALL=C sort -k2)"
+  if [[ "$listed" != "$expected" ]]; then
+    difference="$({ diff <(echo "$listed") <(echo "$expected") || true; } | sed -n 's/^[<>] [0-9a-f]*  //p' | head -n1)"
+    fail "$dir/$difference is not what the signed SBOM of $image lists"
+  fi
 }
 kube_version="$(awk '/^name = "kube"$/ { getline; gsub(/"/, "", $3); print $3; exit }' "$root/Cargo.lock")"
 binary_images=()
@@ -112,12 +119,23 @@ for group in image presetImage; do
 done
 # What the release directory holds of the bundle and the catalog is what their signed images
 # carry (who can rewrite the files and SHA256SUMS still cannot sign).
+csv_version="$(sed -n 's/^  version: "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$csv" | head -n1)"
 sbom initializer-operator-bundle
-carries "$release/bundle" manifests metadata tests
-[[ "$(jq -r '.components[] | select(.type == "container") | ."bom-ref"' <<<"$sbom")" == "$(printf '%s\n' "${binary_images[@]}")" ]] \
+bundle_image="$image"
+[[ "$(jq -r .metadata.component.version <<<"$sbom")" == "$csv_version" ]] \
+  || fail "the SBOM of $image is of another version than the CSV's $csv_version"
+bundle_parts=(manifests metadata)
+[[ ! -d "$release/bundle/tests" ]] || bundle_parts+=(tests)
+carries "$release/bundle" "${bundle_parts[@]}"
+[[ "$(jq -r '.components[] | select(.type == "container") | ."bom-ref"' <<<"$sbom" | sort)" \
+    == "$(printf '%s\n' "${binary_images[@]}" | sort)" ]] \
   || fail "the SBOM of $image does not list the release's ${#binary_images[@]} images of a binary"
 sbom initializer-operator-catalog
+[[ "$(jq -r .metadata.component.version <<<"$sbom")" == "$csv_version" ]] \
+  || fail "the SBOM of $image is of another version than the CSV's $csv_version"
 carries "$release/catalog" configs
+grep -rqxF -- "image: $bundle_image" "$release/catalog/configs" \
+  || fail "the release's catalog does not name its bundle image $bundle_image"
 for module in "github.com/operator-framework/operator-registry $root/tools/olm/go.mod" \
     "github.com/grpc-ecosystem/grpc-health-probe $root/tools/release/go.mod"; do
   read -r path go_mod <<<"$module"

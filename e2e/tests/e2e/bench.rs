@@ -186,9 +186,10 @@ impl Gate {
 
 /// The sidecar example `name` registered, and Deployments without its annotation created by
 /// turns in `outside`, a namespace no Initializer covers, and in `gated`, one of the sidecar's.
-/// The baseline is the same creates with no webhook of ours evaluated: for `outside` the API
-/// server matches the webhook's namespace selector against the namespace's labels and goes no
-/// further, which the exclusion count proves (it counts the gated side's creates alone).
+/// The baseline is the same creates with no Initializer applying: for `outside` the API server
+/// matches the webhook's namespace selector against the namespace's labels and goes no further
+/// (no call, no `matchConditions` evaluated), which the exclusion count proves (it counts the
+/// gated side's creates alone).
 async fn gate_side_by_side(
     ctx: &Ctx,
     name: &str,
