@@ -363,17 +363,18 @@ first_initializer() {
 }
 stage "the first Initializer, applied beside the install" first_initializer
 # The same release through its OCI chart, as a Helm user installs it: the bundle's install
-# removed, the chart pulled from the registry at the release's version, the operator's image
+# removed, the chart pulled from the registry by the digest the release lists, the operator's image
 # checked to be the release's digest, the first Initializer registered, then everything removed
 # as the uninstall page says for Helm; the suite installs the release's bundle again.
 helm_from_the_release() {
-  local helm operator image
+  local helm chart operator image
   helm="$("$root/tools/helm/build.sh")"
   "$cargo" run -q -p initializer-operator -- uninstall --delete-initializers >/dev/null
   kubectl wait --for=delete namespace/initializer-system --timeout=120s 2>/dev/null || true
   # ANCHOR: helm
-  "$helm" install initializer-operator "oci://$registry/charts/initializer-operator" \
-    --version "$version" --plain-http -n initializer-system --create-namespace --wait --timeout 180s
+  chart="$(grep -F '/charts/initializer-operator@' "$release_dir/images.txt")"
+  "$helm" install initializer-operator "oci://$chart" \
+    --plain-http -n initializer-system --create-namespace --wait --timeout 180s
   # ANCHOR_END: helm
   operator="$(grep -F '/initializer-dev/initializer-operator@' "$release_dir/images.txt")"
   image="$(kubectl -n initializer-system get deployment initializer-operator \
