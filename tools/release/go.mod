@@ -1,9 +1,10 @@
-// The release's tools, built from their official Go modules into target/tools/release: by
-// build.sh, cosign (github.com/sigstore/cosign/v3), which signs the images and attaches their
-// SBOMs, the registry of the CNCF's distribution (github.com/distribution/distribution/v3), the
-// OCI registry `make release` pushes to when run on a machine without one, and grpc_health_probe
-// for the catalog image; by image-sbom.sh, cyclonedx-gomod
-// (github.com/CycloneDX/cyclonedx-gomod), which reads the catalog image's Go binaries' SBOMs.
+// The release's tools, built by build.sh from their official Go modules into
+// target/tools/release: cosign (github.com/sigstore/cosign/v3), which signs the images and
+// attaches their SBOMs, the registry of the CNCF's distribution
+// (github.com/distribution/distribution/v3), the OCI registry `make release` pushes to when run
+// on a machine without one, grpc_health_probe for the catalog image, and (`build.sh
+// cyclonedx-gomod`) cyclonedx-gomod (github.com/CycloneDX/cyclonedx-gomod), which reads the
+// catalog image's Go binaries' SBOMs.
 module initializer.dev/tools/release
 
 go 1.26.0

@@ -11,8 +11,8 @@
 #       bundle.Dockerfile copies them) with its SHA-256, and each IMAGE its CSV names, by digest.
 #
 # The files listed let a release directory be checked against its signed images (verify.sh):
-# who can rewrite the files and SHA256SUMS still cannot sign. cyclonedx-gomod is built once from
-# tools/release/go.mod into target/tools/release/cyclonedx-gomod/<version>/.
+# who can rewrite the files and SHA256SUMS still cannot sign. cyclonedx-gomod comes from
+# build.sh.
 set -euo pipefail
 # Its functions run in command substitutions, where a failure must stop the script too.
 shopt -s inherit_errexit
@@ -58,21 +58,7 @@ files() {
 
 case "$kind" in
   catalog)
-    # shellcheck source=/dev/null
-    source "$here/../lib/go-tool.sh"
-    gomod="$(sed -n 's#^\tgithub.com/CycloneDX/cyclonedx-gomod \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
-    [[ -n "$gomod" ]] || { echo "failed to read cyclonedx-gomod's version from $here/go.mod" >&2; exit 1; }
-    cache="${RELEASE_TOOLS_CACHE:-$(cd "$here/../.." && pwd)/target/tools/release}/cyclonedx-gomod"
-    tool="$cache/$gomod/cyclonedx-gomod"
-    one_build_at_a_time "$cache" cyclonedx-gomod
-    if [[ ! -x "$tool" ]]; then
-      require_go cyclonedx-gomod
-      download_modules cyclonedx-gomod "$gomod" "$here"
-      echo "building cyclonedx-gomod $gomod" >&2
-      (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tool.partial" \
-        github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod)
-      mv "$tool.partial" "$tool"
-    fi
+    tool="$("$here/build.sh" cyclonedx-gomod)"
     boms="$(for binary in "$@"; do
       "$tool" bin -json -output-version 1.5 "$binary" 2>/dev/null \
         || { echo "image-sbom: cyclonedx-gomod read no modules from $binary" >&2; exit 1; }
