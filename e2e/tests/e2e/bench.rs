@@ -230,20 +230,13 @@ async fn gate_side_by_side(
     for api in &apis {
         timed(api, &plain, WARM_UP, unchanged).await?;
     }
-    let mut gate = Gate::default();
-    for i in 0..CREATES {
-        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-        for side in order {
-            let latency = timed(&apis[side], &plain, 1, unchanged).await?;
-            if side == 0 {
-                gate.outside.extend(latency);
-            } else {
-                gate.gated.extend(latency);
-            }
-        }
-    }
-    gate.calls = webhook_counter(ctx, CALLS, &webhook).await? - calls;
-    gate.spared = webhook_counter(ctx, EXCLUSIONS, &webhook).await? - spared;
+    let [outside, gated] = by_turns(&apis, &plain, unchanged).await?;
+    let gate = Gate {
+        outside,
+        gated,
+        calls: webhook_counter(ctx, CALLS, &webhook).await? - calls,
+        spared: webhook_counter(ctx, EXCLUSIONS, &webhook).await? - spared,
+    };
     // Left suspended: the engines' pods are in no scope of its, and no webhook of it is called.
     suspend(ctx, name, true).await?;
     ensure!(
@@ -383,22 +376,32 @@ fn injected(pod: &Pod) -> bool {
 
 /// Pods created through the two engines by turns, every one injected.
 async fn engines_side_by_side(sides: &EngineSides) -> anyhow::Result<Engines> {
-    let mut engines = Engines {
-        webhook: Latencies::with_capacity(CREATES),
-        policy: Latencies::with_capacity(CREATES),
-    };
+    let [webhook, policy] = by_turns(&sides.apis, &sides.pod, injected).await?;
+    Ok(Engines { webhook, policy })
+}
+
+/// `CREATES` dry-run creates of `object` through each of the two `apis` by turns, the order
+/// swapped each pair (so that a machine that slows down slows both), each checked by
+/// `expected`; the latencies of each side.
+async fn by_turns<K>(
+    apis: &[Api<K>; 2],
+    object: &K,
+    expected: impl Fn(&K) -> bool,
+) -> anyhow::Result<[Latencies; 2]>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let mut sides = [
+        Latencies::with_capacity(CREATES),
+        Latencies::with_capacity(CREATES),
+    ];
     for i in 0..CREATES {
         let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {
-            let latency = timed(&sides.apis[side], &sides.pod, 1, injected).await?;
-            if side == 0 {
-                engines.webhook.extend(latency);
-            } else {
-                engines.policy.extend(latency);
-            }
+            sides[side].extend(timed(&apis[side], object, 1, &expected).await?);
         }
     }
-    Ok(engines)
+    Ok(sides)
 }
 
 /// The preset both engines run, with `extra` (engine, namespaces) merged in.
