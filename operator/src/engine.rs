@@ -10,7 +10,8 @@
 //!        │                                    ▼                                 ▼
 //!        └──────── way back ◄──── policy removed, Disproved        webhook deregistered,
 //!                     ▲                                            Deployment scaled to zero
-//!                     └──── policy or binding edited or deleted (Drifted), a new spec
+//!                     └──── policy or binding edited or deleted (Drifted), a new spec,
+//!                           creates stored uninjected (NotEnforced)
 //! ```
 //!
 //! - this file, pure: [`decide`] (the plan for one reconcile, from the spec, the compiler, the
@@ -21,7 +22,7 @@
 //!   compared as the engines must agree;
 //! - [`proof`]: the IO: the policy and its canary binding applied, the corpus created through
 //!   both engines by server-side dry run, the binding widened and confirmed in force, the drift
-//!   check, and the removal.
+//!   and in-force checks, and the removal.
 //!
 //! What proves the policy in force without taking the webhook away first: the webhook marks
 //! only what it changes (its signed `initialized-by` annotation), and policies run before every
@@ -72,6 +73,11 @@ pub enum Why {
     /// The policy or its binding was edited or deleted by someone else while in force: the
     /// webhook came back, and stays for this generation of the spec.
     Drifted(String),
+    /// While in force, the periodic check found creates stored without the policy's injection
+    /// (an API server that serves the API without running the admission plugin), or could not
+    /// make its creates: the webhook came back, and the policy is proven again at the next
+    /// resync.
+    NotEnforced(String),
 }
 
 impl Why {
@@ -89,6 +95,7 @@ impl Why {
             Why::ProofFailed(_) => "ProofFailed",
             Why::Disproved(_) => "Disproved",
             Why::Drifted(_) => "Drifted",
+            Why::NotEnforced(_) => "NotEnforced",
         }
     }
 
@@ -112,7 +119,8 @@ impl Why {
             | Why::NothingToProve(why)
             | Why::ProofFailed(why)
             | Why::Disproved(why)
-            | Why::Drifted(why) => why.clone(),
+            | Why::Drifted(why)
+            | Why::NotEnforced(why) => why.clone(),
             Why::AwaitingWebhook => {
                 "the policy is proven against the webhook once the webhook is registered".to_owned()
             }

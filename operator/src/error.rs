@@ -163,6 +163,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A dry-run create of the in-force check got no answer.
+    #[error("failed to check the admission policy in force in {namespace}: {source}")]
+    InForceCheck {
+        /// The canary namespace the create was made in.
+        namespace: String,
+        /// What the client said.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
     /// Deleting an object failed.
     #[error("failed to delete {kind} {name}: {source}")]
     Delete {
@@ -210,6 +220,7 @@ impl Error {
             Error::Client(_) => "client",
             Error::Serve { .. } => "serve",
             Error::Delete { .. } => "delete",
+            Error::InForceCheck { .. } => "in_force_check",
             Error::Legacy { .. } => "legacy",
             Error::BuildRequest { .. } => "build_request",
         }

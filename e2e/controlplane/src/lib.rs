@@ -28,7 +28,7 @@ pub mod signal;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
@@ -41,6 +41,8 @@ use layout::{API_PORT, Layout, NODE_NAME};
 pub use legacy::{LegacyApiServer, LegacyConfig};
 use netns::NetNs;
 
+/// The API server's component name (its log is `logs/kube-apiserver.log`).
+const APISERVER: &str = "kube-apiserver";
 /// How long the API server may take to answer `/readyz` (etcd included).
 const API_READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the node and the controllers may take once the API server is ready.
@@ -153,7 +155,10 @@ pub struct Startup {
 pub struct ControlPlane {
     layout: Layout,
     version: String,
-    components: Vec<Component>,
+    /// The API server's executable, for a restart.
+    apiserver: PathBuf,
+    /// In start order; stopped in reverse. Behind a lock so that one can be restarted.
+    components: Mutex<Vec<Component>>,
     client: Client,
     kubeconfig: PathBuf,
     startup: Startup,
@@ -200,13 +205,14 @@ impl ControlPlane {
         };
         components.push(start("etcd", &binaries.etcd, layout.etcd_args())?);
         components.push(start(
-            "kube-apiserver",
+            APISERVER,
             &binaries.apiserver,
             layout.apiserver_args(&binaries.version),
         )?);
         let mut plane = Self {
             version: binaries.version.clone(),
-            components,
+            apiserver: binaries.apiserver.clone(),
+            components: Mutex::new(components),
             client,
             kubeconfig,
             startup: Startup::default(),
@@ -233,7 +239,7 @@ impl ControlPlane {
         ];
         for component in more {
             match component {
-                Ok(component) => plane.components.push(component),
+                Ok(component) => plane.components().push(component),
                 Err(err) => {
                     plane.shutdown_ref().await;
                     return Err(err);
@@ -309,9 +315,42 @@ impl ControlPlane {
         self.startup
     }
 
+    /// Stops kube-apiserver and starts it again with its usual flags followed by `extra` (a
+    /// later flag wins: `--disable-admission-plugins=...` takes a plugin out); returns once it
+    /// answers `/readyz` again. Everything else keeps running, as during an API server's
+    /// rolling upgrade.
+    pub async fn restart_apiserver(&self, extra: &[&str]) -> Result<(), Error> {
+        let (at, old) = {
+            let mut components = self.components();
+            let at = components
+                .iter()
+                .position(|c| c.name() == APISERVER)
+                .ok_or_else(|| Error::Client(format!("no {APISERVER} to restart")))?;
+            (at, components.remove(at))
+        };
+        old.stop().await;
+        let mut args = self.layout.apiserver_args(&self.version);
+        args.extend(extra.iter().map(|flag| (*flag).to_owned()));
+        let started = Component::start(
+            APISERVER,
+            &self.netns.exec_prefix(),
+            &self.apiserver,
+            &args,
+            &self.layout.log(APISERVER),
+        )?;
+        self.components().insert(at, started);
+        self.wait_api_ready().await
+    }
+
+    fn components(&self) -> std::sync::MutexGuard<'_, Vec<Component>> {
+        self.components
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Each component's name, process id and resident memory in KiB.
     pub fn memory(&self) -> Vec<(&'static str, u32, Option<u64>)> {
-        self.components
+        self.components()
             .iter()
             .map(|c| (c.name(), c.pid(), c.rss_kib()))
             .collect()
@@ -319,7 +358,7 @@ impl ControlPlane {
 
     /// `Err(Error::Died { .. })` naming the first component that has exited.
     pub fn check(&self) -> Result<(), Error> {
-        self.components.iter().try_for_each(Component::check)
+        self.components().iter().try_for_each(Component::check)
     }
 
     /// Stops the node agent (which ends every pod), the controller manager, the API server and
@@ -329,7 +368,8 @@ impl ControlPlane {
     }
 
     async fn shutdown_ref(&self) {
-        for component in self.components.iter().rev() {
+        let components = std::mem::take(&mut *self.components());
+        for component in components.iter().rev() {
             component.stop().await;
         }
     }

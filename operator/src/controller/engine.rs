@@ -1,5 +1,5 @@
 //! The engine step of a reconcile ([`crate::engine`]): before the workload is deployed, the
-//! plan (and, with the policy in force, the drift check and the way back); after the
+//! plan (and, with the policy in force, the drift and in-force checks and the way back); after the
 //! supervisor's sync, the proof and the cutover once the webhook is registered, and the
 //! removal of a policy the webhook has taken over from.
 //!
@@ -153,27 +153,15 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
     );
     if plan == Plan::KeepPolicy
         && let (Ok(compiled), Some(objects)) = (&compiled, &objects)
+        && let Some(why) = recheck(ctx, &name, v, compiled, objects).await?
     {
-        let everywhere = crate::policy::binding(v, &BindingScope::Everywhere);
-        if let Some(drift) = objects
-            .drift(&ctx.client, &compiled.policy, &everywhere)
-            .await?
-        {
-            // What was proven goes back in force at once, so nothing is left uninjected
-            // while the webhook comes back.
-            ctx.supervisor
-                .leadership()
-                .check(|| format!("restore the policy of {name}"))?;
-            objects
-                .apply(&ctx.client, &compiled.policy, &everywhere)
-                .await?;
-            let why = Why::Drifted(format!(
-                "{drift}; it was put back as proven and stays in force until the webhook is \
-                 registered again, then removed"
-            ));
+        if why.settles() {
             remembered.settled = Settled::Webhook(why.clone());
-            plan = Plan::Webhook(why);
+        } else {
+            remembered.settled = Settled::Nothing;
+            remembered.failure = Some(why.clone());
         }
+        plan = Plan::Webhook(why);
     }
     if remembered.in_force == EngineInForce::Policy && plan != Plan::KeepPolicy {
         let why = match &plan {
@@ -217,6 +205,50 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         compiled: compiled.ok(),
         objects,
     })
+}
+
+/// With the policy in force: why the webhook must come back, or `None` to keep the policy.
+/// A drifted policy is put back as proven first, so nothing is left uninjected while the
+/// webhook comes back; one the API server does not run is left as it is (it may still run on
+/// the replicas that do), and removed once the webhook is registered again.
+async fn recheck(
+    ctx: &Context,
+    name: &str,
+    v: &Validated,
+    compiled: &Compiled,
+    objects: &PolicyObjects,
+) -> Result<Option<Why>> {
+    let everywhere = crate::policy::binding(v, &BindingScope::Everywhere);
+    if let Some(drift) = objects
+        .drift(&ctx.client, &compiled.policy, &everywhere)
+        .await?
+    {
+        ctx.supervisor
+            .leadership()
+            .check(|| format!("restore the policy of {name}"))?;
+        objects
+            .apply(&ctx.client, &compiled.policy, &everywhere)
+            .await?;
+        return Ok(Some(Why::Drifted(format!(
+            "{drift}; it was put back as proven and stays in force until the webhook is \
+             registered again, then removed"
+        ))));
+    }
+    Ok(enforcement(ctx, v, compiled).await?.map(|not_enforced| {
+        Why::NotEnforced(format!(
+            "{not_enforced}; the webhook comes back, and the policy is proven again at the next \
+             resync"
+        ))
+    }))
+}
+
+/// Why the policy in force can no longer be shown to be enforced ([`proof::still_in_force`]),
+/// or `None` while it is. Without a canary namespace there is nowhere to check.
+async fn enforcement(ctx: &Context, v: &Validated, compiled: &Compiled) -> Result<Option<String>> {
+    match ctx.policy_canary.as_deref() {
+        Some(canary) => proof::still_in_force(&ctx.client, v, compiled, canary).await,
+        None => Ok(Some(Why::NoCanaryNamespace.message())),
+    }
 }
 
 /// What the configured canary namespace is to `v`.

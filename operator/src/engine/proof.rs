@@ -357,29 +357,66 @@ pub fn canary_binding(v: &Validated, canary: &str) -> MutatingAdmissionPolicyBin
 }
 
 /// What the API server stores for a create of `object` in `namespace` (a dry run: nothing is
-/// stored), or its refusal as text.
+/// stored). Each create goes on a connection of its own (`Connection: close`): a load balancer
+/// in front of several API server replicas spreads connections, not requests, so only new
+/// connections can land on another replica.
+async fn dry_run_create_raw(
+    client: &Client,
+    namespace: &str,
+    proof: &ProofObject,
+    object: &Value,
+) -> Result<Value, CreateFailure> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(proof.kind.group, proof.kind.version, proof.kind.kind),
+        &compare::plural(proof.kind),
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+    };
+    let body = serde_json::to_vec(object).map_err(|e| CreateFailure::Build(e.to_string()))?;
+    let mut request = kube::core::Request::new(api.resource_url())
+        .create(&params, body)
+        .map_err(|e| CreateFailure::Build(e.to_string()))?;
+    request.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    client
+        .request::<Value>(request)
+        .await
+        .map_err(CreateFailure::Api)
+}
+
+/// Why a dry-run create stored nothing.
+#[derive(Debug)]
+enum CreateFailure {
+    /// The request could not be built from the object.
+    Build(String),
+    /// The API server refused it, or did not answer.
+    Api(kube::Error),
+}
+
+impl std::fmt::Display for CreateFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CreateFailure::Build(reason) => f.write_str(reason),
+            CreateFailure::Api(error) => error.fmt(f),
+        }
+    }
+}
+
+/// [`dry_run_create_raw`], its refusal as text.
 async fn dry_run_create(
     client: &Client,
     namespace: &str,
     proof: &ProofObject,
     object: &Value,
 ) -> Result<Value, String> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(proof.kind.group, proof.kind.version, proof.kind.kind),
-        &compare::plural(proof.kind),
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    let object: DynamicObject =
-        serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
-    let params = PostParams {
-        dry_run: true,
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-    };
-    let stored = api
-        .create(&params, &object)
+    dry_run_create_raw(client, namespace, proof, object)
         .await
-        .map_err(|e| e.to_string())?;
-    serde_json::to_value(stored).map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Whether the policy (not the webhook) injected `proof` in `namespace`: the stored object
@@ -427,6 +464,76 @@ async fn until_in_force(
     }
 }
 
+/// Dry-run creates each in-force check makes ([`still_in_force`]), each on a connection of its
+/// own. A replica that receives a share `f` of new connections escapes one check with
+/// probability `(1 - f)^4`: one of three replicas, 20 %, and six checks in a row (a minute at
+/// the drift check's period), under 10⁻⁴.
+pub const IN_FORCE_SAMPLES: usize = 4;
+
+/// Whether the API server still runs the policy in force everywhere: [`IN_FORCE_SAMPLES`]
+/// dry-run creates in the `canary` namespace of a corpus object the preset changes, each on a
+/// connection of its own, must all come back injected by the policy (injected, and unmarked by
+/// the webhook). An API server that serves MutatingAdmissionPolicy without running its
+/// admission plugin (a replica of another version during an upgrade, the plugin disabled)
+/// stores them uninjected, or injected by the webhook while it is still registered.
+///
+/// `Ok(None)`: in force. `Ok(Some(why))`: a create came back uninjected, or was refused (the
+/// canary namespace gone, the operator's rights there taken away): nothing proves the policy
+/// in force any more. `Err`: no answer from the API server, tried again at the next reconcile.
+pub async fn still_in_force(
+    client: &Client,
+    v: &Validated,
+    compiled: &Compiled,
+    canary: &str,
+) -> Result<Option<String>> {
+    let corpus = compare::proof_corpus(v, &compiled.program, canary);
+    let Some(probe) = corpus.iter().find(|p| p.injected) else {
+        return Ok(Some(format!(
+            "no corpus object is changed by the preset in {canary}: nothing shows the policy in \
+             force"
+        )));
+    };
+    let facts = RequestFacts {
+        group: probe.kind.group,
+        version: probe.kind.version,
+        kind: probe.kind.kind,
+        namespace: canary,
+    };
+    for sample in 1..=IN_FORCE_SAMPLES {
+        let stored = match dry_run_create_raw(client, canary, probe, &probe.object).await {
+            Ok(stored) => stored,
+            Err(CreateFailure::Api(kube::Error::Api(status))) if status.code < 500 => {
+                return Ok(Some(format!(
+                    "the API server refused the in-force check's create of {} in {canary}: {}",
+                    probe.name, status.message
+                )));
+            }
+            Err(CreateFailure::Api(source)) => {
+                return Err(Error::InForceCheck {
+                    namespace: canary.to_owned(),
+                    source: Box::new(source),
+                });
+            }
+            Err(CreateFailure::Build(reason)) => {
+                return Err(Error::Serialize {
+                    what: "the in-force check's create",
+                    reason,
+                });
+            }
+        };
+        if compiled.program.needs_injection(&facts, &stored) || compare::marked(&stored) {
+            return Ok(Some(format!(
+                "the API server stored a create of {} in {canary} without the policy's \
+                 injection ({sample} of {IN_FORCE_SAMPLES} checks): it serves \
+                 MutatingAdmissionPolicy without running it (the admission plugin disabled, or \
+                 a replica of another version)",
+                probe.name
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// Proves the compiled policy against the registered webhook in the `canary` namespace, and
 /// puts it in force everywhere when every corpus object agrees:
 ///
@@ -437,7 +544,8 @@ async fn until_in_force(
 ///    the same but for [`compare::comparable`]'s exceptions, and the webhook must have left the
 ///    policy's output alone (no mark);
 /// 3. the binding widened to the webhook's whole scope, until an unlabelled create in the canary
-///    namespace comes back injected by the policy: in force where the webhook was.
+///    namespace comes back injected by the policy, and then [`still_in_force`]: in force where
+///    the webhook was, on every API server replica its creates reach.
 ///
 /// On a disagreement the policy and binding are removed before returning. The webhook stays
 /// registered throughout: taking it away is the caller's next step.
@@ -485,6 +593,9 @@ pub async fn prove(
             "everywhere",
         )
         .await?;
+        if let Some(why) = still_in_force(client, v, compiled, canary).await? {
+            return Err(Unproven::Failed(why));
+        }
         Ok::<_, Unproven>(Proven {
             compared,
             injected,

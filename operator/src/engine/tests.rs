@@ -114,6 +114,24 @@ fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
     );
     assert!(disproved.settles());
     assert!(!Why::ProofFailed("timeout".into()).settles());
+    // An API server that does not run the policy may be mended without a new spec: the proof
+    // is tried again, and fails as long as it is not.
+    let not_enforced = Why::NotEnforced("stored uninjected".into());
+    assert!(!not_enforced.settles());
+    assert_eq!(not_enforced.reason(), "NotEnforced");
+    assert_eq!(
+        decide(
+            Engine::Auto,
+            None,
+            Ok(()),
+            Ok(()),
+            &IN_SCOPE(),
+            &Settled::Nothing
+        ),
+        Plan::Prove {
+            canary: "team-canary".into()
+        }
+    );
     assert_eq!(
         decide(
             Engine::Auto,

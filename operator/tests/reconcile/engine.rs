@@ -33,6 +33,7 @@ on_backends! {
         the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_pin,
         a_same_named_policy_is_never_taken_over,
         a_preset_policy_never_outlives_its_initializer,
+        an_api_server_that_stops_running_the_policy_gets_the_webhook_back,
 }
 
 /// Where the operator proves the policy: a namespace the Initializer intercepts.
@@ -500,6 +501,69 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
         },
     )
     .await;
+}
+
+/// How often the operator checks a policy in force (its drift check, and the in-force check
+/// with it).
+const CHECK_PERIOD: Duration = Duration::from_secs(10);
+
+/// kube-apiserver restarted without the MutatingAdmissionPolicy admission plugin, as a replica
+/// of another version may run during an upgrade: it still serves the policy's API, so the
+/// policy stays stored and bound, but creates pass uninjected while the status says
+/// `InApiServer`. The operator's periodic in-force check finds that and brings the webhook
+/// back within a check period, saying why.
+async fn an_api_server_that_stops_running_the_policy_gets_the_webhook_back(cluster: &TestCluster) {
+    let client = install(cluster).await;
+    for namespace in [CANARY, TEAM] {
+        create_namespace(&client, namespace).await;
+    }
+    let _operator = spawn(cluster, &["--policy-canary-namespace", CANARY]);
+    in_api_server(&client, "engine").await;
+    assert!(injected(&create_pod(&client).await), "the policy injects");
+
+    cluster
+        .restart_apiserver(&["--disable-admission-plugins=MutatingAdmissionPolicy"])
+        .await
+        .unwrap();
+    let ready = Instant::now();
+    let pod = create_pod(&client).await;
+    assert!(
+        !injected(&pod) && !marked(&pod),
+        "the restarted API server must not run the policy: {:?}",
+        pod.metadata
+    );
+    wait_engine(
+        &client,
+        "engine",
+        EngineInForce::Webhook,
+        "NotEnforced: the API server stored a create",
+        CHECK_PERIOD + Duration::from_secs(15),
+    )
+    .await;
+    let back = ready.elapsed();
+    let (_, _, why) = engine_of(&client, "engine").await;
+    wait_for_event(&client, "EngineSwitched", "without running it").await;
+    wait_registered(
+        &client,
+        "initializer-engine",
+        "the webhook back",
+        Duration::from_secs(90),
+    )
+    .await;
+    let registered = ready.elapsed();
+    let pod = create_pod(&client).await;
+    assert!(
+        injected(&pod) && marked(&pod),
+        "the webhook injects again: {:?}",
+        pod.metadata
+    );
+    println!(
+        "API server without the policy's plugin: back on the webhook {:.1}s after it was \
+         ready (check period {}s), registered {:.1}s after it was ready; {why}",
+        back.as_secs_f64(),
+        CHECK_PERIOD.as_secs(),
+        registered.as_secs_f64(),
+    );
 }
 
 /// Whether the preset's policy and binding both exist.

@@ -166,6 +166,15 @@ impl TestCluster {
         }
     }
 
+    /// Restarts kube-apiserver with `extra` flags after its own, and returns once it is ready.
+    /// Only the real control plane has one.
+    pub async fn restart_apiserver(&self, extra: &[&str]) -> anyhow::Result<()> {
+        let Plane::Real(plane) = &self.plane else {
+            bail!("the sandbox has no kube-apiserver to restart");
+        };
+        Ok(plane.restart_apiserver(extra).await?)
+    }
+
     /// A command running `program` where a process of the cluster runs, with a cluster-admin
     /// `KUBECONFIG`: on the host for the sandbox, inside the network namespace for the real
     /// control plane (so that it reaches pod IPs, as an operator in a pod does).
