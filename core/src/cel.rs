@@ -54,7 +54,8 @@ const MACROS: &[&str] = &[
     "bind",
 ];
 
-const RESERVED: &[&str] = &[
+/// CEL's reserved words beside the literals (`true`, `false`, `null`) and `in`.
+pub const RESERVED: &[&str] = &[
     "as",
     "break",
     "const",
@@ -73,6 +74,11 @@ const RESERVED: &[&str] = &[
     "void",
     "while",
 ];
+
+/// Whether `name` is a word of the language rather than a name: a literal, `in`, or reserved.
+pub fn is_keyword(name: &str) -> bool {
+    matches!(name, "true" | "false" | "null" | "in") || RESERVED.contains(&name)
+}
 
 /// Why an expression does not compile, with the character offset.
 #[derive(Clone, Debug, PartialEq, Eq)]

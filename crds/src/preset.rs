@@ -41,9 +41,10 @@ pub struct PresetSelector {
     pub namespaces: Vec<String>,
 }
 
-/// What to add. Everything is merged idempotently: an item with the same name (container,
-/// volume, env var, mount path) that already exists is left as it is, so reinvocation never
-/// duplicates anything.
+/// What to add. A container, init container or volume of the same name that lacks a field
+/// set here, or holds another value there, is replaced by this one; one that has them all is
+/// left as it is. An env var (by name), mount (by path), label or annotation already there is
+/// left as it is. Applying twice changes nothing the second time.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Injection {

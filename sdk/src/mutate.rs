@@ -184,6 +184,73 @@ impl PodSpecHolder for PodTemplate {
     }
 }
 
+/// Whether `present` already has what `wanted` says: every field `wanted` sets, with its value
+/// (a field `wanted` leaves out may hold anything, such as what the API server defaults or a
+/// LimitRange adds), lists element by element and of the same length, everything else equal.
+pub fn covers(present: &serde_json::Value, wanted: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (present, wanted) {
+        (Value::Object(present), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(field, value)| present.get(field).is_some_and(|p| covers(p, value))),
+        (Value::Array(present), Value::Array(wanted)) => {
+            present.len() == wanted.len() && present.iter().zip(wanted).all(|(p, w)| covers(p, w))
+        }
+        _ => present == wanted,
+    }
+}
+
+/// Makes `item` the element of `list` named like it: appended when there is none, and put in
+/// the place of each one that does not [`covers`] it. An element of that name left as it is
+/// already has every field `item` sets.
+fn put_named<T: Clone + serde::Serialize>(
+    list: &mut Vec<T>,
+    item: &T,
+    name: impl Fn(&T) -> &str,
+) -> bool {
+    let wanted = serde_json::to_value(item).unwrap_or_default();
+    let mut found = false;
+    let mut changed = false;
+    for present in list.iter_mut().filter(|p| name(p) == name(item)) {
+        found = true;
+        if !covers(
+            &serde_json::to_value(&*present).unwrap_or_default(),
+            &wanted,
+        ) {
+            *present = item.clone();
+            changed = true;
+        }
+    }
+    if !found {
+        list.push(item.clone());
+    }
+    changed || !found
+}
+
+/// Make `container` the container of its name: appended when there is none, replaced whole
+/// when the one there differs in a field `container` sets ([`covers`]). The object's author
+/// writes the names, so a container of that name is no proof that this one is there; use
+/// [`add_container`] where the object's own container should win.
+pub fn put_container(spec: &mut PodSpec, container: &Container) -> bool {
+    put_named(&mut spec.containers, container, |c| &c.name)
+}
+
+/// [`put_container`] for the init containers.
+pub fn put_init_container(spec: &mut PodSpec, container: &Container) -> bool {
+    put_named(
+        spec.init_containers.get_or_insert_with(Vec::new),
+        container,
+        |c| &c.name,
+    )
+}
+
+/// [`put_container`] for the volumes: `volume` is the volume of its name.
+pub fn put_volume(spec: &mut PodSpec, volume: &Volume) -> bool {
+    put_named(spec.volumes.get_or_insert_with(Vec::new), volume, |v| {
+        &v.name
+    })
+}
+
 /// Append `container` unless a container with its name exists.
 pub fn add_container(spec: &mut PodSpec, container: &Container) -> bool {
     if spec.containers.iter().any(|c| c.name == container.name) {
@@ -392,6 +459,78 @@ mod tests {
         assert!(!add_container(spec, &container("nginx")));
         let names: Vec<_> = spec.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["nginx", "sidecar-nginx"]);
+    }
+
+    #[test]
+    fn covers_is_every_wanted_field_with_its_value() {
+        let wanted = serde_json::json!({"name": "proxy", "image": "proxy:1",
+            "ports": [{"containerPort": 80}], "resources": {"requests": {"cpu": "10m"}}});
+        let defaulted = serde_json::json!({"name": "proxy", "image": "proxy:1",
+            "ports": [{"containerPort": 80, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": "10m"}, "limits": {"cpu": "1"}},
+            "terminationMessagePath": "/dev/termination-log"});
+        assert!(
+            covers(&defaulted, &wanted),
+            "extra fields are not differences"
+        );
+        for (field, value) in [
+            ("image", serde_json::json!("mine:1")),
+            (
+                "ports",
+                serde_json::json!([{"containerPort": 80}, {"containerPort": 81}]),
+            ),
+            ("ports", serde_json::json!([{"containerPort": 8080}])),
+            ("resources", serde_json::json!({"limits": {"cpu": "1"}})),
+        ] {
+            let mut changed = defaulted.clone();
+            changed[field] = value;
+            assert!(!covers(&changed, &wanted), "{field}: {changed}");
+        }
+        let mut missing = defaulted.clone();
+        missing.as_object_mut().unwrap().remove("image");
+        assert!(!covers(&missing, &wanted));
+    }
+
+    #[test]
+    fn put_container_replaces_a_namesake_that_lacks_what_it_sets() {
+        let mut pod = nginx_pod();
+        let spec = pod.pod_spec_mut().unwrap();
+        let sidecar = Container {
+            command: Some(vec!["proxy".into()]),
+            ..container("sidecar")
+        };
+        let own = Container {
+            image: Some("mine:1".into()),
+            command: Some(vec!["sleep".into(), "inf".into()]),
+            ..container("sidecar")
+        };
+        spec.containers.push(own);
+        assert!(put_container(spec, &sidecar), "the namesake is replaced");
+        assert_eq!(spec.containers[1], sidecar);
+        assert!(!put_container(spec, &sidecar), "then left alone");
+        // What the API server defaults, or a LimitRange adds, stays.
+        spec.containers[1].termination_message_path = Some("/dev/termination-log".into());
+        assert!(!put_container(spec, &sidecar));
+        assert_eq!(spec.containers.len(), 2);
+        assert!(put_init_container(spec, &sidecar), "appended where absent");
+        assert!(!put_init_container(spec, &sidecar));
+        let volume = Volume {
+            name: "shared".into(),
+            empty_dir: Some(Default::default()),
+            ..Volume::default()
+        };
+        let own_volume = Volume {
+            name: "shared".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("mine".into()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        };
+        spec.volumes = Some(vec![own_volume]);
+        assert!(put_volume(spec, &volume));
+        assert_eq!(spec.volumes.as_deref(), Some(&[volume.clone()][..]));
+        assert!(!put_volume(spec, &volume));
     }
 
     #[test]

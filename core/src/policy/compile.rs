@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use serde::Serialize;
+use serde_json::Value;
 
 use super::api::{
     JSONPatch, MatchCondition, MatchResources, MutatingAdmissionPolicy,
@@ -95,6 +96,17 @@ pub enum CompileError {
         /// The parser's limit.
         limit: usize,
     },
+    /// An injected item with a field or map key of a name CEL cannot select (a keyword):
+    /// the policy could not tell whether an item of the same name already has it.
+    #[error(
+        "{field}: {name:?} is a keyword of CEL: the policy cannot compare it with an item of the same name"
+    )]
+    ReservedName {
+        /// Where it is.
+        field: String,
+        /// The name.
+        name: String,
+    },
     /// An item that cannot be written as JSON.
     #[error("{field}: failed to write as JSON: {message}")]
     Encode {
@@ -117,6 +129,7 @@ impl CompileError {
             Self::NothingToInject => "spec.preset.inject",
             Self::ReservedAnnotation => "spec.preset.inject.annotations",
             Self::MissingKey { field }
+            | Self::ReservedName { field, .. }
             | Self::InvalidLabelSelector { field, .. }
             | Self::ExpressionTooLarge { field, .. }
             | Self::Encode { field, .. } => field,
@@ -339,6 +352,17 @@ pub fn program(
     let volumes = keyed(&inject.volumes, &field("volumes"), "name", |v| {
         v.name.as_str()
     })?;
+    for (list, items) in [
+        ("containers", &containers),
+        ("initContainers", &init_containers),
+        ("volumes", &volumes),
+    ] {
+        for (i, item) in items.iter().enumerate() {
+            if let Some((at, name)) = keyword_name(&item.value, &format!("{}[{i}]", field(list))) {
+                return Err(CompileError::ReservedName { field: at, name });
+            }
+        }
+    }
     let mounts = keyed(
         &inject.volume_mounts,
         &field("volumeMounts"),
@@ -446,7 +470,7 @@ pub fn program(
                 ("volumes", &volumes),
             ] {
                 if !items.is_empty() {
-                    steps.push(Step::Append {
+                    steps.push(Step::Put {
                         list: at(list),
                         key: "name",
                         items: items.clone(),
@@ -461,6 +485,26 @@ pub fn program(
 
 /// The items as JSON with their keys, the first of each key only; an item without a key is
 /// refused.
+/// The first field or map key in `value` named like a keyword of CEL, with its path: an
+/// item the policy compares field by field ([`render::covers`]) cannot have one.
+fn keyword_name(value: &Value, at: &str) -> Option<(String, String)> {
+    match value {
+        Value::Object(fields) => fields.iter().find_map(|(name, inner)| {
+            let path = format!("{at}.{name}");
+            if crate::cel::is_keyword(name) {
+                Some((path, name.clone()))
+            } else {
+                keyword_name(inner, &path)
+            }
+        }),
+        Value::Array(elements) => elements
+            .iter()
+            .enumerate()
+            .find_map(|(i, inner)| keyword_name(inner, &format!("{at}[{i}]"))),
+        _ => None,
+    }
+}
+
 fn keyed<T: Serialize>(
     items: &[T],
     field: &str,

@@ -1,9 +1,10 @@
 //! Objects to feed both engines: Pods and every kind with a pod template, with and without
-//! what a preset injects (containers of the same name, env vars, mounts, volumes, labels and
-//! annotations already set, lists and maps missing altogether), and a representative preset
-//! for them. Every object is valid for the API server, so the same corpus serves the unit tests
-//! (webhook code against the interpreter) and the dry-run creates on a real API server (webhook
-//! code against the policy); the canary check before a cutover will create them too.
+//! what a preset injects (containers of the same name, the preset's own and others, env vars,
+//! mounts, volumes, labels and annotations already set, lists and maps missing altogether),
+//! and a representative preset for them. Every object is valid for the API server, so the same
+//! corpus serves the unit tests (webhook code against the interpreter) and the dry-run creates
+//! on a real API server (webhook code against the policy); the canary check before a cutover
+//! will create them too.
 //!
 //! The preset's items are written as the API server stores them: with the values it defaults
 //! (`imagePullPolicy`, `terminationMessagePath`, `defaultMode`, ...) and the empty structs Go
@@ -168,6 +169,29 @@ pub fn corpus() -> Vec<CorpusObject> {
                     container("app"),
                     {"name": "preset-proxy", "image": "registry.example/own-proxy:1.0",
                      "env": [{"name": "MINE", "value": "1"}]}
+                ]
+            }
+        }),
+    );
+    // The preset's container as the API server stores it, with more than the preset sets (a
+    // LimitRange's limits, its own variable): it is the preset's, and stays as it is.
+    push(
+        "pod-with-the-injected-container-and-more",
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "spec": {
+                "containers": [
+                    container("app"),
+                    {"name": "preset-proxy", "image": "registry.example/proxy:1.0",
+                     "imagePullPolicy": "IfNotPresent",
+                     "args": ["--greeting", "it's \"quoted\", back\\slashed\nand split",
+                              "--unicode=h\u{e9}llo \u{2713} \u{1F600}"],
+                     "ports": [{"name": "proxy", "containerPort": 15001, "protocol": "TCP"}],
+                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                   "limits": {"cpu": "1", "memory": "64Mi"}},
+                     "env": [{"name": "OWN", "value": "1"}],
+                     "terminationMessagePath": "/dev/termination-log",
+                     "terminationMessagePolicy": "File"}
                 ]
             }
         }),

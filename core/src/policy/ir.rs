@@ -8,10 +8,11 @@
 //!
 //! The interpreter follows what the API server does with the rendered text, step for step:
 //! every guard looks at the object as it came in (one CEL evaluation sees one `object`), every
-//! step yields `add` operations, and the operations are applied in order with JSON Patch
+//! step yields `add` (and `replace`) operations, and the operations are applied in order with JSON Patch
 //! semantics (RFC 6902, as `evanphx/json-patch` v4 does in the API server: `add` to `/-` fails
 //! when the array is missing). So each step adds a whole array or map when it is missing and
-//! appends to it when it is present, and no two steps write to the same place.
+//! appends to it (or replaces an element of it) when it is present, and no two steps write to
+//! the same place.
 //!
 //! Objects are taken as the API server hands them to admission: decoded from typed Go values,
 //! so an absent list or map is absent, never `null`.
@@ -19,7 +20,8 @@
 use std::collections::BTreeSet;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+use kube_initializer::mutate::covers;
 use serde_json::Value;
 
 /// A place in an object, by field names from its root (`["spec", "template", "spec"]`).
@@ -253,9 +255,12 @@ pub enum Step {
         /// Annotations to add, in order.
         annotations: Vec<(String, String)>,
     },
-    /// Items appended to the list at `list`, each unless an element's `key` field equals the
-    /// item's key. A missing list is added whole; a missing parent is left alone.
-    Append {
+    /// Items made the elements of their key in the list at `list` (containers, init containers
+    /// and volumes, by `name`): each appended when no element has its key, and put in the place
+    /// of each element with its key that does not cover it (`kube_initializer::mutate::covers`:
+    /// every field the item sets, with its value). A missing list is added whole; a missing
+    /// parent is left alone.
+    Put {
         /// The list.
         list: FieldPath,
         /// The identifying field of its elements.
@@ -264,8 +269,9 @@ pub enum Step {
         items: Vec<Keyed>,
     },
     /// In every element of `list` whose `name` is not in `skip`, items appended to its list
-    /// field `field` as [`Step::Append`] does (env vars and mounts of the object's own
-    /// containers).
+    /// field `field`, each unless an element's `key` field equals the item's key, a missing
+    /// list added whole (env vars and mounts of the object's own containers: defaults, which
+    /// the object's own values win over).
     AppendInEach {
         /// The list of containers.
         list: FieldPath,
@@ -366,11 +372,11 @@ impl Step {
                 labels,
                 annotations,
             } => meta_operations(object, owner, labels, annotations),
-            Step::Append { list, key, items } => {
+            Step::Put { list, key, items } => {
                 if !parent_exists(object, list) {
                     return Vec::new();
                 }
-                append_operations(get(object, list), pointer(list), key, items)
+                put_operations(get(object, list), pointer(list), key, items)
             }
             Step::AppendInEach {
                 list,
@@ -468,24 +474,39 @@ fn meta_operations(
     operations
 }
 
-fn append_operations(
+/// Per item, in order: its `add` to the end when no element has its key, else a `replace` of
+/// each element with its key that does not cover it (the rendered CEL's order).
+fn put_operations(
     present: Option<&Value>,
     list: PointerBuf,
     key: &str,
     items: &[Keyed],
 ) -> Vec<PatchOperation> {
-    match present {
-        None => vec![add(list, whole_list(items))],
-        Some(present) => items
-            .iter()
-            .filter(|item| !contains_key(present, key, &item.key))
-            .map(|item| {
+    let Some(present) = present else {
+        return vec![add(list, whole_list(items))];
+    };
+    let mut operations = Vec::new();
+    for item in items {
+        if !contains_key(present, key, &item.key) {
+            let mut path = list.clone();
+            path.push_back("-");
+            operations.push(add(path, item.value.clone()));
+            continue;
+        }
+        for (i, element) in elements(present).iter().enumerate() {
+            if element.get(key).and_then(Value::as_str) == Some(item.key.as_str())
+                && !covers(element, &item.value)
+            {
                 let mut path = list.clone();
-                path.push_back("-");
-                add(path, item.value.clone())
-            })
-            .collect(),
+                path.push_back(i.to_string());
+                operations.push(PatchOperation::Replace(ReplaceOperation {
+                    path,
+                    value: item.value.clone(),
+                }));
+            }
+        }
     }
+    operations
 }
 
 fn whole_list(items: &[Keyed]) -> Value {

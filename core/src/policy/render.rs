@@ -145,6 +145,70 @@ fn add(path: &str, value: &str) -> String {
     format!("JSONPatch{{op: 'add', path: {path}, value: {value}}}")
 }
 
+fn replace(path: &str, value: &str) -> String {
+    format!("JSONPatch{{op: 'replace', path: {path}, value: {value}}}")
+}
+
+/// `element` has the item's key and does not cover the item: the element the item replaces.
+fn uncovered_namesake(element: &str, key: &str, item: &Keyed) -> String {
+    format!(
+        "(has({element}.{key}) && {element}.{key} == {} && !{})",
+        string(&item.key),
+        covers(element, &item.value)
+    )
+}
+
+/// Whether the value `present` (a CEL expression) covers `wanted`, as
+/// `kube_initializer::mutate::covers` decides: every field of a map present and covering,
+/// lists of the same size element by element, anything else equal. A field whose name is an
+/// identifier is tested with `has()` (struct fields and identifier-like map keys alike);
+/// any other name can only be a map key, tested with `in`. The compiler refuses the names
+/// neither form can reach ([`super::compile`]: CEL's keywords).
+pub fn covers(present: &str, wanted: &Value) -> String {
+    match wanted {
+        Value::Object(fields) => all(fields
+            .iter()
+            .map(|(name, value)| {
+                if is_identifier(name) {
+                    let field = format!("{present}.{name}");
+                    format!("(has({field}) && {})", covers(&field, value))
+                } else {
+                    let field = format!("{present}[{}]", string(name));
+                    format!(
+                        "({} in {present} && {})",
+                        string(name),
+                        covers(&field, value)
+                    )
+                }
+            })
+            .collect()),
+        Value::Array(elements) => {
+            let mut terms = vec![format!("size({present}) == {}", elements.len())];
+            terms.extend(
+                elements
+                    .iter()
+                    .enumerate()
+                    .map(|(i, value)| covers(&format!("{present}[{i}]"), value)),
+            );
+            all(terms)
+        }
+        scalar => format!("{present} == {}", literal(scalar)),
+    }
+}
+
+/// A name CEL can select as is: an identifier that is no keyword ([`crate::cel::is_keyword`]:
+/// Kubernetes escapes those, `__namespace__`, for struct fields but not for map keys) and has
+/// no `__` (which Kubernetes reads as the start of an escape).
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.contains("__")
+        && !crate::cel::is_keyword(name)
+}
+
 fn list_of(items: &[Keyed]) -> String {
     literal(&Value::Array(
         items.iter().map(|i| i.value.clone()).collect(),
@@ -270,10 +334,16 @@ fn step_work(step: &Step) -> String {
             }
             all(vec![has_chain(owner), any(work)])
         }
-        Step::Append { list, key, items } => {
+        Step::Put { list, key, items } => {
             let at = access(list);
             let mut work = vec![format!("!has({at})")];
-            work.extend(items.iter().map(|i| absent(&at, key, &i.key)));
+            for item in items {
+                work.push(absent(&at, key, &item.key));
+                work.push(format!(
+                    "{at}.exists(x, {})",
+                    uncovered_namesake("x", key, item)
+                ));
+            }
             format!("({} && {})", has_chain(parent(list)), any(work))
         }
         Step::AppendInEach {
@@ -358,16 +428,20 @@ fn step_operations(step: &Step) -> String {
                 format!("({} ? {operations} : [])", has_chain(owner))
             }
         }
-        Step::Append { list, key, items } => {
+        Step::Put { list, key, items } => {
             let at = access(list);
             let append_path = string(&format!("{}/-", pointer(list)));
+            let element_path = format!("{} + string(i)", string(&format!("{}/", pointer(list))));
             let each: Vec<String> = items
                 .iter()
                 .map(|i| {
+                    let value = literal(&i.value);
                     format!(
-                        "({} ? [{}] : [])",
+                        "({} ? [{}] : {at}.transformList(i, x, {}, {}))",
                         absent(&at, key, &i.key),
-                        add(&append_path, &literal(&i.value))
+                        add(&append_path, &value),
+                        uncovered_namesake("x", key, i),
+                        replace(&element_path, &value)
                     )
                 })
                 .collect();

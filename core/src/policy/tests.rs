@@ -281,6 +281,72 @@ async fn selection_by_kind_label_annotation_namespace_and_gate_agrees() {
     );
 }
 
+/// What the preset injects is the preset's: a container of its name that lacks what it sets is
+/// replaced whole, one that has it all is left alone, in both engines (the corpus test above
+/// holds them equal; this says which outcome they agree on).
+#[test]
+fn a_namesake_is_replaced_unless_it_has_everything_the_preset_sets() {
+    let program = program(&corpus::representative_preset(), None).unwrap();
+    let pointers = |name: &str| {
+        let object = all_objects()
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == name)
+            .unwrap();
+        let Evaluation::Patched(operations) =
+            program.evaluate(&facts(&object, "preset-a"), &object)
+        else {
+            panic!("{name}: not patched");
+        };
+        operations
+            .iter()
+            .map(|o| match o {
+                json_patch::PatchOperation::Replace(r) => format!("replace {}", r.path),
+                json_patch::PatchOperation::Add(a) => format!("add {}", a.path),
+                other => format!("{other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let namesake = pointers("pod-with-init-containers-and-a-namesake");
+    for replaced in [
+        "replace /spec/containers/1",
+        "replace /spec/initContainers/2",
+    ] {
+        assert!(namesake.contains(&replaced.to_owned()), "{namesake:?}");
+    }
+    let kept = pointers("pod-with-the-injected-container-and-more");
+    assert!(
+        !kept
+            .iter()
+            .any(|o| o.starts_with("replace") || o == "add /spec/containers/-"),
+        "{kept:?}"
+    );
+}
+
+/// An init container of the object's named like an injected container skips nothing: the
+/// container is added all the same (and the API server then refuses the Pod for the duplicate
+/// name), by both engines.
+#[tokio::test]
+async fn a_namesake_in_the_other_list_skips_nothing() {
+    let preset = corpus::representative_preset();
+    let object = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cross"},
+        "spec": {
+            "initContainers": [{"name": "preset-proxy", "image": "registry.example/own:1"}],
+            "containers": [{"name": "app", "image": "registry.example/app:1.0"}]
+        }
+    });
+    assert!(agree(&preset, None, &object, "preset-a").await);
+    let program = program(&preset, None).unwrap();
+    let after = program.apply(&facts(&object, "preset-a"), &object).unwrap();
+    let names: Vec<&str> = after["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["app", "preset-proxy"]);
+}
+
 #[test]
 fn needs_injection_alone_is_whether_the_program_would_patch() {
     // The unselective preset's only other condition is its kinds, which every object passes.
@@ -668,6 +734,11 @@ fn what_cannot_be_compiled_names_its_field() {
         (
             json!({"preset": {"inject": {"volumeMounts": [{"name": "a", "mountPath": ""}]}}}),
             "spec.preset.inject.volumeMounts[0].mountPath",
+        ),
+        (
+            json!({"preset": {"inject": {"containers": [{"name": "a",
+                "resources": {"limits": {"namespace": "1"}}}]}}}),
+            "spec.preset.inject.containers[0].resources.limits.namespace",
         ),
         (
             json!({"preset": {"selector": {"labels": {"matchExpressions": [

@@ -18,8 +18,13 @@
 //!   annotations: {}
 //! ```
 //!
-//! Everything is merged idempotently: what already exists (by name, or mount path) stays as it
-//! is. Mounts and env go to the object's own containers, not to injected ones.
+//! Containers, init containers and volumes are the preset's: one of the same name that lacks a
+//! field the preset sets, or holds another value there, is replaced by the preset's (the
+//! object's author writes the names, so a name is no proof that the preset's item is there),
+//! and one that has them all is left as it is (with what the API server defaulted). Env vars,
+//! mounts, labels and annotations are defaults: one already there (by name, or mount path)
+//! stays as it is. Mounts and env go to the object's own containers, not to injected ones.
+//! Applying twice changes nothing the second time.
 
 use std::collections::BTreeSet;
 
@@ -86,15 +91,25 @@ pub fn inject_spec(inject: &Injection, spec: &mut PodSpec) {
             mutate::add_env_var(container, var);
         }
     }
-    for container in &inject.containers {
-        mutate::add_container(spec, container);
+    // Of items sharing a name, the first is the preset's: putting the second would replace it.
+    for container in first_of_each_name(&inject.containers, |c| &c.name) {
+        mutate::put_container(spec, container);
     }
-    for container in &inject.init_containers {
-        mutate::add_init_container(spec, container);
+    for container in first_of_each_name(&inject.init_containers, |c| &c.name) {
+        mutate::put_init_container(spec, container);
     }
-    for volume in &inject.volumes {
-        mutate::add_volume(spec, volume);
+    for volume in first_of_each_name(&inject.volumes, |v| &v.name) {
+        mutate::put_volume(spec, volume);
     }
+}
+
+/// The items, but for any whose name an earlier one has.
+fn first_of_each_name<T>(items: &[T], name: impl Fn(&T) -> &str) -> Vec<&T> {
+    let mut seen = BTreeSet::new();
+    items
+        .iter()
+        .filter(|item| seen.insert(name(item)))
+        .collect()
 }
 
 /// Merge the labels and annotations into one set of metadata.

@@ -117,6 +117,35 @@ async fn existing_values_are_left_as_they_are() {
     assert_eq!(patched.metadata.labels.unwrap()["preset"], "mine");
 }
 
+/// A pod's author who names a container like the injected one does not opt out: the preset's
+/// container takes its place, and the pod is marked as changed (so the missed count sees it).
+#[tokio::test]
+async fn a_container_named_like_the_injected_one_is_replaced() {
+    let mut pod = tutorial::nginx_pod();
+    let own = Container {
+        name: "sidecar-nginx".into(),
+        image: Some("registry.example/not-the-sidecar:1".into()),
+        command: Some(vec!["sleep".into(), "infinity".into()]),
+        ..Container::default()
+    };
+    pod.spec.as_mut().unwrap().containers.push(own);
+    let review_answer = tester("").call(&review(&pod)).await.unwrap();
+    let patched: Pod = review_answer.patched().unwrap();
+    let containers = &patched.spec.unwrap().containers;
+    let sidecar: Vec<_> = containers
+        .iter()
+        .filter(|c| c.name == "sidecar-nginx")
+        .collect();
+    assert_eq!(sidecar.len(), 1, "{containers:?}");
+    assert_eq!(sidecar[0].image.as_deref(), Some("nginx:1.8.1"));
+    assert_eq!(sidecar[0].command, None, "nothing of the namesake is kept");
+    assert!(
+        mutate::is_initialized_by(&patched.metadata, "preset"),
+        "marked: {:?}",
+        patched.metadata.annotations
+    );
+}
+
 #[tokio::test]
 async fn kinds_narrow_the_selection() {
     let tester = tester("selector:\n  kinds: [Deployment]\n");

@@ -214,9 +214,9 @@ async fn the_engines_agree_on_the_operators_corpus() {
             }
         }
     }
-    // 14 objects; the opted-out one and the namespace `default` are left alone.
-    assert_eq!(outcomes.get("Changed"), Some(&26), "{outcomes:?}");
-    assert_eq!(outcomes.get("NotMatched"), Some(&16), "{outcomes:?}");
+    // 15 objects; the opted-out one and the namespace `default` are left alone.
+    assert_eq!(outcomes.get("Changed"), Some(&28), "{outcomes:?}");
+    assert_eq!(outcomes.get("NotMatched"), Some(&17), "{outcomes:?}");
 }
 
 #[tokio::test]

@@ -522,13 +522,19 @@ mod tests {
     fn an_object_with_everything_already_there_is_matched_but_left_alone() {
         let init = preset_initializer(sidecar_preset(), None);
         let mut request = deployment("shop", json!({"tier": "front", "app": "web"}), json!({}));
+        // The preset's container as the API server stores it (defaults added).
         request.object["spec"] = json!({"template": {"spec": {"containers": [
-            {"name": "app", "image": "app:1"}, {"name": "proxy", "image": "other:1"}
+            {"name": "app", "image": "app:1"},
+            {"name": "proxy", "image": "proxy:1", "imagePullPolicy": "IfNotPresent"}
         ]}}});
         let v = compiled(&init, &request);
         assert!(!v.mutates);
         assert!(v.already_injected(), "{v:?}");
         assert_eq!(v.reasons()[0].0, "needs-injection");
         assert!(v.reasons()[0].1.contains("already there"));
+        // A container of its name with another image is no proof: it is replaced.
+        request.object["spec"]["template"]["spec"]["containers"][1]["image"] = json!("other:1");
+        let v = compiled(&init, &request);
+        assert!(v.mutates, "{v:?}");
     }
 }
