@@ -163,7 +163,7 @@ fn uncovered_namesake(element: &str, key: &str, item: &Keyed) -> String {
 /// lists of the same size element by element, anything else equal. A field whose name is an
 /// identifier is tested with `has()` (struct fields and identifier-like map keys alike);
 /// any other name can only be a map key, tested with `in`. The compiler refuses the names
-/// neither form can reach ([`super::compile`]: CEL's keywords).
+/// neither form can reach ([`mod@super::compile`]: CEL's keywords).
 pub fn covers(present: &str, wanted: &Value) -> String {
     match wanted {
         Value::Object(fields) => all(fields
