@@ -794,6 +794,7 @@ mod aftermath;
 mod converge;
 mod decide;
 mod drift;
+mod effects;
 mod entry;
 mod fallback;
 mod registration;

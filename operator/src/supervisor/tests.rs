@@ -79,16 +79,8 @@ fn failing_then_recording_client(
     (Client::new(service, "default"), attempts)
 }
 
-/// A supervisor holding `guard` registered and answering, as a sync leaves it.
-fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
-    let recorder = Recorder::new(client.clone(), kube::runtime::events::Reporter::from("t"));
-    let sup = Supervisor::new(
-        client,
-        recorder,
-        Metrics::shared(),
-        "probe".into(),
-        Leadership::unconditional(),
-    );
+/// The state of a registered Initializer `guard` whose configuration is live as applied.
+fn guard_state() -> SupervisedState {
     let health = HealthConfig::from_policy(&Default::default());
     let mut machine = Machine::new(health);
     machine.adopt_registered(false, Instant::now());
@@ -121,32 +113,42 @@ fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
         mark_keys: Default::default(),
         engine: None,
     };
-    let entry = Supervised::start(
-        &sup,
-        SupervisedState {
-            machine,
-            target,
-            last_probe: None,
-            applied: Some(webhook),
-            presence: Presence::Normal,
-            written: None,
-            version: None,
-            replaced: Replaced::default(),
-            outage: None,
-            window_from: None,
-            fallback: FallbackRun::default(),
-            missed: None,
-            deregister_cause: None,
-            adopted_stray: false,
-            degrade_since: None,
-            stopped: CancellationToken::new(),
-            removal_retry: None,
-            removal_retry_pending: false,
-            released: None,
-            route: RouteChecks::default(),
-            status_writer: Arc::new(Notify::new()),
-        },
+    SupervisedState {
+        machine,
+        target,
+        last_probe: None,
+        applied: Some(webhook),
+        presence: Presence::Normal,
+        written: None,
+        version: None,
+        replaced: Replaced::default(),
+        outage: None,
+        window_from: None,
+        fallback: FallbackRun::default(),
+        missed: None,
+        deregister_cause: None,
+        adopted_stray: false,
+        degrade_since: None,
+        stopped: CancellationToken::new(),
+        removal_retry: None,
+        removal_retry_pending: false,
+        released: None,
+        route: RouteChecks::default(),
+        status_writer: Arc::new(Notify::new()),
+    }
+}
+
+/// A supervisor holding `guard` registered and answering, as a sync leaves it.
+fn supervising_guard(client: Client) -> (Supervisor, Arc<Supervised>) {
+    let recorder = Recorder::new(client.clone(), kube::runtime::events::Reporter::from("t"));
+    let sup = Supervisor::new(
+        client,
+        recorder,
+        Metrics::shared(),
+        "probe".into(),
+        Leadership::unconditional(),
     );
+    let entry = Supervised::start(&sup, guard_state());
     sup.entries().insert("guard".into(), entry.clone());
     (sup, entry)
 }
@@ -655,4 +657,95 @@ async fn a_degrade_after_a_failed_restore_keeps_the_outage_and_any_other_starts_
     sup.note(&mut st, degrade);
     assert_ne!(st.outage, Some(unrestored), "a new outage");
     assert_eq!(st.outage.as_ref().unwrap().degraded_at, None);
+}
+
+/// The reasons of what a change's effects publish.
+fn reasons(effects: &effects::Effects) -> Vec<&'static str> {
+    effects.events.iter().map(|(_, r, _)| r.as_str()).collect()
+}
+
+#[test]
+fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() {
+    let mut st = guard_state();
+    st.outage = Some(Outage {
+        started_at: Some(micro_now()),
+        ..Outage::default()
+    });
+    st.degrade_since = Some(Instant::now());
+    let degraded = effects::of_change(
+        &mut st,
+        Presence::Normal,
+        Presence::Degraded,
+        Timestamp::now(),
+    );
+    assert_eq!(reasons(&degraded), ["Degraded"]);
+    assert!(degraded.deregistered.is_none() && !degraded.registered);
+    assert!(st.outage.as_ref().unwrap().degraded_at.is_some());
+    assert!(st.degrade_since.is_none(), "taken");
+
+    // Removed by the probes: counted with how long it took, the window opened.
+    st.deregister_cause = Some((Cause::ProbesFailed, Instant::now()));
+    let written = Timestamp::now();
+    let removed = effects::of_change(&mut st, Presence::Normal, Presence::Absent, written);
+    assert_eq!(reasons(&removed), ["Deregistered"]);
+    assert!(matches!(
+        removed.deregistered,
+        Some((Cause::ProbesFailed, Some(_)))
+    ));
+    assert!(removed.release.is_none(), "a webhook has nothing pending");
+    assert_eq!(st.window_from, Some(written));
+    assert!(st.outage.as_ref().unwrap().deregistered_at.is_some());
+
+    // Back: registered anew (counted), the window handed to the missed count.
+    let back = effects::of_change(
+        &mut st,
+        Presence::Absent,
+        Presence::Normal,
+        Timestamp::now(),
+    );
+    assert_eq!(reasons(&back), ["Registered"]);
+    assert!(back.registered);
+    assert_eq!(back.count_missed_from, Some(written));
+    assert!(st.window_from.is_none() && st.outage.as_ref().unwrap().restored_at.is_some());
+
+    // Restored from degraded: no new registration to count.
+    let restored = effects::of_change(
+        &mut st,
+        Presence::Degraded,
+        Presence::Normal,
+        Timestamp::now(),
+    );
+    assert_eq!(reasons(&restored), ["Restored"]);
+    assert!(!restored.registered);
+
+    // Suspended: a deregistration without a duration, no outage, no window.
+    st.window_from = None;
+    st.deregister_cause = Some((Cause::Suspended, Instant::now()));
+    let suspended = effects::of_change(
+        &mut st,
+        Presence::Normal,
+        Presence::Absent,
+        Timestamp::now(),
+    );
+    assert_eq!(reasons(&suspended), ["Deregistered"]);
+    assert!(matches!(
+        suspended.deregistered,
+        Some((Cause::Suspended, None))
+    ));
+    assert_eq!(
+        suspended.events[0].0,
+        kube::runtime::events::EventType::Normal
+    );
+    assert!(st.window_from.is_none());
+
+    // A stray configuration removed: its own reason, nothing counted, the flag consumed.
+    st.adopted_stray = true;
+    let stray = effects::of_change(
+        &mut st,
+        Presence::Normal,
+        Presence::Absent,
+        Timestamp::now(),
+    );
+    assert_eq!(reasons(&stray), ["StrayConfigurationRemoved"]);
+    assert!(stray.deregistered.is_none() && !st.adopted_stray);
 }

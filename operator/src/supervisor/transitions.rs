@@ -1,20 +1,21 @@
 //! Transitions: every input of an Initializer's health machine goes through `Supervisor::observe`;
-//! what the machine decides is recorded (the outage's steps, the metrics) and published as Events,
-//! and the cluster is converged on it.
+//! what the machine decides is recorded, the cluster is converged on it, and what each change of
+//! the configuration means ([`effects`](super::effects)) is carried out: Events, metrics, the
+//! release of pending objects, the missed count.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use initializer_crds::{Outage, Suspension};
+use initializer_crds::Outage;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::events::Reason;
 use crate::health::{Action, Cause, Input};
 
-use super::{CALL_TIMEOUT, Presence, Supervised, SupervisedState, Supervisor, micro_now};
+use super::{CALL_TIMEOUT, Presence, Supervised, SupervisedState, Supervisor, effects, micro_now};
 
 impl Supervisor {
     /// Publishes an Event about `reference` while this replica leads (bounded; a failure is
@@ -123,7 +124,8 @@ impl Supervisor {
     }
 
     /// Events, metrics, the outage's steps and the missed-initializations window, for one
-    /// change of the configuration written from `write_started` on.
+    /// change of the configuration written from `write_started` on: decided by
+    /// [`effects::of_change`], carried out here.
     pub(super) async fn transitioned(
         &self,
         st: &mut SupervisedState,
@@ -131,167 +133,23 @@ impl Supervisor {
         now_is: Presence,
         write_started: Timestamp,
     ) {
+        let effects = effects::of_change(st, before, now_is, write_started);
         let name = st.target.initializer.clone();
-        let configuration = st.target.configuration();
         let reference = st.target.reference.clone();
-        let outage_step = st.machine.in_outage()
-            || st
-                .deregister_cause
-                .is_some_and(|(c, _)| c != Cause::Suspended);
-        if before == Presence::Normal && now_is != Presence::Normal && outage_step {
-            st.window_from.get_or_insert(write_started);
+        for (type_, reason, note) in effects.events {
+            self.publish(&reference, type_, reason, note).await;
         }
-        match (before, now_is) {
-            (_, Presence::Proving) => {
-                info!(initializer = %name, %configuration, "registered failing open until the API server is seen reaching the initializer");
-            }
-            (Presence::Normal, Presence::Degraded) => {
-                let took = st
-                    .degrade_since
-                    .take()
-                    .map(|s| s.elapsed())
-                    .unwrap_or_default();
-                if let Some(outage) = st.outage.as_mut() {
-                    outage.degraded_at = Some(micro_now());
-                }
-                info!(initializer = %name, %configuration, took_ms = took.as_millis() as u64, "degraded");
-                let now = st.target.registration.degraded_note(took);
-                let why = st
-                    .last_probe
-                    .as_ref()
-                    .filter(|probe| !probe.ok)
-                    .map(|probe| format!(" ({})", probe.message))
-                    .unwrap_or_default();
-                self.publish(
-                    &reference,
-                    EventType::Warning,
-                    Reason::Degraded,
-                    format!(
-                        "a probe failed{why}: {configuration} {now}; it is removed after {} failed probes in a row and restored after {} good ones",
-                        st.machine.config().failure_threshold,
-                        st.machine.config().success_threshold,
-                    ),
-                )
-                .await;
-            }
-            (_, Presence::Absent)
-                if std::mem::take(&mut st.adopted_stray) && st.deregister_cause.is_none() =>
-            {
-                // A configuration that appeared while the initializer was out of the path (a
-                // registration a replica frozen past its lease sent late, or someone's create)
-                // was removed: no probe, endpoint or suspend removed the initializer now. An
-                // outage in progress, its figures and the deregistration count stay the first
-                // removal's.
-                info!(initializer = %name, %configuration, "removed a configuration that appeared while the initializer was out of the path");
-                self.publish(
-                    &reference,
-                    EventType::Warning,
-                    // Its own reason: the recorder folds a second `Deregistered` Event into the
-                    // first one's series, note and all.
-                    Reason::StrayConfigurationRemoved,
-                    format!(
-                        "removed {configuration}: it appeared while the initializer is out of the path (a registration that landed late, or someone else's write)"
-                    ),
-                )
-                .await;
-                if let Some(legacy) = st.target.registration.left_pending() {
-                    self.release_pending(&name, legacy.clone());
-                }
-            }
-            (Presence::Proving, Presence::Absent) if st.deregister_cause.is_none() => {
-                st.route = super::RouteChecks::default();
-                info!(initializer = %name, %configuration, "removed the proving configuration: the initializer is no longer ready");
-            }
-            (_, Presence::Absent) => {
-                let (cause, since) = st
-                    .deregister_cause
-                    .take()
-                    .unwrap_or((Cause::ProbesFailed, Instant::now()));
-                let took = since.elapsed();
-                let measured = (cause != Cause::Suspended).then_some(took);
-                self.inner
-                    .metrics
-                    .deregistered(&name, cause.reason(), measured);
-                if cause != Cause::Suspended
-                    && let Some(outage) = st.outage.as_mut()
-                {
-                    outage.deregistered_at = Some(micro_now());
-                }
-                info!(initializer = %name, %configuration, cause = cause.reason(), took_ms = took.as_millis() as u64, "deregistered");
-                let (type_, note) = match cause {
-                    Cause::Suspended
-                        if st.target.in_api_server() && st.target.suspended.is_none() =>
-                    {
-                        (
-                            EventType::Normal,
-                            format!(
-                                "removed {configuration}: the preset runs in the API server (its MutatingAdmissionPolicy is proven and in force)"
-                            ),
-                        )
-                    }
-                    Cause::Suspended => (
-                        EventType::Normal,
-                        format!(
-                            "removed {configuration}: {}",
-                            st.target
-                                .suspended
-                                .map_or("suspended", Suspension::describe)
-                        ),
-                    ),
-                    Cause::ProbesFailed => (
-                        EventType::Warning,
-                        format!(
-                            "removed {configuration} (fail open) {} ms after the first failed probe: the initializer stopped answering",
-                            took.as_millis()
-                        ),
-                    ),
-                    Cause::NoReadyEndpoints => (
-                        EventType::Warning,
-                        format!(
-                            "removed {configuration} (fail open) {} ms after the Service lost its last ready endpoint",
-                            took.as_millis()
-                        ),
-                    ),
-                };
-                self.publish(&reference, type_, Reason::Deregistered, note)
-                    .await;
-                if cause != Cause::Suspended
-                    && let Some(legacy) = st.target.registration.left_pending()
-                {
-                    self.release_pending(&name, legacy.clone());
-                }
-            }
-            (from, Presence::Normal) => {
-                if !from.is_registered() {
-                    self.inner.metrics.registered(&name);
-                }
-                let restored = from == Presence::Degraded;
-                if let Some(outage) = st.outage.as_mut().filter(|o| o.restored_at.is_none()) {
-                    outage.restored_at = Some(micro_now());
-                }
-                info!(initializer = %name, %configuration, restored, "registered");
-                let (reason, note) = if restored {
-                    (
-                        Reason::Restored,
-                        format!(
-                            "restored {configuration} to the spec's failurePolicy and timeoutSeconds: the initializer answers again"
-                        ),
-                    )
-                } else {
-                    (
-                        Reason::Registered,
-                        format!(
-                            "registered {configuration}: the initializer is available and answering"
-                        ),
-                    )
-                };
-                self.publish(&reference, EventType::Normal, reason, note)
-                    .await;
-                if let Some(from) = st.window_from.take() {
-                    self.count_missed(st, from);
-                }
-            }
-            _ => {}
+        if effects.registered {
+            self.inner.metrics.registered(&name);
+        }
+        if let Some((cause, took)) = effects.deregistered {
+            self.inner.metrics.deregistered(&name, cause.reason(), took);
+        }
+        if let Some(legacy) = effects.release {
+            self.release_pending(&name, legacy);
+        }
+        if let Some(from) = effects.count_missed_from {
+            self.count_missed(st, from);
         }
     }
 }
