@@ -88,9 +88,18 @@ pub enum State {
     Degraded,
     /// The configuration was removed because the initializer stopped answering.
     Unresponsive,
-    /// Suspended (either switch), or in the API server: removed and never registered again
-    /// until that ends.
+    /// Out of the path on purpose ([`Aside`]): removed and never registered again until that
+    /// ends.
+    Aside,
+}
+
+/// Why an Initializer is out of the path on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aside {
+    /// `spec.suspend` or the break-glass annotation.
     Suspended,
+    /// Its preset runs in the API server: the policy took over from the webhook.
+    InApiServer,
 }
 
 /// One thing the machine learns.
@@ -104,9 +113,8 @@ pub enum Input {
     Endpoints(u32),
     /// Whether the Deployment is available.
     Available(bool),
-    /// Whether the Initializer is out of the path on purpose: suspended (`spec.suspend` or the
-    /// break-glass annotation) or in the API server.
-    Suspend(bool),
+    /// Whether the Initializer is out of the path on purpose, and why.
+    Aside(Option<Aside>),
     /// A call of the API server through the Service reached the initializer (the route check
     /// answered).
     Routed,
@@ -119,17 +127,23 @@ pub enum Cause {
     ProbesFailed,
     /// The Service has no ready endpoint.
     NoReadyEndpoints,
-    /// The Initializer went out of the path on purpose ([`Input::Suspend`]).
-    Suspended,
+    /// The Initializer went out of the path on purpose ([`Input::Aside`]).
+    Aside(Aside),
 }
 
 impl Cause {
+    /// Whether the Initializer went out of the path on purpose: no outage, nothing missed.
+    pub fn is_on_purpose(self) -> bool {
+        matches!(self, Cause::Aside(_))
+    }
+
     /// Condition and Event reason for this cause.
     pub fn reason(self) -> &'static str {
         match self {
             Cause::ProbesFailed => "ProbesFailed",
             Cause::NoReadyEndpoints => "NoReadyEndpoints",
-            Cause::Suspended => "Suspended",
+            Cause::Aside(Aside::Suspended) => "Suspended",
+            Cause::Aside(Aside::InApiServer) => "InApiServer",
         }
     }
 }
@@ -175,7 +189,8 @@ pub struct Machine {
     /// counted at zero.
     routed: bool,
     available: bool,
-    suspended: bool,
+    /// Why it is out of the path on purpose, while it is.
+    aside: Option<Aside>,
     hold_down: Option<Duration>,
     hold_until: Option<Instant>,
     registered_at: Option<Instant>,
@@ -211,7 +226,7 @@ impl Machine {
             endpoints: None,
             routed: false,
             available: false,
-            suspended: false,
+            aside: None,
             hold_down: None,
             hold_until: None,
             registered_at: None,
@@ -268,9 +283,9 @@ impl Machine {
 
     /// Adopts a configuration found registered (for example after an operator restart), so
     /// that failures remove it; `degraded` when it was found degraded (it is then restored
-    /// after enough good probes). Nothing happens while suspended.
+    /// after enough good probes). Nothing happens while it is aside.
     pub fn adopt_registered(&mut self, degraded: bool, now: Instant) {
-        if !self.suspended {
+        if self.aside.is_none() {
             self.state = if degraded {
                 State::Degraded
             } else {
@@ -289,7 +304,7 @@ impl Machine {
     /// absent and the status said Unresponsive): the initializer stays out of the path, with
     /// the base hold-down, until enough good probes come.
     pub fn adopt_unresponsive(&mut self, now: Instant) {
-        if !self.suspended && self.state == State::Waiting {
+        if self.aside.is_none() && self.state == State::Waiting {
             self.state = State::Unresponsive;
             self.hold_down = Some(self.config.base_hold_down);
             self.hold_until = Some(now + self.config.base_hold_down);
@@ -308,11 +323,11 @@ impl Machine {
     /// caller keeps a small spacing), [`HealthConfig::fast_interval`] while waiting to register
     /// or restore (slower while a long hold-down runs, so that the last
     /// `successThreshold` fast probes end with it), one period when registered and healthy, and
-    /// one period while there is nothing to probe (no ready endpoint, suspended).
+    /// one period while there is nothing to probe (no ready endpoint, aside).
     pub fn next_probe_in(&self, now: Instant) -> Duration {
         let c = &self.config;
         match self.state {
-            State::Registered | State::Suspended => c.period,
+            State::Registered | State::Aside => c.period,
             State::Degraded | State::Unresponsive if self.fail_streak > 0 => {
                 if self.state == State::Unresponsive && self.endpoints == Some(0) {
                     c.period
@@ -387,16 +402,16 @@ impl Machine {
                 self.available = available;
                 self.try_return(now)
             }
-            Input::Suspend(true) => {
-                self.suspended = true;
+            Input::Aside(Some(aside)) => {
+                self.aside = Some(aside);
                 let was = self.state;
-                self.state = State::Suspended;
+                self.state = State::Aside;
                 self.ok_streak = 0;
                 if matches!(was, State::Registered | State::Degraded) {
                     self.registered_at = None;
                     self.trouble_since = None;
                     Action::Deregister {
-                        cause: Cause::Suspended,
+                        cause: Cause::Aside(aside),
                         since: now,
                     }
                 } else {
@@ -407,9 +422,9 @@ impl Machine {
                 self.routed = true;
                 self.try_return(now)
             }
-            Input::Suspend(false) => {
-                if self.suspended {
-                    self.suspended = false;
+            Input::Aside(None) => {
+                if self.aside.is_some() {
+                    self.aside = None;
                     self.state = State::Waiting;
                     self.ok_streak = 0;
                     self.trouble_since = None;
@@ -422,7 +437,7 @@ impl Machine {
     /// Whether the initializer may come back into the path: the workload is available, an
     /// endpoint is ready, `successThreshold` good probes came in a row and the hold-down is over.
     fn ready(&self, now: Instant) -> bool {
-        !self.suspended
+        self.aside.is_none()
             && self.available
             && self.endpoints != Some(0)
             && self.ok_streak >= self.config.success_threshold

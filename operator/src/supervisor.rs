@@ -59,7 +59,7 @@ use crate::apply::{self, FallbackCheck};
 use crate::build::{self, FallbackPolicy};
 use crate::engine::{EngineView, Remembered};
 use crate::error::{Error, Result};
-use crate::health::{Cause, HealthConfig, Input, Machine};
+use crate::health::{Aside, Cause, HealthConfig, Input, Machine};
 use crate::lag::LagMeter;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -178,6 +178,16 @@ impl Supervision {
     /// Whether the preset runs in the API server (the configuration stays removed).
     pub fn in_api_server(&self) -> bool {
         self.engine.as_ref().is_some_and(EngineView::in_api_server)
+    }
+
+    /// Why the Initializer is out of the path on purpose, if it is: a suspension says so
+    /// before the engine does.
+    pub fn aside(&self) -> Option<Aside> {
+        match (self.suspended, self.in_api_server()) {
+            (Some(_), _) => Some(Aside::Suspended),
+            (None, true) => Some(Aside::InApiServer),
+            (None, false) => None,
+        }
     }
 
     fn configuration(&self) -> String {
@@ -759,7 +769,7 @@ impl Supervisor {
         st.target = target.clone();
         let now = Instant::now();
         for input in [
-            Input::Suspend(target.suspended.is_some() || target.in_api_server()),
+            Input::Aside(target.aside()),
             Input::Available(target.available),
         ] {
             let action = st.machine.observe(input, now);

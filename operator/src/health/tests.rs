@@ -493,23 +493,45 @@ fn suspend_deregisters_and_never_registers_while_true() {
     let t0 = Instant::now();
     let (mut m, mut t) = registered(t0);
     assert_eq!(
-        m.observe(Input::Suspend(true), t),
+        m.observe(Input::Aside(Some(Aside::Suspended)), t),
         Action::Deregister {
-            cause: Cause::Suspended,
+            cause: Cause::Aside(Aside::Suspended),
             since: t
         }
     );
-    assert_eq!(m.state(), State::Suspended);
+    assert_eq!(m.state(), State::Aside);
     assert!(probes(&mut m, &mut t, true, 20).is_empty());
     assert_eq!(m.observe(Input::Endpoints(3), t), Action::None);
     assert_eq!(m.observe(Input::Available(true), t), Action::None);
     m.adopt_registered(false, t);
     assert_eq!(
         m.state(),
-        State::Suspended,
+        State::Aside,
         "a found configuration is not adopted"
     );
-    assert_eq!(m.observe(Input::Suspend(true), t), Action::None);
+    assert_eq!(
+        m.observe(Input::Aside(Some(Aside::Suspended)), t),
+        Action::None
+    );
+}
+
+#[test]
+fn the_hand_over_to_the_api_server_is_its_own_cause_and_on_purpose() {
+    let t0 = Instant::now();
+    let (mut m, t) = registered(t0);
+    let cause = Cause::Aside(Aside::InApiServer);
+    assert_eq!(
+        m.observe(Input::Aside(Some(Aside::InApiServer)), t),
+        Action::Deregister { cause, since: t }
+    );
+    assert_eq!(cause.reason(), "InApiServer");
+    assert!(cause.is_on_purpose() && !Cause::ProbesFailed.is_on_purpose());
+    // Suspended while in the API server: still aside, nothing more to remove.
+    assert_eq!(
+        m.observe(Input::Aside(Some(Aside::Suspended)), t),
+        Action::None
+    );
+    assert_eq!(m.state(), State::Aside);
 }
 
 #[test]
@@ -518,9 +540,9 @@ fn suspending_a_degraded_initializer_removes_its_configuration() {
     let (mut m, mut t) = registered(t0);
     probes(&mut m, &mut t, false, 1);
     assert!(matches!(
-        m.observe(Input::Suspend(true), t),
+        m.observe(Input::Aside(Some(Aside::Suspended)), t),
         Action::Deregister {
-            cause: Cause::Suspended,
+            cause: Cause::Aside(Aside::Suspended),
             ..
         }
     ));
@@ -530,9 +552,9 @@ fn suspending_a_degraded_initializer_removes_its_configuration() {
 fn resuming_needs_fresh_good_probes() {
     let t0 = Instant::now();
     let (mut m, mut t) = registered(t0);
-    m.observe(Input::Suspend(true), t);
+    m.observe(Input::Aside(Some(Aside::Suspended)), t);
     probes(&mut m, &mut t, true, 5);
-    assert_eq!(m.observe(Input::Suspend(false), t), Action::None);
+    assert_eq!(m.observe(Input::Aside(None), t), Action::None);
     assert_eq!(m.state(), State::Waiting);
     assert!(probes(&mut m, &mut t, true, 2).is_empty());
     assert_eq!(probes(&mut m, &mut t, true, 1), [Action::Register]);
@@ -542,7 +564,10 @@ fn resuming_needs_fresh_good_probes() {
 fn suspending_an_unregistered_initializer_does_nothing_but_holds_it() {
     let t0 = Instant::now();
     let mut m = ready_machine(t0);
-    assert_eq!(m.observe(Input::Suspend(true), t0), Action::None);
+    assert_eq!(
+        m.observe(Input::Aside(Some(Aside::Suspended)), t0),
+        Action::None
+    );
     let mut t = t0;
     assert!(probes(&mut m, &mut t, true, 5).is_empty());
 }

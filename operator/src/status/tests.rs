@@ -431,7 +431,7 @@ fn a_suspended_initializer_keeps_its_workload_and_says_so() {
     let o = Observation {
         suspended: Some(Suspension::Spec),
         workload: Some(ready()),
-        health: Some(snapshot(State::Suspended, Some(2))),
+        health: Some(snapshot(State::Aside, Some(2))),
         probe: Some(good_probe()),
         ..base()
     };

@@ -52,7 +52,7 @@ impl Presence {
             State::Registered => Presence::Normal,
             State::Degraded => Presence::Degraded,
             State::Waiting | State::Unresponsive if machine.is_proving(now) => Presence::Proving,
-            State::Waiting | State::Unresponsive | State::Suspended => Presence::Absent,
+            State::Waiting | State::Unresponsive | State::Aside => Presence::Absent,
         }
     }
 }

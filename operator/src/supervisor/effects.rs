@@ -14,7 +14,7 @@ use kube::runtime::events::EventType;
 use tracing::info;
 
 use crate::events::Reason;
-use crate::health::Cause;
+use crate::health::{Aside, Cause};
 
 use super::registration::LegacySupervision;
 use super::{Presence, RouteChecks, SupervisedState, micro_now};
@@ -42,10 +42,8 @@ pub(super) fn of_change(
     now_is: Presence,
     write_started: Timestamp,
 ) -> Effects {
-    let outage_step = st.machine.in_outage()
-        || st
-            .deregister_cause
-            .is_some_and(|(c, _)| c != Cause::Suspended);
+    let outage_step =
+        st.machine.in_outage() || st.deregister_cause.is_some_and(|(c, _)| !c.is_on_purpose());
     if before == Presence::Normal && now_is != Presence::Normal && outage_step {
         st.window_from.get_or_insert(write_started);
     }
@@ -129,20 +127,20 @@ fn deregistered(st: &mut SupervisedState) -> Effects {
         .take()
         .unwrap_or((Cause::ProbesFailed, Instant::now()));
     let took = since.elapsed();
-    if cause != Cause::Suspended
+    if !cause.is_on_purpose()
         && let Some(outage) = st.outage.as_mut()
     {
         outage.deregistered_at = Some(micro_now());
     }
     info!(initializer = %st.target.initializer, %configuration, cause = cause.reason(), took_ms = took.as_millis() as u64, "deregistered");
     let (type_, note) = match cause {
-        Cause::Suspended if st.target.in_api_server() && st.target.suspended.is_none() => (
+        Cause::Aside(Aside::InApiServer) => (
             EventType::Normal,
             format!(
                 "removed {configuration}: the preset runs in the API server (its MutatingAdmissionPolicy is proven and in force)"
             ),
         ),
-        Cause::Suspended => (
+        Cause::Aside(Aside::Suspended) => (
             EventType::Normal,
             format!(
                 "removed {configuration}: {}",
@@ -166,11 +164,11 @@ fn deregistered(st: &mut SupervisedState) -> Effects {
             ),
         ),
     };
-    let suspended = cause == Cause::Suspended;
+    let on_purpose = cause.is_on_purpose();
     Effects {
         events: vec![(type_, Reason::Deregistered, note)],
-        deregistered: Some((cause, (!suspended).then_some(took))),
-        release: if suspended {
+        deregistered: Some((cause, (!on_purpose).then_some(took))),
+        release: if on_purpose {
             None
         } else {
             st.target.registration.left_pending().cloned()

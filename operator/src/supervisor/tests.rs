@@ -720,7 +720,10 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
 
     // Suspended: a deregistration without a duration, no outage, no window.
     st.window_from = None;
-    st.deregister_cause = Some((Cause::Suspended, Instant::now()));
+    st.deregister_cause = Some((
+        Cause::Aside(crate::health::Aside::Suspended),
+        Instant::now(),
+    ));
     let suspended = effects::of_change(
         &mut st,
         Presence::Normal,
@@ -730,12 +733,30 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
     assert_eq!(reasons(&suspended), ["Deregistered"]);
     assert!(matches!(
         suspended.deregistered,
-        Some((Cause::Suspended, None))
+        Some((Cause::Aside(crate::health::Aside::Suspended), None))
     ));
     assert_eq!(
         suspended.events[0].0,
         kube::runtime::events::EventType::Normal
     );
+    assert!(st.window_from.is_none());
+
+    // Handed over to the API server: its own note and cause, no duration, no window.
+    st.deregister_cause = Some((
+        Cause::Aside(crate::health::Aside::InApiServer),
+        Instant::now(),
+    ));
+    let handed_over = effects::of_change(
+        &mut st,
+        Presence::Normal,
+        Presence::Absent,
+        Timestamp::now(),
+    );
+    assert!(handed_over.events[0].2.contains("runs in the API server"));
+    assert!(matches!(
+        handed_over.deregistered,
+        Some((Cause::Aside(crate::health::Aside::InApiServer), None))
+    ));
     assert!(st.window_from.is_none());
 
     // A stray configuration removed: its own reason, nothing counted, the flag consumed.

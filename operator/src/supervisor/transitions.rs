@@ -13,7 +13,7 @@ use kube::runtime::events::{Event, EventType};
 use tracing::warn;
 
 use crate::events::Reason;
-use crate::health::{Action, Cause, Input};
+use crate::health::{Action, Input};
 
 use super::{CALL_TIMEOUT, Presence, Supervised, SupervisedState, Supervisor, effects, micro_now};
 
@@ -64,7 +64,7 @@ impl Supervisor {
             }
             Action::Deregister { cause, since } => {
                 st.deregister_cause = Some((cause, since));
-                if cause != Cause::Suspended
+                if !cause.is_on_purpose()
                     && st.outage.as_ref().is_none_or(|o| o.restored_at.is_some())
                 {
                     st.outage = Some(Outage {
