@@ -111,21 +111,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
     let needs_api = wanted
         || remembered.in_force == EngineInForce::Policy
         || (remembered.policy_may_exist && compiled.is_ok());
-    let version = if needs_api {
-        Some(ctx.policy_api.served_version(&ctx.client).await?)
-    } else {
-        None
-    };
-    let served = match &version {
-        Some(Err(not_served)) => Err(Why::not_served(not_served)),
-        _ => Ok(()),
-    };
-    let objects = match &version {
-        Some(Ok(version)) => {
-            Some(PolicyObjects::new(v, version).owned_by(obj.controller_owner_ref(&())))
-        }
-        _ => None,
-    };
+    let (served, objects) = served_objects(ctx, obj, v, needs_api).await?;
     // Someone else's policy or binding of this Initializer's names is found before anything is
     // deployed, as for every other object of ours: a conflict, and it is left alone. While ours
     // are in force the drift check reads them anyway and the restore claims them, so the claim
@@ -163,12 +149,51 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         }
         plan = Plan::Webhook(why);
     }
-    if remembered.in_force == EngineInForce::Policy && plan != Plan::KeepPolicy {
-        let why = match &plan {
+    let view = shown(ctx, obj, &mut remembered, &plan).await;
+    ctx.supervisor.remember_engine(&name, remembered);
+    Ok(EngineStep {
+        plan,
+        view,
+        compiled: compiled.ok(),
+        objects,
+    })
+}
+
+/// Whether the API server serves MutatingAdmissionPolicy (`Err`: why not), and this
+/// Initializer's policy objects at the version it serves; asked only when `needed`.
+async fn served_objects(
+    ctx: &Context,
+    obj: &Initializer,
+    v: &Validated,
+    needed: bool,
+) -> Result<(Result<(), Why>, Option<PolicyObjects>)> {
+    if !needed {
+        return Ok((Ok(()), None));
+    }
+    Ok(match ctx.policy_api.served_version(&ctx.client).await? {
+        Ok(version) => (
+            Ok(()),
+            Some(PolicyObjects::new(v, version).owned_by(obj.controller_owner_ref(&()))),
+        ),
+        Err(not_served) => (Err(Why::not_served(&not_served)), None),
+    })
+}
+
+/// What the status says of the engine after `plan`, with the Events that go with it: the way
+/// back when the policy was in force and the plan no longer keeps it, and a `PolicyUnavailable`
+/// Warning once per reason while `spec.engine: Policy` runs on the webhook.
+async fn shown(
+    ctx: &Context,
+    obj: &Initializer,
+    remembered: &mut Remembered,
+    plan: &Plan,
+) -> EngineView {
+    if remembered.in_force == EngineInForce::Policy && *plan != Plan::KeepPolicy {
+        let why = match plan {
             Plan::Webhook(why) => why.message(),
             _ => "the spec changed: the new policy is proven against the webhook first".to_owned(),
         };
-        info!(initializer = %name, %why, "going back to the webhook");
+        info!(initializer = %obj.name_any(), %why, "going back to the webhook");
         publish(
             ctx,
             obj,
@@ -180,7 +205,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         remembered.in_force = EngineInForce::Webhook;
         remembered.policy_may_exist = true;
     }
-    let in_force = match (&plan, remembered.in_force) {
+    let in_force = match (plan, remembered.in_force) {
         (_, EngineInForce::Policy) => Ok(remembered.proven.clone()),
         (Plan::Webhook(why), _) => Err(why.clone()),
         _ => Err(remembered.failure.clone().unwrap_or(Why::AwaitingWebhook)),
@@ -198,13 +223,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         .await;
     }
     remembered.warned = warned;
-    ctx.supervisor.remember_engine(&name, remembered);
-    Ok(EngineStep {
-        plan,
-        view,
-        compiled: compiled.ok(),
-        objects,
-    })
+    view
 }
 
 /// With the policy in force: why the webhook must come back, or `None` to keep the policy.
@@ -315,82 +334,14 @@ pub(super) async fn after_sync(
     else {
         return Ok(None);
     };
-    let view_of = |in_force: &Result<String, Why>| {
-        engine::view(obj.spec.engine, obj.spec.image.is_none(), in_force)
-    };
     let view = match (&step.plan, &step.compiled) {
         (Plan::Prove { canary }, Some(compiled)) if healthy => {
             ctx.supervisor
                 .leadership()
                 .check(|| format!("prove the policy of {name}"))?;
             remembered.policy_may_exist = true;
-            match proof::prove(&ctx.client, objects, v, compiled, canary).await {
-                Ok(proven) => {
-                    let message = format!(
-                        "MutatingAdmissionPolicy {} ({}) and its binding are in force: {} \
-                         corpus objects created through both engines in {canary} agreed ({} \
-                         injected); proven and in force everywhere {:.1}s after the first apply",
-                        objects.name,
-                        objects.version,
-                        proven.compared,
-                        proven.injected,
-                        proven.took.as_secs_f64()
-                    );
-                    info!(initializer = %name, took_ms = proven.took.as_millis() as u64, "the policy is proven and in force");
-                    publish(
-                        ctx,
-                        obj,
-                        EventType::Normal,
-                        Reason::EngineSwitched,
-                        format!(
-                            "the preset runs in the API server now; the webhook is deregistered \
-                             and its Deployment scaled to zero. {message}"
-                        ),
-                    )
-                    .await;
-                    remembered.in_force = EngineInForce::Policy;
-                    remembered.settled = Settled::InForce;
-                    remembered.proven = message.clone();
-                    remembered.failure = None;
-                    Some(view_of(&Ok(message)))
-                }
-                Err(Unproven::Disproved(diff)) => {
-                    warn!(initializer = %name, %diff, "the policy disagrees with the webhook");
-                    publish(
-                        ctx,
-                        obj,
-                        EventType::Warning,
-                        Reason::EngineDisproved,
-                        format!("the webhook stays: {diff}"),
-                    )
-                    .await;
-                    let why = Why::Disproved(format!(
-                        "the compiled policy and the webhook disagreed in {canary}: {diff}"
-                    ));
-                    remembered.settled = Settled::Webhook(why.clone());
-                    remembered.policy_may_exist = false;
-                    Some(view_of(&Err(why)))
-                }
-                Err(Unproven::Conflict(err)) => {
-                    if let Err(e) = objects.remove(&ctx.client).await {
-                        warn!(initializer = %name, error = %e, "failed to remove the unproven policy");
-                    }
-                    return Err(err);
-                }
-                Err(Unproven::Failed(failure)) => {
-                    warn!(initializer = %name, %failure, "the proof could not finish");
-                    if let Err(e) = objects.remove(&ctx.client).await {
-                        warn!(initializer = %name, error = %e, "failed to remove the unproven policy");
-                    }
-                    let why =
-                        Why::ProofFailed(format!("{failure}; tried again at the next resync"));
-                    if remembered.failure.as_ref() != Some(&why) {
-                        publish(ctx, obj, EventType::Warning, Reason::ProofFailed, failure).await;
-                    }
-                    remembered.failure = Some(why.clone());
-                    Some(view_of(&Err(why)))
-                }
-            }
+            let proven = proof::prove(&ctx.client, objects, v, compiled, canary).await;
+            settle(ctx, obj, objects, canary, proven, &mut remembered).await?
         }
         _ if remembered.policy_may_exist && report.registered => {
             ctx.supervisor
@@ -406,6 +357,89 @@ pub(super) async fn after_sync(
     };
     ctx.supervisor.remember_engine(&name, remembered);
     Ok(view)
+}
+
+/// What the proof's outcome `proven` means, recorded in `remembered` and published: the
+/// cutover (the new view), a disproof or a failed proof (the webhook stays, and why), or a
+/// conflict with someone else's policy (an error, the unproven policy removed first).
+async fn settle(
+    ctx: &Context,
+    obj: &Initializer,
+    objects: &PolicyObjects,
+    canary: &str,
+    proven: std::result::Result<proof::Proven, Unproven>,
+    remembered: &mut Remembered,
+) -> Result<Option<EngineView>> {
+    let name = obj.name_any();
+    let view_of = |in_force: &std::result::Result<String, Why>| {
+        engine::view(obj.spec.engine, obj.spec.image.is_none(), in_force)
+    };
+    Ok(match proven {
+        Ok(proven) => {
+            let message = format!(
+                "MutatingAdmissionPolicy {} ({}) and its binding are in force: {} \
+                 corpus objects created through both engines in {canary} agreed ({} \
+                 injected); proven and in force everywhere {:.1}s after the first apply",
+                objects.name,
+                objects.version,
+                proven.compared,
+                proven.injected,
+                proven.took.as_secs_f64()
+            );
+            info!(initializer = %name, took_ms = proven.took.as_millis() as u64, "the policy is proven and in force");
+            publish(
+                ctx,
+                obj,
+                EventType::Normal,
+                Reason::EngineSwitched,
+                format!(
+                    "the preset runs in the API server now; the webhook is deregistered \
+                     and its Deployment scaled to zero. {message}"
+                ),
+            )
+            .await;
+            remembered.in_force = EngineInForce::Policy;
+            remembered.settled = Settled::InForce;
+            remembered.proven = message.clone();
+            remembered.failure = None;
+            Some(view_of(&Ok(message)))
+        }
+        Err(Unproven::Disproved(diff)) => {
+            warn!(initializer = %name, %diff, "the policy disagrees with the webhook");
+            publish(
+                ctx,
+                obj,
+                EventType::Warning,
+                Reason::EngineDisproved,
+                format!("the webhook stays: {diff}"),
+            )
+            .await;
+            let why = Why::Disproved(format!(
+                "the compiled policy and the webhook disagreed in {canary}: {diff}"
+            ));
+            remembered.settled = Settled::Webhook(why.clone());
+            remembered.policy_may_exist = false;
+            Some(view_of(&Err(why)))
+        }
+        Err(Unproven::Conflict(err)) => {
+            if let Err(e) = objects.remove(&ctx.client).await {
+                warn!(initializer = %name, error = %e, "failed to remove the unproven policy");
+            }
+            return Err(err);
+        }
+        Err(Unproven::Failed(failure)) => {
+            warn!(initializer = %name, %failure, "the proof could not finish");
+            if let Err(e) = objects.remove(&ctx.client).await {
+                warn!(initializer = %name, error = %e, "failed to remove the unproven policy");
+            }
+            let why = Why::ProofFailed(format!("{failure}; tried again at the next resync"));
+            if remembered.failure.as_ref() != Some(&why) {
+                publish(ctx, obj, EventType::Warning, Reason::ProofFailed, failure).await;
+            }
+            remembered.failure = Some(why.clone());
+            Some(view_of(&Err(why)))
+        }
+    })
 }
 
 /// Removes the policy and binding of a deleted or suspended Initializer (only ours), where the
