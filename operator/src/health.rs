@@ -358,66 +358,13 @@ impl Machine {
                 self.fail_streak = 0;
                 self.try_return(now)
             }
-            Input::ProbeFailed => {
-                self.fail_streak = self.fail_streak.saturating_add(1);
-                self.ok_streak = 0;
-                match self.state {
-                    State::Registered => {
-                        self.trouble_since = Some(now);
-                        if self.fail_streak >= self.config.failure_threshold {
-                            self.leave(now);
-                            self.deregister(Cause::ProbesFailed, now)
-                        } else {
-                            self.leave(now);
-                            self.state = State::Degraded;
-                            Action::Degrade { since: now }
-                        }
-                    }
-                    State::Degraded if self.fail_streak >= self.config.failure_threshold => {
-                        self.deregister(Cause::ProbesFailed, now)
-                    }
-                    _ => Action::None,
-                }
-            }
-            Input::Endpoints(ready) => {
-                self.endpoints = Some(ready);
-                if ready == 0 {
-                    self.routed = false;
-                    self.ok_streak = 0;
-                    match self.state {
-                        State::Registered => {
-                            // The endpoints going to zero is the trouble itself.
-                            self.trouble_since = Some(now);
-                            self.leave(now);
-                            self.deregister(Cause::NoReadyEndpoints, now)
-                        }
-                        State::Degraded => self.deregister(Cause::NoReadyEndpoints, now),
-                        _ => Action::None,
-                    }
-                } else {
-                    self.try_return(now)
-                }
-            }
+            Input::ProbeFailed => self.probe_failed(now),
+            Input::Endpoints(ready) => self.endpoints_counted(ready, now),
             Input::Available(available) => {
                 self.available = available;
                 self.try_return(now)
             }
-            Input::Aside(Some(aside)) => {
-                self.aside = Some(aside);
-                let was = self.state;
-                self.state = State::Aside;
-                self.ok_streak = 0;
-                if matches!(was, State::Registered | State::Degraded) {
-                    self.registered_at = None;
-                    self.trouble_since = None;
-                    Action::Deregister {
-                        cause: Cause::Aside(aside),
-                        since: now,
-                    }
-                } else {
-                    Action::None
-                }
-            }
+            Input::Aside(Some(aside)) => self.set_aside(aside, now),
             Input::Routed => {
                 self.routed = true;
                 self.try_return(now)
@@ -431,6 +378,65 @@ impl Machine {
                 }
                 Action::None
             }
+        }
+    }
+
+    /// A probe failed: degraded at the first, removed at `failureThreshold` in a row.
+    fn probe_failed(&mut self, now: Instant) -> Action {
+        self.fail_streak = self.fail_streak.saturating_add(1);
+        self.ok_streak = 0;
+        match self.state {
+            State::Registered => {
+                self.trouble_since = Some(now);
+                self.leave(now);
+                if self.fail_streak >= self.config.failure_threshold {
+                    self.deregister(Cause::ProbesFailed, now)
+                } else {
+                    self.state = State::Degraded;
+                    Action::Degrade { since: now }
+                }
+            }
+            State::Degraded if self.fail_streak >= self.config.failure_threshold => {
+                self.deregister(Cause::ProbesFailed, now)
+            }
+            _ => Action::None,
+        }
+    }
+
+    /// The Service has `ready` ready endpoints: at zero the configuration goes at once.
+    fn endpoints_counted(&mut self, ready: u32, now: Instant) -> Action {
+        self.endpoints = Some(ready);
+        if ready > 0 {
+            return self.try_return(now);
+        }
+        self.routed = false;
+        self.ok_streak = 0;
+        match self.state {
+            State::Registered => {
+                // The endpoints going to zero is the trouble itself.
+                self.trouble_since = Some(now);
+                self.leave(now);
+                self.deregister(Cause::NoReadyEndpoints, now)
+            }
+            State::Degraded => self.deregister(Cause::NoReadyEndpoints, now),
+            _ => Action::None,
+        }
+    }
+
+    /// Out of the path on purpose: a registered configuration goes, with `aside` as its cause.
+    fn set_aside(&mut self, aside: Aside, now: Instant) -> Action {
+        self.aside = Some(aside);
+        let was = self.state;
+        self.state = State::Aside;
+        self.ok_streak = 0;
+        if !matches!(was, State::Registered | State::Degraded) {
+            return Action::None;
+        }
+        self.registered_at = None;
+        self.trouble_since = None;
+        Action::Deregister {
+            cause: Cause::Aside(aside),
+            since: now,
         }
     }
 

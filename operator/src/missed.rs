@@ -227,6 +227,25 @@ fn display(resource: &ApiResource, meta: &ObjectMeta) -> String {
     }
 }
 
+/// Every namespace's labels, by name.
+async fn namespace_labels(
+    client: &Client,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, kube::Error> {
+    let list = Api::<Namespace>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|n| {
+            (
+                n.metadata.name.unwrap_or_default(),
+                n.metadata.labels.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
 /// Counts the missed initializations of one window: lists the metadata of every resource the
 /// rules name, page by page and at most [`MAX_SCANNED`] objects per resource, and the
 /// namespaces' labels when a namespace selector needs them.
@@ -236,28 +255,16 @@ pub async fn count(
     scope: &Scope,
 ) -> MissedInitializations {
     let (listed, mut unchecked) = resources(rules);
-    let mut namespaces: Option<BTreeMap<String, BTreeMap<String, String>>> = None;
-    if scope.namespace_selector.is_some() {
-        match Api::<Namespace>::all(client.clone())
-            .list_metadata(&ListParams::default())
-            .await
-        {
-            Ok(list) => {
-                namespaces = Some(
-                    list.items
-                        .into_iter()
-                        .map(|n| {
-                            (
-                                n.metadata.name.unwrap_or_default(),
-                                n.metadata.labels.unwrap_or_default(),
-                            )
-                        })
-                        .collect(),
-                );
+    let namespaces = match &scope.namespace_selector {
+        Some(_) => match namespace_labels(client).await {
+            Ok(labels) => Some(labels),
+            Err(e) => {
+                unchecked.push(format!("namespaces could not be listed: {e}"));
+                None
             }
-            Err(e) => unchecked.push(format!("namespaces could not be listed: {e}")),
-        }
-    }
+        },
+        None => None,
+    };
     let mut count = 0i64;
     let mut examples = Vec::new();
     let mut truncated = false;

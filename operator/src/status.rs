@@ -264,6 +264,43 @@ pub fn phase(o: &Observation<'_>) -> Phase {
 
 /// Computes the whole status.
 pub fn compute(o: &Observation<'_>) -> InitializerStatus {
+    let conditions = conditions(o);
+    let details = details(o);
+    let status = InitializerStatus {
+        phase: Some(phase(o)),
+        conditions,
+        observed_generation: o.generation,
+        ready_replicas: o.workload.as_ref().map(|w| w.ready_replicas),
+        registered: Some(o.registered),
+        engine: o.engine.map(|e| e.in_force),
+        configuration_name: Some(o.configuration_name.to_string()),
+        last_probe_time: o.probe.as_ref().map(|p| Time(p.at)),
+        last_probe_latency_millis: o
+            .probe
+            .as_ref()
+            .map(|p| i64::try_from(p.latency.as_millis()).unwrap_or(i64::MAX)),
+        certificate_not_after: o.certificate_not_after.map(Time),
+        details,
+        last_outage: o.outage.clone(),
+        missed_initializations: o.missed.clone(),
+        // The guard's witness is written apart (`apply::apply_guard_witness`).
+        guard: None,
+    };
+    let workload = o.workload.as_ref().and_then(|w| w.past_deadline.as_deref());
+    let route = o
+        .route_check
+        .filter(|check| check.unanswered_for >= ROUTE_DEADLINE);
+    let overdue = match (workload, route) {
+        (Some(message), _) => Some(Overdue::Workload(message)),
+        (None, Some(check)) => Some(Overdue::Route(check.last)),
+        (None, None) => None,
+    };
+    with_standing(status, overdue, o.previous, o.now)
+}
+
+/// The conditions: `Valid`, then either the three a refused spec leaves unknown or every
+/// condition the observation shows.
+fn conditions(o: &Observation<'_>) -> Vec<Condition> {
     let invalid = !o.refusals.is_empty();
     let mut conditions = vec![valid_condition(o)];
     if invalid {
@@ -306,6 +343,12 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
             conditions.push(c);
         }
     }
+    conditions
+}
+
+/// `status.details`: the last probe's error, the hold-down while out of the path, the last
+/// failure.
+fn details(o: &Observation<'_>) -> BTreeMap<String, String> {
     let mut details = BTreeMap::new();
     if let Some(p) = o.probe.as_ref().filter(|p| !p.ok) {
         details.insert("lastProbeError".to_string(), p.message.clone());
@@ -316,36 +359,7 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
     if let Some(error) = o.last_error {
         details.insert(LAST_ERROR.to_string(), error.to_string());
     }
-    let status = InitializerStatus {
-        phase: Some(phase(o)),
-        conditions,
-        observed_generation: o.generation,
-        ready_replicas: o.workload.as_ref().map(|w| w.ready_replicas),
-        registered: Some(o.registered),
-        engine: o.engine.map(|e| e.in_force),
-        configuration_name: Some(o.configuration_name.to_string()),
-        last_probe_time: o.probe.as_ref().map(|p| Time(p.at)),
-        last_probe_latency_millis: o
-            .probe
-            .as_ref()
-            .map(|p| i64::try_from(p.latency.as_millis()).unwrap_or(i64::MAX)),
-        certificate_not_after: o.certificate_not_after.map(Time),
-        details,
-        last_outage: o.outage.clone(),
-        missed_initializations: o.missed.clone(),
-        // The guard's witness is written apart (`apply::apply_guard_witness`).
-        guard: None,
-    };
-    let workload = o.workload.as_ref().and_then(|w| w.past_deadline.as_deref());
-    let route = o
-        .route_check
-        .filter(|check| check.unanswered_for >= ROUTE_DEADLINE);
-    let overdue = match (workload, route) {
-        (Some(message), _) => Some(Overdue::Workload(message)),
-        (None, Some(check)) => Some(Overdue::Route(check.last)),
-        (None, None) => None,
-    };
-    with_standing(status, overdue, o.previous, o.now)
+    details
 }
 
 /// Where an Initializer stands, in the terms of Kubernetes' conventions for any object.
