@@ -114,26 +114,7 @@ pub async fn remove_orphans(client: &Client, policy_api: &PolicyApi) -> Result<V
         .items;
     let wanting = wanting_configurations(&existing);
     let unwanted = orphans(&found.items, &wanting);
-    let mut orphaned = Vec::new();
-    for listed in found
-        .items
-        .iter()
-        .filter(|c| unwanted.contains(&c.name_any()))
-    {
-        let name = listed.name_any();
-        // Only the object listed: one registered again since (an un-suspend) is left alone.
-        let removed =
-            apply::delete_unless_changed(&configs, &name, apply::as_read(&listed.metadata))
-                .await
-                .map_err(|source| Error::Deregister {
-                    name: name.clone(),
-                    source: Box::new(source),
-                })?;
-        if removed {
-            info!(configuration = %name, "removed orphaned configuration");
-            orphaned.push(name);
-        }
-    }
+    let mut orphaned = remove_configurations(&configs, &found.items, &unwanted).await?;
     // A suspended legacy Initializer keeps what waits on its name (its workload still
     // initializes it): only the configurations of Initializers that are gone are released.
     let names: Vec<String> = existing.iter().map(ResourceExt::name_any).collect();
@@ -151,24 +132,60 @@ pub async fn remove_orphans(client: &Client, policy_api: &PolicyApi) -> Result<V
     // Initializer is gone without the operator's cleanup: its owner reference lets the garbage
     // collector remove them, and the sweep removes those applied before they carried one.
     for (api, kind, listed) in presets {
-        let unowned = orphans(&listed, &names);
-        for object in listed.iter().filter(|o| unowned.contains(&o.name_any())) {
-            let name = object.name_any();
-            let removed =
-                apply::delete_unless_changed(&api, &name, apply::as_read(&object.metadata))
-                    .await
-                    .map_err(|source| Error::Delete {
-                        kind,
-                        name: name.clone(),
-                        source: Box::new(source),
-                    })?;
-            if removed {
-                info!(%kind, %name, "removed an orphaned preset policy");
-                orphaned.push(name);
-            }
-        }
+        orphaned.extend(remove_preset_objects(&api, kind, &listed, &names).await?);
     }
     Ok(orphaned)
+}
+
+/// Deletes the listed webhook configurations named in `unwanted`, each only as listed (one
+/// registered again since, by an un-suspend, is left alone); returns the names removed.
+async fn remove_configurations(
+    configs: &Api<MutatingWebhookConfiguration>,
+    listed: &[MutatingWebhookConfiguration],
+    unwanted: &[String],
+) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for listed in listed.iter().filter(|c| unwanted.contains(&c.name_any())) {
+        let name = listed.name_any();
+        let gone = apply::delete_unless_changed(configs, &name, apply::as_read(&listed.metadata))
+            .await
+            .map_err(|source| Error::Deregister {
+                name: name.clone(),
+                source: Box::new(source),
+            })?;
+        if gone {
+            info!(configuration = %name, "removed orphaned configuration");
+            removed.push(name);
+        }
+    }
+    Ok(removed)
+}
+
+/// Deletes the listed preset policies or bindings (`kind`) whose Initializer is not among
+/// `initializers`, each only as listed; returns the names removed.
+async fn remove_preset_objects(
+    api: &Api<DynamicObject>,
+    kind: &'static str,
+    listed: &[DynamicObject],
+    initializers: &[String],
+) -> Result<Vec<String>> {
+    let unowned = orphans(listed, initializers);
+    let mut removed = Vec::new();
+    for object in listed.iter().filter(|o| unowned.contains(&o.name_any())) {
+        let name = object.name_any();
+        let gone = apply::delete_unless_changed(api, &name, apply::as_read(&object.metadata))
+            .await
+            .map_err(|source| Error::Delete {
+                kind,
+                name: name.clone(),
+                source: Box::new(source),
+            })?;
+        if gone {
+            info!(%kind, %name, "removed an orphaned preset policy");
+            removed.push(name);
+        }
+    }
+    Ok(removed)
 }
 
 /// The preset policies and bindings (MutatingAdmissionPolicy) the operator applied, bindings
