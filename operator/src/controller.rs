@@ -284,29 +284,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     // start): an edit or deletion by someone else is put right at once, not at the next drift
     // check.
     let controller = match ctx.policy_api.served_version(&client).await {
-        Ok(Ok(version)) => {
-            let mut controller = controller;
-            for (kind, plural) in [
-                ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
-                (
-                    "MutatingAdmissionPolicyBinding",
-                    "mutatingadmissionpolicybindings",
-                ),
-            ] {
-                let resource = ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(crate::policy::served::GROUP, version, kind),
-                    plural,
-                );
-                let known = controller.store();
-                controller = controller.watches_with(
-                    Api::<DynamicObject>::all_with(client.clone(), &resource),
-                    resource,
-                    watcher::Config::default().labels(&managed_selector()),
-                    move |policy| policy_of(&known.state(), &policy.name_any()),
-                );
-            }
-            controller
-        }
+        Ok(Ok(version)) => watch_preset_policies(controller, &client, version),
         _ => controller,
     };
     controller
@@ -356,6 +334,35 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
             }
         })
         .await;
+}
+
+/// `controller`, also watching the preset policies and bindings at `version`, each mapped to
+/// its Initializer by name.
+fn watch_preset_policies(
+    mut controller: Controller<Initializer>,
+    client: &Client,
+    version: &str,
+) -> Controller<Initializer> {
+    for (kind, plural) in [
+        ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+        (
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+        ),
+    ] {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(crate::policy::served::GROUP, version, kind),
+            plural,
+        );
+        let known = controller.store();
+        controller = controller.watches_with(
+            Api::<DynamicObject>::all_with(client.clone(), &resource),
+            resource,
+            watcher::Config::default().labels(&managed_selector()),
+            move |policy| policy_of(&known.state(), &policy.name_any()),
+        );
+    }
+    controller
 }
 
 /// One item each time the guard's state changes, until its sender is gone.
