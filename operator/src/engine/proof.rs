@@ -419,8 +419,26 @@ async fn dry_run_create(
         .map_err(|e| e.to_string())
 }
 
-/// Whether the policy (not the webhook) injected `proof` in `namespace`: the stored object
-/// needs no injection any more and carries no webhook mark.
+/// Whether the policy (not the webhook) injected `stored`, what the API server stored for a
+/// create of `proof` in `namespace`: it needs no injection any more and carries no webhook
+/// mark.
+fn stored_by_policy(
+    compiled: &Compiled,
+    proof: &ProofObject,
+    namespace: &str,
+    stored: &Value,
+) -> bool {
+    let facts = RequestFacts {
+        group: proof.kind.group,
+        version: proof.kind.version,
+        kind: proof.kind.kind,
+        namespace,
+    };
+    !compiled.program.needs_injection(&facts, stored) && !compare::marked(stored)
+}
+
+/// Whether the policy (not the webhook) injected a create of `object` in `namespace`
+/// ([`stored_by_policy`]).
 async fn injected_by_policy(
     client: &Client,
     namespace: &str,
@@ -429,13 +447,7 @@ async fn injected_by_policy(
     object: &Value,
 ) -> Result<bool, String> {
     let stored = dry_run_create(client, namespace, proof, object).await?;
-    let facts = RequestFacts {
-        group: proof.kind.group,
-        version: proof.kind.version,
-        kind: proof.kind.kind,
-        namespace,
-    };
-    Ok(!compiled.program.needs_injection(&facts, &stored) && !compare::marked(&stored))
+    Ok(stored_by_policy(compiled, proof, namespace, &stored))
 }
 
 /// Waits until a create of `object` in `namespace` is injected by the policy.
@@ -493,12 +505,6 @@ pub async fn still_in_force(
              force"
         )));
     };
-    let facts = RequestFacts {
-        group: probe.kind.group,
-        version: probe.kind.version,
-        kind: probe.kind.kind,
-        namespace: canary,
-    };
     for sample in 1..=IN_FORCE_SAMPLES {
         let stored = match dry_run_create_raw(client, canary, probe, &probe.object).await {
             Ok(stored) => stored,
@@ -521,7 +527,7 @@ pub async fn still_in_force(
                 });
             }
         };
-        if compiled.program.needs_injection(&facts, &stored) || compare::marked(&stored) {
+        if !stored_by_policy(compiled, probe, canary, &stored) {
             return Ok(Some(format!(
                 "the API server stored a create of {} in {canary} without the policy's \
                  injection ({sample} of {IN_FORCE_SAMPLES} checks): it serves \
