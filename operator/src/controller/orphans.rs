@@ -4,6 +4,7 @@
 //! whenever a managed configuration changes, and every minute. The sweep's watch also keeps the
 //! copy of the operator's configurations the supervisor checks healthy registrations against.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -16,6 +17,7 @@ use kube::api::{DynamicObject, ListParams};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -114,7 +116,17 @@ pub async fn remove_orphans(client: &Client, policy_api: &PolicyApi) -> Result<V
         .items;
     let wanting = wanting_configurations(&existing);
     let unwanted = orphans(&found.items, &wanting);
-    let mut orphaned = remove_configurations(&configs, &found.items, &unwanted).await?;
+    let mut orphaned = delete_as_listed(
+        &configs,
+        &found.items,
+        &unwanted,
+        "configuration",
+        |name, e| Error::Deregister {
+            name,
+            source: Box::new(e),
+        },
+    )
+    .await?;
     // A suspended legacy Initializer keeps what waits on its name (its workload still
     // initializes it): only the configurations of Initializers that are gone are released.
     let names: Vec<String> = existing.iter().map(ResourceExt::name_any).collect();
@@ -132,56 +144,39 @@ pub async fn remove_orphans(client: &Client, policy_api: &PolicyApi) -> Result<V
     // Initializer is gone without the operator's cleanup: its owner reference lets the garbage
     // collector remove them, and the sweep removes those applied before they carried one.
     for (api, kind, listed) in presets {
-        orphaned.extend(remove_preset_objects(&api, kind, &listed, &names).await?);
+        let unowned = orphans(&listed, &names);
+        let removed = delete_as_listed(&api, &listed, &unowned, kind, |name, e| Error::Delete {
+            kind,
+            name,
+            source: Box::new(e),
+        })
+        .await?;
+        orphaned.extend(removed);
     }
     Ok(orphaned)
 }
 
-/// Deletes the listed webhook configurations named in `unwanted`, each only as listed (one
-/// registered again since, by an un-suspend, is left alone); returns the names removed.
-async fn remove_configurations(
-    configs: &Api<MutatingWebhookConfiguration>,
-    listed: &[MutatingWebhookConfiguration],
+/// Deletes each of `listed` named in `unwanted`, only as listed (one written again since, such
+/// as a configuration an un-suspend registered, is left alone); returns the names removed.
+/// `failed` turns a refused deletion into the sweep's error; `what` names the object in the log.
+async fn delete_as_listed<K>(
+    api: &Api<K>,
+    listed: &[K],
     unwanted: &[String],
-) -> Result<Vec<String>> {
+    what: &str,
+    failed: impl Fn(String, kube::Error) -> Error,
+) -> Result<Vec<String>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
     let mut removed = Vec::new();
-    for listed in listed.iter().filter(|c| unwanted.contains(&c.name_any())) {
-        let name = listed.name_any();
-        let gone = apply::delete_unless_changed(configs, &name, apply::as_read(&listed.metadata))
-            .await
-            .map_err(|source| Error::Deregister {
-                name: name.clone(),
-                source: Box::new(source),
-            })?;
-        if gone {
-            info!(configuration = %name, "removed orphaned configuration");
-            removed.push(name);
-        }
-    }
-    Ok(removed)
-}
-
-/// Deletes the listed preset policies or bindings (`kind`) whose Initializer is not among
-/// `initializers`, each only as listed; returns the names removed.
-async fn remove_preset_objects(
-    api: &Api<DynamicObject>,
-    kind: &'static str,
-    listed: &[DynamicObject],
-    initializers: &[String],
-) -> Result<Vec<String>> {
-    let unowned = orphans(listed, initializers);
-    let mut removed = Vec::new();
-    for object in listed.iter().filter(|o| unowned.contains(&o.name_any())) {
+    for object in listed.iter().filter(|o| unwanted.contains(&o.name_any())) {
         let name = object.name_any();
-        let gone = apply::delete_unless_changed(api, &name, apply::as_read(&object.metadata))
+        let gone = apply::delete_unless_changed(api, &name, apply::as_read(object.meta()))
             .await
-            .map_err(|source| Error::Delete {
-                kind,
-                name: name.clone(),
-                source: Box::new(source),
-            })?;
+            .map_err(|source| failed(name.clone(), source))?;
         if gone {
-            info!(%kind, %name, "removed an orphaned preset policy");
+            info!(%name, "removed an orphaned {what}");
             removed.push(name);
         }
     }
