@@ -255,16 +255,13 @@ pub async fn count(
     scope: &Scope,
 ) -> MissedInitializations {
     let (listed, mut unchecked) = resources(rules);
-    let namespaces = match &scope.namespace_selector {
-        Some(_) => match namespace_labels(client).await {
-            Ok(labels) => Some(labels),
-            Err(e) => {
-                unchecked.push(format!("namespaces could not be listed: {e}"));
-                None
-            }
-        },
-        None => None,
-    };
+    let mut namespaces = None;
+    if scope.namespace_selector.is_some() {
+        match namespace_labels(client).await {
+            Ok(labels) => namespaces = Some(labels),
+            Err(e) => unchecked.push(format!("namespaces could not be listed: {e}")),
+        }
+    }
     let mut count = 0i64;
     let mut examples = Vec::new();
     let mut truncated = false;

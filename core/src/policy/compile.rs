@@ -101,7 +101,7 @@ pub enum CompileError {
     #[error(
         "{field}: {name:?} is a keyword of CEL: the policy cannot compare it with an item of the same name"
     )]
-    ReservedName {
+    KeywordName {
         /// Where it is.
         field: String,
         /// The name.
@@ -129,7 +129,7 @@ impl CompileError {
             Self::NothingToInject => "spec.preset.inject",
             Self::ReservedAnnotation => "spec.preset.inject.annotations",
             Self::MissingKey { field }
-            | Self::ReservedName { field, .. }
+            | Self::KeywordName { field, .. }
             | Self::InvalidLabelSelector { field, .. }
             | Self::ExpressionTooLarge { field, .. }
             | Self::Encode { field, .. } => field,
@@ -352,14 +352,16 @@ pub fn program(
     let volumes = keyed(&inject.volumes, &field("volumes"), "name", |v| {
         v.name.as_str()
     })?;
-    for (list, items) in [
-        ("containers", &containers),
-        ("initContainers", &init_containers),
-        ("volumes", &volumes),
-    ] {
+    // The lists whose items are the preset's ([`Step::Put`]), compared field by field.
+    let put = [
+        ("containers", containers),
+        ("initContainers", init_containers),
+        ("volumes", volumes),
+    ];
+    for (list, items) in &put {
         for (i, item) in items.iter().enumerate() {
             if let Some((at, name)) = keyword_name(&item.value, &format!("{}[{i}]", field(list))) {
-                return Err(CompileError::ReservedName { field: at, name });
+                return Err(CompileError::KeywordName { field: at, name });
             }
         }
     }
@@ -380,9 +382,7 @@ pub fn program(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if containers.is_empty()
-        && init_containers.is_empty()
-        && volumes.is_empty()
+    if put.iter().all(|(_, items)| items.is_empty())
         && mounts.is_empty()
         && env.is_empty()
         && labels.is_empty()
@@ -464,11 +464,7 @@ pub fn program(
                     }
                 }
             }
-            for (list, items) in [
-                ("containers", &containers),
-                ("initContainers", &init_containers),
-                ("volumes", &volumes),
-            ] {
+            for (list, items) in &put {
                 if !items.is_empty() {
                     steps.push(Step::Put {
                         list: at(list),

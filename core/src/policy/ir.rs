@@ -8,9 +8,9 @@
 //!
 //! The interpreter follows what the API server does with the rendered text, step for step:
 //! every guard looks at the object as it came in (one CEL evaluation sees one `object`), every
-//! step yields `add` (and `replace`) operations, and the operations are applied in order with JSON Patch
-//! semantics (RFC 6902, as `evanphx/json-patch` v4 does in the API server: `add` to `/-` fails
-//! when the array is missing). So each step adds a whole array or map when it is missing and
+//! step yields `add` (and `replace`) operations, and the operations are applied in order with
+//! JSON Patch semantics (RFC 6902, as `evanphx/json-patch` v4 does in the API server: `add` to
+//! `/-` fails when the array is missing). So each step adds a whole array or map when it is missing and
 //! appends to it (or replaces an element of it) when it is present, and no two steps write to
 //! the same place.
 //!

@@ -86,6 +86,12 @@ pub enum Error {
         /// The end of its log.
         last_lines: String,
     },
+    /// A component asked for is not among those running.
+    #[error("{component} is not running")]
+    NotRunning {
+        /// etcd, kube-apiserver, ...
+        component: &'static str,
+    },
     /// The port forward could not listen.
     #[error("failed to listen on 127.0.0.1:{port} for the API server: {source}")]
     Forward { port: u16, source: std::io::Error },
@@ -325,7 +331,9 @@ impl ControlPlane {
             let at = components
                 .iter()
                 .position(|c| c.name() == APISERVER)
-                .ok_or_else(|| Error::Client(format!("no {APISERVER} to restart")))?;
+                .ok_or(Error::NotRunning {
+                    component: APISERVER,
+                })?;
             (at, components.remove(at))
         };
         old.stop().await;
