@@ -227,153 +227,154 @@ impl std::fmt::Debug for Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("initializer_operator");
-        let reconciles = Counter::default();
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        let reconcile_duration = latency_histogram();
-        let probe_latency: HistogramFamily<InitializerLabels> =
-            Family::new_with_constructor(latency_histogram);
-        let probe_failures = Family::<InitializerLabels, Counter>::default();
-        let probes_excused = Family::<InitializerLabels, Counter>::default();
-        let registrations = Family::<InitializerLabels, Counter>::default();
-        let deregistrations = Family::<DeregistrationLabels, Counter>::default();
-        let unresponsive_to_deregistered = latency_histogram();
-        let leader = Gauge::default();
-        let fail_closed = Family::<InitializerLabels, Gauge>::default();
-        let registered = Family::<InitializerLabels, Gauge>::default();
-        let degraded = Family::<InitializerLabels, Gauge>::default();
-        let suspended = Family::<InitializerLabels, Gauge>::default();
-        let certificate_expiry = Family::<InitializerLabels, Gauge>::default();
-        let probe_budget = Family::<InitializerLabels, Gauge<f64, AtomicU64>>::default();
-        let api_requests = Family::<VerbLabels, Counter>::default();
-        let phase = Family::<PhaseLabels, Gauge>::default();
-        let engine = Family::<EngineLabels, Gauge>::default();
-        let fallback_in_force = Family::<InitializerLabels, Gauge>::default();
-        let stalled = Family::<StalledLabels, Gauge>::default();
-        let missed_initializations = Family::<InitializerLabels, Counter>::default();
-        registry.register("reconciles", "Reconciles run", reconciles.clone());
+        let mut metrics = Self {
+            registry: Registry::with_prefix("initializer_operator"),
+            reconciles: Counter::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: latency_histogram(),
+            probe_latency: Family::new_with_constructor(latency_histogram),
+            probe_failures: Family::default(),
+            probes_excused: Family::default(),
+            registrations: Family::default(),
+            deregistrations: Family::default(),
+            unresponsive_to_deregistered: latency_histogram(),
+            leader: Gauge::default(),
+            fail_closed: Family::default(),
+            registered: Family::default(),
+            degraded: Family::default(),
+            suspended: Family::default(),
+            certificate_expiry: Family::default(),
+            probe_budget: Family::default(),
+            api_requests: Family::default(),
+            phase: Family::default(),
+            engine: Family::default(),
+            fallback_in_force: Family::default(),
+            stalled: Family::default(),
+            missed_initializations: Family::default(),
+        };
+        let mut registry = std::mem::take(&mut metrics.registry);
+        metrics.register_reconciles_and_probes(&mut registry);
+        metrics.register_configurations(&mut registry);
+        metrics.register_status(&mut registry);
+        metrics.registry = registry;
+        metrics
+    }
+}
+
+/// Every metric registered with its name and help, by subject.
+impl Metrics {
+    /// The reconciles and the probes.
+    fn register_reconciles_and_probes(&self, registry: &mut Registry) {
+        registry.register("reconciles", "Reconciles run", self.reconciles.clone());
         registry.register(
             "reconcile_errors",
             "Reconciles that failed, by error",
-            reconcile_errors.clone(),
+            self.reconcile_errors.clone(),
         );
         registry.register(
             "reconcile_duration_seconds",
             "Duration of one reconcile",
-            reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
         registry.register(
             "probe_latency_seconds",
             "Latency of a dry-run AdmissionReview probe round (the slowest ready endpoint)",
-            probe_latency.clone(),
+            self.probe_latency.clone(),
         );
-        registry.register("probe_failures", "Failed probes", probe_failures.clone());
         registry.register(
-            "probes_excused",
-            "Timed-out probes not counted against the initializer because the operator itself stalled meanwhile (its runtime or machine starved)",
-            probes_excused.clone(),
+            "probe_failures",
+            "Failed probes",
+            self.probe_failures.clone(),
         );
+        registry.register(
+                "probes_excused",
+                "Timed-out probes not counted against the initializer because the operator itself stalled meanwhile (its runtime or machine starved)",
+                self.probes_excused.clone(),
+            );
+    }
+
+    /// What happens to the configurations, and who leads.
+    fn register_configurations(&self, registry: &mut Registry) {
         registry.register(
             "registrations",
             "Webhook configurations registered",
-            registrations.clone(),
+            self.registrations.clone(),
         );
         registry.register(
             "deregistrations",
             "Webhook configurations removed",
-            deregistrations.clone(),
+            self.deregistrations.clone(),
         );
         registry.register(
-            "unresponsive_to_deregistered_seconds",
-            "Time from the first failed probe (or zero ready endpoints) to the configuration's removal",
-            unresponsive_to_deregistered.clone(),
-        );
-        registry.register("leader", "1 while this replica leads", leader.clone());
+                "unresponsive_to_deregistered_seconds",
+                "Time from the first failed probe (or zero ready endpoints) to the configuration's removal",
+                self.unresponsive_to_deregistered.clone(),
+            );
+        registry.register("leader", "1 while this replica leads", self.leader.clone());
         registry.register(
-            "fail_closed",
-            "1 while the Initializer's configuration is registered with failurePolicy Fail (creates it matches are refused whenever it cannot answer)",
-            fail_closed.clone(),
-        );
+                "fail_closed",
+                "1 while the Initializer's configuration is registered with failurePolicy Fail (creates it matches are refused whenever it cannot answer)",
+                self.fail_closed.clone(),
+            );
+    }
+
+    /// What each Initializer's status and spec show, and the API requests made.
+    fn register_status(&self, registry: &mut Registry) {
         registry.register(
-            "registered",
-            "1 while the Initializer's webhook configuration exists (normal or degraded); exported by the leader",
-            registered.clone(),
-        );
+                "registered",
+                "1 while the Initializer's webhook configuration exists (normal or degraded); exported by the leader",
+                self.registered.clone(),
+            );
         registry.register(
-            "degraded",
-            "1 while the Initializer's configuration is degraded to failurePolicy Ignore after a failed probe",
-            degraded.clone(),
-        );
+                "degraded",
+                "1 while the Initializer's configuration is degraded to failurePolicy Ignore after a failed probe",
+                self.degraded.clone(),
+            );
         registry.register(
-            "suspended",
-            "1 while the Initializer is suspended (spec.suspend or the break-glass annotation initializer.dev/break-glass): deregistered on purpose",
-            suspended.clone(),
-        );
+                "suspended",
+                "1 while the Initializer is suspended (spec.suspend or the break-glass annotation initializer.dev/break-glass): deregistered on purpose",
+                self.suspended.clone(),
+            );
         registry.register(
             "certificate_expiry_timestamp_seconds",
             "Expiry of the Initializer's serving certificate, in Unix seconds",
-            certificate_expiry.clone(),
+            self.certificate_expiry.clone(),
         );
         registry.register(
             "probe_budget_seconds",
             "The Initializer's probe latency budget: a slower probe fails",
-            probe_budget.clone(),
+            self.probe_budget.clone(),
         );
         registry.register(
             "api_requests",
             "Requests this replica made to the API server, by verb",
-            api_requests.clone(),
+            self.api_requests.clone(),
         );
         registry.register(
-            "phase",
-            "1 for the Initializer's phase (status.phase), 0 for the others; exported by the leader for every Initializer it reconciled",
-            phase.clone(),
-        );
+                "phase",
+                "1 for the Initializer's phase (status.phase), 0 for the others; exported by the leader for every Initializer it reconciled",
+                self.phase.clone(),
+            );
         registry.register(
-            "engine",
-            "1 for the engine the Initializer's injection runs on now (status.engine: Webhook, or Policy in the API server), 0 for the other",
-            engine.clone(),
-        );
+                "engine",
+                "1 for the engine the Initializer's injection runs on now (status.engine: Webhook, or Policy in the API server), 0 for the other",
+                self.engine.clone(),
+            );
         registry.register(
             "fallback_in_force",
             "1 while the Initializer's fallback policy is in force (FallbackInForce=True)",
-            fallback_in_force.clone(),
+            self.fallback_in_force.clone(),
         );
         registry.register(
-            "stalled",
-            "1 for why the operator cannot deploy or register the Initializer until something changes, the reason of its Stalled condition (Refused: Valid=False, held back included; Conflict: an object in its way is someone else's; ProgressDeadlineExceeded: the workload never became ready within its Deployment's progress deadline; RouteNotProven: the API server was not seen reaching it through its Service for 5 minutes, so it stays registered failing open), 0 for the other reasons",
-            stalled.clone(),
-        );
+                "stalled",
+                "1 for why the operator cannot deploy or register the Initializer until something changes, the reason of its Stalled condition (Refused: Valid=False, held back included; Conflict: an object in its way is someone else's; ProgressDeadlineExceeded: the workload never became ready within its Deployment's progress deadline; RouteNotProven: the API server was not seen reaching it through its Service for 5 minutes, so it stays registered failing open), 0 for the other reasons",
+                self.stalled.clone(),
+            );
         registry.register(
-            "missed_initializations",
-            "Objects created without the initializer while it was out of the path, counted after each fail-open window",
-            missed_initializations.clone(),
-        );
-        Self {
-            registry,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            probe_latency,
-            probe_failures,
-            probes_excused,
-            registrations,
-            deregistrations,
-            unresponsive_to_deregistered,
-            leader,
-            fail_closed,
-            registered,
-            degraded,
-            suspended,
-            certificate_expiry,
-            probe_budget,
-            api_requests,
-            phase,
-            engine,
-            fallback_in_force,
-            stalled,
-            missed_initializations,
-        }
+                "missed_initializations",
+                "Objects created without the initializer while it was out of the path, counted after each fail-open window",
+                self.missed_initializations.clone(),
+            );
     }
 }
 

@@ -175,8 +175,40 @@ pub async fn run_with_metrics(
         .await
         .map_err(|e| Error::Client(Box::new(e)))?;
     info!(server = %version.git_version, namespace = %args.namespace, "connected");
-    // The operator's bounds, in the background like the guard: failing to apply them must not
-    // stop the operator, which RBAC still bounds.
+    let guard = keep_bounds_and_guard(&client, ready, &shutdown);
+    let identity = args.identity();
+    let mut election = Election::start(&client, &args, &identity, &shutdown);
+    let replica = Replica {
+        metrics,
+        leadership: election.leadership.clone(),
+        watchdog,
+        guard,
+    };
+    lead_while_elected(
+        &client,
+        &args,
+        &identity,
+        &replica,
+        &mut election.leading,
+        &shutdown,
+    )
+    .await;
+    election.release().await;
+    match server.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(Error::Serve { addr, source }),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Starts keeping the operator's bounds and the guard applied, in the background (failing to
+/// apply them must not stop the operator, which RBAC still bounds), and sets `ready` once the
+/// guard is in force; returns the guard's state.
+fn keep_bounds_and_guard(
+    client: &Client,
+    ready: Arc<AtomicBool>,
+    shutdown: &CancellationToken,
+) -> watch::Receiver<GuardState> {
     tokio::spawn(crate::bounds::keep_trying(client.clone(), shutdown.clone()));
     let (guard_tx, guard) = watch::channel(GuardState::Unknown);
     tokio::spawn(crate::guard::keep_applied(
@@ -186,32 +218,69 @@ pub async fn run_with_metrics(
     ));
     // Ready once the guard is known to be in force (or not served): a CSV reaches Succeeded,
     // and an install returns, only when an Initializer created from then on is guarded.
-    tokio::spawn(ready_once_guarded(
-        guard.clone(),
-        ready.clone(),
-        shutdown.clone(),
-    ));
+    tokio::spawn(ready_once_guarded(guard.clone(), ready, shutdown.clone()));
+    guard
+}
 
-    let identity = args.identity();
-    let (leading_tx, mut leading) = watch::channel(!args.elect());
-    let mut election = None;
-    let leadership = if args.elect() {
+/// This replica's part in leader election: whether it leads now, and the campaign to end and
+/// the Lease to release when it stops (none with leader election off: it always leads).
+struct Election {
+    leadership: Leadership,
+    leading: watch::Receiver<bool>,
+    campaign: Option<(LeaderElector, tokio::task::JoinHandle<()>)>,
+}
+
+impl Election {
+    fn start(
+        client: &Client,
+        args: &RunArgs,
+        identity: &str,
+        shutdown: &CancellationToken,
+    ) -> Self {
+        let (leading_tx, leading) = watch::channel(!args.elect());
+        if !args.elect() {
+            drop(leading_tx);
+            return Self {
+                leadership: Leadership::unconditional(),
+                leading,
+                campaign: None,
+            };
+        }
         let config = LeaderConfig::new(
             &args.lease_name,
             args.lease_namespace.as_deref().unwrap_or(&args.namespace),
-            &identity,
+            identity,
             Duration::from_secs(args.lease_duration_seconds.max(3)),
         );
         let leadership = Leadership::elected(config.renew_deadline);
         let elector = LeaderElector::new(client.clone(), config, leadership.clone());
         let campaign = tokio::spawn(elector.clone().run(leading_tx, shutdown.clone()));
-        election = Some((elector, campaign));
-        leadership
-    } else {
-        drop(leading_tx);
-        Leadership::unconditional()
-    };
+        Self {
+            leadership,
+            leading,
+            campaign: Some((elector, campaign)),
+        }
+    }
 
+    /// Ends the campaign and releases the Lease. Called once the controllers and supervisors
+    /// have stopped: only then may another replica take over.
+    async fn release(self) {
+        if let Some((elector, campaign)) = self.campaign {
+            let _ = campaign.await;
+            elector.release().await;
+        }
+    }
+}
+
+/// Runs the controllers for each term this replica leads, until `shutdown`.
+async fn lead_while_elected(
+    client: &Client,
+    args: &RunArgs,
+    identity: &str,
+    replica: &Replica,
+    leading: &mut watch::Receiver<bool>,
+    shutdown: &CancellationToken,
+) {
     loop {
         if !*leading.borrow_and_update() {
             tokio::select! {
@@ -225,52 +294,42 @@ pub async fn run_with_metrics(
                 }
             }
         }
-        metrics.leader.set(1);
+        replica.metrics.leader.set(1);
         let term = shutdown.child_token();
         let lead = tokio::spawn(lead(
             client.clone(),
             args.clone(),
-            identity.clone(),
-            Replica {
-                metrics: metrics.clone(),
-                leadership: leadership.clone(),
-                watchdog: watchdog.clone(),
-                guard: guard.clone(),
-            },
+            identity.to_string(),
+            replica.clone(),
             term.clone(),
         ));
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                changed = leading.changed() => {
-                    if changed.is_err() {
-                        // No elector (leader election off): lead until shutdown.
-                        shutdown.cancelled().await;
-                        break;
-                    }
-                    if !*leading.borrow() {
-                        warn!("lost the leader lease: stopping the controllers");
-                        break;
-                    }
-                }
-            }
-        }
+        until_the_term_ends(leading, shutdown).await;
         term.cancel();
         let _ = lead.await;
-        metrics.leader.set(0);
+        replica.metrics.leader.set(0);
         if shutdown.is_cancelled() {
             break;
         }
     }
-    // The controllers and supervisors have stopped: only now may another replica take over.
-    if let Some((elector, campaign)) = election {
-        let _ = campaign.await;
-        elector.release().await;
-    }
-    match server.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(source)) => Err(Error::Serve { addr, source }),
-        Err(_) => Ok(()),
+}
+
+/// Waits until this replica loses the lead or `shutdown`.
+async fn until_the_term_ends(leading: &mut watch::Receiver<bool>, shutdown: &CancellationToken) {
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = async {
+            loop {
+                if leading.changed().await.is_err() {
+                    // No elector (leader election off): lead until shutdown.
+                    shutdown.cancelled().await;
+                    return;
+                }
+                if !*leading.borrow() {
+                    warn!("lost the leader lease: stopping the controllers");
+                    return;
+                }
+            }
+        } => {}
     }
 }
 
@@ -295,6 +354,7 @@ async fn ready_once_guarded(
 }
 
 /// What a replica keeps across its terms as leader, handed to each.
+#[derive(Clone)]
 struct Replica {
     metrics: Arc<Metrics>,
     leadership: Leadership,

@@ -488,115 +488,155 @@ pub async fn canary_probe(client: &Client, canary: &Canary, budget: Duration) ->
     let resource = api_resource(served);
     let suffix = format!("{:08x}", rand::random::<u32>());
     let prefix: String = canary.prefix.chars().take(40).collect();
-    let name = format!("{}-canary-{suffix}", prefix.trim_end_matches('-'));
+    let run = CanaryRun {
+        client,
+        request: Request::new(DynamicObject::url_path(&resource, Some(&canary.namespace))),
+        name: format!("{}-canary-{suffix}", prefix.trim_end_matches('-')),
+        kind: &resource.kind,
+        pending_name: &canary.pending_name,
+        budget,
+        started: Instant::now(),
+    };
     let body = pending::canary(
         served,
-        &name,
+        &run.name,
         &canary.namespace,
         (initializer_crds::constants::CANARY_LABEL, &canary.label),
         &canary.pending_name,
     );
-    let request = Request::new(DynamicObject::url_path(&resource, Some(&canary.namespace)));
-    let started = Instant::now();
-    let outcome = async {
-        let req = request
+    let outcome = match run.create(body).await {
+        Ok(true) => Ok(()),
+        Ok(false) => run.wait_initialized().await,
+        Err(outcome) => Err(outcome),
+    };
+    let latency = run.started.elapsed();
+    run.delete_in_background();
+    match outcome {
+        Ok(()) => initialized_in(&resource.kind, latency, budget),
+        Err(outcome) => outcome,
+    }
+}
+
+/// One canary on its way: created, read back until initialized, deleted.
+struct CanaryRun<'a> {
+    client: &'a Client,
+    request: Request,
+    name: String,
+    kind: &'a str,
+    pending_name: &'a str,
+    budget: Duration,
+    started: Instant,
+}
+
+impl CanaryRun<'_> {
+    fn failed(&self, failure: Failure, message: String) -> Outcome {
+        failed(failure, self.started.elapsed(), message)
+    }
+
+    /// Creates the canary; true when it came back initialized already.
+    async fn create(&self, body: Value) -> Result<bool, Outcome> {
+        let (kind, name) = (self.kind, &self.name);
+        let req = self
+            .request
             .create(&PostParams::default(), body.to_string().into_bytes())
-            .map_err(|e| failed(Failure::Unreachable, started.elapsed(), e.to_string()))?;
-        let create = client.request::<Value>(include_uninitialized(req));
-        match tokio::time::timeout(budget, create).await {
-            Err(_) => {
-                return Err(failed(
-                    Failure::TimedOut,
-                    budget,
-                    format!("creating the canary {} {name} took longer than {} ms", resource.kind, budget.as_millis()),
-                ));
-            }
-            Ok(Err(e)) => {
-                return Err(failed(
-                    Failure::Unreachable,
-                    started.elapsed(),
-                    format!("failed to create the canary {} {name}: {e}", resource.kind),
-                ));
-            }
-            Ok(Ok(created)) if pending::is_initialized(&created) => return Ok(()),
-            Ok(Ok(_)) => {}
+            .map_err(|e| self.failed(Failure::Unreachable, e.to_string()))?;
+        let create = self.client.request::<Value>(include_uninitialized(req));
+        match tokio::time::timeout(self.budget, create).await {
+            Err(_) => Err(failed(
+                Failure::TimedOut,
+                self.budget,
+                format!(
+                    "creating the canary {kind} {name} took longer than {} ms",
+                    self.budget.as_millis()
+                ),
+            )),
+            Ok(Err(e)) => Err(self.failed(
+                Failure::Unreachable,
+                format!("failed to create the canary {kind} {name}: {e}"),
+            )),
+            Ok(Ok(created)) => Ok(pending::is_initialized(&created)),
         }
+    }
+
+    /// Reads the canary back until the initializer removed its name, refused it, or the
+    /// budget ran out.
+    async fn wait_initialized(&self) -> Result<(), Outcome> {
+        let (kind, name) = (self.kind, &self.name);
         loop {
-            let left = budget.saturating_sub(started.elapsed());
+            let left = self.budget.saturating_sub(self.started.elapsed());
             if left.is_zero() {
                 return Err(failed(
                     Failure::TimedOut,
-                    budget,
+                    self.budget,
                     format!(
-                        "the canary {} {name} was not initialized within {} ms: the initializer did not remove {}",
-                        resource.kind,
-                        budget.as_millis(),
-                        canary.pending_name
+                        "the canary {kind} {name} was not initialized within {} ms: the initializer did not remove {}",
+                        self.budget.as_millis(),
+                        self.pending_name
                     ),
                 ));
             }
             tokio::time::sleep(CANARY_POLL.min(left)).await;
-            let req = request
-                .get(&name, &Default::default())
-                .map_err(|e| failed(Failure::Unreachable, started.elapsed(), e.to_string()))?;
-            match client.request::<Value>(req).await {
+            let req = self
+                .request
+                .get(name, &Default::default())
+                .map_err(|e| self.failed(Failure::Unreachable, e.to_string()))?;
+            match self.client.request::<Value>(req).await {
                 Ok(found) if pending::is_initialized(&found) => return Ok(()),
                 Ok(found) => {
                     if let Some(why) = pending::failure(&found) {
-                        return Err(failed(
+                        return Err(self.failed(
                             Failure::BadAnswer,
-                            started.elapsed(),
                             format!("the initializer refused the canary: {why}"),
                         ));
                     }
                 }
                 // A failure result deletes the object.
                 Err(e) if is_not_found(&e) => {
-                    return Err(failed(
+                    return Err(self.failed(
                         Failure::BadAnswer,
-                        started.elapsed(),
-                        format!("the canary {} {name} was deleted before it was initialized: the initializer refused it", resource.kind),
+                        format!("the canary {kind} {name} was deleted before it was initialized: the initializer refused it"),
                     ));
                 }
                 Err(e) => debug!(error = %e, "reading the canary failed"),
             }
         }
     }
-    .await;
-    let latency = started.elapsed();
-    let client = client.clone();
-    tokio::spawn(async move {
-        let req = match request.delete(&name, &DeleteParams::background()) {
-            Ok(req) => req,
-            Err(e) => return warn!(error = %e, "failed to build the canary's delete"),
-        };
-        if let Err(e) = client.request::<Value>(req).await
-            && !is_not_found(&e)
-        {
-            warn!(canary = %name, error = %e, "failed to delete the canary");
-        }
-    });
-    match outcome {
-        Ok(()) => Outcome {
-            ok: latency <= budget,
-            latency,
-            message: if latency <= budget {
-                format!(
-                    "the canary {} was initialized in {} ms",
-                    resource.kind,
-                    latency.as_millis()
-                )
-            } else {
-                format!(
-                    "the canary {} was initialized in {} ms, over the budget of {} ms",
-                    resource.kind,
-                    latency.as_millis(),
-                    budget.as_millis()
-                )
-            },
-            failure: (latency > budget).then_some(Failure::TimedOut),
-            current_ca: true,
-        },
-        Err(outcome) => outcome,
+
+    /// Deletes the canary without waiting for it.
+    fn delete_in_background(self) {
+        let client = self.client.clone();
+        let (request, name) = (self.request, self.name);
+        tokio::spawn(async move {
+            let req = match request.delete(&name, &DeleteParams::background()) {
+                Ok(req) => req,
+                Err(e) => return warn!(error = %e, "failed to build the canary's delete"),
+            };
+            if let Err(e) = client.request::<Value>(req).await
+                && !is_not_found(&e)
+            {
+                warn!(canary = %name, error = %e, "failed to delete the canary");
+            }
+        });
+    }
+}
+
+/// The verdict on a canary of `kind` initialized after `latency`: a success within `budget`.
+fn initialized_in(kind: &str, latency: Duration, budget: Duration) -> Outcome {
+    let within = latency <= budget;
+    let took = format!(
+        "the canary {kind} was initialized in {} ms",
+        latency.as_millis()
+    );
+    let message = if within {
+        took
+    } else {
+        format!("{took}, over the budget of {} ms", budget.as_millis())
+    };
+    Outcome {
+        ok: within,
+        latency,
+        message,
+        failure: (!within).then_some(Failure::TimedOut),
+        current_ca: true,
     }
 }

@@ -638,12 +638,19 @@ fn standing_of(s: &InitializerStatus) -> (String, String) {
     (truths[0].type_.clone(), truths[0].reason.clone())
 }
 
+/// Checks that `o` stands as `type_` for `reason`.
+fn assert_stands(case: &str, o: &Observation<'_>, type_: &str, reason: &str) {
+    let s = compute(o);
+    assert_eq!(
+        standing_of(&s),
+        (type_.to_string(), reason.to_string()),
+        "{case}: {:?}",
+        s.phase
+    );
+}
+
 #[test]
-fn every_phase_stands_ready_reconciling_or_stalled() {
-    let refusals = [Refusal {
-        field: "spec.namespace".into(),
-        message: "not labelled for workloads".into(),
-    }];
+fn a_workload_on_its_way_is_reconciling_or_stalled_past_its_deadline() {
     let deploying = WorkloadObservation {
         ready_replicas: 0,
         available_replicas: 0,
@@ -654,107 +661,78 @@ fn every_phase_stands_ready_reconciling_or_stalled() {
         past_deadline: Some("ReplicaSet \"x\" has timed out progressing.".into()),
         ..deploying.clone()
     };
+    assert_stands("new", &base(), RECONCILING, "Deploying");
+    let o = Observation {
+        workload: Some(deploying),
+        ..base()
+    };
+    assert_stands("deploying", &o, RECONCILING, "Deploying");
+    let o = Observation {
+        workload: Some(past_deadline),
+        ..base()
+    };
+    assert_stands(
+        "never ready within the deadline",
+        &o,
+        STALLED,
+        "ProgressDeadlineExceeded",
+    );
+}
+
+#[test]
+fn a_supervised_initializer_stands_by_its_health() {
+    let registered = Observation {
+        workload: Some(ready()),
+        health: Some(snapshot(State::Registered, Some(2))),
+        probe: Some(good_probe()),
+        registered: true,
+        ..base()
+    };
+    assert_stands("registered", &registered, READY, "Registered");
+    let degraded = Observation {
+        workload: Some(ready()),
+        registered: true,
+        degraded: true,
+        outage: Some(outage()),
+        ..base()
+    };
+    assert_stands("degraded", &degraded, RECONCILING, "Degraded");
+    let unresponsive = Observation {
+        workload: Some(ready()),
+        health: Some(snapshot(State::Unresponsive, Some(0))),
+        outage: Some(outage()),
+        ..base()
+    };
+    assert_stands("unresponsive", &unresponsive, RECONCILING, "Unresponsive");
+}
+
+#[test]
+fn out_of_the_path_on_purpose_stands_ready_and_a_refusal_stalls() {
+    let suspended = Observation {
+        suspended: Some(Suspension::Spec),
+        ..base()
+    };
+    assert_stands("suspended", &suspended, READY, "Suspended");
     let in_api_server = crate::engine::view(
         initializer_crds::Engine::Auto,
         true,
         &Ok("proven against the webhook".into()),
     );
-    let cases: Vec<(&str, Observation<'_>, &str, &str)> = vec![
-        ("new", base(), RECONCILING, "Deploying"),
-        (
-            "deploying",
-            Observation {
-                workload: Some(deploying.clone()),
-                ..base()
-            },
-            RECONCILING,
-            "Deploying",
-        ),
-        (
-            "never ready within the deadline",
-            Observation {
-                workload: Some(past_deadline),
-                ..base()
-            },
-            STALLED,
-            "ProgressDeadlineExceeded",
-        ),
-        (
-            "registered",
-            Observation {
-                workload: Some(ready()),
-                health: Some(snapshot(State::Registered, Some(2))),
-                probe: Some(good_probe()),
-                registered: true,
-                ..base()
-            },
-            READY,
-            "Registered",
-        ),
-        (
-            "degraded",
-            Observation {
-                workload: Some(ready()),
-                registered: true,
-                degraded: true,
-                outage: Some(outage()),
-                ..base()
-            },
-            RECONCILING,
-            "Degraded",
-        ),
-        (
-            "unresponsive",
-            Observation {
-                workload: Some(ready()),
-                health: Some(snapshot(State::Unresponsive, Some(0))),
-                outage: Some(outage()),
-                ..base()
-            },
-            RECONCILING,
-            "Unresponsive",
-        ),
-        (
-            "suspended",
-            Observation {
-                suspended: Some(Suspension::Spec),
-                ..base()
-            },
-            READY,
-            "Suspended",
-        ),
-        (
-            "in the API server",
-            Observation {
-                engine: Some(&in_api_server),
-                ..base()
-            },
-            READY,
-            "InApiServer",
-        ),
-        (
-            "refused",
-            Observation {
-                refusals: &refusals,
-                ..base()
-            },
-            STALLED,
-            "Refused",
-        ),
-    ];
-    for (case, o, type_, reason) in cases {
-        let s = compute(&o);
-        assert_eq!(
-            standing_of(&s),
-            (type_.to_string(), reason.to_string()),
-            "{case}: {:?}",
-            s.phase
-        );
-    }
-    let refused = compute(&Observation {
+    let o = Observation {
+        engine: Some(&in_api_server),
+        ..base()
+    };
+    assert_stands("in the API server", &o, READY, "InApiServer");
+    let refusals = [Refusal {
+        field: "spec.namespace".into(),
+        message: "not labelled for workloads".into(),
+    }];
+    let o = Observation {
         refusals: &refusals,
         ..base()
-    });
+    };
+    assert_stands("refused", &o, STALLED, "Refused");
+    let refused = compute(&o);
     assert!(
         cond(&refused, STALLED)
             .message
