@@ -302,39 +302,106 @@ struct SupervisedState {
     machine: Machine,
     target: Supervision,
     last_probe: Option<ProbeRecord>,
+    /// The configuration as this entry last wrote or read it.
     applied: Option<MutatingWebhookConfiguration>,
     presence: Presence,
-    written: Option<InitializerStatus>,
-    /// The Initializer's resourceVersion as this replica last read or wrote it: each status
-    /// write is made onto it, so one computed before someone else's write is refused.
-    version: Option<String>,
-    /// The versions this replica's own latest status writes were made onto: a reconcile that
-    /// read one of them read a cache not yet showing those writes.
-    replaced: Replaced,
-    outage: Option<Outage>,
-    window_from: Option<Timestamp>,
+    /// What the next change of the configuration stands for, for its effects.
+    pending: PendingChange,
+    /// The current or last outage, and what it left to count.
+    outage: OutageLog,
     fallback: FallbackRun,
-    missed: Option<MissedInitializations>,
-    deregister_cause: Option<(Cause, Instant)>,
-    /// A sync found a configuration of ours live while it held none: one that appeared behind
-    /// its back (a registration a replica frozen past its lease sent late, or someone's
-    /// create). Removing it, unless a probe or endpoint decided it, is not a deregistration of
-    /// the initializer. Taken by that removal, cleared when the sync keeps the configuration.
-    adopted_stray: bool,
-    degrade_since: Option<Instant>,
+    /// The retries of a removal that failed.
+    removal_retry: RemovalRetry,
+    /// The route checks while the proving configuration is registered.
+    route: RouteChecks,
+    /// The status as this replica wrote it, and the version it wrote onto.
+    status: StatusFence,
     /// Cancelled when supervision stops: nothing is written after that.
     stopped: CancellationToken,
-    /// The delay before the next attempt to remove the configuration, after a failed one.
-    removal_retry: Option<Duration>,
-    /// A retry of the removal is scheduled.
-    removal_retry_pending: bool,
+}
+
+/// What the next change of the configuration stands for, remembered from when the health
+/// machine (or a sync) decided it until the write that carries it out.
+#[derive(Debug, Default)]
+struct PendingChange {
+    /// A probe failed at this instant: the configuration is to be degraded.
+    degrade_since: Option<Instant>,
+    /// Why the configuration is to be removed.
+    removal: Option<Removal>,
+}
+
+/// Why a configuration is to be removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Removal {
+    /// The health machine took the initializer out of the path, for `Cause`, at the instant.
+    Deregister(Cause, Instant),
+    /// A sync found a configuration of ours live while this entry held none: one that
+    /// appeared behind its back (a registration a replica frozen past its lease sent late, or
+    /// someone's create). Removing it is not a deregistration of the initializer.
+    Stray,
+}
+
+impl PendingChange {
+    /// The health machine decided a removal: it stands for the next one, a stray's included.
+    fn deregister(&mut self, cause: Cause, since: Instant) {
+        self.removal = Some(Removal::Deregister(cause, since));
+    }
+
+    /// Whether a sync found a stray configuration live: the machine's own decision, if any,
+    /// still stands for its removal.
+    fn stray_found(&mut self, found: bool) {
+        match (found, self.removal) {
+            (true, None) => self.removal = Some(Removal::Stray),
+            (false, Some(Removal::Stray)) => self.removal = None,
+            _ => {}
+        }
+    }
+
+    /// The cause of the deregistration decided, if one is.
+    fn deregister_cause(&self) -> Option<Cause> {
+        match self.removal {
+            Some(Removal::Deregister(cause, _)) => Some(cause),
+            _ => None,
+        }
+    }
+}
+
+/// The current or last outage, and what it left to count.
+#[derive(Debug, Default)]
+struct OutageLog {
+    /// Its steps, as the status shows them.
+    last: Option<Outage>,
+    /// Since when objects may have been created without the initializer: the fail-open
+    /// window, handed to the missed count when the configuration is back.
+    window_from: Option<Timestamp>,
+    /// The last missed count.
+    missed: Option<MissedInitializations>,
     /// With the legacy backend: how many objects pending on the name the last removal of the
     /// configuration released (`details.releasedObjects`).
     released: Option<u64>,
-    /// The route checks while the proving configuration is registered.
-    route: RouteChecks,
-    /// Wakes the entry's status writer ([`SupervisedState::status_due`]).
-    status_writer: Arc<Notify>,
+}
+
+/// The retries of a removal of the configuration that failed, with a delay doubling from
+/// [`FIRST_REMOVAL_RETRY`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum RemovalRetry {
+    /// No removal failed since the last write that succeeded.
+    #[default]
+    None,
+    /// A retry is scheduled this long after the failure.
+    Scheduled(Duration),
+    /// The retry scheduled after this delay ran.
+    Ran(Duration),
+}
+
+impl RemovalRetry {
+    /// The delay of the last retry, which the next one doubles.
+    fn last_delay(self) -> Option<Duration> {
+        match self {
+            RemovalRetry::None => None,
+            RemovalRetry::Scheduled(delay) | RemovalRetry::Ran(delay) => Some(delay),
+        }
+    }
 }
 
 /// The route checks of one proving registration ([`crate::route`]): what the last one saw, and
@@ -348,11 +415,35 @@ struct RouteChecks {
     backoff: Option<Duration>,
 }
 
-impl SupervisedState {
+/// The status as this replica wrote it and the version it wrote onto, so that a status computed
+/// before someone else's write is refused, and the signal that wakes the entry's status writer.
+#[derive(Debug)]
+struct StatusFence {
+    written: Option<InitializerStatus>,
+    /// The Initializer's resourceVersion as this replica last read or wrote it: each status
+    /// write is made onto it.
+    version: Option<String>,
+    /// The versions this replica's own latest status writes were made onto: a reconcile that
+    /// read one of them read a cache not yet showing those writes.
+    replaced: Replaced,
+    /// Wakes the entry's status writer ([`StatusFence::due`]).
+    writer: Arc<Notify>,
+}
+
+impl StatusFence {
+    fn new(version: Option<String>) -> Self {
+        Self {
+            written: None,
+            version,
+            replaced: Replaced::default(),
+            writer: Arc::new(Notify::new()),
+        }
+    }
+
     /// Something that shows in the status changed: the entry's writer computes the status from
     /// the state as it then is and writes it ([`status_writes`]). Marks coalesce.
-    fn status_due(&self) {
-        self.status_writer.notify_one();
+    fn due(&self) {
+        self.writer.notify_one();
     }
 
     /// Takes the status and version a reconcile read: compared with that, what an earlier
@@ -363,6 +454,13 @@ impl SupervisedState {
             self.written = stored.cloned();
             self.version = version.map(str::to_string);
         }
+    }
+
+    /// `status` was written, making `version` the Initializer's.
+    fn wrote(&mut self, status: InitializerStatus, version: Option<String>) {
+        self.written = Some(status);
+        self.replaced
+            .record(std::mem::replace(&mut self.version, version));
     }
 }
 
@@ -405,7 +503,7 @@ impl Supervised {
     /// [`Supervisor::ensure_tasks`]).
     fn start(sup: &Supervisor, state: SupervisedState) -> Arc<Self> {
         let stopped = state.stopped.clone();
-        let due = state.status_writer.clone();
+        let due = state.status.writer.clone();
         Arc::new_cyclic(|weak| Self {
             stopped,
             state: tokio::sync::Mutex::new(state),
@@ -762,7 +860,7 @@ impl Supervisor {
         self.known(&target.initializer, |known| known.failure = None);
         let mut st = entry.state.lock().await;
         st.machine.set_config(target.health);
-        st.adopt(
+        st.status.adopt(
             target.stored_status.as_ref(),
             target.stored_version.as_deref(),
         );
@@ -779,15 +877,16 @@ impl Supervisor {
         // puts it right.
         let held = st.presence;
         self.observe_live(&mut st).await?;
-        st.adopted_stray = held == Presence::Absent && st.presence != Presence::Absent;
+        let stray = held == Presence::Absent && st.presence != Presence::Absent;
+        st.pending.stray_found(stray);
         let converged = self.converge(&entry, &mut st).await;
-        // A stray whose removal failed keeps its flag for the retry; one kept (the initializer
-        // is to be registered) is no stray.
+        // A stray whose removal failed stays one for the retry; one kept (the initializer is
+        // to be registered) is no stray.
         if converged.is_ok() {
-            st.adopted_stray = false;
+            st.pending.stray_found(false);
         }
         converged?;
-        st.status_due();
+        st.status.due();
         Ok(Report {
             registered: st.presence.is_registered(),
             status: self.current_status(&st),

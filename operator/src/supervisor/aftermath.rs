@@ -35,8 +35,8 @@ impl Supervisor {
                 return;
             };
             let mut st = entry.state.lock().await;
-            st.released = Some(released.count);
-            st.status_due();
+            st.outage.released = Some(released.count);
+            st.status.due();
             let reference = st.target.reference.clone();
             drop(st);
             let failed = if released.failed.is_empty() {
@@ -116,8 +116,8 @@ impl Supervisor {
                     ),
                 )
             };
-            st.missed = Some(report);
-            st.status_due();
+            st.outage.missed = Some(report);
+            st.status.due();
             let reference = st.target.reference.clone();
             drop(st);
             sup.publish(&reference, type_, reason, note).await;

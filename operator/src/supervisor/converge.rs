@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use crate::events::Reason;
 
 use super::{
-    ConfigurationWrite, FALLBACK_SETTLE, FallbackRun, Presence, Supervised, SupervisedState,
-    Supervision, Supervisor, bounded, configuration_write, drift, micro_now, next_presence,
-    removal_retry, validate_fallback_name,
+    ConfigurationWrite, FALLBACK_SETTLE, FallbackRun, Presence, RemovalRetry, Supervised,
+    SupervisedState, Supervision, Supervisor, bounded, configuration_write, drift, micro_now,
+    next_presence, removal_retry, validate_fallback_name,
 };
 
 impl Supervisor {
@@ -45,7 +45,7 @@ impl Supervisor {
             debug!(initializer = %name, "waiting for the fallback to be in force before failing open");
         }
         match self.apply_presence(st, next).await {
-            Ok(()) => st.removal_retry = None,
+            Ok(()) => st.removal_retry = RemovalRetry::None,
             Err(e) => {
                 if next == Presence::Absent {
                     self.retry_removal(entry, st, &e);
@@ -117,7 +117,7 @@ impl Supervisor {
                 st.fallback.installed_at = Some(Instant::now());
                 st.fallback.applied = Some(fallback.clone());
                 st.fallback.failed = None;
-                if let Some(outage) = st.outage.as_mut() {
+                if let Some(outage) = st.outage.last.as_mut() {
                     outage.fallback_installed_at = Some(micro_now());
                 }
                 info!(initializer = %name, "fallback installed");
@@ -174,12 +174,12 @@ impl Supervisor {
             failure,
             Error::NotLeading { .. } | Error::SupervisionStopped { .. } | Error::NotOurs { .. }
         );
-        if hopeless || st.stopped.is_cancelled() || st.removal_retry_pending {
+        let scheduled = matches!(st.removal_retry, RemovalRetry::Scheduled(_));
+        if hopeless || st.stopped.is_cancelled() || scheduled {
             return;
         }
-        let delay = removal_retry(st.removal_retry);
-        st.removal_retry = Some(delay);
-        st.removal_retry_pending = true;
+        let delay = removal_retry(st.removal_retry.last_delay());
+        st.removal_retry = RemovalRetry::Scheduled(delay);
         warn!(initializer = %st.target.initializer, error = %failure, retry_in_ms = delay.as_millis() as u64, "failed to remove the configuration; retrying");
         let sup = self.clone();
         let weak = Arc::downgrade(entry);
@@ -189,11 +189,11 @@ impl Supervisor {
                 return;
             };
             let mut st = entry.state.lock().await;
-            st.removal_retry_pending = false;
+            st.removal_retry = RemovalRetry::Ran(delay);
             if let Err(e) = sup.converge(&entry, &mut st).await {
                 debug!(initializer = %st.target.initializer, error = %e, "removal retry failed");
             }
-            st.status_due();
+            st.status.due();
         });
     }
 
@@ -212,7 +212,7 @@ impl Supervisor {
             if let Err(e) = self.converge(&entry, &mut st).await {
                 warn!(initializer = %st.target.initializer, error = %e, "failed to converge");
             }
-            st.status_due();
+            st.status.due();
         })
     }
 

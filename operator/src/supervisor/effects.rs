@@ -17,7 +17,7 @@ use crate::events::Reason;
 use crate::health::{Aside, Cause};
 
 use super::registration::LegacySupervision;
-use super::{Presence, RouteChecks, SupervisedState, micro_now};
+use super::{Presence, Removal, RouteChecks, SupervisedState, micro_now};
 
 /// What a change of the configuration asks of the world outside the state.
 #[derive(Debug, Default)]
@@ -42,26 +42,31 @@ pub(super) fn of_change(
     now_is: Presence,
     write_started: Timestamp,
 ) -> Effects {
-    let outage_step =
-        st.machine.in_outage() || st.deregister_cause.is_some_and(|(c, _)| !c.is_on_purpose());
+    let outage_step = st.machine.in_outage()
+        || st
+            .pending
+            .deregister_cause()
+            .is_some_and(|c| !c.is_on_purpose());
     if before == Presence::Normal && now_is != Presence::Normal && outage_step {
-        st.window_from.get_or_insert(write_started);
+        st.outage.window_from.get_or_insert(write_started);
     }
-    // Whatever removed the configuration, a stray one found before is accounted for now.
-    let stray = now_is == Presence::Absent && std::mem::replace(&mut st.adopted_stray, false);
     match (before, now_is) {
         (_, Presence::Proving) => {
             info!(initializer = %st.target.initializer, configuration = %st.target.configuration(), "registered failing open until the API server is seen reaching the initializer");
             Effects::default()
         }
         (Presence::Normal, Presence::Degraded) => degraded(st),
-        (_, Presence::Absent) if stray && st.deregister_cause.is_none() => stray_removed(st),
-        (Presence::Proving, Presence::Absent) if st.deregister_cause.is_none() => {
-            st.route = RouteChecks::default();
-            info!(initializer = %st.target.initializer, configuration = %st.target.configuration(), "removed the proving configuration: the initializer is no longer ready");
-            Effects::default()
-        }
-        (_, Presence::Absent) => deregistered(st),
+        // Whatever removed the configuration, what was to remove it is accounted for now.
+        (_, Presence::Absent) => match st.pending.removal.take() {
+            Some(Removal::Stray) => stray_removed(st),
+            None if before == Presence::Proving => {
+                st.route = RouteChecks::default();
+                info!(initializer = %st.target.initializer, configuration = %st.target.configuration(), "removed the proving configuration: the initializer is no longer ready");
+                Effects::default()
+            }
+            Some(Removal::Deregister(cause, since)) => deregistered(st, cause, since),
+            None => deregistered(st, Cause::ProbesFailed, Instant::now()),
+        },
         (from, Presence::Normal) => registered(st, from),
         _ => Effects::default(),
     }
@@ -71,11 +76,12 @@ pub(super) fn of_change(
 fn degraded(st: &mut SupervisedState) -> Effects {
     let configuration = st.target.configuration();
     let took = st
+        .pending
         .degrade_since
         .take()
         .map(|s| s.elapsed())
         .unwrap_or_default();
-    if let Some(outage) = st.outage.as_mut() {
+    if let Some(outage) = st.outage.last.as_mut() {
         outage.degraded_at = Some(micro_now());
     }
     info!(initializer = %st.target.initializer, %configuration, took_ms = took.as_millis() as u64, "degraded");
@@ -119,16 +125,13 @@ fn stray_removed(st: &SupervisedState) -> Effects {
     }
 }
 
-/// The health machine (or a suspension, or the engine's hand-over) took the configuration out.
-fn deregistered(st: &mut SupervisedState) -> Effects {
+/// The health machine (or a suspension, or the engine's hand-over) took the configuration out,
+/// for `cause`, decided at `since`.
+fn deregistered(st: &mut SupervisedState, cause: Cause, since: Instant) -> Effects {
     let configuration = st.target.configuration();
-    let (cause, since) = st
-        .deregister_cause
-        .take()
-        .unwrap_or((Cause::ProbesFailed, Instant::now()));
     let took = since.elapsed();
     if !cause.is_on_purpose()
-        && let Some(outage) = st.outage.as_mut()
+        && let Some(outage) = st.outage.last.as_mut()
     {
         outage.deregistered_at = Some(micro_now());
     }
@@ -181,7 +184,7 @@ fn deregistered(st: &mut SupervisedState) -> Effects {
 fn registered(st: &mut SupervisedState, from: Presence) -> Effects {
     let configuration = st.target.configuration();
     let restored = from == Presence::Degraded;
-    if let Some(outage) = st.outage.as_mut().filter(|o| o.restored_at.is_none()) {
+    if let Some(outage) = st.outage.last.as_mut().filter(|o| o.restored_at.is_none()) {
         outage.restored_at = Some(micro_now());
     }
     info!(initializer = %st.target.initializer, %configuration, restored, "registered");
@@ -203,7 +206,7 @@ fn registered(st: &mut SupervisedState, from: Presence) -> Effects {
     Effects {
         events: vec![event],
         registered: !from.is_registered(),
-        count_missed_from: st.window_from.take(),
+        count_missed_from: st.outage.window_from.take(),
         ..Effects::default()
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -20,8 +20,9 @@ use super::tasks::{endpoints, prober};
 use crate::backend::Live;
 
 use super::{
-    FallbackRun, Presence, Replaced, RouteChecks, Supervised, SupervisedState, Supervision,
-    Supervisor, bounded, resumed_window, validate_fallback_name,
+    FallbackRun, OutageLog, PendingChange, Presence, RemovalRetry, RouteChecks, StatusFence,
+    Supervised, SupervisedState, Supervision, Supervisor, bounded, resumed_window,
+    validate_fallback_name,
 };
 
 impl Supervisor {
@@ -73,26 +74,20 @@ impl Supervisor {
                 last_probe: None,
                 applied: None,
                 presence,
-                written: None,
-                version: target.stored_version.clone(),
-                replaced: Replaced::default(),
-                outage: stored.and_then(|s| s.last_outage.clone()),
-                // An outage in progress when this replica took over: its window started
-                // before, and the count after recovery must cover it.
-                window_from,
+                pending: PendingChange::default(),
+                outage: OutageLog {
+                    last: stored.and_then(|s| s.last_outage.clone()),
+                    window_from,
+                    missed: stored.and_then(|s| s.missed_initializations.clone()),
+                    released: stored
+                        .and_then(|s| s.details.get(RELEASED_OBJECTS_DETAIL))
+                        .and_then(|n| n.parse().ok()),
+                },
                 fallback,
-                missed: stored.and_then(|s| s.missed_initializations.clone()),
-                deregister_cause: None,
-                adopted_stray: false,
-                degrade_since: None,
-                stopped: CancellationToken::new(),
-                removal_retry: None,
-                removal_retry_pending: false,
-                released: stored
-                    .and_then(|s| s.details.get(RELEASED_OBJECTS_DETAIL))
-                    .and_then(|n| n.parse().ok()),
+                removal_retry: RemovalRetry::None,
                 route: RouteChecks::default(),
-                status_writer: Arc::new(Notify::new()),
+                status: StatusFence::new(target.stored_version.clone()),
+                stopped: CancellationToken::new(),
             },
         );
         Ok(self

@@ -209,7 +209,7 @@ impl Supervisor {
                 st.route.next_at = Some(Instant::now() + delay);
                 if st.route.last.as_ref() != Some(&why) {
                     st.route.last = Some(why);
-                    st.status_due();
+                    st.status.due();
                 }
                 false
             }

@@ -48,7 +48,7 @@ impl Supervisor {
         self.known(&name, |known| known.failure = Some(error.clone()));
         let entry = self.entries().get(&name).cloned();
         if let Some(entry) = entry {
-            entry.state.lock().await.status_due();
+            entry.state.lock().await.status.due();
             return;
         }
         let status = status::after_failure(obj, configuration, &error, Timestamp::now());
@@ -64,7 +64,7 @@ impl Supervisor {
     pub async fn observed(&self, obj: &Initializer) {
         let entry = self.entries().get(&obj.name_any()).cloned();
         if let Some(entry) = entry {
-            entry.state.lock().await.adopt(
+            entry.state.lock().await.status.adopt(
                 obj.status.as_ref(),
                 obj.metadata.resource_version.as_deref(),
             );
@@ -131,7 +131,7 @@ impl Supervisor {
     /// supervisor know (and shown in the metrics as it is computed).
     pub(super) fn current_status(&self, st: &SupervisedState) -> InitializerStatus {
         let target = &st.target;
-        let previous = st.written.as_ref().or(target.stored_status.as_ref());
+        let previous = st.status.written.as_ref().or(target.stored_status.as_ref());
         let configuration = target.configuration();
         let now = Instant::now();
         let failure = self.failure(&target.initializer);
@@ -149,9 +149,9 @@ impl Supervisor {
             now: Timestamp::now(),
             previous,
             degraded: st.presence == Presence::Degraded,
-            outage: st.outage.clone(),
+            outage: st.outage.last.clone(),
             fallback: target.fallback.as_ref().map(|_| st.fallback.view(now)),
-            missed: st.missed.clone(),
+            missed: st.outage.missed.clone(),
             fail_closed: target.fail_closed_bounds(),
             last_error: failure.as_deref(),
             engine: target.engine.as_ref(),
@@ -160,7 +160,9 @@ impl Supervisor {
                 unanswered_for: st.route.since.map(|s| s.elapsed()).unwrap_or_default(),
             }),
         });
-        target.registration.add_details(&mut status, st.released);
+        target
+            .registration
+            .add_details(&mut status, st.outage.released);
         self.inner.metrics.set_fail_closed(
             &target.initializer,
             status
@@ -189,7 +191,11 @@ impl Supervisor {
     /// read or written.
     async fn write_status(&self, st: &mut SupervisedState) -> Result<()> {
         let status = self.current_status(st);
-        let previous = st.written.as_ref().or(st.target.stored_status.as_ref());
+        let previous = st
+            .status
+            .written
+            .as_ref()
+            .or(st.target.stored_status.as_ref());
         if status::only_probe_figures_changed(previous, &status, Timestamp::now()) {
             return Ok(());
         }
@@ -203,13 +209,11 @@ impl Supervisor {
                 &self.inner.client,
                 &initializer,
                 &status,
-                st.version.as_deref(),
+                st.status.version.as_deref(),
             ),
         )
         .await?;
-        st.written = Some(status);
-        st.replaced
-            .record(std::mem::replace(&mut st.version, version));
+        st.status.wrote(status, version);
         Ok(())
     }
 }

@@ -119,22 +119,13 @@ fn guard_state() -> SupervisedState {
         last_probe: None,
         applied: Some(webhook),
         presence: Presence::Normal,
-        written: None,
-        version: None,
-        replaced: Replaced::default(),
-        outage: None,
-        window_from: None,
+        pending: PendingChange::default(),
+        outage: OutageLog::default(),
         fallback: FallbackRun::default(),
-        missed: None,
-        deregister_cause: None,
-        adopted_stray: false,
-        degrade_since: None,
-        stopped: CancellationToken::new(),
-        removal_retry: None,
-        removal_retry_pending: false,
-        released: None,
+        removal_retry: RemovalRetry::None,
         route: RouteChecks::default(),
-        status_writer: Arc::new(Notify::new()),
+        status: StatusFence::new(None),
+        stopped: CancellationToken::new(),
     }
 }
 
@@ -186,7 +177,7 @@ async fn a_deploy_failure_stays_in_the_status_when_the_supervisor_writes_it_agai
             message: "connection refused".into(),
             failure: None,
         });
-        st.status_due();
+        st.status.due();
     }
     let written = writes(&written, 2).await;
     assert_eq!(written.len(), 2, "{written:?}");
@@ -214,7 +205,7 @@ async fn marks_made_while_the_writer_waits_coalesce_into_one_write_of_the_latest
                 message: message.into(),
                 failure: None,
             });
-            st.status_due();
+            st.status.due();
         }
     }
     let first = writes(&written, 1).await;
@@ -227,7 +218,7 @@ async fn marks_made_while_the_writer_waits_coalesce_into_one_write_of_the_latest
     );
     // Once supervision stops, a mark writes nothing.
     sup.stop("guard").await;
-    entry.state.lock().await.status_due();
+    entry.state.lock().await.status.due();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(written.lock().unwrap().len(), 1, "nothing after stop");
 }
@@ -238,7 +229,7 @@ async fn a_status_the_api_server_did_not_take_is_written_again() {
     // The first two writes meet an API server that fails them; the third is taken.
     let (client, attempts) = failing_then_recording_client(written.clone(), 2);
     let (_sup, entry) = supervising_guard(client);
-    entry.state.lock().await.status_due();
+    entry.state.lock().await.status.due();
     let written = writes(&written, 1).await;
     assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
     assert_eq!(written.len(), 1);
@@ -601,8 +592,8 @@ async fn removing_a_stray_configuration_is_no_deregistration_and_keeps_the_outag
         deregistered_at: Some(micro_now()),
         ..Outage::default()
     };
-    st.outage = Some(first.clone());
-    st.adopted_stray = true;
+    st.outage.last = Some(first.clone());
+    st.pending.stray_found(true);
     sup.transitioned(
         &mut st,
         Presence::Normal,
@@ -610,14 +601,18 @@ async fn removing_a_stray_configuration_is_no_deregistration_and_keeps_the_outag
         Timestamp::now(),
     )
     .await;
-    assert_eq!(st.outage, Some(first.clone()), "the first removal's record");
-    assert!(!st.adopted_stray, "taken by the removal");
+    assert_eq!(
+        st.outage.last,
+        Some(first.clone()),
+        "the first removal's record"
+    );
+    assert!(st.pending.removal.is_none(), "taken by the removal");
     assert_eq!(event_reasons(&bodies), ["StrayConfigurationRemoved"]);
 
     // A removal the health machine asked for is a deregistration, flag or not.
     tokio::time::sleep(Duration::from_millis(2)).await;
-    st.adopted_stray = true;
-    st.deregister_cause = Some((Cause::ProbesFailed, Instant::now()));
+    st.pending.stray_found(true);
+    st.pending.deregister(Cause::ProbesFailed, Instant::now());
     sup.transitioned(
         &mut st,
         Presence::Normal,
@@ -626,10 +621,10 @@ async fn removing_a_stray_configuration_is_no_deregistration_and_keeps_the_outag
     )
     .await;
     assert_ne!(
-        st.outage.as_ref().unwrap().deregistered_at,
+        st.outage.last.as_ref().unwrap().deregistered_at,
         first.deregistered_at
     );
-    assert!(st.deregister_cause.is_none() && !st.adopted_stray);
+    assert!(st.pending.removal.is_none());
     assert_eq!(
         event_reasons(&bodies),
         ["StrayConfigurationRemoved", "Deregistered"]
@@ -648,15 +643,15 @@ async fn a_degrade_after_a_failed_restore_keeps_the_outage_and_any_other_starts_
     let degrade = Action::Degrade {
         since: Instant::now(),
     };
-    st.outage = Some(unrestored.clone());
+    st.outage.last = Some(unrestored.clone());
     st.presence = Presence::Degraded;
     sup.note(&mut st, degrade);
-    assert_eq!(st.outage, Some(unrestored.clone()));
+    assert_eq!(st.outage.last, Some(unrestored.clone()));
 
     st.presence = Presence::Normal;
     sup.note(&mut st, degrade);
-    assert_ne!(st.outage, Some(unrestored), "a new outage");
-    assert_eq!(st.outage.as_ref().unwrap().degraded_at, None);
+    assert_ne!(st.outage.last, Some(unrestored), "a new outage");
+    assert_eq!(st.outage.last.as_ref().unwrap().degraded_at, None);
 }
 
 /// The reasons of what a change's effects publish.
@@ -665,13 +660,13 @@ fn reasons(effects: &effects::Effects) -> Vec<&'static str> {
 }
 
 #[test]
-fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() {
+fn an_outage_s_changes_say_what_they_publish_count_and_record() {
     let mut st = guard_state();
-    st.outage = Some(Outage {
+    st.outage.last = Some(Outage {
         started_at: Some(micro_now()),
         ..Outage::default()
     });
-    st.degrade_since = Some(Instant::now());
+    st.pending.degrade_since = Some(Instant::now());
     let degraded = effects::of_change(
         &mut st,
         Presence::Normal,
@@ -680,11 +675,11 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
     );
     assert_eq!(reasons(&degraded), ["Degraded"]);
     assert!(degraded.deregistered.is_none() && !degraded.registered);
-    assert!(st.outage.as_ref().unwrap().degraded_at.is_some());
-    assert!(st.degrade_since.is_none(), "taken");
+    assert!(st.outage.last.as_ref().unwrap().degraded_at.is_some());
+    assert!(st.pending.degrade_since.is_none(), "taken");
 
     // Removed by the probes: counted with how long it took, the window opened.
-    st.deregister_cause = Some((Cause::ProbesFailed, Instant::now()));
+    st.pending.deregister(Cause::ProbesFailed, Instant::now());
     let written = Timestamp::now();
     let removed = effects::of_change(&mut st, Presence::Normal, Presence::Absent, written);
     assert_eq!(reasons(&removed), ["Deregistered"]);
@@ -693,8 +688,8 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
         Some((Cause::ProbesFailed, Some(_)))
     ));
     assert!(removed.release.is_none(), "a webhook has nothing pending");
-    assert_eq!(st.window_from, Some(written));
-    assert!(st.outage.as_ref().unwrap().deregistered_at.is_some());
+    assert_eq!(st.outage.window_from, Some(written));
+    assert!(st.outage.last.as_ref().unwrap().deregistered_at.is_some());
 
     // Back: registered anew (counted), the window handed to the missed count.
     let back = effects::of_change(
@@ -706,7 +701,9 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
     assert_eq!(reasons(&back), ["Registered"]);
     assert!(back.registered);
     assert_eq!(back.count_missed_from, Some(written));
-    assert!(st.window_from.is_none() && st.outage.as_ref().unwrap().restored_at.is_some());
+    assert!(
+        st.outage.window_from.is_none() && st.outage.last.as_ref().unwrap().restored_at.is_some()
+    );
 
     // Restored from degraded: no new registration to count.
     let restored = effects::of_change(
@@ -717,13 +714,16 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
     );
     assert_eq!(reasons(&restored), ["Restored"]);
     assert!(!restored.registered);
+}
 
+#[test]
+fn a_removal_on_purpose_or_of_a_stray_opens_no_window() {
+    let mut st = guard_state();
     // Suspended: a deregistration without a duration, no outage, no window.
-    st.window_from = None;
-    st.deregister_cause = Some((
+    st.pending.deregister(
         Cause::Aside(crate::health::Aside::Suspended),
         Instant::now(),
-    ));
+    );
     let suspended = effects::of_change(
         &mut st,
         Presence::Normal,
@@ -739,13 +739,13 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
         suspended.events[0].0,
         kube::runtime::events::EventType::Normal
     );
-    assert!(st.window_from.is_none());
+    assert!(st.outage.window_from.is_none());
 
     // Handed over to the API server: its own note and cause, no duration, no window.
-    st.deregister_cause = Some((
+    st.pending.deregister(
         Cause::Aside(crate::health::Aside::InApiServer),
         Instant::now(),
-    ));
+    );
     let handed_over = effects::of_change(
         &mut st,
         Presence::Normal,
@@ -757,10 +757,10 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
         handed_over.deregistered,
         Some((Cause::Aside(crate::health::Aside::InApiServer), None))
     ));
-    assert!(st.window_from.is_none());
+    assert!(st.outage.window_from.is_none());
 
     // A stray configuration removed: its own reason, nothing counted, the flag consumed.
-    st.adopted_stray = true;
+    st.pending.stray_found(true);
     let stray = effects::of_change(
         &mut st,
         Presence::Normal,
@@ -768,5 +768,5 @@ fn each_change_of_the_configuration_says_what_it_publishes_counts_and_records() 
         Timestamp::now(),
     );
     assert_eq!(reasons(&stray), ["StrayConfigurationRemoved"]);
-    assert!(stray.deregistered.is_none() && !st.adopted_stray);
+    assert!(stray.deregistered.is_none() && st.pending.removal.is_none());
 }

@@ -50,24 +50,32 @@ impl Supervisor {
     pub(super) fn note(&self, st: &mut SupervisedState, action: Action) {
         match action {
             Action::Degrade { since } => {
-                st.degrade_since = Some(since);
+                st.pending.degrade_since = Some(since);
                 // An outage whose restore failed (the configuration still degraded) keeps its
                 // record; any other degrade starts one.
                 let unrestored = st.presence == Presence::Degraded
-                    && st.outage.as_ref().is_some_and(|o| o.restored_at.is_none());
+                    && st
+                        .outage
+                        .last
+                        .as_ref()
+                        .is_some_and(|o| o.restored_at.is_none());
                 if !unrestored {
-                    st.outage = Some(Outage {
+                    st.outage.last = Some(Outage {
                         started_at: Some(micro_now()),
                         ..Outage::default()
                     });
                 }
             }
             Action::Deregister { cause, since } => {
-                st.deregister_cause = Some((cause, since));
+                st.pending.deregister(cause, since);
                 if !cause.is_on_purpose()
-                    && st.outage.as_ref().is_none_or(|o| o.restored_at.is_some())
+                    && st
+                        .outage
+                        .last
+                        .as_ref()
+                        .is_none_or(|o| o.restored_at.is_some())
                 {
-                    st.outage = Some(Outage {
+                    st.outage.last = Some(Outage {
                         started_at: Some(micro_now()),
                         ..Outage::default()
                     });
@@ -118,7 +126,7 @@ impl Supervisor {
             }
         }
         if status_changed || (st.machine.state(), st.presence) != before {
-            st.status_due();
+            st.status.due();
         }
         st.machine.next_probe_in(Instant::now())
     }
