@@ -2,7 +2,7 @@
 """Checks that the crate table of docs/architecture.md says what `cargo metadata` says: every
 workspace crate is listed once, in its directory, with exactly its workspace dependencies
 (normal and dev); and that the SDK's top-level modules import one another without a circle
-(the engine depends on what it serves, never the other way round). Exits 1 naming every
+(the serving module depends on what it serves, never the other way round). Exits 1 naming every
 difference and every circle, so the map cannot drift from the code."""
 
 import json

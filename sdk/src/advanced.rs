@@ -6,9 +6,9 @@
 //! [`Tuning`].
 
 pub use crate::controller::{Mode, Rule, Rules};
-pub use crate::engine::server::{INITIALIZE_PATH, Server, block_on};
 pub use crate::initializer::{DEFAULT_BUDGET, DEFAULT_MAX_REQUEST_BYTES, Rejection};
 pub use crate::review::{Response, Status, Verdict};
+pub use crate::serve::server::{INITIALIZE_PATH, Server, block_on};
 
 /// Settings an initializer rarely changes: bring them in with `use
 /// kube_initializer::advanced::Tuning;` and chain them like the builder's own.

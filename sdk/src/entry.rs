@@ -6,9 +6,9 @@ use std::future::Future;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use serde::de::DeserializeOwned;
 
-use crate::engine::server::{ServeArgs, block_on};
 use crate::error::Error;
 use crate::initializer::Initializer;
+use crate::serve::server::{ServeArgs, block_on};
 
 /// The command line of an initializer with only the standard flags.
 #[derive(Debug, Parser)]

@@ -113,8 +113,7 @@
 pub mod advanced;
 mod config;
 mod controller;
-// How reviews are served: the server, connections, the patch and the answer (`engine/mod.rs`).
-mod engine;
+// How reviews are served: the server, connections, the patch and the answer (`serve/mod.rs`).
 #[cfg(feature = "init-tracing")]
 mod entry;
 mod error;
@@ -127,6 +126,7 @@ pub mod mutate;
 mod reload;
 mod review;
 pub mod route;
+mod serve;
 pub mod testing;
 mod tls;
 
@@ -136,8 +136,8 @@ pub use error::Error;
 
 /// Result with the SDK's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-pub use engine::server::ServeArgs;
 pub use gate::AnnotationGate;
 pub use handler::{Initialize, InitializeAsync};
 pub use initializer::{FailurePolicy, Initializer};
 pub use review::{Denial, Operation, RequestInfo, Review};
+pub use serve::server::ServeArgs;

@@ -33,9 +33,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::engine::server::{INITIALIZE_PATH, router};
 use crate::error::Error;
 use crate::initializer::Initializer;
+use crate::serve::server::{INITIALIZE_PATH, router};
 use crate::tls::CertStore;
 
 /// A review under construction.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use crate::engine::budget::BodyAllowance;
+use crate::serve::budget::BodyAllowance;
 
 /// The time bounds of one connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

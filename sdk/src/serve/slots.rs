@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::conn::{Activity, Phase};
+use crate::serve::conn::{Activity, Phase};
 
 /// How many connections the server holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Unit tests of [`crate::engine::budget`].
+//! Unit tests of [`crate::serve::budget`].
 
 use std::net::Ipv4Addr;
 

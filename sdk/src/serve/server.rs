@@ -29,14 +29,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::CONFIG_FILE;
 use crate::controller::{self, Controller, Mode, Rules, Synced};
-use crate::engine::budget::{self, BodyAllowance, BodyBudget, Reservation, Shortfall, Sizes};
-use crate::engine::conn::{BodyWatch, Limits, Tracked, Watched};
-use crate::engine::repoll::Repoll;
-use crate::engine::slots::{Admitted, Caps, Registry};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{DEFAULT_BODY_TIMEOUT, Initializer, too_large};
 use crate::route::ROUTE_CHECK_PATH;
+use crate::serve::budget::{self, BodyAllowance, BodyBudget, Reservation, Shortfall, Sizes};
+use crate::serve::conn::{BodyWatch, Limits, Tracked, Watched};
+use crate::serve::repoll::Repoll;
+use crate::serve::slots::{Admitted, Caps, Registry};
 use crate::tls::CertStore;
 
 /// Default port (matches the operator's process contract).

@@ -1,4 +1,4 @@
-//! Unit tests of [`crate::engine::server`].
+//! Unit tests of [`crate::serve::server`].
 
 use super::*;
 

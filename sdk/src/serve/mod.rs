@@ -1,4 +1,4 @@
-//! The engine: how the SDK serves reviews, apart from what an initializer author writes. Nothing
+//! Serving: how the SDK serves reviews, apart from what an initializer author writes. Nothing
 //! here is needed to read or write a handler; everything here is here because a measurement or
 //! an attack asked for it, and each file's header names which (the README row, with figures).
 //! It depends on what it serves (the initializer, its handlers, the controller mode), never the
