@@ -1,4 +1,4 @@
-//! The cluster backend: a kubeconfig context (`E2E_CLUSTER=kind` or `E2E_KUBECONTEXT=<ctx>`).
+//! The cluster target: a kubeconfig context (`E2E_CLUSTER=kind` or `E2E_KUBECONTEXT=<ctx>`).
 //!
 //! Pod control on kind is done where it is honest: on the node. Every kind node is a container
 //! of the host's engine, so `docker exec <node> crictl inspect` gives the host PID of each of the
@@ -27,10 +27,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use tokio::process::Command;
 
-use crate::backend::{Backend, PodAction, RouteBlock};
+use crate::target::{PodAction, RouteBlock, Target};
 
 /// A cluster reached through a kubeconfig context.
-pub struct ClusterBackend {
+pub struct ClusterTarget {
     name: String,
     control: PodControl,
     client: Client,
@@ -43,7 +43,7 @@ pub struct ClusterBackend {
     node_networks: Vec<(String, PathBuf)>,
 }
 
-impl ClusterBackend {
+impl ClusterTarget {
     /// Connects to `context` (or the current context) of the default kubeconfig.
     pub async fn connect(context: Option<String>, kind: bool) -> anyhow::Result<Self> {
         let mut kubeconfig = Kubeconfig::read()
@@ -305,7 +305,7 @@ enum PodControl {
     Unsupported,
 }
 
-impl Backend for ClusterBackend {
+impl Target for ClusterTarget {
     fn name(&self) -> &str {
         &self.name
     }

@@ -2,7 +2,7 @@
 //! `tests/legacy_conformance.rs`, 1.13): bodies selected like libtest tests, run on a fresh
 //! sandbox each and then on one real server, reported as `test NAME (LABEL) ... ok` lines and a
 //! libtest-style summary. It lives here so the two suites cannot drift apart in what they print
-//! or select; how each starts its backends and prepares its `Target` stays in the suite.
+//! or select; how each starts its servers and prepares its `Target` stays in the suite.
 //!
 //! The real server needs what a plain `cargo test` does not have (root, servers built from Go),
 //! so its results are ignored tests, as libtest's `#[ignore]` would make them: reported
@@ -52,9 +52,9 @@ macro_rules! body {
     };
 }
 
-/// The two backends.
+/// The two servers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub enum Server {
     /// The embedded sandbox, a fresh one per body.
     Sandbox,
     /// The real server (the suite's), one for the whole run.
@@ -65,11 +65,11 @@ pub enum Backend {
 pub struct Suite<T: 'static> {
     /// The prefix of the runner's own messages (`conformance`, `legacy conformance`).
     pub name: &'static str,
-    /// The variable choosing the backends (`sandbox`, `real` or `both`).
+    /// The variable choosing the servers (`sandbox`, `real` or `both`).
     pub env_var: &'static str,
-    /// What follows a test name on the real backend (`real`, `1.13`).
+    /// What follows a test name on the real server (`real`, `1.13`).
     pub real_label: &'static str,
-    /// Why the real backend's results are ignored unless asked for: what it needs, and the
+    /// Why the real server's results are ignored unless asked for: what it needs, and the
     /// command that runs it.
     pub real_needs: &'static str,
     /// Every body, in running order.
@@ -80,23 +80,23 @@ pub struct Suite<T: 'static> {
 
 impl<T> Suite<T> {
     /// `sandbox` or the real label, as printed after each test name.
-    pub fn label(&self, backend: Backend) -> &'static str {
-        match backend {
-            Backend::Sandbox => "sandbox",
-            Backend::Real => self.real_label,
+    pub fn label(&self, server: Server) -> &'static str {
+        match server {
+            Server::Sandbox => "sandbox",
+            Server::Real => self.real_label,
         }
     }
 
-    /// The backends the suite's variable names (both when unset), each with whether its results
+    /// The servers the suite's variable names (both when unset), each with whether its results
     /// run rather than being reported ignored: the real server's run only when asked for, by
     /// naming it in the variable or with `--ignored` / `--include-ignored`.
-    fn backends(&self, args: &Args) -> anyhow::Result<Vec<(Backend, bool)>> {
+    fn servers(&self, args: &Args) -> anyhow::Result<Vec<(Server, bool)>> {
         let asked = args.ignored || args.include_ignored;
         Ok(match std::env::var(self.env_var).as_deref() {
-            Err(_) | Ok("") => vec![(Backend::Sandbox, true), (Backend::Real, asked)],
-            Ok("both") => vec![(Backend::Sandbox, true), (Backend::Real, true)],
-            Ok("sandbox") => vec![(Backend::Sandbox, true)],
-            Ok("real") => vec![(Backend::Real, true)],
+            Err(_) | Ok("") => vec![(Server::Sandbox, true), (Server::Real, asked)],
+            Ok("both") => vec![(Server::Sandbox, true), (Server::Real, true)],
+            Ok("sandbox") => vec![(Server::Sandbox, true)],
+            Ok("real") => vec![(Server::Real, true)],
             Ok(other) => anyhow::bail!("{}={other}: expected sandbox, real or both", self.env_var),
         })
     }
@@ -125,7 +125,7 @@ pub type RunOnReal<T> =
     for<'a> fn(&'a [&'static Body<T>], &'a mut Outcomes) -> LocalBoxFuture<'a, ()>;
 
 /// The suite's `main`: parses libtest's arguments, lists or runs the selected bodies on each
-/// chosen backend, then prints the summary. Each body gets a sandbox of its own (they start in
+/// chosen server, then prints the summary. Each body gets a sandbox of its own (they start in
 /// milliseconds) and is reported `ignored` there when it is real-only; on the real server, whose
 /// results are reported `ignored` unless asked for, every selected body runs on one server.
 pub fn main<T>(
@@ -137,10 +137,10 @@ pub fn main<T>(
     let selected: Vec<&'static Body<T>> = suite
         .bodies
         .iter()
-        // By name only: whether a result is ignored depends on its backend, below.
+        // By name only: whether a result is ignored depends on its server, below.
         .filter(|body| args.matches_name(body.name))
         .collect();
-    let named = match suite.backends(&args) {
+    let named = match suite.servers(&args) {
         Ok(b) => b,
         Err(err) => {
             eprintln!("{}: {err}", suite.name);
@@ -148,10 +148,10 @@ pub fn main<T>(
         }
     };
     // `--ignored` asks for the ignored results only: the real server's.
-    let backends: Vec<(Backend, bool)> = named
+    let servers: Vec<(Server, bool)> = named
         .iter()
         .copied()
-        .filter(|&(backend, _)| !(args.ignored && backend == Backend::Sandbox))
+        .filter(|&(server, _)| !(args.ignored && server == Server::Sandbox))
         .collect();
     if args.list {
         for body in &selected {
@@ -172,39 +172,39 @@ pub fn main<T>(
     };
     runtime.block_on(async {
         let started = Instant::now();
-        let total = selected.len() * backends.len();
+        let total = selected.len() * servers.len();
         println!(
             "\nrunning {total} test{}",
             if total == 1 { "" } else { "s" }
         );
         let mut outcomes = Outcomes::default();
-        for &(backend, runs) in &backends {
+        for &(server, runs) in &servers {
             if selected.is_empty() {
                 break;
             }
-            match backend {
-                Backend::Real if !runs => {
+            match server {
+                Server::Real if !runs => {
                     for body in &selected {
-                        outcomes.ignore(suite, body, Backend::Real, suite.real_needs);
+                        outcomes.ignore(suite, body, Server::Real, suite.real_needs);
                     }
                 }
-                Backend::Sandbox => {
+                Server::Sandbox => {
                     for body in &selected {
                         if outcomes.skip_on_sandbox(suite, body) {
                             continue;
                         }
                         let result = on_fresh_sandbox(body).await.map_err(|e| format!("{e:#}"));
-                        outcomes.report(suite, body, Backend::Sandbox, result.and_then(|r| r));
+                        outcomes.report(suite, body, Server::Sandbox, result.and_then(|r| r));
                     }
                 }
-                Backend::Real => run_on_real(&selected, &mut outcomes).await,
+                Server::Real => run_on_real(&selected, &mut outcomes).await,
             }
         }
         // Filtered out: every result the variable names but neither the filters nor
         // `--ignored` select, as libtest counts them.
         outcomes.summary(
             started,
-            suite.bodies.len() * named.len() - selected.len() * backends.len(),
+            suite.bodies.len() * named.len() - selected.len() * servers.len(),
         )
     })
 }
@@ -227,10 +227,10 @@ impl Outcomes {
         &mut self,
         suite: &Suite<T>,
         body: &Body<T>,
-        backend: Backend,
+        server: Server,
         result: Result<(), String>,
     ) {
-        let name = format!("{} ({})", body.name, suite.label(backend));
+        let name = format!("{} ({})", body.name, suite.label(server));
         let outcome = match result {
             Ok(()) => {
                 println!("test {name} ... ok");
@@ -250,13 +250,13 @@ impl Outcomes {
         let Some(why) = body.real_only else {
             return false;
         };
-        self.ignore(suite, body, Backend::Sandbox, why);
+        self.ignore(suite, body, Server::Sandbox, why);
         true
     }
 
-    /// Reports `body` as ignored on `backend`, with why, as libtest prints an ignored test.
-    fn ignore<T>(&mut self, suite: &Suite<T>, body: &Body<T>, backend: Backend, why: &str) {
-        let name = format!("{} ({})", body.name, suite.label(backend));
+    /// Reports `body` as ignored on `server`, with why, as libtest prints an ignored test.
+    fn ignore<T>(&mut self, suite: &Suite<T>, body: &Body<T>, server: Server, why: &str) {
+        let name = format!("{} ({})", body.name, suite.label(server));
         println!("test {name} ... ignored, {why}");
         self.0.push((name, Outcome::Ignored));
     }

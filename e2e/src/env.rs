@@ -1,4 +1,4 @@
-//! The environment every scenario shares: a backend with the operator installed.
+//! The environment every scenario shares: a target with the operator installed.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,79 +9,79 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
-use crate::backend::{Backend, BackendChoice};
-use crate::cluster::ClusterBackend;
+use crate::cluster::ClusterTarget;
 use crate::install::{self, OPERATOR_POD_SELECTOR};
 use crate::paths;
-use crate::real::RealBackend;
-use crate::sandbox::SandboxBackend;
+use crate::real::RealTarget;
+use crate::sandbox::SandboxTarget;
+use crate::target::{Target, TargetChoice};
 
-/// A backend with the operator installed.
+/// A target with the operator installed.
 pub struct Env {
     /// Where the scenarios run.
-    pub backend: Arc<dyn Backend>,
+    pub target: Arc<dyn Target>,
     /// The operator's namespace.
     pub operator_namespace: String,
-    /// How long starting the backend took.
-    pub backend_startup: Duration,
+    /// How long starting the target took.
+    pub target_startup: Duration,
     /// How long installing the operator took (until it was available).
     pub install_time: Duration,
 }
 
 impl Env {
-    /// Starts (or connects to) the backend the environment asks for and installs the operator.
+    /// Starts (or connects to) the target the environment asks for and installs the operator.
     pub async fn start() -> anyhow::Result<Self> {
-        Self::start_with(BackendChoice::from_env()?).await
+        Self::start_with(TargetChoice::from_env()?).await
     }
 
-    /// Starts (or connects to) the given backend and installs the operator.
-    pub async fn start_with(choice: BackendChoice) -> anyhow::Result<Self> {
+    /// Starts (or connects to) the given target and installs the operator.
+    pub async fn start_with(choice: TargetChoice) -> anyhow::Result<Self> {
         let started = Instant::now();
-        let backend: Arc<dyn Backend> = match choice {
-            BackendChoice::Sandbox => {
+        let target: Arc<dyn Target> = match choice {
+            TargetChoice::Sandbox => {
                 paths::require_binaries()?;
-                Arc::new(SandboxBackend::start().await?)
+                Arc::new(SandboxTarget::start().await?)
             }
-            BackendChoice::LegacySandbox => {
+            TargetChoice::LegacySandbox => {
                 paths::require_binaries()?;
-                Arc::new(SandboxBackend::start_legacy().await?)
+                Arc::new(SandboxTarget::start_legacy().await?)
             }
-            BackendChoice::Real => {
+            TargetChoice::Real => {
                 paths::require_binaries()?;
-                Arc::new(RealBackend::start().await?)
+                Arc::new(RealTarget::start().await?)
             }
-            BackendChoice::Cluster { context, kind } => {
+            TargetChoice::Cluster { context, kind } => {
                 paths::binary(initializer_crds::images::OPERATOR)?;
-                Arc::new(ClusterBackend::connect(context, kind).await?)
+                Arc::new(ClusterTarget::connect(context, kind).await?)
             }
         };
-        let backend_startup = started.elapsed();
+        let target_startup = started.elapsed();
         eprintln!(
             "e2e: {} ready in {:.2}s; kubeconfig: {}",
-            backend.name(),
-            backend_startup.as_secs_f64(),
-            backend.kubeconfig_path().display()
+            target.name(),
+            target_startup.as_secs_f64(),
+            target.kubeconfig_path().display()
         );
         let started = Instant::now();
         let operator_namespace =
-            match install::install(&backend.client(), backend.kubeconfig_path()).await {
+            match install::install(&target.client(), target.kubeconfig_path()).await {
                 Ok(namespace) => namespace,
                 Err(err) => {
-                    backend.shutdown().await;
+                    target.shutdown().await;
                     return Err(err);
                 }
             };
         // As an administrator who wants missed initializations counted
         // (`docs/src/install/permissions.md`):
         // the operator may list what the scenarios intercept.
-        if let Err(err) = install::grant_counting(&backend.client(), &operator_namespace).await {
-            backend.shutdown().await;
+        if let Err(err) = install::grant_counting(&target.client(), &operator_namespace).await {
+            target.shutdown().await;
             return Err(err);
         }
         if let Err(err) =
-            install::prepare_policy_canary(&backend.client(), &operator_namespace).await
+            install::prepare_policy_canary(&target.client(), &operator_namespace).await
         {
-            backend.shutdown().await;
+            target.shutdown().await;
             return Err(err);
         }
         let install_time = started.elapsed();
@@ -91,21 +91,21 @@ impl Env {
             install_time.as_secs_f64()
         );
         Ok(Self {
-            backend,
+            target,
             operator_namespace,
-            backend_startup,
+            target_startup,
             install_time,
         })
     }
 
     /// A client with cluster-admin rights.
     pub fn client(&self) -> Client {
-        self.backend.client()
+        self.target.client()
     }
 
     /// The kubeconfig a person can use to look around.
     pub fn kubeconfig_path(&self) -> &Path {
-        self.backend.kubeconfig_path()
+        self.target.kubeconfig_path()
     }
 
     /// The operator's pods that are not being deleted.
@@ -121,8 +121,8 @@ impl Env {
             .collect())
     }
 
-    /// Stops the backend.
+    /// Stops the target.
     pub async fn shutdown(&self) {
-        self.backend.shutdown().await;
+        self.target.shutdown().await;
     }
 }

@@ -94,7 +94,7 @@ pub async fn install(client: &Client, kubeconfig: &Path) -> anyhow::Result<Strin
 }
 
 /// The arguments of `helm upgrade --install` for the suite's release: the operator's namespace
-/// (created when missing) and the images the backends map (our registry, this version's tag).
+/// (created when missing) and the images the targets map (our registry, this version's tag).
 pub fn helm_install_args(chart: &Path, kubeconfig: &Path) -> Vec<String> {
     let image = |binary: &str| format!("{}/{binary}", images::REGISTRY);
     [
@@ -389,7 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn helm_installs_into_the_operators_namespace_with_the_images_the_backends_map() {
+    fn helm_installs_into_the_operators_namespace_with_the_images_the_targets_map() {
         let args = helm_install_args(Path::new("/c"), Path::new("/k"));
         let joined = args.join(" ");
         assert!(joined.starts_with("upgrade --install initializer-operator /c --namespace initializer-system --create-namespace --kubeconfig /k"), "{joined}");

@@ -1,6 +1,6 @@
 //! initializer-e2e: the end-to-end suite's harness and the `make run` demo.
 //!
-//! One suite, two backends. By default the harness starts the embedded sandbox in-process with
+//! One suite, several targets. By default the harness starts the embedded sandbox in-process with
 //! an image map pointing at the cargo-built binaries; with `E2E_CLUSTER=kind` (or
 //! `E2E_KUBECONTEXT=<context>`) it drives the cluster of a kubeconfig context instead. Either
 //! way the operator is installed from the bundle, every scenario runs in fresh namespaces and
@@ -9,7 +9,6 @@
 //! This crate is test infrastructure: it uses `anyhow` for errors, because every error ends up
 //! in front of a person reading a failed scenario, and context is what they need.
 
-pub mod backend;
 pub mod cluster;
 pub mod conformance;
 pub mod env;
@@ -32,10 +31,11 @@ pub mod scale;
 pub mod scope;
 pub mod sharing;
 pub mod starve;
+pub mod target;
 pub mod timings;
 pub use initializer_test_support::wait;
 pub mod watch;
 
-pub use backend::Backend;
 pub use env::Env;
 pub use scope::Scope;
+pub use target::Target;

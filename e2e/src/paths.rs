@@ -114,18 +114,18 @@ pub fn read_workspace_file(relative: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(&path).with_context(|| format!("failed to read {}", path.display()))
 }
 
-/// A fresh state directory for a backend (`initializer-e2e-<name>...` under the temporary
+/// A fresh state directory for a target (`initializer-e2e-<name>...` under the temporary
 /// directory), removed when dropped unless `E2E_KEEP_STATE=1` asks to keep it for a
 /// post-mortem (pod and component logs live there); `what` says what is in it.
 pub fn state_dir(name: &str, what: &str) -> anyhow::Result<tempfile::TempDir> {
     let mut dir = tempfile::Builder::new()
         .prefix(&format!("initializer-e2e-{name}"))
         .tempdir()
-        .with_context(|| format!("failed to create the {name} backend's state directory"))?;
+        .with_context(|| format!("failed to create the {name} target's state directory"))?;
     if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
         dir.disable_cleanup(true);
         eprintln!(
-            "e2e: keeping the {name} backend's state directory {} ({what})",
+            "e2e: keeping the {name} target's state directory {} ({what})",
             dir.path().display()
         );
     }

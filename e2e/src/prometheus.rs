@@ -1,7 +1,7 @@
 //! A real Prometheus for the suite: Debian's `prometheus` binary scraping the operator's pods
 //! and evaluating the shipped alert rules, queried with Debian's `promtool`.
 //!
-//! Both run where the pods are reachable ([`Backend::command_inside`]): on this host for the
+//! Both run where the pods are reachable ([`Target::command_inside`]): on this host for the
 //! sandbox, inside the network namespace of the real control plane. Prometheus listens on
 //! loopback there, and every query is a `promtool query instant` run in the same place, so no
 //! address outside loopback or the namespace is ever used. [`config`] and [`parse_samples`]
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::backend::Backend;
 use crate::paths;
+use crate::target::Target;
 use crate::wait::Check;
 
 /// Debian's Prometheus server binary.
@@ -93,7 +93,7 @@ pub fn find_program(name: &str) -> anyhow::Result<PathBuf> {
 
 /// A running Prometheus, stopped when dropped.
 pub struct Prometheus {
-    backend: Arc<dyn Backend>,
+    target: Arc<dyn Target>,
     child: tokio::process::Child,
     url: String,
     promtool: PathBuf,
@@ -105,7 +105,7 @@ impl Prometheus {
     /// Starts Prometheus scraping `targets` every `interval` and evaluating `rule_file`
     /// (copied into its own directory); returns once it answers queries.
     pub async fn start(
-        backend: Arc<dyn Backend>,
+        target: Arc<dyn Target>,
         targets: &[String],
         rule_file: &Path,
         interval: Duration,
@@ -127,10 +127,10 @@ impl Prometheus {
             .port();
         let log = dir.path().join("prometheus.log");
         let log_file = std::fs::File::create(&log).context("failed to create the log")?;
-        let mut command = backend.command_inside(&prometheus).with_context(|| {
+        let mut command = target.command_inside(&prometheus).with_context(|| {
             format!(
-                "failed to run Prometheus where the pods of {} are reachable: this backend has no such place",
-                backend.name()
+                "failed to run Prometheus where the pods of {} are reachable: this target has no such place",
+                target.name()
             )
         })?;
         command
@@ -148,7 +148,7 @@ impl Prometheus {
             .spawn()
             .context("failed to start Prometheus")?;
         let mut me = Self {
-            backend,
+            target,
             child,
             url: format!("http://127.0.0.1:{port}"),
             promtool,
@@ -187,7 +187,7 @@ impl Prometheus {
     /// An instant query, answered by Prometheus through `promtool query instant`.
     pub async fn query(&self, expr: &str) -> anyhow::Result<Vec<Sample>> {
         let mut command = self
-            .backend
+            .target
             .command_inside(&self.promtool)
             .context("failed to run promtool where Prometheus listens")?;
         command

@@ -1,4 +1,4 @@
-//! The real backend (`E2E_CLUSTER=real`): etcd, kube-apiserver and kube-controller-manager
+//! The real target (`E2E_CLUSTER=real`): etcd, kube-apiserver and kube-controller-manager
 //! built from the official Go modules, with our node agent, in a network namespace of their own
 //! (`initializer-controlplane`). The test process stays outside and reaches the API server
 //! through the control plane's port forward.
@@ -15,22 +15,22 @@ use futures::future::BoxFuture;
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
 use kube::Client;
 
-use crate::backend::{Backend, PodAction};
+use crate::target::{PodAction, Target};
 use crate::{images, paths};
 
 pub const NODE_BINARY: &str = "initializer-node";
 
 /// The real control plane, owned by this process.
-pub struct RealBackend {
+pub struct RealTarget {
     name: String,
     client: Client,
     kubeconfig: PathBuf,
     plane: Mutex<Option<ControlPlane>>,
-    // Removed when the backend is dropped, after the control plane has stopped.
+    // Removed when the target is dropped, after the control plane has stopped.
     _state_dir: tempfile::TempDir,
 }
 
-impl RealBackend {
+impl RealTarget {
     /// Builds the control plane if needed and starts it, with the image map of our binaries.
     pub async fn start() -> anyhow::Result<Self> {
         let state_dir = paths::state_dir("real", "cluster/logs/, cluster/node/")?;
@@ -62,7 +62,7 @@ impl RealBackend {
     }
 }
 
-impl Backend for RealBackend {
+impl Target for RealTarget {
     fn name(&self) -> &str {
         &self.name
     }

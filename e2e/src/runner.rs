@@ -1,4 +1,4 @@
-//! The suite's test runner: one process, one backend, scenarios in order, cleanup after each,
+//! The suite's test runner: one process, one target, scenarios in order, cleanup after each,
 //! and the timings table at the end.
 //!
 //! It understands the part of libtest's command line that `cargo test` and `cargo nextest` use:
@@ -13,16 +13,16 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
-use crate::backend::BackendChoice;
 use crate::env::Env;
 use crate::scope::Scope;
 use crate::sharing::{self, Share};
+use crate::target::TargetChoice;
 use crate::timings::{self, Row, RowHandle};
 
 /// What a scenario gets: the shared environment, its own scope and its row of timings.
 #[derive(Clone)]
 pub struct Ctx {
-    /// The backend with the operator installed.
+    /// The target with the operator installed.
     pub env: Arc<Env>,
     /// The scenario's namespaces and Initializers.
     pub scope: Arc<Scope>,
@@ -43,10 +43,10 @@ pub type Body = fn(Ctx) -> BoxFuture<'static, anyhow::Result<()>>;
 /// Where a scenario runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needs {
-    /// The backend `E2E_CLUSTER` / `E2E_KUBECONTEXT` choose.
-    ChosenBackend,
+    /// The target `E2E_CLUSTER` / `E2E_KUBECONTEXT` choose.
+    ChosenTarget,
     /// The sandbox in legacy mode (Kubernetes 1.7–1.13 Initializers), started by the runner
-    /// after the chosen backend's scenarios (the chosen backend is stopped first, so the two
+    /// after the chosen target's scenarios (the chosen target is stopped first, so the two
     /// never share the machine).
     LegacySandbox,
 }
@@ -67,13 +67,13 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A scenario that runs on the chosen backend.
+    /// A scenario that runs on the chosen target.
     pub const fn new(name: &'static str, body: Body) -> Self {
         Self {
             name,
             ignore: None,
             body,
-            needs: Needs::ChosenBackend,
+            needs: Needs::ChosenTarget,
             share: Share::Shared,
         }
     }
@@ -84,7 +84,7 @@ impl Scenario {
             name,
             ignore: Some(reason),
             body,
-            needs: Needs::ChosenBackend,
+            needs: Needs::ChosenTarget,
             share: Share::Shared,
         }
     }
@@ -315,8 +315,8 @@ impl Envs {
         }
         self.shutdown().await;
         let choice = match needs {
-            Needs::ChosenBackend => BackendChoice::from_env(),
-            Needs::LegacySandbox => Ok(BackendChoice::LegacySandbox),
+            Needs::ChosenTarget => TargetChoice::from_env(),
+            Needs::LegacySandbox => Ok(TargetChoice::LegacySandbox),
         };
         let started = match choice {
             Ok(choice) => Env::start_with(choice).await,
@@ -338,9 +338,9 @@ impl Envs {
 
     async fn shutdown(&mut self) {
         if let Some((_, env)) = self.current.take() {
-            let resources = env.backend.resources();
+            let resources = env.target.resources();
             if !resources.is_empty() {
-                println!("\n{} at the end of its scenarios:", env.backend.name());
+                println!("\n{} at the end of its scenarios:", env.target.name());
                 for line in resources {
                     println!("  {line}");
                 }
@@ -353,7 +353,7 @@ impl Envs {
 /// The label of the timings table of the scenarios that need `needs`.
 fn table_label(needs: Needs) -> String {
     match needs {
-        Needs::ChosenBackend => backend_label(),
+        Needs::ChosenTarget => target_label(),
         Needs::LegacySandbox => format!(
             "{}: the sandbox serving the Kubernetes 1.7 Initializers",
             crate::sandbox::LEGACY_NAME
@@ -361,7 +361,7 @@ fn table_label(needs: Needs) -> String {
     }
 }
 
-fn backend_label() -> String {
+fn target_label() -> String {
     match std::env::var("E2E_CLUSTER") {
         Ok(cluster) if !cluster.is_empty() => cluster,
         _ => std::env::var("E2E_KUBECONTEXT").unwrap_or_else(|_| "sandbox".to_string()),
@@ -385,14 +385,14 @@ async fn run_one(env: Arc<Env>, scenario: &Scenario) -> (Row, Result<(), String>
         scope: scope.clone(),
         row: row.clone(),
     };
-    let backend = ctx.env.backend.clone();
+    let target = ctx.env.target.clone();
     let task = tokio::spawn((scenario.body)(ctx));
     let abort = task.abort_handle();
     let outcome = tokio::select! {
         outcome = tokio::time::timeout(SCENARIO_TIMEOUT, task) => outcome,
-        failure = backend.failure() => {
+        failure = target.failure() => {
             abort.abort();
-            Ok(Ok(Err(failure.context("the backend failed during the scenario"))))
+            Ok(Ok(Err(failure.context("the target failed during the scenario"))))
         }
     };
     let result = match outcome {
@@ -436,7 +436,7 @@ mod tests {
             name,
             ignore,
             body: |_| async { Ok(()) }.boxed(),
-            needs: Needs::ChosenBackend,
+            needs: Needs::ChosenTarget,
             share: Share::Shared,
         }
     }

@@ -1,4 +1,4 @@
-//! The sandbox backend: the embedded control plane started in-process with a temporary state
+//! The sandbox target: the embedded control plane started in-process with a temporary state
 //! directory and the image map of our cargo-built binaries.
 //!
 //! Pods are frozen, thawed and killed through the sandbox's own HTTPS API
@@ -15,20 +15,20 @@ use futures::future::BoxFuture;
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use kube::Client;
 
-use crate::backend::{Backend, PodAction};
+use crate::target::{PodAction, Target};
 use crate::{images, paths};
 
 /// The embedded sandbox, owned by this process.
-pub struct SandboxBackend {
+pub struct SandboxTarget {
     name: &'static str,
     client: Client,
     kubeconfig: PathBuf,
     handle: Mutex<Option<SandboxHandle>>,
-    // Removed when the backend is dropped, after the sandbox has stopped.
+    // Removed when the target is dropped, after the sandbox has stopped.
     state_dir: tempfile::TempDir,
 }
 
-impl SandboxBackend {
+impl SandboxTarget {
     /// Starts a sandbox with a fresh state directory and the image map of our binaries.
     pub async fn start() -> anyhow::Result<Self> {
         Self::start_in(Mode::Current).await
@@ -68,7 +68,7 @@ impl SandboxBackend {
     }
 }
 
-/// The backend's name when it serves the 1.7 Initializers (logs, the timings table's label).
+/// The target's name when it serves the 1.7 Initializers (logs, the timings table's label).
 pub const LEGACY_NAME: &str = "sandbox-legacy";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ pub async fn pod_action(
     Ok(())
 }
 
-impl Backend for SandboxBackend {
+impl Target for SandboxTarget {
     fn name(&self) -> &str {
         self.name
     }

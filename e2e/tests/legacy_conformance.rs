@@ -12,12 +12,12 @@
 //!
 //! `make legacy-conformance`, or `cargo build -p sidecar-initializer -p secret-guard-initializer
 //! && cargo test -p initializer-e2e --test legacy_conformance -- --include-ignored`. The real
-//! backend needs `target/tools/kube-apiserver-1.13` (`tools/legacy-apiserver/build.sh`, built on
+//! server needs `target/tools/kube-apiserver-1.13` (`tools/legacy-apiserver/build.sh`, built on
 //! first use) and the control plane's etcd (`make controlplane`), both built from Go, so its
 //! results are ignored unless asked for: a plain `cargo test` runs the sandbox's and lists the
 //! 1.13 ones as ignored, `-- --ignored` runs the 1.13 ones only, and
-//! `E2E_LEGACY_CONFORMANCE=sandbox`, `=real` or `=both` names the backends to run. Filters,
-//! `--exact`, `--skip` and `--list` work as with any test binary. When the real backend cannot
+//! `E2E_LEGACY_CONFORMANCE=sandbox`, `=real` or `=both` names the servers to run. Filters,
+//! `--exact`, `--skip` and `--list` work as with any test binary. When the real server cannot
 //! start, every body fails with its error. No root and no network namespace: both processes
 //! listen on loopback.
 //!
@@ -48,7 +48,7 @@ use anyhow::Context;
 use futures::FutureExt;
 use initializer_controlplane::{LegacyApiServer, LegacyConfig};
 use initializer_e2e::body;
-use initializer_e2e::conformance::{self, Backend, Body, Outcomes, Suite};
+use initializer_e2e::conformance::{self, Body, Outcomes, Server, Suite};
 use initializer_e2e::paths;
 use initializer_sandbox::{Sandbox, SandboxConfig};
 use target::Target;
@@ -128,7 +128,7 @@ async fn on_fresh_sandbox(body: &Body<Target>) -> anyhow::Result<Result<(), Stri
         .context("failed to start the sandbox in legacy mode")?;
     let result = run_body(
         body,
-        Backend::Sandbox,
+        Server::Sandbox,
         handle.client(),
         None,
         handle.kubeconfig_path(),
@@ -145,7 +145,7 @@ async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes
         Err(err) => {
             let message = format!("kube-apiserver 1.13 did not start: {err:#}");
             for body in selected {
-                outcomes.report(&SUITE, body, Backend::Real, Err(message.clone()));
+                outcomes.report(&SUITE, body, Server::Real, Err(message.clone()));
             }
             return;
         }
@@ -156,7 +156,7 @@ async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes
             Ok(()) => {
                 run_body(
                     body,
-                    Backend::Real,
+                    Server::Real,
                     server.client(),
                     Some(server.unprivileged_client()),
                     server.kubeconfig_path(),
@@ -164,7 +164,7 @@ async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes
                 .await
             }
         };
-        outcomes.report(&SUITE, body, Backend::Real, result);
+        outcomes.report(&SUITE, body, Server::Real, result);
     }
     server.shutdown().await;
 }
@@ -198,13 +198,13 @@ async fn start_real() -> anyhow::Result<(LegacyApiServer, tempfile::TempDir)> {
 /// cleans up whatever happened.
 async fn run_body(
     body: &Body<Target>,
-    backend: Backend,
+    server: Server,
     client: kube::Client,
     unprivileged: Option<kube::Client>,
     kubeconfig: &std::path::Path,
 ) -> Result<(), String> {
     let target = Target::prepare(
-        SUITE.label(backend),
+        SUITE.label(server),
         client,
         unprivileged,
         kubeconfig,

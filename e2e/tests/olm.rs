@@ -32,13 +32,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use initializer_crds::{Initializer, Phase};
-use initializer_e2e::backend::Backend;
 use initializer_e2e::fixtures::{has_sidecar, nginx_deployment};
 use initializer_e2e::install::{self, OPERATOR_NAME, OPERATOR_POD_SELECTOR};
 use initializer_e2e::load::{self, CreateLoad};
 use initializer_e2e::olm::{self, CatalogSource, Entry, Olm, Tools};
-use initializer_e2e::real::RealBackend;
+use initializer_e2e::real::RealTarget;
 use initializer_e2e::sharing::{self, Share};
+use initializer_e2e::target::Target;
 use initializer_e2e::timings::CreateCount;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::Recorder;
@@ -129,7 +129,7 @@ fn table(rows: &[Row]) -> String {
 /// prints the rows the body returns.
 fn on_real_control_plane<F, Fut>(body: F)
 where
-    F: FnOnce(std::sync::Arc<RealBackend>) -> Fut,
+    F: FnOnce(std::sync::Arc<RealTarget>) -> Fut,
     Fut: Future<Output = anyhow::Result<Vec<Row>>>,
 {
     let _turn = sharing::take(Share::Shared, "the OLM suite").unwrap();
@@ -140,9 +140,9 @@ where
         .unwrap();
     runtime.block_on(async {
         paths::require_binaries().unwrap();
-        let backend = std::sync::Arc::new(RealBackend::start().await.unwrap());
-        let result = body(backend.clone()).await;
-        backend.shutdown().await;
+        let target = std::sync::Arc::new(RealTarget::start().await.unwrap());
+        let result = body(target.clone()).await;
+        target.shutdown().await;
         match result {
             Ok(rows) => eprintln!("\n{}", table(&rows)),
             Err(err) => panic!("{err:?}"),
@@ -153,10 +153,10 @@ where
 #[test]
 #[ignore = "needs root, the real control plane, helm and OLM built from Go, and kubectl: make e2e-olm"]
 fn olm_installs_upgrades_under_load_and_removes_the_operator() {
-    on_real_control_plane(|backend| async move {
+    on_real_control_plane(|target| async move {
         let tools = Tools::build().await?;
-        let client = backend.client();
-        let kubeconfig = backend.kubeconfig_path().to_path_buf();
+        let client = target.client();
+        let kubeconfig = target.kubeconfig_path().to_path_buf();
         // The bundle ships a PrometheusRule and a ServiceMonitor, and OLM installs every object
         // of a bundle: the cluster needs prometheus-operator's CRDs (`docs/src/install/olm.md`).
         run(
@@ -866,9 +866,9 @@ async fn operator_on(client: &Client, next_image: &str) -> anyhow::Result<Option
 #[test]
 #[ignore = "needs root, the real control plane, helm and OLM built from Go, and kubectl: make e2e-olm"]
 fn helm_upgrade_under_load_loses_no_create() {
-    on_real_control_plane(|backend| async move {
-        let client = backend.client();
-        let kubeconfig = backend.kubeconfig_path().to_path_buf();
+    on_real_control_plane(|target| async move {
+        let client = target.client();
+        let kubeconfig = target.kubeconfig_path().to_path_buf();
         let chart = paths::workspace_root().join(install::CHART_DIR);
         let example_after_guard = install_with_the_example_beside(
             &client,
@@ -1049,9 +1049,9 @@ async fn helm_upgrade(chart: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
 #[test]
 #[ignore = "needs root, the real control plane, helm and OLM built from Go, and kubectl: make e2e-olm"]
 fn bundle_upgrade_under_load_loses_no_create() {
-    on_real_control_plane(|backend| async move {
-        let client = backend.client();
-        let kubeconfig = backend.kubeconfig_path().to_path_buf();
+    on_real_control_plane(|target| async move {
+        let client = target.client();
+        let kubeconfig = target.kubeconfig_path().to_path_buf();
         let example_after_guard = install_with_the_example_beside(
             &client,
             &kubeconfig,

@@ -15,7 +15,7 @@
 //! the attacker has open at any moment is still in its handshake: `connected` is how hard it
 //! presses, `idle` and `slow` how much it keeps.
 //!
-//! It runs where the pods are reachable (`Backend::command_inside`), spread over the source
+//! It runs where the pods are reachable (`Target::command_inside`), spread over the source
 //! addresses in `ATTACK_SOURCES` (comma-separated; as many attacker pods would be), or from the
 //! default address when that is empty or an address cannot be bound. It verifies the server with
 //! the CA in the PEM file `ATTACK_CA` for the name `ATTACK_SERVER_NAME`, as any client would:

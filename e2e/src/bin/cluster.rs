@@ -4,8 +4,8 @@
 //! forward on 127.0.0.1; on Ctrl-C every process stops and the namespace is removed.
 
 use anyhow::Context;
-use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
+use initializer_e2e::target::TargetChoice;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
         .stderr()
         .init();
     let env = tokio::select! {
-        env = Env::start_with(BackendChoice::Real) => env.context("failed to start the cluster")?,
+        env = Env::start_with(TargetChoice::Real) => env.context("failed to start the cluster")?,
         _ = tokio::signal::ctrl_c() => return Ok(()),
     };
     let kubeconfig = env.kubeconfig_path().display().to_string();
@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
-        err = env.backend.failure() => eprintln!("cluster: {err:#}"),
+        err = env.target.failure() => eprintln!("cluster: {err:#}"),
     }
     eprintln!("cluster: stopping");
     env.shutdown().await;

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use initializer_crds::Initializer;
-use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures;
 use initializer_e2e::procfs;
 use initializer_e2e::scale::{self, Row};
+use initializer_e2e::target::TargetChoice;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -43,7 +43,7 @@ const METRICS_PORT: u16 = 8080;
 const TARGET_LABEL: &str = "scale-bench.initializer.dev/target";
 
 struct Args {
-    clusters: Vec<BackendChoice>,
+    clusters: Vec<TargetChoice>,
     counts: Vec<usize>,
     settle: Duration,
     steady: Duration,
@@ -53,7 +53,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
-        clusters: vec![BackendChoice::Sandbox, BackendChoice::Real],
+        clusters: vec![TargetChoice::Sandbox, TargetChoice::Real],
         counts: vec![10, 30, 100],
         settle: Duration::from_secs(30),
         steady: Duration::from_secs(30),
@@ -68,9 +68,9 @@ fn parse_args() -> anyhow::Result<Args> {
         match flag.as_str() {
             "--cluster" => {
                 args.clusters = match value.as_str() {
-                    "sandbox" => vec![BackendChoice::Sandbox],
-                    "real" => vec![BackendChoice::Real],
-                    "both" => vec![BackendChoice::Sandbox, BackendChoice::Real],
+                    "sandbox" => vec![TargetChoice::Sandbox],
+                    "real" => vec![TargetChoice::Real],
+                    "both" => vec![TargetChoice::Sandbox, TargetChoice::Real],
                     other => bail!("--cluster is sandbox, real or both, not {other}"),
                 }
             }
@@ -111,7 +111,7 @@ async fn main() -> anyhow::Result<()> {
             for repeat in 1..=args.repeats {
                 let env = Env::start_with(cluster.clone()).await?;
                 let name = match cluster {
-                    BackendChoice::Real => "real",
+                    TargetChoice::Real => "real",
                     _ => "sandbox",
                 };
                 eprintln!(
@@ -300,9 +300,9 @@ async fn sample(env: &Env) -> anyhow::Result<Sample> {
 async fn metrics(env: &Env, ip: &str) -> anyhow::Result<String> {
     let curl = PathBuf::from("curl");
     let command = env
-        .backend
+        .target
         .command_inside(&curl)
-        .context("this backend cannot run a command where pods are reachable")?;
+        .context("this target cannot run a command where pods are reachable")?;
     let output = tokio::process::Command::from(command)
         .args([
             "-sS",

@@ -9,11 +9,11 @@
 //! `test NAME (real) ... ok` lines and a libtest-style summary.
 //!
 //! `make conformance`, or `cargo build -p initializer-node && cargo test -p initializer-e2e --test
-//! conformance -- --include-ignored`. The real backend needs root (a network namespace) and the
+//! conformance -- --include-ignored`. The real server needs root (a network namespace) and the
 //! Go build (`make controlplane`), so its results are ignored unless asked for: a plain `cargo
 //! test` runs the sandbox's and lists the real ones as ignored, `-- --ignored` runs the real
-//! ones only, and `E2E_CONFORMANCE=sandbox`, `=real` or `=both` names the backends to run.
-//! Filters, `--exact`, `--skip` and `--list` work as with any test binary. When the real backend
+//! ones only, and `E2E_CONFORMANCE=sandbox`, `=real` or `=both` names the servers to run.
+//! Filters, `--exact`, `--skip` and `--list` work as with any test binary. When the real server
 //! cannot start, every body fails with its error.
 //!
 //! What only the sandbox has (faults, `view()`, snapshots, startup time, pod logs from the state
@@ -40,7 +40,7 @@ use anyhow::Context;
 use futures::FutureExt;
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
 use initializer_e2e::body;
-use initializer_e2e::conformance::{self, Backend, Body, Outcomes, Suite};
+use initializer_e2e::conformance::{self, Body, Outcomes, Server, Suite};
 use initializer_e2e::paths;
 use initializer_sandbox::{Sandbox, SandboxConfig};
 use target::{History, Target};
@@ -155,7 +155,7 @@ async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes
         Err(err) => {
             let message = format!("the real control plane did not start: {err:#}");
             for body in selected {
-                outcomes.report(&SUITE, body, Backend::Real, Err(message.clone()));
+                outcomes.report(&SUITE, body, Server::Real, Err(message.clone()));
             }
             return;
         }
@@ -178,7 +178,7 @@ async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes
                 .await
             }
         };
-        outcomes.report(&SUITE, body, Backend::Real, result);
+        outcomes.report(&SUITE, body, Server::Real, result);
     }
     plane.shutdown().await;
 }

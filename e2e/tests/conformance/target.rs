@@ -1,6 +1,6 @@
 //! What a body runs against: a client, a kubeconfig for kubectl, a fresh namespace and unique
-//! names, on either backend. Bodies never ask which backend they run on, with one exception the
-//! two backends genuinely do differently: forgetting watch history
+//! names, on either server. Bodies never ask which server they run on, with one exception the
+//! two servers genuinely do differently: forgetting watch history
 //! ([`Target::forget_history`]).
 
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-/// How the backend forgets its change history.
+/// How the server forgets its change history.
 #[derive(Clone)]
 pub enum History {
     /// The sandbox's store (`Store::compact`).
@@ -27,7 +27,7 @@ pub enum History {
     },
 }
 
-/// One body's view of a backend.
+/// One body's view of a server.
 pub struct Target {
     client: kube::Client,
     kubeconfig: PathBuf,
@@ -165,7 +165,7 @@ impl Target {
         }
     }
 
-    /// Makes the backend forget its change history up to now, so that a watch from any earlier
+    /// Makes the server forget its change history up to now, so that a watch from any earlier
     /// resourceVersion is answered with 410 `Expired`: the sandbox drops its bounded history;
     /// the real control plane compacts etcd (kube-apiserver does so every 5 minutes by itself),
     /// which resources served without a watch cache, like Events, then report.

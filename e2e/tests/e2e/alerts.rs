@@ -94,7 +94,7 @@ impl Watching {
             .collect();
         ensure!(!targets.is_empty(), "the operator has no pod with an IP");
         let prometheus =
-            Prometheus::start(ctx.env.backend.clone(), &targets, &rules, INTERVAL).await?;
+            Prometheus::start(ctx.env.target.clone(), &targets, &rules, INTERVAL).await?;
         let watching = Self {
             prometheus,
             targets: targets.len(),

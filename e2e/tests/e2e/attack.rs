@@ -150,11 +150,11 @@ impl Attacker {
         // connections (no pod has that address; a host-network pod needs rights no attacker is
         // given).
         let node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref());
-        let Some(command) = ctx.env.backend.command_inside_away_from(attacker, node) else {
+        let Some(command) = ctx.env.target.command_inside_away_from(attacker, node) else {
             bail!(
                 "failed to run the attacker: backend {} has no place where pods are reachable \
                  other than the guard's node {node:?}",
-                ctx.env.backend.name()
+                ctx.env.target.name()
             );
         };
         let mut addresses = attacker_sources(pod_ip);

@@ -117,7 +117,7 @@ pub async fn freeze_pods(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Re
         "failed to freeze: Initializer {name} has no pods"
     );
     for pod in &pods {
-        ctx.env.backend.freeze_pod(workload_ns, pod).await?;
+        ctx.env.target.freeze_pod(workload_ns, pod).await?;
     }
     Ok(pods)
 }
@@ -146,7 +146,7 @@ pub async fn thaw_pods(
 ) -> anyhow::Result<()> {
     let live = pod_names(ctx, workload_ns, name).await?;
     for pod in pods.iter().filter(|p| live.contains(p)) {
-        ctx.env.backend.thaw_pod(workload_ns, pod).await?;
+        ctx.env.target.thaw_pod(workload_ns, pod).await?;
     }
     Ok(())
 }
@@ -160,7 +160,7 @@ pub async fn kill_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<String
         sidecar.name
     );
     for pod in &pods {
-        ctx.env.backend.kill_pod(&sidecar.workload_ns, pod).await?;
+        ctx.env.target.kill_pod(&sidecar.workload_ns, pod).await?;
     }
     Ok(pods)
 }

@@ -464,7 +464,7 @@ pub async fn fallback_refuses_short_secrets_while_the_guard_is_down(
     {
         bail!(
             "this scenario needs ValidatingAdmissionPolicy, which {} does not serve: {e}",
-            ctx.env.backend.name()
+            ctx.env.target.name()
         );
     }
     let example: Initializer = serde_saphyr::from_str(include_str!(

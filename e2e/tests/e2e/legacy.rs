@@ -511,7 +511,7 @@ pub async fn legacy_crashed_initializer_is_deregistered_by_its_endpoints(
     let killed_at = Instant::now();
     for pod in &pods {
         ctx.env
-            .backend
+            .target
             .kill_pod(&sidecar.workload_ns, &pod.name_any())
             .await?;
     }
@@ -802,7 +802,7 @@ pub async fn legacy_backend_without_the_api_is_invalid_and_deploys_nothing(
         !legacy::served(&client).await?,
         "{} serves admissionregistration.k8s.io/v1alpha1 InitializerConfigurations; this \
          scenario needs an API server without them",
-        ctx.env.backend.name()
+        ctx.env.target.name()
     );
     let workload_ns = ctx
         .scope

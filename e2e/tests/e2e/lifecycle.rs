@@ -324,7 +324,7 @@ pub async fn bad_input_is_refused_and_registers_nothing(ctx: Ctx) -> anyhow::Res
     } else {
         eprintln!(
             "bad input: {} serves no ValidatingAdmissionPolicy, so fallback expressions are checked by the operator alone",
-            ctx.env.backend.name()
+            ctx.env.target.name()
         );
     }
     let api =
@@ -492,7 +492,7 @@ pub async fn operator_killed_mid_rollout_converges_without_duplicates_or_orphans
         .await?;
     let killed_at = Instant::now();
     ctx.env
-        .backend
+        .target
         .kill_pod(&ctx.env.operator_namespace, &leader_pod)
         .await?;
 

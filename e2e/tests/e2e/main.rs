@@ -25,9 +25,9 @@ mod saturation;
 use std::process::ExitCode;
 
 use futures::FutureExt;
-use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::runner::{self, Scenario};
 use initializer_e2e::starve;
+use initializer_e2e::target::TargetChoice;
 
 /// A scenario named after its function; `alone` when no other run's scenario may share the
 /// machine with it (it loads the machine, or is spoilt by load); `ignore = "why"` when it cannot
@@ -254,10 +254,10 @@ fn not_run_at(name: &str, place: Place) -> Option<&'static str> {
 /// cannot run is listed as ignored with the reason (`--include-ignored` runs it anyway, and it
 /// fails saying what the backend lacks).
 fn scenarios() -> Vec<Scenario> {
-    let place = match BackendChoice::from_env() {
-        Ok(BackendChoice::Sandbox) => Place::Sandbox,
-        Ok(BackendChoice::Real) => Place::Real,
-        Ok(BackendChoice::Cluster { kind: true, .. }) => Place::Kind,
+    let place = match TargetChoice::from_env() {
+        Ok(TargetChoice::Sandbox) => Place::Sandbox,
+        Ok(TargetChoice::Real) => Place::Real,
+        Ok(TargetChoice::Cluster { kind: true, .. }) => Place::Kind,
         _ => Place::OtherCluster,
     };
     let kind_runs_too = place == Place::Real && std::env::var_os(KIND_RUNS_TOO).is_some();

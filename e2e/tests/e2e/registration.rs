@@ -227,7 +227,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
         .collect();
     futures::future::try_join_all(
         pods.iter()
-            .map(|pod| ctx.env.backend.freeze_pod(&workload_ns, pod)),
+            .map(|pod| ctx.env.target.freeze_pod(&workload_ns, pod)),
     )
     .await?;
     let frozen_at = Instant::now();
@@ -258,7 +258,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
         .map(|p| p.name_any())
         .collect();
     for pod in pods.iter().filter(|p| live.contains(p)) {
-        ctx.env.backend.thaw_pod(&workload_ns, pod).await?;
+        ctx.env.target.thaw_pod(&workload_ns, pod).await?;
     }
     held.with_context(|| format!("configurations: {}", configurations.summary()))?;
     let thawed_at = Instant::now();
@@ -449,7 +449,7 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
         })
     })
     .await?;
-    let block = ctx.env.backend.refuse_from_api_server(&ip, 443).await?;
+    let block = ctx.env.target.refuse_from_api_server(&ip, 443).await?;
     let blocked = Instant::now();
     let early = ops::initializer(&client, &name).await?;
     ensure!(

@@ -129,7 +129,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         .collect();
     let frozen_at = Instant::now();
     for pod in &pods {
-        env.backend.freeze_pod(WORKLOAD_NS, pod).await?;
+        env.target.freeze_pod(WORKLOAD_NS, pod).await?;
     }
     let template = fixtures::nginx_deployment("web", true, 0)?;
     let load = CreateLoad::start(
@@ -260,7 +260,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         .map(|p| p.name_any())
         .collect();
     for pod in pods.iter().filter(|p| live.contains(p)) {
-        env.backend.thaw_pod(WORKLOAD_NS, pod).await?;
+        env.target.thaw_pod(WORKLOAD_NS, pod).await?;
     }
     let back = configurations
         .wait_for(

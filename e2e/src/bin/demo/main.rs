@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use initializer_crds::Initializer;
-use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::load::{Attempt, CreateLoad};
 use initializer_e2e::ops;
+use initializer_e2e::target::TargetChoice;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::{Change, Recorder};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -44,11 +44,11 @@ async fn main() -> anyhow::Result<()> {
         .filter("DEMO_LOG", "off")
         .stderr()
         .init();
-    let choice = BackendChoice::from_env_with_legacy()?;
-    let legacy = choice == BackendChoice::LegacySandbox;
+    let choice = TargetChoice::from_env_with_legacy()?;
+    let legacy = choice == TargetChoice::LegacySandbox;
     say(&format!(
         "starting the {} and installing the operator from the bundle ...",
-        backend_noun()
+        target_noun()
     ));
     let env = tokio::select! {
         env = Env::start_with(choice) => env?,
@@ -75,14 +75,14 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("\ndemo failed: {err:#}");
         eprintln!(
             "the {} is still up for a look (Ctrl-C to stop it):",
-            backend_noun()
+            target_noun()
         );
         explain(&env);
         let _ = tokio::signal::ctrl_c().await;
     }
     say(&format!(
         "stopping the {} and every process it runs ...",
-        backend_noun()
+        target_noun()
     ));
     env.shutdown().await;
     say("stopped");
@@ -172,7 +172,7 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let frozen_at = Instant::now();
     for pod in &names {
-        env.backend.freeze_pod(WORKLOAD_NS, pod).await?;
+        env.target.freeze_pod(WORKLOAD_NS, pod).await?;
     }
     say(&format!(
         "froze {}; creating an annotated Deployment every 0.5s",
@@ -248,7 +248,7 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         .map(|p| p.name_any())
         .collect();
     for pod in names.iter().filter(|p| live.contains(p)) {
-        env.backend.thaw_pod(WORKLOAD_NS, pod).await?;
+        env.target.thaw_pod(WORKLOAD_NS, pod).await?;
     }
     let back = configurations
         .wait_for("the configuration to come back", thawed_at, TIMEOUT, |s| {
@@ -277,7 +277,7 @@ async fn story(env: &Env) -> anyhow::Result<()> {
 
     step(&format!(
         "done: the {} keeps running until Ctrl-C",
-        backend_noun()
+        target_noun()
     ));
     explain(env);
     say("  kubectl get initializers");
@@ -474,11 +474,11 @@ async fn print_pods(client: &Client, namespace: &str) -> anyhow::Result<()> {
 }
 
 /// What the demo runs on, as the messages name it.
-fn backend_noun() -> &'static str {
-    match BackendChoice::from_env_with_legacy() {
-        Ok(BackendChoice::Real) => "real control plane",
-        Ok(BackendChoice::Cluster { .. }) => "cluster",
-        Ok(BackendChoice::LegacySandbox) => "sandbox (serving the Kubernetes 1.7 Initializers)",
+fn target_noun() -> &'static str {
+    match TargetChoice::from_env_with_legacy() {
+        Ok(TargetChoice::Real) => "real control plane",
+        Ok(TargetChoice::Cluster { .. }) => "cluster",
+        Ok(TargetChoice::LegacySandbox) => "sandbox (serving the Kubernetes 1.7 Initializers)",
         _ => "sandbox",
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use futures::future::BoxFuture;
 
 /// A running Kubernetes API (the sandbox, or a cluster reached through a kubeconfig context).
-pub trait Backend: Send + Sync {
+pub trait Target: Send + Sync {
     /// Short name for logs and the timings table (`sandbox`, `kind`, or the context).
     fn name(&self) -> &str;
 
@@ -54,14 +54,14 @@ pub trait Backend: Send + Sync {
         self.control_pod(namespace, name, PodAction::Kill)
     }
 
-    /// Resolves when the backend itself fails (a control-plane process exits), with the
-    /// reason; never, for backends that cannot tell. The runner races every scenario against
+    /// Resolves when the target itself fails (a control-plane process exits), with the
+    /// reason; never, for targets that cannot tell. The runner races every scenario against
     /// it, so such a failure fails the scenario at once with the process's last log lines.
     fn failure(&self) -> BoxFuture<'_, anyhow::Error> {
         Box::pin(futures::future::pending())
     }
 
-    /// Lines about the backend's own processes for the end of the run (the real control
+    /// Lines about the target's own processes for the end of the run (the real control
     /// plane: each component's resident memory); none by default.
     fn resources(&self) -> Vec<String> {
         Vec::new()
@@ -75,7 +75,7 @@ pub trait Backend: Send + Sync {
         Some(std::process::Command::new(program))
     }
 
-    /// Like [`Backend::command_inside`], from a place that is not the node `node` (a pod's
+    /// Like [`Target::command_inside`], from a place that is not the node `node` (a pod's
     /// `spec.nodeName`), so that `program` shares no source address with that node's kubelet:
     /// what it does to a pod's connections cannot touch the kubelet's probes of that pod. The
     /// same place by default (the sandbox and the real control plane have one node, whose agent
@@ -94,7 +94,7 @@ pub trait Backend: Send + Sync {
     /// node, as kube-proxy there refuses them until it routes a new Service's endpoints, and as a
     /// firewall between the control plane and the nodes does; pods elsewhere still reach it.
     /// Lifted by [`RouteBlock::lift`], or when the block is dropped. Only kind has such a node
-    /// here: the other backends say so.
+    /// here: the other targets say so.
     fn refuse_from_api_server<'a>(
         &'a self,
         ip: &'a str,
@@ -108,7 +108,7 @@ pub trait Backend: Send + Sync {
         })
     }
 
-    /// Stops whatever the backend started (the sandbox and every process it runs).
+    /// Stops whatever the target started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
 
@@ -177,9 +177,9 @@ impl Drop for RouteBlock {
 /// kill (SIGKILL, the crashed initializer).
 pub use initializer_controlplane::signal::PodSignal as PodAction;
 
-/// Which backend the environment asks for.
+/// Which target the environment asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BackendChoice {
+pub enum TargetChoice {
     /// The embedded sandbox, started in-process (the default).
     Sandbox,
     /// The embedded sandbox in its legacy mode: it also serves the Kubernetes 1.7–1.13
@@ -198,7 +198,7 @@ pub enum BackendChoice {
     },
 }
 
-impl BackendChoice {
+impl TargetChoice {
     /// Reads `E2E_CLUSTER` (`sandbox`, the default, `real` or `kind`) and `E2E_KUBECONTEXT`.
     pub fn from_env() -> anyhow::Result<Self> {
         let cluster = std::env::var("E2E_CLUSTER").unwrap_or_default();
@@ -208,7 +208,7 @@ impl BackendChoice {
         Self::parse(&cluster, context)
     }
 
-    /// The backend of `make run LEGACY=1`: [`from_env`](Self::from_env) when `E2E_LEGACY` is
+    /// The target of `make run LEGACY=1`: [`from_env`](Self::from_env) when `E2E_LEGACY` is
     /// empty or `0`, else the legacy sandbox, which only the sandbox can be.
     pub fn from_env_with_legacy() -> anyhow::Result<Self> {
         let legacy = std::env::var("E2E_LEGACY").unwrap_or_default();
@@ -242,7 +242,7 @@ impl BackendChoice {
             "" | "sandbox" if context.is_none() => Ok(Self::Sandbox),
             "real" if context.is_none() => Ok(Self::Real),
             "real" => anyhow::bail!(
-                "failed to understand E2E_CLUSTER=real with E2E_KUBECONTEXT: the real backend \
+                "failed to understand E2E_CLUSTER=real with E2E_KUBECONTEXT: the real target \
                  starts its own control plane; unset one of them"
             ),
             "" | "sandbox" | "kind" => {
@@ -264,25 +264,25 @@ mod tests {
     #[test]
     fn no_setting_means_the_sandbox() {
         assert_eq!(
-            BackendChoice::parse("", None).unwrap(),
-            BackendChoice::Sandbox
+            TargetChoice::parse("", None).unwrap(),
+            TargetChoice::Sandbox
         );
     }
 
     #[test]
     fn real_means_the_control_plane_this_process_starts() {
         assert_eq!(
-            BackendChoice::parse("real", None).unwrap(),
-            BackendChoice::Real
+            TargetChoice::parse("real", None).unwrap(),
+            TargetChoice::Real
         );
-        assert!(BackendChoice::parse("real", Some("kind-x".into())).is_err());
+        assert!(TargetChoice::parse("real", Some("kind-x".into())).is_err());
     }
 
     #[test]
     fn kind_means_the_current_context_of_a_kind_cluster() {
         assert_eq!(
-            BackendChoice::parse("kind", None).unwrap(),
-            BackendChoice::Cluster {
+            TargetChoice::parse("kind", None).unwrap(),
+            TargetChoice::Cluster {
                 context: None,
                 kind: true
             }
@@ -292,15 +292,15 @@ mod tests {
     #[test]
     fn a_kind_context_is_recognised_by_its_prefix() {
         assert_eq!(
-            BackendChoice::parse("", Some("kind-e2e".into())).unwrap(),
-            BackendChoice::Cluster {
+            TargetChoice::parse("", Some("kind-e2e".into())).unwrap(),
+            TargetChoice::Cluster {
                 context: Some("kind-e2e".into()),
                 kind: true
             }
         );
         assert_eq!(
-            BackendChoice::parse("", Some("prod".into())).unwrap(),
-            BackendChoice::Cluster {
+            TargetChoice::parse("", Some("prod".into())).unwrap(),
+            TargetChoice::Cluster {
                 context: Some("prod".into()),
                 kind: false
             }
@@ -310,18 +310,18 @@ mod tests {
     #[test]
     fn legacy_means_the_sandbox_in_legacy_mode_and_nothing_else() {
         assert_eq!(
-            BackendChoice::with_legacy(BackendChoice::Sandbox, "1").unwrap(),
-            BackendChoice::LegacySandbox
+            TargetChoice::with_legacy(TargetChoice::Sandbox, "1").unwrap(),
+            TargetChoice::LegacySandbox
         );
         assert_eq!(
-            BackendChoice::with_legacy(BackendChoice::Sandbox, "0").unwrap(),
-            BackendChoice::Sandbox
+            TargetChoice::with_legacy(TargetChoice::Sandbox, "0").unwrap(),
+            TargetChoice::Sandbox
         );
         assert_eq!(
-            BackendChoice::with_legacy(BackendChoice::Real, "").unwrap(),
-            BackendChoice::Real
+            TargetChoice::with_legacy(TargetChoice::Real, "").unwrap(),
+            TargetChoice::Real
         );
-        let err = BackendChoice::with_legacy(BackendChoice::Real, "1")
+        let err = TargetChoice::with_legacy(TargetChoice::Real, "1")
             .unwrap_err()
             .to_string();
         assert!(err.contains("v1alpha1") && err.contains("1.35"), "{err}");
@@ -329,7 +329,7 @@ mod tests {
 
     #[test]
     fn an_unknown_cluster_kind_is_refused_with_the_choices() {
-        let err = BackendChoice::parse("minikube", None)
+        let err = TargetChoice::parse("minikube", None)
             .unwrap_err()
             .to_string();
         assert!(

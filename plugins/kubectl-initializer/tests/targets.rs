@@ -12,11 +12,11 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use initializer_crds::Initializer;
 use initializer_crds::constants::BREAK_GLASS_ANNOTATION;
-use initializer_e2e::backend::BackendChoice;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::ops;
 use initializer_e2e::scope::Scope;
+use initializer_e2e::target::TargetChoice;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -30,7 +30,7 @@ fn plugin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kubectl-initializer"))
 }
 
-/// Runs the plugin with `KUBECONFIG` pointing at the backend (as kubectl users set it).
+/// Runs the plugin with `KUBECONFIG` pointing at the target (as kubectl users set it).
 async fn run(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<Output> {
     tokio::process::Command::new(plugin())
         .args(args)
@@ -637,8 +637,8 @@ async fn preset_verdicts(
     Ok(())
 }
 
-/// Starts the backend with the operator installed, runs the body, cleans up whatever happened.
-async fn on(choice: BackendChoice) -> anyhow::Result<()> {
+/// Starts the target with the operator installed, runs the body, cleans up whatever happened.
+async fn on(choice: TargetChoice) -> anyhow::Result<()> {
     let env = Env::start_with(choice).await?;
     let scope = Scope::new(env.client(), "plugin");
     let result = every_subcommand(&env, &scope).await;
@@ -651,17 +651,17 @@ async fn on(choice: BackendChoice) -> anyhow::Result<()> {
 
 mod every_subcommand_answers_as_the_cluster_behaves {
     use super::on;
-    use initializer_e2e::backend::BackendChoice;
+    use initializer_e2e::target::TargetChoice;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn on_sandbox() -> anyhow::Result<()> {
-        on(BackendChoice::Sandbox).await
+        on(TargetChoice::Sandbox).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs root and the real control plane: make unit-real, or cargo test -p kubectl-initializer --test backends -- --ignored"]
+    #[ignore = "needs root and the real control plane: make unit-real, or cargo test -p kubectl-initializer --test targets -- --ignored"]
     async fn on_real() -> anyhow::Result<()> {
-        on(BackendChoice::Real).await
+        on(TargetChoice::Real).await
     }
 }
 
