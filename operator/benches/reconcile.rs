@@ -119,6 +119,7 @@ async fn against_sandbox() {
             "bench".into(),
             initializer_operator::leader::Leadership::unconditional(),
         ),
+        memory: Default::default(),
         guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
         policy_canary: None,
         policy_api: Default::default(),

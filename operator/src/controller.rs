@@ -78,6 +78,8 @@ pub struct Context {
     /// Probes, registers and deregisters each Initializer, and is the only writer of its
     /// status (but for the guard's witness, which the reconcile writes).
     pub supervisor: Supervisor,
+    /// What the reconcile remembers of each Initializer from one run to the next.
+    pub memory: Memory,
     /// The guard on Initializers as [`crate::guard::keep_applied`] last saw it.
     pub guard: tokio::sync::watch::Receiver<crate::guard::GuardState>,
     /// Where a preset's policy is proven against its webhook (`--policy-canary-namespace`);
@@ -376,12 +378,14 @@ fn guard_changes(
 
 mod engine;
 mod finalizer;
+mod memory;
 mod orphans;
 mod steps;
 
 pub use engine::PolicyApi;
 use finalizer::cleanup;
 pub use finalizer::had_fallback;
+pub use memory::{DISCOVERY_TTL, Memory};
 use orphans::managed_selector;
 pub use orphans::{
     orphans, own_pending_names, remove_orphans, wanting_configurations, watch_orphans,

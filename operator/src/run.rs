@@ -399,6 +399,7 @@ async fn lead(
     .with_connector(args.probe_connector.clone())
     .with_watchdog(watchdog)
     .with_configurations(configurations);
+    let memory = controller::Memory::default();
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder,
@@ -413,6 +414,7 @@ async fn lead(
         },
         operator_namespace: args.namespace.clone(),
         supervisor: supervisor.clone(),
+        memory: memory.clone(),
         guard,
         policy_canary: args.policy_canary_namespace.clone(),
         policy_api: controller::PolicyApi::default(),
@@ -422,6 +424,7 @@ async fn lead(
         controller::watch_orphans(
             client,
             supervisor.clone(),
+            memory,
             configurations_writer,
             term.clone()
         ),

@@ -16,9 +16,9 @@
 //! One Initializer's life, file by file, in the order things happen:
 //! - this file: the handle and its public calls ([`Supervisor::sync`] and the rest), and the
 //!   per-Initializer state: two maps by name, the supervised entries (tasks and state under
-//!   one lock) and everything else known of each Initializer, supervised or not (`Known`: the
-//!   reconcile's last failure, discovery, the fallback's compile check, the CA its pods serve,
-//!   where its preset runs);
+//!   one lock) and what else the status and the reconcile need of each Initializer, supervised
+//!   or not (`Known`: the reconcile's last failure, the CA its pods serve); what the reconcile
+//!   remembers for itself is [`crate::controller::Memory`];
 //! - `entry`: the entry made on the first sync (what the API server holds taken over) and its
 //!   two tasks started;
 //! - `tasks`: the prober and the endpoint watcher, fed by the shared watches of `slices`;
@@ -55,15 +55,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::apply::legacy::Canary;
-use crate::apply::{self, FallbackCheck};
 use crate::build::{self, FallbackPolicy};
-use crate::engine::{EngineView, Remembered};
+use crate::engine::EngineView;
 use crate::error::{Error, Result};
 use crate::health::{Aside, Cause, HealthConfig, Input, Machine};
 use crate::lag::LagMeter;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::pending::Served;
 use crate::probe::{Connector, ProbeTarget};
 use crate::status::{self, ProbeRecord, WorkloadObservation};
 use crate::watchdog::Watchdog;
@@ -144,7 +142,8 @@ pub struct Supervision {
     /// The status stored on the Initializer when the reconcile read it.
     pub stored_status: Option<InitializerStatus>,
     /// The Initializer's resourceVersion when the reconcile read it: the next status write is
-    /// made onto it ([`apply::apply_status`]), unless this replica's own writes moved past it.
+    /// made onto it ([`crate::apply::apply_status`]), unless this replica's own writes moved
+    /// past it.
     pub stored_version: Option<String>,
     /// How it is registered and probed: the webhook configuration itself, or with
     /// `backend: InitializerConfiguration` what is registered instead of
@@ -527,9 +526,6 @@ impl Drop for Supervised {
     }
 }
 
-/// The generation a fallback was compiled for, and the API server's refusal, if any.
-type FallbackChecked = (Option<i64>, Option<String>);
-
 struct Inner {
     client: Client,
     recorder: Recorder,
@@ -552,9 +548,6 @@ struct Inner {
     lag: LagMeter,
 }
 
-/// The generation discovery ran for, when, and what the rules reached.
-type Discovered = (Option<i64>, Instant, Vec<Served>);
-
 /// What the supervisor knows of one Initializer beyond its supervision (which starts at its
 /// first sync and ends at [`Supervisor::stop`]): what the reconcile learned before or without
 /// it, and what the probes found. Kept until the Initializer is gone ([`Supervisor::retain`]).
@@ -563,22 +556,10 @@ struct Known {
     /// Why its last reconcile failed (`details.lastError`), until a reconcile deploys its
     /// workload again.
     failure: Option<String>,
-    /// Legacy backend: what its rules reached at a generation, and when discovery ran
-    /// ([`Supervisor::discovered`]).
-    discovered: Option<Discovered>,
-    /// Whether the API server compiled its fallback, at a generation
-    /// ([`Supervisor::check_fallback`]).
-    fallback_checked: Option<FallbackChecked>,
     /// The `caBundle` of its last probe round, and whether every ready pod served a
     /// certificate of the bundle's current CA ([`Supervisor::serves_current_ca`]).
     served: Option<(Vec<u8>, bool)>,
-    /// Where its preset's injection runs, as the reconcile last decided ([`crate::engine`]).
-    engine: Option<Remembered>,
 }
-
-/// How long what an Initializer's rules reach is reused before discovery runs again (a CRD
-/// installed meanwhile is seen within it; a spec change at once).
-pub const DISCOVERY_TTL: Duration = Duration::from_secs(60);
 
 /// Supervises the health of every Initializer this replica leads.
 #[derive(Clone)]
@@ -675,16 +656,6 @@ impl Supervisor {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(known.entry(initializer.to_string()).or_default())
-    }
-
-    /// Where the preset of `initializer` runs, as last remembered ([`Supervisor::remember_engine`]).
-    pub fn engine(&self, initializer: &str) -> Option<Remembered> {
-        self.known(initializer, |known| known.engine.clone())
-    }
-
-    /// Remembers where the preset of `initializer` runs.
-    pub fn remember_engine(&self, initializer: &str, engine: Remembered) {
-        self.known(initializer, |known| known.engine = Some(engine));
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Supervised>>> {
@@ -791,59 +762,6 @@ impl Supervisor {
             return Err(Error::SupervisionStopped { action: action() });
         }
         self.inner.leadership.check(action)
-    }
-
-    /// What the rules of `initializer` at `generation` reached when discovery last ran for it,
-    /// unless that was more than [`DISCOVERY_TTL`] ago or for another generation.
-    pub fn discovered(&self, initializer: &str, generation: Option<i64>) -> Option<Vec<Served>> {
-        self.known(initializer, |known| {
-            known
-                .discovered
-                .as_ref()
-                .filter(|(g, at, _)| *g == generation && at.elapsed() < DISCOVERY_TTL)
-                .map(|(_, _, reached)| reached.clone())
-        })
-    }
-
-    /// Remembers what the rules of `initializer` at `generation` reach.
-    pub fn remember_discovered(
-        &self,
-        initializer: &str,
-        generation: Option<i64>,
-        reached: Vec<Served>,
-    ) {
-        self.known(initializer, |known| {
-            known.discovered = Some((generation, Instant::now(), reached));
-        });
-    }
-
-    /// Asks the API server to compile an Initializer's fallback (a dry-run apply), once per
-    /// generation: `Ok(None)` when it was accepted or cannot be checked here (no
-    /// ValidatingAdmissionPolicy), `Ok(Some(why))` when it was refused.
-    pub async fn check_fallback(
-        &self,
-        initializer: &str,
-        generation: Option<i64>,
-        fallback: &FallbackPolicy,
-    ) -> Result<Option<String>> {
-        let cached = self.known(initializer, |known| {
-            known
-                .fallback_checked
-                .as_ref()
-                .filter(|(g, _)| *g == generation)
-                .map(|(_, why)| why.clone())
-        });
-        if let Some(why) = cached {
-            return Ok(why);
-        }
-        let why = match apply::check_fallback(&self.inner.client, fallback).await? {
-            FallbackCheck::Refused(why) => Some(why),
-            FallbackCheck::Accepted | FallbackCheck::Unsupported => None,
-        };
-        self.known(initializer, |known| {
-            known.fallback_checked = Some((generation, why.clone()));
-        });
-        Ok(why)
     }
 
     /// Updates the target of one Initializer (starting its tasks the first time), feeds the

@@ -122,6 +122,7 @@ fn context(client: Client) -> Arc<Context> {
             "test".into(),
             initializer_operator::leader::Leadership::unconditional(),
         ),
+        memory: Default::default(),
         guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
         policy_canary: None,
         policy_api: Default::default(),

@@ -33,11 +33,11 @@ use crate::validate::Validated;
 /// dry-run created as desired).
 pub(super) const DRIFT_CHECK: Duration = Duration::from_secs(10);
 /// How long the API server's answer on serving MutatingAdmissionPolicy is reused.
-const DISCOVERY_TTL: Duration = Duration::from_secs(60);
+const POLICY_API_TTL: Duration = Duration::from_secs(60);
 
 /// The API server's answer on serving MutatingAdmissionPolicy, reused for a minute
-/// (each Initializer's engine is remembered by the supervisor, with the rest of what is known
-/// of it: [`Supervisor::engine`](crate::supervisor::Supervisor::engine)).
+/// (each Initializer's engine is remembered with the rest of what the reconcile keeps of it:
+/// [`Memory::engine`](super::Memory::engine)).
 #[derive(Debug, Default)]
 pub struct PolicyApi {
     served: Mutex<Option<(Instant, Result<&'static str, NotServed>)>>,
@@ -55,7 +55,7 @@ impl PolicyApi {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some((at, served)) = cached.as_ref()
-                && at.elapsed() < DISCOVERY_TTL
+                && at.elapsed() < POLICY_API_TTL
             {
                 return Ok(served.clone());
             }
@@ -70,10 +70,10 @@ impl PolicyApi {
     }
 }
 
-/// What the supervisor remembers of `obj`'s engine, or what its stored status says after a
+/// What the reconcile remembers of `obj`'s engine, or what its stored status says after a
 /// restart.
 fn remembered(ctx: &Context, obj: &Initializer) -> Remembered {
-    ctx.supervisor
+    ctx.memory
         .engine(&obj.name_any())
         .unwrap_or_else(|| Remembered::recovered(obj.status.as_ref()))
 }
@@ -150,7 +150,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         plan = Plan::Webhook(why);
     }
     let view = shown(ctx, obj, &mut remembered, &plan).await;
-    ctx.supervisor.remember_engine(&name, remembered);
+    ctx.memory.remember_engine(&name, remembered);
     Ok(EngineStep {
         plan,
         view,
@@ -355,7 +355,7 @@ pub(super) async fn after_sync(
         }
         _ => None,
     };
-    ctx.supervisor.remember_engine(&name, remembered);
+    ctx.memory.remember_engine(&name, remembered);
     Ok(view)
 }
 
@@ -461,7 +461,7 @@ pub(super) async fn remove_policy(ctx: &Context, obj: &Initializer) -> Result<bo
         let mut remembered = remembered(ctx, obj);
         remembered.in_force = EngineInForce::Webhook;
         remembered.policy_may_exist = false;
-        ctx.supervisor.remember_engine(&obj.name_any(), remembered);
+        ctx.memory.remember_engine(&obj.name_any(), remembered);
     }
     Ok(removed)
 }

@@ -153,6 +153,7 @@ pub(super) async fn cleanup(obj: &Initializer, ctx: &Context) -> Result<Action> 
         info!(initializer = %name, "removed the policy");
     }
     ctx.supervisor.forget(&name);
+    ctx.memory.forget(&name);
     // The finalizer stays until the API server confirms the configuration is gone, so no
     // create ever meets a configuration whose initializer has already been deleted.
     let left = Configurations::new(ctx.client.clone(), obj.spec.backend)

@@ -30,7 +30,7 @@ use crate::error::{Error, Result, api_code};
 use crate::naming;
 use crate::supervisor::Supervisor;
 
-use super::{PolicyApi, legacy_reached};
+use super::{Memory, PolicyApi, legacy_reached};
 
 /// Names of managed objects that belong to no existing Initializer: both labels the operator
 /// sets, the Initializer label naming none of `initializers`. An object with the managed-by
@@ -248,11 +248,12 @@ pub fn own_pending_names(
 
 /// Removes orphans at start, whenever a managed configuration changes, and every minute (an
 /// Initializer removed without its finalizer leaves no event on the configuration); the
-/// minute sweep also stops supervising Initializers that no longer exist. The same watch keeps
+/// minute sweep also stops supervising, and forgets, Initializers that no longer exist. The same watch keeps
 /// `configurations`, the copy the supervisor checks healthy registrations against.
 pub async fn watch_orphans(
     client: Client,
     supervisor: Supervisor,
+    memory: Memory,
     configurations: Writer<MutatingWebhookConfiguration>,
     shutdown: CancellationToken,
 ) {
@@ -274,6 +275,7 @@ pub async fn watch_orphans(
                 if let Ok(list) = initializers.list(&ListParams::default()).await {
                     let names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
                     supervisor.retain(&names);
+                    memory.retain(&names);
                 }
             }
             event = events.next() => {

@@ -131,8 +131,8 @@ async fn check(obj: &Initializer, ctx: &Context) -> Result<Checked, Stop> {
     // ask it now (a dry run), so that an expression it refuses is refused before anything runs.
     if let Some(fallback) = build::fallback(&validated)
         && let Some(why) = ctx
-            .supervisor
-            .check_fallback(&name, obj.metadata.generation, &fallback)
+            .memory
+            .check_fallback(&ctx.client, &name, obj.metadata.generation, &fallback)
             .await?
     {
         return Err(Stop::refused(validate::Refusal {
@@ -149,11 +149,11 @@ async fn check(obj: &Initializer, ctx: &Context) -> Result<Checked, Stop> {
                 return Err(Stop::refused(refusal));
             }
             let generation = obj.metadata.generation;
-            let reached = match ctx.supervisor.discovered(&name, generation) {
+            let reached = match ctx.memory.discovered(&name, generation) {
                 Some(reached) => reached,
                 None => {
                     let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
-                    ctx.supervisor
+                    ctx.memory
                         .remember_discovered(&name, generation, reached.clone());
                     reached
                 }
