@@ -770,3 +770,38 @@ fn a_removal_on_purpose_or_of_a_stray_opens_no_window() {
     assert_eq!(reasons(&stray), ["StrayConfigurationRemoved"]);
     assert!(stray.deregistered.is_none() && st.pending.removal.is_none());
 }
+
+#[test]
+fn a_machine_decision_outranks_a_stray_and_a_kept_configuration_is_no_stray() {
+    let since = Instant::now();
+    let mut pending = PendingChange::default();
+    pending.stray_found(true);
+    assert_eq!(pending.removal, Some(Removal::Stray));
+    pending.deregister(Cause::ProbesFailed, since);
+    pending.stray_found(true);
+    pending.stray_found(false);
+    assert_eq!(
+        pending.removal,
+        Some(Removal::Deregister(Cause::ProbesFailed, since)),
+        "a stray found or kept does not undo the machine's decision"
+    );
+    assert_eq!(pending.deregister_cause(), Some(Cause::ProbesFailed));
+
+    let mut kept = PendingChange::default();
+    kept.stray_found(true);
+    kept.stray_found(false);
+    assert_eq!(kept.removal, None, "kept, so no stray");
+    assert_eq!(kept.deregister_cause(), None);
+}
+
+#[test]
+fn a_removal_retry_doubles_from_the_last_delay_whether_scheduled_or_run() {
+    assert_eq!(RemovalRetry::None.last_delay(), None);
+    let first = removal_retry(RemovalRetry::None.last_delay());
+    assert_eq!(first, FIRST_REMOVAL_RETRY);
+    assert_eq!(
+        removal_retry(RemovalRetry::Scheduled(first).last_delay()),
+        removal_retry(RemovalRetry::Ran(first).last_delay())
+    );
+    assert!(removal_retry(RemovalRetry::Ran(first).last_delay()) > first);
+}
