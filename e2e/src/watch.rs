@@ -148,6 +148,44 @@ where
             .collect();
         format!("changes: [{}]", events.join(", "))
     }
+
+    /// Who wrote each recorded version, for failure messages that must say which writer
+    /// brought an object back: its resourceVersion, UID, creation time and every field
+    /// manager with its operation and time.
+    pub fn provenance(&self) -> String {
+        let lines: Vec<String> = self
+            .seen()
+            .iter()
+            .map(|s| {
+                let meta = s.object.meta();
+                let managers: Vec<String> = meta
+                    .managed_fields
+                    .iter()
+                    .flatten()
+                    .map(|m| {
+                        format!(
+                            "{} {} at {}",
+                            m.manager.as_deref().unwrap_or("?"),
+                            m.operation.as_deref().unwrap_or("?"),
+                            m.time.as_ref().map_or("?".into(), |t| t.0.to_string())
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{:?} {} rv {} uid {} created {} by [{}]",
+                    s.change,
+                    s.name,
+                    meta.resource_version.as_deref().unwrap_or("?"),
+                    meta.uid.as_deref().unwrap_or("?"),
+                    meta.creation_timestamp
+                        .as_ref()
+                        .map_or("?".into(), |t| t.0.to_string()),
+                    managers.join(", ")
+                )
+            })
+            .collect();
+        lines.join("; ")
+    }
 }
 
 impl<K: Resource> Seen<K> {

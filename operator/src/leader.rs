@@ -17,7 +17,7 @@
 //! ([`crate::apply::apply_status`]): the new leader's writes move it, and the thawed write is
 //! refused. A configuration write caught in that gap cannot be fenced (an apply that creates an
 //! object takes no resourceVersion precondition), so it is undone instead: the orphan sweep
-//! removes a webhook configuration landing after a suspend or a delete
+//! removes a webhook configuration landing after a suspend (once carried out) or a delete
 //! ([`crate::controller::wanting_configurations`]), the prober puts back an edited one, and the
 //! next reconcile (30 s) removes any other.
 

@@ -210,8 +210,9 @@ pub async fn suspended_initializer_stays_deregistered_until_resumed(
     let registrations = sidecar.configurations.additions_since(suspended_at);
     ensure!(
         registrations == 1,
-        "expected one registration after resuming, saw {registrations}: {}",
-        sidecar.configurations.summary()
+        "expected one registration after resuming, saw {registrations}: {} (written: {})",
+        sidecar.configurations.summary(),
+        sidecar.configurations.provenance()
     );
     let injected = common::create_nginx(&ctx, &sidecar.target_ns, "after-resume", true).await?;
     ensure!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use initializer_crds::{Backend, Initializer};
+use initializer_crds::{Backend, Initializer, Phase};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
@@ -53,14 +53,23 @@ pub fn orphans<K: Resource>(objects: &[K], initializers: &[String]) -> Vec<Strin
         .collect()
 }
 
-/// Names of the Initializers that may have a configuration and a fallback: every one not
-/// suspended (either switch removes both and keeps them removed).
+/// Names of the Initializers that may have a configuration and a fallback: every one but those
+/// whose suspension (either switch) the operator has carried out, as their status says. Until
+/// then the reconcile of the suspend removes both (`suspend_first`); a sweep that removed them
+/// first would race a reconcile still holding the Initializer as it was before the suspend,
+/// which would register the configuration again.
 pub fn wanting_configurations(initializers: &[Initializer]) -> Vec<String> {
     initializers
         .iter()
-        .filter(|i| !i.is_suspended())
+        .filter(|i| !(i.is_suspended() && shows_suspended(i)))
         .map(ResourceExt::name_any)
         .collect()
+}
+
+/// Whether the status of `initializer` says it is suspended: the operator has removed its
+/// configuration for the suspend.
+fn shows_suspended(initializer: &Initializer) -> bool {
+    initializer.status.as_ref().and_then(|s| s.phase) == Some(Phase::Suspended)
 }
 
 pub(super) fn managed_selector() -> String {
@@ -70,9 +79,9 @@ pub(super) fn managed_selector() -> String {
 /// Deletes every managed configuration (webhook or `InitializerConfiguration`, whose waiting
 /// objects are then released), and every fallback policy and binding, whose
 /// Initializer no longer exists (removed without its finalizer, or while an outage had its
-/// fallback in force); and every webhook configuration and fallback of a suspended one (a
-/// registration still in flight when the suspend was handled, from a replica frozen past its
-/// lease, lands after it); and every preset policy and binding (MutatingAdmissionPolicy) whose
+/// fallback in force); and every webhook configuration and fallback of a suspended one once
+/// the suspend is carried out (a registration still in flight when the suspend was handled,
+/// from a replica frozen past its lease, lands after it); and every preset policy and binding (MutatingAdmissionPolicy) whose
 /// Initializer no longer exists (where the API server serves them, as `policy_api` last found
 /// out). Returns their names.
 pub async fn remove_orphans(client: &Client, policy_api: &PolicyApi) -> Result<Vec<String>> {

@@ -218,22 +218,31 @@ fn an_orphaned_legacy_configuration_releases_only_the_name_the_operator_gave_it(
 }
 
 #[test]
-fn configurations_of_a_suspended_initializer_are_orphans_too() {
-    let named = |name: &str, suspend: bool| -> Initializer {
+fn configurations_of_a_suspended_initializer_are_orphans_once_the_suspend_is_carried_out() {
+    let named = |name: &str, suspend: bool, phase: &str| -> Initializer {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "initializer.dev/v1alpha1",
             "kind": "Initializer",
             "metadata": {"name": name},
             "spec": {"image": "example/guard:1", "suspend": suspend,
                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]},
+            "status": {"phase": phase},
         }))
         .unwrap()
     };
-    let wanting = wanting_configurations(&[named("running", false), named("paused", true)]);
-    assert_eq!(wanting, ["running"]);
+    // Suspended a moment ago: the reconcile of the suspend removes the configuration, and a
+    // sweep that removed it first would race a reconcile still holding the object as it was
+    // (which registers it again, a suspended initializer back in the path).
+    let wanting = wanting_configurations(&[
+        named("running", false, "Registered"),
+        named("paused", true, "Suspended"),
+        named("pausing", true, "Registered"),
+    ]);
+    assert_eq!(wanting, ["running", "pausing"]);
     let configs = [
         config("initializer-running", Some("running"), true),
         config("initializer-paused", Some("paused"), true),
+        config("initializer-pausing", Some("pausing"), true),
     ];
     assert_eq!(orphans(&configs, &wanting), ["initializer-paused"]);
 }
