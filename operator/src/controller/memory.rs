@@ -40,12 +40,16 @@ struct Kept {
 }
 
 impl Memory {
-    fn kept<T>(&self, initializer: &str, f: impl FnOnce(&mut Kept) -> T) -> T {
-        let mut kept = self
-            .kept
+    /// Everything kept, behind its lock; a poisoned lock is taken anyway, since every write
+    /// under it is one assignment that a panic cannot leave half done.
+    fn all(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
+        self.kept
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(kept.entry(initializer.to_string()).or_default())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn kept<T>(&self, initializer: &str, f: impl FnOnce(&mut Kept) -> T) -> T {
+        f(self.all().entry(initializer.to_string()).or_default())
     }
 
     /// What the rules of `initializer` at `generation` reached when discovery last ran for it,
@@ -112,18 +116,12 @@ impl Memory {
 
     /// Forgets a deleted `initializer`, so that one created again under its name starts afresh.
     pub fn forget(&self, initializer: &str) {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(initializer);
+        self.all().remove(initializer);
     }
 
     /// Forgets every Initializer not named in `existing` (deleted while the controller could
     /// not see it).
     pub fn retain(&self, existing: &[String]) {
-        self.kept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|name, _| existing.contains(name));
+        self.all().retain(|name, _| existing.contains(name));
     }
 }
