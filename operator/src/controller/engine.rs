@@ -85,13 +85,21 @@ pub(super) struct EngineStep {
     pub(super) view: EngineView,
     compiled: Option<Compiled>,
     objects: Option<PolicyObjects>,
+    /// Whether the supervisor still holds the webhook's configuration in the path.
+    webhook_held: bool,
 }
 
 impl EngineStep {
     /// Whether the Deployment is kept at zero replicas: the policy is in force and the
     /// supervisor has taken the webhook out of the path.
     pub(super) fn scale_to_zero(&self) -> bool {
-        self.view.in_api_server()
+        self.view.in_api_server() && !self.webhook_held
+    }
+
+    /// Whether the webhook's pods are to go once this reconcile's sync has taken its
+    /// configuration out of the path: the next reconcile scales them to zero.
+    pub(super) fn scale_down_pending(&self) -> bool {
+        self.view.in_api_server() && self.webhook_held
     }
 }
 
@@ -156,6 +164,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         view,
         compiled: compiled.ok(),
         objects,
+        webhook_held: ctx.supervisor.holds_configuration(&name).await,
     })
 }
 
@@ -317,24 +326,26 @@ async fn canary(
 }
 
 /// After the supervisor's sync: proves the policy and cuts over once the webhook is registered
-/// and healthy, or removes a policy the registered webhook took over from. Returns the new view
-/// when the status must say something new (the caller syncs again with it: with the policy in
-/// force, that sync deregisters the webhook).
+/// and healthy, or removes a policy the registered webhook took over from. Returns whether the
+/// proof settled the engine for this generation (in force, or disproved): the next reconcile,
+/// due soon, plans from what is remembered here, shows it and carries it out (with the policy in
+/// force, its sync takes the webhook out of the path). A proof that could not finish is tried
+/// again at the next resync, which shows why.
 pub(super) async fn after_sync(
     obj: &Initializer,
     ctx: &Context,
     v: &Validated,
     step: &EngineStep,
     report: &Report,
-) -> Result<Option<EngineView>> {
+) -> Result<bool> {
     let name = obj.name_any();
     let mut remembered = remembered(ctx, obj);
     let healthy = report.registered && report.status.phase == Some(Phase::Registered);
     let (Some(objects), true) = (&step.objects, remembered.in_force == EngineInForce::Webhook)
     else {
-        return Ok(None);
+        return Ok(false);
     };
-    let view = match (&step.plan, &step.compiled) {
+    let settled = match (&step.plan, &step.compiled) {
         (Plan::Prove { canary }, Some(compiled)) if healthy => {
             ctx.supervisor
                 .leadership()
@@ -351,16 +362,16 @@ pub(super) async fn after_sync(
                 info!(initializer = %name, "removed the policy: the webhook is registered");
             }
             remembered.policy_may_exist = false;
-            None
+            false
         }
-        _ => None,
+        _ => false,
     };
     ctx.memory.remember_engine(&name, remembered);
-    Ok(view)
+    Ok(settled)
 }
 
 /// What the proof's outcome `proven` means, recorded in `remembered` and published: the
-/// cutover (the new view), a disproof or a failed proof (the webhook stays, and why), or a
+/// cutover or a disproof (settled: `true`), a failed proof (the webhook stays, and why), or a
 /// conflict with someone else's policy (an error, the unproven policy removed first).
 async fn settle(
     ctx: &Context,
@@ -369,11 +380,8 @@ async fn settle(
     canary: &str,
     proven: std::result::Result<proof::Proven, Unproven>,
     remembered: &mut Remembered,
-) -> Result<Option<EngineView>> {
+) -> Result<bool> {
     let name = obj.name_any();
-    let view_of = |in_force: &std::result::Result<String, Why>| {
-        engine::view(obj.spec.engine, obj.spec.image.is_none(), in_force)
-    };
     Ok(match proven {
         Ok(proven) => {
             let message = format!(
@@ -400,9 +408,9 @@ async fn settle(
             .await;
             remembered.in_force = EngineInForce::Policy;
             remembered.settled = Settled::InForce;
-            remembered.proven = message.clone();
+            remembered.proven = message;
             remembered.failure = None;
-            Some(view_of(&Ok(message)))
+            true
         }
         Err(Unproven::Disproved(diff)) => {
             warn!(initializer = %name, %diff, "the policy disagrees with the webhook");
@@ -417,9 +425,9 @@ async fn settle(
             let why = Why::Disproved(format!(
                 "the compiled policy and the webhook disagreed in {canary}: {diff}"
             ));
-            remembered.settled = Settled::Webhook(why.clone());
+            remembered.settled = Settled::Webhook(why);
             remembered.policy_may_exist = false;
-            Some(view_of(&Err(why)))
+            true
         }
         Err(Unproven::Conflict(err)) => {
             if let Err(e) = objects.remove(&ctx.client).await {
@@ -436,8 +444,8 @@ async fn settle(
             if remembered.failure.as_ref() != Some(&why) {
                 publish(ctx, obj, EventType::Warning, Reason::ProofFailed, failure).await;
             }
-            remembered.failure = Some(why.clone());
-            Some(view_of(&Err(why)))
+            remembered.failure = Some(why);
+            false
         }
     })
 }
@@ -464,4 +472,43 @@ pub(super) async fn remove_policy(ctx: &Context, obj: &Initializer) -> Result<bo
         ctx.memory.remember_engine(&obj.name_any(), remembered);
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(in_api_server: bool, webhook_held: bool) -> EngineStep {
+        let in_force = if in_api_server {
+            Ok("proven".to_owned())
+        } else {
+            Err(Why::AwaitingWebhook)
+        };
+        EngineStep {
+            plan: Plan::KeepPolicy,
+            view: engine::view(Engine::Auto, true, &in_force),
+            compiled: None,
+            objects: None,
+            webhook_held,
+        }
+    }
+
+    /// The webhook's pods go only once the supervisor has taken its configuration out of the
+    /// path: a reconcile that still finds it held deploys them as they are, and comes back soon.
+    #[test]
+    fn the_webhook_leaves_the_path_before_its_pods_go() {
+        for (in_api_server, held, scale_to_zero, pending) in [
+            (true, true, false, true),
+            (true, false, true, false),
+            (false, true, false, false),
+            (false, false, false, false),
+        ] {
+            let step = step(in_api_server, held);
+            assert_eq!(
+                (step.scale_to_zero(), step.scale_down_pending()),
+                (scale_to_zero, pending),
+                "in the API server: {in_api_server}, configuration held: {held}"
+            );
+        }
+    }
 }

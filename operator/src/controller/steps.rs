@@ -260,9 +260,10 @@ async fn deploy(
 }
 
 /// Hands the deployed Initializer to the supervisor, which registers its configuration once the
-/// initializer answers (or keeps it removed while the preset runs in the API server); then the
+/// initializer answers (or removes it while the preset runs in the API server); then the
 /// engine's step after the sync (the proof and cutover, or the policy removed once the webhook
-/// is back), and says when to look again.
+/// is back), and says when to look again: soon while a cutover is under way, since each of its
+/// steps (the webhook out of the path, then its pods) is the next reconcile's.
 async fn hand_over(
     obj: &Initializer,
     ctx: &Context,
@@ -293,24 +294,13 @@ async fn hand_over(
             Err(err) => return Err(Stop::Failed(err)),
         }
     }
-    let mut report = ctx
-        .supervisor
-        .sync(target.clone())
+    let report = ctx.supervisor.sync(target).await.map_err(Stop::claiming)?;
+    let settled = engine::after_sync(obj, ctx, &validated, &engine, &report)
         .await
         .map_err(Stop::claiming)?;
-    let switched = engine::after_sync(obj, ctx, &validated, &engine, &report)
-        .await
-        .map_err(Stop::claiming)?;
-    let cut_over = switched
-        .as_ref()
-        .is_some_and(|view| view.in_force != engine.view.in_force);
-    if let Some(view) = switched {
-        // With the policy now in force, this sync takes the webhook out of the path; the next
-        // reconcile scales its Deployment to zero.
-        target.engine = Some(view);
-        report = ctx.supervisor.sync(target).await.map_err(Stop::claiming)?;
-    }
-    if cut_over {
+    if settled || engine.scale_down_pending() {
+        // The proof settled the engine (the next sync shows it and, with the policy in force,
+        // takes the webhook out of the path), or this sync took it out and its pods may go.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
