@@ -46,7 +46,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::runtime::events::Recorder;
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
@@ -58,6 +58,7 @@ use crate::apply::legacy::Canary;
 use crate::build::{self, FallbackPolicy};
 use crate::engine::EngineView;
 use crate::error::{Error, Result};
+use crate::events::Reason;
 use crate::health::{Aside, Cause, HealthConfig, Input, Machine};
 use crate::lag::LagMeter;
 use crate::leader::Leadership;
@@ -765,6 +766,34 @@ impl Supervisor {
             }
             keep
         });
+    }
+
+    /// Publishes an Event about `reference` while this replica leads (bounded; a failure is
+    /// logged, never returned).
+    pub(crate) async fn publish(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: Reason,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.as_str().to_string(),
+            note: Some(note),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        if !self.inner.leadership.is_leading() {
+            return;
+        }
+        match tokio::time::timeout(CALL_TIMEOUT, self.inner.recorder.publish(&event, reference))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, %reason, "failed to publish event"),
+            Err(_) => warn!(%reason, "failed to publish event: no answer in time"),
+        }
     }
 
     /// `Ok` while this supervision may write: it was not stopped, and this replica leads.

@@ -1,7 +1,9 @@
 //! Converge: make the cluster hold what the health machine wants for one Initializer. It reads
 //! what is live (the watched copy first, `drift`), decides the next presence and the write
 //! (`decide`, pure), installs the fallback before a step out of the path, writes or removes the
-//! configuration, and retries a removal that failed.
+//! configuration, retries a removal that failed, and carries out what each change of the
+//! configuration means (decided by [`effects`](super::effects), pure): Events, metrics, the
+//! release of pending objects, the missed count.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,8 +21,8 @@ use crate::events::Reason;
 
 use super::{
     ConfigurationWrite, FALLBACK_SETTLE, FallbackRun, Presence, RemovalRetry, Supervised,
-    SupervisedState, Supervision, Supervisor, bounded, configuration_write, drift, micro_now,
-    next_presence, removal_retry, validate_fallback_name,
+    SupervisedState, Supervision, Supervisor, bounded, configuration_write, drift, effects,
+    micro_now, next_presence, removal_retry, validate_fallback_name,
 };
 
 impl Supervisor {
@@ -358,5 +360,35 @@ impl Supervisor {
         }
         self.transitioned(st, before, next, write_started).await;
         Ok(())
+    }
+
+    /// Events, metrics, the outage's steps and the missed-initializations window, for one
+    /// change of the configuration written from `write_started` on: decided by
+    /// [`effects::of_change`], carried out here.
+    pub(super) async fn transitioned(
+        &self,
+        st: &mut SupervisedState,
+        before: Presence,
+        now_is: Presence,
+        write_started: Timestamp,
+    ) {
+        let effects = effects::of_change(st, before, now_is, write_started);
+        let name = st.target.initializer.clone();
+        let reference = st.target.reference.clone();
+        for (type_, reason, note) in effects.events {
+            self.publish(&reference, type_, reason, note).await;
+        }
+        if effects.registered {
+            self.inner.metrics.registered(&name);
+        }
+        if let Some((cause, took)) = effects.deregistered {
+            self.inner.metrics.deregistered(&name, cause.reason(), took);
+        }
+        if let Some(legacy) = effects.release {
+            self.release_pending(&name, legacy);
+        }
+        if let Some(from) = effects.count_missed_from {
+            self.count_missed(st, from);
+        }
     }
 }

@@ -1,51 +1,19 @@
 //! Transitions: every input of an Initializer's health machine goes through `Supervisor::observe`;
-//! what the machine decides is recorded, the cluster is converged on it, and what each change of
-//! the configuration means ([`effects`](super::effects)) is carried out: Events, metrics, the
-//! release of pending objects, the missed count.
+//! what the machine decides is recorded, and the cluster is converged on it
+//! ([`converge`](super::converge), which carries out what each change of the configuration
+//! means).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use initializer_crds::Outage;
-use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType};
 use tracing::warn;
 
-use crate::events::Reason;
 use crate::health::{Action, Input};
 
-use super::{CALL_TIMEOUT, Presence, Supervised, SupervisedState, Supervisor, effects, micro_now};
+use super::{Presence, Supervised, SupervisedState, Supervisor, micro_now};
 
 impl Supervisor {
-    /// Publishes an Event about `reference` while this replica leads (bounded; a failure is
-    /// logged, never returned).
-    pub(crate) async fn publish(
-        &self,
-        reference: &ObjectReference,
-        type_: EventType,
-        reason: Reason,
-        note: String,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.as_str().to_string(),
-            note: Some(note),
-            action: "Reconcile".to_string(),
-            secondary: None,
-        };
-        if !self.inner.leadership.is_leading() {
-            return;
-        }
-        match tokio::time::timeout(CALL_TIMEOUT, self.inner.recorder.publish(&event, reference))
-            .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(error = %e, %reason, "failed to publish event"),
-            Err(_) => warn!(%reason, "failed to publish event: no answer in time"),
-        }
-    }
-
     /// Remembers what an action needs for its Event once the cluster follows.
     pub(super) fn note(&self, st: &mut SupervisedState, action: Action) {
         match action {
@@ -129,35 +97,5 @@ impl Supervisor {
             st.status.due();
         }
         st.machine.next_probe_in(Instant::now())
-    }
-
-    /// Events, metrics, the outage's steps and the missed-initializations window, for one
-    /// change of the configuration written from `write_started` on: decided by
-    /// [`effects::of_change`], carried out here.
-    pub(super) async fn transitioned(
-        &self,
-        st: &mut SupervisedState,
-        before: Presence,
-        now_is: Presence,
-        write_started: Timestamp,
-    ) {
-        let effects = effects::of_change(st, before, now_is, write_started);
-        let name = st.target.initializer.clone();
-        let reference = st.target.reference.clone();
-        for (type_, reason, note) in effects.events {
-            self.publish(&reference, type_, reason, note).await;
-        }
-        if effects.registered {
-            self.inner.metrics.registered(&name);
-        }
-        if let Some((cause, took)) = effects.deregistered {
-            self.inner.metrics.deregistered(&name, cause.reason(), took);
-        }
-        if let Some(legacy) = effects.release {
-            self.release_pending(&name, legacy);
-        }
-        if let Some(from) = effects.count_missed_from {
-            self.count_missed(st, from);
-        }
     }
 }
