@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks that the crate table of docs/architecture.md says what `cargo metadata` says: every
 workspace crate is listed once, in its directory, with exactly its workspace dependencies
-(normal and dev); and that the SDK's top-level modules import one another without a circle
-(the serving module depends on what it serves, never the other way round). Exits 1 naming every
-difference and every circle, so the map cannot drift from the code."""
+(normal and dev); that the SDK's top-level modules import one another without a circle
+(the serving module depends on what it serves, never the other way round); and that the files
+the map says to read top-down for a behaviour never call back into one before them. Exits 1
+naming every difference, circle and call back, so the map cannot drift from the code."""
 
 import json
 import pathlib
@@ -14,6 +15,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
 SDK = ROOT / "sdk" / "src"
+OPERATOR = ROOT / "operator" / "src"
 BEGIN, END = "<!-- crate-dependencies: begin -->", "<!-- crate-dependencies: end -->"
 
 
@@ -118,16 +120,56 @@ def circles(imports):
     return sorted(found)
 
 
+def top_down_paths(text):
+    """Each map row that says "read top-down:", as its files in order: every `path.rs` followed
+    by its parenthesised role (files named inside a role are helpers, not steps), under
+    operator/src."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("|") or "read top-down:" not in line:
+            continue
+        steps = re.findall(r"`([\w/.]+\.rs)` \(", line.split("read top-down:", 1)[1])
+        rows.append([ROOT / step if step.startswith("operator/") else OPERATOR / step for step in steps])
+    return rows
+
+
+def calls_back(paths):
+    """Every call in a later file of `paths` to a function defined in an earlier one, as
+    "later calls earlier::name"; tests and comments left out."""
+    def code(path):
+        text = path.read_text().split("#[cfg(test)]", 1)[0]
+        return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+
+    found = []
+    for i, earlier in enumerate(paths):
+        defined = set(re.findall(r"\bfn (\w+)", code(earlier)))
+        for later in paths[i + 1:]:
+            called = set(re.findall(r"\b(?:self|sup|supervisor)\.(\w+)\(", code(later)))
+            called |= set(re.findall(rf"\b{earlier.stem}::(\w+)\(", code(later)))
+            for name in sorted(defined & called):
+                found.append(f"{later.relative_to(ROOT)} calls back {earlier.relative_to(ROOT)}'s {name}")
+    return found
+
+
 def main():
     for group in circles(module_imports(SDK)):
         print(f"sdk/src: these modules import one another in a circle: {', '.join(group)}", file=sys.stderr)
         sys.exit(1)
-    found = differences(documented(DOC.read_text()), actual())
+    text = DOC.read_text()
+    rows = top_down_paths(text)
+    if not rows or any(len(paths) < 2 for paths in rows):
+        print("docs/architecture.md: no files to read top-down found in the map", file=sys.stderr)
+        sys.exit(1)
+    for paths in rows:
+        for line in calls_back(paths):
+            print(f"docs/architecture.md says to read top-down, but {line}", file=sys.stderr)
+            sys.exit(1)
+    found = differences(documented(text), actual())
     for line in found:
         print(f"docs/architecture.md: {line}", file=sys.stderr)
     if found:
         sys.exit(1)
-    print("docs/architecture.md agrees with cargo metadata")
+    print("docs/architecture.md agrees with cargo metadata and the code")
 
 
 if __name__ == "__main__":
