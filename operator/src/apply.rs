@@ -12,7 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -354,7 +354,7 @@ pub async fn apply_guard_witness(
     name: &str,
     witness: &GuardWitness,
     read_at: Option<&str>,
-) -> Result<()> {
+) -> Result<Initializer> {
     let api: Api<Initializer> = Api::all(client.clone());
     let patch = status_apply_patch(serde_json::json!({"guard": witness}), read_at);
     api.patch_status(
@@ -363,7 +363,6 @@ pub async fn apply_guard_witness(
         &Patch::Apply(&patch),
     )
     .await
-    .map(|_| ())
     .map_err(|source| Error::Status {
         name: name.to_string(),
         source: Box::new(source),
@@ -395,6 +394,18 @@ fn status_apply_patch(
         patch["metadata"] = serde_json::json!({"resourceVersion": version});
     }
     patch
+}
+
+/// Reads the namespace `name`, if it exists.
+pub async fn read_namespace(client: &Client, name: &str) -> Result<Option<Namespace>> {
+    Api::<Namespace>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Get {
+            kind: "Namespace",
+            name: name.to_string(),
+            source: Box::new(source),
+        })
 }
 
 /// Reads the Deployment `name`, if it exists (for the workload generation).

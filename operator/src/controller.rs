@@ -376,6 +376,7 @@ fn guard_changes(
     })
 }
 
+mod check;
 mod engine;
 mod finalizer;
 mod memory;

@@ -283,7 +283,7 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         details,
         last_outage: o.outage.clone(),
         missed_initializations: o.missed.clone(),
-        // The guard's witness is written apart (`apply::apply_guard_witness`).
+        // The guard's witness is written apart (`Supervisor::record_guard_witness`).
         guard: None,
     };
     let workload = o.workload.as_ref().and_then(|w| w.past_deadline.as_deref());

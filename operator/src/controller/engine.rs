@@ -12,15 +12,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use initializer_crds::{Engine, EngineInForce, Initializer, Phase};
-use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::events::EventType;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{Context, publish};
 use crate::engine::proof::{self, PolicyObjects, Unproven};
 use crate::engine::{self, Canary, EngineView, Plan, Remembered, Settled, Why, compare};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::events::Reason;
 use crate::missed::selector_matches;
 use crate::policy::served::NotServed;
@@ -289,15 +288,7 @@ async fn canary(
     let Some(namespace) = configured else {
         return Ok(Canary::NotConfigured);
     };
-    let found = Api::<Namespace>::all(client.clone())
-        .get_opt(namespace)
-        .await
-        .map_err(|source| Error::Get {
-            kind: "Namespace",
-            name: namespace.to_owned(),
-            source: Box::new(source),
-        })?;
-    let Some(found) = found else {
+    let Some(found) = crate::apply::read_namespace(client, namespace).await? else {
         return Ok(Canary::OutOfScope(format!(
             "the canary namespace {namespace} does not exist"
         )));

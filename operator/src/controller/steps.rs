@@ -1,6 +1,7 @@
-//! The reconcile of one Initializer, in the order it happens: [`check`] (the spec, the guard,
-//! the workload's namespace, the fallback as the API server compiles it, the legacy backend's
-//! discovery), [`deploy`] (certificates, the desired objects built purely, the workload applied),
+//! The reconcile of one Initializer, in the order it happens: [`check`] (the spec, then what
+//! must hold read first and judged pure in [`super::check`]: the guard, the workload's
+//! namespace, the fallback as the API server compiles it, the legacy backend's discovery),
+//! [`deploy`] (certificates, the desired objects built purely, the workload applied),
 //! then [`hand_over`] to the supervisor, which registers the configuration once the initializer
 //! answers. Every way a reconcile stops short is a [`Stop`], handled in one place ([`stopped`]).
 
@@ -9,13 +10,13 @@ use std::time::Duration;
 use initializer_crds::Initializer;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
+use super::check::Verdict;
 use super::engine;
 use super::finalizer::{remove_configuration, suspend_first};
 use super::{
@@ -26,7 +27,6 @@ use crate::apply::legacy::Canary;
 use crate::build;
 use crate::error::{Error, Result};
 use crate::events::Reason;
-use crate::guard;
 use crate::naming::{self, Names};
 use crate::pending;
 use crate::status;
@@ -55,7 +55,7 @@ pub(super) enum Stop {
 }
 
 impl Stop {
-    fn refused(refusal: validate::Refusal) -> Self {
+    pub(super) fn refused(refusal: validate::Refusal) -> Self {
         Stop::Refused {
             refusals: vec![refusal],
             again: None,
@@ -117,56 +117,25 @@ struct Checked {
     reached: Vec<pending::Served>,
 }
 
-/// Everything that must hold before anything is deployed.
+/// Everything that must hold before anything is deployed: the spec valid, then what
+/// [`super::check::gather`] reads judged by [`super::check::judge`] (pure).
 async fn check(obj: &Initializer, ctx: &Context) -> Result<Checked, Stop> {
-    let name = obj.name_any();
     let validated =
-        validate(&obj.spec, &ctx.operator_namespace, &name).map_err(|refusals| Stop::Refused {
-            refusals,
-            again: None,
+        validate(&obj.spec, &ctx.operator_namespace, &obj.name_any()).map_err(|refusals| {
+            Stop::Refused {
+                refusals,
+                again: None,
+            }
         })?;
-    check_guard(obj, ctx).await?;
-    check_workload_namespace(ctx, &validated.namespace).await?;
-    // The API server compiles the fallback exactly as it will when an outage puts it in force:
-    // ask it now (a dry run), so that an expression it refuses is refused before anything runs.
-    if let Some(fallback) = build::fallback(&validated)
-        && let Some(why) = ctx
-            .memory
-            .check_fallback(&ctx.client, &name, obj.metadata.generation, &fallback)
-            .await?
-    {
-        return Err(Stop::refused(validate::Refusal {
-            field: "spec.fallback.validations".into(),
-            message: format!("the API server refused the fallback policy: {why}"),
-        }));
-    }
-    // The legacy backend: only where the API server serves it, and only for rules that reach
-    // a served resource its probe can make a canary of (decided before anything is deployed).
-    let reached = match validated.pending_name {
-        Some(_) => {
-            let served = apply::legacy::api_served(&ctx.client).await?;
-            if let Some(refusal) = validate::legacy::api_refusal(served) {
-                return Err(Stop::refused(refusal));
-            }
-            let generation = obj.metadata.generation;
-            let reached = match ctx.memory.discovered(&name, generation) {
-                Some(reached) => reached,
-                None => {
-                    let reached = legacy_reached(&ctx.client, &validated.spec.rules).await?;
-                    ctx.memory
-                        .remember_discovered(&name, generation, reached.clone());
-                    reached
-                }
-            };
-            let canary = pending::canary_resource(&reached);
-            if let Some(refusal) = validate::legacy::canary_refusal(canary.is_some()) {
-                return Err(Stop::refused(refusal));
-            }
-            reached
+    let facts = super::check::gather(obj, ctx, &validated).await?;
+    match super::check::judge(&validated, facts, &ctx.operator_namespace)? {
+        Verdict::Record(witness) => {
+            ctx.supervisor.record_guard_witness(obj, &witness).await?;
+            // The write wakes this Initializer again; the reconcile of that version goes on.
+            Err(Stop::Wait(Action::await_change()))
         }
-        None => Vec::new(),
-    };
-    Ok(Checked { validated, reached })
+        Verdict::Deploy(reached) => Ok(Checked { validated, reached }),
+    }
 }
 
 /// What was deployed: the certificates in force, the desired objects, and the Deployment as
@@ -177,7 +146,8 @@ struct Deployed {
     deployment: Deployment,
 }
 
-/// Certificates, the desired objects (built purely), the workload applied (at zero replicas
+/// Certificates, the desired objects and the workload: what is there read first (the
+/// certificates, the Deployment), then built purely ([`built`]), then applied (at zero replicas
 /// while the preset runs in the API server: kept, so the webhook can come back).
 async fn deploy(
     obj: &Initializer,
@@ -187,54 +157,33 @@ async fn deploy(
     scale_to_zero: bool,
 ) -> Result<Deployed, Stop> {
     let name = obj.name_any();
-    let now = Timestamp::now();
+    let v = &checked.validated;
     let deployed = async {
         let found = apply::read_tls(
             &ctx.client,
-            validate::ca_namespace(&checked.validated),
-            &checked.validated.namespace,
+            validate::ca_namespace(v),
+            &v.namespace,
             &names.ca_secret,
             &names.tls_secret,
         )
         .await?;
-        let (ca, serving) = (found.ca, found.serving);
-        // A CA replaced earlier leaves the bundle once every ready pod serves the new one's
-        // certificate (the probe saw it, with this very bundle).
-        let ca = ca.map(|ca| {
-            if ca.has_previous()
-                && ctx
-                    .supervisor
-                    .serves_current_ca(&name, ca.cert_pem.as_bytes())
-            {
-                ca.retire_previous()
-            } else {
-                ca
-            }
+        let existing = apply::read_deployment(&ctx.client, &v.namespace, &names.base).await?;
+        // The probe saw every ready pod serve the current CA's certificate, with this very
+        // bundle: a CA replaced earlier may leave it.
+        let current_ca_served = found.ca.as_ref().is_some_and(|ca| {
+            ctx.supervisor
+                .serves_current_ca(&name, ca.cert_pem.as_bytes())
         });
-        let before = serving.as_ref().map(|(_, key)| key.clone());
-        let mut material = tls::ensure(
-            ca,
-            serving,
-            &tls::dns_names(&names.base, &checked.validated.namespace),
-            now,
-        )?;
-        // A new serving key: the pods sign marks with the old one until they load it.
-        material.retired_mark_key =
-            tls::retire(before.as_deref(), &material, found.retired_mark_key, now);
-        let owner = obj.controller_owner_ref(&());
-        let mut desired =
-            build::build(&checked.validated, &material, &ctx.settings, owner.as_ref());
-        // The pods are told the generation that last changed what they run (they mark every
-        // object they change with it); other spec changes roll nothing.
-        let existing =
-            apply::read_deployment(&ctx.client, &checked.validated.namespace, &names.base).await?;
-        let hash = build::template_hash(&desired.deployment);
-        let generation = build::workload_generation(
+        let stale_ca = found.stale_ca.clone();
+        let (material, mut desired) = built(
+            obj,
+            v,
+            &ctx.settings,
+            found,
+            current_ca_served,
             existing.as_ref(),
-            &hash,
-            obj.metadata.generation.unwrap_or(1),
-        );
-        build::stamp_generation(&mut desired.deployment, &hash, generation);
+            Timestamp::now(),
+        )?;
         if scale_to_zero {
             desired.deployment.spec.replicas = Some(0);
         }
@@ -245,10 +194,10 @@ async fn deploy(
             apply::apply_workload(&ctx.client, &desired, desired.legacy.is_some()).await?;
         // The CA is now in the operator's namespace: the copy an earlier version kept beside
         // the workload goes (only ours).
-        if let (Some(stale), Some(uid)) = (&found.stale_ca, obj.metadata.uid.as_deref())
+        if let (Some(stale), Some(uid)) = (&stale_ca, obj.metadata.uid.as_deref())
             && apply::remove_stale_ca(&ctx.client, stale, uid).await?
         {
-            info!(initializer = %name, namespace = %checked.validated.namespace, "moved the CA to the operator's namespace");
+            info!(initializer = %name, namespace = %v.namespace, "moved the CA to the operator's namespace");
         }
         Ok::<_, Error>(Deployed {
             material,
@@ -257,6 +206,45 @@ async fn deploy(
         })
     };
     deployed.await.map_err(Stop::deploying)
+}
+
+/// The certificates in force and the desired objects of `obj`, from what [`deploy`] found
+/// (pure but for the keys a new certificate is made with).
+fn built(
+    obj: &Initializer,
+    v: &validate::Validated,
+    settings: &build::Settings,
+    found: apply::FoundTls,
+    current_ca_served: bool,
+    existing: Option<&Deployment>,
+    now: Timestamp,
+) -> Result<(tls::TlsMaterial, build::Desired)> {
+    let ca = found.ca.map(|ca| {
+        if ca.has_previous() && current_ca_served {
+            ca.retire_previous()
+        } else {
+            ca
+        }
+    });
+    let before = found.serving.as_ref().map(|(_, key)| key.clone());
+    let mut material = tls::ensure(
+        ca,
+        found.serving,
+        &tls::dns_names(&v.names.base, &v.namespace),
+        now,
+    )?;
+    // A new serving key: the pods sign marks with the old one until they load it.
+    material.retired_mark_key =
+        tls::retire(before.as_deref(), &material, found.retired_mark_key, now);
+    let owner = obj.controller_owner_ref(&());
+    let mut desired = build::build(v, &material, settings, owner.as_ref());
+    // The pods are told the generation that last changed what they run (they mark every
+    // object they change with it); other spec changes roll nothing.
+    let hash = build::template_hash(&desired.deployment);
+    let generation =
+        build::workload_generation(existing, &hash, obj.metadata.generation.unwrap_or(1));
+    build::stamp_generation(&mut desired.deployment, &hash, generation);
+    Ok((material, desired))
 }
 
 /// Hands the deployed Initializer to the supervisor, which registers its configuration once the
@@ -367,79 +355,6 @@ async fn refuse(
         .report_unsupervised(obj, refusals, configuration, None)
         .await?;
     Ok(())
-}
-
-/// Deploys nothing for an Initializer that nothing shows passed the guard on Initializers
-/// ([`guard::judge`]): created before the guard was in force and its spec unchanged since, it
-/// could be anyone's. Records the witness in the status (and stops: the write brings the next
-/// reconcile), and refuses what is held.
-async fn check_guard(obj: &Initializer, ctx: &Context) -> Result<(), Stop> {
-    let state = ctx.guard.borrow().clone();
-    let stored = obj.status.as_ref().and_then(|s| s.guard.as_ref());
-    let (witness, held) = match guard::judge(&obj.metadata, stored, &state, Timestamp::now()) {
-        guard::Judgement::Unguarded => return Ok(()),
-        guard::Judgement::Wait(after) => return Err(Stop::Wait(Action::requeue(after))),
-        guard::Judgement::Proven(witness) => (witness, false),
-        guard::Judgement::Held(witness) => (witness, true),
-    };
-    let name = obj.name_any();
-    if stored != Some(&witness) {
-        ctx.supervisor
-            .leadership()
-            .check(|| format!("record the guard's witness on {name}"))?;
-        apply::apply_guard_witness(
-            &ctx.client,
-            &name,
-            &witness,
-            obj.metadata.resource_version.as_deref(),
-        )
-        .await?;
-        // The write wakes this Initializer again; the reconcile of that version goes on.
-        return Err(Stop::Wait(Action::await_change()));
-    }
-    if !held {
-        return Ok(());
-    }
-    let refusal = validate::Refusal {
-        field: "metadata".to_string(),
-        message: format!(
-            "held back: created before the guard on Initializers ({}) was in force and its spec \
-             unchanged since, so nothing shows its author may create \
-             mutatingwebhookconfigurations; have someone who may change its spec (any change) \
-             and it is deployed",
-            guard::GUARD_NAME
-        ),
-    };
-    Err(Stop::refused(refusal))
-}
-
-/// Reads the workload namespace (unless it is the operator's) and decides whether workloads
-/// may run there ([`validate::workload_namespace_refusal`]). A refusal is looked at again at the
-/// next resync: labelling the namespace changes no Initializer.
-async fn check_workload_namespace(ctx: &Context, namespace: &str) -> Result<(), Stop> {
-    if namespace == ctx.operator_namespace {
-        return Ok(());
-    }
-    let found = Api::<Namespace>::all(ctx.client.clone())
-        .get_opt(namespace)
-        .await
-        .map_err(|source| Error::Get {
-            kind: "Namespace",
-            name: namespace.to_string(),
-            source: Box::new(source),
-        })?;
-    let labels = found.map(|ns| ns.metadata.labels.unwrap_or_default());
-    let found = match &labels {
-        Some(labels) => validate::NamespaceFound::Labelled(labels),
-        None => validate::NamespaceFound::Missing,
-    };
-    match validate::workload_namespace_refusal(namespace, &ctx.operator_namespace, found) {
-        None => Ok(()),
-        Some(refusal) => Err(Stop::Refused {
-            refusals: vec![refusal],
-            again: Some(RESYNC),
-        }),
-    }
 }
 
 /// Leaves someone else's object alone: supervision stops, this Initializer's own configuration

@@ -13,12 +13,14 @@
 //! that failed before its first sync) is written by the reconcile through
 //! [`Supervisor::report_unsupervised`] and [`Supervisor::report_failure`], onto the version it
 //! read. The reconcile's last failure is an input of the computed status either way, so no
-//! write drops another's `details.lastError`.
+//! write drops another's `details.lastError`. The guard's witness, which a reconcile records
+//! before anything is deployed, is written here too ([`Supervisor::record_guard_witness`]), as a
+//! field of its own that no other write touches.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use initializer_crds::{Initializer, InitializerStatus};
+use initializer_crds::{GuardWitness, Initializer, InitializerStatus};
 use jiff::Timestamp;
 use kube::ResourceExt;
 use tokio::sync::Notify;
@@ -91,6 +93,32 @@ impl Supervisor {
         };
         self.write_unsupervised(obj, &status).await?;
         Ok(status)
+    }
+
+    /// Records `witness`, the guard's judgement of `obj`, in its status: onto the version the
+    /// reconcile read only (a write since refuses it, so the witness names the generation stored
+    /// when it landed), bounded, and only while this replica leads. An entry's writer goes on
+    /// onto the version this write made.
+    pub async fn record_guard_witness(
+        &self,
+        obj: &Initializer,
+        witness: &GuardWitness,
+    ) -> Result<()> {
+        let name = obj.name_any();
+        let what = || format!("record the guard's witness on {name}");
+        self.inner.leadership.check(what)?;
+        let written = bounded(
+            what,
+            apply::apply_guard_witness(
+                &self.inner.client,
+                &name,
+                witness,
+                obj.metadata.resource_version.as_deref(),
+            ),
+        )
+        .await?;
+        self.observed(&written).await;
+        Ok(())
     }
 
     /// Writes `status` for an Initializer without an entry, unless only the probe figures
