@@ -1,7 +1,7 @@
 //! What must hold before anything of an Initializer is deployed, read first and judged pure:
-//! [`gather`] reads what the checks need into [`Facts`] (the guard's judgement first, and nothing
-//! more on behalf of an Initializer the guard stops), then [`judge`] decides, in the order a
-//! user reads the refusals: the guard, the workload's namespace, the fallback as the API server
+//! [`gather`] reads what the checks need into [`Facts`] (nothing more on behalf of an
+//! Initializer the guard or its namespace stops), then [`judge`] decides, in the order a user
+//! reads the refusals: the guard, the workload's namespace, the fallback as the API server
 //! compiles it, the legacy backend's API and the resources its rules reach.
 
 use std::collections::BTreeMap;
@@ -96,16 +96,25 @@ pub(super) enum Verdict {
     Deploy(Vec<pending::Served>),
 }
 
-/// Reads what the checks of `obj` (validated as `v`) need: the guard's judgement, and unless
-/// it stops the reconcile, the workload namespace, the API server's compile of the fallback
-/// (a dry run) and, with the legacy backend, whether its API is served and what the rules
-/// reach (discovery, kept per generation).
+/// Reads what the checks of `obj` (validated as `v`) need, in the order they are judged, and
+/// no further than the first that stops the reconcile: the guard's judgement, the workload
+/// namespace, the API server's compile of the fallback (a dry run) and, with the legacy backend,
+/// whether its API is served and what the rules reach (discovery, kept per generation).
 pub(super) async fn gather(obj: &Initializer, ctx: &Context, v: &Validated) -> Result<Facts> {
     let state = ctx.guard.borrow().clone();
     let stored = obj.status.as_ref().and_then(|s| s.guard.as_ref());
     let judgement = guard::judge(&obj.metadata, stored, &state, Timestamp::now());
     if let Some(stop) = guard_stop(judgement, stored) {
         return Ok(Facts::Guard(stop));
+    }
+    let namespace = workload_namespace(ctx, &v.namespace).await?;
+    if namespace_refusal(v, &namespace).is_some() {
+        // Refused first: nothing more is asked of the API server on its behalf.
+        return Ok(Facts::Read {
+            namespace,
+            fallback_refused: None,
+            legacy: None,
+        });
     }
     let name = obj.name_any();
     let fallback_refused = match build::fallback(v) {
@@ -121,7 +130,7 @@ pub(super) async fn gather(obj: &Initializer, ctx: &Context, v: &Validated) -> R
         None => None,
     };
     Ok(Facts::Read {
-        namespace: workload_namespace(ctx, &v.namespace).await?,
+        namespace,
         fallback_refused,
         legacy,
     })
@@ -157,11 +166,7 @@ async fn legacy_api(obj: &Initializer, ctx: &Context, v: &Validated) -> Result<L
 }
 
 /// Decides what the checks let the reconcile of `v` do, from what [`gather`] read (pure).
-pub(super) fn judge(
-    v: &Validated,
-    facts: Facts,
-    operator_namespace: &str,
-) -> Result<Verdict, Stop> {
+pub(super) fn judge(v: &Validated, facts: Facts) -> Result<Verdict, Stop> {
     let (namespace, fallback_refused, legacy) = match facts {
         Facts::Guard(GuardStop::Wait(after)) => return Err(Stop::Wait(Action::requeue(after))),
         Facts::Guard(GuardStop::Record(witness)) => return Ok(Verdict::Record(witness)),
@@ -172,15 +177,7 @@ pub(super) fn judge(
             legacy,
         } => (namespace, fallback_refused, legacy),
     };
-    let found = match &namespace {
-        WorkloadNamespace::Operators => None,
-        WorkloadNamespace::Labelled(labels) => Some(validate::NamespaceFound::Labelled(labels)),
-        WorkloadNamespace::Missing => Some(validate::NamespaceFound::Missing),
-    };
-    if let Some(found) = found
-        && let Some(refusal) =
-            validate::workload_namespace_refusal(&v.namespace, operator_namespace, found)
-    {
+    if let Some(refusal) = namespace_refusal(v, &namespace) {
         // Labelling the namespace changes no Initializer: looked at again at the next resync.
         return Err(Stop::Refused {
             refusals: vec![refusal],
@@ -213,6 +210,16 @@ pub(super) fn judge(
         return Err(Stop::refused(refusal));
     }
     Ok(Verdict::Deploy(reached))
+}
+
+/// Why the workload of `v` may not run in `namespace`, if it may not.
+fn namespace_refusal(v: &Validated, namespace: &WorkloadNamespace) -> Option<validate::Refusal> {
+    let found = match namespace {
+        WorkloadNamespace::Operators => return None,
+        WorkloadNamespace::Labelled(labels) => validate::NamespaceFound::Labelled(labels),
+        WorkloadNamespace::Missing => validate::NamespaceFound::Missing,
+    };
+    validate::workload_namespace_refusal(&v.namespace, &v.operator_namespace, found)
 }
 
 /// Why an Initializer the guard holds is not deployed.
@@ -339,41 +346,29 @@ mod tests {
     fn what_the_guard_stops_is_judged_before_anything_else() {
         let v = webhook_in(Some("team-a"));
         assert!(matches!(
-            judge(
-                &v,
-                Facts::Guard(GuardStop::Wait(Duration::from_secs(1))),
-                OPERATOR_NAMESPACE
-            ),
+            judge(&v, Facts::Guard(GuardStop::Wait(Duration::from_secs(1)))),
             Err(Stop::Wait(_))
         ));
         assert_eq!(
-            judge(
-                &v,
-                Facts::Guard(GuardStop::Record(witness(true))),
-                OPERATOR_NAMESPACE
-            )
-            .unwrap(),
+            judge(&v, Facts::Guard(GuardStop::Record(witness(true)))).unwrap(),
             Verdict::Record(witness(true))
         );
-        let held = judge(&v, Facts::Guard(GuardStop::Held), OPERATOR_NAMESPACE);
+        let held = judge(&v, Facts::Guard(GuardStop::Held));
         assert_eq!(refused_field(held), "metadata");
     }
 
     #[test]
     fn a_workload_namespace_is_used_only_once_labelled_and_looked_at_again_at_the_resync() {
         let v = webhook_in(Some("team-a"));
-        match judge(&v, read(WorkloadNamespace::Missing), OPERATOR_NAMESPACE) {
+        match judge(&v, read(WorkloadNamespace::Missing)) {
             Err(Stop::Refused { again, .. }) => assert_eq!(again, Some(RESYNC)),
             other => panic!("expected a refusal, got {other:?}"),
         }
         let unlabelled = read(WorkloadNamespace::Labelled(BTreeMap::new()));
-        assert!(matches!(
-            judge(&v, unlabelled, OPERATOR_NAMESPACE),
-            Err(Stop::Refused { .. })
-        ));
+        assert!(matches!(judge(&v, unlabelled), Err(Stop::Refused { .. })));
         let own = webhook_in(None);
         assert_eq!(
-            judge(&own, read(WorkloadNamespace::Operators), OPERATOR_NAMESPACE).unwrap(),
+            judge(&own, read(WorkloadNamespace::Operators)).unwrap(),
             Verdict::Deploy(Vec::new())
         );
     }
@@ -386,14 +381,10 @@ mod tests {
             fallback_refused: Some("undeclared reference to 'objekt'".into()),
             legacy: None,
         };
-        let refused = judge(&v, facts(WorkloadNamespace::Operators), OPERATOR_NAMESPACE);
+        let refused = judge(&v, facts(WorkloadNamespace::Operators));
         assert_eq!(refused_field(refused), "spec.fallback.validations");
         let elsewhere = webhook_in(Some("team-a"));
-        let missing = judge(
-            &elsewhere,
-            facts(WorkloadNamespace::Missing),
-            OPERATOR_NAMESPACE,
-        );
+        let missing = judge(&elsewhere, facts(WorkloadNamespace::Missing));
         assert_eq!(refused_field(missing), "spec.namespace");
     }
 
@@ -405,17 +396,12 @@ mod tests {
             fallback_refused: None,
             legacy: Some(legacy),
         };
-        let not_served = judge(&v, facts(LegacyApi::NotServed), OPERATOR_NAMESPACE);
+        let not_served = judge(&v, facts(LegacyApi::NotServed));
         assert_eq!(refused_field(not_served), "spec.backend");
-        let nothing = judge(&v, facts(LegacyApi::Served(Vec::new())), OPERATOR_NAMESPACE);
+        let nothing = judge(&v, facts(LegacyApi::Served(Vec::new())));
         assert_eq!(refused_field(nothing), "spec.rules");
         assert_eq!(
-            judge(
-                &v,
-                facts(LegacyApi::Served(vec![configmaps()])),
-                OPERATOR_NAMESPACE
-            )
-            .unwrap(),
+            judge(&v, facts(LegacyApi::Served(vec![configmaps()]))).unwrap(),
             Verdict::Deploy(vec![configmaps()])
         );
     }

@@ -98,7 +98,7 @@ impl Supervisor {
     /// Records `witness`, the guard's judgement of `obj`, in its status: onto the version the
     /// reconcile read only (a write since refuses it, so the witness names the generation stored
     /// when it landed), bounded, and only while this replica leads. An entry's writer goes on
-    /// onto the version this write made.
+    /// onto the version this write made, unless the witness holds the Initializer back.
     pub async fn record_guard_witness(
         &self,
         obj: &Initializer,
@@ -117,7 +117,10 @@ impl Supervisor {
             ),
         )
         .await?;
-        self.observed(&written).await;
+        // A held Initializer is refused next: its entry, if any, writes nothing more.
+        if !witness.held {
+            self.observed(&written).await;
+        }
         Ok(())
     }
 
