@@ -36,6 +36,8 @@
 pub mod compare;
 pub mod proof;
 
+use std::time::{Duration, Instant};
+
 use initializer_crds::{Engine, EngineInForce, InitializerStatus, Suspension};
 
 use crate::policy::CompileError;
@@ -185,6 +187,8 @@ pub struct Remembered {
     pub proven: String,
     /// The last proof's failure, shown until the next proof.
     pub failure: Option<Why>,
+    /// When the last proof that could not finish failed: the next waits a resync.
+    pub proof_failed_at: Option<Instant>,
     /// A policy or binding of this Initializer may exist (removed once the webhook is back).
     pub policy_may_exist: bool,
     /// The reason last published in a `PolicyUnavailable` Warning, so that each is published
@@ -193,6 +197,13 @@ pub struct Remembered {
 }
 
 impl Remembered {
+    /// Whether a proof may run at `now`: not within `wait` of the last one that could not
+    /// finish (its own writes wake the reconcile at once, which would run it again back to back).
+    pub fn proof_due(&self, now: Instant, wait: Duration) -> bool {
+        self.proof_failed_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= wait)
+    }
+
     /// What a stored status says, for an Initializer this replica has not decided on yet (after
     /// a restart, or a change of leader): the engine in force, and a disproof or drift that
     /// holds for the generation the status describes. A policy may exist.
@@ -212,6 +223,7 @@ impl Remembered {
             in_force,
             proven: message,
             failure: None,
+            proof_failed_at: None,
             policy_may_exist: true,
             warned: None,
         }

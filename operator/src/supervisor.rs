@@ -651,13 +651,12 @@ impl Supervisor {
 
     /// Whether the supervisor holds a configuration of `initializer` in the path, as far as it
     /// knows (what it last wrote or found live): what must come out before the initializer's
-    /// pods may go. `false` for an Initializer it does not supervise yet.
-    pub async fn holds_configuration(&self, initializer: &str) -> bool {
-        let Some(entry) = self.entries().get(initializer).cloned() else {
-            return false;
-        };
+    /// pods may go. `None` for an Initializer it does not supervise yet (since this replica
+    /// started leading): its first sync reads what is live.
+    pub async fn holds_configuration(&self, initializer: &str) -> Option<bool> {
+        let entry = self.entries().get(initializer).cloned()?;
         let st = entry.state.lock().await;
-        st.presence != Presence::Absent
+        Some(st.presence != Presence::Absent)
     }
 
     /// Reads or updates what is known of `initializer` (a short critical section: no await).

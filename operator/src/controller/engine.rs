@@ -84,21 +84,32 @@ pub(super) struct EngineStep {
     pub(super) view: EngineView,
     compiled: Option<Compiled>,
     objects: Option<PolicyObjects>,
-    /// Whether the supervisor still holds the webhook's configuration in the path.
-    webhook_held: bool,
+    /// The replicas the webhook's Deployment is given.
+    pub(super) replicas: Replicas,
 }
 
-impl EngineStep {
-    /// Whether the Deployment is kept at zero replicas: the policy is in force and the
-    /// supervisor has taken the webhook out of the path.
-    pub(super) fn scale_to_zero(&self) -> bool {
-        self.view.in_api_server() && !self.webhook_held
-    }
+/// The replicas of the webhook's Deployment in one reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Replicas {
+    /// The spec's: the webhook is the engine, or the way back to it has begun.
+    Spec,
+    /// Zero: the policy is in force and the supervisor holds no configuration of the webhook.
+    Zero,
+    /// As they are: the policy is in force, but the webhook's configuration is still held, or
+    /// not known yet (nothing supervised since this replica started leading). This reconcile's
+    /// sync takes it out of the path, and the next one scales.
+    AsTheyAre,
+}
 
-    /// Whether the webhook's pods are to go once this reconcile's sync has taken its
-    /// configuration out of the path: the next reconcile scales them to zero.
-    pub(super) fn scale_down_pending(&self) -> bool {
-        self.view.in_api_server() && self.webhook_held
+impl Replicas {
+    /// The replicas while the status shows `view`, with the supervisor holding the webhook's
+    /// configuration (`held`; `None`: not known yet).
+    pub(super) fn of(view: &EngineView, held: Option<bool>) -> Self {
+        match (view.in_api_server(), held) {
+            (false, _) => Replicas::Spec,
+            (true, Some(false)) => Replicas::Zero,
+            (true, Some(true) | None) => Replicas::AsTheyAre,
+        }
     }
 }
 
@@ -112,12 +123,14 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         remembered.generation = obj.metadata.generation;
         remembered.settled = Settled::Nothing;
         remembered.failure = None;
+        remembered.proof_failed_at = None;
     }
     let compiled = crate::policy::compile(v);
     let wanted = obj.spec.engine != Engine::Webhook && compiled.is_ok();
-    let needs_api = wanted
-        || remembered.in_force == EngineInForce::Policy
-        || (remembered.policy_may_exist && compiled.is_ok());
+    // A policy that may exist is removed once the webhook is registered, whatever the spec
+    // says now (a spec changed to one that does not compile included).
+    let needs_api =
+        wanted || remembered.in_force == EngineInForce::Policy || remembered.policy_may_exist;
     let (served, objects) = served_objects(ctx, obj, v, needs_api).await?;
     // Someone else's policy or binding of this Initializer's names is found before anything is
     // deployed, as for every other object of ours: a conflict, and it is left alone. While ours
@@ -144,6 +157,12 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         &canary,
         &remembered.settled,
     );
+    if matches!(plan, Plan::Prove { .. })
+        && !remembered.proof_due(Instant::now(), super::RESYNC)
+        && let Some(failure) = &remembered.failure
+    {
+        plan = Plan::Webhook(failure.clone());
+    }
     if plan == Plan::KeepPolicy
         && let (Ok(compiled), Some(objects)) = (&compiled, &objects)
         && let Some(why) = recheck(ctx, &name, v, compiled, objects).await?
@@ -156,14 +175,20 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         }
         plan = Plan::Webhook(why);
     }
-    let view = shown(ctx, obj, &mut remembered, &plan).await;
+    let view = shown(ctx, obj, &mut remembered, &plan).await?;
     ctx.memory.remember_engine(&name, remembered);
+    // Only asked while the policy is in force: the answer waits for the entry's lock.
+    let held = match view.in_api_server() {
+        true => ctx.supervisor.holds_configuration(&name).await,
+        false => Some(true),
+    };
+    let replicas = Replicas::of(&view, held);
     Ok(EngineStep {
         plan,
         view,
         compiled: compiled.ok(),
         objects,
-        webhook_held: ctx.supervisor.holds_configuration(&name).await,
+        replicas,
     })
 }
 
@@ -189,19 +214,25 @@ async fn served_objects(
 
 /// What the status says of the engine after `plan`, with the Events that go with it: the way
 /// back when the policy was in force and the plan no longer keeps it, and a `PolicyUnavailable`
-/// Warning once per reason while `spec.engine: Policy` runs on the webhook.
+/// Warning once per reason while `spec.engine: Policy` runs on the webhook. Each is remembered
+/// only while this replica leads (a replica that does not would drop its Event and never
+/// publish it again): otherwise an error, and the reconcile is tried again.
 async fn shown(
     ctx: &Context,
     obj: &Initializer,
     remembered: &mut Remembered,
     plan: &Plan,
-) -> EngineView {
+) -> Result<EngineView> {
+    let name = obj.name_any();
     if remembered.in_force == EngineInForce::Policy && *plan != Plan::KeepPolicy {
+        ctx.supervisor
+            .leadership()
+            .check(|| format!("take {name} back to the webhook"))?;
         let why = match plan {
             Plan::Webhook(why) => why.message(),
             _ => "the spec changed: the new policy is proven against the webhook first".to_owned(),
         };
-        info!(initializer = %obj.name_any(), %why, "going back to the webhook");
+        info!(initializer = %name, %why, "going back to the webhook");
         publish(
             ctx,
             obj,
@@ -221,6 +252,9 @@ async fn shown(
     let view = engine::view(obj.spec.engine, obj.spec.image.is_none(), &in_force);
     let warned = view.warning.then_some(view.reason);
     if warned.is_some() && warned != remembered.warned {
+        ctx.supervisor
+            .leadership()
+            .check(|| format!("warn that {name} runs on the webhook"))?;
         publish(
             ctx,
             obj,
@@ -231,7 +265,7 @@ async fn shown(
         .await;
     }
     remembered.warned = warned;
-    view
+    Ok(view)
 }
 
 /// With the policy in force: why the webhook must come back, or `None` to keep the policy.
@@ -401,6 +435,7 @@ async fn settle(
             remembered.settled = Settled::InForce;
             remembered.proven = message;
             remembered.failure = None;
+            remembered.proof_failed_at = None;
             true
         }
         Err(Unproven::Disproved(diff)) => {
@@ -436,6 +471,7 @@ async fn settle(
                 publish(ctx, obj, EventType::Warning, Reason::ProofFailed, failure).await;
             }
             remembered.failure = Some(why);
+            remembered.proof_failed_at = Some(Instant::now());
             false
         }
     })
@@ -469,36 +505,32 @@ pub(super) async fn remove_policy(ctx: &Context, obj: &Initializer) -> Result<bo
 mod tests {
     use super::*;
 
-    fn step(in_api_server: bool, webhook_held: bool) -> EngineStep {
+    fn view(in_api_server: bool) -> EngineView {
         let in_force = if in_api_server {
             Ok("proven".to_owned())
         } else {
             Err(Why::AwaitingWebhook)
         };
-        EngineStep {
-            plan: Plan::KeepPolicy,
-            view: engine::view(Engine::Auto, true, &in_force),
-            compiled: None,
-            objects: None,
-            webhook_held,
-        }
+        engine::view(Engine::Auto, true, &in_force)
     }
 
     /// The webhook's pods go only once the supervisor has taken its configuration out of the
-    /// path: a reconcile that still finds it held deploys them as they are, and comes back soon.
+    /// path: a reconcile that still finds it held, or cannot know yet (after a restart or a
+    /// change of leader), leaves them as they are, and the next reconcile scales.
     #[test]
     fn the_webhook_leaves_the_path_before_its_pods_go() {
-        for (in_api_server, held, scale_to_zero, pending) in [
-            (true, true, false, true),
-            (true, false, true, false),
-            (false, true, false, false),
-            (false, false, false, false),
+        for (in_api_server, held, replicas) in [
+            (true, Some(true), Replicas::AsTheyAre),
+            (true, None, Replicas::AsTheyAre),
+            (true, Some(false), Replicas::Zero),
+            (false, Some(true), Replicas::Spec),
+            (false, Some(false), Replicas::Spec),
+            (false, None, Replicas::Spec),
         ] {
-            let step = step(in_api_server, held);
             assert_eq!(
-                (step.scale_to_zero(), step.scale_down_pending()),
-                (scale_to_zero, pending),
-                "in the API server: {in_api_server}, configuration held: {held}"
+                Replicas::of(&view(in_api_server), held),
+                replicas,
+                "in the API server: {in_api_server}, configuration held: {held:?}"
             );
         }
     }

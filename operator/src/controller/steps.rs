@@ -102,7 +102,7 @@ pub(super) async fn apply(obj: &Initializer, ctx: &Context) -> Result<Action> {
         let engine = engine::plan(obj, ctx, &checked.validated)
             .await
             .map_err(Stop::claiming)?;
-        let deployed = deploy(obj, ctx, &names, &checked, engine.scale_to_zero()).await?;
+        let deployed = deploy(obj, ctx, &names, &checked, engine.replicas).await?;
         hand_over(obj, ctx, checked, deployed, engine).await
     };
     match reconciled.await {
@@ -128,7 +128,7 @@ async fn check(obj: &Initializer, ctx: &Context) -> Result<Checked, Stop> {
             }
         })?;
     let facts = super::check::gather(obj, ctx, &validated).await?;
-    match super::check::judge(&validated, facts, &ctx.operator_namespace)? {
+    match super::check::judge(&validated, facts)? {
         Verdict::Record(witness) => {
             ctx.supervisor.record_guard_witness(obj, &witness).await?;
             // The write wakes this Initializer again; the reconcile of that version goes on.
@@ -154,7 +154,7 @@ async fn deploy(
     ctx: &Context,
     names: &Names,
     checked: &Checked,
-    scale_to_zero: bool,
+    replicas: engine::Replicas,
 ) -> Result<Deployed, Stop> {
     let name = obj.name_any();
     let v = &checked.validated;
@@ -184,8 +184,14 @@ async fn deploy(
             existing.as_ref(),
             Timestamp::now(),
         )?;
-        if scale_to_zero {
-            desired.deployment.spec.replicas = Some(0);
+        match replicas {
+            engine::Replicas::Spec => {}
+            engine::Replicas::Zero => desired.deployment.spec.replicas = Some(0),
+            engine::Replicas::AsTheyAre => {
+                if let Some(existing) = &existing {
+                    desired.deployment.spec.replicas = existing.spec.replicas;
+                }
+            }
         }
         if let Some(legacy) = &desired.legacy {
             apply::legacy::apply_rbac(&ctx.client, legacy).await?;
@@ -286,13 +292,13 @@ async fn hand_over(
     let settled = engine::after_sync(obj, ctx, &validated, &engine, &report)
         .await
         .map_err(Stop::claiming)?;
-    if settled || engine.scale_down_pending() {
+    if settled || engine.replicas == engine::Replicas::AsTheyAre {
         // The proof settled the engine (the next sync shows it and, with the policy in force,
         // takes the webhook out of the path), or this sync took it out and its pods may go.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");
-    if engine.scale_to_zero() {
+    if engine.view.in_api_server() {
         // The policy and its binding are watched only where the API server served them when
         // the operator started: they are checked for drift this often besides.
         return Ok(Action::requeue(engine::DRIFT_CHECK));

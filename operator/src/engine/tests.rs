@@ -1,8 +1,10 @@
+use std::time::{Duration, Instant};
+
 use initializer_crds::{Engine, EngineInForce, InitializerSpec, Suspension};
 use serde_json::json;
 
 use super::compare::{self, PROOF_LABEL};
-use super::{Canary, Plan, Settled, Why, decide, view};
+use super::{Canary, Plan, Remembered, Settled, Why, decide, view};
 use crate::policy::corpus;
 use crate::validate::{Validated, validate};
 
@@ -299,4 +301,18 @@ fn comparing_ignores_identity_the_mark_and_the_proof_label_and_names_what_differ
         ),
         vec!["/failurePolicy: live \"policy Fail\" / as applied \"Ignore\"".to_owned()]
     );
+}
+
+/// A proof that could not finish is not run again before the wait is over, however often its
+/// own writes wake the reconcile; a generation's first proof runs at once.
+#[test]
+fn a_failed_proof_waits_before_the_next() {
+    let now = Instant::now();
+    let wait = Duration::from_secs(30);
+    let mut remembered = Remembered::recovered(None);
+    assert!(remembered.proof_due(now, wait), "nothing failed yet");
+    remembered.proof_failed_at = Some(now);
+    assert!(!remembered.proof_due(now + Duration::from_secs(1), wait));
+    assert!(!remembered.proof_due(now + Duration::from_secs(29), wait));
+    assert!(remembered.proof_due(now + wait, wait));
 }

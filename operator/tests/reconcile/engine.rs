@@ -34,6 +34,7 @@ on_backends! {
         a_same_named_policy_is_never_taken_over,
         a_preset_policy_never_outlives_its_initializer,
         an_api_server_that_stops_running_the_policy_gets_the_webhook_back,
+        a_policy_in_force_goes_when_its_spec_stops_compiling,
 }
 
 /// Where the operator proves the policy: a namespace the Initializer intercepts.
@@ -724,6 +725,50 @@ async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_
             let pod = create_pod(&client).await;
             injected(&pod) && marked(&pod)
         },
+    )
+    .await;
+}
+
+/// A preset in the API server whose spec changes to one no policy can stand in for (here a
+/// custom image reading the preset): the webhook comes back, and the policy that was in force
+/// goes once it is registered, instead of injecting beside it for good.
+async fn a_policy_in_force_goes_when_its_spec_stops_compiling(cluster: &TestCluster) {
+    let client = install(cluster).await;
+    for namespace in [CANARY, TEAM] {
+        create_namespace(&client, namespace).await;
+    }
+    let _operator = spawn(cluster, &["--policy-canary-namespace", CANARY]);
+    in_api_server(&client, "engine").await;
+    // The webhook's pods gone, so the reconcile that goes back cannot find it registered.
+    wait_for(
+        "the Deployment at zero replicas",
+        Duration::from_secs(30),
+        || async { deployment_replicas(&client, "engine").await == Some(0) },
+    )
+    .await;
+    let image = initializer_crds::images::image(initializer_crds::images::PRESET_INITIALIZER);
+    Api::<Initializer>::all(client.clone())
+        .patch(
+            "engine",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": image}})),
+        )
+        .await
+        .unwrap();
+    let minute = Duration::from_secs(60);
+    // A custom image shows no `InApiServer` condition: only the engine in force.
+    wait_engine(&client, "engine", EngineInForce::Webhook, "", minute).await;
+    wait_registered(
+        &client,
+        "initializer-engine",
+        "the webhook back",
+        Duration::from_secs(90),
+    )
+    .await;
+    wait_for(
+        "the policy removed after the webhook's return",
+        minute,
+        || async { !policy_present(&client).await },
     )
     .await;
 }
