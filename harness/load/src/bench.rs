@@ -79,7 +79,7 @@ impl Server {
         };
         Some(
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
+                .join("../../initializers")
                 .join(package)
                 .join("link-order.txt"),
         )
