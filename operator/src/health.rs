@@ -383,6 +383,7 @@ impl Machine {
 
     /// A probe failed: degraded at the first, removed at `failureThreshold` in a row.
     fn probe_failed(&mut self, now: Instant) -> Action {
+        let was_proving = self.is_proving(now);
         self.fail_streak = self.fail_streak.saturating_add(1);
         self.ok_streak = 0;
         match self.state {
@@ -399,12 +400,23 @@ impl Machine {
             State::Degraded if self.fail_streak >= self.config.failure_threshold => {
                 self.deregister(Cause::ProbesFailed, now)
             }
-            _ => Action::None,
+            _ => self.return_failed(was_proving, now),
         }
+    }
+
+    /// A return that fails while its route is being proven failed soon after coming back, as a
+    /// registration that fails at once does: it leaves with a doubled hold-down, so a flapping
+    /// initializer's proving registrations thin out instead of coming back at every thaw.
+    fn return_failed(&mut self, was_proving: bool, now: Instant) -> Action {
+        if was_proving {
+            self.leave(now);
+        }
+        Action::None
     }
 
     /// The Service has `ready` ready endpoints: at zero the configuration goes at once.
     fn endpoints_counted(&mut self, ready: u32, now: Instant) -> Action {
+        let was_proving = self.is_proving(now);
         self.endpoints = Some(ready);
         if ready > 0 {
             return self.try_return(now);
@@ -419,7 +431,7 @@ impl Machine {
                 self.deregister(Cause::NoReadyEndpoints, now)
             }
             State::Degraded => self.deregister(Cause::NoReadyEndpoints, now),
-            _ => Action::None,
+            _ => self.return_failed(was_proving, now),
         }
     }
 

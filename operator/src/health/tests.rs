@@ -750,3 +750,51 @@ fn endpoints_that_came_back_are_proven_again_but_a_degraded_configuration_is_res
     let (again, proving) = probes_proving(&mut m, &mut t, 2);
     assert_eq!((again, proving), (vec![Action::Register], 2));
 }
+
+/// Feeds good probes 100 ms apart from `*t` until the machine asks to prove the route, and
+/// returns when it did (within `limit` probes).
+fn until_proving(m: &mut Machine, t: &mut Instant, limit: u32) -> Option<Instant> {
+    for _ in 0..limit {
+        *t += 100 * MS;
+        if m.observe(Input::ProbeSucceeded, *t) == Action::Prove {
+            return Some(*t);
+        }
+    }
+    None
+}
+
+/// A return that fails while its route is being proven (frozen again: its endpoints went, or a
+/// probe failed) failed soon after coming back, as a registration that fails at once does: the
+/// hold-down doubles, so a flapping initializer's proving registrations thin out instead of
+/// coming back at every thaw.
+#[test]
+fn a_return_that_fails_while_its_route_is_proven_doubles_the_hold_down() {
+    for fails in [Input::Endpoints(0), Input::ProbeFailed] {
+        let t0 = Instant::now();
+        let mut m = Machine::new(HealthConfig::from_policy(&HealthPolicy::default()));
+        let base = m.config().base_hold_down;
+        m.observe(Input::Available(true), t0);
+        m.observe(Input::Endpoints(1), t0);
+        let mut t = t0;
+        let (registered, _) = probes_proving(&mut m, &mut t, 1);
+        assert_eq!(registered, [Action::Register]);
+        t += SEC;
+        assert!(matches!(
+            m.observe(Input::Endpoints(0), t),
+            Action::Deregister { .. }
+        ));
+        t += SEC;
+        m.observe(Input::Endpoints(1), t);
+        until_proving(&mut m, &mut t, 40).expect("proven again after the hold-down");
+        let left = t;
+        assert_eq!(m.observe(fails, t), Action::None, "{fails:?}");
+        m.observe(Input::Endpoints(1), t);
+        let again = until_proving(&mut m, &mut t, 100).expect("proven again in the end");
+        assert!(
+            again - left >= base * 2,
+            "{fails:?}: proven again {:?} after a failed return, within the doubled hold-down of {:?}",
+            again - left,
+            base * 2
+        );
+    }
+}
