@@ -581,6 +581,23 @@ async fn an_api_server_that_stops_running_the_policy_gets_the_webhook_back(clust
     );
 }
 
+/// The webhook registered again, then the policy removed after its return.
+async fn webhook_back_then_policy_gone(client: &Client) {
+    wait_registered(
+        client,
+        "initializer-engine",
+        "the webhook back",
+        Duration::from_secs(90),
+    )
+    .await;
+    wait_for(
+        "the policy removed after the webhook's return",
+        Duration::from_secs(60),
+        || async { !policy_present(client).await },
+    )
+    .await;
+}
+
 /// Whether the preset's policy and binding both exist.
 async fn policy_present(client: &Client) -> bool {
     let name = "initializer-engine-preset";
@@ -701,19 +718,7 @@ async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_
     )
     .await
     .unwrap();
-    wait_registered(
-        &client,
-        "initializer-engine",
-        "the webhook back",
-        Duration::from_secs(90),
-    )
-    .await;
-    wait_for(
-        "the policy removed after the webhook's return",
-        minute,
-        || async { !policy_present(&client).await },
-    )
-    .await;
+    webhook_back_then_policy_gone(&client).await;
     wait_engine(&client, "engine", EngineInForce::Webhook, "Pinned", minute).await;
     assert_eq!(deployment_replicas(&client, "engine").await, Some(1));
     // The API server drops a deleted policy at its next reload (about a second): until then
@@ -758,19 +763,7 @@ async fn a_policy_in_force_goes_when_its_spec_stops_compiling(cluster: &TestClus
     let minute = Duration::from_secs(60);
     // A custom image shows no `InApiServer` condition: only the engine in force.
     wait_engine(&client, "engine", EngineInForce::Webhook, "", minute).await;
-    wait_registered(
-        &client,
-        "initializer-engine",
-        "the webhook back",
-        Duration::from_secs(90),
-    )
-    .await;
-    wait_for(
-        "the policy removed after the webhook's return",
-        minute,
-        || async { !policy_present(&client).await },
-    )
-    .await;
+    webhook_back_then_policy_gone(&client).await;
 }
 
 /// The policy and binding an Initializer named `name` would write.
