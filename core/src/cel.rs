@@ -469,19 +469,7 @@ impl Parser {
             }
             Tok::Op("[") if !leading_dot => {
                 self.pos += 1;
-                let mut first = true;
-                while !self.eat("]") {
-                    if !first {
-                        self.expect(",")?;
-                        if self.eat("]") {
-                            break;
-                        }
-                    }
-                    first = false;
-                    self.eat("?");
-                    self.expr()?;
-                }
-                Ok(())
+                self.elements("]", Self::expr)
             }
             Tok::Op("{") if !leading_dot => {
                 self.pos += 1;
@@ -492,19 +480,27 @@ impl Parser {
     }
 
     fn map_entries(&mut self) -> Parsed {
+        self.elements("}", |parser| {
+            parser.expr()?;
+            parser.expect(":")?;
+            parser.expr()
+        })
+    }
+
+    /// The elements of a list or map literal up to `close`, each parsed by `element`:
+    /// comma-separated, a trailing comma allowed, each optionally marked optional (`?`).
+    fn elements(&mut self, close: &str, mut element: impl FnMut(&mut Self) -> Parsed) -> Parsed {
         let mut first = true;
-        while !self.eat("}") {
+        while !self.eat(close) {
             if !first {
                 self.expect(",")?;
-                if self.eat("}") {
+                if self.eat(close) {
                     break;
                 }
             }
             first = false;
             self.eat("?");
-            self.expr()?;
-            self.expect(":")?;
-            self.expr()?;
+            element(self)?;
         }
         Ok(())
     }

@@ -401,6 +401,12 @@ mod tests {
         dns_names("sidecar", "initializer-system")
     }
 
+    /// The next reconcile's [`ensure`], handed all of `material` as it stands at `at`.
+    fn ensure_again(material: &TlsMaterial, at: Timestamp) -> TlsMaterial {
+        let serving = (material.cert_pem.clone(), material.key_pem.clone());
+        ensure(Some(material.ca.clone()), Some(serving), &names(), at).unwrap()
+    }
+
     #[test]
     fn a_fresh_certificate_covers_the_service_names_and_is_signed_by_the_ca() {
         let ca = new_ca(now()).unwrap();
@@ -479,21 +485,9 @@ mod tests {
     #[test]
     fn ensure_keeps_good_material_and_rotates_the_rest() {
         let first = ensure(None, None, &names(), now()).unwrap();
-        let kept = ensure(
-            Some(first.ca.clone()),
-            Some((first.cert_pem.clone(), first.key_pem.clone())),
-            &names(),
-            now() + SignedDuration::from_hours(24 * 30),
-        )
-        .unwrap();
+        let kept = ensure_again(&first, now() + SignedDuration::from_hours(24 * 30));
         assert_eq!(kept, first);
-        let rotated = ensure(
-            Some(first.ca.clone()),
-            Some((first.cert_pem.clone(), first.key_pem.clone())),
-            &names(),
-            now() + SignedDuration::from_hours(24 * 300),
-        )
-        .unwrap();
+        let rotated = ensure_again(&first, now() + SignedDuration::from_hours(24 * 300));
         assert_eq!(rotated.ca, first.ca);
         assert_ne!(rotated.cert_pem, first.cert_pem);
     }
@@ -503,13 +497,7 @@ mod tests {
         let first = ensure(None, None, &names(), now()).unwrap();
         assert!(!first.ca.has_previous());
         let later = now() + SignedDuration::from_hours(24 * 365 * 7);
-        let rotated = ensure(
-            Some(first.ca.clone()),
-            Some((first.cert_pem.clone(), first.key_pem.clone())),
-            &names(),
-            later,
-        )
-        .unwrap();
+        let rotated = ensure_again(&first, later);
         // Both CAs are trusted, the new one first; the serving certificate is the new CA's.
         let blocks = certificate_blocks(&rotated.ca.cert_pem);
         assert_eq!(blocks.len(), 2);
@@ -518,13 +506,7 @@ mod tests {
         let new_subject = inspect(&rotated.ca.current_pem()).unwrap().subject;
         assert_eq!(inspect(&rotated.cert_pem).unwrap().issuer, new_subject);
         // The next reconcile keeps it as it is, and issues from the current CA.
-        let kept = ensure(
-            Some(rotated.ca.clone()),
-            Some((rotated.cert_pem.clone(), rotated.key_pem.clone())),
-            &names(),
-            later,
-        )
-        .unwrap();
+        let kept = ensure_again(&rotated, later);
         assert_eq!(kept, rotated);
         let reissued = issue(&rotated.ca, &names(), later).unwrap();
         assert_eq!(inspect(&reissued.cert_pem).unwrap().issuer, new_subject);
@@ -560,13 +542,7 @@ mod tests {
         let keys = mark_keys(&first);
         assert!(keys.current.is_some() && keys.previous.is_none());
         let later = now() + SignedDuration::from_hours(24 * 300);
-        let rotated = ensure(
-            Some(first.ca.clone()),
-            Some((first.cert_pem.clone(), first.key_pem.clone())),
-            &names(),
-            later,
-        )
-        .unwrap();
+        let rotated = ensure_again(&first, later);
         assert_ne!(rotated.key_pem, first.key_pem);
         let retired = retire(Some(&first.key_pem), &rotated, None, later).unwrap();
         assert_eq!(Some(&retired.key), keys.current.as_ref());

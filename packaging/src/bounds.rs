@@ -14,11 +14,11 @@
 
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicySpec, Validation,
+    MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicySpec, Validation,
 };
 
-use crate::guard::{denying_binding, operator_metadata};
+use crate::guard::{denying_binding, operator_metadata, writes_to};
 
 /// The API group of everything the bounds cover.
 const GROUP: &str = "admissionregistration.k8s.io";
@@ -92,17 +92,7 @@ pub fn policy(username: &str) -> Option<ValidatingAdmissionPolicy> {
         metadata: operator_metadata(&name),
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".to_string()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: Some(vec![GROUP.to_string()]),
-                    api_versions: Some(vec!["*".to_string()]),
-                    resources: Some(RESOURCES.map(String::from).to_vec()),
-                    operations: Some(["CREATE", "UPDATE", "DELETE"].map(String::from).to_vec()),
-                    scope: Some("*".to_string()),
-                    resource_names: None,
-                }]),
-                ..Default::default()
-            }),
+            match_constraints: Some(writes_to(GROUP, RESOURCES.map(String::from).to_vec())),
             match_conditions: Some(vec![MatchCondition {
                 name: "the-operators-account".to_string(),
                 expression: format!("request.userInfo.username == '{username}'"),

@@ -98,17 +98,10 @@ pub fn policy() -> ValidatingAdmissionPolicy {
         metadata: operator_metadata(GUARD_NAME),
         spec: Some(ValidatingAdmissionPolicySpec {
             failure_policy: Some("Fail".to_string()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: Some(vec![GROUP.to_string()]),
-                    api_versions: Some(vec!["*".to_string()]),
-                    resources: Some(vec![PLURAL.to_string(), format!("{PLURAL}/status")]),
-                    operations: Some(["CREATE", "UPDATE", "DELETE"].map(String::from).to_vec()),
-                    scope: Some("*".to_string()),
-                    resource_names: None,
-                }]),
-                ..Default::default()
-            }),
+            match_constraints: Some(writes_to(
+                GROUP,
+                vec![PLURAL.to_string(), format!("{PLURAL}/status")],
+            )),
             match_conditions: Some(vec![MatchCondition {
                 name: "creates-deletes-or-changes-spec-or-status".to_string(),
                 expression: match_expression(),
@@ -136,4 +129,20 @@ pub const EARLIER_BINDINGS_KEPT: usize = 8;
 /// The binding: the policy, everywhere, denying.
 pub fn binding() -> ValidatingAdmissionPolicyBinding {
     denying_binding(GUARD_NAME)
+}
+
+/// Every create, update and delete of `resources` in `group`, in any version and scope: what
+/// the guard and the operator's bounds match.
+pub(crate) fn writes_to(group: &str, resources: Vec<String>) -> MatchResources {
+    MatchResources {
+        resource_rules: Some(vec![NamedRuleWithOperations {
+            api_groups: Some(vec![group.to_string()]),
+            api_versions: Some(vec!["*".to_string()]),
+            resources: Some(resources),
+            operations: Some(["CREATE", "UPDATE", "DELETE"].map(String::from).to_vec()),
+            scope: Some("*".to_string()),
+            resource_names: None,
+        }]),
+        ..Default::default()
+    }
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{
     WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -284,15 +284,10 @@ pub fn deployment_spec() -> DeploymentSpec {
 /// It grants nothing until an administrator binds it in a namespace labelled
 /// `initializer.dev/workloads: "true"` with a RoleBinding to the operator's ServiceAccount.
 pub fn workloads_cluster_role() -> ClusterRole {
-    ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(crate::rbac::WORKLOADS_CLUSTER_ROLE.to_string()),
-            labels: Some(selector_labels()),
-            ..ObjectMeta::default()
-        },
-        rules: Some(crate::rbac::workload_rules()),
-        aggregation_rule: None,
-    }
+    labelled_cluster_role(
+        crate::rbac::WORKLOADS_CLUSTER_ROLE,
+        crate::rbac::workload_rules(),
+    )
 }
 
 /// The ClusterRole `initializer-operator-policy-canary`, a manifest of the bundle: the
@@ -301,15 +296,10 @@ pub fn workloads_cluster_role() -> ClusterRole {
 /// with a RoleBinding to the operator's ServiceAccount in the namespace named by
 /// `--policy-canary-namespace`.
 pub fn policy_canary_cluster_role() -> ClusterRole {
-    ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(crate::rbac::POLICY_CANARY_CLUSTER_ROLE.to_string()),
-            labels: Some(selector_labels()),
-            ..ObjectMeta::default()
-        },
-        rules: Some(crate::rbac::policy_canary_rules()),
-        aggregation_rule: None,
-    }
+    labelled_cluster_role(
+        crate::rbac::POLICY_CANARY_CLUSTER_ROLE,
+        crate::rbac::policy_canary_rules(),
+    )
 }
 
 /// The ClusterRoles `initializer-operator-legacy-initializers` and
@@ -319,7 +309,21 @@ pub fn policy_canary_cluster_role() -> ClusterRole {
 /// them ([`legacy_rbac_yaml`]) for the administrator of a 1.7–1.13 cluster to apply and bind,
 /// the first with a ClusterRoleBinding, the second with a RoleBinding in the operator's namespace.
 pub fn legacy_cluster_roles() -> [ClusterRole; 2] {
-    let role = |name: &str, rules| ClusterRole {
+    [
+        labelled_cluster_role(
+            crate::rbac::LEGACY_CLUSTER_ROLE,
+            crate::rbac::legacy_rules(),
+        ),
+        labelled_cluster_role(
+            crate::rbac::LEGACY_CANARY_CLUSTER_ROLE,
+            crate::rbac::legacy_canary_rules(),
+        ),
+    ]
+}
+
+/// A ClusterRole `name` granting `rules`, labelled as the operator's (no aggregation).
+fn labelled_cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
+    ClusterRole {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             labels: Some(selector_labels()),
@@ -327,17 +331,7 @@ pub fn legacy_cluster_roles() -> [ClusterRole; 2] {
         },
         rules: Some(rules),
         aggregation_rule: None,
-    };
-    [
-        role(
-            crate::rbac::LEGACY_CLUSTER_ROLE,
-            crate::rbac::legacy_rules(),
-        ),
-        role(
-            crate::rbac::LEGACY_CANARY_CLUSTER_ROLE,
-            crate::rbac::legacy_canary_rules(),
-        ),
-    ]
+    }
 }
 
 /// [`legacy_cluster_roles`] as one YAML stream, for `kubectl apply -f -`.

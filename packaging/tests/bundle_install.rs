@@ -49,6 +49,66 @@ where
     api.get_opt(name).await.unwrap().is_some()
 }
 
+/// A control-plane-only sandbox with the committed bundle installed.
+async fn installed() -> (tempfile::TempDir, SandboxHandle, Client) {
+    let (dir, sandbox) = control_plane_only().await;
+    let client = sandbox.client();
+    install_bundle(&client).await;
+    (dir, sandbox, client)
+}
+
+/// Installs the committed bundle.
+async fn install_bundle(client: &Client) {
+    install::apply_plan(client, &committed_plan(), deadline())
+        .await
+        .unwrap();
+}
+
+/// Uninstalls everything ([`uninstall_args`]).
+async fn uninstall_all(client: &Client) {
+    install::uninstall(client.clone(), &uninstall_args())
+        .await
+        .unwrap();
+}
+
+async fn create<K>(api: &Api<K>, object: &K)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), object).await.unwrap();
+}
+
+async fn get<K>(api: &Api<K>, name: &str) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get(name).await.unwrap()
+}
+
+/// Checks that namespace `name` is there and not being deleted.
+async fn assert_namespace_stays(client: &Client, name: &str) {
+    let namespace = get(&Api::<Namespace>::all(client.clone()), name).await;
+    assert!(
+        namespace.metadata.deletion_timestamp.is_none(),
+        "{name} is being deleted"
+    );
+}
+
+/// A ClusterRole with `metadata` and no rules.
+fn cluster_role(metadata: serde_json::Value) -> ClusterRole {
+    object(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": metadata,
+        "rules": [],
+    }))
+}
+
+/// `value` as an object of its kind.
+fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+    serde_json::from_value(value).unwrap()
+}
+
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(30)
 }
@@ -63,32 +123,24 @@ fn uninstall_args() -> UninstallArgs {
 
 #[tokio::test]
 async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
-    let (_dir, sandbox) = control_plane_only().await;
-    let client = sandbox.client();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
+    let (_dir, sandbox, client) = installed().await;
 
-    let crd = Api::<CustomResourceDefinition>::all(client.clone())
-        .get(constants::CRD_NAME)
-        .await
-        .unwrap();
+    let crd = get(
+        &Api::<CustomResourceDefinition>::all(client.clone()),
+        constants::CRD_NAME,
+    )
+    .await;
     assert!(conditions::is_crd_established().matches_object(Some(&crd)));
     assert!(installed_by_us(&crd.metadata));
-    let namespace = Api::<Namespace>::all(client.clone())
-        .get(NAMESPACE)
-        .await
-        .unwrap();
+    let namespace = get(&Api::<Namespace>::all(client.clone()), NAMESPACE).await;
     assert!(installed_by_us(&namespace.metadata));
-    let account = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
-        .get(OPERATOR)
-        .await
-        .unwrap();
+    let account = get(
+        &Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE),
+        OPERATOR,
+    )
+    .await;
     assert!(installed_by_us(&account.metadata));
-    let role = Api::<ClusterRole>::all(client.clone())
-        .get(OPERATOR)
-        .await
-        .unwrap();
+    let role = get(&Api::<ClusterRole>::all(client.clone()), OPERATOR).await;
     assert_eq!(
         role.rules,
         committed_plan().cluster_roles[0].rules,
@@ -96,19 +148,17 @@ async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
     );
     // The workloads ClusterRole from the bundle's manifests, for administrators to bind in the
     // namespaces they allow: the Role's rules without the Lease.
-    let workloads = Api::<ClusterRole>::all(client.clone())
-        .get(initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE)
-        .await
-        .unwrap();
+    let workloads = get(
+        &Api::<ClusterRole>::all(client.clone()),
+        initializer_packaging::rbac::WORKLOADS_CLUSTER_ROLE,
+    )
+    .await;
     assert!(installed_by_us(&workloads.metadata));
     assert_eq!(
         workloads.rules,
         Some(initializer_packaging::rbac::workload_rules())
     );
-    let binding = Api::<ClusterRoleBinding>::all(client.clone())
-        .get(OPERATOR)
-        .await
-        .unwrap();
+    let binding = get(&Api::<ClusterRoleBinding>::all(client.clone()), OPERATOR).await;
     assert_eq!(
         binding.subjects.unwrap()[0].namespace.as_deref(),
         Some(NAMESPACE)
@@ -127,20 +177,22 @@ async fn install_applies_every_object_of_the_bundle_with_the_installer_label() {
         )
         .await
     );
-    let deployment = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
-        .get(OPERATOR)
-        .await
-        .unwrap();
+    let deployment = get(
+        &Api::<Deployment>::namespaced(client.clone(), NAMESPACE),
+        OPERATOR,
+    )
+    .await;
     assert!(installed_by_us(&deployment.metadata));
     let container = &deployment.spec.template.spec.unwrap().containers[0];
     assert_eq!(
         container.image.as_deref(),
         Some(images::image(images::OPERATOR).as_str())
     );
-    let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE)
-        .get(OPERATOR)
-        .await
-        .unwrap();
+    let pdb = get(
+        &Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE),
+        OPERATOR,
+    )
+    .await;
     assert!(installed_by_us(&pdb.metadata));
     assert_eq!(
         pdb.spec.unwrap().max_unavailable,
@@ -167,17 +219,8 @@ async fn installing_twice_is_a_no_op_that_succeeds() {
 async fn install_refuses_to_take_over_a_cluster_role_it_did_not_create() {
     let (_dir, sandbox) = control_plane_only().await;
     let client = sandbox.client();
-    let foreign: ClusterRole = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": OPERATOR},
-        "rules": [],
-    }))
-    .unwrap();
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
+    let foreign = cluster_role(json!({"name": OPERATOR}));
+    create(&Api::<ClusterRole>::all(client.clone()), &foreign).await;
     let err = install::apply_plan(&client, &committed_plan(), deadline())
         .await
         .unwrap_err();
@@ -185,10 +228,7 @@ async fn install_refuses_to_take_over_a_cluster_role_it_did_not_create() {
         matches!(err, Error::NotInstalledByUs { kind: "ClusterRole", ref name } if name == OPERATOR),
         "{err}"
     );
-    let untouched = Api::<ClusterRole>::all(client.clone())
-        .get(OPERATOR)
-        .await
-        .unwrap();
+    let untouched = get(&Api::<ClusterRole>::all(client.clone()), OPERATOR).await;
     assert!(!installed_by_us(&untouched.metadata));
     sandbox.shutdown().await;
 }
@@ -198,24 +238,12 @@ async fn uninstall_removes_what_install_created_and_nothing_else() {
     let (_dir, sandbox) = control_plane_only().await;
     let client = sandbox.client();
     // Someone else's ClusterRole with a managed-by label of another tool.
-    let bystander: ClusterRole = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "bystander", "labels": {constants::MANAGED_BY_LABEL: "helm"}},
-        "rules": [],
-    }))
-    .unwrap();
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &bystander)
-        .await
-        .unwrap();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
+    let bystander =
+        cluster_role(json!({"name": "bystander", "labels": {constants::MANAGED_BY_LABEL: "helm"}}));
+    create(&Api::<ClusterRole>::all(client.clone()), &bystander).await;
+    install_bundle(&client).await;
 
-    install::uninstall(client.clone(), &uninstall_args())
-        .await
-        .unwrap();
+    uninstall_all(&client).await;
 
     assert!(exists(&Api::<ClusterRole>::all(client.clone()), "bystander").await);
     assert!(!exists(&Api::<ClusterRole>::all(client.clone()), OPERATOR).await);
@@ -254,57 +282,32 @@ async fn uninstall_removes_what_install_created_and_nothing_else() {
 async fn uninstall_keeps_a_namespace_the_installer_did_not_create() {
     let (_dir, sandbox) = control_plane_only().await;
     let client = sandbox.client();
-    let namespace: Namespace = serde_json::from_value(json!({
+    let namespace: Namespace = object(json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE},
-    }))
-    .unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
-    let kept = Api::<Namespace>::all(client.clone())
-        .get(NAMESPACE)
-        .await
-        .unwrap();
+    }));
+    create(&Api::<Namespace>::all(client.clone()), &namespace).await;
+    install_bundle(&client).await;
+    let kept = get(&Api::<Namespace>::all(client.clone()), NAMESPACE).await;
     assert!(
         !installed_by_us(&kept.metadata),
         "install leaves it unlabelled"
     );
 
-    install::uninstall(client.clone(), &uninstall_args())
-        .await
-        .unwrap();
+    uninstall_all(&client).await;
 
-    let kept = Api::<Namespace>::all(client.clone())
-        .get(NAMESPACE)
-        .await
-        .unwrap();
-    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert_namespace_stays(&client, NAMESPACE).await;
     sandbox.shutdown().await;
 }
 
 #[tokio::test]
 async fn uninstall_deletes_managed_webhook_configurations_and_keeps_crds_when_asked() {
-    let (_dir, sandbox) = control_plane_only().await;
-    let client = sandbox.client();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
+    let (_dir, sandbox, client) = installed().await;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     for (name, manager) in [
         ("managed", constants::MANAGED_BY_VALUE),
         ("foreign", "someone-else"),
     ] {
-        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": name, "labels": {constants::MANAGED_BY_LABEL: manager}},
-            "webhooks": [],
-        }))
-        .unwrap();
+        let config = managed_configuration(name, manager);
         webhooks
             .patch(
                 name,
@@ -328,18 +331,11 @@ async fn uninstall_deletes_managed_webhook_configurations_and_keeps_crds_when_as
 
 #[tokio::test]
 async fn uninstall_stops_and_names_initializers_whose_finalizers_never_run() {
-    let (_dir, sandbox) = control_plane_only().await;
-    let client = sandbox.client();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
+    let (_dir, sandbox, client) = installed().await;
     let mut sidecar: Initializer =
         serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
     sidecar.metadata.finalizers = Some(vec![constants::FINALIZER.to_string()]);
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &sidecar)
-        .await
-        .unwrap();
+    create(&Api::<Initializer>::all(client.clone()), &sidecar).await;
 
     let mut args = uninstall_args();
     args.timeout = 2;
@@ -384,25 +380,16 @@ fn managed_configuration(name: &str, manager: &str) -> MutatingWebhookConfigurat
 
 #[tokio::test]
 async fn uninstall_keeps_initializers_the_crd_and_the_namespace_unless_asked() {
-    let (_dir, sandbox) = control_plane_only().await;
-    let client = sandbox.client();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
+    let (_dir, sandbox, client) = installed().await;
     let initializers = Api::<Initializer>::all(client.clone());
     let sidecar: Initializer = serde_saphyr::from_str(bundle::generate::SIDECAR_EXAMPLE).unwrap();
-    initializers
-        .create(&PostParams::default(), &sidecar)
-        .await
-        .unwrap();
+    create(&initializers, &sidecar).await;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    webhooks
-        .create(
-            &PostParams::default(),
-            &managed_configuration("initializer-sidecar", constants::MANAGED_BY_VALUE),
-        )
-        .await
-        .unwrap();
+    create(
+        &webhooks,
+        &managed_configuration("initializer-sidecar", constants::MANAGED_BY_VALUE),
+    )
+    .await;
 
     let mut args = UninstallArgs::new(NAMESPACE);
     args.timeout = 30;
@@ -411,11 +398,7 @@ async fn uninstall_keeps_initializers_the_crd_and_the_namespace_unless_asked() {
     assert!(exists(&initializers, "sidecar").await);
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     assert!(exists(&crds, constants::CRD_NAME).await);
-    let namespace = Api::<Namespace>::all(client.clone())
-        .get(NAMESPACE)
-        .await
-        .unwrap();
-    assert!(namespace.metadata.deletion_timestamp.is_none());
+    assert_namespace_stays(&client, NAMESPACE).await;
     // The operator and its registrations are gone all the same.
     assert!(!exists(&webhooks, "initializer-sidecar").await);
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
@@ -426,62 +409,28 @@ async fn uninstall_keeps_initializers_the_crd_and_the_namespace_unless_asked() {
 
 #[tokio::test]
 async fn uninstall_leaves_the_objects_of_an_install_in_another_namespace_alone() {
-    let (_dir, sandbox) = control_plane_only().await;
-    let client = sandbox.client();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
+    let (_dir, sandbox, client) = installed().await;
     // Another install's objects, with the installer's label, in namespace "elsewhere".
     let installer = json!({constants::MANAGED_BY_LABEL: install::MANAGED_BY_VALUE});
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": "elsewhere", "labels": installer}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        &object(json!({"metadata": {"name": "elsewhere", "labels": installer}})),
+    )
+    .await;
     let accounts = Api::<ServiceAccount>::namespaced(client.clone(), "elsewhere");
-    accounts
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": "other-operator", "labels": installer}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let other_operator = json!({"name": "other-operator", "labels": installer});
+    create(&accounts, &object(json!({"metadata": other_operator}))).await;
     let cluster_roles = Api::<ClusterRole>::all(client.clone());
-    cluster_roles
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": "other-operator", "labels": installer}, "rules": []}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    create(&cluster_roles, &cluster_role(other_operator.clone())).await;
     let bindings = Api::<ClusterRoleBinding>::all(client.clone());
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "other-operator", "labels": installer},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "other-operator"},
-                "subjects": [{"kind": "ServiceAccount", "name": "other-operator", "namespace": "elsewhere"}],
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let binding = object(json!({
+        "metadata": other_operator,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "other-operator"},
+        "subjects": [{"kind": "ServiceAccount", "name": "other-operator", "namespace": "elsewhere"}],
+    }));
+    create(&bindings, &binding).await;
 
-    install::uninstall(client.clone(), &uninstall_args())
-        .await
-        .unwrap();
+    uninstall_all(&client).await;
 
     assert!(!exists(&cluster_roles, OPERATOR).await);
     assert!(exists(&cluster_roles, "other-operator").await);
@@ -494,11 +443,7 @@ async fn uninstall_leaves_the_objects_of_an_install_in_another_namespace_alone()
     }
     assert!(exists(&bindings, "other-operator").await);
     assert!(exists(&accounts, "other-operator").await);
-    let elsewhere = Api::<Namespace>::all(client.clone())
-        .get("elsewhere")
-        .await
-        .unwrap();
-    assert!(elsewhere.metadata.deletion_timestamp.is_none());
+    assert_namespace_stays(&client, "elsewhere").await;
     sandbox.shutdown().await;
 }
 
@@ -506,19 +451,13 @@ async fn uninstall_leaves_the_objects_of_an_install_in_another_namespace_alone()
 async fn uninstall_deletes_the_managed_configurations_before_the_operator() {
     use futures::{StreamExt, TryStreamExt};
     use kube::api::{WatchEvent, WatchParams};
-    let (_dir, sandbox) = control_plane_only().await;
-    let client = sandbox.client();
-    install::apply_plan(&client, &committed_plan(), deadline())
-        .await
-        .unwrap();
+    let (_dir, sandbox, client) = installed().await;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    webhooks
-        .create(
-            &PostParams::default(),
-            &managed_configuration("initializer-guard", constants::MANAGED_BY_VALUE),
-        )
-        .await
-        .unwrap();
+    create(
+        &webhooks,
+        &managed_configuration("initializer-guard", constants::MANAGED_BY_VALUE),
+    )
+    .await;
     let deployments = Api::<Deployment>::namespaced(client.clone(), NAMESPACE);
 
     // The resourceVersion of each deletion: the API server orders every write by it.
@@ -546,20 +485,16 @@ async fn uninstall_deletes_the_managed_configurations_before_the_operator() {
         }
         panic!("the watch of {name} ended before its deletion");
     }
-    let configuration_rv = webhooks
-        .list_metadata(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let operator_rv = deployments
-        .list_metadata(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    // Where a watch from now on begins.
+    async fn list_version<K>(api: &Api<K>) -> String
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let list = api.list_metadata(&ListParams::default()).await.unwrap();
+        list.metadata.resource_version.unwrap()
+    }
+    let configuration_rv = list_version(&webhooks).await;
+    let operator_rv = list_version(&deployments).await;
     let configuration = tokio::spawn(deleted_at(
         webhooks.clone(),
         "initializer-guard",
@@ -618,10 +553,7 @@ async fn deregistration_removes_the_operators_initializer_configurations_only() 
         ("theirs", json!({})),
         ("labelled-by-anyone", managed_only),
     ] {
-        legacy
-            .create(&PostParams::default(), &configuration(name, labels))
-            .await
-            .unwrap();
+        create(&legacy, &configuration(name, labels)).await;
     }
 
     install::deregister(&client).await.unwrap();

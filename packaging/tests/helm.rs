@@ -260,31 +260,18 @@ fn values_reach_the_objects_they_name() {
             .unwrap()
             .clone()
     };
+    let text =
+        |alert: &Value, pointer: &str| alert.pointer(pointer).unwrap().as_str().unwrap().to_owned();
     let deregistered = alert("InitializerDeregistered");
     assert_eq!(deregistered["for"], json!("3m"));
-    assert!(
-        deregistered["annotations"]["summary"]
-            .as_str()
-            .unwrap()
-            .ends_with("for more than 3m")
-    );
+    assert!(text(&deregistered, "/annotations/summary").ends_with("for more than 3m"));
     let latency = alert("InitializerProbeLatencyNearBudget");
-    assert!(latency["expr"].as_str().unwrap().contains("(0.5 * max"));
-    assert!(
-        latency["annotations"]["summary"]
-            .as_str()
-            .unwrap()
-            .contains("more than 50% of")
-    );
+    assert!(text(&latency, "/expr").contains("(0.5 * max"));
+    assert!(text(&latency, "/annotations/summary").contains("more than 50% of"));
     let expiry = alert("InitializerCertificateExpiringSoon");
-    assert!(expiry["expr"].as_str().unwrap().ends_with("< 604800"));
+    assert!(text(&expiry, "/expr").ends_with("< 604800"));
     // The alerts' own templates reach Prometheus untouched.
-    assert!(
-        expiry["annotations"]["description"]
-            .as_str()
-            .unwrap()
-            .contains(
-                "{{ $labels.initializer }} expires in {{ $value | humanizeDuration }}, less than 7d"
-            )
-    );
+    assert!(text(&expiry, "/annotations/description").contains(
+        "{{ $labels.initializer }} expires in {{ $value | humanizeDuration }}, less than 7d"
+    ));
 }

@@ -160,40 +160,41 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     }
 
     /// Register `handler` for kind `K` (group, version and kind from `K`).
-    pub fn handle<K>(mut self, handler: impl Initialize<K, C>) -> Self
+    pub fn handle<K>(self, handler: impl Initialize<K, C>) -> Self
     where
         K: Resource<DynamicType = ()> + DeserializeOwned + Serialize + 'static,
     {
-        let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
         let typed = Typed::<K, _> {
             handler,
             kind: PhantomData,
         };
-        self.handlers.retain(|e| e.gvk != gvk);
-        self.handlers.push(KindHandler {
-            gvk,
-            plural: K::plural(&()).into_owned(),
-            handler: AnyHandler::Sync(Arc::new(typed)),
-        });
-        self
+        self.insert_handler::<K>(AnyHandler::Sync(Arc::new(typed)))
     }
 
     /// Register an asynchronous `handler` for kind `K`: it runs as a tokio task (not on the
     /// blocking pool) under the same budget and failure policy.
-    pub fn handle_async<K>(mut self, handler: impl InitializeAsync<K, C>) -> Self
+    pub fn handle_async<K>(self, handler: impl InitializeAsync<K, C>) -> Self
     where
         K: Resource<DynamicType = ()> + DeserializeOwned + Serialize + Send + 'static,
     {
-        let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
         let typed = Typed::<K, _> {
             handler,
             kind: PhantomData,
         };
+        self.insert_handler::<K>(AnyHandler::Async(Arc::new(typed)))
+    }
+
+    /// Replace any handler registered for `K` with `handler`, so the last call for a kind wins.
+    fn insert_handler<K>(mut self, handler: AnyHandler<C>) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
         self.handlers.retain(|e| e.gvk != gvk);
         self.handlers.push(KindHandler {
             gvk,
             plural: K::plural(&()).into_owned(),
-            handler: AnyHandler::Async(Arc::new(typed)),
+            handler,
         });
         self
     }

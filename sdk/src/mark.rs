@@ -157,17 +157,22 @@ mod tests {
         }
     }
 
+    /// The metadata of an object `web` whose `creationTimestamp` says `second`.
+    fn web_created_at(second: i64) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("web".into()),
+            creation_timestamp: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(second).unwrap(),
+            )),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn a_create_is_signed_for_its_name_or_generate_name_at_its_arrival() {
         let keys = Keys::current(key());
-        let named = ObjectMeta {
-            name: Some("web".into()),
-            // What the client wrote: never the time stamp.
-            creation_timestamp: Some(Time(
-                k8s_openapi::jiff::Timestamp::from_second(T + 3600).unwrap(),
-            )),
-            ..Default::default()
-        };
+        // The creation time is what the client wrote: never the time stamp.
+        let named = web_created_at(T + 3600);
         let entry = marker(Stamp::At(T), Some(key())).entry(&named);
         assert!(entry.starts_with(&format!("sidecar/2/t={T}/")), "{entry}");
         let check =
@@ -185,13 +190,7 @@ mod tests {
     #[test]
     fn a_stored_object_is_stamped_with_its_creation() {
         let keys = Keys::current(key());
-        let meta = ObjectMeta {
-            name: Some("web".into()),
-            creation_timestamp: Some(Time(
-                k8s_openapi::jiff::Timestamp::from_second(T - 600).unwrap(),
-            )),
-            ..Default::default()
-        };
+        let meta = web_created_at(T - 600);
         let entry = marker(Stamp::Created { fallback: T }, Some(key())).entry(&meta);
         assert_eq!(
             initializer_mark::verify_entry(&keys, "sidecar", &entry, &stored("web", "", T - 600)),

@@ -87,6 +87,14 @@ struct Env {
     _state: tempfile::TempDir,
 }
 
+impl Env {
+    /// The end of a test: `server` first, then the sandbox it watches.
+    async fn shutdown(self, server: Server) {
+        server.shutdown().await;
+        self.sandbox.shutdown().await;
+    }
+}
+
 /// A sandbox in legacy mode with one `InitializerConfiguration` naming `initializers` (in
 /// order) for Deployments.
 async fn env(initializers: &[&str]) -> Env {
@@ -96,6 +104,14 @@ async fn env(initializers: &[&str]) -> Env {
         .map(|name| json!({"name": name, "rules": rules}))
         .collect();
     legacy_env(false, initializers).await
+}
+
+/// [`env`] with this initializer alone, and a serving certificate in place.
+async fn env_with_pki() -> (Env, TestPki) {
+    let env = env(&[MINE]).await;
+    let pki = TestPki::new("controller");
+    pki.write(env.tls.path());
+    (env, pki)
 }
 
 /// A sandbox in legacy mode (its workload controllers and node agent running when
@@ -162,6 +178,13 @@ fn sidecar_initializer(handler: &Sidecar) -> Initializer {
         .handle::<Deployment>(handler.clone())
 }
 
+/// A fresh [`Sidecar`] handler, served by [`sidecar_controller`].
+async fn serve_sidecar(env: &Env) -> (Sidecar, Server) {
+    let handler = Sidecar::default();
+    let server = sidecar_controller(env, &handler).await;
+    (handler, server)
+}
+
 /// The sidecar initializer with `handler`, pending name [`MINE`], started in controller mode.
 async fn sidecar_controller(env: &Env, handler: &Sidecar) -> Server {
     controller(env, sidecar_initializer(handler), &args(env, MINE)).await
@@ -193,26 +216,58 @@ fn nginx(name: &str, labels: Value) -> Value {
 /// Create and wait for the answer, as `kubectl create` did in 1.7: the API server holds the
 /// request until the object is initialized or fails.
 async fn create(env: &Env, object: Value) -> (u16, Value) {
-    send(
-        &env.client,
-        "POST",
-        &format!("{DEPLOYMENTS}?timeout=15s"),
-        Some(object),
-    )
-    .await
+    post(env, "timeout=15s", object).await
+}
+
+/// Creates `object` as [`create`] does and checks the answer's code.
+async fn create_expecting(env: &Env, object: Value, code: u16) -> Value {
+    let (got, body) = create(env, object).await;
+    assert_eq!(got, code, "{body}");
+    body
 }
 
 /// Create and answer at once with the uninitialized object.
 async fn create_uninitialized(env: &Env, object: Value) -> Value {
-    let (code, body) = send(
-        &env.client,
-        "POST",
-        &format!("{DEPLOYMENTS}?includeUninitialized=true"),
-        Some(object),
-    )
-    .await;
+    let (code, body) = post(env, "includeUninitialized=true", object).await;
     assert!(code == 201 || code == 202, "{code} {body}");
     body
+}
+
+/// POSTs a Deployment with the query `query`.
+async fn post(env: &Env, query: &str, object: Value) -> (u16, Value) {
+    let path = format!("{DEPLOYMENTS}?{query}");
+    send(&env.client, "POST", &path, Some(object)).await
+}
+
+/// Whether `name` is initialized (no name pending) within `within`.
+async fn initialized_within(env: &Env, name: &str, within: Duration) -> bool {
+    eventually(within, || async {
+        get(env, name)
+            .await
+            .1
+            .pointer("/metadata/initializers")
+            .is_none()
+    })
+    .await
+}
+
+/// Creates `object`, which the handler fails on, and checks that the create is refused with a
+/// 500 whose message says `says` (the failure policy `Deny`).
+async fn assert_failed_closed(env: &Env, object: Value, says: &str) {
+    let status = create_expecting(env, object, 500).await;
+    assert!(
+        status["message"].as_str().unwrap().contains(says),
+        "{status}"
+    );
+}
+
+/// Creates `object`, which the handler fails on, and checks that it is created unchanged (the
+/// failure policy `Allow`) and that the controller keeps working after it.
+async fn assert_failed_open(env: &Env, object: Value) {
+    let created = create_expecting(env, object, 201).await;
+    assert_eq!(containers(&created), ["nginx"]);
+    let created = create_expecting(env, nginx("after", json!({})), 201).await;
+    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
 }
 
 async fn get(env: &Env, name: &str) -> (u16, Value) {
@@ -296,11 +351,8 @@ async fn https_get(server: &Server, pki: &TestPki, path: &str) -> (u16, String) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_blocks_until_the_controller_mutates_it_and_removes_the_name_in_one_update() {
-    let env = env(&[MINE]).await;
-    let pki = TestPki::new("controller");
-    pki.write(env.tls.path());
-    let handler = Sidecar::default();
-    let server = sidecar_controller(&env, &handler).await;
+    let (env, pki) = env_with_pki().await;
+    let (_, server) = serve_sidecar(&env).await;
     assert!(
         eventually(Duration::from_secs(10), || async {
             https_get(&server, &pki, "/readyz").await.0 == 200
@@ -348,28 +400,20 @@ async fn a_create_blocks_until_the_controller_mutates_it_and_removes_the_name_in
     );
 
     let (_, metrics) = https_get(&server, &pki, "/metrics").await;
-    assert!(
-        metrics.contains(
-            r#"initializer_admission_requests_total{kind="Deployment",verdict="patched",mode="controller"} 2"#
-        ),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(
-            r#"initializer_controller_updates_total{kind="Deployment",result="mutated"} 2"#
-        ),
-        "{metrics}"
-    );
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    for sample in [
+        r#"initializer_admission_requests_total{kind="Deployment",verdict="patched",mode="controller"} 2"#,
+        r#"initializer_controller_updates_total{kind="Deployment",result="mutated"} 2"#,
+    ] {
+        assert!(metrics.contains(sample), "{sample} not in {metrics}");
+    }
+    env.shutdown(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_is_left_alone_until_the_earlier_names_are_gone() {
     let first = "first.initializer.test.io";
     let env = env(&[first, MINE]).await;
-    let handler = Sidecar::default();
-    let server = sidecar_controller(&env, &handler).await;
+    let (handler, server) = serve_sidecar(&env).await;
 
     let object = create_uninitialized(&env, nginx("queued", json!({}))).await;
     assert_eq!(pending(&object), [first, MINE]);
@@ -400,8 +444,7 @@ async fn an_object_is_left_alone_until_the_earlier_names_are_gone() {
         "{:?}",
         get(&env, "queued").await
     );
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    env.shutdown(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -467,17 +510,14 @@ async fn objects_out_of_scope_lose_the_name_without_a_mutation() {
         handler.runs_of("no-label") + handler.runs_of("other-team") + handler.runs_of("opted-out"),
         0
     );
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    env.shutdown(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_fails_the_create_with_the_handlers_message() {
     let env = env(&[MINE]).await;
-    let handler = Sidecar::default();
-    let server = sidecar_controller(&env, &handler).await;
-    let (code, status) = create(&env, nginx("refused", json!({"deny": "true"}))).await;
-    assert_eq!(code, 403, "{status}");
+    let (_, server) = serve_sidecar(&env).await;
+    let status = create_expecting(&env, nginx("refused", json!({"deny": "true"})), 403).await;
     assert_eq!(status["kind"], "Status");
     assert_eq!(status["reason"], "Forbidden");
     assert_eq!(
@@ -491,8 +531,7 @@ async fn a_denial_fails_the_create_with_the_handlers_message() {
         .await,
         "the failed object is deleted"
     );
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    env.shutdown(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,15 +543,12 @@ async fn a_hung_handler_is_answered_by_the_failure_policy_at_the_budget() {
     let initializer = sidecar_initializer(&handler).failure_policy(FailurePolicy::Deny);
     let server = controller(&env, initializer, &args(&env, MINE)).await;
     let start = Instant::now();
-    let (code, status) = create(&env, nginx("hung-closed", json!({"hang": "true"}))).await;
-    assert_eq!(code, 500, "{status}");
-    assert!(
-        status["message"]
-            .as_str()
-            .unwrap()
-            .contains("did not answer within 300ms"),
-        "{status}"
-    );
+    assert_failed_closed(
+        &env,
+        nginx("hung-closed", json!({"hang": "true"})),
+        "did not answer within 300ms",
+    )
+    .await;
     assert!(
         start.elapsed() < Duration::from_secs(3),
         "answered at the budget, not when the handler returned: {:?}",
@@ -524,15 +560,8 @@ async fn a_hung_handler_is_answered_by_the_failure_policy_at_the_budget() {
     let handler = Sidecar::default();
     let initializer = sidecar_initializer(&handler).failure_policy(FailurePolicy::Allow);
     let server = controller(&env, initializer, &args(&env, MINE)).await;
-    let (code, created) = create(&env, nginx("hung-open", json!({"hang": "true"}))).await;
-    assert_eq!(code, 201, "{created}");
-    assert_eq!(containers(&created), ["nginx"]);
-    // The controller keeps working after it.
-    let (code, created) = create(&env, nginx("after", json!({}))).await;
-    assert_eq!(code, 201, "{created}");
-    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    assert_failed_open(&env, nginx("hung-open", json!({"hang": "true"}))).await;
+    env.shutdown(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,51 +574,29 @@ async fn a_panicking_handler_is_answered_by_the_failure_policy_with_the_panic() 
             .failure_policy(policy)
     };
     let env = env(&[MINE]).await;
+    let args = args(&env, MINE);
 
     let handler = Sidecar::default();
-    let server = controller(
+    let server = controller(&env, generous(&handler, FailurePolicy::Deny), &args).await;
+    assert_failed_closed(
         &env,
-        generous(&handler, FailurePolicy::Deny),
-        &args(&env, MINE),
+        nginx("panic-closed", json!({"panic": "true"})),
+        "panicked: the handler has a bug",
     )
     .await;
-    let (code, status) = create(&env, nginx("panic-closed", json!({"panic": "true"}))).await;
-    assert_eq!(code, 500, "{status}");
-    assert!(
-        status["message"]
-            .as_str()
-            .unwrap()
-            .contains("panicked: the handler has a bug"),
-        "{status}"
-    );
     server.shutdown().await;
 
     let handler = Sidecar::default();
-    let server = controller(
-        &env,
-        generous(&handler, FailurePolicy::Allow),
-        &args(&env, MINE),
-    )
-    .await;
-    let (code, created) = create(&env, nginx("panic-open", json!({"panic": "true"}))).await;
-    assert_eq!(code, 201, "{created}");
-    assert_eq!(containers(&created), ["nginx"]);
-    let (code, created) = create(&env, nginx("after", json!({}))).await;
-    assert_eq!(code, 201, "{created}");
-    assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    let server = controller(&env, generous(&handler, FailurePolicy::Allow), &args).await;
+    assert_failed_open(&env, nginx("panic-open", json!({"panic": "true"}))).await;
+    env.shutdown(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_controller_does_not_act_twice_and_a_forged_mark_skips_nothing() {
-    let env = env(&[MINE]).await;
-    let pki = TestPki::new("controller");
-    pki.write(env.tls.path());
-    let handler = Sidecar::default();
-    let server = sidecar_controller(&env, &handler).await;
-    let (code, first) = create(&env, nginx("once", json!({}))).await;
-    assert_eq!(code, 201, "{first}");
+    let (env, pki) = env_with_pki().await;
+    let (_, server) = serve_sidecar(&env).await;
+    let first = create_expecting(&env, nginx("once", json!({})), 201).await;
     server.shutdown().await;
 
     // Carrying this initializer's mark, written by the object's author: a mark is no proof the
@@ -617,18 +624,10 @@ async fn a_restarted_controller_does_not_act_twice_and_a_forged_mark_skips_nothi
 
     let restarted = Sidecar::default();
     let server = sidecar_controller(&env, &restarted).await;
-    let (code, second) = create(&env, nginx("after-restart", json!({}))).await;
-    assert_eq!(code, 201, "{second}");
+    create_expecting(&env, nginx("after-restart", json!({})), 201).await;
     for name in ["marked", "forged"] {
         assert!(
-            eventually(Duration::from_secs(5), || async {
-                get(&env, name)
-                    .await
-                    .1
-                    .pointer("/metadata/initializers")
-                    .is_none()
-            })
-            .await,
+            initialized_within(&env, name, Duration::from_secs(5)).await,
             "{name}"
         );
     }
@@ -653,8 +652,7 @@ async fn a_restarted_controller_does_not_act_twice_and_a_forged_mark_skips_nothi
             object["metadata"]["annotations"]
         );
     }
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    env.shutdown(server).await;
 }
 
 /// An asynchronous handler that, on its first run, changes the object through the API before
@@ -698,9 +696,7 @@ impl InitializeAsync<Deployment> for Contender {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflicting_write_is_redone_from_a_fresh_read() {
-    let env = env(&[MINE]).await;
-    let pki = TestPki::new("controller");
-    pki.write(env.tls.path());
+    let (env, pki) = env_with_pki().await;
     let contender = Contender {
         client: env.client.clone(),
         touched: Arc::new(AtomicBool::new(false)),
@@ -710,8 +706,7 @@ async fn a_conflicting_write_is_redone_from_a_fresh_read() {
         .budget(Duration::from_secs(5))
         .handle_async::<Deployment>(contender.clone());
     let server = controller(&env, initializer, &args(&env, MINE)).await;
-    let (code, created) = create(&env, nginx("contended", json!({}))).await;
-    assert_eq!(code, 201, "{created}");
+    let created = create_expecting(&env, nginx("contended", json!({})), 201).await;
     assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
     assert_eq!(
         created["metadata"]["labels"]["touched"], "meanwhile",
@@ -727,8 +722,7 @@ async fn a_conflicting_write_is_redone_from_a_fresh_read() {
         metrics.contains("initializer_controller_conflicts_total 1"),
         "{metrics}"
     );
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    env.shutdown(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -751,14 +745,7 @@ async fn two_replicas_write_each_object_once() {
     }
     for name in &names {
         assert!(
-            eventually(Duration::from_secs(10), || async {
-                get(&env, name)
-                    .await
-                    .1
-                    .pointer("/metadata/initializers")
-                    .is_none()
-            })
-            .await,
+            initialized_within(&env, name, Duration::from_secs(10)).await,
             "{name} never initialized"
         );
     }
@@ -786,10 +773,8 @@ async fn two_replicas_write_each_object_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_watches_are_relisted_and_failed_writes_retried() {
     let env = env(&[MINE]).await;
-    let handler = Sidecar::default();
-    let server = sidecar_controller(&env, &handler).await;
-    let (code, before) = create(&env, nginx("before", json!({}))).await;
-    assert_eq!(code, 201, "{before}");
+    let (handler, server) = serve_sidecar(&env).await;
+    create_expecting(&env, nginx("before", json!({})), 201).await;
 
     // The watch ends and its resourceVersion is compacted away: 410 on the rewatch, then a list.
     env.sandbox.compact_history();
@@ -805,16 +790,14 @@ async fn expired_watches_are_relisted_and_failed_writes_retried() {
     }))
     .unwrap();
     env.sandbox.add_fault(fault);
-    let (code, created) = create(&env, nginx("flaky", json!({}))).await;
-    assert_eq!(code, 201, "{created}");
+    let created = create_expecting(&env, nginx("flaky", json!({})), 201).await;
     assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
     assert_eq!(
         handler.runs_of("flaky"),
         3,
         "two failed writes, each redone from a fresh read"
     );
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    env.shutdown(server).await;
 }
 
 /// A handler for every kind with pods that records the kinds it ran for.
@@ -853,8 +836,7 @@ async fn every_kind_the_rules_match_is_watched_and_the_workload_controllers_wait
     let initializer = Initializer::new("sidecar").handle_pod_kinds(handler.clone());
     let server = controller(&env, initializer, &args).await;
 
-    let (code, created) = create(&env, nginx("workload", json!({"app": "nginx"}))).await;
-    assert_eq!(code, 201, "{created}");
+    let created = create_expecting(&env, nginx("workload", json!({"app": "nginx"})), 201).await;
     assert_eq!(containers(&created), ["nginx", "sidecar-nginx"]);
     // The sandbox's workload controller created the pod from the initialized template; the pod
     // got the name too, and stays hidden until the same controller initialized it.
@@ -887,6 +869,5 @@ async fn every_kind_the_rules_match_is_watched_and_the_workload_controllers_wait
         kinds.iter().any(|k| k == "Pod"),
         "the pod went through the controller: {kinds:?}"
     );
-    server.shutdown().await;
-    env.sandbox.shutdown().await;
+    env.shutdown(server).await;
 }

@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use kube_initializer::advanced::Tuning;
 use kube_initializer::mutate::{self, PodSpecHolder};
-use kube_initializer::testing::{Tester, review};
+use kube_initializer::testing::{Answer, HttpAnswer, Tester, review};
 use kube_initializer::{AnnotationGate, Denial, FailurePolicy, Initializer, Operation, Review};
 use serde_json::json;
 
@@ -36,6 +36,27 @@ fn add_sidecar(pod: &mut Pod, _: &Review) -> Result<(), Denial> {
         mutate::add_container(spec, &sidecar());
     }
     Ok(())
+}
+
+/// Posts `body` to the review path as the API server would.
+async fn post(tester: &Tester, body: Vec<u8>) -> HttpAnswer {
+    tester.send("POST", "/initialize", body).await.unwrap()
+}
+
+/// Checks that a review was refused with `status` and a body that says `message`.
+fn assert_refused(http: &HttpAnswer, status: u16, message: &str) {
+    assert_eq!(http.status, status, "{}", http.body);
+    assert!(http.body.contains(message), "{}", http.body);
+}
+
+/// Checks that a review whose handler outran the budget was let through with a warning.
+fn assert_allowed_past_the_budget(answer: &Answer) {
+    assert!(answer.allowed());
+    let warnings = answer.warnings();
+    assert!(
+        warnings[0].contains("did not answer within"),
+        "{warnings:?}"
+    );
 }
 
 #[tokio::test]
@@ -99,10 +120,7 @@ async fn fields_unknown_to_the_types_are_never_removed() {
     let mut builder = review(&nginx_pod());
     let mut doc = builder.to_json();
     doc["request"]["object"]["spec"]["futureField"] = json!({"x": 1});
-    let http = tester
-        .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
-        .await
-        .unwrap();
+    let http = post(&tester, serde_json::to_vec(&doc).unwrap()).await;
     assert_eq!(http.status, 200);
     let response: serde_json::Value = serde_json::from_str(&http.body).unwrap();
     let patch = String::from_utf8(
@@ -256,12 +274,7 @@ async fn slow_handler_is_answered_within_its_budget() {
     let start = Instant::now();
     let answer = tester.call(&review(&nginx_pod())).await.unwrap();
     let elapsed = start.elapsed();
-    assert!(answer.allowed());
-    assert!(
-        answer.warnings()[0].contains("did not answer within"),
-        "{:?}",
-        answer.warnings()
-    );
+    assert_allowed_past_the_budget(&answer);
     // Generous margin for a loaded 2-core machine; the handler itself sleeps 4 s.
     assert!(
         elapsed < budget + Duration::from_millis(2_000),
@@ -302,36 +315,20 @@ async fn stuck_handlers_do_not_block_other_requests() {
 #[tokio::test]
 async fn malformed_json_is_a_400_with_a_message() {
     let tester = Tester::new(Initializer::new("x").handle(add_sidecar));
-    let http = tester
-        .send("POST", "/initialize", b"{not json".to_vec())
-        .await
-        .unwrap();
-    assert_eq!(http.status, 400);
-    assert!(
-        http.body.contains("failed to parse the AdmissionReview"),
-        "{}",
-        http.body
-    );
+    let http = post(&tester, b"{not json".to_vec()).await;
+    assert_refused(&http, 400, "failed to parse the AdmissionReview");
 }
 
 #[tokio::test]
 async fn review_without_request_or_uid_is_a_400() {
     let tester = Tester::new(Initializer::new("x").handle(add_sidecar));
     let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"});
-    let http = tester
-        .send("POST", "/initialize", serde_json::to_vec(&body).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(http.status, 400);
-    assert!(http.body.contains("no request"), "{}", http.body);
+    let http = post(&tester, serde_json::to_vec(&body).unwrap()).await;
+    assert_refused(&http, 400, "no request");
     let mut doc = review(&nginx_pod()).to_json();
     doc["request"]["uid"] = json!("");
-    let http = tester
-        .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(http.status, 400);
-    assert!(http.body.contains("uid"), "{}", http.body);
+    let http = post(&tester, serde_json::to_vec(&doc).unwrap()).await;
+    assert_refused(&http, 400, "uid");
 }
 
 #[tokio::test]
@@ -344,17 +341,8 @@ async fn wrong_api_version_or_kind_of_the_review_is_a_400() {
         let mut doc = review(&nginx_pod()).to_json();
         doc["apiVersion"] = json!(api_version);
         doc["kind"] = json!(kind);
-        let http = tester
-            .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(http.status, 400, "{api_version} {kind}");
-        assert!(
-            http.body
-                .contains("expected apiVersion admission.k8s.io/v1"),
-            "{}",
-            http.body
-        );
+        let http = post(&tester, serde_json::to_vec(&doc).unwrap()).await;
+        assert_refused(&http, 400, "expected apiVersion admission.k8s.io/v1");
     }
 }
 
@@ -367,16 +355,8 @@ async fn oversized_request_is_a_413_with_a_message() {
     );
     let mut pod = nginx_pod();
     mutate::set_annotation(&mut pod.metadata, "big", &"x".repeat(2048));
-    let http = tester
-        .send("POST", "/initialize", review(&pod).to_bytes())
-        .await
-        .unwrap();
-    assert_eq!(http.status, 413);
-    assert!(
-        http.body.contains("larger than 1024 bytes"),
-        "{}",
-        http.body
-    );
+    let http = post(&tester, review(&pod).to_bytes()).await;
+    assert_refused(&http, 413, "larger than 1024 bytes");
 }
 
 #[tokio::test]
@@ -388,10 +368,7 @@ async fn undecodable_object_is_answered_by_the_failure_policy() {
     );
     let mut doc = review(&nginx_pod()).to_json();
     doc["request"]["object"]["spec"]["containers"] = json!("not a list");
-    let http = tester
-        .send("POST", "/initialize", serde_json::to_vec(&doc).unwrap())
-        .await
-        .unwrap();
+    let http = post(&tester, serde_json::to_vec(&doc).unwrap()).await;
     assert_eq!(http.status, 200);
     let response: serde_json::Value = serde_json::from_str(&http.body).unwrap();
     assert_eq!(response["response"]["allowed"], false);
@@ -448,33 +425,18 @@ async fn unloaded_configuration_is_answered_by_the_failure_policy() {
 async fn metrics_count_requests_by_kind_and_verdict_and_patch_sizes() {
     let tester = Tester::new(Initializer::new("sidecar").handle(add_sidecar));
     tester.call(&review(&nginx_pod())).await.unwrap();
-    tester
-        .send("POST", "/initialize", b"nope".to_vec())
-        .await
-        .unwrap();
+    post(&tester, b"nope".to_vec()).await;
     let metrics = tester.send("GET", "/metrics", Vec::new()).await.unwrap();
     assert_eq!(metrics.status, 200);
     let text = metrics.body;
-    assert!(
-        text.contains(
-            r#"initializer_admission_requests_total{kind="Pod",verdict="patched",mode="webhook"} 1"#
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains(
-            r#"initializer_admission_duration_seconds_count{kind="Pod",verdict="patched",mode="webhook"} 1"#
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains(r#"initializer_patch_bytes_count{kind="Pod"} 1"#),
-        "{text}"
-    );
-    assert!(
-        text.contains(r#"initializer_invalid_requests_total{reason="malformed"} 1"#),
-        "{text}"
-    );
+    for sample in [
+        r#"initializer_admission_requests_total{kind="Pod",verdict="patched",mode="webhook"} 1"#,
+        r#"initializer_admission_duration_seconds_count{kind="Pod",verdict="patched",mode="webhook"} 1"#,
+        r#"initializer_patch_bytes_count{kind="Pod"} 1"#,
+        r#"initializer_invalid_requests_total{reason="malformed"} 1"#,
+    ] {
+        assert!(text.contains(sample), "{sample} not in {text}");
+    }
 }
 
 /// A review for an object of `kind`, as raw JSON: any caller can name any kind.
@@ -502,14 +464,7 @@ async fn kinds_a_caller_makes_up_are_counted_under_one_label() {
     tester.call(&review(&nginx_pod())).await.unwrap();
     let made_up = 300;
     for n in 0..made_up {
-        let answer = tester
-            .send(
-                "POST",
-                "/initialize",
-                review_of_kind(&format!("Kind{n}"), n),
-            )
-            .await
-            .unwrap();
+        let answer = post(&tester, review_of_kind(&format!("Kind{n}"), n)).await;
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
     let text = tester
@@ -584,10 +539,7 @@ async fn the_operators_dry_run_probe_gets_a_well_formed_answer_for_the_same_uid(
             Ok(())
         },
     ));
-    let http = tester
-        .send("POST", "/initialize", serde_json::to_vec(&probe).unwrap())
-        .await
-        .unwrap();
+    let http = post(&tester, serde_json::to_vec(&probe).unwrap()).await;
     assert_eq!(http.status, 200, "{}", http.body);
     let answer: serde_json::Value = serde_json::from_str(&http.body).unwrap();
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
@@ -756,12 +708,7 @@ async fn on_two_workers_hung_handlers_are_answered_within_budget_and_others_stil
     );
     for answer in hung {
         let answer = answer.await.unwrap();
-        assert!(answer.allowed());
-        assert!(
-            answer.warnings()[0].contains("did not answer within"),
-            "{:?}",
-            answer.warnings()
-        );
+        assert_allowed_past_the_budget(&answer);
     }
     // The handlers sleep 2 s; every answer came at the budget, not after them.
     assert!(

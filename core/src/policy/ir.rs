@@ -41,6 +41,20 @@ pub struct PodKind {
 }
 
 impl PodKind {
+    /// The `v1` kind `kind` of `group` (every pod kind the initializers handle is at `v1`).
+    const fn v1(
+        group: &'static str,
+        kind: &'static str,
+        template: &'static [&'static str],
+    ) -> Self {
+        PodKind {
+            group,
+            version: "v1",
+            kind,
+            template,
+        }
+    }
+
     /// Where the pod spec is.
     pub fn pod_spec(&self) -> FieldPath {
         let mut path = self.template.to_vec();
@@ -57,49 +71,21 @@ impl PodKind {
 /// Every kind the preset initializer registers a handler for (`handle_pod_kinds`), with the
 /// version it decodes: the webhook ignores any other kind, and so does the policy.
 pub const POD_KINDS: [PodKind; 7] = [
-    PodKind {
-        group: "",
-        version: "v1",
-        kind: "Pod",
-        template: &[],
-    },
-    PodKind {
-        group: "apps",
-        version: "v1",
-        kind: "Deployment",
-        template: &["spec", "template"],
-    },
-    PodKind {
-        group: "apps",
-        version: "v1",
-        kind: "StatefulSet",
-        template: &["spec", "template"],
-    },
-    PodKind {
-        group: "apps",
-        version: "v1",
-        kind: "DaemonSet",
-        template: &["spec", "template"],
-    },
-    PodKind {
-        group: "apps",
-        version: "v1",
-        kind: "ReplicaSet",
-        template: &["spec", "template"],
-    },
-    PodKind {
-        group: "batch",
-        version: "v1",
-        kind: "Job",
-        template: &["spec", "template"],
-    },
-    PodKind {
-        group: "batch",
-        version: "v1",
-        kind: "CronJob",
-        template: &["spec", "jobTemplate", "spec", "template"],
-    },
+    PodKind::v1("", "Pod", &[]),
+    PodKind::v1("apps", "Deployment", TEMPLATE),
+    PodKind::v1("apps", "StatefulSet", TEMPLATE),
+    PodKind::v1("apps", "DaemonSet", TEMPLATE),
+    PodKind::v1("apps", "ReplicaSet", TEMPLATE),
+    PodKind::v1("batch", "Job", TEMPLATE),
+    PodKind::v1(
+        "batch",
+        "CronJob",
+        &["spec", "jobTemplate", "spec", "template"],
+    ),
 ];
+
+/// Where the workload kinds keep their pod template.
+const TEMPLATE: &[&str] = &["spec", "template"];
 
 /// What a policy sees of the request besides the object: `request.kind` and
 /// `request.namespace`.

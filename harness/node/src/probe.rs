@@ -81,6 +81,19 @@ impl Tracker {
     }
 }
 
+/// The host and port a probe's handler connects to: its own host if it names one, else the
+/// pod's IP.
+fn target(
+    port: &IntOrString,
+    host: Option<&str>,
+    container: &Container,
+    pod_ip: &str,
+) -> Result<(String, u16), String> {
+    let port = port_of(port, container).ok_or_else(|| format!("invalid port {port:?}"))?;
+    let host = host.filter(|h| !h.is_empty()).unwrap_or(pod_ip).to_owned();
+    Ok((host, port))
+}
+
 /// Resolves a probe port (number or container port name).
 fn port_of(port: &IntOrString, container: &Container) -> Option<u16> {
     match port {
@@ -103,13 +116,7 @@ pub async fn run(
     timeout: Duration,
 ) -> Result<(), String> {
     if let Some(h) = &probe.http_get {
-        let port =
-            port_of(&h.port, container).ok_or_else(|| format!("invalid port {:?}", h.port))?;
-        let host = h
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| pod_ip.to_owned());
+        let (host, port) = target(&h.port, h.host.as_deref(), container, pod_ip)?;
         let https = h
             .scheme
             .as_deref()
@@ -166,13 +173,7 @@ pub async fn run(
         };
     }
     if let Some(t) = &probe.tcp_socket {
-        let port =
-            port_of(&t.port, container).ok_or_else(|| format!("invalid port {:?}", t.port))?;
-        let host = t
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| pod_ip.to_owned());
+        let (host, port) = target(&t.port, t.host.as_deref(), container, pod_ip)?;
         let addr = format!("{host}:{port}");
         return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
             Ok(Ok(_)) => Ok(()),

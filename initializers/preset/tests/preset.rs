@@ -7,8 +7,9 @@ use initializer_crds::PresetConfig;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::serde::de::DeserializeOwned;
 use kube_initializer::mutate;
-use kube_initializer::testing::{Tester, review};
+use kube_initializer::testing::{ReviewBuilder, Tester, review};
 use preset_initializer::initializer;
 use sidecar_initializer::tutorial;
 
@@ -41,6 +42,16 @@ fn preset(selector: &str) -> PresetConfig {
 
 fn tester(selector: &str) -> Tester {
     Tester::new(initializer().fixed_config(preset(selector)))
+}
+
+/// What `tester` makes of the object under review (it must patch it).
+async fn patched_by<K: DeserializeOwned>(tester: &Tester, review: &ReviewBuilder) -> K {
+    tester.call(review).await.unwrap().patched().unwrap()
+}
+
+/// Whether `tester` answers the review with a patch.
+async fn patches(tester: &Tester, review: &ReviewBuilder) -> bool {
+    tester.call(review).await.unwrap().patch().is_some()
 }
 
 fn container<'a>(containers: &'a [Container], name: &str) -> &'a Container {
@@ -87,33 +98,18 @@ async fn everything_is_injected_into_the_nginx_deployment() {
 #[tokio::test]
 async fn reinvocation_on_the_injected_object_changes_nothing() {
     let tester = tester("");
-    let d: Deployment = tester
-        .call(&review(&tutorial::nginx_deployment()))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
+    let d: Deployment = patched_by(&tester, &review(&tutorial::nginx_deployment())).await;
     let again = tester.call(&review(&d)).await.unwrap();
     assert!(again.patch().is_none(), "{:?}", again.patch());
-    let p: Pod = tester
-        .call(&review(&tutorial::nginx_pod()))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
-    assert!(tester.call(&review(&p)).await.unwrap().patch().is_none());
+    let p: Pod = patched_by(&tester, &review(&tutorial::nginx_pod())).await;
+    assert!(!patches(&tester, &review(&p)).await);
 }
 
 #[tokio::test]
 async fn existing_values_are_left_as_they_are() {
     let mut d = tutorial::nginx_deployment();
     mutate::set_label(&mut d.metadata, "preset", "mine");
-    let patched: Deployment = tester("")
-        .call(&review(&d))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
+    let patched: Deployment = patched_by(&tester(""), &review(&d)).await;
     assert_eq!(patched.metadata.labels.unwrap()["preset"], "mine");
 }
 
@@ -149,43 +145,15 @@ async fn a_container_named_like_the_injected_one_is_replaced() {
 #[tokio::test]
 async fn kinds_narrow_the_selection() {
     let tester = tester("selector:\n  kinds: [Deployment]\n");
-    assert!(
-        tester
-            .call(&review(&tutorial::nginx_deployment()))
-            .await
-            .unwrap()
-            .patch()
-            .is_some()
-    );
-    assert!(
-        tester
-            .call(&review(&tutorial::nginx_pod()))
-            .await
-            .unwrap()
-            .patch()
-            .is_none()
-    );
+    assert!(patches(&tester, &review(&tutorial::nginx_deployment())).await);
+    assert!(!patches(&tester, &review(&tutorial::nginx_pod())).await);
 }
 
 #[tokio::test]
 async fn the_label_selector_narrows_the_selection() {
     let tester = tester("selector:\n  labels:\n    matchLabels:\n      envoy: \"true\"\n");
-    assert!(
-        tester
-            .call(&review(&tutorial::nginx_deployment()))
-            .await
-            .unwrap()
-            .patch()
-            .is_none()
-    );
-    assert!(
-        tester
-            .call(&review(&tutorial::nginx_with_annotation()))
-            .await
-            .unwrap()
-            .patch()
-            .is_some()
-    );
+    assert!(!patches(&tester, &review(&tutorial::nginx_deployment())).await);
+    assert!(patches(&tester, &review(&tutorial::nginx_with_annotation())).await);
 }
 
 #[tokio::test]
@@ -194,37 +162,16 @@ async fn the_annotation_narrows_the_selection() {
         "selector:\n  annotation: {}\n",
         tutorial::SIDECAR_ANNOTATION
     ));
-    assert!(
-        tester
-            .call(&review(&tutorial::nginx_deployment()))
-            .await
-            .unwrap()
-            .patch()
-            .is_none()
-    );
-    assert!(
-        tester
-            .call(&review(&tutorial::nginx_with_annotation()))
-            .await
-            .unwrap()
-            .patch()
-            .is_some()
-    );
+    assert!(!patches(&tester, &review(&tutorial::nginx_deployment())).await);
+    assert!(patches(&tester, &review(&tutorial::nginx_with_annotation())).await);
 }
 
 #[tokio::test]
 async fn namespaces_narrow_the_selection() {
     let tester = tester("selector:\n  namespaces: [team-a]\n");
     let d = tutorial::nginx_deployment();
-    assert!(tester.call(&review(&d)).await.unwrap().patch().is_none());
-    assert!(
-        tester
-            .call(&review(&d).namespace(Some("team-a")))
-            .await
-            .unwrap()
-            .patch()
-            .is_some()
-    );
+    assert!(!patches(&tester, &review(&d)).await);
+    assert!(patches(&tester, &review(&d).namespace(Some("team-a"))).await);
 }
 
 #[tokio::test]
@@ -234,14 +181,7 @@ async fn the_config_the_operator_writes_round_trips() {
     assert_eq!(read, preset("selector:\n  kinds: [Pod]\n"));
     let empty: PresetConfig = serde_saphyr::from_str("{}").unwrap();
     let tester = Tester::new(initializer().fixed_config(empty));
-    assert!(
-        tester
-            .call(&review(&tutorial::nginx_pod()))
-            .await
-            .unwrap()
-            .patch()
-            .is_none()
-    );
+    assert!(!patches(&tester, &review(&tutorial::nginx_pod())).await);
 }
 
 #[tokio::test]
@@ -252,12 +192,8 @@ async fn a_template_without_metadata_gets_none_when_no_label_or_annotation_is_ad
     .unwrap();
     let only_env: PresetConfig =
         serde_saphyr::from_str("inject:\n  env: [{name: MODE, value: preset}]\n").unwrap();
-    let patched: Job = Tester::new(initializer().fixed_config(only_env))
-        .call(&review(&job))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
+    let only_env = Tester::new(initializer().fixed_config(only_env));
+    let patched: Job = patched_by(&only_env, &review(&job)).await;
     let template = patched.spec.unwrap().template;
     assert!(template.metadata.is_none(), "{:?}", template.metadata);
     assert_eq!(
@@ -269,12 +205,7 @@ async fn a_template_without_metadata_gets_none_when_no_label_or_annotation_is_ad
         1
     );
     // With labels to add, the missing metadata is made to hold them.
-    let labelled: Job = tester("")
-        .call(&review(&job))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
+    let labelled: Job = patched_by(&tester(""), &review(&job)).await;
     let metadata = labelled.spec.unwrap().template.metadata.unwrap();
     assert_eq!(metadata.labels.unwrap()["preset"], "true");
 }

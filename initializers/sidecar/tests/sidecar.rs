@@ -5,7 +5,9 @@
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube_initializer::testing::{Tester, review};
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube_initializer::mutate::PodSpecHolder;
+use kube_initializer::testing::{ReviewBuilder, Tester, review};
 use kube_initializer::{AnnotationGate, ServeArgs};
 use sidecar_initializer::tutorial;
 use sidecar_initializer::{SidecarConfig, initializer};
@@ -15,15 +17,18 @@ fn config() -> SidecarConfig {
 }
 
 fn containers(d: &Deployment) -> Vec<String> {
-    d.spec
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers
-        .iter()
-        .map(|c| c.name.clone())
-        .collect()
+    let spec = d.pod_spec().unwrap();
+    spec.containers.iter().map(|c| c.name.clone()).collect()
+}
+
+/// What `tester` makes of the object under review (it must patch it).
+async fn patched_by<K: DeserializeOwned>(tester: &Tester, review: &ReviewBuilder) -> K {
+    tester.call(review).await.unwrap().patched().unwrap()
+}
+
+/// Whether `tester` answers the review with a patch.
+async fn patches(tester: &Tester, review: &ReviewBuilder) -> bool {
+    tester.call(review).await.unwrap().patch().is_some()
 }
 
 fn gated() -> Tester {
@@ -54,12 +59,7 @@ async fn the_tutorial_config_injects_sidecar_nginx_into_the_nginx_deployment() {
 #[tokio::test]
 async fn injection_is_idempotent_under_reinvocation() {
     let tester = Tester::new(initializer().fixed_config(config()));
-    let first: Deployment = tester
-        .call(&review(&tutorial::nginx_deployment()))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
+    let first: Deployment = patched_by(&tester, &review(&tutorial::nginx_deployment())).await;
     let again = tester.call(&review(&first)).await.unwrap();
     assert!(again.allowed());
     assert!(again.patch().is_none());
@@ -68,12 +68,7 @@ async fn injection_is_idempotent_under_reinvocation() {
 #[tokio::test]
 async fn pods_get_the_sidecar_too() {
     let tester = Tester::new(initializer().fixed_config(config()));
-    let patched: Pod = tester
-        .call(&review(&tutorial::nginx_pod()))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
+    let patched: Pod = patched_by(&tester, &review(&tutorial::nginx_pod())).await;
     assert_eq!(patched.spec.unwrap().containers.len(), 2);
 }
 
@@ -89,11 +84,8 @@ async fn with_require_annotation_the_plain_nginx_deployment_is_left_alone() {
 
 #[tokio::test]
 async fn with_require_annotation_the_annotated_deployment_gets_the_sidecar() {
-    let answer = gated()
-        .call(&review(&tutorial::nginx_with_annotation()))
-        .await
-        .unwrap();
-    let patched: Deployment = answer.patched().unwrap();
+    let patched: Deployment =
+        patched_by(&gated(), &review(&tutorial::nginx_with_annotation())).await;
     assert_eq!(containers(&patched), ["nginx", "sidecar-nginx"]);
 }
 
@@ -105,22 +97,10 @@ async fn volumes_in_the_config_are_added_once() {
     );
     let cfg: SidecarConfig = serde_saphyr::from_str(&yaml).unwrap();
     let tester = Tester::new(initializer().fixed_config(cfg));
-    let patched: Deployment = tester
-        .call(&review(&tutorial::nginx_deployment()))
-        .await
-        .unwrap()
-        .patched()
-        .unwrap();
+    let patched: Deployment = patched_by(&tester, &review(&tutorial::nginx_deployment())).await;
     let volumes = patched.spec.template.clone().spec.unwrap().volumes.unwrap();
     assert_eq!(volumes.len(), 1);
-    assert!(
-        tester
-            .call(&review(&patched))
-            .await
-            .unwrap()
-            .patch()
-            .is_none()
-    );
+    assert!(!patches(&tester, &review(&patched)).await);
 }
 
 #[tokio::test]

@@ -223,41 +223,12 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
             .unwrap_or_default();
         match kind.as_str() {
             "ClusterServiceVersion" => csv = Some(read_manifest(path, text)?),
-            "CustomResourceDefinition" => {
-                let mut crd: CustomResourceDefinition = read_manifest(path, text)?;
-                crd.metadata
-                    .labels
-                    .get_or_insert_default()
-                    .extend(installer_labels());
-                crds.push(crd);
-            }
+            "CustomResourceDefinition" => crds.push(installer_manifest(path, text, None)?),
             "PodDisruptionBudget" => {
-                let mut pdb: PodDisruptionBudget = read_manifest(path, text)?;
-                pdb.metadata.namespace = Some(namespace.to_string());
-                pdb.metadata
-                    .labels
-                    .get_or_insert_default()
-                    .extend(installer_labels());
-                pod_disruption_budgets.push(pdb);
+                pod_disruption_budgets.push(installer_manifest(path, text, Some(namespace))?)
             }
-            "ClusterRole" => {
-                let mut role: ClusterRole = read_manifest(path, text)?;
-                role.metadata
-                    .labels
-                    .get_or_insert_default()
-                    .extend(installer_labels());
-                bundle_cluster_roles.push(role);
-            }
-            "Service" => {
-                let mut service: Service = read_manifest(path, text)?;
-                service.metadata.namespace = Some(namespace.to_string());
-                service
-                    .metadata
-                    .labels
-                    .get_or_insert_default()
-                    .extend(installer_labels());
-                services.push(service);
-            }
+            "ClusterRole" => bundle_cluster_roles.push(installer_manifest(path, text, None)?),
+            "Service" => services.push(installer_manifest(path, text, Some(namespace))?),
             "PrometheusRule" | "ServiceMonitor" => {
                 let mut object: serde_json::Value = read_manifest(path, text)?;
                 object["metadata"]["namespace"] = serde_json::json!(namespace);
@@ -376,6 +347,24 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
 }
 
 /// The bundle manifest `text` at `path` as `T`; the error is one line naming `path`.
+/// A manifest of the bundle as the installer applies it: labelled as the installer's, and put in
+/// `namespace` when one is given (a namespaced kind).
+fn installer_manifest<K>(path: &str, text: &str, namespace: Option<&str>) -> Result<K, Error>
+where
+    K: k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned,
+{
+    let mut object: K = read_manifest(path, text)?;
+    let metadata = object.metadata_mut();
+    if let Some(namespace) = namespace {
+        metadata.namespace = Some(namespace.to_string());
+    }
+    metadata
+        .labels
+        .get_or_insert_default()
+        .extend(installer_labels());
+    Ok(object)
+}
+
 fn read_manifest<T: serde::de::DeserializeOwned>(path: &str, text: &str) -> Result<T, Error> {
     serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
         .map_err(|err| Error::InstallPlan(format!("failed to read {path}: {err}")))

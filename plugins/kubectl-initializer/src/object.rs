@@ -26,6 +26,23 @@ const SHORT_NAMES: &[(&str, &str)] = &[
     ("init", "initializers"),
 ];
 
+/// Puts `object` in `namespace` (given for a namespaced object) as the API server would, and
+/// returns the name it is known by: `metadata.name`, else `metadata.generateName`.
+pub fn place_in_namespace(object: &mut Value, namespace: Option<&str>) -> String {
+    if let (Some(ns), Some(meta)) = (
+        namespace,
+        object.get_mut("metadata").and_then(Value::as_object_mut),
+    ) {
+        meta.insert("namespace".to_string(), Value::String(ns.to_string()));
+    }
+    object
+        .pointer("/metadata/name")
+        .or_else(|| object.pointer("/metadata/generateName"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// `KIND/NAME` split into the resource query and the name.
 pub fn parse_kind_name(text: &str) -> Result<(String, String)> {
     match text.split_once('/') {

@@ -349,27 +349,13 @@ mod tests {
 
     #[test]
     fn a_denial_is_an_answer_and_a_wrong_uid_is_not() {
-        let denied = judge(
-            "g",
-            &t(),
-            Some(200),
-            &answer("u1", false, None),
-            "u1",
-            MS,
-            MS,
-        );
+        // Both answered with HTTP 200 to the review `u1`.
+        let answered = |body: &[u8]| judge("g", &t(), Some(200), body, "u1", MS, MS);
+        let denied = answered(&answer("u1", false, None));
         assert!(denied.ok);
         assert_eq!(denied.allowed, Some(false));
         assert!(denied.message.contains("denied: too short"));
-        let wrong = judge(
-            "g",
-            &t(),
-            Some(200),
-            &answer("u2", true, None),
-            "u1",
-            MS,
-            MS,
-        );
+        let wrong = answered(&answer("u2", true, None));
         assert!(!wrong.ok);
         assert_eq!(wrong.failure.as_deref(), Some("BadAnswer"));
         assert!(text(&wrong).contains("FAILED"));

@@ -127,6 +127,15 @@ fn show(output: &Output) -> String {
     )
 }
 
+/// Checks that `stream` (the stdout or stderr of `output`) says `expected`.
+fn assert_says(stream: &[u8], expected: &str, output: &Output) {
+    assert!(
+        String::from_utf8_lossy(stream).contains(expected),
+        "missing {expected:?}\n{}",
+        show(output)
+    );
+}
+
 fn files() -> anyhow::Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     for (name, text) in [
@@ -226,17 +235,11 @@ fn diff_reads_one_file_or_stdin_and_writes_json() {
     )
     .unwrap();
     assert_eq!(piped.status.code(), Some(0), "{}", show(&piped));
-    let stdout = String::from_utf8_lossy(&piped.stdout);
-    assert!(
-        stdout.contains("Deployment/apps/web: changed"),
-        "{}",
-        show(&piped)
-    );
-    assert!(
-        stdout
-            .contains("namespace apps has the labels {kubernetes.io/metadata.name=apps, team=web}"),
-        "{}",
-        show(&piped)
+    assert_says(&piped.stdout, "Deployment/apps/web: changed", &piped);
+    assert_says(
+        &piped.stdout,
+        "namespace apps has the labels {kubernetes.io/metadata.name=apps, team=web}",
+        &piped,
     );
 }
 
@@ -245,17 +248,12 @@ fn diff_of_custom_code_exits_3_and_bad_input_exits_1_or_2() {
     let dir = files().unwrap();
     let custom = run(dir.path(), &["diff", "custom.yaml", "app.yaml"], "").unwrap();
     assert_eq!(custom.status.code(), Some(3), "{}", show(&custom));
-    let stdout = String::from_utf8_lossy(&custom.stdout);
-    assert!(
-        stdout.contains("Deployment/apps/web: matched; the change cannot be known offline"),
-        "{}",
-        show(&custom)
+    assert_says(
+        &custom.stdout,
+        "Deployment/apps/web: matched; the change cannot be known offline",
+        &custom,
     );
-    assert!(
-        stdout.contains("Service/default/web: not matched"),
-        "{}",
-        show(&custom)
-    );
+    assert_says(&custom.stdout, "Service/default/web: not matched", &custom);
     let stderr = String::from_utf8_lossy(&custom.stderr);
     assert!(
         stderr.starts_with("error: failed to know the change to 2 object(s) offline"),
@@ -270,11 +268,7 @@ fn diff_of_custom_code_exits_3_and_bad_input_exits_1_or_2() {
         "{}",
         show(&no_initializer)
     );
-    assert!(
-        String::from_utf8_lossy(&no_initializer.stderr).contains("no Initializer"),
-        "{}",
-        show(&no_initializer)
-    );
+    assert_says(&no_initializer.stderr, "no Initializer", &no_initializer);
     let missing = run(
         dir.path(),
         &["diff", "initializer.yaml", "nowhere.yaml"],
@@ -282,11 +276,7 @@ fn diff_of_custom_code_exits_3_and_bad_input_exits_1_or_2() {
     )
     .unwrap();
     assert_eq!(missing.status.code(), Some(1), "{}", show(&missing));
-    assert!(
-        String::from_utf8_lossy(&missing.stderr).contains("nowhere.yaml"),
-        "{}",
-        show(&missing)
-    );
+    assert_says(&missing.stderr, "nowhere.yaml", &missing);
     let malformed = run(dir.path(), &["diff"], "").unwrap();
     assert_eq!(malformed.status.code(), Some(2), "{}", show(&malformed));
 }

@@ -662,6 +662,16 @@ mod tests {
         response
     }
 
+    /// A refusal with `code` and `message`.
+    fn refusal(verdict: Verdict, code: u16, message: &str) -> Response {
+        let mut refusal = response(false, verdict);
+        refusal.status = Some(Status {
+            code,
+            message: message.into(),
+        });
+        refusal
+    }
+
     #[test]
     fn a_mutation_and_the_name_removal_are_one_write() {
         let object = deployment(&[ME, "b.c.d"]);
@@ -705,11 +715,7 @@ mod tests {
 
     #[test]
     fn a_denial_writes_a_forbidden_result_and_keeps_pending() {
-        let mut denied = response(false, Verdict::Denied);
-        denied.status = Some(Status {
-            code: 403,
-            message: "image nginx:latest is not allowed".into(),
-        });
+        let denied = refusal(Verdict::Denied, 403, "image nginx:latest is not allowed");
         let (written, what) = write_for(&deployment(&[ME]), ME, &denied, false);
         assert_eq!(what, Written::Denied);
         let result = &written["metadata"]["initializers"]["result"];
@@ -726,11 +732,11 @@ mod tests {
     #[test]
     fn a_failed_handler_follows_the_failure_policy() {
         // FailurePolicy::Deny: the server's answer is a refusal with code 500.
-        let mut closed = response(false, Verdict::Error);
-        closed.status = Some(Status {
-            code: 500,
-            message: "initializer sidecar failed: its handler did not answer within 300ms".into(),
-        });
+        let closed = refusal(
+            Verdict::Error,
+            500,
+            "initializer sidecar failed: its handler did not answer within 300ms",
+        );
         let (written, what) = write_for(&deployment(&[ME]), ME, &closed, true);
         assert_eq!(what, Written::Failed);
         let result = &written["metadata"]["initializers"]["result"];

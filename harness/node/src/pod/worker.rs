@@ -98,6 +98,28 @@ enum Event {
     },
 }
 
+impl Event {
+    /// The container (its index) and the run of it the event is about.
+    fn run(&self) -> (usize, u64) {
+        match self {
+            Event::Exited {
+                idx, generation, ..
+            }
+            | Event::Probe {
+                idx, generation, ..
+            } => (*idx, *generation),
+        }
+    }
+}
+
+/// Container `idx` if an event of its run `generation` is about its current run: an event
+/// from an earlier run arrives late and is dropped.
+fn current_run(slots: &mut [Slot], idx: usize, generation: u64) -> Option<&mut Slot> {
+    slots
+        .get_mut(idx)
+        .filter(|slot| slot.generation == generation)
+}
+
 /// One pod's supervisor: its containers, its files, and what it last reported.
 struct Worker {
     node: Arc<Node>,
@@ -502,18 +524,12 @@ impl Worker {
     }
 
     fn handle(&mut self, event: Event, pod: &Pod) {
+        let (idx, generation) = event.run();
+        let Some(slot) = current_run(&mut self.slots, idx, generation) else {
+            return;
+        };
         match event {
-            Event::Exited {
-                idx,
-                generation,
-                exit,
-            } => {
-                let Some(slot) = self.slots.get_mut(idx) else {
-                    return;
-                };
-                if slot.generation != generation {
-                    return;
-                }
+            Event::Exited { exit, .. } => {
                 slot.stop_probes();
                 slot.running = None;
                 slot.ready = false;
@@ -545,16 +561,8 @@ impl Worker {
                 }
                 self.register_groups();
             }
-            Event::Probe {
-                idx,
-                generation,
-                kind,
-                result,
-            } => {
-                let Some(slot) = self.slots.get_mut(idx) else {
-                    return;
-                };
-                if slot.generation != generation || slot.running.is_none() {
+            Event::Probe { kind, result, .. } => {
+                if slot.running.is_none() {
                     return;
                 }
                 let Some(timing) = kind.of(&slot.spec).map(Timing::of) else {
@@ -606,9 +614,7 @@ impl Worker {
                 Ok(Some(Event::Exited {
                     idx, generation, ..
                 })) => {
-                    if let Some(slot) = self.slots.get_mut(idx)
-                        && slot.generation == generation
-                    {
+                    if let Some(slot) = current_run(&mut self.slots, idx, generation) {
                         slot.running = None;
                     }
                 }

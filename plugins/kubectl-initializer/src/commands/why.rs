@@ -10,7 +10,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Api, ResourceExt};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Connection, live_configuration, operator_facts};
 use crate::error::{Error, Result, is_not_found};
@@ -203,18 +203,7 @@ async fn build_request(
             .map(str::to_string)
             .unwrap_or_else(|| conn.namespace.clone())
     });
-    if let (Some(ns), Some(meta)) = (
-        &namespace,
-        value.get_mut("metadata").and_then(Value::as_object_mut),
-    ) {
-        meta.insert("namespace".to_string(), json!(ns));
-    }
-    let name = value
-        .pointer("/metadata/name")
-        .or_else(|| value.pointer("/metadata/generateName"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let name = crate::object::place_in_namespace(&mut value, namespace.as_deref());
     let namespace_labels = match &namespace {
         Some(ns) => {
             let found = Api::<Namespace>::all(conn.client.clone())

@@ -387,18 +387,7 @@ pub fn request_for(object: &Value, assumptions: &Assumptions) -> Request {
             .to_string()
     });
     let mut object = object.clone();
-    if let (Some(ns), Some(meta)) = (
-        &namespace,
-        object.get_mut("metadata").and_then(Value::as_object_mut),
-    ) {
-        meta.insert("namespace".to_string(), Value::String(ns.clone()));
-    }
-    let name = object
-        .pointer("/metadata/name")
-        .or_else(|| object.pointer("/metadata/generateName"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let name = crate::object::place_in_namespace(&mut object, namespace.as_deref());
     let namespace_labels = namespace
         .as_deref()
         .map(|ns| assumptions.labels_of(ns))

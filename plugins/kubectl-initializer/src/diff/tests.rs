@@ -2,18 +2,9 @@
 //! report as text.
 
 use super::*;
+use crate::why::tests::initializer;
 use initializer_core::policy::corpus;
 use serde_json::json;
-
-fn initializer(spec: Value) -> Initializer {
-    serde_json::from_value(json!({
-        "apiVersion": "initializer.dev/v1alpha1",
-        "kind": "Initializer",
-        "metadata": {"name": "sidecar"},
-        "spec": spec,
-    }))
-    .unwrap()
-}
 
 /// Every kind with pods, as a preset's rules name them.
 fn pod_rules() -> Value {
@@ -68,6 +59,15 @@ fn checks(diff: &ObjectDiff) -> Vec<&str> {
     diff.reasons.iter().map(|r| r.check.as_str()).collect()
 }
 
+/// The lines of a unified diff that `sign` (`+` or `-`) marks as added or removed, without the
+/// file headers (`+++`, `---`).
+fn changed_lines(diff: &str, sign: char) -> Vec<&str> {
+    let header = sign.to_string().repeat(3);
+    diff.lines()
+        .filter(|l| l.starts_with(sign) && !l.starts_with(&header))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_deployment_without_containers_gets_the_sidecar() {
     let diff = one(
@@ -85,11 +85,7 @@ async fn a_deployment_without_containers_gets_the_sidecar() {
         "{}",
         diff.diff
     );
-    let added: Vec<&str> = diff
-        .diff
-        .lines()
-        .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
-        .collect();
+    let added = changed_lines(&diff.diff, '+');
     assert!(
         added
             .iter()
@@ -103,11 +99,7 @@ async fn a_deployment_without_containers_gets_the_sidecar() {
         diff.diff
     );
     // The empty list is written `[]` in YAML: its line is the only one replaced.
-    let removed: Vec<&str> = diff
-        .diff
-        .lines()
-        .filter(|l| l.starts_with('-') && !l.starts_with("---"))
-        .collect();
+    let removed = changed_lines(&diff.diff, '-');
     assert_eq!(removed, ["-      containers: []"], "{}", diff.diff);
     let paths: Vec<String> = diff
         .patch

@@ -472,4 +472,4 @@ fn explain_namespace(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -84,62 +84,37 @@ mod tests {
 
     #[test]
     fn rules_follow_the_api_servers_wildcards_scope_and_match_policy() {
-        let rule = |groups: &[&str], versions: &[&str], resources: &[&str], scope: &str| {
-            RuleWithOperations {
-                api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-                api_versions: Some(versions.iter().map(|s| s.to_string()).collect()),
-                resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-                operations: Some(vec!["CREATE".into()]),
-                scope: Some(scope.into()),
-            }
+        let rule = |group: &str, version: &str, resource: &str, scope: &str| RuleWithOperations {
+            api_groups: Some(vec![group.to_string()]),
+            api_versions: Some(vec![version.to_string()]),
+            resources: Some(vec![resource.to_string()]),
+            operations: Some(vec!["CREATE".into()]),
+            scope: Some(scope.into()),
         };
         let pods = deployment("shop", json!({}), json!({}));
         let mut pod = pods.clone();
         pod.group = String::new();
         pod.resource = "pods".into();
-        assert!(rule_matches(
-            &rule(&[""], &["v1"], &["pods"], "*"),
-            &pod,
-            false
-        ));
-        assert!(rule_matches(
-            &rule(&["*"], &["*"], &["*"], "Namespaced"),
-            &pod,
-            false
-        ));
-        assert!(!rule_matches(
-            &rule(&["*"], &["*"], &["*"], "Cluster"),
-            &pod,
-            false
-        ));
-        assert!(!rule_matches(
-            &rule(&["apps"], &["v1"], &["pods"], "*"),
-            &pod,
-            false
-        ));
         let mut status = pod.clone();
         status.subresource = "status".into();
-        assert!(!rule_matches(
-            &rule(&[""], &["v1"], &["*"], "*"),
-            &status,
-            false
-        ));
-        assert!(rule_matches(
-            &rule(&[""], &["v1"], &["*/status"], "*"),
-            &status,
-            false
-        ));
-        assert!(rule_matches(
-            &rule(&[""], &["v1"], &["pods/*"], "*"),
-            &status,
-            false
-        ));
-        assert!(!rule_matches(
-            &rule(&[""], &["v1"], &["pods/*"], "*"),
-            &pod,
-            false
-        ));
-        let beta = rule(&["apps"], &["v1beta1"], &["deployments"], "*");
+        for (group, version, resource, scope, request, matches) in [
+            ("", "v1", "pods", "*", &pod, true),
+            ("*", "*", "*", "Namespaced", &pod, true),
+            ("*", "*", "*", "Cluster", &pod, false),
+            ("apps", "v1", "pods", "*", &pod, false),
+            ("", "v1", "*", "*", &status, false),
+            ("", "v1", "*/status", "*", &status, true),
+            ("", "v1", "pods/*", "*", &status, true),
+            ("", "v1", "pods/*", "*", &pod, false),
+        ] {
+            assert_eq!(
+                rule_matches(&rule(group, version, resource, scope), request, false),
+                matches,
+                "{group}/{version}/{resource} {scope} on subresource {:?}",
+                request.subresource
+            );
+        }
+        let beta = rule("apps", "v1beta1", "deployments", "*");
         assert!(!rule_matches(&beta, &pods, false));
         assert!(rule_matches(&beta, &pods, true));
     }

@@ -4,7 +4,8 @@ use serde_json::json;
 
 const OPERATOR_NS: &str = "initializer-system";
 
-fn initializer(spec: Value) -> Initializer {
+/// An Initializer named `sidecar` with `spec` (the `diff` tests use it too).
+pub(crate) fn initializer(spec: Value) -> Initializer {
     serde_json::from_value(json!({
         "apiVersion": "initializer.dev/v1alpha1",
         "kind": "Initializer",
@@ -62,11 +63,25 @@ fn kinds(v: &Verdict) -> Vec<ReasonKind> {
     v.reasons.iter().map(|r| r.kind).collect()
 }
 
+/// Checks that `v` gives the one reason `kind`, whose detail says `detail`.
+fn assert_one_reason(v: &Verdict, kind: ReasonKind, detail: &str) {
+    assert_eq!(kinds(v), [kind], "{v:?}");
+    assert!(v.reasons[0].detail.contains(detail), "{v:?}");
+}
+
 pub(super) fn judge(init: &Initializer, request: &Request) -> Verdict {
-    let config = live(init);
+    judge_against(init, &live(init), request)
+}
+
+/// The verdict on `request` when `config` is the webhook configuration in the cluster.
+fn judge_against(
+    init: &Initializer,
+    config: &MutatingWebhookConfiguration,
+    request: &Request,
+) -> Verdict {
     decide(
         init,
-        Some(&config),
+        Some(config),
         Err("unused"),
         &OperatorFacts::default(),
         request,
@@ -93,12 +108,10 @@ fn a_missing_required_annotation_is_the_annotation_gate() {
         &deployment("shop", json!({"tier": "front"}), json!({})),
     );
     assert!(!v.intercepted);
-    assert_eq!(kinds(&v), [ReasonKind::AnnotationGate]);
-    assert!(
-        v.reasons[0]
-            .detail
-            .contains("initializer.kubernetes.io/sidecar"),
-        "{v:?}"
+    assert_one_reason(
+        &v,
+        ReasonKind::AnnotationGate,
+        "initializer.kubernetes.io/sidecar",
     );
     let off = judge(
         &init,
@@ -108,8 +121,7 @@ fn a_missing_required_annotation_is_the_annotation_gate() {
             json!({"initializer.kubernetes.io/sidecar": "false"}),
         ),
     );
-    assert_eq!(kinds(&off), [ReasonKind::AnnotationGate]);
-    assert!(off.reasons[0].detail.contains("\"false\""), "{off:?}");
+    assert_one_reason(&off, ReasonKind::AnnotationGate, "\"false\"");
 }
 
 #[test]
@@ -118,12 +130,7 @@ fn an_object_label_outside_the_object_selector_is_the_object_selector() {
         &sidecar(),
         &deployment("shop", json!({"tier": "back"}), annotated()),
     );
-    assert_eq!(kinds(&v), [ReasonKind::ObjectSelector]);
-    assert!(
-        v.reasons[0].detail.contains("tier in (front)"),
-        "{}",
-        v.reasons[0].detail
-    );
+    assert_one_reason(&v, ReasonKind::ObjectSelector, "tier in (front)");
     assert!(v.reasons[0].detail.contains("tier=back"));
 }
 
@@ -134,12 +141,7 @@ fn another_resource_or_operation_is_the_rule() {
     secret.group = String::new();
     secret.resource = "secrets".into();
     let v = judge(&init, &secret);
-    assert_eq!(kinds(&v), [ReasonKind::Rule]);
-    assert!(
-        v.reasons[0].detail.contains("CREATE v1 secrets"),
-        "{}",
-        v.reasons[0].detail
-    );
+    assert_one_reason(&v, ReasonKind::Rule, "CREATE v1 secrets");
     assert!(v.reasons[0].detail.contains("resources [deployments]"));
     let mut update = deployment("shop", json!({"tier": "front"}), annotated());
     update.operation = "UPDATE".into();
@@ -152,17 +154,15 @@ fn namespace_labels_include_and_exclude_are_the_namespace_selector() {
     let mut unlabelled = deployment("shop", json!({"tier": "front"}), annotated());
     unlabelled.namespace_labels.remove("team");
     let v = judge(&init, &unlabelled);
-    assert_eq!(kinds(&v), [ReasonKind::NamespaceSelector]);
-    assert!(v.reasons[0].detail.contains("team=web"), "{v:?}");
+    assert_one_reason(&v, ReasonKind::NamespaceSelector, "team=web");
     let excluded = judge(
         &init,
         &deployment("legacy", json!({"tier": "front"}), annotated()),
     );
-    assert_eq!(kinds(&excluded), [ReasonKind::NamespaceSelector]);
-    assert!(
-        excluded.reasons[0]
-            .detail
-            .contains("spec.namespaces.exclude")
+    assert_one_reason(
+        &excluded,
+        ReasonKind::NamespaceSelector,
+        "spec.namespaces.exclude",
     );
     let mut include = sidecar();
     include.spec.namespaces.as_mut().unwrap().include = vec!["shop".into()];
@@ -170,11 +170,7 @@ fn namespace_labels_include_and_exclude_are_the_namespace_selector() {
         &include,
         &deployment("blog", json!({"tier": "front"}), annotated()),
     );
-    assert_eq!(kinds(&v), [ReasonKind::NamespaceSelector]);
-    assert!(
-        v.reasons[0].detail.contains("spec.namespaces.include"),
-        "{v:?}"
-    );
+    assert_one_reason(&v, ReasonKind::NamespaceSelector, "spec.namespaces.include");
 }
 
 #[test]
@@ -224,8 +220,7 @@ fn an_unregistered_initializer_says_so_and_what_would_happen() {
     assert!(!v.intercepted);
     assert!(!v.registered);
     assert_eq!(v.once_registered, Some(true));
-    assert_eq!(kinds(&v), [ReasonKind::NotRegistered]);
-    assert!(v.reasons[0].detail.contains("Suspended"), "{v:?}");
+    assert_one_reason(&v, ReasonKind::NotRegistered, "Suspended");
     assert!(v.reasons[0].detail.contains("spec.suspend is true"));
     assert_eq!(v.basis, Basis::WouldRegister("initializer-sidecar".into()));
 
@@ -276,11 +271,9 @@ fn the_live_configuration_is_the_truth_over_the_spec() {
     // Someone changed the live rules: the verdict follows them, not the spec.
     config.webhooks.as_mut().unwrap()[0].rules.as_mut().unwrap()[0].resources =
         Some(vec!["statefulsets".into()]);
-    let v = decide(
+    let v = judge_against(
         &init,
-        Some(&config),
-        Err("unused"),
-        &OperatorFacts::default(),
+        &config,
         &deployment("shop", json!({"tier": "front"}), annotated()),
     );
     assert_eq!(kinds(&v), [ReasonKind::Rule]);
@@ -290,11 +283,9 @@ fn the_live_configuration_is_the_truth_over_the_spec() {
 fn a_degraded_configuration_is_noted() {
     let init = sidecar();
     let config = initializer_core::build::degraded(&live(&init));
-    let v = decide(
+    let v = judge_against(
         &init,
-        Some(&config),
-        Err("unused"),
-        &OperatorFacts::default(),
+        &config,
         &deployment("shop", json!({"tier": "front"}), annotated()),
     );
     assert!(v.intercepted);

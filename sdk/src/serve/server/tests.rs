@@ -51,33 +51,30 @@ fn the_loopback_is_served_beside_a_pod_ip_only() {
 
 #[test]
 fn block_on_returns_although_a_handler_thread_is_stuck() {
-    let start = std::time::Instant::now();
-    let out = block_on(async {
+    assert_block_on_returns_promptly(async {
         drop(tokio::task::spawn_blocking(|| {
             std::thread::sleep(Duration::from_secs(30))
         }));
         7
-    })
-    .unwrap();
-    assert_eq!(out, 7);
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        start.elapsed()
-    );
+    });
 }
 
 #[test]
 fn block_on_returns_although_a_worker_is_stuck_in_a_handler() {
-    let start = std::time::Instant::now();
-    let out = block_on(async {
+    assert_block_on_returns_promptly(async {
         drop(tokio::spawn(async {
             std::thread::sleep(Duration::from_secs(30))
         }));
         tokio::task::yield_now().await;
         7
-    })
-    .unwrap();
+    });
+}
+
+/// Runs `work` (which leaves a thread stuck for 30 s and yields 7) through `block_on` and
+/// checks that the stuck thread does not hold up the return.
+fn assert_block_on_returns_promptly(work: impl std::future::Future<Output = i32>) {
+    let start = std::time::Instant::now();
+    let out = block_on(work).unwrap();
     assert_eq!(out, 7);
     assert!(
         start.elapsed() < Duration::from_secs(10),
