@@ -27,16 +27,15 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use tokio::process::Command;
 
-use crate::target::{PodAction, RouteBlock, Target};
+use crate::target::{Access, PodAction, PodFuture, PodRef, RouteBlock, Target};
 
 /// A cluster reached through a kubeconfig context.
 pub struct ClusterTarget {
-    name: String,
+    // The kubeconfig is a copy whose current context is the chosen one.
+    access: Access,
     control: PodControl,
-    client: Client,
-    // Holds the kubeconfig copy whose current context is the chosen one; removed on drop.
+    // Holds the kubeconfig copy; removed on drop.
     _dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
     docker: String,
     /// The network namespaces of the kind worker nodes (`/proc/<pid>/ns/net`, by node name; the
     /// control-plane node's in a cluster without workers), when this process may enter them.
@@ -101,15 +100,17 @@ impl ClusterTarget {
             _ => Vec::new(),
         };
         Ok(Self {
-            name: match control {
-                PodControl::KindNodes => format!("kind ({context})"),
-                PodControl::SandboxApi => format!("sandbox ({context})"),
-                PodControl::Unsupported => context,
+            access: Access {
+                name: match control {
+                    PodControl::KindNodes => format!("kind ({context})"),
+                    PodControl::SandboxApi => format!("sandbox ({context})"),
+                    PodControl::Unsupported => context,
+                },
+                client,
+                kubeconfig: path,
             },
             control,
-            client,
             _dir: dir,
-            kubeconfig: path,
             docker,
             node_networks,
         })
@@ -127,14 +128,15 @@ impl ClusterTarget {
         match self.control {
             PodControl::KindNodes => {}
             PodControl::SandboxApi => {
-                return crate::sandbox::pod_action(&self.client, namespace, name, action).await;
+                let client = &self.access.client;
+                return crate::sandbox::pod_action(client, namespace, name, action).await;
             }
             PodControl::Unsupported => bail!(
                 "failed to {signal} pod {namespace}/{name}: pod control needs a kind cluster \
                  (processes are signalled on the node) or a sandbox; set E2E_CLUSTER=kind"
             ),
         }
-        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
+        let pod = Api::<Pod>::namespaced(self.access.client.clone(), namespace)
             .get(name)
             .await
             .with_context(|| format!("failed to get pod {namespace}/{name}"))?;
@@ -306,8 +308,8 @@ enum PodControl {
 }
 
 impl Target for ClusterTarget {
-    fn name(&self) -> &str {
-        &self.name
+    fn access(&self) -> &Access {
+        &self.access
     }
 
     fn command_inside(&self, program: &Path) -> Option<std::process::Command> {
@@ -330,21 +332,8 @@ impl Target for ClusterTarget {
         Some(enter(network, program))
     }
 
-    fn kubeconfig_path(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    fn client(&self) -> Client {
-        self.client.clone()
-    }
-
-    fn control_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        action: PodAction,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.signal_pod(namespace, name, action).boxed()
+    fn control_pod<'a>(&'a self, pod: PodRef<'a>, action: PodAction) -> PodFuture<'a> {
+        self.signal_pod(pod.namespace, pod.name, action).boxed()
     }
 
     fn refuse_from_api_server<'a>(
@@ -356,7 +345,7 @@ impl Target for ClusterTarget {
             if self.control != PodControl::KindNodes {
                 bail!("failed to refuse {ip}:{port} to the API server: it needs a kind cluster, whose control-plane node is a container here");
             }
-            let nodes = Api::<Node>::all(self.client.clone())
+            let nodes = Api::<Node>::all(self.access.client.clone())
                 .list(&ListParams::default().labels("node-role.kubernetes.io/control-plane"))
                 .await
                 .context("failed to list the control-plane nodes")?;

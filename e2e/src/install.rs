@@ -352,14 +352,11 @@ pub async fn revoke_counting(client: &Client) -> anyhow::Result<()> {
 
 /// The operator's Deployment, wherever it was installed.
 pub async fn operator_deployment(client: &Client) -> anyhow::Result<Option<Deployment>> {
-    let list = Api::<Deployment>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("failed to list Deployments")?;
-    Ok(list
-        .items
-        .into_iter()
-        .find(|d| d.name_any() == OPERATOR_NAME))
+    let api = Api::<Deployment>::all(client.clone());
+    let named = |d: &Deployment| d.name_any() == OPERATOR_NAME;
+    let params = ListParams::default();
+    let found = crate::ops::list_matching(&api, &params, "Deployments", named).await?;
+    Ok(found.into_iter().next())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use futures::StreamExt;
 use initializer_crds::{Initializer, constants};
 use initializer_test_support::api;
@@ -124,15 +124,9 @@ pub async fn configurations_of(
     client: &Client,
     name: &str,
 ) -> anyhow::Result<Vec<InitializerConfiguration>> {
-    let list = Api::<InitializerConfiguration>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("failed to list InitializerConfigurations")?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|c| belongs_to(c, name))
-        .collect())
+    let api = Api::all(client.clone());
+    let what = "InitializerConfigurations";
+    ops::list_matching(&api, &ListParams::default(), what, |c| belongs_to(c, name)).await
 }
 
 /// Whether the API server serves `InitializerConfiguration` (discovery of

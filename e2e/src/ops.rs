@@ -39,20 +39,32 @@ pub fn belongs_to(configuration: &MutatingWebhookConfiguration, name: &str) -> b
         })
 }
 
+/// Lists what `api` reaches that matches `params` (a failure names it `what`), and keeps what
+/// `keep` picks.
+pub async fn list_matching<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    what: &str,
+    keep: impl Fn(&K) -> bool,
+) -> anyhow::Result<Vec<K>>
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let list = api
+        .list(params)
+        .await
+        .with_context(|| format!("failed to list {what}"))?;
+    Ok(list.items.into_iter().filter(|k| keep(k)).collect())
+}
+
 /// Every webhook configuration of the Initializer `name`.
 pub async fn configurations_of(
     client: &Client,
     name: &str,
 ) -> anyhow::Result<Vec<MutatingWebhookConfiguration>> {
-    let list = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("failed to list MutatingWebhookConfigurations")?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|c| belongs_to(c, name))
-        .collect())
+    let api = Api::all(client.clone());
+    let what = "MutatingWebhookConfigurations";
+    list_matching(&api, &ListParams::default(), what, |c| belongs_to(c, name)).await
 }
 
 /// The webhook of the configuration registered for the Initializer `name`.
@@ -224,17 +236,38 @@ fn initializer_selector(name: &str) -> String {
     format!("{}={name}", constants::INITIALIZER_LABEL)
 }
 
+/// The objects of the Initializer `name` in `namespace` (by its label) that `keep` picks; a
+/// failure names them `kind`.
+async fn labelled<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    kind: &str,
+    keep: impl Fn(&K) -> bool,
+) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    let api = Api::<K>::namespaced(client.clone(), namespace);
+    let params = ListParams::default().labels(&initializer_selector(name));
+    list_matching(&api, &params, &format!("{kind} in {namespace}"), keep).await
+}
+
 /// The Initializer's Deployment.
 pub async fn workload_deployment(
     client: &Client,
     namespace: &str,
     name: &str,
 ) -> anyhow::Result<Option<Deployment>> {
-    let list = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(&initializer_selector(name)))
-        .await
-        .with_context(|| format!("failed to list Deployments in {namespace}"))?;
-    Ok(list.items.into_iter().next())
+    let found = labelled(client, namespace, name, "Deployments", |_: &Deployment| {
+        true
+    })
+    .await?;
+    Ok(found.into_iter().next())
 }
 
 /// The Initializer's pods that are not being deleted.
@@ -243,15 +276,18 @@ pub async fn workload_pods(
     namespace: &str,
     name: &str,
 ) -> anyhow::Result<Vec<Pod>> {
-    let list = Api::<Pod>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(&initializer_selector(name)))
-        .await
-        .with_context(|| format!("failed to list pods in {namespace}"))?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .collect())
+    let live = |pod: &Pod| pod.metadata.deletion_timestamp.is_none();
+    labelled(client, namespace, name, "pods", live).await
+}
+
+/// The names of the live pods of the Initializer `name` in `namespace`.
+pub async fn workload_pod_names(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Vec<String>> {
+    let pods = workload_pods(client, namespace, name).await?;
+    Ok(pods.iter().map(ResourceExt::name_any).collect())
 }
 
 /// Whether a pod's Ready condition is True.

@@ -6,25 +6,22 @@
 //! Pods are frozen, thawed and killed where that is honest: on the node, by signalling their
 //! process groups (`initializer_controlplane::signal`, shared with the operator's tests).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
-use kube::Client;
 
-use crate::target::{PodAction, Target};
+use crate::target::{self, Access, PodAction, PodFuture, PodRef, Target};
 use crate::{images, paths};
 
 pub const NODE_BINARY: &str = "initializer-node";
 
 /// The real control plane, owned by this process.
 pub struct RealTarget {
-    name: String,
-    client: Client,
-    kubeconfig: PathBuf,
+    access: Access,
     plane: Mutex<Option<ControlPlane>>,
     // Removed when the target is dropped, after the control plane has stopped.
     _state_dir: tempfile::TempDir,
@@ -53,9 +50,11 @@ impl RealTarget {
             startup.cluster_ready.as_secs_f64()
         );
         Ok(Self {
-            name: format!("real (Kubernetes v{})", plane.version()),
-            client: plane.client(),
-            kubeconfig: plane.kubeconfig_path().to_path_buf(),
+            access: Access {
+                name: format!("real (Kubernetes v{})", plane.version()),
+                client: plane.client(),
+                kubeconfig: plane.kubeconfig_path().to_path_buf(),
+            },
             plane: Mutex::new(Some(plane)),
             _state_dir: state_dir,
         })
@@ -63,25 +62,14 @@ impl RealTarget {
 }
 
 impl Target for RealTarget {
-    fn name(&self) -> &str {
-        &self.name
+    fn access(&self) -> &Access {
+        &self.access
     }
 
-    fn kubeconfig_path(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    fn client(&self) -> Client {
-        self.client.clone()
-    }
-
-    fn control_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        action: PodAction,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        initializer_controlplane::signal::signal_pod(&self.client, namespace, name, action).boxed()
+    fn control_pod<'a>(&'a self, pod: PodRef<'a>, action: PodAction) -> PodFuture<'a> {
+        let client = &self.access.client;
+        initializer_controlplane::signal::signal_pod(client, pod.namespace, pod.name, action)
+            .boxed()
     }
 
     fn command_inside(&self, program: &Path) -> Option<std::process::Command> {
@@ -128,12 +116,6 @@ impl Target for RealTarget {
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        let plane = self.plane.lock().ok().and_then(|mut plane| plane.take());
-        async move {
-            if let Some(plane) = plane {
-                plane.shutdown().await;
-            }
-        }
-        .boxed()
+        target::shut_down_once(&self.plane, ControlPlane::shutdown)
     }
 }

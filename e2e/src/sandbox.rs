@@ -6,7 +6,7 @@
 //! credentials as every other request, so the harness also works against a sandbox started by
 //! `sandbox up` in another process.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context;
@@ -15,14 +15,12 @@ use futures::future::BoxFuture;
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
 use kube::Client;
 
-use crate::target::{PodAction, Target};
+use crate::target::{self, Access, PodAction, PodFuture, PodRef, Target};
 use crate::{images, paths};
 
 /// The embedded sandbox, owned by this process.
 pub struct SandboxTarget {
-    name: &'static str,
-    client: Client,
-    kubeconfig: PathBuf,
+    access: Access,
     handle: Mutex<Option<SandboxHandle>>,
     // Removed when the target is dropped, after the sandbox has stopped.
     state_dir: tempfile::TempDir,
@@ -54,9 +52,11 @@ impl SandboxTarget {
             .await
             .with_context(|| format!("failed to start the {name}"))?;
         Ok(Self {
-            name,
-            client: handle.client(),
-            kubeconfig: handle.kubeconfig_path().to_path_buf(),
+            access: Access {
+                name: name.to_string(),
+                client: handle.client(),
+                kubeconfig: handle.kubeconfig_path().to_path_buf(),
+            },
             handle: Mutex::new(Some(handle)),
             state_dir,
         })
@@ -97,34 +97,15 @@ pub async fn pod_action(
 }
 
 impl Target for SandboxTarget {
-    fn name(&self) -> &str {
-        self.name
+    fn access(&self) -> &Access {
+        &self.access
     }
 
-    fn kubeconfig_path(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    fn client(&self) -> Client {
-        self.client.clone()
-    }
-
-    fn control_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        action: PodAction,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        pod_action(&self.client, namespace, name, action).boxed()
+    fn control_pod<'a>(&'a self, pod: PodRef<'a>, action: PodAction) -> PodFuture<'a> {
+        pod_action(&self.access.client, pod.namespace, pod.name, action).boxed()
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        let handle = self.handle.lock().ok().and_then(|mut handle| handle.take());
-        async move {
-            if let Some(handle) = handle {
-                handle.shutdown().await;
-            }
-        }
-        .boxed()
+        target::shut_down_once(&self.handle, SandboxHandle::shutdown)
     }
 }

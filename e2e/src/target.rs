@@ -2,56 +2,73 @@
 //! initializer's pod hang or crash. Scenarios see only this trait, so the same code runs on the
 //! sandbox and on a real cluster.
 
-use std::path::Path;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
+
+/// How a target is reached, whatever runs it.
+pub struct Access {
+    /// Short name for logs and the timings table (`sandbox`, `kind`, or the context).
+    pub name: String,
+    /// A client with cluster-admin rights.
+    pub client: kube::Client,
+    /// The kubeconfig file a person (or a child process) uses to reach this API.
+    pub kubeconfig: PathBuf,
+}
+
+/// A pod, by namespace and name.
+#[derive(Clone, Copy, Debug)]
+pub struct PodRef<'a> {
+    /// The pod's namespace.
+    pub namespace: &'a str,
+    /// The pod's name.
+    pub name: &'a str,
+}
+
+/// What controlling a pod returns.
+pub type PodFuture<'a> = BoxFuture<'a, anyhow::Result<()>>;
 
 /// A running Kubernetes API (the sandbox, or a cluster reached through a kubeconfig context).
 pub trait Target: Send + Sync {
+    /// How this target is reached.
+    fn access(&self) -> &Access;
+
     /// Short name for logs and the timings table (`sandbox`, `kind`, or the context).
-    fn name(&self) -> &str;
+    fn name(&self) -> &str {
+        &self.access().name
+    }
 
     /// The kubeconfig file a person (or a child process) uses to reach this API.
-    fn kubeconfig_path(&self) -> &Path;
+    fn kubeconfig_path(&self) -> &Path {
+        &self.access().kubeconfig
+    }
 
     /// A client with cluster-admin rights.
-    fn client(&self) -> kube::Client;
+    fn client(&self) -> kube::Client {
+        self.access().client.clone()
+    }
 
     /// Freezes, thaws or kills every container process of the pod (see [`PodAction`]).
-    fn control_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        action: PodAction,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
+    fn control_pod<'a>(&'a self, pod: PodRef<'a>, action: PodAction) -> PodFuture<'a>;
 
     /// Makes every container of the pod stop answering while it stays `Running` and keeps
     /// accepting connections: SIGSTOP to its processes.
-    fn freeze_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.control_pod(namespace, name, PodAction::Freeze)
+    fn freeze_pod<'a>(&'a self, namespace: &'a str, name: &'a str) -> PodFuture<'a> {
+        self.control_pod(PodRef { namespace, name }, PodAction::Freeze)
     }
 
     /// Resumes a frozen pod (SIGCONT).
-    fn thaw_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.control_pod(namespace, name, PodAction::Thaw)
+    fn thaw_pod<'a>(&'a self, namespace: &'a str, name: &'a str) -> PodFuture<'a> {
+        self.control_pod(PodRef { namespace, name }, PodAction::Thaw)
     }
 
     /// Kills every process of the pod (SIGKILL); the pod's restart policy then applies, as when
     /// an initializer crashes.
-    fn kill_pod<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        self.control_pod(namespace, name, PodAction::Kill)
+    fn kill_pod<'a>(&'a self, namespace: &'a str, name: &'a str) -> PodFuture<'a> {
+        self.control_pod(PodRef { namespace, name }, PodAction::Kill)
     }
 
     /// Resolves when the target itself fails (a control-plane process exits), with the
@@ -110,6 +127,25 @@ pub trait Target: Send + Sync {
 
     /// Stops whatever the target started (the sandbox and every process it runs).
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Takes what `slot` holds and stops it with `stop`: the first shutdown stops it, a later one
+/// finds the slot empty and does nothing.
+pub fn shut_down_once<'a, T, F>(
+    slot: &Mutex<Option<T>>,
+    stop: impl FnOnce(T) -> F + Send + 'a,
+) -> BoxFuture<'a, ()>
+where
+    T: Send + 'a,
+    F: Future<Output = ()> + Send + 'a,
+{
+    let taken = slot.lock().ok().and_then(|mut slot| slot.take());
+    async move {
+        if let Some(taken) = taken {
+            stop(taken).await;
+        }
+    }
+    .boxed()
 }
 
 /// An `iptables` rule in a node container, deleted by [`RouteBlock::lift`] or, failing that,

@@ -38,6 +38,12 @@ pub struct Seen<K> {
 
 type Filter<K> = Arc<dyn Fn(&K) -> bool + Send + Sync>;
 
+/// What a [`Recorder`] can watch: any Kubernetes object a watch can hand to another task.
+pub trait Recordable: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static {}
+
+impl<K> Recordable for K where K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static
+{}
+
 /// A background watch that records every change of the objects that pass its filter.
 pub struct Recorder<K> {
     seen: Arc<Mutex<Vec<Seen<K>>>>,
@@ -45,10 +51,7 @@ pub struct Recorder<K> {
     task: JoinHandle<()>,
 }
 
-impl<K> Recorder<K>
-where
-    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-{
+impl<K: Recordable> Recorder<K> {
     /// Starts watching `api` (with `config`) and recording objects for which `filter` is true.
     pub fn start(
         api: Api<K>,
@@ -104,6 +107,19 @@ where
             }
         })
         .await
+    }
+
+    /// Waits until an object makes the `change` (appears, goes) at or after `after`, and returns
+    /// that change.
+    pub async fn wait_change(
+        &self,
+        what: &str,
+        after: Instant,
+        timeout: Duration,
+        change: Change,
+    ) -> anyhow::Result<Seen<K>> {
+        self.wait_for(what, after, timeout, |seen| seen.change == change)
+            .await
     }
 
     /// How many times an object appeared at or after `after` (registrations, for a webhook
@@ -218,7 +234,7 @@ async fn record<K>(
     seen: Arc<Mutex<Vec<Seen<K>>>>,
     errors: Arc<Mutex<Vec<String>>>,
 ) where
-    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K: Recordable,
 {
     let mut known: BTreeSet<String> = BTreeSet::new();
     let mut relisted: BTreeSet<String> = BTreeSet::new();

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use initializer_crds::constants::MEMORY_LIMIT_ENV;
-use initializer_crds::images;
 use initializer_e2e::fixtures;
 use initializer_e2e::load::{self, CreateLoad};
 use initializer_e2e::ops;
@@ -28,7 +27,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 
-use crate::common::{self, LOAD_INTERVAL, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
+use crate::common::{self, LOAD_INTERVAL, STEP_TIMEOUT, s};
 
 /// Idle keep-alive connections the attacker keeps open (the figure).
 const IDLE_CONNECTIONS: usize = 1_000;
@@ -236,26 +235,10 @@ impl Attacker {
 /// The secret-guard example with one replica (and the default `failurePolicy: Fail`),
 /// registered; returns its name and its pod.
 async fn registered_guard(ctx: &Ctx) -> anyhow::Result<(String, Pod)> {
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("guard-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(ctx, "guard-init").await?;
     let name = ctx.scope.name("guard");
-    let initializer = fixtures::initializer(
-        &name,
-        json!({
-            "image": images::image("secret-guard-initializer"),
-            "namespace": workload_ns,
-            "replicas": 1,
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
-            "namespaces": fixtures::target_namespaces(&ctx.scope.target_selector()),
-        }),
-    )?;
-    let applied = Instant::now();
-    ctx.scope.create_initializer(&initializer).await?;
-    let (_, registered) = ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;
-    ctx.row
-        .update(|row| row.to_registered = Some(registered - applied));
+    let initializer = common::secret_guard(ctx, &name, &workload_ns, json!({"replicas": 1}))?;
+    common::apply_until_registered(ctx, &initializer).await?;
     let pods = ops::wait_pods_ready(&ctx.client(), &workload_ns, &name, 1, STEP_TIMEOUT).await?;
     let pod = pods
         .into_iter()

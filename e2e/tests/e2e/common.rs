@@ -10,7 +10,7 @@ use initializer_e2e::load::{self, Attempt, CreateLoad};
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::timings::CreateCount;
-use initializer_e2e::watch::Recorder;
+use initializer_e2e::watch::{Change, Recordable, Recorder, Seen};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -39,10 +39,47 @@ pub struct Sidecar {
     pub configurations: Recorder<MutatingWebhookConfiguration>,
 }
 
+/// A configuration's removal: what it is called, how long it may take.
+const REMOVED: (&str, Duration, Change) = (
+    "the configuration to be removed",
+    STEP_TIMEOUT,
+    Change::Deleted,
+);
+/// A configuration's return after an outage: what it is called, how long it may take.
+const BACK: (&str, Duration, Change) = (
+    "the configuration to come back",
+    REGISTER_TIMEOUT,
+    Change::Added,
+);
+
+/// A change of a webhook configuration, as recorded.
+pub type ConfigurationSeen = Seen<MutatingWebhookConfiguration>;
+
 impl Sidecar {
     /// The health policy in force.
     pub fn health(&self) -> HealthPolicy {
         self.initializer.spec.health_policy()
+    }
+
+    /// Waits (at most [`STEP_TIMEOUT`]) for its configuration to be removed at or after `since`.
+    pub async fn removed_after(&self, since: Instant) -> anyhow::Result<ConfigurationSeen> {
+        self.change_after(REMOVED, since).await
+    }
+
+    /// Waits (at most [`REGISTER_TIMEOUT`]) for its configuration to come back at or after
+    /// `since`.
+    pub async fn back_after(&self, since: Instant) -> anyhow::Result<ConfigurationSeen> {
+        self.change_after(BACK, since).await
+    }
+
+    async fn change_after(
+        &self,
+        (what, timeout, change): (&str, Duration, Change),
+        since: Instant,
+    ) -> anyhow::Result<ConfigurationSeen> {
+        self.configurations
+            .wait_change(what, since, timeout, change)
+            .await
     }
 
     /// The names of its live pods.
@@ -61,30 +98,147 @@ pub fn record_configurations(ctx: &Ctx, name: &str) -> Recorder<MutatingWebhookC
     )
 }
 
-/// Applies the tutorial's sidecar initializer in fresh namespaces and waits until it is
-/// registered and all its pods are ready. Records the time to registered in the row.
-pub async fn registered_sidecar(ctx: &Ctx, role: &str, health: Health) -> anyhow::Result<Sidecar> {
-    let workload_ns = ctx
-        .scope
-        .workload_namespace(&format!("{role}-init"), &ctx.env.operator_namespace)
-        .await?;
+/// Watches every object of kind `K` in `namespace`.
+pub fn record_namespaced<K>(ctx: &Ctx, namespace: &str) -> Recorder<K>
+where
+    K: Recordable + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    Recorder::start(
+        Api::namespaced(ctx.client(), namespace),
+        watcher::Config::default(),
+        |_| true,
+    )
+}
+
+/// Creates a busybox pod labelled `app=e2e-probe` with no annotations (an initializer that
+/// intercepts it adds its own) and returns what the API server stored.
+pub async fn create_probe_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Pod> {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "e2e-probe"}, "annotations": std::collections::BTreeMap::<String, String>::new()},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]},
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&kube::api::PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("failed to create pod {namespace}/{name}"))
+}
+
+/// A fresh namespace for an Initializer's workload, named for `role`, that the operator may
+/// deploy to.
+pub async fn workload_namespace(ctx: &Ctx, role: &str) -> anyhow::Result<String> {
+    ctx.scope
+        .workload_namespace(role, &ctx.env.operator_namespace)
+        .await
+}
+
+/// The tutorial's sidecar initializer `name` with the default health policy, its workload in
+/// `workload_ns`, selecting the scope's target namespaces.
+pub fn default_sidecar(ctx: &Ctx, name: &str, workload_ns: &str) -> anyhow::Result<Initializer> {
+    let target = ctx.scope.target_selector();
+    fixtures::sidecar_initializer(name, workload_ns, &target, Health::default())
+}
+
+/// The secret-guard example `name` (it refuses Secrets with a value shorter than 20
+/// characters), its workload in `workload_ns`, for Secrets in the scope's target namespaces;
+/// `extra` adds or replaces spec fields.
+pub fn secret_guard(
+    ctx: &Ctx,
+    name: &str,
+    workload_ns: &str,
+    extra: serde_json::Value,
+) -> anyhow::Result<Initializer> {
+    let mut spec = serde_json::json!({
+        "image": initializer_crds::images::image("secret-guard-initializer"),
+        "namespace": workload_ns,
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+        "namespaces": fixtures::target_namespaces(&ctx.scope.target_selector()),
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    fixtures::initializer(name, spec)
+}
+
+/// Applies `initializer` and waits until it is registered; records the time to registered in
+/// the row and returns when it was applied.
+pub async fn apply_until_registered(
+    ctx: &Ctx,
+    initializer: &Initializer,
+) -> anyhow::Result<Instant> {
+    let applied = Instant::now();
+    ctx.scope.create_initializer(initializer).await?;
+    let name = initializer.name_any();
+    let (_, registered) = ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;
+    ctx.row
+        .update(|row| row.to_registered = Some(registered - applied));
+    Ok(applied)
+}
+
+/// The tutorial's sidecar initializer for `role`, not yet applied: its name, its fresh
+/// namespaces (`<role>-init` for the workload, `<role>-apps` selected) and the Initializer.
+pub struct SidecarPlan {
+    /// The Initializer's name.
+    pub name: String,
+    /// The Initializer, with the given health policy.
+    pub initializer: Initializer,
+    /// Where its workload is to run.
+    pub workload_ns: String,
+    /// A namespace it selects.
+    pub target_ns: String,
+}
+
+/// Creates the namespaces of the tutorial's sidecar initializer for `role` and builds it.
+pub async fn sidecar_plan(ctx: &Ctx, role: &str, health: Health) -> anyhow::Result<SidecarPlan> {
+    let workload_ns = workload_namespace(ctx, &format!("{role}-init")).await?;
     let target_ns = ctx.scope.target_namespace(&format!("{role}-apps")).await?;
     let name = ctx.scope.name(role);
     let initializer =
         fixtures::sidecar_initializer(&name, &workload_ns, &ctx.scope.target_selector(), health)?;
-    let configurations = record_configurations(ctx, &name);
-    let applied = Instant::now();
-    ctx.scope.create_initializer(&initializer).await?;
-    ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;
-    let registered = configurations
+    Ok(SidecarPlan {
+        name,
+        initializer,
+        workload_ns,
+        target_ns,
+    })
+}
+
+/// Waits until a configuration recorded at or after `applied` carries the spec's values (not
+/// the fail-open ones it is registered with while its route is proven).
+pub async fn with_spec_values(
+    configurations: &Recorder<MutatingWebhookConfiguration>,
+    applied: Instant,
+) -> anyhow::Result<ConfigurationSeen> {
+    configurations
         .wait_for(
             "the configuration with the spec's values",
             applied,
             STEP_TIMEOUT,
-            |s| s.change != initializer_e2e::watch::Change::Deleted && !ops::is_proving(&s.object),
+            |s| s.change != Change::Deleted && !ops::is_proving(&s.object),
         )
-        .await?
-        .at;
+        .await
+}
+
+/// Applies the tutorial's sidecar initializer in fresh namespaces and waits until it is
+/// registered and all its pods are ready. Records the time to registered in the row.
+pub async fn registered_sidecar(ctx: &Ctx, role: &str, health: Health) -> anyhow::Result<Sidecar> {
+    let SidecarPlan {
+        name,
+        initializer,
+        workload_ns,
+        target_ns,
+    } = sidecar_plan(ctx, role, health).await?;
+    let configurations = record_configurations(ctx, &name);
+    let applied = Instant::now();
+    ctx.scope.create_initializer(&initializer).await?;
+    ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;
+    let registered = with_spec_values(&configurations, applied).await?.at;
     ctx.row
         .update(|row| row.to_registered = Some(registered - applied));
     let replicas = usize::try_from(initializer.spec.replicas).unwrap_or(1);

@@ -18,7 +18,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT};
+use crate::common::{self, STEP_TIMEOUT};
 
 /// Creates after the webhook's pods are deleted.
 const CREATES: usize = 30;
@@ -58,11 +58,7 @@ pub async fn preset_in_the_api_server(ctx: &Ctx) -> anyhow::Result<InApiServer> 
             "replicas": 1,
         }),
     )?;
-    let applied = Instant::now();
-    ctx.scope.create_initializer(&initializer).await?;
-    let (_, registered) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
-    ctx.row
-        .update(|row| row.to_registered = Some(registered - applied));
+    let applied = common::apply_until_registered(ctx, &initializer).await?;
 
     let in_api_server = wait::until("the preset in the API server", STEP_TIMEOUT, || async {
         let found = ops::initializer(&client, &name).await?;

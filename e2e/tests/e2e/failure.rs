@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use initializer_crds::{Initializer, Phase, images};
+use initializer_crds::{Initializer, Phase};
 use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::load::{self, CreateLoad};
 use initializer_e2e::ops;
@@ -162,15 +162,7 @@ async fn measure_fail_open(
     sidecar: &common::Sidecar,
     failed_at: Instant,
 ) -> anyhow::Result<Instant> {
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to be removed",
-            failed_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await?;
+    let removed = sidecar.removed_after(failed_at).await?;
     ops::wait_phase(
         &ctx.client(),
         &sidecar.name,
@@ -265,15 +257,7 @@ pub async fn crashed_initializer_is_deregistered_by_its_endpoints(ctx: Ctx) -> a
     tokio::time::sleep(Duration::from_secs(1)).await;
     let killed_at = Instant::now();
     common::kill_all(&ctx, &sidecar).await?;
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to be removed",
-            killed_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await;
+    let removed = sidecar.removed_after(killed_at).await;
     let back = match &removed {
         Ok(_) => ops::wait_registered(&ctx.client(), &sidecar.name, REGISTER_TIMEOUT)
             .await
@@ -320,27 +304,11 @@ pub async fn recovered_initializer_is_registered_again_without_a_storm(
     common::random_phase(&health).await;
     let frozen_at = Instant::now();
     let frozen = common::freeze_all(&ctx, &sidecar).await?;
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to be removed",
-            frozen_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await;
+    let removed = sidecar.removed_after(frozen_at).await;
     let load = common::deployment_load(&ctx, &sidecar.target_ns, "load")?;
     let thawed_at = Instant::now();
     let thawed = common::thaw_all(&ctx, &sidecar, &frozen).await;
-    let back = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to come back",
-            thawed_at,
-            REGISTER_TIMEOUT,
-            |s| s.change == Change::Added,
-        )
-        .await;
+    let back = sidecar.back_after(thawed_at).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let attempts = load.stop().await;
     thawed?;
@@ -471,22 +439,11 @@ pub async fn fallback_refuses_short_secrets_while_the_guard_is_down(
         "../../../examples/secret-guard-initializer.yaml"
     ))
     .context("failed to read examples/secret-guard-initializer.yaml")?;
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("guard-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "guard-init").await?;
     let target_ns = ctx.scope.target_namespace("guard-apps").await?;
     let name = ctx.scope.name("guard");
-    let initializer = fixtures::initializer(
-        &name,
-        json!({
-            "image": images::image("secret-guard-initializer"),
-            "namespace": workload_ns,
-            "rules": example.spec.rules,
-            "namespaces": fixtures::target_namespaces(&ctx.scope.target_selector()),
-            "fallback": example.spec.fallback,
-        }),
-    )?;
+    let example_fields = json!({"rules": example.spec.rules, "fallback": example.spec.fallback});
+    let initializer = common::secret_guard(&ctx, &name, &workload_ns, example_fields)?;
     let configurations = common::record_configurations(&ctx, &name);
     let label = name.clone();
     let bindings: Recorder<ValidatingAdmissionPolicyBinding> = Recorder::start(
@@ -498,11 +455,7 @@ pub async fn fallback_refuses_short_secrets_while_the_guard_is_down(
                 .is_some_and(|v| *v == label)
         },
     );
-    let applied = Instant::now();
-    ctx.scope.create_initializer(&initializer).await?;
-    let (_, registered) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
-    ctx.row
-        .update(|row| row.to_registered = Some(registered - applied));
+    common::apply_until_registered(&ctx, &initializer).await?;
     ops::wait_pods_ready(&client, &workload_ns, &name, 2, STEP_TIMEOUT).await?;
 
     let secrets = Api::<Secret>::namespaced(client.clone(), &target_ns);

@@ -14,7 +14,6 @@ use initializer_e2e::fixtures;
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::timings::Missed;
-use initializer_e2e::watch::Change;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhook;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
@@ -203,15 +202,7 @@ pub async fn forged_marks_do_not_hide_objects_from_the_missed_count(
     let frozen_wall = Timestamp::now();
     let frozen_at = Instant::now();
     let frozen = common::freeze_all(&ctx, &sidecar).await?;
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to be removed",
-            frozen_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await;
+    let removed = sidecar.removed_after(frozen_at).await;
     let forged = async {
         removed?;
         let mut created = Vec::new();

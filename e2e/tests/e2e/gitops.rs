@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use initializer_crds::{Initializer, Phase};
-use initializer_e2e::fixtures::{self, Health};
+use initializer_e2e::fixtures::Health;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::{ops, paths};
@@ -55,17 +55,9 @@ pub async fn gitops_tools_judge_each_phase_by_its_conditions(ctx: Ctx) -> anyhow
         .await?;
 
     // An image no node can run: the workload never becomes ready.
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("never-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "never-init").await?;
     let never = ctx.scope.name("never");
-    let mut initializer = fixtures::sidecar_initializer(
-        &never,
-        &workload_ns,
-        &ctx.scope.target_selector(),
-        Health::default(),
-    )?;
+    let mut initializer = common::default_sidecar(&ctx, &never, &workload_ns)?;
     initializer.spec.image = Some("registry.invalid/initializer-never:0".to_string());
     ctx.scope.create_initializer(&initializer).await?;
     ops::wait_phase(&client, &never, Phase::Deploying, REGISTER_TIMEOUT).await?;
@@ -103,12 +95,7 @@ pub async fn gitops_tools_judge_each_phase_by_its_conditions(ctx: Ctx) -> anyhow
     // A spec the operator refuses: its workload namespace was never allowed.
     let unlabelled_ns = ctx.scope.outside_namespace("refused-init").await?;
     let refused = ctx.scope.name("refused");
-    let initializer = fixtures::sidecar_initializer(
-        &refused,
-        &unlabelled_ns,
-        &ctx.scope.target_selector(),
-        Health::default(),
-    )?;
+    let initializer = common::default_sidecar(&ctx, &refused, &unlabelled_ns)?;
     ctx.scope.create_initializer(&initializer).await?;
     ops::wait_phase(&client, &refused, Phase::Invalid, STEP_TIMEOUT).await?;
     let failed = judge.judged(&api, &refused, ("Failed", "Degraded")).await?;

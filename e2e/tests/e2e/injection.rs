@@ -162,10 +162,7 @@ async fn registered_example(
     rules: Value,
     extra: Value,
 ) -> anyhow::Result<String> {
-    let workload_ns = ctx
-        .scope
-        .workload_namespace(&format!("{role}-init"), &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(ctx, &format!("{role}-init")).await?;
     let name = ctx.scope.name(role);
     let mut spec = json!({
         "image": images::image(binary),
@@ -369,10 +366,7 @@ fn new_fields<'a>(containers: Option<&'a Value>, env: Option<&'a Value>) -> (&'a
 /// preset's configuration the operator writes, and not in the pod the preset injects.
 pub async fn preset_keeps_pod_fields_newer_than_1_33(ctx: Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("current-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "current-init").await?;
     let name = ctx.scope.name("current");
     let initializer = fixtures::initializer(
         &name,
@@ -390,11 +384,7 @@ pub async fn preset_keeps_pod_fields_newer_than_1_33(ctx: Ctx) -> anyhow::Result
             "replicas": 1,
         }),
     )?;
-    let applied = Instant::now();
-    ctx.scope.create_initializer(&initializer).await?;
-    let (_, registered) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
-    ctx.row
-        .update(|row| row.to_registered = Some(registered - applied));
+    common::apply_until_registered(&ctx, &initializer).await?;
     let expected = (&restart_rules(), &file_key_ref());
 
     let stored = serde_json::to_value(ops::initializer(&client, &name).await?)?;

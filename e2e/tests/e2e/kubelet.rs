@@ -217,10 +217,7 @@ pub async fn logs_and_exec_reach_the_operator_and_an_initializer(ctx: Ctx) -> an
 pub async fn restricted_pod_security_runs_initializers_without_warnings(
     ctx: Ctx,
 ) -> anyhow::Result<()> {
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("restricted-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "restricted-init").await?;
     let level = json!({"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/warn": "restricted",
@@ -232,12 +229,7 @@ pub async fn restricted_pod_security_runs_initializers_without_warnings(
         .with_context(|| format!("failed to label {workload_ns} restricted"))?;
     let target_ns = ctx.scope.target_namespace("restricted-apps").await?;
     let name = ctx.scope.name("restricted");
-    let initializer = fixtures::sidecar_initializer(
-        &name,
-        &workload_ns,
-        &ctx.scope.target_selector(),
-        Health::default(),
-    )?;
+    let initializer = common::default_sidecar(&ctx, &name, &workload_ns)?;
     let applied = Instant::now();
     ctx.scope.create_initializer(&initializer).await?;
     ops::wait_registered(&ctx.client(), &name, REGISTER_TIMEOUT).await?;

@@ -9,11 +9,10 @@
 //! list at all. The exception, the legacy backend asked for where the API is not served
 //! (`legacy_backend_without_the_api_is_invalid_and_deploys_nothing`), runs on every backend.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use initializer_crds::{Initializer, images};
+use initializer_crds::Initializer;
 use initializer_e2e::fixtures::{self, Health, LEGACY_BACKEND, SIDECAR_CONTAINER};
 use initializer_e2e::legacy::{self, InitializerConfiguration, PendingRecorder};
 use initializer_e2e::load;
@@ -21,7 +20,7 @@ use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::timings::Released;
 use initializer_e2e::wait::{self, Check};
-use initializer_e2e::watch::{Change, Recorder};
+use initializer_e2e::watch::{Change, Recorder, Seen};
 use initializer_packaging::readiness::deployment_available;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -30,7 +29,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, s};
+use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, SidecarPlan, s};
 use crate::forgery;
 
 /// Slack on top of a computed budget for a busy two-core machine (as for the webhook backend).
@@ -52,6 +51,21 @@ struct LegacySidecar {
     configurations: Recorder<InitializerConfiguration>,
 }
 
+impl LegacySidecar {
+    /// Waits (at most [`STEP_TIMEOUT`]) for its InitializerConfiguration to be removed at or
+    /// after `since`.
+    async fn removed_after(
+        &self,
+        since: Instant,
+    ) -> anyhow::Result<Seen<InitializerConfiguration>> {
+        let what = "the InitializerConfiguration to be removed";
+        let removal = self
+            .configurations
+            .wait_change(what, since, STEP_TIMEOUT, Change::Deleted);
+        removal.await
+    }
+}
+
 fn record_configurations(ctx: &Ctx, name: &str) -> Recorder<InitializerConfiguration> {
     let name = name.to_string();
     Recorder::start(
@@ -70,31 +84,24 @@ async fn registered_legacy_sidecar(
     health: Health,
 ) -> anyhow::Result<LegacySidecar> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace(&format!("{role}-init"), &ctx.env.operator_namespace)
-        .await?;
-    let target_ns = ctx.scope.target_namespace(&format!("{role}-apps")).await?;
-    let name = ctx.scope.name(role);
-    let initializer = fixtures::with_backend(
-        &fixtures::sidecar_initializer(&name, &workload_ns, &ctx.scope.target_selector(), health)?,
-        LEGACY_BACKEND,
-    )?;
-    let deployments: Recorder<Deployment> = Recorder::start(
-        Api::namespaced(client.clone(), &workload_ns),
-        watcher::Config::default(),
-        |_| true,
-    );
+    let SidecarPlan {
+        name,
+        initializer,
+        workload_ns,
+        target_ns,
+    } = common::sidecar_plan(ctx, role, health).await?;
+    let initializer = fixtures::with_backend(&initializer, LEGACY_BACKEND)?;
+    let deployments: Recorder<Deployment> = common::record_namespaced(ctx, &workload_ns);
     let configurations = record_configurations(ctx, &name);
     let applied = Instant::now();
     ctx.scope.create_initializer(&initializer).await?;
     legacy::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
     let added = configurations
-        .wait_for(
+        .wait_change(
             "the InitializerConfiguration to appear",
             applied,
             STEP_TIMEOUT,
-            |s| s.change == Change::Added,
+            Change::Added,
         )
         .await?;
     let available = deployments
@@ -515,15 +522,7 @@ pub async fn legacy_crashed_initializer_is_deregistered_by_its_endpoints(
             .kill_pod(&sidecar.workload_ns, &pod.name_any())
             .await?;
     }
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the InitializerConfiguration to be removed",
-            killed_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await;
+    let removed = sidecar.removed_after(killed_at).await;
     let back = match &removed {
         Ok(_) => legacy::wait_registered(&client, &sidecar.name, REGISTER_TIMEOUT)
             .await
@@ -573,15 +572,7 @@ async fn measure_release(
     path: &str,
     failed_at: Instant,
 ) -> anyhow::Result<(Instant, Instant)> {
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the InitializerConfiguration to be removed",
-            failed_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await?;
+    let removed = sidecar.removed_after(failed_at).await?;
     let client = ctx.client();
     let released = wait::until(
         format!("no object pending on {}", sidecar.pending_name),
@@ -606,10 +597,7 @@ async fn measure_release(
 /// `kube-system` and the operator's namespace are created and never intercepted.
 pub async fn legacy_own_pods_never_deadlock(ctx: Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "init").await?;
     let target_ns = ctx.scope.target_namespace("apps").await?;
     let name = ctx.scope.name("all-pods");
     let mark = format!("e2e.initializer.dev/seen-by-{}", ctx.scope.id());
@@ -634,7 +622,7 @@ pub async fn legacy_own_pods_never_deadlock(ctx: Ctx) -> anyhow::Result<()> {
     let pods = ops::wait_pods_ready(&client, &workload_ns, &name, replicas, STEP_TIMEOUT).await?;
     let marked = |pod: &Pod| pod.annotations().contains_key(&mark);
 
-    let probe = create_pod(&client, &target_ns, "probe").await?;
+    let probe = common::create_probe_pod(&client, &target_ns, "probe").await?;
     ensure!(
         marked(&probe),
         "a pod in {target_ns} was not initialized by the legacy initializer: annotations {:?}",
@@ -687,14 +675,16 @@ pub async fn legacy_own_pods_never_deadlock(ctx: Ctx) -> anyhow::Result<()> {
         s(ready_at - deleted),
         s(back - deleted)
     );
-    let after = create_pod(&client, &target_ns, "after").await?;
+    let after = common::create_probe_pod(&client, &target_ns, "after").await?;
     ensure!(
         marked(&after),
         "after its pods were replaced, a pod in {target_ns} was not initialized"
     );
 
     for namespace in ["kube-system", ctx.env.operator_namespace.as_str()] {
-        let pod = create_pod(&client, namespace, &format!("e2e-probe-{}", ctx.scope.id())).await?;
+        let pod =
+            common::create_probe_pod(&client, namespace, &format!("e2e-probe-{}", ctx.scope.id()))
+                .await?;
         let intercepted = marked(&pod);
         Api::<Pod>::namespaced(client.clone(), namespace)
             .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
@@ -715,22 +705,11 @@ pub async fn legacy_denial_fails_the_create_with_the_handlers_message(
     ctx: Ctx,
 ) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("guard-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "guard-init").await?;
     let target = ctx.scope.target_namespace("apps").await?;
     let name = ctx.scope.name("guard");
     let initializer = fixtures::with_backend(
-        &fixtures::initializer(
-            &name,
-            json!({
-                "image": images::image("secret-guard-initializer"),
-                "namespace": workload_ns,
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
-                "namespaces": fixtures::target_namespaces(&ctx.scope.target_selector()),
-            }),
-        )?,
+        &common::secret_guard(&ctx, &name, &workload_ns, json!({}))?,
         LEGACY_BACKEND,
     )?;
     let applied = Instant::now();
@@ -804,18 +783,10 @@ pub async fn legacy_backend_without_the_api_is_invalid_and_deploys_nothing(
          scenario needs an API server without them",
         ctx.env.target.name()
     );
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "init").await?;
     let name = ctx.scope.name("legacy");
     let initializer = fixtures::with_backend(
-        &fixtures::sidecar_initializer(
-            &name,
-            &workload_ns,
-            &ctx.scope.target_selector(),
-            Health::default(),
-        )?,
+        &common::default_sidecar(&ctx, &name, &workload_ns)?,
         LEGACY_BACKEND,
     )?;
     ctx.scope.create_initializer(&initializer).await?;
@@ -934,22 +905,14 @@ pub async fn legacy_bad_names_are_refused_with_the_eras_messages(ctx: Ctx) -> an
         "a Deployment pending on `short.io` should be refused with 422 naming the field; got {code}: {body}"
     );
 
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "init").await?;
     // 230 characters of Initializer name leave no room for `.<namespace>.initializer-operator.io`
     // within the 253 a pending name may have.
     let long = format!("e2e-{}-{}", ctx.scope.id(), "x".repeat(220));
     let updates = ctx.scope.name("updates");
     let base = |name: &str| {
         fixtures::with_backend(
-            &fixtures::sidecar_initializer(
-                name,
-                &workload_ns,
-                &ctx.scope.target_selector(),
-                Health::default(),
-            )?,
+            &common::default_sidecar(&ctx, name, &workload_ns)?,
             LEGACY_BACKEND,
         )
     };
@@ -1105,17 +1068,4 @@ async fn wait_pod_of(
         },
     )
     .await
-}
-
-async fn create_pod(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Pod> {
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "e2e-probe"}, "annotations": BTreeMap::<String, String>::new()},
-        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]},
-    }))?;
-    Api::<Pod>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &pod)
-        .await
-        .with_context(|| format!("failed to create pod {namespace}/{name}"))
 }

@@ -19,7 +19,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -32,16 +31,8 @@ pub async fn deletion_removes_the_configuration_before_the_workload(
 ) -> anyhow::Result<()> {
     let client = ctx.client();
     let sidecar = common::registered_sidecar(&ctx, "delete", Health::default()).await?;
-    let deployments: Recorder<Deployment> = Recorder::start(
-        Api::namespaced(client.clone(), &sidecar.workload_ns),
-        watcher::Config::default(),
-        |_| true,
-    );
-    let pods: Recorder<Pod> = Recorder::start(
-        Api::namespaced(client.clone(), &sidecar.workload_ns),
-        watcher::Config::default(),
-        |_| true,
-    );
+    let deployments: Recorder<Deployment> = common::record_namespaced(&ctx, &sidecar.workload_ns);
+    let pods: Recorder<Pod> = common::record_namespaced(&ctx, &sidecar.workload_ns);
     let load = common::deployment_load(&ctx, &sidecar.target_ns, "load")?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let deleted_at = Instant::now();
@@ -52,15 +43,7 @@ pub async fn deletion_removes_the_configuration_before_the_workload(
     let going = |s: &initializer_e2e::watch::Seen<Deployment>| {
         s.change == Change::Deleted || s.object.metadata.deletion_timestamp.is_some()
     };
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to be removed",
-            deleted_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await;
+    let removed = sidecar.removed_after(deleted_at).await;
     let workload_going = deployments
         .wait_for("the workload to go", deleted_at, STEP_TIMEOUT, going)
         .await;
@@ -148,16 +131,7 @@ pub async fn suspended_initializer_stays_deregistered_until_resumed(
     let suspended_at = Instant::now();
     api.patch(&sidecar.name, &PatchParams::default(), &set_suspend(true))
         .await?;
-    let removed = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to be removed",
-            suspended_at,
-            STEP_TIMEOUT,
-            |s| s.change == Change::Deleted,
-        )
-        .await?
-        .at;
+    let removed = sidecar.removed_after(suspended_at).await?.at;
     ops::wait_phase(&client, &sidecar.name, Phase::Suspended, STEP_TIMEOUT).await?;
     ctx.row
         .update(|row| row.failure_to_deregistered = Some(removed - suspended_at));
@@ -195,16 +169,7 @@ pub async fn suspended_initializer_stays_deregistered_until_resumed(
     let resumed_at = Instant::now();
     api.patch(&sidecar.name, &PatchParams::default(), &set_suspend(false))
         .await?;
-    let back = sidecar
-        .configurations
-        .wait_for(
-            "the configuration to come back",
-            resumed_at,
-            REGISTER_TIMEOUT,
-            |s| s.change == Change::Added,
-        )
-        .await?
-        .at;
+    let back = sidecar.back_after(resumed_at).await?.at;
     ctx.row
         .update(|row| row.recovery_to_registered = Some(back - resumed_at));
     let registrations = sidecar.configurations.additions_since(suspended_at);
@@ -226,10 +191,7 @@ pub async fn suspended_initializer_stays_deregistered_until_resumed(
 /// are refused by the schema or marked `Valid=False`, and nothing is registered for them.
 pub async fn bad_input_is_refused_and_registers_nothing(ctx: Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "init").await?;
     // A namespace nobody allowed for workloads (no initializer.dev/workloads label).
     let unlabelled_ns = ctx.scope.outside_namespace("unlabelled-init").await?;
     let image = initializer_crds::images::image("sidecar-initializer");
@@ -458,17 +420,9 @@ pub async fn operator_killed_mid_rollout_converges_without_duplicates_or_orphans
     let client = ctx.client();
     let leaving = common::registered_sidecar(&ctx, "leaving", Health::default()).await?;
 
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("arriving-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "arriving-init").await?;
     let name = ctx.scope.name("arriving");
-    let arriving = fixtures::sidecar_initializer(
-        &name,
-        &workload_ns,
-        &ctx.scope.target_selector(),
-        Health::default(),
-    )?;
+    let arriving = common::default_sidecar(&ctx, &name, &workload_ns)?;
     let configurations = common::record_configurations(&ctx, &name);
     let (_, leader_pod) = leader(&ctx).await?;
     let applied = Instant::now();

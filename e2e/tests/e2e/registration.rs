@@ -1,7 +1,6 @@
 //! Registration: never before the initializer is ready and answering, and never for its own
 //! pods or the system namespaces.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -14,8 +13,7 @@ use initializer_e2e::watch::{Change, Recorder};
 use initializer_packaging::readiness::deployment_available;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use kube::api::{DeleteParams, PostParams};
-use kube::runtime::watcher;
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -37,17 +35,9 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
 
     // 1. An initializer whose image cannot run: its Deployment never becomes available, so
     //    nothing may ever be registered.
-    let stuck_ns = ctx
-        .scope
-        .workload_namespace("stuck-init", &ctx.env.operator_namespace)
-        .await?;
+    let stuck_ns = common::workload_namespace(&ctx, "stuck-init").await?;
     let stuck = ctx.scope.name("stuck");
-    let mut spec = fixtures::sidecar_initializer(
-        &stuck,
-        &stuck_ns,
-        &ctx.scope.target_selector(),
-        Health::default(),
-    )?;
+    let mut spec = common::default_sidecar(&ctx, &stuck, &stuck_ns)?;
     spec.spec.image = Some(format!(
         "{}/no-such-initializer:{}",
         images::REGISTRY,
@@ -95,22 +85,10 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
     probe_failure_blocks_registration(&ctx).await?;
 
     // 3. A working initializer: watch its Deployment and its configuration and check the order.
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "init").await?;
     let name = ctx.scope.name("sidecar");
-    let initializer = fixtures::sidecar_initializer(
-        &name,
-        &workload_ns,
-        &ctx.scope.target_selector(),
-        Health::default(),
-    )?;
-    let deployments: Recorder<Deployment> = Recorder::start(
-        Api::namespaced(client.clone(), &workload_ns),
-        watcher::Config::default(),
-        |_| true,
-    );
+    let initializer = common::default_sidecar(&ctx, &name, &workload_ns)?;
+    let deployments: Recorder<Deployment> = common::record_namespaced(&ctx, &workload_ns);
     let configurations = common::record_configurations(&ctx, &name);
     let applied = Instant::now();
     ctx.scope.create_initializer(&initializer).await?;
@@ -120,14 +98,7 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
             s.change == Change::Added
         })
         .await?;
-    let registered = configurations
-        .wait_for(
-            "the configuration with the spec's values",
-            applied,
-            STEP_TIMEOUT,
-            |s| s.change != Change::Deleted && !ops::is_proving(&s.object),
-        )
-        .await?;
+    let registered = common::with_spec_values(&configurations, applied).await?;
     ctx.row
         .update(|row| row.to_registered = Some(registered.at - applied));
     let available = deployments
@@ -192,10 +163,7 @@ pub async fn initializer_is_registered_only_after_its_pods_are_ready(
 /// not answer, then thaws them and checks it registers only then.
 async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("mute-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(ctx, "mute-init").await?;
     let name = ctx.scope.name("mute");
     let health = Health {
         success_threshold: Some(SUCCESS_THRESHOLD_MAX),
@@ -203,11 +171,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
     };
     let initializer =
         fixtures::sidecar_initializer(&name, &workload_ns, &ctx.scope.target_selector(), health)?;
-    let deployments: Recorder<Deployment> = Recorder::start(
-        Api::namespaced(client.clone(), &workload_ns),
-        watcher::Config::default(),
-        |_| true,
-    );
+    let deployments: Recorder<Deployment> = common::record_namespaced(ctx, &workload_ns);
     let configurations = common::record_configurations(ctx, &name);
     let applied = Instant::now();
     ctx.scope.create_initializer(&initializer).await?;
@@ -220,11 +184,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
         )
         .await?;
     let available_at = Instant::now();
-    let pods: Vec<String> = ops::workload_pods(&client, &workload_ns, &name)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
+    let pods = common::pod_names(ctx, &workload_ns, &name).await?;
     futures::future::try_join_all(
         pods.iter()
             .map(|pod| ctx.env.target.freeze_pod(&workload_ns, pod)),
@@ -252,22 +212,15 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
         },
     )
     .await;
-    let live: Vec<String> = ops::workload_pods(&client, &workload_ns, &name)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    for pod in pods.iter().filter(|p| live.contains(p)) {
-        ctx.env.target.thaw_pod(&workload_ns, pod).await?;
-    }
+    common::thaw_pods(ctx, &workload_ns, &name, &pods).await?;
     held.with_context(|| format!("configurations: {}", configurations.summary()))?;
     let thawed_at = Instant::now();
     let added = configurations
-        .wait_for(
+        .wait_change(
             "the configuration once the initializer answers",
             thawed_at,
             REGISTER_TIMEOUT,
-            |s| s.change == Change::Added,
+            Change::Added,
         )
         .await?;
     eprintln!(
@@ -283,10 +236,7 @@ async fn probe_failure_blocks_registration(ctx: &Ctx) -> anyhow::Result<()> {
 /// never sent to it.
 pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "init").await?;
     let target_ns = ctx.scope.target_namespace("apps").await?;
     let name = ctx.scope.name("all-pods");
     let mark = format!("e2e.initializer.dev/seen-by-{}", ctx.scope.id());
@@ -301,16 +251,12 @@ pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> a
             "engine": "Webhook",
         }),
     )?;
-    let applied = Instant::now();
-    ctx.scope.create_initializer(&initializer).await?;
-    let (_, registered) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
-    ctx.row
-        .update(|row| row.to_registered = Some(registered - applied));
+    common::apply_until_registered(&ctx, &initializer).await?;
     let pods = ops::wait_pods_ready(&client, &workload_ns, &name, 2, STEP_TIMEOUT).await?;
     let marked = |pod: &Pod| pod.annotations().contains_key(&mark);
 
     // A pod in a selected namespace is intercepted: the preset's annotation proves it.
-    let probe = create_pod(&client, &target_ns, "probe").await?;
+    let probe = common::create_probe_pod(&client, &target_ns, "probe").await?;
     ensure!(
         marked(&probe),
         "a pod in {target_ns} was not intercepted: annotations {:?}",
@@ -355,7 +301,7 @@ pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> a
         "own pods replaced and registered again {} after deletion",
         s(back - deleted)
     );
-    let after = create_pod(&client, &target_ns, "after").await?;
+    let after = common::create_probe_pod(&client, &target_ns, "after").await?;
     ensure!(
         marked(&after),
         "after its pods were replaced, a pod in {target_ns} was not intercepted"
@@ -373,7 +319,9 @@ pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> a
                 "namespace {namespace} does not exist; the API server should create the system namespaces"
             );
         }
-        let pod = create_pod(&client, namespace, &format!("e2e-probe-{}", ctx.scope.id())).await?;
+        let pod =
+            common::create_probe_pod(&client, namespace, &format!("e2e-probe-{}", ctx.scope.id()))
+                .await?;
         let intercepted = marked(&pod);
         Api::<Pod>::namespaced(client.clone(), namespace)
             .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
@@ -385,19 +333,6 @@ pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> a
         );
     }
     Ok(())
-}
-
-async fn create_pod(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<Pod> {
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "e2e-probe"}, "annotations": BTreeMap::<String, String>::new()},
-        "spec": {"containers": [{"name": "app", "image": "busybox:1.36", "command": ["sleep", "3600"]}]},
-    }))?;
-    Api::<Pod>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &pod)
-        .await
-        .with_context(|| format!("failed to create pod {namespace}/{name}"))
 }
 
 /// How long the scenario below holds the API server's route refused once the initializer is
@@ -413,18 +348,10 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
     ctx: Ctx,
 ) -> anyhow::Result<()> {
     let client = ctx.client();
-    let workload_ns = ctx
-        .scope
-        .workload_namespace("routeless-init", &ctx.env.operator_namespace)
-        .await?;
+    let workload_ns = common::workload_namespace(&ctx, "routeless-init").await?;
     let target_ns = ctx.scope.target_namespace("routeless-apps").await?;
     let name = ctx.scope.name("routeless");
-    let initializer = fixtures::sidecar_initializer(
-        &name,
-        &workload_ns,
-        &ctx.scope.target_selector(),
-        Health::default(),
-    )?;
+    let initializer = common::default_sidecar(&ctx, &name, &workload_ns)?;
     ensure!(
         initializer.spec.failure_policy == initializer_crds::FailurePolicy::Fail,
         "the scenario needs failurePolicy Fail, which a refused route would turn into refused creates"

@@ -8,21 +8,19 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use initializer_crds::Initializer;
 use initializer_e2e::env::Env;
 use initializer_e2e::fixtures::{self, Health, LEGACY_BACKEND};
 use initializer_e2e::legacy::{self, InitializerConfiguration};
-use initializer_e2e::load::{Attempt, CreateLoad};
+use initializer_e2e::load::Attempt;
 use initializer_e2e::ops;
 use initializer_e2e::watch::{Change, Recorder};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
 use super::{
-    APPS_NS, DEMO_LABEL, FIELD_MANAGER, INITIALIZER, TIMEOUT, WORKLOAD_NS, allow_workloads,
-    apply_namespace, explain, print_attempts, print_pods, say, settled_after, step, wait_app_pod,
+    APPS_NS, INITIALIZER, TIMEOUT, WORKLOAD_NS, apply_deployment, apply_initializer, explain,
+    look_around, note_first, prepare_namespaces, print_from, print_pods, recover, say,
+    settled_after, step, wait_app_pod, web_load,
 };
 
 /// The story, act by act; waits for Ctrl-C at the end.
@@ -33,18 +31,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     step(
         "1. the walkthrough's sidecar initializer, registered the Kubernetes 1.7 way (spec.backend: InitializerConfiguration)",
     );
-    apply_namespace(
-        &client,
-        WORKLOAD_NS,
-        Some((
-            initializer_crds::constants::WORKLOADS_LABEL,
-            initializer_crds::constants::WORKLOADS_LABEL_VALUE,
-        )),
-    )
-    .await?;
-    allow_workloads(&client, WORKLOAD_NS, &env.operator_namespace).await?;
-    apply_namespace(&client, APPS_NS, Some(DEMO_LABEL)).await?;
-    let target = (DEMO_LABEL.0.to_string(), DEMO_LABEL.1.to_string());
+    let target = prepare_namespaces(env, &client).await?;
     let initializer = fixtures::with_backend(
         &fixtures::sidecar_initializer(INITIALIZER, WORKLOAD_NS, &target, Health::default())?,
         LEGACY_BACKEND,
@@ -53,15 +40,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         Recorder::start(Api::all(client.clone()), watcher::Config::default(), |c| {
             legacy::belongs_to(c, INITIALIZER)
         });
-    let applied = Instant::now();
-    Api::<Initializer>::all(client.clone())
-        .patch(
-            INITIALIZER,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&initializer),
-        )
-        .await
-        .context("failed to apply the sidecar Initializer")?;
+    let applied = apply_initializer(&client, &initializer).await?;
     say(&format!(
         "applied Initializer {INITIALIZER} with backend {LEGACY_BACKEND}: the initializer runs as a controller watching Deployments with includeUninitialized=true"
     ));
@@ -88,12 +67,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     );
     for (name, annotated) in [("nginx", false), ("nginx-with-annotation", true)] {
         let deployment = fixtures::nginx_deployment(name, annotated, 1)?;
-        let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
-            .patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&deployment),
-            )
+        let created = apply_deployment(&client, &deployment)
             .await
             .with_context(|| format!("failed to apply Deployment {name}"))?;
         say(&format!(
@@ -122,26 +96,12 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     step(
         "3. the initializer stops: every pod frozen (the walkthrough's section 4: creates hang, objects stay uninitialized)",
     );
-    let pods: Vec<String> = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
+    let pods = ops::workload_pod_names(&client, WORKLOAD_NS, INITIALIZER).await?;
     let frozen_at = Instant::now();
     for pod in &pods {
         env.target.freeze_pod(WORKLOAD_NS, pod).await?;
     }
-    let template = fixtures::nginx_deployment("web", true, 0)?;
-    let load = CreateLoad::start(
-        Api::<Deployment>::namespaced(client.clone(), APPS_NS),
-        Duration::from_millis(500),
-        move |n| {
-            let mut deployment = template.clone();
-            deployment.metadata.name = Some(format!("web-{n}"));
-            deployment
-        },
-        fixtures::has_sidecar,
-    );
+    let load = web_load(&client)?;
     say(&format!(
         "froze {}; creating an annotated Deployment every 0.5s (each create waits for its pending list to empty)",
         pods.join(", ")
@@ -166,16 +126,13 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
     let mut released: Option<Instant> = None;
     let deadline = Instant::now() + TIMEOUT;
     loop {
-        if removed.is_none()
-            && let Some(seen) =
-                configurations.first_after(frozen_at, |s| s.change == Change::Deleted)
-        {
-            removed = Some(seen.at);
-            say(&format!(
-                "+{:.1}s the operator removed the InitializerConfiguration: new objects are no longer assigned to the initializer",
-                (seen.at - frozen_at).as_secs_f64()
-            ));
-        }
+        note_first(
+            &configurations,
+            frozen_at,
+            &mut removed,
+            |s| s.change == Change::Deleted,
+            "the operator removed the InitializerConfiguration: new objects are no longer assigned to the initializer",
+        );
         if removed.is_some()
             && released.is_none()
             && legacy::pending_on(&client, &path, &pending_name)
@@ -189,13 +146,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
                 (at - frozen_at).as_secs_f64()
             ));
         }
-        let mut attempts = load.attempts();
-        attempts.sort_by_key(|a| a.finished);
-        print_attempts(
-            attempts.get(printed..).unwrap_or_default(),
-            frozen_at,
-            not_injected(removed),
-        );
+        let attempts = print_from(load.attempts(), printed, frozen_at, not_injected(removed));
         printed = attempts.len();
         if settled_after(&attempts, released) || Instant::now() > deadline {
             break;
@@ -203,13 +154,7 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     say("waiting for the creates still in flight ...");
-    let mut attempts = load.stop().await;
-    attempts.sort_by_key(|a| a.finished);
-    print_attempts(
-        attempts.get(printed..).unwrap_or_default(),
-        frozen_at,
-        not_injected(removed),
-    );
+    let attempts = print_from(load.stop().await, printed, frozen_at, not_injected(removed));
     let failed = attempts.iter().filter(|a| !a.succeeded()).count();
     let longest = attempts
         .iter()
@@ -252,56 +197,24 @@ pub async fn story(env: &Env) -> anyhow::Result<()> {
         say(&format!("Event {}: {note}", legacy::RELEASED_EVENT_REASON));
     }
 
-    step("4. the initializer recovers: pods thawed");
-    let thawed_at = Instant::now();
-    let live: Vec<String> = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    for pod in pods.iter().filter(|p| live.contains(p)) {
-        env.target.thaw_pod(WORKLOAD_NS, pod).await?;
-    }
-    let back = configurations
-        .wait_for(
-            "the InitializerConfiguration to come back",
-            thawed_at,
-            TIMEOUT,
-            |s| s.change == Change::Added,
-        )
-        .await?;
-    say(&format!(
-        "+{:.1}s registered again, once the canary came back initialized",
-        (back.at - thawed_at).as_secs_f64()
-    ));
-    let after = fixtures::nginx_deployment("nginx-after", true, 1)?;
-    let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
-        .patch(
-            "nginx-after",
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&after),
-        )
-        .await?;
-    say(&format!(
-        "Deployment nginx-after created with containers {:?}",
-        fixtures::template_containers(&created)
-    ));
-    wait_app_pod(&client, "nginx-after").await?;
-    print_pods(&client, APPS_NS).await?;
+    let what = "the InitializerConfiguration to come back";
+    let again = "once the canary came back initialized";
+    recover(env, &pods, &configurations, what, again).await?;
 
     step("done: the sandbox keeps running until Ctrl-C");
-    explain(env);
-    say("  kubectl get initializers");
-    say("  kubectl get initializerconfigurations");
-    say(&format!("  kubectl get deploy,pods -n {APPS_NS}"));
-    say(&format!(
-        "  kubectl get --raw '{}?includeUninitialized=true'   # today's kubectl has no --include-uninitialized",
-        legacy::deployments_path(APPS_NS)
-    ));
-    tokio::signal::ctrl_c()
-        .await
-        .context("failed to wait for Ctrl-C")?;
-    Ok(())
+    look_around(
+        env,
+        &[
+            "  kubectl get initializers".to_string(),
+            "  kubectl get initializerconfigurations".to_string(),
+            format!("  kubectl get deploy,pods -n {APPS_NS}"),
+            format!(
+                "  kubectl get --raw '{}?includeUninitialized=true'   # today's kubectl has no --include-uninitialized",
+                legacy::deployments_path(APPS_NS)
+            ),
+        ],
+    )
+    .await
 }
 
 /// The legacy story's words for a create that was not injected; `removed`: when the

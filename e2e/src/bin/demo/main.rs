@@ -20,7 +20,7 @@ use initializer_e2e::load::{Attempt, CreateLoad};
 use initializer_e2e::ops;
 use initializer_e2e::target::TargetChoice;
 use initializer_e2e::wait::{self, Check};
-use initializer_e2e::watch::{Change, Recorder};
+use initializer_e2e::watch::{Change, Recordable, Recorder, Seen};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -94,35 +94,14 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     explain(env);
 
     step("1. the tutorial's sidecar initializer, as an Initializer");
-    // The workload namespace, allowed by an administrator as `docs/src/install/permissions.md`
-    // says: labelled, and the operator's workloads ClusterRole bound there.
-    apply_namespace(
-        &client,
-        WORKLOAD_NS,
-        Some((
-            initializer_crds::constants::WORKLOADS_LABEL,
-            initializer_crds::constants::WORKLOADS_LABEL_VALUE,
-        )),
-    )
-    .await?;
-    allow_workloads(&client, WORKLOAD_NS, &env.operator_namespace).await?;
-    apply_namespace(&client, APPS_NS, Some(DEMO_LABEL)).await?;
-    let target = (DEMO_LABEL.0.to_string(), DEMO_LABEL.1.to_string());
+    let target = prepare_namespaces(env, &client).await?;
     let initializer =
         fixtures::sidecar_initializer(INITIALIZER, WORKLOAD_NS, &target, Health::default())?;
     let configurations: Recorder<MutatingWebhookConfiguration> =
         Recorder::start(Api::all(client.clone()), watcher::Config::default(), |c| {
             ops::belongs_to(c, INITIALIZER)
         });
-    let applied = Instant::now();
-    Api::<Initializer>::all(client.clone())
-        .patch(
-            INITIALIZER,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&initializer),
-        )
-        .await
-        .context("failed to apply the sidecar Initializer")?;
+    let applied = apply_initializer(&client, &initializer).await?;
     say(&format!(
         "applied Initializer {INITIALIZER}: image {}, Deployments annotated {} in namespaces labelled {}={}",
         initializer.spec.image.clone().unwrap_or_default(),
@@ -140,12 +119,7 @@ async fn story(env: &Env) -> anyhow::Result<()> {
 
     step("2. the tutorial's nginx Deployment gets the sidecar");
     let nginx = fixtures::nginx_deployment("nginx", true, 1)?;
-    let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
-        .patch(
-            "nginx",
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&nginx),
-        )
+    let created = apply_deployment(&client, &nginx)
         .await
         .context("failed to apply the nginx Deployment")?;
     say(&format!(
@@ -156,19 +130,8 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     print_pods(&client, APPS_NS).await?;
 
     step("3. the initializer hangs: every pod frozen (it accepts connections and never answers)");
-    let pods = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER).await?;
-    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
-    let template = fixtures::nginx_deployment("web", true, 0)?;
-    let load = CreateLoad::start(
-        Api::<Deployment>::namespaced(client.clone(), APPS_NS),
-        Duration::from_millis(500),
-        move |n| {
-            let mut deployment = template.clone();
-            deployment.metadata.name = Some(format!("web-{n}"));
-            deployment
-        },
-        fixtures::has_sidecar,
-    );
+    let names = ops::workload_pod_names(&client, WORKLOAD_NS, INITIALIZER).await?;
+    let load = web_load(&client)?;
     tokio::time::sleep(Duration::from_millis(600)).await;
     let frozen_at = Instant::now();
     for pod in &names {
@@ -183,34 +146,21 @@ async fn story(env: &Env) -> anyhow::Result<()> {
     let mut removed: Option<Instant> = None;
     let deadline = Instant::now() + TIMEOUT;
     loop {
-        if degraded.is_none()
-            && let Some(seen) = configurations.first_after(frozen_at, |s| {
-                s.change == Change::Modified && ops::is_degraded(&s.object)
-            })
-        {
-            degraded = Some(seen.at);
-            say(&format!(
-                "+{:.1}s a probe failed: the operator degraded the configuration to failurePolicy Ignore, timeoutSeconds 1 (creates now pass after at most a second)",
-                (seen.at - frozen_at).as_secs_f64()
-            ));
-        }
-        if removed.is_none()
-            && let Some(seen) =
-                configurations.first_after(frozen_at, |s| s.change == Change::Deleted)
-        {
-            removed = Some(seen.at);
-            say(&format!(
-                "+{:.1}s the operator removed the configuration: the initializer is out of the path (fail open)",
-                (seen.at - frozen_at).as_secs_f64()
-            ));
-        }
-        let mut attempts = load.attempts();
-        attempts.sort_by_key(|a| a.finished);
-        print_attempts(
-            attempts.get(printed..).unwrap_or_default(),
+        note_first(
+            &configurations,
             frozen_at,
-            out_of_the_path,
+            &mut degraded,
+            |s| s.change == Change::Modified && ops::is_degraded(&s.object),
+            "a probe failed: the operator degraded the configuration to failurePolicy Ignore, timeoutSeconds 1 (creates now pass after at most a second)",
         );
+        note_first(
+            &configurations,
+            frozen_at,
+            &mut removed,
+            |s| s.change == Change::Deleted,
+            "the operator removed the configuration: the initializer is out of the path (fail open)",
+        );
+        let attempts = print_from(load.attempts(), printed, frozen_at, out_of_the_path);
         printed = attempts.len();
         if settled_after(&attempts, removed) || Instant::now() > deadline {
             break;
@@ -218,13 +168,7 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     say("waiting for the creates still in flight ...");
-    let mut attempts = load.stop().await;
-    attempts.sort_by_key(|a| a.finished);
-    print_attempts(
-        attempts.get(printed..).unwrap_or_default(),
-        frozen_at,
-        out_of_the_path,
-    );
+    let attempts = print_from(load.stop().await, printed, frozen_at, out_of_the_path);
     let failed: Vec<_> = attempts.iter().filter(|a| !a.succeeded()).collect();
     let out_of_path = degraded.or(removed);
     let after = out_of_path.map_or(0, |at| failed.iter().filter(|a| a.started >= at).count());
@@ -240,56 +184,178 @@ async fn story(env: &Env) -> anyhow::Result<()> {
         ));
     }
 
-    step("4. the initializer recovers: pods thawed");
-    let thawed_at = Instant::now();
-    let live: Vec<String> = ops::workload_pods(&client, WORKLOAD_NS, INITIALIZER)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    for pod in names.iter().filter(|p| live.contains(p)) {
-        env.target.thaw_pod(WORKLOAD_NS, pod).await?;
-    }
-    let back = configurations
-        .wait_for("the configuration to come back", thawed_at, TIMEOUT, |s| {
-            s.change == Change::Added
-        })
-        .await?;
-    say(&format!(
-        "+{:.1}s registered again, after {} good probes in a row",
-        (back.at - thawed_at).as_secs_f64(),
+    let again = format!(
+        "after {} good probes in a row",
         initializer.spec.health_policy().success_threshold
-    ));
-    let after = fixtures::nginx_deployment("nginx-after", true, 1)?;
-    let created = Api::<Deployment>::namespaced(client.clone(), APPS_NS)
-        .patch(
-            "nginx-after",
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&after),
-        )
-        .await?;
-    say(&format!(
-        "Deployment nginx-after created with containers {:?}",
-        fixtures::template_containers(&created)
-    ));
-    wait_app_pod(&client, "nginx-after").await?;
-    print_pods(&client, APPS_NS).await?;
+    );
+    recover(
+        env,
+        &names,
+        &configurations,
+        "the configuration to come back",
+        &again,
+    )
+    .await?;
 
     step(&format!(
         "done: the {} keeps running until Ctrl-C",
         target_noun()
     ));
+    look_around(
+        env,
+        &[
+            "  kubectl get initializers".to_string(),
+            format!("  kubectl get pods -n {APPS_NS}"),
+            "  kubectl get mutatingwebhookconfigurations".to_string(),
+        ],
+    )
+    .await
+}
+
+/// What an administrator does before act 1 (`docs/src/install/permissions.md`): the workload
+/// namespace labelled and the operator's workloads ClusterRole bound there; and the demo's
+/// namespace. Returns the label that selects the demo's namespace.
+async fn prepare_namespaces(env: &Env, client: &Client) -> anyhow::Result<(String, String)> {
+    let allowed = (
+        initializer_crds::constants::WORKLOADS_LABEL,
+        initializer_crds::constants::WORKLOADS_LABEL_VALUE,
+    );
+    apply_namespace(client, WORKLOAD_NS, Some(allowed)).await?;
+    allow_workloads(client, WORKLOAD_NS, &env.operator_namespace).await?;
+    apply_namespace(client, APPS_NS, Some(DEMO_LABEL)).await?;
+    Ok((DEMO_LABEL.0.to_string(), DEMO_LABEL.1.to_string()))
+}
+
+/// Applies the sidecar Initializer; returns when it was applied.
+async fn apply_initializer(client: &Client, initializer: &Initializer) -> anyhow::Result<Instant> {
+    let applied = Instant::now();
+    apply(
+        &Api::<Initializer>::all(client.clone()),
+        INITIALIZER,
+        initializer,
+    )
+    .await
+    .context("failed to apply the sidecar Initializer")?;
+    Ok(applied)
+}
+
+/// Applies `deployment` in the demo's namespace; returns what the API server stored.
+async fn apply_deployment(client: &Client, deployment: &Deployment) -> kube::Result<Deployment> {
+    let deployments = Api::<Deployment>::namespaced(client.clone(), APPS_NS);
+    apply(&deployments, &deployment.name_any(), deployment).await
+}
+
+/// Applies `object` as `name` with the demo's field manager, taking over any field another
+/// manager set (the demo is rerun on the same target).
+async fn apply<K>(api: &Api<K>, name: &str, object: &K) -> kube::Result<K>
+where
+    K: Recordable + serde::Serialize,
+{
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(name, &params, &Patch::Apply(object)).await
+}
+
+/// Creates an annotated Deployment `web-<n>` in the demo's namespace every half second.
+fn web_load(client: &Client) -> anyhow::Result<CreateLoad> {
+    let template = fixtures::nginx_deployment("web", true, 0)?;
+    Ok(CreateLoad::start(
+        Api::<Deployment>::namespaced(client.clone(), APPS_NS),
+        Duration::from_millis(500),
+        move |n| {
+            let mut deployment = template.clone();
+            deployment.metadata.name = Some(format!("web-{n}"));
+            deployment
+        },
+        fixtures::has_sidecar,
+    ))
+}
+
+/// Sorts `attempts` by when they finished and prints those after the first `printed` (see
+/// [`print_attempts`]); returns them all.
+fn print_from(
+    mut attempts: Vec<Attempt>,
+    printed: usize,
+    frozen_at: Instant,
+    not_injected: impl Fn(&Attempt, f64, f64) -> String,
+) -> Vec<Attempt> {
+    attempts.sort_by_key(|a| a.finished);
+    print_attempts(
+        attempts.get(printed..).unwrap_or_default(),
+        frozen_at,
+        not_injected,
+    );
+    attempts
+}
+
+/// Act 4 of both stories: thaws the frozen `pods`, waits for the configuration to come back
+/// (`what`), says how long that took and `again` why then, and shows `nginx-after` injected.
+async fn recover<K>(
+    env: &Env,
+    pods: &[String],
+    configurations: &Recorder<K>,
+    what: &str,
+    again: &str,
+) -> anyhow::Result<()>
+where
+    K: Recordable,
+{
+    let client = env.client();
+    step("4. the initializer recovers: pods thawed");
+    let thawed_at = Instant::now();
+    let live = ops::workload_pod_names(&client, WORKLOAD_NS, INITIALIZER).await?;
+    for pod in pods.iter().filter(|p| live.contains(p)) {
+        env.target.thaw_pod(WORKLOAD_NS, pod).await?;
+    }
+    let back = configurations
+        .wait_change(what, thawed_at, TIMEOUT, Change::Added)
+        .await?;
+    say(&format!(
+        "+{:.1}s registered again, {again}",
+        (back.at - thawed_at).as_secs_f64()
+    ));
+    let after = fixtures::nginx_deployment("nginx-after", true, 1)?;
+    let created = apply_deployment(&client, &after).await?;
+    say(&format!(
+        "Deployment nginx-after created with containers {:?}",
+        fixtures::template_containers(&created)
+    ));
+    wait_app_pod(&client, "nginx-after").await?;
+    print_pods(&client, APPS_NS).await
+}
+
+/// The end of both stories: how to reach the target, the `commands` worth running, and a wait
+/// for Ctrl-C.
+async fn look_around(env: &Env, commands: &[String]) -> anyhow::Result<()> {
     explain(env);
-    say("  kubectl get initializers");
-    say(&format!("  kubectl get pods -n {APPS_NS}"));
-    say("  kubectl get mutatingwebhookconfigurations");
+    for command in commands {
+        say(command);
+    }
     tokio::signal::ctrl_c()
         .await
         .context("failed to wait for Ctrl-C")?;
     Ok(())
 }
 
-/// Prints each create's outcome, timed from the freeze.
+/// Once `configurations` first shows a change after `frozen_at` that `pick` picks: keeps when
+/// in `at` and says `what` happened, timed from the freeze.
+fn note_first<K: Recordable>(
+    configurations: &Recorder<K>,
+    frozen_at: Instant,
+    at: &mut Option<Instant>,
+    pick: impl Fn(&Seen<K>) -> bool,
+    what: &str,
+) {
+    if at.is_none()
+        && let Some(seen) = configurations.first_after(frozen_at, pick)
+    {
+        *at = Some(seen.at);
+        say(&format!(
+            "+{:.1}s {what}",
+            (seen.at - frozen_at).as_secs_f64()
+        ));
+    }
+}
+
 /// Prints each create's outcome, timed from the freeze (`+Ns`); `not_injected` words a create
 /// that succeeded without the sidecar, given the attempt, its start and how long it took, since
 /// why it was not injected is what each story tells.
@@ -360,12 +426,7 @@ async fn apply_namespace(
     let namespace: Namespace = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels},
     }))?;
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&namespace),
-        )
+    apply(&Api::<Namespace>::all(client.clone()), name, &namespace)
         .await
         .with_context(|| format!("failed to apply namespace {name}"))?;
     Ok(())
@@ -386,12 +447,8 @@ async fn allow_workloads(
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKLOADS_CLUSTER_ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT, "namespace": operator_namespace}],
     }))?;
-    Api::<RoleBinding>::namespaced(client.clone(), namespace)
-        .patch(
-            WORKLOADS_CLUSTER_ROLE,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&binding),
-        )
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), namespace);
+    apply(&bindings, WORKLOADS_CLUSTER_ROLE, &binding)
         .await
         .with_context(|| format!("failed to bind {WORKLOADS_CLUSTER_ROLE} in {namespace}"))?;
     Ok(())
