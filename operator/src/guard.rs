@@ -555,55 +555,67 @@ mod tests {
     #[test]
     fn a_held_initializer_is_proven_by_a_spec_change_under_the_same_binding() {
         let guard = in_force("u1", 102);
-        let held = witness("u1", 3, true);
-        assert_eq!(
-            judge(&meta(50, 3), Some(&held), &guard, at(110)),
-            Judgement::Held(held.clone())
-        );
-        assert_eq!(
-            judge(&meta(50, 4), Some(&held), &guard, at(110)),
-            Judgement::Proven(witness("u1", 4, false))
-        );
-        // Once proven under this binding, later changes stay proven (they passed it).
-        assert_eq!(
-            judge(
-                &meta(50, 9),
-                Some(&witness("u1", 4, false)),
-                &guard,
-                at(110)
+        // The generation judged, the witness in its status, and the judgement.
+        for (generation, before, wanted) in [
+            (
+                3,
+                witness("u1", 3, true),
+                Judgement::Held(witness("u1", 3, true)),
             ),
-            Judgement::Proven(witness("u1", 9, false))
-        );
+            (
+                4,
+                witness("u1", 3, true),
+                Judgement::Proven(witness("u1", 4, false)),
+            ),
+            // Once proven under this binding, later changes stay proven (they passed it).
+            (
+                9,
+                witness("u1", 4, false),
+                Judgement::Proven(witness("u1", 9, false)),
+            ),
+        ] {
+            let judged = judge(&meta(50, generation), Some(&before), &guard, at(110));
+            assert_eq!(judged, wanted, "generation {generation} after {before:?}");
+        }
     }
 
     #[test]
     fn a_new_binding_keeps_what_was_proven_and_unchanged_and_holds_the_rest() {
         let renewed = replacing("u2", 302, &["u0", "u1"]);
         let proven = witness("u1", 4, false);
-        assert_eq!(
-            judge(&meta(50, 4), Some(&proven), &renewed, at(310)),
-            Judgement::Proven(witness("u2", 4, false))
-        );
-        // Changed while no binding was in force: held.
-        assert_eq!(
-            judge(&meta(50, 5), Some(&proven), &renewed, at(310)),
-            Judgement::Held(witness("u2", 5, true))
-        );
-        assert_eq!(
-            judge(
-                &meta(50, 4),
-                Some(&witness("u1", 4, true)),
-                &renewed,
-                at(310)
+        // The generation judged, the witness in its status, the guard, and the judgement.
+        for (generation, before, guard, wanted) in [
+            (
+                4,
+                proven.clone(),
+                renewed.clone(),
+                Judgement::Proven(witness("u2", 4, false)),
             ),
-            Judgement::Held(witness("u2", 4, true))
-        );
-        // A binding someone else created (a reinstall) replaced nothing the operator watched:
-        // Initializers from before it may have changed while no guard was there.
-        assert_eq!(
-            judge(&meta(50, 4), Some(&proven), &in_force("u2", 302), at(310)),
-            Judgement::Held(witness("u2", 4, true))
-        );
+            // Changed while no binding was in force: held.
+            (
+                5,
+                proven.clone(),
+                renewed.clone(),
+                Judgement::Held(witness("u2", 5, true)),
+            ),
+            (
+                4,
+                witness("u1", 4, true),
+                renewed,
+                Judgement::Held(witness("u2", 4, true)),
+            ),
+            // A binding someone else created (a reinstall) replaced nothing the operator
+            // watched: Initializers from before it may have changed while no guard was there.
+            (
+                4,
+                proven,
+                in_force("u2", 302),
+                Judgement::Held(witness("u2", 4, true)),
+            ),
+        ] {
+            let judged = judge(&meta(50, generation), Some(&before), &guard, at(310));
+            assert_eq!(judged, wanted, "generation {generation} after {before:?}");
+        }
     }
 
     #[test]

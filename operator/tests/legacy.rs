@@ -16,7 +16,6 @@ mod support;
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use initializer_crds::constants::RELEASED_OBJECTS_DETAIL;
 use initializer_crds::{Initializer, Phase};
 use initializer_test_support::api::raw;
@@ -28,22 +27,13 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::operator::{self, Operator};
+use support::operator::{GUARD_IMAGE as IMAGE, Operator, run};
 use support::{Backend, TestCluster, refusal};
 
 const NS: &str = "initializer-system";
-const IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
-const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
 const CONFIGS: &str = "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations";
 const SECRETS: &str = "/api/v1/namespaces/default/secrets";
 const PENDING: &str = "guard.initializer-system.initializer-operator.io";
-
-async fn run<F>(backend: Backend, body: F)
-where
-    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
-{
-    operator::run_with_test_initializer(backend, IMAGE_REPOSITORY, body).await;
-}
 
 /// Installs the CRD and the operator's namespace and starts one operator replica (stopped when
 /// it drops).
@@ -55,19 +45,16 @@ async fn start(cluster: &TestCluster) -> (Client, Operator) {
 }
 
 fn legacy_guard() -> Initializer {
-    serde_json::from_value(json!({
-        "apiVersion": "initializer.dev/v1alpha1",
-        "kind": "Initializer",
-        "metadata": {"name": "guard"},
-        "spec": {
+    support::initializer(
+        "guard",
+        json!({
             "image": IMAGE,
             "replicas": 1,
             "backend": "InitializerConfiguration",
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
             "health": {"periodSeconds": 1, "failureThreshold": 2, "successThreshold": 2, "latencyBudgetMillis": 2000},
-        }
-    }))
-    .unwrap()
+        }),
+    )
 }
 
 async fn configuration(client: &Client) -> Option<Value> {
@@ -91,15 +78,51 @@ async fn create_guard_and_wait_registered(client: &Client) -> Duration {
         .create(&PostParams::default(), &legacy_guard())
         .await
         .unwrap();
-    wait_for(
+    wait_registered(
+        client,
+        true,
         "the InitializerConfiguration",
         Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { configuration(&c).await.is_some() }
-        },
     )
     .await
+}
+
+/// Waits until the InitializerConfiguration is there (`registered`) or gone, failing as `what`
+/// after `timeout`; how long that took.
+async fn wait_registered(
+    client: &Client,
+    registered: bool,
+    what: &str,
+    timeout: Duration,
+) -> Duration {
+    wait_for(what, timeout, || async {
+        configuration(client).await.is_some() == registered
+    })
+    .await
+}
+
+/// Waits up to 10 s until the guard is in `phase`, failing as `what`.
+async fn wait_phase(client: &Client, phase: Phase, what: &str) {
+    wait_for(what, Duration::from_secs(10), || async {
+        status(client).await.phase == Some(phase)
+    })
+    .await;
+}
+
+/// Waits up to 10 s for an Event with `reason`.
+async fn wait_for_event(client: &Client, reason: &str) {
+    wait_for(
+        &format!("a {reason} event"),
+        Duration::from_secs(10),
+        || event_seen(client, reason),
+    )
+    .await;
+}
+
+/// Creates the Secret `name` holding `password` (POSTed to `path`), as the API server answers.
+async fn post_secret(client: &Client, path: &str, name: &str, password: &str) -> (u16, Value) {
+    let body = Some(secret(name, password));
+    raw(client, "POST", path, None, None, body).await.unwrap()
 }
 
 async fn status(client: &Client) -> initializer_crds::InitializerStatus {
@@ -178,11 +201,7 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
         config["initializers"][0]["rules"],
         json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}])
     );
-    wait_for("phase Registered", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { status(&c).await.phase == Some(Phase::Registered) }
-    })
-    .await;
+    wait_phase(&client, Phase::Registered, "phase Registered").await;
     let registered = status(&client).await;
     assert_eq!(registered.details["pendingName"], PENDING);
     assert!(registered.last_probe_latency_millis.is_some());
@@ -218,16 +237,7 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
     );
 
     // The handler's denial fails the create with its message.
-    let (code, refused) = raw(
-        &client,
-        "POST",
-        SECRETS,
-        None,
-        None,
-        Some(secret("short", "x")),
-    )
-    .await
-    .unwrap();
+    let (code, refused) = post_secret(&client, SECRETS, "short", "x").await;
     assert_eq!(code, 403, "{refused}");
     assert!(
         refused["message"]
@@ -243,35 +253,22 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
     cluster.freeze(NS, &pod_name).await.unwrap();
     // Only once a probe has failed is the freeze known to have taken hold: an object created
     // before that may still be initialized by the pod, and then nothing waits to be released.
-    wait_for(
-        "a failed probe (phase Degraded)",
-        Duration::from_secs(10),
-        || {
-            let c = client.clone();
-            async move { status(&c).await.phase == Some(Phase::Degraded) }
-        },
-    )
-    .await;
-    let (code, waiting) = raw(
-        &client,
-        "POST",
-        &format!("{SECRETS}?includeUninitialized=true"),
-        None,
-        None,
-        Some(secret("waiting", "long-enough-to-pass-the-guard")),
-    )
-    .await
-    .unwrap();
+    wait_phase(&client, Phase::Degraded, "a failed probe (phase Degraded)").await;
+    let uninitialized = format!("{SECRETS}?includeUninitialized=true");
+    let long_enough = "long-enough-to-pass-the-guard";
+    let (code, waiting) = post_secret(&client, &uninitialized, "waiting", long_enough).await;
     assert!(code == 201 || code == 202, "{code}: {waiting}");
     assert_eq!(
         waiting["metadata"]["initializers"]["pending"][0]["name"],
         PENDING
     );
     // ...the configuration is removed, and the waiting object released.
-    let took = wait_for("the configuration removed", Duration::from_secs(30), || {
-        let c = client.clone();
-        async move { configuration(&c).await.is_none() }
-    })
+    let took = wait_registered(
+        &client,
+        false,
+        "the configuration removed",
+        Duration::from_secs(30),
+    )
     .await;
     println!("deregistered {took:?} after the freeze");
     wait_for(
@@ -311,46 +308,16 @@ async fn registered_after_the_canary_released_when_dead_and_registered_again(
         "1",
         "releasedObjects counts the users' objects only"
     );
-    wait_for(
-        "a ReleasedPendingObjects event",
-        Duration::from_secs(10),
-        || {
-            let c = client.clone();
-            async move { event_seen(&c, "ReleasedPendingObjects").await }
-        },
-    )
-    .await;
+    wait_for_event(&client, "ReleasedPendingObjects").await;
     // Nothing waits on the dead name now: a create no longer blocks.
-    let (code, body) = raw(
-        &client,
-        "POST",
-        SECRETS,
-        None,
-        None,
-        Some(secret("after", "x")),
-    )
-    .await
-    .unwrap();
+    let (code, body) = post_secret(&client, SECRETS, "after", "x").await;
     assert_eq!(code, 201, "unintercepted while deregistered: {body}");
 
     // Recovery: registered again, and the guard refuses again.
     cluster.thaw(NS, &pod_name).await.unwrap();
-    let took = wait_for("registered again", Duration::from_secs(60), || {
-        let c = client.clone();
-        async move { configuration(&c).await.is_some() }
-    })
-    .await;
+    let took = wait_registered(&client, true, "registered again", Duration::from_secs(60)).await;
     println!("registered again {took:?} after the thaw");
-    let (code, refused) = raw(
-        &client,
-        "POST",
-        SECRETS,
-        None,
-        None,
-        Some(secret("short-again", "x")),
-    )
-    .await
-    .unwrap();
+    let (code, refused) = post_secret(&client, SECRETS, "short-again", "x").await;
     assert_eq!(code, 403, "{refused}");
 }
 
@@ -417,11 +384,7 @@ async fn without_the_api_the_backend_is_refused_and_nothing_deployed(cluster: &T
         refusal::nothing_deployed(&client, NS, "guard").await,
         "nothing deployed"
     );
-    wait_for("a Refused event", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { event_seen(&c, "Refused").await }
-    })
-    .await;
+    wait_for_event(&client, "Refused").await;
 
     // The backend is immutable: switching would strand what waits on the old one.
     let (code, refused) = raw(

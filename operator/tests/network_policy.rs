@@ -14,7 +14,6 @@ mod support;
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use initializer_crds::Initializer;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_test_support::wait_until as wait_for;
@@ -23,26 +22,17 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use support::operator::{self, Operator};
-use support::{Backend, TestCluster};
+use support::TestCluster;
+// `on_backends!` runs each body through `crate::run`.
+use support::operator::{GUARD_IMAGE as IMAGE, Operator, run};
 
 const NS: &str = "initializer-system";
-const IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
-const IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
 /// The real control plane's API server address (`e2e/controlplane`).
 const API_SERVER_CIDR: &str = "10.200.0.1/32";
 
 on_backends! {
     /// The sandbox serves no `networking.k8s.io`.
     real only: network_policy_is_written_put_back_and_removed_when_switched_off,
-}
-
-/// Runs one test body on `backend`, with the test initializer as the guard's image.
-async fn run<F>(backend: Backend, body: F)
-where
-    F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
-{
-    operator::run_with_test_initializer(backend, IMAGE_REPOSITORY, body).await;
 }
 
 fn spawn(cluster: &TestCluster, pod_name: &str, flags: &[&str]) -> Operator {
@@ -71,17 +61,14 @@ async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluste
             API_SERVER_CIDR,
         ],
     );
-    let guard: Initializer = serde_json::from_value(json!({
-        "apiVersion": "initializer.dev/v1alpha1",
-        "kind": "Initializer",
-        "metadata": {"name": "guard"},
-        "spec": {
+    let guard = support::initializer(
+        "guard",
+        json!({
             "image": IMAGE,
             "replicas": 1,
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
-        }
-    }))
-    .unwrap();
+        }),
+    );
     let initializers: Api<Initializer> = Api::all(client.clone());
     let created = initializers
         .create(&PostParams::default(), &guard)

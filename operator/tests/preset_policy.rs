@@ -19,7 +19,8 @@
 // Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-// This file uses the cluster and the build helper, nothing else of the shared helpers.
+// This file uses the cluster, the build helper and the namespace's creation, nothing else of the
+// shared helpers.
 #[allow(dead_code)]
 #[macro_use]
 mod support;
@@ -42,9 +43,9 @@ use initializer_operator::validate::{Validated, validate};
 use initializer_test_support::api::raw;
 use initializer_test_support::wait_until;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::{Backend, TestCluster};
@@ -263,14 +264,9 @@ fn webhook_configuration(v: &Validated, ca_pem: &str, namespaces: &[&str]) -> Va
     value
 }
 
+/// Creates the namespace `name` and waits until its default ServiceAccount is there.
 async fn create_namespace(client: &Client, name: &str) {
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    support::install::create_namespace(client, name).await;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
     wait_until(
         &format!("the default ServiceAccount of {name}"),

@@ -25,77 +25,90 @@ fn preset_initializer(extra: serde_json::Value) -> Validated {
 
 const IN_SCOPE: fn() -> Canary = || Canary::InScope("team-canary".into());
 
+/// What [`decide`] is given: by [`auto`], an Auto preset that compiles, with the policy API
+/// served, the canary in scope and nothing settled; a case changes what it is about.
+struct Inputs {
+    engine: Engine,
+    suspension: Option<Suspension>,
+    compiled: Result<(), Why>,
+    served: Result<(), Why>,
+    canary: Canary,
+    settled: Settled,
+}
+
+impl Inputs {
+    fn plan(self) -> Plan {
+        let Inputs {
+            engine,
+            suspension,
+            compiled,
+            served,
+            canary,
+            settled,
+        } = self;
+        decide(engine, suspension, compiled, served, &canary, &settled)
+    }
+}
+
+fn auto() -> Inputs {
+    Inputs {
+        engine: Engine::Auto,
+        suspension: None,
+        compiled: Ok(()),
+        served: Ok(()),
+        canary: IN_SCOPE(),
+        settled: Settled::Nothing,
+    }
+}
+
+/// The plan to prove the policy in the canary namespace of [`IN_SCOPE`].
+fn prove() -> Plan {
+    Plan::Prove {
+        canary: "team-canary".into(),
+    }
+}
+
 #[test]
 fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
+    assert_eq!(auto().plan(), prove());
+    let pinned = Inputs {
+        engine: Engine::Webhook,
+        settled: Settled::InForce,
+        ..auto()
+    };
     assert_eq!(
-        decide(
-            Engine::Auto,
-            None,
-            Ok(()),
-            Ok(()),
-            &IN_SCOPE(),
-            &Settled::Nothing
-        ),
-        Plan::Prove {
-            canary: "team-canary".into()
-        }
-    );
-    assert_eq!(
-        decide(
-            Engine::Webhook,
-            None,
-            Ok(()),
-            Ok(()),
-            &IN_SCOPE(),
-            &Settled::InForce
-        ),
+        pinned.plan(),
         Plan::Webhook(Why::Pinned),
         "pinned to the webhook, even with a policy in force: the way back"
     );
+    let suspended = Inputs {
+        suspension: Some(Suspension::Spec),
+        settled: Settled::InForce,
+        ..auto()
+    };
     assert_eq!(
-        decide(
-            Engine::Auto,
-            Some(Suspension::Spec),
-            Ok(()),
-            Ok(()),
-            &IN_SCOPE(),
-            &Settled::InForce
-        ),
+        suspended.plan(),
         Plan::Webhook(Why::Suspended(Suspension::Spec)),
         "break-glass takes the policy out of the path too"
     );
     let not_served = Why::NotServed("no v1beta1".into());
+    let unserved = Inputs {
+        engine: Engine::Policy,
+        served: Err(not_served.clone()),
+        ..auto()
+    };
+    assert_eq!(unserved.plan(), Plan::Webhook(not_served));
+    let nowhere = Inputs {
+        canary: Canary::NotConfigured,
+        ..auto()
+    };
+    assert_eq!(nowhere.plan(), Plan::Webhook(Why::NoCanaryNamespace));
+    let elsewhere = Inputs {
+        canary: Canary::OutOfScope("x".into()),
+        ..auto()
+    };
     assert_eq!(
-        decide(
-            Engine::Policy,
-            None,
-            Ok(()),
-            Err(not_served.clone()),
-            &IN_SCOPE(),
-            &Settled::Nothing
-        ),
-        Plan::Webhook(not_served)
-    );
-    assert_eq!(
-        decide(
-            Engine::Auto,
-            None,
-            Ok(()),
-            Ok(()),
-            &Canary::NotConfigured,
-            &Settled::Nothing
-        ),
-        Plan::Webhook(Why::NoCanaryNamespace)
-    );
-    assert_eq!(
-        decide(
-            Engine::Auto,
-            None,
-            Ok(()),
-            Ok(()),
-            &Canary::OutOfScope("x".into()),
-            &Settled::Nothing
-        ),
+        elsewhere.plan(),
         Plan::Webhook(Why::CanaryOutOfScope("x".into()))
     );
 }
@@ -103,17 +116,11 @@ fn auto_proves_where_everything_allows_it_and_keeps_the_webhook_otherwise() {
 #[test]
 fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
     let disproved = Why::Disproved("pod-bare: /spec differs".into());
-    assert_eq!(
-        decide(
-            Engine::Auto,
-            None,
-            Ok(()),
-            Ok(()),
-            &IN_SCOPE(),
-            &Settled::Webhook(disproved.clone())
-        ),
-        Plan::Webhook(disproved.clone())
-    );
+    let settled = Inputs {
+        settled: Settled::Webhook(disproved.clone()),
+        ..auto()
+    };
+    assert_eq!(settled.plan(), Plan::Webhook(disproved.clone()));
     assert!(disproved.settles());
     assert!(!Why::ProofFailed("timeout".into()).settles());
     // An API server that does not run the policy may be mended without a new spec: the proof
@@ -121,46 +128,22 @@ fn what_is_settled_for_a_generation_holds_until_the_spec_changes() {
     let not_enforced = Why::NotEnforced("stored uninjected".into());
     assert!(!not_enforced.settles());
     assert_eq!(not_enforced.reason(), "NotEnforced");
-    assert_eq!(
-        decide(
-            Engine::Auto,
-            None,
-            Ok(()),
-            Ok(()),
-            &IN_SCOPE(),
-            &Settled::Nothing
-        ),
-        Plan::Prove {
-            canary: "team-canary".into()
-        }
-    );
-    assert_eq!(
-        decide(
-            Engine::Auto,
-            None,
-            Ok(()),
-            Ok(()),
-            &IN_SCOPE(),
-            &Settled::InForce
-        ),
-        Plan::KeepPolicy
-    );
+    assert_eq!(auto().plan(), prove());
+    let in_force = || Inputs {
+        settled: Settled::InForce,
+        ..auto()
+    };
+    assert_eq!(in_force().plan(), Plan::KeepPolicy);
     // What the compiler refuses wins over what was settled before the spec changed.
     let field = Why::NotCompilable {
         field: "spec.image".into(),
         message: "an image".into(),
     };
-    assert_eq!(
-        decide(
-            Engine::Auto,
-            None,
-            Err(field.clone()),
-            Ok(()),
-            &IN_SCOPE(),
-            &Settled::InForce
-        ),
-        Plan::Webhook(field)
-    );
+    let uncompilable = Inputs {
+        compiled: Err(field.clone()),
+        ..in_force()
+    };
+    assert_eq!(uncompilable.plan(), Plan::Webhook(field));
 }
 
 #[test]

@@ -18,6 +18,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::create_object;
 use crate::support::TestCluster;
 
 on_backends! {
@@ -51,67 +52,48 @@ fn webhook_configuration(name: &str, ours: bool) -> MutatingWebhookConfiguration
 async fn operator_account(admin: &Client) {
     use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let params = PatchParams::apply("reconcile-test").force();
-    let apply = |kind: &str, api_version: &str, body: serde_json::Value| {
-        let mut body = body;
-        body["kind"] = json!(kind);
-        body["apiVersion"] = json!(api_version);
-        body
-    };
-    Api::<Namespace>::all(admin.clone())
-        .patch(
-            NAMESPACE,
-            &params,
-            &Patch::Apply(apply(
-                "Namespace",
-                "v1",
-                json!({"metadata": {"name": NAMESPACE}}),
-            )),
-        )
-        .await
-        .unwrap();
-    Api::<ServiceAccount>::namespaced(admin.clone(), NAMESPACE)
-        .patch(
-            ACCOUNT,
-            &params,
-            &Patch::Apply(apply(
-                "ServiceAccount",
-                "v1",
-                json!({"metadata": {"name": ACCOUNT, "namespace": NAMESPACE}}),
-            )),
-        )
-        .await
-        .unwrap();
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let namespace = json!({"metadata": {"name": NAMESPACE}});
+    apply(
+        &Api::<Namespace>::all(admin.clone()),
+        ("Namespace", "v1"),
+        namespace,
+    )
+    .await;
+    let account = json!({"metadata": {"name": ACCOUNT, "namespace": NAMESPACE}});
+    let accounts = Api::<ServiceAccount>::namespaced(admin.clone(), NAMESPACE);
+    apply(&accounts, ("ServiceAccount", "v1"), account).await;
     let role = "bounds-test-admission";
-    Api::<ClusterRole>::all(admin.clone())
-        .patch(
-            role,
-            &params,
-            &Patch::Apply(apply(
-                "ClusterRole",
-                "rbac.authorization.k8s.io/v1",
-                json!({
-                    "metadata": {"name": role},
-                    "rules": initializer_packaging::rbac::cluster_rules(),
-                }),
-            )),
-        )
-        .await
-        .unwrap();
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .patch(
-            role,
-            &params,
-            &Patch::Apply(apply(
-                "ClusterRoleBinding",
-                "rbac.authorization.k8s.io/v1",
-                json!({
-                    "metadata": {"name": role},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                    "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
-                }),
-            )),
-        )
+    let rules = json!({
+        "metadata": {"name": role},
+        "rules": initializer_packaging::rbac::cluster_rules(),
+    });
+    apply(
+        &Api::<ClusterRole>::all(admin.clone()),
+        ("ClusterRole", rbac),
+        rules,
+    )
+    .await;
+    let binding = json!({
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
+    });
+    let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
+    apply(&bindings, ("ClusterRoleBinding", rbac), binding).await;
+}
+
+/// Applies `body` as a `kind` of `api_version` (server-side, forced, as the test's manager)
+/// with `api`, under the name in its metadata.
+async fn apply<K>(api: &Api<K>, (kind, api_version): (&str, &str), mut body: serde_json::Value)
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    body["kind"] = json!(kind);
+    body["apiVersion"] = json!(api_version);
+    let name = body["metadata"]["name"].as_str().unwrap().to_owned();
+    let params = PatchParams::apply("reconcile-test").force();
+    api.patch(&name, &params, &Patch::Apply(body))
         .await
         .unwrap();
 }
@@ -147,13 +129,7 @@ async fn the_operators_account_may_not_touch_admission_configuration_it_did_not_
 
     let admin_webhooks: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(operator.clone());
-    admin_webhooks
-        .create(
-            &PostParams::default(),
-            &webhook_configuration(FOREIGN, false),
-        )
-        .await
-        .unwrap();
+    create_object(&admin_webhooks, &webhook_configuration(FOREIGN, false)).await;
     // The API server loads a new policy within moments: until then a dry run passes.
     let dry_delete = DeleteParams {
         dry_run: true,
@@ -217,13 +193,7 @@ async fn the_operators_account_may_not_touch_admission_configuration_it_did_not_
     assert!(foreign.metadata.annotations.is_none());
 
     // Its own: created, changed and deleted as before.
-    webhooks
-        .create(
-            &PostParams::default(),
-            &webhook_configuration("its-own", true),
-        )
-        .await
-        .unwrap();
+    create_object(&webhooks, &webhook_configuration("its-own", true)).await;
     webhooks
         .patch(
             "its-own",

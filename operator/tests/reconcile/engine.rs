@@ -12,17 +12,20 @@ use initializer_operator::policy::served;
 use initializer_test_support::Latencies;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::support::TestCluster;
+use crate::support::install::create_namespace;
 use crate::support::operator::Operator;
-use crate::{NS, configuration, install, status_of, wait_for_event, wait_registered, wait_removed};
+use crate::support::{self, TestCluster};
+use crate::{
+    NS, configuration, create, create_object, create_registered, install, patch_spec, pods_of,
+    status_of, wait_for_event, wait_registered, wait_removed,
+};
 
 on_backends!(sandbox and real:
     without_a_place_to_prove_it_a_preset_stays_on_the_webhook_and_says_why,
@@ -45,11 +48,9 @@ const TEAM: &str = "team-a";
 const INJECTED: &str = "engine.example.com/injected";
 
 fn preset(name: &str) -> Initializer {
-    serde_json::from_value(json!({
-        "apiVersion": "initializer.dev/v1alpha1",
-        "kind": "Initializer",
-        "metadata": {"name": name},
-        "spec": {
+    support::initializer(
+        name,
+        json!({
             "replicas": 1,
             "rules": [
                 {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
@@ -63,19 +64,17 @@ fn preset(name: &str) -> Initializer {
                     "labels": {INJECTED: "true"}
                 }
             }
-        }
-    }))
-    .unwrap()
+        }),
+    )
 }
 
-async fn create_namespace(client: &Client, name: &str) {
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
-        )
-        .await
-        .unwrap();
+/// Installs the CRD and the operator's namespace, and creates the canary and team namespaces.
+async fn install_with_namespaces(cluster: &TestCluster) -> Client {
+    let client = install(cluster).await;
+    for namespace in [CANARY, TEAM] {
+        create_namespace(&client, namespace).await;
+    }
+    client
 }
 
 fn spawn(cluster: &TestCluster, flags: &[&str]) -> Operator {
@@ -157,6 +156,32 @@ async fn wait_engine(
     .await
 }
 
+/// Waits until the preset `name` is proven and its policy in force, failing after `timeout`.
+async fn wait_proven(client: &Client, name: &str, timeout: Duration) {
+    wait_engine(client, name, EngineInForce::Policy, "Proven", timeout).await;
+}
+
+/// Waits up to 30 s until the Deployment of the preset `engine`'s webhook is at zero replicas.
+async fn wait_webhook_scaled_down(client: &Client) {
+    wait_for(
+        "the Deployment at zero replicas",
+        Duration::from_secs(30),
+        || async { deployment_replicas(client, "engine").await == Some(0) },
+    )
+    .await;
+}
+
+/// Whether `api` holds an object `name`.
+async fn stored(api: Api<DynamicObject>, name: &str) -> bool {
+    api.get_opt(name).await.unwrap().is_some()
+}
+
+/// Whether the policy and the binding `name` are both gone (the binding is read only when the
+/// policy is gone).
+async fn policy_and_binding_gone(client: &Client, name: &str) -> bool {
+    !stored(policies(client).await, name).await && !stored(bindings(client).await, name).await
+}
+
 /// The version the API server serves MutatingAdmissionPolicy at (v1 from 1.36, v1beta1 on 1.35
 /// with the beta on), as the operator finds it.
 async fn served_version(client: &Client) -> &'static str {
@@ -206,17 +231,7 @@ async fn without_a_place_to_prove_it_a_preset_stays_on_the_webhook_and_says_why(
     // No --policy-canary-namespace: on the real control plane, nowhere to prove the policy; on
     // the sandbox, no MutatingAdmissionPolicy at all.
     let _operator = spawn(cluster, &[]);
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &preset("plain"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-plain",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    let api = create_registered(&client, &preset("plain")).await;
     let reason = if cluster.is_real() {
         "NoCanaryNamespace"
     } else {
@@ -246,7 +261,7 @@ async fn without_a_place_to_prove_it_a_preset_stays_on_the_webhook_and_says_why(
     // Asked for the API server: the same reason, as a warning.
     let mut wanted = preset("wanted");
     wanted.spec.engine = initializer_crds::Engine::Policy;
-    api.create(&PostParams::default(), &wanted).await.unwrap();
+    create_object(&api, &wanted).await;
     wait_for_event(
         &client,
         "PolicyUnavailable",
@@ -258,20 +273,14 @@ async fn without_a_place_to_prove_it_a_preset_stays_on_the_webhook_and_says_why(
 async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_drifts(
     cluster: &TestCluster,
 ) {
-    let client = install(cluster).await;
-    for namespace in [CANARY, TEAM] {
-        create_namespace(&client, namespace).await;
-    }
+    let client = install_with_namespaces(cluster).await;
     let _operator = spawn(cluster, &["--policy-canary-namespace", CANARY]);
-    let api: Api<Initializer> = Api::all(client.clone());
     let applied = Instant::now();
-    api.create(&PostParams::default(), &preset("engine"))
-        .await
-        .unwrap();
+    let api = create(&client, &preset("engine")).await;
     let configuration_name = "initializer-engine";
     wait_registered(
         &client,
-        configuration_name,
+        "engine",
         "the webhook first",
         Duration::from_secs(90),
     )
@@ -279,14 +288,7 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     let webhook_in_force = applied.elapsed();
 
     // Proven and cut over: the policy in force, the webhook deregistered, its Deployment at 0.
-    wait_engine(
-        &client,
-        "engine",
-        EngineInForce::Policy,
-        "Proven",
-        Duration::from_secs(60),
-    )
-    .await;
+    wait_proven(&client, "engine", Duration::from_secs(60)).await;
     let policy_in_force = applied.elapsed();
     let (_, phase, why) = engine_of(&client, "engine").await;
     assert_eq!(phase, Some(Phase::InApiServer), "{why}");
@@ -298,12 +300,7 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     // Every pod of the old webhook's Deployment killed: nothing changes for creates or the
     // status (no outage, no missed initializations: the webhook is out of the path already).
     let before = status_of(&client, "engine").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let webhook_pods = pods
-        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=engine")))
-        .await
-        .unwrap()
-        .items;
+    let webhook_pods = pods_of(&client, "engine").await;
     for pod in &webhook_pods {
         cluster.kill(NS, &pod.name_any()).await.unwrap();
     }
@@ -340,17 +337,12 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
 
     wait_removed(
         &client,
-        configuration_name,
+        "engine",
         "the webhook's deregistration",
         Duration::from_secs(10),
     )
     .await;
-    wait_for(
-        "the Deployment at zero replicas",
-        Duration::from_secs(30),
-        || async { deployment_replicas(&client, "engine").await == Some(0) },
-    )
-    .await;
+    wait_webhook_scaled_down(&client).await;
     wait_for_event(&client, "EngineSwitched", "runs in the API server").await;
     let pod = create_pod(&client).await;
     assert!(
@@ -386,12 +378,7 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     let (mut creates, mut gap, mut after_restore) = (0, 0, 0);
     let mut restored_at = None;
     loop {
-        let binding_back = bindings(&client)
-            .await
-            .get_opt(name)
-            .await
-            .unwrap()
-            .is_some();
+        let binding_back = stored(bindings(&client).await, name).await;
         let pod = create_pod(&client).await;
         creates += 1;
         match (injected(&pod), restored_at) {
@@ -401,12 +388,7 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
             _ => {}
         }
         let registered = configuration(&client, configuration_name).await.is_some();
-        let policy_gone = policies(&client)
-            .await
-            .get_opt(name)
-            .await
-            .unwrap()
-            .is_none();
+        let policy_gone = !stored(policies(&client).await, name).await;
         if registered && policy_gone {
             break;
         }
@@ -463,21 +445,8 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     );
 
     // A new spec is proven again.
-    api.patch(
-        "engine",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"timeoutSeconds": 4}})),
-    )
-    .await
-    .unwrap();
-    wait_engine(
-        &client,
-        "engine",
-        EngineInForce::Policy,
-        "Proven",
-        Duration::from_secs(60),
-    )
-    .await;
+    patch_spec(&api, "engine", json!({"timeoutSeconds": 4})).await;
+    wait_proven(&client, "engine", Duration::from_secs(60)).await;
 
     // Deleted: the policy and binding go with it.
     api.delete("engine", &DeleteParams::default())
@@ -486,20 +455,7 @@ async fn a_proven_preset_runs_in_the_api_server_and_comes_back_when_its_policy_d
     wait_for(
         "the policy and binding removed",
         Duration::from_secs(30),
-        || async {
-            policies(&client)
-                .await
-                .get_opt(name)
-                .await
-                .unwrap()
-                .is_none()
-                && bindings(&client)
-                    .await
-                    .get_opt(name)
-                    .await
-                    .unwrap()
-                    .is_none()
-        },
+        || policy_and_binding_gone(&client, name),
     )
     .await;
 }
@@ -514,10 +470,7 @@ const CHECK_PERIOD: Duration = Duration::from_secs(10);
 /// `InApiServer`. The operator's in-force check finds that and brings the webhook
 /// back within a check period, saying why.
 async fn an_api_server_that_stops_running_the_policy_gets_the_webhook_back(cluster: &TestCluster) {
-    let client = install(cluster).await;
-    for namespace in [CANARY, TEAM] {
-        create_namespace(&client, namespace).await;
-    }
+    let client = install_with_namespaces(cluster).await;
     create_witness_policy(&client).await;
     wait_for(
         "the witness policy in force",
@@ -560,7 +513,7 @@ async fn an_api_server_that_stops_running_the_policy_gets_the_webhook_back(clust
     wait_for_event(&client, "EngineSwitched", "without running it").await;
     wait_registered(
         &client,
-        "initializer-engine",
+        "engine",
         "the webhook back",
         Duration::from_secs(90),
     )
@@ -585,7 +538,7 @@ async fn an_api_server_that_stops_running_the_policy_gets_the_webhook_back(clust
 async fn webhook_back_then_policy_gone(client: &Client) {
     wait_registered(
         client,
-        "initializer-engine",
+        "engine",
         "the webhook back",
         Duration::from_secs(90),
     )
@@ -601,48 +554,19 @@ async fn webhook_back_then_policy_gone(client: &Client) {
 /// Whether the preset's policy and binding both exist.
 async fn policy_present(client: &Client) -> bool {
     let name = "initializer-engine-preset";
-    policies(client)
-        .await
-        .get_opt(name)
-        .await
-        .unwrap()
-        .is_some()
-        && bindings(client)
-            .await
-            .get_opt(name)
-            .await
-            .unwrap()
-            .is_some()
+    stored(policies(client).await, name).await && stored(bindings(client).await, name).await
 }
 
 async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_pin(
     cluster: &TestCluster,
 ) {
-    let client = install(cluster).await;
-    for namespace in [CANARY, TEAM] {
-        create_namespace(&client, namespace).await;
-    }
+    let client = install_with_namespaces(cluster).await;
     let flags = ["--no-leader-election", "--policy-canary-namespace", CANARY];
     let first = Operator::spawn_with(cluster, cluster.client(), NS, "operator-test-0", &flags);
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &preset("engine"))
-        .await
-        .unwrap();
+    let api = create(&client, &preset("engine")).await;
     let minute = Duration::from_secs(60);
-    wait_engine(
-        &client,
-        "engine",
-        EngineInForce::Policy,
-        "Proven",
-        Duration::from_secs(90),
-    )
-    .await;
-    wait_for(
-        "the Deployment at zero replicas",
-        Duration::from_secs(30),
-        || async { deployment_replicas(&client, "engine").await == Some(0) },
-    )
-    .await;
+    wait_proven(&client, "engine", Duration::from_secs(90)).await;
+    wait_webhook_scaled_down(&client).await;
 
     // A new operator takes over what the status and the API server hold: the policy stays in
     // force (through a drift check), nothing is registered or scaled up.
@@ -666,13 +590,7 @@ async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_
     assert!(injected(&pod) && !marked(&pod), "the policy still injects");
 
     // Suspended: the break-glass takes the policy out of the path too.
-    api.patch(
-        "engine",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&api, "engine", json!({"suspend": true})).await;
     wait_for("the policy removed by the suspend", minute, || async {
         !policy_present(&client).await
     })
@@ -694,30 +612,11 @@ async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_
     .await;
 
     // Resumed: proven again, in the API server again.
-    api.patch(
-        "engine",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": false}})),
-    )
-    .await
-    .unwrap();
-    wait_engine(
-        &client,
-        "engine",
-        EngineInForce::Policy,
-        "Proven",
-        Duration::from_secs(90),
-    )
-    .await;
+    patch_spec(&api, "engine", json!({"suspend": false})).await;
+    wait_proven(&client, "engine", Duration::from_secs(90)).await;
 
     // Pinned to the webhook: it comes back (registered, scaled up), then the policy goes.
-    api.patch(
-        "engine",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"engine": "Webhook"}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&api, "engine", json!({"engine": "Webhook"})).await;
     webhook_back_then_policy_gone(&client).await;
     wait_engine(&client, "engine", EngineInForce::Webhook, "Pinned", minute).await;
     assert_eq!(deployment_replicas(&client, "engine").await, Some(1));
@@ -738,28 +637,13 @@ async fn the_api_server_engine_survives_a_restart_and_leaves_with_suspend_and_a_
 /// custom image reading the preset): the webhook comes back, and the policy that was in force
 /// goes once it is registered, instead of injecting beside it for good.
 async fn a_policy_in_force_goes_when_its_spec_stops_compiling(cluster: &TestCluster) {
-    let client = install(cluster).await;
-    for namespace in [CANARY, TEAM] {
-        create_namespace(&client, namespace).await;
-    }
+    let client = install_with_namespaces(cluster).await;
     let _operator = spawn(cluster, &["--policy-canary-namespace", CANARY]);
     in_api_server(&client, "engine").await;
     // The webhook's pods gone, so the reconcile that goes back cannot find it registered.
-    wait_for(
-        "the Deployment at zero replicas",
-        Duration::from_secs(30),
-        || async { deployment_replicas(&client, "engine").await == Some(0) },
-    )
-    .await;
+    wait_webhook_scaled_down(&client).await;
     let image = initializer_crds::images::image(initializer_crds::images::PRESET_INITIALIZER);
-    Api::<Initializer>::all(client.clone())
-        .patch(
-            "engine",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"image": image}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(&Api::all(client.clone()), "engine", json!({"image": image})).await;
     let minute = Duration::from_secs(60);
     // A custom image shows no `InApiServer` condition: only the engine in force.
     wait_engine(&client, "engine", EngineInForce::Webhook, "", minute).await;
@@ -871,20 +755,14 @@ async fn conflict_in_status(client: &Client, initializer: &str, about: &str) {
 }
 
 async fn a_same_named_policy_is_never_taken_over(cluster: &TestCluster) {
-    let client = install(cluster).await;
-    for namespace in [CANARY, TEAM] {
-        create_namespace(&client, namespace).await;
-    }
+    let client = install_with_namespaces(cluster).await;
     let _operator = spawn(cluster, &["--policy-canary-namespace", CANARY]);
     let name = policy_name("engine");
 
     // Someone else's policy of that name first: a Conflict before anything is deployed, as for
     // every other object of ours, and their policy as it was.
     create_foreign_policy(&client, &name).await;
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &preset("engine"))
-        .await
-        .unwrap();
+    create(&client, &preset("engine")).await;
     conflict_in_status(&client, "engine", &name).await;
     wait_for_event(&client, "Conflict", &name).await;
     assert!(left_alone(&client, &name).await, "their policy was changed");
@@ -897,14 +775,7 @@ async fn a_same_named_policy_is_never_taken_over(cluster: &TestCluster) {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_engine(
-        &client,
-        "engine",
-        EngineInForce::Policy,
-        "Proven",
-        Duration::from_secs(120),
-    )
-    .await;
+    wait_proven(&client, "engine", Duration::from_secs(120)).await;
 
     // Our policy stripped of our labels is someone else's now: not re-applied over, a Conflict.
     let stripped = json!({"metadata": {"labels": {INITIALIZER_LABEL: null,
@@ -925,19 +796,7 @@ async fn a_same_named_policy_is_never_taken_over(cluster: &TestCluster) {
 
 /// Whether the policy and the binding of the Initializer `name` are both gone.
 async fn policy_gone(client: &Client, name: &str) -> bool {
-    let name = policy_name(name);
-    policies(client)
-        .await
-        .get_opt(&name)
-        .await
-        .unwrap()
-        .is_none()
-        && bindings(client)
-            .await
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none()
+    policy_and_binding_gone(client, &policy_name(name)).await
 }
 
 /// Takes the Initializer `name` away as an administrator would who skipped the operator's
@@ -967,28 +826,15 @@ async fn stop(operator: Operator) {
 
 /// Applies `preset(name)` and waits until it runs in the API server.
 async fn in_api_server(client: &Client, name: &str) {
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &preset(name))
-        .await
-        .unwrap();
-    wait_engine(
-        client,
-        name,
-        EngineInForce::Policy,
-        "Proven",
-        Duration::from_secs(120),
-    )
-    .await;
+    create(client, &preset(name)).await;
+    wait_proven(client, name, Duration::from_secs(120)).await;
 }
 
 /// A preset's policy and binding never outlive their Initializer: owned by it (the garbage
 /// collector removes them when it goes without the operator's cleanup), swept by the operator
 /// when they carry no owner (applied by an operator before they did), removed by `uninstall`.
 async fn a_preset_policy_never_outlives_its_initializer(cluster: &TestCluster) {
-    let client = install(cluster).await;
-    for namespace in [CANARY, TEAM] {
-        create_namespace(&client, namespace).await;
-    }
+    let client = install_with_namespaces(cluster).await;
     let flags = ["--policy-canary-namespace", CANARY];
 
     // Owned: gone with the Initializer, the operator stopped.

@@ -15,7 +15,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::support::{self, TestCluster};
-use crate::{NS, configuration, guard, spawn, start, status_of, wait_for_event, wait_registered};
+use crate::{
+    NS, configuration, create, guard, patch_spec, spawn, start, status_of, wait_for_event,
+    wait_initializer, wait_registered,
+};
 
 on_backends! {
     /// The guard is a ValidatingAdmissionPolicy with the `authorizer` variable, in force where the
@@ -33,16 +36,44 @@ async fn create_as(
     initializer: &Initializer,
 ) -> Result<Initializer, kube::Error> {
     let request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers");
-    let mut request = request
+    let request = request
         .create(
             &PostParams::default(),
             serde_json::to_vec(initializer).unwrap(),
         )
         .unwrap();
+    client.request::<Initializer>(as_user(user, request)).await
+}
+
+/// `request` made as `user` (impersonated by the admin client).
+fn as_user(user: &str, mut request: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
     request
         .headers_mut()
         .insert("Impersonate-User", user.parse().unwrap());
-    client.request::<Initializer>(request).await
+    request
+}
+
+/// A merge patch of `patch` onto the Initializer `by-admin`, as a request to make as someone.
+fn merge_by_admin(patch: serde_json::Value) -> http::Request<Vec<u8>> {
+    kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
+        .patch("by-admin", &PatchParams::default(), &Patch::Merge(patch))
+        .unwrap()
+}
+
+/// Makes `request` as alice, an editor of Initializers, and checks that the guard refuses her
+/// `what`.
+async fn refused_to_alice(client: &Client, what: &str, request: http::Request<Vec<u8>>) {
+    use initializer_operator::guard::GUARD_MESSAGE;
+    match client
+        .request::<serde_json::Value>(as_user("alice", request))
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{what}: {status:?}");
+            assert!(status.message.contains(GUARD_MESSAGE), "{what}: {status:?}");
+        }
+        other => panic!("the editor's {what} went through: {other:?}"),
+    }
 }
 
 /// Makes `user` an editor of Initializers (what OLM aggregates into `edit` and `admin`) who may
@@ -149,36 +180,13 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
     }
 
     // An admin is admitted; the editor may not change its spec either.
-    api.create(&PostParams::default(), &guard("by-admin"))
-        .await
-        .unwrap();
+    create(&client, &guard("by-admin")).await;
     // A merge patch carries no resourceVersion: the operator's own writes (its finalizer)
     // cannot turn the refusal into a conflict.
-    let mut request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
-        .patch(
-            "by-admin",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 2}})),
-        )
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("Impersonate-User", "alice".parse().unwrap());
-    match client.request::<Initializer>(request).await {
-        Err(kube::Error::Api(status)) => {
-            assert_eq!(status.code, 403, "{status:?}");
-            assert!(status.message.contains(GUARD_MESSAGE), "{status:?}");
-        }
-        other => panic!("the editor changed an Initializer's spec: {other:?}"),
-    }
+    let spec_request = merge_by_admin(json!({"spec": {"replicas": 2}}));
+    refused_to_alice(&client, "spec change", spec_request).await;
     // Nor write its status (the operator adopts it after a restart), nor delete it (which
     // switches a security initializer off).
-    let as_alice = |mut request: http::Request<Vec<u8>>| {
-        request
-            .headers_mut()
-            .insert("Impersonate-User", "alice".parse().unwrap());
-        request
-    };
     let status_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
         .patch_subresource(
             "status",
@@ -191,70 +199,32 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
         .delete("by-admin", &DeleteParams::default())
         .unwrap();
     for (what, request) in [("status", status_request), ("deletion", delete_request)] {
-        match client.request::<serde_json::Value>(as_alice(request)).await {
-            Err(kube::Error::Api(status)) => {
-                assert_eq!(status.code, 403, "{what}: {status:?}");
-                assert!(status.message.contains(GUARD_MESSAGE), "{what}: {status:?}");
-            }
-            other => panic!("the editor's {what} went through: {other:?}"),
-        }
+        refused_to_alice(&client, what, request).await;
     }
     assert!(api.get_opt("by-admin").await.unwrap().is_some());
     // Nor take it out of the path with the break-glass annotation, nor, once an administrator
     // has, put it back or rewrite the reason the administrator gave.
     let break_glass = |value: serde_json::Value| {
-        kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
-            .patch(
-                "by-admin",
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: value}}}),
-                ),
-            )
-            .unwrap()
+        merge_by_admin(json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: value}}}))
     };
-    let refused_to_alice = |what: &'static str, request| {
-        let client = client.clone();
-        async move {
-            match client.request::<serde_json::Value>(as_alice(request)).await {
-                Err(kube::Error::Api(status)) => {
-                    assert_eq!(status.code, 403, "{what}: {status:?}");
-                    assert!(status.message.contains(GUARD_MESSAGE), "{what}: {status:?}");
-                }
-                other => panic!("the editor's {what} went through: {other:?}"),
-            }
-        }
-    };
-    refused_to_alice("break-glass", break_glass(json!("by alice"))).await;
-    refused_to_alice("break-glass with an empty reason", break_glass(json!(""))).await;
+    let refused = |what, request| refused_to_alice(&client, what, request);
+    refused("break-glass", break_glass(json!("by alice"))).await;
+    refused("break-glass with an empty reason", break_glass(json!(""))).await;
     client
         .request::<serde_json::Value>(break_glass(json!("incident 42")))
         .await
         .unwrap_or_else(|e| panic!("an administrator may break the glass: {e}"));
-    refused_to_alice("new break-glass reason", break_glass(json!("all clear"))).await;
-    refused_to_alice("resume", break_glass(serde_json::Value::Null)).await;
+    refused("new break-glass reason", break_glass(json!("all clear"))).await;
+    refused("resume", break_glass(serde_json::Value::Null)).await;
     // Nor strip the operator's finalizer: a deletion would then skip the operator's cleanup and
     // could leave what it made in force (a preset's admission policy) with nothing to show it.
-    wait_for("the operator's finalizer", Duration::from_secs(30), || {
-        let api = api.clone();
-        async move {
-            api.get("by-admin")
-                .await
-                .unwrap()
-                .finalizers()
-                .iter()
-                .any(|f| f == FINALIZER)
-        }
+    let finalizer = "the operator's finalizer";
+    wait_initializer(&api, "by-admin", finalizer, Duration::from_secs(30), |i| {
+        i.finalizers().iter().any(|f| f == FINALIZER)
     })
     .await;
-    let strip = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
-        .patch(
-            "by-admin",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .unwrap();
-    refused_to_alice("finalizer removal", strip).await;
+    let strip = merge_by_admin(json!({"metadata": {"finalizers": null}}));
+    refused("finalizer removal", strip).await;
     assert!(
         api.get("by-admin")
             .await
@@ -275,32 +245,17 @@ async fn only_those_who_may_create_webhook_configurations_may_create_initializer
         .await
         .unwrap_or_else(|e| panic!("an administrator may resume: {e}"));
     // Metadata-only updates pass: the editor's label, and the operator's finalizer.
-    let label_request = kube::core::Request::new("/apis/initializer.dev/v1alpha1/initializers")
-        .patch(
-            "by-admin",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
-        )
-        .unwrap();
+    let label_request = merge_by_admin(json!({"metadata": {"labels": {"team": "a"}}}));
     client
-        .request::<serde_json::Value>(as_alice(label_request))
+        .request::<serde_json::Value>(as_user("alice", label_request))
         .await
         .unwrap_or_else(|e| panic!("a metadata-only update needs no webhook rights: {e}"));
-    wait_for(
-        "the operator's finalizer on by-admin",
-        Duration::from_secs(20),
-        || {
-            let api = api.clone();
-            async move {
-                api.get("by-admin")
-                    .await
-                    .unwrap()
-                    .finalizers()
-                    .iter()
-                    .any(|f| f.starts_with("initializer.dev/"))
-            }
-        },
-    )
+    let finalizer = "the operator's finalizer on by-admin";
+    wait_initializer(&api, "by-admin", finalizer, Duration::from_secs(20), |i| {
+        i.finalizers()
+            .iter()
+            .any(|f| f.starts_with("initializer.dev/"))
+    })
     .await;
 
     // Deleting the guard's binding does not switch it off: the operator puts it back.
@@ -336,10 +291,7 @@ async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
 
     let client = cluster.client();
     support::install::install_crd_and_namespace_unguarded(&client, NS).await;
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("early"))
-        .await
-        .unwrap();
+    let api = create(&client, &guard("early")).await;
     api.patch_status(
         "early",
         &PatchParams::default(),
@@ -373,29 +325,15 @@ async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let first = bindings.get(GUARD_NAME).await.unwrap();
     support::install::until_in_force(&first).await;
-    api.create(&PostParams::default(), &guard("late"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-late",
-        "late registered",
-        Duration::from_secs(90),
-    )
-    .await;
+    create(&client, &guard("late")).await;
+    wait_registered(&client, "late", "late registered", Duration::from_secs(90)).await;
     assert!(configuration(&client, "initializer-early").await.is_none());
 
     // An administrator changes early's spec: it passed the guard, so early is deployed.
-    api.patch(
-        "early",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"timeoutSeconds": 4}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&api, "early", json!({"timeoutSeconds": 4})).await;
     wait_registered(
         &client,
-        "initializer-early",
+        "early",
         "early registered",
         Duration::from_secs(90),
     )
@@ -453,6 +391,25 @@ async fn an_initializer_created_before_the_guard_is_held_until_its_spec_changes(
     }
 }
 
+/// Applies `spec` to the guard's `kind` (in `admissionregistration.k8s.io/v1`) as another field
+/// manager, `intruder`, would.
+async fn intrude<K>(api: &Api<K>, kind: &str, spec: serde_json::Value)
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    use initializer_operator::guard::GUARD_NAME;
+    let body = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": GUARD_NAME},
+        "spec": spec,
+    });
+    let intruder = PatchParams::apply("intruder");
+    api.patch(GUARD_NAME, &intruder, &Patch::Apply(body))
+        .await
+        .unwrap();
+}
+
 /// A forced apply keeps what other field managers add beside the operator's fields. Someone who
 /// may write the guard (not the operator) adds a `matchConditions` entry that is always false to
 /// the policy and an `excludeResourceRules` for Initializers to the binding, each of which
@@ -473,36 +430,21 @@ async fn what_another_manager_adds_to_the_guard_is_taken_out(cluster: &TestClust
     .await;
     let uid = bindings.get(GUARD_NAME).await.unwrap().uid();
 
-    let intruder = PatchParams::apply("intruder");
-    policies
-        .patch(
-            GUARD_NAME,
-            &intruder,
-            &Patch::Apply(json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingAdmissionPolicy",
-                "metadata": {"name": GUARD_NAME},
-                "spec": {"matchConditions": [{"name": "neuter", "expression": "false"}]},
-            })),
-        )
-        .await
-        .unwrap();
-    bindings
-        .patch(
-            GUARD_NAME,
-            &intruder,
-            &Patch::Apply(json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {"name": GUARD_NAME},
-                "spec": {"matchResources": {"excludeResourceRules": [{
-                    "apiGroups": ["initializer.dev"], "apiVersions": ["*"],
-                    "operations": ["*"], "resources": ["*"]
-                }]}},
-            })),
-        )
-        .await
-        .unwrap();
+    intrude(
+        &policies,
+        "ValidatingAdmissionPolicy",
+        json!({"matchConditions": [{"name": "neuter", "expression": "false"}]}),
+    )
+    .await;
+    intrude(
+        &bindings,
+        "ValidatingAdmissionPolicyBinding",
+        json!({"matchResources": {"excludeResourceRules": [{
+            "apiGroups": ["initializer.dev"], "apiVersions": ["*"],
+            "operations": ["*"], "resources": ["*"]
+        }]}}),
+    )
+    .await;
 
     let took = wait_for("the guard whole again", Duration::from_secs(20), || async {
         let policy = policies.get(GUARD_NAME).await.unwrap();

@@ -4,15 +4,17 @@
 
 use std::time::{Duration, Instant};
 
-use initializer_crds::{Initializer, Phase};
+use initializer_crds::Phase;
 use initializer_test_support::wait_until as wait_for;
-use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::outage::land_late_and_wait_for_its_removal;
 use crate::support::{self, TestCluster};
-use crate::{NS, configuration, guard, install, phase, spawn, start, wait_registered};
+use crate::{
+    NS, configuration, create, create_registered, guard, install, patch_spec, phase, spawn, start,
+    wait_registered, wait_removed_in,
+};
 
 on_backends!(sandbox and real:
     a_second_replica_takes_over_when_the_leader_stops,
@@ -42,17 +44,7 @@ async fn a_second_replica_takes_over_when_the_leader_stops(cluster: &TestCluster
     .await;
     let first = holder().await.unwrap();
     // Only the leader reconciles: an Initializer created now is handled exactly once.
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &guard("led"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-led",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    create_registered(&client, &guard("led")).await;
     if first == "operator-test-0" {
         first_replica.stop();
     } else {
@@ -135,13 +127,10 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
     })
     .await;
     let _new = ReplicaProcess::spawn(cluster, "replica-new");
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("stale"))
-        .await
-        .unwrap();
+    let api = create(&client, &guard("stale")).await;
     wait_registered(
         &client,
-        "initializer-stale",
+        "stale",
         "registration by the leader",
         Duration::from_secs(90),
     )
@@ -155,23 +144,14 @@ async fn an_old_leader_thawed_after_losing_its_lease_writes_nothing(cluster: &Te
         async move { lease_holder(&c).await.as_deref() == Some("replica-new") }
     })
     .await;
-    api.patch(
+    patch_spec(&api, "stale", json!({"suspend": true})).await;
+    let what = "the new leader to remove it";
+    wait_removed_in(
+        &client,
         "stale",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true}})),
-    )
-    .await
-    .unwrap();
-    wait_for(
-        "the new leader to remove it",
+        Phase::Suspended,
+        what,
         Duration::from_secs(15),
-        || {
-            let c = client.clone();
-            async move {
-                configuration(&c, "initializer-stale").await.is_none()
-                    && phase(&c, "stale").await == Some(Phase::Suspended)
-            }
-        },
     )
     .await;
     old.signal("-CONT");

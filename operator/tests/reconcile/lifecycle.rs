@@ -6,20 +6,23 @@
 
 use std::time::{Duration, Instant};
 
+use initializer_crds::Phase;
 use initializer_crds::constants::{
     EXCLUDE_LABEL, INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, TIMEOUT_SECONDS_ENV,
 };
-use initializer_crds::{Initializer, Phase};
 use initializer_test_support::wait_until as wait_for;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::namespaces::terminating_namespace;
 use crate::support::TestCluster;
+use crate::support::install::create_namespace;
 use crate::{
-    NS, configuration, guard, is_ready, phase, start, wait_for_event, wait_registered, wait_removed,
+    NS, configuration, create, create_object, create_registered, delete_and_wait_gone, guard,
+    is_ready, patch_spec, pods_of, start, wait_configuration_where, wait_for_event, wait_phase,
+    wait_pods, wait_ready_pod, wait_registered, wait_removed,
 };
 
 on_backends!(sandbox and real:
@@ -51,6 +54,20 @@ fn has_timeout_env(pod: &Pod, value: &str) -> bool {
         })
 }
 
+/// Makes the next `times` requests of `verb` on the webhook configuration `name` suffer `action`
+/// (the sandbox's fault table).
+fn inject_on_configuration(
+    cluster: &TestCluster,
+    verb: &str,
+    name: &str,
+    action: initializer_sandbox::FaultAction,
+    times: u32,
+) {
+    let resource = "mutatingwebhookconfigurations";
+    let target = (verb, "admissionregistration.k8s.io", resource, name);
+    cluster.inject(target, action, times).unwrap();
+}
+
 fn short_secret(name: &str) -> Secret {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default"},
@@ -64,19 +81,10 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
     cluster: &TestCluster,
 ) {
     let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("guard"))
-        .await
-        .unwrap();
+    let api = create(&client, &guard("guard")).await;
 
     // Registered only once the Deployment is available and the probes answer.
-    let took = wait_registered(
-        &client,
-        "initializer-guard",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    let took = wait_registered(&client, "guard", "registration", Duration::from_secs(90)).await;
     println!("registered {took:?} after creation");
     let config = configuration(&client, "initializer-guard").await.unwrap();
     assert_eq!(config.labels()[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
@@ -90,11 +98,7 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
             .all(|r| r.key != EXCLUDE_LABEL),
         "no label exempts an object"
     );
-    wait_for("phase Registered", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { phase(&c, "guard").await == Some(Phase::Registered) }
-    })
-    .await;
+    wait_phase(&client, "guard", Phase::Registered).await;
     let init = api.get("guard").await.unwrap();
     assert!(
         init.finalizers()
@@ -126,24 +130,16 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
     wait_for_event(&client, "Registered", "").await;
 
     // A spec change reaches the registered configuration.
-    api.patch(
-        "guard",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"timeoutSeconds": 7}})),
-    )
-    .await
-    .unwrap();
-    wait_for(
-        "the new timeout in the configuration",
+    patch_spec(&api, "guard", json!({"timeoutSeconds": 7})).await;
+    let what = "the new timeout in the configuration";
+    wait_configuration_where(
+        &client,
+        "initializer-guard",
+        what,
         Duration::from_secs(10),
-        || {
-            let c = client.clone();
-            async move {
-                configuration(&c, "initializer-guard")
-                    .await
-                    .and_then(|c| c.webhooks)
-                    .is_some_and(|w| w[0].timeout_seconds == Some(7))
-            }
+        |c| {
+            c.and_then(|c| c.webhooks)
+                .is_some_and(|w| w[0].timeout_seconds == Some(7))
         },
     )
     .await;
@@ -157,148 +153,72 @@ async fn an_initializer_is_registered_when_answering_removed_when_frozen_and_cle
 
     // The new timeout reaches the initializer too (INITIALIZER_TIMEOUT_SECONDS), which rolls
     // the Deployment: wait until the one pod left is the updated, ready one before freezing it.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let selector = format!("{INITIALIZER_LABEL}=guard");
-    wait_for(
-        "the rollout of the new timeout to the initializer",
-        Duration::from_secs(30),
-        || {
-            let p = pods.clone();
-            let selector = selector.clone();
-            async move {
-                let items = p
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .unwrap()
-                    .items;
-                items.len() == 1 && has_timeout_env(&items[0], "7") && is_ready(&items[0])
-            }
-        },
-    )
+    let what = "the rollout of the new timeout to the initializer";
+    wait_pods(&client, "guard", what, Duration::from_secs(30), |items| {
+        items.len() == 1 && has_timeout_env(&items[0], "7") && is_ready(&items[0])
+    })
     .await;
 
     // Freeze the initializer: the configuration goes (fail open) and creates pass again.
-    let pod = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .unwrap()
-        .items
-        .remove(0);
+    let pod = pods_of(&client, "guard").await.remove(0);
     cluster.freeze(NS, &pod.name_any()).await.unwrap();
     let took = wait_removed(
         &client,
-        "initializer-guard",
+        "guard",
         "deregistration after a freeze",
         Duration::from_secs(20),
     )
     .await;
     println!("deregistered {took:?} after the freeze");
-    wait_for("phase Unresponsive", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { phase(&c, "guard").await == Some(Phase::Unresponsive) }
-    })
-    .await;
-    secrets
-        .create(
-            &PostParams::default(),
-            &short_secret("passes-while-deregistered"),
-        )
-        .await
-        .unwrap();
+    wait_phase(&client, "guard", Phase::Unresponsive).await;
+    create_object(&secrets, &short_secret("passes-while-deregistered")).await;
     wait_for_event(&client, "Deregistered", "").await;
 
     // Thaw: registered again after enough good probes.
     cluster.thaw(NS, &pod.name_any()).await.unwrap();
     wait_registered(
         &client,
-        "initializer-guard",
+        "guard",
         "registration after the thaw",
         Duration::from_secs(60),
     )
     .await;
 
     // Suspend: removed and stays removed, the workload keeps running.
-    api.patch(
-        "guard",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&api, "guard", json!({"suspend": true})).await;
     wait_removed(
         &client,
-        "initializer-guard",
+        "guard",
         "deregistration on suspend",
         Duration::from_secs(10),
     )
     .await;
-    wait_for("phase Suspended", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { phase(&c, "guard").await == Some(Phase::Suspended) }
-    })
-    .await;
+    wait_phase(&client, "guard", Phase::Suspended).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(
         configuration(&client, "initializer-guard").await.is_none(),
         "re-registered while suspended"
     );
-    assert_eq!(
-        pods.list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=guard")))
-            .await
-            .unwrap()
-            .items
-            .len(),
-        1
-    );
+    assert_eq!(pods_of(&client, "guard").await.len(), 1);
 
     // Delete: the finalizer removes the configuration, then lets the Initializer go.
-    api.patch(
-        "guard",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": false}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&api, "guard", json!({"suspend": false})).await;
     wait_registered(
         &client,
-        "initializer-guard",
+        "guard",
         "registration after resuming",
         Duration::from_secs(60),
     )
     .await;
-    api.delete("guard", &DeleteParams::default()).await.unwrap();
-    wait_for(
-        "the Initializer to be gone",
-        Duration::from_secs(20),
-        || {
-            let a = api.clone();
-            async move { a.get_opt("guard").await.unwrap().is_none() }
-        },
-    )
-    .await;
+    let gone = "the Initializer to be gone";
+    delete_and_wait_gone(&api, "guard", gone, Duration::from_secs(20)).await;
     assert!(configuration(&client, "initializer-guard").await.is_none());
 }
 
 async fn a_secret_labelled_excluded_in_a_user_namespace_is_still_refused(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("guard"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-guard",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    create_namespace(&client, "team-a").await;
+    create_registered(&client, &guard("guard")).await;
     let hook = &configuration(&client, "initializer-guard")
         .await
         .unwrap()
@@ -350,41 +270,26 @@ async fn suspend_removes_the_configuration_even_when_the_workload_cannot_be_appl
     cluster: &TestCluster,
 ) {
     let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("brake"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-brake",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    let api = create_registered(&client, &guard("brake")).await;
     // The same change moves the workload to an allowed namespace that refuses new content:
     // applying it fails, and the break-glass switch must still take the initializer out of
     // the path.
     terminating_namespace(&client, "closing").await;
-    api.patch(
+    patch_spec(
+        &api,
         "brake",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true, "namespace": "closing"}})),
+        json!({"suspend": true, "namespace": "closing"}),
     )
-    .await
-    .unwrap();
+    .await;
     let took = wait_removed(
         &client,
-        "initializer-brake",
+        "brake",
         "the suspend to remove it",
         Duration::from_secs(10),
     )
     .await;
     println!("suspended {took:?} after the change, with the workload failing to apply");
-    wait_for("phase Suspended", Duration::from_secs(10), || {
-        let c = client.clone();
-        async move { phase(&c, "brake").await == Some(Phase::Suspended) }
-    })
-    .await;
+    wait_phase(&client, "brake", Phase::Suspended).await;
     wait_for_event(&client, "Suspended", "spec.suspend").await;
     // It stays removed across resyncs and failures.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -393,45 +298,19 @@ async fn suspend_removes_the_configuration_even_when_the_workload_cannot_be_appl
 
 async fn a_removal_the_api_server_refuses_is_retried_until_it_is_confirmed(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &guard("stubborn"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-stubborn",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    create_registered(&client, &guard("stubborn")).await;
     // The next eight deletes of the configuration fail with a 500: more than any fixed number of
     // quick retries absorbs.
-    cluster
-        .inject(
-            (
-                "delete",
-                "admissionregistration.k8s.io",
-                "mutatingwebhookconfigurations",
-                "initializer-stubborn",
-            ),
-            initializer_sandbox::FaultAction::Error {
-                code: 500,
-                message: Some("injected by the test".into()),
-            },
-            8,
-        )
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod = pods
-        .list(&ListParams::default().labels(&format!("{INITIALIZER_LABEL}=stubborn")))
-        .await
-        .unwrap()
-        .items
-        .remove(0);
+    let refused = initializer_sandbox::FaultAction::Error {
+        code: 500,
+        message: Some("injected by the test".into()),
+    };
+    inject_on_configuration(cluster, "delete", "initializer-stubborn", refused, 8);
+    let pod = pods_of(&client, "stubborn").await.remove(0);
     cluster.freeze(NS, &pod.name_any()).await.unwrap();
     let took = wait_removed(
         &client,
-        "initializer-stubborn",
+        "stubborn",
         "the removal to get through",
         Duration::from_secs(30),
     )
@@ -445,36 +324,10 @@ async fn deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_n
 ) {
     let (client, _operator) = start(cluster).await;
     // The registration (a server-side apply: a patch) takes 3 s to be answered.
-    cluster
-        .inject(
-            (
-                "patch",
-                "admissionregistration.k8s.io",
-                "mutatingwebhookconfigurations",
-                "initializer-inflight",
-            ),
-            initializer_sandbox::FaultAction::Delay { millis: 3000 },
-            1,
-        )
-        .unwrap();
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("inflight"))
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=inflight"));
-    wait_for("a ready pod", Duration::from_secs(60), || {
-        let (pods, selector) = (pods.clone(), selector.clone());
-        async move {
-            pods.list(&selector)
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .any(is_ready)
-        }
-    })
-    .await;
+    let held = initializer_sandbox::FaultAction::Delay { millis: 3000 };
+    inject_on_configuration(cluster, "patch", "initializer-inflight", held, 1);
+    let api = create(&client, &guard("inflight")).await;
+    wait_ready_pod(&client, "inflight").await;
     // Two good probes 100 ms apart start the registration; delete while it is held.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert!(
@@ -482,13 +335,12 @@ async fn deleting_an_initializer_waits_out_a_registration_in_flight_and_leaves_n
             .await
             .is_none()
     );
-    api.delete("inflight", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the Initializer to go", Duration::from_secs(30), || {
-        let a = api.clone();
-        async move { a.get_opt("inflight").await.unwrap().is_none() }
-    })
+    delete_and_wait_gone(
+        &api,
+        "inflight",
+        "the Initializer to go",
+        Duration::from_secs(30),
+    )
     .await;
     // The registration that was in flight landed before the cleanup removed it: nothing is left,
     // not even for a moment after the Initializer is gone.

@@ -18,9 +18,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::support::TestCluster;
+use crate::support::install::create_namespace;
 use crate::{
-    NS, OPERATOR_ACCOUNT, configuration, guard, install, phase, spawn_as, start, wait_for_event,
-    wait_registered,
+    NS, OPERATOR_ACCOUNT, configuration, create, create_object, guard, install, patch_spec, phase,
+    spawn_as, start, wait_for_event, wait_initializer, wait_last_error, wait_registered,
 };
 
 on_backends!(sandbox and real:
@@ -35,72 +36,47 @@ on_backends! {
 
 /// Waits for a failed deployment of `name` to show in its status (`details.lastError`).
 async fn wait_for_deploy_error(api: &Api<Initializer>, name: &str, what: &str) {
-    wait_for(what, Duration::from_secs(20), || {
-        let a = api.clone();
-        async move {
-            a.get(name).await.unwrap().status.is_some_and(|s| {
-                s.details
-                    .get("lastError")
-                    .is_some_and(|e| e.contains("failed to"))
-            })
-        }
-    })
-    .await;
+    wait_last_error(api, name, "failed to", what, Duration::from_secs(20)).await;
 }
 
 async fn a_workload_that_cannot_be_deployed_is_reported_in_the_status(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
     // An allowed namespace that refuses new content (it is being deleted).
     terminating_namespace(&client, "closing").await;
     let mut lost = guard("lost");
     lost.spec.namespace = Some("closing".into());
-    api.create(&PostParams::default(), &lost).await.unwrap();
+    let api = create(&client, &lost).await;
     wait_for_deploy_error(&api, "lost", "the error in the status").await;
     assert!(configuration(&client, "initializer-lost").await.is_none());
     // Moved to a namespace that takes it, the workload deploys and the error goes.
     allowed_namespace(&client, "open").await;
-    api.patch(
-        "lost",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"namespace": "open"}})),
-    )
-    .await
-    .unwrap();
-    wait_for("the error to clear", Duration::from_secs(30), || {
-        let a = api.clone();
-        async move {
-            a.get("lost")
-                .await
-                .unwrap()
-                .status
-                .is_some_and(|s| !s.details.contains_key("lastError"))
-        }
+    patch_spec(&api, "lost", json!({"namespace": "open"})).await;
+    let what = "the error to clear";
+    wait_initializer(&api, "lost", what, Duration::from_secs(30), |lost| {
+        lost.status
+            .as_ref()
+            .is_some_and(|s| !s.details.contains_key("lastError"))
     })
     .await;
     // Moved back while supervised: the failure after that edit reaches the status too (the
     // supervisor writes onto the version the failing reconcile read, not the one before the
     // edit, which the API server would refuse).
-    api.patch(
-        "lost",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"namespace": "closing"}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&api, "lost", json!({"namespace": "closing"})).await;
     wait_for_deploy_error(&api, "lost", "the error in the status again").await;
 }
 
 /// Creates namespace `name` labelled for initializers' workloads (as an administrator would).
 async fn labelled_namespace(client: &Client, name: &str) {
+    create_labelled(client, json!({"name": name})).await;
+}
+
+/// Creates the namespace of `metadata` with the label for initializers' workloads added.
+async fn create_labelled(client: &Client, mut metadata: serde_json::Value) {
+    metadata["labels"] = json!({WORKLOADS_LABEL: WORKLOADS_LABEL_VALUE});
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {
-                "name": name,
-                "labels": {WORKLOADS_LABEL: WORKLOADS_LABEL_VALUE},
-            }}))
-            .unwrap(),
+            &serde_json::from_value(json!({ "metadata": metadata })).unwrap(),
         )
         .await
         .unwrap();
@@ -117,13 +93,11 @@ async fn bind_workloads_role(client: &Client, namespace: &str) {
         .unwrap()
         .is_none()
     {
-        roles
-            .create(
-                &PostParams::default(),
-                &initializer_packaging::manifest::workloads_cluster_role(),
-            )
-            .await
-            .unwrap();
+        create_object(
+            &roles,
+            &initializer_packaging::manifest::workloads_cluster_role(),
+        )
+        .await;
     }
     Api::<RoleBinding>::namespaced(client.clone(), namespace)
         .create(
@@ -148,20 +122,12 @@ async fn allowed_namespace(client: &Client, name: &str) {
 /// An allowed namespace that refuses new content: deleted, and held in `Terminating` by a
 /// finalizer of ours.
 pub(crate) async fn terminating_namespace(client: &Client, name: &str) {
-    let namespaces = Api::<Namespace>::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {
-                "name": name,
-                "labels": {WORKLOADS_LABEL: WORKLOADS_LABEL_VALUE},
-                "finalizers": ["test.initializer.dev/hold"],
-            }}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    namespaces
+    create_labelled(
+        client,
+        json!({"name": name, "finalizers": ["test.initializer.dev/hold"]}),
+    )
+    .await;
+    Api::<Namespace>::all(client.clone())
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
@@ -180,25 +146,18 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
     cluster: &TestCluster,
 ) {
     let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
     // Not labelled: refused, nothing deployed, and the message says how to allow it.
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "team-hooks"}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, "team-hooks").await;
     let mut hooked = guard("hooked");
     hooked.spec.namespace = Some("team-hooks".into());
-    api.create(&PostParams::default(), &hooked).await.unwrap();
-    wait_for("Valid=False", Duration::from_secs(20), || {
-        let a = api.clone();
-        async move {
-            valid_condition(&a.get("hooked").await.unwrap())
-                .is_some_and(|(status, _)| status == "False")
-        }
-    })
+    let api = create(&client, &hooked).await;
+    wait_initializer(
+        &api,
+        "hooked",
+        "Valid=False",
+        Duration::from_secs(20),
+        |hooked| valid_condition(hooked).is_some_and(|(status, _)| status == "False"),
+    )
     .await;
     let (_, message) = valid_condition(&api.get("hooked").await.unwrap()).unwrap();
     for part in [
@@ -228,13 +187,7 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
         .await
         .unwrap();
     bind_workloads_role(&client, "team-hooks").await;
-    let took = wait_registered(
-        &client,
-        "initializer-hooked",
-        "registration",
-        Duration::from_secs(120),
-    )
-    .await;
+    let took = wait_registered(&client, "hooked", "registration", Duration::from_secs(120)).await;
     println!("registered {took:?} after the namespace was labelled");
 
     // The pods run as the initializer's own account, with no API token.
@@ -313,10 +266,7 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
         .delete("hooked-ca", &DeleteParams::default())
         .await
         .unwrap();
-    in_workload
-        .create(&PostParams::default(), &planted)
-        .await
-        .unwrap();
+    create_object(&in_workload, &planted).await;
     let took = wait_for("the planted CA removed", Duration::from_secs(60), || {
         let (w, o) = (in_workload.clone(), in_operator.clone());
         async move {
@@ -351,6 +301,16 @@ async fn a_workload_runs_only_in_a_labelled_namespace_as_its_own_account_without
     );
 }
 
+/// Creates each of `objects` with `api`, in order.
+async fn create_each<K>(api: &Api<K>, objects: &[K])
+where
+    K: Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    for object in objects {
+        api.create(&PostParams::default(), object).await.unwrap();
+    }
+}
+
 /// A client that makes every call of `admin` as `user` (impersonation).
 fn impersonating(admin: &Client, user: &str) -> Client {
     let user: http::HeaderValue = user.parse().unwrap();
@@ -378,49 +338,32 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
         NS,
     )
     .unwrap();
-    let post = PostParams::default();
-    for account in &plan.service_accounts {
-        Api::namespaced(admin.clone(), NS)
-            .create(&post, account)
-            .await
-            .unwrap();
-    }
-    for role in plan.cluster_roles.iter().chain(&plan.bundle_cluster_roles) {
-        Api::<ClusterRole>::all(admin.clone())
-            .create(&post, role)
-            .await
-            .unwrap();
-    }
-    for binding in &plan.cluster_role_bindings {
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .create(&post, binding)
-            .await
-            .unwrap();
-    }
-    for role in &plan.roles {
-        Api::<Role>::namespaced(admin.clone(), NS)
-            .create(&post, role)
-            .await
-            .unwrap();
-    }
-    for binding in &plan.role_bindings {
-        Api::<RoleBinding>::namespaced(admin.clone(), NS)
-            .create(&post, binding)
-            .await
-            .unwrap();
-    }
+    create_each(&Api::namespaced(admin.clone(), NS), &plan.service_accounts).await;
+    let cluster_roles = Api::<ClusterRole>::all(admin.clone());
+    create_each(&cluster_roles, &plan.cluster_roles).await;
+    create_each(&cluster_roles, &plan.bundle_cluster_roles).await;
+    create_each(
+        &Api::<ClusterRoleBinding>::all(admin.clone()),
+        &plan.cluster_role_bindings,
+    )
+    .await;
+    create_each(&Api::<Role>::namespaced(admin.clone(), NS), &plan.roles).await;
+    create_each(
+        &Api::<RoleBinding>::namespaced(admin.clone(), NS),
+        &plan.role_bindings,
+    )
+    .await;
     let operator = impersonating(
         &admin,
         &format!("system:serviceaccount:{NS}:{OPERATOR_ACCOUNT}"),
     );
     let _operator = spawn_as(cluster, operator.clone(), "operator-test-0");
-    let api: Api<Initializer> = Api::all(admin.clone());
 
     // In its own namespace it deploys and registers with the Role alone.
-    api.create(&post, &guard("home")).await.unwrap();
+    let api = create(&admin, &guard("home")).await;
     wait_registered(
         &admin,
-        "initializer-home",
+        "home",
         "registration at home",
         Duration::from_secs(120),
     )
@@ -430,18 +373,9 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
     labelled_namespace(&admin, "team-hooks").await;
     let mut away = guard("away");
     away.spec.namespace = Some("team-hooks".into());
-    api.create(&post, &away).await.unwrap();
-    wait_for("the refusal in the status", Duration::from_secs(30), || {
-        let a = api.clone();
-        async move {
-            a.get("away").await.unwrap().status.is_some_and(|s| {
-                s.details
-                    .get("lastError")
-                    .is_some_and(|e| e.contains("forbidden"))
-            })
-        }
-    })
-    .await;
+    create_object(&api, &away).await;
+    let refusal = "the refusal in the status";
+    wait_last_error(&api, "away", "forbidden", refusal, Duration::from_secs(30)).await;
     let error = api.get("away").await.unwrap().status.unwrap().details["lastError"].clone();
     println!("before the RoleBinding: {error}");
     assert!(configuration(&admin, "initializer-away").await.is_none());
@@ -461,7 +395,7 @@ async fn the_operators_own_rights_reach_a_labelled_namespace_only_once_bound(
     bind_workloads_role(&admin, "team-hooks").await;
     let took = wait_registered(
         &admin,
-        "initializer-away",
+        "away",
         "registration away",
         Duration::from_secs(120),
     )

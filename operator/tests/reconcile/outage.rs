@@ -6,17 +6,14 @@ use std::time::{Duration, Instant};
 
 use initializer_crds::Initializer;
 use initializer_crds::Phase;
-use initializer_crds::constants::INITIALIZER_LABEL;
-use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
 use crate::support::TestCluster;
 use crate::{
-    NS, configuration, guard, is_ready, phase, start, status_of, wait_for_event, wait_registered,
-    wait_removed,
+    NS, configuration, create_registered, guard, is_ready, pods_of, start, status_of,
+    wait_configuration, wait_for_event, wait_pods, wait_removed, wait_removed_in,
 };
 
 on_backends!(sandbox and real:
@@ -26,7 +23,6 @@ on_backends!(sandbox and real:
 
 async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
     let mut fast = guard("fast");
     // Probes every 10 s with two failures needed: only the endpoints can remove it within 5 s.
     fast.spec.health = Some(initializer_crds::HealthPolicy {
@@ -35,35 +31,19 @@ async fn losing_every_ready_endpoint_deregisters_without_waiting_for_probes(clus
         success_threshold: 1,
         latency_budget_millis: 1000,
     });
-    api.create(&PostParams::default(), &fast).await.unwrap();
-    wait_registered(
-        &client,
-        "initializer-fast",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    create_registered(&client, &fast).await;
     // Registration needs one ready endpoint, not a finished rollout: wait until the only pod
     // left is the ready one, so that killing it leaves no endpoint behind.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=fast"));
-    wait_for(
-        "one ready pod and no other",
-        Duration::from_secs(30),
-        || {
-            let (pods, selector) = (pods.clone(), selector.clone());
-            async move {
-                let items = pods.list(&selector).await.unwrap().items;
-                items.len() == 1 && is_ready(&items[0])
-            }
-        },
-    )
+    let what = "one ready pod and no other";
+    wait_pods(&client, "fast", what, Duration::from_secs(30), |items| {
+        items.len() == 1 && is_ready(&items[0])
+    })
     .await;
-    let pod = pods.list(&selector).await.unwrap().items.remove(0);
+    let pod = pods_of(&client, "fast").await.remove(0);
     cluster.kill(NS, &pod.name_any()).await.unwrap();
     let took = wait_removed(
         &client,
-        "initializer-fast",
+        "fast",
         "deregistration after the kill",
         Duration::from_secs(5),
     )
@@ -89,9 +69,10 @@ pub(crate) async fn land_late_and_wait_for_its_removal(
         .create(&PostParams::default(), &late)
         .await
         .unwrap();
-    wait_removed(
+    wait_configuration(
         client,
         &name,
+        false,
         "the late registration to go",
         Duration::from_secs(5),
     )
@@ -136,34 +117,19 @@ async fn wait_until_unchanged_for(client: &Client, name: &str, quiet: Duration) 
 
 async fn a_registration_landing_during_an_outage_is_removed_at_once(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("outage"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-outage",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    create_registered(&client, &guard("outage")).await;
     let registered = configuration(&client, "initializer-outage").await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=outage"));
     let frozen_at = Instant::now();
-    for pod in pods.list(&selector).await.unwrap().items {
+    for pod in pods_of(&client, "outage").await {
         cluster.freeze(NS, &pod.name_any()).await.unwrap();
     }
-    wait_for(
-        "deregistration after the freeze",
+    let what = "deregistration after the freeze";
+    wait_removed_in(
+        &client,
+        "outage",
+        Phase::Unresponsive,
+        what,
         Duration::from_secs(20),
-        || {
-            let c = client.clone();
-            async move {
-                configuration(&c, "initializer-outage").await.is_none()
-                    && phase(&c, "outage").await == Some(Phase::Unresponsive)
-            }
-        },
     )
     .await;
     // Once what the outage changes has settled (the pod unready, the Deployment unavailable,

@@ -9,12 +9,15 @@ use initializer_crds::Initializer;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::support::TestCluster;
-use crate::{NS, configuration, guard, start, wait_for_event, wait_registered, wait_removed};
+use crate::{
+    NS, configuration, create, create_object, create_registered, delete_and_wait_gone, guard,
+    start, wait_for_event, wait_last_error, wait_removed,
+};
 
 on_backends!(sandbox and real:
     a_managed_configuration_without_an_initializer_is_removed,
@@ -29,33 +32,49 @@ on_backends! {
         uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies_alone,
 }
 
+/// A webhook configuration with `metadata` and no webhooks.
+fn without_webhooks(metadata: serde_json::Value) -> MutatingWebhookConfiguration {
+    serde_json::from_value(json!({"metadata": metadata, "webhooks": []})).unwrap()
+}
+
+/// A ValidatingAdmissionPolicy with `metadata` that admits every ConfigMap create.
+fn admitting_policy(
+    metadata: serde_json::Value,
+) -> k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy {
+    serde_json::from_value(json!({
+        "metadata": metadata,
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["configmaps"],
+            }]},
+            "validations": [{"expression": "true"}],
+        },
+    }))
+    .unwrap()
+}
+
+/// Waits up to 60 s for the conflict with an object the operator did not create in the status
+/// of the Initializer `name`.
+async fn wait_for_conflict(api: &Api<Initializer>, name: &str) {
+    let (part, what) = ("not created by the operator", "the conflict in the status");
+    wait_last_error(api, name, part, what, Duration::from_secs(60)).await;
+}
+
 async fn a_managed_configuration_without_an_initializer_is_removed(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let orphan: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {
-            "name": "initializer-gone",
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "gone"},
-        },
-        "webhooks": [],
-    }))
-    .unwrap();
-    let foreign: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {"name": "someone-elses"},
-        "webhooks": [],
-    }))
-    .unwrap();
-    configs
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
-    configs
-        .create(&PostParams::default(), &orphan)
-        .await
-        .unwrap();
+    let orphan = without_webhooks(json!({
+        "name": "initializer-gone",
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "gone"},
+    }));
+    let foreign = without_webhooks(json!({"name": "someone-elses"}));
+    create_object(&configs, &foreign).await;
+    create_object(&configs, &orphan).await;
     wait_removed(
         &client,
-        "initializer-gone",
+        "gone",
         "the orphan to be removed",
         Duration::from_secs(20),
     )
@@ -65,17 +84,7 @@ async fn a_managed_configuration_without_an_initializer_is_removed(cluster: &Tes
 
 async fn an_edited_configuration_is_put_back_within_a_probe_period(cluster: &TestCluster) {
     let (client, _operator) = start(cluster).await;
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &guard("edited"))
-        .await
-        .unwrap();
-    wait_registered(
-        &client,
-        "initializer-edited",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    create_registered(&client, &guard("edited")).await;
     let wanted = configuration(&client, "initializer-edited").await.unwrap();
     let hook = |c: &MutatingWebhookConfiguration| c.webhooks.clone().unwrap().remove(0);
     // Someone edits the live object as `kubectl edit` would (an update by another manager):
@@ -112,47 +121,23 @@ async fn a_configuration_of_the_same_name_that_is_not_ours_is_left_alone(cluster
     let (client, _operator) = start(cluster).await;
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     // An administrator's own configuration that happens to have the name the operator would use.
-    let theirs: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {"name": "initializer-theirs", "labels": {"team": "platform"}},
-        "webhooks": [],
-    }))
-    .unwrap();
-    configs
-        .create(&PostParams::default(), &theirs)
-        .await
-        .unwrap();
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("theirs"))
-        .await
-        .unwrap();
-    wait_for(
-        "the conflict in the status",
-        Duration::from_secs(60),
-        || {
-            let a = api.clone();
-            async move {
-                a.get("theirs").await.unwrap().status.is_some_and(|s| {
-                    s.details
-                        .get("lastError")
-                        .is_some_and(|e| e.contains("not created by the operator"))
-                })
-            }
-        },
-    )
-    .await;
+    let theirs =
+        without_webhooks(json!({"name": "initializer-theirs", "labels": {"team": "platform"}}));
+    create_object(&configs, &theirs).await;
+    let api = create(&client, &guard("theirs")).await;
+    wait_for_conflict(&api, "theirs").await;
     let untouched = |c: &MutatingWebhookConfiguration| {
         c.labels().get("team").map(String::as_str) == Some("platform")
             && !c.labels().contains_key(MANAGED_BY_LABEL)
             && c.webhooks.as_ref().is_none_or(Vec::is_empty)
     };
     assert!(untouched(&configs.get("initializer-theirs").await.unwrap()));
-    api.delete("theirs", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the Initializer to go", Duration::from_secs(30), || {
-        let a = api.clone();
-        async move { a.get_opt("theirs").await.unwrap().is_none() }
-    })
+    delete_and_wait_gone(
+        &api,
+        "theirs",
+        "the Initializer to go",
+        Duration::from_secs(30),
+    )
     .await;
     assert!(untouched(&configs.get("initializer-theirs").await.unwrap()));
 }
@@ -168,10 +153,7 @@ async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(clust
         "data": {"config.yaml": "theirs: true\n"},
     }))
     .unwrap();
-    config_maps
-        .create(&PostParams::default(), &theirs)
-        .await
-        .unwrap();
+    create_object(&config_maps, &theirs).await;
     let untouched = |c: &ConfigMap| {
         c.data
             .as_ref()
@@ -182,25 +164,8 @@ async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(clust
             && c.labels().get("team").map(String::as_str) == Some("platform")
             && !c.labels().contains_key(MANAGED_BY_LABEL)
     };
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &guard("borrowed"))
-        .await
-        .unwrap();
-    wait_for(
-        "the conflict in the status",
-        Duration::from_secs(60),
-        || {
-            let a = api.clone();
-            async move {
-                a.get("borrowed").await.unwrap().status.is_some_and(|s| {
-                    s.details
-                        .get("lastError")
-                        .is_some_and(|e| e.contains("not created by the operator"))
-                })
-            }
-        },
-    )
-    .await;
+    let api = create(&client, &guard("borrowed")).await;
+    wait_for_conflict(&api, "borrowed").await;
     let status = api.get("borrowed").await.unwrap().status.unwrap();
     assert!(
         status
@@ -223,13 +188,12 @@ async fn a_users_config_map_with_the_initializers_name_is_never_taken_over(clust
             .is_none()
     );
 
-    api.delete("borrowed", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the Initializer to go", Duration::from_secs(30), || {
-        let a = api.clone();
-        async move { a.get_opt("borrowed").await.unwrap().is_none() }
-    })
+    delete_and_wait_gone(
+        &api,
+        "borrowed",
+        "the Initializer to go",
+        Duration::from_secs(30),
+    )
     .await;
     // Long enough for garbage collection to have deleted it, had it been adopted.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -242,22 +206,8 @@ async fn a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster
     let name = initializer_operator::naming::names("fenced").fallback;
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     // An administrator's own policy that happens to have the name of the fallback.
-    let theirs: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"team": "platform"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                "resources": ["configmaps"],
-            }]},
-            "validations": [{"expression": "true"}],
-        },
-    }))
-    .unwrap();
-    policies
-        .create(&PostParams::default(), &theirs)
-        .await
-        .unwrap();
+    let theirs = admitting_policy(json!({"name": name, "labels": {"team": "platform"}}));
+    create_object(&policies, &theirs).await;
     let untouched = |p: &ValidatingAdmissionPolicy| {
         p.labels().get("team").map(String::as_str) == Some("platform")
             && !p.labels().contains_key(MANAGED_BY_LABEL)
@@ -273,24 +223,15 @@ async fn a_policy_with_the_fallbacks_name_that_is_not_ours_is_left_alone(cluster
         )
         .unwrap(),
     );
-    let api: Api<Initializer> = Api::all(client.clone());
-    api.create(&PostParams::default(), &fenced).await.unwrap();
-    wait_registered(
-        &client,
-        "initializer-fenced",
-        "registration",
-        Duration::from_secs(90),
-    )
-    .await;
+    let api = create_registered(&client, &fenced).await;
     assert!(untouched(&policies.get(&name).await.unwrap()));
 
-    api.delete("fenced", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the Initializer to go", Duration::from_secs(30), || {
-        let a = api.clone();
-        async move { a.get_opt("fenced").await.unwrap().is_none() }
-    })
+    delete_and_wait_gone(
+        &api,
+        "fenced",
+        "the Initializer to go",
+        Duration::from_secs(30),
+    )
     .await;
     let kept = policies.get_opt(&name).await.unwrap();
     assert!(
@@ -312,40 +253,19 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
     let ours = json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, INITIALIZER_LABEL: "guard"});
     let theirs = json!({"team": "platform"});
     for (name, labels) in [("ours", &ours), ("theirs", &theirs)] {
-        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                    "resources": ["configmaps"],
-                }]},
-                "validations": [{"expression": "true"}],
-            },
-        }))
-        .unwrap();
-        policies
-            .create(&PostParams::default(), &policy)
-            .await
-            .unwrap();
+        let policy = admitting_policy(json!({"name": name, "labels": labels}));
+        create_object(&policies, &policy).await;
         let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels},
             "spec": {"policyName": name, "validationActions": ["Deny"]},
         }))
         .unwrap();
-        bindings
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
-        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels},
-            "webhooks": [],
-        }))
-        .unwrap();
-        configs
-            .create(&PostParams::default(), &config)
-            .await
-            .unwrap();
+        create_object(&bindings, &binding).await;
+        create_object(
+            &configs,
+            &without_webhooks(json!({"name": name, "labels": labels})),
+        )
+        .await;
     }
 
     initializer_packaging::install::deregister(&client)
@@ -362,20 +282,8 @@ async fn uninstall_deregisters_the_operators_fallbacks_and_leaves_other_policies
     // The guard on Initializers (no Initializer label) outlives deregistration, and goes with
     // the CRDs.
     let guard = initializer_operator::guard::GUARD_NAME;
-    policies
-        .create(
-            &PostParams::default(),
-            &initializer_operator::guard::policy(),
-        )
-        .await
-        .unwrap();
-    bindings
-        .create(
-            &PostParams::default(),
-            &initializer_operator::guard::binding(),
-        )
-        .await
-        .unwrap();
+    create_object(&policies, &initializer_operator::guard::policy()).await;
+    create_object(&bindings, &initializer_operator::guard::binding()).await;
     initializer_packaging::install::deregister(&client)
         .await
         .unwrap();

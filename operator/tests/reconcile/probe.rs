@@ -7,16 +7,18 @@
 use std::time::{Duration, Instant};
 
 use initializer_crds::Initializer;
-use initializer_crds::constants::INITIALIZER_LABEL;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::support::TestCluster;
-use crate::{NS, configuration, guard, is_ready, start, wait_registered};
+use crate::{
+    NS, configuration, create, create_registered, guard, initializer, is_ready, patch_spec,
+    pods_of, start, wait_configuration_where, wait_pods, wait_ready_pod, wait_registered,
+};
 
 on_backends!(sandbox and real:
     a_certificate_the_api_server_would_reject_is_never_registered,
@@ -46,11 +48,7 @@ fn guard_with_env(name: &str, env: &[(&str, &str)]) -> Initializer {
 
 /// The `Responding` condition's reason and the last probe error of Initializer `name`.
 async fn responding(client: &Client, name: &str) -> Option<(String, String)> {
-    let status = Api::<Initializer>::all(client.clone())
-        .get_opt(name)
-        .await
-        .unwrap()?
-        .status?;
+    let status = initializer(client, name).await?.status?;
     let reason = status
         .conditions
         .iter()
@@ -102,14 +100,7 @@ async fn set_guard_env(client: &Client, name: &str, env: &[(&str, &str)]) {
         .iter()
         .map(|(name, value)| json!({"name": name, "value": value}))
         .collect();
-    Api::<Initializer>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"env": env}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(&Api::all(client.clone()), name, json!({"env": env})).await;
 }
 
 async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: &TestCluster) {
@@ -120,16 +111,8 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
     let now = jiff::Timestamp::now();
     // Signed by a CA the configuration's caBundle does not carry.
     let stranger = tls::issue(&tls::new_ca(now).unwrap(), &dns, now).unwrap();
-    Api::<Initializer>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &guard_with_env(
-                "pinned",
-                &[(CERT_ENV, &stranger.cert_pem), (KEY_ENV, &stranger.key_pem)],
-            ),
-        )
-        .await
-        .unwrap();
+    let env: [(&str, &str); 2] = [(CERT_ENV, &stranger.cert_pem), (KEY_ENV, &stranger.key_pem)];
+    create(&client, &guard_with_env("pinned", &env)).await;
     wait_for_probe_failure(
         &client,
         "pinned",
@@ -193,7 +176,7 @@ async fn a_certificate_the_api_server_would_reject_is_never_registered(cluster: 
     set_guard_env(&client, "pinned", &[]).await;
     wait_registered(
         &client,
-        "initializer-pinned",
+        "pinned",
         "registration with the operator's certificate",
         Duration::from_secs(90),
     )
@@ -204,31 +187,16 @@ async fn a_handler_that_panics_under_a_fail_closed_policy_is_never_registered(
     cluster: &TestCluster,
 ) {
     let (client, _operator) = start(cluster).await;
-    Api::<Initializer>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &guard_with_env("panicky", &[("TEST_INITIALIZER_MODE", "panic")]),
-        )
-        .await
-        .unwrap();
+    create(
+        &client,
+        &guard_with_env("panicky", &[("TEST_INITIALIZER_MODE", "panic")]),
+    )
+    .await;
     // The SDK denies with code 500 for a handler that panics under the guard's fail-closed
     // policy: registered, it would refuse every Secret in the cluster. The status says so
     // within a few probes of the pod being ready, whatever the earlier probes said (no ready
     // endpoint yet).
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=panicky"));
-    wait_for("a ready pod", Duration::from_secs(60), || {
-        let (pods, selector) = (pods.clone(), selector.clone());
-        async move {
-            pods.list(&selector)
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .any(is_ready)
-        }
-    })
-    .await;
+    wait_ready_pod(&client, "panicky").await;
     wait_for_probe_failure(
         &client,
         "panicky",
@@ -249,26 +217,14 @@ async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestClust
     let (client, _operator) = start(cluster).await;
     let mut pair = guard("pair");
     pair.spec.replicas = 2;
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &pair)
-        .await
-        .unwrap();
-    wait_registered(
+    create_registered(&client, &pair).await;
+    wait_pods(
         &client,
-        "initializer-pair",
-        "registration",
-        Duration::from_secs(90),
+        "pair",
+        "two ready pods",
+        Duration::from_secs(60),
+        |items| items.len() == 2 && items.iter().all(is_ready),
     )
-    .await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let selector = ListParams::default().labels(&format!("{INITIALIZER_LABEL}=pair"));
-    wait_for("two ready pods", Duration::from_secs(60), || {
-        let (pods, selector) = (pods.clone(), selector.clone());
-        async move {
-            let items = pods.list(&selector).await.unwrap().items;
-            items.len() == 2 && items.iter().all(is_ready)
-        }
-    })
     .await;
     // Both pods answered: the probe's latency with every endpoint dialled.
     wait_for("a good probe of both pods", Duration::from_secs(10), || {
@@ -282,22 +238,18 @@ async fn one_hung_pod_of_two_is_caught_within_a_probe_period(cluster: &TestClust
     .await;
     measure_probe_latency(cluster, &client, "pair").await;
 
-    let hung = pods.list(&selector).await.unwrap().items.remove(1);
+    let hung = pods_of(&client, "pair").await.remove(1);
     let ip = hung.status.as_ref().unwrap().pod_ip.clone().unwrap();
     cluster.freeze(NS, &hung.name_any()).await.unwrap();
     // The next probe round dials both and fails: the configuration steps out of the path
     // (degraded, then removed) within a probe period and the latency budget, not by chance.
-    let took = wait_for(
-        "the configuration out of the path",
+    let what = "the configuration out of the path";
+    let took = wait_configuration_where(
+        &client,
+        "initializer-pair",
+        what,
         Duration::from_secs(3),
-        || {
-            let c = client.clone();
-            async move {
-                configuration(&c, "initializer-pair")
-                    .await
-                    .is_none_or(|c| initializer_operator::build::is_degraded(&c))
-            }
-        },
+        |c| c.is_none_or(|c| initializer_operator::build::is_degraded(&c)),
     )
     .await;
     println!(
@@ -331,16 +283,8 @@ async fn a_replaced_ca_stays_trusted_until_every_pod_serves_the_new_one(cluster:
     // A CA seven years into its ten (due for replacement), and pods serving its certificate.
     let aged = tls::new_ca(now - jiff::SignedDuration::from_hours(24 * 365 * 7)).unwrap();
     let served = tls::issue(&aged, &dns, now).unwrap();
-    Api::<Initializer>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &guard_with_env(
-                "rotating",
-                &[(CERT_ENV, &served.cert_pem), (KEY_ENV, &served.key_pem)],
-            ),
-        )
-        .await
-        .unwrap();
+    let env: [(&str, &str); 2] = [(CERT_ENV, &served.cert_pem), (KEY_ENV, &served.key_pem)];
+    create(&client, &guard_with_env("rotating", &env)).await;
     wait_for_probe_failure(
         &client,
         "rotating",
@@ -410,17 +354,13 @@ async fn a_replaced_ca_stays_trusted_until_every_pod_serves_the_new_one(cluster:
     // The pods move to the operator's certificate (signed by the new CA): once the probe sees
     // every ready pod serving it, the aged CA leaves the bundle.
     set_guard_env(&client, "rotating", &[]).await;
-    let took = wait_for(
-        "the aged CA to leave the bundle",
+    let what = "the aged CA to leave the bundle";
+    let took = wait_configuration_where(
+        &client,
+        "initializer-rotating",
+        what,
         Duration::from_secs(90),
-        || {
-            let (c, new_ca) = (client.clone(), new_ca.clone());
-            async move {
-                configuration(&c, "initializer-rotating")
-                    .await
-                    .is_some_and(|config| bundle(config) == new_ca)
-            }
-        },
+        |c| c.is_some_and(|config| bundle(config) == new_ca),
     )
     .await;
     println!("the aged CA left the bundle {took:?} after the pods moved to the new certificate");

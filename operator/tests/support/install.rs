@@ -46,17 +46,22 @@ pub async fn install_crd_and_namespace_unguarded(client: &Client, namespace: &st
         .create(&PostParams::default(), &Initializer::crd())
         .await
         .unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(client, namespace).await;
     let initializers: Api<Initializer> = Api::all(client.clone());
     wait_until("the Initializer API", Duration::from_secs(10), || {
         let api = initializers.clone();
         async move { api.list(&ListParams::default()).await.is_ok() }
     })
     .await;
+}
+
+/// Creates the namespace `name`, with nothing but its name.
+pub async fn create_namespace(client: &Client, name: &str) {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
 }

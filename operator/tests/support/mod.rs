@@ -286,6 +286,17 @@ where
     }
 }
 
+/// An Initializer `name` with `spec`, as the tests write them.
+pub fn initializer(name: &str, spec: serde_json::Value) -> initializer_crds::Initializer {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "initializer.dev/v1alpha1",
+        "kind": "Initializer",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
 /// The tests of test bodies: for each body `async fn name(cluster: &TestCluster)` of the invoking
 /// module, a module `name` with a test per backend the body runs on, `on_sandbox` and
 /// `on_real`, each running the body through the test binary's own `crate::run(backend, body)`

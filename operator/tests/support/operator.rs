@@ -17,9 +17,15 @@ pub fn test_initializer() -> PathBuf {
     super::built("initializer-operator", "--example", "test_initializer").unwrap()
 }
 
-/// Runs one test body on `backend`, with the test initializer as `image_repository`'s image and
-/// the preset initializer's binary as the preset image (what a preset Initializer deploys).
-pub async fn run_with_test_initializer<F>(backend: Backend, image_repository: &str, body: F)
+/// The secret guard's image repository, which the tests' guards run as the test initializer.
+const GUARD_IMAGE_REPOSITORY: &str = "ghcr.io/initializer-dev/secret-guard-initializer";
+
+/// The image of the tests' guards (the test initializer).
+pub const GUARD_IMAGE: &str = "ghcr.io/initializer-dev/secret-guard-initializer:test";
+
+/// Runs one test body on `backend`, with the test initializer as the guard's image and the
+/// preset initializer's binary as the preset image (what a preset Initializer deploys).
+pub async fn run<F>(backend: Backend, body: F)
 where
     F: for<'a> FnOnce(&'a TestCluster) -> BoxFuture<'a, ()>,
 {
@@ -31,7 +37,7 @@ where
         .map_or(preset_image.as_str(), |(repository, _)| repository);
     let preset = super::built("preset-initializer", "--bin", "preset-initializer").unwrap();
     let images = [
-        (image_repository, test_initializer()),
+        (GUARD_IMAGE_REPOSITORY, test_initializer()),
         (preset_repository, preset),
     ];
     super::run(backend, &images, body).await;
