@@ -2,7 +2,9 @@
 //! `tests/legacy_conformance.rs`, 1.13): bodies selected like libtest tests, run on a fresh
 //! sandbox each and then on one real server, reported as `test NAME (LABEL) ... ok` lines and a
 //! libtest-style summary. It lives here so the two suites cannot drift apart in what they print
-//! or select; how each starts its servers and prepares its `Target` stays in the suite.
+//! or select; how each starts its real server and prepares its `Target` stays in the suite.
+//! What both suites' bodies use lives here too: the [`BodyScope`] each target holds (client,
+//! namespace, unique names) and raw requests ([`get`], [`post`], ...).
 //!
 //! The real server needs what a plain `cargo test` does not have (root, servers built from Go),
 //! so its results are ignored tests, as libtest's `#[ignore]` would make them: reported
@@ -11,11 +13,16 @@
 //! server in the suite's variable (`real`, `both`).
 
 use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use futures::FutureExt;
-use futures::future::{BoxFuture, LocalBoxFuture};
+use futures::future::BoxFuture;
+use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
+use initializer_test_support::api;
+use serde_json::Value;
 
 use crate::runner::{Args, panic_message};
 
@@ -76,6 +83,10 @@ pub struct Suite<T: 'static> {
     pub bodies: &'static [Body<T>],
     /// The longest one body may run.
     pub body_timeout: Duration,
+    /// The prefix of each sandbox's state directory under the temporary directory.
+    pub sandbox_prefix: &'static str,
+    /// Whether the sandbox serves the Initializers of Kubernetes 1.7–1.13.
+    pub legacy_initializers: bool,
 }
 
 impl<T> Suite<T> {
@@ -101,6 +112,48 @@ impl<T> Suite<T> {
         })
     }
 
+    /// Runs one body on the target prepared for it (a failed preparation is the body's
+    /// failure), then cleans up whatever happened, printing what could not be cleaned up.
+    pub async fn run_prepared(
+        &self,
+        body: &Body<T>,
+        prepared: anyhow::Result<T>,
+    ) -> Result<(), String>
+    where
+        T: Cleanup,
+    {
+        let target = prepared.map_err(|e| format!("{e:#}"))?;
+        let result = self.run_body(body, &target).await;
+        for warning in target.cleanup().await {
+            eprintln!("{}: cleanup after {}: {warning}", self.name, body.name);
+        }
+        result
+    }
+
+    /// A fresh state directory for the real server (`prefix...` under the temporary directory),
+    /// removed when dropped unless `E2E_KEEP_STATE=1` asks to keep it for a post-mortem; `what`
+    /// names it when it cannot be created, `kept` when it is kept.
+    pub fn real_state_dir(
+        &self,
+        prefix: &str,
+        what: &str,
+        kept: &str,
+    ) -> anyhow::Result<tempfile::TempDir> {
+        let mut state_dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .with_context(|| format!("failed to create {what}"))?;
+        if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
+            state_dir.disable_cleanup(true);
+            eprintln!(
+                "{}: keeping {kept} {}",
+                self.name,
+                state_dir.path().display()
+            );
+        }
+        Ok(state_dir)
+    }
+
     /// Runs one body against a prepared target: a panic or a timeout is a failure.
     pub async fn run_body(&self, body: &Body<T>, target: &T) -> Result<(), String> {
         let run = AssertUnwindSafe((body.run)(target)).catch_unwind();
@@ -116,22 +169,49 @@ impl<T> Suite<T> {
     }
 }
 
-/// Starts a fresh sandbox, runs one body there and stops it; the outer error is the sandbox's.
-pub type OnFreshSandbox<T> =
-    fn(&'static Body<T>) -> LocalBoxFuture<'static, anyhow::Result<Result<(), String>>>;
+/// What a suite's target does after its body, whatever the outcome.
+pub trait Cleanup {
+    /// Deletes what the body left; returns what could not be deleted.
+    fn cleanup(&self) -> impl Future<Output = Vec<String>>;
+}
 
-/// Starts the real server once, runs the selected bodies there, reporting into the outcomes.
-pub type RunOnReal<T> =
-    for<'a> fn(&'a [&'static Body<T>], &'a mut Outcomes) -> LocalBoxFuture<'a, ()>;
+/// Starts a fresh sandbox as the suite asks, without workload controllers (neither real server
+/// runs them), runs one body there with `on_sandbox` and stops it; the outer error is the
+/// sandbox's.
+async fn on_fresh_sandbox<T>(
+    suite: &Suite<T>,
+    body: &'static Body<T>,
+    on_sandbox: &impl AsyncFn(&'static Body<T>, &SandboxHandle) -> Result<(), String>,
+) -> anyhow::Result<Result<(), String>> {
+    let dir = tempfile::Builder::new()
+        .prefix(suite.sandbox_prefix)
+        .tempdir()
+        .context("failed to create the sandbox's state directory")?;
+    let mut config = SandboxConfig::new(dir.path().join("state"));
+    config.workloads = false;
+    config.legacy_initializers = suite.legacy_initializers;
+    let handle = Sandbox::start(config)
+        .await
+        .context(if suite.legacy_initializers {
+            "failed to start the sandbox in legacy mode"
+        } else {
+            "failed to start the sandbox"
+        })?;
+    let result = on_sandbox(body, &handle).await;
+    handle.shutdown().await;
+    Ok(result)
+}
 
 /// The suite's `main`: parses libtest's arguments, lists or runs the selected bodies on each
 /// chosen server, then prints the summary. Each body gets a sandbox of its own (they start in
-/// milliseconds) and is reported `ignored` there when it is real-only; on the real server, whose
-/// results are reported `ignored` unless asked for, every selected body runs on one server.
+/// milliseconds), where `on_sandbox` runs it, and is reported `ignored` there when it is
+/// real-only; on the real server, whose results are reported `ignored` unless asked for,
+/// `run_on_real` starts one server and runs every selected body there, reporting into the
+/// outcomes.
 pub fn main<T>(
     suite: &Suite<T>,
-    on_fresh_sandbox: OnFreshSandbox<T>,
-    run_on_real: RunOnReal<T>,
+    on_sandbox: impl AsyncFn(&'static Body<T>, &SandboxHandle) -> Result<(), String>,
+    run_on_real: impl AsyncFn(&[&'static Body<T>], &mut Outcomes),
 ) -> ExitCode {
     let args = Args::parse(std::env::args().skip(1));
     let selected: Vec<&'static Body<T>> = suite
@@ -193,7 +273,9 @@ pub fn main<T>(
                         if outcomes.skip_on_sandbox(suite, body) {
                             continue;
                         }
-                        let result = on_fresh_sandbox(body).await.map_err(|e| format!("{e:#}"));
+                        let result = on_fresh_sandbox(suite, body, &on_sandbox)
+                            .await
+                            .map_err(|e| format!("{e:#}"));
                         outcomes.report(suite, body, Server::Sandbox, result.and_then(|r| r));
                     }
                 }
@@ -243,6 +325,32 @@ impl Outcomes {
             }
         };
         self.0.push((name, outcome));
+    }
+
+    /// Reports every body as failed on the real server with `message` (why it did not start).
+    pub fn fail_all<T>(&mut self, suite: &Suite<T>, bodies: &[&'static Body<T>], message: &str) {
+        for body in bodies {
+            self.report(suite, body, Server::Real, Err(message.to_owned()));
+        }
+    }
+
+    /// Runs each body on the real server and reports it: `run` runs one, unless `check` finds
+    /// the server down, which fails the body with `down` and why.
+    pub async fn run_each_on_real<T, E: std::fmt::Display>(
+        &mut self,
+        suite: &Suite<T>,
+        bodies: &[&'static Body<T>],
+        down: &str,
+        check: impl Fn() -> Result<(), E>,
+        run: impl AsyncFn(&'static Body<T>) -> Result<(), String>,
+    ) {
+        for body in bodies {
+            let result = match check() {
+                Err(err) => Err(format!("{down}: {err}")),
+                Ok(()) => run(body).await,
+            };
+            self.report(suite, body, Server::Real, result);
+        }
     }
 
     /// Reports a real-only body as ignored on the sandbox, with why; true when it was.
@@ -297,6 +405,103 @@ impl Outcomes {
         } else {
             ExitCode::from(101)
         }
+    }
+}
+
+// Raw requests, for bodies that check the API server's answers byte for byte: the code and the
+// body as JSON (`initializer_test_support::api::raw`).
+
+/// The content type of JSON bodies.
+const JSON: Option<&str> = Some("application/json");
+
+/// `GET uri` through `client`: the code and the body.
+pub async fn get(client: &kube::Client, uri: &str) -> anyhow::Result<(u16, Value)> {
+    api::raw(client, "GET", uri, None, None, None).await
+}
+
+/// `DELETE uri` through `client`.
+pub async fn delete(client: &kube::Client, uri: &str) -> anyhow::Result<(u16, Value)> {
+    api::raw(client, "DELETE", uri, None, None, None).await
+}
+
+/// `POST uri` of the JSON `body` through `client`.
+pub async fn post(client: &kube::Client, uri: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+    api::raw(client, "POST", uri, None, JSON, Some(body)).await
+}
+
+/// `PUT uri` of the JSON `body` through `client`.
+pub async fn put(client: &kube::Client, uri: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+    api::raw(client, "PUT", uri, None, JSON, Some(body)).await
+}
+
+/// `PATCH uri` with `body` of `content_type` through `client`.
+pub async fn patch(
+    client: &kube::Client,
+    uri: &str,
+    content_type: &str,
+    body: Value,
+) -> anyhow::Result<(u16, Value)> {
+    api::raw(client, "PATCH", uri, None, Some(content_type), Some(body)).await
+}
+
+/// What every body gets on either server, whatever the suite: an admin client, a kubeconfig
+/// for child processes, a namespace of its own, a suffix for unique names and a scratch
+/// directory. Each suite's target holds one and adds what only that suite needs.
+pub struct BodyScope {
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    namespace: String,
+    suffix: String,
+    scratch: tempfile::TempDir,
+}
+
+impl BodyScope {
+    /// The scope of a body whose namespace `namespace` (named with `suffix`, see
+    /// [`namespace_for`]) the suite has created.
+    pub fn new(
+        client: kube::Client,
+        kubeconfig: &Path,
+        namespace: String,
+        suffix: String,
+        scratch: tempfile::TempDir,
+    ) -> Self {
+        Self {
+            client,
+            kubeconfig: kubeconfig.to_path_buf(),
+            namespace,
+            suffix,
+            scratch,
+        }
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// An admin kubeconfig reaching the same API server, for kubectl and other child processes.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The body's own namespace, created before it runs and deleted after.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// `base` made unique to this body, for cluster-scoped names.
+    pub fn unique(&self, base: &str) -> String {
+        format!("{base}-{}", self.suffix)
+    }
+
+    /// The body's suffix (to make names unique).
+    pub fn suffix(&self) -> &str {
+        &self.suffix
+    }
+
+    /// A directory of the body's own (kubectl's discovery cache, logs, files).
+    pub fn scratch(&self) -> &Path {
+        self.scratch.path()
     }
 }
 

@@ -45,12 +45,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use futures::FutureExt;
 use initializer_controlplane::{LegacyApiServer, LegacyConfig};
 use initializer_e2e::body;
 use initializer_e2e::conformance::{self, Body, Outcomes, Server, Suite};
 use initializer_e2e::paths;
-use initializer_sandbox::{Sandbox, SandboxConfig};
+use initializer_sandbox::SandboxHandle;
 use target::Target;
 
 const SUITE: Suite<Target> = Suite {
@@ -60,6 +59,8 @@ const SUITE: Suite<Target> = Suite {
     real_needs: "needs kube-apiserver 1.13 and etcd built from Go: make legacy-conformance, or cargo test -p initializer-e2e --test legacy_conformance -- --include-ignored",
     bodies: BODIES,
     body_timeout: Duration::from_secs(120),
+    sandbox_prefix: "initializer-legacy-conformance-sandbox",
+    legacy_initializers: true,
 };
 
 const BODIES: &[Body<Target>] = &[
@@ -106,36 +107,20 @@ const BODIES: &[Body<Target>] = &[
 ];
 
 fn main() -> ExitCode {
-    conformance::main(
-        &SUITE,
-        |body| on_fresh_sandbox(body).boxed_local(),
-        |selected, outcomes| run_on_real(selected, outcomes).boxed_local(),
-    )
+    conformance::main(&SUITE, on_sandbox, run_on_real)
 }
 
 /// Each body on a sandbox of its own, in legacy mode, without workload controllers (the 1.13
 /// server has no controller manager either).
-async fn on_fresh_sandbox(body: &Body<Target>) -> anyhow::Result<Result<(), String>> {
-    let dir = tempfile::Builder::new()
-        .prefix("initializer-legacy-conformance-sandbox")
-        .tempdir()
-        .context("failed to create the sandbox's state directory")?;
-    let mut config = SandboxConfig::new(dir.path().join("state"));
-    config.workloads = false;
-    config.legacy_initializers = true;
-    let handle = Sandbox::start(config)
-        .await
-        .context("failed to start the sandbox in legacy mode")?;
-    let result = run_body(
+async fn on_sandbox(body: &Body<Target>, sandbox: &SandboxHandle) -> Result<(), String> {
+    run_body(
         body,
         Server::Sandbox,
-        handle.client(),
+        sandbox.client(),
         None,
-        handle.kubeconfig_path(),
+        sandbox.kubeconfig_path(),
     )
-    .await;
-    handle.shutdown().await;
-    Ok(result)
+    .await
 }
 
 /// Every body on one kube-apiserver 1.13; when it cannot start, every body fails with why.
@@ -144,43 +129,38 @@ async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes
         Ok(state) => state,
         Err(err) => {
             let message = format!("kube-apiserver 1.13 did not start: {err:#}");
-            for body in selected {
-                outcomes.report(&SUITE, body, Server::Real, Err(message.clone()));
-            }
+            outcomes.fail_all(&SUITE, selected, &message);
             return;
         }
     };
-    for body in selected {
-        let result = match server.check() {
-            Err(err) => Err(format!("kube-apiserver 1.13 is down: {err}")),
-            Ok(()) => {
-                run_body(
-                    body,
-                    Server::Real,
-                    server.client(),
-                    Some(server.unprivileged_client()),
-                    server.kubeconfig_path(),
-                )
-                .await
-            }
-        };
-        outcomes.report(&SUITE, body, Server::Real, result);
-    }
+    let run = async |body| {
+        run_body(
+            body,
+            Server::Real,
+            server.client(),
+            Some(server.unprivileged_client()),
+            server.kubeconfig_path(),
+        )
+        .await
+    };
+    outcomes
+        .run_each_on_real(
+            &SUITE,
+            selected,
+            "kube-apiserver 1.13 is down",
+            || server.check(),
+            run,
+        )
+        .await;
     server.shutdown().await;
 }
 
 async fn start_real() -> anyhow::Result<(LegacyApiServer, tempfile::TempDir)> {
-    let mut state_dir = tempfile::Builder::new()
-        .prefix("initializer-legacy-conformance-real")
-        .tempdir()
-        .context("failed to create the API server's state directory")?;
-    if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
-        state_dir.disable_cleanup(true);
-        eprintln!(
-            "legacy conformance: keeping the state directory {}",
-            state_dir.path().display()
-        );
-    }
+    let state_dir = SUITE.real_state_dir(
+        "initializer-legacy-conformance-real",
+        "the API server's state directory",
+        "the state directory",
+    )?;
     let mut config = LegacyConfig::new(state_dir.path().join("server"));
     config.target_dir = paths::target_dir();
     let server = LegacyApiServer::start(config)
@@ -210,11 +190,6 @@ async fn run_body(
         kubeconfig,
         body.name,
     )
-    .await
-    .map_err(|e| format!("{e:#}"))?;
-    let result = SUITE.run_body(body, &target).await;
-    for warning in target.cleanup().await {
-        eprintln!("legacy conformance: cleanup after {}: {warning}", body.name);
-    }
-    result
+    .await;
+    SUITE.run_prepared(body, target).await
 }

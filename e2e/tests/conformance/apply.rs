@@ -2,28 +2,22 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::support::{
-    CONTROLLER_TIMEOUT, api_code, api_message, cm, deployment, eventually, install_widgets, raw,
-    refused, widget,
+    CONTROLLER_TIMEOUT, api_code, api_message, create, create_configmap, deployment, eventually,
+    install_widgets, install_widgets_with, merge, merge_status, patch, refused,
 };
 use crate::target::{Target, namespace_resource};
 
 pub async fn merge_json_and_strategic_patches_apply(t: &Target) -> anyhow::Result<()> {
     let deps: Api<Deployment> = Api::namespaced(t.client(), t.namespace());
-    deps.create(&PostParams::default(), &deployment("web"))
-        .await?;
+    create(&deps, &deployment("web")).await?;
     let strategic = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "2"}]}]}}}});
     deps.patch("web", &PatchParams::default(), &Patch::Strategic(strategic))
         .await?;
-    deps.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
-    )
-    .await?;
+    merge(&deps, "web", json!({"metadata": {"labels": {"x": "y"}}})).await?;
     let ops =
         serde_json::from_value(json!([{"op": "replace", "path": "/spec/replicas", "value": 3}]))?;
     deps.patch("web", &PatchParams::default(), &Patch::<()>::Json(ops))
@@ -43,9 +37,7 @@ pub async fn merge_json_and_strategic_patches_apply(t: &Target) -> anyhow::Resul
 pub async fn a_failing_json_patch_test_is_rejected_and_changes_nothing(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    let (cms, _) = create_configmap(t, "a", json!({})).await?;
     let ops = serde_json::from_value(json!([
         {"op": "replace", "path": "/data/k", "value": "changed"},
         {"op": "test", "path": "/data/k", "value": "never"}
@@ -148,13 +140,11 @@ pub async fn server_side_apply_conflicts_unless_forced(t: &Target) -> anyhow::Re
 }
 
 pub async fn server_side_apply_without_field_manager_is_invalid(t: &Target) -> anyhow::Result<()> {
-    let (code, body) = raw(
+    let (code, body) = patch(
         &t.client(),
-        "PATCH",
         &format!("/api/v1/namespaces/{}/configmaps/a", t.namespace()),
-        None,
-        Some("application/apply-patch+yaml"),
-        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})),
+        "application/apply-patch+yaml",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
     )
     .await?;
     assert_eq!(code, 422, "{body}");
@@ -170,13 +160,7 @@ pub async fn server_side_apply_without_field_manager_is_invalid(t: &Target) -> a
 pub async fn server_side_apply_to_the_status_subresource_touches_only_status(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let widgets = install_widgets(t).await?;
-    widgets
-        .create(
-            &PostParams::default(),
-            &widget(t, "w", json!({"color": "red"})),
-        )
-        .await?;
+    let (widgets, _) = install_widgets_with(t, "w", json!({"color": "red"})).await?;
     let status = json!({"apiVersion": format!("{}/v1", t.group()), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"color": "blue"}, "status": {"phase": "Ready"}});
     let out = widgets
         .patch_status("w", &PatchParams::apply("ctrl"), &Patch::Apply(status))
@@ -193,13 +177,7 @@ pub async fn server_side_apply_to_the_status_subresource_touches_only_status(
 pub async fn server_side_apply_with_a_stale_resource_version_is_a_conflict_even_forced(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let widgets = install_widgets(t).await?;
-    let created = widgets
-        .create(
-            &PostParams::default(),
-            &widget(t, "w", json!({"color": "red"})),
-        )
-        .await?;
+    let (widgets, created) = install_widgets_with(t, "w", json!({"color": "red"})).await?;
     let read = created.metadata.resource_version.clone().unwrap();
     let applied = |phase: &str, version: &str| {
         json!({"apiVersion": format!("{}/v1", t.group()), "kind": "Widget",
@@ -247,36 +225,12 @@ pub async fn server_side_apply_with_a_stale_resource_version_is_a_conflict_even_
 }
 
 pub async fn generation_moves_on_spec_changes_only(t: &Target) -> anyhow::Result<()> {
-    let widgets = install_widgets(t).await?;
-    widgets
-        .create(
-            &PostParams::default(),
-            &widget(t, "w", json!({"color": "red"})),
-        )
-        .await?;
-    let w = widgets
-        .patch(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
-        )
-        .await?;
+    let (widgets, _) = install_widgets_with(t, "w", json!({"color": "red"})).await?;
+    let w = merge(&widgets, "w", json!({"metadata": {"labels": {"a": "b"}}})).await?;
     assert_eq!(w.metadata.generation, Some(1));
-    let w = widgets
-        .patch_status(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
-        )
-        .await?;
+    let w = merge_status(&widgets, "w", json!({"status": {"phase": "Ready"}})).await?;
     assert_eq!(w.metadata.generation, Some(1));
-    let w = widgets
-        .patch(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"size": 5}})),
-        )
-        .await?;
+    let w = merge(&widgets, "w", json!({"spec": {"size": 5}})).await?;
     assert_eq!(w.metadata.generation, Some(2));
     Ok(())
 }
@@ -284,29 +238,16 @@ pub async fn generation_moves_on_spec_changes_only(t: &Target) -> anyhow::Result
 pub async fn status_subresource_writes_only_status_and_main_writes_ignore_status(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let widgets = install_widgets(t).await?;
-    widgets
-        .create(
-            &PostParams::default(),
-            &widget(t, "w", json!({"color": "red"})),
-        )
-        .await?;
-    let w = widgets
-        .patch_status(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"size": 9}, "status": {"phase": "Ready"}})),
-        )
-        .await?;
+    let (widgets, _) = install_widgets_with(t, "w", json!({"color": "red"})).await?;
+    let w = merge_status(
+        &widgets,
+        "w",
+        json!({"spec": {"size": 9}, "status": {"phase": "Ready"}}),
+    )
+    .await?;
     assert_eq!(w.data["spec"]["size"], 3);
     assert_eq!(w.data["status"]["phase"], "Ready");
-    let w = widgets
-        .patch(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Gone"}})),
-        )
-        .await?;
+    let w = merge(&widgets, "w", json!({"status": {"phase": "Gone"}})).await?;
     assert_eq!(w.data["status"]["phase"], "Ready");
     Ok(())
 }
@@ -332,13 +273,7 @@ pub async fn reapplying_the_same_configuration_stores_nothing_new(
     let widgets = install_widgets(t).await?;
     let w = json!({"apiVersion": format!("{}/v1", t.group()), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"color": "red"}});
     let a = widgets.patch("w", &pp, &Patch::Apply(w.clone())).await?;
-    widgets
-        .patch_status(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
-        )
-        .await?;
+    merge_status(&widgets, "w", json!({"status": {"phase": "Ready"}})).await?;
     let b = widgets.patch("w", &pp, &Patch::Apply(w)).await?;
     assert_eq!(b.metadata.generation, Some(1));
     assert_eq!(b.data["status"]["phase"], "Ready");

@@ -2,12 +2,13 @@
 //! deletion, field validation and printer columns.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::support::{
-    CONTROLLER_TIMEOUT, api_code, api_message, eventually, install_widgets, raw, refused, widget,
-    widget_crd, widget_resource,
+    CONTROLLER_TIMEOUT, api_code, api_message, create, eventually, get_table, install_widgets,
+    install_widgets_with, merge, merge_status, namespaced_crd, post, refused, widget, widget_crd,
+    widget_resource,
 };
 use crate::target::Target;
 
@@ -31,18 +32,12 @@ pub async fn a_crd_serves_its_resource_with_defaults_status_and_established_cond
         "apiVersion": format!("{}/v1", t.group()), "kind": "Widget", "metadata": {"name": "w"},
         "spec": {"color": "red", "unknown": 1}, "status": {"phase": "ignored-on-create"}
     }))?;
-    let created = widgets.create(&PostParams::default(), &w).await?;
+    let created = create(&widgets, &w).await?;
     assert_eq!(created.data["spec"]["size"], 3);
     assert!(created.data["spec"].get("unknown").is_none());
     assert!(created.data.get("status").is_none());
     assert_eq!(created.metadata.generation, Some(1));
-    let status = widgets
-        .patch_status(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
-        )
-        .await?;
+    let status = merge_status(&widgets, "w", json!({"status": {"phase": "Ready"}})).await?;
     assert_eq!(status.data["status"]["phase"], "Ready");
     let discovery = kube::Discovery::new(t.client()).run().await?;
     assert!(discovery.has_group(&t.group()));
@@ -52,12 +47,11 @@ pub async fn a_crd_serves_its_resource_with_defaults_status_and_established_cond
 pub async fn a_crd_schema_rejects_invalid_objects_as_invalid(t: &Target) -> anyhow::Result<()> {
     let widgets = install_widgets(t).await?;
     let err = refused(
-        widgets
-            .create(
-                &PostParams::default(),
-                &widget(t, "w", json!({"color": "green", "size": 11})),
-            )
-            .await,
+        create(
+            &widgets,
+            &widget(t, "w", json!({"color": "green", "size": 11})),
+        )
+        .await,
     )?;
     assert_eq!(api_code(&err), (422, "Invalid".into()));
     // Both fields are reported, in no particular order.
@@ -72,11 +66,7 @@ pub async fn a_crd_schema_rejects_invalid_objects_as_invalid(t: &Target) -> anyh
     ] {
         assert!(message.contains(part), "{part} missing from {message}");
     }
-    let err = refused(
-        widgets
-            .create(&PostParams::default(), &widget(t, "w", json!({"size": 2})))
-            .await,
-    )?;
+    let err = refused(create(&widgets, &widget(t, "w", json!({"size": 2}))).await)?;
     assert_eq!(
         api_message(&err),
         format!(
@@ -89,47 +79,39 @@ pub async fn a_crd_schema_rejects_invalid_objects_as_invalid(t: &Target) -> anyh
 
 /// A CRD whose spec carries CEL rules: one with a message, one without, one on a field.
 fn gadget_crd(group: &str) -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("gadgets.{group}")},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {
+    namespaced_crd(
+        group,
+        "Gadget",
+        json!({
+            "type": "object",
+            "properties": {
+                "spec": {
                     "type": "object",
+                    "x-kubernetes-validations": [
+                        {"rule": "self.min <= self.max", "message": "min must not exceed max"},
+                        {"rule": "self.max < 100"}
+                    ],
                     "properties": {
-                        "spec": {
-                            "type": "object",
+                        "min": {"type": "integer"},
+                        "max": {"type": "integer"},
+                        "name": {
+                            "type": "string",
                             "x-kubernetes-validations": [
-                                {"rule": "self.min <= self.max", "message": "min must not exceed max"},
-                                {"rule": "self.max < 100"}
-                            ],
-                            "properties": {
-                                "min": {"type": "integer"},
-                                "max": {"type": "integer"},
-                                "name": {
-                                    "type": "string",
-                                    "x-kubernetes-validations": [
-                                        {"rule": "self.startsWith('g-')", "message": "must start with g-", "reason": "FieldValueForbidden"}
-                                    ]
-                                },
-                                "mode": {
-                                    "type": "string",
-                                    "x-kubernetes-validations": [
-                                        {"rule": "self == oldSelf", "message": "mode is immutable"}
-                                    ]
-                                }
-                            }
+                                {"rule": "self.startsWith('g-')", "message": "must start with g-", "reason": "FieldValueForbidden"}
+                            ]
+                        },
+                        "mode": {
+                            "type": "string",
+                            "x-kubernetes-validations": [
+                                {"rule": "self == oldSelf", "message": "mode is immutable"}
+                            ]
                         }
                     }
-                }}
-            }]
-        }
-    })
+                }
+            }
+        }),
+        json!({}),
+    )
 }
 
 async fn install_gadgets(t: &Target) -> anyhow::Result<Api<DynamicObject>> {
@@ -158,20 +140,12 @@ pub async fn cel_validation_refusals_are_invalid_with_the_rule_message(
     t: &Target,
 ) -> anyhow::Result<()> {
     let gadgets = install_gadgets(t).await?;
-    gadgets
-        .create(
-            &PostParams::default(),
-            &gadget(t, "ok", json!({"min": 1, "max": 2, "name": "g-1"})),
-        )
-        .await?;
-    let err = refused(
-        gadgets
-            .create(
-                &PostParams::default(),
-                &gadget(t, "bad", json!({"min": 200, "max": 150})),
-            )
-            .await,
-    )?;
+    create(
+        &gadgets,
+        &gadget(t, "ok", json!({"min": 1, "max": 2, "name": "g-1"})),
+    )
+    .await?;
+    let err = refused(create(&gadgets, &gadget(t, "bad", json!({"min": 200, "max": 150}))).await)?;
     assert_eq!(api_code(&err), (422, "Invalid".into()));
     assert_eq!(
         api_message(&err),
@@ -207,12 +181,11 @@ pub async fn cel_validation_refusals_are_invalid_with_the_rule_message(
         );
     }
     let err = refused(
-        gadgets
-            .create(
-                &PostParams::default(),
-                &gadget(t, "named", json!({"min": 1, "max": 2, "name": "x"})),
-            )
-            .await,
+        create(
+            &gadgets,
+            &gadget(t, "named", json!({"min": 1, "max": 2, "name": "x"})),
+        )
+        .await,
     )?;
     assert_eq!(
         api_message(&err),
@@ -232,21 +205,12 @@ pub async fn cel_validation_refusals_are_invalid_with_the_rule_message(
 /// Transition rules (`oldSelf`) apply on update only.
 pub async fn cel_transition_rules_compare_with_the_old_object(t: &Target) -> anyhow::Result<()> {
     let gadgets = install_gadgets(t).await?;
-    gadgets
-        .create(
-            &PostParams::default(),
-            &gadget(t, "g", json!({"min": 1, "max": 2, "mode": "fast"})),
-        )
-        .await?;
-    let err = refused(
-        gadgets
-            .patch(
-                "g",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"mode": "slow"}})),
-            )
-            .await,
-    )?;
+    create(
+        &gadgets,
+        &gadget(t, "g", json!({"min": 1, "max": 2, "mode": "fast"})),
+    )
+    .await?;
+    let err = refused(merge(&gadgets, "g", json!({"spec": {"mode": "slow"}})).await)?;
     assert_eq!(api_code(&err), (422, "Invalid".into()));
     assert_eq!(
         api_message(&err),
@@ -255,23 +219,9 @@ pub async fn cel_transition_rules_compare_with_the_old_object(t: &Target) -> any
             t.group()
         )
     );
-    gadgets
-        .patch(
-            "g",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"min": 1, "max": 1}})),
-        )
-        .await?;
+    merge(&gadgets, "g", json!({"spec": {"min": 1, "max": 1}})).await?;
     // A rule that cannot be evaluated refuses too, saying why and which rule.
-    let err = refused(
-        gadgets
-            .patch(
-                "g",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"min": null}})),
-            )
-            .await,
-    )?;
+    let err = refused(merge(&gadgets, "g", json!({"spec": {"min": null}})).await)?;
     assert_eq!(
         api_message(&err),
         format!(
@@ -283,13 +233,7 @@ pub async fn cel_transition_rules_compare_with_the_old_object(t: &Target) -> any
 }
 
 pub async fn deleting_a_crd_removes_its_objects_and_its_endpoint(t: &Target) -> anyhow::Result<()> {
-    let widgets = install_widgets(t).await?;
-    widgets
-        .create(
-            &PostParams::default(),
-            &widget(t, "w", json!({"color": "red"})),
-        )
-        .await?;
+    let (widgets, _) = install_widgets_with(t, "w", json!({"color": "red"})).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(t.client());
     crds.delete(&format!("widgets.{}", t.group()), &DeleteParams::default())
         .await?;
@@ -326,7 +270,7 @@ pub async fn every_served_crd_version_reads_the_same_objects(t: &Target) -> anyh
     let w: DynamicObject = serde_json::from_value(
         json!({"apiVersion": format!("{}/v1beta1", t.group()), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"color": "red"}}),
     )?;
-    beta_api.create(&PostParams::default(), &w).await?;
+    create(&beta_api, &w).await?;
     let v1 = Api::<DynamicObject>::namespaced_with(
         t.client(),
         t.namespace(),
@@ -347,17 +291,14 @@ pub async fn strict_field_validation_refuses_unknown_fields_of_custom_resources(
         "apiVersion": format!("{}/v1", t.group()), "kind": "Widget", "metadata": {"name": "w"},
         "spec": {"color": "red", "colour": "typo"}
     });
-    let (code, status) = raw(
+    let (code, status) = post(
         &t.client(),
-        "POST",
         &format!(
             "/apis/{}/v1/namespaces/{}/widgets?fieldValidation=Strict",
             t.group(),
             t.namespace()
         ),
-        None,
-        Some("application/json"),
-        Some(w.clone()),
+        w.clone(),
     )
     .await?;
     assert_eq!(
@@ -388,9 +329,7 @@ pub async fn strict_field_validation_refuses_unknown_fields_of_custom_resources(
     }
     assert!(widgets.get_opt("w").await?.is_none());
     // Without Strict (`Warn` is the default), unknown fields are pruned.
-    let created = widgets
-        .create(&PostParams::default(), &serde_json::from_value(w)?)
-        .await?;
+    let created = create(&widgets, &serde_json::from_value(w)?).await?;
     assert!(created.data["spec"].get("colour").is_none());
     assert_eq!(created.data["spec"]["color"], "red");
     Ok(())
@@ -398,31 +337,19 @@ pub async fn strict_field_validation_refuses_unknown_fields_of_custom_resources(
 
 pub async fn crd_tables_show_printer_columns(t: &Target) -> anyhow::Result<()> {
     let widgets = install_widgets(t).await?;
-    widgets
-        .create(
-            &PostParams::default(),
-            &widget(t, "w", json!({"color": "red", "size": 4})),
-        )
-        .await?;
-    widgets
-        .patch_status(
-            "w",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Ready"}})),
-        )
-        .await?;
-    let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
-    let (code, table) = raw(
+    create(
+        &widgets,
+        &widget(t, "w", json!({"color": "red", "size": 4})),
+    )
+    .await?;
+    merge_status(&widgets, "w", json!({"status": {"phase": "Ready"}})).await?;
+    let (code, table) = get_table(
         &t.client(),
-        "GET",
         &format!(
             "/apis/{}/v1/namespaces/{}/widgets",
             t.group(),
             t.namespace()
         ),
-        Some(accept),
-        None,
-        None,
     )
     .await?;
     assert_eq!(code, 200);

@@ -2,44 +2,34 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
 use serde_json::json;
 
-use crate::support::{CONTROLLER_TIMEOUT, api_code, cm, eventually, refused};
+use crate::support::{
+    CONTROLLER_TIMEOUT, api_code, cm, create, create_configmap, eventually, gone, merge, refused,
+};
 use crate::target::Target;
 
 pub async fn finalizers_hold_deletion_until_removed(t: &Target) -> anyhow::Result<()> {
     let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
     let mut obj = cm("a", json!({}));
     obj.metadata.finalizers = Some(vec!["example.dev/hold".into()]);
-    cms.create(&PostParams::default(), &obj).await?;
+    create(&cms, &obj).await?;
     cms.delete("a", &DeleteParams::default()).await?;
     let held = cms.get("a").await?;
     assert!(held.metadata.deletion_timestamp.is_some());
     // A held object can still be written, but gains no finalizers.
     let err = refused(
-        cms.patch(
+        merge(
+            &cms,
             "a",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"finalizers": ["example.dev/hold", "example.dev/more"]}}),
-            ),
+            json!({"metadata": {"finalizers": ["example.dev/hold", "example.dev/more"]}}),
         )
         .await,
     )?;
     assert_eq!(api_code(&err), (422, "Invalid".into()), "{err}");
-    cms.patch(
-        "a",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await?;
-    assert!(
-        eventually(CONTROLLER_TIMEOUT, || async {
-            matches!(cms.get_opt("a").await, Ok(None))
-        })
-        .await
-    );
+    merge(&cms, "a", json!({"metadata": {"finalizers": null}})).await?;
+    assert!(gone(&cms, "a").await);
     Ok(())
 }
 
@@ -59,34 +49,21 @@ fn owned_cm(name: &str, owner: &ConfigMap) -> ConfigMap {
 pub async fn garbage_collection_deletes_dependents_of_a_deleted_owner(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let owner = cms
-        .create(&PostParams::default(), &cm("owner", json!({})))
-        .await?;
-    cms.create(&PostParams::default(), &owned_cm("dep", &owner))
-        .await?;
+    let (cms, owner) = create_configmap(t, "owner", json!({})).await?;
+    create(&cms, &owned_cm("dep", &owner)).await?;
     cms.delete("owner", &DeleteParams::background()).await?;
     assert!(matches!(cms.get_opt("owner").await, Ok(None)));
-    assert!(
-        eventually(CONTROLLER_TIMEOUT, || async {
-            matches!(cms.get_opt("dep").await, Ok(None))
-        })
-        .await,
-        "the dependent outlived its owner"
-    );
+    assert!(gone(&cms, "dep").await, "the dependent outlived its owner");
     Ok(())
 }
 
 pub async fn foreground_deletion_removes_dependents_before_the_owner(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let owner = cms
-        .create(&PostParams::default(), &cm("owner", json!({})))
-        .await?;
+    let (cms, owner) = create_configmap(t, "owner", json!({})).await?;
     let mut dep = owned_cm("dep", &owner);
     dep.metadata.finalizers = Some(vec!["example.dev/hold".into()]);
-    cms.create(&PostParams::default(), &dep).await?;
+    create(&cms, &dep).await?;
     cms.delete("owner", &DeleteParams::foreground()).await?;
     // The owner waits, marked, with the foregroundDeletion finalizer ...
     let o = cms.get("owner").await?;
@@ -107,18 +84,8 @@ pub async fn foreground_deletion_removes_dependents_before_the_owner(
         .await
     );
     assert!(cms.get_opt("owner").await?.is_some());
-    cms.patch(
-        "dep",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await?;
-    assert!(
-        eventually(CONTROLLER_TIMEOUT, || async {
-            matches!(cms.get_opt("owner").await, Ok(None))
-        })
-        .await
-    );
+    merge(&cms, "dep", json!({"metadata": {"finalizers": null}})).await?;
+    assert!(gone(&cms, "owner").await);
     assert!(cms.get_opt("dep").await?.is_none());
     Ok(())
 }
@@ -126,23 +93,14 @@ pub async fn foreground_deletion_removes_dependents_before_the_owner(
 pub async fn orphan_deletion_keeps_dependents_and_strips_their_owner_reference(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let owner = cms
-        .create(&PostParams::default(), &cm("owner", json!({})))
-        .await?;
-    cms.create(&PostParams::default(), &owned_cm("dep", &owner))
-        .await?;
+    let (cms, owner) = create_configmap(t, "owner", json!({})).await?;
+    create(&cms, &owned_cm("dep", &owner)).await?;
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Orphan),
         ..Default::default()
     };
     cms.delete("owner", &dp).await?;
-    assert!(
-        eventually(CONTROLLER_TIMEOUT, || async {
-            matches!(cms.get_opt("owner").await, Ok(None))
-        })
-        .await
-    );
+    assert!(gone(&cms, "owner").await);
     let dep = cms.get("dep").await?;
     assert!(dep.metadata.owner_references.unwrap_or_default().is_empty());
     Ok(())
@@ -157,9 +115,8 @@ pub async fn deleting_a_namespace_deletes_its_contents_then_itself(
     let cms: Api<ConfigMap> = Api::namespaced(t.client(), &name);
     let mut held = cm("held", json!({}));
     held.metadata.finalizers = Some(vec!["example.dev/hold".into()]);
-    cms.create(&PostParams::default(), &held).await?;
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    create(&cms, &held).await?;
+    create(&cms, &cm("a", json!({}))).await?;
     nss.delete(&name, &DeleteParams::default()).await?;
     // The finalizer keeps the namespace Terminating, which refuses new content.
     let terminating = nss.get(&name).await?;
@@ -167,10 +124,7 @@ pub async fn deleting_a_namespace_deletes_its_contents_then_itself(
         terminating.status.unwrap().phase.as_deref(),
         Some("Terminating")
     );
-    let err = refused(
-        cms.create(&PostParams::default(), &cm("b", json!({})))
-            .await,
-    )?;
+    let err = refused(create(&cms, &cm("b", json!({}))).await)?;
     assert_eq!(api_code(&err), (403, "Forbidden".into()));
     assert!(
         eventually(CONTROLLER_TIMEOUT, || async {
@@ -182,18 +136,8 @@ pub async fn deleting_a_namespace_deletes_its_contents_then_itself(
         .await
     );
     assert!(nss.get_opt(&name).await?.is_some());
-    cms.patch(
-        "held",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await?;
-    assert!(
-        eventually(CONTROLLER_TIMEOUT, || async {
-            matches!(nss.get_opt(&name).await, Ok(None))
-        })
-        .await
-    );
+    merge(&cms, "held", json!({"metadata": {"finalizers": null}})).await?;
+    assert!(gone(&nss, &name).await);
     let left = Api::<ConfigMap>::all(t.client())
         .list(&ListParams::default().fields(&format!("metadata.namespace={name}")))
         .await?;

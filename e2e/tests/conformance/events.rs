@@ -1,12 +1,16 @@
 //! Events: one store behind core `v1` and `events.k8s.io/v1`, with kube-apiserver's field
 //! mapping, and what kubectl shows of them.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use std::fmt::Debug;
+
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::events::v1::Event as NewEvent;
-use kube::api::{Api, ListParams, PostParams};
+use kube::Resource;
+use kube::api::{Api, ListParams};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::support::cm;
+use crate::support::{create, create_configmap};
 use crate::target::Target;
 
 /// An `events.k8s.io/v1` Event about `regarding`.
@@ -36,31 +40,68 @@ fn core_event(name: &str, involved: Value) -> Event {
     .unwrap()
 }
 
-async fn target_configmap(t: &Target) -> anyhow::Result<(ConfigMap, Value)> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let c = cms
-        .create(&PostParams::default(), &cm("target", json!({})))
-        .await?;
+/// Creates ConfigMap `target`, then an `events.k8s.io/v1` Event `new_name` and a core `v1`
+/// Event `old_name` about it; returns both APIs' Events of the namespace.
+async fn events_of_both_apis(
+    t: &Target,
+    new_name: &str,
+    old_name: &str,
+) -> anyhow::Result<(Api<Event>, Api<NewEvent>)> {
+    let (_, c) = create_configmap(t, "target", json!({})).await?;
     let reference = json!({
         "apiVersion": "v1", "kind": "ConfigMap", "name": "target",
         "namespace": t.namespace(), "uid": c.metadata.uid.clone().unwrap_or_default()
     });
-    Ok((c, reference))
+    let old: Api<Event> = Api::namespaced(t.client(), t.namespace());
+    let new: Api<NewEvent> = Api::namespaced(t.client(), t.namespace());
+    create(&new, &new_event(new_name, reference.clone())).await?;
+    create(&old, &core_event(old_name, reference)).await?;
+    Ok((old, new))
+}
+
+/// The sorted `(uid, resourceVersion)` of every object `api` lists.
+async fn uids_and_versions<K>(api: &Api<K>) -> anyhow::Result<Vec<(String, String)>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut keys: Vec<(String, String)> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|e| {
+            let meta = e.meta();
+            (
+                meta.uid.clone().unwrap(),
+                meta.resource_version.clone().unwrap(),
+            )
+        })
+        .collect();
+    keys.sort();
+    Ok(keys)
+}
+
+/// The sorted names of what `api` lists with the field selector `fields`.
+async fn names_by_fields<K>(api: &Api<K>, fields: &str) -> Vec<String>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut names: Vec<String> = api
+        .list(&ListParams::default().fields(fields))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.meta().name.clone())
+        .collect();
+    names.sort();
+    names
 }
 
 pub async fn events_written_through_either_api_are_read_through_both(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let (_, reference) = target_configmap(t).await?;
-    let old: Api<Event> = Api::namespaced(t.client(), t.namespace());
-    let new: Api<NewEvent> = Api::namespaced(t.client(), t.namespace());
-    new.create(
-        &PostParams::default(),
-        &new_event("e-new", reference.clone()),
-    )
-    .await?;
-    old.create(&PostParams::default(), &core_event("e-old", reference))
-        .await?;
+    let (old, new) = events_of_both_apis(t, "e-new", "e-old").await?;
 
     // Written as events.k8s.io/v1, read as v1.
     let e = old.get("e-new").await?;
@@ -97,32 +138,8 @@ pub async fn events_written_through_either_api_are_read_through_both(
     assert_eq!(e.reporting_controller, None);
 
     // One store: both lists hold both, with the same uids and resourceVersions.
-    let mut a: Vec<(String, String)> = old
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|e| {
-            (
-                e.metadata.uid.unwrap(),
-                e.metadata.resource_version.unwrap(),
-            )
-        })
-        .collect();
-    let mut b: Vec<(String, String)> = new
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|e| {
-            (
-                e.metadata.uid.unwrap(),
-                e.metadata.resource_version.unwrap(),
-            )
-        })
-        .collect();
-    a.sort();
-    b.sort();
+    let a = uids_and_versions(&old).await?;
+    let b = uids_and_versions(&new).await?;
     assert_eq!(a.len(), 2);
     assert_eq!(a, b);
     Ok(())
@@ -133,57 +150,23 @@ pub async fn events_written_through_either_api_are_read_through_both(
 pub async fn event_field_selectors_name_the_fields_of_the_version_asked_for(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let (_, reference) = target_configmap(t).await?;
+    let (old, new) = events_of_both_apis(t, "a", "b").await?;
     let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "namespace": t.namespace()});
-    let old: Api<Event> = Api::namespaced(t.client(), t.namespace());
-    let new: Api<NewEvent> = Api::namespaced(t.client(), t.namespace());
-    new.create(&PostParams::default(), &new_event("a", reference.clone()))
-        .await?;
-    old.create(&PostParams::default(), &core_event("b", reference))
-        .await?;
-    old.create(&PostParams::default(), &core_event("c", other))
-        .await?;
-    let names_old = |sel: String| {
-        let old = old.clone();
-        async move {
-            let mut n: Vec<String> = old
-                .list(&ListParams::default().fields(&sel))
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter_map(|e| e.metadata.name)
-                .collect();
-            n.sort();
-            n
-        }
-    };
-    let names_new = |sel: String| {
-        let new = new.clone();
-        async move {
-            let mut n: Vec<String> = new
-                .list(&ListParams::default().fields(&sel))
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter_map(|e| e.metadata.name)
-                .collect();
-            n.sort();
-            n
-        }
-    };
+    create(&old, &core_event("c", other)).await?;
     assert_eq!(
-        names_old("involvedObject.name=target".into()).await,
+        names_by_fields(&old, "involvedObject.name=target").await,
         vec!["a", "b"]
     );
     assert_eq!(
-        names_new("regarding.name=target".into()).await,
+        names_by_fields(&new, "regarding.name=target").await,
         vec!["a", "b"]
     );
-    assert_eq!(names_new("regarding.name=other".into()).await, vec!["c"]);
-    assert_eq!(names_old("reason=Synced".into()).await, vec!["a"]);
-    assert_eq!(names_new("type=Warning".into()).await, vec!["b", "c"]);
+    assert_eq!(
+        names_by_fields(&new, "regarding.name=other").await,
+        vec!["c"]
+    );
+    assert_eq!(names_by_fields(&old, "reason=Synced").await, vec!["a"]);
+    assert_eq!(names_by_fields(&new, "type=Warning").await, vec!["b", "c"]);
     Ok(())
 }
 
@@ -191,16 +174,7 @@ pub async fn event_field_selectors_name_the_fields_of_the_version_asked_for(
 pub async fn kubectl_shows_events_of_both_apis_in_get_and_describe(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let (_, reference) = target_configmap(t).await?;
-    let old: Api<Event> = Api::namespaced(t.client(), t.namespace());
-    let new: Api<NewEvent> = Api::namespaced(t.client(), t.namespace());
-    new.create(
-        &PostParams::default(),
-        &new_event("e-new", reference.clone()),
-    )
-    .await?;
-    old.create(&PostParams::default(), &core_event("e-old", reference))
-        .await?;
+    events_of_both_apis(t, "e-new", "e-old").await?;
     for resource in ["events", "events.v1.events.k8s.io"] {
         let table = t.kubectl_ns(&["get", resource], None).await?;
         let header: Vec<&str> = table
@@ -246,21 +220,29 @@ pub async fn kubectl_shows_events_of_both_apis_in_get_and_describe(
         .nth(1)
         .unwrap_or_default()
         .to_string();
-    assert!(
-        events.lines().any(|l| l.contains("Normal")
-            && l.contains("Synced")
-            && l.contains("(x3 over")
-            && l.contains("example.dev/ctrl")
-            && l.contains("hello from events.k8s.io")),
-        "{described}"
-    );
-    assert!(
-        events.lines().any(|l| l.contains("Warning")
-            && l.contains("Created")
-            && l.contains("(x4 over")
-            && l.contains("old-ctrl")
-            && l.contains("hello from core v1")),
-        "{described}"
-    );
+    for (kind, reason, count, source, message) in [
+        (
+            "Normal",
+            "Synced",
+            "(x3 over",
+            "example.dev/ctrl",
+            "hello from events.k8s.io",
+        ),
+        (
+            "Warning",
+            "Created",
+            "(x4 over",
+            "old-ctrl",
+            "hello from core v1",
+        ),
+    ] {
+        let row = [kind, reason, count, source, message];
+        assert!(
+            events
+                .lines()
+                .any(|l| row.iter().all(|part| l.contains(part))),
+            "{described}"
+        );
+    }
     Ok(())
 }

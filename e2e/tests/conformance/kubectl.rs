@@ -2,10 +2,10 @@
 //! delete, patch, scale, wait, dry run, discovery.
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
-use crate::support::widget_resource;
+use crate::support::{merge_status, widget_resource};
 use crate::target::{Target, crd_resource};
 
 /// The Widget CRD as YAML, in the body's group, with a short name of its own.
@@ -95,12 +95,7 @@ pub async fn kubectl_applies_server_side_and_gets_crd_printer_columns(
         t.namespace(),
         &widget_resource(&t.group(), "v1"),
     );
-    api.patch_status(
-        "w1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Ready"}})),
-    )
-    .await?;
+    merge_status(&api, "w1", json!({"status": {"phase": "Ready"}})).await?;
     let table = t.kubectl_ns(&["get", &short_name(t)], None).await?;
     let lines: Vec<Vec<&str>> = table
         .lines()
@@ -118,55 +113,30 @@ pub async fn kubectl_server_side_apply_reports_conflicts_and_forces_them(
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\ndata: {{k: \"{v}\"}}\n")
     };
     let ns = t.namespace();
-    t.kubectl_ok(
-        &[
+    // `kubectl apply --server-side` of stdin as `manager`, forcing conflicts when `force`.
+    let apply = |manager: &'static str, force: bool| {
+        let mut args = vec![
             "-n",
             ns,
             "apply",
             "--server-side",
             "--field-manager",
-            "one",
-            "-f",
-            "-",
-        ],
-        Some(&cm("1")),
-    )
-    .await?;
-    let (success, _, err) = t
-        .kubectl(
-            &[
-                "-n",
-                ns,
-                "apply",
-                "--server-side",
-                "--field-manager",
-                "two",
-                "-f",
-                "-",
-            ],
-            Some(&cm("2")),
-        )
-        .await?;
+            manager,
+        ];
+        if force {
+            args.push("--force-conflicts");
+        }
+        args.extend(["-f", "-"]);
+        args
+    };
+    t.kubectl_ok(&apply("one", false), Some(&cm("1"))).await?;
+    let (success, _, err) = t.kubectl(&apply("two", false), Some(&cm("2"))).await?;
     assert!(!success);
     assert!(
         err.contains("Apply failed with 1 conflict: conflict with \"one\": .data.k"),
         "{err}"
     );
-    t.kubectl_ok(
-        &[
-            "-n",
-            ns,
-            "apply",
-            "--server-side",
-            "--field-manager",
-            "two",
-            "--force-conflicts",
-            "-f",
-            "-",
-        ],
-        Some(&cm("2")),
-    )
-    .await?;
+    t.kubectl_ok(&apply("two", true), Some(&cm("2"))).await?;
     assert_eq!(
         t.kubectl_ns(&["get", "cm", "c", "-o", "jsonpath={.data.k}"], None)
             .await?,
@@ -231,43 +201,21 @@ pub async fn kubectl_patches_with_merge_json_and_strategic_and_scales(
         None,
     )
     .await?;
-    t.kubectl_ns(
-        &[
-            "patch",
-            "deployment",
-            "web",
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"labels":{"tier":"fe"}}}"#,
-        ],
-        None,
-    )
-    .await?;
-    t.kubectl_ns(
-        &[
-            "patch",
-            "deployment",
-            "web",
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/replicas","value":3}]"#,
-        ],
-        None,
-    )
-    .await?;
     let strategic = r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","env":[{"name":"MODE","value":"x"}]}]}}}}"#;
-    t.kubectl_ns(
-        &[
-            "patch",
-            "deployment",
-            "web",
-            "--type=strategic",
-            "-p",
-            strategic,
-        ],
-        None,
-    )
-    .await?;
+    for (patch_type, patch) in [
+        ("--type=merge", r#"{"metadata":{"labels":{"tier":"fe"}}}"#),
+        (
+            "--type=json",
+            r#"[{"op":"replace","path":"/spec/replicas","value":3}]"#,
+        ),
+        ("--type=strategic", strategic),
+    ] {
+        t.kubectl_ns(
+            &["patch", "deployment", "web", patch_type, "-p", patch],
+            None,
+        )
+        .await?;
+    }
     let out = t
         .kubectl_ns(&["get", "deployment", "web", "-o", "json"], None)
         .await?;
@@ -323,8 +271,7 @@ pub async fn kubectl_waits_for_a_condition_set_later(t: &Target) -> anyhow::Resu
             &widget_resource(&t.group(), "v1"),
         );
         let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Done", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-        api.patch_status("w1", &PatchParams::default(), &Patch::Merge(status))
-            .await
+        merge_status(&api, "w1", status).await
     };
     let (out, set) = tokio::join!(waiter, setter);
     set?;

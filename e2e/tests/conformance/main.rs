@@ -32,17 +32,16 @@ mod support;
 mod target;
 mod watch;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use futures::FutureExt;
 use initializer_controlplane::{ControlPlane, ControlPlaneConfig};
 use initializer_e2e::body;
-use initializer_e2e::conformance::{self, Body, Outcomes, Server, Suite};
+use initializer_e2e::conformance::{self, Body, Outcomes, Suite};
 use initializer_e2e::paths;
-use initializer_sandbox::{Sandbox, SandboxConfig};
+use initializer_sandbox::SandboxHandle;
 use target::{History, Target};
 
 const SUITE: Suite<Target> = Suite {
@@ -52,6 +51,8 @@ const SUITE: Suite<Target> = Suite {
     real_needs: "needs root and the real control plane: make conformance, or cargo test -p initializer-e2e --test conformance -- --include-ignored",
     bodies: BODIES,
     body_timeout: Duration::from_secs(180),
+    sandbox_prefix: "initializer-conformance-sandbox",
+    legacy_initializers: false,
 };
 
 const BODIES: &[Body<Target>] = &[
@@ -118,34 +119,13 @@ const BODIES: &[Body<Target>] = &[
 ];
 
 fn main() -> ExitCode {
-    conformance::main(
-        &SUITE,
-        |body| on_fresh_sandbox(body).boxed_local(),
-        |selected, outcomes| run_on_real(selected, outcomes).boxed_local(),
-    )
+    conformance::main(&SUITE, on_sandbox, run_on_real)
 }
 
 /// Each body on a sandbox of its own (they start in milliseconds).
-async fn on_fresh_sandbox(body: &Body<Target>) -> anyhow::Result<Result<(), String>> {
-    let dir = tempfile::Builder::new()
-        .prefix("initializer-conformance-sandbox")
-        .tempdir()
-        .context("failed to create the sandbox's state directory")?;
-    let mut config = SandboxConfig::new(dir.path().join("state"));
-    config.workloads = false;
-    let handle = Sandbox::start(config)
-        .await
-        .context("failed to start the sandbox")?;
-    let history = History::Sandbox(handle.api());
-    let result = run_body(
-        body,
-        handle.client(),
-        handle.kubeconfig_path().to_path_buf(),
-        history,
-    )
-    .await;
-    handle.shutdown().await;
-    Ok(result)
+async fn on_sandbox(body: &Body<Target>, sandbox: &SandboxHandle) -> Result<(), String> {
+    let history = History::Sandbox(sandbox.api());
+    run_body(body, sandbox.client(), sandbox.kubeconfig_path(), history).await
 }
 
 /// Every body on one real control plane; when it cannot start, every body fails with why.
@@ -154,47 +134,35 @@ async fn run_on_real(selected: &[&'static Body<Target>], outcomes: &mut Outcomes
         Ok(state) => state,
         Err(err) => {
             let message = format!("the real control plane did not start: {err:#}");
-            for body in selected {
-                outcomes.report(&SUITE, body, Server::Real, Err(message.clone()));
-            }
+            outcomes.fail_all(&SUITE, selected, &message);
             return;
         }
     };
     let (plane, _state_dir) = state;
-    for body in selected {
+    let run = async |body| {
         let history = History::Real {
             netns: plane.netns().to_string(),
         };
-        let failed_plane = plane.check().err();
-        let result = match failed_plane {
-            Some(err) => Err(format!("the control plane is down: {err}")),
-            None => {
-                run_body(
-                    body,
-                    plane.client(),
-                    plane.kubeconfig_path().to_path_buf(),
-                    history,
-                )
-                .await
-            }
-        };
-        outcomes.report(&SUITE, body, Server::Real, result);
-    }
+        run_body(body, plane.client(), plane.kubeconfig_path(), history).await
+    };
+    outcomes
+        .run_each_on_real(
+            &SUITE,
+            selected,
+            "the control plane is down",
+            || plane.check(),
+            run,
+        )
+        .await;
     plane.shutdown().await;
 }
 
 async fn start_real() -> anyhow::Result<(ControlPlane, tempfile::TempDir)> {
-    let mut state_dir = tempfile::Builder::new()
-        .prefix("initializer-conformance-real")
-        .tempdir()
-        .context("failed to create the control plane's state directory")?;
-    if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
-        state_dir.disable_cleanup(true);
-        eprintln!(
-            "conformance: keeping the control plane's state directory {}",
-            state_dir.path().display()
-        );
-    }
+    let state_dir = SUITE.real_state_dir(
+        "initializer-conformance-real",
+        "the control plane's state directory",
+        "the control plane's state directory",
+    )?;
     let mut config = ControlPlaneConfig::new(
         state_dir.path().join("cluster"),
         paths::binary(initializer_e2e::real::NODE_BINARY)?,
@@ -216,15 +184,9 @@ async fn start_real() -> anyhow::Result<(ControlPlane, tempfile::TempDir)> {
 async fn run_body(
     body: &Body<Target>,
     client: kube::Client,
-    kubeconfig: PathBuf,
+    kubeconfig: &Path,
     history: History,
 ) -> Result<(), String> {
-    let target = Target::prepare(client, &kubeconfig, history, body.name)
-        .await
-        .map_err(|e| format!("{e:#}"))?;
-    let result = SUITE.run_body(body, &target).await;
-    for warning in target.cleanup().await {
-        eprintln!("conformance: cleanup after {}: {warning}", body.name);
-    }
-    result
+    let target = Target::prepare(client, kubeconfig, history, body.name).await;
+    SUITE.run_prepared(body, target).await
 }

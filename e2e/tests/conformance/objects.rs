@@ -11,7 +11,10 @@ use kube::core::{GroupVersionKind, PartialObjectMeta};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::{Value, json};
 
-use crate::support::{api_code, cm, deployment, names, raw, refused};
+use crate::support::{
+    api_code, cm, create, create_configmap, deployment, get, get_table, merge, names, patch, post,
+    put, raw, refused,
+};
 use crate::target::Target;
 
 pub async fn default_namespaces_exist_with_their_name_label(t: &Target) -> anyhow::Result<()> {
@@ -63,10 +66,7 @@ pub async fn kube_rs_discovery_finds_builtin_groups(t: &Target) -> anyhow::Resul
 pub async fn created_objects_get_uid_timestamp_and_resource_version(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let created = cms
-        .create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    let (cms, created) = create_configmap(t, "a", json!({})).await?;
     let md = &created.metadata;
     assert_eq!(md.uid.as_ref().unwrap().len(), 36);
     assert!(md.creation_timestamp.is_some());
@@ -80,23 +80,12 @@ pub async fn created_objects_get_uid_timestamp_and_resource_version(
 /// Only kinds whose strategy sets it carry `metadata.generation` (Deployments, Pods, custom
 /// resources, ...); ConfigMaps, Services, Secrets do not.
 pub async fn generation_is_kept_only_by_kinds_that_define_it(t: &Target) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let c = cms
-        .create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    let (cms, c) = create_configmap(t, "a", json!({})).await?;
     assert_eq!(c.metadata.generation, None);
-    let c = cms
-        .patch(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"k": "2"}})),
-        )
-        .await?;
+    let c = merge(&cms, "a", json!({"data": {"k": "2"}})).await?;
     assert_eq!(c.metadata.generation, None);
     let deps: Api<Deployment> = Api::namespaced(t.client(), t.namespace());
-    let d = deps
-        .create(&PostParams::default(), &deployment("web"))
-        .await?;
+    let d = create(&deps, &deployment("web")).await?;
     assert_eq!(d.metadata.generation, Some(1));
     Ok(())
 }
@@ -106,21 +95,16 @@ pub async fn generate_name_makes_unique_names(t: &Target) -> anyhow::Result<()> 
     let mut obj = cm("", json!({}));
     obj.metadata.name = None;
     obj.metadata.generate_name = Some("gen-".into());
-    let a = cms.create(&PostParams::default(), &obj).await?;
-    let b = cms.create(&PostParams::default(), &obj).await?;
+    let a = create(&cms, &obj).await?;
+    let b = create(&cms, &obj).await?;
     assert!(a.metadata.name.as_ref().unwrap().starts_with("gen-"));
     assert_ne!(a.metadata.name, b.metadata.name);
     Ok(())
 }
 
 pub async fn creating_an_existing_name_is_already_exists(t: &Target) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
-    let err = refused(
-        cms.create(&PostParams::default(), &cm("a", json!({})))
-            .await,
-    )?;
+    let (cms, _) = create_configmap(t, "a", json!({})).await?;
+    let err = refused(create(&cms, &cm("a", json!({}))).await)?;
     assert_eq!(api_code(&err), (409, "AlreadyExists".into()));
     Ok(())
 }
@@ -131,13 +115,9 @@ pub async fn getting_a_missing_object_is_not_found_with_a_status_body(
     let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
     let err = refused(cms.get("nope").await)?;
     assert_eq!(api_code(&err), (404, "NotFound".into()));
-    let (code, body) = raw(
+    let (code, body) = get(
         &t.client(),
-        "GET",
         &format!("/api/v1/namespaces/{}/configmaps/nope", t.namespace()),
-        None,
-        None,
-        None,
     )
     .await?;
     assert_eq!(code, 404);
@@ -150,10 +130,7 @@ pub async fn getting_a_missing_object_is_not_found_with_a_status_body(
 
 pub async fn creating_in_a_missing_namespace_is_not_found(t: &Target) -> anyhow::Result<()> {
     let cms: Api<ConfigMap> = Api::namespaced(t.client(), &t.unique("ghost"));
-    let err = refused(
-        cms.create(&PostParams::default(), &cm("a", json!({})))
-            .await,
-    )?;
+    let err = refused(create(&cms, &cm("a", json!({}))).await)?;
     assert_eq!(api_code(&err), (404, "NotFound".into()));
     Ok(())
 }
@@ -161,10 +138,7 @@ pub async fn creating_in_a_missing_namespace_is_not_found(t: &Target) -> anyhow:
 pub async fn replacing_with_a_stale_resource_version_is_a_conflict(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let first = cms
-        .create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    let (cms, first) = create_configmap(t, "a", json!({})).await?;
     let mut fresh = first.clone();
     fresh.data = Some([("k".to_string(), "2".to_string())].into());
     cms.replace("a", &PostParams::default(), &fresh).await?;
@@ -177,16 +151,9 @@ pub async fn replacing_with_a_stale_resource_version_is_a_conflict(
 }
 
 pub async fn label_selectors_support_every_operator(t: &Target) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(
-        &PostParams::default(),
-        &cm("a", json!({"app": "web", "tier": "fe"})),
-    )
-    .await?;
-    cms.create(&PostParams::default(), &cm("b", json!({"app": "db"})))
-        .await?;
-    cms.create(&PostParams::default(), &cm("c", json!({})))
-        .await?;
+    let (cms, _) = create_configmap(t, "a", json!({"app": "web", "tier": "fe"})).await?;
+    create(&cms, &cm("b", json!({"app": "db"}))).await?;
+    create(&cms, &cm("c", json!({}))).await?;
     let select = |sel: &'static str| {
         let cms = cms.clone();
         async move {
@@ -210,11 +177,8 @@ pub async fn label_selectors_support_every_operator(t: &Target) -> anyhow::Resul
 }
 
 pub async fn field_selectors_filter_by_name_and_namespace(t: &Target) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
-    cms.create(&PostParams::default(), &cm("b", json!({})))
-        .await?;
+    let (cms, _) = create_configmap(t, "a", json!({})).await?;
+    create(&cms, &cm("b", json!({}))).await?;
     let got = cms
         .list(&ListParams::default().fields("metadata.name=b"))
         .await?;
@@ -239,11 +203,7 @@ pub async fn field_selectors_filter_by_name_and_namespace(t: &Target) -> anyhow:
 pub async fn lists_page_with_limit_and_continue(t: &Target) -> anyhow::Result<()> {
     let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
     for i in 0..5 {
-        cms.create(
-            &PostParams::default(),
-            &cm(&format!("c{i}"), json!({"paged": "yes"})),
-        )
-        .await?;
+        create(&cms, &cm(&format!("c{i}"), json!({"paged": "yes"}))).await?;
     }
     let mut seen = Vec::new();
     let mut token: Option<String> = None;
@@ -279,8 +239,7 @@ pub async fn dry_run_writes_answer_like_real_ones_and_store_nothing(
     assert_eq!(out.metadata.name.as_deref(), Some("a"));
     assert!(out.metadata.uid.is_some());
     assert!(cms.get_opt("a").await?.is_none());
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    create(&cms, &cm("a", json!({}))).await?;
     let pp = PatchParams {
         dry_run: true,
         ..Default::default()
@@ -313,40 +272,26 @@ pub async fn unknown_resources_and_methods_get_status_errors(t: &Target) -> anyh
     let ns = t.namespace();
     // A group the server does not serve: 404 (kube-apiserver's fallback answers plain text, the
     // sandbox a Status; see `sandbox/README.md`'s differences).
-    let (code, body) = raw(&client, "GET", "/apis/nope.dev/v1/things", None, None, None).await?;
+    let (code, body) = get(&client, "/apis/nope.dev/v1/things").await?;
     assert_eq!(code, 404, "{body}");
     // A resource a served version does not have: a Status.
-    let (code, body) = raw(
-        &client,
-        "GET",
-        &format!("/api/v1/namespaces/{ns}/things"),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    let (code, body) = get(&client, &format!("/api/v1/namespaces/{ns}/things")).await?;
     assert_eq!(
         (code, body["kind"].as_str()),
         (404, Some("Status")),
         "{body}"
     );
-    let (code, _) = raw(
+    let (code, _) = post(
         &client,
-        "POST",
         &format!("/api/v1/namespaces/{ns}/configmaps/a/status"),
-        None,
-        Some("application/json"),
-        Some(json!({})),
+        json!({}),
     )
     .await?;
     assert_eq!(code, 404);
-    let (code, body) = raw(
+    let (code, body) = post(
         &client,
-        "POST",
         &format!("/api/v1/namespaces/{ns}/configmaps"),
-        None,
-        Some("application/json"),
-        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}})),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}),
     )
     .await?;
     assert_eq!(
@@ -358,13 +303,11 @@ pub async fn unknown_resources_and_methods_get_status_errors(t: &Target) -> anyh
         body["details"]["causes"][0]["field"], "metadata.name",
         "{body}"
     );
-    let (code, body) = raw(
+    let (code, body) = patch(
         &client,
-        "PATCH",
         &format!("/api/v1/namespaces/{ns}/configmaps/a"),
-        None,
-        Some("text/plain"),
-        Some(json!({})),
+        "text/plain",
+        json!({}),
     )
     .await?;
     assert_eq!(code, 415, "{body}");
@@ -376,13 +319,10 @@ pub async fn methods_a_url_does_not_support_are_method_not_allowed(
 ) -> anyhow::Result<()> {
     let client = t.client();
     let ns = t.namespace();
-    let body = Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}));
-    let (code, status) = raw(
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
+    let (code, status) = post(
         &client,
-        "POST",
         &format!("/api/v1/namespaces/{ns}/configmaps/a"),
-        None,
-        Some("application/json"),
         body.clone(),
     )
     .await?;
@@ -391,12 +331,9 @@ pub async fn methods_a_url_does_not_support_are_method_not_allowed(
         (405, Some("MethodNotAllowed")),
         "{status}"
     );
-    let (code, _) = raw(
+    let (code, _) = put(
         &client,
-        "PUT",
         &format!("/api/v1/namespaces/{ns}/configmaps"),
-        None,
-        Some("application/json"),
         body,
     )
     .await?;
@@ -405,13 +342,9 @@ pub async fn methods_a_url_does_not_support_are_method_not_allowed(
 }
 
 pub async fn delete_collection_removes_only_selected_objects(t: &Target) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(&PostParams::default(), &cm("a", json!({"drop": "yes"})))
-        .await?;
-    cms.create(&PostParams::default(), &cm("b", json!({"drop": "yes"})))
-        .await?;
-    cms.create(&PostParams::default(), &cm("c", json!({})))
-        .await?;
+    let (cms, _) = create_configmap(t, "a", json!({"drop": "yes"})).await?;
+    create(&cms, &cm("b", json!({"drop": "yes"}))).await?;
+    create(&cms, &cm("c", json!({}))).await?;
     cms.delete_collection(
         &DeleteParams::default(),
         &ListParams::default().labels("drop=yes"),
@@ -428,8 +361,7 @@ pub async fn malformed_bodies_are_bad_requests_and_change_nothing(
     let client = t.client();
     let ns = t.namespace();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    create(&cms, &cm("a", json!({}))).await?;
     let url = format!("/api/v1/namespaces/{ns}/configmaps/a");
     for (ct, body) in [
         (
@@ -443,38 +375,14 @@ pub async fn malformed_bodies_are_bad_requests_and_change_nothing(
             json!([{"op": "replace", "path": "", "value": [1]}]),
         ),
     ] {
-        let (code, status) = raw(
-            &client,
-            "PATCH",
-            &format!("{url}?fieldManager=t"),
-            None,
-            Some(ct),
-            Some(body),
-        )
-        .await?;
+        let (code, status) = patch(&client, &format!("{url}?fieldManager=t"), ct, body).await?;
         assert!(code == 400 || code == 422, "{ct}: {code} {status}");
     }
     // Managed fields a client sends that cannot be decoded are dropped, not refused.
-    let (code, status) = raw(
-        &client,
-        "PUT",
-        &url,
-        None,
-        Some("application/json"),
-        Some(json!({"metadata": {"name": "a", "managedFields": [{"fieldsV1": {"é": {}}}]}, "data": {"k": "v"}})),
-    )
+    let (code, status) = put(&client, &url, json!({"metadata": {"name": "a", "managedFields": [{"fieldsV1": {"é": {}}}]}, "data": {"k": "v"}}))
     .await?;
     assert_eq!(code, 200, "{status}");
-    let (code, status) = raw(
-        &client,
-        "POST",
-        &format!("/api/v1/namespaces/{ns}/services"),
-        None,
-        Some("application/json"),
-        Some(
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": "nonsense"}),
-        ),
-    )
+    let (code, status) = post(&client, &format!("/api/v1/namespaces/{ns}/services"),  json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": "nonsense"}), )
     .await?;
     assert_eq!(code, 400, "{status}");
     let (code, _) = raw(
@@ -494,9 +402,7 @@ pub async fn malformed_bodies_are_bad_requests_and_change_nothing(
 pub async fn metadata_only_lists_and_watches_serve_partial_object_metadata(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(&PostParams::default(), &cm("a", json!({"x": "1"})))
-        .await?;
+    let (cms, _) = create_configmap(t, "a", json!({"x": "1"})).await?;
     let list = cms
         .list_metadata(&ListParams::default().labels("x=1"))
         .await?;
@@ -504,8 +410,7 @@ pub async fn metadata_only_lists_and_watches_serve_partial_object_metadata(
     assert_eq!(list.items[0].metadata.labels.as_ref().unwrap()["x"], "1");
     let metadata: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(t.client(), t.namespace());
     let mut events = watcher(metadata, watcher::Config::default()).boxed();
-    cms.create(&PostParams::default(), &cm("b", json!({})))
-        .await?;
+    create(&cms, &cm("b", json!({}))).await?;
     let mut names = Vec::new();
     while !names.contains(&"b".to_string()) {
         let ev = tokio::time::timeout(Duration::from_secs(10), events.try_next())
@@ -532,21 +437,12 @@ fn column_names(table: &Value, all: bool) -> Vec<&str> {
 pub async fn table_output_has_the_kinds_columns(t: &Target) -> anyhow::Result<()> {
     let client = t.client();
     let ns = t.namespace();
-    let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(
         json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "example/none:1"}]}}),
     )?;
-    pods.create(&PostParams::default(), &pod).await?;
-    let (code, table) = raw(
-        &client,
-        "GET",
-        &format!("/api/v1/namespaces/{ns}/pods"),
-        Some(accept),
-        None,
-        None,
-    )
-    .await?;
+    create(&pods, &pod).await?;
+    let (code, table) = get_table(&client, &format!("/api/v1/namespaces/{ns}/pods")).await?;
     assert_eq!(code, 200);
     assert_eq!(table["kind"], "Table");
     assert_eq!(
@@ -557,17 +453,8 @@ pub async fn table_output_has_the_kinds_columns(t: &Target) -> anyhow::Result<()
     assert_eq!(table["rows"][0]["cells"][1], "0/1");
     assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    cms.create(&PostParams::default(), &cm("c", json!({})))
-        .await?;
-    let (_, table) = raw(
-        &client,
-        "GET",
-        &format!("/api/v1/namespaces/{ns}/configmaps/c"),
-        Some(accept),
-        None,
-        None,
-    )
-    .await?;
+    create(&cms, &cm("c", json!({}))).await?;
+    let (_, table) = get_table(&client, &format!("/api/v1/namespaces/{ns}/configmaps/c")).await?;
     assert_eq!(column_names(&table, false), vec!["Name", "Data", "Age"]);
     assert_eq!(table["rows"][0]["cells"][1], 1);
     Ok(())
@@ -575,8 +462,7 @@ pub async fn table_output_has_the_kinds_columns(t: &Target) -> anyhow::Result<()
 
 pub async fn the_scale_subresource_reads_and_sets_replicas(t: &Target) -> anyhow::Result<()> {
     let deps: Api<Deployment> = Api::namespaced(t.client(), t.namespace());
-    deps.create(&PostParams::default(), &deployment("web"))
-        .await?;
+    create(&deps, &deployment("web")).await?;
     let scale = deps.get_scale("web").await?;
     assert_eq!(scale.spec.unwrap().replicas, Some(1));
     assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=web"));

@@ -3,12 +3,13 @@
 //! two servers genuinely do differently: forgetting watch history
 //! ([`Target::forget_history`]).
 
-use std::path::{Path, PathBuf};
+use std::ops::Deref;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use initializer_e2e::conformance::{namespace_for, random_suffix};
+use initializer_e2e::conformance::{BodyScope, Cleanup, namespace_for, random_suffix};
 use initializer_sandbox::apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -29,13 +30,19 @@ pub enum History {
 
 /// One body's view of a server.
 pub struct Target {
-    client: kube::Client,
-    kubeconfig: PathBuf,
-    namespace: String,
-    suffix: String,
+    scope: BodyScope,
     history: History,
-    scratch: tempfile::TempDir,
     cluster_objects: Mutex<Vec<(ApiResource, String)>>,
+}
+
+// Bodies reach the client, namespace and names the two suites share through the target
+// (`t.namespace()`).
+impl Deref for Target {
+    type Target = BodyScope;
+
+    fn deref(&self) -> &BodyScope {
+        &self.scope
+    }
 }
 
 /// The CustomResourceDefinition resource.
@@ -72,44 +79,15 @@ impl Target {
             .tempdir()
             .context("failed to create a scratch directory")?;
         Ok(Self {
-            client,
-            kubeconfig: kubeconfig.to_path_buf(),
-            namespace,
-            suffix,
+            scope: BodyScope::new(client, kubeconfig, namespace, suffix, scratch),
             history,
-            scratch,
             cluster_objects: Mutex::new(Vec::new()),
         })
     }
 
-    /// A cluster-admin client.
-    pub fn client(&self) -> kube::Client {
-        self.client.clone()
-    }
-
-    /// A kubeconfig reaching the same API server, for kubectl.
-    pub fn kubeconfig(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    /// The body's own namespace, created before it runs and deleted after.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// `base` made unique to this body, for cluster-scoped names.
-    pub fn unique(&self, base: &str) -> String {
-        format!("{base}-{}", self.suffix)
-    }
-
     /// An API group unique to this body, for CustomResourceDefinitions.
     pub fn group(&self) -> String {
-        format!("c{}.example.dev", self.suffix)
-    }
-
-    /// A directory of the body's own (kubectl's discovery cache, files).
-    pub fn scratch(&self) -> &Path {
-        self.scratch.path()
+        format!("c{}.example.dev", self.suffix())
     }
 
     /// Deletes a cluster-scoped object after the body, whatever its outcome.
@@ -189,7 +167,7 @@ impl Target {
         use tokio::io::AsyncWriteExt;
         let mut cmd = tokio::process::Command::new("kubectl");
         cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(self.kubeconfig())
             .arg("--cache-dir")
             .arg(self.scratch().join("kubectl-cache"))
             .args(args)
@@ -225,20 +203,22 @@ impl Target {
 
     /// kubectl in the body's namespace that must succeed; its stdout.
     pub async fn kubectl_ns(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-        let mut full = vec!["-n", self.namespace.as_str()];
+        let mut full = vec!["-n", self.namespace()];
         full.extend_from_slice(args);
         self.kubectl_ok(&full, stdin).await
     }
+}
 
+impl Cleanup for Target {
     /// Deletes what the body left: its namespace and the cluster-scoped objects it registered.
     /// Returns what could not be deleted.
-    pub async fn cleanup(&self) -> Vec<String> {
+    async fn cleanup(&self) -> Vec<String> {
         let mut objects = self
             .cluster_objects
             .lock()
             .map(|mut o| std::mem::take(&mut *o))
             .unwrap_or_default();
-        objects.push((namespace_resource(), self.namespace.clone()));
+        objects.push((namespace_resource(), self.namespace().to_owned()));
         let mut warnings = Vec::new();
         for (resource, name) in objects {
             let api: Api<DynamicObject> = Api::all_with(self.client(), &resource);

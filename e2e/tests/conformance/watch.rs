@@ -3,21 +3,17 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, DeleteParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::support::{ROOT_CA, cm};
+use crate::support::{ROOT_CA, cm, create, create_configmap, merge};
 use crate::target::Target;
 
 pub async fn watch_resumes_after_a_resource_version(t: &Target) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let a = cms
-        .create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
-    cms.create(&PostParams::default(), &cm("b", json!({})))
-        .await?;
+    let (cms, a) = create_configmap(t, "a", json!({})).await?;
+    create(&cms, &cm("b", json!({}))).await?;
     cms.delete("a", &DeleteParams::default()).await?;
     let rv = a.metadata.resource_version.unwrap();
     let mut stream = cms
@@ -62,16 +58,10 @@ fn event(name: &str, namespace: &str) -> Event {
 /// such a watch goes to etcd, which has compacted it away.
 pub async fn watch_from_a_forgotten_version_is_gone(t: &Target) -> anyhow::Result<()> {
     let events: Api<Event> = Api::namespaced(t.client(), t.namespace());
-    let first = events
-        .create(&PostParams::default(), &event("first", t.namespace()))
-        .await?;
-    events
-        .create(&PostParams::default(), &event("second", t.namespace()))
-        .await?;
+    let first = create(&events, &event("first", t.namespace())).await?;
+    create(&events, &event("second", t.namespace())).await?;
     t.forget_history().await?;
-    events
-        .create(&PostParams::default(), &event("third", t.namespace()))
-        .await?;
+    create(&events, &event("third", t.namespace())).await?;
     assert!(first.metadata.resource_version.is_some());
     let mut stream = events
         .watch(&WatchParams::default().timeout(10), "1")
@@ -94,9 +84,7 @@ pub async fn watch_from_a_forgotten_version_is_gone(t: &Target) -> anyhow::Resul
 pub async fn streaming_lists_end_their_initial_events_with_a_bookmark(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await?;
+    let (cms, _) = create_configmap(t, "a", json!({})).await?;
     let wp = WatchParams {
         bookmarks: true,
         send_initial_events: true,
@@ -130,21 +118,13 @@ pub async fn streaming_lists_end_their_initial_events_with_a_bookmark(
 pub async fn watch_reports_objects_leaving_a_label_selector_as_deleted(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    let created = cms
-        .create(&PostParams::default(), &cm("a", json!({"keep": "yes"})))
-        .await?;
+    let (cms, created) = create_configmap(t, "a", json!({"keep": "yes"})).await?;
     let rv = created.metadata.resource_version.unwrap();
     let mut stream = cms
         .watch(&WatchParams::default().labels("keep=yes").timeout(10), &rv)
         .await?
         .boxed();
-    cms.patch(
-        "a",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"keep": "no"}}})),
-    )
-    .await?;
+    merge(&cms, "a", json!({"metadata": {"labels": {"keep": "no"}}})).await?;
     let ev = stream.try_next().await?.unwrap();
     assert!(matches!(ev, WatchEvent::Deleted(_)), "{ev:?}");
     Ok(())
@@ -153,9 +133,7 @@ pub async fn watch_reports_objects_leaving_a_label_selector_as_deleted(
 pub async fn streaming_list_watchers_get_initial_events_then_changes(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let cms: Api<ConfigMap> = Api::namespaced(t.client(), t.namespace());
-    cms.create(&PostParams::default(), &cm("old", json!({})))
-        .await?;
+    let (cms, _) = create_configmap(t, "old", json!({})).await?;
     let mut events = watcher(cms.clone(), watcher::Config::default().streaming_lists()).boxed();
     let mut init = Vec::new();
     loop {
@@ -170,8 +148,7 @@ pub async fn streaming_list_watchers_get_initial_events_then_changes(
     }
     init.retain(|n| n != ROOT_CA);
     assert_eq!(init, vec!["old"]);
-    cms.create(&PostParams::default(), &cm("new", json!({})))
-        .await?;
+    create(&cms, &cm("new", json!({}))).await?;
     loop {
         match tokio::time::timeout(Duration::from_secs(10), events.try_next())
             .await??

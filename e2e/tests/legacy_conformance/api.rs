@@ -15,42 +15,17 @@ use kube::core::WatchEvent;
 use serde_json::{Value, json};
 
 use crate::support::{
-    CONFIGURATIONS, JSON, answer_of, cm, configmap_path, configmaps, configmaps_rule, configure,
-    configure_configmaps, create_in_background, expect_code, initializer_name, item_names, raw,
-    rule, wait_pending, without_first_pending,
+    answer_of, blocked_create, cm, configmap_path, configmaps, configmaps_rule, configure,
+    configure_configmaps, create_uninitialized, delete, expect_code, expect_message, get,
+    initializer_name, item_names, patch, post, post_configuration, put, rule, uninit, wait_pending,
+    without_first_pending,
 };
 use crate::target::Target;
-
-/// `?includeUninitialized=true` appended to a path.
-pub fn uninit(path: &str) -> String {
-    format!("{path}?includeUninitialized=true")
-}
-
-/// Creates ConfigMap `name` with `?includeUninitialized=true`; returns the answer.
-async fn create_uninitialized(t: &Target, object: Value) -> anyhow::Result<(u16, Value)> {
-    raw(
-        &t.client(),
-        "POST",
-        &uninit(&configmaps(t)),
-        None,
-        JSON,
-        Some(object),
-    )
-    .await
-}
 
 pub async fn discovery_lists_initializer_configurations_in_v1alpha1(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let (code, group) = raw(
-        &t.client(),
-        "GET",
-        "/apis/admissionregistration.k8s.io/v1alpha1",
-        None,
-        None,
-        None,
-    )
-    .await?;
+    let (code, group) = get(&t.client(), "/apis/admissionregistration.k8s.io/v1alpha1").await?;
     expect_code("GET the v1alpha1 group version", code, &group, 200)?;
     let resource = group["resources"]
         .as_array()
@@ -60,7 +35,7 @@ pub async fn discovery_lists_initializer_configurations_in_v1alpha1(
         .with_context(|| format!("initializerconfigurations not in {group}"))?;
     ensure!(resource["kind"] == "InitializerConfiguration", "{resource}");
     ensure!(resource["namespaced"] == false, "{resource}");
-    let (_, groups) = raw(&t.client(), "GET", "/apis", None, None, None).await?;
+    let (_, groups) = get(&t.client(), "/apis").await?;
     let versions: Vec<&str> = groups["groups"]
         .as_array()
         .into_iter()
@@ -117,11 +92,10 @@ pub async fn configurations_append_names_in_name_order_and_and_their_rules(
 
 /// The walkthrough's `pending: []`, and any explicit list, stay as the creator gave them.
 pub async fn an_explicit_initializers_field_is_kept_as_given(t: &Target) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "explicit", &name).await?;
+    configure_configmaps(t, "explicit", "sidecar").await?;
     let mut empty = cm("empty");
     empty["metadata"]["initializers"] = json!({"pending": []});
-    let (code, body) = raw(&t.client(), "POST", &configmaps(t), None, JSON, Some(empty)).await?;
+    let (code, body) = post(&t.client(), &configmaps(t), empty).await?;
     expect_code("a create with pending: []", code, &body, 201)?;
     ensure!(
         body["metadata"]["initializers"].is_null(),
@@ -140,8 +114,7 @@ pub async fn an_explicit_initializers_field_is_kept_as_given(t: &Target) -> anyh
 }
 
 pub async fn an_include_uninitialized_create_is_accepted_at_once(t: &Target) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "accepted", &name).await?;
+    let name = configure_configmaps(t, "accepted", "sidecar").await?;
     let started = std::time::Instant::now();
     let (code, body) = create_uninitialized(t, cm("early")).await?;
     expect_code("the create with includeUninitialized", code, &body, 202)?;
@@ -167,11 +140,8 @@ pub async fn an_include_uninitialized_create_is_accepted_at_once(t: &Target) -> 
 pub async fn a_blocking_create_answers_created_once_another_client_removes_the_name_and_mutates(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "blocking", &name).await?;
-    let create = create_in_background(t, configmaps(t), cm("held"));
-    let path = configmap_path(t, "held");
-    let stored = wait_pending(t, &path).await?;
+    let name = configure_configmaps(t, "blocking", "sidecar").await?;
+    let (create, path, stored) = blocked_create(t, "held").await?;
     ensure!(pending_names(&stored) == [name.clone()], "{stored}");
     ensure!(
         !create.is_finished(),
@@ -179,13 +149,13 @@ pub async fn a_blocking_create_answers_created_once_another_client_removes_the_n
     );
     let mut initialized = without_first_pending(stored);
     initialized["data"]["injected"] = json!("by-the-initializer");
-    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(initialized)).await?;
+    let (code, body) = put(&t.client(), &path, initialized).await?;
     expect_code("the initializer's PUT", code, &body, 200)?;
     let (code, body) = answer_of(create, Duration::from_secs(20)).await?;
     expect_code("the waiting create", code, &body, 201)?;
     ensure!(body["data"]["injected"] == "by-the-initializer", "{body}");
     ensure!(body["metadata"]["initializers"].is_null(), "{body}");
-    let (_, list) = raw(&t.client(), "GET", &configmaps(t), None, None, None).await?;
+    let (_, list) = get(&t.client(), &configmaps(t)).await?;
     ensure!(item_names(&list).contains(&"held".to_owned()), "{list}");
     Ok(())
 }
@@ -194,25 +164,21 @@ pub async fn a_blocking_create_answers_created_once_another_client_removes_the_n
 pub async fn a_create_that_times_out_is_a_timeout_and_the_object_stays(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "absent");
-    configure_configmaps(t, "timeout", &name).await?;
+    let name = configure_configmaps(t, "timeout", "absent").await?;
     let started = std::time::Instant::now();
-    let (code, body) = raw(
+    let (code, body) = post(
         &t.client(),
-        "POST",
         &format!("{}?timeout=2s", configmaps(t)),
-        None,
-        JSON,
-        Some(cm("late")),
+        cm("late"),
     )
     .await?;
     let waited = started.elapsed();
     expect_code("the create nobody initializes", code, &body, 504)?;
     ensure!(body["reason"] == "Timeout", "{body}");
-    ensure!(
-        body["message"] == "Timeout: request did not complete within requested timeout 2s",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "Timeout: request did not complete within requested timeout 2s",
+    )?;
     ensure!(
         waited >= Duration::from_secs(2) && waited < Duration::from_secs(10),
         "answered after {waited:?}"
@@ -229,41 +195,24 @@ pub async fn lists_and_watches_hide_uninitialized_objects_and_get_shows_them(
 ) -> anyhow::Result<()> {
     let mut visible = cm("visible");
     visible["metadata"]["initializers"] = json!({"pending": []});
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        &configmaps(t),
-        None,
-        JSON,
-        Some(visible),
-    )
-    .await?;
+    let (code, body) = post(&t.client(), &configmaps(t), visible).await?;
     expect_code("the initialized create", code, &body, 201)?;
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "hidden", &name).await?;
+    let name = configure_configmaps(t, "hidden", "sidecar").await?;
     let (code, body) = create_uninitialized(t, cm("hidden")).await?;
     expect_code("the uninitialized create", code, &body, 202)?;
-    let (_, plain) = raw(&t.client(), "GET", &configmaps(t), None, None, None).await?;
+    let (_, plain) = get(&t.client(), &configmaps(t)).await?;
     let plain_names: Vec<String> = item_names(&plain)
         .into_iter()
         .filter(|n| n != "kube-root-ca.crt")
         .collect();
     ensure!(plain_names == ["visible"], "plain list: {plain_names:?}");
-    let (_, all) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmaps(t)),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    let (_, all) = get(&t.client(), &uninit(&configmaps(t))).await?;
     ensure!(item_names(&all).contains(&"hidden".to_owned()), "{all}");
     for uri in [
         configmap_path(t, "hidden"),
         uninit(&configmap_path(t, "hidden")),
     ] {
-        let (code, body) = raw(&t.client(), "GET", &uri, None, None, None).await?;
+        let (code, body) = get(&t.client(), &uri).await?;
         expect_code(&format!("GET {uri}"), code, &body, 200)?;
         ensure!(pending_names(&body) == [name.clone()], "{uri}: {body}");
     }
@@ -283,10 +232,13 @@ async fn watch_events(
     include_uninitialized: bool,
     version: &str,
     window: Duration,
-) -> anyhow::Result<Vec<(String, String, Vec<String>)>> {
+) -> anyhow::Result<Seen> {
     let stream = open_watch(t, include_uninitialized, version).await?;
     collect_events(stream, window).await
 }
+
+/// What a watch saw: `(type, name, pending names)` of each event.
+pub type Seen = Vec<(String, String, Vec<String>)>;
 
 pub type Events =
     std::pin::Pin<Box<dyn futures::Stream<Item = kube::Result<WatchEvent<Value>>> + Send>>;
@@ -311,15 +263,7 @@ pub async fn open_watch(
 /// A watch without and one with `includeUninitialized`, both from the current version of the
 /// namespace's ConfigMaps (listed with uninitialized objects), so both see what follows.
 pub async fn open_plain_and_aware_watches(t: &Target) -> anyhow::Result<(Events, Events)> {
-    let (_, list) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmaps(t)),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    let (_, list) = get(&t.client(), &uninit(&configmaps(t))).await?;
     let version = list["metadata"]["resourceVersion"]
         .as_str()
         .context("the list has no resourceVersion")?;
@@ -328,10 +272,14 @@ pub async fn open_plain_and_aware_watches(t: &Target) -> anyhow::Result<(Events,
     Ok((plain, aware))
 }
 
-pub async fn collect_events(
-    mut stream: Events,
-    window: Duration,
-) -> anyhow::Result<Vec<(String, String, Vec<String>)>> {
+/// What the plain and the aware watch see over the next 3 s, watched side by side.
+pub async fn collect_both(plain: Events, aware: Events) -> anyhow::Result<(Seen, Seen)> {
+    let window = Duration::from_secs(3);
+    let (plain, aware) = tokio::join!(collect_events(plain, window), collect_events(aware, window));
+    Ok((plain?, aware?))
+}
+
+pub async fn collect_events(mut stream: Events, window: Duration) -> anyhow::Result<Seen> {
     let mut events = Vec::new();
     let deadline = tokio::time::Instant::now() + window;
     loop {
@@ -355,24 +303,18 @@ pub async fn collect_events(
 pub async fn an_unaware_watcher_sees_added_when_initialization_completes(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "watched", &name).await?;
+    let name = configure_configmaps(t, "watched", "sidecar").await?;
     let (plain, aware) = open_plain_and_aware_watches(t).await?;
     let (code, stored) = create_uninitialized(t, cm("watched")).await?;
     expect_code("the uninitialized create", code, &stored, 202)?;
-    let (code, body) = raw(
+    let (code, body) = put(
         &t.client(),
-        "PUT",
         &configmap_path(t, "watched"),
-        None,
-        JSON,
-        Some(without_first_pending(stored)),
+        without_first_pending(stored),
     )
     .await?;
     expect_code("the initializer's PUT", code, &body, 200)?;
-    let window = Duration::from_secs(3);
-    let (plain, aware) = tokio::join!(collect_events(plain, window), collect_events(aware, window));
-    let (plain, aware) = (plain?, aware?);
+    let (plain, aware) = collect_both(plain, aware).await?;
     let added = |pending: Vec<String>| ("ADDED".to_owned(), "watched".to_owned(), pending);
     ensure!(
         plain == [added(vec![])],
@@ -392,17 +334,14 @@ pub async fn an_unaware_watcher_sees_added_when_initialization_completes(
 pub async fn a_failure_result_fails_the_create_with_its_status_and_deletes_the_object(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "guard");
-    configure_configmaps(t, "failure", &name).await?;
-    let create = create_in_background(t, configmaps(t), cm("denied"));
-    let path = configmap_path(t, "denied");
-    let mut stored = wait_pending(t, &path).await?;
+    configure_configmaps(t, "failure", "guard").await?;
+    let (create, path, mut stored) = blocked_create(t, "denied").await?;
     stored["metadata"]["initializers"]["result"] = json!({
         "kind": "Status", "apiVersion": "v1",
         "status": "Failure", "code": 403, "reason": "Forbidden",
         "message": "guard initializer: denied by policy"
     });
-    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(stored)).await?;
+    let (code, body) = put(&t.client(), &path, stored).await?;
     expect_code("the PUT setting a failure result", code, &body, 200)?;
     // The result is stored as 1.13 kept it (a protobuf metav1.Status): no kind or apiVersion,
     // `metadata` always there.
@@ -415,14 +354,11 @@ pub async fn a_failure_result_fails_the_create_with_its_status_and_deletes_the_o
     );
     let (code, body) = answer_of(create, Duration::from_secs(20)).await?;
     expect_code("the waiting create", code, &body, 403)?;
-    ensure!(
-        body["message"] == "guard initializer: denied by policy",
-        "{body}"
-    );
+    expect_message(&body, "guard initializer: denied by policy")?;
     ensure!(body["reason"] == "Forbidden", "{body}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (code, body) = raw(&t.client(), "GET", &uninit(&path), None, None, None).await?;
+        let (code, body) = get(&t.client(), &uninit(&path)).await?;
         if code == 404 {
             return Ok(());
         }
@@ -434,23 +370,20 @@ pub async fn a_failure_result_fails_the_create_with_its_status_and_deletes_the_o
 }
 
 pub async fn an_uninitialized_object_can_be_deleted(t: &Target) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "deleted", &name).await?;
+    configure_configmaps(t, "deleted", "sidecar").await?;
     let (code, body) = create_uninitialized(t, cm("doomed")).await?;
     expect_code("the uninitialized create", code, &body, 202)?;
     let path = configmap_path(t, "doomed");
-    let (code, body) = raw(&t.client(), "DELETE", &path, None, None, None).await?;
+    let (code, body) = delete(&t.client(), &path).await?;
     expect_code("DELETE of the uninitialized object", code, &body, 200)?;
-    let (code, body) = raw(&t.client(), "GET", &uninit(&path), None, None, None).await?;
+    let (code, body) = get(&t.client(), &uninit(&path)).await?;
     expect_code("GET after the delete", code, &body, 404)?;
     Ok(())
 }
 
 /// The answer to creating configuration `name` with `initializers`, as (code, message).
 async fn refusal_of(t: &Target, name: &str, initializers: Value) -> anyhow::Result<(u16, String)> {
-    t.delete_afterwards(name);
-    let body = crate::support::configuration(name, initializers);
-    let (code, answer) = raw(&t.client(), "POST", CONFIGURATIONS, None, JSON, Some(body)).await?;
+    let (code, answer) = post_configuration(t, name, initializers).await?;
     Ok((
         code,
         answer["message"].as_str().unwrap_or_default().to_owned(),
@@ -510,11 +443,10 @@ pub async fn an_invalid_pending_name_is_refused_with_the_eras_message(
     bad["metadata"]["initializers"] = json!({"pending": [{"name": "bad"}]});
     let (code, body) = create_uninitialized(t, bad).await?;
     expect_code("a create with pending name 'bad'", code, &body, 422)?;
-    ensure!(
-        body["message"]
-            == "ConfigMap \"bad\" is invalid: metadata.initializers.pending[0].name: Invalid value: \"bad\": should be a domain with at least three segments separated by dots",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "ConfigMap \"bad\" is invalid: metadata.initializers.pending[0].name: Invalid value: \"bad\": should be a domain with at least three segments separated by dots",
+    )?;
     Ok(())
 }
 
@@ -537,13 +469,11 @@ pub async fn strategic_merge_and_json_patches_remove_a_pending_name(
     let path = configmap_path(t, "patched");
     let strategic = json!({"metadata": {"initializers": {"pending": [{"$patch": "delete", "name": first}]}},
                            "data": {"merged": "yes"}});
-    let (code, body) = raw(
+    let (code, body) = patch(
         &t.client(),
-        "PATCH",
         &path,
-        None,
-        Some("application/strategic-merge-patch+json"),
-        Some(strategic),
+        "application/strategic-merge-patch+json",
+        strategic,
     )
     .await?;
     expect_code("the strategic merge patch", code, &body, 200)?;
@@ -553,19 +483,17 @@ pub async fn strategic_merge_and_json_patches_remove_a_pending_name(
         {"op": "remove", "path": "/metadata/initializers/pending/0"},
         {"op": "add", "path": "/data/patched", "value": "yes"}
     ]);
-    let (code, body) = raw(
+    let (code, body) = patch(
         &t.client(),
-        "PATCH",
         &path,
-        None,
-        Some("application/json-patch+json"),
-        Some(json_patch),
+        "application/json-patch+json",
+        json_patch,
     )
     .await?;
     expect_code("the JSON patch", code, &body, 200)?;
     ensure!(is_initialized(&body), "{body}");
     ensure!(body["data"]["patched"] == "yes", "{body}");
-    let (_, list) = raw(&t.client(), "GET", &configmaps(t), None, None, None).await?;
+    let (_, list) = get(&t.client(), &configmaps(t)).await?;
     ensure!(item_names(&list).contains(&"patched".to_owned()), "{list}");
     Ok(())
 }
@@ -587,104 +515,51 @@ pub async fn setting_or_changing_pending_needs_the_initialize_verb(
     let editor = json!([
         "get", "list", "watch", "create", "update", "patch", "delete"
     ]);
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        &roles,
-        None,
-        JSON,
-        Some(role(editor.clone())),
-    )
-    .await?;
+    let (code, body) = post(&t.client(), &roles, role(editor.clone())).await?;
     expect_code("the Role", code, &body, 201)?;
     let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": "editor", "namespace": ns},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "editor"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                       "name": initializer_controlplane::legacy::UNPRIVILEGED_USER}]});
-    let (code, body) = raw(
+    let (code, body) = post(
         &t.client(),
-        "POST",
         &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
-        None,
-        JSON,
-        Some(binding),
+        binding,
     )
     .await?;
     expect_code("the RoleBinding", code, &body, 201)?;
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "verb", &name).await?;
+    configure_configmaps(t, "verb", "sidecar").await?;
 
     let mut explicit = cm("explicit");
     explicit["metadata"]["initializers"] = json!({"pending": []});
-    let (code, body) = raw(
-        &user,
-        "POST",
-        &configmaps(t),
-        None,
-        JSON,
-        Some(explicit.clone()),
-    )
-    .await?;
+    let (code, body) = post(&user, &configmaps(t), explicit.clone()).await?;
     expect_code("the user's create with pending: []", code, &body, 403)?;
-    ensure!(
-        body["message"] == "configmaps is forbidden: create with initializers denied: ",
-        "{body}"
-    );
-    let (code, stored) = raw(
-        &user,
-        "POST",
-        &uninit(&configmaps(t)),
-        None,
-        JSON,
-        Some(cm("mine")),
-    )
-    .await?;
+    expect_message(
+        &body,
+        "configmaps is forbidden: create with initializers denied: ",
+    )?;
+    let (code, stored) = post(&user, &uninit(&configmaps(t)), cm("mine")).await?;
     expect_code("the user's plain create", code, &stored, 202)?;
     let path = configmap_path(t, "mine");
-    let (code, body) = raw(
-        &user,
-        "PUT",
-        &path,
-        None,
-        JSON,
-        Some(without_first_pending(stored)),
-    )
-    .await?;
+    let (code, body) = put(&user, &path, without_first_pending(stored)).await?;
     expect_code("the user's PUT removing the name", code, &body, 403)?;
-    ensure!(
-        body["message"]
-            == "configmaps \"mine\" is forbidden: update to uninitialized resource denied: ",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "configmaps \"mine\" is forbidden: update to uninitialized resource denied: ",
+    )?;
     let mut verbs = editor;
     verbs
         .as_array_mut()
         .context("verbs")?
         .push(json!("initialize"));
-    let (code, body) = raw(
-        &t.client(),
-        "PUT",
-        &format!("{roles}/editor"),
-        None,
-        JSON,
-        Some(role(verbs)),
-    )
-    .await?;
+    let (code, body) = put(&t.client(), &format!("{roles}/editor"), role(verbs)).await?;
     expect_code("the Role with initialize", code, &body, 200)?;
     // RBAC reads roles through an informer: give it a moment.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, current) = raw(&user, "GET", &uninit(&path), None, None, None).await?;
-        let (code, body) = raw(
-            &user,
-            "PUT",
-            &path,
-            None,
-            JSON,
-            Some(without_first_pending(current)),
-        )
-        .await?;
+        let (_, current) = get(&user, &uninit(&path)).await?;
+        let (code, body) = put(&user, &path, without_first_pending(current)).await?;
         if code == 200 {
             ensure!(is_initialized(&body), "{body}");
             break;
@@ -694,7 +569,7 @@ pub async fn setting_or_changing_pending_needs_the_initialize_verb(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (code, body) = raw(&user, "POST", &configmaps(t), None, JSON, Some(explicit)).await?;
+    let (code, body) = post(&user, &configmaps(t), explicit).await?;
     expect_code(
         "the user's create with pending: [] and the verb",
         code,

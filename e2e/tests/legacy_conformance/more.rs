@@ -8,51 +8,29 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use initializer_e2e::legacy::{is_initialized, pending_names};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::api::{collect_events, open_plain_and_aware_watches, uninit};
+use crate::api::{Events, collect_both, open_plain_and_aware_watches};
 use crate::support::{
-    CONFIGURATIONS, JSON, answer_of, cm, configmap_path, configmaps, configure_configmaps,
-    create_in_background, expect_code, initializer_name, item_names, raw, wait_pending,
-    without_first_pending,
+    answer_of, blocked_create, cm, configmap_path, configmaps, configure_configmaps,
+    create_uninitialized, delete, expect_code, expect_message, get, initializer_name, item_names,
+    patch, post, post_configuration, put, uninit, without_first_pending,
 };
 use crate::target::Target;
-
-/// Creates ConfigMap `object` with `?includeUninitialized=true`; returns the answer.
-async fn create_uninitialized(t: &Target, object: Value) -> anyhow::Result<(u16, Value)> {
-    raw(
-        &t.client(),
-        "POST",
-        &uninit(&configmaps(t)),
-        None,
-        JSON,
-        Some(object),
-    )
-    .await
-}
 
 /// `parseTimeout` in `handlers/rest.go` (1.13): 30 s when the request names none.
 pub async fn without_a_timeout_parameter_a_create_waits_30_seconds(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "absent");
-    configure_configmaps(t, "default-timeout", &name).await?;
+    configure_configmaps(t, "default-timeout", "absent").await?;
     let started = std::time::Instant::now();
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        &configmaps(t),
-        None,
-        JSON,
-        Some(cm("slow")),
-    )
-    .await?;
+    let (code, body) = post(&t.client(), &configmaps(t), cm("slow")).await?;
     let waited = started.elapsed();
     expect_code("the create nobody initializes", code, &body, 504)?;
-    ensure!(
-        body["message"] == "Timeout: request did not complete within requested timeout 30s",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "Timeout: request did not complete within requested timeout 30s",
+    )?;
     ensure!(
         waited >= Duration::from_secs(29) && waited < Duration::from_secs(40),
         "answered after {waited:?}"
@@ -64,19 +42,16 @@ pub async fn without_a_timeout_parameter_a_create_waits_30_seconds(
 pub async fn deleting_the_object_a_create_waits_on_fails_the_create(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "deleted-waiting", &name).await?;
-    let create = create_in_background(t, configmaps(t), cm("gone"));
-    let path = configmap_path(t, "gone");
-    wait_pending(t, &path).await?;
-    let (code, body) = raw(&t.client(), "DELETE", &path, None, None, None).await?;
+    configure_configmaps(t, "deleted-waiting", "sidecar").await?;
+    let (create, path, _) = blocked_create(t, "gone").await?;
+    let (code, body) = delete(&t.client(), &path).await?;
     expect_code("DELETE of the waited-on object", code, &body, 200)?;
     let (code, body) = answer_of(create, Duration::from_secs(20)).await?;
     expect_code("the waiting create", code, &body, 500)?;
-    ensure!(
-        body["message"] == "Internal error occurred: object deleted while waiting for creation",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "Internal error occurred: object deleted while waiting for creation",
+    )?;
     Ok(())
 }
 
@@ -84,18 +59,15 @@ pub async fn deleting_the_object_a_create_waits_on_fails_the_create(
 pub async fn a_failure_result_without_a_code_fails_the_create_with_500(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "guard");
-    configure_configmaps(t, "no-code", &name).await?;
-    let create = create_in_background(t, configmaps(t), cm("uncoded"));
-    let path = configmap_path(t, "uncoded");
-    let mut stored = wait_pending(t, &path).await?;
+    configure_configmaps(t, "no-code", "guard").await?;
+    let (create, path, mut stored) = blocked_create(t, "uncoded").await?;
     stored["metadata"]["initializers"]["result"] =
         json!({"status": "Failure", "message": "refused without a code"});
-    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(stored)).await?;
+    let (code, body) = put(&t.client(), &path, stored).await?;
     expect_code("the PUT setting the result", code, &body, 200)?;
     let (code, body) = answer_of(create, Duration::from_secs(20)).await?;
     expect_code("the waiting create", code, &body, 500)?;
-    ensure!(body["message"] == "refused without a code", "{body}");
+    expect_message(&body, "refused without a code")?;
     Ok(())
 }
 
@@ -108,26 +80,10 @@ pub async fn a_result_set_at_creation_fails_the_create_and_the_object_stays(
         "pending": [{"name": "a.example.com"}],
         "result": {"status": "Failure", "code": 403, "reason": "Forbidden", "message": "failed from the start"}
     });
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        &configmaps(t),
-        None,
-        JSON,
-        Some(failed),
-    )
-    .await?;
+    let (code, body) = post(&t.client(), &configmaps(t), failed).await?;
     expect_code("the create with a result", code, &body, 403)?;
-    ensure!(body["message"] == "failed from the start", "{body}");
-    let (code, body) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmap_path(t, "prefailed")),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    expect_message(&body, "failed from the start")?;
+    let (code, body) = get(&t.client(), &uninit(&configmap_path(t, "prefailed"))).await?;
     expect_code("GET of the object", code, &body, 200)?;
     Ok(())
 }
@@ -135,27 +91,18 @@ pub async fn a_result_set_at_creation_fails_the_create_and_the_object_stays(
 pub async fn a_stale_resource_version_is_a_conflict_on_an_uninitialized_object(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "conflict", &name).await?;
+    let name = configure_configmaps(t, "conflict", "sidecar").await?;
     let (code, stale) = create_uninitialized(t, cm("raced")).await?;
     expect_code("the uninitialized create", code, &stale, 202)?;
     let path = configmap_path(t, "raced");
     let mut first = stale.clone();
     first["data"]["first"] = json!("yes");
-    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(first)).await?;
+    let (code, body) = put(&t.client(), &path, first).await?;
     expect_code("the first writer", code, &body, 200)?;
-    let (code, body) = raw(
-        &t.client(),
-        "PUT",
-        &path,
-        None,
-        JSON,
-        Some(without_first_pending(stale)),
-    )
-    .await?;
+    let (code, body) = put(&t.client(), &path, without_first_pending(stale)).await?;
     expect_code("the stale writer", code, &body, 409)?;
     ensure!(body["reason"] == "Conflict", "{body}");
-    let (_, current) = raw(&t.client(), "GET", &path, None, None, None).await?;
+    let (_, current) = get(&t.client(), &path).await?;
     ensure!(pending_names(&current) == [name], "{current}");
     Ok(())
 }
@@ -165,48 +112,29 @@ pub async fn a_stale_resource_version_is_a_conflict_on_an_uninitialized_object(
 pub async fn a_put_without_the_field_and_a_merge_patch_emptying_pending_initialize(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "fieldless", &name).await?;
+    configure_configmaps(t, "fieldless", "sidecar").await?;
     for object in ["put", "merged"] {
         let (code, body) = create_uninitialized(t, cm(object)).await?;
         expect_code("the uninitialized create", code, &body, 202)?;
     }
-    let (_, mut stored) = raw(
-        &t.client(),
-        "GET",
-        &configmap_path(t, "put"),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    let (_, mut stored) = get(&t.client(), &configmap_path(t, "put")).await?;
     stored["metadata"]
         .as_object_mut()
         .context("metadata")?
         .remove("initializers");
-    let (code, body) = raw(
-        &t.client(),
-        "PUT",
-        &configmap_path(t, "put"),
-        None,
-        JSON,
-        Some(stored),
-    )
-    .await?;
+    let (code, body) = put(&t.client(), &configmap_path(t, "put"), stored).await?;
     expect_code("the PUT without the field", code, &body, 200)?;
     ensure!(is_initialized(&body), "{body}");
-    let (code, body) = raw(
+    let (code, body) = patch(
         &t.client(),
-        "PATCH",
         &configmap_path(t, "merged"),
-        None,
-        Some("application/merge-patch+json"),
-        Some(json!({"metadata": {"initializers": {"pending": []}}})),
+        "application/merge-patch+json",
+        json!({"metadata": {"initializers": {"pending": []}}}),
     )
     .await?;
     expect_code("the merge patch pending: []", code, &body, 200)?;
     ensure!(is_initialized(&body), "{body}");
-    let (_, list) = raw(&t.client(), "GET", &configmaps(t), None, None, None).await?;
+    let (_, list) = get(&t.client(), &configmaps(t)).await?;
     let names = item_names(&list);
     ensure!(
         names.contains(&"put".to_owned()) && names.contains(&"merged".to_owned()),
@@ -217,8 +145,7 @@ pub async fn a_put_without_the_field_and_a_merge_patch_emptying_pending_initiali
 
 /// Any holder of the `initialize` verb may append a name or remove any, in any order.
 pub async fn names_may_be_appended_and_removed_out_of_order(t: &Target) -> anyhow::Result<()> {
-    let name = initializer_name(t, "first");
-    configure_configmaps(t, "order", &name).await?;
+    let name = configure_configmaps(t, "order", "first").await?;
     let (code, mut stored) = create_uninitialized(t, cm("reordered")).await?;
     expect_code("the uninitialized create", code, &stored, 202)?;
     let path = configmap_path(t, "reordered");
@@ -226,7 +153,7 @@ pub async fn names_may_be_appended_and_removed_out_of_order(t: &Target) -> anyho
         .as_array_mut()
         .context("pending")?
         .push(json!({"name": "late.example.com"}));
-    let (code, mut body) = raw(&t.client(), "PUT", &path, None, JSON, Some(stored)).await?;
+    let (code, mut body) = put(&t.client(), &path, stored).await?;
     expect_code("the PUT appending a name", code, &body, 200)?;
     ensure!(
         pending_names(&body) == [name.clone(), "late.example.com".to_owned()],
@@ -236,7 +163,7 @@ pub async fn names_may_be_appended_and_removed_out_of_order(t: &Target) -> anyho
         .as_array_mut()
         .context("pending")?
         .remove(1);
-    let (code, body) = raw(&t.client(), "PUT", &path, None, JSON, Some(body)).await?;
+    let (code, body) = put(&t.client(), &path, body).await?;
     expect_code("the PUT removing the second name", code, &body, 200)?;
     ensure!(pending_names(&body) == [name], "{body}");
     Ok(())
@@ -246,45 +173,28 @@ pub async fn names_may_be_appended_and_removed_out_of_order(t: &Target) -> anyho
 pub async fn an_initialized_object_cannot_get_initializers_back(t: &Target) -> anyhow::Result<()> {
     let mut done = cm("done");
     done["metadata"]["initializers"] = json!({"pending": []});
-    let (code, mut body) = raw(&t.client(), "POST", &configmaps(t), None, JSON, Some(done)).await?;
+    let (code, mut body) = post(&t.client(), &configmaps(t), done).await?;
     expect_code("the initialized create", code, &body, 201)?;
     body["metadata"]["initializers"] = json!({"pending": [{"name": "again.example.com"}]});
-    let (code, body) = raw(
-        &t.client(),
-        "PUT",
-        &configmap_path(t, "done"),
-        None,
-        JSON,
-        Some(body),
-    )
-    .await?;
+    let (code, body) = put(&t.client(), &configmap_path(t, "done"), body).await?;
     expect_code("the PUT adding initializers back", code, &body, 422)?;
-    ensure!(
-        body["message"]
-            == "ConfigMap \"done\" is invalid: metadata.initializers: Invalid value: \"null\": field is immutable once initialization has completed",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "ConfigMap \"done\" is invalid: metadata.initializers: Invalid value: \"null\": field is immutable once initialization has completed",
+    )?;
     Ok(())
 }
 
 /// `validateRule` (`pkg/apis/admissionregistration/validation/validation.go`, 1.13).
 pub async fn rule_validation_refuses_with_the_eras_messages(t: &Target) -> anyhow::Result<()> {
     let name = t.unique("bad-rules");
-    t.delete_afterwards(&name);
-    let configuration = crate::support::configuration(
+    let (code, body) = post_configuration(
+        t,
         &name,
         json!([{"name": "rules.example.com", "rules": [
             {"apiGroups": [], "apiVersions": ["*", "v1"], "resources": ["pods/status"]},
             {"apiGroups": [""], "apiVersions": [""], "resources": []}
         ]}]),
-    );
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        CONFIGURATIONS,
-        None,
-        JSON,
-        Some(configuration),
     )
     .await?;
     expect_code("the configuration with bad rules", code, &body, 422)?;
@@ -309,31 +219,31 @@ initializers[0].rules[1].resources: Required value]"
 pub async fn a_failed_initialization_is_seen_only_by_aware_watchers(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "guard");
-    configure_configmaps(t, "failed-watch", &name).await?;
+    configure_configmaps(t, "failed-watch", "guard").await?;
     let (plain, aware) = open_plain_and_aware_watches(t).await?;
     let (code, mut stored) = create_uninitialized(t, cm("failing")).await?;
     expect_code("the uninitialized create", code, &stored, 202)?;
     stored["metadata"]["initializers"]["result"] = json!({
         "status": "Failure", "code": 403, "reason": "Forbidden", "message": "no"
     });
-    let (code, body) = raw(
-        &t.client(),
-        "PUT",
-        &configmap_path(t, "failing"),
-        None,
-        JSON,
-        Some(stored),
-    )
-    .await?;
+    let (code, body) = put(&t.client(), &configmap_path(t, "failing"), stored).await?;
     expect_code("the PUT setting the result", code, &body, 200)?;
-    let window = Duration::from_secs(3);
-    let (plain, aware) = tokio::join!(collect_events(plain, window), collect_events(aware, window));
-    let (plain, aware) = (plain?, aware?);
+    expect_seen_only_by_aware(plain, aware, &["ADDED", "MODIFIED", "DELETED"]).await?;
+    Ok(())
+}
+
+/// Fails unless, over the next 3 s, the plain watch sees nothing and the aware one sees events
+/// of the `kinds` given, in order.
+async fn expect_seen_only_by_aware(
+    plain: Events,
+    aware: Events,
+    kinds: &[&str],
+) -> anyhow::Result<()> {
+    let (plain, aware) = collect_both(plain, aware).await?;
     ensure!(plain.is_empty(), "the plain watcher saw {plain:?}");
-    let kinds: Vec<&str> = aware.iter().map(|(kind, _, _)| kind.as_str()).collect();
+    let seen: Vec<&str> = aware.iter().map(|(kind, _, _)| kind.as_str()).collect();
     ensure!(
-        kinds == ["ADDED", "MODIFIED", "DELETED"],
+        seen == kinds,
         "the includeUninitialized watcher saw {aware:?}"
     );
     Ok(())
@@ -341,23 +251,14 @@ pub async fn a_failed_initialization_is_seen_only_by_aware_watchers(
 
 /// `DeleteCollection` lists with `IncludeUninitialized` forced on (`registry/store.go`, 1.13).
 pub async fn deletecollection_removes_uninitialized_objects_too(t: &Target) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "collection", &name).await?;
+    configure_configmaps(t, "collection", "sidecar").await?;
     for object in ["one", "two"] {
         let (code, body) = create_uninitialized(t, cm(object)).await?;
         expect_code("the uninitialized create", code, &body, 202)?;
     }
-    let (code, body) = raw(&t.client(), "DELETE", &configmaps(t), None, None, None).await?;
+    let (code, body) = delete(&t.client(), &configmaps(t)).await?;
     expect_code("deletecollection", code, &body, 200)?;
-    let (_, all) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmaps(t)),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    let (_, all) = get(&t.client(), &uninit(&configmaps(t))).await?;
     let left: Vec<String> = item_names(&all)
         .into_iter()
         .filter(|n| n != "kube-root-ca.crt")
@@ -371,38 +272,26 @@ pub async fn deletecollection_removes_uninitialized_objects_too(t: &Target) -> a
 pub async fn include_uninitialized_takes_the_eras_boolean_spellings(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "spelling", &name).await?;
-    let (code, body) = raw(
+    configure_configmaps(t, "spelling", "sidecar").await?;
+    let (code, body) = post(
         &t.client(),
-        "POST",
         &format!("{}?includeUninitialized=1", configmaps(t)),
-        None,
-        JSON,
-        Some(cm("spelled")),
+        cm("spelled"),
     )
     .await?;
     expect_code("a create with includeUninitialized=1", code, &body, 202)?;
-    let (_, hidden) = raw(
+    let (_, hidden) = get(
         &t.client(),
-        "GET",
         &format!("{}?includeUninitialized=false", configmaps(t)),
-        None,
-        None,
-        None,
     )
     .await?;
     ensure!(
         !item_names(&hidden).contains(&"spelled".to_owned()),
         "{hidden}"
     );
-    let (_, shown) = raw(
+    let (_, shown) = get(
         &t.client(),
-        "GET",
         &format!("{}?includeUninitialized=1", configmaps(t)),
-        None,
-        None,
-        None,
     )
     .await?;
     ensure!(
@@ -428,13 +317,10 @@ pub async fn rules_select_by_group_version_and_resource(t: &Target) -> anyhow::R
                  "template": {"metadata": {"labels": {"app": "web"}},
                               "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
     });
-    let (code, body) = raw(
+    let (code, body) = post(
         &t.client(),
-        "POST",
         &uninit(&initializer_e2e::legacy::deployments_path(t.namespace())),
-        None,
-        JSON,
-        Some(deployment),
+        deployment,
     )
     .await?;
     expect_code("the Deployment create", code, &body, 202)?;
@@ -455,11 +341,10 @@ pub async fn a_result_must_be_a_failure(t: &Target) -> anyhow::Result<()> {
     });
     let (code, body) = create_uninitialized(t, success).await?;
     expect_code("a create with a Success result", code, &body, 422)?;
-    ensure!(
-        body["message"]
-            == "ConfigMap \"succeeded\" is invalid: metadata.initializers.result.status: Invalid value: \"Success\": must be 'Failure'",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "ConfigMap \"succeeded\" is invalid: metadata.initializers.result.status: Invalid value: \"Success\": must be 'Failure'",
+    )?;
     let mut statusless = cm("statusless");
     statusless["metadata"]["initializers"] = json!({
         "pending": [{"name": "a.example.com"}],
@@ -467,11 +352,10 @@ pub async fn a_result_must_be_a_failure(t: &Target) -> anyhow::Result<()> {
     });
     let (code, body) = create_uninitialized(t, statusless).await?;
     expect_code("a create with a result without a status", code, &body, 422)?;
-    ensure!(
-        body["message"]
-            == "ConfigMap \"statusless\" is invalid: metadata.initializers.result.status: Invalid value: \"\": must be 'Failure'",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "ConfigMap \"statusless\" is invalid: metadata.initializers.result.status: Invalid value: \"\": must be 'Failure'",
+    )?;
     Ok(())
 }
 
@@ -480,30 +364,13 @@ pub async fn a_result_must_be_a_failure(t: &Target) -> anyhow::Result<()> {
 pub async fn deleting_an_uninitialized_object_is_seen_only_by_aware_watchers(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "deleted-watch", &name).await?;
+    configure_configmaps(t, "deleted-watch", "sidecar").await?;
     let (plain, aware) = open_plain_and_aware_watches(t).await?;
     let (code, body) = create_uninitialized(t, cm("short-lived")).await?;
     expect_code("the uninitialized create", code, &body, 202)?;
-    let (code, body) = raw(
-        &t.client(),
-        "DELETE",
-        &configmap_path(t, "short-lived"),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    let (code, body) = delete(&t.client(), &configmap_path(t, "short-lived")).await?;
     expect_code("the DELETE", code, &body, 200)?;
-    let window = Duration::from_secs(3);
-    let (plain, aware) = tokio::join!(collect_events(plain, window), collect_events(aware, window));
-    let (plain, aware) = (plain?, aware?);
-    ensure!(plain.is_empty(), "the plain watcher saw {plain:?}");
-    let kinds: Vec<&str> = aware.iter().map(|(kind, _, _)| kind.as_str()).collect();
-    ensure!(
-        kinds == ["ADDED", "DELETED"],
-        "the includeUninitialized watcher saw {aware:?}"
-    );
+    expect_seen_only_by_aware(plain, aware, &["ADDED", "DELETED"]).await?;
     Ok(())
 }
 
@@ -526,33 +393,17 @@ pub async fn a_status_write_without_the_field_initializes_a_deployment(
                  "template": {"metadata": {"labels": {"app": "web"}},
                               "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
     });
-    let (code, mut stored) = raw(
-        &t.client(),
-        "POST",
-        &uninit(&deployments),
-        None,
-        JSON,
-        Some(deployment),
-    )
-    .await?;
+    let (code, mut stored) = post(&t.client(), &uninit(&deployments), deployment).await?;
     expect_code("the Deployment create", code, &stored, 202)?;
     stored["metadata"]
         .as_object_mut()
         .context("metadata")?
         .remove("initializers");
     stored["status"] = json!({"observedGeneration": 1});
-    let (code, body) = raw(
-        &t.client(),
-        "PUT",
-        &format!("{deployments}/web/status"),
-        None,
-        JSON,
-        Some(stored),
-    )
-    .await?;
+    let (code, body) = put(&t.client(), &format!("{deployments}/web/status"), stored).await?;
     expect_code("the status PUT without the field", code, &body, 200)?;
     ensure!(is_initialized(&body), "{body}");
-    let (_, list) = raw(&t.client(), "GET", &deployments, None, None, None).await?;
+    let (_, list) = get(&t.client(), &deployments).await?;
     ensure!(item_names(&list) == ["web"], "{list}");
     Ok(())
 }
@@ -563,31 +414,19 @@ pub async fn a_status_write_without_the_field_initializes_a_deployment(
 pub async fn a_dry_run_create_waits_for_an_initialization_that_cannot_come(
     t: &Target,
 ) -> anyhow::Result<()> {
-    let name = initializer_name(t, "sidecar");
-    configure_configmaps(t, "dry-run", &name).await?;
-    let (code, body) = raw(
+    configure_configmaps(t, "dry-run", "sidecar").await?;
+    let (code, body) = post(
         &t.client(),
-        "POST",
         &format!("{}?dryRun=All&timeout=2s", configmaps(t)),
-        None,
-        JSON,
-        Some(cm("dry")),
+        cm("dry"),
     )
     .await?;
     expect_code("the dry-run create", code, &body, 504)?;
-    ensure!(
-        body["message"] == "Timeout: request did not complete within requested timeout 2s",
-        "{body}"
-    );
-    let (code, body) = raw(
-        &t.client(),
-        "GET",
-        &uninit(&configmap_path(t, "dry")),
-        None,
-        None,
-        None,
-    )
-    .await?;
+    expect_message(
+        &body,
+        "Timeout: request did not complete within requested timeout 2s",
+    )?;
+    let (code, body) = get(&t.client(), &uninit(&configmap_path(t, "dry"))).await?;
     expect_code("GET after the dry run", code, &body, 404)?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use initializer_e2e::paths;
 use initializer_test_support::pki::TestPki;
 use serde_json::{Value, json};
 
-use crate::support::{JSON, configure, raw};
+use crate::support::{configure, deployments_rule, expect_message, get, post};
 use crate::target::Target;
 
 /// The walkthrough's initializer name.
@@ -96,7 +96,7 @@ async fn start_sidecar_controller(t: &Target) -> anyhow::Result<Controller> {
         t,
         SIDECAR,
         PENDING_NAME,
-        &json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]),
+        &json!([deployments_rule()]),
         "containers:\n- name: sidecar-nginx\n  image: nginx:1.8.1\n  imagePullPolicy: IfNotPresent\n",
         &["--annotation", ANNOTATION, "--require-annotation"],
     )
@@ -124,37 +124,40 @@ fn nginx(name: &str, annotated: bool) -> Value {
     })
 }
 
-/// Creates the Deployment with a plain (blocking) create; returns the answer and how long the
-/// create took.
-async fn blocking_create(t: &Target, object: Value) -> anyhow::Result<(u16, Value, Duration)> {
+/// Creates the Deployment with a plain (blocking) create, which must answer 201 Created (else
+/// the failure shows the controller's log); returns the object and how long the create took.
+async fn blocking_create(
+    t: &Target,
+    controller: &Controller,
+    object: Value,
+) -> anyhow::Result<(Value, Duration)> {
     let started = std::time::Instant::now();
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        &deployments_path(t.namespace()),
-        None,
-        JSON,
-        Some(object),
-    )
-    .await?;
-    Ok((code, body, started.elapsed()))
+    let (code, body) = post(&t.client(), &deployments_path(t.namespace()), object).await?;
+    let took = started.elapsed();
+    ensure!(
+        code == 201,
+        "the create answered {code} after {took:?}: {body}\nsidecar-initializer's log:\n{}",
+        controller.tail()
+    );
+    Ok((body, took))
+}
+
+/// Fails unless the Deployment's pod template has exactly the containers `expected`.
+fn expect_containers(deployment: &Value, expected: &[&str]) -> anyhow::Result<()> {
+    ensure!(
+        template_containers(deployment) == expected,
+        "containers {:?}: {deployment}",
+        template_containers(deployment)
+    );
+    Ok(())
 }
 
 pub async fn the_sidecar_controller_injects_into_a_blocked_deployment_create(
     t: &Target,
 ) -> anyhow::Result<()> {
     let controller = start_sidecar_controller(t).await?;
-    let (code, body, took) = blocking_create(t, nginx("nginx", true)).await?;
-    ensure!(
-        code == 201,
-        "the create answered {code} after {took:?}: {body}\nsidecar-initializer's log:\n{}",
-        controller.tail()
-    );
-    ensure!(
-        template_containers(&body) == ["nginx", "sidecar-nginx"],
-        "containers {:?}: {body}",
-        template_containers(&body)
-    );
+    let (body, took) = blocking_create(t, &controller, nginx("nginx", true)).await?;
+    expect_containers(&body, &["nginx", "sidecar-nginx"])?;
     ensure!(pending_names(&body).is_empty(), "{body}");
     // Signed (`sidecar/t=<time>/<MAC>`, the MAC with the key of the test serving key), and
     // stamped with the object's creation: the controller handles stored objects.
@@ -178,17 +181,8 @@ pub async fn the_sidecar_controller_leaves_a_deployment_without_the_annotation_u
     t: &Target,
 ) -> anyhow::Result<()> {
     let controller = start_sidecar_controller(t).await?;
-    let (code, body, took) = blocking_create(t, nginx("plain", false)).await?;
-    ensure!(
-        code == 201,
-        "the create answered {code} after {took:?}: {body}\nsidecar-initializer's log:\n{}",
-        controller.tail()
-    );
-    ensure!(
-        template_containers(&body) == ["nginx"],
-        "containers {:?}: {body}",
-        template_containers(&body)
-    );
+    let (body, _) = blocking_create(t, &controller, nginx("plain", false)).await?;
+    expect_containers(&body, &["nginx"])?;
     ensure!(pending_names(&body).is_empty(), "{body}");
     ensure!(
         body["metadata"]["annotations"][MARK].is_null(),
@@ -206,7 +200,7 @@ pub async fn the_sidecar_controller_initializes_creates_that_waited_before_it_st
     configure(
         t,
         &t.unique("early"),
-        json!([{"name": PENDING_NAME, "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]}]),
+        json!([{"name": PENDING_NAME, "rules": [deployments_rule()]}]),
     )
     .await?;
     let create = crate::support::create_in_background(
@@ -228,11 +222,7 @@ pub async fn the_sidecar_controller_initializes_creates_that_waited_before_it_st
         "the waiting create answered {code}: {body}\nsidecar-initializer's log:\n{}",
         controller.tail()
     );
-    ensure!(
-        template_containers(&body) == ["nginx", "sidecar-nginx"],
-        "containers {:?}: {body}",
-        template_containers(&body)
-    );
+    expect_containers(&body, &["nginx", "sidecar-nginx"])?;
     Ok(())
 }
 
@@ -256,38 +246,25 @@ pub async fn a_denial_in_controller_mode_fails_the_create_with_the_handlers_mess
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
                "type": "Opaque", "stringData": {"password": value}})
     };
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        &secrets,
-        None,
-        JSON,
-        Some(secret("short", "hunter2")),
-    )
-    .await?;
+    let (code, body) = post(&t.client(), &secrets, secret("short", "hunter2")).await?;
     ensure!(
         code == 403,
         "the create of a short secret answered {code}: {body}\nsecret-guard's log:\n{}",
         controller.tail()
     );
     ensure!(body["reason"] == "Forbidden", "{body}");
-    ensure!(
-        body["message"]
-            == "secret \"short\" refused: every value must be at least 20 characters long, but key \"password\" has 7",
-        "{body}"
-    );
+    expect_message(
+        &body,
+        "secret \"short\" refused: every value must be at least 20 characters long, but key \"password\" has 7",
+    )?;
     // kube-apiserver 1.13 deletes the object after the update that wrote the failure result, and
     // the waiting create answers as soon as it sees that update: the deletion may come a moment
     // after the answer.
     let gone_by = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let (code, answer) = raw(
+        let (code, answer) = get(
             &t.client(),
-            "GET",
             &format!("{secrets}/short?includeUninitialized=true"),
-            None,
-            None,
-            None,
         )
         .await?;
         if code == 404 {
@@ -299,13 +276,10 @@ pub async fn a_denial_in_controller_mode_fails_the_create_with_the_handlers_mess
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (code, body) = raw(
+    let (code, body) = post(
         &t.client(),
-        "POST",
         &secrets,
-        None,
-        JSON,
-        Some(secret("long", "a-value-well-over-twenty-characters")),
+        secret("long", "a-value-well-over-twenty-characters"),
     )
     .await?;
     ensure!(code == 201, "the long secret: {code} {body}");
@@ -326,17 +300,12 @@ pub async fn a_namespace_selector_on_the_namespace_name_works_where_namespaces_l
         t,
         SIDECAR,
         PENDING_NAME,
-        &json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]}]),
+        &json!([deployments_rule()]),
         "containers:\n- name: sidecar-nginx\n  image: nginx:1.8.1\n",
         &["--namespace-selector", &selector.to_string()],
     )
     .await?;
-    let (code, body, took) = blocking_create(t, nginx("excluded", true)).await?;
-    ensure!(
-        code == 201,
-        "the create answered {code} after {took:?}: {body}\nsidecar-initializer's log:\n{}",
-        controller.tail()
-    );
+    let (body, _) = blocking_create(t, &controller, nginx("excluded", true)).await?;
     ensure!(
         template_containers(&body) == ["nginx"],
         "the excluded namespace's Deployment was injected: {body}"

@@ -10,7 +10,7 @@ use initializer_e2e::legacy::pending_names;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-pub use initializer_test_support::api::raw;
+pub use initializer_e2e::conformance::{delete, get, patch, post, put};
 
 use crate::target::Target;
 
@@ -26,9 +26,6 @@ pub const SETTLE: Duration = Duration::from_millis(1500);
 /// How long a body waits for something another client does (a name to appear pending).
 pub const WAIT: Duration = Duration::from_secs(20);
 
-/// JSON content type.
-pub const JSON: Option<&str> = Some("application/json");
-
 /// A rule over `resources` in any group and version.
 pub fn rule(resources: &[&str]) -> Value {
     json!({"apiGroups": ["*"], "apiVersions": ["*"], "resources": resources})
@@ -37,6 +34,11 @@ pub fn rule(resources: &[&str]) -> Value {
 /// The rule matching ConfigMaps.
 pub fn configmaps_rule() -> Value {
     json!({"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]})
+}
+
+/// The rule matching Deployments (`apps/v1`).
+pub fn deployments_rule() -> Value {
+    json!({"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"]})
 }
 
 /// An initializer name unique to the body: `<base>.<suffix>.example.com`.
@@ -54,18 +56,35 @@ pub fn configuration(name: &str, initializers: Value) -> Value {
     })
 }
 
+/// `?includeUninitialized=true` appended to a path.
+pub fn uninit(path: &str) -> String {
+    format!("{path}?includeUninitialized=true")
+}
+
+/// Creates `object` in the namespace's ConfigMaps with `?includeUninitialized=true`; returns
+/// the answer.
+pub async fn create_uninitialized(t: &Target, object: Value) -> anyhow::Result<(u16, Value)> {
+    post(&t.client(), &uninit(&configmaps(t)), object).await
+}
+
+/// Posts configuration `name` with `initializers` (deleted after the body); returns the answer.
+pub async fn post_configuration(
+    t: &Target,
+    name: &str,
+    initializers: Value,
+) -> anyhow::Result<(u16, Value)> {
+    t.delete_afterwards(name);
+    post(
+        &t.client(),
+        CONFIGURATIONS,
+        configuration(name, initializers),
+    )
+    .await
+}
+
 /// Creates a configuration (deleted after the body) and waits until the API server uses it.
 pub async fn configure(t: &Target, name: &str, initializers: Value) -> anyhow::Result<()> {
-    t.delete_afterwards(name);
-    let (code, body) = raw(
-        &t.client(),
-        "POST",
-        CONFIGURATIONS,
-        None,
-        JSON,
-        Some(configuration(name, initializers)),
-    )
-    .await?;
+    let (code, body) = post_configuration(t, name, initializers).await?;
     if code != 201 {
         bail!("creating configuration {name} answered {code}: {body}");
     }
@@ -73,14 +92,21 @@ pub async fn configure(t: &Target, name: &str, initializers: Value) -> anyhow::R
     Ok(())
 }
 
-/// One configuration `t.unique(base)` with one initializer `name` on ConfigMaps.
-pub async fn configure_configmaps(t: &Target, base: &str, name: &str) -> anyhow::Result<()> {
+/// One configuration `t.unique(base)` with one initializer on ConfigMaps, named
+/// `initializer_name(t, initializer)`; returns that name.
+pub async fn configure_configmaps(
+    t: &Target,
+    base: &str,
+    initializer: &str,
+) -> anyhow::Result<String> {
+    let name = initializer_name(t, initializer);
     configure(
         t,
         &t.unique(base),
         json!([{"name": name, "rules": [configmaps_rule()]}]),
     )
-    .await
+    .await?;
+    Ok(name)
 }
 
 /// The ConfigMaps collection of the body's namespace.
@@ -106,16 +132,28 @@ pub fn create_in_background(
     body: Value,
 ) -> JoinHandle<anyhow::Result<(u16, Value)>> {
     let client = t.client();
-    tokio::spawn(async move { raw(&client, "POST", &path, None, JSON, Some(body)).await })
+    tokio::spawn(async move { post(&client, &path, body).await })
+}
+
+/// Starts a blocking create of ConfigMap `name` and waits until it is stored with a pending
+/// name; returns the create, the object's path and the stored object.
+pub async fn blocked_create(
+    t: &Target,
+    name: &str,
+) -> anyhow::Result<(JoinHandle<anyhow::Result<(u16, Value)>>, String, Value)> {
+    let create = create_in_background(t, configmaps(t), cm(name));
+    let path = configmap_path(t, name);
+    let stored = wait_pending(t, &path).await?;
+    Ok((create, path, stored))
 }
 
 /// Polls `GET path?includeUninitialized=true` until the object exists with a pending name;
 /// returns it.
 pub async fn wait_pending(t: &Target, path: &str) -> anyhow::Result<Value> {
-    let uri = format!("{path}?includeUninitialized=true");
+    let uri = uninit(path);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let (code, body) = raw(&t.client(), "GET", &uri, None, None, None).await?;
+        let (code, body) = get(&t.client(), &uri).await?;
         if code == 200 && !pending_names(&body).is_empty() {
             return Ok(body);
         }
@@ -163,6 +201,14 @@ pub fn item_names(list: &Value) -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names
+}
+
+/// Fails unless the answer's `message` is `expected`, showing the answer.
+pub fn expect_message(body: &Value, expected: &str) -> anyhow::Result<()> {
+    if body["message"] != expected {
+        bail!("{body}");
+    }
+    Ok(())
 }
 
 /// Fails unless `code` is `expected`, showing the answer.

@@ -4,26 +4,35 @@
 //! Configurations are cluster-wide and the 1.13 server is shared by every body, so each one a body creates is
 //! deleted after it, and the next body starts only once the plugin has re-read them.
 
-use std::path::{Path, PathBuf};
+use std::ops::Deref;
+use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::{Context, bail};
-use initializer_e2e::conformance::{namespace_for, random_suffix};
-use initializer_test_support::api::raw;
+use initializer_e2e::conformance::{
+    BodyScope, Cleanup, delete, namespace_for, post, random_suffix,
+};
+
 use serde_json::json;
 
 use crate::support::{CONFIGURATIONS, SETTLE};
 
 /// One body's view of a backend.
 pub struct Target {
+    scope: BodyScope,
     label: &'static str,
-    client: kube::Client,
     unprivileged: Option<kube::Client>,
-    kubeconfig: PathBuf,
-    namespace: String,
-    suffix: String,
-    scratch: tempfile::TempDir,
     configurations: Mutex<Vec<String>>,
+}
+
+// Bodies reach the client, namespace and names the two suites share through the target
+// (`t.namespace()`).
+impl Deref for Target {
+    type Target = BodyScope;
+
+    fn deref(&self) -> &BodyScope {
+        &self.scope
+    }
 }
 
 impl Target {
@@ -37,13 +46,10 @@ impl Target {
     ) -> anyhow::Result<Self> {
         let suffix = random_suffix();
         let namespace = namespace_for(body, &suffix);
-        let (code, answer) = raw(
+        let (code, answer) = post(
             &client,
-            "POST",
             "/api/v1/namespaces",
-            None,
-            Some("application/json"),
-            Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
         )
         .await?;
         if code != 201 {
@@ -54,13 +60,9 @@ impl Target {
             .tempdir()
             .context("failed to create a scratch directory")?;
         Ok(Self {
+            scope: BodyScope::new(client, kubeconfig, namespace, suffix, scratch),
             label,
-            client,
             unprivileged,
-            kubeconfig: kubeconfig.to_path_buf(),
-            namespace,
-            suffix,
-            scratch,
             configurations: Mutex::new(Vec::new()),
         })
     }
@@ -71,41 +73,11 @@ impl Target {
         self.label
     }
 
-    /// An admin client.
-    pub fn client(&self) -> kube::Client {
-        self.client.clone()
-    }
-
     /// A client of a user in no group (1.13 only: the sandbox has no authorization).
     pub fn unprivileged(&self) -> anyhow::Result<kube::Client> {
         self.unprivileged
             .clone()
             .context("this backend has no unprivileged user")
-    }
-
-    /// An admin kubeconfig, for child processes.
-    pub fn kubeconfig(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    /// The body's own namespace.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// `base` made unique to this body, for cluster-scoped names.
-    pub fn unique(&self, base: &str) -> String {
-        format!("{base}-{}", self.suffix)
-    }
-
-    /// The body's suffix (to make initializer names unique).
-    pub fn suffix(&self) -> &str {
-        &self.suffix
-    }
-
-    /// A directory of the body's own.
-    pub fn scratch(&self) -> &Path {
-        self.scratch.path()
     }
 
     /// Deletes the configuration `name` after the body, whatever its outcome.
@@ -114,12 +86,14 @@ impl Target {
             names.push(name.to_owned());
         }
     }
+}
 
+impl Cleanup for Target {
     /// Deletes the body's configurations (then waits for the plugin to forget them) and its
     /// namespace. Returns what could not be deleted. The 1.13 server has no namespace
     /// controller, so its namespaces stay Terminating with their objects: harmless, they are
     /// in no later body's way.
-    pub async fn cleanup(&self) -> Vec<String> {
+    async fn cleanup(&self) -> Vec<String> {
         let names = self
             .configurations
             .lock()
@@ -127,16 +101,7 @@ impl Target {
             .unwrap_or_default();
         let mut warnings = Vec::new();
         for name in &names {
-            match raw(
-                &self.client,
-                "DELETE",
-                &format!("{CONFIGURATIONS}/{name}"),
-                None,
-                None,
-                None,
-            )
-            .await
-            {
+            match delete(&self.client(), &format!("{CONFIGURATIONS}/{name}")).await {
                 Ok((200 | 404, _)) => {}
                 Ok((code, body)) => {
                     warnings.push(format!(
@@ -149,24 +114,20 @@ impl Target {
         if !names.is_empty() {
             tokio::time::sleep(SETTLE).await;
         }
-        match raw(
-            &self.client,
-            "DELETE",
-            &format!("/api/v1/namespaces/{}", self.namespace),
-            None,
-            None,
-            None,
+        match delete(
+            &self.client(),
+            &format!("/api/v1/namespaces/{}", self.namespace()),
         )
         .await
         {
             Ok((200 | 202 | 404, _)) => {}
             Ok((code, body)) => warnings.push(format!(
                 "failed to delete namespace {}: {code} {body}",
-                self.namespace
+                self.namespace()
             )),
             Err(e) => warnings.push(format!(
                 "failed to delete namespace {}: {e:#}",
-                self.namespace
+                self.namespace()
             )),
         }
         warnings
