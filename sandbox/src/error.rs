@@ -59,39 +59,39 @@ impl ApiError {
         }
     }
 
+    /// The `details` naming the object the error is about, as the real server gives them.
+    fn naming(self, group: &str, plural: &str, name: &str) -> Self {
+        ApiError {
+            details: Some(json!({"name": name, "group": group, "kind": plural})),
+            ..self
+        }
+    }
+
     /// 404 `"<resource>" "<name>" not found`.
     pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
         let qualified = qualified(group, plural);
-        ApiError {
-            code: 404,
-            reason: "NotFound".into(),
-            message: format!("{qualified} \"{name}\" not found"),
-            details: Some(json!({"name": name, "group": group, "kind": plural})),
-        }
+        ApiError::new(404, "NotFound", format!("{qualified} \"{name}\" not found"))
+            .naming(group, plural, name)
     }
 
     /// 409 AlreadyExists.
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         let qualified = qualified(group, plural);
-        ApiError {
-            code: 409,
-            reason: "AlreadyExists".into(),
-            message: format!("{qualified} \"{name}\" already exists"),
-            details: Some(json!({"name": name, "group": group, "kind": plural})),
-        }
+        ApiError::new(
+            409,
+            "AlreadyExists",
+            format!("{qualified} \"{name}\" already exists"),
+        )
+        .naming(group, plural, name)
     }
 
     /// 409 Conflict for a stale resourceVersion.
     pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
         let qualified = qualified(group, plural);
-        ApiError {
-            code: 409,
-            reason: "Conflict".into(),
-            message: format!(
-                "Operation cannot be fulfilled on {qualified} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
-            ),
-            details: Some(json!({"name": name, "group": group, "kind": plural})),
-        }
+        let message = format!(
+            "Operation cannot be fulfilled on {qualified} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+        );
+        ApiError::new(409, "Conflict", message).naming(group, plural, name)
     }
 
     /// 422 Invalid with field causes `(field, message)`.

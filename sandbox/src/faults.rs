@@ -28,33 +28,25 @@ pub enum FaultAction {
 
 /// One rule of the fault table. Unset match fields match everything.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct FaultRule {
     /// Assigned by the table.
-    #[serde(default)]
     pub id: u64,
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
-    #[serde(default)]
     pub verb: Option<String>,
     /// API group (`""` for core).
-    #[serde(default)]
     pub group: Option<String>,
     /// Plural resource name.
-    #[serde(default)]
     pub resource: Option<String>,
     /// Subresource (`status`).
-    #[serde(default)]
     pub subresource: Option<String>,
     /// Namespace.
-    #[serde(default)]
     pub namespace: Option<String>,
     /// Object name.
-    #[serde(default)]
     pub name: Option<String>,
     /// What happens.
     pub action: Option<FaultAction>,
     /// How many more requests it hits; `None` until cleared.
-    #[serde(default)]
     pub times: Option<u32>,
 }
 

@@ -14,14 +14,7 @@ use crate::apiserver::{ApiServer, DeleteOptions};
 use crate::store::{ResKey, object_rv};
 
 fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|f| {
-            f.iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::json::strings(obj.pointer("/metadata/finalizers"))
 }
 
 fn owner_uids(obj: &Value) -> Vec<String> {

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::fields::{ListType, Path, PathElem, Shape};
+use crate::fields::{ListType, Path, PathElem, Shape, add_missing};
 
 /// The patch formats the API accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,13 +173,7 @@ fn merge_list(
     };
     match lt {
         ListType::Atomic => *target = items.to_vec(),
-        ListType::Set => {
-            for v in items {
-                if !target.contains(v) {
-                    target.push(v.clone());
-                }
-            }
-        }
+        ListType::Set => add_missing(target, items),
         ListType::Map(keys) => {
             // Strategic merge identifies elements by the first (declared) merge key only.
             let key = keys.first().cloned().unwrap_or_default();

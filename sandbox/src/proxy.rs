@@ -12,24 +12,18 @@ use axum::body::Body;
 use http_body_util::BodyExt as _;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub use initializer_node::exchange::{
     ExchangeBody, ExchangeError, Transport, exchange, insecure_tls_config,
 };
 
+use crate::json::elements;
 use crate::view::{ClusterView, ResourceRef};
 
-const SERVICES: ResourceRef<'static> = ResourceRef {
-    group: "",
-    version: "v1",
-    resource: "services",
-};
-const ENDPOINT_SLICES: ResourceRef<'static> = ResourceRef {
-    group: "discovery.k8s.io",
-    version: "v1",
-    resource: "endpointslices",
-};
+const SERVICES: ResourceRef<'static> = ResourceRef::new("", "v1", "services");
+const ENDPOINT_SLICES: ResourceRef<'static> =
+    ResourceRef::new("discovery.k8s.io", "v1", "endpointslices");
 
 /// The label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -138,12 +132,7 @@ pub fn resolve_endpoint(
             .and_then(|n| u16::try_from(n).ok())
             .or(numeric_target);
         let Some(target) = slice_port else { continue };
-        for endpoint in slice
-            .get("endpoints")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for endpoint in elements(slice.get("endpoints")) {
             // An absent `ready` means ready, as consumers of EndpointSlices treat it.
             if endpoint
                 .pointer("/conditions/ready")
@@ -185,15 +174,7 @@ pub fn status_response(
     reason: &str,
     message: String,
 ) -> http::Response<Body> {
-    let status = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    });
+    let status = crate::error::ApiError::new(code.as_u16(), reason, message).to_status();
     let mut response = http::Response::new(Body::from(status.to_string()));
     *response.status_mut() = code;
     response.headers_mut().insert(
@@ -325,9 +306,10 @@ pub async fn forward(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use serde_json::json;
 
     use super::*;
+    use crate::view::MemoryView;
 
     #[test]
     fn service_refs_parse_like_the_api_server_does() {
@@ -353,50 +335,21 @@ mod tests {
         );
     }
 
-    /// A view holding a fixed set of objects keyed by resource plural.
-    #[derive(Default)]
-    struct Objects(HashMap<&'static str, Vec<Value>>);
-
-    impl ClusterView for Objects {
-        fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Vec<Value> {
-            self.0
-                .get(resource.resource)
-                .into_iter()
-                .flatten()
-                .filter(|o| {
-                    namespace.is_none()
-                        || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
-                })
-                .cloned()
-                .collect()
-        }
-        fn get(
-            &self,
-            resource: ResourceRef<'_>,
-            namespace: Option<&str>,
-            name: &str,
-        ) -> Option<Value> {
-            self.list(resource, namespace)
-                .into_iter()
-                .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
-        }
-    }
-
-    fn view(ready: &[(&str, bool)]) -> Objects {
-        let mut v = Objects::default();
-        v.0.insert(
+    fn view(ready: &[(&str, bool)]) -> MemoryView {
+        let v = MemoryView::default();
+        v.add(
             "services",
-            vec![json!({"metadata": {"name": "web", "namespace": "a"},
-                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": "https"}, {"name": "metrics", "port": 9090, "targetPort": 9090}]}})],
+            json!({"metadata": {"name": "web", "namespace": "a"},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": "https"}, {"name": "metrics", "port": 9090, "targetPort": 9090}]}}),
         );
         let endpoints: Vec<Value> = ready
             .iter()
             .map(|(ip, r)| json!({"addresses": [ip], "conditions": {"ready": r}}))
             .collect();
-        v.0.insert(
+        v.add(
             "endpointslices",
-            vec![json!({"metadata": {"name": "web-x", "namespace": "a", "labels": {SERVICE_NAME_LABEL: "web"}},
-                "ports": [{"name": "https", "port": 8443}, {"name": "metrics", "port": 9090}], "endpoints": endpoints})],
+            json!({"metadata": {"name": "web-x", "namespace": "a", "labels": {SERVICE_NAME_LABEL: "web"}},
+                "ports": [{"name": "https", "port": 8443}, {"name": "metrics", "port": 9090}], "endpoints": endpoints}),
         );
         v
     }

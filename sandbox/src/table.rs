@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::json::elements;
 use crate::resource::{Column, ResourceType};
 
 /// Evaluates the simple JSONPath forms printer columns use: `.a.b`, `.a[0].b`,
@@ -170,11 +171,7 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Option<(Vec<Column>, Vec<Val
             ))
         }
         ("", "Service") => {
-            let ports: Vec<String> = obj
-                .pointer("/spec/ports")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
+            let ports: Vec<String> = elements(obj.pointer("/spec/ports"))
                 .map(|p| {
                     let port = p["port"].as_i64().unwrap_or(0);
                     let proto = p["protocol"].as_str().unwrap_or("TCP");
@@ -233,19 +230,9 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Option<(Vec<Column>, Vec<Val
         }
         ("", "Endpoints") => {
             let mut eps = Vec::new();
-            for s in obj
-                .get("subsets")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for s in elements(obj.get("subsets")) {
                 let port = s.pointer("/ports/0/port").and_then(Value::as_i64);
-                for a in s
-                    .get("addresses")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
+                for a in elements(s.get("addresses")) {
                     let ip = a["ip"].as_str().unwrap_or("");
                     eps.push(match port {
                         Some(p) => format!("{ip}:{p}"),
@@ -263,18 +250,10 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Option<(Vec<Column>, Vec<Val
             ))
         }
         ("discovery.k8s.io", "EndpointSlice") => {
-            let ports: Vec<String> = obj
-                .get("ports")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
+            let ports: Vec<String> = elements(obj.get("ports"))
                 .filter_map(|p| p["port"].as_i64().map(|n| n.to_string()))
                 .collect();
-            let addrs: Vec<String> = obj
-                .get("endpoints")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
+            let addrs: Vec<String> = elements(obj.get("endpoints"))
                 .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
                 .filter_map(|a| a.as_str().map(str::to_string))
                 .collect();
@@ -310,6 +289,17 @@ fn row(cells: Vec<Value>, obj: &Value, include: &str) -> Value {
 fn since(ts: Option<&Value>) -> Option<String> {
     let t = ts?.as_str()?.parse::<jiff::Timestamp>().ok()?;
     Some(human_duration(crate::clock::seconds_since(t)))
+}
+
+/// A `meta.k8s.io/v1` Table.
+fn table(list_meta: Value, defs: Vec<Value>, rows: Vec<Value>) -> Value {
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": defs,
+        "rows": rows,
+    })
 }
 
 /// Events' columns, as kube-apiserver prints them for both Event APIs: Last Seen, Type, Reason,
@@ -385,13 +375,7 @@ fn event_table(items: &[Value], list_meta: Value, include: &str) -> Value {
             row(cells, served, include)
         })
         .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": list_meta,
-        "columnDefinitions": defs,
-        "rows": rows,
-    })
+    table(list_meta, defs, rows)
 }
 
 /// The Table for `items` of `rt`. `include` is `None`, `Metadata` (default) or `Object`.
@@ -452,13 +436,7 @@ pub fn to_table(rt: &ResourceType, items: &[Value], list_meta: Value, include: &
             row(cells, obj, include)
         })
         .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": list_meta,
-        "columnDefinitions": defs,
-        "rows": rows,
-    })
+    table(list_meta, defs, rows)
 }
 
 #[cfg(test)]
@@ -480,12 +458,26 @@ mod tests {
         assert_eq!(eval_path(&obj, "{.status.missing}"), None);
     }
 
+    /// The built-in core/v1 resource type `plural`.
+    fn core(plural: &str) -> ResourceType {
+        Registry::with_builtins()
+            .get("", "v1", plural)
+            .unwrap()
+            .clone()
+    }
+
+    fn column_names(table: &Value) -> Vec<&str> {
+        table["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect()
+    }
+
     #[test]
     fn crd_columns_appear_between_name_and_age() {
-        let mut rt = Registry::with_builtins()
-            .get("", "v1", "configmaps")
-            .unwrap()
-            .clone();
+        let mut rt = core("configmaps");
         rt.columns = vec![Column {
             name: "Phase".into(),
             type_: "string".into(),
@@ -501,22 +493,14 @@ mod tests {
             json!({}),
             "None",
         );
-        let names: Vec<&str> = t["columnDefinitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|c| c["name"].as_str())
-            .collect();
+        let names = column_names(&t);
         assert_eq!(names, vec!["Name", "Phase", "Age"]);
         assert_eq!(t["rows"][0]["cells"][1], "Ready");
     }
 
     #[test]
     fn pod_rows_show_readiness_and_restarts() {
-        let rt = Registry::with_builtins()
-            .get("", "v1", "pods")
-            .unwrap()
-            .clone();
+        let rt = core("pods");
         let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]},
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}]}});
         let t = to_table(&rt, &[pod], json!({}), "None");
@@ -527,19 +511,11 @@ mod tests {
 
     #[test]
     fn service_rows_list_ports_with_protocols() {
-        let rt = Registry::with_builtins()
-            .get("", "v1", "services")
-            .unwrap()
-            .clone();
+        let rt = core("services");
         let svc = json!({"metadata": {"name": "s"}, "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
             "ports": [{"port": 443, "protocol": "TCP"}]}});
         let t = to_table(&rt, &[svc], json!({}), "None");
-        let names: Vec<&str> = t["columnDefinitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|c| c["name"].as_str())
-            .collect();
+        let names = column_names(&t);
         assert_eq!(
             names,
             vec![

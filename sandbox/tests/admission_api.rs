@@ -8,17 +8,18 @@ mod admission_support;
 mod workload_support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use admission_support::{Ca, WebhookServer, allow};
+use admission_support::{
+    Ca, Script, WebhookServer, allows, allows_after, closed_port, patches, replies,
+};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use workload_support::{Env, app_deployment, is_ready, wait_for};
+use workload_support::{Env, app_deployment, wait_for};
 
 const NS: &str = "webhooks";
 
@@ -62,34 +63,42 @@ async fn register(env: &Env, ca: &Ca, resource: &str, extra: Value) {
     api.create(&PostParams::default(), &config).await.unwrap();
 }
 
+/// A sandbox and a webhook server answering with `script` behind the `hook` service.
+async fn start(script: Script) -> (Env, Ca, WebhookServer) {
+    let env = Env::start().await;
+    let ca = Ca::new("ca");
+    let server = WebhookServer::start("127.0.0.1", &ca, &["hook.webhooks.svc"], script).await;
+    service_at(&env, server.addr).await;
+    (env, ca, server)
+}
+
+/// A sandbox whose `hook` service points at a port nothing listens on, also returned.
+async fn start_down() -> (Env, Ca, SocketAddr) {
+    let env = Env::start().await;
+    let ca = Ca::new("ca");
+    let closed = closed_port();
+    service_at(&env, closed).await;
+    (env, ca, closed)
+}
+
+/// The ConfigMaps of namespace `team`, created first.
+async fn team_config_maps(env: &Env) -> Api<ConfigMap> {
+    env.namespace("team").await;
+    Api::namespaced(env.client.clone(), "team")
+}
+
 fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
 }
 
 #[tokio::test]
 async fn mutation_is_applied_to_the_stored_object() {
-    let env = Env::start().await;
-    let ca = Ca::new("ca");
-    let server = WebhookServer::start(
-        "127.0.0.1",
-        &ca,
-        &["hook.webhooks.svc"],
-        Arc::new(|r: &Value| {
-            (
-                allow(
-                    r,
-                    Some(json!([{"op": "add", "path": "/data/injected", "value": "yes"}])),
-                    &[],
-                ),
-                Duration::ZERO,
-            )
-        }),
-    )
+    let (env, ca, server) = start(patches(json!([
+        {"op": "add", "path": "/data/injected", "value": "yes"}
+    ])))
     .await;
-    service_at(&env, server.addr).await;
     register(&env, &ca, "configmaps", json!({})).await;
-    env.namespace("team").await;
-    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), "team");
+    let api = team_config_maps(&env).await;
     let created = api
         .create(&PostParams::default(), &config_map("c"))
         .await
@@ -105,16 +114,12 @@ async fn mutation_is_applied_to_the_stored_object() {
 
 #[tokio::test]
 async fn denial_reaches_the_kube_client_with_the_webhooks_message() {
-    let env = Env::start().await;
-    let ca = Ca::new("ca");
-    let server = WebhookServer::start("127.0.0.1", &ca, &["hook.webhooks.svc"], Arc::new(|r: &Value| {
-        (json!({"uid": r["request"]["uid"], "allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "config maps need a reason"}}), Duration::ZERO)
+    let (env, ca, _server) = start(replies(|r| {
+        json!({"uid": r["request"]["uid"], "allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "config maps need a reason"}})
     }))
     .await;
-    service_at(&env, server.addr).await;
     register(&env, &ca, "configmaps", json!({})).await;
-    env.namespace("team").await;
-    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), "team");
+    let api = team_config_maps(&env).await;
     match api.create(&PostParams::default(), &config_map("c")).await {
         Err(kube::Error::Api(s)) => {
             assert_eq!(s.code, 403);
@@ -131,16 +136,9 @@ async fn denial_reaches_the_kube_client_with_the_webhooks_message() {
 
 #[tokio::test]
 async fn fail_policy_rejects_and_ignore_policy_admits_while_the_webhook_is_down() {
-    let env = Env::start().await;
-    let ca = Ca::new("ca");
-    let closed: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    service_at(&env, closed).await;
+    let (env, ca, closed) = start_down().await;
     register(&env, &ca, "configmaps", json!({"timeoutSeconds": 3})).await;
-    env.namespace("team").await;
-    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), "team");
+    let api = team_config_maps(&env).await;
     match api.create(&PostParams::default(), &config_map("c")).await {
         Err(kube::Error::Api(s)) => {
             assert_eq!((s.code, s.reason.as_str()), (500, "InternalError"));
@@ -175,16 +173,7 @@ async fn fail_policy_rejects_and_ignore_policy_admits_while_the_webhook_is_down(
 
 #[tokio::test]
 async fn ignore_policy_waits_no_longer_than_the_timeout_through_the_api() {
-    let env = Env::start().await;
-    let ca = Ca::new("ca");
-    let server = WebhookServer::start(
-        "127.0.0.1",
-        &ca,
-        &["hook.webhooks.svc"],
-        Arc::new(|r: &Value| (allow(r, None, &[]), Duration::from_secs(30))),
-    )
-    .await;
-    service_at(&env, server.addr).await;
+    let (env, ca, _server) = start(allows_after(Duration::from_secs(30))).await;
     register(
         &env,
         &ca,
@@ -192,8 +181,7 @@ async fn ignore_policy_waits_no_longer_than_the_timeout_through_the_api() {
         json!({"timeoutSeconds": 2, "failurePolicy": "Ignore"}),
     )
     .await;
-    env.namespace("team").await;
-    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), "team");
+    let api = team_config_maps(&env).await;
     let started = Instant::now();
     api.create(&PostParams::default(), &config_map("c"))
         .await
@@ -209,19 +197,9 @@ async fn ignore_policy_waits_no_longer_than_the_timeout_through_the_api() {
 
 #[tokio::test]
 async fn dry_run_create_reaches_the_webhook_flagged_and_stores_nothing() {
-    let env = Env::start().await;
-    let ca = Ca::new("ca");
-    let server = WebhookServer::start(
-        "127.0.0.1",
-        &ca,
-        &["hook.webhooks.svc"],
-        Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO)),
-    )
-    .await;
-    service_at(&env, server.addr).await;
+    let (env, ca, server) = start(allows()).await;
     register(&env, &ca, "configmaps", json!({})).await;
-    env.namespace("team").await;
-    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), "team");
+    let api = team_config_maps(&env).await;
     api.create(
         &PostParams {
             dry_run: true,
@@ -238,13 +216,7 @@ async fn dry_run_create_reaches_the_webhook_flagged_and_stores_nothing() {
 
 #[tokio::test]
 async fn excluded_pods_start_while_a_failing_webhook_blocks_everything_else() {
-    let env = Env::start().await;
-    let ca = Ca::new("ca");
-    let closed: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    service_at(&env, closed).await;
+    let (env, ca, _) = start_down().await;
     register(
         &env,
         &ca,
@@ -259,15 +231,9 @@ async fn excluded_pods_start_while_a_failing_webhook_blocks_everything_else() {
     let _: Deployment = env
         .create("team", app_deployment("other", 1, json!([]), json!([])))
         .await;
-    wait_for(
-        "the excluded pod to be ready",
-        Duration::from_secs(20),
-        || async {
-            let pods = env.pods("team", "app=own").await;
-            (pods.len() == 1 && is_ready(&pods[0])).then_some(())
-        },
-    )
-    .await;
+    let within = Duration::from_secs(20);
+    env.ready_pods("the excluded pod to be ready", within, "team", "own", 1)
+        .await;
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "team");
     let failure = wait_for(
         "the blocked deployment to report FailedCreate",
@@ -292,15 +258,9 @@ async fn excluded_pods_start_while_a_failing_webhook_blocks_everything_else() {
     // The configuration goes (fail open): the blocked Deployment gets its pod.
     let configs: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
     configs.delete("hook", &Default::default()).await.unwrap();
-    wait_for(
-        "the unblocked pod to be ready",
-        Duration::from_secs(40),
-        || async {
-            let pods = env.pods("team", "app=other").await;
-            (pods.len() == 1 && is_ready(&pods[0])).then_some(())
-        },
-    )
-    .await;
+    let within = Duration::from_secs(40);
+    env.ready_pods("the unblocked pod to be ready", within, "team", "other", 1)
+        .await;
     let d = deployments.get("other").await.unwrap();
     assert!(
         d.status

@@ -5,13 +5,14 @@
 
 mod admission_support;
 
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use admission_support::{
-    Ca, FakeView, WebhookServer, allow, mutating_config, pod_create, validating_config,
+    Ca, FakeView, MUTATING, Script, VALIDATING, WebhookServer, allow, allows, allows_after,
+    closed_port, patches, pod_create, replies, webhook_configuration,
 };
-use initializer_sandbox::admission::{Admission, Outcome};
+use initializer_sandbox::admission::{Admission, Attributes, Outcome};
 use serde_json::{Value, json};
 
 const NS: &str = "webhooks";
@@ -32,7 +33,7 @@ fn denied(outcome: Outcome) -> Value {
     }
 }
 
-async fn setup(script: admission_support::Script) -> (Ca, WebhookServer, FakeView) {
+async fn setup(script: Script) -> (Ca, WebhookServer, FakeView) {
     let ca = Ca::new("webhook-ca");
     let server = WebhookServer::start("127.0.0.1", &ca, &[SVC_DNS], script).await;
     let view = FakeView::default();
@@ -42,21 +43,68 @@ async fn setup(script: admission_support::Script) -> (Ca, WebhookServer, FakeVie
     (ca, server, view)
 }
 
+/// Like [`setup`], but the service's endpoint is a port nothing listens on, also returned.
+fn setup_down() -> (Ca, FakeView, SocketAddr) {
+    let ca = Ca::new("ca");
+    let view = FakeView::default();
+    view.namespace("team", json!({}));
+    let closed = closed_port();
+    view.service_at(NS, SVC, closed);
+    (ca, view, closed)
+}
+
+/// Adds configuration `config` of `resource` whose one webhook, `CONFIG.example.com`, calls the
+/// `hook` service; `extra` is merged into the webhook.
+fn configure(view: &FakeView, resource: &'static str, config: &str, ca: &Ca, extra: Value) {
+    let webhook = format!("{config}.example.com");
+    let configuration = webhook_configuration(resource, config, &webhook, NS, SVC, ca, extra);
+    view.add(resource, configuration);
+}
+
+/// The reinvocation tests' webhooks: `first.example.com` (reinvoked if needed), then
+/// `second.example.com`.
+fn configure_first_and_second(view: &FakeView, ca: &Ca) {
+    for (config, webhook, extra) in [
+        (
+            "a-first",
+            "first.example.com",
+            json!({"reinvocationPolicy": "IfNeeded"}),
+        ),
+        ("b-second", "second.example.com", json!({})),
+    ] {
+        let configuration = webhook_configuration(MUTATING, config, webhook, NS, SVC, ca, extra);
+        view.add(MUTATING, configuration);
+    }
+}
+
+/// Adds the usual mutating webhook, `m.example.com` in configuration `m`.
+fn mutating(view: &FakeView, ca: &Ca, extra: Value) {
+    configure(view, MUTATING, "m", ca, extra);
+}
+
+/// Runs the admission chain (it keeps no state between requests) for `attrs`.
+async fn admit(view: &FakeView, attrs: Attributes) -> Outcome {
+    Admission::default().admit(view, attrs).await
+}
+
+/// Admits the creation of pod `team/p`, without labels.
+async fn admit_pod(view: &FakeView) -> Outcome {
+    admit(view, pod_create("team", "p", json!({}))).await
+}
+
+/// The message of a denial's status.
+fn message(status: &Value) -> &str {
+    status["message"].as_str().unwrap()
+}
+
 #[tokio::test]
 async fn mutating_webhook_patch_is_applied_and_warnings_are_returned() {
-    let (ca, server, view) = setup(Arc::new(|r: &Value| {
-        (allow(r, Some(json!([{"op": "add", "path": "/metadata/annotations", "value": {"mutated": "yes"}}])), &["be careful"]), Duration::ZERO)
+    let (ca, server, view) = setup(replies(|r| {
+        allow(r, Some(json!([{"op": "add", "path": "/metadata/annotations", "value": {"mutated": "yes"}}])), &["be careful"])
     }))
     .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
-    let (object, warnings) = allowed(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    mutating(&view, &ca, json!({}));
+    let (object, warnings) = allowed(admit_pod(&view).await);
     assert_eq!(object["metadata"]["annotations"]["mutated"], "yes");
     assert_eq!(warnings, vec!["be careful".to_owned()]);
     assert_eq!(server.calls(), 1);
@@ -70,19 +118,12 @@ async fn mutating_webhook_patch_is_applied_and_warnings_are_returned() {
 
 #[tokio::test]
 async fn denial_carries_the_webhooks_message_and_code() {
-    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
-        (json!({"uid": r["request"]["uid"], "allowed": false, "status": {"code": 403, "message": "pods must say please"}}), Duration::ZERO)
+    let (ca, _server, view) = setup(replies(|r| {
+        json!({"uid": r["request"]["uid"], "allowed": false, "status": {"code": 403, "message": "pods must say please"}})
     }))
     .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    mutating(&view, &ca, json!({}));
+    let status = denied(admit_pod(&view).await);
     assert_eq!(
         status["message"],
         "admission webhook \"m.example.com\" denied the request: pods must say please"
@@ -93,27 +134,17 @@ async fn denial_carries_the_webhooks_message_and_code() {
 
 #[tokio::test]
 async fn validating_webhook_sees_the_mutated_object_and_can_deny() {
-    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+    let (ca, server, view) = setup(replies(|r| {
         if r["request"]["object"]["metadata"]["labels"]["mutated"] == "true" {
-            (json!({"uid": r["request"]["uid"], "allowed": false, "status": {"message": "saw the mutation"}}), Duration::ZERO)
+            json!({"uid": r["request"]["uid"], "allowed": false, "status": {"message": "saw the mutation"}})
         } else {
-            (allow(r, Some(json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "true"}])), &[]), Duration::ZERO)
+            allow(r, Some(json!([{"op": "add", "path": "/metadata/labels/mutated", "value": "true"}])), &[])
         }
     }))
     .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
-    view.add(
-        "validatingwebhookconfigurations",
-        validating_config("v", "v.example.com", NS, SVC, &ca, json!({})),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    mutating(&view, &ca, json!({}));
+    configure(&view, VALIDATING, "v", &ca, json!({}));
+    let status = denied(admit_pod(&view).await);
     assert_eq!(
         status["message"],
         "admission webhook \"v.example.com\" denied the request: saw the mutation"
@@ -124,28 +155,18 @@ async fn validating_webhook_sees_the_mutated_object_and_can_deny() {
 
 #[tokio::test]
 async fn configurations_run_in_name_order_sharing_one_uid() {
-    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+    let (ca, server, view) = setup(replies(|r| {
         let trail = r["request"]["object"]["metadata"]["annotations"]["trail"].as_str().unwrap_or_default().to_owned();
-        (allow(r, Some(json!([{"op": "add", "path": "/metadata/annotations", "value": {"trail": format!("{trail}x")}}])), &[]), Duration::ZERO)
+        allow(r, Some(json!([{"op": "add", "path": "/metadata/annotations", "value": {"trail": format!("{trail}x")}}])), &[])
     }))
     .await;
     for name in ["zeta", "alpha", "mid"] {
-        let mut config = mutating_config(
-            name,
-            &format!("{name}.example.com"),
-            NS,
-            SVC,
-            &ca,
-            json!({}),
-        );
+        let webhook = format!("{name}.example.com");
+        let mut config = webhook_configuration(MUTATING, name, &webhook, NS, SVC, &ca, json!({}));
         config["webhooks"][0]["clientConfig"]["service"]["path"] = json!(format!("/{name}"));
-        view.add("mutatingwebhookconfigurations", config);
+        view.add(MUTATING, config);
     }
-    let (object, _) = allowed(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    let (object, _) = allowed(admit_pod(&view).await);
     // Each webhook saw the previous one's patch.
     assert_eq!(object["metadata"]["annotations"]["trail"], "xxx");
     assert_eq!(
@@ -160,31 +181,9 @@ async fn configurations_run_in_name_order_sharing_one_uid() {
 
 #[tokio::test]
 async fn failure_policy_fail_rejects_with_the_api_servers_message_when_the_server_is_down() {
-    let ca = Ca::new("ca");
-    let view = FakeView::default();
-    view.namespace("team", json!({}));
-    // A port nothing listens on: bind, read the port, close.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    view.service_at(NS, SVC, closed);
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config(
-            "m",
-            "m.example.com",
-            NS,
-            SVC,
-            &ca,
-            json!({"timeoutSeconds": 5}),
-        ),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    let (ca, view, closed) = setup_down();
+    mutating(&view, &ca, json!({"timeoutSeconds": 5}));
+    let status = denied(admit_pod(&view).await);
     assert_eq!(status["code"], 500);
     assert_eq!(status["reason"], "InternalError");
     assert_eq!(
@@ -204,15 +203,8 @@ async fn failure_policy_fail_rejects_when_the_service_has_no_endpoints() {
         "services",
         json!({"metadata": {"name": SVC, "namespace": NS}, "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443}]}}),
     );
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    mutating(&view, &ca, json!({}));
+    let status = denied(admit_pod(&view).await);
     assert_eq!(
         status["message"],
         "Internal error occurred: failed calling webhook \"m.example.com\": failed to call webhook: Post \"https://hook.webhooks.svc:443/mutate?timeout=10s\": no endpoints available for service \"hook\""
@@ -221,51 +213,20 @@ async fn failure_policy_fail_rejects_when_the_service_has_no_endpoints() {
 
 #[tokio::test]
 async fn failure_policy_ignore_proceeds_unchanged_when_the_server_is_down() {
-    let ca = Ca::new("ca");
-    let view = FakeView::default();
-    view.namespace("team", json!({}));
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    view.service_at(NS, SVC, closed);
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config(
-            "m",
-            "m.example.com",
-            NS,
-            SVC,
-            &ca,
-            json!({"failurePolicy": "Ignore"}),
-        ),
-    );
+    let (ca, view, _) = setup_down();
+    mutating(&view, &ca, json!({"failurePolicy": "Ignore"}));
     let attrs = pod_create("team", "p", json!({"a": "b"}));
     let original = attrs.object.clone().unwrap();
-    let (object, _) = allowed(Admission::default().admit(&view, attrs).await);
+    let (object, _) = allowed(admit(&view, attrs).await);
     assert_eq!(object, original);
 }
 
 async fn timed_admission(policy: &str, timeout_seconds: u64) -> (Outcome, Duration) {
-    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
-        (allow(r, None, &[]), Duration::from_secs(30))
-    }))
-    .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config(
-            "m",
-            "m.example.com",
-            NS,
-            SVC,
-            &ca,
-            json!({"failurePolicy": policy, "timeoutSeconds": timeout_seconds}),
-        ),
-    );
+    let (ca, _server, view) = setup(allows_after(Duration::from_secs(30))).await;
+    let extra = json!({"failurePolicy": policy, "timeoutSeconds": timeout_seconds});
+    mutating(&view, &ca, extra);
     let started = Instant::now();
-    let outcome = Admission::default()
-        .admit(&view, pod_create("team", "p", json!({})))
-        .await;
+    let outcome = admit_pod(&view).await;
     (outcome, started.elapsed())
 }
 
@@ -275,10 +236,7 @@ async fn timeout_seconds_is_honoured_within_ten_percent_under_fail() {
     println!("timeoutSeconds=2 (Fail): admission took {elapsed:?}");
     let status = denied(outcome);
     assert!(
-        status["message"]
-            .as_str()
-            .unwrap()
-            .ends_with("?timeout=2s\": context deadline exceeded"),
+        message(&status).ends_with("?timeout=2s\": context deadline exceeded"),
         "{status}"
     );
     assert!(
@@ -300,20 +258,12 @@ async fn timeout_seconds_is_honoured_within_ten_percent_under_ignore() {
 
 #[tokio::test]
 async fn ca_bundle_check_rejects_a_server_signed_by_another_ca() {
-    let (_ca, _server, view) =
-        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    let (_ca, _server, view) = setup(allows()).await;
     let other = Ca::new("someone-else");
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &other, json!({})),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    mutating(&view, &other, json!({}));
+    let status = denied(admit_pod(&view).await);
     assert!(
-        status["message"].as_str().unwrap().ends_with(
+        message(&status).ends_with(
             "tls: failed to verify certificate: x509: certificate signed by unknown authority"
         ),
         "{status}"
@@ -323,30 +273,14 @@ async fn ca_bundle_check_rejects_a_server_signed_by_another_ca() {
 #[tokio::test]
 async fn server_certificate_must_name_the_service() {
     let ca = Ca::new("ca");
-    let server = WebhookServer::start(
-        "127.0.0.1",
-        &ca,
-        &["other.webhooks.svc"],
-        Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO)),
-    )
-    .await;
+    let server = WebhookServer::start("127.0.0.1", &ca, &["other.webhooks.svc"], allows()).await;
     let view = FakeView::default();
     view.namespace("team", json!({}));
     view.service_at(NS, SVC, server.addr);
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    mutating(&view, &ca, json!({}));
+    let status = denied(admit_pod(&view).await);
     assert!(
-        status["message"]
-            .as_str()
-            .unwrap()
-            .contains("x509: certificate is not valid"),
+        message(&status).contains("x509: certificate is not valid"),
         "{status}"
     );
     assert_eq!(server.calls(), 0);
@@ -354,82 +288,50 @@ async fn server_certificate_must_name_the_service() {
 
 #[tokio::test]
 async fn namespace_selector_is_matched_against_the_namespaces_labels() {
-    let (ca, server, view) =
-        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
+    let (ca, server, view) = setup(allows()).await;
     view.namespace("prod", json!({"env": "prod"}));
     view.namespace("kube-system", json!({}));
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({"namespaceSelector": {
-            "matchLabels": {"env": "test"},
-            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}})),
-    );
-    let admission = Admission::default();
-    allowed(
-        admission
-            .admit(&view, pod_create("prod", "p", json!({})))
-            .await,
-    );
-    allowed(
-        admission
-            .admit(&view, pod_create("kube-system", "p", json!({})))
-            .await,
-    );
+    let selector = json!({
+        "matchLabels": {"env": "test"},
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]});
+    mutating(&view, &ca, json!({"namespaceSelector": selector}));
+    allowed(admit(&view, pod_create("prod", "p", json!({}))).await);
+    allowed(admit(&view, pod_create("kube-system", "p", json!({}))).await);
     assert_eq!(server.calls(), 0);
-    allowed(
-        admission
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    allowed(admit(&view, pod_create("team", "p", json!({}))).await);
     assert_eq!(server.calls(), 1);
 }
 
 #[tokio::test]
 async fn object_selector_excludes_labelled_objects() {
-    let (ca, server, view) =
-        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({"objectSelector": {
-            "matchExpressions": [{"key": "initializer.dev/excluded", "operator": "DoesNotExist"}]}})),
-    );
-    let admission = Admission::default();
+    let (ca, server, view) = setup(allows()).await;
+    let selector = json!({
+        "matchExpressions": [{"key": "initializer.dev/excluded", "operator": "DoesNotExist"}]});
+    mutating(&view, &ca, json!({"objectSelector": selector}));
     allowed(
-        admission
-            .admit(
-                &view,
-                pod_create("team", "own", json!({"initializer.dev/excluded": "true"})),
-            )
-            .await,
+        admit(
+            &view,
+            pod_create("team", "own", json!({"initializer.dev/excluded": "true"})),
+        )
+        .await,
     );
     assert_eq!(server.calls(), 0);
-    allowed(
-        admission
-            .admit(&view, pod_create("team", "other", json!({"app": "x"})))
-            .await,
-    );
+    allowed(admit(&view, pod_create("team", "other", json!({"app": "x"}))).await);
     assert_eq!(server.calls(), 1);
 }
 
 #[tokio::test]
 async fn rules_that_do_not_match_the_request_skip_the_webhook() {
-    let (ca, server, view) =
-        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({"rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"], "operations": ["CREATE"]}]})),
-    );
-    allowed(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    let (ca, server, view) = setup(allows()).await;
+    let secrets = json!({"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"], "operations": ["CREATE"]});
+    mutating(&view, &ca, json!({"rules": [secrets]}));
+    allowed(admit_pod(&view).await);
     assert_eq!(server.calls(), 0);
 }
 
 #[tokio::test]
 async fn if_needed_webhook_is_reinvoked_once_after_a_later_webhook_changes_the_object() {
-    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+    let (ca, server, view) = setup(replies(|r| {
         let labels = &r["request"]["object"]["metadata"]["labels"];
         // "/first" adds label a when absent; "/second" adds label b when absent.
         let patch = if labels.get("a").is_none() {
@@ -439,29 +341,11 @@ async fn if_needed_webhook_is_reinvoked_once_after_a_later_webhook_changes_the_o
         } else {
             None
         };
-        (allow(r, patch, &[]), Duration::ZERO)
+        allow(r, patch, &[])
     }))
     .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config(
-            "a-first",
-            "first.example.com",
-            NS,
-            SVC,
-            &ca,
-            json!({"reinvocationPolicy": "IfNeeded"}),
-        ),
-    );
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("b-second", "second.example.com", NS, SVC, &ca, json!({})),
-    );
-    let (object, _) = allowed(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    configure_first_and_second(&view, &ca);
+    let (object, _) = allowed(admit_pod(&view).await);
     assert_eq!(object["metadata"]["labels"], json!({"a": "1", "b": "1"}));
     // first, second, then first again because second changed the object.
     assert_eq!(server.calls(), 3);
@@ -469,80 +353,39 @@ async fn if_needed_webhook_is_reinvoked_once_after_a_later_webhook_changes_the_o
 
 #[tokio::test]
 async fn if_needed_webhook_is_not_reinvoked_when_nothing_changes_after_it() {
-    let (ca, server, view) = setup(Arc::new(|r: &Value| {
+    let (ca, server, view) = setup(replies(|r| {
         let labels = &r["request"]["object"]["metadata"]["labels"];
         let patch = labels
             .get("a")
             .is_none()
             .then(|| json!([{"op": "add", "path": "/metadata/labels/a", "value": "1"}]));
-        (allow(r, patch, &[]), Duration::ZERO)
+        allow(r, patch, &[])
     }))
     .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config(
-            "a-first",
-            "first.example.com",
-            NS,
-            SVC,
-            &ca,
-            json!({"reinvocationPolicy": "IfNeeded"}),
-        ),
-    );
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("b-second", "second.example.com", NS, SVC, &ca, json!({})),
-    );
-    allowed(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    configure_first_and_second(&view, &ca);
+    allowed(admit_pod(&view).await);
     assert_eq!(server.calls(), 2);
 }
 
 #[tokio::test]
 async fn response_for_another_uid_is_a_failed_call() {
-    let (ca, _server, view) = setup(Arc::new(|_: &Value| {
-        (json!({"uid": "not-yours", "allowed": true}), Duration::ZERO)
-    }))
-    .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    let (ca, _server, view) =
+        setup(replies(|_| json!({"uid": "not-yours", "allowed": true}))).await;
+    mutating(&view, &ca, json!({}));
+    let status = denied(admit_pod(&view).await);
     assert!(
-        status["message"]
-            .as_str()
-            .unwrap()
-            .contains("received invalid webhook response: expected response.uid="),
+        message(&status).contains("received invalid webhook response: expected response.uid="),
         "{status}"
     );
 }
 
 #[tokio::test]
 async fn dry_run_is_refused_by_a_webhook_with_side_effects() {
-    let (ca, server, view) =
-        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config(
-            "m",
-            "m.example.com",
-            NS,
-            SVC,
-            &ca,
-            json!({"sideEffects": "Some"}),
-        ),
-    );
+    let (ca, server, view) = setup(allows()).await;
+    mutating(&view, &ca, json!({"sideEffects": "Some"}));
     let mut attrs = pod_create("team", "p", json!({}));
     attrs.dry_run = true;
-    let status = denied(Admission::default().admit(&view, attrs).await);
+    let status = denied(admit(&view, attrs).await);
     assert_eq!(status["code"], 400);
     assert_eq!(
         status["message"],
@@ -553,15 +396,11 @@ async fn dry_run_is_refused_by_a_webhook_with_side_effects() {
 
 #[tokio::test]
 async fn dry_run_reaches_a_side_effect_free_webhook_flagged_as_dry_run() {
-    let (ca, server, view) =
-        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
+    let (ca, server, view) = setup(allows()).await;
+    mutating(&view, &ca, json!({}));
     let mut attrs = pod_create("team", "p", json!({}));
     attrs.dry_run = true;
-    allowed(Admission::default().admit(&view, attrs).await);
+    allowed(admit(&view, attrs).await);
     assert_eq!(server.reviews.lock().unwrap()[0]["request"]["dryRun"], true);
 }
 
@@ -572,88 +411,37 @@ async fn url_client_config_is_called_with_its_host_verified() {
         "127.0.0.1",
         &ca,
         &["127.0.0.1"],
-        Arc::new(|r: &Value| {
-            (
-                allow(
-                    r,
-                    Some(json!([{"op": "add", "path": "/metadata/labels/url", "value": "yes"}])),
-                    &[],
-                ),
-                Duration::ZERO,
-            )
-        }),
+        patches(json!([{"op": "add", "path": "/metadata/labels/url", "value": "yes"}])),
     )
     .await;
     let view = FakeView::default();
     view.namespace("team", json!({}));
-    let mut config = mutating_config("m", "m.example.com", NS, SVC, &ca, json!({}));
-    config["webhooks"][0]["clientConfig"] = json!({"url": format!("https://127.0.0.1:{}/mutate", server.addr.port()), "caBundle": ca.bundle()});
-    view.add("mutatingwebhookconfigurations", config);
-    let (object, _) = allowed(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    let url = format!("https://127.0.0.1:{}/mutate", server.addr.port());
+    let client_config = json!({"url": url, "caBundle": ca.bundle()});
+    mutating(&view, &ca, json!({"clientConfig": client_config}));
+    let (object, _) = allowed(admit_pod(&view).await);
     assert_eq!(object["metadata"]["labels"]["url"], "yes");
 }
 
 #[tokio::test]
 async fn patch_that_cannot_apply_is_an_internal_error_even_under_ignore() {
-    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
-        (
-            allow(
-                r,
-                Some(json!([{"op": "replace", "path": "/no/such/path", "value": 1}])),
-                &[],
-            ),
-            Duration::ZERO,
-        )
-    }))
+    let (ca, _server, view) = setup(patches(json!([
+        {"op": "replace", "path": "/no/such/path", "value": 1}
+    ])))
     .await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config(
-            "m",
-            "m.example.com",
-            NS,
-            SVC,
-            &ca,
-            json!({"failurePolicy": "Ignore"}),
-        ),
-    );
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    mutating(&view, &ca, json!({"failurePolicy": "Ignore"}));
+    let status = denied(admit_pod(&view).await);
     assert_eq!(status["code"], 500);
 }
 
 #[tokio::test]
 async fn validating_webhooks_are_called_in_parallel() {
-    let (ca, server, view) = setup(Arc::new(|r: &Value| {
-        (allow(r, None, &[]), Duration::from_secs(1))
-    }))
-    .await;
+    let (ca, server, view) = setup(allows_after(Duration::from_secs(1))).await;
     for name in ["v1", "v2"] {
-        view.add(
-            "validatingwebhookconfigurations",
-            validating_config(
-                name,
-                &format!("{name}.example.com"),
-                NS,
-                SVC,
-                &ca,
-                json!({}),
-            ),
-        );
+        configure(&view, VALIDATING, name, &ca, json!({}));
     }
     let started = Instant::now();
-    allowed(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    allowed(admit_pod(&view).await);
     let took = started.elapsed();
     println!("two validating webhooks answering after 1 s each: admission took {took:?}");
     assert_eq!(server.calls(), 2);
@@ -666,31 +454,14 @@ async fn validating_webhooks_are_called_in_parallel() {
 
 #[tokio::test]
 async fn first_validating_refusal_in_configuration_order_decides() {
-    let (ca, _server, view) = setup(Arc::new(|r: &Value| {
-        (
-            json!({"uid": r["request"]["uid"], "allowed": false, "status": {"message": "no"}}),
-            Duration::ZERO,
-        )
-    }))
+    let (ca, _server, view) = setup(replies(
+        |r| json!({"uid": r["request"]["uid"], "allowed": false, "status": {"message": "no"}}),
+    ))
     .await;
     for name in ["b", "a"] {
-        view.add(
-            "validatingwebhookconfigurations",
-            validating_config(
-                name,
-                &format!("{name}.example.com"),
-                NS,
-                SVC,
-                &ca,
-                json!({}),
-            ),
-        );
+        configure(&view, VALIDATING, name, &ca, json!({}));
     }
-    let status = denied(
-        Admission::default()
-            .admit(&view, pod_create("team", "p", json!({})))
-            .await,
-    );
+    let status = denied(admit_pod(&view).await);
     assert_eq!(
         status["message"],
         "admission webhook \"a.example.com\" denied the request: no"
@@ -699,16 +470,9 @@ async fn first_validating_refusal_in_configuration_order_decides() {
 
 #[tokio::test]
 async fn the_step_between_runs_after_mutating_and_before_validating_webhooks() {
-    let (ca, server, view) =
-        setup(Arc::new(|r: &Value| (allow(r, None, &[]), Duration::ZERO))).await;
-    view.add(
-        "mutatingwebhookconfigurations",
-        mutating_config("m", "m.example.com", NS, SVC, &ca, json!({})),
-    );
-    view.add(
-        "validatingwebhookconfigurations",
-        validating_config("v", "v.example.com", NS, SVC, &ca, json!({})),
-    );
+    let (ca, server, view) = setup(allows()).await;
+    mutating(&view, &ca, json!({}));
+    configure(&view, VALIDATING, "v", &ca, json!({}));
     // Where kube-apiserver 1.13 ran its Initializers plugin.
     let between = |obj: &mut Value| -> Result<(), Value> {
         obj["metadata"]["initializers"] = json!({"pending": [{"name": "a.example.com"}]});

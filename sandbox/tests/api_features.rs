@@ -26,32 +26,37 @@ fn cm(name: &str, labels: Value) -> ConfigMap {
     .unwrap()
 }
 
-#[tokio::test]
-async fn watch_from_a_version_older_than_history_is_gone() {
-    let sb = start_with(|c| c.history = 16).await;
-    let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
-    let first = cms
-        .create(&PostParams::default(), &cm("first", json!({})))
+/// Creates ConfigMap `name`, without labels.
+async fn create(cms: &Api<ConfigMap>, name: &str) -> ConfigMap {
+    cms.create(&PostParams::default(), &cm(name, json!({})))
         .await
-        .unwrap();
-    for i in 0..40 {
-        cms.create(&PostParams::default(), &cm(&format!("c{i}"), json!({})))
-            .await
-            .unwrap();
-    }
-    let rv = first.metadata.resource_version.unwrap();
+        .unwrap()
+}
+
+/// Asserts that a watch from `rv` starts with 410 Gone (`Expired`): `rv` is older than the
+/// history kept.
+async fn assert_watch_expired(cms: &Api<ConfigMap>, rv: &str) {
     let mut stream = cms
-        .watch(&WatchParams::default().timeout(5), &rv)
+        .watch(&WatchParams::default().timeout(5), rv)
         .await
         .unwrap()
         .boxed();
     match stream.try_next().await.unwrap().unwrap() {
-        WatchEvent::Error(e) => {
-            assert_eq!(e.code, 410);
-            assert_eq!(e.reason, "Expired");
-        }
+        WatchEvent::Error(e) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
         other => panic!("expected 410 Gone, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn watch_from_a_version_older_than_history_is_gone() {
+    let sb = start_with(|c| c.history = 16).await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
+    let first = create(&cms, "first").await;
+    for i in 0..40 {
+        create(&cms, &format!("c{i}")).await;
+    }
+    let rv = first.metadata.resource_version.unwrap();
+    assert_watch_expired(&cms, &rv).await;
 }
 
 #[tokio::test]
@@ -85,9 +90,7 @@ async fn watcher_recovers_when_the_server_drops_watch_streams() {
     let sb = start().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
     let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
-    cms.create(&PostParams::default(), &cm("before", json!({})))
-        .await
-        .unwrap();
+    create(&cms, "before").await;
     let seen = |name: &'static str, ev: &watcher::Event<ConfigMap>| match ev {
         watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
             c.metadata.name.as_deref() == Some(name)
@@ -106,9 +109,7 @@ async fn watcher_recovers_when_the_server_drops_watch_streams() {
     }
     sb.handle.drop_watches();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    cms.create(&PostParams::default(), &cm("after", json!({})))
-        .await
-        .unwrap();
+    create(&cms, "after").await;
     loop {
         let ev = tokio::time::timeout(Duration::from_secs(10), events.next())
             .await
@@ -126,9 +127,7 @@ async fn watcher_recovers_when_the_server_drops_watch_streams() {
 async fn injected_errors_hit_matching_requests_the_given_number_of_times() {
     let sb = start().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await
-        .unwrap();
+    create(&cms, "a").await;
     sb.handle.add_fault(FaultRule {
         verb: Some("get".into()),
         resource: Some("configmaps".into()),
@@ -156,9 +155,7 @@ async fn injected_delays_slow_matching_requests() {
         ..Default::default()
     });
     let t = std::time::Instant::now();
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await
-        .unwrap();
+    create(&cms, "a").await;
     assert!(t.elapsed() >= Duration::from_millis(300));
     assert!(sb.handle.remove_fault(id));
 }
@@ -197,15 +194,9 @@ async fn faults_are_programmable_over_https() {
 async fn the_view_sees_what_the_api_stores() {
     let sb = start().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
-    cms.create(&PostParams::default(), &cm("a", json!({})))
-        .await
-        .unwrap();
+    create(&cms, "a").await;
     let view = sb.handle.view();
-    let r = initializer_sandbox::view::ResourceRef {
-        group: "",
-        version: "v1",
-        resource: "configmaps",
-    };
+    let r = initializer_sandbox::view::ResourceRef::new("", "v1", "configmaps");
     assert_eq!(view.list(r, Some("default")).len(), 1);
     let got = view.get(r, Some("default"), "a").unwrap();
     assert_eq!(got["kind"], "ConfigMap");
@@ -216,9 +207,7 @@ async fn the_view_sees_what_the_api_stores() {
 async fn snapshots_restore_objects_into_a_new_sandbox() {
     let sb = start().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
-    cms.create(&PostParams::default(), &cm("kept", json!({})))
-        .await
-        .unwrap();
+    create(&cms, "kept").await;
     let path = sb.dir.path().join("snap.json");
     sb.handle.snapshot_to(&path).unwrap();
     let restored = start_with(|c| c.restore = Some(path.clone())).await;
@@ -262,28 +251,12 @@ async fn the_library_starts_a_sandbox_in_under_a_second() {
 async fn compacting_the_history_makes_older_versions_gone() {
     let sb = start().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(sb.client());
-    let first = cms
-        .create(&PostParams::default(), &cm("first", json!({})))
-        .await
-        .unwrap();
-    cms.create(&PostParams::default(), &cm("second", json!({})))
-        .await
-        .unwrap();
+    let first = create(&cms, "first").await;
+    create(&cms, "second").await;
     sb.handle.compact_history();
-    let later = cms
-        .create(&PostParams::default(), &cm("later", json!({})))
-        .await
-        .unwrap();
+    let later = create(&cms, "later").await;
     let rv = first.metadata.resource_version.unwrap();
-    let mut stream = cms
-        .watch(&WatchParams::default().timeout(5), &rv)
-        .await
-        .unwrap()
-        .boxed();
-    match stream.try_next().await.unwrap().unwrap() {
-        WatchEvent::Error(e) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
-        other => panic!("expected 410 Gone, got {other:?}"),
-    }
+    assert_watch_expired(&cms, &rv).await;
     // Versions from the compaction on still resume.
     let rv = later.metadata.resource_version.unwrap();
     let mut stream = cms

@@ -42,6 +42,14 @@ fn initializer(name: &str, spec: Value) -> DynamicObject {
     serde_json::from_value(json!({"apiVersion": "initializer.dev/v1alpha1", "kind": "Initializer", "metadata": {"name": name}, "spec": spec})).unwrap()
 }
 
+/// An Initializer with an image and one rule, as the CEL rules want it.
+fn valid(name: &str) -> DynamicObject {
+    initializer(
+        name,
+        json!({"image": "example/init:1", "rules": [pods_rule()]}),
+    )
+}
+
 fn pods_rule() -> Value {
     json!({"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]})
 }
@@ -51,13 +59,7 @@ async fn a_valid_initializer_is_stored_with_schema_defaults() {
     let sb = start().await;
     let inits = install(&sb.client()).await;
     let created = inits
-        .create(
-            &PostParams::default(),
-            &initializer(
-                "ok",
-                json!({"image": "example/init:1", "rules": [pods_rule()]}),
-            ),
-        )
+        .create(&PostParams::default(), &valid("ok"))
         .await
         .unwrap();
     assert!(created.data["spec"]["rules"].is_array());
@@ -112,13 +114,7 @@ async fn the_table_shows_the_initializer_printer_columns() {
     let client = sb.client();
     let inits = install(&client).await;
     inits
-        .create(
-            &PostParams::default(),
-            &initializer(
-                "ok",
-                json!({"image": "example/init:1", "rules": [pods_rule()]}),
-            ),
-        )
+        .create(&PostParams::default(), &valid("ok"))
         .await
         .unwrap();
     let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";

@@ -82,25 +82,18 @@ async fn volumes_are_materialized_with_items_projection_downward_api_and_empty_d
         volumes.join("tls/tls.crt").exists().then_some(())
     })
     .await;
-    assert_eq!(
-        std::fs::read_to_string(volumes.join("tls/tls.crt")).unwrap(),
-        "cert-1"
-    );
-    assert_eq!(
-        std::fs::read_to_string(volumes.join("config/conf/main.yaml")).unwrap(),
-        "a: 1\n"
-    );
+    for (file, want) in [
+        ("tls/tls.crt", "cert-1"),
+        ("config/conf/main.yaml", "a: 1\n"),
+        ("info/labels", "app=\"p\"\ntier=\"x\"\n"),
+        ("info/name", "p"),
+    ] {
+        let got = std::fs::read_to_string(volumes.join(file)).unwrap();
+        assert_eq!(got, want, "{file}");
+    }
     assert!(
         !volumes.join("config/ignored.yaml").exists(),
         "items project only the listed keys"
-    );
-    assert_eq!(
-        std::fs::read_to_string(volumes.join("info/labels")).unwrap(),
-        "app=\"p\"\ntier=\"x\"\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(volumes.join("info/name")).unwrap(),
-        "p"
     );
     assert!(volumes.join("scratch").is_dir());
     let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");

@@ -10,20 +10,62 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use serde_json::json;
-use workload_support::{Env, app_deployment, app_service, http, is_ready, pod_ip, wait_for};
+use workload_support::{Env, app_service, http, is_ready, pod_ip, wait_for};
 
 const T: Duration = Duration::from_secs(20);
 
 async fn ready_pods(env: &Env, ns: &str, app: &str, n: usize) -> Vec<Pod> {
-    wait_for(&format!("{n} ready pods of {app}"), T, || async {
-        let pods = env.pods(ns, &format!("app={app}")).await;
-        (pods.len() == n && pods.iter().all(is_ready)).then_some(pods)
+    let what = format!("{n} ready pods of {app}");
+    env.ready_pods(&what, T, ns, app, n).await
+}
+
+/// Whether the test app at `ip` answers its health check.
+async fn answers(ip: &str) -> bool {
+    http("GET", &format!("{ip}:8080"), "/healthz", "")
+        .await
+        .is_ok()
+}
+
+/// Waits until the first container of pod `name` passes `check`, and returns its status.
+async fn first_container(
+    api: &Api<Pod>,
+    what: &str,
+    name: &str,
+    check: impl Fn(&ContainerStatus) -> bool,
+) -> ContainerStatus {
+    wait_for(what, T, || async {
+        let p = api.get(name).await.ok()?;
+        let cs = p.status?.container_statuses?.remove(0);
+        check(&cs).then_some(cs)
     })
     .await
+}
+
+/// A sandbox running `n` ready pods of Deployment `web` in `apps`, and those pods.
+async fn web_app(n: usize) -> (Env, Vec<Pod>) {
+    let env = Env::start_in("apps").await;
+    env.create_app("apps", "web", i32::try_from(n).unwrap())
+        .await;
+    let pods = ready_pods(&env, "apps", "web", n).await;
+    (env, pods)
+}
+
+/// A sandbox running one ready pod of Deployment `web` in `apps`, and that pod.
+async fn web_pod() -> (Env, Pod) {
+    let (env, mut pods) = web_app(1).await;
+    (env, pods.remove(0))
+}
+
+/// Creates `pods` in `apps`, in order; returns the API to read them back with.
+async fn create_pods(env: &Env, pods: impl IntoIterator<Item = serde_json::Value>) -> Api<Pod> {
+    for pod in pods {
+        let _: Pod = env.create("apps", pod).await;
+    }
+    env.api("apps")
 }
 
 async fn slice_ready(env: &Env, ns: &str, svc: &str) -> Vec<(String, bool)> {
@@ -49,12 +91,7 @@ async fn slice_ready(env: &Env, ns: &str, svc: &str) -> Vec<(String, bool)> {
 
 #[tokio::test]
 async fn deployment_gets_ready_pods_with_distinct_loopback_addresses_and_status() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Deployment = env
-        .create("apps", app_deployment("web", 2, json!([]), json!([])))
-        .await;
-    let pods = ready_pods(&env, "apps", "web", 2).await;
+    let (env, pods) = web_app(2).await;
     let ips: BTreeSet<String> = pods.iter().map(pod_ip).collect();
     assert_eq!(ips.len(), 2, "{ips:?}");
     for ip in &ips {
@@ -74,7 +111,7 @@ async fn deployment_gets_ready_pods_with_distinct_loopback_addresses_and_status(
         (owner.kind.as_str(), owner.name.as_str(), owner.controller),
         ("Deployment", "web", Some(true))
     );
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "apps");
+    let deployments: Api<Deployment> = env.api("apps");
     let d = wait_for("deployment status to settle", T, || async {
         let d = deployments.get("web").await.unwrap();
         (d.status.as_ref().and_then(|s| s.available_replicas) == Some(2)).then_some(d)
@@ -108,11 +145,8 @@ async fn deployment_gets_ready_pods_with_distinct_loopback_addresses_and_status(
 
 #[tokio::test]
 async fn endpoint_slices_follow_readiness_through_freeze_and_thaw() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Deployment = env
-        .create("apps", app_deployment("web", 2, json!([]), json!([])))
-        .await;
+    let env = Env::start_in("apps").await;
+    env.create_app("apps", "web", 2).await;
     let _: Service = env.create("apps", app_service("web")).await;
     let pods = ready_pods(&env, "apps", "web", 2).await;
     wait_for("two ready endpoints", T, || async {
@@ -136,7 +170,7 @@ async fn endpoint_slices_follow_readiness_through_freeze_and_thaw() {
     let handle = env.sandbox.workloads().unwrap();
     handle.freeze("apps", &frozen_name).await.unwrap();
     let frozen_at = Instant::now();
-    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let pod_api: Api<Pod> = env.api("apps");
     wait_for("the frozen pod to turn unready", T, || async {
         let p = pod_api.get(&frozen_name).await.unwrap();
         (!is_ready(&p)).then_some(())
@@ -158,11 +192,7 @@ async fn endpoint_slices_follow_readiness_through_freeze_and_thaw() {
     // Frozen, it still counts as Running: it is hung, not dead.
     let p = pod_api.get(&frozen_name).await.unwrap();
     assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
-    assert!(
-        http("GET", &format!("{frozen_ip}:8080"), "/healthz", "")
-            .await
-            .is_err()
-    );
+    assert!(!answers(&frozen_ip).await);
     handle.thaw("apps", &frozen_name).await.unwrap();
     wait_for("the thawed pod's endpoint to be ready again", T, || async {
         let eps = slice_ready(&env, "apps", "web").await;
@@ -174,12 +204,7 @@ async fn endpoint_slices_follow_readiness_through_freeze_and_thaw() {
 
 #[tokio::test]
 async fn killed_container_is_restarted_and_counted() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Deployment = env
-        .create("apps", app_deployment("web", 1, json!([]), json!([])))
-        .await;
-    let pod = ready_pods(&env, "apps", "web", 1).await.remove(0);
+    let (env, pod) = web_pod().await;
     let name = pod.metadata.name.clone().unwrap();
     let before = env
         .sandbox
@@ -192,7 +217,7 @@ async fn killed_container_is_restarted_and_counted() {
         .kill("apps", &name)
         .await
         .unwrap();
-    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let pod_api: Api<Pod> = env.api("apps");
     let restarted = wait_for("a restart", T, || async {
         let p = pod_api.get(&name).await.unwrap();
         let cs = p.status.as_ref()?.container_statuses.as_ref()?[0].clone();
@@ -213,16 +238,10 @@ async fn killed_container_is_restarted_and_counted() {
 
 #[tokio::test]
 async fn image_missing_from_the_map_waits_with_err_image_pull() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Pod = env
-        .create(
-            "apps",
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lost"},
-                "spec": {"containers": [{"name": "c", "image": "registry.example.com/not-mapped:2.0"}]}}),
-        )
-        .await;
-    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let env = Env::start_in("apps").await;
+    let lost = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lost"},
+        "spec": {"containers": [{"name": "c", "image": "registry.example.com/not-mapped:2.0"}]}});
+    let pod_api = create_pods(&env, [lost]).await;
     let waiting = wait_for("an image pull failure", T, || async {
         let p = pod_api.get("lost").await.unwrap();
         let status = p.status?;
@@ -248,21 +267,13 @@ async fn image_missing_from_the_map_waits_with_err_image_pull() {
 
 #[tokio::test]
 async fn deleted_pod_is_terminated_removed_and_replaced() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Deployment = env
-        .create("apps", app_deployment("web", 1, json!([]), json!([])))
-        .await;
-    let pod = ready_pods(&env, "apps", "web", 1).await.remove(0);
+    let (env, pod) = web_pod().await;
     let name = pod.metadata.name.clone().unwrap();
     let ip = pod_ip(&pod);
-    let pod_api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let pod_api: Api<Pod> = env.api("apps");
     pod_api.delete(&name, &Default::default()).await.unwrap();
     wait_for("the old process to stop answering", T, || async {
-        http("GET", &format!("{ip}:8080"), "/healthz", "")
-            .await
-            .is_err()
-            .then_some(())
+        (!answers(&ip).await).then_some(())
     })
     .await;
     let files = env.sandbox.state_dir().join(format!("pods/apps_{name}"));
@@ -288,23 +299,13 @@ async fn deleted_pod_is_terminated_removed_and_replaced() {
 
 #[tokio::test]
 async fn shutdown_ends_every_pod_process() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Deployment = env
-        .create("apps", app_deployment("web", 2, json!([]), json!([])))
-        .await;
-    let pods = ready_pods(&env, "apps", "web", 2).await;
+    let (env, pods) = web_app(2).await;
     let ips: Vec<String> = pods.iter().map(pod_ip).collect();
     let started = Instant::now();
     env.stop().await;
     println!("shutdown with 2 pods took {:?}", started.elapsed());
     for ip in ips {
-        assert!(
-            http("GET", &format!("{ip}:8080"), "/healthz", "")
-                .await
-                .is_err(),
-            "{ip} still answers"
-        );
+        assert!(!answers(&ip).await, "{ip} still answers");
     }
 }
 
@@ -315,18 +316,16 @@ fn one_shot(name: &str, image: &str, policy: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn restart_policy_decides_between_completion_and_crash_loop() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Pod = env
-        .create("apps", one_shot("ok", "example.com/true", "Never"))
-        .await;
-    let _: Pod = env
-        .create("apps", one_shot("bad", "example.com/false", "OnFailure"))
-        .await;
-    let _: Pod = env
-        .create("apps", one_shot("fails-once", "example.com/false", "Never"))
-        .await;
-    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let env = Env::start_in("apps").await;
+    let api = create_pods(
+        &env,
+        [
+            one_shot("ok", "example.com/true", "Never"),
+            one_shot("bad", "example.com/false", "OnFailure"),
+            one_shot("fails-once", "example.com/false", "Never"),
+        ],
+    )
+    .await;
     let phase = |name: &'static str, want: &'static str| {
         let api = api.clone();
         async move {
@@ -339,12 +338,7 @@ async fn restart_policy_decides_between_completion_and_crash_loop() {
     };
     phase("ok", "Succeeded").await;
     phase("fails-once", "Failed").await;
-    let crash = wait_for("a crash loop", T, || async {
-        let p = api.get("bad").await.ok()?;
-        let cs = p.status?.container_statuses?.remove(0);
-        (cs.restart_count >= 2).then_some(cs)
-    })
-    .await;
+    let crash = first_container(&api, "a crash loop", "bad", |cs| cs.restart_count >= 2).await;
     assert_eq!(crash.last_state.unwrap().terminated.unwrap().exit_code, 1);
     let p = api.get("bad").await.unwrap();
     assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
@@ -353,24 +347,16 @@ async fn restart_policy_decides_between_completion_and_crash_loop() {
 
 #[tokio::test]
 async fn failing_liveness_probe_restarts_the_container() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Pod = env
-        .create(
-            "apps",
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sick"},
-                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
-                    "name": "app", "image": workload_support::IMAGE,
-                    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                    "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2},
-                }]}}),
-        )
-        .await;
-    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
-    let cs = wait_for("a liveness restart", T, || async {
-        let p = api.get("sick").await.ok()?;
-        let cs = p.status?.container_statuses?.remove(0);
-        (cs.restart_count >= 1).then_some(cs)
+    let env = Env::start_in("apps").await;
+    let sick = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sick"},
+    "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+        "name": "app", "image": workload_support::IMAGE,
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2},
+    }]}});
+    let api = create_pods(&env, [sick]).await;
+    let cs = first_container(&api, "a liveness restart", "sick", |cs| {
+        cs.restart_count >= 1
     })
     .await;
     let last = cs.last_state.unwrap().terminated.unwrap();
@@ -383,12 +369,7 @@ async fn failing_liveness_probe_restarts_the_container() {
 fn dropping_the_sandbox_without_shutdown_leaves_no_process_behind() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let ips: Vec<String> = runtime.block_on(async {
-        let env = Env::start().await;
-        env.namespace("apps").await;
-        let _: Deployment = env
-            .create("apps", app_deployment("web", 2, json!([]), json!([])))
-            .await;
-        let pods = ready_pods(&env, "apps", "web", 2).await;
+        let (_env, pods) = web_app(2).await;
         // No shutdown: the handle goes out of scope here, and dropping the runtime below drops
         // every task, as a panicking sandbox would.
         pods.iter().map(pod_ip).collect()
@@ -411,13 +392,8 @@ fn dropping_the_sandbox_without_shutdown_leaves_no_process_behind() {
 
 #[tokio::test]
 async fn deleting_a_deployment_removes_its_pods_and_their_processes() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Deployment = env
-        .create("apps", app_deployment("web", 2, json!([]), json!([])))
-        .await;
-    let pods = ready_pods(&env, "apps", "web", 2).await;
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "apps");
+    let (env, pods) = web_app(2).await;
+    let deployments: Api<Deployment> = env.api("apps");
     deployments
         .delete("web", &Default::default())
         .await
@@ -428,10 +404,7 @@ async fn deleting_a_deployment_removes_its_pods_and_their_processes() {
     .await;
     for ip in pods.iter().map(pod_ip) {
         wait_for(&format!("{ip} to stop answering"), T, || async {
-            http("GET", &format!("{ip}:8080"), "/healthz", "")
-                .await
-                .is_err()
-                .then_some(())
+            (!answers(&ip).await).then_some(())
         })
         .await;
     }
@@ -440,8 +413,7 @@ async fn deleting_a_deployment_removes_its_pods_and_their_processes() {
 
 #[tokio::test]
 async fn startup_probe_gates_readiness_and_restarts_a_container_that_never_starts() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
+    let env = Env::start_in("apps").await;
     let pod = |name: &str, startup_port: i32| {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
@@ -451,20 +423,11 @@ async fn startup_probe_gates_readiness_and_restarts_a_container_that_never_start
             "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1},
         }]}})
     };
-    let _: Pod = env.create("apps", pod("starts", 8080)).await;
-    let _: Pod = env.create("apps", pod("never", 9)).await;
-    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
-    let cs = wait_for("the started pod to be ready", T, || async {
-        let p = api.get("starts").await.ok()?;
-        let cs = p.status?.container_statuses?.remove(0);
-        cs.ready.then_some(cs)
-    })
-    .await;
+    let api = create_pods(&env, [pod("starts", 8080), pod("never", 9)]).await;
+    let cs = first_container(&api, "the started pod to be ready", "starts", |cs| cs.ready).await;
     assert_eq!(cs.started, Some(true));
-    let cs = wait_for("a startup restart", T, || async {
-        let p = api.get("never").await.ok()?;
-        let cs = p.status?.container_statuses?.remove(0);
-        (cs.restart_count >= 1).then_some(cs)
+    let cs = first_container(&api, "a startup restart", "never", |cs| {
+        cs.restart_count >= 1
     })
     .await;
     assert!(!cs.ready);
@@ -474,12 +437,8 @@ async fn startup_probe_gates_readiness_and_restarts_a_container_that_never_start
 
 #[tokio::test]
 async fn mapped_executable_that_cannot_start_waits_with_run_container_error() {
-    let env = Env::start().await;
-    env.namespace("apps").await;
-    let _: Pod = env
-        .create("apps", one_shot("gone", "example.com/gone:1", "Always"))
-        .await;
-    let api: Api<Pod> = Api::namespaced(env.client.clone(), "apps");
+    let env = Env::start_in("apps").await;
+    let api = create_pods(&env, [one_shot("gone", "example.com/gone:1", "Always")]).await;
     let waiting = wait_for("a start failure", T, || async {
         let p = api.get("gone").await.ok()?;
         p.status?.container_statuses?[0].state.clone()?.waiting

@@ -34,6 +34,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
+use crate::json::elements;
 use crate::selector;
 use crate::view::{ClusterView, ResourceRef};
 use rules::MatchPolicy;
@@ -113,21 +114,12 @@ pub type Between<'a> = dyn Fn(&mut Value) -> Result<(), Value> + Send + Sync + '
 #[derive(Clone, Debug, Default)]
 pub struct Admission {}
 
-const MUTATING: ResourceRef<'static> = ResourceRef {
-    group: "admissionregistration.k8s.io",
-    version: "v1",
-    resource: "mutatingwebhookconfigurations",
-};
-const VALIDATING: ResourceRef<'static> = ResourceRef {
-    group: "admissionregistration.k8s.io",
-    version: "v1",
-    resource: "validatingwebhookconfigurations",
-};
-const NAMESPACES: ResourceRef<'static> = ResourceRef {
-    group: "",
-    version: "v1",
-    resource: "namespaces",
-};
+const MUTATING: ResourceRef<'static> =
+    ResourceRef::new(ADMISSION_GROUP, "v1", "mutatingwebhookconfigurations");
+const VALIDATING: ResourceRef<'static> =
+    ResourceRef::new(ADMISSION_GROUP, "v1", "validatingwebhookconfigurations");
+const NAMESPACES: ResourceRef<'static> = ResourceRef::new("", "v1", "namespaces");
+const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
 
 /// Default `timeoutSeconds` in admissionregistration/v1.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -194,27 +186,14 @@ where
     W: serde::de::DeserializeOwned + Into<Hook>,
 {
     let mut configs = view.list(resource, None);
-    configs.sort_by(|a, b| {
-        let name = |o: &Value| {
-            o.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        name(a).cmp(&name(b))
-    });
+    configs.sort_by_cached_key(|c| crate::store::names(c).1);
     let mut hooks = Vec::new();
     for config in configs {
         let config_name = config
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        for webhook in config
-            .get("webhooks")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for webhook in elements(config.get("webhooks")) {
             match serde_json::from_value::<W>(webhook.clone()) {
                 Ok(w) => hooks.push(w.into()),
                 Err(e) => tracing::warn!(

@@ -155,16 +155,20 @@ pub fn parse_response(
     }))
 }
 
-fn status_body(code: u16, reason: &str, message: String, details: Option<Value>) -> Value {
+/// A failure `metav1.Status`; an empty `reason` is left out, as the webhook denials that give
+/// none are served.
+fn status_body(code: u64, reason: &str, message: String, details: Option<Value>) -> Value {
     let mut status = json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
         "message": message,
-        "reason": reason,
         "code": code,
     });
+    if !reason.is_empty() {
+        status["reason"] = json!(reason);
+    }
     if let Some(d) = details {
         status["details"] = d;
     }
@@ -213,21 +217,8 @@ pub fn denial(name: &str, result: Option<&Value>) -> Value {
     } else {
         format!("{denied_by} without explanation")
     };
-    let mut status = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "code": code,
-    });
-    if !reason.is_empty() {
-        status["reason"] = json!(reason);
-    }
-    if let Some(details) = result.and_then(|r| r.get("details")) {
-        status["details"] = details.clone();
-    }
-    status
+    let details = result.and_then(|r| r.get("details")).cloned();
+    status_body(code, &reason, message, details)
 }
 
 #[cfg(test)]

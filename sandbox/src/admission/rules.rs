@@ -216,103 +216,62 @@ mod tests {
         }
     }
 
+    /// A request for `resource` in `group`/v1, in namespace `a`.
+    fn in_namespace(group: &str, resource: &str, op: Operation) -> Attributes {
+        attrs(group, "v1", resource, "", Some("a"), op)
+    }
+
     #[test]
     fn pods_create_matches_a_pods_create_rule_only() {
         let r = rule(&[""], &["v1"], &["pods"], &["CREATE"], None);
-        assert!(rule_matches(
-            &r,
-            &attrs("", "v1", "pods", "", Some("a"), Operation::Create),
-            "",
-            "v1"
-        ));
-        assert!(!rule_matches(
-            &r,
-            &attrs("", "v1", "pods", "", Some("a"), Operation::Update),
-            "",
-            "v1"
-        ));
-        assert!(!rule_matches(
-            &r,
-            &attrs("", "v1", "secrets", "", Some("a"), Operation::Create),
-            "",
-            "v1"
-        ));
-        assert!(!rule_matches(
-            &r,
-            &attrs("apps", "v1", "pods", "", Some("a"), Operation::Create),
-            "apps",
-            "v1"
-        ));
+        for (group, resource, op, want) in [
+            ("", "pods", Operation::Create, true),
+            ("", "pods", Operation::Update, false),
+            ("", "secrets", Operation::Create, false),
+            ("apps", "pods", Operation::Create, false),
+        ] {
+            let a = in_namespace(group, resource, op);
+            assert_eq!(
+                rule_matches(&r, &a, group, "v1"),
+                want,
+                "{group}/{resource}"
+            );
+        }
     }
 
     #[test]
     fn wildcards_cover_operations_groups_versions_and_resources() {
         let r = rule(&["*"], &["*"], &["*"], &["*"], None);
-        let a = attrs(
-            "apps",
-            "v1",
-            "deployments",
-            "",
-            Some("a"),
-            Operation::Delete,
-        );
+        let a = in_namespace("apps", "deployments", Operation::Delete);
         assert!(rule_matches(&r, &a, "apps", "v1"));
     }
 
     #[test]
     fn star_does_not_match_subresources_but_star_slash_star_does() {
         let status = attrs("", "v1", "pods", "status", Some("a"), Operation::Update);
-        assert!(!rule_matches(
-            &rule(&[""], &["v1"], &["*"], &["*"], None),
-            &status,
-            "",
-            "v1"
-        ));
-        assert!(!rule_matches(
-            &rule(&[""], &["v1"], &["pods"], &["*"], None),
-            &status,
-            "",
-            "v1"
-        ));
-        assert!(rule_matches(
-            &rule(&[""], &["v1"], &["*/*"], &["*"], None),
-            &status,
-            "",
-            "v1"
-        ));
-        assert!(rule_matches(
-            &rule(&[""], &["v1"], &["pods/status"], &["*"], None),
-            &status,
-            "",
-            "v1"
-        ));
-        assert!(rule_matches(
-            &rule(&[""], &["v1"], &["pods/*"], &["*"], None),
-            &status,
-            "",
-            "v1"
-        ));
-        assert!(rule_matches(
-            &rule(&[""], &["v1"], &["*/status"], &["*"], None),
-            &status,
-            "",
-            "v1"
-        ));
-        assert!(!rule_matches(
-            &rule(&[""], &["v1"], &["pods/status"], &["*"], None),
-            &attrs("", "v1", "pods", "", Some("a"), Operation::Update),
-            "",
-            "v1"
-        ));
+        for (resource, want) in [
+            ("*", false),
+            ("pods", false),
+            ("*/*", true),
+            ("pods/status", true),
+            ("pods/*", true),
+            ("*/status", true),
+        ] {
+            let r = rule(&[""], &["v1"], &[resource], &["*"], None);
+            assert_eq!(rule_matches(&r, &status, "", "v1"), want, "{resource}");
+        }
+        let main = in_namespace("", "pods", Operation::Update);
+        let r = rule(&[""], &["v1"], &["pods/status"], &["*"], None);
+        assert!(!rule_matches(&r, &main, "", "v1"));
     }
 
     #[test]
     fn scope_separates_namespaced_and_cluster_objects() {
         let namespaced = rule(&["*"], &["*"], &["*"], &["*"], Some("Namespaced"));
         let cluster = rule(&["*"], &["*"], &["*"], &["*"], Some("Cluster"));
-        let pod = attrs("", "v1", "pods", "", Some("a"), Operation::Create);
+        let pod = in_namespace("", "pods", Operation::Create);
         let node = attrs("", "v1", "nodes", "", None, Operation::Create);
-        let ns = attrs("", "v1", "namespaces", "", Some("a"), Operation::Create);
+        let ns = in_namespace("", "namespaces", Operation::Create);
         assert!(rule_matches(&namespaced, &pod, "", "v1"));
         assert!(!rule_matches(&namespaced, &node, "", "v1"));
         assert!(!rule_matches(&namespaced, &ns, "", "v1"));
@@ -330,14 +289,7 @@ mod tests {
             &["CREATE"],
             None,
         );
-        let a = attrs(
-            "apps",
-            "v1",
-            "deployments",
-            "",
-            Some("a"),
-            Operation::Create,
-        );
+        let a = in_namespace("apps", "deployments", Operation::Create);
         assert!(any_rule_matches(
             std::slice::from_ref(&old),
             MatchPolicy::Equivalent,
@@ -368,13 +320,6 @@ mod tests {
             None,
             Operation::Create
         )));
-        assert!(!is_exempt(&attrs(
-            "",
-            "v1",
-            "pods",
-            "",
-            Some("a"),
-            Operation::Create
-        )));
+        assert!(!is_exempt(&in_namespace("", "pods", Operation::Create)));
     }
 }

@@ -193,15 +193,7 @@ pub fn matching_initializers(
     resource: &str,
 ) -> Vec<String> {
     let mut sorted: Vec<&Value> = configurations.to_vec();
-    sorted.sort_by(|a, b| {
-        let name = |v: &Value| {
-            v.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        name(a).cmp(&name(b))
-    });
+    sorted.sort_by_cached_key(|c| crate::store::names(c).1);
     sorted
         .iter()
         .flat_map(|c| c["initializers"].as_array().cloned().unwrap_or_default())

@@ -13,6 +13,7 @@ use crate::decode;
 use crate::defaults;
 use crate::error::ApiError;
 use crate::fields::{self, Scope};
+use crate::json::elements;
 use crate::resource::ResourceType;
 use crate::store::object_rv;
 
@@ -120,11 +121,7 @@ impl ApiServer {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            let added: Vec<String> = md
-                .get("finalizers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
+            let added: Vec<String> = elements(md.get("finalizers"))
                 .filter(|f| !had.contains(f))
                 .map(|f| format!("{:?}", f.as_str().unwrap_or_default()))
                 .collect();

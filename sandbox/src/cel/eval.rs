@@ -76,6 +76,20 @@ pub(super) fn truth(v: Result<Value, String>) -> Result<bool, String> {
     }
 }
 
+/// `&&` (`decisive` false) and `||` (`decisive` true): either side equal to `decisive` decides
+/// the result, and CEL absorbs an error on the other side when it does.
+fn logical(a: &Expr, b: &Expr, env: &mut Env, decisive: bool) -> Result<Value, String> {
+    let l = truth(eval(a, env));
+    if l == Ok(decisive) {
+        return Ok(json!(decisive));
+    }
+    match (l, truth(eval(b, env))) {
+        (_, Ok(r)) if r == decisive => Ok(json!(decisive)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+        _ => Ok(json!(!decisive)),
+    }
+}
+
 pub(super) fn eval(e: &Expr, env: &mut Env) -> Result<Value, String> {
     match e {
         Expr::Lit(v) => Ok(v.clone()),
@@ -129,33 +143,8 @@ pub(super) fn eval(e: &Expr, env: &mut Env) -> Result<Value, String> {
             Value::Number(n) => Ok(json!(-n.as_f64().unwrap_or(0.0))),
             _ => Err("no such overload for -".into()),
         },
-        Expr::Binary("&&", a, b) => {
-            // CEL absorbs an error when the other side decides the result.
-            let l = truth(eval(a, env));
-            if l == Ok(false) {
-                return Ok(json!(false));
-            }
-            let r = truth(eval(b, env));
-            match (l, r) {
-                (_, Ok(false)) => Ok(json!(false)),
-                (Ok(true), Ok(true)) => Ok(json!(true)),
-                (Err(e), _) | (_, Err(e)) => Err(e),
-                _ => Ok(json!(false)),
-            }
-        }
-        Expr::Binary("||", a, b) => {
-            let l = truth(eval(a, env));
-            if l == Ok(true) {
-                return Ok(json!(true));
-            }
-            let r = truth(eval(b, env));
-            match (l, r) {
-                (_, Ok(true)) => Ok(json!(true)),
-                (Ok(false), Ok(false)) => Ok(json!(false)),
-                (Err(e), _) | (_, Err(e)) => Err(e),
-                _ => Ok(json!(false)),
-            }
-        }
+        Expr::Binary("&&", a, b) => logical(a, b, env, false),
+        Expr::Binary("||", a, b) => logical(a, b, env, true),
         Expr::Binary(op, a, b) => {
             let (l, r) = (eval(a, env)?, eval(b, env)?);
             match *op {

@@ -143,56 +143,47 @@ impl Parser {
     }
 
     fn or(&mut self) -> Result<Expr, String> {
-        let mut l = self.and()?;
-        while self.eat("||") {
-            l = Expr::Binary("||", Box::new(l), Box::new(self.and()?));
-        }
-        Ok(l)
+        self.chain(&["||"], Self::and)
     }
 
     fn and(&mut self) -> Result<Expr, String> {
-        let mut l = self.rel()?;
-        while self.eat("&&") {
-            l = Expr::Binary("&&", Box::new(l), Box::new(self.rel()?));
+        self.chain(&["&&"], Self::rel)
+    }
+
+    fn rel(&mut self) -> Result<Expr, String> {
+        self.chain(&["==", "!=", "<", "<=", ">", ">=", "in"], Self::add)
+    }
+
+    fn add(&mut self) -> Result<Expr, String> {
+        self.chain(&["+", "-"], Self::mul)
+    }
+
+    fn mul(&mut self) -> Result<Expr, String> {
+        self.chain(&["*", "/", "%"], Self::unary)
+    }
+
+    /// One precedence level: `operand (op operand)*` for the operators `ops`, left-associative.
+    fn chain(
+        &mut self,
+        ops: &[&'static str],
+        operand: fn(&mut Self) -> Result<Expr, String>,
+    ) -> Result<Expr, String> {
+        let mut l = operand(self)?;
+        while let Some(op) = self.peek_operator(ops) {
+            self.pos += 1;
+            l = Expr::Binary(op, Box::new(l), Box::new(operand(self)?));
         }
         Ok(l)
     }
 
-    fn rel(&mut self) -> Result<Expr, String> {
-        let mut l = self.add()?;
-        loop {
-            let op = match self.peek() {
-                Some(Tok::Op(o @ ("==" | "!=" | "<" | "<=" | ">" | ">="))) => *o,
-                Some(Tok::Ident(i)) if i == "in" => "in",
-                _ => return Ok(l),
-            };
-            self.pos += 1;
-            l = Expr::Binary(op, Box::new(l), Box::new(self.add()?));
-        }
-    }
-
-    fn add(&mut self) -> Result<Expr, String> {
-        let mut l = self.mul()?;
-        loop {
-            let op = match self.peek() {
-                Some(Tok::Op(o @ ("+" | "-"))) => *o,
-                _ => return Ok(l),
-            };
-            self.pos += 1;
-            l = Expr::Binary(op, Box::new(l), Box::new(self.mul()?));
-        }
-    }
-
-    fn mul(&mut self) -> Result<Expr, String> {
-        let mut l = self.unary()?;
-        loop {
-            let op = match self.peek() {
-                Some(Tok::Op(o @ ("*" | "/" | "%"))) => *o,
-                _ => return Ok(l),
-            };
-            self.pos += 1;
-            l = Expr::Binary(op, Box::new(l), Box::new(self.unary()?));
-        }
+    /// The next token, if it is one of the binary operators `ops` (`in` is an identifier token).
+    fn peek_operator(&self, ops: &[&'static str]) -> Option<&'static str> {
+        let text = match self.peek()? {
+            Tok::Op(o) => *o,
+            Tok::Ident(i) if i == "in" => "in",
+            _ => return None,
+        };
+        ops.iter().copied().find(|op| *op == text)
     }
 
     fn unary(&mut self) -> Result<Expr, String> {

@@ -46,6 +46,15 @@ pub enum ListType {
     Map(Vec<String>),
 }
 
+/// Appends each of `items` that `list` lacks, in order: how a `set` list merges.
+pub(crate) fn add_missing(list: &mut Vec<Value>, items: &[Value]) {
+    for v in items {
+        if !list.contains(v) {
+            list.push(v.clone());
+        }
+    }
+}
+
 /// Where list types come from: a structural schema (custom resources) or the built-in table.
 #[derive(Clone, Copy, Debug)]
 pub enum Shape<'a> {
@@ -143,16 +152,9 @@ impl Shape<'_> {
                 };
                 match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
                     Some("set") => ListType::Set,
-                    Some("map") => ListType::Map(
-                        s.get("x-kubernetes-list-map-keys")
-                            .and_then(Value::as_array)
-                            .map(|ks| {
-                                ks.iter()
-                                    .filter_map(|k| k.as_str().map(str::to_string))
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                    ),
+                    Some("map") => {
+                        ListType::Map(crate::json::strings(s.get("x-kubernetes-list-map-keys")))
+                    }
                     _ => ListType::Atomic,
                 }
             }
@@ -375,13 +377,7 @@ pub fn merge_applied(shape: Shape<'_>, live: &mut Value, applied: &Value, path: 
         }
         (Value::Array(l), Value::Array(a)) => match shape.list_type(path) {
             ListType::Atomic => *l = a.clone(),
-            ListType::Set => {
-                for v in a {
-                    if !l.contains(v) {
-                        l.push(v.clone());
-                    }
-                }
-            }
+            ListType::Set => add_missing(l, a),
             ListType::Map(keys) => {
                 for av in a {
                     let k = element_key(av, &keys);

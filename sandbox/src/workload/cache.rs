@@ -2,6 +2,8 @@
 //! EndpointSlices, Endpoints), and a change counter that wakes both controllers when any of them
 //! changes.
 
+use std::time::Duration;
+
 use initializer_node::cache::feed;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
@@ -57,5 +59,19 @@ impl Caches {
     /// A receiver that sees a new value after every change to any cache.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+}
+
+/// Waits for the next change in `changes`, or `timeout`; false when the loop reading the caches
+/// should end (`shutdown`, or the caches are gone).
+pub async fn wait_for_change(
+    changes: &mut watch::Receiver<u64>,
+    shutdown: &CancellationToken,
+    timeout: Duration,
+) -> bool {
+    tokio::select! {
+        () = shutdown.cancelled() => false,
+        changed = changes.changed() => changed.is_ok(),
+        () = tokio::time::sleep(timeout) => true,
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::NODE_NAME;
-use super::cache::Caches;
+use super::cache::{Caches, wait_for_change};
 use crate::proxy::SERVICE_NAME_LABEL;
 use crate::selector;
 
@@ -288,15 +288,13 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
                 }
             }
         }
-        let backoff = tokio::time::sleep(if retry {
+        let backoff = if retry {
             Duration::from_millis(200)
         } else {
             Duration::from_secs(3600)
-        });
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            changed = changes.changed() => if changed.is_err() { break },
-            () = backoff => {}
+        };
+        if !wait_for_change(&mut changes, &shutdown, backoff).await {
+            break;
         }
     }
 }

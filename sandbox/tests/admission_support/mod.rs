@@ -12,7 +12,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use http_body_util::BodyExt as _;
 use hyper_util::rt::TokioIo;
-use initializer_sandbox::view::{ClusterView, ResourceRef};
+use initializer_sandbox::view::{ClusterView, MemoryView, ResourceRef};
 use serde_json::{Value, json};
 
 /// The test CA of every test crate, under the name these tests use.
@@ -124,26 +124,49 @@ pub fn allow(review: &Value, patch: Option<Value>, warnings: &[&str]) -> Value {
     r
 }
 
-/// An in-memory view keyed by resource plural.
+/// A script answering every review at once with what `answer` makes of it.
+pub fn replies(answer: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Script {
+    Arc::new(move |review: &Value| (answer(review), Duration::ZERO))
+}
+
+/// A script allowing every review unchanged after `delay`.
+pub fn allows_after(delay: Duration) -> Script {
+    Arc::new(move |review: &Value| (allow(review, None, &[]), delay))
+}
+
+/// A script allowing every review unchanged at once.
+pub fn allows() -> Script {
+    allows_after(Duration::ZERO)
+}
+
+/// A script allowing every review at once with the JSON patch `patch`.
+pub fn patches(patch: Value) -> Script {
+    replies(move |review| allow(review, Some(patch.clone()), &[]))
+}
+
+/// A local address nothing listens on (bound, read, closed): a webhook that is down.
+pub fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The sandbox's in-memory view, with the objects admission tests need.
 #[derive(Default)]
 pub struct FakeView {
-    objects: Mutex<BTreeMap<&'static str, Vec<Value>>>,
+    objects: MemoryView,
+}
+
+impl std::ops::Deref for FakeView {
+    type Target = MemoryView;
+
+    fn deref(&self) -> &MemoryView {
+        &self.objects
+    }
 }
 
 impl FakeView {
-    pub fn add(&self, resource: &'static str, object: Value) {
-        self.objects
-            .lock()
-            .unwrap()
-            .entry(resource)
-            .or_default()
-            .push(object);
-    }
-
-    pub fn clear(&self, resource: &'static str) {
-        self.objects.lock().unwrap().remove(resource);
-    }
-
     /// A namespace with labels (and `kubernetes.io/metadata.name`, as the API server sets).
     pub fn namespace(&self, name: &str, labels: Value) {
         let mut l = labels;
@@ -169,51 +192,27 @@ impl FakeView {
     }
 }
 
+// Admission takes a `&dyn ClusterView`, which a `Deref` does not give.
 impl ClusterView for FakeView {
     fn list(&self, resource: ResourceRef<'_>, namespace: Option<&str>) -> Vec<Value> {
-        let objects = self.objects.lock().unwrap();
-        objects
-            .get(resource.resource)
-            .into_iter()
-            .flatten()
-            .filter(|o| {
-                namespace.is_none()
-                    || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
-            })
-            .cloned()
-            .collect()
+        self.objects.list(resource, namespace)
     }
 
     fn get(&self, resource: ResourceRef<'_>, namespace: Option<&str>, name: &str) -> Option<Value> {
-        self.list(resource, namespace)
-            .into_iter()
-            .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
+        self.objects.get(resource, namespace, name)
     }
 }
 
-/// A MutatingWebhookConfiguration `config` with one webhook for pod creates, calling service
-/// `svc` in `ns` at `/mutate`. `extra` is merged into the webhook.
-pub fn mutating_config(
-    config: &str,
-    webhook: &str,
-    ns: &str,
-    svc: &str,
-    ca: &Ca,
-    extra: Value,
-) -> Value {
-    configuration(
-        "MutatingWebhookConfiguration",
-        config,
-        webhook,
-        ns,
-        svc,
-        ca,
-        extra,
-    )
-}
+/// The resource of MutatingWebhookConfigurations.
+pub const MUTATING: &str = "mutatingwebhookconfigurations";
+/// The resource of ValidatingWebhookConfigurations.
+pub const VALIDATING: &str = "validatingwebhookconfigurations";
 
-/// Same, validating.
-pub fn validating_config(
+/// A webhook configuration of `resource` ([`MUTATING`] or [`VALIDATING`]) named `config`, with
+/// one webhook `webhook` for pod creates calling service `svc` in `ns` at `/mutate`. `extra` is
+/// merged into the webhook.
+pub fn webhook_configuration(
+    resource: &str,
     config: &str,
     webhook: &str,
     ns: &str,
@@ -221,26 +220,11 @@ pub fn validating_config(
     ca: &Ca,
     extra: Value,
 ) -> Value {
-    configuration(
-        "ValidatingWebhookConfiguration",
-        config,
-        webhook,
-        ns,
-        svc,
-        ca,
-        extra,
-    )
-}
-
-fn configuration(
-    kind: &str,
-    config: &str,
-    webhook: &str,
-    ns: &str,
-    svc: &str,
-    ca: &Ca,
-    extra: Value,
-) -> Value {
+    let kind = match resource {
+        MUTATING => "MutatingWebhookConfiguration",
+        VALIDATING => "ValidatingWebhookConfiguration",
+        other => panic!("{other} is not a webhook configuration resource"),
+    };
     let mut hook = json!({
         "name": webhook,
         "admissionReviewVersions": ["v1"],

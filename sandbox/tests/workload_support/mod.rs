@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use initializer_sandbox::{Sandbox, SandboxConfig, SandboxHandle};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -57,6 +58,19 @@ impl Env {
         }
     }
 
+    /// [`Env::start`], then namespace `ns`.
+    pub async fn start_in(ns: &str) -> Self {
+        let env = Self::start().await;
+        env.namespace(ns).await;
+        env
+    }
+
+    /// Creates [`app_deployment`] `name` in `ns` with `replicas`, no extra env and no args.
+    pub async fn create_app(&self, ns: &str, name: &str, replicas: i32) -> Deployment {
+        self.create(ns, app_deployment(name, replicas, json!([]), json!([])))
+            .await
+    }
+
     pub async fn namespace(&self, name: &str) {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
@@ -86,6 +100,32 @@ impl Env {
             .await
             .unwrap()
             .items
+    }
+
+    /// Waits up to `timeout` until `app` in `ns` runs exactly `n` pods, all ready; `what` names
+    /// the wait in the timeout's panic.
+    pub async fn ready_pods(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ns: &str,
+        app: &str,
+        n: usize,
+    ) -> Vec<Pod> {
+        let selector = format!("app={app}");
+        wait_for(what, timeout, || async {
+            let pods = self.pods(ns, &selector).await;
+            (pods.len() == n && pods.iter().all(is_ready)).then_some(pods)
+        })
+        .await
+    }
+
+    /// An API for kind `K` in namespace `ns`.
+    pub fn api<K>(&self, ns: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), ns)
     }
 
     pub async fn stop(self) {

@@ -45,30 +45,15 @@ fn every_rule_must_match_and_an_initializer_without_rules_matches_nothing() {
 
 #[test]
 fn wildcards_count_first_and_subresources_never_match() {
-    assert!(rules_match(
-        &[rule(&["*"], &["*"], &["*/*"])],
-        "apps",
-        "v1",
-        "deployments"
-    ));
-    assert!(!rules_match(
-        &[rule(&["apps"], &["v1"], &["deployments/status"])],
-        "apps",
-        "v1",
-        "deployments"
-    ));
-    assert!(rules_match(
-        &[rule(&["", "apps"], &["v1"], &["pods", "deployments"])],
-        "apps",
-        "v1",
-        "deployments"
-    ));
-    assert!(!rules_match(
-        &[rule(&["apps"], &["v1beta1"], &["deployments"])],
-        "apps",
-        "v1",
-        "deployments"
-    ));
+    for (rule, want) in [
+        (rule(&["*"], &["*"], &["*/*"]), true),
+        (rule(&["apps"], &["v1"], &["deployments/status"]), false),
+        (rule(&["", "apps"], &["v1"], &["pods", "deployments"]), true),
+        (rule(&["apps"], &["v1beta1"], &["deployments"]), false),
+    ] {
+        let matched = rules_match(std::slice::from_ref(&rule), "apps", "v1", "deployments");
+        assert_eq!(matched, want, "{rule}");
+    }
 }
 
 #[test]

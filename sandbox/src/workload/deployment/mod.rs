@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::cache::Caches;
+use super::cache::{Caches, wait_for_change};
 use crate::selector;
 use rollout::{new_pod, status_differs};
 
@@ -259,11 +259,8 @@ pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
         failures.retain(|k, _| live.contains(k));
         create_backoff.retain(|k, _| live.contains(k));
         // Waiting expectations and minReadySeconds need a look again without a watch event.
-        let recheck = tokio::time::sleep(Duration::from_secs(1));
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            changed = changes.changed() => if changed.is_err() { break },
-            () = recheck => {}
+        if !wait_for_change(&mut changes, &shutdown, Duration::from_secs(1)).await {
+            break;
         }
     }
 }

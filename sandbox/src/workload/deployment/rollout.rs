@@ -197,22 +197,13 @@ fn condition(
     let status_s = if status { "True" } else { "False" };
     let same = previous.is_some_and(|p| p["status"] == status_s);
     let same_reason = same && previous.is_some_and(|p| p["reason"] == reason);
-    let transition = if same {
-        previous
-            .and_then(|p| p["lastTransitionTime"].as_str())
-            .unwrap_or(now)
-            .to_owned()
-    } else {
-        now.to_owned()
+    // The previous time stays while `kept`; otherwise (or without one) it is now.
+    let time = |kept: bool, field: &str| {
+        let previous_time = previous.and_then(|p| p[field].as_str()).filter(|_| kept);
+        previous_time.unwrap_or(now).to_owned()
     };
-    let update = if same_reason && !progressed {
-        previous
-            .and_then(|p| p["lastUpdateTime"].as_str())
-            .unwrap_or(now)
-            .to_owned()
-    } else {
-        now.to_owned()
-    };
+    let transition = time(same, "lastTransitionTime");
+    let update = time(same_reason && !progressed, "lastUpdateTime");
     json!({"type": kind, "status": status_s, "reason": reason, "message": message, "lastUpdateTime": update, "lastTransitionTime": transition})
 }
 
@@ -583,34 +574,33 @@ mod tests {
     fn rolling_update_with_surge_one_and_no_unavailability_steps_one_pod_at_a_time() {
         let d = deployment(2, "img:2", 1, 0);
         let h = template_hash(&d.spec.template);
-        // Start: two old ready pods. Surge one new pod, delete nothing.
-        let p = plan(&d, &[pod("o1", "old", true), pod("o2", "old", true)], false);
-        assert_eq!((p.create, p.delete.len()), (1, 0));
-        // The new pod is not ready yet: wait.
-        let p = plan(
-            &d,
-            &[
-                pod("o1", "old", true),
-                pod("o2", "old", true),
-                pod("n1", &h, false),
-            ],
-            false,
-        );
-        assert_eq!((p.create, p.delete.len()), (0, 0));
-        // New pod ready: one old pod may go.
-        let p = plan(
-            &d,
-            &[
-                pod("o1", "old", true),
-                pod("o2", "old", true),
-                pod("n1", &h, true),
-            ],
-            false,
-        );
-        assert_eq!((p.create, p.delete.len()), (0, 1));
-        // After it went: surge the second new pod.
-        let p = plan(&d, &[pod("o2", "old", true), pod("n1", &h, true)], false);
-        assert_eq!((p.create, p.delete.len()), (1, 0));
+        let old = |name| pod(name, "old", true);
+        // Each step of the rollout: the pods there are, and (created, deleted).
+        for (step, pods, want) in [
+            (
+                "start: two old ready pods; surge one new pod, delete nothing",
+                vec![old("o1"), old("o2")],
+                (1, 0),
+            ),
+            (
+                "the new pod is not ready yet: wait",
+                vec![old("o1"), old("o2"), pod("n1", &h, false)],
+                (0, 0),
+            ),
+            (
+                "new pod ready: one old pod may go",
+                vec![old("o1"), old("o2"), pod("n1", &h, true)],
+                (0, 1),
+            ),
+            (
+                "after it went: surge the second new pod",
+                vec![old("o2"), pod("n1", &h, true)],
+                (1, 0),
+            ),
+        ] {
+            let p = plan(&d, &pods, false);
+            assert_eq!((p.create, p.delete.len()), want, "{step}");
+        }
     }
 
     #[test]
