@@ -197,6 +197,28 @@ pub struct Remembered {
 }
 
 impl Remembered {
+    /// What is remembered for `generation` of the spec: what was settled, and the last proof's
+    /// failure, hold only for the generation they were found at.
+    pub fn at_generation(&mut self, generation: Option<i64>) {
+        if self.generation != generation {
+            self.generation = generation;
+            self.settled = Settled::Nothing;
+            self.failure = None;
+            self.proof_failed_at = None;
+        }
+    }
+
+    /// Records why the webhook comes back while the policy is in force: a reason that settles
+    /// holds for this generation; any other is shown, and the policy proven again later.
+    pub fn going_back(&mut self, why: &Why) {
+        if why.settles() {
+            self.settled = Settled::Webhook(why.clone());
+        } else {
+            self.settled = Settled::Nothing;
+            self.failure = Some(why.clone());
+        }
+    }
+
     /// Whether a proof may run at `now`: not within `wait` of the last one that could not
     /// finish (its own writes wake the reconcile at once, which would run it again back to back).
     pub fn proof_due(&self, now: Instant, wait: Duration) -> bool {
@@ -226,6 +248,35 @@ impl Remembered {
             proof_failed_at: None,
             policy_may_exist: true,
             warned: None,
+        }
+    }
+}
+
+/// What the checks of a policy in force found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InForce {
+    /// It is as proven, and the API server runs it.
+    Held,
+    /// It drifted from what was proven (what changed).
+    Drifted(String),
+    /// It is as proven, but can no longer be shown to be enforced (why).
+    NotEnforced(String),
+}
+
+impl InForce {
+    /// Why the webhook comes back, or `None` to keep the policy. A drifted policy is put back
+    /// as proven first, so it stays in force until the webhook is registered.
+    pub fn why_back(&self) -> Option<Why> {
+        match self {
+            InForce::Held => None,
+            InForce::Drifted(drift) => Some(Why::Drifted(format!(
+                "{drift}; it was put back as proven and stays in force until the webhook is \
+                 registered again, then removed"
+            ))),
+            InForce::NotEnforced(why) => Some(Why::NotEnforced(format!(
+                "{why}; the webhook comes back, and the policy is proven again at the next \
+                 resync"
+            ))),
         }
     }
 }

@@ -18,12 +18,12 @@ use tracing::{info, warn};
 
 use super::{Context, publish};
 use crate::engine::proof::{self, PolicyObjects, Unproven};
-use crate::engine::{self, Canary, EngineView, Plan, Remembered, Settled, Why, compare};
+use crate::engine::{self, Canary, EngineView, InForce, Plan, Remembered, Settled, Why, compare};
 use crate::error::Result;
 use crate::events::Reason;
 use crate::missed::selector_matches;
 use crate::policy::served::NotServed;
-use crate::policy::{BindingScope, Compiled};
+use crate::policy::{BindingScope, CompileError, Compiled};
 use crate::selector;
 use crate::supervisor::Report;
 use crate::validate::Validated;
@@ -113,39 +113,33 @@ impl Replicas {
     }
 }
 
-/// Plans the engine of `obj` for this reconcile. With the policy in force, checks it for drift
-/// (and goes back to the webhook when it drifted, or when anything else now keeps the
-/// webhook: the policy stays in force until the webhook is registered again).
+/// What the engine step reads before it plans.
+struct Facts {
+    /// What is remembered of the engine, for this generation of the spec.
+    remembered: Remembered,
+    /// The spec compiled to a policy, or why it cannot be.
+    compiled: std::result::Result<Compiled, CompileError>,
+    /// Whether the API server serves MutatingAdmissionPolicy (`Err`: why not).
+    served: std::result::Result<(), Why>,
+    /// This Initializer's policy objects, where the API server serves them and they are needed.
+    objects: Option<PolicyObjects>,
+    /// What the canary namespace is to this Initializer, where a proof may be next.
+    canary: Canary,
+}
+
+/// Plans the engine of `obj` for this reconcile: reads, decides, and, with the policy in force,
+/// checks it (a drifted policy is put back as proven, and the webhook comes back when it
+/// drifted or is no longer enforced: the policy stays in force until the webhook is registered
+/// again); then shows the plan and remembers it.
 pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Result<EngineStep> {
     let name = obj.name_any();
-    let mut remembered = remembered(ctx, obj);
-    if remembered.generation != obj.metadata.generation {
-        remembered.generation = obj.metadata.generation;
-        remembered.settled = Settled::Nothing;
-        remembered.failure = None;
-        remembered.proof_failed_at = None;
-    }
-    let compiled = crate::policy::compile(v);
-    let wanted = obj.spec.engine != Engine::Webhook && compiled.is_ok();
-    // A policy that may exist is removed once the webhook is registered, whatever the spec
-    // says now (a spec changed to one that does not compile included).
-    let needs_api =
-        wanted || remembered.in_force == EngineInForce::Policy || remembered.policy_may_exist;
-    let (served, objects) = served_objects(ctx, obj, v, needs_api).await?;
-    // Someone else's policy or binding of this Initializer's names is found before anything is
-    // deployed, as for every other object of ours: a conflict, and it is left alone. While ours
-    // are in force the drift check reads them anyway and the restore claims them, so the claim
-    // is not read twice every reconcile.
-    let in_force = remembered.in_force == EngineInForce::Policy;
-    if let (true, false, Some(objects)) = (wanted, in_force, &objects) {
-        objects.claim(&ctx.client).await?;
-    }
-    let canary = match (&compiled, &remembered.settled) {
-        (Ok(compiled), Settled::Nothing) if wanted && served.is_ok() => {
-            canary(&ctx.client, ctx.policy_canary.as_deref(), v, compiled).await?
-        }
-        _ => Canary::NotConfigured,
-    };
+    let Facts {
+        mut remembered,
+        compiled,
+        served,
+        objects,
+        canary,
+    } = gather(obj, ctx, v).await?;
     if obj.is_suspended() {
         remembered.settled = Settled::Nothing;
     }
@@ -165,15 +159,15 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
     }
     if plan == Plan::KeepPolicy
         && let (Ok(compiled), Some(objects)) = (&compiled, &objects)
-        && let Some(why) = recheck(ctx, &name, v, compiled, objects).await?
     {
-        if why.settles() {
-            remembered.settled = Settled::Webhook(why.clone());
-        } else {
-            remembered.settled = Settled::Nothing;
-            remembered.failure = Some(why.clone());
+        let found = check_in_force(ctx, v, compiled, objects).await?;
+        if let InForce::Drifted(_) = found {
+            restore(ctx, &name, v, compiled, objects).await?;
         }
-        plan = Plan::Webhook(why);
+        if let Some(why) = found.why_back() {
+            remembered.going_back(&why);
+            plan = Plan::Webhook(why);
+        }
     }
     let view = shown(ctx, obj, &mut remembered, &plan).await?;
     ctx.memory.remember_engine(&name, remembered);
@@ -189,6 +183,40 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         compiled: compiled.ok(),
         objects,
         replicas,
+    })
+}
+
+/// Reads what the engine step plans from ([`Facts`]). Someone else's policy or binding of this
+/// Initializer's names is found here, before anything is deployed, as for every other object
+/// of ours: a conflict, and it is left alone.
+async fn gather(obj: &Initializer, ctx: &Context, v: &Validated) -> Result<Facts> {
+    let mut remembered = remembered(ctx, obj);
+    remembered.at_generation(obj.metadata.generation);
+    let compiled = crate::policy::compile(v);
+    let wanted = obj.spec.engine != Engine::Webhook && compiled.is_ok();
+    // A policy that may exist is removed once the webhook is registered, whatever the spec
+    // says now (a spec changed to one that does not compile included).
+    let needs_api =
+        wanted || remembered.in_force == EngineInForce::Policy || remembered.policy_may_exist;
+    let (served, objects) = served_objects(ctx, obj, v, needs_api).await?;
+    // While ours are in force the in-force check reads them anyway and the restore claims
+    // them, so the claim is not read twice every reconcile.
+    let in_force = remembered.in_force == EngineInForce::Policy;
+    if let (true, false, Some(objects)) = (wanted, in_force, &objects) {
+        objects.claim(&ctx.client).await?;
+    }
+    let canary = match (&compiled, &remembered.settled) {
+        (Ok(compiled), Settled::Nothing) if wanted && served.is_ok() => {
+            canary(&ctx.client, ctx.policy_canary.as_deref(), v, compiled).await?
+        }
+        _ => Canary::NotConfigured,
+    };
+    Ok(Facts {
+        remembered,
+        compiled,
+        served,
+        objects,
+        canary,
     })
 }
 
@@ -268,39 +296,43 @@ async fn shown(
     Ok(view)
 }
 
-/// With the policy in force: why the webhook must come back, or `None` to keep the policy.
-/// A drifted policy is put back as proven first, so nothing is left uninjected while the
-/// webhook comes back; one the API server does not run is left as it is (it may still run on
-/// the replicas that do), and removed once the webhook is registered again.
-async fn recheck(
+/// Checks the policy in force: drift first, then whether the API server still runs it (one it
+/// does not run is left as it is: it may still run on the replicas that do).
+async fn check_in_force(
     ctx: &Context,
-    name: &str,
     v: &Validated,
     compiled: &Compiled,
     objects: &PolicyObjects,
-) -> Result<Option<Why>> {
+) -> Result<InForce> {
     let everywhere = crate::policy::binding(v, &BindingScope::Everywhere);
     if let Some(drift) = objects
         .drift(&ctx.client, &compiled.policy, &everywhere)
         .await?
     {
-        ctx.supervisor
-            .leadership()
-            .check(|| format!("restore the policy of {name}"))?;
-        objects
-            .apply(&ctx.client, &compiled.policy, &everywhere)
-            .await?;
-        return Ok(Some(Why::Drifted(format!(
-            "{drift}; it was put back as proven and stays in force until the webhook is \
-             registered again, then removed"
-        ))));
+        return Ok(InForce::Drifted(drift));
     }
-    Ok(enforcement(ctx, v, compiled).await?.map(|not_enforced| {
-        Why::NotEnforced(format!(
-            "{not_enforced}; the webhook comes back, and the policy is proven again at the next \
-             resync"
-        ))
-    }))
+    Ok(match enforcement(ctx, v, compiled).await? {
+        Some(not_enforced) => InForce::NotEnforced(not_enforced),
+        None => InForce::Held,
+    })
+}
+
+/// Puts a drifted policy back as proven, so nothing is left uninjected while the webhook comes
+/// back.
+async fn restore(
+    ctx: &Context,
+    name: &str,
+    v: &Validated,
+    compiled: &Compiled,
+    objects: &PolicyObjects,
+) -> Result<()> {
+    ctx.supervisor
+        .leadership()
+        .check(|| format!("restore the policy of {name}"))?;
+    let everywhere = crate::policy::binding(v, &BindingScope::Everywhere);
+    objects
+        .apply(&ctx.client, &compiled.policy, &everywhere)
+        .await
 }
 
 /// Why the policy in force can no longer be shown to be enforced ([`proof::still_in_force`]),

@@ -4,7 +4,7 @@ use initializer_crds::{Engine, EngineInForce, InitializerSpec, Suspension};
 use serde_json::json;
 
 use super::compare::{self, PROOF_LABEL};
-use super::{Canary, Plan, Remembered, Settled, Why, decide, view};
+use super::{Canary, InForce, Plan, Remembered, Settled, Why, decide, view};
 use crate::policy::corpus;
 use crate::validate::{Validated, validate};
 
@@ -298,4 +298,43 @@ fn a_failed_proof_waits_before_the_next() {
     assert!(!remembered.proof_due(now + Duration::from_secs(1), wait));
     assert!(!remembered.proof_due(now + Duration::from_secs(29), wait));
     assert!(remembered.proof_due(now + wait, wait));
+}
+
+/// A policy in force that drifted was put back, and the webhook comes back for the rest of
+/// the generation; one the API server no longer runs brings the webhook back until the next
+/// proof; one that holds stays. A new generation forgets both, and what a proof found.
+#[test]
+fn what_the_in_force_check_finds_decides_the_way_back() {
+    let mut remembered = Remembered::recovered(None);
+    assert_eq!(InForce::Held.why_back(), None);
+
+    let drifted = InForce::Drifted("/spec/matchConstraints differs".into())
+        .why_back()
+        .expect("a drift brings the webhook back");
+    assert_eq!(drifted.reason(), "Drifted");
+    assert!(drifted.message().contains("put back as proven"));
+    remembered.going_back(&drifted);
+    assert_eq!(remembered.settled, Settled::Webhook(drifted));
+
+    let not_enforced = InForce::NotEnforced("a pod was stored uninjected".into())
+        .why_back()
+        .expect("an unenforced policy brings the webhook back");
+    assert_eq!(not_enforced.reason(), "NotEnforced");
+    remembered.going_back(&not_enforced);
+    assert_eq!(remembered.settled, Settled::Nothing);
+    assert_eq!(remembered.failure, Some(not_enforced));
+
+    let generation = remembered.generation;
+    remembered.proof_failed_at = Some(Instant::now());
+    remembered.at_generation(generation);
+    assert!(remembered.failure.is_some(), "the same generation keeps it");
+    remembered.at_generation(Some(generation.unwrap_or(0) + 1));
+    assert_eq!(
+        (
+            &remembered.settled,
+            &remembered.failure,
+            remembered.proof_failed_at
+        ),
+        (&Settled::Nothing, &None, None)
+    );
 }
