@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Pod, ResourceFieldSelector, Secret, ServiceAccountTokenProjection,
 };
 
-use crate::registration::machine_capacity;
+use crate::node_status::machine_capacity;
 
 /// Where a pod runs: what the downward API answers for `spec.nodeName`, `status.hostIP(s)` and
 /// `status.podIP(s)`.

@@ -19,10 +19,10 @@ pub mod env;
 pub mod exchange;
 pub mod imagemap;
 pub mod kubelet;
+pub mod node_status;
 pub mod pod;
 pub mod probe;
 pub mod process;
-pub mod registration;
 pub mod token;
 pub mod user;
 pub mod volume;
@@ -144,8 +144,8 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
             .await
             .map(|v| v.git_version)
             .unwrap_or_default();
-        let (cpus, memory_kib) = registration::machine_capacity();
-        Some(registration::NodeIdentity {
+        let (cpus, memory_kib) = node_status::machine_capacity();
+        Some(node_status::NodeIdentity {
             name: config.node_name.clone(),
             host_ip: config.host_ip,
             version,
@@ -178,7 +178,7 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
     });
     if let Some(identity) = &identity {
         // Registered before anything runs, so the first pods find their node.
-        registration::heartbeat(&node.client, identity)
+        node_status::heartbeat(&node.client, identity)
             .await
             .map_err(|e| anyhow::anyhow!("failed to register node {}: {e}", identity.name))?;
     }
@@ -196,13 +196,13 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<NodeHandle> {
 /// cancelled, and [`NodeHandle::shutdown`] waits for all of them.
 fn spawn_tasks(
     node: &Arc<pod::Node>,
-    identity: Option<registration::NodeIdentity>,
+    identity: Option<node_status::NodeIdentity>,
     pod_addresses: PodAddresses,
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
 ) {
     if let Some(identity) = identity {
-        tracker.spawn(registration::run(
+        tracker.spawn(node_status::run(
             node.client.clone(),
             identity,
             shutdown.clone(),
