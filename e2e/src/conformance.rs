@@ -473,35 +473,48 @@ impl BodyScope {
             scratch,
         }
     }
+}
+
+/// What a body reaches through its target, whichever suite it is in: the [`BodyScope`]'s
+/// client, kubeconfig, namespace and names.
+pub trait Scoped {
+    /// The body's scope.
+    fn scope(&self) -> &BodyScope;
 
     /// An admin client.
-    pub fn client(&self) -> kube::Client {
-        self.client.clone()
+    fn client(&self) -> kube::Client {
+        self.scope().client.clone()
     }
 
     /// An admin kubeconfig reaching the same API server, for kubectl and other child processes.
-    pub fn kubeconfig(&self) -> &Path {
-        &self.kubeconfig
+    fn kubeconfig(&self) -> &Path {
+        &self.scope().kubeconfig
     }
 
     /// The body's own namespace, created before it runs and deleted after.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
+    fn namespace(&self) -> &str {
+        &self.scope().namespace
     }
 
     /// `base` made unique to this body, for cluster-scoped names.
-    pub fn unique(&self, base: &str) -> String {
-        format!("{base}-{}", self.suffix)
+    fn unique(&self, base: &str) -> String {
+        format!("{base}-{}", self.scope().suffix)
     }
 
     /// The body's suffix (to make names unique).
-    pub fn suffix(&self) -> &str {
-        &self.suffix
+    fn suffix(&self) -> &str {
+        &self.scope().suffix
     }
 
     /// A directory of the body's own (kubectl's discovery cache, logs, files).
-    pub fn scratch(&self) -> &Path {
-        self.scratch.path()
+    fn scratch(&self) -> &Path {
+        self.scope().scratch.path()
+    }
+}
+
+impl Scoped for BodyScope {
+    fn scope(&self) -> &BodyScope {
+        self
     }
 }
 

@@ -1,5 +1,6 @@
 //! Patches, server-side apply, generation and the status subresource.
 
+use initializer_e2e::conformance::Scoped;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams};

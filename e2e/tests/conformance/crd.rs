@@ -1,6 +1,7 @@
 //! CustomResourceDefinitions: serving, defaults and pruning, schema and CEL refusals, versions,
 //! deletion, field validation and printer columns.
 
+use initializer_e2e::conformance::Scoped;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};

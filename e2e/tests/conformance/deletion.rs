@@ -1,5 +1,6 @@
 //! Deletion: finalizers, garbage collection (background, foreground, orphan) and namespaces.
 
+use initializer_e2e::conformance::Scoped;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};

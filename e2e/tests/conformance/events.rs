@@ -1,6 +1,7 @@
 //! Events: one store behind core `v1` and `events.k8s.io/v1`, with kube-apiserver's field
 //! mapping, and what kubectl shows of them.
 
+use initializer_e2e::conformance::Scoped;
 use std::fmt::Debug;
 
 use k8s_openapi::api::core::v1::Event;

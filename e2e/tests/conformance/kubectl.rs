@@ -1,6 +1,7 @@
 //! The real `kubectl` (1.32 here): server-side apply, conflicts, printer columns, create, get,
 //! delete, patch, scale, wait, dry run, discovery.
 
+use initializer_e2e::conformance::Scoped;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};

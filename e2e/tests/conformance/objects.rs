@@ -1,6 +1,7 @@
 //! Objects: discovery, create/get/replace, names, selectors, paging, errors, dry run, tables,
 //! metadata-only reads and the scale subresource.
 
+use initializer_e2e::conformance::Scoped;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};

@@ -3,6 +3,7 @@
 //! `initializer_e2e::conformance` and `initializer-test-support`, polling and error codes from
 //! the latter.
 
+use initializer_e2e::conformance::Scoped;
 use std::fmt::Debug;
 use std::time::Duration;
 

@@ -3,13 +3,12 @@
 //! two servers genuinely do differently: forgetting watch history
 //! ([`Target::forget_history`]).
 
-use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use initializer_e2e::conformance::{BodyScope, Cleanup, namespace_for, random_suffix};
+use initializer_e2e::conformance::{BodyScope, Cleanup, Scoped, namespace_for, random_suffix};
 use initializer_sandbox::apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -35,12 +34,8 @@ pub struct Target {
     cluster_objects: Mutex<Vec<(ApiResource, String)>>,
 }
 
-// Bodies reach the client, namespace and names the two suites share through the target
-// (`t.namespace()`).
-impl Deref for Target {
-    type Target = BodyScope;
-
-    fn deref(&self) -> &BodyScope {
+impl Scoped for Target {
+    fn scope(&self) -> &BodyScope {
         &self.scope
     }
 }

@@ -1,5 +1,6 @@
 //! Watches: resuming from a resourceVersion, 410 Gone, bookmarks, selectors, streaming lists.
 
+use initializer_e2e::conformance::Scoped;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};

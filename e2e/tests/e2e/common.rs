@@ -39,19 +39,6 @@ pub struct Sidecar {
     pub configurations: Recorder<MutatingWebhookConfiguration>,
 }
 
-/// A configuration's removal: what it is called, how long it may take.
-const REMOVED: (&str, Duration, Change) = (
-    "the configuration to be removed",
-    STEP_TIMEOUT,
-    Change::Deleted,
-);
-/// A configuration's return after an outage: what it is called, how long it may take.
-const BACK: (&str, Duration, Change) = (
-    "the configuration to come back",
-    REGISTER_TIMEOUT,
-    Change::Added,
-);
-
 /// A change of a webhook configuration, as recorded.
 pub type ConfigurationSeen = Seen<MutatingWebhookConfiguration>;
 
@@ -63,22 +50,26 @@ impl Sidecar {
 
     /// Waits (at most [`STEP_TIMEOUT`]) for its configuration to be removed at or after `since`.
     pub async fn removed_after(&self, since: Instant) -> anyhow::Result<ConfigurationSeen> {
-        self.change_after(REMOVED, since).await
+        self.configurations
+            .wait_change(
+                "the configuration to be removed",
+                since,
+                STEP_TIMEOUT,
+                Change::Deleted,
+            )
+            .await
     }
 
     /// Waits (at most [`REGISTER_TIMEOUT`]) for its configuration to come back at or after
     /// `since`.
     pub async fn back_after(&self, since: Instant) -> anyhow::Result<ConfigurationSeen> {
-        self.change_after(BACK, since).await
-    }
-
-    async fn change_after(
-        &self,
-        (what, timeout, change): (&str, Duration, Change),
-        since: Instant,
-    ) -> anyhow::Result<ConfigurationSeen> {
         self.configurations
-            .wait_change(what, since, timeout, change)
+            .wait_change(
+                "the configuration to come back",
+                since,
+                REGISTER_TIMEOUT,
+                Change::Added,
+            )
             .await
     }
 
@@ -259,8 +250,7 @@ pub async fn freeze_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<Stri
 
 /// The names of the live pods of the Initializer `name` (any backend).
 pub async fn pod_names(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
-    let pods = ops::workload_pods(&ctx.client(), workload_ns, name).await?;
-    Ok(pods.iter().map(|p| p.name_any()).collect())
+    ops::workload_pod_names(&ctx.client(), workload_ns, name).await
 }
 
 /// Freezes every pod of the Initializer `name` (any backend); returns their names.

@@ -58,11 +58,14 @@ impl LegacySidecar {
         &self,
         since: Instant,
     ) -> anyhow::Result<Seen<InitializerConfiguration>> {
-        let what = "the InitializerConfiguration to be removed";
-        let removal = self
-            .configurations
-            .wait_change(what, since, STEP_TIMEOUT, Change::Deleted);
-        removal.await
+        self.configurations
+            .wait_change(
+                "the InitializerConfiguration to be removed",
+                since,
+                STEP_TIMEOUT,
+                Change::Deleted,
+            )
+            .await
     }
 }
 

@@ -6,6 +6,7 @@
 //! validation `pkg/apis/admissionregistration/validation/validation.go` and
 //! `k8s.io/apimachinery/pkg/api/validation/objectmeta.go` (`ValidateInitializers`), all 1.13.
 
+use initializer_e2e::conformance::Scoped;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};

@@ -4,6 +4,7 @@
 //! failed initialization, and `deletecollection`. Sources as in `api.rs`; the messages were
 //! first read from kube-apiserver v1.13.0 by this tier.
 
+use initializer_e2e::conformance::Scoped;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};

@@ -4,6 +4,7 @@
 //! objects whose `pending[0]` is their name, as the reference walkthrough's initializer did on
 //! 1.7: the same handler code the webhook runs, a denial becoming a failure result.
 
+use initializer_e2e::conformance::Scoped;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;

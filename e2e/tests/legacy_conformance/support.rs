@@ -3,6 +3,7 @@
 //! Objects are raw JSON throughout: k8s-openapi has no `metadata.initializers` (removed in 1.14)
 //! and a typed object would drop it.
 
+use initializer_e2e::conformance::Scoped;
 use std::time::Duration;
 
 use anyhow::{Context, bail};

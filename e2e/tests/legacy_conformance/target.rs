@@ -4,20 +4,19 @@
 //! Configurations are cluster-wide and the 1.13 server is shared by every body, so each one a body creates is
 //! deleted after it, and the next body starts only once the plugin has re-read them.
 
-use std::ops::Deref;
 use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::{Context, bail};
 use initializer_e2e::conformance::{
-    BodyScope, Cleanup, delete, namespace_for, post, random_suffix,
+    BodyScope, Cleanup, Scoped, delete, namespace_for, post, random_suffix,
 };
 
 use serde_json::json;
 
 use crate::support::{CONFIGURATIONS, SETTLE};
 
-/// One body's view of a backend.
+/// One body's view of a server.
 pub struct Target {
     scope: BodyScope,
     label: &'static str,
@@ -25,12 +24,8 @@ pub struct Target {
     configurations: Mutex<Vec<String>>,
 }
 
-// Bodies reach the client, namespace and names the two suites share through the target
-// (`t.namespace()`).
-impl Deref for Target {
-    type Target = BodyScope;
-
-    fn deref(&self) -> &BodyScope {
+impl Scoped for Target {
+    fn scope(&self) -> &BodyScope {
         &self.scope
     }
 }
