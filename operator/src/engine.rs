@@ -208,8 +208,9 @@ impl Remembered {
         }
     }
 
-    /// Records why the webhook comes back while the policy is in force: a reason that settles
-    /// holds for this generation; any other is shown, and the policy proven again later.
+    /// Records what a way back to the webhook for `why` settles (the switch itself is shown
+    /// with the plan): a reason that settles holds for this generation; any other is kept as
+    /// the last failure, and the policy proven again later.
     pub fn going_back(&mut self, why: &Why) {
         if why.settles() {
             self.settled = Settled::Webhook(why.clone());
@@ -254,26 +255,27 @@ impl Remembered {
 
 /// What the checks of a policy in force found.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InForce {
+pub enum InForceCheck {
     /// It is as proven, and the API server runs it.
-    Held,
+    Holds,
     /// It drifted from what was proven (what changed).
     Drifted(String),
     /// It is as proven, but can no longer be shown to be enforced (why).
     NotEnforced(String),
 }
 
-impl InForce {
-    /// Why the webhook comes back, or `None` to keep the policy. A drifted policy is put back
-    /// as proven first, so it stays in force until the webhook is registered.
+impl InForceCheck {
+    /// Why the webhook comes back, or `None` to keep the policy. The reconcile puts a drifted
+    /// policy back as proven before it shows this, so it stays in force until the webhook is
+    /// registered again.
     pub fn why_back(&self) -> Option<Why> {
         match self {
-            InForce::Held => None,
-            InForce::Drifted(drift) => Some(Why::Drifted(format!(
+            InForceCheck::Holds => None,
+            InForceCheck::Drifted(drift) => Some(Why::Drifted(format!(
                 "{drift}; it was put back as proven and stays in force until the webhook is \
                  registered again, then removed"
             ))),
-            InForce::NotEnforced(why) => Some(Why::NotEnforced(format!(
+            InForceCheck::NotEnforced(why) => Some(Why::NotEnforced(format!(
                 "{why}; the webhook comes back, and the policy is proven again at the next \
                  resync"
             ))),

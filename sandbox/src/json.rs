@@ -1,10 +1,11 @@
 //! Small readers of the JSON that stored objects are kept as, shared by the modules that walk
-//! them: a missing or mistyped field reads as empty, as the API server's own readers treat it.
+//! them. Stored objects were validated on the way in, so where one of these readers meets a
+//! missing or mistyped field it reads it as empty rather than failing a request over it.
 
 use serde_json::Value;
 
 /// The elements of `value` if it is an array; none otherwise (also when it is absent).
-pub fn elements(value: Option<&Value>) -> std::slice::Iter<'_, Value> {
+pub(crate) fn elements(value: Option<&Value>) -> std::slice::Iter<'_, Value> {
     value
         .and_then(Value::as_array)
         .map(Vec::as_slice)
@@ -13,7 +14,7 @@ pub fn elements(value: Option<&Value>) -> std::slice::Iter<'_, Value> {
 }
 
 /// The string elements of `value` if it is an array, in order; other elements are skipped.
-pub fn strings(value: Option<&Value>) -> Vec<String> {
+pub(crate) fn strings(value: Option<&Value>) -> Vec<String> {
     elements(value)
         .filter_map(|s| s.as_str().map(str::to_string))
         .collect()

@@ -19,7 +19,7 @@ pub mod fields;
 pub mod gc;
 pub mod http;
 pub mod ids;
-pub mod json;
+pub(crate) mod json;
 pub mod patch;
 pub mod proxy;
 pub mod resource;

@@ -18,7 +18,9 @@ use tracing::{info, warn};
 
 use super::{Context, publish};
 use crate::engine::proof::{self, PolicyObjects, Unproven};
-use crate::engine::{self, Canary, EngineView, InForce, Plan, Remembered, Settled, Why, compare};
+use crate::engine::{
+    self, Canary, EngineView, InForceCheck, Plan, Remembered, Settled, Why, compare,
+};
 use crate::error::Result;
 use crate::events::Reason;
 use crate::missed::selector_matches;
@@ -161,7 +163,7 @@ pub(super) async fn plan(obj: &Initializer, ctx: &Context, v: &Validated) -> Res
         && let (Ok(compiled), Some(objects)) = (&compiled, &objects)
     {
         let found = check_in_force(ctx, v, compiled, objects).await?;
-        if let InForce::Drifted(_) = found {
+        if let InForceCheck::Drifted(_) = found {
             restore(ctx, &name, v, compiled, objects).await?;
         }
         if let Some(why) = found.why_back() {
@@ -296,24 +298,26 @@ async fn shown(
     Ok(view)
 }
 
-/// Checks the policy in force: drift first, then whether the API server still runs it (one it
-/// does not run is left as it is: it may still run on the replicas that do).
+/// Checks the policy in force, writing nothing that stays: drift first (the objects read and
+/// dry-run created as desired), then whether the API server still runs it (dry-run creates in
+/// the canary namespace). One it does not run is left as it is (it may still run on the
+/// replicas that do) and removed once the webhook is registered again.
 async fn check_in_force(
     ctx: &Context,
     v: &Validated,
     compiled: &Compiled,
     objects: &PolicyObjects,
-) -> Result<InForce> {
+) -> Result<InForceCheck> {
     let everywhere = crate::policy::binding(v, &BindingScope::Everywhere);
     if let Some(drift) = objects
         .drift(&ctx.client, &compiled.policy, &everywhere)
         .await?
     {
-        return Ok(InForce::Drifted(drift));
+        return Ok(InForceCheck::Drifted(drift));
     }
     Ok(match enforcement(ctx, v, compiled).await? {
-        Some(not_enforced) => InForce::NotEnforced(not_enforced),
-        None => InForce::Held,
+        Some(not_enforced) => InForceCheck::NotEnforced(not_enforced),
+        None => InForceCheck::Holds,
     })
 }
 

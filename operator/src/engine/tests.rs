@@ -4,7 +4,7 @@ use initializer_crds::{Engine, EngineInForce, InitializerSpec, Suspension};
 use serde_json::json;
 
 use super::compare::{self, PROOF_LABEL};
-use super::{Canary, InForce, Plan, Remembered, Settled, Why, decide, view};
+use super::{Canary, InForceCheck, Plan, Remembered, Settled, Why, decide, view};
 use crate::policy::corpus;
 use crate::validate::{Validated, validate};
 
@@ -300,15 +300,15 @@ fn a_failed_proof_waits_before_the_next() {
     assert!(remembered.proof_due(now + wait, wait));
 }
 
-/// A policy in force that drifted was put back, and the webhook comes back for the rest of
-/// the generation; one the API server no longer runs brings the webhook back until the next
+/// A policy in force that drifted brings the webhook back for the rest of the generation
+/// (putting it back is the reconcile's, tested on a control plane); one the API server no longer runs brings the webhook back until the next
 /// proof; one that holds stays. A new generation forgets both, and what a proof found.
 #[test]
 fn what_the_in_force_check_finds_decides_the_way_back() {
     let mut remembered = Remembered::recovered(None);
-    assert_eq!(InForce::Held.why_back(), None);
+    assert_eq!(InForceCheck::Holds.why_back(), None);
 
-    let drifted = InForce::Drifted("/spec/matchConstraints differs".into())
+    let drifted = InForceCheck::Drifted("/spec/matchConstraints differs".into())
         .why_back()
         .expect("a drift brings the webhook back");
     assert_eq!(drifted.reason(), "Drifted");
@@ -316,7 +316,7 @@ fn what_the_in_force_check_finds_decides_the_way_back() {
     remembered.going_back(&drifted);
     assert_eq!(remembered.settled, Settled::Webhook(drifted));
 
-    let not_enforced = InForce::NotEnforced("a pod was stored uninjected".into())
+    let not_enforced = InForceCheck::NotEnforced("a pod was stored uninjected".into())
         .why_back()
         .expect("an unenforced policy brings the webhook back");
     assert_eq!(not_enforced.reason(), "NotEnforced");

@@ -346,7 +346,6 @@ pub fn plan(bundle: &Bundle, namespace: &str) -> Result<InstallPlan, Error> {
     })
 }
 
-/// The bundle manifest `text` at `path` as `T`; the error is one line naming `path`.
 /// A manifest of the bundle as the installer applies it: labelled as the installer's, and put in
 /// `namespace` when one is given (a namespaced kind).
 fn installer_manifest<K>(path: &str, text: &str, namespace: Option<&str>) -> Result<K, Error>
@@ -365,6 +364,7 @@ where
     Ok(object)
 }
 
+/// The bundle manifest `text` at `path` as `T`; the error is one line naming `path`.
 fn read_manifest<T: serde::de::DeserializeOwned>(path: &str, text: &str) -> Result<T, Error> {
     serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
         .map_err(|err| Error::InstallPlan(format!("failed to read {path}: {err}")))
