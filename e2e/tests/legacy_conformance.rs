@@ -110,8 +110,8 @@ fn main() -> ExitCode {
     conformance::main(&SUITE, on_sandbox, run_on_real)
 }
 
-/// Each body on a sandbox of its own, in legacy mode, without workload controllers (the 1.13
-/// server has no controller manager either).
+/// One body on the fresh sandbox `conformance::main` started for it: in legacy mode, without
+/// workload controllers (the 1.13 server has no controller manager either).
 async fn on_sandbox(body: &Body<Target>, sandbox: &SandboxHandle) -> Result<(), String> {
     run_body(
         body,

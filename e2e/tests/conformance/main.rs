@@ -122,7 +122,8 @@ fn main() -> ExitCode {
     conformance::main(&SUITE, on_sandbox, run_on_real)
 }
 
-/// Each body on a sandbox of its own (they start in milliseconds).
+/// One body on the fresh sandbox `conformance::main` started for it (they start in
+/// milliseconds).
 async fn on_sandbox(body: &Body<Target>, sandbox: &SandboxHandle) -> Result<(), String> {
     let history = History::Sandbox(sandbox.api());
     run_body(body, sandbox.client(), sandbox.kubeconfig_path(), history).await

@@ -336,8 +336,8 @@ async fn look_around(env: &Env, commands: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Once `configurations` first shows a change after `frozen_at` that `pick` picks: keeps when
-/// in `at` and says `what` happened, timed from the freeze.
+/// Says `what` happened, timed from the freeze, the first time `configurations` shows a change
+/// after `frozen_at` that `pick` picks, and keeps when in `at` (left alone once set).
 fn note_first<K: Recordable>(
     configurations: &Recorder<K>,
     frozen_at: Instant,
