@@ -45,8 +45,13 @@ async fn post(tester: &Tester, body: Vec<u8>) -> HttpAnswer {
 
 /// Checks that a review was refused with `status` and a body that says `message`.
 fn assert_refused(http: &HttpAnswer, status: u16, message: &str) {
-    assert_eq!(http.status, status, "{}", http.body);
-    assert!(http.body.contains(message), "{}", http.body);
+    assert_refused_for("the review", http, status, message);
+}
+
+/// [`assert_refused`], for a review described by `case` (named in a failure).
+fn assert_refused_for(case: &str, http: &HttpAnswer, status: u16, message: &str) {
+    assert_eq!(http.status, status, "{case}: {}", http.body);
+    assert!(http.body.contains(message), "{case}: {}", http.body);
 }
 
 /// Checks that a review whose handler outran the budget was let through with a warning.
@@ -342,7 +347,8 @@ async fn wrong_api_version_or_kind_of_the_review_is_a_400() {
         doc["apiVersion"] = json!(api_version);
         doc["kind"] = json!(kind);
         let http = post(&tester, serde_json::to_vec(&doc).unwrap()).await;
-        assert_refused(&http, 400, "expected apiVersion admission.k8s.io/v1");
+        let case = format!("{api_version} {kind}");
+        assert_refused_for(&case, &http, 400, "expected apiVersion admission.k8s.io/v1");
     }
 }
 
