@@ -139,19 +139,9 @@ impl<T> Suite<T> {
         what: &str,
         kept: &str,
     ) -> anyhow::Result<tempfile::TempDir> {
-        let mut state_dir = tempfile::Builder::new()
-            .prefix(prefix)
-            .tempdir()
-            .with_context(|| format!("failed to create {what}"))?;
-        if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
-            state_dir.disable_cleanup(true);
-            eprintln!(
-                "{}: keeping {kept} {}",
-                self.name,
-                state_dir.path().display()
-            );
-        }
-        Ok(state_dir)
+        crate::paths::post_mortem_dir(prefix, what, |path| {
+            format!("{}: keeping {kept} {}", self.name, path.display())
+        })
     }
 
     /// Runs one body against a prepared target: a panic or a timeout is a failure.

@@ -118,16 +118,33 @@ pub fn read_workspace_file(relative: &str) -> anyhow::Result<String> {
 /// directory), removed when dropped unless `E2E_KEEP_STATE=1` asks to keep it for a
 /// post-mortem (pod and component logs live there); `what` says what is in it.
 pub fn state_dir(name: &str, what: &str) -> anyhow::Result<tempfile::TempDir> {
+    post_mortem_dir(
+        &format!("initializer-e2e-{name}"),
+        &format!("the {name} target's state directory"),
+        |path| {
+            format!(
+                "e2e: keeping the {name} target's state directory {} ({what})",
+                path.display()
+            )
+        },
+    )
+}
+
+/// A fresh directory `prefix...` under the temporary directory (`what` names it when it cannot
+/// be created), removed when dropped unless `E2E_KEEP_STATE=1` asks to keep it for a
+/// post-mortem; then `kept` says so, given its path.
+pub fn post_mortem_dir(
+    prefix: &str,
+    what: &str,
+    kept: impl FnOnce(&Path) -> String,
+) -> anyhow::Result<tempfile::TempDir> {
     let mut dir = tempfile::Builder::new()
-        .prefix(&format!("initializer-e2e-{name}"))
+        .prefix(prefix)
         .tempdir()
-        .with_context(|| format!("failed to create the {name} target's state directory"))?;
+        .with_context(|| format!("failed to create {what}"))?;
     if std::env::var_os("E2E_KEEP_STATE").is_some_and(|v| v == "1") {
         dir.disable_cleanup(true);
-        eprintln!(
-            "e2e: keeping the {name} target's state directory {} ({what})",
-            dir.path().display()
-        );
+        eprintln!("{}", kept(dir.path()));
     }
     Ok(dir)
 }
