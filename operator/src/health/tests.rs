@@ -740,15 +740,21 @@ fn endpoints_that_came_back_are_proven_again_but_a_degraded_configuration_is_res
     let (back, proving) = probes_proving(&mut m, &mut t, 1);
     assert_eq!((back, proving), (vec![Action::Register], 0));
     // The endpoints go to zero and come back: the new ones must be proven first.
-    t += SEC;
-    assert!(matches!(
-        m.observe(Input::Endpoints(0), t),
-        Action::Deregister { .. }
-    ));
-    t += SEC;
-    m.observe(Input::Endpoints(1), t);
+    endpoints_leave_and_return(&mut m, &mut t);
     let (again, proving) = probes_proving(&mut m, &mut t, 2);
     assert_eq!((again, proving), (vec![Action::Register], 2));
+}
+
+/// The endpoints go to zero a second after `*t` (the registration is withdrawn) and a new one
+/// appears a second later.
+fn endpoints_leave_and_return(m: &mut Machine, t: &mut Instant) {
+    *t += SEC;
+    assert!(matches!(
+        m.observe(Input::Endpoints(0), *t),
+        Action::Deregister { .. }
+    ));
+    *t += SEC;
+    m.observe(Input::Endpoints(1), *t);
 }
 
 /// Feeds good probes 100 ms apart from `*t` until the machine asks to prove the route, and
@@ -778,13 +784,7 @@ fn a_return_that_fails_while_its_route_is_proven_doubles_the_hold_down() {
         let mut t = t0;
         let (registered, _) = probes_proving(&mut m, &mut t, 1);
         assert_eq!(registered, [Action::Register]);
-        t += SEC;
-        assert!(matches!(
-            m.observe(Input::Endpoints(0), t),
-            Action::Deregister { .. }
-        ));
-        t += SEC;
-        m.observe(Input::Endpoints(1), t);
+        endpoints_leave_and_return(&mut m, &mut t);
         until_proving(&mut m, &mut t, 40).expect("proven again after the hold-down");
         let left = t;
         assert_eq!(m.observe(fails, t), Action::None, "{fails:?}");
