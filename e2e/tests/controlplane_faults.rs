@@ -20,7 +20,7 @@ use initializer_e2e::paths;
 #[ignore = "needs Go (the control plane's build script): make unit-real, or cargo test -p initializer-e2e --test controlplane_faults -- --ignored"]
 fn a_version_the_module_proxy_refuses_fails_the_build_naming_the_module() {
     let cache = tempfile::tempdir().unwrap();
-    let script = paths::workspace_root().join("e2e/controlplane/go/build.sh");
+    let script = paths::workspace_root().join("tools/controlplane/build.sh");
     // GOPROXY=off refuses every module not already downloaded, as a proxy without it would.
     let output = Command::new(script)
         .env("K8S_VERSION", "1.34.999")

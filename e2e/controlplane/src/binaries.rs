@@ -1,16 +1,16 @@
 //! Where the control plane's binaries are: built from the official Go modules by
-//! `go/build.sh` (`make controlplane`) into `target/controlplane/v<version>/`, the version being
-//! the one `go/go.mod` pins (or `K8S_VERSION`). When they are missing, [`locate`] runs the build
-//! script, which returns at once when they already exist.
+//! `tools/controlplane/build.sh` (`make controlplane`) into `target/controlplane/v<version>/`,
+//! the version being the one `tools/controlplane/go.mod` pins (or `K8S_VERSION`). When they are
+//! missing, [`locate`] runs the build script, which returns at once when they already exist.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::Error;
 
-/// The Kubernetes version `go/go.mod` pins.
+/// The Kubernetes version `tools/controlplane/go.mod` pins.
 pub fn pinned_version() -> &'static str {
-    pinned_version_of(include_str!("../go/go.mod")).unwrap_or("unknown")
+    pinned_version_of(include_str!("../../../tools/controlplane/go.mod")).unwrap_or("unknown")
 }
 
 /// The `k8s.io/kubernetes` version of a go.mod text, without the `v`.
@@ -44,9 +44,7 @@ pub struct Binaries {
 }
 
 fn build_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("go")
-        .join("build.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/controlplane/build.sh")
 }
 
 /// The binaries of [`version`], building them first when they are missing (minutes on a cold

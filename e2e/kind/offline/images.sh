@@ -82,10 +82,10 @@ node_image() {
   [[ "$(id -u)" == 0 ]] || { log "building the node image needs root (debootstrap)"; exit 1; }
   mkdir -p "$state"
   local kube go_bin kind_mod pause_src pause_tag
-  kube="$("$root/e2e/controlplane/go/build.sh" --node)"
-  go_bin="$("$root/e2e/kind/go/build.sh")"
-  kind_mod="$(cd "$root/e2e/kind/go" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)"
-  pause_src="$(cd "$root/e2e/controlplane/go" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | jq -r .Dir)/build/pause"
+  kube="$("$root/tools/controlplane/build.sh" --node)"
+  go_bin="$("$root/tools/kind/build.sh")"
+  kind_mod="$(cd "$root/tools/kind" && go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)"
+  pause_src="$(cd "$root/tools/controlplane" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | jq -r .Dir)/build/pause"
   pause_tag="$(sed -n 's/^TAG ?= *//p' "$pause_src/Makefile")"
   debian_image
 

@@ -2,8 +2,8 @@
 # Every version the offline kind path uses, in one place (sourced, not run). The Go-built pieces
 # are pinned by their go.mod files and read from there; the rest is pinned here.
 #
-#   Kubernetes (kubeadm, kubelet, kubectl, the control plane's images): e2e/controlplane/go/go.mod
-#   kind, crictl and CoreDNS: e2e/kind/go/go.mod
+#   Kubernetes (kubeadm, kubelet, kubectl, the control plane's images): tools/controlplane/go.mod
+#   kind, crictl and CoreDNS: tools/kind/go.mod
 #   pause: the TAG of build/pause/Makefile in that Kubernetes module
 _versions_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 
@@ -13,10 +13,10 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 # _go_mod_version MODULE GO_MOD: the version GO_MOD requires, in a require block or on one line.
 _go_mod_version() { sed -n "s#^\(\t\|require \)$1 \(v[^ ]*\).*#\2#p" "$2" | head -n1; }
-K8S_VERSION="$(_go_mod_version k8s.io/kubernetes "$_versions_root/e2e/controlplane/go/go.mod")"
-ETCD_VERSION="$(_go_mod_version go.etcd.io/etcd/server/v3 "$_versions_root/e2e/controlplane/go/go.mod")"
-KIND_VERSION="$(_go_mod_version sigs.k8s.io/kind "$_versions_root/e2e/kind/go/go.mod")"
-COREDNS_VERSION="$(_go_mod_version github.com/coredns/coredns "$_versions_root/e2e/kind/go/go.mod")"
+K8S_VERSION="$(_go_mod_version k8s.io/kubernetes "$_versions_root/tools/controlplane/go.mod")"
+ETCD_VERSION="$(_go_mod_version go.etcd.io/etcd/server/v3 "$_versions_root/tools/controlplane/go.mod")"
+KIND_VERSION="$(_go_mod_version sigs.k8s.io/kind "$_versions_root/tools/kind/go.mod")"
+COREDNS_VERSION="$(_go_mod_version github.com/coredns/coredns "$_versions_root/tools/kind/go.mod")"
 
 # _inputs_digest FILE...: a short digest of the files an image is made from, for its tag.
 _inputs_digest() { (cd "$_versions_root" && cat "$@") | sha256sum | cut -c1-12; }
@@ -27,7 +27,7 @@ _inputs_digest() { (cd "$_versions_root" && cat "$@") | sha256sum | cut -c1-12; 
 # now would make the same.
 NODE_IMAGE="initializer-e2e/kind-node:${K8S_VERSION}-kind${KIND_VERSION#v}-$(_inputs_digest \
   e2e/kind/offline/{images.sh,versions.sh,node.Dockerfile,cni.conflist,runc-without-sys-resource} \
-  e2e/controlplane/go/{go.mod,go.sum,build.sh} e2e/kind/go/{go.mod,go.sum,build.sh,coredns/main.go})"
+  tools/controlplane/{go.mod,go.sum,build.sh} tools/kind/{go.mod,go.sum,build.sh,coredns/main.go})"
 # Local bases: Debian minbase, and a distroless-like runtime (glibc, libgcc, CA certificates,
 # uid 65532, no shell) for images/Dockerfile's runtime stage.
 DEBIAN_IMAGE="initializer-e2e/debian:${DEBIAN_SUITE}"

@@ -187,7 +187,7 @@ const REAL_NODES: &str =
 /// What kind would only prove again: the claims of these scenarios are the API server's and the
 /// operator's alone (admission, selectors, validation, status, metrics, the fallback policy), and
 /// the real control plane proves them with the kube-apiserver a kind node runs (both built from
-/// e2e/controlplane/go). On kind the suite runs what it adds: pods started, probed, restarted
+/// tools/controlplane). On kind the suite runs what it adds: pods started, probed, restarted
 /// and killed by a real kubelet, our images in a container runtime, a real pod network.
 const PROVEN_BY_THE_API_SERVER: &[&str] = &[
     "webhook_is_not_called_for_what_the_gate_leaves_alone",
@@ -205,7 +205,7 @@ const API_SERVER_ONLY: &str = "its claim is the API server's and the operator's,
 
 /// `make test KIND=1` runs the suite on kind beside the real control plane, and sets this for
 /// the real run: what kind runs, it proves with everything the real control plane has (the same
-/// kube-apiserver, built from e2e/controlplane/go) and a real kubelet, container runtime and pod
+/// kube-apiserver, built from tools/controlplane) and a real kubelet, container runtime and pod
 /// network besides, so the real run leaves those scenarios to kind and runs the rest. `make
 /// e2e-real` alone runs them all.
 const KIND_RUNS_TOO: &str = "E2E_KIND_RUNS_TOO";

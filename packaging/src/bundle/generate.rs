@@ -28,7 +28,7 @@ use crate::manifest;
 /// The operator's version: the workspace version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Oldest supported Kubernetes version: the oldest minor upstream supports, and the one CI runs
-/// the suite on (e2e/controlplane/go/go.mod).
+/// the suite on (tools/controlplane/go.mod).
 pub const MIN_KUBE_VERSION: &str = "1.35.0";
 /// Release dates by version, the source of the CSV's `createdAt`. Add a line when the version
 /// changes; generation refuses a version without one.

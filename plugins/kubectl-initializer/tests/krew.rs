@@ -1,5 +1,5 @@
 //! The krew manifest (`krew/initializer.yaml`), checked with krew's own tools built from its
-//! official Go module (`krew/go/build.sh`): `validate-krew-manifest`, the validator krew-index CI
+//! official Go module (`tools/krew/build.sh`): `validate-krew-manifest`, the validator krew-index CI
 //! runs, accepts it (and refuses a broken copy); and `kubectl krew install --manifest --archive`
 //! installs the plugin from it, packaged by `krew/package.sh` for this machine, after which
 //! kubectl runs `kubectl initializer`. Needs Go and the module proxy (or Go's module cache): a
@@ -29,9 +29,9 @@ fn show(output: &Output) -> String {
 
 /// The directory holding `kubectl-krew` and `validate-krew-manifest`, built if needed.
 fn krew_tools() -> anyhow::Result<PathBuf> {
-    let output = Command::new(crate_dir().join("krew/go/build.sh"))
+    let output = Command::new(crate_dir().join("../../tools/krew/build.sh"))
         .output()
-        .context("failed to run krew/go/build.sh")?;
+        .context("failed to run tools/krew/build.sh")?;
     anyhow::ensure!(
         output.status.success(),
         "building krew failed: {}",
@@ -64,7 +64,7 @@ fn krew_arch() -> Option<&'static str> {
 }
 
 #[test]
-#[ignore = "needs Go and krew's module (krew/go/build.sh): make unit-real, or cargo test -p kubectl-initializer --test krew -- --ignored"]
+#[ignore = "needs Go and krew's module (tools/krew/build.sh): make unit-real, or cargo test -p kubectl-initializer --test krew -- --ignored"]
 fn krew_validates_the_manifest_and_installs_the_plugin_from_it() {
     let tools = krew_tools().unwrap();
     let arch = krew_arch().expect("the manifest has a platform for this architecture");

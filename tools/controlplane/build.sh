@@ -2,9 +2,9 @@
 # Builds the real control plane (etcd, kube-apiserver, kube-controller-manager) from the official
 # Go modules into a cache keyed by version, and prints the directory holding the binaries.
 #
-#   e2e/controlplane/go/build.sh                 # the pinned version (go.mod in this directory)
-#   K8S_VERSION=1.34.6 e2e/controlplane/go/build.sh   # any other release: one command away
-#   e2e/controlplane/go/build.sh --node          # also what a kind node runs: kubeadm, kubelet,
+#   tools/controlplane/build.sh                 # the pinned version (go.mod in this directory)
+#   K8S_VERSION=1.34.6 tools/controlplane/build.sh   # any other release: one command away
+#   tools/controlplane/build.sh --node          # also what a kind node runs: kubeadm, kubelet,
 #                                                # kubectl, kube-scheduler, kube-proxy (e2e/kind)
 #
 # One module serves both sets, so the packages they share are compiled once. etcd is the pinned
@@ -16,10 +16,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
-source "$here/../../../tools/lib/go-tool.sh"
+source "$here/../lib/go-tool.sh"
 pinned="$(sed -n 's#^\tk8s.io/kubernetes v\([0-9.]*\).*#\1#p' "$here/go.mod")"
 version="${K8S_VERSION:-$pinned}"
-cache="${CONTROLPLANE_CACHE:-$here/../../../target/controlplane}"
+cache="${CONTROLPLANE_CACHE:-$here/../../target/controlplane}"
 out="$cache/v$version"
 tools=(etcd kube-apiserver kube-controller-manager)
 packages=(go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)

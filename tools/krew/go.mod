@@ -1,6 +1,6 @@
 // krew and its manifest validator (the one krew-index CI runs), built from krew's official
 // module (sigs.k8s.io/krew) by build.sh into target/tools/krew.
-module github.com/initializer-dev/initializer-operator/plugins/kubectl-initializer/krew/validate
+module github.com/initializer-dev/initializer-operator/tools/krew
 
 go 1.25
 

@@ -3,14 +3,14 @@
 # official Go module (sigs.k8s.io/krew, pinned in go.mod beside this script) into
 # target/tools/krew/<version>/, and prints that directory.
 #
-#   plugins/kubectl-initializer/krew/go/build.sh     # instant when that version is already built
+#   tools/krew/build.sh     # instant when that version is already built
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
-source "$here/../../../../tools/lib/go-tool.sh"
+source "$here/../lib/go-tool.sh"
 version="$(sed -n 's#^require sigs.k8s.io/krew \(v[0-9.]*\).*#\1#p' "$here/go.mod")"
 [[ -n "$version" ]] || { echo "failed to read krew's version from $here/go.mod" >&2; exit 1; }
-cache="${KREW_TOOLS_CACHE:-$(cd "$here/../../../.." && pwd)/target/tools/krew}"
+cache="${KREW_TOOLS_CACHE:-$(cd "$here/../.." && pwd)/target/tools/krew}"
 out="$cache/$version"
 one_build_at_a_time "$cache" krew
 

@@ -1,8 +1,8 @@
 // What `make e2e-kind` builds from Go modules when kind's own releases and images cannot be
 // downloaded: the kind command, crictl and CoreDNS (the cluster DNS the node image carries;
 // ./coredns is its main with the plugins a kubeadm cluster uses). The Kubernetes binaries come
-// from e2e/controlplane/go.
-module initializer.dev/e2e/kind
+// from tools/controlplane.
+module initializer.dev/tools/kind
 
 go 1.26.2
 

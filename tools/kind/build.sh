@@ -5,8 +5,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
-source "$here/../../../tools/lib/go-tool.sh"
-out="${KIND_BIN_DIR:-$here/../../../target/kind/bin}"
+source "$here/../lib/go-tool.sh"
+out="${KIND_BIN_DIR:-$here/../../target/kind/bin}"
 one_build_at_a_time "$out" kind
 marker="$out/.complete-$(cat "$here/go.mod" "$here/coredns/main.go" | sha256sum | cut -c1-16)"
 if [[ -f "$marker" ]]; then

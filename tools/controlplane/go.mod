@@ -1,6 +1,6 @@
 // The real Kubernetes control plane the e2e suite runs on, built from the official Go modules.
 // Tools only: no Go code of ours. `make controlplane` builds the tools below (build.sh).
-module initializer.dev/e2e/controlplane
+module initializer.dev/tools/controlplane
 
 go 1.26.0
 
