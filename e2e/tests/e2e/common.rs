@@ -1,9 +1,10 @@
 //! What several scenarios share: a registered sidecar initializer in its own namespaces, pod
 //! control over all of its pods, a stream of creates, and the health budget.
 
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use initializer_crds::{HealthPolicy, Initializer};
 use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::load::{self, Attempt, CreateLoad};
@@ -17,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::DeleteParams;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
+use tokio::process::Command;
 
 /// How long an Initializer may take from apply to registered (pods start, probes pass).
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(120);
@@ -406,4 +408,31 @@ pub fn record_crash(
         row.failed_creates_recovery = Some(load::count_in(attempts, removed, Some(back)));
     });
     failed
+}
+
+/// Runs kubectl against the backend's cluster; its stdout, or an error with its stderr.
+pub async fn kubectl(ctx: &Ctx, args: &[&str]) -> anyhow::Result<String> {
+    let (stdout, stderr) = kubectl_both(ctx, args).await?;
+    if !stderr.trim().is_empty() {
+        eprintln!("kubectl {}: {}", args.join(" "), stderr.trim());
+    }
+    Ok(stdout)
+}
+
+/// Runs kubectl; its stdout and stderr, or an error when it fails.
+pub async fn kubectl_both(ctx: &Ctx, args: &[&str]) -> anyhow::Result<(String, String)> {
+    let output = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(ctx.env.kubeconfig_path())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("failed to run kubectl")?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    if !output.status.success() {
+        bail!("kubectl {} failed: {}", args.join(" "), stderr.trim());
+    }
+    Ok((stdout, stderr))
 }

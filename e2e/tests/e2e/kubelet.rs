@@ -23,34 +23,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, Sidecar, s};
-
-/// Runs kubectl against the backend's cluster; its stdout, or an error with its stderr.
-async fn kubectl(ctx: &Ctx, args: &[&str]) -> anyhow::Result<String> {
-    let (stdout, stderr) = kubectl_both(ctx, args).await?;
-    if !stderr.trim().is_empty() {
-        eprintln!("kubectl {}: {}", args.join(" "), stderr.trim());
-    }
-    Ok(stdout)
-}
-
-/// Runs kubectl; its stdout and stderr, or an error when it fails.
-async fn kubectl_both(ctx: &Ctx, args: &[&str]) -> anyhow::Result<(String, String)> {
-    let output = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(ctx.env.kubeconfig_path())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .context("failed to run kubectl")?;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    if !output.status.success() {
-        bail!("kubectl {} failed: {}", args.join(" "), stderr.trim());
-    }
-    Ok((stdout, stderr))
-}
+use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, Sidecar, kubectl, kubectl_both, s};
 
 /// One pod of the sidecar initializer.
 async fn first_pod(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<String> {
