@@ -7,7 +7,9 @@
 #      pulled (no registry), one assembled on this machine (e2e/kind/offline/images.sh) and the
 #      cluster configured for it (e2e/kind/offline/kind-config.yaml)
 #   3. create the cluster (its own kubeconfig, not yours); offline, give each node its pod
-#      network (offline/network.sh stands in for kindnetd, which ships only as an image)
+#      network (offline/network.sh stands in for kindnetd, which ships only as an image) and
+#      enforce NetworkPolicies as kindnetd does (kube-router's firewall,
+#      offline/network-policy.yaml)
 #   4. a release, as users pull one: distribution's registry as a container on kind's network
 #      (each node's containerd pulls from it under its own name and as ghcr.io's mirror), then
 #      `make release` to it (tools/release/release.sh: the binaries built here, in release or as
@@ -63,6 +65,9 @@ kubeconfig="$state/kubeconfig"
 
 # Third-party images the scenarios create pods from (loaded when they can be pulled).
 extra_images=(nginx:1.8.1 busybox:1.36)
+# The image of the pods that must run a shell with bash (E2E_SHELL_IMAGE, the suite's default
+# unless set): Debian, pulled online; offline the local Debian base (step 2).
+export E2E_SHELL_IMAGE="${E2E_SHELL_IMAGE:-debian:bookworm-slim}"
 
 need() {
   if ! command -v "$1" >/dev/null 2>&1; then
@@ -174,6 +179,7 @@ if ! "$docker" image inspect "$node_image" >/dev/null 2>&1 \
   stage "building the node image" "$here/offline/images.sh" node >/dev/null
   # shellcheck source-path=SCRIPTDIR
   source "$here/offline/versions.sh"
+  E2E_SHELL_IMAGE="$DEBIAN_IMAGE"
   config="$state/kind-config.yaml"
   sed -e "s#\${NODE_IMAGE}#$NODE_IMAGE#" -e "s#\${ETCD_VERSION}#$ETCD_VERSION#" \
     -e "s#\${COREDNS_VERSION}#$COREDNS_VERSION#" "$here/offline/kind-config.yaml" > "$config"
@@ -193,12 +199,24 @@ stage "creating cluster '$cluster'" "$kind_bin" create cluster --name "$cluster"
   --config "$config" --kubeconfig "$kubeconfig" --retain
 export KUBECONFIG="$kubeconfig"
 # ANCHOR_END: cluster
+# Offline, the network enforces NetworkPolicies as kindnetd does online: kube-router's firewall
+# beside network.sh's bridges (offline/network-policy.yaml).
+enforce_network_policies() {
+  local image
+  image="$("$here/offline/images.sh" kube-router)"
+  "$kind_bin" load docker-image --name "$cluster" "$image"
+  sed "s#\${KUBE_ROUTER_IMAGE}#$image#" "$here/offline/network-policy.yaml" | kubectl apply -f -
+  kubectl -n kube-system rollout status daemonset/kube-router --timeout=180s
+}
 if [[ "$offline" == "1" ]]; then
   stage "giving each node its pod network" "$here/offline/network.sh" "$cluster"
 fi
 # ANCHOR: ready
 stage "waiting for every node to be Ready" kubectl wait --for=condition=Ready node --all --timeout=180s
 # ANCHOR_END: ready
+if [[ "$offline" == "1" ]]; then
+  stage "enforcing NetworkPolicies (kube-router)" enforce_network_policies
+fi
 kubectl cluster-info
 
 # 4. The images: a release, as users pull one. distribution's registry runs as a container on
@@ -301,8 +319,9 @@ build_olm_image() {
 load_images() {
   local images=() image
   if [[ -n "$olm_image" ]]; then images+=("$olm_image"); fi
-  for image in "${extra_images[@]}"; do
-    # Scenarios only inspect these pods' specs; a pull failure makes them wait, not fail.
+  for image in "${extra_images[@]}" "$E2E_SHELL_IMAGE"; do
+    # Scenarios only inspect the specs of the third-party images' pods: a pull failure makes
+    # them wait, not fail. The shell image's pods run, and it is local offline.
     if "$docker" image inspect "$image" >/dev/null 2>&1 || "$docker" pull --quiet "$image" >/dev/null 2>&1; then
       images+=("$image")
     else

@@ -6,6 +6,8 @@
 #   e2e/kind/offline/images.sh runtime   # the runtime base for images/Dockerfile; prints its name
 #   e2e/kind/offline/images.sh registry  # distribution's registry, which the cluster pulls our
 #                                        # images from (built here online too); prints its name
+#   e2e/kind/offline/images.sh kube-router  # kube-router's firewall, the NetworkPolicy
+#                                           # enforcement kindnetd would give; prints its name
 #
 # Each is built once and kept in the engine's image store (its tag names its versions). The
 # node image is assembled the way `kind build node-image` assembles one, which itself cannot run
@@ -149,6 +151,26 @@ node_image() {
   echo "$NODE_IMAGE"
 }
 
+# kube_router_image: kube-router (tools/kind/build.sh) with the iptables and ipset it drives, on
+# Debian: the NetworkPolicy enforcement of a cluster on network.sh's bridges
+# (network-policy.yaml runs it), as kindnetd enforces them on an online one.
+kube_router_image() {
+  if ! have_image "$KUBE_ROUTER_IMAGE"; then
+    debian_image
+    local go_bin context="$state/image-kube-router"
+    go_bin="$("$root/tools/kind/build.sh")"
+    rm -rf "$context" && mkdir -p "$context" && install -m 0755 "$go_bin/kube-router" "$context/"
+    printf '%s\n' "FROM $DEBIAN_IMAGE" \
+      "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables ipset && rm -rf /var/lib/apt/lists/*" \
+      "COPY kube-router /usr/local/bin/kube-router" \
+      'ENTRYPOINT ["/usr/local/bin/kube-router"]' > "$context/Dockerfile"
+    log "building $KUBE_ROUTER_IMAGE"
+    "$docker" build -q -t "$KUBE_ROUTER_IMAGE" "$context" >/dev/null
+    drop_other_tags "$KUBE_ROUTER_IMAGE"
+  fi
+  echo "$KUBE_ROUTER_IMAGE"
+}
+
 # registry_image: distribution's registry (tools/release/build.sh) alone in an image, the
 # registry the kind cluster pulls our images from.
 registry_image() {
@@ -167,5 +189,6 @@ case "${1:-}" in
   node) node_image ;;
   runtime) runtime_image ;;
   registry) registry_image ;;
-  *) echo "usage: $0 node|runtime|registry" >&2; exit 2 ;;
+  kube-router) kube_router_image ;;
+  *) echo "usage: $0 node|runtime|registry|kube-router" >&2; exit 2 ;;
 esac

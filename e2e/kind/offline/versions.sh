@@ -4,6 +4,7 @@
 #
 #   Kubernetes (kubeadm, kubelet, kubectl, the control plane's images): tools/controlplane/go.mod
 #   kind, crictl and CoreDNS: tools/kind/go.mod
+#   kube-router (the NetworkPolicy enforcement, network-policy.yaml): tools/kind/kube-router/go.mod
 #   pause: the TAG of build/pause/Makefile in that Kubernetes module
 _versions_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 
@@ -17,6 +18,7 @@ K8S_VERSION="$(_go_mod_version k8s.io/kubernetes "$_versions_root/tools/controlp
 ETCD_VERSION="$(_go_mod_version go.etcd.io/etcd/server/v3 "$_versions_root/tools/controlplane/go.mod")"
 KIND_VERSION="$(_go_mod_version sigs.k8s.io/kind "$_versions_root/tools/kind/go.mod")"
 COREDNS_VERSION="$(_go_mod_version github.com/coredns/coredns "$_versions_root/tools/kind/go.mod")"
+KUBE_ROUTER_VERSION="$(_go_mod_version github.com/cloudnativelabs/kube-router/v2 "$_versions_root/tools/kind/kube-router/go.mod")"
 
 # _inputs_digest FILE...: a short digest of the files an image is made from, for its tag.
 _inputs_digest() { (cd "$_versions_root" && cat "$@") | sha256sum | cut -c1-12; }
@@ -31,4 +33,7 @@ NODE_IMAGE="initializer-e2e/kind-node:${K8S_VERSION}-kind${KIND_VERSION#v}-$(_in
 # Local bases: Debian minbase, and a distroless-like runtime (glibc, libgcc, CA certificates,
 # uid 65532, no shell) for images/Dockerfile's runtime stage.
 DEBIAN_IMAGE="initializer-e2e/debian:${DEBIAN_SUITE}"
+# kube-router's firewall on Debian's iptables and ipset, for network-policy.yaml.
+KUBE_ROUTER_IMAGE="initializer-e2e/kube-router:${KUBE_ROUTER_VERSION}-$(_inputs_digest \
+  e2e/kind/offline/images.sh tools/kind/build.sh tools/kind/kube-router/{go.mod,go.sum})"
 RUNTIME_BASE_IMAGE="initializer-e2e/runtime-base:${DEBIAN_SUITE}-$(_inputs_digest e2e/kind/offline/runtime-base.Dockerfile)"

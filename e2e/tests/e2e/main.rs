@@ -19,6 +19,7 @@ mod injection;
 mod kubelet;
 mod legacy;
 mod lifecycle;
+mod network;
 mod registration;
 mod saturation;
 
@@ -89,6 +90,10 @@ const SCENARIOS: &[Scenario] = &[
     scenario!(kubelet::logs_and_exec_reach_the_operator_and_an_initializer),
     scenario!(kubelet::restricted_pod_security_runs_initializers_without_warnings),
     scenario!(kubelet::rolling_update_and_drain_lose_no_create),
+    scenario!(
+        network::network_policy_keeps_other_pods_out_and_lets_the_api_server_in,
+        alone
+    ),
     Scenario::ignored("create_latency_with_gates_and_engines", BENCHMARK, |ctx| {
         bench::create_latency_with_gates_and_engines(ctx).boxed()
     })
@@ -170,6 +175,10 @@ const ONLY_ON_REAL_NODES: &[(&str, &str)] = &[
         REAL_NODES,
     ),
     ("rolling_update_and_drain_lose_no_create", REAL_NODES),
+    (
+        "network_policy_keeps_other_pods_out_and_lets_the_api_server_in",
+        "needs a network that enforces NetworkPolicy and pods that reach each other over it: runs on kind (make e2e-kind: kindnetd online, kube-router's firewall offline), where the API server calls initializers from its node's address",
+    ),
     (
         "a_route_the_api_server_lacks_fails_open_until_it_works",
         "refuses a Service on the API server's own node with iptables in its container: runs on kind (make e2e-kind), where kube-apiserver reaches Services through kube-proxy",

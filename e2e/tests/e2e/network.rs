@@ -1,0 +1,308 @@
+//! What a network that enforces NetworkPolicy shows (kind: kindnetd online, kube-router's
+//! firewall offline): with `--network-policy=on` the operator's policy keeps every other pod
+//! from an initializer's port, while the API server's calls and the operator's probes still
+//! reach it.
+
+use std::time::Instant;
+
+use anyhow::{Context, ensure};
+use initializer_e2e::fixtures::{self, Health};
+use initializer_e2e::ops;
+use initializer_e2e::runner::Ctx;
+use initializer_e2e::wait::{self, Check};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, Sidecar, kubectl, kubectl_both, s};
+
+/// The operator's Deployment, as every install names it.
+const OPERATOR_DEPLOYMENT: &str = "deployment/initializer-operator";
+/// How long a connection attempt from the outsider pod may take before it counts as refused.
+const CONNECT_SECONDS: &str = "3";
+/// The outsider's image when `E2E_SHELL_IMAGE` names none.
+const SHELL_IMAGE: &str = "debian:bookworm-slim";
+
+/// An outsider pod reaches a registered initializer's Service until the operator writes its
+/// NetworkPolicy; from then on the outsider is kept out, while a create the initializer
+/// changes is still changed (the API server's call is admitted), the Initializer stays
+/// registered (the operator's probes are admitted), and an Initializer applied with the policy
+/// in force proves its route and registers. With the setting off again the policy goes and the
+/// outsider reaches the Service again.
+pub async fn network_policy_keeps_other_pods_out_and_lets_the_api_server_in(
+    ctx: Ctx,
+) -> anyhow::Result<()> {
+    let sidecar = common::registered_sidecar(&ctx, "netpol", Health::default()).await?;
+    let outsider_ns = ctx.scope.outside_namespace("netpol-outsider").await?;
+    let pods = Api::<Pod>::namespaced(ctx.client(), &outsider_ns);
+    pods.create(&Default::default(), &outsider_pod()?).await?;
+    wait::until("the outsider pod ready", STEP_TIMEOUT, || async {
+        let pod = pods.get("outsider").await?;
+        Ok(if ops::pod_ready(&pod) {
+            Check::Done(())
+        } else {
+            Check::Pending(ops::pod_states(&[pod]))
+        })
+    })
+    .await?;
+    let service_ip = service_ip(&ctx, &sidecar).await?;
+    let outsider = Outsider {
+        namespace: &outsider_ns,
+        target: &service_ip,
+    };
+    let before = outsider.connect(&ctx).await;
+    ensure!(
+        before == Reach::Connected,
+        "the outsider pod cannot reach {service_ip}:443 with no NetworkPolicy ({before:?}): the check below would prove nothing"
+    );
+
+    let cidr = api_server_cidr(&ctx).await?;
+    let on = Instant::now();
+    set_operator_env(
+        &ctx,
+        &["NETWORK_POLICY=on", &format!("API_SERVER_CIDRS={cidr}")],
+    )
+    .await?;
+    let result = with_the_policy_on(&ctx, &sidecar, &outsider, on).await;
+    let off = set_operator_env(&ctx, &["NETWORK_POLICY-", "API_SERVER_CIDRS-"]).await;
+    result?;
+    off?;
+
+    wait::until(
+        "the NetworkPolicy removed with the setting off",
+        STEP_TIMEOUT,
+        || async {
+            Ok(match policy_of(&ctx, &sidecar).await? {
+                None => Check::Done(()),
+                Some(_) => Check::Pending("the policy is still there".to_string()),
+            })
+        },
+    )
+    .await?;
+    wait::until(
+        "the outsider reaching the Service again",
+        STEP_TIMEOUT,
+        || async {
+            Ok(match outsider.connect(&ctx).await {
+                Reach::Connected => Check::Done(()),
+                other => Check::Pending(format!("{service_ip}:443: {other:?}")),
+            })
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The scenario's part with `--network-policy=on` (from `on`), after which the setting goes
+/// back whatever happened here.
+async fn with_the_policy_on(
+    ctx: &Ctx,
+    sidecar: &Sidecar,
+    outsider: &Outsider<'_>,
+    on: Instant,
+) -> anyhow::Result<()> {
+    let policy = wait::until("the operator's NetworkPolicy", REGISTER_TIMEOUT, || async {
+        Ok(match policy_of(ctx, sidecar).await? {
+            Some(policy) => Check::Done(policy),
+            None => Check::Pending("no NetworkPolicy yet".to_string()),
+        })
+    })
+    .await?;
+    eprintln!(
+        "NetworkPolicy {} written {} after the setting",
+        policy.name_any(),
+        s(on.elapsed())
+    );
+    wait::until("the outsider kept out", STEP_TIMEOUT, || async {
+        Ok(match outsider.connect(ctx).await {
+            Reach::KeptOut => Check::Done(()),
+            other => Check::Pending(format!(
+                "{}:443 from {}: {other:?}",
+                outsider.target, outsider.namespace
+            )),
+        })
+    })
+    .await?;
+    eprintln!("outsider kept out {} after the setting", s(on.elapsed()));
+    // Kept out by the policy, not by a Service with nothing behind it: every pod is ready.
+    let replicas = usize::try_from(sidecar.initializer.spec.replicas).unwrap_or(1);
+    let pods = ops::workload_pods(&ctx.client(), &sidecar.workload_ns, &sidecar.name).await?;
+    ensure!(
+        pods.iter().filter(|pod| ops::pod_ready(pod)).count() >= replicas,
+        "the outsider was kept out while the initializer's pods were not all ready, so the policy is not shown to be what kept it out: {}",
+        ops::pod_states(&pods)
+    );
+
+    let injected = common::create_nginx(ctx, &sidecar.target_ns, "nginx-netpol", true).await?;
+    ensure!(
+        fixtures::has_sidecar(&injected),
+        "with the NetworkPolicy in force, an annotated Deployment in {} was not injected (the API server's call was dropped?): containers {:?}",
+        sidecar.target_ns,
+        fixtures::template_containers(&injected)
+    );
+    let current = ops::initializer(&ctx.client(), &sidecar.name).await?;
+    ensure!(
+        ops::status_registered(&current),
+        "with the NetworkPolicy in force the Initializer is no longer registered (the operator's probes dropped?): {}",
+        ops::describe(&current)
+    );
+
+    let applied = Instant::now();
+    let late = common::registered_sidecar(ctx, "netpol-late", Health::default()).await?;
+    eprintln!(
+        "an Initializer applied with the policy in force registered {} after apply",
+        s(applied.elapsed())
+    );
+    ensure!(
+        policy_of(ctx, &late).await?.is_some(),
+        "the Initializer applied with the setting on has no NetworkPolicy"
+    );
+    Ok(())
+}
+
+/// A pod in a namespace no policy admits, dialling the initializer's Service.
+struct Outsider<'a> {
+    namespace: &'a str,
+    target: &'a str,
+}
+
+/// What became of one connection attempt from the outsider.
+#[derive(Debug, PartialEq, Eq)]
+enum Reach {
+    /// The connection was accepted.
+    Connected,
+    /// Refused, or nothing answered within [`CONNECT_SECONDS`]: what a NetworkPolicy does to a
+    /// connection it does not admit (kube-router refuses, others drop), and also what a Service
+    /// without a ready endpoint does (the scenario tells the two apart).
+    KeptOut,
+    /// Failed otherwise, with what kubectl said.
+    Failed(String),
+}
+
+impl Outsider<'_> {
+    /// Opens a TCP connection from the outsider pod to the Service's port 443, for at most
+    /// [`CONNECT_SECONDS`] (bash's `/dev/tcp`: no tool beyond the shell).
+    async fn connect(&self, ctx: &Ctx) -> Reach {
+        let connect = format!("exec 3<>/dev/tcp/{}/443", self.target);
+        let args = [
+            "-n",
+            self.namespace,
+            "exec",
+            "outsider",
+            "--",
+            "timeout",
+            CONNECT_SECONDS,
+            "bash",
+            "-c",
+            &connect,
+        ];
+        match kubectl_both(ctx, &args).await {
+            Ok(_) => Reach::Connected,
+            // timeout(1) exits 124 when the command ran out of time.
+            Err(e)
+                if e.to_string().contains("exit code 124")
+                    || e.to_string().contains("Connection refused") =>
+            {
+                Reach::KeptOut
+            }
+            Err(e) => Reach::Failed(e.to_string()),
+        }
+    }
+}
+
+/// The outsider: a pod that only waits, in the image `E2E_SHELL_IMAGE` names (Debian, which
+/// has bash; `make e2e-kind` loads it into the nodes).
+fn outsider_pod() -> anyhow::Result<Pod> {
+    let image = std::env::var("E2E_SHELL_IMAGE").unwrap_or_else(|_| SHELL_IMAGE.to_string());
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "outsider", "labels": {"app": "e2e-outsider"}},
+        "spec": {
+            "containers": [{"name": "shell", "image": image, "command": ["sleep", "infinity"]}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }))?)
+}
+
+/// The cluster IP of the Service in front of `sidecar`'s pods.
+async fn service_ip(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<String> {
+    let selector = format!(
+        "{}={}",
+        initializer_crds::constants::INITIALIZER_LABEL,
+        sidecar.name
+    );
+    Api::<Service>::namespaced(ctx.client(), &sidecar.workload_ns)
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .find_map(|service| service.spec.and_then(|spec| spec.cluster_ip))
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .with_context(|| format!("{} has no Service with a cluster IP", sidecar.name))
+}
+
+/// The NetworkPolicy the operator wrote in front of `sidecar`'s pods, if any.
+async fn policy_of(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Option<NetworkPolicy>> {
+    let selector = format!(
+        "{}={}",
+        initializer_crds::constants::INITIALIZER_LABEL,
+        sidecar.name
+    );
+    Ok(
+        Api::<NetworkPolicy>::namespaced(ctx.client(), &sidecar.workload_ns)
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .into_iter()
+            .next(),
+    )
+}
+
+/// Where the API server's calls come from on kind: the control-plane node's address (the API
+/// server runs in its network namespace), as one address.
+async fn api_server_cidr(ctx: &Ctx) -> anyhow::Result<String> {
+    let nodes = Api::<Node>::all(ctx.client())
+        .list(&ListParams::default().labels("node-role.kubernetes.io/control-plane"))
+        .await?;
+    nodes
+        .items
+        .iter()
+        .filter_map(|node| node.status.as_ref()?.addresses.as_ref())
+        .flatten()
+        .find(|address| address.type_ == "InternalIP")
+        .map(|address| {
+            let prefix = if address.address.contains(':') {
+                128
+            } else {
+                32
+            };
+            format!("{}/{prefix}", address.address)
+        })
+        .context("no control-plane node with an InternalIP")
+}
+
+/// Sets (or with `NAME-`, unsets) the operator's environment, as `kubectl set env` does, and
+/// waits for the new pods to be available.
+async fn set_operator_env(ctx: &Ctx, settings: &[&str]) -> anyhow::Result<()> {
+    let namespace = ctx.env.operator_namespace.as_str();
+    let mut args = vec!["-n", namespace, "set", "env", OPERATOR_DEPLOYMENT];
+    args.extend_from_slice(settings);
+    kubectl(ctx, &args).await?;
+    let timeout = format!("--timeout={}s", REGISTER_TIMEOUT.as_secs());
+    kubectl(
+        ctx,
+        &[
+            "-n",
+            namespace,
+            "rollout",
+            "status",
+            OPERATOR_DEPLOYMENT,
+            &timeout,
+        ],
+    )
+    .await?;
+    Ok(())
+}
