@@ -7,8 +7,9 @@ use anyhow::Context;
 use initializer_crds::{Initializer, Phase, constants};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
@@ -266,6 +267,36 @@ pub async fn workload_deployment(
     let found = labelled(client, namespace, name, "Deployments", |_: &Deployment| {
         true
     })
+    .await?;
+    Ok(found.into_iter().next())
+}
+
+/// The cluster IP of the Initializer's Service, once it has one.
+pub async fn workload_service_ip(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    let found = labelled(client, namespace, name, "Services", |_: &Service| true).await?;
+    Ok(found
+        .into_iter()
+        .find_map(|service| service.spec.and_then(|spec| spec.cluster_ip))
+        .filter(|ip| !ip.is_empty() && ip != "None"))
+}
+
+/// The NetworkPolicy the operator wrote in front of the Initializer's pods, if any.
+pub async fn workload_network_policy(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<NetworkPolicy>> {
+    let found = labelled(
+        client,
+        namespace,
+        name,
+        "NetworkPolicies",
+        |_: &NetworkPolicy| true,
+    )
     .await?;
     Ok(found.into_iter().next())
 }

@@ -3,9 +3,9 @@
 //! etcd, kube-apiserver and kube-controller-manager, built from the official Go modules
 //! (`tools/controlplane/go.mod`, `make controlplane`), run as local processes inside a network
 //! namespace of their own, with the node agent (`initializer-node`) in place of the kubelet: it
-//! registers a Node, binds pods to it and runs them as processes. Everything runs inside the namespace;
-//! [`ControlPlane::kubeconfig_path`] reaches the API server through a port forward on
-//! `127.0.0.1`, so kubectl and the tests need no namespace of their own.
+//! registers a Node, binds pods to it and runs them as processes. Everything runs inside the
+//! namespace; [`ControlPlane::kubeconfig_path`] reaches the API server through a port forward
+//! on `127.0.0.1`, so kubectl and the tests need no namespace of their own.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), initializer_controlplane::Error> {

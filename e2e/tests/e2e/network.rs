@@ -10,7 +10,7 @@ use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
@@ -229,36 +229,14 @@ fn outsider_pod() -> anyhow::Result<Pod> {
 
 /// The cluster IP of the Service in front of `sidecar`'s pods.
 async fn service_ip(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<String> {
-    let selector = format!(
-        "{}={}",
-        initializer_crds::constants::INITIALIZER_LABEL,
-        sidecar.name
-    );
-    Api::<Service>::namespaced(ctx.client(), &sidecar.workload_ns)
-        .list(&ListParams::default().labels(&selector))
+    ops::workload_service_ip(&ctx.client(), &sidecar.workload_ns, &sidecar.name)
         .await?
-        .items
-        .into_iter()
-        .find_map(|service| service.spec.and_then(|spec| spec.cluster_ip))
-        .filter(|ip| !ip.is_empty() && ip != "None")
         .with_context(|| format!("{} has no Service with a cluster IP", sidecar.name))
 }
 
 /// The NetworkPolicy the operator wrote in front of `sidecar`'s pods, if any.
 async fn policy_of(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Option<NetworkPolicy>> {
-    let selector = format!(
-        "{}={}",
-        initializer_crds::constants::INITIALIZER_LABEL,
-        sidecar.name
-    );
-    Ok(
-        Api::<NetworkPolicy>::namespaced(ctx.client(), &sidecar.workload_ns)
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
-            .into_iter()
-            .next(),
-    )
+    ops::workload_network_policy(&ctx.client(), &sidecar.workload_ns, &sidecar.name).await
 }
 
 /// Where the API server's calls come from on kind: the control-plane node's address (the API

@@ -12,7 +12,7 @@ use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::{Change, Recorder};
 use initializer_packaging::readiness::deployment_available;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -359,21 +359,13 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
     let applied = Instant::now();
     ctx.scope.create_initializer(&initializer).await?;
     // The Service comes with the Deployment, seconds before any pod is ready.
-    let services = Api::<Service>::namespaced(client.clone(), &workload_ns);
-    let selector = format!("{}={name}", initializer_crds::constants::INITIALIZER_LABEL);
     let ip = wait::until("the initializer's Service", STEP_TIMEOUT, || async {
-        let found = services
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await?;
-        let ip = found
-            .items
-            .into_iter()
-            .find_map(|s| s.spec.and_then(|spec| spec.cluster_ip))
-            .filter(|ip| !ip.is_empty() && ip != "None");
-        Ok(match ip {
-            Some(ip) => Check::Done(ip),
-            None => Check::Pending("no Service with a cluster IP yet".to_string()),
-        })
+        Ok(
+            match ops::workload_service_ip(&client, &workload_ns, &name).await? {
+                Some(ip) => Check::Done(ip),
+                None => Check::Pending("no Service with a cluster IP yet".to_string()),
+            },
+        )
     })
     .await?;
     let block = ctx.env.target.refuse_from_api_server(&ip, 443).await?;
