@@ -12,6 +12,9 @@ pub enum Reason {
     Degraded,
     /// The initializer answers again: the spec's failure policy and timeout are back.
     Restored,
+    /// The NetworkPolicy in front of its pods changed: the configuration fails open until the
+    /// API server is seen reaching the initializer through it.
+    RouteChanged,
     /// The configuration is removed (failure, suspension, or deletion of the Initializer).
     Deregistered,
     /// A configuration that appeared while the initializer was out of the path, removed.
@@ -48,10 +51,11 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for the tests that hold the documentation to them.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::Registered,
         Reason::Degraded,
         Reason::Restored,
+        Reason::RouteChanged,
         Reason::Deregistered,
         Reason::StrayConfigurationRemoved,
         Reason::Suspended,
@@ -75,6 +79,7 @@ impl Reason {
             Reason::Registered => "Registered",
             Reason::Degraded => "Degraded",
             Reason::Restored => "Restored",
+            Reason::RouteChanged => "RouteChanged",
             Reason::Deregistered => "Deregistered",
             Reason::StrayConfigurationRemoved => "StrayConfigurationRemoved",
             Reason::Suspended => "Suspended",

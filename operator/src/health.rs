@@ -15,7 +15,9 @@
 //! [`initializer_core::route`]) and registers with the spec's values only when the caller reports
 //! that the API server's call reached the initializer ([`Input::Routed`]). New endpoints (after the
 //! Service had none) are proven again; a degraded configuration, whose endpoints never left, is
-//! restored without.
+//! restored without. A change of what admits the API server to the pods (their NetworkPolicy,
+//! [`Input::RouteChanged`]) degrades a registration to the proving configuration until the route
+//! is seen again: the operator's probes do not take that path, so they cannot tell.
 //!
 //! Hysteresis keeps a flapping initializer from causing a storm: returning needs
 //! `successThreshold` consecutive good probes (and an available workload), and every time the
@@ -118,6 +120,9 @@ pub enum Input {
     /// A call of the API server through the Service reached the initializer (the route check
     /// answered).
     Routed,
+    /// What admits the API server to the initializer's pods is about to change (their
+    /// NetworkPolicy): the route is proven again before the spec's values hold.
+    RouteChanged,
 }
 
 /// Why the configuration is removed.
@@ -164,6 +169,9 @@ pub enum Action {
         /// When the trouble started.
         since: Instant,
     },
+    /// Replace the registered configuration with the proving one ([`Input::RouteChanged`]):
+    /// it fails open until the API server is seen reaching the initializer again.
+    Reprove,
     /// Patch the degraded configuration back to the spec's values.
     Restore,
     /// Delete the configuration. `since` is when the trouble was first seen (first failed probe
@@ -255,12 +263,17 @@ impl Machine {
     }
 
     /// True while the proving configuration should exist: ready to register, the route not
-    /// proven yet ([`Action::Prove`]).
+    /// proven yet ([`Action::Prove`]), or degraded because the route changed under a
+    /// registration ([`Action::Reprove`]), ready or not.
     pub fn is_proving(&self, now: Instant) -> bool {
-        matches!(self.state, State::Waiting | State::Unresponsive)
-            && self.config.prove_route
-            && !self.routed
-            && self.ready(now)
+        if !self.config.prove_route || self.routed {
+            return false;
+        }
+        match self.state {
+            State::Waiting | State::Unresponsive => self.ready(now),
+            State::Degraded => true,
+            State::Registered | State::Aside => false,
+        }
     }
 
     /// True while the initializer is out of the path after trouble: degraded, or removed and
@@ -286,6 +299,9 @@ impl Machine {
     /// after enough good probes). Nothing happens while it is aside.
     pub fn adopt_registered(&mut self, degraded: bool, now: Instant) {
         if self.aside.is_none() {
+            // Whoever registered it proved its route; a change since is told by
+            // [`Input::RouteChanged`].
+            self.routed = true;
             self.state = if degraded {
                 State::Degraded
             } else {
@@ -369,6 +385,7 @@ impl Machine {
                 self.routed = true;
                 self.try_return(now)
             }
+            Input::RouteChanged => self.route_changed(now),
             Input::Aside(None) => {
                 if self.aside.is_some() {
                     self.aside = None;
@@ -435,6 +452,22 @@ impl Machine {
         }
     }
 
+    /// What admits the API server to the pods changes: the route is not proven any more, and a
+    /// registration fails open until it is ([`Action::Reprove`]). No hold-down: nothing failed.
+    /// An `InitializerConfiguration`'s route is its canary's, which every probe takes.
+    fn route_changed(&mut self, now: Instant) -> Action {
+        if !self.config.prove_route {
+            return Action::None;
+        }
+        self.routed = false;
+        if self.state != State::Registered {
+            return Action::None;
+        }
+        self.state = State::Degraded;
+        self.trouble_since = Some(now);
+        Action::Reprove
+    }
+
     /// Out of the path on purpose: a registered configuration goes, with `aside` as its cause.
     fn set_aside(&mut self, aside: Aside, now: Instant) -> Action {
         self.aside = Some(aside);
@@ -465,12 +498,15 @@ impl Machine {
     /// Back into the path once [`Machine::ready`]: register (from waiting or unresponsive) or
     /// restore (from degraded). Registering first proves the route ([`Action::Prove`] until
     /// [`Input::Routed`]), so that the Service routes to the endpoints where the API server runs;
-    /// a degraded configuration kept its endpoints, and is restored at once.
+    /// a degraded configuration kept its endpoints, and is restored at once, unless its route
+    /// changed ([`Input::RouteChanged`]): then it is proven first too.
     fn try_return(&mut self, now: Instant) -> Action {
         let ready = self.ready(now);
         let routed = self.routed || !self.config.prove_route;
         match self.state {
-            State::Waiting | State::Unresponsive if ready && !routed => Action::Prove,
+            State::Waiting | State::Unresponsive | State::Degraded if ready && !routed => {
+                Action::Prove
+            }
             State::Waiting | State::Unresponsive if ready => {
                 self.before_register = self.state;
                 self.state = State::Registered;

@@ -106,7 +106,7 @@ pub struct Metrics {
     /// Exported by the leader only, for the Initializers it supervises.
     pub registered: Family<InitializerLabels, Gauge>,
     /// 1 while an Initializer's configuration is degraded (`failurePolicy: Ignore`, short
-    /// timeout) after a failed probe.
+    /// timeout) after a failed probe, or fails open while a changed route is proven.
     pub degraded: Family<InitializerLabels, Gauge>,
     /// 1 while an Initializer is suspended (`spec.suspend` or the break-glass annotation):
     /// deregistered on purpose.
@@ -327,7 +327,7 @@ impl Metrics {
             );
         registry.register(
                 "degraded",
-                "1 while the Initializer's configuration is degraded to failurePolicy Ignore after a failed probe",
+                "1 while the Initializer's configuration is degraded to failurePolicy Ignore after a failed probe, or while a changed route is proven",
                 self.degraded.clone(),
             );
         registry.register(

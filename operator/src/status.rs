@@ -230,6 +230,12 @@ impl Observation<'_> {
     fn in_api_server(&self) -> bool {
         self.engine.is_some_and(EngineView::in_api_server)
     }
+
+    /// Whether a registration fails open while a route that changed under it is proven again
+    /// (the machine degraded, the proving configuration registered).
+    fn reproving(&self) -> bool {
+        self.route_check.is_some() && self.health.is_some_and(|h| h.state == State::Degraded)
+    }
 }
 
 /// How soon, under `failurePolicy: Fail`, the operator takes a hung initializer out of the path.
@@ -249,7 +255,7 @@ pub fn phase(o: &Observation<'_>) -> Phase {
         Phase::Suspended
     } else if o.in_api_server() && !o.registered {
         Phase::InApiServer
-    } else if o.registered && o.degraded {
+    } else if (o.registered && o.degraded) || o.reproving() {
         Phase::Degraded
     } else if o.registered {
         Phase::Registered
@@ -398,6 +404,16 @@ pub fn standing(status: &InitializerStatus, overdue: Option<Overdue<'_>>) -> Sta
     if conflict {
         return stand(STALLED, "Conflict", message_of(CONFLICT));
     }
+    let route_not_proven = |last: &str| {
+        stand(
+            STALLED,
+            "RouteNotProven",
+            &format!(
+                "the API server has not been seen reaching the initializer through its Service for {} s; it stays registered failing open; the last check: {last}",
+                ROUTE_DEADLINE.as_secs()
+            ),
+        )
+    };
     match status.phase.unwrap_or_default() {
         Phase::Invalid => stand(STALLED, "Refused", message_of(VALID)),
         Phase::Pending | Phase::Deploying => match overdue {
@@ -406,20 +422,15 @@ pub fn standing(status: &InitializerStatus, overdue: Option<Overdue<'_>>) -> Sta
                 "ProgressDeadlineExceeded",
                 &format!("the workload never became ready: {message}"),
             ),
-            Some(Overdue::Route(last)) => stand(
-                STALLED,
-                "RouteNotProven",
-                &format!(
-                    "the API server has not been seen reaching the initializer through its Service for {} s; it stays registered failing open; the last check: {last}",
-                    ROUTE_DEADLINE.as_secs()
-                ),
-            ),
+            Some(Overdue::Route(last)) => route_not_proven(last),
             None => stand(
                 RECONCILING,
                 "Deploying",
                 "the workload is being deployed; the configuration is registered once it is ready and answering",
             ),
         },
+        // A route that changed under the registration and is not proven again.
+        Phase::Degraded if let Some(Overdue::Route(last)) = overdue => route_not_proven(last),
         Phase::Degraded => stand(RECONCILING, "Degraded", message_of(DEGRADED)),
         Phase::Unresponsive => stand(RECONCILING, "Unresponsive", message_of(DEGRADED)),
         Phase::Registered => stand(READY, "Registered", message_of(REGISTERED)),
@@ -560,6 +571,18 @@ fn degraded_condition(o: &Observation<'_>) -> Option<Condition> {
             format!(
                 "a probe failed at {}; since {} {name} is registered with failurePolicy Ignore and timeoutSeconds 1, until the initializer answers again or is removed",
                 at(outage.and_then(|x| x.started_at.as_ref())),
+                at(outage.and_then(|x| x.degraded_at.as_ref())),
+            ),
+        ));
+    }
+    if o.reproving() {
+        return Some(condition(
+            o,
+            DEGRADED,
+            "True",
+            "RouteChanged",
+            format!(
+                "the NetworkPolicy in front of the initializer changed at {}: {name} fails open until a call of the API server is seen reaching the initializer through it",
                 at(outage.and_then(|x| x.degraded_at.as_ref())),
             ),
         ));

@@ -89,6 +89,11 @@ const MAX_REMOVAL_RETRY: Duration = Duration::from_secs(5);
 const FIRST_ROUTE_CHECK_RETRY: Duration = Duration::from_millis(100);
 /// Longest delay between two route checks of an initializer the API server does not reach.
 const MAX_ROUTE_CHECK_RETRY: Duration = Duration::from_secs(5);
+/// How long after what admits the API server changes ([`Supervisor::route_changing`]) the first
+/// route check is made: a network plugin enforces a NetworkPolicy some time after it is stored,
+/// and a check answered before then proves the old path. Nothing tells when a plugin has
+/// enforced a policy; the common ones do within a second or two.
+const ROUTE_CHANGE_SETTLE: Duration = Duration::from_secs(5);
 /// First delay before the status writer tries a failed write again; doubles up to
 /// [`MAX_STATUS_RETRY`].
 const FIRST_STATUS_RETRY: Duration = Duration::from_millis(200);
@@ -657,6 +662,32 @@ impl Supervisor {
         let entry = self.entries().get(initializer).cloned()?;
         let st = entry.state.lock().await;
         Some(st.presence != Presence::Absent)
+    }
+
+    /// What admits the API server to `initializer`'s pods is about to change (its NetworkPolicy
+    /// is to be written or narrowed): a registration fails open until the route is seen again
+    /// ([`Input::RouteChanged`]), converged now, and the first route check waits
+    /// [`ROUTE_CHANGE_SETTLE`]. Returns whether the change may be written now: the API server
+    /// fails open for the initializer (or has no configuration of it). Not yet while the
+    /// fallback is being put in force, nor for an Initializer this replica does not supervise
+    /// yet: its first sync reads what is live, and the next reconcile asks again.
+    pub async fn route_changing(&self, initializer: &str) -> Result<bool> {
+        let Some(entry) = self.entries().get(initializer).cloned() else {
+            return Ok(false);
+        };
+        let mut st = entry.state.lock().await;
+        if !st.machine.config().prove_route {
+            // An `InitializerConfiguration`'s route is its canary's, which every probe takes.
+            return Ok(true);
+        }
+        let now = Instant::now();
+        let action = st.machine.observe(Input::RouteChanged, now);
+        self.note(&mut st, action);
+        st.route.next_at = Some(now + ROUTE_CHANGE_SETTLE);
+        let converged = self.converge(&entry, &mut st).await;
+        st.status.due();
+        converged?;
+        Ok(st.presence != Presence::Normal)
     }
 
     /// Reads or updates what is known of `initializer` (a short critical section: no await).

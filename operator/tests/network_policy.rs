@@ -1,8 +1,10 @@
 //! The NetworkPolicy of `--network-policy=on`, as the API server stores it: written with the
 //! workload, this Initializer's (labels and owner), put back when deleted, and removed when the
-//! operator runs with the setting off. On the real control plane only: the sandbox serves no
-//! `networking.k8s.io`. (Our node agent enforces no policy, so what the policy keeps out is
-//! proven by the builder's unit tests; the SDK's server is what the attack scenario proves.)
+//! operator runs with the setting off; and a policy changed under a registration that fails
+//! closed is written only once the configuration fails open, which it does until the route is
+//! proven again. On the real control plane only: the sandbox serves no `networking.k8s.io`.
+//! (Our node agent enforces no policy, so what the policy keeps out is proven on kind, by
+//! `e2e/tests/e2e/network.rs`; here, the order of the writes.)
 
 // Test helpers outside #[test] functions may unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -18,8 +20,9 @@ use initializer_crds::Initializer;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::TestCluster;
@@ -33,6 +36,7 @@ const API_SERVER_CIDR: &str = "10.200.0.1/32";
 on_backends! {
     /// The sandbox serves no `networking.k8s.io`.
     real only: network_policy_is_written_put_back_and_removed_when_switched_off,
+        a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route_is_proven_again,
 }
 
 fn spawn(cluster: &TestCluster, pod_name: &str, flags: &[&str]) -> Operator {
@@ -138,4 +142,169 @@ async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluste
     })
     .await;
     println!("NetworkPolicy removed {took:?} after the operator restarted with it off");
+}
+
+/// The API server ranges in `policy`'s ingress.
+fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
+    let spec = policy.spec.as_ref().unwrap();
+    spec.ingress
+        .iter()
+        .flatten()
+        .flat_map(|rule| rule.from.iter().flatten())
+        .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
+        .collect()
+}
+
+/// The failure policies of the live configuration's webhooks.
+async fn failure_policies(client: &Client) -> Vec<String> {
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt("initializer-guard")
+        .await
+        .unwrap()
+        .and_then(|c| c.webhooks)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.failure_policy.unwrap_or_default())
+        .collect()
+}
+
+/// The `Registered` condition's status and reason.
+async fn registered(client: &Client) -> (String, String) {
+    let guard = Api::<Initializer>::all(client.clone())
+        .get("guard")
+        .await
+        .unwrap();
+    guard
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Registered")
+        .map(|c| (c.status, c.reason))
+        .unwrap_or_default()
+}
+
+/// A registration made under one range is not proven under another. Restarted with another
+/// range, the operator must not write it while the configuration fails closed (on a network that
+/// enforces policies, a wrong range would then fail every matching create while the operator's
+/// own probes, which the policy admits, still pass). It degrades the configuration to the
+/// proving one first, writes the policy, and restores the spec's `failurePolicy: Fail` only once
+/// a call of the API server is seen reaching the initializer again.
+async fn a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route_is_proven_again(
+    cluster: &TestCluster,
+) {
+    const WIDER: &str = "10.200.0.0/24";
+    let client = cluster.client();
+    support::install::install_crd_and_namespace(&client, NS).await;
+    let first = spawn(
+        cluster,
+        "operator-test-0",
+        &[
+            "--network-policy",
+            "on",
+            "--api-server-cidrs",
+            API_SERVER_CIDR,
+        ],
+    );
+    let guard = support::initializer(
+        "guard",
+        json!({
+            "image": IMAGE,
+            "replicas": 1,
+            "failurePolicy": "Fail",
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
+        }),
+    );
+    Api::<Initializer>::all(client.clone())
+        .create(&PostParams::default(), &guard)
+        .await
+        .unwrap();
+    wait_for(
+        "registered, failing closed",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { failure_policies(&c).await == ["Fail"] }
+        },
+    )
+    .await;
+    assert_eq!(
+        admitted_ranges(&policy(&client).await.unwrap()),
+        [API_SERVER_CIDR]
+    );
+
+    first.stop();
+    drop(first);
+    let _second = spawn(
+        cluster,
+        "operator-test-1",
+        &["--network-policy", "on", "--api-server-cidrs", WIDER],
+    );
+    // The policy first, then the configuration: the proven route lasts five seconds at least
+    // after the write, so the configuration read just after it is the one it was written under.
+    let took = wait_for("the changed range written", Duration::from_secs(60), || {
+        let c = client.clone();
+        async move {
+            let Some(written) = policy(&c).await else {
+                return false;
+            };
+            if admitted_ranges(&written) != [WIDER] {
+                return false;
+            }
+            let under = failure_policies(&c).await;
+            assert!(
+                under.iter().all(|p| p == "Ignore") && !under.is_empty(),
+                "the changed NetworkPolicy was written while the configuration failed closed: {under:?}"
+            );
+            true
+        }
+    })
+    .await;
+    println!(
+        "the changed range written {took:?} after the restart, under a configuration failing open"
+    );
+
+    let took = wait_for("the route proven again", Duration::from_secs(60), || {
+        let c = client.clone();
+        async move { failure_policies(&c).await == ["Fail"] }
+    })
+    .await;
+    println!("failing closed again {took:?} later, the route proven");
+    wait_for("the status registered", Duration::from_secs(10), || {
+        let c = client.clone();
+        async move { registered(&c).await == ("True".to_string(), "Registered".to_string()) }
+    })
+    .await;
+    // Failing open in place is an outage's window: degraded, never removed, restored.
+    let guard = Api::<Initializer>::all(client.clone())
+        .get("guard")
+        .await
+        .unwrap();
+    let outage = guard.status.unwrap().last_outage.unwrap();
+    assert!(
+        outage.degraded_at.is_some() && outage.restored_at.is_some(),
+        "{outage:?}"
+    );
+    assert!(outage.deregistered_at.is_none(), "{outage:?}");
+    wait_for(
+        "the RouteChanged and Restored Events",
+        Duration::from_secs(10),
+        || {
+            let c = client.clone();
+            async move {
+                let reasons: Vec<String> = Api::<Event>::namespaced(c, "default")
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .filter_map(|e| e.reason)
+                    .collect();
+                ["RouteChanged", "Restored"]
+                    .iter()
+                    .all(|reason| reasons.iter().any(|r| r == reason))
+            }
+        },
+    )
+    .await;
 }

@@ -5,6 +5,10 @@
 //! SDK's server makes room for the API server and the probe when that happens (see
 //! `kube_initializer`'s connection slots), and the policy keeps such pods out altogether where
 //! the cluster's network enforces policies.
+//!
+//! A policy written or changed under a registered initializer may leave the API server out (a
+//! wrong range): [`changes_route`] tells the reconcile when a write must wait until the API
+//! server fails open for it, and [`held`] is what stays written meanwhile.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -18,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReferen
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{meta, selector_labels};
+use crate::ownership::{Ownership, controller_uid, ownership};
 use crate::validate::Validated;
 
 /// The label the API server sets on every namespace to its own name: nobody can give another
@@ -165,6 +170,28 @@ pub fn network_policy(
     }
 }
 
+/// Whether writing `desired` over `live` (what the cluster holds under its name) changes who may
+/// reach the initializer's pods: a policy where none was, or this Initializer's policy with
+/// another spec. The API server's path must then be proven again. Someone else's object is no
+/// change of ours: the write refuses it. Removing a policy only widens the path.
+pub fn changes_route(desired: &NetworkPolicy, live: Option<&NetworkPolicy>) -> bool {
+    let Some(live) = live else {
+        return true;
+    };
+    ownership(Some(&live.metadata), controller_uid(&desired.metadata)) == Ownership::Ours
+        && live.spec != desired.spec
+}
+
+/// What to write while a change of route waits ([`changes_route`]): the live policy's spec under
+/// the desired metadata, so that the write changes nothing of who may reach the pods, or no
+/// policy when none is live.
+pub fn held(desired: &NetworkPolicy, live: Option<&NetworkPolicy>) -> Option<NetworkPolicy> {
+    live.map(|live| NetworkPolicy {
+        metadata: desired.metadata.clone(),
+        spec: live.spec.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +254,69 @@ mod tests {
         assert_eq!(v4.ip_block.unwrap().cidr, "10.0.0.0/24");
         assert_eq!(v6.ip_block.unwrap().cidr, "fd00::/64");
         assert!(v6.namespace_selector.is_none() && v6.pod_selector.is_none());
+    }
+
+    /// The policy as the API server stores it: what was written, with a UID.
+    fn stored(policy: &NetworkPolicy) -> NetworkPolicy {
+        let mut live = policy.clone();
+        live.metadata.uid = Some("policy-uid".into());
+        live.metadata.resource_version = Some("7".into());
+        live
+    }
+
+    fn owner() -> OwnerReference {
+        OwnerReference {
+            api_version: "initializer.dev/v1alpha1".into(),
+            kind: "Initializer".into(),
+            name: "sidecar".into(),
+            uid: "initializer-uid".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    #[test]
+    fn a_new_policy_or_another_range_changes_the_route_and_the_same_one_does_not() {
+        let v = validated();
+        let owner = owner();
+        let desired = network_policy(&v, &policy_settings(&["10.0.0.0/24"]), Some(&owner));
+        assert!(changes_route(&desired, None), "a policy where none was");
+        assert!(
+            !changes_route(&desired, Some(&stored(&desired))),
+            "as written"
+        );
+        let narrower = network_policy(&v, &policy_settings(&["10.0.0.1/32"]), Some(&owner));
+        assert!(
+            changes_route(&narrower, Some(&stored(&desired))),
+            "another range"
+        );
+        let mut someone_elses = stored(&desired);
+        someone_elses.metadata.owner_references = None;
+        assert!(
+            !changes_route(&narrower, Some(&someone_elses)),
+            "someone else's object is left to the write, which refuses it"
+        );
+    }
+
+    #[test]
+    fn a_held_change_writes_the_live_spec_or_nothing() {
+        let v = validated();
+        let owner = owner();
+        let live = stored(&network_policy(
+            &v,
+            &policy_settings(&["10.0.0.0/24"]),
+            Some(&owner),
+        ));
+        let desired = network_policy(&v, &policy_settings(&["10.0.0.1/32"]), Some(&owner));
+        let kept = held(&desired, Some(&live)).unwrap();
+        assert_eq!(kept.spec, live.spec, "who may reach the pods stays");
+        assert_eq!(kept.metadata, desired.metadata, "written as ours");
+        assert!(!changes_route(&kept, Some(&live)));
+        assert_eq!(
+            held(&desired, None),
+            None,
+            "nothing written where nothing was"
+        );
     }
 
     #[test]

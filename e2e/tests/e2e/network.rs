@@ -1,9 +1,10 @@
 //! What a network that enforces NetworkPolicy shows (kind: kindnetd online, kube-router's
 //! firewall offline): with `--network-policy=on` the operator's policy keeps every other pod
 //! from an initializer's port, while the API server's calls and the operator's probes still
-//! reach it.
+//! reach it; and a range that leaves the API server out fails no create: the registration fails
+//! open until the route is proven, which it never is with that range.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use initializer_e2e::fixtures::{self, Health};
@@ -24,13 +25,18 @@ const OPERATOR_DEPLOYMENT: &str = "deployment/initializer-operator";
 const CONNECT_SECONDS: &str = "3";
 /// The outsider's image when `E2E_SHELL_IMAGE` names none.
 const SHELL_IMAGE: &str = "debian:bookworm-slim";
+/// An API server range that is not the API server's (TEST-NET-1, RFC 5737).
+const WRONG_RANGE: &str = "192.0.2.1/32";
+/// How often a create is tried while waiting for the wrong range to be enforced.
+const CREATE_EVERY: Duration = Duration::from_secs(2);
 
 /// An outsider pod reaches a registered initializer's Service until the operator writes its
 /// NetworkPolicy; from then on the outsider is kept out, while a create the initializer
 /// changes is still changed (the API server's call is admitted), the Initializer stays
 /// registered (the operator's probes are admitted), and an Initializer applied with the policy
-/// in force proves its route and registers. With the setting off again the policy goes and the
-/// outsider reaches the Service again.
+/// in force proves its route and registers. Then a wrong range: no create fails, the
+/// registration fails open and says why, and the right range brings it back. With the setting
+/// off again the policy goes and the outsider reaches the Service again.
 pub async fn network_policy_keeps_other_pods_out_and_lets_the_api_server_in(
     ctx: Ctx,
 ) -> anyhow::Result<()> {
@@ -142,11 +148,12 @@ async fn with_the_policy_on(
         sidecar.target_ns,
         fixtures::template_containers(&injected)
     );
-    let current = ops::initializer(&ctx.client(), &sidecar.name).await?;
-    ensure!(
-        ops::status_registered(&current),
-        "with the NetworkPolicy in force the Initializer is no longer registered (the operator's probes dropped?): {}",
-        ops::describe(&current)
+    // Written under a registration, the policy had the route proven again (failing open
+    // meanwhile); the operator's probes are admitted, so it stays registered from then on.
+    ops::wait_registered(&ctx.client(), &sidecar.name, REGISTER_TIMEOUT).await?;
+    eprintln!(
+        "registered with the spec's values again {} after the setting",
+        s(on.elapsed())
     );
 
     let applied = Instant::now();
@@ -159,7 +166,124 @@ async fn with_the_policy_on(
         policy_of(ctx, &late).await?.is_some(),
         "the Initializer applied with the setting on has no NetworkPolicy"
     );
+    a_wrong_range_fails_open(ctx, sidecar).await
+}
+
+/// `API_SERVER_CIDRS` set to a range the API server's calls do not come from, under `sidecar`
+/// registered with `failurePolicy: Fail`: once the policy is enforced, a create it would change
+/// is admitted unchanged (not refused), the configuration fails open and the status says the
+/// route is being proven. The right range back: registered with the spec's values, and creates
+/// are changed again.
+async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<()> {
+    let right = api_server_cidr(ctx).await?;
+    let changed = Instant::now();
+    set_operator_env(ctx, &[&format!("API_SERVER_CIDRS={WRONG_RANGE}")]).await?;
+    wait::until("the wrong range written", REGISTER_TIMEOUT, || async {
+        let ranges = policy_of(ctx, sidecar).await?.map(|p| admitted_ranges(&p));
+        Ok(match ranges {
+            Some(ranges) if ranges == [WRONG_RANGE] => Check::Done(()),
+            other => Check::Pending(format!("API server ranges {other:?}")),
+        })
+    })
+    .await?;
+    eprintln!(
+        "the wrong range written {} after the setting",
+        s(changed.elapsed())
+    );
+    // Creates until one comes back unchanged: the wrong range is enforced (the API server's
+    // call does not get through). None of them may be refused.
+    let mut attempt = 0;
+    let first = wait::until_every(
+        "a create admitted unchanged",
+        CREATE_EVERY,
+        STEP_TIMEOUT,
+        || {
+            attempt += 1;
+            let name = format!("nginx-wrong-range-{attempt}");
+            async move {
+                let created = common::create_nginx(ctx, &sidecar.target_ns, &name, true).await;
+                Ok(match created {
+                    Err(refused) => Check::Done(Err(refused)),
+                    Ok(created) if fixtures::has_sidecar(&created) => {
+                        Check::Pending(format!("{name} still injected: the range not enforced yet"))
+                    }
+                    Ok(_) => Check::Done(Ok(name)),
+                })
+            }
+        },
+    )
+    .await?;
+    let unchanged = first.with_context(|| {
+        format!(
+            "a create was refused under a range that leaves the API server out (the configuration failed closed); the configuration went through: {}",
+            configurations_seen(sidecar)
+        )
+    })?;
+    eprintln!(
+        "{unchanged} admitted unchanged {} after the setting",
+        s(changed.elapsed())
+    );
+    let proving = ops::configurations_of(&ctx.client(), &sidecar.name).await?;
+    ensure!(
+        proving
+            .iter()
+            .all(|c| ops::is_proving(c) && ops::is_degraded(c))
+            && !proving.is_empty(),
+        "under the wrong range the configuration is not the proving one: {proving:?}"
+    );
+    let current = ops::initializer(&ctx.client(), &sidecar.name).await?;
+    let reason = ops::condition(&current, "Registered").map(|c| c.reason.as_str());
+    ensure!(
+        reason == Some("ProvingRoute"),
+        "the status does not say the route is being proven: {}",
+        ops::describe(&current)
+    );
+
+    let back = Instant::now();
+    set_operator_env(ctx, &[&format!("API_SERVER_CIDRS={right}")]).await?;
+    ops::wait_registered(&ctx.client(), &sidecar.name, REGISTER_TIMEOUT).await?;
+    eprintln!(
+        "registered again {} after the right range",
+        s(back.elapsed())
+    );
+    let injected = common::create_nginx(ctx, &sidecar.target_ns, "nginx-right-range", true).await?;
+    ensure!(
+        fixtures::has_sidecar(&injected),
+        "the right range back, an annotated Deployment was not injected: containers {:?}",
+        fixtures::template_containers(&injected)
+    );
     Ok(())
+}
+
+/// The API server ranges `policy` admits.
+fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
+    policy
+        .spec
+        .iter()
+        .flat_map(|spec| spec.ingress.iter().flatten())
+        .flat_map(|rule| rule.from.iter().flatten())
+        .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
+        .collect()
+}
+
+/// What `sidecar`'s webhook configuration went through, for messages.
+fn configurations_seen(sidecar: &Sidecar) -> String {
+    sidecar
+        .configurations
+        .seen()
+        .iter()
+        .map(|seen| {
+            let state = if ops::is_proving(&seen.object) {
+                "proving"
+            } else if ops::is_degraded(&seen.object) {
+                "degraded"
+            } else {
+                "the spec's values"
+            };
+            format!("{:?} {state}", seen.change)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A pod in a namespace no policy admits, dialling the initializer's Service.

@@ -1,5 +1,7 @@
 //! Writing an Initializer's NetworkPolicy with the other workload objects, and removing the one
 //! written before once `--network-policy` is off, so that the setting is what the cluster holds.
+//! Whether a write must wait for the API server to fail open is the reconcile's to decide, from
+//! the live policy [`read`] here.
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -9,6 +11,18 @@ use crate::build::Desired;
 use crate::error::{Error, Result};
 
 const KIND: &str = "NetworkPolicy";
+
+/// What the cluster holds under the name of `policy`, whoever wrote it.
+pub async fn read(client: &Client, policy: &NetworkPolicy) -> Result<Option<NetworkPolicy>> {
+    let name = policy.name_any();
+    let api: Api<NetworkPolicy> =
+        Api::namespaced(client.clone(), &policy.namespace().unwrap_or_default());
+    api.get_opt(&name).await.map_err(|source| Error::Get {
+        kind: KIND,
+        name,
+        source: Box::new(source),
+    })
+}
 
 /// With a policy desired, [`claim`] it (`Some`); without, remove this Initializer's policy of
 /// the workload's name if one is there (`None`).

@@ -144,6 +144,9 @@ struct Deployed {
     material: tls::TlsMaterial,
     desired: build::Desired,
     deployment: Deployment,
+    /// A change of the NetworkPolicy waits for the API server to fail open
+    /// ([`hold_route_change`]): the next reconcile comes soon.
+    route_held: bool,
 }
 
 /// Certificates, the desired objects and the workload: what is there read first (the
@@ -196,6 +199,7 @@ async fn deploy(
         if let Some(legacy) = &desired.legacy {
             apply::legacy::apply_rbac(&ctx.client, legacy).await?;
         }
+        let route_held = hold_route_change(ctx, &name, &mut desired).await?;
         let deployment =
             apply::apply_workload(&ctx.client, &desired, desired.legacy.is_some()).await?;
         // The CA is now in the operator's namespace: the copy an earlier version kept beside
@@ -209,9 +213,34 @@ async fn deploy(
             material,
             desired,
             deployment,
+            route_held,
         })
     };
     deployed.await.map_err(Stop::deploying)
+}
+
+/// A NetworkPolicy that changes who may reach the initializer's pods is written only once the
+/// API server fails open for it ([`crate::supervisor::Supervisor::route_changing`], which
+/// also has the route proven again): a policy that leaves the API server out must never stand in
+/// front of a configuration that fails closed. Until then what is live stays; returns whether
+/// the change waits.
+async fn hold_route_change(
+    ctx: &Context,
+    name: &str,
+    desired: &mut build::Desired,
+) -> Result<bool> {
+    let Some(policy) = &desired.network_policy else {
+        return Ok(false);
+    };
+    let live = apply::network_policy::read(&ctx.client, policy).await?;
+    if !build::network_policy::changes_route(policy, live.as_ref())
+        || ctx.supervisor.route_changing(name).await?
+    {
+        return Ok(false);
+    }
+    info!(initializer = %name, "the NetworkPolicy's change waits until the configuration fails open");
+    desired.network_policy = build::network_policy::held(policy, live.as_ref());
+    Ok(true)
 }
 
 /// The certificates in force and the desired objects of `obj`, from what [`deploy`] found
@@ -271,6 +300,7 @@ async fn hand_over(
         material,
         desired,
         deployment,
+        route_held,
     } = deployed;
     let expiry = tls::inspect(&material.cert_pem).ok().map(|i| i.not_after);
     let mut workload = status::observe_workload(&deployment);
@@ -292,9 +322,10 @@ async fn hand_over(
     let settled = engine::after_sync(obj, ctx, &validated, &engine, &report)
         .await
         .map_err(Stop::claiming)?;
-    if settled || engine.replicas == engine::Replicas::AsTheyAre {
+    if settled || route_held || engine.replicas == engine::Replicas::AsTheyAre {
         // The proof settled the engine (the next sync shows it and, with the policy in force,
-        // takes the webhook out of the path), or this sync took it out and its pods may go.
+        // takes the webhook out of the path), or this sync took it out and its pods may go, or a
+        // NetworkPolicy's change waits for the configuration to fail open.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     tracing::debug!(initializer = %name, registered = report.registered, phase = ?report.status.phase, "reconciled");

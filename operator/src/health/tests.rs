@@ -798,3 +798,101 @@ fn a_return_that_fails_while_its_route_is_proven_doubles_the_hold_down() {
         );
     }
 }
+
+/// A registration proven before its NetworkPolicy changed is not proven after: the route is
+/// the API server's, which the operator's probes do not take. The machine degrades it to the
+/// proving configuration at once, whatever the probes say, and restores the spec's values only
+/// once the API server is seen again.
+#[test]
+fn a_route_changed_under_a_registration_fails_open_until_it_is_proven_again() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(HealthConfig::from_policy(&HealthPolicy::default()));
+    m.observe(Input::Available(true), t0);
+    m.observe(Input::Endpoints(1), t0);
+    let mut t = t0;
+    let (registered, _) = probes_proving(&mut m, &mut t, 1);
+    assert_eq!(registered, [Action::Register]);
+    let hold_down = m.snapshot().hold_down;
+
+    t += SEC;
+    assert_eq!(m.observe(Input::RouteChanged, t), Action::Reprove);
+    assert_eq!(m.state(), State::Degraded);
+    assert!(
+        m.is_proving(t),
+        "the proving configuration replaces the spec's values"
+    );
+    assert!(
+        m.in_outage(),
+        "failing open: the fallback and the missed count apply"
+    );
+    let (good_probes_alone, proving) = probes_proving(&mut m, &mut t, usize::MAX);
+    assert!(
+        good_probes_alone.is_empty() && proving > 0,
+        "good probes without the route restore nothing: {good_probes_alone:?}"
+    );
+    assert!(m.is_proving(t), "still proving");
+    assert_eq!(m.observe(Input::Routed, t), Action::Restore);
+    assert_eq!(m.state(), State::Registered);
+    assert!(!m.is_proving(t));
+    assert_eq!(
+        m.snapshot().hold_down,
+        hold_down,
+        "nothing failed: no hold-down"
+    );
+}
+
+/// A change that finds the initializer out of the path only forgets the route: the next
+/// registration proves it anyway. A probe that fails while the changed route is proven counts
+/// as it does for any degraded configuration.
+#[test]
+fn a_route_change_out_of_the_path_forgets_the_route_and_failures_still_remove_it() {
+    let t0 = Instant::now();
+    let mut waiting = Machine::new(HealthConfig::from_policy(&HealthPolicy::default()));
+    assert_eq!(waiting.observe(Input::RouteChanged, t0), Action::None);
+    assert_eq!(waiting.state(), State::Waiting);
+
+    let mut m = Machine::new(HealthConfig::from_policy(&HealthPolicy::default()));
+    m.observe(Input::Available(true), t0);
+    m.observe(Input::Endpoints(1), t0);
+    let mut t = t0;
+    assert_eq!(probes_proving(&mut m, &mut t, 1).0, [Action::Register]);
+    t += SEC;
+    let changed = t;
+    m.observe(Input::RouteChanged, changed);
+    let threshold = m.config().failure_threshold;
+    let failed = probes(&mut m, &mut t, false, threshold);
+    assert_eq!(
+        failed,
+        [Action::Deregister {
+            cause: Cause::ProbesFailed,
+            since: changed
+        }],
+        "removed at the failure threshold, the trouble counted from the change"
+    );
+    assert_eq!(m.state(), State::Unresponsive);
+}
+
+/// The legacy backend's canary already takes the API server's path at every probe: a route
+/// change changes nothing there.
+#[test]
+fn a_route_change_leaves_a_machine_that_proves_no_route_alone() {
+    let t0 = Instant::now();
+    let (mut m, t) = registered(t0);
+    assert_eq!(m.observe(Input::RouteChanged, t), Action::None);
+    assert_eq!(m.state(), State::Registered);
+}
+
+/// A configuration found registered after a restart was proven by whoever registered it: a
+/// degraded one is restored by good probes alone, as before.
+#[test]
+fn an_adopted_degraded_configuration_with_a_route_to_prove_is_restored_by_good_probes() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(HealthConfig::from_policy(&HealthPolicy::default()));
+    m.observe(Input::Available(true), t0);
+    m.observe(Input::Endpoints(1), t0);
+    m.adopt_registered(true, t0);
+    assert!(!m.is_proving(t0));
+    let mut t = t0 + 2 * SEC;
+    let restored = probes_every(&mut m, &mut t, true, 5, 100 * MS);
+    assert_eq!(restored, [Action::Restore]);
+}

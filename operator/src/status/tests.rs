@@ -194,6 +194,51 @@ fn a_configuration_proving_its_route_is_not_registered_and_says_what_the_check_s
     assert_eq!(cond(&s, RECONCILING).status, "True", "proving is progress");
 }
 
+/// A registration whose route changed under it (its NetworkPolicy) fails open in place while
+/// the route is proven again: degraded, and saying why, not deploying.
+#[test]
+fn a_registration_proving_a_changed_route_is_degraded_and_says_why() {
+    let outage = Outage {
+        deregistered_at: None,
+        fallback_installed_at: None,
+        ..outage()
+    };
+    let proving = |unanswered_for| Observation {
+        workload: Some(ready()),
+        health: Some(snapshot(State::Degraded, Some(1))),
+        outage: Some(outage.clone()),
+        route_check: Some(RouteCheck {
+            last: "refused without the initializer's answer: connection refused",
+            unanswered_for,
+        }),
+        ..base()
+    };
+    let s = compute(&proving(Duration::from_secs(3)));
+    assert_eq!(s.phase, Some(Phase::Degraded));
+    assert_eq!(s.registered, Some(false), "not with the spec's values");
+    let degraded = cond(&s, DEGRADED);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "RouteChanged")
+    );
+    assert!(
+        degraded.message.contains("NetworkPolicy"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(cond(&s, REGISTERED).reason, "ProvingRoute");
+    assert_eq!(cond(&s, RECONCILING).reason, "Degraded");
+    let past = compute(&proving(ROUTE_DEADLINE));
+    assert_eq!(
+        (
+            cond(&past, STALLED).status.as_str(),
+            cond(&past, STALLED).reason.as_str()
+        ),
+        ("True", "RouteNotProven"),
+        "a changed route never proven stalls as a new one does"
+    );
+}
+
 #[test]
 fn route_checks_unanswered_past_the_deadline_stall_it() {
     let check = |unanswered_for| RouteCheck {

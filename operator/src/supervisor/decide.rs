@@ -50,8 +50,10 @@ impl Presence {
     pub(super) fn of(machine: &Machine, now: Instant) -> Self {
         match machine.state() {
             State::Registered => Presence::Normal,
+            State::Waiting | State::Unresponsive | State::Degraded if machine.is_proving(now) => {
+                Presence::Proving
+            }
             State::Degraded => Presence::Degraded,
-            State::Waiting | State::Unresponsive if machine.is_proving(now) => Presence::Proving,
             State::Waiting | State::Unresponsive | State::Aside => Presence::Absent,
         }
     }

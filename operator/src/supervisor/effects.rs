@@ -51,6 +51,7 @@ pub(super) fn of_change(
         st.outage.window_from.get_or_insert(write_started);
     }
     match (before, now_is) {
+        (Presence::Normal | Presence::Degraded, Presence::Proving) => route_changed(st, before),
         (_, Presence::Proving) => {
             info!(initializer = %st.target.initializer, configuration = %st.target.configuration(), "registered failing open until the API server is seen reaching the initializer");
             Effects::default()
@@ -99,6 +100,28 @@ fn degraded(st: &mut SupervisedState) -> Effects {
     );
     Effects {
         events: vec![(EventType::Warning, Reason::Degraded, note)],
+        ..Effects::default()
+    }
+}
+
+/// What admits the API server to the initializer's pods changed under a registration: the
+/// proving configuration replaces it until the API server is seen reaching them again.
+fn route_changed(st: &mut SupervisedState, before: Presence) -> Effects {
+    let configuration = st.target.configuration();
+    if before == Presence::Normal
+        && let Some(outage) = st.outage.last.as_mut()
+    {
+        outage.degraded_at = Some(micro_now());
+    }
+    info!(initializer = %st.target.initializer, %configuration, "the route changed: failing open until it is proven again");
+    Effects {
+        events: vec![(
+            EventType::Warning,
+            Reason::RouteChanged,
+            format!(
+                "the NetworkPolicy in front of the initializer changed: {configuration} fails open (failurePolicy Ignore) until a call of the API server is seen reaching the initializer through it"
+            ),
+        )],
         ..Effects::default()
     }
 }
@@ -180,20 +203,31 @@ fn deregistered(st: &mut SupervisedState, cause: Cause, since: Instant) -> Effec
     }
 }
 
-/// Registered with the spec's settings, `from` absent, proving or degraded.
+/// Registered with the spec's settings, `from` absent, proving or degraded. Back from a
+/// configuration that failed open without ever being removed (degraded, or proving a route that
+/// changed) is a restore; anything else a registration.
 fn registered(st: &mut SupervisedState, from: Presence) -> Effects {
     let configuration = st.target.configuration();
-    let restored = from == Presence::Degraded;
+    let failed_open_in_place = st.outage.last.as_ref().is_some_and(|o| {
+        o.restored_at.is_none() && o.degraded_at.is_some() && o.deregistered_at.is_none()
+    });
+    let restored =
+        from == Presence::Degraded || (from == Presence::Proving && failed_open_in_place);
     if let Some(outage) = st.outage.last.as_mut().filter(|o| o.restored_at.is_none()) {
         outage.restored_at = Some(micro_now());
     }
     info!(initializer = %st.target.initializer, %configuration, restored, "registered");
+    let why = if from == Presence::Proving {
+        "a call of the API server reached the initializer through its changed route"
+    } else {
+        "the initializer answers again"
+    };
     let event = if restored {
         (
             EventType::Normal,
             Reason::Restored,
             format!(
-                "restored {configuration} to the spec's failurePolicy and timeoutSeconds: the initializer answers again"
+                "restored {configuration} to the spec's failurePolicy and timeoutSeconds: {why}"
             ),
         )
     } else {
@@ -205,7 +239,7 @@ fn registered(st: &mut SupervisedState, from: Presence) -> Effects {
     };
     Effects {
         events: vec![event],
-        registered: !from.is_registered(),
+        registered: !from.is_registered() && !restored,
         count_missed_from: st.outage.window_from.take(),
         ..Effects::default()
     }

@@ -205,7 +205,8 @@ impl Supervisor {
             &target.initializer,
             &InitializerGauges {
                 registered: st.presence.is_registered(),
-                degraded: st.presence == Presence::Degraded,
+                degraded: st.presence == Presence::Degraded
+                    || st.machine.state() == crate::health::State::Degraded,
                 suspended: target.suspended.is_some(),
                 certificate_expiry: target.certificate_not_after.map(|t| t.as_second()),
                 probe_budget: target.budget,

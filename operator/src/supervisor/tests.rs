@@ -716,6 +716,57 @@ fn an_outage_s_changes_say_what_they_publish_count_and_record() {
     assert!(!restored.registered);
 }
 
+/// A route that changed under a registration: the proving configuration replaces it in place
+/// (a `RouteChanged` Warning, the outage's window opened), and its return is a restore: no
+/// new registration counted, the window handed to the missed count.
+#[test]
+fn a_changed_route_fails_open_in_place_and_its_return_is_a_restore() {
+    let mut st = guard_state();
+    let now = Instant::now();
+    let action = st.machine.observe(Input::RouteChanged, now);
+    assert_eq!(action, Action::Reprove);
+    st.outage.last = Some(Outage {
+        started_at: Some(micro_now()),
+        ..Outage::default()
+    });
+    assert_eq!(Presence::of(&st.machine, now), Presence::Proving);
+    let written = Timestamp::now();
+    let proving = effects::of_change(&mut st, Presence::Normal, Presence::Proving, written);
+    assert_eq!(reasons(&proving), ["RouteChanged"]);
+    assert_eq!(
+        proving.events[0].0,
+        kube::runtime::events::EventType::Warning
+    );
+    assert!(proving.deregistered.is_none() && !proving.registered);
+    assert_eq!(
+        st.outage.window_from,
+        Some(written),
+        "failing open opens the window"
+    );
+    assert!(st.outage.last.as_ref().unwrap().degraded_at.is_some());
+
+    let back = effects::of_change(
+        &mut st,
+        Presence::Proving,
+        Presence::Normal,
+        Timestamp::now(),
+    );
+    assert_eq!(reasons(&back), ["Restored"]);
+    assert!(!back.registered, "never removed: no new registration");
+    assert_eq!(back.count_missed_from, Some(written));
+
+    // A first registration after proving is still a registration.
+    let mut first = guard_state();
+    let registered = effects::of_change(
+        &mut first,
+        Presence::Proving,
+        Presence::Normal,
+        Timestamp::now(),
+    );
+    assert_eq!(reasons(&registered), ["Registered"]);
+    assert!(registered.registered);
+}
+
 #[test]
 fn a_removal_on_purpose_or_of_a_stray_opens_no_window() {
     let mut st = guard_state();

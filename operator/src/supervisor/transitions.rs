@@ -34,6 +34,14 @@ impl Supervisor {
                     });
                 }
             }
+            // Failing open while the changed route is proven is an outage's window like any
+            // other: the fallback stands in and what slips through is counted.
+            Action::Reprove => {
+                st.outage.last = Some(Outage {
+                    started_at: Some(micro_now()),
+                    ..Outage::default()
+                });
+            }
             Action::Deregister { cause, since } => {
                 st.pending.deregister(cause, since);
                 if !cause.is_on_purpose()
