@@ -94,6 +94,12 @@ const SCENARIOS: &[Scenario] = &[
         network::network_policy_keeps_other_pods_out_and_lets_the_api_server_in,
         alone
     ),
+    Scenario::ignored(
+        "a_wrong_network_policy_range_fails_no_create",
+        CONNECTION_REUSED,
+        |ctx| network::a_wrong_network_policy_range_fails_no_create(ctx).boxed(),
+    )
+    .alone(),
     Scenario::ignored("create_latency_with_gates_and_engines", BENCHMARK, |ctx| {
         bench::create_latency_with_gates_and_engines(ctx).boxed()
     })
@@ -101,6 +107,7 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 /// Why the benchmark is not in the suite's runs, and how to run it.
+const CONNECTION_REUSED: &str = "fails on kube-router: the route check after a wrong range passes (most likely over a connection the API server opened before the change, which the firewall lets through as established), so the spec's failurePolicy: Fail comes back and a later create is refused (e2e/kind/run.sh --include-ignored a_wrong_network_policy_range_fails_no_create runs it)";
 const BENCHMARK: &str = "a benchmark, not a test: make bench-kind runs it on kind and prints its table (on the real control plane: E2E_CLUSTER=real cargo test -p initializer-e2e --test e2e -- --ignored --exact create_latency_with_gates_and_engines)";
 
 /// The legacy backend's scenarios: on the sandbox in legacy mode, after the others (the runner
@@ -178,6 +185,10 @@ const ONLY_ON_REAL_NODES: &[(&str, &str)] = &[
     (
         "network_policy_keeps_other_pods_out_and_lets_the_api_server_in",
         "needs a network that enforces NetworkPolicy and pods that reach each other over it: runs on kind (make e2e-kind: kindnetd online, kube-router's firewall offline), where the API server calls initializers from its node's address",
+    ),
+    (
+        "a_wrong_network_policy_range_fails_no_create",
+        "needs a network that enforces NetworkPolicy: kind only (make e2e-kind)",
     ),
     (
         "a_route_the_api_server_lacks_fails_open_until_it_works",

@@ -1,8 +1,8 @@
 //! What a network that enforces NetworkPolicy shows (kind: kindnetd online, kube-router's
 //! firewall offline): with `--network-policy=on` the operator's policy keeps every other pod
 //! from an initializer's port, while the API server's calls and the operator's probes still
-//! reach it; and a range that leaves the API server out fails no create: the registration fails
-//! open until the route is proven, which it never is with that range.
+//! reach it; and what a range that leaves the API server out does to a registration that fails
+//! closed (ignored until the route check cannot ride a connection opened before the change).
 
 use std::time::{Duration, Instant};
 
@@ -34,9 +34,8 @@ const CREATE_EVERY: Duration = Duration::from_secs(2);
 /// NetworkPolicy; from then on the outsider is kept out, while a create the initializer
 /// changes is still changed (the API server's call is admitted), the Initializer stays
 /// registered (the operator's probes are admitted), and an Initializer applied with the policy
-/// in force proves its route and registers. Then a wrong range: no create fails, the
-/// registration fails open and says why, and the right range brings it back. With the setting
-/// off again the policy goes and the outsider reaches the Service again.
+/// in force proves its route and registers. With the setting off again the policy goes and the
+/// outsider reaches the Service again.
 pub async fn network_policy_keeps_other_pods_out_and_lets_the_api_server_in(
     ctx: Ctx,
 ) -> anyhow::Result<()> {
@@ -166,7 +165,28 @@ async fn with_the_policy_on(
         policy_of(ctx, &late).await?.is_some(),
         "the Initializer applied with the setting on has no NetworkPolicy"
     );
-    a_wrong_range_fails_open(ctx, sidecar).await
+    Ok(())
+}
+
+/// Under a registration with `failurePolicy: Fail` and `--network-policy=on` with the right
+/// range, a range the API server's calls do not come from fails no create
+/// ([`a_wrong_range_fails_open`]).
+pub async fn a_wrong_network_policy_range_fails_no_create(ctx: Ctx) -> anyhow::Result<()> {
+    let sidecar = common::registered_sidecar(&ctx, "badrange", Health::default()).await?;
+    let cidr = api_server_cidr(&ctx).await?;
+    set_operator_env(
+        &ctx,
+        &["NETWORK_POLICY=on", &format!("API_SERVER_CIDRS={cidr}")],
+    )
+    .await?;
+    let result = async {
+        ops::wait_registered(&ctx.client(), &sidecar.name, REGISTER_TIMEOUT).await?;
+        a_wrong_range_fails_open(&ctx, &sidecar).await
+    }
+    .await;
+    let off = set_operator_env(&ctx, &["NETWORK_POLICY-", "API_SERVER_CIDRS-"]).await;
+    result?;
+    off
 }
 
 /// `API_SERVER_CIDRS` set to a range the API server's calls do not come from, under `sidecar`
