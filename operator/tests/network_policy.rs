@@ -45,6 +45,15 @@ fn spawn(cluster: &TestCluster, pod_name: &str, flags: &[&str]) -> Operator {
     Operator::spawn_with(cluster, cluster.client(), NS, pod_name, &all)
 }
 
+/// An operator writing NetworkPolicies that admit the API server from `range`.
+fn policy_on(cluster: &TestCluster, pod_name: &str, range: &str) -> Operator {
+    spawn(
+        cluster,
+        pod_name,
+        &["--network-policy", "on", "--api-server-cidrs", range],
+    )
+}
+
 async fn policy(client: &Client) -> Option<NetworkPolicy> {
     Api::<NetworkPolicy>::namespaced(client.clone(), NS)
         .get_opt("guard")
@@ -55,16 +64,7 @@ async fn policy(client: &Client) -> Option<NetworkPolicy> {
 async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluster: &TestCluster) {
     let client = cluster.client();
     support::install::install_crd_and_namespace(&client, NS).await;
-    let on = spawn(
-        cluster,
-        "operator-test-0",
-        &[
-            "--network-policy",
-            "on",
-            "--api-server-cidrs",
-            API_SERVER_CIDR,
-        ],
-    );
+    let on = policy_on(cluster, "operator-test-0", API_SERVER_CIDR);
     let guard = support::initializer(
         "guard",
         json!({
@@ -196,16 +196,7 @@ async fn a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route
     const WIDER: &str = "10.200.0.0/24";
     let client = cluster.client();
     support::install::install_crd_and_namespace(&client, NS).await;
-    let first = spawn(
-        cluster,
-        "operator-test-0",
-        &[
-            "--network-policy",
-            "on",
-            "--api-server-cidrs",
-            API_SERVER_CIDR,
-        ],
-    );
+    let first = policy_on(cluster, "operator-test-0", API_SERVER_CIDR);
     let guard = support::initializer(
         "guard",
         json!({
@@ -235,11 +226,7 @@ async fn a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route
 
     first.stop();
     drop(first);
-    let _second = spawn(
-        cluster,
-        "operator-test-1",
-        &["--network-policy", "on", "--api-server-cidrs", WIDER],
-    );
+    let _second = policy_on(cluster, "operator-test-1", WIDER);
     // The policy first, then the configuration: the proven route lasts five seconds at least
     // after the write, so the configuration read just after it is the one it was written under.
     let took = wait_for("the changed range written", Duration::from_secs(60), || {
