@@ -667,7 +667,7 @@ impl Supervisor {
     /// What admits the API server to `initializer`'s pods is about to change (its NetworkPolicy
     /// is to be written or narrowed): a registration fails open until the route is seen again
     /// ([`Input::RouteChanged`]), converged now, and the first route check waits
-    /// [`ROUTE_CHANGE_SETTLE`]. Returns whether the change may be written now: the API server
+    /// `ROUTE_CHANGE_SETTLE`. Returns whether the change may be written now: the API server
     /// fails open for the initializer (or has no configuration of it). Not yet while the
     /// fallback is being put in force, nor for an Initializer this replica does not supervise
     /// yet: its first sync reads what is live, and the next reconcile asks again.
