@@ -12,8 +12,8 @@
 //! an answer that only a call which reached the initializer can carry, and the API server names
 //! the check's webhook in the refusal ([`reached`]). Until then nothing blocks: the check's
 //! webhook fails open too, a configuration the API server has not loaded yet admits the dry run
-//! unanswered, and the Initializer's own webhook fails open. Once answered, the spec's values
-//! are written.
+//! unanswered, and the Initializer's own webhook fails open. Once answered on a connection the
+//! API server dialled for the check ([`Answered::proves_route`]), the spec's values are written.
 //!
 //! The check object never exists (a dry run stores nothing), and the label only adds a call to a
 //! path that runs no handler: setting it on one's own ConfigMap exempts it from nothing.
@@ -33,7 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use crate::build;
 
 /// Where the check calls, and what it answers, as every SDK-built initializer serves them.
-pub use kube_initializer::route::{ROUTE_CHECK_ANSWER, ROUTE_CHECK_PATH};
+pub use kube_initializer::route::{Carried, ROUTE_CHECK_ANSWER, ROUTE_CHECK_PATH};
 
 /// Name of the check webhook's `matchCondition` that lets only dry runs through.
 pub const DRY_RUN_ONLY: &str = "initializer-route-check-dry-run";
@@ -138,24 +138,56 @@ pub fn check_object(workload_namespace: &str, label: &str, nonce: u64) -> Config
     }
 }
 
-/// The denial message with which an initializer answers the route check for `object_name`.
-pub fn answer(object_name: &str) -> String {
-    kube_initializer::route::answer_message(object_name)
+/// The denial message with which an initializer answers the route check for `object_name`,
+/// which came on `carried` (`None`: an initializer that does not say).
+pub fn answer(object_name: &str, carried: Option<Carried>) -> String {
+    kube_initializer::route::answer_message(object_name, carried)
 }
 
-/// Whether the API server's refusal of the check object `object_name` (its message) is the check
-/// webhook `check_webhook`'s, with the initializer's answer: the call went through the Service
-/// and was answered. Anything else (the dry run admitted because the configuration is not loaded
-/// yet or the call failed open, or refused by another webhook or for another reason) proves
-/// nothing.
-pub fn reached(refusal: &str, check_webhook: &str, object_name: &str) -> bool {
+/// The initializer's answer to a route check, found in the API server's refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answered {
+    /// Which connection carried the check, as the initializer said; `None` when it does not
+    /// say (a server of its own, or one built on an SDK from before the answer said it).
+    pub carried: Option<Carried>,
+}
+
+impl Answered {
+    /// Whether the answer proves the route as it is now. One on a reused connection does not:
+    /// a firewall lets a connection it admitted keep flowing after its rules change, so the
+    /// call may have come a way a new connection can no longer take. The initializer closed
+    /// that connection, so the next check comes on another. An answer that does not say is
+    /// taken as proof, which is all such an initializer allows.
+    pub fn proves_route(self) -> bool {
+        self.carried != Some(Carried::ReusedConnection)
+    }
+}
+
+/// The answer in the API server's refusal of the check object `object_name` (its message) when
+/// the refusal is the check webhook `check_webhook`'s: the call went through the Service and was
+/// answered. `None` for anything else (the dry run admitted because the configuration is not
+/// loaded yet or the call failed open, or refused by another webhook or for another reason),
+/// which proves nothing.
+pub fn reached(refusal: &str, check_webhook: &str, object_name: &str) -> Option<Answered> {
     let answer = format!(
         "admission webhook \"{check_webhook}\" denied the request: {}",
-        answer(object_name)
+        answer(object_name, None)
     );
-    refusal.match_indices(&answer).any(|(at, _)| {
+    refusal.match_indices(&answer).find_map(|(at, _)| {
         let rest = &refusal[at + answer.len()..];
-        !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+        let said = [Carried::NewConnection, Carried::ReusedConnection]
+            .into_iter()
+            .find(|carried| {
+                rest.strip_prefix(' ')
+                    .is_some_and(|words| words.starts_with(carried.words()))
+            });
+        match said {
+            Some(carried) => Some(Answered {
+                carried: Some(carried),
+            }),
+            None if rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-') => None,
+            None => Some(Answered { carried: None }),
+        }
     })
 }
 

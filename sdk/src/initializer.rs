@@ -386,10 +386,15 @@ impl<C: DeserializeOwned + Send + Sync + 'static> Initializer<C> {
     }
 
     /// Answer the operator's route check given as bytes (a review sent to
-    /// [`crate::route::ROUTE_CHECK_PATH`]): the JSON response.
-    pub fn route_check_json(&self, body: &[u8]) -> Result<Vec<u8>, Rejection> {
+    /// [`crate::route::ROUTE_CHECK_PATH`]) that came on `carried` (`None` when the server does
+    /// not tell): the JSON response.
+    pub fn route_check_json(
+        &self,
+        body: &[u8],
+        carried: Option<crate::route::Carried>,
+    ) -> Result<Vec<u8>, Rejection> {
         let request = self.parse_review(body)?;
-        Ok(crate::route::answer(&request).to_json().0)
+        Ok(crate::route::answer(&request, carried).to_json().0)
     }
 
     /// Run the handler of `info.kind` on `object` under the budget and the failure policy: the

@@ -593,6 +593,61 @@ async fn a_terminating_server_closes_each_connection_after_its_next_answer() {
     server.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_route_check_says_which_connection_carried_it_and_closes_it() {
+    // A firewall lets a connection it admitted keep flowing after its rules change, so only a
+    // check on a connection dialled for it proves the route as it is now; the answer says
+    // which it was, and closing the connection keeps the next check off it.
+    let (tls, cfg) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let pki = TestPki::new("one");
+    let server = serving(tls.path(), cfg.path(), &pki, |_| {}).await;
+    let check = |uid: &str| {
+        let object = k8s_openapi::api::core::v1::ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("route-check-00000000000000ab".into()),
+                namespace: Some("sidecar-init".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        review(&object).dry_run(true).uid(uid).to_bytes()
+    };
+    let message = |body: &str| -> String {
+        let answer: Value = serde_json::from_str(body).unwrap();
+        answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    for (used_before, carried) in [(false, "a new"), (true, "a reused")] {
+        let mut conn = tls_from(&server, &pki.ca_pem, [127, 0, 0, 1])
+            .await
+            .unwrap();
+        if used_before {
+            assert!(healthz(&mut conn).await);
+        }
+        let (head, body) = post(&mut conn, "/route-check", &check("u1"))
+            .await
+            .expect("the route check is answered");
+        assert_eq!(
+            message(&body),
+            format!("route check reached route-check-00000000000000ab on {carried} connection"),
+            "{head}"
+        );
+        assert_eq!(
+            header(&head, "connection").as_deref(),
+            Some("close"),
+            "{head}"
+        );
+        assert!(
+            closed_by_server(&mut conn).await,
+            "the connection that carried a route check stayed open"
+        );
+    }
+    server.shutdown().await;
+}
+
 /// A running server with a certificate and a configuration, the limits set by `tune`.
 async fn serving(
     tls: &Path,
@@ -746,10 +801,33 @@ async fn exchange(
     tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
     path: &str,
 ) -> Option<(String, String)> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    ask(tls, request.into_bytes()).await
+}
+
+/// `POST path` of the JSON `body` on a kept-alive connection, as [`exchange`].
+async fn post(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    path: &str,
+    body: &[u8],
+) -> Option<(String, String)> {
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    ask(tls, request).await
+}
+
+/// Sends `request` on a kept-alive connection: the answer's head and body, as [`exchange`].
+async fn ask(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    request: Vec<u8>,
+) -> Option<(String, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let asked = async {
-        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-        tls.write_all(request.as_bytes()).await.ok()?;
+        tls.write_all(&request).await.ok()?;
         tls.flush().await.ok()?;
         let mut seen = Vec::new();
         let mut buf = [0u8; 4096];

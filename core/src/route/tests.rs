@@ -95,26 +95,56 @@ fn only_the_check_webhooks_answer_for_this_object_proves_the_route() {
     let refusal = |webhook: &str, object: &str| {
         format!(
             "admission webhook \"{webhook}\" denied the request: {}",
-            answer(object)
+            answer(object, Some(Carried::NewConnection))
         )
     };
-    assert!(reached(&refusal(&check, name), &check, name));
+    let proves = |refusal: &str| reached(refusal, &check, name).is_some_and(Answered::proves_route);
+    assert!(proves(&refusal(&check, name)));
     let another = refusal(&check, "route-check-0000000000000abd");
-    assert!(!reached(&another, &check, name), "another check's answer");
+    assert!(!proves(&another), "another check's answer");
     let longer = refusal(&check, "route-check-0000000000000abcd");
-    assert!(
-        !reached(&longer, &check, name),
-        "the name is a prefix of it"
-    );
+    assert!(!proves(&longer), "the name is a prefix of it");
     let elsewhere = refusal(&check_name("other.initializers.initializer.dev"), name);
     assert!(
-        !reached(&elsewhere, &check, name),
+        !proves(&elsewhere),
         "another initializer's check webhook, whose Service is not this one"
     );
     let failed = format!(
         "Internal error occurred: failed calling webhook \"{check}\": failed to call webhook: Post \"https://sidecar.sidecar-init.svc:443/route-check?timeout=1s\": dial tcp 10.96.0.9:443: connect: connection refused"
     );
-    assert!(!reached(&failed, &check, name));
+    assert!(!proves(&failed));
     let forbidden = "configmaps \"route-check-0000000000000abc\" is forbidden: User cannot create";
-    assert!(!reached(forbidden, &check, name));
+    assert!(!proves(forbidden));
+}
+
+#[test]
+fn an_answer_on_a_reused_connection_proves_nothing_and_one_that_does_not_say_is_taken() {
+    let name = "route-check-0000000000000abc";
+    let check = check_name("sidecar.initializers.initializer.dev");
+    let refusal = |carried| {
+        format!(
+            "admission webhook \"{check}\" denied the request: {}",
+            answer(name, carried)
+        )
+    };
+    let seen = |carried| reached(&refusal(carried), &check, name);
+    assert_eq!(
+        seen(Some(Carried::ReusedConnection)),
+        Some(Answered {
+            carried: Some(Carried::ReusedConnection)
+        })
+    );
+    assert!(
+        !seen(Some(Carried::ReusedConnection))
+            .unwrap()
+            .proves_route()
+    );
+    assert_eq!(
+        seen(Some(Carried::NewConnection)),
+        Some(Answered {
+            carried: Some(Carried::NewConnection)
+        })
+    );
+    assert_eq!(seen(None), Some(Answered { carried: None }));
+    assert!(seen(None).unwrap().proves_route());
 }

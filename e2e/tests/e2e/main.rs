@@ -94,12 +94,7 @@ const SCENARIOS: &[Scenario] = &[
         network::network_policy_keeps_other_pods_out_and_lets_the_api_server_in,
         alone
     ),
-    Scenario::ignored(
-        "a_wrong_network_policy_range_fails_no_create",
-        CONNECTION_REUSED,
-        |ctx| network::a_wrong_network_policy_range_fails_no_create(ctx).boxed(),
-    )
-    .alone(),
+    scenario!(network::a_wrong_network_policy_range_fails_no_create, alone),
     Scenario::ignored("create_latency_with_gates_and_engines", BENCHMARK, |ctx| {
         bench::create_latency_with_gates_and_engines(ctx).boxed()
     })
@@ -107,7 +102,6 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 /// Why the benchmark is not in the suite's runs, and how to run it.
-const CONNECTION_REUSED: &str = "fails on kube-router: the route check after a wrong range passes (most likely over a connection the API server opened before the change, which the firewall lets through as established), so the spec's failurePolicy: Fail comes back and a later create is refused (e2e/kind/run.sh --include-ignored a_wrong_network_policy_range_fails_no_create runs it)";
 const BENCHMARK: &str = "a benchmark, not a test: make bench-kind runs it on kind and prints its table (on the real control plane: E2E_CLUSTER=real cargo test -p initializer-e2e --test e2e -- --ignored --exact create_latency_with_gates_and_engines)";
 
 /// The legacy backend's scenarios: on the sandbox in legacy mode, after the others (the runner

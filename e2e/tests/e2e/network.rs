@@ -11,6 +11,7 @@ use initializer_e2e::fixtures::{self, Health};
 use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
+use initializer_e2e::watch::Change;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::ListParams;
@@ -29,6 +30,8 @@ const SHELL_IMAGE: &str = "debian:bookworm-slim";
 const WRONG_RANGE: &str = "192.0.2.1/32";
 /// How often a create is tried while waiting for the wrong range to be enforced.
 const CREATE_EVERY: Duration = Duration::from_secs(2);
+/// What the `Registered` condition quotes of a route check the initializer did not answer.
+const UNANSWERED: &str = "admitted without the initializer's answer";
 
 /// An outsider pod reaches a registered initializer's Service until the operator writes its
 /// NetworkPolicy; from then on the outsider is kept out, while a create the initializer
@@ -190,10 +193,10 @@ pub async fn a_wrong_network_policy_range_fails_no_create(ctx: Ctx) -> anyhow::R
 }
 
 /// `API_SERVER_CIDRS` set to a range the API server's calls do not come from, under `sidecar`
-/// registered with `failurePolicy: Fail`: once the policy is enforced, a create it would change
-/// is admitted unchanged (not refused), the configuration fails open and the status says the
-/// route is being proven. The right range back: registered with the spec's values, and creates
-/// are changed again.
+/// registered with `failurePolicy: Fail`: no create is refused, the configuration fails open
+/// from the setting on and never gets the spec's values back, and the status says that the
+/// route is being proven and that a check went unanswered. The right range back: registered
+/// with the spec's values, and creates are changed again.
 async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<()> {
     let right = api_server_cidr(ctx).await?;
     let changed = Instant::now();
@@ -210,37 +213,46 @@ async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Resul
         "the wrong range written {} after the setting",
         s(changed.elapsed())
     );
-    // Creates until one comes back unchanged: the wrong range is enforced (the API server's
-    // call does not get through). None of them may be refused.
+    // Creates every 2 s until the status says that a route check went unanswered: the wrong
+    // range keeps the API server's new connections out. None of the creates may be refused.
+    // They may still be injected: the API server keeps the connection its calls of the
+    // initializer came on open, and the firewall lets an established connection through.
     let mut attempt = 0;
-    let first = wait::until_every(
-        "a create admitted unchanged",
+    let seen = wait::until_every(
+        "a route check unanswered under the wrong range",
         CREATE_EVERY,
         STEP_TIMEOUT,
         || {
             attempt += 1;
             let name = format!("nginx-wrong-range-{attempt}");
             async move {
-                let created = common::create_nginx(ctx, &sidecar.target_ns, &name, true).await;
-                Ok(match created {
-                    Err(refused) => Check::Done(Err(refused)),
-                    Ok(created) if fixtures::has_sidecar(&created) => {
-                        Check::Pending(format!("{name} still injected: the range not enforced yet"))
+                if let Err(refused) =
+                    common::create_nginx(ctx, &sidecar.target_ns, &name, true).await
+                {
+                    return Ok(Check::Done(Err(refused)));
+                }
+                let current = ops::initializer(&ctx.client(), &sidecar.name).await?;
+                Ok(match ops::condition(&current, "Registered") {
+                    Some(c) if c.reason == "ProvingRoute" && c.message.contains(UNANSWERED) => {
+                        Check::Done(Ok(attempt))
                     }
-                    Ok(_) => Check::Done(Ok(name)),
+                    other => Check::Pending(format!(
+                        "{name} admitted; Registered {:?}",
+                        other.map(|c| (&c.reason, &c.message))
+                    )),
                 })
             }
         },
     )
     .await?;
-    let unchanged = first.with_context(|| {
+    let creates = seen.with_context(|| {
         format!(
             "a create was refused under a range that leaves the API server out (the configuration failed closed); the configuration went through: {}",
             configurations_seen(sidecar)
         )
     })?;
     eprintln!(
-        "{unchanged} admitted unchanged {} after the setting",
+        "a route check unanswered {} after the setting, {creates} creates admitted meanwhile",
         s(changed.elapsed())
     );
     let proving = ops::configurations_of(&ctx.client(), &sidecar.name).await?;
@@ -251,12 +263,15 @@ async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Resul
             && !proving.is_empty(),
         "under the wrong range the configuration is not the proving one: {proving:?}"
     );
-    let current = ops::initializer(&ctx.client(), &sidecar.name).await?;
-    let reason = ops::condition(&current, "Registered").map(|c| c.reason.as_str());
+    // A check that rode a connection opened before the policy would have proven the wrong
+    // range, and the spec's failurePolicy would have come back for a while.
+    let restored = sidecar.configurations.seen().into_iter().any(|seen| {
+        seen.at >= changed && seen.change != Change::Deleted && !ops::is_proving(&seen.object)
+    });
     ensure!(
-        reason == Some("ProvingRoute"),
-        "the status does not say the route is being proven: {}",
-        ops::describe(&current)
+        !restored,
+        "under the wrong range the configuration went back to the spec's values: {}",
+        configurations_seen(sidecar)
     );
 
     let back = Instant::now();

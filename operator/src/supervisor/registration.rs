@@ -157,11 +157,24 @@ const UNANSWERED: &str = "admitted without the initializer's answer: the API ser
     loaded the configuration yet, or its call failed (refused, timed out, or the image does not \
     serve /route-check)";
 
+/// What a route check answered on a connection that carried calls before says.
+const ANSWERED_ON_A_REUSED_CONNECTION: &str = "answered on a connection the API server opened \
+    before, which may predate what admits it now: checking again on a new one";
+
+/// Why a route check did not prove the route.
+enum Unproven {
+    /// Answered on a connection the API server had used before ([`route::Answered`]).
+    Reused,
+    /// Not answered: what was seen instead.
+    Other(String),
+}
+
 impl Supervisor {
     /// One route check while the proving configuration is registered, when one is due: a
     /// dry-run create of the check object, which proves the route only when refused with the
-    /// initializer's answer for it ([`route::reached`]). What it saw is kept for the status;
-    /// checks that see no answer back off.
+    /// initializer's answer for it on a new connection ([`route::reached`]). What it saw is kept
+    /// for the status; checks that see no answer back off, one answered on a reused connection
+    /// is made again at once.
     pub(super) async fn route_reached(&self, st: &mut SupervisedState) -> bool {
         let now = Instant::now();
         if st.route.next_at.is_some_and(|at| now < at) {
@@ -181,19 +194,21 @@ impl Supervisor {
         let api = Api::<ConfigMap>::namespaced(self.inner.client.clone(), namespace);
         let created = tokio::time::timeout(CALL_TIMEOUT, api.create(&params, &object)).await;
         let seen = match created {
-            Ok(Err(kube::Error::Api(refused)))
-                if route::reached(&refused.message, &check, &name) =>
-            {
-                Ok(())
-            }
             Ok(Err(kube::Error::Api(refused))) => {
-                Err(format!("refused, not by the check: {}", refused.message))
+                match route::reached(&refused.message, &check, &name) {
+                    Some(answered) if answered.proves_route() => Ok(()),
+                    Some(_) => Err(Unproven::Reused),
+                    None => Err(Unproven::Other(format!(
+                        "refused, not by the check: {}",
+                        refused.message
+                    ))),
+                }
             }
-            Ok(Err(e)) => Err(format!("failed: {e}")),
-            Ok(Ok(_)) => Err(UNANSWERED.to_string()),
-            Err(_) => Err(format!(
+            Ok(Err(e)) => Err(Unproven::Other(format!("failed: {e}"))),
+            Ok(Ok(_)) => Err(Unproven::Other(UNANSWERED.to_string())),
+            Err(_) => Err(Unproven::Other(format!(
                 "no answer from the API server within {CALL_TIMEOUT:?}"
-            )),
+            ))),
         };
         match seen {
             Ok(()) => {
@@ -201,12 +216,24 @@ impl Supervisor {
                 st.route = RouteChecks::default();
                 true
             }
-            Err(why) => {
-                debug!(initializer = %st.target.initializer, %why, "route check not answered");
+            Err(unproven) => {
                 st.route.since.get_or_insert(now);
-                let delay = route_check_retry(st.route.backoff);
-                st.route.backoff = Some(delay);
-                st.route.next_at = Some(Instant::now() + delay);
+                let why = match unproven {
+                    Unproven::Reused => {
+                        // The initializer closed that connection: the next check, at the
+                        // next look, comes on another, with no backoff.
+                        debug!(initializer = %st.target.initializer, "route check answered on a reused connection");
+                        st.route.next_at = None;
+                        ANSWERED_ON_A_REUSED_CONNECTION.to_string()
+                    }
+                    Unproven::Other(why) => {
+                        debug!(initializer = %st.target.initializer, %why, "route check not answered");
+                        let delay = route_check_retry(st.route.backoff);
+                        st.route.backoff = Some(delay);
+                        st.route.next_at = Some(Instant::now() + delay);
+                        why
+                    }
+                };
                 if st.route.last.as_ref() != Some(&why) {
                     st.route.last = Some(why);
                     st.status.due();

@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use crate::route::Carried;
 use crate::serve::budget::BodyAllowance;
 
 /// The time bounds of one connection.
@@ -76,6 +77,8 @@ struct State {
     phase: Phase,
     since: Instant,
     in_flight: usize,
+    /// Requests begun on the connection so far.
+    requests: u64,
 }
 
 /// The phase of one connection, shared by its IO wrapper, its service and its watchdog.
@@ -92,6 +95,7 @@ impl Activity {
                 phase: Phase::Head,
                 since: Instant::now(),
                 in_flight: 0,
+                requests: 0,
             }),
         })
     }
@@ -141,11 +145,18 @@ impl Activity {
         });
     }
 
-    pub(crate) fn request_started(&self) {
+    /// A request's head arrived: which connection carries it, a new one or a reused one.
+    pub(crate) fn request_started(&self) -> Carried {
+        let mut carried = Carried::NewConnection;
         self.update(|s| {
             s.in_flight += 1;
+            s.requests += 1;
             s.phase = Phase::Busy;
+            if s.requests > 1 {
+                carried = Carried::ReusedConnection;
+            }
         });
+        carried
     }
 
     fn request_ended(&self) {
@@ -260,7 +271,8 @@ impl BodyWatch {
 }
 
 /// A hyper service that marks each request busy from its head until its answer is produced,
-/// and gives each request the body budget it draws on.
+/// and gives each request the body budget it draws on and which connection carries it
+/// ([`Carried`], for the route check).
 #[derive(Clone)]
 pub(crate) struct Tracked<S> {
     inner: S,
@@ -298,8 +310,9 @@ where
     type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
 
     fn call(&self, mut request: http::Request<B>) -> Self::Future {
-        self.activity.request_started();
+        let carried = self.activity.request_started();
         let extensions = request.extensions_mut();
+        extensions.insert(carried);
         extensions.insert(BodyWatch(Arc::clone(&self.activity)));
         extensions.insert(self.allowance.clone());
         let guard = InFlight(Arc::clone(&self.activity));
@@ -433,6 +446,15 @@ mod tests {
         assert!(!activity.can_close());
         activity.request_ended();
         assert!(activity.can_close());
+    }
+
+    #[test]
+    fn only_the_first_request_comes_on_a_new_connection() {
+        let activity = Activity::new();
+        assert_eq!(activity.request_started(), Carried::NewConnection);
+        activity.request_ended();
+        assert_eq!(activity.request_started(), Carried::ReusedConnection);
+        assert_eq!(activity.request_started(), Carried::ReusedConnection);
     }
 
     #[tokio::test(start_paused = true)]

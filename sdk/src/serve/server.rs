@@ -32,7 +32,7 @@ use crate::controller::{self, Controller, Mode, Rules, Synced};
 use crate::error::Error;
 use crate::gate::AnnotationGate;
 use crate::initializer::{DEFAULT_BODY_TIMEOUT, Initializer, too_large};
-use crate::route::ROUTE_CHECK_PATH;
+use crate::route::{Carried, ROUTE_CHECK_PATH};
 use crate::serve::budget::{self, BodyAllowance, BodyBudget, Reservation, Shortfall, Sizes};
 use crate::serve::conn::{BodyWatch, Limits, Tracked, Watched};
 use crate::serve::repoll::Repoll;
@@ -367,16 +367,22 @@ async fn initialize<C: DeserializeOwned + Send + Sync + 'static>(
     answer
 }
 
-/// The operator's route check ([`crate::route`]): no handler runs.
+/// The operator's route check ([`crate::route`]): no handler runs. The answer says which
+/// connection carried the check and closes it, so that the next check comes on a connection
+/// dialled after this one, through whatever admits the caller by then.
 async fn route_check<C: DeserializeOwned + Send + Sync + 'static>(
     State(state): State<Arc<AppState<C>>>,
     request: Request<Body>,
 ) -> Response {
-    let (body, _held) = match read_review(&state, request).await {
-        Ok(read) => read,
-        Err(rejected) => return rejected,
+    let carried = request.extensions().get::<Carried>().copied();
+    let mut answer = match read_review(&state, request).await {
+        Ok((body, _held)) => json_or_plain(state.initializer.route_check_json(&body, carried)),
+        Err(rejected) => rejected,
     };
-    json_or_plain(state.initializer.route_check_json(&body))
+    answer
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
 }
 
 /// The body of a review, read within the size limit, the body budget and the body timeout,
