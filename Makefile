@@ -27,7 +27,7 @@ run: build $(if $(filter real,$(CLUSTER)),controlplane)
 ## e2e: the end-to-end suite on the sandbox, in one process, with the timings table at the end;
 ## the legacy backend's scenarios run last, on a second sandbox started in legacy mode
 e2e: build e2e-kind-lint
-	$(CARGO) test -p initializer-e2e --test e2e
+	$(CARGO) test $(WORKSPACE) --test e2e
 
 ## e2e-legacy: what of the suite runs on the sandbox only: the legacy backend's scenarios, on the
 ## sandbox in legacy mode (and the one that needs the legacy API absent). `make test` runs this
@@ -35,7 +35,7 @@ e2e: build e2e-kind-lint
 ## same claims against kube-apiserver itself (the sandbox's agreement with it is the API
 ## conformance suite's to prove)
 e2e-legacy: build
-	$(CARGO) test -p initializer-e2e --test e2e -- legacy_
+	$(CARGO) test $(WORKSPACE) --test e2e -- legacy_
 
 ## e2e-real: the same suite on the real control plane (etcd, kube-apiserver,
 ## kube-controller-manager from the Go modules, our node agent, in a network namespace; root),
@@ -44,14 +44,14 @@ e2e-legacy: build
 ## scenarios kind runs, which kind proves with the same kube-apiserver and a real kubelet
 e2e-real: build controlplane helm
 	E2E_CLUSTER=real E2E_INSTALL=helm $(if $(KIND),E2E_KIND_RUNS_TOO=1) \
-	  $(CARGO) test -p initializer-e2e --test e2e
+	  $(CARGO) test $(WORKSPACE) --test e2e
 
 ## e2e-olm: OLM installs, upgrades (as Helm and `install --bundle` do too) and removes the operator
 ## on the real control plane (olm, catalog and opm from their Go modules; root), with timings.
 ## Its tests are ignored unless asked for (plain `cargo test` has neither root nor the Go
 ## builds); the two that run on kind are left to `make e2e-kind`
 e2e-olm: build controlplane helm olm
-	$(CARGO) test -p initializer-e2e --test olm -- --ignored \
+	$(CARGO) test $(WORKSPACE) --test olm -- --ignored \
 	  --skip olm_on_kind_installs_the_operator_and_the_example_registers \
 	  --skip release_upgrades_on_kind_lose_no_create --nocapture --test-threads=1
 
@@ -84,7 +84,9 @@ e2e-kind-lint:
 	shellcheck -x e2e/kind/run.sh tools/advisory-db/install.sh tools/advisory-db/refresh.sh e2e/kind/offline/*.sh e2e/kind/offline/runc-without-sys-resource tools/kind/build.sh tools/lib/go-tool.sh tools/legacy-apiserver/build.sh tools/krew/build.sh tools/controlplane/build.sh tools/olm-validate/run.sh tools/helm/build.sh tools/helm/check.sh tools/health/build.sh tools/olm/build.sh monitoring/check.sh tools/shared-turn tools/lib/turn.sh tools/docs/build.sh tools/release/*.sh
 
 # Every crate of the workspace with every target: crds' generators (crdgen, apidoc) need the
-# feature that chooses their Kubernetes version (crds/Cargo.toml).
+# feature that chooses their Kubernetes version (crds/Cargo.toml). Every build and test here
+# passes it, one suite's binary included (`--test e2e`), so the workspace's crates compile once
+# per clone: `-p` resolves the features of one package and compiles the crates under it again.
 WORKSPACE := --workspace --features initializer-crds/generate
 # Where `make build` puts the binaries. The generated-file checks run them from there rather than
 # through `cargo run -p`, which resolves the features of one package and so compiles the crates
@@ -186,14 +188,14 @@ endif
 ## conformance: the API conformance tests (kube-rs and kubectl), one body per test, run on the
 ## sandbox and on the real control plane (whose results a plain `cargo test` lists as ignored)
 conformance: build controlplane
-	$(CARGO) test -p initializer-e2e --test conformance -- --include-ignored
+	$(CARGO) test $(WORKSPACE) --test conformance -- --include-ignored
 
 ## legacy-conformance: the sandbox's legacy mode (Kubernetes 1.7-1.13 Initializers) and the SDK's
 ## controller mode against the sandbox and a real kube-apiserver v1.13.3 (tools/legacy-apiserver,
 ## with the control plane's etcd, on loopback), one body per test, in one process (the 1.13
 ## results are listed as ignored by a plain `cargo test`)
 legacy-conformance: build controlplane legacy-apiserver
-	$(CARGO) test -p initializer-e2e --test legacy_conformance -- --include-ignored
+	$(CARGO) test $(WORKSPACE) --test legacy_conformance -- --include-ignored
 
 ## oldest-minor: the oldest Kubernetes minor upstream supports (OLDEST_K8S), where
 ## MutatingAdmissionPolicy is beta and served at v1beta1 only with the control plane's flags:
@@ -203,7 +205,7 @@ oldest-minor: build
 	K8S_VERSION=$(OLDEST_K8S) nice -n 19 tools/controlplane/build.sh >/dev/null
 	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn $(MAKE) --no-print-directory conformance
 	K8S_VERSION=$(OLDEST_K8S) tools/shared-turn \
-	  $(CARGO) test -p initializer-operator --test preset_policy -- --ignored
+	  $(CARGO) test $(WORKSPACE) --test preset_policy -- --ignored
 
 ## docs: the user guide (docs/src, an mdBook) built into docs/book, every link and anchor in it
 ## checked offline (lychee); both installed from crates.io when missing (tools/docs/build.sh)

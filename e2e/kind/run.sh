@@ -45,6 +45,10 @@ root="$(cd "$here/../.." && pwd)"
 cluster="${E2E_KIND_CLUSTER:-initializer-e2e}"
 keep="${E2E_KEEP_CLUSTER:-0}"
 cargo="${CARGO:-cargo}"
+# What every build and test here passes, as the Makefile's WORKSPACE: one package set and one
+# feature set, so the workspace's crates compile once (a `-p` build resolves other features and
+# compiles them again).
+workspace=(--workspace --features initializer-crds/generate)
 # The profile of the binaries in the images built offline: release, what images/Dockerfile
 # builds and users run, or debug, the workspace's debug build that the suite needs anyway (CI
 # sets it: the claims kind adds are the kubelet's, the runtime's and the network's, not the
@@ -343,7 +347,7 @@ stage "loading OLM's and the scenarios' third-party images" load_images
 # 5. Install, then the suite (it applies the same install again: idempotent, the code path the
 # sandbox uses).
 cd "$root"
-stage "building the binaries" "$cargo" build -q --workspace --bins
+stage "building the binaries" "$cargo" build -q "${workspace[@]}" --bins
 # The book's first Initializer, applied beside the install as a GitOps sync of both applies it:
 # again every 200 ms until the API server serves Initializers. The install puts the guard in force
 # before the CRD exists, so it must be deployed as created (generation 1), not held back.
@@ -411,21 +415,21 @@ helm_from_the_release() {
 stage "the release's chart, installed with Helm from the registry" helm_from_the_release
 release_turn
 run_suite() {
-  E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q -p initializer-e2e --test e2e -- "$@"
+  E2E_CLUSTER=kind E2E_KUBECONTEXT="kind-$cluster" "$cargo" test -q "${workspace[@]}" --test e2e -- "$@"
 }
 stage "running the suite against kind-$cluster" run_suite "$@"
 
 # 6. The upgrades from the previous release and OLM on kind, unless the run was asked for some
 # scenarios only.
 run_upgrades() {
-  "$cargo" test -q -p initializer-e2e --test olm -- --ignored --exact \
+  "$cargo" test -q "${workspace[@]}" --test olm -- --ignored --exact \
     release_upgrades_on_kind_lose_no_create --nocapture
 }
 if (($# == 0)); then
   stage "upgrades from $PREVIOUS_VERSION: install --bundle, Helm" run_upgrades
 fi
 run_olm() {
-  E2E_OLM_IMAGE="$olm_image" "$cargo" test -q -p initializer-e2e --test olm -- --ignored --exact \
+  E2E_OLM_IMAGE="$olm_image" "$cargo" test -q "${workspace[@]}" --test olm -- --ignored --exact \
     olm_on_kind_installs_the_operator_and_the_example_registers --nocapture
 }
 if (($# == 0)); then

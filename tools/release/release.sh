@@ -121,9 +121,11 @@ if [[ "$profile" == release ]]; then
     "$cargo" build -q --release "${cargo_target[@]}" "${packages[@]}" \
     && "$cargo" build -q --release "${cargo_target[@]}" -p kubectl-initializer)
 else
-  # The workspace's debug build, which the test suites build anyway (a build of some packages
-  # alone unifies other features, and would compile their dependencies again).
-  (cd "$root" && "$cargo" build -q "${cargo_target[@]}" --workspace --bins)
+  # The workspace's debug build, which the test suites build anyway, with the features they
+  # build it with (the Makefile's WORKSPACE): a build of some packages alone, or of other
+  # features, would compile the crates again.
+  (cd "$root" && "$cargo" build -q "${cargo_target[@]}" --workspace \
+    --features initializer-crds/generate --bins)
 fi
 # The bundle and chart are written by this machine's own build of the operator.
 tool="$root/target/$profile/initializer-operator"
