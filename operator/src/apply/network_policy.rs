@@ -12,11 +12,12 @@ use crate::error::{Error, Result};
 
 const KIND: &str = "NetworkPolicy";
 
-/// What the cluster holds under the name of `policy`, whoever wrote it.
-pub async fn read(client: &Client, policy: &NetworkPolicy) -> Result<Option<NetworkPolicy>> {
-    let name = policy.name_any();
+/// The policy the cluster holds under the name and namespace of `named` (the desired policy, or
+/// the Service it is named like), whoever wrote it.
+pub async fn read<K: Resource>(client: &Client, named: &K) -> Result<Option<NetworkPolicy>> {
+    let name = named.name_any();
     let api: Api<NetworkPolicy> =
-        Api::namespaced(client.clone(), &policy.namespace().unwrap_or_default());
+        Api::namespaced(client.clone(), &named.namespace().unwrap_or_default());
     api.get_opt(&name).await.map_err(|source| Error::Get {
         kind: KIND,
         name,
@@ -53,17 +54,12 @@ pub async fn put(
 /// Returns whether it went.
 async fn remove(client: &Client, desired: &Desired) -> Result<bool> {
     let service = &desired.service;
+    let Some(live) = read(client, service).await? else {
+        return Ok(false);
+    };
     let name = service.name_any();
     let api: Api<NetworkPolicy> =
         Api::namespaced(client.clone(), &service.namespace().unwrap_or_default());
-    let live = api.get_opt(&name).await.map_err(|source| Error::Get {
-        kind: KIND,
-        name: name.clone(),
-        source: Box::new(source),
-    })?;
-    let Some(live) = live else {
-        return Ok(false);
-    };
     if ownership(Some(&live.metadata), controller_uid(service.meta())) != Ownership::Ours {
         return Ok(false);
     }
