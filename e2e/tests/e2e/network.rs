@@ -1,8 +1,8 @@
 //! What a network that enforces NetworkPolicy shows (kind: kindnetd online, kube-router's
 //! firewall offline): with `--network-policy=on` the operator's policy keeps every other pod
 //! from an initializer's port, while the API server's calls and the operator's probes still
-//! reach it; and what a range that leaves the API server out does to a registration that fails
-//! closed (ignored until the route check cannot ride a connection opened before the change).
+//! reach it; and that a range that leaves the API server out fails no create under a
+//! registration that fails closed.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,8 @@ const CONNECT_SECONDS: &str = "3";
 const SHELL_IMAGE: &str = "debian:bookworm-slim";
 /// An API server range that is not the API server's (TEST-NET-1, RFC 5737).
 const WRONG_RANGE: &str = "192.0.2.1/32";
-/// How often a create is tried while waiting for the wrong range to be enforced.
+/// How often a create is tried while waiting for a route check the wrong range leaves
+/// unanswered.
 const CREATE_EVERY: Duration = Duration::from_secs(2);
 /// What the `Registered` condition quotes of a route check the initializer did not answer.
 const UNANSWERED: &str = "admitted without the initializer's answer";
