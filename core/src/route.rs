@@ -165,30 +165,25 @@ impl Answered {
 
 /// The answer in the API server's refusal of the check object `object_name` (its message) when
 /// the refusal is the check webhook `check_webhook`'s: the call went through the Service and was
-/// answered. `None` for anything else (the dry run admitted because the configuration is not
-/// loaded yet or the call failed open, or refused by another webhook or for another reason),
-/// which proves nothing.
+/// answered. The API server ends its message with the webhook's, so the answer must end it too,
+/// followed by nothing or by which connection carried it. `None` for anything else (the dry run
+/// admitted because the configuration is not loaded yet or the call failed open, refused by
+/// another webhook or for another reason, or an answer with more words), which proves nothing.
 pub fn reached(refusal: &str, check_webhook: &str, object_name: &str) -> Option<Answered> {
     let answer = format!(
         "admission webhook \"{check_webhook}\" denied the request: {}",
         answer(object_name, None)
     );
-    refusal.match_indices(&answer).find_map(|(at, _)| {
-        let rest = &refusal[at + answer.len()..];
-        let said = [Carried::NewConnection, Carried::ReusedConnection]
-            .into_iter()
-            .find(|carried| {
-                rest.strip_prefix(' ')
-                    .is_some_and(|words| words.starts_with(carried.words()))
-            });
-        match said {
-            Some(carried) => Some(Answered {
-                carried: Some(carried),
-            }),
-            None if rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-') => None,
-            None => Some(Answered { carried: None }),
-        }
-    })
+    let rest = &refusal[refusal.rfind(&answer)? + answer.len()..];
+    if rest.is_empty() {
+        return Some(Answered { carried: None });
+    }
+    [Carried::NewConnection, Carried::ReusedConnection]
+        .into_iter()
+        .find(|carried| rest.strip_prefix(' ') == Some(carried.words()))
+        .map(|carried| Answered {
+            carried: Some(carried),
+        })
 }
 
 #[cfg(test)]

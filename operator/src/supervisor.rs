@@ -92,7 +92,9 @@ const MAX_ROUTE_CHECK_RETRY: Duration = Duration::from_secs(5);
 /// How long after what admits the API server changes ([`Supervisor::route_changing`]) the first
 /// route check is made: a network plugin enforces a NetworkPolicy some time after it is stored,
 /// and a check answered before then proves the old path. Nothing tells when a plugin has
-/// enforced a policy; the common ones do within a second or two.
+/// enforced a policy; the common ones do within a second or two. The SDK counts a connection as
+/// new when its first request came within a second of its accept, so the plugin has this less
+/// that second.
 const ROUTE_CHANGE_SETTLE: Duration = Duration::from_secs(5);
 /// First delay before the status writer tries a failed write again; doubles up to
 /// [`MAX_STATUS_RETRY`].

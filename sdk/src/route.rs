@@ -25,9 +25,11 @@ pub const ROUTE_CHECK_ANSWER: &str = "route check reached";
 /// Which connection a route check came on, as this initializer's server saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Carried {
-    /// The connection's first request: the caller dialled it for this call.
+    /// The connection's first request, come right after the connection was accepted: the
+    /// caller dialled it for this call.
     NewConnection,
-    /// A connection that carried requests before, which may predate what admits it now.
+    /// A connection that carried requests before, or waited in the caller's pool before its
+    /// first: it may predate what admits it now.
     ReusedConnection,
 }
 

@@ -148,3 +148,25 @@ fn an_answer_on_a_reused_connection_proves_nothing_and_one_that_does_not_say_is_
     assert_eq!(seen(None), Some(Answered { carried: None }));
     assert!(seen(None).unwrap().proves_route());
 }
+
+#[test]
+fn an_answer_with_anything_after_it_is_not_the_checks() {
+    let name = "route-check-0000000000000abc";
+    let check = check_name("sidecar.initializers.initializer.dev");
+    let denied = format!("admission webhook \"{check}\" denied the request: ");
+    let reached_by = |message: &str| reached(&format!("{denied}{message}"), &check, name);
+    for other in [
+        "route check reached route-check-0000000000000abc; on a reused connection",
+        "route check reached route-check-0000000000000abc on a reused connection, or not",
+        "route check reached route-check-0000000000000abc on a new connection.",
+        "route check reached route-check-0000000000000abc (on a reused connection)",
+        "route check reached route-check-0000000000000abc ",
+    ] {
+        assert_eq!(reached_by(other), None, "{other}");
+    }
+    assert_eq!(
+        reached_by("route check reached route-check-0000000000000abc"),
+        Some(Answered { carried: None }),
+        "the answer alone, as an initializer that does not say gives it"
+    );
+}

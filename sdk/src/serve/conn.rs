@@ -72,6 +72,14 @@ pub(crate) fn next_look(
     }
 }
 
+/// How soon after the accept a connection's first request must come for the connection to count
+/// as dialled for it ([`Carried::NewConnection`]). A client may dial a connection and leave it
+/// in its idle pool (Go's transport does, when another connection freed up first), and that
+/// connection's first request comes later, on a path admitted when it was dialled. The operator
+/// makes a route check some seconds after it changes what admits the API server, longer than
+/// this, so a connection counted as new was dialled after the change.
+pub(crate) const NEW_CONNECTION_WITHIN: Duration = Duration::from_secs(1);
+
 #[derive(Debug)]
 struct State {
     phase: Phase,
@@ -79,6 +87,8 @@ struct State {
     in_flight: usize,
     /// Requests begun on the connection so far.
     requests: u64,
+    /// When the connection was accepted.
+    accepted: Instant,
 }
 
 /// The phase of one connection, shared by its IO wrapper, its service and its watchdog.
@@ -90,12 +100,14 @@ pub(crate) struct Activity {
 impl Activity {
     /// A connection just accepted: its handshake, then its first request head, are awaited.
     pub fn new() -> Arc<Self> {
+        let now = Instant::now();
         Arc::new(Self {
             state: Mutex::new(State {
                 phase: Phase::Head,
-                since: Instant::now(),
+                since: now,
                 in_flight: 0,
                 requests: 0,
+                accepted: now,
             }),
         })
     }
@@ -145,15 +157,16 @@ impl Activity {
         });
     }
 
-    /// A request's head arrived: which connection carries it, a new one or a reused one.
+    /// A request's head arrived: which connection carries it, one dialled for it (the first
+    /// request, within [`NEW_CONNECTION_WITHIN`] of the accept) or one that was there before.
     pub(crate) fn request_started(&self) -> Carried {
-        let mut carried = Carried::NewConnection;
+        let mut carried = Carried::ReusedConnection;
         self.update(|s| {
             s.in_flight += 1;
             s.requests += 1;
             s.phase = Phase::Busy;
-            if s.requests > 1 {
-                carried = Carried::ReusedConnection;
+            if s.requests == 1 && s.accepted.elapsed() <= NEW_CONNECTION_WITHIN {
+                carried = Carried::NewConnection;
             }
         });
         carried
@@ -455,6 +468,18 @@ mod tests {
         activity.request_ended();
         assert_eq!(activity.request_started(), Carried::ReusedConnection);
         assert_eq!(activity.request_started(), Carried::ReusedConnection);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_request_long_after_the_accept_comes_on_a_waiting_connection() {
+        let dialled_for_it = Activity::new();
+        tokio::time::advance(NEW_CONNECTION_WITHIN).await;
+        assert_eq!(dialled_for_it.request_started(), Carried::NewConnection);
+        // A client's pool keeps a connection it dialled and did not use; its first request
+        // may come well after whatever admitted it has changed.
+        let pooled = Activity::new();
+        tokio::time::advance(NEW_CONNECTION_WITHIN + Duration::from_millis(1)).await;
+        assert_eq!(pooled.request_started(), Carried::ReusedConnection);
     }
 
     #[tokio::test(start_paused = true)]
