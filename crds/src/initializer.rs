@@ -845,6 +845,24 @@ pub struct InitializerStatus {
     /// mutatingwebhookconfigurations), under a field manager of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<GuardWitness>,
+    /// The NetworkPolicy the operator took away under `--network-policy=auto` because the API
+    /// server's calls were not seen passing it: it is not written again while the API server's
+    /// ranges are these. Written by the operator alone, under a field manager of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawn_network_policy: Option<WithdrawnNetworkPolicy>,
+}
+
+/// A NetworkPolicy withdrawn under `--network-policy=auto`: the route checks went unanswered
+/// for the route deadline while it stood in front of the initializer's pods.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WithdrawnNetworkPolicy {
+    /// The ranges it admitted the API server from, in CIDR notation.
+    pub api_server_cidrs: Vec<String>,
+    /// When it was withdrawn.
+    pub withdrawn_at: Time,
+    /// What the last route check saw.
+    pub last_route_check: String,
 }
 
 /// Whether this Initializer's spec is shown to have passed the guard on Initializers: it was

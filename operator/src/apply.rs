@@ -6,7 +6,7 @@
 use std::fmt::Debug;
 
 use initializer_crds::constants::{FIELD_MANAGER, INITIALIZER_LABEL};
-use initializer_crds::{GuardWitness, Initializer, InitializerStatus};
+use initializer_crds::{GuardWitness, Initializer, InitializerStatus, WithdrawnNetworkPolicy};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -355,11 +355,52 @@ pub async fn apply_guard_witness(
     witness: &GuardWitness,
     read_at: Option<&str>,
 ) -> Result<Initializer> {
+    apply_status_fields(
+        client,
+        name,
+        GUARD_WITNESS_MANAGER,
+        serde_json::json!({"guard": witness}),
+        read_at,
+    )
+    .await
+}
+
+/// The field manager of the withdrawn NetworkPolicy in the status
+/// ([`apply_withdrawn_network_policy`]), apart from the status the supervisor applies.
+pub const NETWORK_POLICY_MANAGER: &str = "initializer-operator-network-policy";
+
+/// Records in an Initializer's status that its NetworkPolicy was withdrawn, onto the version
+/// `read_at` only (what the reconcile decided from).
+pub async fn apply_withdrawn_network_policy(
+    client: &Client,
+    name: &str,
+    withdrawn: &WithdrawnNetworkPolicy,
+    read_at: Option<&str>,
+) -> Result<Initializer> {
+    apply_status_fields(
+        client,
+        name,
+        NETWORK_POLICY_MANAGER,
+        serde_json::json!({"withdrawnNetworkPolicy": withdrawn}),
+        read_at,
+    )
+    .await
+}
+
+/// Applies `fields` of an Initializer's status as `manager`, onto the version `read_at` only
+/// when it is given.
+async fn apply_status_fields(
+    client: &Client,
+    name: &str,
+    manager: &str,
+    fields: serde_json::Value,
+    read_at: Option<&str>,
+) -> Result<Initializer> {
     let api: Api<Initializer> = Api::all(client.clone());
-    let patch = status_apply_patch(serde_json::json!({"guard": witness}), read_at);
+    let patch = status_apply_patch(fields, read_at);
     api.patch_status(
         name,
-        &PatchParams::apply(GUARD_WITNESS_MANAGER).force(),
+        &PatchParams::apply(manager).force(),
         &Patch::Apply(&patch),
     )
     .await
@@ -370,10 +411,12 @@ pub async fn apply_guard_witness(
 }
 
 /// The apply patch of a status, preconditioned on `computed_from` when it is known. The guard's
-/// witness is left out: it is [`apply_guard_witness`]'s alone.
+/// witness and the withdrawn NetworkPolicy are left out: they are [`apply_guard_witness`]'s and
+/// [`apply_withdrawn_network_policy`]'s alone.
 fn status_patch(status: &InitializerStatus, computed_from: Option<&str>) -> serde_json::Value {
     let status = InitializerStatus {
         guard: None,
+        withdrawn_network_policy: None,
         ..status.clone()
     };
     status_apply_patch(serde_json::json!(status), computed_from)

@@ -47,11 +47,14 @@ pub enum Reason {
     ProofFailed,
     /// `spec.engine: Policy`, and something keeps the webhook in force (the Event says what).
     PolicyUnavailable,
+    /// Under `--network-policy=auto`, the NetworkPolicy in front of its pods was taken away: the
+    /// API server's calls were not seen passing it within the route deadline.
+    NetworkPolicyWithdrawn,
 }
 
 impl Reason {
     /// Every reason, for the tests that hold the documentation to them.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::Registered,
         Reason::Degraded,
         Reason::Restored,
@@ -71,6 +74,7 @@ impl Reason {
         Reason::EngineDisproved,
         Reason::ProofFailed,
         Reason::PolicyUnavailable,
+        Reason::NetworkPolicyWithdrawn,
     ];
 
     /// The Event's `reason`.
@@ -95,6 +99,7 @@ impl Reason {
             Reason::EngineDisproved => "EngineDisproved",
             Reason::ProofFailed => "ProofFailed",
             Reason::PolicyUnavailable => "PolicyUnavailable",
+            Reason::NetworkPolicyWithdrawn => "NetworkPolicyWithdrawn",
         }
     }
 }

@@ -79,8 +79,11 @@ pub struct RunArgs {
     #[arg(skip)]
     pub probe_connector: Connector,
     /// `on`: write a NetworkPolicy in front of every initializer's pods that lets in only the
-    /// operator's pods and `--api-server-cidrs`. `off` (the default, see the book's security
-    /// model, `docs/src/security/connections.md`): none, and one written before is removed.
+    /// operator's pods and `--api-server-cidrs`. `auto`: the same, from `--api-server-cidrs` or
+    /// else the API server's addresses (the `kubernetes` Service's EndpointSlice), and a policy
+    /// the API server's calls are not seen passing within `--route-deadline-seconds` is
+    /// withdrawn. `off` (the default, see the book's security model,
+    /// `docs/src/security/connections.md`): none, and one written before is removed.
     #[arg(long, env = "NETWORK_POLICY", value_enum, default_value_t = NetworkPolicyMode::Off, requires_if("on", "api_server_cidrs"))]
     pub network_policy: NetworkPolicyMode,
     /// Where the API server's calls to initializers come from (the control plane's address
@@ -88,6 +91,10 @@ pub struct RunArgs {
     /// `--network-policy=on`.
     #[arg(long, env = "API_SERVER_CIDRS")]
     pub api_server_cidrs: Option<Cidrs>,
+    /// How long route checks may go unanswered before an Initializer is `Stalled` (it stays
+    /// registered failing open) and, with `--network-policy=auto`, its NetworkPolicy withdrawn.
+    #[arg(long, env = "ROUTE_DEADLINE_SECONDS", default_value_t = crate::status::ROUTE_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub route_deadline_seconds: u64,
 }
 
 impl RunArgs {
@@ -397,6 +404,7 @@ async fn lead(
         leadership,
     )
     .with_connector(args.probe_connector.clone())
+    .with_route_deadline(Duration::from_secs(args.route_deadline_seconds))
     .with_watchdog(watchdog)
     .with_configurations(configurations);
     let memory = controller::Memory::default();
@@ -463,5 +471,13 @@ mod tests {
         .unwrap()
         .run;
         assert_eq!(on.api_server_cidrs, Some("10.0.0.0/24".parse().unwrap()));
+        let auto = parse(&["--network-policy", "auto"]).unwrap().run;
+        assert_eq!(
+            (auto.network_policy, auto.api_server_cidrs),
+            (NetworkPolicyMode::Auto, None),
+            "auto reads the API server's ranges when none are given"
+        );
+        assert_eq!(auto.route_deadline_seconds, 300);
+        assert!(parse(&["--route-deadline-seconds", "0"]).is_err());
     }
 }

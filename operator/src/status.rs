@@ -208,9 +208,12 @@ pub struct RouteCheck<'a> {
     pub last: &'a str,
     /// How long the checks have gone unanswered.
     pub unanswered_for: Duration,
+    /// How long they may before the Initializer is `Stalled` ([`ROUTE_DEADLINE`] unless the
+    /// operator is told otherwise).
+    pub deadline: Duration,
 }
 
-/// How long the route checks may go unanswered before the Initializer is `Stalled`: the API
+/// How long the route checks may go unanswered, by default, before the Initializer is `Stalled`: the API
 /// server does not reach it, and something outside the spec (a firewall, a NetworkPolicy, an
 /// image without `/route-check`) must change. It recovers by itself once that is put right.
 pub const ROUTE_DEADLINE: Duration = Duration::from_secs(300);
@@ -220,8 +223,9 @@ pub const ROUTE_DEADLINE: Duration = Duration::from_secs(300);
 pub enum Overdue<'a> {
     /// The Deployment's progress deadline passed: its message.
     Workload(&'a str),
-    /// The route checks went unanswered for [`ROUTE_DEADLINE`]: what the last one saw.
-    Route(&'a str),
+    /// The route checks went unanswered for their deadline: what the last one saw, and the
+    /// deadline.
+    Route(&'a str, Duration),
 }
 
 impl Observation<'_> {
@@ -289,16 +293,18 @@ pub fn compute(o: &Observation<'_>) -> InitializerStatus {
         details,
         last_outage: o.outage.clone(),
         missed_initializations: o.missed.clone(),
-        // The guard's witness is written apart (`Supervisor::record_guard_witness`).
+        // The guard's witness is written apart (`Supervisor::record_guard_witness`), as is the
+        // withdrawn NetworkPolicy (`apply::apply_withdrawn_network_policy`).
         guard: None,
+        withdrawn_network_policy: None,
     };
     let workload = o.workload.as_ref().and_then(|w| w.past_deadline.as_deref());
     let route = o
         .route_check
-        .filter(|check| check.unanswered_for >= ROUTE_DEADLINE);
+        .filter(|check| check.unanswered_for >= check.deadline);
     let overdue = match (workload, route) {
         (Some(message), _) => Some(Overdue::Workload(message)),
-        (None, Some(check)) => Some(Overdue::Route(check.last)),
+        (None, Some(check)) => Some(Overdue::Route(check.last, check.deadline)),
         (None, None) => None,
     };
     with_standing(status, overdue, o.previous, o.now)
@@ -404,13 +410,13 @@ pub fn standing(status: &InitializerStatus, overdue: Option<Overdue<'_>>) -> Sta
     if conflict {
         return stand(STALLED, "Conflict", message_of(CONFLICT));
     }
-    let route_not_proven = |last: &str| {
+    let route_not_proven = |last: &str, deadline: Duration| {
         stand(
             STALLED,
             "RouteNotProven",
             &format!(
                 "the API server has not been seen reaching the initializer through its Service for {} s; it stays registered failing open; the last check: {last}",
-                ROUTE_DEADLINE.as_secs()
+                deadline.as_secs()
             ),
         )
     };
@@ -422,7 +428,7 @@ pub fn standing(status: &InitializerStatus, overdue: Option<Overdue<'_>>) -> Sta
                 "ProgressDeadlineExceeded",
                 &format!("the workload never became ready: {message}"),
             ),
-            Some(Overdue::Route(last)) => route_not_proven(last),
+            Some(Overdue::Route(last, deadline)) => route_not_proven(last, deadline),
             None => stand(
                 RECONCILING,
                 "Deploying",
@@ -430,7 +436,9 @@ pub fn standing(status: &InitializerStatus, overdue: Option<Overdue<'_>>) -> Sta
             ),
         },
         // A route that changed under the registration and is not proven again.
-        Phase::Degraded if let Some(Overdue::Route(last)) = overdue => route_not_proven(last),
+        Phase::Degraded if let Some(Overdue::Route(last, deadline)) = overdue => {
+            route_not_proven(last, deadline)
+        }
         Phase::Degraded => stand(RECONCILING, "Degraded", message_of(DEGRADED)),
         Phase::Unresponsive => stand(RECONCILING, "Unresponsive", message_of(DEGRADED)),
         Phase::Registered => stand(READY, "Registered", message_of(REGISTERED)),
@@ -907,8 +915,8 @@ fn in_api_server_condition(o: &Observation<'_>) -> Option<Condition> {
 }
 
 /// True when `next` need not be written over `previous`: nothing changed, or only the last
-/// probe's time and latency changed and those were refreshed recently. The guard's witness in
-/// `previous` is not this writer's and is not compared.
+/// probe's time and latency changed and those were refreshed recently. The guard's witness and
+/// the withdrawn NetworkPolicy in `previous` are not this writer's and are not compared.
 pub fn only_probe_figures_changed(
     previous: Option<&InitializerStatus>,
     next: &InitializerStatus,
@@ -927,6 +935,7 @@ pub fn only_probe_figures_changed(
     // one may: compared, it made every probe a status write (and a reconcile) wherever the
     // guard is in force.
     same.guard = previous.guard.clone();
+    same.withdrawn_network_policy = previous.withdrawn_network_policy.clone();
     let recent = previous.last_probe_time.as_ref().is_some_and(|t| {
         now.duration_since(t.0).as_secs()
             < i64::try_from(PROBE_STATUS_REFRESH.as_secs()).unwrap_or(i64::MAX)

@@ -554,6 +554,9 @@ struct Inner {
     endpoint_slices: slices::EndpointSliceWatches,
     /// The operator's own stalls, so that its starvation is not blamed on an initializer.
     lag: LagMeter,
+    /// How long route checks may go unanswered before the Initializer is `Stalled`
+    /// ([`Supervisor::with_route_deadline`]).
+    route_deadline: Duration,
 }
 
 /// What the supervisor knows of one Initializer beyond its supervision (which starts at its
@@ -611,8 +614,40 @@ impl Supervisor {
                 entries: Mutex::new(HashMap::new()),
                 known: Mutex::new(HashMap::new()),
                 configurations: None,
+                route_deadline: status::ROUTE_DEADLINE,
             }),
         }
+    }
+
+    /// Route checks may go unanswered for `deadline` (instead of [`status::ROUTE_DEADLINE`])
+    /// before the Initializer is `Stalled` and, under `--network-policy=auto`, its policy
+    /// withdrawn. Call it before the supervisor is cloned.
+    pub fn with_route_deadline(mut self, deadline: Duration) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.route_deadline = deadline,
+            None => warn!(
+                "the route deadline was set after the supervisor was shared; kept the default"
+            ),
+        }
+        self
+    }
+
+    /// How long the route deadline is.
+    pub fn route_deadline(&self) -> Duration {
+        self.inner.route_deadline
+    }
+
+    /// While `initializer`'s proving configuration is registered and its route checks go
+    /// unanswered: for how long, and what the last one saw.
+    pub async fn route_unproven(&self, initializer: &str) -> Option<(Duration, String)> {
+        let entry = self.entries().get(initializer).cloned()?;
+        let st = entry.state.lock().await;
+        if st.presence != Presence::Proving {
+            return None;
+        }
+        let since = st.route.since?;
+        let last = st.route.last.clone().unwrap_or_default();
+        Some((since.elapsed(), last))
     }
 
     /// The supervisor checking a healthy registration against `configurations`, the watched

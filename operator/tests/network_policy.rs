@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use initializer_crds::Initializer;
 use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use initializer_operator::build::network_policy::admitted_ranges;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::events::v1::Event;
@@ -37,6 +38,7 @@ on_backends! {
     /// The sandbox serves no `networking.k8s.io`.
     real only: network_policy_is_written_put_back_and_removed_when_switched_off,
         a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route_is_proven_again,
+        auto_admits_the_api_servers_own_address,
 }
 
 fn spawn(cluster: &TestCluster, pod_name: &str, flags: &[&str]) -> Operator {
@@ -61,23 +63,28 @@ async fn policy(client: &Client) -> Option<NetworkPolicy> {
         .unwrap()
 }
 
-async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluster: &TestCluster) {
-    let client = cluster.client();
-    support::install::install_crd_and_namespace(&client, NS).await;
-    let on = policy_on(cluster, "operator-test-0", API_SERVER_CIDR);
+/// Creates the Initializer `guard`: secrets, one replica, failing closed.
+async fn create_guard(client: &Client) -> Initializer {
     let guard = support::initializer(
         "guard",
         json!({
             "image": IMAGE,
             "replicas": 1,
+            "failurePolicy": "Fail",
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
         }),
     );
-    let initializers: Api<Initializer> = Api::all(client.clone());
-    let created = initializers
+    Api::<Initializer>::all(client.clone())
         .create(&PostParams::default(), &guard)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluster: &TestCluster) {
+    let client = cluster.client();
+    support::install::install_crd_and_namespace(&client, NS).await;
+    let on = policy_on(cluster, "operator-test-0", API_SERVER_CIDR);
+    let created = create_guard(&client).await;
 
     // Written with the workload, and the initializer still registers behind it.
     wait_for("the configuration", Duration::from_secs(90), || {
@@ -144,15 +151,28 @@ async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluste
     println!("NetworkPolicy removed {took:?} after the operator restarted with it off");
 }
 
-/// The API server ranges in `policy`'s ingress.
-fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
-    let spec = policy.spec.as_ref().unwrap();
-    spec.ingress
-        .iter()
-        .flatten()
-        .flat_map(|rule| rule.from.iter().flatten())
-        .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
-        .collect()
+/// `--network-policy=auto` without ranges reads the API server's address from the
+/// `kubernetes` Service's EndpointSlice (which the API server writes), through the rule that
+/// names that slice alone, and the initializer registers behind the policy.
+async fn auto_admits_the_api_servers_own_address(cluster: &TestCluster) {
+    let client = cluster.client();
+    support::install::install_crd_and_namespace(&client, NS).await;
+    let _auto = spawn(cluster, "operator-test-0", &["--network-policy", "auto"]);
+    create_guard(&client).await;
+    let took = wait_for(
+        "registered with the spec's failurePolicy",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { failure_policies(&c).await == ["Fail"] }
+        },
+    )
+    .await;
+    println!("registered behind the policy {took:?} after the create");
+    let Some(written) = policy(&client).await else {
+        panic!("no NetworkPolicy was written");
+    };
+    assert_eq!(admitted_ranges(&written), [API_SERVER_CIDR]);
 }
 
 /// The failure policies of the live configuration's webhooks.
@@ -197,19 +217,7 @@ async fn a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route
     let client = cluster.client();
     support::install::install_crd_and_namespace(&client, NS).await;
     let first = policy_on(cluster, "operator-test-0", API_SERVER_CIDR);
-    let guard = support::initializer(
-        "guard",
-        json!({
-            "image": IMAGE,
-            "replicas": 1,
-            "failurePolicy": "Fail",
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}],
-        }),
-    );
-    Api::<Initializer>::all(client.clone())
-        .create(&PostParams::default(), &guard)
-        .await
-        .unwrap();
+    create_guard(&client).await;
     wait_for(
         "registered, failing closed",
         Duration::from_secs(90),

@@ -181,6 +181,9 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     // Initializers are cluster-scoped.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
+    // apply::network_policy::read_api_server_ranges (`--network-policy=auto`): the API
+    // server's addresses, from the EndpointSlice `kubernetes` in `default` (only that name).
+    ("discovery.k8s.io", "endpointslices", "get"),
     // The engine (operator/src/engine/proof.rs): a preset's MutatingAdmissionPolicy and its
     // binding applied (server-side apply: patch), read to tell ours and to check for drift
     // (get), dry-run created under another name for the drift check (create), removed once
@@ -445,8 +448,19 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
         rule(&[""], &["namespaces"], &["get", "list"]),
         // create/patch: Events through kube's Recorder (patch updates a series).
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+        // get: the API server's addresses under `--network-policy=auto`, from the EndpointSlice
+        // of the `kubernetes` Service (a ClusterRole, since a CSV grants Roles only in the
+        // operator's namespace; by name, so no other slice can be read).
+        PolicyRule {
+            resource_names: Some(vec![API_SERVER_ENDPOINT_SLICE.to_string()]),
+            ..rule(&["discovery.k8s.io"], &["endpointslices"], &["get"])
+        },
     ]
 }
+
+/// The one EndpointSlice the operator may read cluster-wide: the `kubernetes` Service's, which
+/// lists the API server's addresses.
+pub const API_SERVER_ENDPOINT_SLICE: &str = "kubernetes";
 
 /// The rules for a namespace where workloads run: the workload objects (no delete but the
 /// migrated CA's: garbage collection follows owners) and the EndpointSlices the probe reads.
@@ -543,9 +557,16 @@ pub fn namespace_rules() -> Vec<PolicyRule> {
     rules
 }
 
-/// True when `rules` allow `verb` on `resource` in `group`.
+/// True when `rules` allow `verb` on every `resource` in `group` (a rule naming its objects does not).
 pub fn allows(rules: &[PolicyRule], (group, resource, verb): ApiCall) -> bool {
     rules.iter().any(|r| {
+        // A rule naming its objects does not allow the call on any other.
+        if r.resource_names
+            .as_ref()
+            .is_some_and(|names| !names.is_empty())
+        {
+            return false;
+        }
         let has = |list: &Option<Vec<String>>, item: &str| {
             list.iter().flatten().any(|x| x == item || x == "*")
         };
@@ -650,6 +671,26 @@ mod tests {
                 }
             }
         }
+        let named: Vec<_> = cluster
+            .iter()
+            .filter(|r| r.resource_names.is_some())
+            .collect();
+        let [slice] = named.as_slice() else {
+            panic!("one rule names its objects: {named:?}");
+        };
+        assert_eq!(
+            (
+                slice.resources.as_deref(),
+                slice.verbs.as_slice(),
+                slice.resource_names.as_deref()
+            ),
+            (
+                Some(&["endpointslices".to_string()][..]),
+                &["get".to_string()][..],
+                Some(&[API_SERVER_ENDPOINT_SLICE.to_string()][..])
+            ),
+            "only the API server's EndpointSlice, by name, and only get"
+        );
         for verb in ["get", "list", "create", "patch"] {
             assert!(!allows(&cluster, ("apps", "deployments", verb)));
             assert!(!allows(&cluster, ("policy", "poddisruptionbudgets", verb)));

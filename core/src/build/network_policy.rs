@@ -1,6 +1,7 @@
-//! The NetworkPolicy in front of an initializer's pods (`--network-policy=on`): ingress to the
-//! serving port only from the operator's own pods (its probe) and from the API server's
-//! addresses (`--api-server-cidrs`, the control plane's range, which differs per cluster).
+//! The NetworkPolicy in front of an initializer's pods (`--network-policy=on` or `auto`): ingress
+//! to the serving port only from the operator's own pods (its probe) and from the API server's
+//! addresses (`--api-server-cidrs`, the control plane's range, which differs per cluster; under
+//! `auto` without them, the addresses of the `kubernetes` Service, [`api_server_ranges`]).
 //! Without it, any pod that can reach the initializer's Service can open connections to it; the
 //! SDK's server makes room for the API server and the probe when that happens (see
 //! `kube_initializer`'s connection slots), and the policy keeps such pods out altogether where
@@ -8,12 +9,16 @@
 //!
 //! A policy written or changed under a registered initializer may leave the API server out (a
 //! wrong range): [`changes_route`] tells the reconcile when a write must wait until the API
-//! server fails open for it, and [`held`] is what stays written meanwhile.
+//! server fails open for it, and [`held`] is what stays written meanwhile. Under `auto`, a policy
+//! the API server's calls are not seen passing is withdrawn and not written again for the same
+//! ranges ([`is_withdrawn`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use initializer_crds::WithdrawnNetworkPolicy;
 use initializer_crds::constants::INITIALIZER_PORT;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
@@ -37,8 +42,31 @@ pub struct NetworkPolicySettings {
     /// The labels of the operator's pods (the Deployment's selector: nobody but whoever may
     /// create pods in the operator's namespace can give a pod there these labels).
     pub operator_pod_labels: BTreeMap<String, String>,
-    /// Where the API server's calls come from, in CIDR notation.
-    pub api_server_cidrs: Vec<Cidr>,
+    /// Where the API server's calls come from, in CIDR notation: `--api-server-cidrs`, or under
+    /// `auto` without them `None` until the reconcile fills in [`api_server_ranges`].
+    pub api_server_cidrs: Option<Vec<Cidr>>,
+    /// `on` or `auto`.
+    pub mode: NetworkPolicyMode,
+}
+
+impl NetworkPolicySettings {
+    /// Whether the API server's ranges are to be read from the cluster ([`api_server_ranges`]).
+    pub fn reads_ranges(&self) -> bool {
+        self.api_server_cidrs.is_none()
+    }
+
+    /// Whether a policy the API server's calls are not seen passing is withdrawn (`auto`).
+    pub fn withdraws(&self) -> bool {
+        self.mode == NetworkPolicyMode::Auto
+    }
+
+    /// These settings with the API server's ranges read from the cluster.
+    pub fn with_ranges(&self, ranges: Vec<Cidr>) -> Self {
+        Self {
+            api_server_cidrs: Some(ranges),
+            ..self.clone()
+        }
+    }
 }
 
 /// An address range in CIDR notation (`10.0.0.0/24`, `fd00::/64`), checked when parsed.
@@ -97,24 +125,92 @@ impl std::str::FromStr for Cidrs {
 /// `--network-policy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NetworkPolicyMode {
-    /// A NetworkPolicy in front of every initializer's pods.
+    /// A NetworkPolicy in front of every initializer's pods, admitting `--api-server-cidrs`.
     On,
     /// None (one written before is removed).
     Off,
+    /// As `on`, admitting `--api-server-cidrs` or else the addresses of the `kubernetes`
+    /// Service; a policy the API server's calls are not seen passing within the route deadline
+    /// is withdrawn, and not written again while those ranges stay.
+    Auto,
 }
 
-/// What the flags ask for: `None` when off; when on, the operator's pods in `operator_namespace`
-/// (by the labels of its Deployment's selector) and the API server's ranges.
+/// The Service whose endpoints are the API server's addresses, in [`API_SERVER_NAMESPACE`]; its
+/// EndpointSlice has the same name.
+pub const API_SERVER_SERVICE: &str = "kubernetes";
+/// Where [`API_SERVER_SERVICE`] is.
+pub const API_SERVER_NAMESPACE: &str = "default";
+
+/// What the flags ask for: `None` when off; else the operator's pods in `operator_namespace` (by
+/// the labels of its Deployment's selector) and the API server's ranges, if given.
 pub fn settings(
     mode: NetworkPolicyMode,
     api_server_cidrs: Option<&Cidrs>,
     operator_namespace: &str,
 ) -> Option<NetworkPolicySettings> {
-    (mode == NetworkPolicyMode::On).then(|| NetworkPolicySettings {
+    (mode != NetworkPolicyMode::Off).then(|| NetworkPolicySettings {
         operator_namespace: operator_namespace.to_string(),
         operator_pod_labels: initializer_packaging::manifest::selector_labels(),
-        api_server_cidrs: api_server_cidrs.map(|c| c.0.clone()).unwrap_or_default(),
+        api_server_cidrs: api_server_cidrs.map(|c| c.0.clone()),
+        mode,
     })
+}
+
+/// The API server's addresses, one range of one address each, from the EndpointSlice of the
+/// `kubernetes` Service (the API servers write their own addresses there, whatever their
+/// number). Most clusters' API servers call webhooks from these addresses; where one calls from
+/// another (a konnectivity tunnel, a NAT), the route check says so and `auto` withdraws the policy.
+pub fn api_server_ranges(slice: &EndpointSlice) -> Vec<Cidr> {
+    let mut ranges: Vec<Cidr> = slice
+        .endpoints
+        .iter()
+        .flatten()
+        .flat_map(|endpoint| &endpoint.addresses)
+        .filter_map(|address| address.parse::<IpAddr>().ok())
+        .map(|address| {
+            let prefix = if address.is_ipv4() { 32 } else { 128 };
+            Cidr(format!("{address}/{prefix}"))
+        })
+        .collect();
+    ranges.sort_by(|a, b| a.0.cmp(&b.0));
+    ranges.dedup();
+    ranges
+}
+
+/// The address ranges `policy` admits, in the order written.
+pub fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
+    policy
+        .spec
+        .iter()
+        .flat_map(|spec| spec.ingress.iter().flatten())
+        .flat_map(|rule| rule.from.iter().flatten())
+        .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
+        .collect()
+}
+
+/// Whether `desired` admits the API server from exactly the ranges of the policy `withdrawn`
+/// under `auto`: it is not written again.
+pub fn is_withdrawn(desired: &NetworkPolicy, withdrawn: Option<&WithdrawnNetworkPolicy>) -> bool {
+    withdrawn.is_some_and(|withdrawn| {
+        let mut admitted = admitted_ranges(desired);
+        let mut before = withdrawn.api_server_cidrs.clone();
+        admitted.sort();
+        before.sort();
+        admitted == before
+    })
+}
+
+/// The record of `policy` withdrawn at `at`, the last route check having seen `last_route_check`.
+pub fn withdrawal(
+    policy: &NetworkPolicy,
+    at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    last_route_check: &str,
+) -> WithdrawnNetworkPolicy {
+    WithdrawnNetworkPolicy {
+        api_server_cidrs: admitted_ranges(policy),
+        withdrawn_at: at,
+        last_route_check: last_route_check.to_string(),
+    }
 }
 
 /// The NetworkPolicy of one Initializer: its pods (the Service's selector) take ingress on the
@@ -142,6 +238,7 @@ pub fn network_policy(
     let api_server = settings
         .api_server_cidrs
         .iter()
+        .flatten()
         .map(|cidr| NetworkPolicyPeer {
             ip_block: Some(IPBlock {
                 cidr: cidr.to_string(),
@@ -210,7 +307,8 @@ mod tests {
                 "app.kubernetes.io/name".to_string(),
                 "initializer-operator".to_string(),
             )]),
-            api_server_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+            api_server_cidrs: Some(cidrs.iter().map(|c| c.parse().unwrap()).collect()),
+            mode: NetworkPolicyMode::On,
         }
     }
 
@@ -351,13 +449,71 @@ mod tests {
         assert_eq!(settings(NetworkPolicyMode::Off, Some(&cidrs), "ns"), None);
         let on = settings(NetworkPolicyMode::On, Some(&cidrs), "ns").unwrap();
         assert_eq!(on.operator_namespace, "ns");
-        assert_eq!(on.api_server_cidrs, cidrs.0);
+        assert_eq!(on.api_server_cidrs, Some(cidrs.0.clone()));
+        assert!(!on.reads_ranges() && !on.withdraws());
+        let auto = settings(NetworkPolicyMode::Auto, None, "ns").unwrap();
+        assert!(auto.reads_ranges() && auto.withdraws());
+        let given = settings(NetworkPolicyMode::Auto, Some(&cidrs), "ns").unwrap();
+        assert!(
+            !given.reads_ranges() && given.withdraws(),
+            "given ranges are used as given"
+        );
         assert_eq!(
             on.operator_pod_labels,
             initializer_packaging::manifest::selector_labels(),
             "the operator's pods are found by its Deployment's selector"
         );
         assert!(" , ".parse::<Cidrs>().is_err(), "at least one CIDR");
+    }
+
+    #[test]
+    fn the_api_servers_ranges_are_its_addresses_in_the_kubernetes_endpoint_slice() {
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["172.18.0.3"]},
+                {"addresses": ["172.18.0.2"], "conditions": {"ready": true}},
+                {"addresses": ["172.18.0.3", "not an address"]},
+                {"addresses": ["fd00::2"]},
+            ],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+        }))
+        .unwrap();
+        assert_eq!(
+            api_server_ranges(&slice)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["172.18.0.2/32", "172.18.0.3/32", "fd00::2/128"],
+            "each address once, as one address"
+        );
+        let empty = EndpointSlice {
+            endpoints: None,
+            ..slice
+        };
+        assert!(api_server_ranges(&empty).is_empty());
+    }
+
+    #[test]
+    fn a_withdrawn_policy_is_not_written_again_for_the_same_ranges() {
+        let v = validated();
+        let both = network_policy(&v, &policy_settings(&["10.0.0.2/32", "10.0.0.1/32"]), None);
+        let record = withdrawal(
+            &both,
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            "admitted without the initializer's answer",
+        );
+        assert_eq!(record.api_server_cidrs, ["10.0.0.2/32", "10.0.0.1/32"]);
+        assert_eq!(
+            record.last_route_check,
+            "admitted without the initializer's answer"
+        );
+        let same = network_policy(&v, &policy_settings(&["10.0.0.1/32", "10.0.0.2/32"]), None);
+        assert!(is_withdrawn(&same, Some(&record)), "in another order");
+        let one = network_policy(&v, &policy_settings(&["10.0.0.1/32"]), None);
+        assert!(!is_withdrawn(&one, Some(&record)), "the ranges changed");
+        assert!(!is_withdrawn(&same, None), "nothing withdrawn");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! What a network that enforces NetworkPolicy shows (kind: kindnetd online, kube-router's
-//! firewall offline): with `--network-policy=on` the operator's policy keeps every other pod
-//! from an initializer's port, while the API server's calls and the operator's probes still
-//! reach it; and that a range that leaves the API server out fails no create under a
-//! registration that fails closed.
+//! firewall offline): with `--network-policy=auto` the operator's policy admits the API server's
+//! own address and keeps every other pod from an initializer's port, while the API server's
+//! calls and the operator's probes still reach it; and that a range that leaves the API server
+//! out fails no create under a registration that fails closed, and under `auto` is withdrawn.
 
 use std::time::{Duration, Instant};
 
@@ -33,9 +33,14 @@ const WRONG_RANGE: &str = "192.0.2.1/32";
 const CREATE_EVERY: Duration = Duration::from_secs(2);
 /// What the `Registered` condition quotes of a route check the initializer did not answer.
 const UNANSWERED: &str = "admitted without the initializer's answer";
+/// The route deadline `auto` is given in the wrong-range scenario, after which it withdraws the
+/// policy (the default, 300 s, would only make the scenario longer).
+const WITHDRAW_AFTER: Duration = Duration::from_secs(30);
 
-/// An outsider pod reaches a registered initializer's Service until the operator writes its
-/// NetworkPolicy; from then on the outsider is kept out, while a create the initializer
+/// An outsider pod reaches a registered initializer's Service until the operator, set to
+/// `--network-policy=auto` without ranges, writes its NetworkPolicy, which admits the API
+/// server's address as the `kubernetes` Service lists it (the control-plane node's); from then
+/// on the outsider is kept out, while a create the initializer
 /// changes is still changed (the API server's call is admitted), the Initializer stays
 /// registered (the operator's probes are admitted), and an Initializer applied with the policy
 /// in force proves its route and registers. With the setting off again the policy goes and the
@@ -67,15 +72,10 @@ pub async fn network_policy_keeps_other_pods_out_and_lets_the_api_server_in(
         "the outsider pod cannot reach {service_ip}:443 with no NetworkPolicy ({before:?}): the check below would prove nothing"
     );
 
-    let cidr = api_server_cidr(&ctx).await?;
     let on = Instant::now();
-    set_operator_env(
-        &ctx,
-        &["NETWORK_POLICY=on", &format!("API_SERVER_CIDRS={cidr}")],
-    )
-    .await?;
+    set_operator_env(&ctx, &["NETWORK_POLICY=auto"]).await?;
     let result = with_the_policy_on(&ctx, &sidecar, &outsider, on).await;
-    let off = set_operator_env(&ctx, &["NETWORK_POLICY-", "API_SERVER_CIDRS-"]).await;
+    let off = set_operator_env(&ctx, &["NETWORK_POLICY-"]).await;
     result?;
     off?;
 
@@ -104,7 +104,7 @@ pub async fn network_policy_keeps_other_pods_out_and_lets_the_api_server_in(
     Ok(())
 }
 
-/// The scenario's part with `--network-policy=on` (from `on`), after which the setting goes
+/// The scenario's part with `--network-policy=auto` (from `on`), after which the setting goes
 /// back whatever happened here.
 async fn with_the_policy_on(
     ctx: &Ctx,
@@ -123,6 +123,12 @@ async fn with_the_policy_on(
         "NetworkPolicy {} written {} after the setting",
         policy.name_any(),
         s(on.elapsed())
+    );
+    let node = api_server_cidr(ctx).await?;
+    ensure!(
+        admitted_ranges(&policy) == [node.as_str()],
+        "the policy admits {:?}, not the control-plane node's {node} where the API server runs",
+        admitted_ranges(&policy)
     );
     wait::until("the outsider kept out", STEP_TIMEOUT, || async {
         Ok(match outsider.connect(ctx).await {
@@ -188,7 +194,15 @@ pub async fn a_wrong_network_policy_range_fails_no_create(ctx: Ctx) -> anyhow::R
         a_wrong_range_fails_open(&ctx, &sidecar).await
     }
     .await;
-    let off = set_operator_env(&ctx, &["NETWORK_POLICY-", "API_SERVER_CIDRS-"]).await;
+    let off = set_operator_env(
+        &ctx,
+        &[
+            "NETWORK_POLICY-",
+            "API_SERVER_CIDRS-",
+            "ROUTE_DEADLINE_SECONDS-",
+        ],
+    )
+    .await;
     result?;
     off
 }
@@ -196,8 +210,9 @@ pub async fn a_wrong_network_policy_range_fails_no_create(ctx: Ctx) -> anyhow::R
 /// `API_SERVER_CIDRS` set to a range the API server's calls do not come from, under `sidecar`
 /// registered with `failurePolicy: Fail`: no create is refused, the configuration fails open
 /// from the setting on and never gets the spec's values back, and the status says that the
-/// route is being proven and that a check went unanswered. The right range back: registered
-/// with the spec's values, and creates are changed again.
+/// route is being proven and that a check went unanswered. Then `auto` withdraws that policy
+/// ([`auto_withdraws_the_wrong_range`]), and with the range read from the cluster writes the
+/// right one: registered with the spec's values, and creates are changed again.
 async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<()> {
     let right = api_server_cidr(ctx).await?;
     let changed = Instant::now();
@@ -275,11 +290,21 @@ async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Resul
         configurations_seen(sidecar)
     );
 
+    auto_withdraws_the_wrong_range(ctx, sidecar).await?;
+
     let back = Instant::now();
-    set_operator_env(ctx, &[&format!("API_SERVER_CIDRS={right}")]).await?;
+    set_operator_env(ctx, &["API_SERVER_CIDRS-"]).await?;
+    wait::until("the right range written", REGISTER_TIMEOUT, || async {
+        let ranges = policy_of(ctx, sidecar).await?.map(|p| admitted_ranges(&p));
+        Ok(match ranges {
+            Some(ranges) if ranges == [right.as_str()] => Check::Done(()),
+            other => Check::Pending(format!("API server ranges {other:?}")),
+        })
+    })
+    .await?;
     ops::wait_registered(&ctx.client(), &sidecar.name, REGISTER_TIMEOUT).await?;
     eprintln!(
-        "registered again {} after the right range",
+        "the range read from the cluster written, and registered again {} after it",
         s(back.elapsed())
     );
     let injected = common::create_nginx(ctx, &sidecar.target_ns, "nginx-right-range", true).await?;
@@ -300,6 +325,89 @@ fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
         .flat_map(|rule| rule.from.iter().flatten())
         .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
         .collect()
+}
+
+/// The same wrong range under `--network-policy=auto`, whose route deadline is made short: once
+/// the route checks went unanswered for it, the policy is withdrawn (gone, recorded in the
+/// status, a `NetworkPolicyWithdrawn` Warning), and the initializer registers with the spec's
+/// values without it; no create is refused meanwhile.
+async fn auto_withdraws_the_wrong_range(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<()> {
+    let auto = Instant::now();
+    set_operator_env(
+        ctx,
+        &[
+            "NETWORK_POLICY=auto",
+            &format!("ROUTE_DEADLINE_SECONDS={}", WITHDRAW_AFTER.as_secs()),
+        ],
+    )
+    .await?;
+    let mut attempt = 0;
+    let seen = wait::until_every(
+        "the wrong range withdrawn and the initializer registered without it",
+        CREATE_EVERY,
+        REGISTER_TIMEOUT + WITHDRAW_AFTER,
+        || {
+            attempt += 1;
+            let name = format!("nginx-withdrawing-{attempt}");
+            async move {
+                if let Err(refused) =
+                    common::create_nginx(ctx, &sidecar.target_ns, &name, true).await
+                {
+                    return Ok(Check::Done(Err(refused)));
+                }
+                let current = ops::initializer(&ctx.client(), &sidecar.name).await?;
+                let withdrawn = current
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.withdrawn_network_policy.clone());
+                let policy = policy_of(ctx, sidecar).await?;
+                Ok(
+                    match (&withdrawn, &policy, ops::status_registered(&current)) {
+                        (Some(_), None, true) => Check::Done(Ok(withdrawn)),
+                        _ => Check::Pending(format!(
+                            "withdrawn {withdrawn:?}; policy {:?}; {}",
+                            policy.map(|p| admitted_ranges(&p)),
+                            ops::describe(&current)
+                        )),
+                    },
+                )
+            }
+        },
+    )
+    .await?;
+    let withdrawn = seen
+        .with_context(|| {
+            format!(
+                "a create was refused while auto withdrew the wrong range; the configuration went through: {}",
+                configurations_seen(sidecar)
+            )
+        })?
+        .context("withdrawn")?;
+    ensure!(
+        withdrawn.api_server_cidrs == [WRONG_RANGE],
+        "the status records {:?} as withdrawn, not {WRONG_RANGE}",
+        withdrawn.api_server_cidrs
+    );
+    eprintln!(
+        "the wrong range withdrawn and registered without it {} after auto ({attempt} creates, none refused; the last check: {})",
+        s(auto.elapsed()),
+        withdrawn.last_route_check
+    );
+    let warnings = ops::warning_events(&ctx.client(), &sidecar.name).await?;
+    ensure!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("NetworkPolicyWithdrawn:") && w.contains(WRONG_RANGE)),
+        "no NetworkPolicyWithdrawn Warning names {WRONG_RANGE}: {warnings:?}"
+    );
+    // Not written again while the range is the one withdrawn, across a restart.
+    set_operator_env(ctx, &["ROUTE_DEADLINE_SECONDS-"]).await?;
+    ops::wait_registered(&ctx.client(), &sidecar.name, REGISTER_TIMEOUT).await?;
+    ensure!(
+        policy_of(ctx, sidecar).await?.is_none(),
+        "the withdrawn range was written again after the operator restarted"
+    );
+    Ok(())
 }
 
 /// What `sidecar`'s webhook configuration went through, for messages.

@@ -1,13 +1,18 @@
 //! Writing an Initializer's NetworkPolicy with the other workload objects, and removing the one
-//! written before once `--network-policy` is off, so that the setting is what the cluster holds.
-//! Whether a write must wait for the API server to fail open is the reconcile's to decide, from
-//! the live policy [`read`] here.
+//! written before once none is wanted (`--network-policy` off, or the policy withdrawn), so that
+//! the setting is what the cluster holds. Whether a write must wait for the API server to fail
+//! open, or the policy is withdrawn, is the reconcile's to decide, from the live policy [`read`]
+//! here and the API server's ranges [`read_api_server_ranges`].
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::{Api, Client, Resource, ResourceExt};
 
 use super::{Ownership, as_read, claim, controller_uid, delete_unless_changed, ownership};
 use crate::build::Desired;
+use crate::build::network_policy::{
+    API_SERVER_NAMESPACE, API_SERVER_SERVICE, Cidr, api_server_ranges,
+};
 use crate::error::{Error, Result};
 
 const KIND: &str = "NetworkPolicy";
@@ -23,6 +28,33 @@ pub async fn read<K: Resource>(client: &Client, named: &K) -> Result<Option<Netw
         name,
         source: Box::new(source),
     })
+}
+
+/// The API server's addresses, from the EndpointSlice of the `kubernetes` Service. Empty, with
+/// a warning, when it cannot be read or holds none: the caller then leaves the policy as it is.
+pub async fn read_api_server_ranges(client: &Client) -> Vec<Cidr> {
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), API_SERVER_NAMESPACE);
+    match api.get_opt(API_SERVER_SERVICE).await {
+        Ok(Some(slice)) => {
+            let ranges = api_server_ranges(&slice);
+            if ranges.is_empty() {
+                tracing::warn!(
+                    "the API server's EndpointSlice {API_SERVER_NAMESPACE}/{API_SERVER_SERVICE} lists no address: NetworkPolicies stay as they are"
+                );
+            }
+            ranges
+        }
+        Ok(None) => {
+            tracing::warn!(
+                "no EndpointSlice {API_SERVER_NAMESPACE}/{API_SERVER_SERVICE} tells the API server's addresses: NetworkPolicies stay as they are; give --api-server-cidrs"
+            );
+            Vec::new()
+        }
+        Err(error) => {
+            tracing::warn!(%error, "failed to read the API server's addresses from the EndpointSlice {API_SERVER_NAMESPACE}/{API_SERVER_SERVICE}: NetworkPolicies stay as they are");
+            Vec::new()
+        }
+    }
 }
 
 /// With a policy desired, [`claim`] it (`Some`); without, remove this Initializer's policy of
@@ -71,7 +103,7 @@ async fn remove(client: &Client, desired: &Desired) -> Result<bool> {
             source: Box::new(source),
         })?;
     if removed {
-        tracing::info!(%name, namespace = ?service.namespace(), "removed the NetworkPolicy: --network-policy is off");
+        tracing::info!(%name, namespace = ?service.namespace(), "removed the NetworkPolicy: none is wanted (--network-policy is off, or it was withdrawn)");
     }
     Ok(removed)
 }

@@ -5,11 +5,14 @@
 //! then [`hand_over`] to the supervisor, which registers the configuration once the initializer
 //! answers. Every way a reconcile stops short is a [`Stop`], handled in one place ([`stopped`]).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use initializer_crds::Initializer;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -22,8 +25,8 @@ use super::finalizer::{remove_configuration, suspend_first};
 use super::{
     Context, RESYNC, conflict_is_news, publish, refusal_is_news, requeue_after, supervision,
 };
-use crate::apply;
 use crate::apply::legacy::Canary;
+use crate::apply::{self, Ownership, controller_uid, ownership};
 use crate::build;
 use crate::error::{Error, Result};
 use crate::events::Reason;
@@ -178,10 +181,11 @@ async fn deploy(
                 .serves_current_ca(&name, ca.cert_pem.as_bytes())
         });
         let stale_ca = found.stale_ca.clone();
+        let (settings, ranges_known) = settings_now(ctx).await;
         let (material, mut desired) = built(
             obj,
             v,
-            &ctx.settings,
+            &settings,
             found,
             current_ca_served,
             existing.as_ref(),
@@ -199,7 +203,7 @@ async fn deploy(
         if let Some(legacy) = &desired.legacy {
             apply::legacy::apply_rbac(&ctx.client, legacy).await?;
         }
-        let route_held = hold_route_change(ctx, &name, &mut desired).await?;
+        let route_held = settle_network_policy(obj, ctx, &mut desired, ranges_known).await?;
         let deployment =
             apply::apply_workload(&ctx.client, &desired, desired.legacy.is_some()).await?;
         // The CA is now in the operator's namespace: the copy an earlier version kept beside
@@ -219,20 +223,119 @@ async fn deploy(
     deployed.await.map_err(Stop::deploying)
 }
 
+/// The build settings of this reconcile: under `--network-policy=auto` without
+/// `--api-server-cidrs`, with the API server's ranges read now; and whether they are known
+/// (when they could not be read, the policy stays as it is).
+async fn settings_now(ctx: &Context) -> (Cow<'_, build::Settings>, bool) {
+    let Some(policy) = ctx
+        .settings
+        .network_policy
+        .as_ref()
+        .filter(|policy| policy.reads_ranges())
+    else {
+        return (Cow::Borrowed(&ctx.settings), true);
+    };
+    let ranges = apply::network_policy::read_api_server_ranges(&ctx.client).await;
+    let known = !ranges.is_empty();
+    let settings = build::Settings {
+        network_policy: Some(policy.with_ranges(ranges)),
+        ..ctx.settings.clone()
+    };
+    (Cow::Owned(settings), known)
+}
+
+/// What this reconcile writes of the NetworkPolicy: what is live while the API server's ranges
+/// are unknown; under `auto`, nothing for ranges withdrawn before, and nothing once the route
+/// checks went unanswered for the route deadline with this Initializer's policy in force (which
+/// is withdrawn: recorded in the status, with a Warning); else the desired policy, once the API
+/// server fails open for it when it changes who may reach the pods ([`hold_route_change`]).
+/// Returns whether a change waits.
+async fn settle_network_policy(
+    obj: &Initializer,
+    ctx: &Context,
+    desired: &mut build::Desired,
+    ranges_known: bool,
+) -> Result<bool> {
+    let (Some(settings), Some(policy)) = (&ctx.settings.network_policy, &desired.network_policy)
+    else {
+        return Ok(false);
+    };
+    let name = obj.name_any();
+    let live = apply::network_policy::read(&ctx.client, policy).await?;
+    if !ranges_known {
+        desired.network_policy = build::network_policy::held(policy, live.as_ref());
+        return Ok(false);
+    }
+    if settings.withdraws() {
+        let withdrawn = obj
+            .status
+            .as_ref()
+            .and_then(|status| status.withdrawn_network_policy.as_ref());
+        if build::network_policy::is_withdrawn(policy, withdrawn) {
+            desired.network_policy = None;
+            return Ok(false);
+        }
+        if let Some(live) = live.as_ref().filter(|live| {
+            ownership(Some(&live.metadata), controller_uid(&policy.metadata)) == Ownership::Ours
+        }) && let Some((unproven_for, last)) = ctx.supervisor.route_unproven(&name).await
+            && unproven_for >= ctx.supervisor.route_deadline()
+        {
+            withdraw(obj, ctx, live, &last).await?;
+            desired.network_policy = None;
+            return Ok(false);
+        }
+    }
+    hold_route_change(ctx, &name, desired, live).await
+}
+
+/// Records that `live`, this Initializer's policy, is withdrawn (the caller then removes it), and
+/// says so in an Event: the route checks went unanswered for the route deadline, the last seeing
+/// `last`.
+async fn withdraw(
+    obj: &Initializer,
+    ctx: &Context,
+    live: &NetworkPolicy,
+    last: &str,
+) -> Result<()> {
+    let name = obj.name_any();
+    let record = build::network_policy::withdrawal(live, Time(Timestamp::now()), last);
+    apply::apply_withdrawn_network_policy(
+        &ctx.client,
+        &name,
+        &record,
+        obj.metadata.resource_version.as_deref(),
+    )
+    .await?;
+    let ranges = record.api_server_cidrs.join(", ");
+    warn!(initializer = %name, %ranges, last_route_check = %last, "withdrew the NetworkPolicy: the API server's calls were not seen passing it");
+    publish(
+        ctx,
+        obj,
+        EventType::Warning,
+        Reason::NetworkPolicyWithdrawn,
+        format!(
+            "the API server's calls were not seen passing the NetworkPolicy in front of the initializer (admitting {ranges}) for {} s: it is withdrawn, and not written again while the API server's ranges are these (the last route check: {last})",
+            ctx.supervisor.route_deadline().as_secs()
+        ),
+    )
+    .await;
+    Ok(())
+}
+
 /// A NetworkPolicy that changes who may reach the initializer's pods is written only once the
 /// API server fails open for it ([`crate::supervisor::Supervisor::route_changing`], which
 /// also has the route proven again): a policy that leaves the API server out must never stand in
-/// front of a configuration that fails closed. Until then what is live stays; returns whether
+/// front of a configuration that fails closed. Until then what is `live` stays; returns whether
 /// the change waits.
 async fn hold_route_change(
     ctx: &Context,
     name: &str,
     desired: &mut build::Desired,
+    live: Option<NetworkPolicy>,
 ) -> Result<bool> {
     let Some(policy) = &desired.network_policy else {
         return Ok(false);
     };
-    let live = apply::network_policy::read(&ctx.client, policy).await?;
     if !build::network_policy::changes_route(policy, live.as_ref())
         || ctx.supervisor.route_changing(name).await?
     {

@@ -172,6 +172,7 @@ fn a_configuration_proving_its_route_is_not_registered_and_says_what_the_check_s
         route_check: Some(RouteCheck {
             last: "refused without the initializer's answer: connection refused",
             unanswered_for: Duration::from_secs(3),
+            deadline: ROUTE_DEADLINE,
         }),
         ..base()
     });
@@ -210,6 +211,7 @@ fn a_registration_proving_a_changed_route_is_degraded_and_says_why() {
         route_check: Some(RouteCheck {
             last: "refused without the initializer's answer: connection refused",
             unanswered_for,
+            deadline: ROUTE_DEADLINE,
         }),
         ..base()
     };
@@ -244,6 +246,7 @@ fn route_checks_unanswered_past_the_deadline_stall_it() {
     let check = |unanswered_for| RouteCheck {
         last: "admitted without the initializer's answer",
         unanswered_for,
+        deadline: ROUTE_DEADLINE,
     };
     let just_before = compute(&Observation {
         route_check: Some(check(ROUTE_DEADLINE - Duration::from_secs(1))),
@@ -270,6 +273,20 @@ fn route_checks_unanswered_past_the_deadline_stall_it() {
         Some(crate::metrics::Stalled::RouteNotProven),
         "the stalled gauge and its alert see the reason"
     );
+    let shorter = RouteCheck {
+        deadline: Duration::from_secs(20),
+        ..check(Duration::from_secs(20))
+    };
+    let told = compute(&Observation {
+        route_check: Some(shorter),
+        ..base()
+    });
+    let stalled = cond(&told, STALLED);
+    assert_eq!(
+        stalled.reason, "RouteNotProven",
+        "a deadline the operator was told"
+    );
+    assert!(stalled.message.contains("for 20 s"), "{}", stalled.message);
 }
 
 #[test]

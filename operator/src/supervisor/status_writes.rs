@@ -189,6 +189,7 @@ impl Supervisor {
             route_check: (st.presence == Presence::Proving).then(|| status::RouteCheck {
                 last: st.route.last.as_deref().unwrap_or("not answered yet"),
                 unanswered_for: st.route.since.map(|s| s.elapsed()).unwrap_or_default(),
+                deadline: self.inner.route_deadline,
             }),
         });
         target

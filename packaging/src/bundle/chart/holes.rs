@@ -31,7 +31,8 @@ pub enum Hole {
     LogLevel,
     /// `LOG_JSON`, present only with `logFormat: json`.
     LogFormat,
-    /// `NETWORK_POLICY` and `API_SERVER_CIDRS`, present only with `networkPolicy.enabled`.
+    /// `NETWORK_POLICY` (`on` with `networkPolicy.apiServerCIDRs`, else `auto`) and
+    /// `API_SERVER_CIDRS`, present only with `networkPolicy.enabled`.
     NetworkPolicy,
     /// `POLICY_CANARY_NAMESPACE`, present only with `policyCanaryNamespace` set.
     PolicyCanary,
@@ -114,14 +115,17 @@ impl Hole {
                     "{{- end }}".to_string(),
                 ]
             }),
-            // On without a range would cut the API server off: the chart refuses to render.
+            // Enabled with ranges: those (`on`); without: the API server's own, read from the
+            // cluster, and a policy its calls are not seen passing withdrawn (`auto`).
             Hole::NetworkPolicy => Shape::Block(|_| {
                 vec![
                     "{{- if .Values.networkPolicy.enabled }}".to_string(),
                     format!("- name: {NETWORK_POLICY_ENV}"),
-                    "  value: \"on\"".to_string(),
+                    "  value: {{ if .Values.networkPolicy.apiServerCIDRs }}\"on\"{{ else }}\"auto\"{{ end }}".to_string(),
+                    "{{- with .Values.networkPolicy.apiServerCIDRs }}".to_string(),
                     format!("- name: {API_SERVER_CIDRS_ENV}"),
-                    "  value: {{ required \"networkPolicy.apiServerCIDRs: name the ranges the API server's calls come from\" (join \",\" .Values.networkPolicy.apiServerCIDRs) | quote }}".to_string(),
+                    "  value: {{ join \",\" . | quote }}".to_string(),
+                    "{{- end }}".to_string(),
                     "{{- end }}".to_string(),
                 ]
             }),

@@ -165,17 +165,17 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
         ),
         group(
             "networkPolicy",
-            "A NetworkPolicy in front of every initializer's pods, admitting only the operator's pods and the API server's ranges (the user guide's security model, docs/src/security/index.md, says why it is off by default).",
+            "A NetworkPolicy in front of every initializer's pods, admitting only the operator's pods and the API server's ranges (the book's Connections page, docs/src/security/connections.md, says why it is off by default).",
             vec![
                 leaf(
                     "enabled",
-                    "Write the policies (the operator's `--network-policy=on`). Inert without a network plugin that enforces NetworkPolicy.",
+                    "Write the policies: with `apiServerCIDRs`, admitting those (the operator's `--network-policy=on`); without, admitting the API server's addresses read from the cluster, and withdrawing a policy the API server's calls are not seen passing (`--network-policy=auto`). Inert without a network plugin that enforces NetworkPolicy.",
                     json!(false),
                     json!({"type": "boolean"}),
                 ),
                 leaf(
                     "apiServerCIDRs",
-                    "Where the API server's calls to initializers come from, in CIDR notation (`--api-server-cidrs`); required when enabled. A wrong range drops every review while the operator's probe still passes.",
+                    "Where the API server's calls to initializers come from, in CIDR notation (`--api-server-cidrs`). A wrong range drops every review while the operator's probe still passes, and is not withdrawn: leave it empty to have the operator read the API server's addresses.",
                     json!([]),
                     json!({"type": "array", "items": {"type": "string", "pattern": "^[0-9a-fA-F:.]+/[0-9]{1,3}$"}}),
                 ),
