@@ -370,6 +370,18 @@ struct Replica {
     guard: watch::Receiver<GuardState>,
 }
 
+/// `--network-policy` as this term applies it: `auto` is `off` where the API server serves no
+/// NetworkPolicy API (nothing to write, and a watch of it would only fail).
+async fn network_policy_mode(client: &Client, mode: NetworkPolicyMode) -> NetworkPolicyMode {
+    if mode == NetworkPolicyMode::Auto && !crate::apply::network_policy::served(client).await {
+        info!(
+            "--network-policy=auto: the API server serves no NetworkPolicy API, so none is written"
+        );
+        return NetworkPolicyMode::Off;
+    }
+    mode
+}
+
 async fn lead(
     client: Client,
     args: RunArgs,
@@ -415,7 +427,7 @@ async fn lead(
         settings: Settings {
             preset_image: args.preset_image.clone(),
             network_policy: network_policy::settings(
-                args.network_policy,
+                network_policy_mode(&client, args.network_policy).await,
                 args.api_server_cidrs.as_ref(),
                 &args.namespace,
             ),

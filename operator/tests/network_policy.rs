@@ -1,8 +1,9 @@
 //! The NetworkPolicy of `--network-policy=on`, as the API server stores it: written with the
 //! workload, this Initializer's (labels and owner), put back when deleted, and removed when the
-//! operator runs with the setting off; and a policy changed under a registration that fails
-//! closed is written only once the configuration fails open, which it does until the route is
-//! proven again. On the real control plane only: the sandbox serves no `networking.k8s.io`.
+//! operator runs with the setting off; a policy changed under a registration that fails closed
+//! is written only once the configuration fails open, which it does until the route is proven
+//! again; and `auto` admits the API server's own address. On the real control plane, but for
+//! `auto` where no NetworkPolicy API is served: the sandbox serves no `networking.k8s.io`.
 //! (Our node agent enforces no policy, so what the policy keeps out is proven on kind, by
 //! `e2e/tests/e2e/network.rs`; here, the order of the writes.)
 
@@ -39,6 +40,11 @@ on_backends! {
     real only: network_policy_is_written_put_back_and_removed_when_switched_off,
         a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route_is_proven_again,
         auto_admits_the_api_servers_own_address,
+}
+
+on_backends! {
+    /// Only the sandbox serves no `networking.k8s.io`, as a cluster without the API would.
+    sandbox only: auto_writes_nothing_where_no_network_policy_api_is_served,
 }
 
 fn spawn(cluster: &TestCluster, pod_name: &str, flags: &[&str]) -> Operator {
@@ -149,6 +155,34 @@ async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluste
     })
     .await;
     println!("NetworkPolicy removed {took:?} after the operator restarted with it off");
+}
+
+/// `--network-policy=auto` where the API server serves no NetworkPolicy API is off: even with
+/// ranges given, the Initializer registers (a write of a policy there would fail every
+/// reconcile).
+async fn auto_writes_nothing_where_no_network_policy_api_is_served(cluster: &TestCluster) {
+    let client = cluster.client();
+    support::install::install_crd_and_namespace(&client, NS).await;
+    let _auto = spawn(
+        cluster,
+        "operator-test-0",
+        &[
+            "--network-policy",
+            "auto",
+            "--api-server-cidrs",
+            API_SERVER_CIDR,
+        ],
+    );
+    create_guard(&client).await;
+    wait_for(
+        "registered with the spec's failurePolicy",
+        Duration::from_secs(90),
+        || {
+            let c = client.clone();
+            async move { failure_policies(&c).await == ["Fail"] }
+        },
+    )
+    .await;
 }
 
 /// `--network-policy=auto` without ranges reads the API server's address from the

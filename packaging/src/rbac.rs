@@ -289,8 +289,9 @@ pub const WORKLOAD_CALLS: &[ApiCall] = &[
     ("policy", "poddisruptionbudgets", "watch"),
     ("policy", "poddisruptionbudgets", "create"),
     ("policy", "poddisruptionbudgets", "patch"),
-    // apply::network_policy (`--network-policy=on`): claim, apply, the owned-object watch;
-    // delete: the policy written before, once the setting is off (only ours, by UID).
+    // apply::network_policy (`--network-policy=on` or `auto`): claim, apply, the owned-object
+    // watch; delete: the policy written before, once none is wanted (the setting off, or the
+    // policy withdrawn; only ours, by UID).
     ("networking.k8s.io", "networkpolicies", "get"),
     ("networking.k8s.io", "networkpolicies", "list"),
     ("networking.k8s.io", "networkpolicies", "watch"),
@@ -490,8 +491,9 @@ pub fn workload_rules() -> Vec<PolicyRule> {
             &["poddisruptionbudgets"],
             &["get", "list", "watch", "create", "patch"],
         ),
-        // `--network-policy=on`: the policy in front of the initializer's pods; delete: the one
-        // written before, once the setting is off (only ours, by UID).
+        // `--network-policy=on` or `auto`: the policy in front of the initializer's pods; delete:
+        // the one written before, once none is wanted (the setting off, or the policy
+        // withdrawn; only ours, by UID).
         rule(
             &["networking.k8s.io"],
             &["networkpolicies"],

@@ -30,6 +30,22 @@ pub async fn read<K: Resource>(client: &Client, named: &K) -> Result<Option<Netw
     })
 }
 
+/// Whether the API server serves NetworkPolicies (`networking.k8s.io/v1`); taken as served when
+/// its discovery cannot be read.
+pub async fn served(client: &Client) -> bool {
+    match client
+        .list_api_group_resources("networking.k8s.io/v1")
+        .await
+    {
+        Ok(list) => list.resources.iter().any(|r| r.name == "networkpolicies"),
+        Err(kube::Error::Api(status)) if status.code == 404 => false,
+        Err(error) => {
+            tracing::warn!(%error, "failed to tell whether the API server serves NetworkPolicies: taken as served");
+            true
+        }
+    }
+}
+
 /// The API server's addresses, from the EndpointSlice of the `kubernetes` Service. Empty, with
 /// a warning, when it cannot be read or holds none: the caller then leaves the policy as it is.
 pub async fn read_api_server_ranges(client: &Client) -> Vec<Cidr> {
