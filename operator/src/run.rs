@@ -82,7 +82,7 @@ pub struct RunArgs {
     /// operator's pods and `--api-server-cidrs`. `auto`: the same, from `--api-server-cidrs` or
     /// else the API server's addresses (the `kubernetes` Service's EndpointSlice), and a policy
     /// the API server's calls are not seen passing within `--route-deadline-seconds` is
-    /// withdrawn. `off` (the default, see the book's security model,
+    /// withdrawn; where no NetworkPolicy API is served, as `off`. `off` (the default, see the book's security model,
     /// `docs/src/security/connections.md`): none, and one written before is removed.
     #[arg(long, env = "NETWORK_POLICY", value_enum, default_value_t = NetworkPolicyMode::Off, requires_if("on", "api_server_cidrs"))]
     pub network_policy: NetworkPolicyMode,

@@ -89,8 +89,8 @@ const MAX_REMOVAL_RETRY: Duration = Duration::from_secs(5);
 const FIRST_ROUTE_CHECK_RETRY: Duration = Duration::from_millis(100);
 /// Longest delay between two route checks of an initializer the API server does not reach.
 const MAX_ROUTE_CHECK_RETRY: Duration = Duration::from_secs(5);
-/// How long after what admits the API server changes ([`Supervisor::route_changing`]) the first
-/// route check is made: a network plugin enforces a NetworkPolicy some time after it is stored,
+/// How long after what admits the API server is written ([`Supervisor::route_written`]) the
+/// first route check is made: a network plugin enforces a NetworkPolicy some time after it is stored,
 /// and a check answered before then proves the old path. Nothing tells when a plugin has
 /// enforced a policy; the common ones do within a second or two. The SDK counts a connection as
 /// new when its first request came within a second of its accept, so the plugin has this less
@@ -703,11 +703,12 @@ impl Supervisor {
 
     /// What admits the API server to `initializer`'s pods is about to change (its NetworkPolicy
     /// is to be written or narrowed): a registration fails open until the route is seen again
-    /// ([`Input::RouteChanged`]), converged now, and the first route check waits
-    /// `ROUTE_CHANGE_SETTLE`. Returns whether the change may be written now: the API server
-    /// fails open for the initializer (or has no configuration of it). Not yet while the
-    /// fallback is being put in force, nor for an Initializer this replica does not supervise
-    /// yet: its first sync reads what is live, and the next reconcile asks again.
+    /// ([`Input::RouteChanged`]), converged now, and the route checks start over, the first
+    /// waiting for the write ([`Supervisor::route_written`]). Returns whether the change may be
+    /// written now: the API server fails open for the initializer (or has no configuration of
+    /// it). Not yet while the fallback is being put in force, nor for an Initializer this
+    /// replica does not supervise yet: its first sync reads what is live, and the next
+    /// reconcile asks again.
     pub async fn route_changing(&self, initializer: &str) -> Result<bool> {
         let Some(entry) = self.entries().get(initializer).cloned() else {
             return Ok(false);
@@ -720,11 +721,28 @@ impl Supervisor {
         let now = Instant::now();
         let action = st.machine.observe(Input::RouteChanged, now);
         self.note(&mut st, action);
-        st.route.next_at = Some(now + ROUTE_CHANGE_SETTLE);
+        // Until the write, which a reconcile makes well within its bound.
+        st.route = RouteChecks {
+            next_at: Some(now + crate::controller::RECONCILE_BOUND + ROUTE_CHANGE_SETTLE),
+            ..RouteChecks::default()
+        };
         let converged = self.converge(&entry, &mut st).await;
         st.status.due();
         converged?;
         Ok(st.presence != Presence::Normal)
+    }
+
+    /// The change [`Supervisor::route_changing`] allowed is written: the first route check
+    /// comes `ROUTE_CHANGE_SETTLE` from now, and the route deadline counts from its answer.
+    pub async fn route_written(&self, initializer: &str) {
+        let Some(entry) = self.entries().get(initializer).cloned() else {
+            return;
+        };
+        let mut st = entry.state.lock().await;
+        st.route = RouteChecks {
+            next_at: Some(Instant::now() + ROUTE_CHANGE_SETTLE),
+            ..RouteChecks::default()
+        };
     }
 
     /// Reads or updates what is known of `initializer` (a short critical section: no await).

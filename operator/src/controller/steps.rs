@@ -148,7 +148,7 @@ struct Deployed {
     desired: build::Desired,
     deployment: Deployment,
     /// A change of the NetworkPolicy waits for the API server to fail open
-    /// ([`hold_route_change`]): the next reconcile comes soon.
+    /// ([`RouteChange::Held`]): the next reconcile comes soon.
     route_held: bool,
 }
 
@@ -203,9 +203,13 @@ async fn deploy(
         if let Some(legacy) = &desired.legacy {
             apply::legacy::apply_rbac(&ctx.client, legacy).await?;
         }
-        let route_held = settle_network_policy(obj, ctx, &mut desired, ranges_known).await?;
+        let route = settle_network_policy(obj, ctx, &mut desired, ranges_known).await?;
         let deployment =
             apply::apply_workload(&ctx.client, &desired, desired.legacy.is_some()).await?;
+        if route == RouteChange::Written {
+            ctx.supervisor.route_written(&name).await;
+        }
+        let route_held = route == RouteChange::Held;
         // The CA is now in the operator's namespace: the copy an earlier version kept beside
         // the workload goes (only ours).
         if let (Some(stale), Some(uid)) = (&stale_ca, obj.metadata.uid.as_deref())
@@ -244,46 +248,58 @@ async fn settings_now(ctx: &Context) -> (Cow<'_, build::Settings>, bool) {
     (Cow::Owned(settings), known)
 }
 
-/// What this reconcile writes of the NetworkPolicy: what is live while the API server's ranges
-/// are unknown; under `auto`, nothing for ranges withdrawn before, and nothing once the route
-/// checks went unanswered for the route deadline with this Initializer's policy in force (which
-/// is withdrawn: recorded in the status, with a Warning); else the desired policy, once the API
-/// server fails open for it when it changes who may reach the pods ([`hold_route_change`]).
-/// Returns whether a change waits.
+/// What a reconcile does about a change of who may reach the initializer's pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RouteChange {
+    /// None to make (or only a removal, which widens the path).
+    None,
+    /// One waits for the API server to fail open: the next reconcile comes soon.
+    Held,
+    /// One is written by this reconcile, the API server failing open meanwhile.
+    Written,
+}
+
+/// What this reconcile writes of the NetworkPolicy. Under `auto`: nothing once the route checks
+/// went unanswered for the route deadline with this Initializer's policy in force (which is
+/// withdrawn: recorded in the status, with a Warning), and nothing for ranges withdrawn before.
+/// Then what is live while the API server's ranges are unknown; else the desired policy, once
+/// the API server fails open for it when it changes who may reach the pods
+/// ([`hold_route_change`]).
 async fn settle_network_policy(
     obj: &Initializer,
     ctx: &Context,
     desired: &mut build::Desired,
     ranges_known: bool,
-) -> Result<bool> {
+) -> Result<RouteChange> {
     let (Some(settings), Some(policy)) = (&ctx.settings.network_policy, &desired.network_policy)
     else {
-        return Ok(false);
+        return Ok(RouteChange::None);
     };
     let name = obj.name_any();
     let live = apply::network_policy::read(&ctx.client, policy).await?;
-    if !ranges_known {
-        desired.network_policy = build::network_policy::held(policy, live.as_ref());
-        return Ok(false);
-    }
     if settings.withdraws() {
         let withdrawn = obj
             .status
             .as_ref()
             .and_then(|status| status.withdrawn_network_policy.as_ref());
-        if build::network_policy::is_withdrawn(policy, withdrawn) {
-            desired.network_policy = None;
-            return Ok(false);
-        }
         if let Some(live) = live.as_ref().filter(|live| {
             ownership(Some(&live.metadata), controller_uid(&policy.metadata)) == Ownership::Ours
+                && !build::network_policy::is_withdrawn(live, withdrawn)
         }) && let Some((unproven_for, last)) = ctx.supervisor.route_unproven(&name).await
             && unproven_for >= ctx.supervisor.route_deadline()
         {
             withdraw(obj, ctx, live, &last).await?;
             desired.network_policy = None;
-            return Ok(false);
+            return Ok(RouteChange::None);
         }
+        if ranges_known && build::network_policy::is_withdrawn(policy, withdrawn) {
+            desired.network_policy = None;
+            return Ok(RouteChange::None);
+        }
+    }
+    if !ranges_known {
+        desired.network_policy = build::network_policy::held(policy, live.as_ref());
+        return Ok(RouteChange::None);
     }
     hold_route_change(ctx, &name, desired, live).await
 }
@@ -299,13 +315,9 @@ async fn withdraw(
 ) -> Result<()> {
     let name = obj.name_any();
     let record = build::network_policy::withdrawal(live, Time(Timestamp::now()), last);
-    apply::apply_withdrawn_network_policy(
-        &ctx.client,
-        &name,
-        &record,
-        obj.metadata.resource_version.as_deref(),
-    )
-    .await?;
+    ctx.supervisor
+        .record_withdrawn_network_policy(obj, &record)
+        .await?;
     let ranges = record.api_server_cidrs.join(", ");
     warn!(initializer = %name, %ranges, last_route_check = %last, "withdrew the NetworkPolicy: the API server's calls were not seen passing it");
     publish(
@@ -324,26 +336,27 @@ async fn withdraw(
 
 /// A NetworkPolicy that changes who may reach the initializer's pods is written only once the
 /// API server fails open for it ([`crate::supervisor::Supervisor::route_changing`], which
-/// also has the route proven again): a policy that leaves the API server out must never stand in
-/// front of a configuration that fails closed. Until then what is `live` stays; returns whether
-/// the change waits.
+/// also has the route proven again once it is written): a policy that leaves the API server out
+/// must never stand in front of a configuration that fails closed. Until then what is `live`
+/// stays.
 async fn hold_route_change(
     ctx: &Context,
     name: &str,
     desired: &mut build::Desired,
     live: Option<NetworkPolicy>,
-) -> Result<bool> {
+) -> Result<RouteChange> {
     let Some(policy) = &desired.network_policy else {
-        return Ok(false);
+        return Ok(RouteChange::None);
     };
-    if !build::network_policy::changes_route(policy, live.as_ref())
-        || ctx.supervisor.route_changing(name).await?
-    {
-        return Ok(false);
+    if !build::network_policy::changes_route(policy, live.as_ref()) {
+        return Ok(RouteChange::None);
+    }
+    if ctx.supervisor.route_changing(name).await? {
+        return Ok(RouteChange::Written);
     }
     info!(initializer = %name, "the NetworkPolicy's change waits until the configuration fails open");
     desired.network_policy = build::network_policy::held(policy, live.as_ref());
-    Ok(true)
+    Ok(RouteChange::Held)
 }
 
 /// The certificates in force and the desired objects of `obj`, from what [`deploy`] found

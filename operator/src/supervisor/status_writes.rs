@@ -15,12 +15,13 @@
 //! read. The reconcile's last failure is an input of the computed status either way, so no
 //! write drops another's `details.lastError`. The guard's witness, which a reconcile records
 //! before anything is deployed, is written here too ([`Supervisor::record_guard_witness`]), as a
-//! field of its own that no other write touches.
+//! field of its own that no other write touches; so is a NetworkPolicy withdrawn under
+//! `--network-policy=auto` ([`Supervisor::record_withdrawn_network_policy`]).
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use initializer_crds::{GuardWitness, Initializer, InitializerStatus};
+use initializer_crds::{GuardWitness, Initializer, InitializerStatus, WithdrawnNetworkPolicy};
 use jiff::Timestamp;
 use kube::ResourceExt;
 use tokio::sync::Notify;
@@ -121,6 +122,31 @@ impl Supervisor {
         if !witness.held {
             self.observed(&written).await;
         }
+        Ok(())
+    }
+
+    /// Records in `obj`'s status that its NetworkPolicy is withdrawn (bounded, only while this
+    /// replica leads, and only onto the version of `obj`), and hands the written version to its
+    /// entry.
+    pub async fn record_withdrawn_network_policy(
+        &self,
+        obj: &Initializer,
+        withdrawn: &WithdrawnNetworkPolicy,
+    ) -> Result<()> {
+        let name = obj.name_any();
+        let what = || format!("record the withdrawn NetworkPolicy of {name}");
+        self.inner.leadership.check(what)?;
+        let written = bounded(
+            what,
+            apply::apply_withdrawn_network_policy(
+                &self.inner.client,
+                &name,
+                withdrawn,
+                obj.metadata.resource_version.as_deref(),
+            ),
+        )
+        .await?;
+        self.observed(&written).await;
         Ok(())
     }
 

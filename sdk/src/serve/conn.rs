@@ -77,7 +77,9 @@ pub(crate) fn next_look(
 /// in its idle pool (Go's transport does, when another connection freed up first), and that
 /// connection's first request comes later, on a path admitted when it was dialled. The operator
 /// makes a route check some seconds after it changes what admits the API server, longer than
-/// this, so a connection counted as new was dialled after the change.
+/// this, so a connection counted as new was dialled after the change. A connection dialled for
+/// a check is never judged otherwise: the check's webhook times out after 1 s too, so a call
+/// answered in time reached this server within 1 s of its dial.
 pub(crate) const NEW_CONNECTION_WITHIN: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
