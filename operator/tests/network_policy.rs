@@ -174,13 +174,10 @@ async fn auto_writes_nothing_where_no_network_policy_api_is_served(cluster: &Tes
         ],
     );
     create_guard(&client).await;
-    wait_for(
+    registered_failing_closed(
+        &client,
         "registered with the spec's failurePolicy",
         Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { failure_policies(&c).await == ["Fail"] }
-        },
     )
     .await;
 }
@@ -193,13 +190,10 @@ async fn auto_admits_the_api_servers_own_address(cluster: &TestCluster) {
     support::install::install_crd_and_namespace(&client, NS).await;
     let _auto = spawn(cluster, "operator-test-0", &["--network-policy", "auto"]);
     create_guard(&client).await;
-    let took = wait_for(
+    let took = registered_failing_closed(
+        &client,
         "registered with the spec's failurePolicy",
         Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { failure_policies(&c).await == ["Fail"] }
-        },
     )
     .await;
     println!("registered behind the policy {took:?} after the create");
@@ -220,6 +214,16 @@ async fn failure_policies(client: &Client) -> Vec<String> {
         .into_iter()
         .map(|w| w.failure_policy.unwrap_or_default())
         .collect()
+}
+
+/// Waits until the live configuration fails closed (`failurePolicy: Fail`, the spec's): the
+/// route is proven. Returns how long it took.
+async fn registered_failing_closed(client: &Client, what: &str, timeout: Duration) -> Duration {
+    wait_for(what, timeout, || {
+        let c = client.clone();
+        async move { failure_policies(&c).await == ["Fail"] }
+    })
+    .await
 }
 
 /// The `Registered` condition's status and reason.
@@ -252,13 +256,10 @@ async fn a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route
     support::install::install_crd_and_namespace(&client, NS).await;
     let first = policy_on(cluster, "operator-test-0", API_SERVER_CIDR);
     create_guard(&client).await;
-    wait_for(
+    registered_failing_closed(
+        &client,
         "registered, failing closed",
         Duration::from_secs(90),
-        || {
-            let c = client.clone();
-            async move { failure_policies(&c).await == ["Fail"] }
-        },
     )
     .await;
     assert_eq!(
@@ -293,11 +294,8 @@ async fn a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route
         "the changed range written {took:?} after the restart, under a configuration failing open"
     );
 
-    let took = wait_for("the route proven again", Duration::from_secs(60), || {
-        let c = client.clone();
-        async move { failure_policies(&c).await == ["Fail"] }
-    })
-    .await;
+    let took =
+        registered_failing_closed(&client, "the route proven again", Duration::from_secs(60)).await;
     println!("failing closed again {took:?} later, the route proven");
     wait_for("the status registered", Duration::from_secs(10), || {
         let c = client.clone();

@@ -275,8 +275,13 @@ pub fn changes_route(desired: &NetworkPolicy, live: Option<&NetworkPolicy>) -> b
     let Some(live) = live else {
         return true;
     };
+    is_ours(desired, live) && live.spec != desired.spec
+}
+
+/// Whether `live` is the policy of the Initializer `desired` is written for (its labels and
+/// controller reference), not someone else's of the same name.
+pub fn is_ours(desired: &NetworkPolicy, live: &NetworkPolicy) -> bool {
     ownership(Some(&live.metadata), controller_uid(&desired.metadata)) == Ownership::Ours
-        && live.spec != desired.spec
 }
 
 /// What to write while a change of route waits ([`changes_route`]): the live policy's spec under

@@ -25,8 +25,8 @@ use super::finalizer::{remove_configuration, suspend_first};
 use super::{
     Context, RESYNC, conflict_is_news, publish, refusal_is_news, requeue_after, supervision,
 };
+use crate::apply;
 use crate::apply::legacy::Canary;
-use crate::apply::{self, Ownership, controller_uid, ownership};
 use crate::build;
 use crate::error::{Error, Result};
 use crate::events::Reason;
@@ -283,7 +283,7 @@ async fn settle_network_policy(
             .as_ref()
             .and_then(|status| status.withdrawn_network_policy.as_ref());
         if let Some(live) = live.as_ref().filter(|live| {
-            ownership(Some(&live.metadata), controller_uid(&policy.metadata)) == Ownership::Ours
+            build::network_policy::is_ours(policy, live)
                 && !build::network_policy::is_withdrawn(live, withdrawn)
         }) && let Some((unproven_for, last)) = ctx.supervisor.route_unproven(&name).await
             && unproven_for >= ctx.supervisor.route_deadline()
