@@ -35,6 +35,32 @@ pub const HELM_RELEASE: &str = "initializer-operator";
 /// Where the chart is, relative to the workspace root.
 pub const CHART_DIR: &str = "charts/initializer-operator";
 
+/// Whether the installed operator writes NetworkPolicies in front of initializers' pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetworkPolicies {
+    /// The operator's default (`--network-policy=auto`): the bundle and the chart as they are.
+    Default,
+    /// None (`--network-policy=off`; the chart's `networkPolicy.enabled=false`).
+    Off,
+}
+
+impl NetworkPolicies {
+    /// The operator's environment for it, as `kubectl set env` takes it (`NAME-` unsets).
+    pub const fn env(self) -> &'static str {
+        match self {
+            Self::Default => "NETWORK_POLICY-",
+            Self::Off => "NETWORK_POLICY=off",
+        }
+    }
+}
+
+/// What the suite's install ([`install`]) writes: no NetworkPolicy. The scenarios that dial an
+/// initializer's pod from elsewhere (the connection and body-flood attacks) test the SDK's own
+/// defences, not a firewall's, and the others are timed without a route change per
+/// registration. The network scenarios set `auto` themselves and put `off` back; OLM's install
+/// and the upgrades run the operator's default.
+pub const SUITE_NETWORK_POLICIES: NetworkPolicies = NetworkPolicies::Off;
+
 /// How the operator is installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InstallMethod {
@@ -61,8 +87,8 @@ impl InstallMethod {
 }
 
 /// Installs the operator (from the bundle, or through the chart with `E2E_INSTALL=helm`) into
-/// the cluster `kubeconfig` points at and waits until it is available; returns the operator's
-/// namespace.
+/// the cluster `kubeconfig` points at, writing [`SUITE_NETWORK_POLICIES`], and waits until it
+/// is available; returns the operator's namespace.
 pub async fn install(client: &Client, kubeconfig: &Path) -> anyhow::Result<String> {
     match InstallMethod::from_env()? {
         InstallMethod::Bundle => {
@@ -73,7 +99,7 @@ pub async fn install(client: &Client, kubeconfig: &Path) -> anyhow::Result<Strin
                     bundle.display()
                 );
             }
-            install_from_bundle(&bundle, kubeconfig).await?;
+            install_from_bundle(&bundle, kubeconfig, SUITE_NETWORK_POLICIES).await?;
         }
         InstallMethod::Helm => {
             let chart = paths::workspace_root().join(CHART_DIR);
@@ -83,7 +109,7 @@ pub async fn install(client: &Client, kubeconfig: &Path) -> anyhow::Result<Strin
                     chart.display()
                 );
             }
-            install_with_helm(&chart, kubeconfig).await?;
+            install_with_helm(&chart, kubeconfig, SUITE_NETWORK_POLICIES).await?;
             eprintln!(
                 "e2e: operator installed through the Helm chart {}",
                 chart.display()
@@ -94,10 +120,15 @@ pub async fn install(client: &Client, kubeconfig: &Path) -> anyhow::Result<Strin
 }
 
 /// The arguments of `helm upgrade --install` for the suite's release: the operator's namespace
-/// (created when missing) and the images the targets map (our registry, this version's tag).
-pub fn helm_install_args(chart: &Path, kubeconfig: &Path) -> Vec<String> {
+/// (created when missing), the images the targets map (our registry, this version's tag) and
+/// `policies`.
+pub fn helm_install_args(
+    chart: &Path,
+    kubeconfig: &Path,
+    policies: NetworkPolicies,
+) -> Vec<String> {
     let image = |binary: &str| format!("{}/{binary}", images::REGISTRY);
-    [
+    let mut args: Vec<String> = [
         "upgrade",
         "--install",
         HELM_RELEASE,
@@ -125,7 +156,11 @@ pub fn helm_install_args(chart: &Path, kubeconfig: &Path) -> Vec<String> {
     ]
     .into_iter()
     .map(str::to_string)
-    .collect()
+    .collect();
+    if policies == NetworkPolicies::Off {
+        args.extend(["--set".into(), "networkPolicy.enabled=false".into()]);
+    }
+    args
 }
 
 /// The helm binary, built from its Go module by `tools/helm/build.sh` (instant once built).
@@ -133,10 +168,14 @@ pub async fn helm_binary() -> anyhow::Result<std::path::PathBuf> {
     paths::built_by_script("tools/helm/build.sh", "helm").await
 }
 
-/// Runs `helm upgrade --install` of `chart` against `kubeconfig`.
-pub async fn install_with_helm(chart: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
+/// Runs `helm upgrade --install` of `chart` against `kubeconfig`, writing `policies`.
+pub async fn install_with_helm(
+    chart: &Path,
+    kubeconfig: &Path,
+    policies: NetworkPolicies,
+) -> anyhow::Result<()> {
     let helm = helm_binary().await?;
-    let args = helm_install_args(chart, kubeconfig);
+    let args = helm_install_args(chart, kubeconfig, policies);
     let output = tokio::time::timeout(
         INSTALL_TIMEOUT,
         Command::new(&helm).args(&args).kill_on_drop(true).output(),
@@ -162,18 +201,27 @@ pub async fn install_with_helm(chart: &Path, kubeconfig: &Path) -> anyhow::Resul
 }
 
 /// Runs `initializer-operator install --bundle DIR` against `kubeconfig`, telling the operator
-/// where to prove a preset's policy (`--env`, as the chart's `policyCanaryNamespace` and a
+/// where to prove a preset's policy and `policies` (`--env`, as the chart's values and a
 /// Subscription's `config.env` would).
-pub async fn install_from_bundle(bundle: &Path, kubeconfig: &Path) -> anyhow::Result<()> {
+pub async fn install_from_bundle(
+    bundle: &Path,
+    kubeconfig: &Path,
+    policies: NetworkPolicies,
+) -> anyhow::Result<()> {
     let binary = paths::binary(images::OPERATOR)?;
+    let mut command = Command::new(&binary);
+    command
+        .arg("install")
+        .arg("--bundle")
+        .arg(bundle)
+        .arg("--env")
+        .arg(format!("POLICY_CANARY_NAMESPACE={POLICY_CANARY_NAMESPACE}"));
+    if policies == NetworkPolicies::Off {
+        command.arg("--env").arg(policies.env());
+    }
     let output = tokio::time::timeout(
         INSTALL_TIMEOUT,
-        Command::new(&binary)
-            .arg("install")
-            .arg("--bundle")
-            .arg(bundle)
-            .arg("--env")
-            .arg(format!("POLICY_CANARY_NAMESPACE={POLICY_CANARY_NAMESPACE}"))
+        command
             .env("KUBECONFIG", kubeconfig)
             .kill_on_drop(true)
             .output(),
@@ -387,7 +435,7 @@ mod tests {
 
     #[test]
     fn helm_installs_into_the_operators_namespace_with_the_images_the_targets_map() {
-        let args = helm_install_args(Path::new("/c"), Path::new("/k"));
+        let args = helm_install_args(Path::new("/c"), Path::new("/k"), NetworkPolicies::Off);
         let joined = args.join(" ");
         assert!(joined.starts_with("upgrade --install initializer-operator /c --namespace initializer-system --create-namespace --kubeconfig /k"), "{joined}");
         for set in [
@@ -395,6 +443,7 @@ mod tests {
             format!("image.tag={}", images::TAG),
             format!("presetImage.repository={}", images::REGISTRY) + "/preset-initializer",
             format!("presetImage.tag={}", images::TAG),
+            "networkPolicy.enabled=false".to_string(),
         ] {
             let at = args
                 .iter()
@@ -402,5 +451,10 @@ mod tests {
                 .unwrap_or_else(|| panic!("{set} in {joined}"));
             assert_eq!(args[at - 1], "--set");
         }
+        let default = helm_install_args(Path::new("/c"), Path::new("/k"), NetworkPolicies::Default);
+        assert!(
+            !default.iter().any(|arg| arg.starts_with("networkPolicy.")),
+            "the chart's default: {default:?}"
+        );
     }
 }

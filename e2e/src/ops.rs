@@ -8,6 +8,7 @@ use initializer_crds::{Initializer, Phase, constants};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -299,6 +300,54 @@ pub async fn workload_network_policy(
     )
     .await?;
     Ok(found.into_iter().next())
+}
+
+/// The NetworkPolicies the operator wrote in front of the Initializer `name`'s pods, in any
+/// namespace.
+pub async fn network_policies_of(
+    client: &Client,
+    name: &str,
+) -> anyhow::Result<Vec<NetworkPolicy>> {
+    let params = ListParams::default().labels(&initializer_selector(name));
+    Ok(Api::<NetworkPolicy>::all(client.clone())
+        .list(&params)
+        .await
+        .with_context(|| format!("failed to list the NetworkPolicies of {name}"))?
+        .items)
+}
+
+/// The address ranges `policy` admits (its `ipBlock`s), in the order written.
+pub fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
+    policy
+        .spec
+        .iter()
+        .flat_map(|spec| spec.ingress.iter().flatten())
+        .flat_map(|rule| rule.from.iter().flatten())
+        .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
+        .collect()
+}
+
+/// The API server's addresses as it lists them in the EndpointSlice of the `kubernetes`
+/// Service in `default`, each as one address (`/32`, `/128`), sorted: what the operator's
+/// default NetworkPolicy admits.
+pub async fn api_server_addresses(client: &Client) -> anyhow::Result<Vec<String>> {
+    let slice = Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .context("failed to read the EndpointSlice default/kubernetes")?;
+    let mut addresses: Vec<String> = slice
+        .endpoints
+        .iter()
+        .flatten()
+        .flat_map(|endpoint| &endpoint.addresses)
+        .map(|address| {
+            let prefix = if address.contains(':') { 128 } else { 32 };
+            format!("{address}/{prefix}")
+        })
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    Ok(addresses)
 }
 
 /// The Initializer's pods that are not being deleted.

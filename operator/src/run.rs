@@ -78,13 +78,14 @@ pub struct RunArgs {
     /// running the operator outside the cluster's network sets another.
     #[arg(skip)]
     pub probe_connector: Connector,
-    /// `on`: write a NetworkPolicy in front of every initializer's pods that lets in only the
-    /// operator's pods and `--api-server-cidrs`. `auto`: the same, from `--api-server-cidrs` or
-    /// else the API server's addresses (the `kubernetes` Service's EndpointSlice), and a policy
-    /// the API server's calls are not seen passing within `--route-deadline-seconds` is
-    /// withdrawn; where no NetworkPolicy API is served, as `off`. `off` (the default, see the book's security model,
-    /// `docs/src/security/connections.md`): none, and one written before is removed.
-    #[arg(long, env = "NETWORK_POLICY", value_enum, default_value_t = NetworkPolicyMode::Off, requires_if("on", "api_server_cidrs"))]
+    /// `auto` (the default, see the book's security model, `docs/src/security/connections.md`):
+    /// a NetworkPolicy in front of every initializer's pods that lets in only the operator's
+    /// pods and the API server's addresses (`--api-server-cidrs`, or else the `kubernetes`
+    /// Service's EndpointSlice); a policy the API server's calls are not seen passing within
+    /// `--route-deadline-seconds` is withdrawn, and where no NetworkPolicy API is served it is
+    /// `off`. `on`: the same from `--api-server-cidrs` only, never withdrawn. `off`: none, and
+    /// one written before is removed.
+    #[arg(long, env = "NETWORK_POLICY", value_enum, default_value_t = NetworkPolicyMode::Auto, requires_if("on", "api_server_cidrs"))]
     pub network_policy: NetworkPolicyMode,
     /// Where the API server's calls to initializers come from (the control plane's address
     /// range, which differs per cluster), as comma-separated CIDRs; required with
@@ -458,7 +459,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn network_policy_on_needs_api_server_cidrs_on_the_command_line() {
+    fn network_policy_is_auto_by_default_and_on_needs_api_server_cidrs() {
         use clap::Parser;
         #[derive(Parser)]
         struct Cli {
@@ -466,8 +467,14 @@ mod tests {
             run: RunArgs,
         }
         let parse = |args: &[&str]| Cli::try_parse_from([&["run"], args].concat());
-        let off = parse(&[]).unwrap().run;
-        assert_eq!(off.network_policy, NetworkPolicyMode::Off, "off by default");
+        let default = parse(&[]).unwrap().run;
+        assert_eq!(
+            (default.network_policy, default.api_server_cidrs),
+            (NetworkPolicyMode::Auto, None),
+            "auto by default, reading the API server's ranges"
+        );
+        let off = parse(&["--network-policy", "off"]).unwrap().run;
+        assert_eq!(off.network_policy, NetworkPolicyMode::Off);
         let err = parse(&["--network-policy", "on"])
             .err()
             .unwrap()

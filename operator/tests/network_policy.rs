@@ -148,7 +148,7 @@ async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluste
     // The operator restarted with the setting off: the policy goes.
     on.stop();
     drop(on);
-    let _off = spawn(cluster, "operator-test-1", &[]);
+    let _off = spawn(cluster, "operator-test-1", &["--network-policy", "off"]);
     let took = wait_for("the NetworkPolicy removed", Duration::from_secs(60), || {
         let c = client.clone();
         async move { policy(&c).await.is_none() }

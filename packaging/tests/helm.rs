@@ -281,7 +281,7 @@ fn values_reach_the_objects_they_name() {
 
 #[test]
 #[ignore = "needs helm built from its Go module (make helm): make unit-real, or cargo test -p initializer-packaging --test helm -- --ignored"]
-fn the_network_policy_is_on_with_ranges_and_auto_without() {
+fn the_network_policy_is_the_operators_default_on_with_ranges_and_off_when_disabled() {
     let env = |args: &[&str]| {
         let objects = template(args).unwrap();
         let deployment = find(&objects, "Deployment", "initializer-operator");
@@ -291,18 +291,27 @@ fn the_network_policy_is_on_with_ranges_and_auto_without() {
             env_value(container, "API_SERVER_CIDRS"),
         )
     };
-    assert_eq!(env(&[]), (None, None), "off by default");
     assert_eq!(
-        env(&["--set", "networkPolicy.enabled=true"]),
-        (Some(json!("auto")), None),
-        "enabled without ranges: the operator reads them"
+        env(&[]),
+        (None, None),
+        "enabled without ranges by default: the operator's own default, auto, reads them"
     );
     assert_eq!(
         env(&[
             "--set",
-            "networkPolicy.enabled=true,networkPolicy.apiServerCIDRs={10.0.0.0/24,fd00::/64}"
+            "networkPolicy.apiServerCIDRs={10.0.0.0/24,fd00::/64}"
         ]),
         (Some(json!("on")), Some(json!("10.0.0.0/24,fd00::/64"))),
-        "enabled with ranges: those"
+        "with ranges: those"
     );
+    for disabled in [
+        "networkPolicy.enabled=false",
+        "networkPolicy.enabled=false,networkPolicy.apiServerCIDRs={10.0.0.0/24}",
+    ] {
+        assert_eq!(
+            env(&["--set", disabled]),
+            (Some(json!("off")), None),
+            "{disabled}: off, the ranges unused"
+        );
+    }
 }

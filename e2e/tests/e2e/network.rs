@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use initializer_e2e::fixtures::{self, Health};
-use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::Change;
+use initializer_e2e::{install, ops};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::ListParams;
@@ -22,6 +22,9 @@ use crate::common::{self, REGISTER_TIMEOUT, STEP_TIMEOUT, Sidecar, kubectl, kube
 
 /// The operator's Deployment, as every install names it.
 const OPERATOR_DEPLOYMENT: &str = "deployment/initializer-operator";
+/// The setting the suite installs the operator with, which each scenario here puts back
+/// whatever happened.
+const SUITE_SETTING: &str = install::SUITE_NETWORK_POLICIES.env();
 /// How long a connection attempt from the outsider pod may take before it counts as refused.
 const CONNECT_SECONDS: &str = "3";
 /// The outsider's image when `E2E_SHELL_IMAGE` names none.
@@ -75,7 +78,7 @@ pub async fn network_policy_keeps_other_pods_out_and_lets_the_api_server_in(
     let on = Instant::now();
     set_operator_env(&ctx, &["NETWORK_POLICY=auto"]).await?;
     let result = with_the_policy_on(&ctx, &sidecar, &outsider, on).await;
-    let off = set_operator_env(&ctx, &["NETWORK_POLICY-"]).await;
+    let off = set_operator_env(&ctx, &[SUITE_SETTING]).await;
     result?;
     off?;
 
@@ -126,9 +129,9 @@ async fn with_the_policy_on(
     );
     let node = api_server_cidr(ctx).await?;
     ensure!(
-        admitted_ranges(&policy) == [node.as_str()],
+        ops::admitted_ranges(&policy) == [node.as_str()],
         "the policy admits {:?}, not the control-plane node's {node} where the API server runs",
-        admitted_ranges(&policy)
+        ops::admitted_ranges(&policy)
     );
     wait::until("the outsider kept out", STEP_TIMEOUT, || async {
         Ok(match outsider.connect(ctx).await {
@@ -197,7 +200,7 @@ pub async fn a_wrong_network_policy_range_fails_no_create(ctx: Ctx) -> anyhow::R
     let off = set_operator_env(
         &ctx,
         &[
-            "NETWORK_POLICY-",
+            SUITE_SETTING,
             "API_SERVER_CIDRS-",
             "ROUTE_DEADLINE_SECONDS-",
         ],
@@ -218,7 +221,9 @@ async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Resul
     let changed = Instant::now();
     set_operator_env(ctx, &[&format!("API_SERVER_CIDRS={WRONG_RANGE}")]).await?;
     wait::until("the wrong range written", REGISTER_TIMEOUT, || async {
-        let ranges = policy_of(ctx, sidecar).await?.map(|p| admitted_ranges(&p));
+        let ranges = policy_of(ctx, sidecar)
+            .await?
+            .map(|p| ops::admitted_ranges(&p));
         Ok(match ranges {
             Some(ranges) if ranges == [WRONG_RANGE] => Check::Done(()),
             other => Check::Pending(format!("API server ranges {other:?}")),
@@ -295,7 +300,9 @@ async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Resul
     let back = Instant::now();
     set_operator_env(ctx, &["API_SERVER_CIDRS-"]).await?;
     wait::until("the right range written", REGISTER_TIMEOUT, || async {
-        let ranges = policy_of(ctx, sidecar).await?.map(|p| admitted_ranges(&p));
+        let ranges = policy_of(ctx, sidecar)
+            .await?
+            .map(|p| ops::admitted_ranges(&p));
         Ok(match ranges {
             Some(ranges) if ranges == [right.as_str()] => Check::Done(()),
             other => Check::Pending(format!("API server ranges {other:?}")),
@@ -314,17 +321,6 @@ async fn a_wrong_range_fails_open(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Resul
         fixtures::template_containers(&injected)
     );
     Ok(())
-}
-
-/// The API server ranges `policy` admits.
-fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
-    policy
-        .spec
-        .iter()
-        .flat_map(|spec| spec.ingress.iter().flatten())
-        .flat_map(|rule| rule.from.iter().flatten())
-        .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
-        .collect()
 }
 
 /// The same wrong range under `--network-policy=auto`, whose route deadline is made short: once
@@ -366,7 +362,7 @@ async fn auto_withdraws_the_wrong_range(ctx: &Ctx, sidecar: &Sidecar) -> anyhow:
                         (Some(_), None, true) => Check::Done(Ok(withdrawn)),
                         _ => Check::Pending(format!(
                             "withdrawn {withdrawn:?}; policy {:?}; {}",
-                            policy.map(|p| admitted_ranges(&p)),
+                            policy.map(|p| ops::admitted_ranges(&p)),
                             ops::describe(&current)
                         )),
                     },

@@ -85,6 +85,9 @@ impl ReplicaProcess {
                 "3",
                 "--pod-name",
                 identity,
+                // As every in-process replica of the suite (`Operator::spawn_with`).
+                "--network-policy",
+                "off",
             ])
             .env("RUST_LOG", "info")
             .spawn()

@@ -58,6 +58,9 @@ pub struct Operator {
 impl Operator {
     /// Starts a replica of `namespace` as pod `pod_name` with the further flags `flags`, making
     /// its API calls with `client` and probing the pods from inside the cluster's network.
+    /// Without a `--network-policy` in `flags` it writes none: the tests of the NetworkPolicy
+    /// (`network_policy.rs`) ask for it, and the others test what a policy would stand in front
+    /// of, whose timings a route change per registration would blur.
     pub fn spawn_with(
         cluster: &TestCluster,
         client: Client,
@@ -75,6 +78,9 @@ impl Operator {
             "--pod-name",
             pod_name,
         ];
+        if !flags.contains(&"--network-policy") {
+            argv.extend_from_slice(&["--network-policy", "off"]);
+        }
         argv.extend_from_slice(flags);
         let mut args = Cli::parse_from(argv).run;
         args.probe_connector = cluster.probe_connector();

@@ -15,7 +15,7 @@ use crate::manifest;
 
 /// The env var that switches the operator's logs to JSON (`run --log-json`).
 pub const LOG_JSON_ENV: &str = "LOG_JSON";
-/// The operator's `--network-policy` as an environment variable (`on` or `off`).
+/// The operator's `--network-policy` as an environment variable (`auto`, `on` or `off`).
 pub const NETWORK_POLICY_ENV: &str = "NETWORK_POLICY";
 /// The operator's `--policy-canary-namespace`, as its environment variable.
 pub const POLICY_CANARY_ENV: &str = "POLICY_CANARY_NAMESPACE";

@@ -31,8 +31,9 @@ pub enum Hole {
     LogLevel,
     /// `LOG_JSON`, present only with `logFormat: json`.
     LogFormat,
-    /// `NETWORK_POLICY` (`on` with `networkPolicy.apiServerCIDRs`, else `auto`) and
-    /// `API_SERVER_CIDRS`, present only with `networkPolicy.enabled`.
+    /// `NETWORK_POLICY`: `off` without `networkPolicy.enabled`; `on` with
+    /// `networkPolicy.apiServerCIDRs`, beside `API_SERVER_CIDRS`; else absent (the operator's
+    /// default, `auto`).
     NetworkPolicy,
     /// `POLICY_CANARY_NAMESPACE`, present only with `policyCanaryNamespace` set.
     PolicyCanary,
@@ -115,17 +116,20 @@ impl Hole {
                     "{{- end }}".to_string(),
                 ]
             }),
-            // Enabled with ranges: those (`on`); without: the API server's own, read from the
-            // cluster, and a policy its calls are not seen passing withdrawn (`auto`).
+            // Enabled with ranges: those (`on`); without: nothing, so the operator's default
+            // (`auto`) reads the API server's own and withdraws a policy its calls are not seen
+            // passing, and the defaults render what the bundle carries.
             Hole::NetworkPolicy => Shape::Block(|_| {
                 vec![
-                    "{{- if .Values.networkPolicy.enabled }}".to_string(),
+                    "{{- if not .Values.networkPolicy.enabled }}".to_string(),
                     format!("- name: {NETWORK_POLICY_ENV}"),
-                    "  value: {{ if .Values.networkPolicy.apiServerCIDRs }}\"on\"{{ else }}\"auto\"{{ end }}".to_string(),
-                    "{{- with .Values.networkPolicy.apiServerCIDRs }}".to_string(),
+                    "  value: \"off\"".to_string(),
+                    "{{- else if .Values.networkPolicy.apiServerCIDRs }}".to_string(),
+                    format!("- name: {NETWORK_POLICY_ENV}"),
+                    "  value: \"on\"".to_string(),
                     format!("- name: {API_SERVER_CIDRS_ENV}"),
-                    "  value: {{ join \",\" . | quote }}".to_string(),
-                    "{{- end }}".to_string(),
+                    "  value: {{ join \",\" .Values.networkPolicy.apiServerCIDRs | quote }}"
+                        .to_string(),
                     "{{- end }}".to_string(),
                 ]
             }),

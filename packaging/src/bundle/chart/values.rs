@@ -165,12 +165,12 @@ pub fn values(defaults: &Defaults) -> Vec<Field> {
         ),
         group(
             "networkPolicy",
-            "A NetworkPolicy in front of every initializer's pods, admitting only the operator's pods and the API server's ranges (the book's Connections page, docs/src/security/connections.md, says why it is off by default).",
+            "A NetworkPolicy in front of every initializer's pods, admitting only the operator's pods and the API server's ranges (the book's Connections page, docs/src/security/connections.md, says what it keeps out and what it may cost).",
             vec![
                 leaf(
                     "enabled",
-                    "Write the policies: with `apiServerCIDRs`, admitting those (the operator's `--network-policy=on`); without, admitting the API server's addresses read from the cluster, and withdrawing a policy the API server's calls are not seen passing (`--network-policy=auto`). Inert without a network plugin that enforces NetworkPolicy.",
-                    json!(false),
+                    "Write the policies: without `apiServerCIDRs`, admitting the API server's addresses read from the cluster, and withdrawing a policy the API server's calls are not seen passing (the operator's default, `--network-policy=auto`); with them, admitting those (`--network-policy=on`). Inert without a network plugin that enforces NetworkPolicy. `false`: none (`--network-policy=off`), and those written before are removed.",
+                    json!(true),
                     json!({"type": "boolean"}),
                 ),
                 leaf(
