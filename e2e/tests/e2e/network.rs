@@ -107,8 +107,8 @@ pub async fn network_policy_keeps_other_pods_out_and_lets_the_api_server_in(
     Ok(())
 }
 
-/// The scenario's part with `--network-policy=auto` (from `on`), after which the setting goes
-/// back whatever happened here.
+/// The scenario's part with `--network-policy=auto`, after which the setting goes back whatever
+/// happened here.
 async fn with_the_policy_on(
     ctx: &Ctx,
     sidecar: &Sidecar,
