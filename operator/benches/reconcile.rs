@@ -123,6 +123,7 @@ async fn against_sandbox() {
         guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
         policy_canary: None,
         policy_api: Default::default(),
+        seen_ranges: Default::default(),
     });
     // First reconciles: add the finalizer, create every object, make the certificates.
     for _ in 0..3 {

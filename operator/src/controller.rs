@@ -87,6 +87,9 @@ pub struct Context {
     pub policy_canary: Option<String>,
     /// Whether the API server serves MutatingAdmissionPolicy ([`crate::engine`]).
     pub policy_api: PolicyApi,
+    /// The API server's addresses read so far under `--network-policy=auto`, each with when it
+    /// was last listed: one that leaves the list stays admitted a while.
+    pub seen_ranges: std::sync::Mutex<build::network_policy::SeenRanges>,
 }
 
 impl std::fmt::Debug for Context {
@@ -279,6 +282,19 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
             owned.clone(),
             owner_of,
         )
+    } else {
+        controller
+    };
+    // Under `auto` without ranges every policy follows the API server's addresses.
+    let controller = if ctx
+        .settings
+        .network_policy
+        .as_ref()
+        .is_some_and(build::network_policy::NetworkPolicySettings::reads_ranges)
+    {
+        controller.reconcile_all_on(crate::apply::network_policy::api_server_range_changes(
+            client.clone(),
+        ))
     } else {
         controller
     };

@@ -439,6 +439,7 @@ async fn lead(
         guard,
         policy_canary: args.policy_canary_namespace.clone(),
         policy_api: controller::PolicyApi::default(),
+        seen_ranges: Default::default(),
     });
     tokio::join!(
         controller::run(ctx, term.clone()),

@@ -126,6 +126,7 @@ fn context(client: Client) -> Arc<Context> {
         guard: tokio::sync::watch::channel(initializer_operator::guard::GuardState::NotServed).1,
         policy_canary: None,
         policy_api: Default::default(),
+        seen_ranges: Default::default(),
     })
 }
 

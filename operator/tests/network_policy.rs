@@ -2,7 +2,8 @@
 //! workload, this Initializer's (labels and owner), put back when deleted, and removed when the
 //! operator runs with the setting off; a policy changed under a registration that fails closed
 //! is written only once the configuration fails open, which it does until the route is proven
-//! again; and `auto` admits the API server's own address. On the real control plane, but for
+//! again; and `auto` admits the API server's own address, follows a new one at once without a
+//! route change, and keeps one that leaves. On the real control plane, but for
 //! `auto` where no NetworkPolicy API is served: the sandbox serves no `networking.k8s.io`.
 //! (Our node agent enforces no policy, so what the policy keeps out is proven on kind, by
 //! `e2e/tests/e2e/network.rs`; here, the order of the writes.)
@@ -15,6 +16,8 @@
 #[macro_use]
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use initializer_crds::Initializer;
@@ -22,12 +25,14 @@ use initializer_crds::constants::{INITIALIZER_LABEL, MANAGED_BY_LABEL, MANAGED_B
 use initializer_operator::build::network_policy::admitted_ranges;
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::TestCluster;
+use support::account::operator_account;
 // `on_backends!` runs each body through `crate::run`.
 use support::operator::{GUARD_IMAGE as IMAGE, Operator, run};
 
@@ -40,6 +45,8 @@ on_backends! {
     real only: network_policy_is_written_put_back_and_removed_when_switched_off,
         a_changed_policy_waits_for_the_configuration_to_fail_open_and_the_route_is_proven_again,
         auto_admits_the_api_servers_own_address,
+        an_api_server_address_added_is_admitted_at_once_and_kept_after_it_leaves,
+        the_operators_account_watches_the_api_servers_slice_and_reads_no_other,
 }
 
 on_backends! {
@@ -161,34 +168,19 @@ async fn network_policy_is_written_put_back_and_removed_when_switched_off(cluste
 /// ranges given, the Initializer registers (a write of a policy there would fail every
 /// reconcile).
 async fn auto_writes_nothing_where_no_network_policy_api_is_served(cluster: &TestCluster) {
-    let client = cluster.client();
-    support::install::install_crd_and_namespace(&client, NS).await;
-    let _auto = spawn(
-        cluster,
-        "operator-test-0",
-        &[
-            "--network-policy",
-            "auto",
-            "--api-server-cidrs",
-            API_SERVER_CIDR,
-        ],
-    );
-    create_guard(&client).await;
-    registered_failing_closed(
-        &client,
-        "registered with the spec's failurePolicy",
-        Duration::from_secs(90),
-    )
-    .await;
+    guard_registered_under(cluster, &["--api-server-cidrs", API_SERVER_CIDR]).await;
 }
 
-/// `--network-policy=auto` without ranges reads the API server's address from the
-/// `kubernetes` Service's EndpointSlice (which the API server writes), through the rule that
-/// names that slice alone, and the initializer registers behind the policy.
-async fn auto_admits_the_api_servers_own_address(cluster: &TestCluster) {
+/// An operator under `--network-policy=auto` and `flags`, and the guard created and registered
+/// with the spec's failurePolicy; the operator, and how long the registration took.
+async fn guard_registered_under(cluster: &TestCluster, flags: &[&str]) -> (Operator, Duration) {
     let client = cluster.client();
     support::install::install_crd_and_namespace(&client, NS).await;
-    let _auto = spawn(cluster, "operator-test-0", &["--network-policy", "auto"]);
+    let auto = spawn(
+        cluster,
+        "operator-test-0",
+        &[&["--network-policy", "auto"], flags].concat(),
+    );
     create_guard(&client).await;
     let took = registered_failing_closed(
         &client,
@@ -196,11 +188,175 @@ async fn auto_admits_the_api_servers_own_address(cluster: &TestCluster) {
         Duration::from_secs(90),
     )
     .await;
+    (auto, took)
+}
+
+/// `--network-policy=auto` without ranges reads the API server's address from the
+/// `kubernetes` Service's EndpointSlice (which the API server writes), through the rule that
+/// names that slice alone, and the initializer registers behind the policy.
+async fn auto_admits_the_api_servers_own_address(cluster: &TestCluster) {
+    let client = cluster.client();
+    let (_auto, took) = guard_registered_under(cluster, &[]).await;
     println!("registered behind the policy {took:?} after the create");
     let Some(written) = policy(&client).await else {
         panic!("no NetworkPolicy was written");
     };
     assert_eq!(admitted_ranges(&written), [API_SERVER_CIDR]);
+}
+
+/// Under `auto`, an address the API server's EndpointSlice gains (a replica joining) is admitted
+/// within seconds (the slice is watched; the resync is 30 s) and without a route change (the
+/// registration fails closed throughout); once the slice lists it no more (a replica
+/// restarting), a reconcile keeps admitting it.
+async fn an_api_server_address_added_is_admitted_at_once_and_kept_after_it_leaves(
+    cluster: &TestCluster,
+) {
+    const JOINING: &str = "10.200.0.9";
+    let client = cluster.client();
+    let (_auto, _) = guard_registered_under(cluster, &[]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampled = tokio::spawn(failure_policies_other_than_fail(
+        client.clone(),
+        stop.clone(),
+    ));
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let both = vec![API_SERVER_CIDR.to_string(), format!("{JOINING}/32")];
+
+    // The API server rewrites its own slice: the address goes in again whenever it is gone.
+    let took = wait_for(
+        "the joining address admitted",
+        Duration::from_secs(10),
+        || {
+            let (c, slices, both) = (client.clone(), slices.clone(), both.clone());
+            async move {
+                set_address(&slices, JOINING, true).await;
+                policy(&c).await.map(|p| sorted(admitted_ranges(&p))) == Some(both)
+            }
+        },
+    )
+    .await;
+    println!("an address the API server listed admitted {took:?} after it was added");
+
+    wait_for(
+        "the address gone from the slice",
+        Duration::from_secs(30),
+        || {
+            let slices = slices.clone();
+            async move { !set_address(&slices, JOINING, false).await }
+        },
+    )
+    .await;
+    // A reconcile after the slice changed: a spec change, seen once observed.
+    let patched = Api::<Initializer>::all(client.clone())
+        .patch(
+            "guard",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"timeoutSeconds": 7}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the spec change observed", Duration::from_secs(30), || {
+        let c = client.clone();
+        let generation = patched.metadata.generation;
+        async move {
+            let guard = Api::<Initializer>::all(c).get("guard").await.unwrap();
+            guard.status.and_then(|s| s.observed_generation) == generation
+        }
+    })
+    .await;
+    let kept = policy(&client).await.map(|p| sorted(admitted_ranges(&p)));
+    assert_eq!(kept, Some(both), "the address that left is still admitted");
+    stop.store(true, Ordering::Relaxed);
+    let others = sampled.await.unwrap();
+    assert!(
+        others.is_empty(),
+        "the configuration left failurePolicy Fail: {others:?}"
+    );
+}
+
+/// The ClusterRole's rule that names the `kubernetes` EndpointSlice lets the operator's account
+/// (impersonated) watch it as the operator does (by a `metadata.name` field selector), and read
+/// no other slice of `default`, one by one or all at once. (A slice named `kubernetes` in
+/// another namespace is named by the rule too: a ClusterRole cannot name one namespace's.)
+async fn the_operators_account_watches_the_api_servers_slice_and_reads_no_other(
+    cluster: &TestCluster,
+) {
+    use futures::StreamExt;
+    use initializer_operator::apply::network_policy::api_server_range_changes;
+    let admin = cluster.client();
+    let user = operator_account(&admin, "slice-test", "initializer-operator").await;
+    let operator = cluster.client_as(&user).await.unwrap();
+    let slices: Api<EndpointSlice> = Api::namespaced(operator.clone(), "default");
+    wait_for(
+        "the account's rules in force",
+        Duration::from_secs(10),
+        || {
+            let slices = slices.clone();
+            async move { slices.get("kubernetes").await.is_ok() }
+        },
+    )
+    .await;
+    let mut changes = std::pin::pin!(api_server_range_changes(operator.clone()));
+    let first = tokio::time::timeout(Duration::from_secs(10), changes.next()).await;
+    assert!(
+        matches!(first, Ok(Some(()))),
+        "the watch by name yields the first reading: {first:?}"
+    );
+    let forbidden = |result: Result<_, kube::Error>| matches!(result, Err(kube::Error::Api(status)) if status.code == 403);
+    assert!(
+        forbidden(slices.list(&ListParams::default()).await.map(drop)),
+        "every slice of default"
+    );
+    assert!(
+        forbidden(slices.get("other").await.map(drop)),
+        "another slice of default"
+    );
+}
+
+/// Adds `address` to the API server's EndpointSlice (`present`) or takes it out, unless it is
+/// already so; returns whether the slice lists it as read before any write. A conflicting
+/// write is left for the next call.
+async fn set_address(slices: &Api<EndpointSlice>, address: &str, present: bool) -> bool {
+    let mut slice = slices.get("kubernetes").await.unwrap();
+    let lists = |endpoint: &Endpoint| endpoint.addresses.iter().any(|a| a == address);
+    let endpoints = slice.endpoints.get_or_insert_with(Vec::new);
+    let listed = endpoints.iter().any(lists);
+    if listed != present {
+        if present {
+            endpoints.push(Endpoint {
+                addresses: vec![address.to_string()],
+                ..Endpoint::default()
+            });
+        } else {
+            endpoints.retain(|endpoint| !lists(endpoint));
+        }
+        let _ = slices
+            .replace("kubernetes", &PostParams::default(), &slice)
+            .await;
+    }
+    listed
+}
+
+/// Every failure policy list of the guard's configuration other than `["Fail"]` seen every
+/// 100 ms until `stop`.
+async fn failure_policies_other_than_fail(
+    client: Client,
+    stop: Arc<AtomicBool>,
+) -> Vec<Vec<String>> {
+    let mut others = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let now = failure_policies(&client).await;
+        if now != ["Fail"] {
+            others.push(now);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    others
+}
+
+fn sorted(mut ranges: Vec<String>) -> Vec<String> {
+    ranges.sort();
+    ranges
 }
 
 /// The failure policies of the live configuration's webhooks.

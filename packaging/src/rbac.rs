@@ -181,9 +181,12 @@ pub const CLUSTER_CALLS: &[ApiCall] = &[
     // Initializers are cluster-scoped.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
-    // apply::network_policy::read_api_server_ranges (`--network-policy=auto`): the API
-    // server's addresses, from the EndpointSlice `kubernetes` in `default` (only that name).
+    // apply::network_policy::read_api_server_ranges and api_server_range_changes
+    // (`--network-policy=auto`): the API server's addresses, from the EndpointSlice
+    // `kubernetes` in `default` (only that name), read at each reconcile and watched by it.
     ("discovery.k8s.io", "endpointslices", "get"),
+    ("discovery.k8s.io", "endpointslices", "list"),
+    ("discovery.k8s.io", "endpointslices", "watch"),
     // The engine (operator/src/engine/proof.rs): a preset's MutatingAdmissionPolicy and its
     // binding applied (server-side apply: patch), read to tell ours and to check for drift
     // (get), dry-run created under another name for the drift check (create), removed once
@@ -449,12 +452,18 @@ pub fn cluster_rules() -> Vec<PolicyRule> {
         rule(&[""], &["namespaces"], &["get", "list"]),
         // create/patch: Events through kube's Recorder (patch updates a series).
         rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-        // get: the API server's addresses under `--network-policy=auto`, from the EndpointSlice
-        // of the `kubernetes` Service (a ClusterRole, since a CSV grants Roles only in the
-        // operator's namespace; by name, so no other slice can be read).
+        // get, list, watch: the API server's addresses under `--network-policy=auto`, from the
+        // EndpointSlice of the `kubernetes` Service, read at each reconcile and watched so that
+        // every policy follows a change at once (a ClusterRole, since a CSV grants Roles only in
+        // the operator's namespace; by name, so no other slice can be read: a list or watch is
+        // authorized by name only with a `metadata.name` field selector).
         PolicyRule {
             resource_names: Some(vec![API_SERVER_ENDPOINT_SLICE.to_string()]),
-            ..rule(&["discovery.k8s.io"], &["endpointslices"], &["get"])
+            ..rule(
+                &["discovery.k8s.io"],
+                &["endpointslices"],
+                &["get", "list", "watch"],
+            )
         },
     ]
 }
@@ -688,10 +697,10 @@ mod tests {
             ),
             (
                 Some(&["endpointslices".to_string()][..]),
-                &["get".to_string()][..],
+                &["get".to_string(), "list".to_string(), "watch".to_string()][..],
                 Some(&[API_SERVER_ENDPOINT_SLICE.to_string()][..])
             ),
-            "only the API server's EndpointSlice, by name, and only get"
+            "only the API server's EndpointSlice, by name, read and watched"
         );
         for verb in ["get", "list", "create", "patch"] {
             assert!(!allows(&cluster, ("apps", "deployments", verb)));

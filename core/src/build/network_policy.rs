@@ -9,12 +9,14 @@
 //!
 //! A policy written or changed under a registered initializer may leave the API server out (a
 //! wrong range): [`changes_route`] tells the reconcile when a write must wait until the API
-//! server fails open for it, and [`held`] is what stays written meanwhile. Under `auto`, a policy
-//! the API server's calls are not seen passing is withdrawn and not written again for the same
-//! ranges ([`is_withdrawn`]).
+//! server fails open for it (not when it only admits more), and [`held`] is what stays written
+//! meanwhile. Under `auto`, a policy the API server's calls are not seen passing is withdrawn and
+//! not written again for the same ranges ([`is_withdrawn`]), and an address the API server
+//! listed stays admitted for a while after it left the list ([`SeenRanges`]).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use initializer_crds::WithdrawnNetworkPolicy;
 use initializer_crds::constants::INITIALIZER_PORT;
@@ -70,7 +72,7 @@ impl NetworkPolicySettings {
 }
 
 /// An address range in CIDR notation (`10.0.0.0/24`, `fd00::/64`), checked when parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cidr(String);
 
 impl std::str::FromStr for Cidr {
@@ -179,11 +181,7 @@ pub fn api_server_ranges(slice: &EndpointSlice) -> Vec<Cidr> {
 
 /// The address ranges `policy` admits, in the order written.
 pub fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
-    policy
-        .spec
-        .iter()
-        .flat_map(|spec| spec.ingress.iter().flatten())
-        .flat_map(|rule| rule.from.iter().flatten())
+    peers(policy)
         .filter_map(|peer| Some(peer.ip_block.as_ref()?.cidr.clone()))
         .collect()
 }
@@ -269,13 +267,70 @@ pub fn network_policy(
 
 /// Whether writing `desired` over `live` (what the cluster holds under its name) changes who may
 /// reach the initializer's pods: a policy where none was, or this Initializer's policy with
-/// another spec. The API server's path must then be proven again. Someone else's object is no
-/// change of ours: the write refuses it. Removing a policy only widens the path.
+/// another spec, unless it only admits address ranges beside those `live` admits. The API
+/// server's path must then be proven again. Someone else's object is no change of ours: the
+/// write refuses it. Removing a policy, or adding a range, only widens the path.
 pub fn changes_route(desired: &NetworkPolicy, live: Option<&NetworkPolicy>) -> bool {
     let Some(live) = live else {
         return true;
     };
-    is_ours(desired, live) && live.spec != desired.spec
+    is_ours(desired, live) && live.spec != desired.spec && !only_adds_ranges(desired, live)
+}
+
+/// Whether `desired` is `live` with address ranges added: the same rules, each admitting every
+/// `ipBlock` it admitted and perhaps more.
+fn only_adds_ranges(desired: &NetworkPolicy, live: &NetworkPolicy) -> bool {
+    let blocks = |policy: &NetworkPolicy| -> Vec<IPBlock> {
+        peers(policy)
+            .filter_map(|peer| peer.ip_block.clone())
+            .collect()
+    };
+    let without_blocks = |policy: &NetworkPolicy| {
+        let mut spec = policy.spec.clone().unwrap_or_default();
+        for rule in spec.ingress.iter_mut().flatten() {
+            if let Some(from) = rule.from.as_mut() {
+                from.retain(|peer| peer.ip_block.is_none());
+            }
+        }
+        spec
+    };
+    let added = blocks(desired);
+    without_blocks(desired) == without_blocks(live)
+        && blocks(live).iter().all(|block| added.contains(block))
+}
+
+/// Every peer `policy` admits ingress from.
+fn peers(policy: &NetworkPolicy) -> impl Iterator<Item = &NetworkPolicyPeer> {
+    policy
+        .spec
+        .iter()
+        .flat_map(|spec| spec.ingress.iter().flatten())
+        .flat_map(|rule| rule.from.iter().flatten())
+}
+
+/// How long an address of the API server stays admitted after it left the `kubernetes`
+/// Service's EndpointSlice: an API server replica that restarts leaves the list and comes back
+/// with the same address, and is meanwhile kept out of no policy (its calls would fail as the
+/// spec's `failurePolicy` says until the policies followed), nor does every policy change twice.
+pub const RANGE_KEPT_FOR: Duration = Duration::from_secs(600);
+
+/// The API server's ranges as read from the cluster ([`api_server_ranges`]), each with when it
+/// was last listed.
+#[derive(Clone, Debug, Default)]
+pub struct SeenRanges(BTreeMap<Cidr, Instant>);
+
+impl SeenRanges {
+    /// Records `listed`, read at `now`, and returns the ranges a policy admits: every one listed
+    /// within [`RANGE_KEPT_FOR`] before `now`, sorted. `listed` empty (the slice unreadable or
+    /// bare) is no reading: the caller leaves the policies as they are.
+    pub fn admitted(&mut self, listed: &[Cidr], now: Instant) -> Vec<Cidr> {
+        for range in listed {
+            self.0.insert(range.clone(), now);
+        }
+        self.0
+            .retain(|_, seen| now.saturating_duration_since(*seen) < RANGE_KEPT_FOR);
+        self.0.keys().cloned().collect()
+    }
 }
 
 /// Whether `live` is the policy of the Initializer `desired` is written for (its labels and
@@ -398,6 +453,72 @@ mod tests {
         assert!(
             !changes_route(&narrower, Some(&someone_elses)),
             "someone else's object is left to the write, which refuses it"
+        );
+    }
+
+    #[test]
+    fn an_added_range_is_no_route_change_and_a_removed_or_replaced_one_is() {
+        let v = validated();
+        let owner = owner();
+        let policy = |cidrs: &[&str]| network_policy(&v, &policy_settings(cidrs), Some(&owner));
+        let live = stored(&policy(&["10.0.0.1/32"]));
+        assert!(
+            !changes_route(&policy(&["10.0.0.1/32", "10.0.0.2/32"]), Some(&live)),
+            "another API server admitted beside the first"
+        );
+        let both = stored(&policy(&["10.0.0.1/32", "10.0.0.2/32"]));
+        assert!(
+            changes_route(&policy(&["10.0.0.2/32"]), Some(&both)),
+            "one left out"
+        );
+        assert!(
+            changes_route(&policy(&["10.0.0.0/24"]), Some(&live)),
+            "a range in place of an address: not the same block"
+        );
+        let mut other_port = policy(&["10.0.0.1/32", "10.0.0.2/32"]);
+        other_port.spec.as_mut().unwrap().ingress.as_mut().unwrap()[0].ports = None;
+        assert!(
+            changes_route(&other_port, Some(&live)),
+            "more ranges, and every port: more than ranges changed"
+        );
+        let mut other_pods = policy(&["10.0.0.1/32", "10.0.0.2/32"]);
+        other_pods.spec.as_mut().unwrap().ingress.as_mut().unwrap()[0]
+            .from
+            .as_mut()
+            .unwrap()[0]
+            .pod_selector = None;
+        assert!(
+            changes_route(&other_pods, Some(&live)),
+            "more ranges, and other pods: more than ranges changed"
+        );
+    }
+
+    #[test]
+    fn an_address_the_api_server_stopped_listing_stays_admitted_for_a_while() {
+        let cidr = |s: &str| s.parse::<Cidr>().unwrap();
+        let start = Instant::now();
+        let mut seen = SeenRanges::default();
+        let (a, b) = (cidr("10.0.0.1/32"), cidr("10.0.0.2/32"));
+        assert_eq!(
+            seen.admitted(&[b.clone(), a.clone()], start),
+            [a.clone(), b.clone()],
+            "sorted"
+        );
+        let later = start + RANGE_KEPT_FOR - Duration::from_secs(1);
+        assert_eq!(
+            seen.admitted(std::slice::from_ref(&a), later),
+            [a.clone(), b.clone()],
+            "a replica restarting keeps its address"
+        );
+        assert_eq!(
+            seen.admitted(std::slice::from_ref(&a), start + RANGE_KEPT_FOR),
+            std::slice::from_ref(&a),
+            "gone for the whole time: left out"
+        );
+        assert_eq!(
+            seen.admitted(std::slice::from_ref(&b), start + 2 * RANGE_KEPT_FOR),
+            [b],
+            "listed again: admitted; and the one listed last long ago left out"
         );
     }
 

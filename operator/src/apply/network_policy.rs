@@ -2,10 +2,13 @@
 //! written before once none is wanted (`--network-policy` off, or the policy withdrawn), so that
 //! the setting is what the cluster holds. Whether a write must wait for the API server to fail
 //! open, or the policy is withdrawn, is the reconcile's to decide, from the live policy [`read`]
-//! here and the API server's ranges [`read_api_server_ranges`].
+//! here and the API server's ranges [`read_api_server_ranges`], which every policy follows as
+//! soon as they change ([`api_server_range_changes`]).
 
+use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use super::{Ownership, as_read, claim, controller_uid, delete_unless_changed, ownership};
@@ -71,6 +74,35 @@ pub async fn read_api_server_ranges(client: &Client) -> Vec<Cidr> {
             Vec::new()
         }
     }
+}
+
+/// One item at the first reading of the API server's addresses in the EndpointSlice of the
+/// `kubernetes` Service, and one each time they change (an API server replica joins or leaves):
+/// every Initializer's policy then follows at once rather than at its next resync, so a replica
+/// that joins is kept out for seconds at most. Watched by name, which the ClusterRole's rule
+/// naming that slice allows (a list or watch with a `metadata.name` field selector is authorized
+/// as a request for that name); while it cannot be watched the policies follow at each reconcile.
+pub fn api_server_range_changes(client: Client) -> impl Stream<Item = ()> + Send {
+    let api: Api<EndpointSlice> = Api::namespaced(client, API_SERVER_NAMESPACE);
+    let config = watcher::Config::default().fields(&format!("metadata.name={API_SERVER_SERVICE}"));
+    watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|slice| {
+            future::ready(match slice {
+                Ok(slice) => Some(api_server_ranges(&slice)),
+                Err(error) => {
+                    tracing::warn!(%error, "failed to watch the API server's EndpointSlice {API_SERVER_NAMESPACE}/{API_SERVER_SERVICE}: NetworkPolicies follow its addresses at each reconcile only");
+                    None
+                }
+            })
+        })
+        .scan(None, |last: &mut Option<Vec<Cidr>>, ranges| {
+            let changed = last.as_ref() != Some(&ranges);
+            *last = Some(ranges);
+            future::ready(Some(changed))
+        })
+        .filter_map(|changed| future::ready(changed.then_some(())))
 }
 
 /// With a policy desired, [`claim`] it (`Some`); without, remove this Initializer's policy of

@@ -228,8 +228,9 @@ async fn deploy(
 }
 
 /// The build settings of this reconcile: under `--network-policy=auto` without
-/// `--api-server-cidrs`, with the API server's ranges read now; and whether they are known
-/// (when they could not be read, the policy stays as it is).
+/// `--api-server-cidrs`, with the API server's ranges read now (and those listed a while before,
+/// [`build::network_policy::SeenRanges`]); and whether they are known (when they could not be
+/// read, the policy stays as it is).
 async fn settings_now(ctx: &Context) -> (Cow<'_, build::Settings>, bool) {
     let Some(policy) = ctx
         .settings
@@ -239,8 +240,16 @@ async fn settings_now(ctx: &Context) -> (Cow<'_, build::Settings>, bool) {
     else {
         return (Cow::Borrowed(&ctx.settings), true);
     };
-    let ranges = apply::network_policy::read_api_server_ranges(&ctx.client).await;
-    let known = !ranges.is_empty();
+    let listed = apply::network_policy::read_api_server_ranges(&ctx.client).await;
+    let known = !listed.is_empty();
+    let ranges = if known {
+        ctx.seen_ranges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .admitted(&listed, std::time::Instant::now())
+    } else {
+        listed
+    };
     let settings = build::Settings {
         network_policy: Some(policy.with_ranges(ranges)),
         ..ctx.settings.clone()

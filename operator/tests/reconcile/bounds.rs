@@ -9,17 +9,18 @@ use std::time::Duration;
 
 use initializer_crds::constants::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use initializer_operator::bounds::{self, Outcome};
-use initializer_packaging::bounds::{BOUNDS_MESSAGE, name, service_account_user};
+use initializer_packaging::bounds::{BOUNDS_MESSAGE, name};
 use initializer_test_support::wait_until as wait_for;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
+use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use serde_json::json;
 
 use crate::create_object;
 use crate::support::TestCluster;
+use crate::support::account::operator_account;
 
 on_backends! {
     /// Impersonation and ValidatingAdmissionPolicy are the real API server's; the sandbox
@@ -48,56 +49,6 @@ fn webhook_configuration(name: &str, ours: bool) -> MutatingWebhookConfiguration
     .unwrap()
 }
 
-/// The account, with the operator's ClusterRole's rules.
-async fn operator_account(admin: &Client) {
-    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let rbac = "rbac.authorization.k8s.io/v1";
-    let namespace = json!({"metadata": {"name": NAMESPACE}});
-    apply(
-        &Api::<Namespace>::all(admin.clone()),
-        ("Namespace", "v1"),
-        namespace,
-    )
-    .await;
-    let account = json!({"metadata": {"name": ACCOUNT, "namespace": NAMESPACE}});
-    let accounts = Api::<ServiceAccount>::namespaced(admin.clone(), NAMESPACE);
-    apply(&accounts, ("ServiceAccount", "v1"), account).await;
-    let role = "bounds-test-admission";
-    let rules = json!({
-        "metadata": {"name": role},
-        "rules": initializer_packaging::rbac::cluster_rules(),
-    });
-    apply(
-        &Api::<ClusterRole>::all(admin.clone()),
-        ("ClusterRole", rbac),
-        rules,
-    )
-    .await;
-    let binding = json!({
-        "metadata": {"name": role},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
-    });
-    let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
-    apply(&bindings, ("ClusterRoleBinding", rbac), binding).await;
-}
-
-/// Applies `body` as a `kind` of `api_version` (server-side, forced, as the test's manager)
-/// with `api`, under the name in its metadata.
-async fn apply<K>(api: &Api<K>, (kind, api_version): (&str, &str), mut body: serde_json::Value)
-where
-    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    body["kind"] = json!(kind);
-    body["apiVersion"] = json!(api_version);
-    let name = body["metadata"]["name"].as_str().unwrap().to_owned();
-    let params = PatchParams::apply("reconcile-test").force();
-    api.patch(&name, &params, &Patch::Apply(body))
-        .await
-        .unwrap();
-}
-
 /// Whether `result` is the bounds' refusal (not RBAC's, not anything else).
 fn refused_by_bounds<T: std::fmt::Debug>(result: &Result<T, kube::Error>) -> bool {
     matches!(result, Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains(BOUNDS_MESSAGE))
@@ -107,8 +58,7 @@ async fn the_operators_account_may_not_touch_admission_configuration_it_did_not_
     cluster: &TestCluster,
 ) {
     let admin = cluster.client();
-    operator_account(&admin).await;
-    let user = service_account_user(NAMESPACE, ACCOUNT);
+    let user = operator_account(&admin, NAMESPACE, ACCOUNT).await;
     let operator = cluster.client_as(&user).await.unwrap();
     let bounds_name = name(&user).unwrap();
 

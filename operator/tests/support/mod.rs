@@ -15,6 +15,7 @@
 //! (the namespace separates networks, not processes) with `initializer_controlplane::signal`,
 //! as the e2e harness does (a container restarted meanwhile is read again).
 
+pub mod account;
 pub mod install;
 pub mod operator;
 pub mod refusal;
