@@ -847,7 +847,8 @@ pub struct InitializerStatus {
     pub guard: Option<GuardWitness>,
     /// The NetworkPolicy the operator took away under `--network-policy=auto` because the API
     /// server's calls were not seen passing it: it is not written again while the API server's
-    /// ranges are these. Written by the operator alone, under a field manager of its own.
+    /// ranges are these or fewer of them. Written by the operator alone, under a field manager
+    /// of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub withdrawn_network_policy: Option<WithdrawnNetworkPolicy>,
 }

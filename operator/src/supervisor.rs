@@ -422,6 +422,17 @@ struct RouteChecks {
     backoff: Option<Duration>,
 }
 
+impl RouteChecks {
+    /// Checks starting over once what admits the API server was written: the first
+    /// `ROUTE_CHANGE_SETTLE` from now, and nothing unanswered yet.
+    fn after_write() -> Self {
+        Self {
+            next_at: Some(Instant::now() + ROUTE_CHANGE_SETTLE),
+            ..Self::default()
+        }
+    }
+}
+
 /// The status as this replica wrote it and the version it wrote onto, so that a status computed
 /// before someone else's write is refused, and the signal that wakes the entry's status writer.
 #[derive(Debug)]
@@ -738,11 +749,21 @@ impl Supervisor {
         let Some(entry) = self.entries().get(initializer).cloned() else {
             return;
         };
-        let mut st = entry.state.lock().await;
-        st.route = RouteChecks {
-            next_at: Some(Instant::now() + ROUTE_CHANGE_SETTLE),
-            ..RouteChecks::default()
+        entry.state.lock().await.route = RouteChecks::after_write();
+    }
+
+    /// Ranges were added to what admits the API server to `initializer`'s pods
+    /// ([`crate::build::network_policy::widens`]): no route change, but while its route is being
+    /// proven the checks start over as after [`Supervisor::route_written`], so the route
+    /// deadline counts from the policy now in force, not from the narrower one.
+    pub async fn route_widened(&self, initializer: &str) {
+        let Some(entry) = self.entries().get(initializer).cloned() else {
+            return;
         };
+        let mut st = entry.state.lock().await;
+        if st.presence == Presence::Proving {
+            st.route = RouteChecks::after_write();
+        }
     }
 
     /// Reads or updates what is known of `initializer` (a short critical section: no await).

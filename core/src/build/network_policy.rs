@@ -174,7 +174,7 @@ pub fn api_server_ranges(slice: &EndpointSlice) -> Vec<Cidr> {
             Cidr(format!("{address}/{prefix}"))
         })
         .collect();
-    ranges.sort_by(|a, b| a.0.cmp(&b.0));
+    ranges.sort();
     ranges.dedup();
     ranges
 }
@@ -186,15 +186,17 @@ pub fn admitted_ranges(policy: &NetworkPolicy) -> Vec<String> {
         .collect()
 }
 
-/// Whether `desired` admits the API server from exactly the ranges of the policy `withdrawn`
-/// under `auto`: it is not written again.
+/// Whether `desired` admits the API server only from ranges of the policy `withdrawn` under
+/// `auto` (the same, or fewer: a narrower policy passes none of the calls the withdrawn one did
+/// not, as when an address it kept after the API server stopped listing it is dropped): it is
+/// not written again.
 pub fn is_withdrawn(desired: &NetworkPolicy, withdrawn: Option<&WithdrawnNetworkPolicy>) -> bool {
     withdrawn.is_some_and(|withdrawn| {
-        let mut admitted = admitted_ranges(desired);
-        let mut before = withdrawn.api_server_cidrs.clone();
-        admitted.sort();
-        before.sort();
-        admitted == before
+        let admitted = admitted_ranges(desired);
+        !admitted.is_empty()
+            && admitted
+                .iter()
+                .all(|range| withdrawn.api_server_cidrs.contains(range))
     })
 }
 
@@ -277,8 +279,17 @@ pub fn changes_route(desired: &NetworkPolicy, live: Option<&NetworkPolicy>) -> b
     is_ours(desired, live) && live.spec != desired.spec && !only_adds_ranges(desired, live)
 }
 
-/// Whether `desired` is `live` with address ranges added: the same rules, each admitting every
-/// `ipBlock` it admitted and perhaps more.
+/// Whether writing `desired` over `live`, this Initializer's policy, only adds address ranges
+/// (no route change, [`changes_route`]): a route still being proven then starts over, the
+/// policy in force being another.
+pub fn widens(desired: &NetworkPolicy, live: Option<&NetworkPolicy>) -> bool {
+    live.is_some_and(|live| {
+        is_ours(desired, live) && live.spec != desired.spec && only_adds_ranges(desired, live)
+    })
+}
+
+/// Whether `desired` is `live` with address ranges added: the same rules and peers, and every
+/// `ipBlock` `live` admits among those `desired` admits.
 fn only_adds_ranges(desired: &NetworkPolicy, live: &NetworkPolicy) -> bool {
     let blocks = |policy: &NetworkPolicy| -> Vec<IPBlock> {
         peers(policy)
@@ -462,13 +473,17 @@ mod tests {
         let owner = owner();
         let policy = |cidrs: &[&str]| network_policy(&v, &policy_settings(cidrs), Some(&owner));
         let live = stored(&policy(&["10.0.0.1/32"]));
+        let wider = policy(&["10.0.0.1/32", "10.0.0.2/32"]);
         assert!(
-            !changes_route(&policy(&["10.0.0.1/32", "10.0.0.2/32"]), Some(&live)),
+            !changes_route(&wider, Some(&live)) && widens(&wider, Some(&live)),
             "another API server admitted beside the first"
         );
+        assert!(!widens(&wider, None), "where none was: a route change");
+        assert!(!widens(&wider, Some(&stored(&wider))), "as written");
         let both = stored(&policy(&["10.0.0.1/32", "10.0.0.2/32"]));
         assert!(
-            changes_route(&policy(&["10.0.0.2/32"]), Some(&both)),
+            changes_route(&policy(&["10.0.0.2/32"]), Some(&both))
+                && !widens(&policy(&["10.0.0.2/32"]), Some(&both)),
             "one left out"
         );
         assert!(
@@ -622,7 +637,7 @@ mod tests {
     }
 
     #[test]
-    fn a_withdrawn_policy_is_not_written_again_for_the_same_ranges() {
+    fn a_withdrawn_policy_is_not_written_again_for_the_same_ranges_or_fewer() {
         let v = validated();
         let both = network_policy(&v, &policy_settings(&["10.0.0.2/32", "10.0.0.1/32"]), None);
         let record = withdrawal(
@@ -638,7 +653,18 @@ mod tests {
         let same = network_policy(&v, &policy_settings(&["10.0.0.1/32", "10.0.0.2/32"]), None);
         assert!(is_withdrawn(&same, Some(&record)), "in another order");
         let one = network_policy(&v, &policy_settings(&["10.0.0.1/32"]), None);
-        assert!(!is_withdrawn(&one, Some(&record)), "the ranges changed");
+        assert!(
+            is_withdrawn(&one, Some(&record)),
+            "fewer: it passes none of the calls the withdrawn one did not"
+        );
+        let another = network_policy(&v, &policy_settings(&["10.0.0.3/32"]), None);
+        assert!(!is_withdrawn(&another, Some(&record)), "another range");
+        let more = network_policy(
+            &v,
+            &policy_settings(&["10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"]),
+            None,
+        );
+        assert!(!is_withdrawn(&more, Some(&record)), "one more range");
         assert!(!is_withdrawn(&same, None), "nothing withdrawn");
     }
 

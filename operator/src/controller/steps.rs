@@ -206,8 +206,10 @@ async fn deploy(
         let route = settle_network_policy(obj, ctx, &mut desired, ranges_known).await?;
         let deployment =
             apply::apply_workload(&ctx.client, &desired, desired.legacy.is_some()).await?;
-        if route == RouteChange::Written {
-            ctx.supervisor.route_written(&name).await;
+        match route {
+            RouteChange::Written => ctx.supervisor.route_written(&name).await,
+            RouteChange::Widened => ctx.supervisor.route_widened(&name).await,
+            RouteChange::None | RouteChange::Held => {}
         }
         let route_held = route == RouteChange::Held;
         // The CA is now in the operator's namespace: the copy an earlier version kept beside
@@ -266,6 +268,9 @@ enum RouteChange {
     Held,
     /// One is written by this reconcile, the API server failing open meanwhile.
     Written,
+    /// Ranges are added to the live policy by this reconcile: no route change (the path only
+    /// widens), but a route still being proven starts over.
+    Widened,
 }
 
 /// What this reconcile writes of the NetworkPolicy. Under `auto`: nothing once the route checks
@@ -357,6 +362,9 @@ async fn hold_route_change(
     let Some(policy) = &desired.network_policy else {
         return Ok(RouteChange::None);
     };
+    if build::network_policy::widens(policy, live.as_ref()) {
+        return Ok(RouteChange::Widened);
+    }
     if !build::network_policy::changes_route(policy, live.as_ref()) {
         return Ok(RouteChange::None);
     }
