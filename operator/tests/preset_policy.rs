@@ -223,7 +223,7 @@ fn start_webhook(
         serde_saphyr::to_string(preset).unwrap(),
     )
     .unwrap();
-    let binary = support::built("preset-initializer", "--bin", "preset-initializer").unwrap();
+    let binary = support::built("--bin", "preset-initializer").unwrap();
     let log = std::fs::File::create(dir.join("preset-initializer.log")).unwrap();
     let child = cluster
         .command(&binary)

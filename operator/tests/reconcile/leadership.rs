@@ -70,8 +70,7 @@ struct ReplicaProcess {
 
 impl ReplicaProcess {
     fn spawn(cluster: &TestCluster, identity: &str) -> Self {
-        let binary =
-            support::built("initializer-operator", "--bin", "initializer-operator").unwrap();
+        let binary = support::built("--bin", "initializer-operator").unwrap();
         let child = cluster
             .command(&binary)
             .args([

@@ -363,27 +363,32 @@ macro_rules! on_backends {
 
 /// The node agent, `target/<profile>/initializer-node`.
 fn node_binary() -> anyhow::Result<PathBuf> {
-    built("initializer-node", "--bin", "initializer-node")
+    built("--bin", "initializer-node")
 }
 
-/// The executable of target `name` (`--bin` or `--example`) of `package`, built into the target
-/// directory and profile this test was built with, once per test process.
+/// The features the Makefile's `WORKSPACE` builds the workspace with, beside `--workspace`.
+const WORKSPACE_FEATURES: &str = "initializer-crds/generate";
+
+/// The executable of the workspace's target `name` (`--bin` or `--example`), built into the
+/// target directory and profile this test was built with, once per test process.
 ///
 /// `cargo test --test <name>` builds neither examples nor other packages' binaries, and a binary
 /// left from an earlier `cargo build` may be stale; building here (a no-op when up to date) makes
 /// every test run what the sources say. The build lock is free while tests run, so this does not
-/// wait on the `cargo test` that started us.
-pub fn built(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
+/// wait on the `cargo test` that started us. It selects the packages and features `make build`
+/// and `make unit` build with (`--workspace`, [`WORKSPACE_FEATURES`]): a build of one package
+/// resolves the features of that package alone, and would compile every crate under it again.
+pub fn built(kind: &str, name: &str) -> anyhow::Result<PathBuf> {
     static BUILT: Mutex<BTreeMap<String, Result<PathBuf, String>>> = Mutex::new(BTreeMap::new());
-    let key = format!("{package} {kind} {name}");
+    let key = format!("{kind} {name}");
     let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
     let result = built
         .entry(key)
-        .or_insert_with(|| cargo_build(package, kind, name).map_err(|e| format!("{e:#}")));
+        .or_insert_with(|| cargo_build(kind, name).map_err(|e| format!("{e:#}")));
     result.clone().map_err(anyhow::Error::msg)
 }
 
-fn cargo_build(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
+fn cargo_build(kind: &str, name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("failed to find the test executable")?;
     let profile_dir = exe
         .parent()
@@ -405,8 +410,9 @@ fn cargo_build(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf>
         .args([
             "build",
             "--quiet",
-            "--package",
-            package,
+            "--workspace",
+            "--features",
+            WORKSPACE_FEATURES,
             kind,
             name,
             "--profile",
@@ -429,7 +435,7 @@ fn cargo_build(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf>
         .with_context(|| format!("failed to run {}", Path::new(&cargo).display()))?;
     if !output.status.success() {
         bail!(
-            "failed to build {kind} {name} of {package} ({}):\n{}",
+            "failed to build {kind} {name} ({}):\n{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         );
@@ -440,7 +446,7 @@ fn cargo_build(package: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf>
     };
     if !path.is_file() {
         bail!(
-            "cargo built {kind} {name} of {package} but {} is missing",
+            "cargo built {kind} {name} but {} is missing",
             path.display()
         );
     }

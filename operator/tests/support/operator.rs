@@ -14,7 +14,7 @@ use super::{Backend, TestCluster};
 
 /// The SDK-built initializer the tests' Initializers run.
 pub fn test_initializer() -> PathBuf {
-    super::built("initializer-operator", "--example", "test_initializer").unwrap()
+    super::built("--example", "test_initializer").unwrap()
 }
 
 /// The secret guard's image repository, which the tests' guards run as the test initializer.
@@ -35,7 +35,7 @@ where
     let preset_repository = preset_image
         .rsplit_once(':')
         .map_or(preset_image.as_str(), |(repository, _)| repository);
-    let preset = super::built("preset-initializer", "--bin", "preset-initializer").unwrap();
+    let preset = super::built("--bin", "preset-initializer").unwrap();
     let images = [
         (GUARD_IMAGE_REPOSITORY, test_initializer()),
         (preset_repository, preset),
