@@ -7,9 +7,12 @@
 # That commit's tree is extracted from this clone's history (git archive) into
 # target/previous/<commit>/, and that tree's own `make release` runs there (release.sh: its
 # images, bundle, catalog and chart pushed to REGISTRY by digest, signed, with SBOMs), its
-# Cargo build in its own target/ (never this tree's: both build the same binaries), its Go
-# tools shared with this tree's target/tools. The extracted tree and its build stay, so the
-# next run rebuilds nothing. Prints the release directory.
+# binaries in its own target/ (never this tree's: both build binaries of the same names), its
+# Go tools shared with this tree's target/tools. Its intermediate artifacts go to this tree's
+# build directory (Cargo's build-dir): both trees pin the same third-party crates, so those
+# compile once, for both, and only the previous tree's own crates build again; Cargo's
+# fingerprints and its lock on that directory keep the two builds apart. The extracted tree and
+# its build stay, so the next run rebuilds nothing. Prints the release directory.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -38,6 +41,8 @@ version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$tree/Cargo.toml" | head -n1)"
 mkdir -p "$root/target/tools" "$tree/target"
 ln -sfn "$(cd "$root/target/tools" && pwd -P)" "$tree/target/tools"
 log "release $PREVIOUS_VERSION from $PREVIOUS_COMMIT"
-env -u CARGO_TARGET_DIR REGISTRY="$REGISTRY" RELEASE_OUT="$RELEASE_OUT" \
-  RELEASE_PROFILE="${RELEASE_PROFILE:-release}" "$tree/tools/release/release.sh"
+build_dir="${CARGO_BUILD_BUILD_DIR:-${CARGO_TARGET_DIR:-$root/target}}"
+env -u CARGO_TARGET_DIR CARGO_BUILD_BUILD_DIR="$build_dir" REGISTRY="$REGISTRY" \
+  RELEASE_OUT="$RELEASE_OUT" RELEASE_PROFILE="${RELEASE_PROFILE:-release}" \
+  "$tree/tools/release/release.sh"
 echo "$RELEASE_OUT"
