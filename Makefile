@@ -120,33 +120,38 @@ check:
 ## OLM installing, upgrading and removing the operator, and the user guide (`make docs`). CHECKED=1 skips `make check` (CI has
 ## just run it); KIND=1 runs `make e2e-kind` too, beside the e2e suites on the real control plane
 TEST_FIRST_STAGES := helm controlplane
-# Lanes run side by side, the stages of a lane one after another (a lane is its stages joined by
-# `+`). The first lanes take no timings but the legacy scenarios', whose budgets are the 1.7
-# Initializers' timeouts, and mostly wait (the CPU column of CI's stage table), so the Go builds
-# the first stages do not need (kube-apiserver 1.13, OLM, the health tool) and the checks by
-# other ecosystems' tools go there, where they use the cores the tests leave idle; the e2e lanes
-# run after them, each scenario in its turn of the suite's lock (e2e/src/sharing.rs): beside the
-# other suite's, or alone when it loads the machine or would be spoilt by load. The kind lane is
-# the longest, and its suite leaves a core idle: oldest-minor follows OLM's suite, the shortest,
-# its control plane's build at the lowest CPU priority, so that it takes only what kind's builds
-# and scenarios leave (the real control plane's suite waits for kind's setup to run its scenario
-# that needs the machine alone, so nothing follows it). The book's tools build the same way, in a
-# lane of their own.
-CHECK_LANES := unit-real legacy-apiserver+legacy-conformance+e2e-legacy \
-  conformance+chart-check+verify-bundle+monitoring+olm+health
-E2E_LANES := e2e-real e2e-olm+oldest-minor docs $(if $(KIND),e2e-kind+release-check)
+# The lanes run side by side, the stages of a lane one after another (a lane is its stages joined
+# by `+`), all of them at once: the kind lane, the longest (its setup, then its suite), starts
+# with the others instead of after them. Each e2e scenario and OLM test runs in a turn of the
+# suites' lock (e2e/src/sharing.rs): shared, beside the other suites', or alone when it loads the
+# machine on purpose or load would spoil what it shows. The stages in SHARED_TURN_STAGES take no
+# turns of their own but load the machine, so each holds a shared turn while it runs: a scenario
+# that must have the machine to itself waits for the ones running to end, and none starts
+# meanwhile. (A stage that takes turns itself, the suites and oldest-minor, must not be in that
+# list: a turn held around it would deadlock with a scenario waiting to run alone.) The
+# lowest-CPU-priority builds, oldest-minor's control plane and the book's tools, each in a lane
+# of its own, take only what the rest leaves idle, without a turn. Where a lane waits on
+# another's tool, the tool's build script holds a lock on its output, so one builds it and the
+# other waits.
+LANES := unit-real+e2e-real legacy-apiserver+legacy-conformance+e2e-legacy \
+  conformance+chart-check+verify-bundle+monitoring+olm+health+e2e-olm oldest-minor docs \
+  $(if $(KIND),e2e-kind+release-check)
+SHARED_TURN_STAGES := unit-real legacy-apiserver legacy-conformance conformance chart-check \
+  verify-bundle monitoring olm health release-check
 test: $(if $(CHECKED),,check)
 	@$(call run_stages,$(TEST_FIRST_STAGES))
-	@$(call run_lanes,$(CHECK_LANES))
-	@$(call run_lanes,$(E2E_LANES))
+	@$(call run_lanes,$(LANES))
 
 # run_lanes: the lanes side by side, one stage in the table, each lane's output kept together.
 run_lanes = $(STAGE) "side by side: $(1)" $(MAKE) --no-print-directory -j$(words $(1)) \
   --output-sync=recurse $(addprefix lane/,$(1))
 
-# lane/A+B: the stages A and B, one after another.
+# lane/A+B: the stages A and B, one after another, each of SHARED_TURN_STAGES in a shared turn.
 lane/%:
-	@$(call run_stages,$(subst +, ,$*))
+	@for stage in $(subst +, ,$*); do \
+	  case " $(SHARED_TURN_STAGES) " in *" $$stage "*) turn=tools/shared-turn ;; *) turn= ;; esac; \
+	  $(STAGE) "$$stage" $$turn $(MAKE) --no-print-directory "$$stage" || exit; \
+	done
 
 # The unit and component tests' binaries: all but the e2e suite, which runs on its own in `make
 # e2e` (its timings are not taken while other tests load the machine), and the suites that share
@@ -156,7 +161,7 @@ UNIT_TESTS := not binary_id(initializer-e2e::e2e) and not binary_id(initializer-
 UNIT_E2E_TESTS := --lib --bins --test controlplane_faults --test pod_credentials
 # These tests mostly wait (on timers, probes and servers starting), so more of them at a time
 # than nextest's one per core keeps the cores busy: four for `make unit`; three for `make
-# unit-real`, whose tests each start a control plane and which runs beside two other lanes.
+# unit-real`, whose tests each start a control plane and which runs beside the other lanes.
 UNIT_THREADS ?= 4
 UNIT_REAL_THREADS ?= 3
 
