@@ -27,6 +27,9 @@ if ! "$venv/bin/python" -c 'import grafana_foundation_sdk' >/dev/null 2>&1; then
 fi
 "$venv/bin/python" check_dashboard.py dashboard.json
 
+# The packages and features the Makefile's WORKSPACE builds with: a build of one package resolves
+# the features of that package alone, and would compile every crate under it again.
 cd "$root"
-cargo run -q -p initializer-operator -- monitoring --check
-cargo test -q -p initializer-operator --test monitoring_metrics
+workspace=(--features initializer-crds/generate)
+cargo run -q "${workspace[@]}" --bin initializer-operator -- monitoring --check
+cargo test -q --workspace "${workspace[@]}" --test monitoring_metrics

@@ -47,8 +47,10 @@ keep="${E2E_KEEP_CLUSTER:-0}"
 cargo="${CARGO:-cargo}"
 # What every build and test here passes, as the Makefile's WORKSPACE: one package set and one
 # feature set, so the workspace's crates compile once (a `-p` build resolves other features and
-# compiles them again).
+# compiles them again). `cargo run` takes no --workspace: in this virtual workspace it selects
+# every package anyway, so the features alone name the same build.
 workspace=(--workspace --features initializer-crds/generate)
+operator_cli=("$cargo" run -q --features initializer-crds/generate --bin initializer-operator --)
 # The profile of the binaries in the images built offline: release, what images/Dockerfile
 # builds and users run, or debug, the workspace's debug build that the suite needs anyway (CI
 # sets it: the claims kind adds are the kubelet's, the runtime's and the network's, not the
@@ -366,7 +368,7 @@ apply_beside &
 beside=$!
 # ANCHOR: install
 stage "installing the operator from the release's bundle" \
-  "$cargo" run -q -p initializer-operator -- install --bundle "$release_dir"
+  "${operator_cli[@]}" install --bundle "$release_dir"
 # ANCHOR_END: install
 first_initializer() {
   wait "$beside"
@@ -392,7 +394,7 @@ stage "the first Initializer, applied beside the install" first_initializer
 helm_from_the_release() {
   local helm chart operator image
   helm="$("$root/tools/helm/build.sh")"
-  "$cargo" run -q -p initializer-operator -- uninstall --delete-initializers >/dev/null
+  "${operator_cli[@]}" uninstall --delete-initializers >/dev/null
   kubectl wait --for=delete namespace/initializer-system --timeout=120s 2>/dev/null || true
   # ANCHOR: helm
   chart="$(grep -F '/charts/initializer-operator@' "$release_dir/images.txt")"
