@@ -42,6 +42,7 @@ mkdir -p "$root/target/tools" "$tree/target"
 ln -sfn "$(cd "$root/target/tools" && pwd -P)" "$tree/target/tools"
 log "release $PREVIOUS_VERSION from $PREVIOUS_COMMIT"
 build_dir="${CARGO_BUILD_BUILD_DIR:-${CARGO_TARGET_DIR:-$root/target}}"
+case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 env -u CARGO_TARGET_DIR CARGO_BUILD_BUILD_DIR="$build_dir" REGISTRY="$REGISTRY" \
   RELEASE_OUT="$RELEASE_OUT" RELEASE_PROFILE="${RELEASE_PROFILE:-release}" \
   "$tree/tools/release/release.sh"
