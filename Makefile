@@ -99,9 +99,13 @@ build:
 
 # Each stage of `make check` and `make test` runs in a make of its own under tools/stage, which
 # prints when it starts and how long it took (and records it in $STAGE_LOG, from which CI prints
-# its table); the first failure ends the run.
+# its table); the first failure ends the run. Each of SHARED_TURN_STAGES runs in a shared turn
+# (see LANES below).
 STAGE := tools/stage
-run_stages = for stage in $(1); do $(STAGE) "$$stage" $(MAKE) --no-print-directory "$$stage" || exit; done
+run_stages = for stage in $(1); do \
+  case " $(SHARED_TURN_STAGES) " in *" $$stage "*) turn=tools/shared-turn ;; *) turn= ;; esac; \
+  $(STAGE) "$$stage" $$turn $(MAKE) --no-print-directory "$$stage" || exit; \
+done
 
 ## check: the fast gate, with only a Rust toolchain (no root, Go or container engine): format,
 ## clippy, the SDK with the oldest Kubernetes types, rustdoc, cargo-deny, the architecture table, shellcheck of the scripts, generated-file
@@ -146,12 +150,9 @@ test: $(if $(CHECKED),,check)
 run_lanes = $(STAGE) "side by side: $(1)" $(MAKE) --no-print-directory -j$(words $(1)) \
   --output-sync=recurse $(addprefix lane/,$(1))
 
-# lane/A+B: the stages A and B, one after another, each of SHARED_TURN_STAGES in a shared turn.
+# lane/A+B: the stages A and B, one after another.
 lane/%:
-	@for stage in $(subst +, ,$*); do \
-	  case " $(SHARED_TURN_STAGES) " in *" $$stage "*) turn=tools/shared-turn ;; *) turn= ;; esac; \
-	  $(STAGE) "$$stage" $$turn $(MAKE) --no-print-directory "$$stage" || exit; \
-	done
+	@$(call run_stages,$(subst +, ,$*))
 
 # The unit and component tests' binaries: all but the e2e suite, which runs on its own in `make
 # e2e` (its timings are not taken while other tests load the machine), and the suites that share
