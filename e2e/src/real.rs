@@ -37,7 +37,6 @@ impl RealTarget {
             paths::binary(NODE_BINARY)?,
         );
         config.image_map = Some(image_map);
-        config.target_dir = paths::target_dir();
         let plane = ControlPlane::start(config)
             .await
             .context("failed to start the real control plane")?;

@@ -68,9 +68,7 @@ fn without_the_right_to_make_a_network_namespace_the_backend_says_why() {
 #[ignore = "needs root and the real control plane: make unit-real, or cargo test -p initializer-e2e --test controlplane_faults -- --ignored"]
 async fn a_dead_api_server_is_reported_with_its_last_log_lines() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config =
-        ControlPlaneConfig::new(dir.path(), paths::binary("initializer-node").unwrap());
-    config.target_dir = paths::target_dir();
+    let config = ControlPlaneConfig::new(dir.path(), paths::binary("initializer-node").unwrap());
     let plane = ControlPlane::start(config).await.unwrap();
     plane.check().unwrap();
     let (_, pid, _) = plane

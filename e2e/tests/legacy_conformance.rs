@@ -48,7 +48,6 @@ use anyhow::Context;
 use initializer_controlplane::{LegacyApiServer, LegacyConfig};
 use initializer_e2e::body;
 use initializer_e2e::conformance::{self, Body, Outcomes, Server, Suite};
-use initializer_e2e::paths;
 use initializer_sandbox::SandboxHandle;
 use target::Target;
 
@@ -161,8 +160,7 @@ async fn start_real() -> anyhow::Result<(LegacyApiServer, tempfile::TempDir)> {
         "the API server's state directory",
         "the state directory",
     )?;
-    let mut config = LegacyConfig::new(state_dir.path().join("server"));
-    config.target_dir = paths::target_dir();
+    let config = LegacyConfig::new(state_dir.path().join("server"));
     let server = LegacyApiServer::start(config)
         .await
         .context("failed to start kube-apiserver 1.13")?;

@@ -75,7 +75,6 @@ async fn a_pod_cannot_take_the_credentials_of_whoever_runs_the_cluster() {
         dir.path().join("plane"),
         paths::binary("initializer-node").unwrap(),
     );
-    config.target_dir = paths::target_dir();
     config.image_map = Some(images);
     let plane = ControlPlane::start(config).await.unwrap();
     let client = plane.client();

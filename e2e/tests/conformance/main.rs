@@ -164,11 +164,10 @@ async fn start_real() -> anyhow::Result<(ControlPlane, tempfile::TempDir)> {
         "the control plane's state directory",
         "the control plane's state directory",
     )?;
-    let mut config = ControlPlaneConfig::new(
+    let config = ControlPlaneConfig::new(
         state_dir.path().join("cluster"),
         paths::binary(initializer_e2e::real::NODE_BINARY)?,
     );
-    config.target_dir = paths::target_dir();
     let plane = ControlPlane::start(config)
         .await
         .context("failed to start the real control plane")?;
