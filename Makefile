@@ -265,11 +265,11 @@ architecture:
 
 ## library-versions: the libraries an initializer's author links (the SDK, the CRD types) build
 ## with k8s-openapi's oldest Kubernetes version too: they leave the version to the binary (the
-## workspace's binaries choose the newest). Its own target directory, inside target/debug so that
-## CI's cache keeps it
+## workspace's binaries choose the newest). Its own target directory, inside the debug one so
+## that CI's cache keeps it
 OLDEST_K8S_OPENAPI := 1.33
 library-versions:
-	K8S_OPENAPI_ENABLED_VERSION=$(OLDEST_K8S_OPENAPI) CARGO_TARGET_DIR=target/debug/k8s-openapi-$(OLDEST_K8S_OPENAPI) \
+	K8S_OPENAPI_ENABLED_VERSION=$(OLDEST_K8S_OPENAPI) CARGO_TARGET_DIR=$(DEBUG_BIN)/k8s-openapi-$(OLDEST_K8S_OPENAPI) \
 	  $(CARGO) check -q -p kube-initializer -p initializer-crds
 
 ## fmt: format every crate with rustfmt

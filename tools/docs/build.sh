@@ -22,7 +22,9 @@ ensure() {
     return 0
   fi
   echo "docs: installing $tool $version from crates.io" >&2
-  nice -n 19 env CARGO_PROFILE_DEV_DEBUG=0 "$cargo" install --quiet --debug --locked \
+  # In a directory of its own (cargo install's default), never CARGO_TARGET_DIR: the build would
+  # wait on the workspace's builds there and leave its crates among theirs.
+  nice -n 19 env -u CARGO_TARGET_DIR CARGO_PROFILE_DEV_DEBUG=0 "$cargo" install --quiet --debug --locked \
     "$tool@$version" "$@"
 }
 

@@ -19,7 +19,9 @@ if [[ ! -x "$bin" ]]; then
   flock "$lock"
   if [[ ! -x "$bin" ]]; then
     echo "installing cargo-cyclonedx $version" >&2
-    CARGO_PROFILE_DEV_DEBUG=0 cargo install -q --debug --locked "cargo-cyclonedx@$version" --root "$cache/$version"
+    # In a build directory of its own, never CARGO_TARGET_DIR (see tools/docs/build.sh).
+    env -u CARGO_TARGET_DIR CARGO_PROFILE_DEV_DEBUG=0 \
+      cargo install -q --debug --locked "cargo-cyclonedx@$version" --root "$cache/$version"
   fi
 fi
 if [[ "${1:-}" != sbom ]]; then

@@ -26,7 +26,10 @@ source "$here/previous"
 
 log() { echo "previous: $*" >&2; }
 
-tree="$root/target/previous/$PREVIOUS_COMMIT"
+# By its physical path: where target/previous is a link to a cache kept across clones (CI), the
+# extracted tree and its crates' fingerprints stay the same from one clone to the next.
+mkdir -p "$root/target/previous"
+tree="$(cd "$root/target/previous" && pwd -P)/$PREVIOUS_COMMIT"
 if [[ ! -f "$tree/.extracted" ]]; then
   git -C "$root" cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null \
     || { log "commit $PREVIOUS_COMMIT ($PREVIOUS_VERSION) is not in this clone's history: fetch it (git fetch --unshallow)"; exit 1; }

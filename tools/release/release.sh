@@ -67,9 +67,13 @@ case "$target" in
   aarch64-unknown-linux-gnu) platform=linux/arm64 ;;
   *) echo "release: no image platform for the Rust target '$target'" >&2; exit 2 ;;
 esac
-cargo_target=() bin="$root/target/$profile"
+# Cargo's target directory, where it puts the binaries (CARGO_TARGET_DIR is relative to the
+# root, where cargo runs).
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
+cargo_target=() bin="$target_dir/$profile"
 if [[ -n "${RELEASE_TARGET:-}" ]]; then
-  cargo_target=(--target "$target") bin="$root/target/$target/$profile"
+  cargo_target=(--target "$target") bin="$target_dir/$target/$profile"
 fi
 cargo_profile=()
 [[ "$profile" == debug ]] || cargo_profile=(--release)
@@ -128,7 +132,7 @@ else
     --features initializer-crds/generate --bins)
 fi
 # The bundle and chart are written by this machine's own build of the operator.
-tool="$root/target/$profile/initializer-operator"
+tool="$target_dir/$profile/initializer-operator"
 [[ -x "$tool" ]] || (cd "$root" && "$cargo" build -q "${cargo_profile[@]}" -p initializer-operator)
 context="$out/.image-context"
 declare -A pinned
