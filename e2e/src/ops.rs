@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::wait::{self, Check};
@@ -105,6 +105,20 @@ pub async fn initializer(client: &Client, name: &str) -> anyhow::Result<Initiali
         .get(name)
         .await
         .with_context(|| format!("failed to get Initializer {name}"))
+}
+
+/// Sets the Initializer's `spec.suspend` (a merge patch); what the operator does about it is
+/// for the caller to wait for.
+pub async fn set_suspend(client: &Client, name: &str, suspended: bool) -> anyhow::Result<()> {
+    Api::<Initializer>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"suspend": suspended}})),
+        )
+        .await
+        .with_context(|| format!("failed to set suspend={suspended} on Initializer {name}"))?;
+    Ok(())
 }
 
 /// The condition `type_` of an Initializer.

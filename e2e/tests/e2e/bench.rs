@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use initializer_crds::{EngineInForce, Initializer, Phase};
+use initializer_crds::{EngineInForce, Phase};
 use initializer_e2e::install::ENGINE_LABEL;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
@@ -25,7 +25,7 @@ use initializer_e2e::{fixtures, ops};
 use initializer_test_support::Latencies;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -259,14 +259,7 @@ async fn gate_side_by_side(
 /// Sets the Initializer's `spec.suspend` and waits until the operator did what it says.
 async fn suspend(ctx: &Ctx, name: &str, suspended: bool) -> anyhow::Result<()> {
     let client = ctx.client();
-    Api::<Initializer>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"suspend": suspended}})),
-        )
-        .await
-        .with_context(|| format!("failed to set suspend={suspended} on {name}"))?;
+    ops::set_suspend(&client, name, suspended).await?;
     if suspended {
         ops::wait_deregistered(&client, name, STEP_TIMEOUT).await?;
     } else {

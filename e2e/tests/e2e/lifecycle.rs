@@ -16,9 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -116,10 +114,6 @@ pub async fn deletion_removes_the_configuration_before_the_workload(
     Ok(())
 }
 
-fn set_suspend(suspend: bool) -> Patch<Value> {
-    Patch::Merge(json!({"spec": {"suspend": suspend}}))
-}
-
 /// `suspend: true` deregisters and nothing registers again until it is false; the workload
 /// keeps running meanwhile.
 pub async fn suspended_initializer_stays_deregistered_until_resumed(
@@ -127,10 +121,8 @@ pub async fn suspended_initializer_stays_deregistered_until_resumed(
 ) -> anyhow::Result<()> {
     let client = ctx.client();
     let sidecar = common::registered_sidecar(&ctx, "suspend", Health::default()).await?;
-    let api = Api::<Initializer>::all(client.clone());
     let suspended_at = Instant::now();
-    api.patch(&sidecar.name, &PatchParams::default(), &set_suspend(true))
-        .await?;
+    ops::set_suspend(&client, &sidecar.name, true).await?;
     let removed = sidecar.removed_after(suspended_at).await?.at;
     ops::wait_phase(&client, &sidecar.name, Phase::Suspended, STEP_TIMEOUT).await?;
     ctx.row
@@ -167,8 +159,7 @@ pub async fn suspended_initializer_stays_deregistered_until_resumed(
     );
 
     let resumed_at = Instant::now();
-    api.patch(&sidecar.name, &PatchParams::default(), &set_suspend(false))
-        .await?;
+    ops::set_suspend(&client, &sidecar.name, false).await?;
     let back = sidecar.back_after(resumed_at).await?.at;
     ctx.row
         .update(|row| row.recovery_to_registered = Some(back - resumed_at));

@@ -351,14 +351,16 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
     let workload_ns = common::workload_namespace(&ctx, "routeless-init").await?;
     let target_ns = ctx.scope.target_namespace("routeless-apps").await?;
     let name = ctx.scope.name("routeless");
-    let initializer = common::default_sidecar(&ctx, &name, &workload_ns)?;
+    let mut initializer = common::default_sidecar(&ctx, &name, &workload_ns)?;
     ensure!(
         initializer.spec.failure_policy == initializer_crds::FailurePolicy::Fail,
         "the scenario needs failurePolicy Fail, which a refused route would turn into refused creates"
     );
+    // Suspended, the operator deploys the workload and its Service but registers nothing: the
+    // route is refused before anything could prove it, however fast the pods come up.
+    initializer.spec.suspend = true;
     let applied = Instant::now();
     ctx.scope.create_initializer(&initializer).await?;
-    // The Service comes with the Deployment, seconds before any pod is ready.
     let ip = wait::until("the initializer's Service", STEP_TIMEOUT, || async {
         Ok(
             match ops::workload_service_ip(&client, &workload_ns, &name).await? {
@@ -369,14 +371,7 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
     })
     .await?;
     let block = ctx.env.target.refuse_from_api_server(&ip, 443).await?;
-    let blocked = Instant::now();
-    let early = ops::initializer(&client, &name).await?;
-    ensure!(
-        !ops::status_registered(&early),
-        "registered {} after apply, before its route could be refused: {}",
-        s(blocked - applied),
-        ops::describe(&early)
-    );
+    ops::set_suspend(&client, &name, false).await?;
     let proving = wait::until(
         "the configuration failing open while the route is proven",
         REGISTER_TIMEOUT,
@@ -403,9 +398,11 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
         })
     })
     .await?;
-    // Held refused: the configuration never takes the spec's values, the status says why, and
-    // a create the initializer would change goes through unchanged instead of being refused.
-    let mut checks = 0;
+    // Held refused: never registered, and no configuration takes the spec's values. A probe
+    // that fails meanwhile withdraws the proving configuration until the initializer is ready
+    // again (the status then says WaitingForReadiness): that fails open too, so it is counted,
+    // not refused.
+    let (mut checks, mut withdrawn) = (0, 0);
     while proving.elapsed() < ROUTE_REFUSED_FOR {
         let configurations = ops::configurations_of(&client, &name).await?;
         ensure!(
@@ -418,11 +415,15 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
                 .collect::<Vec<_>>()
         );
         let current = ops::initializer(&client, &name).await?;
+        let waiting = ops::condition(&current, "Registered")
+            .is_some_and(|c| c.status == "False" && c.reason == "WaitingForReadiness");
         ensure!(
-            proving_route(&current),
-            "while the route is refused Registered should be False/ProvingRoute: {}",
+            !ops::status_registered(&current) && (proving_route(&current) || waiting),
+            "while the route is refused Registered should be False/ProvingRoute (or \
+             WaitingForReadiness, the proof withdrawn after a failed probe): {}",
             ops::describe(&current)
         );
+        withdrawn += usize::from(waiting);
         checks += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -462,7 +463,7 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
     ctx.row
         .update(|row| row.to_registered = Some(lifted - applied + back));
     eprintln!(
-        "{name}: failing open {} with the route refused ({checks} checks, Registered said: {message}); registered {} after the route came back",
+        "{name}: failing open {} with the route refused ({checks} checks, {withdrawn} with the proof withdrawn; Registered said: {message}); registered {} after the route came back",
         s(ROUTE_REFUSED_FOR),
         s(back)
     );
