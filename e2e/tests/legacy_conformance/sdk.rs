@@ -9,11 +9,13 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{Context, ensure};
+use anyhow::{Context, bail, ensure};
+use initializer_controlplane::component::last_lines;
 use initializer_e2e::legacy::{deployments_path, pending_names, template_containers};
 use initializer_e2e::paths;
-use initializer_test_support::pki::TestPki;
+use initializer_test_support::pki::{TestPki, tls_connector};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::support::{configure, deployments_rule, expect_message, get, post};
 use crate::target::Target;
@@ -29,6 +31,10 @@ const MARK: &str = "initializer.dev/initialized-by";
 /// The walkthrough's gate annotation.
 const ANNOTATION: &str = "initializer.kubernetes.io/sidecar";
 
+/// How long a controller may take to be ready: started, its configuration loaded and each of
+/// its watches listed once.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A running `sidecar-initializer --mode controller`, killed on drop.
 struct Controller {
     _child: tokio::process::Child,
@@ -38,7 +44,7 @@ struct Controller {
 impl Controller {
     /// The last lines of its log, for failure messages.
     fn tail(&self) -> String {
-        initializer_controlplane::component::last_lines(&self.log, 20)
+        last_lines(&self.log, 20)
     }
 }
 
@@ -63,14 +69,15 @@ async fn start_controller(
     let config_dir = t.scratch().join("config");
     std::fs::create_dir_all(&tls)?;
     std::fs::create_dir_all(&config_dir)?;
-    TestPki::new(binary).write(&tls);
+    let pki = TestPki::new(binary);
+    pki.write(&tls);
     std::fs::write(config_dir.join("config.yaml"), config)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let log = t.scratch().join(format!("{binary}-{}.log", t.label()));
     let out = std::fs::File::create(&log)?;
-    let child = tokio::process::Command::new(paths::binary(binary)?)
+    let mut child = tokio::process::Command::new(paths::binary(binary)?)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .arg("--tls-dir")
         .arg(&tls)
@@ -87,7 +94,50 @@ async fn start_controller(
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("failed to start {binary}"))?;
+    // A create made before the controller's watch has listed would spend the API server's
+    // 30 s on the controller's start; the tests measure what it does once running.
+    let connector = tls_connector(&pki.ca_pem);
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "{binary} exited ({status}) before it was ready:\n{}",
+                last_lines(&log, 20)
+            );
+        }
+        let answer = readyz(&connector, port).await;
+        if matches!(answer, Ok(200)) {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{binary} not ready after {READY_TIMEOUT:?} (/readyz: {answer:?}):\n{}",
+            last_lines(&log, 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(Controller { _child: child, log })
+}
+
+/// The status code of `GET /readyz` on the controller at `127.0.0.1:port`.
+async fn readyz(connector: &tokio_rustls::TlsConnector, port: u16) -> anyhow::Result<u16> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let server = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+    let mut tls = connector.connect(server, tcp).await?;
+    tls.write_all(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 256];
+    while head.len() < "HTTP/1.1 200".len() {
+        let read = tls.read(&mut buf).await?;
+        ensure!(read > 0, "the connection closed after {head:?}");
+        head.extend_from_slice(&buf[..read]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    head.split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("no status line in {head:?}"))
 }
 
 /// The walkthrough's configuration (Deployments) and the sidecar initializer with the

@@ -109,6 +109,27 @@ pub fn tls_acceptor(cert_pem: &str, key_pem: &str) -> tokio_rustls::TlsAcceptor 
     tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))
 }
 
+/// A TLS connector trusting the CA `ca_pem` alone (ring provider, safe default protocol
+/// versions, no client certificate): the client side of a test's call to a server it started.
+pub fn tls_connector(ca_pem: &str) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.expect("failed to read the test CA PEM"))
+            .expect("failed to trust the test CA");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("ring supports the default protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+}
+
 /// A self-signed certificate and its key (both PEM) for `names`, with no CA behind it.
 pub fn self_signed(names: &[&str]) -> (String, String) {
     let key = KeyPair::generate().expect("failed to generate a self-signed test key");
