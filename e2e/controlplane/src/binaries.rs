@@ -47,11 +47,22 @@ fn build_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/controlplane/build.sh")
 }
 
+/// The workspace's `target/`, where `make controlplane`, `make legacy-apiserver` and their
+/// build scripts put what they build from Go, whatever `CARGO_TARGET_DIR` says.
+pub fn workspace_target() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest)
+        .join("target")
+}
+
 /// The binaries of [`version`], building them first when they are missing (minutes on a cold
 /// machine; the build's output goes to this process's stderr).
-pub fn locate(target_dir: &Path) -> Result<Binaries, Error> {
+pub fn locate() -> Result<Binaries, Error> {
     let version = version();
-    let cache = target_dir.join("controlplane");
+    let cache = workspace_target().join("controlplane");
     let dir = cache.join(format!("v{version}"));
     let built = || dir.join(".complete").is_file();
     // Tests start control planes from several processes at once: one builds, the others wait

@@ -48,19 +48,14 @@ const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(90);
 pub struct LegacyConfig {
     /// Certificates, tokens, kubeconfigs, etcd's data and logs (`logs/<component>.log`).
     pub state_dir: PathBuf,
-    /// The workspace's `target/` (for `target/tools/kube-apiserver-1.13` and the control
-    /// plane's etcd).
-    pub target_dir: PathBuf,
 }
 
 impl LegacyConfig {
-    /// Files under `state_dir`, binaries from the workspace's `target/`.
+    /// Files under `state_dir`, binaries from the workspace's `target/`
+    /// ([`binaries::workspace_target`]).
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let workspace = manifest.ancestors().nth(2).unwrap_or(manifest);
         Self {
             state_dir: state_dir.into(),
-            target_dir: workspace.join("target"),
         }
     }
 }
@@ -180,11 +175,11 @@ fn free_port() -> Result<u16, Error> {
 /// The legacy binary: `target/tools/kube-apiserver-1.13`, built first by
 /// `tools/legacy-apiserver/build.sh` when missing (minutes cold; the script returns at once
 /// when built). `LEGACY_APISERVER` names another binary.
-pub fn locate_apiserver(target_dir: &Path) -> Result<PathBuf, Error> {
+pub fn locate_apiserver() -> Result<PathBuf, Error> {
     if let Some(path) = std::env::var_os("LEGACY_APISERVER").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(path));
     }
-    let cache = target_dir.join("tools");
+    let cache = binaries::workspace_target().join("tools");
     let built = cache.join("kube-apiserver-1.13");
     if built.is_file() && cache.join("legacy-apiserver").join(".complete").is_file() {
         return Ok(built);
@@ -225,8 +220,8 @@ impl LegacyApiServer {
     /// Locates (or builds) the binaries, writes the certificates, tokens and kubeconfigs,
     /// starts etcd and the API server, and returns once `/healthz` answers `ok`.
     pub async fn start(config: LegacyConfig) -> Result<Self, Error> {
-        let etcd = binaries::locate(&config.target_dir)?.etcd;
-        let apiserver = locate_apiserver(&config.target_dir)?;
+        let etcd = binaries::locate()?.etcd;
+        let apiserver = locate_apiserver()?;
         std::fs::create_dir_all(&config.state_dir).map_err(|e| Error::io(&config.state_dir, e))?;
         let dir = std::fs::canonicalize(&config.state_dir)
             .map_err(|e| Error::io(&config.state_dir, e))?;

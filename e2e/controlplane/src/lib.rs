@@ -127,22 +127,17 @@ pub struct ControlPlaneConfig {
     pub node_binary: PathBuf,
     /// The image map the node agent runs containers from.
     pub image_map: Option<PathBuf>,
-    /// Where `target/controlplane/` is (the Go build's cache).
-    pub target_dir: PathBuf,
     /// The local port of the forward (0: any free port).
     pub port: u16,
 }
 
 impl ControlPlaneConfig {
-    /// Defaults: no image map, any port, the workspace's `target/`.
+    /// Defaults: no image map, any port.
     pub fn new(state_dir: impl Into<PathBuf>, node_binary: impl Into<PathBuf>) -> Self {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let workspace = manifest.ancestors().nth(2).unwrap_or(manifest);
         Self {
             state_dir: state_dir.into(),
             node_binary: node_binary.into(),
             image_map: None,
-            target_dir: workspace.join("target"),
             port: 0,
         }
     }
@@ -178,7 +173,7 @@ impl ControlPlane {
     /// etcd, the API server, the controller manager and the node agent; returns once the node
     /// is Ready and the controllers have made the `default` ServiceAccount.
     pub async fn start(config: ControlPlaneConfig) -> Result<Self, Error> {
-        let binaries = binaries::locate(&config.target_dir)?;
+        let binaries = binaries::locate()?;
         std::fs::create_dir_all(&config.state_dir).map_err(|e| Error::io(&config.state_dir, e))?;
         let state_dir = std::fs::canonicalize(&config.state_dir)
             .map_err(|e| Error::io(&config.state_dir, e))?;
