@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, LogParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::wait::{self, Check};
@@ -571,4 +571,40 @@ pub async fn wait_missed(
         },
     )
     .await
+}
+
+/// The last `max` lines of the logs of the pods in `namespace` selected by `labels` (the
+/// last ten minutes of each) that mention `needle`, each prefixed with its pod's name: what a
+/// failure's message carries of what the components saw. A pod whose log cannot be read says so
+/// in its place.
+pub async fn log_lines_mentioning(
+    client: &Client,
+    namespace: &str,
+    labels: &str,
+    needle: &str,
+    max: usize,
+) -> anyhow::Result<Vec<String>> {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    let listed = pods
+        .list(&ListParams::default().labels(labels))
+        .await
+        .with_context(|| format!("failed to list the pods {labels} in {namespace}"))?;
+    let params = LogParams {
+        since_seconds: Some(600),
+        ..LogParams::default()
+    };
+    let mut lines = Vec::new();
+    for pod in listed.items {
+        let pod = pod.name_any();
+        match pods.logs(&pod, &params).await {
+            Ok(log) => lines.extend(
+                log.lines()
+                    .filter(|line| line.contains(needle))
+                    .map(|line| format!("{pod}: {line}")),
+            ),
+            Err(e) => lines.push(format!("{pod}: failed to read its log: {e}")),
+        }
+    }
+    let skip = lines.len().saturating_sub(max);
+    Ok(lines.split_off(skip))
 }

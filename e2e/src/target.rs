@@ -171,22 +171,33 @@ impl RouteBlock {
         Ok(block)
     }
 
-    /// Deletes the rule.
+    /// Deletes the rule, and makes sure the node holds no copy of it any more.
     pub async fn lift(mut self) -> anyhow::Result<()> {
         self.iptables("-D").await?;
         self.lifted = true;
+        let check = self.run("-C").await?;
+        anyhow::ensure!(
+            check.status.code() == Some(1),
+            "the rule {} is still in {} once deleted (iptables -C: {}, {})",
+            self.rule.join(" "),
+            self.node,
+            check.status,
+            String::from_utf8_lossy(&check.stderr).trim()
+        );
         Ok(())
     }
 
-    async fn iptables(&self, action: &str) -> anyhow::Result<()> {
-        let output = tokio::process::Command::new(&self.docker)
+    async fn run(&self, action: &str) -> anyhow::Result<std::process::Output> {
+        tokio::process::Command::new(&self.docker)
             .args(["exec", &self.node, "iptables", action])
             .args(&self.rule)
             .output()
             .await
-            .map_err(|e| {
-                anyhow::anyhow!("failed to run {} exec {}: {e}", self.docker, self.node)
-            })?;
+            .map_err(|e| anyhow::anyhow!("failed to run {} exec {}: {e}", self.docker, self.node))
+    }
+
+    async fn iptables(&self, action: &str) -> anyhow::Result<()> {
+        let output = self.run(action).await?;
         anyhow::ensure!(
             output.status.success(),
             "failed to run iptables {action} {} in {}: {}",

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use initializer_crds::{Phase, images};
 use initializer_e2e::fixtures::{self, Health};
-use initializer_e2e::ops;
 use initializer_e2e::runner::Ctx;
 use initializer_e2e::wait::{self, Check};
 use initializer_e2e::watch::{Change, Recorder};
+use initializer_e2e::{install, ops};
 use initializer_packaging::readiness::deployment_available;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -335,6 +335,33 @@ pub async fn own_pods_and_system_namespaces_are_never_intercepted(ctx: Ctx) -> a
     Ok(())
 }
 
+/// What the API server and the operator logged of the Initializer `name` (its webhooks are named
+/// after it): why the route checks went unanswered, for a scenario that waited in vain.
+async fn what_the_route_checks_met(ctx: &Ctx, name: &str) -> String {
+    let client = ctx.client();
+    let api_server =
+        ops::log_lines_mentioning(&client, "kube-system", "component=kube-apiserver", name, 20)
+            .await;
+    let operator = ops::log_lines_mentioning(
+        &client,
+        &ctx.env.operator_namespace,
+        install::OPERATOR_POD_SELECTOR,
+        name,
+        40,
+    )
+    .await;
+    let show = |lines: anyhow::Result<Vec<String>>| match lines {
+        Ok(lines) if lines.is_empty() => "nothing".to_string(),
+        Ok(lines) => lines.join("\n"),
+        Err(e) => format!("{e:#}"),
+    };
+    format!(
+        "the route checks never proved the route once it was given back; the API server logged:\n{}\nthe operator logged:\n{}",
+        show(api_server),
+        show(operator)
+    )
+}
+
 /// How long the scenario below holds the API server's route refused once the initializer is
 /// ready: long enough for the route check to back off to its longest interval.
 const ROUTE_REFUSED_FOR: Duration = Duration::from_secs(8);
@@ -442,7 +469,10 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
         .unwrap_or_default();
     block.lift().await?;
     let lifted = Instant::now();
-    let (configuration, _) = ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await?;
+    let (configuration, _) = match ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await {
+        Ok(registered) => registered,
+        Err(e) => return Err(e.context(what_the_route_checks_met(&ctx, &name).await)),
+    };
     let back = lifted.elapsed();
     ensure!(
         !ops::is_proving(&configuration)
