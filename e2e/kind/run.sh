@@ -117,6 +117,7 @@ teardown() {
   else
     if [[ -n "$registry_container" ]]; then
       "$docker" rm -f "$registry_container" >/dev/null 2>&1 || true
+      rm -rf "$state/registry-storage"
     fi
     if [[ "$cluster_ours" == "1" ]]; then
       log "deleting cluster '$cluster'"
@@ -234,16 +235,80 @@ kubectl cluster-info
 # ours is loaded into the nodes. The binaries are built here, in release or as
 # E2E_KIND_PROFILE=debug says; the images run on images/Dockerfile's base where it can be
 # pulled, else on the same Debian packages built here.
+# Where the registry keeps what is pushed to it: a directory here, so that what an earlier run
+# packaged can be put back into it.
+registry_storage="$state/registry-storage"
+# free_port [PORT]: PORT when the loopback interface has it free, else a port it has free.
+free_port() {
+  python3 - "${1:-0}" <<'PY'
+import socket, sys
+def bind(port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        return s.getsockname()[1]
+try:
+    print(bind(int(sys.argv[1])))
+except OSError:
+    print(bind(0))
+PY
+}
+# The previous release as an earlier run packaged it. A release is built once and pulled ever
+# after, and building it again cost every run minutes although nothing it is made of had
+# changed. What the registry stored of it, its release directory, the publisher key that signed
+# it and the registry port its references name are kept beside its tree (target/previous, which
+# CI keeps across clones), under a digest of everything that made them: its commit, the
+# profile, rustc, the versions of the tools that built, signed and described it, and the
+# runtime image built here that its images run on. A run that cannot have that port again
+# builds the release anew.
+previous_packaged=""
+previous_reused=0
+find_previous_packaged() {
+  local inputs release_tools gomod helm olm runtime=""
+  release_tools="$("$root/tools/release/build.sh")"
+  gomod="$("$root/tools/release/build.sh" cyclonedx-gomod)"
+  helm="$("$root/tools/helm/build.sh")"
+  olm="$("$root/tools/olm/build.sh")"
+  if [[ "$offline" == 1 ]]; then
+    runtime="$("$docker" image inspect --format '{{.Id}}' "$("$here/offline/images.sh" runtime)")"
+  fi
+  inputs="$PREVIOUS_COMMIT $profile $(rustc -vV) $runtime"
+  inputs+=" ${release_tools#"$root/"} ${gomod#"$root/"} ${helm#"$root/"} ${olm#"$root/"}"
+  previous_packaged="$root/target/previous/packaged-$(sha256sum <<<"$inputs" | cut -c1-16)"
+}
+# The port the packaged previous release names, or nothing when there is none.
+previous_packaged_port() {
+  if [[ -n "$previous_packaged" && -f "$previous_packaged/port" \
+      && -f "$root/target/previous/$PREVIOUS_COMMIT/.extracted" ]]; then
+    cat "$previous_packaged/port"
+  fi
+}
+# Keeps what previous_release made, the registry holding nothing else yet, for the next run.
+package_previous() {
+  local partial="$previous_packaged.partial"
+  rm -rf "$root"/target/previous/packaged-* && mkdir -p "$partial"
+  cp -a "$registry_storage" "$partial/registry"
+  cp -a "$previous_dir" "$partial/release"
+  cp -a "$state/publisher" "$partial/publisher"
+  echo "${registry##*:}" >"$partial/port"
+  mv "$partial" "$previous_packaged"
+}
 start_registry() {
   local image port node host
   image="$("$here/offline/images.sh" registry)"
   registry_container="$cluster-registry"
   "$docker" rm -f "$registry_container" >/dev/null 2>&1 || true
-  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  port="$(free_port "$(previous_packaged_port)")"
+  rm -rf "$registry_storage" && mkdir -p "$registry_storage"
+  if [[ -n "$port" && "$port" == "$(previous_packaged_port)" ]]; then
+    cp -a "$previous_packaged/registry/." "$registry_storage/"
+    previous_reused=1
+  fi
   printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: /var/lib/registry\nhttp:\n  addr: :5000\n' \
     >"$state/registry.yml"
   # ANCHOR: registry
   "$docker" run -d --name "$registry_container" --network kind -p "127.0.0.1:$port:5000" \
+    --user "$(id -u):$(id -g)" -v "$registry_storage:/var/lib/registry" \
     -v "$state/registry.yml:/etc/distribution/config.yml:ro" "$image" serve /etc/distribution/config.yml >/dev/null
   # ANCHOR_END: registry
   for _ in $(seq 1 50); do
@@ -268,8 +333,13 @@ start_registry() {
 publisher_key() {
   local cosign
   cosign="$("$root/tools/release/build.sh")/cosign"
-  rm -rf "$state/publisher" && mkdir -p "$state/publisher"
-  (cd "$state/publisher" && COSIGN_PASSWORD="" "$cosign" generate-key-pair >/dev/null 2>&1)
+  rm -rf "$state/publisher"
+  if ((previous_reused)); then
+    cp -a "$previous_packaged/publisher" "$state/publisher"
+  else
+    mkdir -p "$state/publisher"
+    (cd "$state/publisher" && COSIGN_PASSWORD="" "$cosign" generate-key-pair >/dev/null 2>&1)
+  fi
   export COSIGN_KEY="$state/publisher/cosign.key" COSIGN_PASSWORD=""
 }
 # The previous release (tools/release/previous names it), built from its own tree and pushed
@@ -279,12 +349,24 @@ publisher_key() {
 source "$root/tools/release/previous"
 previous_dir=""
 previous_release() {
+  local verify="$root/target/previous/$PREVIOUS_COMMIT/tools/release/verify.sh"
   previous_dir="$state/release-$PREVIOUS_VERSION"
+  rm -rf "$previous_dir"
+  # Checked for what that release promised, by its own tree's verify.sh (0.1.0's bundle and
+  # catalog images carry no SBOM): a packaged one as much as one just built. A packaged one
+  # that does not verify is built anew, into the same registry and with the same key.
+  if ((previous_reused)); then
+    log "the previous release as packaged by an earlier run ($previous_packaged)"
+    cp -a "$previous_packaged/release" "$previous_dir"
+    "$verify" "$previous_dir" "$state/publisher/cosign.pub" && return 0
+    log "the packaged previous release does not verify: building it anew"
+    rm -rf "$previous_dir" "$previous_packaged"
+    previous_reused=0
+  fi
   REGISTRY="$registry" RELEASE_PROFILE="$profile" RELEASE_OUT="$previous_dir" \
     "$root/tools/release/previous.sh" >/dev/null
-  # Checked for what that release promised, by its own tree's verify.sh (0.1.0's bundle and
-  # catalog images carry no SBOM).
-  "$root/target/previous/$PREVIOUS_COMMIT/tools/release/verify.sh" "$previous_dir" "$state/publisher/cosign.pub"
+  "$verify" "$previous_dir" "$state/publisher/cosign.pub"
+  package_previous
 }
 release() {
   # ANCHOR: release
@@ -293,6 +375,7 @@ release() {
   "$root/tools/release/verify.sh" "$release_dir" "$state/publisher/cosign.pub"
   # ANCHOR_END: release
 }
+if (($# == 0)); then find_previous_packaged; fi
 stage "starting the cluster's registry" start_registry
 stage "the publisher's signing key" publisher_key
 # The upgrade scenarios run unless the run was asked for some scenarios only.
