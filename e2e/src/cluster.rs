@@ -343,7 +343,9 @@ impl Target for ClusterTarget {
     ) -> BoxFuture<'a, anyhow::Result<RouteBlock>> {
         async move {
             if self.control != PodControl::KindNodes {
-                bail!("failed to refuse {ip}:{port} to the API server: it needs a kind cluster, whose control-plane node is a container here");
+                bail!(
+                    "failed to refuse {ip}:{port} to the API server: it needs a kind cluster, whose control-plane node is a container here"
+                );
             }
             let nodes = Api::<Node>::all(self.access.client.clone())
                 .list(&ListParams::default().labels("node-role.kubernetes.io/control-plane"))
@@ -354,16 +356,9 @@ impl Target for ClusterTarget {
                 .first()
                 .map(ResourceExt::name_any)
                 .context("failed to find a control-plane node")?;
-            // kube-apiserver runs on that node's host network: its connections leave through
-            // OUTPUT, after kube-proxy's DNAT, so the Service address is matched as conntrack
-            // saw it first.
-            let rule = [
-                "OUTPUT", "-p", "tcp", "-m", "conntrack", "--ctorigdst", ip, "--ctorigdstport",
-                &port.to_string(), "-j", "REJECT", "--reject-with", "tcp-reset",
-            ]
-            .map(str::to_string)
-            .to_vec();
-            RouteBlock::insert(&self.docker, &node, rule).await
+            // kube-apiserver runs on that node's host network: its connections to a Service
+            // leave through that node's output hook.
+            RouteBlock::insert(&self.docker, &node, ip, port).await
         }
         .boxed()
     }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use anyhow::Context as _;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
@@ -148,64 +149,101 @@ where
     .boxed()
 }
 
-/// An `iptables` rule in a node container, deleted by [`RouteBlock::lift`] or, failing that,
-/// when dropped (a scenario that fails or panics leaves no rule behind).
+/// The nftables table a [`RouteBlock`] holds its rule in.
+const ROUTE_BLOCK_TABLE: &str = "initializer-e2e-route";
+
+/// A rule in an nftables table of its own in a node container, the table deleted by
+/// [`RouteBlock::lift`] or, failing that, when dropped (a scenario that fails or panics leaves
+/// no rule behind). Not a rule in iptables' `filter` table: the node's network policy agent
+/// (kube-router) saves and restores that table whole, which may drop a rule written between its
+/// save and its restore or bring a deleted one back, and it puts its own jump, which accepts,
+/// ahead of everything. A drop or reject in a table of one's own is final whatever another
+/// table accepts.
 pub struct RouteBlock {
     docker: String,
     node: String,
-    rule: Vec<String>,
     lifted: bool,
 }
 
 impl RouteBlock {
-    /// Inserts `rule` (the arguments after `iptables -I` / `-D`) in node container `node`.
-    pub async fn insert(docker: &str, node: &str, rule: Vec<String>) -> anyhow::Result<Self> {
+    /// Makes the connections that node opens to `ip:port` refused (a reset). The chain comes
+    /// before the service proxy's DNAT (priority `mangle`), so it matches the Service address as
+    /// sent.
+    pub async fn insert(docker: &str, node: &str, ip: &str, port: u16) -> anyhow::Result<Self> {
         let mut block = Self {
             docker: docker.to_string(),
             node: node.to_string(),
-            rule,
             lifted: true,
         };
-        block.iptables("-I").await?;
+        let ruleset = format!(
+            "table ip {ROUTE_BLOCK_TABLE} {{\n  chain output {{\n    type filter hook output priority mangle; policy accept;\n    ip daddr {ip} tcp dport {port} counter reject with tcp reset\n  }}\n}}\n"
+        );
+        let mut child = tokio::process::Command::new(&block.docker)
+            .args(["exec", "-i", &block.node, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("failed to run {docker} exec {node} nft"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt as _;
+            stdin.write_all(ruleset.as_bytes()).await?;
+        }
+        let output = child.wait_with_output().await?;
+        anyhow::ensure!(
+            output.status.success(),
+            "failed to load {ruleset} in {node}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
         block.lifted = false;
         Ok(block)
     }
 
-    /// Deletes the rule, and makes sure the node holds no copy of it any more.
+    /// Deletes the table, and makes sure the node holds it no more.
     pub async fn lift(mut self) -> anyhow::Result<()> {
-        self.iptables("-D").await?;
-        self.lifted = true;
-        let check = self.run("-C").await?;
+        let deleted = self
+            .nft(&["delete", "table", "ip", ROUTE_BLOCK_TABLE])
+            .await?;
         anyhow::ensure!(
-            check.status.code() == Some(1),
-            "the rule {} is still in {} once deleted (iptables -C: {}, {})",
-            self.rule.join(" "),
+            deleted.status.success(),
+            "failed to delete the table {ROUTE_BLOCK_TABLE} in {}: {}",
             self.node,
-            check.status,
-            String::from_utf8_lossy(&check.stderr).trim()
+            String::from_utf8_lossy(&deleted.stderr).trim()
+        );
+        self.lifted = true;
+        let listed = self
+            .nft(&["list", "table", "ip", ROUTE_BLOCK_TABLE])
+            .await?;
+        anyhow::ensure!(
+            !listed.status.success(),
+            "the table {ROUTE_BLOCK_TABLE} is still in {} once deleted:\n{}",
+            self.node,
+            String::from_utf8_lossy(&listed.stdout)
         );
         Ok(())
     }
 
-    async fn run(&self, action: &str) -> anyhow::Result<std::process::Output> {
+    /// How many packets the rule has refused so far (its counter).
+    pub async fn matched(&self) -> anyhow::Result<u64> {
+        let listed = self
+            .nft(&["list", "table", "ip", ROUTE_BLOCK_TABLE])
+            .await?;
+        let listing = String::from_utf8_lossy(&listed.stdout);
+        listing
+            .split_whitespace()
+            .skip_while(|word| *word != "packets")
+            .nth(1)
+            .and_then(|packets| packets.parse().ok())
+            .with_context(|| format!("no packet counter in {}:\n{listing}", self.node))
+    }
+
+    async fn nft(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
         tokio::process::Command::new(&self.docker)
-            .args(["exec", &self.node, "iptables", action])
-            .args(&self.rule)
+            .args(["exec", &self.node, "nft"])
+            .args(args)
             .output()
             .await
-            .map_err(|e| anyhow::anyhow!("failed to run {} exec {}: {e}", self.docker, self.node))
-    }
-
-    async fn iptables(&self, action: &str) -> anyhow::Result<()> {
-        let output = self.run(action).await?;
-        anyhow::ensure!(
-            output.status.success(),
-            "failed to run iptables {action} {} in {}: {}",
-            self.rule.join(" "),
-            self.node,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-        Ok(())
+            .with_context(|| format!("failed to run {} exec {} nft", self.docker, self.node))
     }
 }
 
@@ -213,8 +251,15 @@ impl Drop for RouteBlock {
     fn drop(&mut self) {
         if !self.lifted {
             let _ = std::process::Command::new(&self.docker)
-                .args(["exec", &self.node, "iptables", "-D"])
-                .args(&self.rule)
+                .args([
+                    "exec",
+                    &self.node,
+                    "nft",
+                    "delete",
+                    "table",
+                    "ip",
+                    ROUTE_BLOCK_TABLE,
+                ])
                 .status();
         }
     }

@@ -467,6 +467,11 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
         .ok()
         .and_then(|i| ops::condition(&i, "Registered").map(|c| c.message.clone()))
         .unwrap_or_default();
+    let refused = block.matched().await?;
+    ensure!(
+        refused > 0,
+        "the rule refused no connection of the API server's: the route was never refused, and the scenario proved nothing"
+    );
     block.lift().await?;
     let lifted = Instant::now();
     let (configuration, _) = match ops::wait_registered(&client, &name, REGISTER_TIMEOUT).await {
@@ -493,7 +498,7 @@ pub async fn a_route_the_api_server_lacks_fails_open_until_it_works(
     ctx.row
         .update(|row| row.to_registered = Some(lifted - applied + back));
     eprintln!(
-        "{name}: failing open {} with the route refused ({checks} checks, {withdrawn} with the proof withdrawn; Registered said: {message}); registered {} after the route came back",
+        "{name}: failing open {} with the route refused ({refused} connections refused, {checks} checks, {withdrawn} with the proof withdrawn; Registered said: {message}); registered {} after the route came back",
         s(ROUTE_REFUSED_FOR),
         s(back)
     );
