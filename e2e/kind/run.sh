@@ -98,8 +98,11 @@ fi
 
 engine_started=0
 kind_bin=""
-# The registry's container (step 4), removed at the end with the cluster.
+# The registry's container (step 4), removed at the end with the cluster, and where it keeps
+# what is pushed to it: a directory here, so that what an earlier run packaged can be put back
+# into it (the previous release, below).
 registry_container=""
+registry_storage="$state/registry-storage-$cluster"
 # The background apply of the first Initializer (step 5), stopped if the run ends before it.
 beside=""
 # Whether this run may delete the cluster: set once the recipe knows the cluster of that name is
@@ -117,7 +120,7 @@ teardown() {
   else
     if [[ -n "$registry_container" ]]; then
       "$docker" rm -f "$registry_container" >/dev/null 2>&1 || true
-      rm -rf "$state/registry-storage"
+      rm -rf "$registry_storage"
     fi
     if [[ "$cluster_ours" == "1" ]]; then
       log "deleting cluster '$cluster'"
@@ -235,9 +238,6 @@ kubectl cluster-info
 # ours is loaded into the nodes. The binaries are built here, in release or as
 # E2E_KIND_PROFILE=debug says; the images run on images/Dockerfile's base where it can be
 # pulled, else on the same Debian packages built here.
-# Where the registry keeps what is pushed to it: a directory here, so that what an earlier run
-# packaged can be put back into it.
-registry_storage="$state/registry-storage"
 # free_port [PORT]: PORT when the loopback interface has it free, else a port it has free.
 free_port() {
   python3 - "${1:-0}" <<'PY'
@@ -272,7 +272,7 @@ find_previous_packaged() {
   if [[ "$offline" == 1 ]]; then
     runtime="$("$docker" image inspect --format '{{.Id}}' "$("$here/offline/images.sh" runtime)")"
   fi
-  inputs="$PREVIOUS_COMMIT $profile $(rustc -vV) $runtime"
+  inputs="$PREVIOUS_COMMIT $profile $(cd "$root" && rustc -vV) $runtime${RELEASE_TARGET:+ $RELEASE_TARGET}"
   inputs+=" ${release_tools#"$root/"} ${gomod#"$root/"} ${helm#"$root/"} ${olm#"$root/"}"
   previous_packaged="$root/target/previous/packaged-$(sha256sum <<<"$inputs" | cut -c1-16)"
 }
@@ -353,15 +353,21 @@ previous_release() {
   previous_dir="$state/release-$PREVIOUS_VERSION"
   rm -rf "$previous_dir"
   # Checked for what that release promised, by its own tree's verify.sh (0.1.0's bundle and
-  # catalog images carry no SBOM): a packaged one as much as one just built. A packaged one
-  # that does not verify is built anew, into the same registry and with the same key.
+  # catalog images carry no SBOM): a packaged one as much as one just built.
   if ((previous_reused)); then
     log "the previous release as packaged by an earlier run ($previous_packaged)"
     cp -a "$previous_packaged/release" "$previous_dir"
+    # Its tree's verify.sh finds cosign through its target/tools, this tree's (previous.sh links
+    # it when it builds), which may have moved since.
+    mkdir -p "$root/target/previous/$PREVIOUS_COMMIT/target"
+    ln -sfn "$(cd "$root/target/tools" && pwd -P)" "$root/target/previous/$PREVIOUS_COMMIT/target/tools"
     "$verify" "$previous_dir" "$state/publisher/cosign.pub" && return 0
+    # Built anew as by a first run: into an empty registry, signed with a new key.
     log "the packaged previous release does not verify: building it anew"
     rm -rf "$previous_dir" "$previous_packaged"
     previous_reused=0
+    start_registry
+    publisher_key
   fi
   REGISTRY="$registry" RELEASE_PROFILE="$profile" RELEASE_OUT="$previous_dir" \
     "$root/tools/release/previous.sh" >/dev/null
@@ -375,7 +381,7 @@ release() {
   "$root/tools/release/verify.sh" "$release_dir" "$state/publisher/cosign.pub"
   # ANCHOR_END: release
 }
-if (($# == 0)); then find_previous_packaged; fi
+if (($# == 0)); then stage "the previous release's inputs" find_previous_packaged; fi
 stage "starting the cluster's registry" start_registry
 stage "the publisher's signing key" publisher_key
 # The upgrade scenarios run unless the run was asked for some scenarios only.
