@@ -278,8 +278,7 @@ find_previous_packaged() {
 }
 # The port the packaged previous release names, or nothing when there is none.
 previous_packaged_port() {
-  if [[ -n "$previous_packaged" && -f "$previous_packaged/port" \
-      && -f "$root/target/previous/$PREVIOUS_COMMIT/.extracted" ]]; then
+  if [[ -n "$previous_packaged" && -f "$previous_packaged/port" ]]; then
     cat "$previous_packaged/port"
   fi
 }
@@ -294,13 +293,14 @@ package_previous() {
   mv "$partial" "$previous_packaged"
 }
 start_registry() {
-  local image port node host
+  local image port packaged_port node host
   image="$("$here/offline/images.sh" registry)"
   registry_container="$cluster-registry"
   "$docker" rm -f "$registry_container" >/dev/null 2>&1 || true
-  port="$(free_port "$(previous_packaged_port)")"
+  packaged_port="$(previous_packaged_port)"
+  port="$(free_port "$packaged_port")"
   rm -rf "$registry_storage" && mkdir -p "$registry_storage"
-  if [[ -n "$port" && "$port" == "$(previous_packaged_port)" ]]; then
+  if [[ "$port" == "$packaged_port" ]]; then
     cp -a "$previous_packaged/registry/." "$registry_storage/"
     previous_reused=1
   fi
@@ -349,7 +349,8 @@ publisher_key() {
 source "$root/tools/release/previous"
 previous_dir=""
 previous_release() {
-  local verify="$root/target/previous/$PREVIOUS_COMMIT/tools/release/verify.sh"
+  local verify
+  verify="$("$root/tools/release/previous.sh" --tree)/tools/release/verify.sh"
   previous_dir="$state/release-$PREVIOUS_VERSION"
   rm -rf "$previous_dir"
   # Checked for what that release promised, by its own tree's verify.sh (0.1.0's bundle and
@@ -357,10 +358,6 @@ previous_release() {
   if ((previous_reused)); then
     log "the previous release as packaged by an earlier run ($previous_packaged)"
     cp -a "$previous_packaged/release" "$previous_dir"
-    # Its tree's verify.sh finds cosign through its target/tools, this tree's (previous.sh links
-    # it when it builds), which may have moved since.
-    mkdir -p "$root/target/previous/$PREVIOUS_COMMIT/target"
-    ln -sfn "$(cd "$root/target/tools" && pwd -P)" "$root/target/previous/$PREVIOUS_COMMIT/target/tools"
     "$verify" "$previous_dir" "$state/publisher/cosign.pub" && return 0
     # Built anew as by a first run: into an empty registry, signed with a new key.
     log "the packaged previous release does not verify: building it anew"

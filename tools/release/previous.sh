@@ -2,6 +2,7 @@
 # The previous release, built from its own tree: what a real upgrade starts from.
 #
 #   REGISTRY=<host:port> RELEASE_OUT=DIR [RELEASE_PROFILE=debug] tools/release/previous.sh
+#   tools/release/previous.sh --tree   # only the tree, ready for its own scripts; prints its path
 #
 # tools/release/previous names the previous release's version and the commit it was built from.
 # That commit's tree is extracted from this clone's history (git archive) into
@@ -21,7 +22,9 @@ root="$(cd "$here/../.." && pwd)"
 source "$here/previous"
 [[ -n "${PREVIOUS_VERSION:-}" && "${PREVIOUS_COMMIT:-}" =~ ^[0-9a-f]{40}$ ]] \
   || { echo "previous: $here/previous names no PREVIOUS_VERSION and PREVIOUS_COMMIT (40 hex digits)" >&2; exit 2; }
-[[ -n "${REGISTRY:-}" && -n "${RELEASE_OUT:-}" ]] \
+tree_only=0
+[[ "${1:-}" == --tree ]] && tree_only=1
+((tree_only)) || [[ -n "${REGISTRY:-}" && -n "${RELEASE_OUT:-}" ]] \
   || { echo "previous: REGISTRY=<host:port> and RELEASE_OUT=DIR are required" >&2; exit 2; }
 
 log() { echo "previous: $*" >&2; }
@@ -43,6 +46,10 @@ version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$tree/Cargo.toml" | head -n1)"
 # The Go tools (helm, opm, cosign, the registry) are this tree's: built once, for both.
 mkdir -p "$root/target/tools" "$tree/target"
 ln -sfn "$(cd "$root/target/tools" && pwd -P)" "$tree/target/tools"
+if ((tree_only)); then
+  echo "$tree"
+  exit 0
+fi
 log "release $PREVIOUS_VERSION from $PREVIOUS_COMMIT"
 build_dir="${CARGO_BUILD_BUILD_DIR:-${CARGO_TARGET_DIR:-$root/target}}"
 case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
