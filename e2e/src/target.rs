@@ -151,6 +151,8 @@ where
 
 /// The nftables table a [`RouteBlock`] holds its rule in.
 const ROUTE_BLOCK_TABLE: &str = "initializer-e2e-route";
+/// `nft` arguments that delete that table.
+const DELETE_ROUTE_BLOCK: [&str; 4] = ["delete", "table", "ip", ROUTE_BLOCK_TABLE];
 
 /// A rule in an nftables table of its own in a node container, the table deleted by
 /// [`RouteBlock::lift`] or, failing that, when dropped (a scenario that fails or panics leaves
@@ -201,9 +203,7 @@ impl RouteBlock {
 
     /// Deletes the table, and makes sure the node holds it no more.
     pub async fn lift(mut self) -> anyhow::Result<()> {
-        let deleted = self
-            .nft(&["delete", "table", "ip", ROUTE_BLOCK_TABLE])
-            .await?;
+        let deleted = self.nft(&DELETE_ROUTE_BLOCK).await?;
         anyhow::ensure!(
             deleted.status.success(),
             "failed to delete the table {ROUTE_BLOCK_TABLE} in {}: {}",
@@ -251,15 +251,8 @@ impl Drop for RouteBlock {
     fn drop(&mut self) {
         if !self.lifted {
             let _ = std::process::Command::new(&self.docker)
-                .args([
-                    "exec",
-                    &self.node,
-                    "nft",
-                    "delete",
-                    "table",
-                    "ip",
-                    ROUTE_BLOCK_TABLE,
-                ])
+                .args(["exec", &self.node, "nft"])
+                .args(DELETE_ROUTE_BLOCK)
                 .status();
         }
     }
