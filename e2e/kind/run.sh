@@ -124,8 +124,11 @@ teardown() {
     fi
     if [[ "$cluster_ours" == "1" ]]; then
       log "deleting cluster '$cluster'"
-      "$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
-      rm -f "$cluster_mark"
+      if "$kind_bin" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1; then
+        rm -f "$cluster_mark"
+      else
+        log "deleting cluster '$cluster' failed; its mark $cluster_mark stays, so the next run deletes it"
+      fi
     fi
     rm -f "$kubeconfig"
     if [[ "$engine_started" == "1" ]]; then

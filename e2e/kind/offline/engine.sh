@@ -35,7 +35,9 @@ start() {
            --default-runtime without-sys-resource)
   fi
   log "starting dockerd (log: $state/dockerd.log)"
-  nohup dockerd "${args[@]}" >"$state/dockerd.log" 2>&1 &
+  # A session of its own: a signal to the caller's process group (Ctrl-C, `timeout`) reaches
+  # the recipe, whose teardown deletes its cluster through this engine before stopping it.
+  setsid dockerd "${args[@]}" >"$state/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 60); do
     if "$docker" info >/dev/null 2>&1; then
       return 0
