@@ -297,7 +297,10 @@ pub async fn thaw_pods(
     Ok(())
 }
 
-/// Kills every pod of the sidecar initializer; returns their names.
+/// Kills every pod of the sidecar initializer at once; returns their names. At once, because
+/// the kubelet restarts a killed container at once: a pod killed seconds after another (each
+/// kill on kind is a few `docker exec`s, slow on a loaded machine) can be ready again before
+/// the last one dies, so the Service never lacks a ready endpoint.
 pub async fn kill_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<String>> {
     let pods = sidecar.pods(ctx).await?;
     anyhow::ensure!(
@@ -305,9 +308,11 @@ pub async fn kill_all(ctx: &Ctx, sidecar: &Sidecar) -> anyhow::Result<Vec<String
         "failed to kill: Initializer {} has no pods",
         sidecar.name
     );
-    for pod in &pods {
-        ctx.env.target.kill_pod(&sidecar.workload_ns, pod).await?;
-    }
+    futures::future::try_join_all(
+        pods.iter()
+            .map(|pod| ctx.env.target.kill_pod(&sidecar.workload_ns, pod)),
+    )
+    .await?;
     Ok(pods)
 }
 
