@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 CARGO ?= cargo
 NEXTEST := $(shell command -v cargo-nextest >/dev/null 2>&1 && echo yes)
 
-.PHONY: help help-check health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build release release-check build docs bench bench-scale bench-kind profile link-order
+.PHONY: help help-check tools-test health oldest-minor library-versions run check test e2e-legacy unit fmt-check clippy rustdoc deny architecture unit-real conformance legacy-conformance legacy-apiserver e2e e2e-real e2e-olm e2e-kind e2e-kind-lint controlplane olm cluster generate verify-generated verify-bundle bundle helm chart-check monitoring lint advisory-db fmt docker-build release release-check build docs bench bench-scale bench-kind profile link-order
 
 ## help: every target with the first clause of its description (the `##` blocks of this file)
 help:
@@ -108,10 +108,10 @@ run_stages = for stage in $(1); do \
 done
 
 ## check: the fast gate, with only a Rust toolchain (no root, Go or container engine): format,
-## clippy, the SDK with the oldest Kubernetes types, rustdoc, cargo-deny, the architecture table, shellcheck of the scripts, generated-file
+## clippy, the SDK with the oldest Kubernetes types, rustdoc, cargo-deny, the architecture table, the Python tools' tests, shellcheck of the scripts, generated-file
 ## drift, the unit and component tests. CI runs it first, so that a failure there ends the run
 ## in minutes
-CHECK_STAGES := fmt-check clippy library-versions rustdoc deny architecture help-check e2e-kind-lint build verify-generated unit
+CHECK_STAGES := fmt-check clippy library-versions rustdoc deny architecture help-check tools-test e2e-kind-lint build verify-generated unit
 check:
 	@$(call run_stages,$(CHECK_STAGES))
 
@@ -262,6 +262,10 @@ advisory-db:
 ## architecture: docs/architecture.md's crate table agrees with cargo metadata
 architecture:
 	python3 tools/check-architecture.py
+
+## tools-test: the tests of the Python tools under tools/ (tools/test_*.py)
+tools-test:
+	python3 -m unittest discover --start-directory tools --pattern 'test_*.py'
 
 ## library-versions: the libraries an initializer's author links (the SDK, the CRD types) build
 ## with k8s-openapi's oldest Kubernetes version too: they leave the version to the binary (the
