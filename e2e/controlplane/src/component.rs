@@ -1,6 +1,8 @@
 //! One control-plane process (etcd, kube-apiserver, kube-controller-manager, the node agent):
 //! started inside the namespace with its output in a log file, watched for an early exit, and
-//! stopped with SIGTERM, then SIGKILL.
+//! stopped with SIGTERM, then SIGKILL. It also dies with the thread that started it (util-linux's
+//! `setpriv --pdeathsig`): a test killed by a signal, which runs no destructor, leaves no API
+//! server behind.
 //!
 //! A component that exits while the control plane is meant to be up is a failure of whatever
 //! test runs at that moment; [`Component::exit`] reports it with the last lines of its log, so
@@ -19,6 +21,10 @@ use crate::Error;
 pub const LAST_LINES: usize = 25;
 /// How long a component may take to stop after SIGTERM before it gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Runs the rest of its command line with the parent-death signal SIGKILL: the kernel kills the
+/// process when the thread that spawned it exits. Async code spawns from a runtime's thread,
+/// which lives as long as the runtime and so as long as the component's watcher.
+const DIE_WITH_PARENT: [&str; 4] = ["setpriv", "--pdeathsig", "KILL", "--"];
 
 /// A running component.
 #[derive(Debug)]
@@ -31,7 +37,8 @@ pub struct Component {
 
 impl Component {
     /// Starts `program args` behind `prefix` (the namespace's `ip netns exec NAME`), appending
-    /// its stdout and stderr to `log`.
+    /// its stdout and stderr to `log`; the process dies with the calling thread (`setpriv
+    /// --pdeathsig KILL`).
     pub fn start(
         name: &'static str,
         prefix: &[String],
@@ -48,17 +55,11 @@ impl Component {
             .open(log)
             .map_err(|e| Error::io(log, e))?;
         let err = out.try_clone().map_err(|e| Error::io(log, e))?;
-        let (first, rest) = prefix
-            .split_first()
-            .map_or((program.as_os_str(), &[][..]), |(first, rest)| {
-                (std::ffi::OsStr::new(first.as_str()), rest)
-            });
-        let mut command = Command::new(first);
-        command.args(rest);
-        if !prefix.is_empty() {
-            command.arg(program);
-        }
-        let mut child = command
+        let [launcher, launcher_args @ ..] = DIE_WITH_PARENT;
+        let mut child = Command::new(launcher)
+            .args(launcher_args)
+            .args(prefix)
+            .arg(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)
@@ -68,7 +69,14 @@ impl Component {
             .map_err(|source| Error::Start {
                 component: name,
                 program: program.to_path_buf(),
-                source,
+                source: if source.kind() == std::io::ErrorKind::NotFound {
+                    std::io::Error::new(
+                        source.kind(),
+                        format!("{launcher} (util-linux) is not on PATH: {source}"),
+                    )
+                } else {
+                    source
+                },
             })?;
         let pid = child.id().unwrap_or_default();
         let (tx, exit) = watch::channel(None);
@@ -89,8 +97,8 @@ impl Component {
         self.name
     }
 
-    /// The process id (`ip netns exec` replaces itself with the program, so this is the
-    /// program's own).
+    /// The process id (`setpriv` and `ip netns exec` replace themselves with the program, so
+    /// this is the program's own).
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -230,6 +238,35 @@ mod tests {
         assert_eq!(component, "shell");
         assert!(status.contains('3'), "{status}");
         assert!(last_lines.contains("fatal: no etcd"), "{last_lines}");
+    }
+
+    #[test]
+    fn a_component_dies_with_the_thread_that_started_it() {
+        use initializer_test_support::process::{reap_within, wait_past_setpriv};
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("orphan.log");
+        let starter = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let sleeper = ["600".to_owned()];
+            let component = runtime
+                .block_on(async {
+                    Component::start("orphan", &[], Path::new("/bin/sleep"), &sleeper, &log)
+                })
+                .unwrap();
+            let pid = component.pid();
+            wait_past_setpriv(pid);
+            // Leaked, as a test killed by a signal leaves them: no destructor kills the child,
+            // only the kernel when this thread ends.
+            std::mem::forget(component);
+            std::mem::forget(runtime);
+            pid
+        });
+        let pid = starter.join().unwrap();
+        let signal = reap_within(pid, Duration::from_secs(10));
+        assert_eq!(signal, Some(rustix::process::Signal::KILL.as_raw()));
     }
 
     #[tokio::test]

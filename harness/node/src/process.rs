@@ -1,6 +1,7 @@
 //! Container processes: spawned in their own process group with a clean environment, as the
 //! pod's user, and their output appended to a log file; signalled as a group (freeze, thaw,
-//! kill, terminate).
+//! kill, terminate). Each dies with the thread that started it (util-linux's `setpriv
+//! --pdeathsig`): a node killed by a signal, or a test embedding one, leaves no container behind.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,11 @@ use crate::user::RunAs;
 /// The `PATH` every container gets: the usual system directories, never the node's own `PATH`
 /// (a developer's `~/bin` or `./target` has no business in a pod).
 pub const SAFE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Runs the rest of its command line with the parent-death signal SIGKILL: the kernel kills the
+/// container when the thread that spawned it exits. The node spawns from its runtime's threads,
+/// which live as long as the runtime and so as long as the container's supervisor.
+const DIE_WITH_PARENT: [&str; 3] = ["--pdeathsig", "KILL", "--"];
 
 /// Signals the node sends to a pod's process groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,8 +136,15 @@ where
         .create(true)
         .append(true)
         .open(&launch.log)?;
-    let mut command = tokio::process::Command::new(&launch.program);
+    // A program that is missing or not executable fails the start here, as its exec did before
+    // `setpriv` stood in front of it (the kubelet's RunContainerError), rather than exiting.
+    if launch.program.is_absolute() {
+        executable(&launch.program)?;
+    }
+    let mut command = tokio::process::Command::new(setpriv()?);
     command
+        .args(DIE_WITH_PARENT)
+        .arg(&launch.program)
         .args(&launch.args)
         .env_clear()
         .envs(&launch.env)
@@ -181,6 +194,37 @@ where
         pgid,
         stop: Some(stop_tx),
     })
+}
+
+/// util-linux's `setpriv`, from the system directories of [`SAFE_PATH`] (the container's own
+/// `PATH` may name others).
+fn setpriv() -> std::io::Result<&'static Path> {
+    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            SAFE_PATH
+                .split(':')
+                .map(|dir| Path::new(dir).join("setpriv"))
+                .find(|path| path.is_file())
+        })
+        .as_deref()
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("setpriv (util-linux) is in none of {SAFE_PATH}"),
+            )
+        })
+}
+
+/// `Ok` when `program` is a file with an execute bit; else the error exec(2) gives.
+fn executable(program: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(program)?;
+    if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+        Ok(())
+    } else {
+        Err(rustix::io::Errno::ACCESS.into())
+    }
 }
 
 /// The environment every container starts from, before the pod's own variables: only what the
@@ -249,6 +293,47 @@ mod tests {
                 std::io::ErrorKind::PermissionDenied
             );
         }
+    }
+
+    #[test]
+    fn a_container_dies_with_the_thread_that_started_it() {
+        use initializer_test_support::process::{reap_within, wait_past_setpriv};
+        let dir = tempfile::tempdir().unwrap();
+        let mut to_run = launch(dir.path(), "");
+        to_run.program = PathBuf::from("/bin/sleep");
+        to_run.args = vec!["600".into()];
+        let starter = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let running = runtime.block_on(async { spawn(&to_run, |_| {}) }).unwrap();
+            let pid = running.pgid.cast_unsigned();
+            wait_past_setpriv(pid);
+            // Leaked, as a node killed by a signal leaves it: the supervisor never kills the
+            // group, only the kernel does when this thread ends.
+            std::mem::forget(runtime);
+            pid
+        });
+        let pid = starter.join().unwrap();
+        let signal = reap_within(pid, Duration::from_secs(10));
+        assert_eq!(signal, Some(Signal::KILL.as_raw()));
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_fails_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut to_run = launch(dir.path(), "");
+        to_run.program = dir.path().join("absent");
+        let missing = spawn(&to_run, |_| {}).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound, "{missing}");
+        to_run.program = dir.path().to_path_buf();
+        let directory = spawn(&to_run, |_| {}).unwrap_err();
+        assert_eq!(
+            directory.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "{directory}"
+        );
     }
 
     #[tokio::test]

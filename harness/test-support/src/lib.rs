@@ -7,6 +7,8 @@
 //!   panics naming what it waited for), [`wait::until`] (an error with the last observation).
 //! - [`api`]: raw requests through a kube client and the code of an API error.
 //! - [`latency`]: latencies measured one by one, and their percentiles.
+//! - [`process`]: a child started behind `setpriv --pdeathsig`: when the signal is in place, and
+//!   reaping it with a deadline.
 //! - [`init_test_tracing`]: test logging through the workspace's one tracing setup.
 //!
 //! Only tests and the e2e harness (test tooling itself) depend on this crate: no shipped crate
@@ -16,6 +18,7 @@
 pub mod api;
 pub mod latency;
 pub mod pki;
+pub mod process;
 pub mod wait;
 
 pub use latency::Latencies;
