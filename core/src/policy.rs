@@ -11,7 +11,8 @@
 //! - [`ir`]: the [`Program`]: the conditions that select a request and, per kind with pods, a
 //!   list of guarded patch steps; and the interpreter that runs it on JSON objects the way the
 //!   API server runs the rendered policy.
-//! - [`render`]: the program as CEL: `matchConditions` and one JSONPatch mutation per kind.
+//! - [`render`]: the program as CEL: `matchConditions` and one JSONPatch mutation per kind
+//!   (`compile` keeps the kinds the rules can send).
 //! - [`compile`](mod@compile): from a validated Initializer to the program, the policy with the webhook's
 //!   scope, and the binding (everywhere, or a canary namespace); or the field that keeps the
 //!   Initializer on the webhook ([`CompileError`]).

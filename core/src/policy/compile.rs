@@ -21,8 +21,8 @@ use super::api::{
     MutatingAdmissionPolicySpec, Mutation, NamedRuleWithOperations,
 };
 use super::ir::{
-    Condition, FieldPath, Keyed, KindProgram, LabelRequirement, NamePattern, POD_KINDS, Program,
-    Step, first_by_key,
+    Condition, FieldPath, Keyed, KindProgram, LabelRequirement, NamePattern, POD_KINDS, PodKind,
+    Program, Step, first_by_key,
 };
 use super::render::{self, MAX_EXPRESSION_CODE_POINTS};
 use crate::build;
@@ -187,9 +187,21 @@ pub fn compile(v: &Validated) -> Result<Compiled, CompileError> {
         name: NEEDS_INJECTION.to_owned(),
         expression: needs_injection,
     });
-    let mutations = program
+    // One mutation per kind the rules can send: the API server encodes, patches and decodes
+    // the object once per mutation, even for a patch the kind test leaves empty. Rules that
+    // reach no pod kind keep them all, each doing nothing, as the webhook would.
+    let reached: Vec<&KindProgram> = program
         .kinds
         .iter()
+        .filter(|k| resource_rules.iter().any(|r| reaches(r, &k.kind)))
+        .collect();
+    let kinds = if reached.is_empty() {
+        program.kinds.iter().collect()
+    } else {
+        reached
+    };
+    let mutations = kinds
+        .into_iter()
         .map(|k| {
             let expression = render::mutation(k);
             check_size(&expression, "spec.preset.inject")?;
@@ -313,6 +325,19 @@ fn resource_rules(rules: &[InterceptRule]) -> Result<Vec<NamedRuleWithOperations
         return Err(CompileError::NoMutatingOperation);
     }
     Ok(compiled)
+}
+
+/// Whether `rule` can send objects of `kind` to the policy: its group and its resource (or a
+/// subresource of it) named, or `*`. Versions are left out: the policy matches equivalent
+/// versions ([`InterceptScope::MATCH_POLICY`]).
+fn reaches(rule: &NamedRuleWithOperations, kind: &PodKind) -> bool {
+    let names = |list: &Option<Vec<String>>, wanted: &str| {
+        list.iter().flatten().any(|name| {
+            let resource = name.split('/').next().unwrap_or(name);
+            resource == "*" || resource == wanted
+        })
+    };
+    names(&rule.api_groups, kind.group) && names(&rule.resources, kind.resource)
 }
 
 /// The program of a preset, gated by the Initializer's annotation gate when it has one.

@@ -36,21 +36,26 @@ pub struct PodKind {
     pub version: &'static str,
     /// Kind.
     pub kind: &'static str,
+    /// Its resource (plural, lowercase), as admission rules name it.
+    pub resource: &'static str,
     /// The pod template's place (its `metadata` and `spec`); empty for a Pod, which is its own.
     pub template: &'static [&'static str],
 }
 
 impl PodKind {
-    /// The `v1` kind `kind` of `group` (every pod kind the initializers handle is at `v1`).
+    /// The `v1` kind `kind` of `group`, served as `resource` (every pod kind the initializers
+    /// handle is at `v1`).
     const fn v1(
         group: &'static str,
         kind: &'static str,
+        resource: &'static str,
         template: &'static [&'static str],
     ) -> Self {
         PodKind {
             group,
             version: "v1",
             kind,
+            resource,
             template,
         }
     }
@@ -71,15 +76,16 @@ impl PodKind {
 /// Every kind the preset initializer registers a handler for (`handle_pod_kinds`), with the
 /// version it decodes: the webhook ignores any other kind, and so does the policy.
 pub const POD_KINDS: [PodKind; 7] = [
-    PodKind::v1("", "Pod", &[]),
-    PodKind::v1("apps", "Deployment", TEMPLATE),
-    PodKind::v1("apps", "StatefulSet", TEMPLATE),
-    PodKind::v1("apps", "DaemonSet", TEMPLATE),
-    PodKind::v1("apps", "ReplicaSet", TEMPLATE),
-    PodKind::v1("batch", "Job", TEMPLATE),
+    PodKind::v1("", "Pod", "pods", &[]),
+    PodKind::v1("apps", "Deployment", "deployments", TEMPLATE),
+    PodKind::v1("apps", "StatefulSet", "statefulsets", TEMPLATE),
+    PodKind::v1("apps", "DaemonSet", "daemonsets", TEMPLATE),
+    PodKind::v1("apps", "ReplicaSet", "replicasets", TEMPLATE),
+    PodKind::v1("batch", "Job", "jobs", TEMPLATE),
     PodKind::v1(
         "batch",
         "CronJob",
+        "cronjobs",
         &["spec", "jobTemplate", "spec", "template"],
     ),
 ];

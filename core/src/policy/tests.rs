@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::corpus::{self, OPT_OUT_LABEL};
-use super::ir::{Evaluation, RequestFacts};
+use super::ir::{Evaluation, POD_KINDS, RequestFacts};
 use super::*;
 use crate::validate::{Validated, validate};
 
@@ -695,6 +695,54 @@ fn policy_and_binding_are_written_with_their_api_version_and_kind() {
     );
     let back: api::MutatingAdmissionPolicy = serde_json::from_value(policy.clone()).unwrap();
     assert_eq!(serde_json::to_value(back).unwrap(), policy);
+}
+
+#[test]
+fn a_mutation_for_each_pod_kind_the_rules_reach() {
+    let kinds_with = |rules: Value| -> Vec<String> {
+        let v = initializer(json!({"preset": {"inject": {"labels": {"a": "b"}}}, "rules": rules}));
+        let mutations = compile(&v).unwrap().policy.spec.unwrap().mutations.unwrap();
+        POD_KINDS
+            .iter()
+            .filter(|k| {
+                let test = format!("request.kind.kind == '{}'", k.kind);
+                mutations.iter().any(|m| {
+                    m.json_patch
+                        .as_ref()
+                        .unwrap()
+                        .expression
+                        .as_ref()
+                        .unwrap()
+                        .contains(&test)
+                })
+            })
+            .map(|k| k.kind.to_owned())
+            .collect()
+    };
+    let rule = |groups: &[&str], resources: &[&str]| json!([{"apiGroups": groups, "apiVersions": ["v1"], "resources": resources}]);
+    let all: Vec<String> = POD_KINDS.iter().map(|k| k.kind.to_owned()).collect();
+    assert_eq!(kinds_with(rule(&[""], &["pods"])), ["Pod"]);
+    assert_eq!(
+        kinds_with(rule(&[""], &["pods/ephemeralcontainers"])),
+        ["Pod"]
+    );
+    assert_eq!(
+        kinds_with(rule(&["apps"], &["deployments"])),
+        ["Deployment"]
+    );
+    assert_eq!(kinds_with(rule(&["batch"], &["*"])), ["Job", "CronJob"]);
+    let every = json!([
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]},
+        {"apiGroups": ["apps", "batch"], "apiVersions": ["*"], "resources": ["*"]}
+    ]);
+    assert_eq!(kinds_with(every), all);
+    // A group that serves none of them: the resource alone does not reach a kind.
+    assert_eq!(
+        kinds_with(rule(&["example.com", ""], &["deployments", "pods"])),
+        ["Pod"]
+    );
+    // Rules that reach no pod kind keep every mutation, each doing nothing, as the webhook would.
+    assert_eq!(kinds_with(rule(&[""], &["configmaps"])), all);
 }
 
 #[test]
