@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn a_component_dies_with_the_thread_that_started_it() {
-        use initializer_test_support::process::{reap_within, wait_past_setpriv};
+        use initializer_test_support::process::{reap_within, wait_for_program};
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("orphan.log");
         let starter = std::thread::spawn(move || {
@@ -257,7 +257,7 @@ mod tests {
                 })
                 .unwrap();
             let pid = component.pid();
-            wait_past_setpriv(pid);
+            wait_for_program(pid, "sleep");
             // Leaked, as a test killed by a signal leaves them: no destructor kills the child,
             // only the kernel when this thread ends.
             std::mem::forget(component);

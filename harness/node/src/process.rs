@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_container_dies_with_the_thread_that_started_it() {
-        use initializer_test_support::process::{reap_within, wait_past_setpriv};
+        use initializer_test_support::process::{reap_within, wait_for_program};
         let dir = tempfile::tempdir().unwrap();
         let mut to_run = launch(dir.path(), "");
         to_run.program = PathBuf::from("/bin/sleep");
@@ -309,7 +309,7 @@ mod tests {
                 .unwrap();
             let running = runtime.block_on(async { spawn(&to_run, |_| {}) }).unwrap();
             let pid = running.pgid.cast_unsigned();
-            wait_past_setpriv(pid);
+            wait_for_program(pid, "sleep");
             // Leaked, as a node killed by a signal leaves it: the supervisor never kills the
             // group, only the kernel does when this thread ends.
             std::mem::forget(runtime);

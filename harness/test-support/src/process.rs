@@ -9,16 +9,29 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, WaitOptions, kill_process, waitpid};
 
-/// Waits until process `pid`, started as `setpriv ... -- PROGRAM`, runs its program: `setpriv`
-/// sets the parent-death signal just before, and a parent that ends sooner is not the one the
-/// signal waits on.
-pub fn wait_past_setpriv(pid: u32) {
+/// Waits until process `pid`, started as `setpriv ... -- PROGRAM`, runs `program` (its file
+/// name): `setpriv` sets the parent-death signal just before it runs the program, and a parent
+/// that ends sooner is not the one the signal waits on. Panics after ten seconds.
+///
+/// Waiting for "no longer `setpriv`" would race: `exec` closes the close-on-exec descriptors,
+/// which lets the spawn return, before it renames the process, so the starter can still read
+/// the name of its own thread there.
+pub fn wait_for_program(pid: u32, program: &str) {
+    // The kernel keeps the first 15 bytes of a process's name.
+    let expected = &program.as_bytes()[..program.len().min(15)];
     let comm = format!("/proc/{pid}/comm");
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let name = std::fs::read_to_string(&comm)
-            .unwrap_or_else(|e| panic!("process {pid} is gone before running its program: {e}"));
-        if name.trim() != "setpriv" {
+        let name = std::fs::read(&comm)
+            .unwrap_or_else(|e| panic!("process {pid} is gone before running {program}: {e}"));
+        if name.trim_ascii_end() == expected {
             return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "process {pid} was still {:?}, not {program}, after 10 s",
+                String::from_utf8_lossy(&name).trim_end()
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }
