@@ -829,12 +829,26 @@ where
             }
         })
         .collect();
-    let left = seen
+    // What the upgrade may not show, with the reason the Initializer gave for each.
+    let disallowed: Vec<String> = seen
         .iter()
-        .any(|s| !through.allows(&s.object.status.clone().unwrap_or_default()));
+        .map(|s| s.object.status.clone().unwrap_or_default())
+        .filter(|status| !through.allows(status))
+        .map(|status| {
+            let why = status
+                .conditions
+                .iter()
+                .find(|c| c.status == "True" && c.type_ == "Degraded");
+            match why {
+                Some(c) => format!("{:?}: {}: {}", status.phase, c.reason, c.message),
+                None => format!("{:?}, registered {:?}", status.phase, status.registered),
+            }
+        })
+        .collect();
     ensure!(
-        !seen.is_empty() && !left,
-        "{scenario}: the Initializer showed more than {through:?} allows: {phases:?}"
+        !seen.is_empty() && disallowed.is_empty(),
+        "{scenario}: the Initializer showed more than {through:?} allows: {phases:?}; not allowed: \
+         {disallowed:?}"
     );
     // The next generation, reconciled by the new operator (the old one is gone).
     let api = Api::<Initializer>::all(client.clone());
