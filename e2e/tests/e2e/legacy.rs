@@ -357,14 +357,15 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
         .cloned()
         .collect();
     // What the harness saw released: the name removed from an object still there, after the
-    // freeze had taken hold (a write the initializer had in flight may land just after it) and
-    // before the thaw. The canary pending at that moment, if any, is among them; the operator
-    // releases it too but counts only the others (users' objects).
+    // freeze had taken hold and before the thaw, and not by the initializer. A write it had in
+    // flight at the freeze can land after it however late on a loaded machine; that write
+    // injected the object, a release does not. The canary pending at that moment, if any, is
+    // among them; the operator releases it too but counts only the others (users' objects).
     let took_hold = frozen_at + Duration::from_millis(300);
     let released_seen: Vec<&legacy::Removal> = seen
         .removed_since(took_hold)
         .into_iter()
-        .filter(|r| r.at < thawed_at)
+        .filter(|r| r.at < thawed_at && !injected.contains(&r.key))
         .collect();
     let released_canaries = released_seen.iter().filter(|r| r.canary).count();
     let released_users = released_seen.len() - released_canaries;
