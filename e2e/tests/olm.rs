@@ -829,21 +829,11 @@ where
             }
         })
         .collect();
-    // What the upgrade may not show, with the reason the Initializer gave for each.
+    // What the upgrade may not show, each described with the reasons the Initializer gave.
     let disallowed: Vec<String> = seen
         .iter()
-        .map(|s| s.object.status.clone().unwrap_or_default())
-        .filter(|status| !through.allows(status))
-        .map(|status| {
-            let why = status
-                .conditions
-                .iter()
-                .find(|c| c.status == "True" && c.type_ == "Degraded");
-            match why {
-                Some(c) => format!("{:?}: {}: {}", status.phase, c.reason, c.message),
-                None => format!("{:?}, registered {:?}", status.phase, status.registered),
-            }
-        })
+        .filter(|s| !through.allows(&s.object.status.clone().unwrap_or_default()))
+        .map(|s| ops::describe(&s.object))
         .collect();
     ensure!(
         !seen.is_empty() && disallowed.is_empty(),
