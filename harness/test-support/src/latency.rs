@@ -52,7 +52,8 @@ impl Latencies {
     /// both sides hold the same number of latencies and this side's percentile is above zero.
     pub fn change(&self, other: &Latencies, p: u32) -> Option<Change> {
         let pairs = self.len();
-        if pairs != other.len() || self.percentile(p).is_zero() {
+        let base_percentile = self.percentile(p);
+        if pairs != other.len() || base_percentile.is_zero() {
             return None;
         }
         let mut draws = Draws(SEED);
@@ -72,7 +73,7 @@ impl Latencies {
             .collect();
         changes.sort_unstable_by(f64::total_cmp);
         Some(Change {
-            measured: percent(self.percentile(p), other.percentile(p)),
+            measured: percent(base_percentile, other.percentile(p)),
             low: changes[RESAMPLES * 25 / 1000],
             high: changes[(RESAMPLES * 975).div_ceil(1000) - 1],
         })
