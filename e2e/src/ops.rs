@@ -374,6 +374,16 @@ pub async fn workload_pods(
     labelled(client, namespace, name, "pods", live).await
 }
 
+/// Every pod of the Initializer `name` in `namespace`, terminating ones included: their
+/// containers run until they exit or their grace period ends.
+pub async fn workload_pods_with_terminating(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Vec<Pod>> {
+    labelled(client, namespace, name, "pods", |_: &Pod| true).await
+}
+
 /// The names of the live pods of the Initializer `name` in `namespace`.
 pub async fn workload_pod_names(
     client: &Client,

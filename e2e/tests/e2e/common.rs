@@ -255,17 +255,32 @@ pub async fn pod_names(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Resu
     ops::workload_pod_names(&ctx.client(), workload_ns, name).await
 }
 
-/// Freezes every pod of the Initializer `name` (any backend); returns their names.
+/// Freezes every pod of the Initializer `name` (any backend) that may still act, terminating
+/// ones included: a pod being replaced goes on answering (a controller goes on initializing)
+/// through its shutdown delay, and an initializer with such a pod running is not down. Returns
+/// the names of the pods frozen. A terminating pod whose containers exited meanwhile has
+/// nothing to freeze; any other failure to freeze fails.
 pub async fn freeze_pods(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
-    let pods = pod_names(ctx, workload_ns, name).await?;
+    let pods = ops::workload_pods_with_terminating(&ctx.client(), workload_ns, name).await?;
     anyhow::ensure!(
-        !pods.is_empty(),
+        pods.iter().any(|p| p.metadata.deletion_timestamp.is_none()),
         "failed to freeze: Initializer {name} has no pods"
     );
+    let mut frozen = Vec::with_capacity(pods.len());
     for pod in &pods {
-        ctx.env.target.freeze_pod(workload_ns, pod).await?;
+        let pod_name = pod.name_any();
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        match ctx.env.target.freeze_pod(workload_ns, &pod_name).await {
+            Ok(()) if terminating => {
+                eprintln!("e2e: {name}: froze {pod_name} too, which is terminating");
+                frozen.push(pod_name);
+            }
+            Ok(()) => frozen.push(pod_name),
+            Err(_) if terminating => {}
+            Err(e) => return Err(e),
+        }
     }
-    Ok(pods)
+    Ok(frozen)
 }
 
 /// Sleeps a random part of one probe period. An outage does not wait for the prober: without
@@ -283,16 +298,19 @@ pub async fn thaw_all(ctx: &Ctx, sidecar: &Sidecar, pods: &[String]) -> anyhow::
 }
 
 /// Thaws the given pods of the Initializer `name` (any backend; ones that are gone are
-/// skipped).
+/// skipped, and so are terminating ones whose containers exited meanwhile).
 pub async fn thaw_pods(
     ctx: &Ctx,
     workload_ns: &str,
     name: &str,
     pods: &[String],
 ) -> anyhow::Result<()> {
-    let live = pod_names(ctx, workload_ns, name).await?;
-    for pod in pods.iter().filter(|p| live.contains(p)) {
-        ctx.env.target.thaw_pod(workload_ns, pod).await?;
+    let present = ops::workload_pods_with_terminating(&ctx.client(), workload_ns, name).await?;
+    for pod in present.iter().filter(|p| pods.contains(&p.name_any())) {
+        match ctx.env.target.thaw_pod(workload_ns, &pod.name_any()).await {
+            Err(_) if pod.metadata.deletion_timestamp.is_some() => {}
+            result => result?,
+        }
     }
     Ok(())
 }

@@ -439,7 +439,10 @@ pub async fn legacy_dead_initializer_is_deregistered_and_stuck_creates_released(
         let key = format!("{}/{name}", sidecar.target_ns);
         ensure!(
             seen_stuck.contains(&key),
-            "{name}, created uninitialized while the initializer was down, was not seen stuck then released: {seen_stuck:?}"
+            "{name}, created uninitialized while the initializer was down, was not seen stuck then \
+             released (seen pending on the name: {}; injected: {}): {seen_stuck:?}",
+            seen.objects.contains(&key),
+            injected.contains(&key)
         );
     }
     // Visible to everyone again (4.4's `kubectl get deploy` without --include-uninitialized).
