@@ -358,7 +358,8 @@ bench-scale: controlplane
 ## bench-kind: on kind (a real pod network, images in release), 1,000 dry-run creates on each side,
 ## interleaved: Deployments where no Initializer applies vs outside the sidecar's annotation gate
 ## (its webhook's calls), and pods through a preset as a webhook vs the same preset in the API
-## server; p50/p99 table of each run and of all runs pooled (E2E_BENCH_RUNS runs, 3 unless set)
+## server; p50/p99 table of each run and of all runs pooled (E2E_BENCH_RUNS runs, 3 unless set;
+## E2E_BENCH_ONLY=gate or engines for one comparison alone)
 bench-kind:
 	e2e/kind/run.sh --ignored --exact create_latency_with_gates_and_engines
 

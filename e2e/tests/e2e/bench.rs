@@ -10,15 +10,16 @@
 //! them. The two sides of each comparison are interleaved create by create, so that a machine
 //! that slows down slows both: the gate's in two namespaces, one that no Initializer covers and
 //! the sidecar's own (its webhook registered throughout), the engines' in two namespaces, one per
-//! engine. The whole comparison runs `E2E_BENCH_RUNS` times (3 unless set) on the same
-//! Initializers, each run printed, then every run's creates pooled: one run's p99 is the tenth
-//! slowest of 1,000 creates, too few to tell a few per cent apart on a shared machine. The pooled
-//! changes come with the interval that the middle 95 % of paired resamples fall in
+//! engine. `E2E_BENCH_ONLY` (`gate` or `engines`) makes one comparison alone, with only its own
+//! Initializers on the cluster. The comparisons run `E2E_BENCH_RUNS` times (3 unless set) on the
+//! same Initializers, each run printed, then every run's creates pooled: one run's p99 is the
+//! tenth slowest of 1,000 creates, too few to tell a few per cent apart on a shared machine. The
+//! pooled changes come with the interval that the middle 95 % of paired resamples fall in
 //! ([`Latencies::change`]): a change is shown within a bound only when that whole interval is.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::{Context, bail, ensure};
 use initializer_crds::{EngineInForce, Phase};
 use initializer_e2e::install::ENGINE_LABEL;
 use initializer_e2e::runner::Ctx;
@@ -47,8 +48,12 @@ const INJECTED: &str = "e2e.initializer.dev/bench-injected";
 /// What the gate may add to a create it leaves alone, p50 and p99, in per cent of the same create
 /// with no Initializer: the goal the benchmarks page reports against.
 const GATE_BOUND: f64 = 5.0;
-/// How many times the whole comparison runs, unless `E2E_BENCH_RUNS` says.
+/// How many times the comparisons run, unless `E2E_BENCH_RUNS` says.
 const DEFAULT_RUNS: usize = 3;
+/// The percentiles each table and change reports.
+const PERCENTILES: [u32; 2] = [50, 99];
+/// The head of every table.
+const TABLE_HEAD: &str = "| creates | p50 | p99 | webhook calls |\n|---|---|---|---|\n";
 
 pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<()> {
     let runs = match std::env::var("E2E_BENCH_RUNS") {
@@ -59,126 +64,116 @@ pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<(
             .with_context(|| format!("E2E_BENCH_RUNS={text:?} is not a positive count"))?,
         Err(_) => DEFAULT_RUNS,
     };
-    let sidecar = common::registered_sidecar(&ctx, "bench-gate", Default::default()).await?;
-    let outside = ctx.scope.namespace("bench-outside", &[]).await?;
-    let sides = engines_in_force(&ctx).await?;
-    let mut pooled = (Gate::default(), Engines::default());
-    let mut each_run = Vec::with_capacity(runs);
+    let (gate_on, engines_on) = match std::env::var("E2E_BENCH_ONLY").as_deref() {
+        Err(_) => (true, true),
+        Ok("gate") => (true, false),
+        Ok("engines") => (false, true),
+        Ok(other) => bail!("E2E_BENCH_ONLY={other:?} is neither gate nor engines"),
+    };
+    let gate_ready = if gate_on {
+        let sidecar = common::registered_sidecar(&ctx, "bench-gate", Default::default()).await?;
+        let outside = ctx.scope.namespace("bench-outside", &[]).await?;
+        Some((sidecar, outside))
+    } else {
+        None
+    };
+    let engines_ready = if engines_on {
+        Some(engines_in_force(&ctx).await?)
+    } else {
+        None
+    };
+    let (mut gate, mut engines) = (Gate::default(), Engines::default());
+    let (mut gate_runs, mut engine_runs) = (Vec::new(), Vec::new());
     for run in 1..=runs {
-        let gate = gate_side_by_side(&ctx, &sidecar.name, &outside, &sidecar.target_ns).await?;
-        let engines = engines_side_by_side(&sides).await?;
-        let figures = Figures::of(&gate, &engines)?;
+        let mut table = TABLE_HEAD.to_owned();
+        if let Some((sidecar, outside)) = &gate_ready {
+            let this_run =
+                gate_side_by_side(&ctx, &sidecar.name, outside, &sidecar.target_ns).await?;
+            table += &this_run.rows();
+            gate_runs
+                .push(PERCENTILES.map(|p| this_run.outside.percent_change(&this_run.gated, p)));
+            gate.absorb(this_run);
+        }
+        if let Some(sides) = &engines_ready {
+            let this_run = engines_side_by_side(sides).await?;
+            table += &this_run.rows();
+            engine_runs
+                .push(PERCENTILES.map(|p| this_run.webhook.percent_change(&this_run.policy, p)));
+            engines.absorb(this_run);
+        }
         eprintln!(
             "\nrun {run} of {runs}: create latency, {CREATES} server-side dry-run creates on each \
-             side, one after another, interleaved create by create\n\n{}",
-            figures.table()
+             side, one after another, interleaved create by create\n\n{table}"
         );
-        each_run.push(figures);
-        pooled.0.absorb(gate);
-        pooled.1.absorb(engines);
     }
-    let per_run = |pick: fn(&Figures) -> Change| {
-        each_run
-            .iter()
-            .map(|c| format!("{:+.1}", pick(c).measured))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let all = Figures::of(&pooled.0, &pooled.1)?;
+
+    let mut table = TABLE_HEAD.to_owned();
+    let mut changes = Vec::new();
+    if gate_ready.is_some() {
+        table += &gate.rows();
+        let [p50, p99] = pooled_changes(&gate.outside, &gate.gated)?;
+        changes.push(format!(
+            "gate p50 {p50}; gate p99 {p99}\n\
+             the gate's whole interval within {GATE_BOUND} %: p50 {}, p99 {}\n\
+             each run's gate change, in per cent: p50 {}; p99 {}",
+            p50.within(GATE_BOUND),
+            p99.within(GATE_BOUND),
+            each_run(&gate_runs, 0),
+            each_run(&gate_runs, 1),
+        ));
+    }
+    if engines_ready.is_some() {
+        table += &engines.rows();
+        let [p50, p99] = pooled_changes(&engines.webhook, &engines.policy)?;
+        changes.push(format!(
+            "engines p50 {p50}; engines p99 {p99}\n\
+             each run's engine change, in per cent: p50 {}; p99 {}",
+            each_run(&engine_runs, 0),
+            each_run(&engine_runs, 1),
+        ));
+    }
     eprintln!(
-        "\nthe {runs} runs pooled ({} creates on each side)\n\n{}\n\
-         pooled changes, with the middle 95 % of {RESAMPLES} paired resamples: gate p50 {}; gate \
-         p99 {}; engines p50 {}; engines p99 {}\n\
-         the gate's whole interval within {GATE_BOUND} %: p50 {}, p99 {}\n\
-         each run's change, in per cent: gate p50 {}; gate p99 {}; engines p50 {}; engines p99 {}",
-        pooled.0.gated.len(),
-        all.table(),
-        all.gate_change[0],
-        all.gate_change[1],
-        all.engine_change[0],
-        all.engine_change[1],
-        all.gate_change[0].within(GATE_BOUND),
-        all.gate_change[1].within(GATE_BOUND),
-        per_run(|f| f.gate_change[0]),
-        per_run(|f| f.gate_change[1]),
-        per_run(|f| f.engine_change[0]),
-        per_run(|f| f.engine_change[1]),
+        "\nthe {runs} runs pooled ({} creates on each side of each comparison)\n\n{table}\n\
+         pooled changes, with the middle 95 % of {RESAMPLES} paired resamples:\n{}",
+        runs * CREATES,
+        changes.join("\n")
     );
     Ok(())
 }
 
-/// The figures of one run, or of the runs pooled, in milliseconds, and the gate's webhook counts.
-#[derive(Clone, Debug)]
-struct Figures {
-    /// p50 and p99 in a namespace no Initializer covers.
-    outside: [f64; 2],
-    /// p50 and p99 in the sidecar's namespace, outside its gate.
-    gated: [f64; 2],
-    /// p50 and p99 through the preset as a webhook.
-    webhook: [f64; 2],
-    /// p50 and p99 through the same preset in the API server.
-    policy: [f64; 2],
-    /// The gated side against the side no Initializer covers, p50 and p99.
-    gate_change: [Change; 2],
-    /// The policy against the webhook, p50 and p99.
-    engine_change: [Change; 2],
-    /// The API server's calls to the sidecar's webhook for the gated creates.
-    calls: f64,
-    /// The calls its `matchConditions` spared it.
-    spared: f64,
+/// `other`'s p50 and p99 against `base`'s, each with its interval.
+fn pooled_changes(base: &Latencies, other: &Latencies) -> anyhow::Result<[Change; 2]> {
+    let change = |p| {
+        base.change(other, p).with_context(|| {
+            format!(
+                "no p{p} change between {} and {} creates",
+                base.len(),
+                other.len()
+            )
+        })
+    };
+    Ok([change(PERCENTILES[0])?, change(PERCENTILES[1])?])
 }
 
-impl Figures {
-    fn of(gate: &Gate, engines: &Engines) -> anyhow::Result<Self> {
-        let both = |l: &Latencies| [l.millis(50), l.millis(99)];
-        let changes = |base: &Latencies, other: &Latencies| -> anyhow::Result<[Change; 2]> {
-            let change = |p| {
-                base.change(other, p).with_context(|| {
-                    format!(
-                        "no p{p} change between {} and {} creates",
-                        base.len(),
-                        other.len()
-                    )
-                })
-            };
-            Ok([change(50)?, change(99)?])
-        };
-        Ok(Self {
-            outside: both(&gate.outside),
-            gated: both(&gate.gated),
-            webhook: both(&engines.webhook),
-            policy: both(&engines.policy),
-            gate_change: changes(&gate.outside, &gate.gated)?,
-            engine_change: changes(&engines.webhook, &engines.policy)?,
-            calls: gate.calls,
-            spared: gate.spared,
-        })
-    }
+/// The runs' changes at `PERCENTILES[which]`, in per cent, for one line.
+fn each_run(runs: &[[f64; 2]], which: usize) -> String {
+    runs.iter()
+        .map(|changes| format!("{:+.1}", changes[which]))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
-    fn table(&self) -> String {
-        let ms = |v: f64| format!("{v:.2} ms");
-        format!(
-            "| creates | p50 | p99 | webhook calls |\n|---|---|---|---|\n\
-             | Deployments in a namespace no Initializer covers | {} | {} | - |\n\
-             | the same in the sidecar's namespace; none carries its annotation | {} ({:+.1} %) | {} ({:+.1} %) | {} ({} spared by matchConditions) |\n\
-             | pods, the preset as a webhook | {} | {} | - |\n\
-             | pods, the same preset in the API server (MutatingAdmissionPolicy) | {} ({:+.1} %) | {} ({:+.1} %) | - |\n",
-            ms(self.outside[0]),
-            ms(self.outside[1]),
-            ms(self.gated[0]),
-            self.gate_change[0].measured,
-            ms(self.gated[1]),
-            self.gate_change[1].measured,
-            self.calls,
-            self.spared,
-            ms(self.webhook[0]),
-            ms(self.webhook[1]),
-            ms(self.policy[0]),
-            self.engine_change[0].measured,
-            ms(self.policy[1]),
-            self.engine_change[1].measured,
-        )
-    }
+/// A table's row: `what`, then `side`'s p50 and p99 in milliseconds, each with its change
+/// against `base` when there is one, then `calls`.
+fn row(what: &str, side: &Latencies, base: Option<&Latencies>, calls: &str) -> String {
+    let cells = PERCENTILES.map(|p| {
+        let ms = format!("{:.2} ms", side.millis(p));
+        match base {
+            Some(base) => format!("{ms} ({:+.1} %)", base.percent_change(side, p)),
+            None => ms,
+        }
+    });
+    format!("| {what} | {} | {} | {calls} |\n", cells[0], cells[1])
 }
 
 #[derive(Default)]
@@ -200,6 +195,21 @@ impl Gate {
         self.gated.extend(run.gated);
         self.calls += run.calls;
         self.spared += run.spared;
+    }
+
+    /// Its rows of a table.
+    fn rows(&self) -> String {
+        row(
+            "Deployments in a namespace no Initializer covers",
+            &self.outside,
+            None,
+            "-",
+        ) + &row(
+            "the same in the sidecar's namespace; none carries its annotation",
+            &self.gated,
+            Some(&self.outside),
+            &format!("{} ({} spared by matchConditions)", self.calls, self.spared),
+        )
     }
 }
 
@@ -298,6 +308,17 @@ impl Engines {
     fn absorb(&mut self, run: Self) {
         self.webhook.extend(run.webhook);
         self.policy.extend(run.policy);
+    }
+
+    /// Its rows of a table.
+    fn rows(&self) -> String {
+        row("pods, the preset as a webhook", &self.webhook, None, "-")
+            + &row(
+                "pods, the same preset in the API server (MutatingAdmissionPolicy)",
+                &self.policy,
+                Some(&self.webhook),
+                "-",
+            )
     }
 }
 

@@ -45,6 +45,13 @@ impl Latencies {
         self.0.iter().copied().max().unwrap_or_default()
     }
 
+    /// How much `other`'s `p`th percentile differs from this one's, in per cent of this one's
+    /// (not finite when this one's is zero): the change alone, which [`Latencies::change`] gives
+    /// with how far to trust it.
+    pub fn percent_change(&self, other: &Latencies, p: u32) -> f64 {
+        percent(self.percentile(p), other.percentile(p))
+    }
+
     /// How much `other`'s `p`th percentile differs from this one's, and how far that moves by
     /// chance: the two sides are taken as pairs (the `i`th latency of each, measured by turns,
     /// so that what slowed one slowed the other), and [`RESAMPLES`] times as many pairs are
@@ -206,6 +213,8 @@ mod tests {
         let base = ms(&(1..=1_000).collect::<Vec<_>>());
         let slower: Latencies = base.clone().into_iter().map(|l| l * 11 / 10).collect();
         let change = base.change(&slower, 99).unwrap();
+        assert!((base.percent_change(&slower, 99) - 10.0).abs() < 1e-9);
+        assert!((slower.percent_change(&base, 50) + 100.0 / 11.0).abs() < 1e-9);
         for bound in [change.measured, change.low, change.high] {
             assert!((bound - 10.0).abs() < 1e-9, "{change:?}");
         }
