@@ -258,8 +258,8 @@ pub async fn pod_names(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Resu
 /// Freezes every pod of the Initializer `name` (any backend) that may still act, terminating
 /// ones included: a pod being replaced goes on answering (a controller goes on initializing)
 /// through its shutdown delay, and an initializer with such a pod running is not down. Returns
-/// the names of the pods frozen. A terminating pod whose containers exited meanwhile has
-/// nothing to freeze; any other failure to freeze fails.
+/// the names of the pods frozen. A terminating pod may exit or vanish at any moment, so a
+/// failure to freeze one is taken for that, said and passed over; a failure on a live pod fails.
 pub async fn freeze_pods(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Result<Vec<String>> {
     let pods = ops::workload_pods_with_terminating(&ctx.client(), workload_ns, name).await?;
     anyhow::ensure!(
@@ -276,7 +276,9 @@ pub async fn freeze_pods(ctx: &Ctx, workload_ns: &str, name: &str) -> anyhow::Re
                 frozen.push(pod_name);
             }
             Ok(()) => frozen.push(pod_name),
-            Err(_) if terminating => {}
+            Err(e) if terminating => {
+                eprintln!("e2e: {name}: passed over {pod_name}, which is terminating: {e:#}");
+            }
             Err(e) => return Err(e),
         }
     }
@@ -298,7 +300,8 @@ pub async fn thaw_all(ctx: &Ctx, sidecar: &Sidecar, pods: &[String]) -> anyhow::
 }
 
 /// Thaws the given pods of the Initializer `name` (any backend; ones that are gone are
-/// skipped, and so are terminating ones whose containers exited meanwhile).
+/// skipped, and a failure to thaw a terminating one, which may exit at any moment, is passed
+/// over).
 pub async fn thaw_pods(
     ctx: &Ctx,
     workload_ns: &str,
