@@ -90,15 +90,13 @@ pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<(
             let this_run =
                 gate_side_by_side(&ctx, &sidecar.name, outside, &sidecar.target_ns).await?;
             table += &this_run.rows();
-            gate_runs
-                .push(PERCENTILES.map(|p| this_run.outside.percent_change(&this_run.gated, p)));
+            gate_runs.push(percent_changes(this_run.sides()));
             gate.absorb(this_run);
         }
         if let Some(sides) = &engines_ready {
             let this_run = engines_side_by_side(sides).await?;
             table += &this_run.rows();
-            engine_runs
-                .push(PERCENTILES.map(|p| this_run.webhook.percent_change(&this_run.policy, p)));
+            engine_runs.push(percent_changes(this_run.sides()));
             engines.absorb(this_run);
         }
         eprintln!(
@@ -111,7 +109,7 @@ pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<(
     let mut changes = Vec::new();
     if gate_ready.is_some() {
         table += &gate.rows();
-        let [p50, p99] = pooled_changes(&gate.outside, &gate.gated)?;
+        let [p50, p99] = pooled_changes(gate.sides())?;
         changes.push(format!(
             "gate p50 {p50}; gate p99 {p99}\n\
              the gate's whole interval within {GATE_BOUND} %: p50 {}, p99 {}\n\
@@ -124,7 +122,7 @@ pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<(
     }
     if engines_ready.is_some() {
         table += &engines.rows();
-        let [p50, p99] = pooled_changes(&engines.webhook, &engines.policy)?;
+        let [p50, p99] = pooled_changes(engines.sides())?;
         changes.push(format!(
             "engines p50 {p50}; engines p99 {p99}\n\
              each run's engine change, in per cent: p50 {}; p99 {}",
@@ -141,8 +139,16 @@ pub async fn create_latency_with_gates_and_engines(ctx: Ctx) -> anyhow::Result<(
     Ok(())
 }
 
-/// `other`'s p50 and p99 against `base`'s, each with its interval.
-fn pooled_changes(base: &Latencies, other: &Latencies) -> anyhow::Result<[Change; 2]> {
+/// A comparison's two sides: the base, and the side measured against it.
+type Sides<'a> = (&'a Latencies, &'a Latencies);
+
+/// The measured side's change at each of `PERCENTILES`, in per cent of the base's.
+fn percent_changes((base, other): Sides) -> [f64; 2] {
+    PERCENTILES.map(|p| base.percent_change(other, p))
+}
+
+/// The measured side's change at each of `PERCENTILES`, each with its interval.
+fn pooled_changes((base, other): Sides) -> anyhow::Result<[Change; 2]> {
     let change = |p| {
         base.change(other, p).with_context(|| {
             format!(
@@ -197,17 +203,23 @@ impl Gate {
         self.spared += run.spared;
     }
 
+    /// No Initializer, then the gated creates measured against it.
+    fn sides(&self) -> Sides<'_> {
+        (&self.outside, &self.gated)
+    }
+
     /// Its rows of a table.
     fn rows(&self) -> String {
+        let (base, gated) = self.sides();
         row(
             "Deployments in a namespace no Initializer covers",
-            &self.outside,
+            base,
             None,
             "-",
         ) + &row(
             "the same in the sidecar's namespace; none carries its annotation",
-            &self.gated,
-            Some(&self.outside),
+            gated,
+            Some(base),
             &format!("{} ({} spared by matchConditions)", self.calls, self.spared),
         )
     }
@@ -310,13 +322,19 @@ impl Engines {
         self.policy.extend(run.policy);
     }
 
+    /// The webhook, then the policy measured against it.
+    fn sides(&self) -> Sides<'_> {
+        (&self.webhook, &self.policy)
+    }
+
     /// Its rows of a table.
     fn rows(&self) -> String {
-        row("pods, the preset as a webhook", &self.webhook, None, "-")
+        let (base, policy) = self.sides();
+        row("pods, the preset as a webhook", base, None, "-")
             + &row(
                 "pods, the same preset in the API server (MutatingAdmissionPolicy)",
-                &self.policy,
-                Some(&self.webhook),
+                policy,
+                Some(base),
                 "-",
             )
     }
