@@ -443,6 +443,18 @@ pub enum WaitStep {
     Deleted,
 }
 
+impl WaitStep {
+    /// The waiting create's answer at this step; `None` while the object is pending.
+    pub fn answer(self) -> Option<Result<Value, ApiError>> {
+        match self {
+            WaitStep::Waiting => None,
+            WaitStep::Initialized(obj) => Some(Ok(obj)),
+            WaitStep::Failed(status) => Some(Err(result_error(&status))),
+            WaitStep::Deleted => Some(Err(deleted_while_waiting())),
+        }
+    }
+}
+
 /// One step of `Store.WaitForInitialized` (`apiserver/pkg/registry/generic/registry/store.go`):
 /// a modification without `initializers` ends the wait with the object, one with a `result`
 /// ends it with that status; a deletion ends it with the result if the deleted object carried

@@ -13,7 +13,7 @@ use super::ApiServer;
 use super::initialization::{self as init, WaitStep};
 use crate::error::ApiError;
 use crate::resource::ResourceType;
-use crate::store::{EventType, ResKey, WatchStart, object_rv};
+use crate::store::{Change, EventType, ResKey, WatchStart, object_rv};
 
 fn name_of(obj: &Value) -> &str {
     obj.pointer("/metadata/name")
@@ -146,57 +146,173 @@ impl ApiServer {
         stored: &Value,
         timeout: Duration,
     ) -> Result<Value, ApiError> {
-        let key = Self::key(rt);
-        let (ns, name) = crate::store::names(stored);
-        let uid = stored.pointer("/metadata/uid").cloned();
-        // Subscribing before reading the current state: no change can fall in between.
-        let mut changes = match self.store.watch_from(self.store.current_rv()) {
-            WatchStart::Resumed(_, rx) => rx,
-            WatchStart::Expired(_) => {
-                return Err(ApiError::internal("the change history is unavailable"));
-            }
-        };
-        let current_step = || match self.store.get(&key, &ns, &name) {
-            Some(obj) if obj.pointer("/metadata/uid").cloned() == uid => {
-                init::wait_step(false, &obj)
-            }
-            _ => WaitStep::Deleted,
-        };
-        let wait = async {
-            let mut step = current_step();
-            loop {
-                match step {
-                    WaitStep::Waiting => {}
-                    WaitStep::Initialized(obj) => return Ok(obj),
-                    WaitStep::Failed(status) => return Err(init::result_error(&status)),
-                    WaitStep::Deleted => return Err(init::deleted_while_waiting()),
-                }
-                step = loop {
-                    match changes.recv().await {
-                        Ok(change)
-                            if change.key == key
-                                && change.namespace == ns
-                                && name_of(&change.object) == name
-                                && change.object.pointer("/metadata/uid").cloned() == uid =>
-                        {
-                            break init::wait_step(
-                                change.kind == EventType::Deleted,
-                                &change.object,
-                            );
-                        }
-                        Ok(_) => {}
-                        // Missed changes: the stored object says where things are.
-                        Err(RecvError::Lagged(_)) => break current_step(),
-                        Err(RecvError::Closed) => {
-                            return Err(ApiError::internal("the store stopped"));
-                        }
-                    }
-                };
-            }
-        };
-        match tokio::time::timeout(timeout, wait).await {
+        match tokio::time::timeout(timeout, self.initialization_answer(rt, stored)).await {
             Ok(answer) => answer,
             Err(_) => Err(init::timeout_error(timeout)),
         }
+    }
+
+    /// The answer read from `stored` itself (a result set at creation fails the create at
+    /// once), then from the changes since the create stored it, as the era's server watched
+    /// from the object's resourceVersion: an initializer can fail the object and the server
+    /// remove it before the create starts waiting, and the answer is then the failure, not
+    /// the deletion.
+    async fn initialization_answer(
+        &self,
+        rt: &ResourceType,
+        stored: &Value,
+    ) -> Result<Value, ApiError> {
+        if let Some(answer) = init::wait_step(false, stored).answer() {
+            return answer;
+        }
+        let key = Self::key(rt);
+        let (ns, name) = crate::store::names(stored);
+        let uid = stored.pointer("/metadata/uid");
+        let is_ours = |obj: &Value| name_of(obj) == name && obj.pointer("/metadata/uid") == uid;
+        let answer_to = |change: &Change| {
+            let ours = change.key == key && change.namespace == ns && is_ours(&change.object);
+            ours.then(|| init::wait_step(change.kind == EventType::Deleted, &change.object))
+                .and_then(WaitStep::answer)
+        };
+        let mut seen = object_rv(stored);
+        loop {
+            let (history, mut live) = match self.store.watch_from(seen) {
+                WatchStart::Resumed(history, live) => (history, live),
+                // The changes since `seen` are gone: the object as stored now says where
+                // things are, and the wait resumes from the oldest change kept.
+                WatchStart::Expired(oldest) => {
+                    let now = match self.store.get(&key, &ns, &name) {
+                        Some(obj) if is_ours(&obj) => init::wait_step(false, &obj),
+                        _ => WaitStep::Deleted,
+                    };
+                    if let Some(answer) = now.answer() {
+                        return answer;
+                    }
+                    seen = oldest;
+                    continue;
+                }
+            };
+            for change in history {
+                seen = change.rv;
+                if let Some(answer) = answer_to(&change) {
+                    return answer;
+                }
+            }
+            loop {
+                match live.recv().await {
+                    Ok(change) if change.rv > seen => {
+                        seen = change.rv;
+                        if let Some(answer) = answer_to(&change) {
+                            return answer;
+                        }
+                    }
+                    Ok(_) => {}
+                    // Missed changes: resume from the last one read.
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => {
+                        return Err(ApiError::internal("the store stopped"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::admission::Admission;
+    use crate::faults::Faults;
+    use crate::resource::Registry;
+    use crate::store::Store;
+
+    /// A server in legacy mode keeping `history` changes, the configmaps' type, and one
+    /// configmap stored pending on `initializer`.
+    fn stored_pending(
+        history: usize,
+        name: &str,
+        initializer: &str,
+    ) -> (Arc<ApiServer>, ResourceType, Arc<Value>) {
+        let store = Arc::new(Store::new(Registry::with_builtins(), history));
+        let rt = store
+            .registry()
+            .get("", "v1", "configmaps")
+            .unwrap()
+            .clone();
+        let api = ApiServer::new(store, Admission::default(), Arc::new(Faults::default()))
+            .with_legacy_initializers(true);
+        let pending = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                         "initializers": {"pending": [{"name": initializer}]}},
+        });
+        let stored = api.store.create(&ApiServer::key(&rt), pending).unwrap();
+        (Arc::new(api), rt, stored)
+    }
+
+    /// An initializer can fail the object, and the server remove it, before the create that
+    /// stored it starts waiting: the create still answers the initializer's result, as the
+    /// era's `WaitForInitialized` did by watching from the stored object's resourceVersion.
+    #[tokio::test]
+    async fn a_failure_landed_before_the_wait_begins_is_still_the_answer() {
+        let (api, rt, stored) = stored_pending(64, "weak", "guard.example.com");
+        let key = ApiServer::key(&rt);
+        let mut failed = (*stored).clone();
+        failed["metadata"]["initializers"]["result"] = json!({
+            "apiVersion": "v1", "kind": "Status", "status": "Failure",
+            "message": "password: 7 characters, at least 20 needed", "code": 403,
+        });
+        let failed = api.store.update(&key, failed, object_rv(&stored)).unwrap();
+        api.end_failed_initialization(&rt, &failed);
+        assert!(api.store.get(&key, "default", "weak").is_none());
+
+        let answer = api
+            .wait_for_initialized(&rt, &stored, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(answer.code, 403, "{answer:?}");
+        assert!(answer.message.contains("password"), "{answer:?}");
+    }
+
+    /// The changes since the create are no longer kept (a busy server, a short history): the
+    /// wait goes on from the object as stored now and still sees its initialization.
+    #[tokio::test]
+    async fn a_wait_whose_history_is_gone_goes_on_and_sees_the_initialization() {
+        let (api, rt, stored) = stored_pending(2, "slow", "slow.example.com");
+        let key = ApiServer::key(&rt);
+        for i in 0..5 {
+            let other = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": format!("other-{i}"), "namespace": "default"}});
+            api.store.create(&key, other).unwrap();
+        }
+        assert!(matches!(
+            api.store.watch_from(object_rv(&stored)),
+            WatchStart::Expired(_)
+        ));
+
+        let waiting = {
+            let (api, rt, stored) = (api.clone(), rt.clone(), stored.clone());
+            tokio::spawn(async move {
+                api.wait_for_initialized(&rt, &stored, Duration::from_secs(5))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let mut initialized = (*stored).clone();
+        initialized["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("initializers");
+        initialized["data"] = json!({"by": "slow.example.com"});
+        api.store
+            .update(&key, initialized, object_rv(&stored))
+            .unwrap();
+
+        let answer = waiting.await.unwrap().expect("the initialized object");
+        assert_eq!(answer["data"], json!({"by": "slow.example.com"}));
     }
 }

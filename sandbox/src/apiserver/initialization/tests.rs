@@ -221,6 +221,20 @@ fn a_wait_ends_on_initialization_failure_or_deletion() {
 }
 
 #[test]
+fn each_step_past_pending_is_the_creates_answer() {
+    let done = json!({"metadata": {"name": "x"}});
+    assert_eq!(WaitStep::Waiting.answer(), None);
+    assert_eq!(WaitStep::Initialized(done.clone()).answer(), Some(Ok(done)));
+    let failed = WaitStep::Failed(json!({"status": "Failure", "code": 403, "message": "no"}))
+        .answer()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!((failed.code, failed.message.as_str()), (403, "no"));
+    let deleted = WaitStep::Deleted.answer().unwrap().unwrap_err();
+    assert_eq!(deleted, deleted_while_waiting());
+}
+
+#[test]
 fn a_result_is_stored_as_the_protobuf_status_1_13_kept() {
     let mut obj = json!({"metadata": {"initializers": {"result":
             {"kind": "Status", "apiVersion": "v1", "status": "Failure"}}}});
